@@ -1,0 +1,23 @@
+"""ndif-opt: an optimizing source-to-source transpiler for nnsight scripts run on NDIF.
+
+The library API is one pure function, :func:`optimize`: source text in, a
+:class:`Result` (rewritten code, findings with ranges, per-pass costs, edits) out.
+No I/O, no printing, deterministic — it is what the CLI and the editor server call.
+"""
+
+from ndif_opt.api import optimize
+from ndif_opt.types import Cost, Edit, Finding, PassCost, Position, Range, Result, Safety, Status
+
+__all__ = [
+    "optimize",
+    "Cost",
+    "Edit",
+    "Finding",
+    "PassCost",
+    "Position",
+    "Range",
+    "Result",
+    "Safety",
+    "Status",
+]
+__version__ = "0.1.0"

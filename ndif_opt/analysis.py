@@ -1,0 +1,455 @@
+"""Facts about what a script does with nnsight, computed once per tree and shared.
+
+The facts are statement-level: every statement knows the suite (list of statements)
+it sits in and its enclosing compound statements; every nnsight with-block
+(``model.trace/.session/.generate``) knows its model, whether it is remote, its
+enclosing loops and blocks. Expression-level questions (which names a region reads,
+which objects it mutates, whether its code may run on the server) are answered on
+demand by :mod:`ndif_opt.names` and :mod:`ndif_opt.effects`, memoized per node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import cached_property
+
+import libcst as cst
+
+from ndif_opt.names import NameUse, collect, dotted_name
+
+# Classes whose instances are nnsight models, by their public import paths.
+MODEL_CLASSES = frozenset(
+    {
+        "nnsight.LanguageModel",
+        "nnsight.TransformersModel",
+        "nnsight.NNsight",
+        "nnsight.VisionLanguageModel",
+        "nnsight.DiffusionModel",
+        "nnsight.modeling.language.LanguageModel",
+        "nnsight.modeling.transformers.TransformersModel",
+        "nnsight.modeling.base.NNsight",
+        "nnsight.models.LanguageModel.LanguageModel",
+        "nnsight.models.NNsightModel.NNsight",
+        "nnterp.StandardizedTransformer",
+        "nnterp.standardized_transformer.StandardizedTransformer",
+    }
+)
+MODEL_CLASS_NAMES = frozenset(path.rsplit(".", 1)[1] for path in MODEL_CLASSES)
+BLOCK_METHODS = ("trace", "session", "generate")
+LOOP_TYPES = (cst.For, cst.While)
+
+
+class Remote(str, Enum):
+    """Whether a block's ``remote=`` flag is on."""
+
+    YES = "yes"
+    NO = "no"
+    MAYBE = "maybe"  # a variable or expression whose value is not known statically
+
+
+@dataclass(frozen=True)
+class RemoteFlag:
+    state: Remote
+    expr: cst.BaseExpression | None = None  # the argument's value, None when absent
+    reason: str = ""  # how the state was decided, for findings
+
+    @property
+    def code(self) -> str:
+        return "" if self.expr is None else cst.Module([]).code_for_node(self.expr)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str  # the variable bound to the model
+    class_path: str  # e.g. nnsight.LanguageModel
+    repo_id: str | None  # the first argument when it is a string literal
+    node: cst.CSTNode
+
+
+@dataclass(eq=False)
+class StmtInfo:
+    """Where a statement sits: its suite, its index there, and what encloses it."""
+
+    node: cst.BaseStatement
+    suite: cst.CSTNode  # Module or IndentedBlock owning the statement list
+    index: int
+    ancestors: tuple[cst.CSTNode, ...]  # enclosing compound statements, outermost first
+
+    @property
+    def function(self) -> cst.FunctionDef | None:
+        for node in reversed(self.ancestors):
+            if isinstance(node, cst.FunctionDef):
+                return node
+        return None
+
+    def loops(self) -> tuple[cst.CSTNode, ...]:
+        """Enclosing loops inside the statement's own function, outermost first."""
+        found = []
+        for node in reversed(self.ancestors):
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if isinstance(node, LOOP_TYPES):
+                found.append(node)
+        return tuple(reversed(found))
+
+
+@dataclass(eq=False)
+class Block:
+    """A ``with <model>.trace/.session/.generate(...)`` statement."""
+
+    node: cst.With
+    call: cst.Call
+    model: str  # the receiver's code, e.g. `model` or `self.llm`
+    method: str  # trace | session | generate
+    remote: RemoteFlag
+    stmt: StmtInfo
+    parent: "Block | None" = None  # the innermost enclosing nnsight block
+    children: list["Block"] = field(default_factory=list)
+
+    @property
+    def outermost(self) -> "Block":
+        block = self
+        while block.parent is not None:
+            block = block.parent
+        return block
+
+    @property
+    def effective_remote(self) -> Remote:
+        """Remote-ness of the request this block belongs to (sessions pass it down)."""
+        return self.outermost.remote.state
+
+    @property
+    def tracer_name(self) -> str | None:
+        asname = self.node.items[0].asname
+        if asname is not None and isinstance(asname.name, cst.Name):
+            return asname.name.value
+        return None
+
+    @cached_property
+    def names(self) -> NameUse:
+        return collect(self.node.body)
+
+    @cached_property
+    def saved_names(self) -> frozenset[str]:
+        """Names bound in the block to a value marked with `.save()`/`nnsight.save()`."""
+        saved = set()
+        for assign in _assignments(self.node.body):
+            if is_saved_expr(assign.value):
+                for target in assign.targets:
+                    if isinstance(target.target, cst.Name):
+                        saved.add(target.target.value)
+        return frozenset(saved)
+
+
+def is_save_call(expr: cst.BaseExpression) -> bool:
+    """`x.save()` or `nnsight.save(x)` / `save(x)`."""
+    if not isinstance(expr, cst.Call):
+        return False
+    func = expr.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "save" and not expr.args:
+        return True
+    name = dotted_name(func)
+    return name in ("nnsight.save", "save") and len(expr.args) >= 1
+
+
+def is_saved_expr(expr: cst.BaseExpression) -> bool:
+    return is_save_call(expr)
+
+
+def _assignments(node: cst.CSTNode) -> list[cst.Assign]:
+    found: list[cst.Assign] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Assign(self, n: cst.Assign) -> None:
+            found.append(n)
+
+        def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
+            return False
+
+    node.visit(Finder())
+    return found
+
+
+@dataclass(eq=False)
+class Facts:
+    """Everything the passes and the cost model know about one module."""
+
+    module: cst.Module
+    imports: dict[str, str]  # local name -> qualified name (`np` -> `numpy`)
+    models: dict[str, ModelInfo]
+    functions: dict[str, cst.FunctionDef]  # module-level functions by name
+    statements: dict[int, StmtInfo]  # id(statement) -> where it sits
+    blocks: list[Block]
+    bindings: dict[str, list[tuple[StmtInfo, cst.BaseExpression]]]  # simple `x = value`
+    assume_remote: bool = False
+
+    def stmt(self, node: cst.CSTNode) -> StmtInfo:
+        return self.statements[id(node)]
+
+    def block_of(self, node: cst.With) -> Block | None:
+        for block in self.blocks:
+            if block.node is node:
+                return block
+        return None
+
+    def blocks_within(self, node: cst.CSTNode) -> list[Block]:
+        """nnsight blocks inside ``node`` (the statement itself included)."""
+        return [b for b in self.blocks if b.node is node or node in b.stmt.ancestors]
+
+    def uses_nnsight(self) -> bool:
+        return bool(self.blocks)
+
+    def is_remote(self, state: Remote) -> bool:
+        return state is Remote.YES or (state is Remote.MAYBE and self.assume_remote)
+
+    def suite_body(self, suite: cst.CSTNode) -> tuple[cst.BaseStatement, ...]:
+        return tuple(suite.body)
+
+    def constant(self, name: str) -> cst.BaseExpression | None:
+        """The value of a module-level name assigned exactly once, else None."""
+        values = self.bindings.get(name, [])
+        module_level = [v for s, v in values if not s.ancestors]
+        if len(values) == 1 and len(module_level) == 1:
+            return module_level[0]
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# Building the facts
+# ---------------------------------------------------------------------------------------
+
+
+def analyze(module: cst.Module, *, assume_remote: bool = False) -> Facts:
+    imports = _imports(module)
+    statements: dict[int, StmtInfo] = {}
+    bindings: dict[str, list[tuple[StmtInfo, cst.BaseExpression]]] = {}
+    _walk_suite(module, (), statements, bindings)
+    functions = {
+        stmt.name.value: stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)
+    }
+    models = _models(statements, imports)
+    facts = Facts(
+        module=module,
+        imports=imports,
+        models=models,
+        functions=functions,
+        statements=statements,
+        blocks=[],
+        bindings=bindings,
+        assume_remote=assume_remote,
+    )
+    facts.blocks = _blocks(facts)
+    return facts
+
+
+def _walk_suite(suite, ancestors, statements, bindings) -> None:
+    for index, stmt in enumerate(suite.body):
+        info = StmtInfo(stmt, suite, index, ancestors)
+        statements[id(stmt)] = info
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                    target = small.targets[0].target
+                    if isinstance(target, cst.Name):
+                        bindings.setdefault(target.value, []).append((info, small.value))
+                elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+                    target = small.target
+                    if isinstance(target, cst.Name):
+                        value = small.value if isinstance(small, cst.AnnAssign) else None
+                        bindings.setdefault(target.value, []).append((info, value))
+            continue
+        for child in _child_suites(stmt):
+            _walk_suite(child, ancestors + (stmt,), statements, bindings)
+
+
+def _child_suites(stmt: cst.CSTNode) -> list[cst.CSTNode]:
+    """The indented blocks directly owned by a compound statement."""
+    suites: list[cst.CSTNode] = []
+
+    def add(body) -> None:
+        if isinstance(body, cst.IndentedBlock):
+            suites.append(body)
+
+    if isinstance(stmt, (cst.For, cst.While)):
+        add(stmt.body)
+        if stmt.orelse is not None:
+            add(stmt.orelse.body)
+    elif isinstance(stmt, cst.If):
+        add(stmt.body)
+        orelse = stmt.orelse
+        if isinstance(orelse, cst.If):
+            suites.extend(_child_suites_if_chain(orelse))
+        elif isinstance(orelse, cst.Else):
+            add(orelse.body)
+    elif isinstance(stmt, (cst.Try, cst.TryStar)):
+        add(stmt.body)
+        for handler in stmt.handlers:
+            add(handler.body)
+        if stmt.orelse is not None:
+            add(stmt.orelse.body)
+        if stmt.finalbody is not None:
+            add(stmt.finalbody.body)
+    elif isinstance(stmt, (cst.With, cst.FunctionDef, cst.ClassDef)):
+        add(stmt.body)
+    elif isinstance(stmt, cst.Match):
+        for case in stmt.cases:
+            add(case.body)
+    return suites
+
+
+def _child_suites_if_chain(stmt: cst.If) -> list[cst.CSTNode]:
+    # an `elif` is an If node nested in orelse, not a statement of its own: its suites
+    # belong to the outer `if` statement
+    return _child_suites(stmt)
+
+
+def _imports(module: cst.Module) -> dict[str, str]:
+    """Local names bound by imports anywhere in the module -> qualified names."""
+    found: dict[str, str] = {}
+
+    class Finder(cst.CSTVisitor):
+        def visit_Import(self, node: cst.Import) -> None:
+            for alias in node.names:
+                full = dotted_name(alias.name) or ""
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    found[alias.asname.name.value] = full
+                else:
+                    root = full.split(".")[0]
+                    found[root] = root
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+            if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+                return
+            base = dotted_name(node.module) or ""
+            for alias in node.names:
+                name = alias.name.value if isinstance(alias.name, cst.Name) else None
+                if name is None:
+                    continue
+                local = name
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    local = alias.asname.name.value
+                found[local] = f"{base}.{name}"
+
+    module.visit(Finder())
+    return found
+
+
+def qualify(expr: cst.BaseExpression, imports: dict[str, str]) -> str | None:
+    """The qualified name an expression refers to through imports, e.g. `np.save`."""
+    name = dotted_name(expr)
+    if name is None:
+        return None
+    head, _, rest = name.partition(".")
+    if head in imports:
+        return imports[head] + ("." + rest if rest else "")
+    return name
+
+
+def _is_model_class(path: str | None) -> bool:
+    if path is None:
+        return False
+    if path in MODEL_CLASSES:
+        return True
+    root = path.split(".")[0]
+    return root in ("nnsight", "nnterp") and path.rsplit(".", 1)[-1] in MODEL_CLASS_NAMES
+
+
+def _models(statements: dict[int, StmtInfo], imports: dict[str, str]) -> dict[str, ModelInfo]:
+    models: dict[str, ModelInfo] = {}
+    for info in statements.values():
+        stmt = info.node
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            value = getattr(small, "value", None)
+            if not isinstance(small, (cst.Assign, cst.AnnAssign)) or not isinstance(value, cst.Call):
+                continue
+            if not _is_model_class(qualify(value.func, imports)):
+                continue
+            targets = (
+                [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            )
+            repo = None
+            if value.args and isinstance(value.args[0].value, cst.SimpleString):
+                repo = value.args[0].value.evaluated_value
+            for target in targets:
+                name = dotted_name(target)
+                if name is not None:
+                    models[name] = ModelInfo(name, qualify(value.func, imports) or "", repo, small)
+    return models
+
+
+def _blocks(facts: Facts) -> list[Block]:
+    blocks: list[Block] = []
+    by_node: dict[int, Block] = {}
+    for info in facts.statements.values():
+        stmt = info.node
+        if not isinstance(stmt, cst.With) or len(stmt.items) != 1:
+            continue
+        call = stmt.items[0].item
+        if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
+            continue
+        method = call.func.attr.value
+        if method not in BLOCK_METHODS:
+            continue
+        receiver = dotted_name(call.func.value)
+        if receiver is None:
+            continue
+        has_remote_kw = any(a.keyword is not None and a.keyword.value == "remote" for a in call.args)
+        if receiver not in facts.models and not has_remote_kw:
+            continue
+        block = Block(
+            node=stmt,
+            call=call,
+            model=receiver,
+            method=method,
+            remote=_remote_flag(call, info, facts),
+            stmt=info,
+        )
+        blocks.append(block)
+        by_node[id(stmt)] = block
+    for block in blocks:
+        for ancestor in reversed(block.stmt.ancestors):
+            parent = by_node.get(id(ancestor))
+            if parent is not None:
+                block.parent = parent
+                parent.children.append(block)
+                break
+    return blocks
+
+
+def remote_arg(call: cst.Call) -> cst.Arg | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "remote":
+            return arg
+    return None
+
+
+def _remote_flag(call: cst.Call, info: StmtInfo, facts: Facts) -> RemoteFlag:
+    arg = remote_arg(call)
+    if arg is None:
+        if any(a.star == "**" for a in call.args):
+            return RemoteFlag(Remote.MAYBE, None, "`**kwargs` may carry `remote=`")
+        return RemoteFlag(Remote.NO, None, "no `remote=` argument")
+    return RemoteFlag(*_truth(arg.value, facts, set()), )
+
+
+def _truth(expr: cst.BaseExpression, facts: Facts, seen: set[str]) -> tuple:
+    if isinstance(expr, cst.Name):
+        if expr.value == "True":
+            return Remote.YES, expr, "`remote=True`"
+        if expr.value in ("False", "None"):
+            return Remote.NO, expr, f"`remote={expr.value}`"
+        value = facts.constant(expr.value)
+        if value is not None and expr.value not in seen:
+            state, _, _ = _truth(value, facts, seen | {expr.value})
+            if state is not Remote.MAYBE:
+                return state, expr, f"`{expr.value}` is set to {state is Remote.YES} at module level"
+        return Remote.MAYBE, expr, f"the value of `{expr.value}` is not known before running"
+    if isinstance(expr, cst.SimpleString):
+        return (Remote.YES if expr.evaluated_value else Remote.NO), expr, "a string host"
+    if isinstance(expr, cst.Integer):
+        return (Remote.YES if int(expr.value) else Remote.NO), expr, "an integer flag"
+    code = cst.Module([]).code_for_node(expr)
+    return Remote.MAYBE, expr, f"the value of `{code}` is not known before running"

@@ -1,0 +1,42 @@
+"""The library entry point, :func:`optimize`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ndif_opt.options import Options
+from ndif_opt.types import Result
+
+
+def optimize(
+    source: str,
+    *,
+    filename: str | None = None,
+    select: Iterable[str] | None = None,
+    ignore: Iterable[str] | None = None,
+    unsafe_fixes: bool = False,
+    assume_remote: bool = False,
+    max_batch: int = 32,
+    options: Options | None = None,
+) -> Result:
+    """Optimize one Python script for remote execution on NDIF.
+
+    Pure: reads nothing but its arguments, writes nothing, prints nothing, and gives
+    the same result for the same input. ``select``/``ignore`` take pass ids;
+    ``unsafe_fixes`` also applies fixes that may change results slightly or move
+    client effects (see each pass's "Fix safety"); ``assume_remote`` treats a
+    ``remote=`` flag whose value cannot be determined as true. ``options``, when
+    given, overrides the keyword arguments (it is what configuration files produce).
+    Raises ``SyntaxError`` for source that does not parse.
+    """
+    from ndif_opt.pipeline import run_pipeline
+
+    if options is None:
+        options = Options(
+            select=frozenset(select) if select is not None else None,
+            ignore=frozenset(ignore or ()),
+            unsafe_fixes=unsafe_fixes,
+            assume_remote=assume_remote,
+            max_batch=max_batch,
+        )
+    return run_pipeline(source, options, filename=filename)

@@ -1,0 +1,250 @@
+"""May this code run on an NDIF server instead of the user's machine?
+
+Code that moves into a session runs on the server. NDIF only allows imports from a
+whitelist, forbids `open`, and anything the code does to the user's machine — writing
+files, plotting, progress bars, logging, asking for input — would happen on the server
+instead, or not at all. :func:`server_problems` lists why a piece of code must stay on
+the client, in words a researcher understands; an empty list means it may move.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ndif_opt.analysis import Facts, qualify
+from ndif_opt.names import dotted_name, root_name
+
+# Roots of modules whose code the NDIF server runs (../shared/NNSIGHT_NOTES.md).
+SERVER_MODULES = frozenset(
+    {
+        "torch", "numpy", "einops", "collections", "math", "time", "sympy", "typing",
+        "operator", "enum", "pandas", "nnterp", "nnsight", "builtins", "functools",
+        "itertools",
+    }
+)
+# Builtins that touch the machine or the interpreter itself.
+FORBIDDEN_BUILTINS = frozenset(
+    {"open", "input", "exec", "eval", "compile", "breakpoint", "help", "__import__", "exit", "quit"}
+)
+# Functions of allowed modules that still act on the client's files.
+FILE_FUNCTIONS = frozenset(
+    {
+        "torch.save", "torch.load", "numpy.save", "numpy.savez", "numpy.savez_compressed",
+        "numpy.savetxt", "numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile",
+        "pandas.read_csv", "pandas.read_json", "pandas.read_parquet", "pandas.read_pickle",
+        "pandas.read_excel",
+    }
+)
+# Methods that write files or draw: on an unknown object they mean a client effect.
+EFFECT_METHODS = frozenset(
+    {
+        "write", "writelines", "savefig", "show", "to_csv", "to_json", "to_parquet",
+        "to_pickle", "to_excel", "to_html", "flush", "close", "set_description",
+        "set_postfix", "refresh",
+    }
+)
+PROGRESS_BARS = frozenset({"tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange", "trange"})
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a piece of code must stay on the client."""
+
+    kind: str  # effect | print | progress | forbidden | module | control | client-object
+    message: str
+    node: cst.CSTNode
+
+
+class ServerCheck:
+    """Answers 'may this code run on the server?' for one module, memoized."""
+
+    def __init__(self, facts: Facts) -> None:
+        self.facts = facts
+        self._functions: dict[str, list[Problem]] = {}
+        self._client_objects = self._find_client_objects()
+
+    def problems(self, node: cst.CSTNode, *, skip: tuple[cst.CSTNode, ...] = ()) -> list[Problem]:
+        """Why ``node`` cannot run on the server; nnsight blocks in ``skip`` are not inspected."""
+        visitor = _Checker(self, skip)
+        node.visit(visitor)
+        return visitor.problems
+
+    def function_problems(self, name: str) -> list[Problem]:
+        """Problems of a same-file function's body (recursion counts as safe)."""
+        if name in self._functions:
+            return self._functions[name]
+        self._functions[name] = []  # break cycles
+        func = self.facts.functions[name]
+        found = [p for p in self.problems(func.body) if p.kind != "control"]
+        self._functions[name] = found
+        return found
+
+    def is_client_object(self, name: str) -> bool:
+        return name in self._client_objects
+
+    def _find_client_objects(self) -> set[str]:
+        """Names bound to things that only exist on the client: files, figures, bars."""
+        found: set[str] = set()
+
+        checker = self
+
+        class Finder(cst.CSTVisitor):
+            def visit_Assign(self, node: cst.Assign) -> None:
+                if isinstance(node.value, cst.Call) and checker._call_is_client(node.value):
+                    for target in node.targets:
+                        for name in _target_names(target.target):
+                            found.add(name)
+
+            def visit_WithItem(self, node: cst.WithItem) -> None:
+                if (
+                    node.asname is not None
+                    and isinstance(node.item, cst.Call)
+                    and checker._call_is_client(node.item)
+                ):
+                    for name in _target_names(node.asname.name):
+                        found.add(name)
+
+        self.facts.module.visit(Finder())
+        return found
+
+    def _call_is_client(self, call: cst.Call) -> bool:
+        path = qualify(call.func, self.facts.imports)
+        if path is None:
+            return False
+        if path in FORBIDDEN_BUILTINS or path in PROGRESS_BARS or path in FILE_FUNCTIONS:
+            return True
+        root = path.split(".")[0]
+        head = (dotted_name(call.func) or "").split(".")[0]
+        return head in self.facts.imports and root not in SERVER_MODULES
+
+
+def _target_names(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        names: list[str] = []
+        for element in target.elements:
+            names.extend(_target_names(element.value))
+        return names
+    return []
+
+
+class _Checker(cst.CSTVisitor):
+    def __init__(self, check: ServerCheck, skip: tuple[cst.CSTNode, ...]) -> None:
+        self.check = check
+        self.facts = check.facts
+        self.skip = skip
+        self.problems: list[Problem] = []
+
+    def _add(self, kind: str, message: str, node: cst.CSTNode) -> None:
+        self.problems.append(Problem(kind, message, node))
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if any(node is s for s in self.skip):
+            return False
+        return super().on_visit(node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        path = qualify(func, self.facts.imports)
+        name = dotted_name(func)
+        if name is not None and "." not in name:
+            self._check_plain_call(name, path, node)
+            return
+        if isinstance(func, cst.Attribute):
+            self._check_attribute_call(func, path, node)
+
+    def _check_plain_call(self, name: str, path: str | None, node: cst.Call) -> None:
+        if name == "print":
+            self._add("print", "calls `print`, which would print on the server, not on your machine", node)
+        elif name in FORBIDDEN_BUILTINS:
+            self._add("forbidden", f"calls `{name}`, which NDIF does not allow", node)
+        elif path in PROGRESS_BARS or name in PROGRESS_BARS:
+            self._add("progress", f"shows a progress bar (`{name}`) on your machine", node)
+        elif name in self.facts.functions:
+            for problem in self.check.function_problems(name):
+                self._add(
+                    problem.kind,
+                    f"calls `{name}`, which {problem.message}",
+                    node,
+                )
+        elif path is not None and path != name:  # imported: `from x import f`
+            self._check_module_path(path, node)
+        elif self.check.is_client_object(name):
+            self._add("client-object", f"calls `{name}`, which exists only on your machine", node)
+
+    def _check_attribute_call(self, func: cst.Attribute, path: str | None, node: cst.Call) -> None:
+        root = root_name(func)
+        if root is not None and root in self.facts.imports:
+            self._check_module_path(path or self.facts.imports[root], node)
+            return
+        if root is not None and self.check.is_client_object(root):
+            self._add("client-object", f"uses `{root}`, which exists only on your machine", node)
+            return
+        if func.attr.value in EFFECT_METHODS:
+            self._add("effect", f"calls `.{func.attr.value}()`, which acts on your machine", node)
+
+    def _check_module_path(self, path: str, node: cst.Call) -> None:
+        root = path.split(".")[0]
+        if path in FILE_FUNCTIONS:
+            self._add("effect", f"calls `{path}`, which reads or writes files on your machine", node)
+        elif path in PROGRESS_BARS:
+            self._add("progress", f"shows a progress bar (`{path}`) on your machine", node)
+        elif root not in SERVER_MODULES:
+            self._add(
+                "module",
+                f"calls `{path}`; `{root}` is not among the modules NDIF allows, so it must run on your machine",
+                node,
+            )
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if self.check.is_client_object(node.value):
+            self._add("client-object", f"uses `{node.value}`, which exists only on your machine", node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self._add("control", "declares a `global`", node)
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        self._add("control", "declares a `nonlocal`", node)
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self._add("control", "returns from the function", node)
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        self._add("control", "yields", node)
+
+    def visit_Await(self, node: cst.Await) -> None:
+        self._add("control", "awaits", node)
+
+    def visit_Try(self, node: cst.Try) -> None:
+        self._add(
+            "control",
+            "catches exceptions (a retry loop): in one session a failure would end the whole request",
+            node,
+        )
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for alias in node.names:
+            root = (dotted_name(alias.name) or "").split(".")[0]
+            if root not in SERVER_MODULES:
+                self._add("module", f"imports `{root}`, which NDIF does not allow", node)
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        root = (dotted_name(node.module) or "").split(".")[0] if node.module else ""
+        if node.relative or root not in SERVER_MODULES:
+            self._add("module", f"imports from `{root or '.'}`, which NDIF does not allow", node)
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        # a function defined inside moving code moves with it; its body must obey the
+        # same rules but may return
+        inner = self.check.problems(node.body)
+        self.problems.extend(p for p in inner if p.kind != "control")
+        return False

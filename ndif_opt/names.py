@@ -1,0 +1,273 @@
+"""Which names a piece of code reads, binds and mutates — a light def-use analysis.
+
+libcst's ScopeProvider is exact but costs several seconds on a large file; ndif-opt only
+needs conservative answers to three questions about a region of code: which names it
+reads, which it binds, and which objects bound elsewhere it mutates in place. Over-
+approximating reads and binds only makes a pass refuse more often, never miscompile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+# Methods that change the object they are called on (lists, dicts, sets, deques).
+MUTATING_METHODS = frozenset(
+    {
+        "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
+        "update", "setdefault", "popitem", "add", "discard", "appendleft", "extendleft",
+        "difference_update", "intersection_update", "symmetric_difference_update",
+        "__setitem__",
+    }
+)
+
+
+@dataclass
+class NameUse:
+    """Names read, bound and mutated by some code; each maps to the first node seen."""
+
+    reads: dict[str, cst.CSTNode] = field(default_factory=dict)
+    binds: dict[str, cst.CSTNode] = field(default_factory=dict)
+    mutates: dict[str, cst.CSTNode] = field(default_factory=dict)
+    # `global`/`nonlocal`/`return`/`yield`/`await` seen: code that cannot move as a unit
+    control: list[tuple[str, cst.CSTNode]] = field(default_factory=list)
+
+    def merge(self, other: "NameUse") -> None:
+        for mine, theirs in (
+            (self.reads, other.reads),
+            (self.binds, other.binds),
+            (self.mutates, other.mutates),
+        ):
+            for name, node in theirs.items():
+                mine.setdefault(name, node)
+        self.control.extend(other.control)
+
+
+def root_name(expr: cst.BaseExpression) -> str | None:
+    """`a` for `a`, `a.b.c`, `a[0].b`, `a.b(...).c`; None when the root is not a name."""
+    while True:
+        if isinstance(expr, cst.Name):
+            return expr.value
+        if isinstance(expr, cst.Attribute):
+            expr = expr.value
+        elif isinstance(expr, cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Call):
+            expr = expr.func
+        else:
+            return None
+
+
+def dotted_name(expr: cst.BaseExpression) -> str | None:
+    """`a.b.c` for an attribute chain of names; None for anything else."""
+    parts: list[str] = []
+    while isinstance(expr, cst.Attribute):
+        parts.append(expr.attr.value)
+        expr = expr.value
+    if not isinstance(expr, cst.Name):
+        return None
+    parts.append(expr.value)
+    return ".".join(reversed(parts))
+
+
+class _Collector(cst.CSTVisitor):
+    def __init__(self, skip: tuple[cst.CSTNode, ...] = ()) -> None:
+        self.use = NameUse()
+        self.skip = {id(node) for node in skip}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if id(node) in self.skip:
+            return False
+        return super().on_visit(node)
+
+    # -- binding forms -------------------------------------------------------------
+    def _bind_target(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name):
+            self.use.binds.setdefault(target.value, target)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._bind_target(element.value)
+        elif isinstance(target, cst.StarredElement):
+            self._bind_target(target.value)
+        elif isinstance(target, (cst.Subscript, cst.Attribute)):
+            # `x[i] = v` / `x.a = v` mutate the object bound to `x`
+            name = root_name(target)
+            if name is not None:
+                self.use.mutates.setdefault(name, target)
+            target.visit(self)  # the index and the base are read
+
+    def visit_Assign(self, node: cst.Assign) -> bool:
+        for target in node.targets:
+            self._bind_target(target.target)
+        node.value.visit(self)
+        return False
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
+        self._bind_target(node.target)
+        if node.value is not None:
+            node.value.visit(self)
+        return False
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> bool:
+        target = node.target
+        if isinstance(target, cst.Name):
+            # `acc += [x]` both reads and rebinds; for a list it also mutates in place
+            self.use.reads.setdefault(target.value, target)
+            self.use.binds.setdefault(target.value, target)
+            self.use.mutates.setdefault(target.value, target)
+        else:
+            self._bind_target(target)
+        node.value.visit(self)
+        return False
+
+    def visit_For(self, node: cst.For) -> bool:
+        self._bind_target(node.target)
+        node.iter.visit(self)
+        node.body.visit(self)
+        if node.orelse is not None:
+            node.orelse.visit(self)
+        return False
+
+    def visit_CompFor(self, node: cst.CompFor) -> bool:
+        self._bind_target(node.target)
+        node.iter.visit(self)
+        for condition in node.ifs:
+            condition.visit(self)
+        if node.inner_for_in is not None:
+            node.inner_for_in.visit(self)
+        return False
+
+    def visit_WithItem(self, node: cst.WithItem) -> bool:
+        node.item.visit(self)
+        if node.asname is not None:
+            self._bind_target(node.asname.name)
+        return False
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> bool:
+        self._bind_target(node.target)
+        node.value.visit(self)
+        return False
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> bool:
+        if node.type is not None:
+            node.type.visit(self)
+        if node.name is not None:
+            self._bind_target(node.name.name)
+        node.body.visit(self)
+        return False
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for alias in node.names:
+            if alias.asname is not None:
+                self._bind_target(alias.asname.name)
+            else:
+                self.use.binds.setdefault(dotted_name(alias.name).split(".")[0], alias)
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if isinstance(node.names, cst.ImportStar):
+            self.use.control.append(("import *", node))
+            return False
+        for alias in node.names:
+            bound = alias.asname.name if alias.asname is not None else alias.name
+            if isinstance(bound, cst.Name):
+                self._bind_target(bound)
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.use.binds.setdefault(node.name.value, node.name)
+        for decorator in node.decorators:
+            decorator.visit(self)
+        # the body's free names are read when the function runs: count them as reads,
+        # but the body's own bindings and returns are its own business
+        inner = collect(node.body)
+        params = {p.name.value for p in _all_params(node.params)}
+        for name, n in inner.reads.items():
+            if name not in params:
+                self.use.reads.setdefault(name, n)
+        for name, n in inner.mutates.items():
+            if name not in params and name not in inner.binds:
+                self.use.mutates.setdefault(name, n)
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        self.use.binds.setdefault(node.name.value, node.name)
+        inner = collect(node.body)
+        for name, n in inner.reads.items():
+            self.use.reads.setdefault(name, n)
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        params = {p.name.value for p in _all_params(node.params)}
+        inner = collect(node.body)
+        for name, n in inner.reads.items():
+            if name not in params:
+                self.use.reads.setdefault(name, n)
+        return False
+
+    def visit_Del(self, node: cst.Del) -> bool:
+        target = node.target
+        if isinstance(target, cst.Name):
+            self.use.binds.setdefault(target.value, target)
+        else:
+            self._bind_target(target)
+        return False
+
+    # -- effects ---------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in MUTATING_METHODS:
+            name = root_name(func.value)
+            if name is not None:
+                self.use.mutates.setdefault(name, node)
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.use.control.append(("global", node))
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        self.use.control.append(("nonlocal", node))
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self.use.control.append(("return", node))
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        self.use.control.append(("yield", node))
+
+    def visit_Await(self, node: cst.Await) -> None:
+        self.use.control.append(("await", node))
+
+    # -- reads -----------------------------------------------------------------------
+    def visit_Name(self, node: cst.Name) -> None:
+        self.use.reads.setdefault(node.value, node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)  # `.attr` is not a name read
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)  # a keyword is not a name read
+        return False
+
+
+def _all_params(params: cst.Parameters) -> list[cst.Param]:
+    found = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            found.append(star)
+    return found
+
+
+def collect(node: cst.CSTNode, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
+    """Names read, bound and mutated anywhere in ``node`` (nested functions included),
+    leaving out the subtrees in ``skip``."""
+    collector = _Collector(skip)
+    node.visit(collector)
+    return collector.use
+
+
+def collect_all(nodes, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
+    use = NameUse()
+    for node in nodes:
+        use.merge(collect(node, skip))
+    return use

@@ -1,0 +1,20 @@
+"""Options that steer a run; built from keyword arguments, configuration or the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Options:
+    select: frozenset[str] | None = None  # None: every pass
+    ignore: frozenset[str] = frozenset()
+    unsafe_fixes: bool = False
+    assume_remote: bool = False  # a `remote=` flag of unknown value counts as remote
+    max_batch: int = 32
+    cost: dict = field(default_factory=dict)  # cost-model assumption overrides
+
+    def wants(self, pass_id: str) -> bool:
+        if pass_id in self.ignore:
+            return False
+        return self.select is None or pass_id in self.select

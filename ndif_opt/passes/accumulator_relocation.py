@@ -1,0 +1,174 @@
+"""accumulator-relocation: create containers filled in a remote block inside it.
+
+## What it does
+Finds a list or dict created on your machine (``[]``, ``list()``, ``{}``, ``dict()``) and
+filled inside a remote trace or session (``append``, ``extend``, item assignment,
+``+=``). It moves the creation into the block as a saved container
+(``results = list().save()``, keeping your name) and drops the now redundant
+``.save()`` on the elements.
+
+## Why is this bad?
+Only values marked with ``.save()`` come back from NDIF. The block runs on the server
+against a *copy* of your list, so the appends happen there and your list stays empty —
+silently. This is a correctness bug, not only a slow-down: the script works locally
+and returns nothing remotely.
+
+## Example
+```python
+results = []
+with model.trace(prompt, remote=True):
+    for layer in model.model.layers:
+        results.append(layer.output.save())
+```
+
+## Use instead
+```python
+with model.trace(prompt, remote=True):
+    results = list().save()
+    for layer in model.model.layers:
+        results.append(layer.output)
+```
+
+## Fix safety
+Safe. Applied only when the container is created empty right before the block (in the
+same suite, not used in between) and no other remote block fills it. Otherwise the
+finding explains why the list will stay empty and leaves the code alone.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ndif_opt.analysis import Block, Facts, Remote
+from ndif_opt.passes.base import Case, Context, Pass
+from ndif_opt.passes.session_hoisting import _is_model_like
+from ndif_opt.regions import Accumulator, find_accumulator
+from ndif_opt.rewrite import DropElementSaves, SuitePlan, saved_container
+
+
+class AccumulatorRelocation(Pass):
+    __doc__ = __doc__
+    id = "accumulator-relocation"
+
+    def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
+        plan = SuitePlan()
+        remote_blocks = [
+            b for b in facts.blocks if b.parent is None and b.remote.state is not Remote.NO
+        ]
+        for block in remote_blocks:
+            found = self._accumulators(block, remote_blocks, facts, context)
+            if found:
+                self._plan(block, found, plan, context)
+        return plan.apply(module) if plan else module
+
+    def _accumulators(self, block: Block, remote_blocks, facts: Facts, context: Context):
+        found: list[Accumulator] = []
+        names = block.names
+        for name, node in names.mutates.items():
+            if name in names.binds or _is_model_like(name, facts):
+                continue
+            where = "session" if block.method == "session" else "remote trace"
+            bug = (
+                f"`{name}` lives on your machine but is filled inside this {where}: "
+                f"on NDIF the block changes the server's copy, so `{name}` stays empty here"
+            )
+            if any(name in other.names.mutates for other in remote_blocks if other is not block):
+                context.skipped(node, bug, f"not moved: other remote blocks also fill `{name}`")
+                continue
+            acc, why = find_accumulator(facts, name, block.stmt.suite, block.stmt.index)
+            if acc is None:
+                context.skipped(node, bug, f"not moved: {why}")
+                continue
+            found.append(acc)
+        return found
+
+    def _plan(self, block: Block, accumulators: list[Accumulator], plan: SuitePlan, context) -> None:
+        drop = DropElementSaves({a.name for a in accumulators})
+        created = [saved_container(a.name, a.kind, a.stmt) for a in accumulators]
+
+        def build(stmts):
+            return created + [s.visit(drop) for s in stmts]  # drop matches by name, not identity
+
+        body = block.node.body
+        plan.replace(body, 0, len(body.body), build)
+        for acc in accumulators:
+            plan.replace(block.stmt.suite, acc.index, acc.index + 1, lambda stmts: [])
+            context.applied(
+                acc.stmt,
+                f"`{acc.name}` is now created inside the block as a saved {acc.kind}; "
+                f"before, it stayed empty on your machine when run on NDIF (a correctness fix)",
+            )
+
+
+AccumulatorRelocation.cases = (
+    Case(
+        name="list filled inside one remote trace",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+results = []  # one entry per layer
+with model.trace("hello", remote=True):
+    for layer in model.transformer.h:
+        results.append(layer.output.save())
+print(len(results))
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("hello", remote=True):
+    results = list().save()  # one entry per layer
+    for layer in model.transformer.h:
+        results.append(layer.output)
+print(len(results))
+""",
+    ),
+    Case(
+        name="dict filled inside a session",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+norms = {}
+with model.session(remote=True):
+    for i in range(2):
+        with model.trace("hello"):
+            norms[i] = model.transformer.h[i].output.norm().save()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    norms = dict().save()
+    for i in range(2):
+        with model.trace("hello"):
+            norms[i] = model.transformer.h[i].output.norm()
+""",
+    ),
+    Case(
+        name="container used before the block",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+results = []
+results.append(0)
+with model.trace("hello", remote=True):
+    results.append(model.lm_head.output.save())
+""",
+        reason="used on your machine before",
+    ),
+    Case(
+        name="local trace is fine",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+results = []
+with model.trace("hello"):
+    results.append(model.lm_head.output.save())
+""",
+    ),
+)

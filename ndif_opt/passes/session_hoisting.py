@@ -1,0 +1,569 @@
+"""session-hoisting: one remote request for a loop (or run) of remote traces.
+
+## What it does
+Wraps a loop whose body runs remote traces or generates of one model — or several
+consecutive remote blocks of one model — in a single ``with model.session(remote=...)``
+and removes ``remote=`` from the blocks inside. Client-scope lists and dicts that the
+moved code fills are created inside the session as saved containers. When a loop ends
+with code that must stay on your machine (``print``, writing files, plotting), the loop
+is split: a server loop collects what that code needs, then a client loop runs it in
+the same order with the same values.
+
+## Why is this bad?
+Every remote trace is a network round trip plus a wait in NDIF's queue. A loop of 32
+remote traces pays that 32 times; the model's own compute is usually the smaller part.
+Inside a session the whole loop is one request.
+
+## Example
+```python
+for layer in range(32):
+    with model.trace(prompt, remote=True):
+        hidden = model.model.layers[layer].output.save()
+```
+
+## Use instead
+```python
+with model.session(remote=True):
+    for layer in range(32):
+        with model.trace(prompt):
+            hidden = model.model.layers[layer].output.save()
+```
+
+## Fix safety
+Safe when applied: the pass only moves code that NDIF can run and that has no effect
+on your machine, and only when every value the rest of the script reads still comes
+back. It is not applied (and says why) when the moved code would print, write files,
+plot, show a progress bar, call a module NDIF does not allow, mutate an object that
+lives on your machine, retry on exceptions, or compute a value that is read after the
+loop without being saved. Dropping a ``tqdm`` progress bar or turning a ``print`` into a
+server log line is an unsafe fix, applied only with ``--unsafe-fixes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ndif_opt.analysis import Block, Facts, Remote
+from ndif_opt.effects import PROGRESS_BARS, Problem
+from ndif_opt.analysis import qualify
+from ndif_opt.names import collect, collect_all
+from ndif_opt.passes.base import Case, Context, Pass
+from ndif_opt.regions import Accumulator, find_accumulator, reads_after, requests_in
+from ndif_opt.rewrite import (
+    DropElementSaves,
+    StripRemote,
+    SuitePlan,
+    code_of,
+    saved_container,
+    session_statement,
+    without_leading_blank_lines,
+)
+from ndif_opt.types import Safety
+
+UNSAFE_KINDS = frozenset({"print", "progress"})
+
+
+@dataclass
+class Region:
+    """A run of statements ``suite.body[start:end]`` that could become one session."""
+
+    suite: cst.CSTNode
+    start: int
+    end: int
+    model: str
+    flag: cst.BaseExpression | None
+    blocks: list[Block]
+    unsafe: list[Problem] = field(default_factory=list)
+
+    @property
+    def statements(self) -> list[cst.BaseStatement]:
+        return list(self.suite.body[self.start : self.end])
+
+
+@dataclass
+class Kind:
+    """How one statement of a suite relates to remote work."""
+
+    role: str  # remote | neutral | barrier
+    model: str = ""
+    flag_code: str = ""
+    flag: cst.BaseExpression | None = None
+    blocks: list[Block] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    why: str = ""
+
+
+class SessionHoisting(Pass):
+    __doc__ = __doc__
+    id = "session-hoisting"
+
+    def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
+        plan = SuitePlan()
+        claimed: set[int] = set()
+        for suite in _suites_outermost_first(facts):
+            if _inside(facts, suite, claimed):
+                continue
+            for region in self._regions(suite, facts, context):
+                if self._plan(region, facts, context, plan):
+                    claimed.update(id(s) for s in region.statements)
+        return plan.apply(module) if plan else module
+
+    # -- finding regions ---------------------------------------------------------------
+    def _regions(self, suite, facts: Facts, context: Context) -> list[Region]:
+        kinds = [self._kind(stmt, facts, context) for stmt in suite.body]
+        regions: list[Region] = []
+        run: list[int] = []
+
+        def close() -> None:
+            while run and kinds[run[-1]].role != "remote":
+                run.pop()
+            if run:
+                first = kinds[run[0]]
+                blocks = [b for i in run for b in kinds[i].blocks]
+                region = Region(suite, run[0], run[-1] + 1, first.model, first.flag, blocks)
+                region.unsafe = [p for i in run for p in kinds[i].problems]
+                regions.append(region)
+            run.clear()
+
+        for index, kind in enumerate(kinds):
+            if kind.role == "barrier":
+                close()
+            elif kind.role == "remote" and _blocking(kind.problems, context):
+                close()  # it may still be split on its own, but moves with nothing else
+                run.append(index)
+                close()
+            elif kind.role == "remote":
+                if run and kinds[run[0]].role == "remote":
+                    head = kinds[run[0]]
+                    if (head.model, head.flag_code) != (kind.model, kind.flag_code):
+                        close()
+                run.append(index)
+            elif run:  # neutral code between remote blocks may move along
+                run.append(index)
+        close()
+        return [r for r in regions if requests_in(r.blocks, r.statements, facts) >= 2]
+
+    def _kind(self, stmt, facts: Facts, context: Context) -> Kind:
+        outer = [b for b in facts.blocks_within(stmt) if b.parent is None]
+        if not outer:
+            problems = context.server.problems(stmt)
+            if _blocking(problems, context):
+                return Kind("barrier", why=problems[0].message)
+            return Kind("neutral", problems=[p for p in problems if p.kind in UNSAFE_KINDS])
+        first = outer[0]
+        if any(b.method == "session" for b in outer):
+            return Kind("barrier", why="already a session")
+        if any(b.remote.state is Remote.NO for b in outer):
+            return Kind("barrier", why="runs a local trace")
+        flag_codes = {b.remote.code for b in outer}
+        models = {b.model for b in outer}
+        if len(flag_codes) != 1 or len(models) != 1:
+            return Kind("barrier", why="mixes models or remote flags")
+        problems = context.server.problems(stmt, skip=tuple(b.node.body for b in outer))
+        problems += _iteration_problems(stmt, facts)
+        return Kind(
+            "remote",
+            model=first.model,
+            flag_code=first.remote.code,
+            flag=first.remote.expr,
+            blocks=outer,
+            problems=problems,
+        )
+
+    # -- checking and planning ---------------------------------------------------------
+    def _plan(self, region: Region, facts: Facts, context: Context, plan: SuitePlan) -> bool:
+        anchor = region.statements[0]
+        blocking = [p for p in region.unsafe if not _is_unsafe_only(p)]
+        if blocking:
+            if len(region.statements) == 1 and self._plan_split(region, facts, context, plan):
+                return True
+            context.skipped(anchor, _not_hoisted(region, facts), _plain(blocking[0].message))
+            return False
+        reason, accumulators = _liveness(region, facts)
+        if reason:
+            context.skipped(anchor, _not_hoisted(region, facts), reason)
+            return False
+        unsafe = [p for p in region.unsafe if _is_unsafe_only(p)]
+        if unsafe and not context.options.unsafe_fixes:
+            context.needs_unsafe(anchor, _not_hoisted(region, facts), _unsafe_reason(unsafe[0]))
+            return False
+        self._rewrite(region, accumulators, facts, plan, context)
+        safety = Safety.UNSAFE if unsafe else Safety.SAFE
+        context.applied(anchor, _hoisted_message(region, facts, accumulators), safety)
+        return True
+
+    def _rewrite(self, region: Region, accumulators, facts, plan: SuitePlan, context) -> None:
+        names = {a.name for a in accumulators}
+        strip = StripRemote([b.node for b in region.blocks])
+        drop = DropElementSaves(names)
+        unwrap = _UnwrapProgress(facts) if context.options.unsafe_fixes else None
+
+        originals = region.statements
+
+        def build(_updated):
+            # the region's own statements: nothing inside a claimed region is edited
+            # elsewhere, and identity-based transforms need the original nodes
+            moved = []
+            for stmt in originals:
+                stmt = stmt.visit(strip).visit(drop)
+                if unwrap is not None:
+                    stmt = stmt.visit(unwrap)
+                moved.append(stmt)
+            leading = moved[0].leading_lines
+            moved[0] = moved[0].with_changes(leading_lines=[])
+            created = [saved_container(a.name, a.kind, a.stmt) for a in accumulators]
+            return [session_statement(region.model, region.flag, created + moved, leading)]
+
+        plan.replace(region.suite, region.start, region.end, build)
+        for acc in accumulators:
+            plan.replace(region.suite, acc.index, acc.index + 1, _drop_keeping_layout)
+
+    def _plan_split(self, region: Region, facts: Facts, context: Context, plan: SuitePlan) -> bool:
+        from ndif_opt.passes.loop_split import plan_split
+
+        return plan_split(self, region, facts, context, plan)
+
+
+def _drop_keeping_layout(stmts):
+    return []
+
+
+def _suites_outermost_first(facts: Facts):
+    seen: dict[int, tuple[int, cst.CSTNode]] = {}
+    for info in facts.statements.values():
+        if id(info.suite) not in seen:
+            seen[id(info.suite)] = (len(info.ancestors), info.suite)
+    return [suite for _, suite in sorted(seen.values(), key=lambda item: item[0])]
+
+
+def _inside(facts: Facts, suite, claimed: set[int]) -> bool:
+    """Is the suite inside a statement already planned, or inside an nnsight block?"""
+    body = suite.body
+    if not body:
+        return True
+    info = facts.stmt(body[0])
+    for ancestor in info.ancestors:
+        if id(ancestor) in claimed:
+            return True
+        if isinstance(ancestor, cst.With) and facts.block_of(ancestor) is not None:
+            return True
+    return False
+
+
+def _blocking(problems: list[Problem], context: Context) -> bool:
+    return any(not _is_unsafe_only(p) for p in problems)
+
+
+def _is_unsafe_only(problem: Problem) -> bool:
+    return problem.kind in UNSAFE_KINDS
+
+
+def _iteration_problems(stmt, facts: Facts) -> list[Problem]:
+    """A `for ... else` or `while ... else` can't be reasoned about simply."""
+    if isinstance(stmt, (cst.For, cst.While)) and stmt.orelse is not None:
+        return [Problem("control", "has an `else:` clause", stmt)]
+    return []
+
+
+def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
+    """Why the rest of the script would miss something, or "" and the accumulators
+    the session must take over."""
+    stmts = region.statements
+    block_bodies = tuple(b.node.body for b in region.blocks)
+    outside_blocks = collect_all(stmts, skip=block_bodies)
+    everything = collect_all(stmts)
+    later = reads_after(facts, region.suite, region.end)
+    saved = set().union(*(b.saved_names for b in region.blocks)) if region.blocks else set()
+
+    lost = [n for n in outside_blocks.binds if n in later and n not in saved]
+    accumulators: list[Accumulator] = []
+    for name in everything.mutates:
+        if name in everything.binds or _is_model_like(name, facts):
+            continue
+        acc, why = find_accumulator(facts, name, region.suite, region.start)
+        if acc is None:
+            return f"it changes `{name}`, which lives on your machine: {why}", []
+        accumulators.append(acc)
+    if lost:
+        name = lost[0]
+        return (
+            f"`{name}` is computed on your machine inside the loop and read afterwards; "
+            "inside a session it would stay on the server",
+            [],
+        )
+    return "", accumulators
+
+
+def _is_model_like(name: str, facts: Facts) -> bool:
+    """A model, or an alias of one of its modules (`layers = model.model.layers`)."""
+    if name in facts.models:
+        return True
+    for block in facts.blocks:
+        if block.tracer_name == name or block.model == name:
+            return True
+    value = facts.constant(name)
+    if value is not None:
+        from ndif_opt.names import root_name
+
+        return root_name(value) in facts.models
+    return False
+
+
+def _kind_label(region: Region) -> str:
+    first = region.statements[0]
+    if len(region.statements) == 1 and isinstance(first, cst.For):
+        return "loop"
+    if len(region.statements) == 1 and isinstance(first, cst.While):
+        return "while loop"
+    return f"{len(region.blocks)} consecutive remote blocks"
+
+
+def _not_hoisted(region: Region, facts: Facts) -> str:
+    requests = requests_in(region.blocks, region.statements, facts)
+    return (
+        f"this {_kind_label(region)} sends {_count(requests)} separate remote requests "
+        f"to `{region.model}`; one `{region.model}.session(remote=...)` would send one"
+    )
+
+
+def _hoisted_message(region: Region, facts: Facts, accumulators) -> str:
+    requests = requests_in(region.blocks, region.statements, facts)
+    text = f"wrapped this {_kind_label(region)} in one session: {_count(requests)} requests → 1"
+    if accumulators:
+        names = ", ".join(f"`{a.name}`" for a in accumulators)
+        text += f"; {names} now created in the session and saved"
+    return text
+
+
+def _count(requests: int) -> str:
+    return str(requests) if requests != 2 else "2 or more"
+
+
+def _plain(message: str) -> str:
+    return f"not hoisted: the code {message}, which must run on your machine"
+
+
+def _unsafe_reason(problem: Problem) -> str:
+    if problem.kind == "print":
+        return "the loop prints: inside a session `print` becomes a server log line (use --unsafe-fixes to accept)"
+    return "the loop shows a progress bar, which a session would drop (use --unsafe-fixes to accept)"
+
+
+class _UnwrapProgress(cst.CSTTransformer):
+    """`for x in tqdm(xs, ...)` → `for x in xs` (the bar cannot run on the server)."""
+
+    def __init__(self, facts: Facts) -> None:
+        self.facts = facts
+
+    def leave_For(self, original: cst.For, updated: cst.For) -> cst.For:
+        it = updated.iter
+        if isinstance(it, cst.Call) and qualify(it.func, self.facts.imports) in PROGRESS_BARS:
+            positional = [a for a in it.args if a.keyword is None and not a.star]
+            if positional:
+                return updated.with_changes(iter=positional[0].value)
+        return updated
+
+
+SessionHoisting.cases = (
+    Case(
+        name="loop over layers",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+prompt = "The Eiffel Tower is in the city of"
+# one hidden state per layer
+hidden = []
+for layer in range(32):
+    with model.trace(prompt, remote=True):
+        hidden.append(model.model.layers[layer].output[:, -1].save())
+print(len(hidden))
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+prompt = "The Eiffel Tower is in the city of"
+with model.session(remote=True):
+    # one hidden state per layer
+    hidden = list().save()
+    for layer in range(32):
+        with model.trace(prompt):
+            hidden.append(model.model.layers[layer].output[:, -1])
+print(len(hidden))
+""",
+    ),
+    Case(
+        name="remote flag in a variable is kept",
+        before="""\
+from nnsight import LanguageModel
+
+REMOTE = True
+model = LanguageModel("openai-community/gpt2")
+for prompt in ["a b", "c d"]:
+    with model.trace(prompt, remote=REMOTE):
+        out = model.lm_head.output.save()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+REMOTE = True
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=REMOTE):
+    for prompt in ["a b", "c d"]:
+        with model.trace(prompt):
+            out = model.lm_head.output.save()
+""",
+    ),
+    Case(
+        name="consecutive remote traces merge",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("clean", remote=True):
+    clean = model.transformer.h[3].output.save()
+with model.trace("corrupt", remote=True):
+    model.transformer.h[3].output[:] = clean
+    patched = model.lm_head.output.save()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    with model.trace("clean"):
+        clean = model.transformer.h[3].output.save()
+    with model.trace("corrupt"):
+        model.transformer.h[3].output[:] = clean
+        patched = model.lm_head.output.save()
+""",
+    ),
+    Case(
+        name="client effects after the traces: the loop is split",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with open("out.txt", "w") as f:
+    for prompt in ["a", "b"]:
+        with model.trace(prompt, remote=True):
+            out = model.lm_head.output.save()
+        f.write(str(out.shape))
+        f.flush()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with open("out.txt", "w") as f:
+    with model.session(remote=True):
+        _ndif_carry = list().save()
+        for prompt in ["a", "b"]:
+            with model.trace(prompt):
+                out = model.lm_head.output.save()
+            _ndif_carry.append(out)
+    for prompt, out in zip(["a", "b"], _ndif_carry):
+        f.write(str(out.shape))
+        f.flush()
+""",
+    ),
+    Case(
+        name="client effect between traces",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with open("out.txt", "w") as f:
+    for prompt in ["a", "b"]:
+        with model.trace(prompt, remote=True):
+            out = model.lm_head.output.save()
+        f.write(str(out.shape))
+        with model.trace(prompt, remote=True):
+            out2 = model.lm_head.output.save()
+""",
+        reason="must run on your machine",
+    ),
+    Case(
+        name="client value read after the loop",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+for prompt in ["a", "b"]:
+    with model.trace(prompt, remote=True):
+        out = model.lm_head.output.save()
+    total = out.sum()
+print(total)
+""",
+        reason="`total` is computed on your machine inside the loop and read afterwards",
+    ),
+    Case(
+        name="retry loop",
+        before="""\
+import time
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+for prompt in ["a", "b"]:
+    try:
+        with model.trace(prompt, remote=True):
+            out = model.lm_head.output.save()
+    except Exception:
+        time.sleep(1)
+""",
+        reason="retry loop",
+    ),
+    Case(
+        name="local traces stay local",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+for prompt in ["a", "b"]:
+    with model.trace(prompt):
+        out = model.lm_head.output.save()
+""",
+    ),
+    Case(
+        name="progress bar needs --unsafe-fixes",
+        before="""\
+from tqdm import tqdm
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+outs = []
+for prompt in tqdm(["a", "b"]):
+    with model.trace(prompt, remote=True):
+        outs.append(model.lm_head.output.save())
+""",
+        reason="progress bar",
+    ),
+    Case(
+        name="progress bar dropped with --unsafe-fixes",
+        unsafe_fixes=True,
+        before="""\
+from tqdm import tqdm
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+outs = []
+for prompt in tqdm(["a", "b"]):
+    with model.trace(prompt, remote=True):
+        outs.append(model.lm_head.output.save())
+""",
+        after="""\
+from tqdm import tqdm
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    outs = list().save()
+    for prompt in ["a", "b"]:
+        with model.trace(prompt):
+            outs.append(model.lm_head.output)
+""",
+    ),
+)

@@ -1,0 +1,181 @@
+"""Questions about a run of statements that might move into one remote request.
+
+A *region* is a slice ``suite.body[start:end]``. Moving it into a session means: its
+client code runs on the server, and only saved values come back. These helpers say
+what the rest of the script would miss (names read after the region), which client
+objects the region mutates, and how many requests it issues.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ndif_opt.analysis import Block, Facts, StmtInfo
+from ndif_opt.names import NameUse, collect, collect_all
+from ndif_opt.rewrite import empty_container_kind
+
+UNKNOWN_TRIPS = 2  # a loop of unknown length issues "many" requests: at least two
+
+
+def owner_statement(facts: Facts, suite: cst.CSTNode) -> StmtInfo | None:
+    """The compound statement whose indented block is ``suite`` (None for the module)."""
+    if isinstance(suite, cst.Module):
+        return None
+    for info in facts.statements.values():
+        if info.suite is suite:
+            if not info.ancestors:
+                return None
+            owner = info.ancestors[-1]
+            return facts.statements.get(id(owner))
+    return None
+
+
+def reads_after(facts: Facts, suite: cst.CSTNode, end: int) -> dict[str, cst.CSTNode]:
+    """Names the script may read after ``suite.body[:end]`` has run (conservative)."""
+    reads: dict[str, cst.CSTNode] = {}
+
+    def add(use: NameUse) -> None:
+        for name, node in use.reads.items():
+            reads.setdefault(name, node)
+
+    add(collect_all(suite.body[end:]))
+    info = owner_statement(facts, suite)
+    in_function = False
+    while info is not None:
+        node = info.node
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            in_function = isinstance(node, cst.FunctionDef)
+            break
+        if isinstance(node, (cst.For, cst.While)):
+            add(collect(node))  # the loop runs its body again
+        add(collect_all(info.suite.body[info.index + 1 :]))
+        info = facts.statements.get(id(info.ancestors[-1])) if info.ancestors else None
+        if info is None:
+            break
+    if not in_function:
+        # module-level names are also read by functions called later
+        for func in facts.functions.values():
+            add(collect(func.body))
+    return reads
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    name: str
+    kind: str  # list | dict
+    stmt: cst.SimpleStatementLine  # the `name = []` statement
+    index: int  # its index in the suite
+
+
+def find_accumulator(
+    facts: Facts, name: str, suite: cst.CSTNode, start: int
+) -> tuple[Accumulator | None, str]:
+    """The `name = []`-like statement before ``suite.body[start]`` that the region may
+    take over, or None and the reason it cannot."""
+    body = suite.body
+    for index in range(start - 1, -1, -1):
+        stmt = body[index]
+        use = collect(stmt)
+        if name in use.binds:
+            kind = _empty_container_binding(stmt, name)
+            if kind is None:
+                return None, f"`{name}` is not created as an empty list or dict right before"
+            return Accumulator(name, kind, stmt, index), ""
+        if name in use.reads or name in use.mutates:
+            return None, f"`{name}` is used on your machine before the remote code runs"
+    return None, f"`{name}` is created outside this part of the script"
+
+
+def _empty_container_binding(stmt: cst.BaseStatement, name: str) -> str | None:
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return None
+    small = stmt.body[0]
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+        return None
+    target = small.targets[0].target
+    if not isinstance(target, cst.Name) or target.value != name:
+        return None
+    return empty_container_kind(small.value)
+
+
+def trip_count(loop: cst.CSTNode, facts: Facts) -> int | None:
+    """Iterations of a `for` loop when they are known statically, else None."""
+    if not isinstance(loop, cst.For):
+        return None
+    return iterable_length(loop.iter, facts)
+
+
+def iterable_length(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> int | None:
+    if depth > 5:
+        return None
+    if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+        if any(isinstance(e, cst.StarredElement) for e in expr.elements):
+            return None
+        return len(expr.elements)
+    if isinstance(expr, cst.Name):
+        value = facts.constant(expr.value)
+        return None if value is None else iterable_length(value, facts, depth + 1)
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
+        func = expr.func.value
+        args = [a.value for a in expr.args if a.keyword is None and not a.star]
+        if func == "range" and 1 <= len(args) <= 3:
+            values = [int_value(a, facts) for a in args]
+            if any(v is None for v in values):
+                return None
+            return len(range(*values))
+        if func in ("enumerate", "list", "tuple", "reversed", "sorted", "tqdm") and args:
+            return iterable_length(args[0], facts, depth + 1)
+        if func == "zip" and args:
+            lengths = [iterable_length(a, facts, depth + 1) for a in args]
+            return None if any(n is None for n in lengths) else min(lengths)
+    return None
+
+
+def int_value(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> int | None:
+    if depth > 5:
+        return None
+    if isinstance(expr, cst.Integer):
+        return int(expr.value, 0)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        value = int_value(expr.expression, facts, depth + 1)
+        return None if value is None else -value
+    if isinstance(expr, cst.Name):
+        value = facts.constant(expr.value)
+        return None if value is None else int_value(value, facts, depth + 1)
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "len":
+        if len(expr.args) == 1:
+            return iterable_length(expr.args[0].value, facts, depth + 1)
+    if isinstance(expr, cst.BinaryOperation):
+        left, right = int_value(expr.left, facts, depth + 1), int_value(expr.right, facts, depth + 1)
+        if left is None or right is None:
+            return None
+        op = type(expr.operator)
+        if op is cst.Add:
+            return left + right
+        if op is cst.Subtract:
+            return left - right
+        if op is cst.Multiply:
+            return left * right
+        if op is cst.FloorDivide and right:
+            return left // right
+    return None
+
+
+def requests_in(blocks: list[Block], region: list[cst.CSTNode], facts: Facts) -> int:
+    """How many requests the outermost ``blocks`` of a region issue, loops counted."""
+    inside = {id(n) for n in region}
+    total = 0
+    for block in blocks:
+        count = 1
+        chain = block.stmt.ancestors + (block.node,)
+        entered = False
+        for node in chain:
+            if id(node) in inside:
+                entered = True
+            if entered and isinstance(node, (cst.For, cst.While)):
+                trips = trip_count(node, facts)
+                count *= UNKNOWN_TRIPS if trips is None else trips
+        total += count
+    return total

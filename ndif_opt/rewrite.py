@@ -1,0 +1,167 @@
+"""Small libcst building blocks shared by the passes.
+
+Rewrites are planned as replacements of statement ranges inside a suite (the body of
+the module or of an indented block), identified by the original suite node, and then
+applied in one transform. Everything not replaced keeps its exact text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ndif_opt.analysis import is_save_call, remote_arg
+from ndif_opt.names import root_name
+
+Statements = list[cst.BaseStatement]
+
+
+@dataclass
+class SuitePlan:
+    """Replacements of ``[start, end)`` statement ranges in suites, by suite identity."""
+
+    edits: dict[int, list[tuple[int, int, Callable[[Statements], Statements]]]] = field(
+        default_factory=dict
+    )
+
+    def replace(self, suite: cst.CSTNode, start: int, end: int, build) -> None:
+        self.edits.setdefault(id(suite), []).append((start, end, build))
+
+    def __bool__(self) -> bool:
+        return bool(self.edits)
+
+    def apply(self, module: cst.Module) -> cst.Module:
+        return module.visit(_SuiteRewriter(self))
+
+
+class _SuiteRewriter(cst.CSTTransformer):
+    def __init__(self, plan: SuitePlan) -> None:
+        self.plan = plan
+
+    def _rewrite(self, original, updated):
+        edits = self.plan.edits.get(id(original))
+        if not edits:
+            return updated
+        body = list(updated.body)
+        # apply from the end so earlier indices stay valid
+        for start, end, build in sorted(edits, key=lambda e: e[0], reverse=True):
+            body[start:end] = build(body[start:end])
+        return updated.with_changes(body=body)
+
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        return self._rewrite(original, updated)
+
+    def leave_IndentedBlock(self, original, updated):
+        return self._rewrite(original, updated)
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def without_remote(call: cst.Call) -> cst.Call:
+    """The call with its `remote=` argument removed (and a dangling comma fixed)."""
+    arg = remote_arg(call)
+    if arg is None:
+        return call
+    args = [a for a in call.args if a is not arg]
+    if args and call.args[-1] is arg:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(args=args)
+
+
+class StripRemote(cst.CSTTransformer):
+    """Remove `remote=` from the with-items of the given blocks (by identity)."""
+
+    def __init__(self, blocks: Sequence[cst.With]) -> None:
+        self.targets = {id(b) for b in blocks}
+
+    def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
+        if id(original) not in self.targets:
+            return updated
+        item = updated.items[0]
+        return updated.with_changes(items=[item.with_changes(item=without_remote(item.item))])
+
+
+class DropElementSaves(cst.CSTTransformer):
+    """`acc.append(x.save())` → `acc.append(x)` and `acc[k] = x.save()` → `acc[k] = x`
+    for relocated accumulators: the saved container brings its elements home."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        func = updated.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in ("append", "insert", "__setitem__", "setdefault")
+            and root_name(func.value) in self.names
+        ):
+            return updated.with_changes(
+                args=[a.with_changes(value=unsave(a.value)) for a in updated.args]
+            )
+        return updated
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+        targets = updated.targets
+        if len(targets) == 1 and isinstance(targets[0].target, cst.Subscript):
+            if root_name(targets[0].target) in self.names:
+                return updated.with_changes(value=unsave(updated.value))
+        return updated
+
+
+def unsave(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`x.save()` → `x`; `nnsight.save(x)` → `x`; anything else unchanged."""
+    if not is_save_call(expr):
+        return expr
+    func = expr.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "save" and not expr.args:
+        return func.value
+    return expr.args[0].value
+
+
+def empty_container_kind(expr: cst.BaseExpression | None) -> str | None:
+    """"list" for `[]`/`list()`, "dict" for `{}`/`dict()`, else None."""
+    if isinstance(expr, cst.List) and not expr.elements:
+        return "list"
+    if isinstance(expr, cst.Dict) and not expr.elements:
+        return "dict"
+    if (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Name)
+        and expr.func.value in ("list", "dict")
+        and not expr.args
+    ):
+        return expr.func.value
+    return None
+
+
+def saved_container(name: str, kind: str, like: cst.SimpleStatementLine | None = None):
+    """`name = list().save()`, carrying over the comments of the statement it replaces."""
+    stmt = cst.parse_statement(f"{name} = {kind}().save()\n")
+    if like is not None:
+        comments = [line for line in like.leading_lines if line.comment is not None]
+        stmt = stmt.with_changes(leading_lines=comments, trailing_whitespace=like.trailing_whitespace)
+    return stmt
+
+
+def session_statement(
+    model: str,
+    flag: cst.BaseExpression | None,
+    body: Statements,
+    leading_lines: Sequence[cst.EmptyLine] = (),
+) -> cst.With:
+    """`with <model>.session(remote=<flag>):` around ``body``."""
+    flag_code = "True" if flag is None else code_of(flag)
+    header = cst.parse_statement(f"with {model}.session(remote={flag_code}):\n    pass\n")
+    assert isinstance(header, cst.With)
+    return header.with_changes(body=cst.IndentedBlock(body=body), leading_lines=list(leading_lines))
+
+
+def without_leading_blank_lines(stmt: cst.BaseStatement) -> cst.BaseStatement:
+    lines = list(stmt.leading_lines)
+    while lines and lines[0].comment is None:
+        lines.pop(0)
+    return stmt.with_changes(leading_lines=lines)

@@ -1,0 +1,125 @@
+"""The public value types of ndif-opt: findings, costs and the result of a run.
+
+Everything here is immutable and JSON-friendly (see ``to_dict``), so a result can be
+handed to an editor, printed as JSON or compared in a test without further work.
+Ranges are 0-based line/character pairs, exactly as the Language Server Protocol uses
+them, with an exclusive end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+
+class Safety(str, Enum):
+    """How sure a fix is to keep the script's results (ruff's safe/unsafe fixes)."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+
+class Status(str, Enum):
+    """What happened to a finding's fix."""
+
+    APPLIED = "applied"
+    SKIPPED = "skipped"  # a precondition failed: the code is left alone, the reason says why
+    UNSAFE_NOT_APPLIED = "unsafe-not-applied"  # applicable, but needs --unsafe-fixes
+    SUPPRESSED = "suppressed"  # a `# ndif-opt: ignore` comment asked to leave it
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    line: int  # 0-based
+    character: int  # 0-based, in code points
+
+
+@dataclass(frozen=True, order=True)
+class Range:
+    start: Position
+    end: Position
+
+    @staticmethod
+    def of(line: int, character: int, end_line: int, end_character: int) -> "Range":
+        return Range(Position(line, character), Position(end_line, end_character))
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text in ``range`` of the *original* source by ``new_text``."""
+
+    range: Range
+    new_text: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a pass noticed: what, where, and whether its fix was applied."""
+
+    pass_id: str
+    message: str
+    range: Range
+    status: Status
+    safety: Safety = Safety.SAFE
+    reason: str | None = None  # for SKIPPED: the precondition that failed, in plain words
+
+    @property
+    def applied(self) -> bool:
+        return self.status is Status.APPLIED
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["status"] = self.status.value
+        data["safety"] = self.safety.value
+        return data
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Static estimate of what running a script on NDIF costs."""
+
+    requests: int = 0
+    upload_bytes: int = 0
+    download_bytes: int = 0
+    forward_passes: int = 0
+    compute_flops: float = 0.0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """The cost of the script before and after one pass of the pipeline."""
+
+    pass_id: str
+    before: Cost
+    after: Cost
+
+    def to_dict(self) -> dict:
+        return {"id": self.pass_id, "before": self.before.to_dict(), "after": self.after.to_dict()}
+
+
+@dataclass(frozen=True)
+class Result:
+    """What :func:`ndif_opt.optimize` returns."""
+
+    source: str
+    code: str
+    findings: tuple[Finding, ...] = ()
+    costs: tuple[PassCost, ...] = ()
+    edits: tuple[Edit, ...] = ()  # turn ``source`` into ``code``; empty when unchanged
+    assumptions: tuple[str, ...] = field(default=())  # cost-model assumptions, in words
+
+    @property
+    def changed(self) -> bool:
+        return self.code != self.source
+
+    def to_dict(self) -> dict:
+        return {
+            "changed": self.changed,
+            "findings": [f.to_dict() for f in self.findings],
+            "costs": [c.to_dict() for c in self.costs],
+            "assumptions": list(self.assumptions),
+        }
