@@ -29,6 +29,10 @@ class SuitePlan:
     def replace(self, suite: cst.CSTNode, start: int, end: int, build) -> None:
         self.edits.setdefault(id(suite), []).append((start, end, build))
 
+    def remove(self, suite: cst.CSTNode, index: int) -> None:
+        """Delete one statement; its blank lines pass to the statement after it."""
+        self.edits.setdefault(id(suite), []).append((index, index + 1, REMOVE))
+
     def __bool__(self) -> bool:
         return bool(self.edits)
 
@@ -47,7 +51,15 @@ class _SuiteRewriter(cst.CSTTransformer):
         body = list(updated.body)
         # apply from the end so earlier indices stay valid
         for start, end, build in sorted(edits, key=lambda e: e[0], reverse=True):
-            body[start:end] = build(body[start:end])
+            if build is REMOVE:
+                blanks = _leading_blank_lines(body[start])
+                del body[start:end]
+                if start < len(body) and blanks and not _leading_blank_lines(body[start]):
+                    body[start] = body[start].with_changes(
+                        leading_lines=blanks + list(body[start].leading_lines)
+                    )
+            else:
+                body[start:end] = build(body[start:end])
         return updated.with_changes(body=body)
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
@@ -55,6 +67,33 @@ class _SuiteRewriter(cst.CSTTransformer):
 
     def leave_IndentedBlock(self, original, updated):
         return self._rewrite(original, updated)
+
+
+def REMOVE(stmts):  # marker for SuitePlan.remove
+    return []
+
+
+def _leading_blank_lines(stmt: cst.BaseStatement) -> list[cst.EmptyLine]:
+    blanks = []
+    for line in stmt.leading_lines:
+        if line.comment is not None:
+            break
+        blanks.append(line)
+    return blanks
+
+
+class _UnindentBlankLines(cst.CSTTransformer):
+    """Blank lines that move into a deeper block must stay empty (no indentation)."""
+
+    def leave_EmptyLine(self, original: cst.EmptyLine, updated: cst.EmptyLine) -> cst.EmptyLine:
+        if updated.comment is None and updated.indent:
+            return updated.with_changes(indent=False, whitespace=cst.SimpleWhitespace(""))
+        return updated
+
+
+def reindentable(stmt: cst.BaseStatement) -> cst.BaseStatement:
+    """The statement ready to be nested one level deeper."""
+    return stmt.visit(_UnindentBlankLines())
 
 
 def code_of(node: cst.CSTNode) -> str:
@@ -157,6 +196,7 @@ def session_statement(
     flag_code = "True" if flag is None else code_of(flag)
     header = cst.parse_statement(f"with {model}.session(remote={flag_code}):\n    pass\n")
     assert isinstance(header, cst.With)
+    body = [reindentable(stmt) for stmt in body]
     return header.with_changes(body=cst.IndentedBlock(body=body), leading_lines=list(leading_lines))
 
 

@@ -92,7 +92,7 @@ class AccumulatorRelocation(Pass):
         body = block.node.body
         plan.replace(body, 0, len(body.body), build)
         for acc in accumulators:
-            plan.replace(block.stmt.suite, acc.index, acc.index + 1, lambda stmts: [])
+            plan.remove(block.stmt.suite, acc.index)
             context.applied(
                 acc.stmt,
                 f"`{acc.name}` is now created inside the block as a saved {acc.kind}; "

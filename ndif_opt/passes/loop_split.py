@@ -72,8 +72,8 @@ def _split_refusal(loop, region, facts: Facts, context):
     for stmt in prefix:
         if context.server.problems(stmt, skip=skip):
             return "the remote part has client code"
-    if context.server.problems(loop.target):
-        return "the loop target"
+    if context.server.problems(loop.target) or context.server.problems(_unwrap_progress(loop.iter, facts)):
+        return "the loop header has client code"
     if not _reiterable(loop.iter, facts):
         return "the loop's iterable may not give the same items twice"
     pre = collect_all(prefix)
@@ -156,11 +156,15 @@ def _reiterable(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> bool:
 
 
 def _unwrap_progress(expr: cst.BaseExpression, facts: Facts) -> cst.BaseExpression:
-    if isinstance(expr, cst.Call) and qualify(expr.func, facts.imports) in PROGRESS_BARS:
+    """`enumerate(tqdm(xs, desc=...))` → `enumerate(xs)`: the bar stays on the client."""
+    if not isinstance(expr, cst.Call):
+        return expr
+    if qualify(expr.func, facts.imports) in PROGRESS_BARS:
         args = [a for a in expr.args if a.keyword is None and not a.star]
-        if args:
-            return args[0].value
-    return expr
+        return _unwrap_progress(args[0].value, facts) if args else expr
+    return expr.with_changes(
+        args=[a.with_changes(value=_unwrap_progress(a.value, facts)) for a in expr.args]
+    )
 
 
 def _rewrite(loop: cst.For, region, prefix, suffix, carried, accumulators, facts, plan: SuitePlan) -> None:
@@ -199,4 +203,4 @@ def _rewrite(loop: cst.For, region, prefix, suffix, carried, accumulators, facts
 
     plan.replace(region.suite, region.start, region.end, build)
     for acc in accumulators:
-        plan.replace(region.suite, acc.index, acc.index + 1, lambda stmts: [])
+        plan.remove(region.suite, acc.index)

@@ -202,23 +202,30 @@ class SessionHoisting(Pass):
 
         originals = region.statements
 
+        inside = {id(a.stmt): a for a in accumulators if region.start <= a.index < region.end}
+        before = [a for a in accumulators if id(a.stmt) not in inside]
+
         def build(_updated):
             # the region's own statements: nothing inside a claimed region is edited
             # elsewhere, and identity-based transforms need the original nodes
             moved = []
             for stmt in originals:
+                if id(stmt) in inside:
+                    acc = inside[id(stmt)]
+                    moved.append(saved_container(acc.name, acc.kind, stmt).with_changes(leading_lines=stmt.leading_lines))
+                    continue
                 stmt = stmt.visit(strip).visit(drop)
                 if unwrap is not None:
                     stmt = stmt.visit(unwrap)
                 moved.append(stmt)
             leading = moved[0].leading_lines
             moved[0] = moved[0].with_changes(leading_lines=[])
-            created = [saved_container(a.name, a.kind, a.stmt) for a in accumulators]
+            created = [saved_container(a.name, a.kind, a.stmt) for a in before]
             return [session_statement(region.model, region.flag, created + moved, leading)]
 
         plan.replace(region.suite, region.start, region.end, build)
-        for acc in accumulators:
-            plan.replace(region.suite, acc.index, acc.index + 1, _drop_keeping_layout)
+        for acc in before:
+            plan.remove(region.suite, acc.index)
 
     def _plan_split(self, region: Region, facts: Facts, context: Context, plan: SuitePlan) -> bool:
         from ndif_opt.passes.loop_split import plan_split
@@ -286,6 +293,12 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
         if acc is None:
             return f"it changes `{name}`, which lives on your machine: {why}", []
         accumulators.append(acc)
+    in_place = []
+    for name in list(lost):
+        acc = _accumulator_inside(region, name)
+        if acc is not None:
+            in_place.append(acc)
+            lost.remove(name)
     if lost:
         name = lost[0]
         return (
@@ -293,7 +306,23 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
             "inside a session it would stay on the server",
             [],
         )
-    return "", accumulators
+    return "", accumulators + in_place
+
+
+def _accumulator_inside(region: Region, name: str) -> Accumulator | None:
+    """An empty list/dict created by a top-level statement of the region itself: it
+    becomes a saved container in place."""
+    from ndif_opt.regions import _empty_container_binding
+
+    found = None
+    for offset, stmt in enumerate(region.statements):
+        if name not in collect(stmt).binds:
+            continue
+        kind = _empty_container_binding(stmt, name)
+        if kind is None or found is not None:
+            return None
+        found = Accumulator(name, kind, stmt, region.start + offset)
+    return found
 
 
 def _is_model_like(name: str, facts: Facts) -> bool:
@@ -314,23 +343,23 @@ def _is_model_like(name: str, facts: Facts) -> bool:
 def _kind_label(region: Region) -> str:
     first = region.statements[0]
     if len(region.statements) == 1 and isinstance(first, cst.For):
-        return "loop"
+        return "this loop"
     if len(region.statements) == 1 and isinstance(first, cst.While):
-        return "while loop"
-    return f"{len(region.blocks)} consecutive remote blocks"
+        return "this while loop"
+    return f"these {len(region.blocks)} consecutive remote blocks"
 
 
 def _not_hoisted(region: Region, facts: Facts) -> str:
     requests = requests_in(region.blocks, region.statements, facts)
     return (
-        f"this {_kind_label(region)} sends {_count(requests)} separate remote requests "
+        f"{_kind_label(region)} sends {_count(requests)} separate remote requests "
         f"to `{region.model}`; one `{region.model}.session(remote=...)` would send one"
     )
 
 
 def _hoisted_message(region: Region, facts: Facts, accumulators) -> str:
     requests = requests_in(region.blocks, region.statements, facts)
-    text = f"wrapped this {_kind_label(region)} in one session: {_count(requests)} requests → 1"
+    text = f"wrapped {_kind_label(region)} in one session: {_count(requests)} requests → 1"
     if accumulators:
         names = ", ".join(f"`{a.name}`" for a in accumulators)
         text += f"; {names} now created in the session and saved"
@@ -358,12 +387,9 @@ class _UnwrapProgress(cst.CSTTransformer):
         self.facts = facts
 
     def leave_For(self, original: cst.For, updated: cst.For) -> cst.For:
-        it = updated.iter
-        if isinstance(it, cst.Call) and qualify(it.func, self.facts.imports) in PROGRESS_BARS:
-            positional = [a for a in it.args if a.keyword is None and not a.star]
-            if positional:
-                return updated.with_changes(iter=positional[0].value)
-        return updated
+        from ndif_opt.passes.loop_split import _unwrap_progress
+
+        return updated.with_changes(iter=_unwrap_progress(updated.iter, self.facts))
 
 
 SessionHoisting.cases = (

@@ -1,0 +1,27 @@
+"""Activation patching on GPT-2: patch the clean run's last-token residual stream into
+the corrupted run, one layer at a time, and measure the logit difference."""
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+N_LAYERS = 12
+
+CLEAN = "The Eiffel Tower is in the city of"
+CORRUPT = "The Colosseum is in the city of"
+target = model.tokenizer(" Paris")["input_ids"][0]
+distractor = model.tokenizer(" Rome")["input_ids"][0]
+
+# cache the clean activations
+clean_acts = {}
+with model.trace(CLEAN, remote=True):
+    for layer in range(N_LAYERS):
+        clean_acts[layer] = model.transformer.h[layer].output[:, -1].save()
+
+logit_diffs = []
+for layer in range(N_LAYERS):
+    with model.trace(CORRUPT, remote=True):
+        model.transformer.h[layer].output[:, -1] = clean_acts[layer]
+        logits = model.lm_head.output.save()
+    logit_diffs.append((logits[0, -1, target] - logits[0, -1, distractor]).item())
+
+best_layer = max(range(N_LAYERS), key=lambda i: logit_diffs[i])
+print(f"best layer: {best_layer}")

@@ -1,0 +1,17 @@
+"""The classic gotcha: a client-side list appended inside a remote session.
+
+It works locally. On NDIF the appends happen on the server's copy, and `results`
+stays empty here.
+"""
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+prompt = "The Eiffel Tower is in the city of"
+
+results = []
+with model.session(remote=True):
+    for layer in range(4):
+        with model.trace(prompt):
+            results.append(model.model.layers[layer].output[:, -1].save())
+
+print(len(results))

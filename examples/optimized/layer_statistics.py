@@ -1,0 +1,18 @@
+"""Per-layer statistics of GPT-2's residual stream, kept in a dict keyed by layer."""
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+prompt = "Interpretability research needs fast experiments."
+
+with model.session(remote=True):
+    stats = dict().save()
+    for layer in range(12):
+        with model.trace(prompt):
+            hidden = model.transformer.h[layer].output.save()
+        stats[f"layer_{layer}"] = {
+            "norm": hidden.norm().item(),
+            "mean": hidden.mean().item(),
+            "std": hidden.std().item(),
+        }
+
+print(stats["layer_11"])

@@ -1,0 +1,26 @@
+"""Steering Llama-3.1-8B with a difference-of-means vector at several strengths."""
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+LAYER = 12
+COEFFICIENTS = [0.0, 1.0, 2.0, 4.0, 8.0, 16.0]
+PROMPT = "I think this movie is"
+
+with model.session(remote=True):
+    with model.trace("I love this so much"):
+        positive = model.model.layers[LAYER].output.mean(dim=1).save()
+    with model.trace("I hate this so much"):
+        negative = model.model.layers[LAYER].output.mean(dim=1).save()
+
+    steering = positive - negative
+    good = model.tokenizer(" great")["input_ids"][0]
+
+    probabilities = dict().save()
+    for coefficient in COEFFICIENTS:
+        with model.trace(PROMPT):
+            model.model.layers[LAYER].output = model.model.layers[LAYER].output + coefficient * steering
+            logits = model.lm_head.output.save()
+        probabilities[coefficient] = torch.softmax(logits[0, -1], dim=-1)[good].item()
+
+print(probabilities)

@@ -1,0 +1,227 @@
+"""The `ndif-opt` command line.
+
+    ndif-opt FILE... [-o OUT] [--diff] [--check] [--report] [--in-place] ...
+    ndif-opt verify FILE        run original and optimized script and compare
+    ndif-opt rules              list the passes
+
+Exit codes: 0 — success (and, with --check, nothing to change); 1 — with --check,
+some file would change; with `verify`, results differ; 2 — usage error, or an input
+that cannot be read, decoded or parsed (one line on stderr names the file and why).
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from typing import List, Optional
+
+import typer
+
+from ndif_opt.files import InputError, SourceFile, decode, python_files, read_source, same_file, write_atomic
+from ndif_opt.options import Options
+from ndif_opt.passes import PASS_IDS
+from ndif_opt.report import cost_table, finding_line, to_json, unified_diff
+from ndif_opt.types import Result, Status
+
+EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
+SUBCOMMANDS = ("verify", "rules", "lsp")
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+
+
+app = typer.Typer(add_completion=False, help=__doc__, rich_markup_mode=None)
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"ndif-opt: {message}", err=True)
+    raise typer.Exit(EXIT_ERROR)
+
+
+def _options(select, ignore, unsafe_fixes, assume_remote, max_batch) -> Options:
+    for pass_id in list(select or []) + list(ignore or []):
+        if pass_id not in PASS_IDS:
+            _fail(f"unknown pass id {pass_id!r} (known: {', '.join(PASS_IDS)})")
+    return Options(
+        select=frozenset(select) if select else None,
+        ignore=frozenset(ignore or ()),
+        unsafe_fixes=unsafe_fixes,
+        assume_remote=assume_remote,
+        max_batch=max_batch,
+    )
+
+
+def _expand(paths: list[str]) -> list[str]:
+    expanded: list[str] = []
+    import os
+
+    for path in paths:
+        if path != "-" and os.path.isdir(path):
+            expanded.extend(python_files(path))
+        else:
+            expanded.append(path)
+    return expanded
+
+
+def _optimize(source: SourceFile, options: Options) -> Result:
+    from ndif_opt.pipeline import run_pipeline
+
+    try:
+        return run_pipeline(source.text, options, filename=source.path)
+    except SyntaxError as error:
+        raise InputError(f"{source.path}: cannot parse: {error.msg}") from None
+    except RecursionError:
+        raise InputError(f"{source.path}: too deeply nested to analyse") from None
+
+
+@app.command()
+def optimize(
+    paths: List[str] = typer.Argument(..., help="Python files or directories; '-' reads stdin."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the result here (one input only)."),
+    in_place: bool = typer.Option(False, "--in-place", "-i", help="Rewrite the input files."),
+    diff: bool = typer.Option(False, "--diff", help="Print a unified diff instead of the code."),
+    check: bool = typer.Option(False, "--check", help="Exit 1 if any file would change; write nothing."),
+    report: bool = typer.Option(False, "--report", help="Print the per-pass cost table, then the diff."),
+    select: Optional[List[str]] = typer.Option(None, "--select", help="Run only these passes."),
+    ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Skip these passes."),
+    unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes", help="Also apply unsafe fixes."),
+    assume_remote: bool = typer.Option(
+        False, "--assume-remote", help="Treat `remote=` flags of unknown value as remote."
+    ),
+    max_batch: int = typer.Option(32, "--max-batch", help="Most invokes batched into one trace."),
+    fmt: Format = typer.Option(Format.text, "--format", help="Output format for findings and reports."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no findings."),
+) -> None:
+    """Rewrite nnsight scripts for fewer NDIF requests and smaller downloads."""
+    options = _options(select, ignore, unsafe_fixes, assume_remote, max_batch)
+    files = _expand(paths)
+    writes_code = not (diff or check or report or in_place or fmt is Format.json)
+    if output is not None and len(files) != 1:
+        _fail("-o/--output takes exactly one input file")
+    if output is not None and files[0] != "-" and same_file(files[0], output):
+        _fail(f"{output}: the output path is the input file; use --in-place to rewrite it")
+    if writes_code and output is None and len(files) > 1:
+        _fail("several inputs: use --in-place, --diff, --check or --report")
+
+    results: list[tuple[str, Result, SourceFile]] = []
+    errors: list[dict] = []
+    for path in files:
+        try:
+            source = decode("<stdin>", sys.stdin.buffer.read()) if path == "-" else read_source(path)
+            results.append((source.path, _optimize(source, options), source))
+        except InputError as error:
+            errors.append({"path": path, "message": str(error)})
+            typer.echo(f"ndif-opt: {error}", err=True)
+
+    changed = [entry for entry in results if entry[1].changed]
+    for path, result, source in results:
+        if in_place and result.changed:
+            try:
+                write_atomic(path, source.encode(result.code))
+            except InputError as error:
+                errors.append({"path": path, "message": str(error)})
+                typer.echo(f"ndif-opt: {error}", err=True)
+    if output is not None and results:
+        path, result, source = results[0]
+        try:
+            write_atomic(output, source.encode(result.code))
+        except InputError as error:
+            _fail(str(error))
+
+    if fmt is Format.json:
+        typer.echo(to_json([(p, r) for p, r, _ in results], errors))
+    else:
+        _print_text(results, diff, report, check, writes_code and output is None, quiet)
+        if len(files) > 1 or errors:
+            typer.echo(
+                f"{len(files)} file(s): {len(changed)} would change, "
+                f"{len(results) - len(changed)} unchanged, {len(errors)} error(s)",
+                err=True,
+            )
+    if errors:
+        raise typer.Exit(EXIT_ERROR)
+    if check and changed:
+        raise typer.Exit(EXIT_CHANGES)
+
+
+def _print_text(results, diff: bool, report: bool, check: bool, code_to_stdout: bool, quiet: bool) -> None:
+    for path, result, _source in results:
+        if code_to_stdout:
+            sys.stdout.write(result.code)
+        if report:
+            typer.echo(f"{path}:")
+            typer.echo(cost_table(result))
+            for line in result.assumptions:
+                typer.echo(f"  assumption: {line}")
+        if diff or report:
+            sys.stdout.write(unified_diff(path, result.source, result.code))
+        if not quiet:
+            stream_err = code_to_stdout  # keep stdout clean when it carries the code
+            for finding in result.findings:
+                typer.echo(finding_line(path, finding), err=stream_err)
+        if check and result.changed:
+            typer.echo(f"would rewrite {path}", err=True)
+
+
+@app.command()
+def rules() -> None:
+    """List the passes in pipeline order."""
+    from ndif_opt.passes import PASSES
+
+    for cls in PASSES:
+        summary = (cls.__doc__ or "").strip().splitlines()[0]
+        typer.echo(summary)
+
+
+verify_app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+
+@verify_app.command()
+def verify(
+    path: str = typer.Argument(..., help="The script to check."),
+    unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes"),
+    assume_remote: bool = typer.Option(False, "--assume-remote"),
+    atol: float = typer.Option(0.0, "--atol", help="Absolute tolerance for tensors."),
+    rtol: float = typer.Option(0.0, "--rtol", help="Relative tolerance for tensors."),
+    fmt: Format = typer.Option(Format.text, "--format"),
+) -> None:
+    """Run the original and the optimized script on a tiny local model through an
+    emulation of NDIF, compare every result, and print measured requests and bytes."""
+    try:
+        source = read_source(path)
+        result = _optimize(source, _options(None, None, unsafe_fixes, assume_remote, 32))
+    except InputError as error:
+        _fail(str(error))
+    try:
+        from ndif_opt.verify import verify_sources
+    except ImportError as error:
+        _fail(str(error))
+    report = verify_sources(source.text, result.code, filename=path, atol=atol, rtol=rtol)
+    if fmt is Format.json:
+        import json
+
+        typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        typer.echo(report.to_text())
+    if not report.intended_ok:
+        raise typer.Exit(EXIT_CHANGES)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "verify":
+        verify_app(args[1:], prog_name="ndif-opt verify")
+    elif args and args[0] == "lsp":
+        from ndif_opt.lsp import serve
+
+        serve()
+    elif args and args[0] == "rules":
+        app(["rules"], prog_name="ndif-opt")
+    else:
+        app(["optimize", *args], prog_name="ndif-opt")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Renderings of results: findings lines, the per-pass cost table, diffs, JSON."""
+
+from __future__ import annotations
+
+import difflib
+import json
+
+from ndif_opt.types import Cost, Finding, Result, Status
+
+
+def human_bytes(count: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(count) < 1000 or unit == "TB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    return f"{count:.1f} TB"
+
+
+def finding_line(path: str, finding: Finding) -> str:
+    line = finding.range.start.line + 1
+    col = finding.range.start.character + 1
+    status = {
+        Status.APPLIED: "fixed",
+        Status.SKIPPED: "not fixed",
+        Status.UNSAFE_NOT_APPLIED: "unsafe fix available",
+        Status.SUPPRESSED: "suppressed",
+    }[finding.status]
+    text = f"{path}:{line}:{col}: {finding.pass_id} [{status}] {finding.message}"
+    if finding.reason:
+        text += f" — {finding.reason}"
+    return text
+
+
+def unified_diff(path: str, before: str, after: str) -> str:
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        fromfile=f"{path} (original)",
+        tofile=f"{path} (optimized)",
+    )
+    text = "".join(lines)
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return text
+
+
+def totals(result: Result) -> tuple[Cost, Cost]:
+    if not result.costs:
+        return Cost(), Cost()
+    return result.costs[0].before, result.costs[-1].after
+
+
+def _ratio(before: float, after: float) -> str:
+    if before == after:
+        return "="
+    if after == 0:
+        return "∞×" if before else "="
+    return f"{before / after:.3g}×"
+
+
+def cost_table(result: Result) -> str:
+    rows = [("pass", "requests", "download", "forward passes", "est. time", "")]
+    for pc in result.costs:
+        rows.append(_row(pc.pass_id, pc.before, pc.after))
+    before, after = totals(result)
+    rows.append(_row("total", before, after))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for index, row in enumerate(rows):
+        out.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+        if index == 0 or index == len(rows) - 2:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out) + "\n"
+
+
+def _row(name: str, before: Cost, after: Cost) -> tuple[str, ...]:
+    return (
+        name,
+        f"{before.requests} → {after.requests}",
+        f"{human_bytes(before.download_bytes)} → {human_bytes(after.download_bytes)}",
+        f"{before.forward_passes} → {after.forward_passes}",
+        f"{before.seconds:.1f} s → {after.seconds:.1f} s",
+        f"requests {_ratio(before.requests, after.requests)}, download {_ratio(before.download_bytes, after.download_bytes)}",
+    )
+
+
+def result_dict(path: str, result: Result) -> dict:
+    before, after = totals(result)
+    return {
+        "path": path,
+        "changed": result.changed,
+        "totals": _cost_pair(before, after),
+        "passes": [{"id": pc.pass_id, **_cost_pair(pc.before, pc.after)} for pc in result.costs],
+        "findings": [f.to_dict() for f in result.findings],
+        "assumptions": list(result.assumptions),
+    }
+
+
+def _cost_pair(before: Cost, after: Cost) -> dict:
+    pair = {}
+    for key in ("requests", "upload_bytes", "download_bytes", "forward_passes", "compute_flops", "seconds"):
+        pair[f"{key}_before"] = getattr(before, key)
+        pair[f"{key}_after"] = getattr(after, key)
+    return pair
+
+
+def to_json(entries: list[tuple[str, Result]], errors: list[dict]) -> str:
+    files = [result_dict(path, result) for path, result in entries]
+    total = {}
+    for entry in files:
+        for key, value in entry["totals"].items():
+            total[key] = total.get(key, 0) + value
+    payload = {
+        "version": 1,
+        "totals": total,
+        "passes": files[0]["passes"] if len(files) == 1 else _merge_passes(files),
+        "files": files,
+        "errors": errors,
+    }
+    return json.dumps(payload, indent=2, ensure_ascii=False)
+
+
+def _merge_passes(files: list[dict]) -> list[dict]:
+    merged: dict[str, dict] = {}
+    for entry in files:
+        for p in entry["passes"]:
+            target = merged.setdefault(p["id"], {"id": p["id"]})
+            for key, value in p.items():
+                if key != "id":
+                    target[key] = target.get(key, 0) + value
+    return list(merged.values())

@@ -1,0 +1,45 @@
+"""The examples and their optimized forms stay in sync; the docs too.
+
+Set NDIF_OPT_UPDATE=1 to regenerate examples/optimized/ and docs/passes.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from ndif_opt import optimize
+from ndif_opt.docs import render
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+UPDATE = os.environ.get("NDIF_OPT_UPDATE") == "1"
+
+
+def test_there_are_examples():
+    assert len(EXAMPLES) >= 6
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_in_sync_and_stable(path):
+    result = optimize(path.read_text())
+    cst.parse_module(result.code)
+    assert result.changed, "every example has something to optimize"
+    expected = ROOT / "examples" / "optimized" / path.name
+    if UPDATE:
+        expected.write_text(result.code)
+    assert expected.read_text() == result.code
+    assert optimize(result.code).code == result.code, "a second run must change nothing"
+    assert result.costs[0].before.requests > result.costs[-1].after.requests or any(
+        f.pass_id == "accumulator-relocation" and f.applied for f in result.findings
+    )
+
+
+def test_docs_in_sync():
+    path = ROOT / "docs" / "passes.md"
+    if UPDATE:
+        path.write_text(render())
+    assert path.read_text() == render()
