@@ -1,0 +1,188 @@
+"""detach-cpu: `.detach().cpu()` before saving a tensor in a remote block.
+
+## What it does
+Inserts ``.detach().cpu()`` before ``.save()`` (or inside ``nnsight.save(...)``) when the
+saved value is a tensor taken from the model — a module's ``.output``/``.input``, a
+slice of it, or tensor arithmetic on such values — in a block that runs on NDIF.
+
+## Why is this bad?
+A tensor saved on the server is a CUDA tensor that may carry autograd history; it is
+shipped with extra metadata, and a view of a larger tensor can ship the whole
+underlying storage. Detaching and moving the (already narrowed) value to the CPU on
+the server sends only what you asked for.
+
+## Example
+```python
+with model.trace(prompt, remote=True):
+    hidden = model.model.layers[-1].output[:, -1].save()
+```
+
+## Use instead
+```python
+with model.trace(prompt, remote=True):
+    hidden = model.model.layers[-1].output[:, -1].detach().cpu().save()
+```
+
+## Fix safety
+Safe: values are unchanged. Not applied to Python values (``.item()``, ``.tolist()``),
+containers, tuples (``topk``), values that already have ``.cpu()``/``.detach()``/``.to()``,
+or when the block later writes to the module the value was read from (a copy on the CPU
+would no longer see that in-place change).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ndif_opt.analysis import Facts, Remote, is_save_call
+from ndif_opt.names import dotted_name
+from ndif_opt.passes.base import Case, Context, Pass
+from ndif_opt.rewrite import code_of
+from ndif_opt.tensors import has_detach_cpu, is_tensor
+
+
+class DetachCpu(Pass):
+    __doc__ = __doc__
+    id = "detach-cpu"
+
+    def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
+        targets: dict[int, cst.Call] = {}
+        models = set(facts.models)
+        for block in facts.blocks:
+            if block.effective_remote is Remote.NO or block.method == "session":
+                continue
+            tensors: set[str] = set()
+            written = _written_envoys(block.node.body)
+            for stmt in block.node.body.body:
+                for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
+                    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+                        continue
+                    target = small.targets[0].target
+                    value = small.value
+                    inner = _saved_inner(value)
+                    if inner is not None and is_tensor(inner, models, tensors) and not has_detach_cpu(inner):
+                        if any(w in code_of(inner) for w in written):
+                            context.skipped(
+                                small, "saved tensor not moved to the CPU",
+                                "the block later writes to this module's value in place",
+                            )
+                        else:
+                            targets[id(value)] = value
+                            context.applied(small, f"added `.detach().cpu()` before saving `{code_of(inner)}`")
+                    if isinstance(target, cst.Name) and is_tensor(inner if inner is not None else value, models, tensors):
+                        tensors.add(target.value)
+        if not targets:
+            return module
+        return module.visit(_Insert(targets))
+
+
+def _saved_inner(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    if not is_save_call(value):
+        return None
+    func = value.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "save" and not value.args:
+        return func.value
+    return value.args[0].value
+
+
+def _written_envoys(body: cst.CSTNode) -> set[str]:
+    """Code of module values assigned to in the block (`layers[3].output`)."""
+    written: set[str] = set()
+
+    class Finder(cst.CSTVisitor):
+        def _target(self, target) -> None:
+            while isinstance(target, cst.Subscript):
+                target = target.value
+            if isinstance(target, cst.Attribute) and target.attr.value in ("output", "input"):
+                written.add(code_of(target))
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for t in node.targets:
+                self._target(t.target)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            self._target(node.target)
+
+    body.visit(Finder())
+    return written
+
+
+def _detached(expr: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(expr, (cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation, cst.Comparison)) and not expr.lpar:
+        expr = expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    detach = cst.Call(func=cst.Attribute(value=expr, attr=cst.Name("detach")))
+    return cst.Call(func=cst.Attribute(value=detach, attr=cst.Name("cpu")))
+
+
+class _Insert(cst.CSTTransformer):
+    def __init__(self, targets: dict[int, cst.Call]) -> None:
+        self.targets = targets
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        if id(original) not in self.targets:
+            return updated
+        func = updated.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "save" and not updated.args:
+            return updated.with_changes(func=func.with_changes(value=_detached(func.value)))
+        first = updated.args[0]
+        return updated.with_changes(args=[first.with_changes(value=_detached(first.value)), *updated.args[1:]])
+
+
+DetachCpu.cases = (
+    Case(
+        name="layer output slice",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+with model.trace("hello", remote=True):
+    hidden = model.model.layers[-1].output[:, -1].save()
+    diff = (model.model.layers[2].output - model.model.layers[1].output).save()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+with model.trace("hello", remote=True):
+    hidden = model.model.layers[-1].output[:, -1].detach().cpu().save()
+    diff = (model.model.layers[2].output - model.model.layers[1].output).detach().cpu().save()
+""",
+    ),
+    Case(
+        name="python values, containers and detached tensors are left alone",
+        before="""\
+import nnsight
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("hello", remote=True):
+    top = model.lm_head.output[0, -1].argmax().item().save()
+    acts = list().save()
+    done = model.lm_head.output.cpu().save()
+    pair = model.lm_head.output[0, -1].topk(5).save()
+    out = nnsight.save(model.output)
+""",
+    ),
+    Case(
+        name="local traces are left alone",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("hello"):
+    hidden = model.transformer.h[0].output.save()
+""",
+    ),
+    Case(
+        name="value later written in place",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("hello", remote=True):
+    hidden = model.transformer.h[0].output.save()
+    model.transformer.h[0].output[:] = 0
+""",
+        reason="writes to this module",
+    ),
+)
