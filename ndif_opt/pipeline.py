@@ -51,6 +51,7 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
     costs: dict[str, list[Cost]] = {}
     applied: list[Finding] = []
     last_round: list[Finding] = []
+    unreturned: set[str] = set()
     for _round in range(MAX_ROUNDS):
         changed = False
         last_round = []
@@ -58,6 +59,7 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
             before = estimate(state.facts, options)
             context = Context(options, ServerCheck(state.facts))
             new_module = pass_.run(state.module, state.facts, context)
+            unreturned |= context.unreturned
             located = _locate(context.findings, state, source, pass_.id)
             applied.extend(f for f in located if f.status is Status.APPLIED)
             last_round.extend(f for f in located if f.status is not Status.APPLIED)
@@ -79,6 +81,7 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
         costs=tuple(PassCost(pid, b, a) for pid, (b, a) in costs.items()),
         edits=tuple(text_edits(source, code)),
         assumptions=tuple(assumptions(options)),
+        unreturned=tuple(sorted(unreturned)) if code != source else (),
     )
 
 

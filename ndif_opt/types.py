@@ -111,6 +111,9 @@ class Result:
     costs: tuple[PassCost, ...] = ()
     edits: tuple[Edit, ...] = ()  # turn ``source`` into ``code``; empty when unchanged
     assumptions: tuple[str, ...] = field(default=())  # cost-model assumptions, in words
+    # names the original script left on the client that the optimized one no longer
+    # brings back, because nothing after the rewritten code reads them
+    unreturned: tuple[str, ...] = field(default=())
 
     @property
     def changed(self) -> bool:
@@ -122,4 +125,5 @@ class Result:
             "findings": [f.to_dict() for f in self.findings],
             "costs": [c.to_dict() for c in self.costs],
             "assumptions": list(self.assumptions),
+            "unreturned": list(self.unreturned),
         }

@@ -21,7 +21,7 @@ with model.session(remote=True):
     for layer in range(N_LAYERS):
         with model.trace(CORRUPT):
             model.transformer.h[layer].output[:, -1] = clean_acts[layer]
-            logits = model.lm_head.output.detach().cpu().save()
+            logits = model.lm_head.output
         logit_diffs.append((logits[0, -1, target] - logits[0, -1, distractor]).item())
 
 best_layer = max(range(N_LAYERS), key=lambda i: logit_diffs[i])

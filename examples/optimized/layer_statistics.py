@@ -8,7 +8,7 @@ with model.session(remote=True):
     stats = dict().save()
     for layer in range(12):
         with model.trace(prompt):
-            hidden = model.transformer.h[layer].output.detach().cpu().save()
+            hidden = model.transformer.h[layer].output
         stats[f"layer_{layer}"] = {
             "norm": hidden.norm().item(),
             "mean": hidden.mean().item(),

@@ -18,7 +18,7 @@ with model.session(remote=True):
     top_tokens = dict().save()
     for prompt in PROMPTS:
         with model.trace(prompt):
-            logits = model.lm_head.output.detach().cpu().save()
+            logits = model.lm_head.output
         # the most likely next token for this prompt
         top_tokens[prompt] = logits[0, -1].argmax().item()
 

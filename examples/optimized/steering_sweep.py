@@ -9,9 +9,9 @@ PROMPT = "I think this movie is"
 
 with model.session(remote=True):
     with model.trace("I love this so much"):
-        positive = model.model.layers[LAYER].output.mean(dim=1).detach().cpu().save()
+        positive = model.model.layers[LAYER].output.mean(dim=1)
     with model.trace("I hate this so much"):
-        negative = model.model.layers[LAYER].output.mean(dim=1).detach().cpu().save()
+        negative = model.model.layers[LAYER].output.mean(dim=1)
 
     steering = positive - negative
     good = model.tokenizer(" great")["input_ids"][0]
@@ -20,7 +20,7 @@ with model.session(remote=True):
     for coefficient in COEFFICIENTS:
         with model.trace(PROMPT):
             model.model.layers[LAYER].output = model.model.layers[LAYER].output + coefficient * steering
-            logits = model.lm_head.output.detach().cpu().save()
+            logits = model.lm_head.output
         probabilities[coefficient] = torch.softmax(logits[0, -1], dim=-1)[good].item()
 
 print(probabilities)

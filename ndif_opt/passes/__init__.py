@@ -5,6 +5,7 @@ from __future__ import annotations
 from ndif_opt.passes.accumulator_relocation import AccumulatorRelocation
 from ndif_opt.passes.base import Case, Context, Pass, RawFinding
 from ndif_opt.passes.detach_cpu import DetachCpu
+from ndif_opt.passes.reduction_pushdown import ReductionPushdown
 from ndif_opt.passes.session_hoisting import SessionHoisting
 
 # The fixed order of the pipeline; later issues add reduction-pushdown, detach-cpu,
@@ -12,6 +13,7 @@ from ndif_opt.passes.session_hoisting import SessionHoisting
 PASSES: tuple[type[Pass], ...] = (
     SessionHoisting,
     AccumulatorRelocation,
+    ReductionPushdown,
     DetachCpu,
 )
 PASS_IDS: tuple[str, ...] = tuple(p.id for p in PASSES)

@@ -47,6 +47,9 @@ class Context:
     options: Options
     server: ServerCheck
     findings: list[RawFinding] = field(default_factory=list)
+    # names the original left on the client that the rewrite no longer brings back,
+    # because nothing after the rewritten code reads them (loop variables, dead saves)
+    unreturned: set[str] = field(default_factory=set)
 
     def applied(self, node: cst.CSTNode, message: str, safety: Safety = Safety.SAFE) -> None:
         self.findings.append(RawFinding(node, message, Status.APPLIED, safety))

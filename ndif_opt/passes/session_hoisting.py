@@ -190,6 +190,7 @@ class SessionHoisting(Pass):
             context.needs_unsafe(anchor, _not_hoisted(region, facts), _unsafe_reason(unsafe[0]))
             return False
         self._rewrite(region, accumulators, facts, plan, context)
+        context.unreturned |= _unreturned(region, accumulators)
         safety = Safety.UNSAFE if unsafe else Safety.SAFE
         context.applied(anchor, _hoisted_message(region, facts, accumulators), safety)
         return True
@@ -307,6 +308,14 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
             [],
         )
     return "", accumulators + in_place
+
+
+def _unreturned(region: Region, accumulators) -> set[str]:
+    """Client names the moved code bound that stay on the server (none is read later)."""
+    block_bodies = tuple(b.node.body for b in region.blocks)
+    bound = set(collect_all(region.statements, skip=block_bodies).binds)
+    saved = set().union(*(b.saved_names for b in region.blocks)) if region.blocks else set()
+    return bound - saved - {a.name for a in accumulators}
 
 
 def _accumulator_inside(region: Region, name: str) -> Accumulator | None:
