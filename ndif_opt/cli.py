@@ -198,7 +198,9 @@ def verify(
         from ndif_opt.verify import verify_sources
     except ImportError as error:
         _fail(str(error))
-    report = verify_sources(source.text, result.code, filename=path, atol=atol, rtol=rtol)
+    report = verify_sources(
+        source.text, result.code, filename=path, atol=atol, rtol=rtol, ignore_missing=result.unreturned
+    )
     if fmt is Format.json:
         import json
 
