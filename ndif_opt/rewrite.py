@@ -128,8 +128,9 @@ class DropElementSaves(cst.CSTTransformer):
     """`acc.append(x.save())` → `acc.append(x)` and `acc[k] = x.save()` → `acc[k] = x`
     for relocated accumulators: the saved container brings its elements home."""
 
-    def __init__(self, names: set[str]) -> None:
+    def __init__(self, names: set[str], rebinds: set[str] = frozenset()) -> None:
         self.names = names
+        self.rebinds = rebinds  # `x = e.save()` → `x = e` for these names
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         func = updated.func
@@ -145,6 +146,8 @@ class DropElementSaves(cst.CSTTransformer):
 
     def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
         targets = updated.targets
+        if len(targets) == 1 and isinstance(targets[0].target, cst.Name) and targets[0].target.value in self.rebinds:
+            return updated.with_changes(value=unsave(updated.value))
         if len(targets) == 1 and isinstance(targets[0].target, cst.Subscript):
             if root_name(targets[0].target) in self.names:
                 return updated.with_changes(value=unsave(updated.value))

@@ -16,7 +16,7 @@ with model.session(remote=True):
     _ndif_carry = list().save()
     for i, prompt in enumerate(PROMPTS):
         with model.trace(prompt):
-            logits = model.lm_head.output[0, -1].detach().cpu().save()
+            logits = model.lm_head.output[0, -1]
         _ndif_carry.append(logits)
 for (i, prompt), logits in zip(enumerate(tqdm(PROMPTS, desc="prompts")), _ndif_carry):
     top = logits.argmax().item()

@@ -175,7 +175,11 @@ def _rewrite(loop: cst.For, region, prefix, suffix, carried, accumulators, facts
 
     def build(_updated):
         original = loop  # identity-based transforms need the original nodes
-        server_body = [s.visit(strip).visit(drop) for s in original.body.body[: len(prefix)]]
+        # the carry brings the carried values home; saving them too would download twice
+        unsave_carried = DropElementSaves(set(), rebinds=set(carried))
+        server_body = [
+            s.visit(strip).visit(drop).visit(unsave_carried) for s in original.body.body[: len(prefix)]
+        ]
         if carried:
             value = carried[0] if len(carried) == 1 else "(" + ", ".join(carried) + ")"
             server_body.append(cst.parse_statement(f"{CARRY}.append({value})\n"))

@@ -498,7 +498,7 @@ with open("out.txt", "w") as f:
         _ndif_carry = list().save()
         for prompt in ["a", "b"]:
             with model.trace(prompt):
-                out = model.lm_head.output.save()
+                out = model.lm_head.output
             _ndif_carry.append(out)
     for prompt, out in zip(["a", "b"], _ndif_carry):
         f.write(str(out.shape))
