@@ -1,0 +1,273 @@
+"""Execution check: run a script and its optimized form against tiny models.
+
+:func:`verify_sources` runs
+
+(a) the original script with every ``remote=`` ignored — what its author intended;
+(b) the original script against an in-process, server-faithful emulation of NDIF;
+(c) the optimized script against the same emulation;
+
+and reports whether (c) computes what (a) does (module-level values, client stdout,
+files written), whether (b) already differed from (a) (the original was wrong
+remotely, e.g. a client-side list appended to inside a remote trace), and what (b)
+and (c) cost: requests, upload/download bytes, forward passes, layer evaluations.
+
+Needs the ``verify`` extra (torch, nnsight, zstandard). Importing this package does
+not import torch or nnsight; the submodules are loaded on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+_MISSING = [
+    name for name in ("torch", "nnsight", "zstandard") if importlib.util.find_spec(name) is None
+]
+if _MISSING:
+    raise ImportError(
+        f"ndif_opt.verify needs {', '.join(_MISSING)}: install the verify extra: "
+        "pip install torch==2.13.0 'ndif-opt[verify]'"
+    )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .compare import compare_namespaces
+    from .emulation import EmulatedNDIF, RequestRecord
+    from .runner import RunResult, run_script
+    from .tiny_models import build_tokenizer, tiny_model
+
+__all__ = [
+    "EmulatedNDIF",
+    "RequestRecord",
+    "RunMetrics",
+    "RunResult",
+    "VerifyReport",
+    "build_tokenizer",
+    "compare_namespaces",
+    "run_script",
+    "tiny_model",
+    "verify_sources",
+]
+
+_LAZY = {
+    "tiny_model": "tiny_models",
+    "build_tokenizer": "tiny_models",
+    "run_script": "runner",
+    "RunResult": "runner",
+    "EmulatedNDIF": "emulation",
+    "RequestRecord": "emulation",
+    "compare_namespaces": "compare",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ndif_opt.verify' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+# ---------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class RunMetrics:
+    """The measured cost of one emulated run."""
+
+    requests: int = 0
+    upload_bytes: int = 0
+    upload_raw_bytes: int = 0
+    download_bytes: int = 0
+    download_raw_bytes: int = 0
+    forward_passes: int = 0
+    layer_calls: int = 0
+    error: Optional[str] = None
+    records: list[dict] = field(default_factory=list)  # RequestRecord.to_dict() each
+
+    @classmethod
+    def of(cls, run: "RunResult") -> "RunMetrics":
+        return cls(
+            requests=len(run.requests),
+            upload_bytes=run.upload_bytes,
+            upload_raw_bytes=run.upload_raw_bytes,
+            download_bytes=run.download_bytes,
+            download_raw_bytes=run.download_raw_bytes,
+            forward_passes=run.forward_passes,
+            layer_calls=run.layer_calls,
+            error=run.error,
+            records=[r.to_dict() for r in run.requests],
+        )
+
+
+@dataclass
+class VerifyReport:
+    """The outcome of :func:`verify_sources`."""
+
+    intended_ok: bool  # optimized-emulated == original-local (values, stdout, files)
+    mismatches: list[str]  # why not, (a) vs (c)
+    original_remote_differs: bool  # original-emulated != original-local
+    original_remote_mismatches: list[str]  # (a) vs (b)
+    local_forward_passes: int  # (a)
+    local_layer_calls: int  # (a)
+    before: RunMetrics  # (b) original, emulated
+    after: RunMetrics  # (c) optimized, emulated
+    errors: dict[str, Optional[str]]  # "local" / "original" / "optimized" -> error
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.intended_ok
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_text(self) -> str:
+        b, a = self.before, self.after
+        rows = [
+            ("requests", str(b.requests), str(a.requests)),
+            ("upload", _size(b.upload_bytes), _size(a.upload_bytes)),
+            ("download", _size(b.download_bytes), _size(a.download_bytes)),
+            ("download (raw)", _size(b.download_raw_bytes), _size(a.download_raw_bytes)),
+            ("forward passes", str(b.forward_passes), str(a.forward_passes)),
+            ("layer calls", str(b.layer_calls), str(a.layer_calls)),
+        ]
+        width = max(len(r[0]) for r in rows)
+        left = max(len(r[1]) for r in rows)
+        lines = [
+            f"verify: {'OK' if self.intended_ok else 'MISMATCH'}"
+            + ("" if self.intended_ok else " (optimized, remote != original, local)"),
+            f"  {'':{width}}  {'before':>{left}}    after",
+        ]
+        for name, before, after in rows:
+            marker = "" if before == after else "  " + _ratio(name, b, a)
+            lines.append(f"  {name:{width}}  {before:>{left}} -> {after}{marker}")
+        if self.original_remote_differs:
+            lines.append("  note: the original script gives a different result remotely "
+                         "than locally (fixed by the optimized script)"
+                         if self.intended_ok else
+                         "  note: the original script gives a different result remotely "
+                         "than locally")
+            lines.extend(f"    {m}" for m in self.original_remote_mismatches[:5])
+        if not self.intended_ok:
+            lines.extend(f"  mismatch: {m}" for m in self.mismatches[:10])
+            if len(self.mismatches) > 10:
+                lines.append(f"  ... and {len(self.mismatches) - 10} more")
+        for run, error in self.errors.items():
+            if error:
+                first = error.splitlines()[0] if error else ""
+                lines.append(f"  error ({run}): {first[:200]}")
+        for warning in self.warnings:
+            lines.append(f"  warning: {warning}")
+        return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 ** 2:
+        return f"{n / 1024:.1f} KB"
+    if n < 1024 ** 3:
+        return f"{n / 1024 ** 2:.1f} MB"
+    return f"{n / 1024 ** 3:.2f} GB"
+
+
+def _ratio(name: str, before: RunMetrics, after: RunMetrics) -> str:
+    attribute = {
+        "requests": "requests",
+        "upload": "upload_bytes",
+        "download": "download_bytes",
+        "download (raw)": "download_raw_bytes",
+        "forward passes": "forward_passes",
+        "layer calls": "layer_calls",
+    }[name]
+    x, y = getattr(before, attribute), getattr(after, attribute)
+    if y == 0 or x == 0:
+        return ""
+    return f"(x{x / y:.1f} fewer)" if x > y else f"(x{y / x:.1f} more)"
+
+
+def _run_mismatches(
+    expected: "RunResult", actual: "RunResult", atol: float, rtol: float, ignore_missing=frozenset()
+) -> list[str]:
+    from .compare import compare_namespaces
+
+    # Names the optimizer declared it no longer brings back (nothing reads them after
+    # the rewritten code) may be absent; if present they are still compared. Its own
+    # helper names (`_ndif_*`) may be extra.
+    want = {k: v for k, v in expected.namespace.items() if not (k in ignore_missing and k not in actual.namespace)}
+    got = {k: v for k, v in actual.namespace.items() if not k.startswith("_ndif")}
+    problems = compare_namespaces(want, got, atol=atol, rtol=rtol)
+    if expected.stdout != actual.stdout:
+        problems.append(_stdout_difference(expected.stdout, actual.stdout))
+    for name in sorted(expected.files.keys() | actual.files.keys()):
+        if name not in actual.files:
+            problems.append(f"file {name}: not written")
+        elif name not in expected.files:
+            problems.append(f"file {name}: unexpectedly written")
+        elif expected.files[name] != actual.files[name]:
+            problems.append(f"file {name}: contents differ")
+    if (expected.error is None) != (actual.error is None):
+        problems.append(f"error: expected {expected.error or 'none'}, got {actual.error or 'none'}")
+    elif expected.error and actual.error:
+        if expected.error.split(":")[0] != actual.error.split(":")[0]:
+            problems.append(f"error: expected {expected.error}, got {actual.error}")
+    return problems
+
+
+def _stdout_difference(expected: str, actual: str) -> str:
+    a, b = expected.splitlines(), actual.splitlines()
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"stdout line {index + 1}: expected {x[:80]!r}, got {y[:80]!r}"
+    if len(a) != len(b):
+        return f"stdout: expected {len(a)} lines, got {len(b)}"
+    return "stdout differs"  # pragma: no cover - differing trailing newline
+
+
+def verify_sources(
+    original: str,
+    optimized: str,
+    *,
+    filename: str = "script.py",
+    atol: float = 0.0,
+    rtol: float = 0.0,
+    argv: Optional[list[str]] = None,
+    timeout: Optional[float] = None,
+    extra_files: Optional[dict[str, str | bytes]] = None,
+    ignore_missing: "frozenset[str] | tuple[str, ...]" = frozenset(),
+) -> VerifyReport:
+    """Run (a) original local, (b) original emulated, (c) optimized emulated; compare."""
+    import time
+
+    from .runner import run_script
+
+    started = time.perf_counter()
+    common = dict(filename=filename, argv=argv, timeout=timeout, extra_files=extra_files)
+    local = run_script(original, mode="local", **common)
+    before = run_script(original, mode="emulated", **common)
+    after = run_script(optimized, mode="emulated", **common)
+    mismatches = _run_mismatches(local, after, atol, rtol, frozenset(ignore_missing))
+    remote_mismatches = _run_mismatches(local, before, atol, rtol)
+    return VerifyReport(
+        intended_ok=not mismatches,
+        mismatches=mismatches,
+        original_remote_differs=bool(remote_mismatches),
+        original_remote_mismatches=remote_mismatches,
+        local_forward_passes=local.forward_passes,
+        local_layer_calls=local.layer_calls,
+        before=RunMetrics.of(before),
+        after=RunMetrics.of(after),
+        errors={"local": local.error, "original": before.error, "optimized": after.error},
+        warnings=sorted(set(local.warnings) | set(before.warnings) | set(after.warnings)),
+        seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,589 @@
+"""Run an nnsight script in-process, as a user would, against tiny models.
+
+:func:`run_script` executes a script's source as ``__main__`` from a real file in a
+fresh temporary directory (also the working directory, so files the script writes
+are collected), under a fresh unique path per call (nnsight reads a block's source
+through ``linecache`` and caches it per filename for the life of the process).
+
+While the script runs, constructing a model from a repo id string —
+``LanguageModel(...)``, ``TransformersModel(...)``, ``NNsight("...")``,
+``nnterp.StandardizedTransformer(...)``, ``AutoModelForCausalLM.from_pretrained``,
+``AutoTokenizer.from_pretrained`` — yields a tiny seeded model of that family
+(:mod:`ndif_opt.verify.tiny_models`); loading kwargs are ignored. API-key and
+``huggingface_hub.login`` calls are made harmless and environment changes undone.
+
+Modes:
+
+``"local"``
+    every ``remote=`` is ignored: blocks run locally, which is what the script's
+    author *intended* it to compute.
+``"emulated"``
+    inside :class:`~ndif_opt.verify.emulation.EmulatedNDIF`: ``remote=True`` goes
+    through a server-faithful emulation of NDIF (requests and bytes are recorded).
+
+Nothing the script does (weights edited, hooks left, helper modules imported, cwd,
+``sys.argv``, ``os.environ``, nnsight's caches and config) outlives the call.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import io
+import itertools
+import linecache
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import types
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+from .compare import comparable_namespace
+from .emulation import (
+    CallCounter,
+    EmulatedNDIF,
+    RequestRecord,
+    count_calls,
+    instrument,
+    summarize,
+    uninstrument,
+)
+from .tiny_models import TinyModelWarning, tiny_module, tiny_tokenizer
+
+__all__ = ["RunResult", "run_script", "patched_environment"]
+
+MODES = ("local", "emulated")
+SEED = 0
+_counter = itertools.count()
+
+
+@dataclass
+class RunResult:
+    """What one run of a script did."""
+
+    mode: str
+    namespace: dict[str, Any] = field(default_factory=dict)  # comparable globals
+    requests: list[RequestRecord] = field(default_factory=list)
+    forward_passes: int = 0
+    layer_calls: int = 0
+    stdout: str = ""  # client stdout only (server prints are in requests[i].logs)
+    stderr: str = ""
+    files: dict[str, bytes] = field(default_factory=dict)  # written in the cwd
+    error: Optional[str] = None  # "Type: message" of an exception the script raised
+    traceback: Optional[str] = None
+    warnings: list[str] = field(default_factory=list)  # tiny-model approximations
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def upload_bytes(self) -> int:
+        return sum(r.upload_bytes for r in self.requests)
+
+    @property
+    def upload_raw_bytes(self) -> int:
+        return sum(r.upload_raw_bytes for r in self.requests)
+
+    @property
+    def download_bytes(self) -> int:
+        return sum(r.download_bytes for r in self.requests)
+
+    @property
+    def download_raw_bytes(self) -> int:
+        return sum(r.download_raw_bytes for r in self.requests)
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "namespace": {k: summarize(v) for k, v in self.namespace.items()},
+            "requests": [r.to_dict() for r in self.requests],
+            "forward_passes": self.forward_passes,
+            "layer_calls": self.layer_calls,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "files": {k: len(v) for k, v in self.files.items()},
+            "error": self.error,
+            "warnings": list(self.warnings),
+            "seconds": self.seconds,
+        }
+
+
+# ---------------------------------------------------------------------------
+# Model construction interception
+# ---------------------------------------------------------------------------
+
+
+class _RunState:
+    """Models built during one run (so their hooks can be removed afterwards)."""
+
+    def __init__(self) -> None:
+        self.models: list[Any] = []
+
+    def built(self, model: Any) -> Any:
+        instrument(model)
+        self.models.append(model)
+        return model
+
+    def close(self) -> None:
+        for model in self.models:
+            try:
+                uninstrument(model)
+            except Exception:  # pragma: no cover - defensive
+                pass
+        self.models.clear()
+
+
+_STATE = threading.local()
+
+
+def _state() -> Optional[_RunState]:
+    return getattr(_STATE, "run", None)
+
+
+def _register(model: Any) -> None:
+    state = _state()
+    if state is not None:
+        state.built(model)
+
+
+def _intercept_init(patches: "_Patches", cls: type, build: Callable[..., None], *, exact: bool = False) -> None:
+    """Patch ``cls.__init__`` so that ``cls(repo_id: str, **load_kwargs)`` wraps a tiny
+    model instead of loading ``repo_id``; any other call is passed through.
+
+    Patching ``__init__`` in place (rather than replacing the class in its module)
+    keeps instances of nnsight's own classes and keeps the classes importable by
+    name, so a request pickles them by reference exactly as a real client does.
+    """
+    original = cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        repo_id = args[0] if args else kwargs.get("repo_id")
+        if isinstance(repo_id, str) and (not exact or type(self) is cls):
+            build(original, self, repo_id, kwargs)
+            _register(self)
+            return
+        original(self, *args, **kwargs)
+
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    patches.set(cls, "__init__", __init__)
+
+
+def _build_language_model(original: Callable, self: Any, repo_id: str, kwargs: dict) -> None:
+    original(
+        self,
+        tiny_module(repo_id),
+        tokenizer=tiny_tokenizer(),
+        tokenizer_kwargs=kwargs.get("tokenizer_kwargs"),
+    )
+
+
+def _build_transformers_model(original: Callable, self: Any, repo_id: str, kwargs: dict) -> None:
+    original(
+        self,
+        tiny_module(repo_id),
+        tokenizer=tiny_tokenizer(),
+        task=kwargs.get("task") or "text-generation",
+    )
+
+
+def _build_nnsight(original: Callable, self: Any, repo_id: str, kwargs: dict) -> None:
+    original(self, tiny_module(repo_id))
+
+
+def _build_standardized(original: Callable, self: Any, repo_id: str, kwargs: dict) -> None:
+    original(self, tiny_module(repo_id), tokenizer=tiny_tokenizer())
+
+
+class _Patches:
+    """setattr with undo, in reverse order."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def set(self, owner: Any, name: str, value: Any) -> None:
+        missing = object()
+        if isinstance(owner, type):
+            previous = owner.__dict__.get(name, missing)
+        else:
+            previous = getattr(owner, "__dict__", {}).get(name, missing)
+            if previous is missing and hasattr(owner, name):
+                previous = getattr(owner, name)
+        setattr(owner, name, value)
+
+        def undo() -> None:
+            if previous is missing:
+                try:
+                    delattr(owner, name)
+                except AttributeError:
+                    pass
+            else:
+                setattr(owner, name, previous)
+
+        self._undo.append(undo)
+
+    def undo(self) -> None:
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except Exception:  # pragma: no cover - defensive
+                pass
+
+
+def _patch_models(patches: _Patches) -> None:
+    from nnsight.modeling.base import NNsight
+    from nnsight.modeling.language import LanguageModel
+    from nnsight.modeling.transformers import TransformersModel
+
+    _intercept_init(patches, LanguageModel, _build_language_model)
+    _intercept_init(patches, TransformersModel, _build_transformers_model)
+    _intercept_init(patches, NNsight, _build_nnsight, exact=True)
+
+    try:
+        import nnterp  # type: ignore
+    except Exception:
+        nnterp = None
+    standardized = getattr(nnterp, "StandardizedTransformer", None) if nnterp else None
+    if isinstance(standardized, type):
+        _intercept_init(patches, standardized, _build_standardized)
+
+    import transformers
+
+    def _tokenizer_from_pretrained(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        return tiny_tokenizer()
+
+    def _model_from_pretrained(cls: Any, name: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(name, str):
+            raise TypeError("ndif-opt verify: from_pretrained needs a repo id string")
+        module = tiny_module(name)
+        _register(module)
+        return module
+
+    patches.set(transformers.AutoTokenizer, "from_pretrained", classmethod(_tokenizer_from_pretrained))
+    for name in ("AutoModelForCausalLM", "AutoModel"):
+        auto = getattr(transformers, name, None)
+        if auto is not None:
+            patches.set(auto, "from_pretrained", classmethod(_model_from_pretrained))
+
+
+def _patch_credentials(patches: _Patches) -> None:
+    from nnsight.schema.config import Config
+
+    # CONFIG.set_default_api_key(...) persists to ~/.config; make saving a no-op.
+    patches.set(Config, "save", lambda self: None)
+    try:
+        import huggingface_hub
+    except Exception:
+        return
+    noop = lambda *args, **kwargs: None  # noqa: E731
+    patches.set(huggingface_hub, "login", noop)
+    patches.set(huggingface_hub, "notebook_login", noop)
+
+
+def _patch_local_mode(patches: _Patches) -> None:
+    from nnsight.modeling.mixins.remotable import Remotable
+
+    def _remote_backend(self, remote, blocking=True, job_id=None, verbose=False):
+        # `if backend is None and remote: backend = self._remote_backend(...)`:
+        # returning None leaves the default (local) backend in place.
+        return None
+
+    patches.set(Remotable, "_remote_backend", _remote_backend)
+
+
+@contextlib.contextmanager
+def patched_environment(mode: str = "local") -> Iterator[Optional[EmulatedNDIF]]:
+    """Model-construction stand-ins, harmless credentials and the ``mode`` backend.
+
+    Yields the active :class:`EmulatedNDIF` in ``"emulated"`` mode, else None.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    patches = _Patches()
+    try:
+        _patch_models(patches)
+        _patch_credentials(patches)
+        if mode == "local":
+            _patch_local_mode(patches)
+            yield None
+        else:
+            with EmulatedNDIF() as emulator:
+                yield emulator
+    finally:
+        patches.undo()
+
+
+# ---------------------------------------------------------------------------
+# Process state to restore
+# ---------------------------------------------------------------------------
+
+
+class _Snapshot:
+    def __init__(self, run_dir: str) -> None:
+        import torch
+        from cloudpickle.cloudpickle import _PICKLE_BY_VALUE_MODULES
+        from nnsight import ndif
+        from nnsight.schema.config import CONFIG
+
+        self.run_dir = run_dir
+        self.cwd = os.getcwd()
+        self.argv = list(sys.argv)
+        self.path = list(sys.path)
+        self.modules = set(sys.modules)
+        self.main = sys.modules.get("__main__")
+        self.environ = dict(os.environ)
+        self.stdin = sys.stdin
+        self.trace = sys.gettrace()
+        self.grad = torch.is_grad_enabled()
+        self.dtype = torch.get_default_dtype()
+        self.threads = torch.get_num_threads()
+        self.config = CONFIG.model_dump()
+        self.pulled = ndif._PULLED_ENV
+        self.by_value = set(_PICKLE_BY_VALUE_MODULES)
+
+    def restore(self, script_path: str) -> None:
+        import torch
+        from cloudpickle.cloudpickle import _PICKLE_BY_VALUE_MODULES
+        from nnsight import ndif
+        from nnsight.schema.config import CONFIG
+        from nnsight.tracing import globals as nnsight_globals
+
+        sys.settrace(self.trace)
+        os.chdir(self.cwd)
+        sys.argv[:] = self.argv
+        sys.path[:] = self.path
+        sys.stdin = self.stdin
+        if self.main is not None:
+            sys.modules["__main__"] = self.main
+        run_dir = os.path.realpath(self.run_dir)
+        for name in list(sys.modules):
+            if name in self.modules:
+                continue
+            module = sys.modules.get(name)
+            location = getattr(module, "__file__", None) or ""
+            if location and os.path.realpath(location).startswith(run_dir + os.sep):
+                del sys.modules[name]
+        if dict(os.environ) != self.environ:
+            os.environ.clear()
+            os.environ.update(self.environ)
+        torch.set_grad_enabled(self.grad)
+        torch.set_default_dtype(self.dtype)
+        if torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
+        for section, values in self.config.items():
+            target = getattr(CONFIG, section)
+            for key, value in values.items():
+                try:
+                    setattr(target, key, value)
+                except Exception:  # pragma: no cover - defensive
+                    pass
+        ndif._PULLED_ENV = self.pulled
+        _PICKLE_BY_VALUE_MODULES.clear()
+        _PICKLE_BY_VALUE_MODULES.update(self.by_value)
+        # nnsight's per-file caches and linecache entries for this run's files.
+        for key in [k for k in nnsight_globals.SOURCES if _belongs(k, script_path, run_dir)]:
+            del nnsight_globals.SOURCES[key]
+        for key in [k for k in nnsight_globals.BLOCKS if _belongs(k[0], script_path, run_dir)]:
+            del nnsight_globals.BLOCKS[key]
+        for key in [k for k in list(linecache.cache) if _belongs(k, script_path, run_dir)]:
+            linecache.cache.pop(key, None)
+
+
+def _belongs(filename: Any, script_path: str, run_dir: str) -> bool:
+    if not isinstance(filename, str):
+        return False
+    return script_path in filename or run_dir in filename
+
+
+def _seed_everything(seed: int = SEED) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except Exception:  # pragma: no cover - numpy is optional
+        pass
+
+
+@contextlib.contextmanager
+def _alarm(timeout: Optional[float]) -> Iterator[None]:
+    usable = (
+        timeout is not None
+        and timeout > 0
+        and threading.current_thread() is threading.main_thread()
+        and hasattr(signal, "setitimer")
+    )
+    if not usable:
+        yield
+        return
+
+    def _expired(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"script exceeded the {timeout:g} s timeout")
+
+    previous = signal.signal(signal.SIGALRM, _expired)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _collect_files(run_dir: Path, skip: dict[str, bytes]) -> dict[str, bytes]:
+    files: dict[str, bytes] = {}
+    for path in sorted(run_dir.rglob("*")):
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        name = path.relative_to(run_dir).as_posix()
+        try:
+            data = path.read_bytes()
+        except OSError:  # pragma: no cover - vanished or unreadable
+            continue
+        if name in skip and skip[name] == data:
+            continue
+        files[name] = data
+    return files
+
+
+# ---------------------------------------------------------------------------
+# run_script
+# ---------------------------------------------------------------------------
+
+
+def run_script(
+    source: str,
+    *,
+    filename: str = "script.py",
+    mode: str = "local",
+    argv: Optional[Sequence[str]] = None,
+    timeout: Optional[float] = None,
+    extra_files: Optional[dict[str, str | bytes]] = None,
+) -> RunResult:
+    """Run ``source`` as ``__main__`` in-process and report what it did.
+
+    Args:
+        source: The script's text.
+        filename: Base name the script is written under (inside a fresh unique
+            temporary directory, which is also the working directory and
+            ``sys.path[0]``).
+        mode: ``"local"`` (every ``remote=`` ignored: the intended result) or
+            ``"emulated"`` (``remote=True`` served by :class:`EmulatedNDIF`).
+        argv: Extra command-line arguments (``sys.argv[1:]``).
+        timeout: Seconds before a ``TimeoutError`` is raised in the script (only
+            when called from the main thread; POSIX).
+        extra_files: Files to place next to the script first (e.g. helper modules);
+            they are not reported in ``files`` unless the script changes them.
+
+    An exception raised by the script is captured in ``error`` / ``traceback``.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    import torch
+
+    base = os.path.basename(filename) or "script.py"
+    run_dir = Path(
+        tempfile.mkdtemp(prefix=f"ndif_opt_run_{next(_counter)}_{uuid.uuid4().hex[:8]}_")
+    )
+    script_path = str(run_dir / base)
+    preexisting: dict[str, bytes] = {}
+    for name, content in (extra_files or {}).items():
+        target = run_dir / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+        target.write_bytes(data)
+        preexisting[Path(name).as_posix()] = data
+    Path(script_path).write_text(source, encoding="utf-8")
+    preexisting[base] = source.encode("utf-8")
+
+    result = RunResult(mode=mode)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    snapshot = _Snapshot(str(run_dir))
+    state = _RunState()
+    counter = CallCounter()
+    module = types.ModuleType("__main__")
+    module.__dict__.update(
+        {"__file__": script_path, "__builtins__": builtins, "__spec__": None,
+         "__loader__": None, "__package__": None, "__cached__": None}
+    )
+    started = time.perf_counter()
+    caught: list[warnings.WarningMessage] = []
+    try:
+        from nnsight import ndif
+
+        ndif._PULLED_ENV = False  # a fresh client process
+        os.chdir(run_dir)
+        sys.argv[:] = [script_path, *(argv or [])]
+        sys.path.insert(0, str(run_dir))
+        sys.modules["__main__"] = module
+        sys.stdin = io.StringIO("")
+        os.environ.setdefault("MPLBACKEND", "Agg")
+        _seed_everything()
+        # Tiny models: one intra-op thread is faster (a contended OpenMP pool can make
+        # a 64-wide matmul 200x slower) and keeps local and emulated runs on the same
+        # reduction order.
+        torch.set_num_threads(1)
+        code = compile(source, script_path, "exec")
+        _STATE.run = state
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("ignore")
+            warnings.simplefilter("always", TinyModelWarning)
+            with _quiet_transformers(), patched_environment(mode) as emulator, \
+                    count_calls(counter), contextlib.redirect_stdout(stdout), \
+                    contextlib.redirect_stderr(stderr), _alarm(timeout):
+                try:
+                    exec(code, module.__dict__)
+                except SystemExit as exit_:
+                    if exit_.code not in (None, 0):
+                        result.error = f"SystemExit: {exit_.code}"
+                        result.traceback = traceback.format_exc()
+                except BaseException as error:  # noqa: BLE001 - reported, not raised
+                    if isinstance(error, KeyboardInterrupt):
+                        raise
+                    result.error = f"{type(error).__name__}: {error}"
+                    result.traceback = traceback.format_exc()
+                finally:
+                    if emulator is not None:
+                        result.requests = list(emulator.requests)
+    finally:
+        _STATE.run = None
+        state.close()
+        snapshot.restore(script_path)
+        result.seconds = time.perf_counter() - started
+    result.forward_passes = counter.forward_passes
+    result.layer_calls = counter.layer_calls
+    result.stdout = stdout.getvalue()
+    result.stderr = stderr.getvalue()
+    result.namespace = comparable_namespace(module.__dict__)
+    result.warnings = sorted({str(w.message) for w in caught if issubclass(w.category, TinyModelWarning)})
+    result.files = _collect_files(run_dir, preexisting)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return result
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    try:
+        from transformers.utils import logging as hf_logging
+    except Exception:  # pragma: no cover
+        yield
+        return
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(previous)
