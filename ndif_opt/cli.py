@@ -134,7 +134,7 @@ def optimize(
         typer.echo(to_json([(p, r) for p, r, _ in results], errors))
     else:
         _print_text(results, diff, report, check, writes_code and output is None, quiet)
-        if len(files) > 1 or errors:
+        if len(files) > 1:
             typer.echo(
                 f"{len(files)} file(s): {len(changed)} would change, "
                 f"{len(results) - len(changed)} unchanged, {len(errors)} error(s)",

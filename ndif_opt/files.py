@@ -39,6 +39,8 @@ def decode(path: str, data: bytes) -> SourceFile:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as error:
+        if "invalid or missing encoding declaration" in str(error):
+            raise InputError(f"{path}: not valid utf-8 text (and no encoding declaration)") from None
         raise InputError(f"{path}: {error}") from None
     if encoding == "utf-8-sig":
         encoding = "utf-8"
