@@ -8,10 +8,11 @@
     max-batch = 32
 
     [tool.ndif-opt.cost]                   # cost-model assumptions
-    seq-len = 16                           # tokens per prompt
+    seq-len = 16                           # tokens in a prompt that is not a literal
     latency = 2.0                          # seconds of round trip + queue per request
     bandwidth = 50e6                       # bytes per second of download
     throughput = 1e14                      # FLOP per second on the server
+    max-new-tokens = 20                    # tokens a generate makes when not stated
 
     [tool.ndif-opt.models."meta-llama/Llama-3.1-8B"]
     dtype = "float32"                      # model overrides (see model_registry)
@@ -21,8 +22,9 @@
 Keys may be spelled with dashes (as above) or underscores. Unknown keys and pass ids
 raise :class:`ConfigError`, which names the file and the key.
 
-Cost assumptions land in ``Options.cost`` with Python names — ``seq_len``,
-``latency``, ``bandwidth``, ``throughput`` — and the models table, as read, under
+Cost assumptions land in ``Options.cost`` under their TOML names — ``"seq-len"``,
+``"latency"``, ``"bandwidth"``, ``"throughput"``, ``"max-new-tokens"``, as
+:mod:`ndif_opt.cost_model` reads them — and the models table, as read, under
 ``Options.cost["models"]``.
 """
 
@@ -56,10 +58,11 @@ TOP_KEYS = {
 
 #: Keys of ``[tool.ndif-opt.cost]``: (key in Options.cost, type, description).
 COST_KEYS: dict[str, tuple[str, type, str]] = {
-    "seq-len": ("seq_len", int, "tokens per prompt"),
-    "latency": ("latency", float, "seconds of round trip and queueing per request"),
+    "seq-len": ("seq-len", int, "tokens in a prompt that is not a literal string"),
+    "latency": ("latency", float, "seconds of network and queueing per request"),
     "bandwidth": ("bandwidth", float, "download bytes per second"),
     "throughput": ("throughput", float, "server FLOP per second"),
+    "max-new-tokens": ("max-new-tokens", int, "tokens a generate makes when not stated"),
 }
 
 #: Keyword arguments :func:`load_options` accepts as command-line overrides.

@@ -197,16 +197,29 @@ def _ratio(name: str, before: RunMetrics, after: RunMetrics) -> str:
 
 
 def _run_mismatches(
-    expected: "RunResult", actual: "RunResult", atol: float, rtol: float, ignore_missing=frozenset()
+    expected: "RunResult",
+    actual: "RunResult",
+    atol: float,
+    rtol: float,
+    ignore_missing: Iterable[str] = frozenset(),
+    *,
+    ignore: Iterable[str] = (),
+    ignore_extra: bool = False,
 ) -> list[str]:
     from .compare import compare_namespaces
 
     # Names the optimizer declared it no longer brings back (nothing reads them after
     # the rewritten code) may be absent; if present they are still compared. Its own
     # helper names (`_ndif_*`) may be extra.
-    want = {k: v for k, v in expected.namespace.items() if not (k in ignore_missing and k not in actual.namespace)}
+    ignore_missing = frozenset(ignore_missing)
+    want = {
+        k: v for k, v in expected.namespace.items()
+        if not (k in ignore_missing and k not in actual.namespace)
+    }
     got = {k: v for k, v in actual.namespace.items() if not k.startswith("_ndif")}
-    problems = compare_namespaces(want, got, atol=atol, rtol=rtol)
+    problems = compare_namespaces(
+        want, got, atol=atol, rtol=rtol, ignore=ignore, ignore_extra=ignore_extra
+    )
     if expected.stdout != actual.stdout:
         problems.append(_stdout_difference(expected.stdout, actual.stdout))
     for name in sorted(expected.files.keys() | actual.files.keys()):
@@ -244,9 +257,20 @@ def verify_sources(
     argv: Optional[list[str]] = None,
     timeout: Optional[float] = None,
     extra_files: Optional[dict[str, str | bytes]] = None,
-    ignore_missing: "frozenset[str] | tuple[str, ...]" = frozenset(),
+    ignore_missing: Iterable[str] = frozenset(),
+    ignore: Iterable[str] = (),
+    ignore_extra: bool = False,
 ) -> VerifyReport:
-    """Run (a) original local, (b) original emulated, (c) optimized emulated; compare."""
+    """Run (a) original local, (b) original emulated, (c) optimized emulated; compare.
+
+    ``intended_ok`` holds when (c) leaves the same comparable module-level values as
+    (a) (tensors exactly equal unless ``atol``/``rtol`` are given), prints the same
+    client stdout, writes the same files and fails (or not) alike.
+
+    ``ignore_missing``: names the optimized script may no longer define (compared if
+    it does). ``ignore``: names left out of every comparison. ``ignore_extra``: accept
+    any name only the optimized script defines (names starting ``_ndif`` always are).
+    """
     import time
 
     from .runner import run_script
@@ -256,8 +280,11 @@ def verify_sources(
     local = run_script(original, mode="local", **common)
     before = run_script(original, mode="emulated", **common)
     after = run_script(optimized, mode="emulated", **common)
-    mismatches = _run_mismatches(local, after, atol, rtol, frozenset(ignore_missing))
-    remote_mismatches = _run_mismatches(local, before, atol, rtol)
+    ignore = tuple(ignore)
+    mismatches = _run_mismatches(
+        local, after, atol, rtol, frozenset(ignore_missing), ignore=ignore, ignore_extra=ignore_extra
+    )
+    remote_mismatches = _run_mismatches(local, before, atol, rtol, ignore=ignore)
     return VerifyReport(
         intended_ok=not mismatches,
         mismatches=mismatches,

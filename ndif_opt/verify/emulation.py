@@ -38,13 +38,12 @@ from __future__ import annotations
 import contextlib
 import io
 import linecache
-import sys
 import threading
 import time
 import traceback
 import weakref
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 

@@ -7,10 +7,15 @@ through ``linecache`` and caches it per filename for the life of the process).
 
 While the script runs, constructing a model from a repo id string —
 ``LanguageModel(...)``, ``TransformersModel(...)``, ``NNsight("...")``,
-``nnterp.StandardizedTransformer(...)``, ``AutoModelForCausalLM.from_pretrained``,
-``AutoTokenizer.from_pretrained`` — yields a tiny seeded model of that family
-(:mod:`ndif_opt.verify.tiny_models`); loading kwargs are ignored. API-key and
-``huggingface_hub.login`` calls are made harmless and environment changes undone.
+``nnterp.StandardizedTransformer(...)`` (when nnterp is installed),
+``AutoModelForCausalLM.from_pretrained``, ``AutoTokenizer.from_pretrained`` — yields
+a tiny seeded model of that family (:mod:`ndif_opt.verify.tiny_models`); loading
+kwargs (``device_map``, ``dispatch``, ``torch_dtype``...) are ignored. The classes'
+``__init__`` is patched in place rather than the classes replaced, so the script gets
+instances of nnsight's own classes (``isinstance`` works, and a request pickles the
+class by reference exactly as a real client's would). ``CONFIG.set_default_api_key``
+does not write the user's config file, ``huggingface_hub.login`` is a no-op, and
+``os.environ`` / ``CONFIG`` changes are undone after the run.
 
 Modes:
 
@@ -536,7 +541,12 @@ def run_script(
         # a 64-wide matmul 200x slower) and keeps local and emulated runs on the same
         # reduction order.
         torch.set_num_threads(1)
-        code = compile(source, script_path, "exec")
+        try:
+            code = compile(source, script_path, "exec")
+        except SyntaxError as error:  # e.g. a notebook's `!pip` line
+            code = None
+            result.error = f"SyntaxError: {error}"
+            result.traceback = traceback.format_exc()
         _STATE.run = state
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("ignore")
@@ -545,7 +555,8 @@ def run_script(
                     count_calls(counter), contextlib.redirect_stdout(stdout), \
                     contextlib.redirect_stderr(stderr), _alarm(timeout):
                 try:
-                    exec(code, module.__dict__)
+                    if code is not None:
+                        exec(code, module.__dict__)
                 except SystemExit as exit_:
                     if exit_.code not in (None, 0):
                         result.error = f"SystemExit: {exit_.code}"
