@@ -30,6 +30,7 @@ SUBCOMMANDS = ("verify", "rules", "lsp")
 class Format(str, Enum):
     text = "text"
     json = "json"
+    sarif = "sarif"
 
 
 app = typer.Typer(add_completion=False, help=__doc__, rich_markup_mode=None)
@@ -40,17 +41,26 @@ def _fail(message: str) -> None:
     raise typer.Exit(EXIT_ERROR)
 
 
-def _options(select, ignore, unsafe_fixes, assume_remote, max_batch) -> Options:
+def _options(select, ignore, unsafe_fixes, assume_remote, max_batch, *, path=None, config=None, cost=None) -> Options:
+    """Options for one input: its pyproject `[tool.ndif-opt]`, command-line flags on top."""
+    from ndif_opt.config import ConfigError, load_options
+
     for pass_id in list(select or []) + list(ignore or []):
         if pass_id not in PASS_IDS:
             _fail(f"unknown pass id {pass_id!r} (known: {', '.join(PASS_IDS)})")
-    return Options(
-        select=frozenset(select) if select else None,
-        ignore=frozenset(ignore or ()),
-        unsafe_fixes=unsafe_fixes,
-        assume_remote=assume_remote,
-        max_batch=max_batch,
-    )
+    try:
+        return load_options(
+            None if path in (None, "-") else path,
+            config=config,
+            select=list(select) if select else None,
+            ignore=list(ignore) if ignore else None,
+            unsafe_fixes=unsafe_fixes,
+            assume_remote=assume_remote,
+            max_batch=max_batch,
+            cost=cost or None,
+        )
+    except ConfigError as error:
+        _fail(str(error))
 
 
 def _expand(paths: list[str]) -> list[str]:
@@ -86,18 +96,30 @@ def optimize(
     report: bool = typer.Option(False, "--report", help="Print the per-pass cost table, then the diff."),
     select: Optional[List[str]] = typer.Option(None, "--select", help="Run only these passes."),
     ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Skip these passes."),
-    unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes", help="Also apply unsafe fixes."),
-    assume_remote: bool = typer.Option(
-        False, "--assume-remote", help="Treat `remote=` flags of unknown value as remote."
+    unsafe_fixes: Optional[bool] = typer.Option(
+        None, "--unsafe-fixes/--no-unsafe-fixes", help="Also apply unsafe fixes."
     ),
-    max_batch: int = typer.Option(32, "--max-batch", help="Most invokes batched into one trace."),
-    fmt: Format = typer.Option(Format.text, "--format", help="Output format for findings and reports."),
+    assume_remote: Optional[bool] = typer.Option(
+        None, "--assume-remote/--no-assume-remote", help="Treat `remote=` flags of unknown value as remote."
+    ),
+    max_batch: Optional[int] = typer.Option(None, "--max-batch", help="Most invokes batched into one trace (32)."),
+    fmt: Format = typer.Option(Format.text, "--format", help="text, json or sarif."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no findings."),
+    config: Optional[str] = typer.Option(None, "--config", help="A pyproject.toml with [tool.ndif-opt]."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Cost model: tokens of a non-literal prompt."),
+    latency: Optional[float] = typer.Option(None, "--latency", help="Cost model: seconds per request."),
+    bandwidth: Optional[float] = typer.Option(None, "--bandwidth", help="Cost model: download bytes/s."),
+    throughput: Optional[float] = typer.Option(None, "--throughput", help="Cost model: server FLOP/s."),
 ) -> None:
     """Rewrite nnsight scripts for fewer NDIF requests and smaller downloads."""
-    options = _options(select, ignore, unsafe_fixes, assume_remote, max_batch)
+    cost = {k: v for k, v in {"seq-len": seq_len, "latency": latency, "bandwidth": bandwidth,
+                              "throughput": throughput}.items() if v is not None}
     files = _expand(paths)
-    writes_code = not (diff or check or report or in_place or fmt is Format.json)
+    option_sets = {
+        path: _options(select, ignore, unsafe_fixes, assume_remote, max_batch, path=path, config=config, cost=cost)
+        for path in files
+    }
+    writes_code = not (diff or check or report or in_place or fmt is not Format.text)
     if output is not None and len(files) != 1:
         _fail("-o/--output takes exactly one input file")
     if output is not None and files[0] != "-" and same_file(files[0], output):
@@ -110,7 +132,7 @@ def optimize(
     for path in files:
         try:
             source = decode("<stdin>", sys.stdin.buffer.read()) if path == "-" else read_source(path)
-            results.append((source.path, _optimize(source, options), source))
+            results.append((source.path, _optimize(source, option_sets[path]), source))
         except InputError as error:
             errors.append({"path": path, "message": str(error)})
             typer.echo(f"ndif-opt: {error}", err=True)
@@ -132,8 +154,17 @@ def optimize(
 
     if fmt is Format.json:
         typer.echo(to_json([(p, r) for p, r, _ in results], errors))
+    elif fmt is Format.sarif:
+        import json
+
+        from ndif_opt.sarif import to_sarif
+
+        by_path = {source.path: option_sets[path] for path, (_, _, source) in zip(files, results)}
+        log = to_sarif([(p, r) for p, r, _ in results], errors, options=by_path)
+        typer.echo(json.dumps(log, indent=2, ensure_ascii=False))
     else:
-        _print_text(results, diff, report, check, writes_code and output is None, quiet)
+        _print_text(results, diff, report, check, writes_code and output is None, quiet,
+                    wrote=in_place or output is not None or writes_code)
         if len(files) > 1:
             typer.echo(
                 f"{len(files)} file(s): {len(changed)} would change, "
@@ -146,7 +177,8 @@ def optimize(
         raise typer.Exit(EXIT_CHANGES)
 
 
-def _print_text(results, diff: bool, report: bool, check: bool, code_to_stdout: bool, quiet: bool) -> None:
+def _print_text(results, diff: bool, report: bool, check: bool, code_to_stdout: bool, quiet: bool,
+                wrote: bool = True) -> None:
     for path, result, _source in results:
         if code_to_stdout:
             sys.stdout.write(result.code)
@@ -160,7 +192,7 @@ def _print_text(results, diff: bool, report: bool, check: bool, code_to_stdout: 
         if not quiet:
             stream_err = code_to_stdout  # keep stdout clean when it carries the code
             for finding in result.findings:
-                typer.echo(finding_line(path, finding), err=stream_err)
+                typer.echo(finding_line(path, finding, written=wrote), err=stream_err)
         if check and result.changed:
             typer.echo(f"would rewrite {path}", err=True)
 
@@ -191,7 +223,7 @@ def verify(
     emulation of NDIF, compare every result, and print measured requests and bytes."""
     try:
         source = read_source(path)
-        result = _optimize(source, _options(None, None, unsafe_fixes, assume_remote, 32))
+        result = _optimize(source, _options(None, None, unsafe_fixes, assume_remote, None, path=path))
     except InputError as error:
         _fail(str(error))
     try:

@@ -19,6 +19,7 @@ from ndif_opt.effects import ServerCheck
 from ndif_opt.options import Options
 from ndif_opt.passes import PASSES, Context, RawFinding
 from ndif_opt.prefilter import uses_nnsight
+from ndif_opt.suppression import Suppressions
 from ndif_opt.types import Cost, Edit, Finding, PassCost, Position, Range, Result, Status
 
 MAX_ROUNDS = 4  # a pass may enable another; a few rounds reach the fixed point
@@ -48,7 +49,9 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
     module = parse(source, filename)
     state = _State(module, analyze(module, assume_remote=options.assume_remote), source)
     passes = [cls() for cls in PASSES if options.wants(cls.id)]
-    costs: dict[str, list[Cost]] = {}
+    suppressions = Suppressions.from_source(source)
+    initial_cost = estimate(state.facts, options)
+    deltas: dict[str, Cost] = {p.id: Cost() for p in passes}
     applied: list[Finding] = []
     last_round: list[Finding] = []
     unreturned: set[str] = set()
@@ -58,9 +61,15 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
         for pass_ in passes:
             before = estimate(state.facts, options)
             context = Context(options, ServerCheck(state.facts))
+            if suppressions:
+                context.suppressed = _suppression_check(suppressions, state, source, pass_.id)
             new_module = pass_.run(state.module, state.facts, context)
-            unreturned |= context.unreturned
             located = _locate(context.findings, state, source, pass_.id)
+            if suppressions:
+                located, keep = _enforce_suppressions(suppressions, located)
+                if not keep:
+                    new_module, context.unreturned = state.module, set()
+            unreturned |= context.unreturned
             applied.extend(f for f in located if f.status is Status.APPLIED)
             last_round.extend(f for f in located if f.status is not Status.APPLIED)
             if new_module is not state.module and not new_module.deep_equals(state.module):
@@ -68,8 +77,7 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
                 code = new_module.code
                 state = _State(new_module, analyze(new_module, assume_remote=options.assume_remote), code)
             after = estimate(state.facts, options)
-            entry = costs.setdefault(pass_.id, [before, after])
-            entry[1] = after
+            deltas[pass_.id] = _add(deltas[pass_.id], _diff(after, before))
         if not changed:
             break
     code = state.code
@@ -78,11 +86,65 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
         source=source,
         code=code,
         findings=findings,
-        costs=tuple(PassCost(pid, b, a) for pid, (b, a) in costs.items()),
+        costs=tuple(_chain(initial_cost, passes, deltas)),
         edits=tuple(text_edits(source, code)),
         assumptions=tuple(assumptions(options)),
         unreturned=tuple(sorted(unreturned)) if code != source else (),
     )
+
+
+_COST_FIELDS = ("requests", "upload_bytes", "download_bytes", "forward_passes", "compute_flops", "seconds")
+
+
+def _diff(a: Cost, b: Cost) -> Cost:
+    return Cost(**{f: getattr(a, f) - getattr(b, f) for f in _COST_FIELDS})
+
+
+def _add(a: Cost, b: Cost) -> Cost:
+    return Cost(**{f: getattr(a, f) + getattr(b, f) for f in _COST_FIELDS})
+
+
+def _chain(initial: Cost, passes, deltas: dict[str, Cost]) -> list[PassCost]:
+    """Per-pass costs that chain: each pass starts where the previous one ended, and its
+    change is what it saved over all rounds of the fixed point."""
+    rows, running = [], initial
+    for pass_ in passes:
+        after = _add(running, deltas[pass_.id])
+        rows.append(PassCost(pass_.id, running, after))
+        running = after
+    return rows
+
+
+def _suppression_check(suppressions: Suppressions, state: "_State", original: str, pass_id: str):
+    """A node -> bool check of `# ndif-opt: ignore` comments, positions computed lazily."""
+    cache: dict = {}
+
+    def check(node: cst.CSTNode) -> bool:
+        if "positions" not in cache:
+            cache["positions"] = MetadataWrapper(state.module, unsafe_skip_copy=True).resolve(PositionProvider)
+            cache["map"] = _line_map(state.code, original)
+        pos = cache["positions"].get(node)
+        if pos is None:
+            return False
+        start, _ = cache["map"](pos.start.line - 1, pos.start.column)
+        end, _ = cache["map"](pos.end.line - 1, pos.end.column)
+        return suppressions.covers(pass_id, start, end)
+
+    return check
+
+
+def _enforce_suppressions(suppressions: Suppressions, located: list[Finding]) -> tuple[list[Finding], bool]:
+    """Safety net for passes that do not ask ``context.allows``: if a rewrite they
+    applied is covered by a suppression, the whole rewrite of that pass is dropped."""
+    marked = [suppressions.mark(f) if f.status is Status.APPLIED else f for f in located]
+    if not any(m.status is Status.SUPPRESSED and f.status is Status.APPLIED for f, m in zip(located, marked)):
+        return marked, True
+    reason = "another rewrite of this pass in this file is suppressed"
+    return [
+        Finding(m.pass_id, m.message, m.range, Status.SKIPPED, m.safety, reason)
+        if m.status is Status.APPLIED else m
+        for m in marked
+    ], False
 
 
 def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -> list[Finding]:
@@ -97,9 +159,9 @@ def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -
         if pos is None:
             rng = Range.of(0, 0, 0, 0)
         else:
-            start = line_map(pos.start.line - 1)
-            end = max(start, line_map(pos.end.line - 1))
-            rng = Range(Position(start, pos.start.column), Position(end, pos.end.column))
+            start = Position(*line_map(pos.start.line - 1, pos.start.column))
+            end = Position(*line_map(pos.end.line - 1, pos.end.column))
+            rng = Range(start, max(start, end))
         found.append(
             Finding(pass_id, item.message, rng, item.status, item.safety, item.reason)
         )
@@ -107,17 +169,48 @@ def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -
 
 
 def _line_map(current: str, original: str):
-    """Map 0-based lines of ``current`` to the closest line of ``original``."""
+    """Map (line, column) of ``current`` to the closest position in ``original``.
+
+    Lines equal up to indentation map exactly, the column shifted by the change in
+    indentation (code moved into a session is indented one level deeper); other
+    lines map to the nearest line of their diff hunk.
+    """
     if current == original:
-        return lambda line: line
-    matcher = difflib.SequenceMatcher(
-        None, current.splitlines(), original.splitlines(), autojunk=False
-    )
-    table: dict[int, int] = {}
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        for offset in range(i2 - i1):
-            table[i1 + offset] = min(j1 + offset, max(j2 - 1, j1)) if tag != "equal" else j1 + offset
-    return lambda line: table.get(line, max(0, min(line, len(original.splitlines()) - 1)))
+        return lambda line, col: (line, col)
+    cur, org = current.split("\n"), original.split("\n")
+    table: dict[int, tuple[int, int | None]] = {}
+    outer = difflib.SequenceMatcher(None, cur, org, autojunk=False)
+    for tag, i1, i2, j1, j2 in outer.get_opcodes():
+        if tag == "equal":
+            for k in range(i2 - i1):
+                table[i1 + k] = (j1 + k, 0)
+            continue
+        inner = difflib.SequenceMatcher(
+            None, [line.strip() for line in cur[i1:i2]], [line.strip() for line in org[j1:j2]], autojunk=False
+        )
+        for t, a1, a2, b1, b2 in inner.get_opcodes():
+            for k in range(a2 - a1):
+                i = i1 + a1 + k
+                if t == "equal":
+                    j = j1 + b1 + k
+                    shift = _indent(org[j]) - _indent(cur[i])
+                    table[i] = (j, shift)
+                else:
+                    table[i] = (min(j1 + b1 + k, max(j1 + b2 - 1, j1 + b1, j1)), None)
+    last = max(0, len(org) - 1)
+
+    def map_position(line: int, col: int) -> tuple[int, int]:
+        j, shift = table.get(line, (min(line, last), None))
+        j = min(j, last)
+        if shift is None:
+            return j, min(col, len(org[j]))
+        return j, max(0, min(col + shift, len(org[j])))
+
+    return map_position
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
 
 
 def text_edits(source: str, code: str) -> list[Edit]:

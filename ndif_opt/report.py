@@ -16,11 +16,11 @@ def human_bytes(count: float) -> str:
     return f"{count:.1f} TB"
 
 
-def finding_line(path: str, finding: Finding) -> str:
+def finding_line(path: str, finding: Finding, written: bool = True) -> str:
     line = finding.range.start.line + 1
     col = finding.range.start.character + 1
     status = {
-        Status.APPLIED: "fixed",
+        Status.APPLIED: "fixed" if written else "fixable",
         Status.SKIPPED: "not fixed",
         Status.UNSAFE_NOT_APPLIED: "unsafe fix available",
         Status.SUPPRESSED: "suppressed",
@@ -55,7 +55,8 @@ def _ratio(before: float, after: float) -> str:
         return "="
     if after == 0:
         return "∞×" if before else "="
-    return f"{before / after:.3g}×"
+    ratio = before / after
+    return f"{ratio:,.0f}×" if ratio >= 100 else f"{ratio:.3g}×"
 
 
 def cost_table(result: Result) -> str:

@@ -208,3 +208,36 @@ def without_leading_blank_lines(stmt: cst.BaseStatement) -> cst.BaseStatement:
     while lines and lines[0].comment is None:
         lines.pop(0)
     return stmt.with_changes(leading_lines=lines)
+
+
+class NodeEdits(cst.CSTTransformer):
+    """Edits by node identity, applied in one walk: replace expressions or statements,
+    remove statements (their blank lines pass on), append statements to suites."""
+
+    def __init__(self) -> None:
+        self.replace: dict[int, cst.CSTNode] = {}
+        self.remove: set[int] = set()
+        self.append: dict[int, list[cst.BaseStatement]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.replace or self.remove or self.append)
+
+    def on_leave(self, original, updated):
+        if id(original) in self.replace:
+            return self.replace[id(original)]
+        if isinstance(original, (cst.Module, cst.IndentedBlock)):
+            body: list = []
+            carried: list = []
+            for old, new in zip(original.body, updated.body):
+                if id(old) in self.remove:
+                    carried = carried or _leading_blank_lines(new)
+                    continue
+                if carried and not _leading_blank_lines(new):
+                    new = new.with_changes(leading_lines=carried + list(new.leading_lines))
+                carried = []
+                body.append(new)
+            body.extend(self.append.get(id(original), []))
+            if not body and isinstance(original, cst.IndentedBlock):
+                body = [cst.SimpleStatementLine([cst.Pass()])]
+            return updated.with_changes(body=body)
+        return updated

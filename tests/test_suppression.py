@@ -205,7 +205,6 @@ def test_crlf_line_endings():
 PROMPT_LOOP = (Path(__file__).resolve().parent.parent / "examples" / "prompt_loop.py").read_text()
 
 
-@pytest.mark.xfail(reason="the pipeline honours suppressions once the lead integrates them", strict=False)
 def test_optimize_leaves_suppressed_code_alone():
     from ndif_opt import optimize
     from ndif_opt.types import Status
@@ -215,3 +214,16 @@ def test_optimize_leaves_suppressed_code_alone():
     hoist = [f for f in result.findings if f.pass_id == "session-hoisting"]
     assert hoist and all(f.status is Status.SUPPRESSED for f in hoist)
     assert result.code == source
+
+
+def test_suppressing_one_pass_keeps_the_others():
+    from ndif_opt import optimize
+    from ndif_opt.types import Status
+
+    source = PROMPT_LOOP.replace("for prompt in PROMPTS:", "for prompt in PROMPTS:  # ndif-opt: ignore[detach-cpu]")
+    result = optimize(source)
+    assert "model.session(remote=True)" in result.code
+    file_level = "# ndif-opt: ignore-file[session-hoisting]\n" + PROMPT_LOOP
+    result = optimize(file_level)
+    assert "session(" not in result.code
+    assert any(f.status is Status.SUPPRESSED for f in result.findings)

@@ -79,7 +79,8 @@ class AccumulatorRelocation(Pass):
             if acc is None:
                 context.skipped(node, bug, f"not moved: {why}")
                 continue
-            found.append(acc)
+            if context.allows(acc.stmt, bug):
+                found.append(acc)
         return found
 
     def _plan(self, block: Block, accumulators: list[Accumulator], plan: SuitePlan, context) -> None:

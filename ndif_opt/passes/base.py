@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -50,6 +51,18 @@ class Context:
     # names the original left on the client that the rewrite no longer brings back,
     # because nothing after the rewritten code reads them (loop variables, dead saves)
     unreturned: set[str] = field(default_factory=set)
+    # is this node covered by a `# ndif-opt: ignore` comment for the running pass?
+    suppressed: Callable[[cst.CSTNode], bool] | None = None
+
+    def allows(self, node: cst.CSTNode, message: str) -> bool:
+        """False (and a SUPPRESSED finding) when a suppression comment covers ``node``."""
+        if self.suppressed is not None and self.suppressed(node):
+            self.findings.append(
+                RawFinding(node, message, Status.SUPPRESSED, Safety.SAFE,
+                           "suppressed by a `# ndif-opt: ignore` comment")
+            )
+            return False
+        return True
 
     def applied(self, node: cst.CSTNode, message: str, safety: Safety = Safety.SAFE) -> None:
         self.findings.append(RawFinding(node, message, Status.APPLIED, safety))

@@ -66,7 +66,7 @@ class DetachCpu(Pass):
                                 small, "saved tensor not moved to the CPU",
                                 "the block later writes to this module's value in place",
                             )
-                        else:
+                        elif context.allows(small, "saved tensor not moved to the CPU"):
                             targets[id(value)] = value
                             context.applied(small, f"added `.detach().cpu()` before saving `{code_of(inner)}`")
                     if isinstance(target, cst.Name) and is_tensor(inner if inner is not None else value, models, tensors):

@@ -95,6 +95,8 @@ class ReductionPushdown(Pass):
             return
         if _bindings_in(session.node.body, save.name) != 1:
             return
+        if not context.allows(save.stmt, f"`{save.name}` need not be downloaded"):
+            return
         body = save.block.node.body
         index = list(body.body).index(save.stmt)
         plan.replace(body, index, index + 1, lambda stmts, s=save.stmt: [_without_save(s)])

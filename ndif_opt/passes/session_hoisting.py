@@ -175,6 +175,8 @@ class SessionHoisting(Pass):
     # -- checking and planning ---------------------------------------------------------
     def _plan(self, region: Region, facts: Facts, context: Context, plan: SuitePlan) -> bool:
         anchor = region.statements[0]
+        if not context.allows(anchor, _not_hoisted(region, facts)):
+            return False
         blocking = [p for p in region.unsafe if not _is_unsafe_only(p)]
         if blocking:
             if len(region.statements) == 1 and self._plan_split(region, facts, context, plan):
