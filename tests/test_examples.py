@@ -33,8 +33,11 @@ def test_example_in_sync_and_stable(path):
         expected.write_text(result.code)
     assert expected.read_text() == result.code
     assert optimize(result.code).code == result.code, "a second run must change nothing"
-    assert result.costs[0].before.requests > result.costs[-1].after.requests or any(
-        f.pass_id == "accumulator-relocation" and f.applied for f in result.findings
+    before, after = result.costs[0].before, result.costs[-1].after
+    assert (
+        before.requests > after.requests
+        or before.download_bytes > after.download_bytes
+        or any(f.pass_id == "accumulator-relocation" and f.applied for f in result.findings)
     )
 
 
