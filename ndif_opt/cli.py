@@ -227,12 +227,10 @@ def verify(
     except InputError as error:
         _fail(str(error))
     try:
-        from ndif_opt.verify import verify_sources
+        from ndif_opt.verify import verify_result
     except ImportError as error:
         _fail(str(error))
-    report = verify_sources(
-        source.text, result.code, filename=path, atol=atol, rtol=rtol, ignore_missing=result.unreturned
-    )
+    report = verify_result(source.text, result, filename=path, atol=atol, rtol=rtol)
     if fmt is Format.json:
         import json
 

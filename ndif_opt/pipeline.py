@@ -55,6 +55,7 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
     applied: list[Finding] = []
     last_round: list[Finding] = []
     unreturned: set[str] = set()
+    introduced: set[str] = set()
     for _round in range(MAX_ROUNDS):
         changed = False
         last_round = []
@@ -68,8 +69,9 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
             if suppressions:
                 located, keep = _enforce_suppressions(suppressions, located)
                 if not keep:
-                    new_module, context.unreturned = state.module, set()
+                    new_module, context.unreturned, context.introduced = state.module, set(), set()
             unreturned |= context.unreturned
+            introduced |= context.introduced
             applied.extend(f for f in located if f.status is Status.APPLIED)
             last_round.extend(f for f in located if f.status is not Status.APPLIED)
             if new_module is not state.module and not new_module.deep_equals(state.module):
@@ -89,7 +91,8 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
         costs=tuple(_chain(initial_cost, passes, deltas)),
         edits=tuple(text_edits(source, code)),
         assumptions=tuple(assumptions(options)),
-        unreturned=tuple(sorted(unreturned)) if code != source else (),
+        unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),
+        introduced=tuple(sorted(introduced)) if code != source else (),
     )
 
 

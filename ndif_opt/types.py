@@ -114,6 +114,8 @@ class Result:
     # names the original script left on the client that the optimized one no longer
     # brings back, because nothing after the rewritten code reads them
     unreturned: tuple[str, ...] = field(default=())
+    # fresh names the optimized script adds (reduced values, loop-split carries)
+    introduced: tuple[str, ...] = field(default=())
 
     @property
     def changed(self) -> bool:
@@ -126,4 +128,5 @@ class Result:
             "costs": [c.to_dict() for c in self.costs],
             "assumptions": list(self.assumptions),
             "unreturned": list(self.unreturned),
+            "introduced": list(self.introduced),
         }

@@ -51,6 +51,8 @@ class Context:
     # names the original left on the client that the rewrite no longer brings back,
     # because nothing after the rewritten code reads them (loop variables, dead saves)
     unreturned: set[str] = field(default_factory=set)
+    # names the rewrite added to the client's namespace (fresh, unused by the original)
+    introduced: set[str] = field(default_factory=set)
     # is this node covered by a `# ndif-opt: ignore` comment for the running pass?
     suppressed: Callable[[cst.CSTNode], bool] | None = None
 

@@ -44,6 +44,8 @@ def plan_split(hoisting, region, facts: Facts, context, plan: SuitePlan) -> bool
         return False
     prefix, suffix, carried, accumulators = reason
     _rewrite(loop, region, prefix, suffix, carried, accumulators, facts, plan)
+    if carried:
+        context.introduced.add(CARRY)
     skip = tuple(b.node.body for s in prefix for b in facts.blocks_within(s) if b.parent is None)
     context.unreturned |= set(collect_all(prefix, skip=skip).binds) - set(carried) - set(collect(loop.target).binds)
     names = ", ".join(f"`{n}`" for n in carried) or "nothing"

@@ -269,6 +269,7 @@ class ChainPushdown:
                 continue
             name = _fresh_name(x, chain, taken)
             taken.add(name)
+            self.context.introduced.add(name)
             by_code[code] = name
             added.append(_saved_assignment(name, chain))
             edits.replace[id(chain)] = cst.Name(name)

@@ -48,6 +48,7 @@ __all__ = [
     "run_script",
     "tiny_model",
     "verify_sources",
+    "verify_result",
 ]
 
 _LAZY = {
@@ -297,4 +298,17 @@ def verify_sources(
         errors={"local": local.error, "original": before.error, "optimized": after.error},
         warnings=sorted(set(local.warnings) | set(before.warnings) | set(after.warnings)),
         seconds=time.perf_counter() - started,
+    )
+
+
+def verify_result(source: str, result, *, filename: str = "script.py", **kwargs) -> "VerifyReport":
+    """:func:`verify_sources` for an :class:`ndif_opt.Result`: names the optimizer says it
+    no longer brings back may be missing, names it introduced are not compared."""
+    return verify_sources(
+        source,
+        result.code,
+        filename=filename,
+        ignore_missing=kwargs.pop("ignore_missing", result.unreturned),
+        ignore=tuple(kwargs.pop("ignore", ())) + tuple(result.introduced),
+        **kwargs,
     )

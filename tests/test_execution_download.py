@@ -1,0 +1,107 @@
+"""Execution checks for the download passes (reduction-pushdown, detach-cpu): the
+results equal the intended ones and what crosses the wire shrinks — or, for the
+negative cases, the code is left alone and still right."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+pytest.importorskip("nnsight")
+
+from ndif_opt import optimize  # noqa: E402
+from ndif_opt.verify import verify_result  # noqa: E402
+
+
+def check(source: str, extra_files=None):
+    source = textwrap.dedent(source)
+    result = optimize(source)
+    report = verify_result(source, result, filename="script.py", extra_files=extra_files)
+    assert report.intended_ok, report.to_text()
+    assert not report.errors["optimized"], report.errors
+    return result, report
+
+
+def test_eight_prompts_of_logits_become_eight_integers():
+    result, report = check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("openai-community/gpt2")
+        prompts = ["a b c", "the cat sat", "hello world", "one two three four",
+                   "Paris is", "the city of", "water boils at", "my name is"]
+        predictions = []
+        for prompt in prompts:
+            with model.trace(prompt, remote=True):
+                logits = model.lm_head.output.save()
+            predictions.append(logits[0, -1].argmax().item())
+        '''
+    )
+    assert (report.before.requests, report.after.requests) == (8, 1)
+    # before: eight [1, seq, 512] fp32 tensors; after: eight Python ints in a list
+    assert report.before.download_raw_bytes > 8 * 2 * 512 * 4
+    assert report.after.download_raw_bytes < 2_000
+
+
+def test_full_value_also_written_to_disk_keeps_its_save():
+    source = '''
+        import torch
+        from nnsight import LanguageModel
+
+        model = LanguageModel("openai-community/gpt2")
+        with model.trace("hello world", remote=True):
+            logits = model.lm_head.output.save()
+        top = logits[0, -1].argmax().item()
+        torch.save(logits, "logits.pt")
+        '''
+    result, report = check(source)
+    assert "logits = model.lm_head.output.detach().cpu().save()" in result.code
+    assert any("still downloaded whole" in f.message for f in result.findings)
+
+
+def test_non_allowed_library_stays_on_the_client():
+    result, report = check(
+        '''
+        import statistics
+        from nnsight import LanguageModel
+
+        model = LanguageModel("openai-community/gpt2")
+        with model.trace("hello world", remote=True):
+            logits = model.lm_head.output.save()
+        spread = statistics.pstdev(logits[0, -1].tolist())
+        '''
+    )
+    # the server computes the row and its tolist; `statistics` runs here
+    assert "statistics.pstdev(logits_tolist)" in result.code
+    assert report.after.download_raw_bytes < report.before.download_raw_bytes
+
+
+def test_helper_from_a_local_module_is_not_pushed():
+    helpers = "def top_token(logits):\n    return int(logits[0, -1].argmax())\n"
+    source = '''
+        from nnsight import LanguageModel
+        from helpers import top_token
+
+        model = LanguageModel("openai-community/gpt2")
+        with model.trace("hello world", remote=True):
+            logits = model.lm_head.output.save()
+        best = top_token(logits)
+        '''
+    result, report = check(source, extra_files={"helpers.py": helpers})
+    assert "best = top_token(logits)" in result.code
+
+
+def test_detach_cpu_never_twice_and_values_equal():
+    result, report = check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("meta-llama/Llama-3.1-8B")
+        with model.trace("The Eiffel Tower is in", remote=True):
+            hidden = model.model.layers[3].output[:, -1].save()
+            already = model.model.layers[4].output.cpu().save()
+        '''
+    )
+    assert result.code.count(".detach().cpu()") == 1
+    assert optimize(result.code).code == result.code
