@@ -44,6 +44,7 @@ import libcst as cst
 import builtins
 
 from ndif_opt.analysis import Block, Facts, Remote, is_save_call, qualify
+from ndif_opt.describe import saved_shape
 from ndif_opt.names import collect, collect_all
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
@@ -113,10 +114,11 @@ class ReductionPushdown(Pass):
         index = list(body.body).index(save.stmt)
         plan.replace(body, index, index + 1, lambda stmts, s=save.stmt: [_without_save(s)])
         context.unreturned.add(save.name)
+        full = saved_shape(unsave(save.stmt.body[0].value), save.block, facts)
         context.applied(
             save.stmt,
-            f"`{save.name}` is no longer downloaded: only code inside the session reads it, "
-            "and the session sees it without `.save()`",
+            f"`{save.name}`{f' ({full})' if full else ''} is no longer downloaded: only code inside "
+            "the session reads it, and the session sees it without `.save()`",
         )
 
 
@@ -277,9 +279,11 @@ class ChainPushdown:
         edits.replace[id(self.save.stmt)] = _without_save(self.save.stmt)
         self.context.unreturned.add(x)
         reduced = ", ".join(f"`{c}`" for c in by_code)
+        full = saved_shape(unsave(self.save.stmt.body[0].value), self.save.block, self.facts)
         self.context.applied(
             self.save.stmt,
-            f"`{x}` is no longer downloaded whole: {reduced} now computed in the block and saved"
+            f"`{x}`{f' ({full})' if full else ''} is no longer downloaded whole: {reduced} "
+            "now computed in the block and saved"
             + (f" (as {', '.join(f'`{m}`' for m in moved)})" if moved else ""),
         )
         return edits
