@@ -53,6 +53,7 @@ class RemoteFlag:
     state: Remote
     expr: cst.BaseExpression | None = None  # the argument's value, None when absent
     reason: str = ""  # how the state was decided, for findings
+    via_kwargs: bool = False  # passed inside `**kwargs`: cannot be removed from the call
 
     @property
     def code(self) -> str:
@@ -429,18 +430,57 @@ def remote_arg(call: cst.Call) -> cst.Arg | None:
 def _remote_flag(call: cst.Call, info: StmtInfo, facts: Facts) -> RemoteFlag:
     arg = remote_arg(call)
     if arg is None:
-        if any(a.star == "**" for a in call.args):
-            return RemoteFlag(Remote.MAYBE, None, "`**kwargs` may carry `remote=`")
+        for star in (a for a in call.args if a.star == "**"):
+            state, reason = _kwargs_remote(star.value, facts)
+            return RemoteFlag(state, None, reason, via_kwargs=True)
         return RemoteFlag(Remote.NO, None, "no `remote=` argument")
-    return RemoteFlag(*_truth(arg.value, facts, set()), )
+    state, _, reason = _truth(arg.value, facts, set(), info)
+    return RemoteFlag(state, arg.value, reason)
 
 
-def _truth(expr: cst.BaseExpression, facts: Facts, seen: set[str]) -> tuple:
+def _kwargs_remote(expr: cst.BaseExpression, facts: Facts) -> tuple[Remote, str]:
+    """`**kw` where `kw` is a module-level dict with a literal "remote" key."""
+    code = cst.Module([]).code_for_node(expr)
+    value = facts.constant(expr.value) if isinstance(expr, cst.Name) else None
+    entry = _dict_entry(value, "remote") if value is not None else None
+    if entry is None:
+        return Remote.MAYBE, f"`**{code}` may carry `remote=`"
+    state, _, _ = _truth(entry, facts, set(), None)
+    return state, f"`{code}[\"remote\"]` is {_said(state)}"
+
+
+def _dict_entry(value: cst.BaseExpression, key: str) -> cst.BaseExpression | None:
+    """The value of ``key`` in a dict literal, `dict(key=...)` or `Namespace(key=...)` call."""
+    if isinstance(value, cst.Dict):
+        for element in value.elements:
+            if (
+                isinstance(element, cst.DictElement)
+                and isinstance(element.key, cst.SimpleString)
+                and element.key.evaluated_value == key
+            ):
+                return element.value
+        return None
+    if isinstance(value, cst.Call):
+        for arg in value.args:
+            if arg.keyword is not None and arg.keyword.value == key:
+                return arg.value
+    return None
+
+
+def _said(state: Remote) -> str:
+    return {Remote.YES: "true", Remote.NO: "false", Remote.MAYBE: "unknown"}[state]
+
+
+def _truth(expr: cst.BaseExpression, facts: Facts, seen: set[str], info: StmtInfo | None = None) -> tuple:
     if isinstance(expr, cst.Name):
         if expr.value == "True":
             return Remote.YES, expr, "`remote=True`"
         if expr.value in ("False", "None"):
             return Remote.NO, expr, f"`remote={expr.value}`"
+        if info is not None and info.function is not None:
+            resolved = _parameter_truth(expr.value, info.function, facts)
+            if resolved is not None:
+                return resolved[0], expr, resolved[1]
         value = facts.constant(expr.value)
         if value is not None and expr.value not in seen:
             state, _, _ = _truth(value, facts, seen | {expr.value})
@@ -452,4 +492,93 @@ def _truth(expr: cst.BaseExpression, facts: Facts, seen: set[str]) -> tuple:
     if isinstance(expr, cst.Integer):
         return (Remote.YES if int(expr.value) else Remote.NO), expr, "an integer flag"
     code = cst.Module([]).code_for_node(expr)
+    entry = _config_entry(expr, facts)
+    if entry is not None and code not in seen:
+        state, _, _ = _truth(entry, facts, seen | {code})
+        if state is not Remote.MAYBE:
+            return state, expr, f"`{code}` is set to {state is Remote.YES} in the script"
     return Remote.MAYBE, expr, f"the value of `{code}` is not known before running"
+
+
+def _config_entry(expr: cst.BaseExpression, facts: Facts) -> cst.BaseExpression | None:
+    """`cfg.remote` / `CONFIG["remote"]` / `Config.REMOTE` resolved through module code."""
+    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
+        owner, key = expr.value.value, expr.attr.value
+        value = facts.constant(owner)
+        if value is not None:
+            entry = _dict_entry(value, key)
+            if entry is not None:
+                return entry
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+                owner = value.func.value  # an instance of a class defined here
+        return _class_attribute(facts.module, owner, key)
+    if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name) and len(expr.slice) == 1:
+        index = expr.slice[0].slice
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+            value = facts.constant(expr.value.value)
+            if value is not None:
+                return _dict_entry(value, index.value.evaluated_value)
+    return None
+
+
+def _class_attribute(module: cst.Module, cls: str, attr: str) -> cst.BaseExpression | None:
+    for stmt in module.body:
+        if isinstance(stmt, cst.ClassDef) and stmt.name.value == cls:
+            for item in stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else ():
+                if isinstance(item, cst.SimpleStatementLine):
+                    for small in item.body:
+                        target = None
+                        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                            target, value = small.targets[0].target, small.value
+                        elif isinstance(small, cst.AnnAssign) and small.value is not None:
+                            target, value = small.target, small.value
+                        if isinstance(target, cst.Name) and target.value == attr:
+                            return value
+    return None
+
+
+def _parameter_truth(name: str, function: cst.FunctionDef, facts: Facts) -> tuple[Remote, str] | None:
+    """A `remote` parameter: its default and what every call site in the file passes."""
+    params = list(function.params.posonly_params) + list(function.params.params)
+    kwonly = list(function.params.kwonly_params)
+    param = next((p for p in params + kwonly if p.name.value == name), None)
+    if param is None:
+        return None
+    position = params.index(param) if param in params else None
+    calls = _calls_of(facts.module, function.name.value)
+    states: set[Remote] = set()
+    for call in calls:
+        passed = None
+        for index, arg in enumerate(call.args):
+            if arg.star:
+                return Remote.MAYBE, f"`{function.name.value}` is called with `*args`/`**kwargs`"
+            if arg.keyword is not None and arg.keyword.value == name:
+                passed = arg.value
+            elif arg.keyword is None and position is not None and index == position:
+                passed = arg.value
+        if passed is None:
+            passed = param.default
+        if passed is None:
+            return Remote.MAYBE, f"`{name}` has no default"
+        states.add(_truth(passed, facts, set(), None)[0])
+    if not calls:
+        if param.default is None:
+            return Remote.MAYBE, f"`{name}` is a parameter without a default"
+        states.add(_truth(param.default, facts, set(), None)[0])
+    if len(states) == 1:
+        state = states.pop()
+        where = f"every call of `{function.name.value}` in this file" if calls else "its default"
+        return state, f"`{name}` is {_said(state)} by {where}"
+    return Remote.MAYBE, f"`{function.name.value}` is called with `{name}` both true and false"
+
+
+def _calls_of(module: cst.Module, name: str) -> list[cst.Call]:
+    found: list[cst.Call] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            if isinstance(node.func, cst.Name) and node.func.value == name:
+                found.append(node)
+
+    module.visit(Finder())
+    return found

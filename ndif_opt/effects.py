@@ -77,7 +77,9 @@ class ServerCheck:
             return self._functions[name]
         self._functions[name] = []  # break cycles
         func = self.facts.functions[name]
-        found = [p for p in self.problems(func.body) if p.kind != "control"]
+        # the function's own nnsight blocks run on the server already
+        own = tuple(b.node.body for b in self.facts.blocks if b.stmt.function is func)
+        found = [p for p in self.problems(func.body, skip=own) if p.kind != "control"]
         self._functions[name] = found
         return found
 

@@ -55,10 +55,23 @@ def reads_after(facts: Facts, suite: cst.CSTNode, end: int) -> dict[str, cst.CST
         if info is None:
             break
     if not in_function:
-        # module-level names are also read by functions called later
+        # module-level names are also read by functions called later (their own
+        # parameters and locals are other variables)
         for func in facts.functions.values():
-            add(collect(func.body))
+            body = collect(func.body)
+            local = set(body.binds) | {p.name.value for p in _parameters(func.params)}
+            for name, node in body.reads.items():
+                if name not in local:
+                    reads.setdefault(name, node)
     return reads
+
+
+def _parameters(params: cst.Parameters) -> list[cst.Param]:
+    found = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            found.append(star)
+    return found
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,16 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ndif_opt.analysis import Block, Facts, Remote
+from ndif_opt.analysis import Block, Facts, Remote, is_save_call
 from ndif_opt.effects import PROGRESS_BARS, Problem
+from ndif_opt.helpers import (
+    CallWithRemoteOff,
+    RemoteHelper,
+    call_multiplicity,
+    helper_calls,
+    remote_helpers,
+    with_flag_parameter,
+)
 from ndif_opt.analysis import qualify
 from ndif_opt.names import collect, collect_all
 from ndif_opt.passes.base import Case, Context, Pass
@@ -76,6 +84,8 @@ class Region:
     flag: cst.BaseExpression | None
     blocks: list[Block]
     unsafe: list[Problem] = field(default_factory=list)
+    helper_calls: list = field(default_factory=list)  # (call, RemoteHelper) moved along
+    saved_here: dict = field(default_factory=dict)  # id(stmt) -> name given `.save()`
 
     @property
     def statements(self) -> list[cst.BaseStatement]:
@@ -93,6 +103,7 @@ class Kind:
     blocks: list[Block] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     why: str = ""
+    helper_calls: list = field(default_factory=list)
 
 
 class SessionHoisting(Pass):
@@ -102,13 +113,25 @@ class SessionHoisting(Pass):
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
         claimed: set[int] = set()
+        self.helpers = remote_helpers(facts, context.server)
+        self.rewritten_helpers: dict[str, RemoteHelper] = {}
         for suite in _suites_outermost_first(facts):
             if _inside(facts, suite, claimed):
                 continue
             for region in self._regions(suite, facts, context):
                 if self._plan(region, facts, context, plan):
                     claimed.update(id(s) for s in region.statements)
+        for helper in self.rewritten_helpers.values():
+            if helper.flag_param is None:
+                info = facts.stmt(helper.func)
+                plan.replace(info.suite, info.index, info.index + 1, lambda _s, h=helper: [with_flag_parameter(h)])
         return plan.apply(module) if plan else module
+
+    def _requests(self, region: Region, facts: Facts) -> int:
+        from ndif_opt.regions import UNKNOWN_TRIPS
+
+        calls = call_multiplicity(region.statements, self.helpers, facts, UNKNOWN_TRIPS) if region.helper_calls else 0
+        return requests_in(region.blocks, region.statements, facts) + calls
 
     # -- finding regions ---------------------------------------------------------------
     def _regions(self, suite, facts: Facts, context: Context) -> list[Region]:
@@ -124,6 +147,7 @@ class SessionHoisting(Pass):
                 blocks = [b for i in run for b in kinds[i].blocks]
                 region = Region(suite, run[0], run[-1] + 1, first.model, first.flag, blocks)
                 region.unsafe = [p for i in run for p in kinds[i].problems]
+                region.helper_calls = [c for i in run for c in kinds[i].helper_calls]
                 regions.append(region)
             run.clear()
 
@@ -143,10 +167,17 @@ class SessionHoisting(Pass):
             elif run:  # neutral code between remote blocks may move along
                 run.append(index)
         close()
-        return [r for r in regions if requests_in(r.blocks, r.statements, facts) >= 2]
+        return [r for r in regions if self._requests(r, facts) >= 2]
 
     def _kind(self, stmt, facts: Facts, context: Context) -> Kind:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            return Kind("barrier", why="defines a function or class")
         outer = [b for b in facts.blocks_within(stmt) if b.parent is None]
+        calls = helper_calls(stmt, self.helpers)
+        if calls and outer:
+            return Kind("barrier", why="mixes remote blocks and calls of functions that run them")
+        if calls:
+            return self._helper_kind(stmt, calls, facts, context)
         if not outer:
             problems = context.server.problems(stmt)
             if _blocking(problems, context):
@@ -157,6 +188,8 @@ class SessionHoisting(Pass):
             return Kind("barrier", why="already a session")
         if any(b.remote.state is Remote.NO for b in outer):
             return Kind("barrier", why="runs a local trace")
+        if any(b.remote.via_kwargs for b in outer):
+            return Kind("barrier", why="passes `remote=` inside `**kwargs`, which cannot move to a session")
         flag_codes = {b.remote.code for b in outer}
         models = {b.model for b in outer}
         if len(flag_codes) != 1 or len(models) != 1:
@@ -172,6 +205,40 @@ class SessionHoisting(Pass):
             problems=problems,
         )
 
+    def _helper_kind(self, stmt, calls, facts: Facts, context: Context) -> Kind:
+        """A statement whose remote work happens in same-file functions it calls."""
+        flags, models = set(), set()
+        for call, helper in calls:
+            if helper.problems:
+                if isinstance(stmt, (cst.For, cst.While)):
+                    context.skipped(
+                        stmt,
+                        f"this loop calls `{helper.name}`, which sends a remote request each time; "
+                        f"one `{helper.model}.session(remote=...)` would send one",
+                        f"not hoisted: {helper.problems[0]}, which must run on your machine",
+                    )
+                return Kind("barrier", why=helper.problems[0])
+            flag = helper.call_flag(call)
+            if flag is None:
+                return Kind("barrier", why=f"the remote flag `{helper.name}` runs with is unknown")
+            flags.add(flag)
+            models.add(helper.model)
+        if len(flags) != 1 or len(models) != 1:
+            return Kind("barrier", why="calls functions with different models or remote flags")
+        flag_code = flags.pop()
+        if flag_code == "False":
+            return Kind("barrier", why="runs its traces locally")
+        problems = context.server.problems(stmt) + _iteration_problems(stmt, facts)
+        return Kind(
+            "remote",
+            model=models.pop(),
+            flag_code=flag_code,
+            flag=cst.parse_expression(flag_code),
+            blocks=[],
+            problems=problems,
+            helper_calls=calls,
+        )
+
     # -- checking and planning ---------------------------------------------------------
     def _plan(self, region: Region, facts: Facts, context: Context, plan: SuitePlan) -> bool:
         anchor = region.statements[0]
@@ -184,6 +251,8 @@ class SessionHoisting(Pass):
             context.skipped(anchor, _not_hoisted(region, facts), _plain(blocking[0].message))
             return False
         reason, accumulators = _liveness(region, facts)
+        if not reason and region.helper_calls:
+            reason = _helper_argument_problem(region, facts)
         if reason:
             context.skipped(anchor, _not_hoisted(region, facts), reason)
             return False
@@ -200,6 +269,9 @@ class SessionHoisting(Pass):
     def _rewrite(self, region: Region, accumulators, facts, plan: SuitePlan, context) -> None:
         names = {a.name for a in accumulators}
         strip = StripRemote([b.node for b in region.blocks])
+        calls_off = CallWithRemoteOff({id(call): helper for call, helper in region.helper_calls})
+        for _call, helper in region.helper_calls:
+            self.rewritten_helpers[helper.name] = helper
         drop = DropElementSaves(names)
         unwrap = _UnwrapProgress(facts) if context.options.unsafe_fixes else None
 
@@ -217,7 +289,9 @@ class SessionHoisting(Pass):
                     acc = inside[id(stmt)]
                     moved.append(saved_container(acc.name, acc.kind, stmt).with_changes(leading_lines=stmt.leading_lines))
                     continue
-                stmt = stmt.visit(strip).visit(drop)
+                if id(stmt) in region.saved_here:
+                    stmt = _saving(stmt)
+                stmt = stmt.visit(_Both(strip, calls_off)).visit(drop)
                 if unwrap is not None:
                     stmt = stmt.visit(unwrap)
                 moved.append(stmt)
@@ -236,8 +310,18 @@ class SessionHoisting(Pass):
         return plan_split(self, region, facts, context, plan)
 
 
-def _drop_keeping_layout(stmts):
-    return []
+class _Both(cst.CSTTransformer):
+    """Two identity-based transforms in one walk (a second walk would see new nodes)."""
+
+    def __init__(self, strip: StripRemote, calls: CallWithRemoteOff) -> None:
+        self.strip = strip
+        self.calls = calls
+
+    def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
+        return self.strip.leave_With(original, updated)
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        return self.calls.leave_Call(original, updated)
 
 
 def _suites_outermost_first(facts: Facts):
@@ -289,7 +373,13 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
 
     lost = [n for n in outside_blocks.binds if n in later and n not in saved]
     accumulators: list[Accumulator] = []
-    for name in everything.mutates:
+    mutated = dict(everything.mutates)
+    for call, helper in region.helper_calls:
+        for param in helper.mutated_params:
+            value = helper.argument(call, param)
+            if isinstance(value, cst.Name):
+                mutated.setdefault(value.value, call)
+    for name in mutated:
         if name in everything.binds or _is_model_like(name, facts):
             continue
         acc, why = find_accumulator(facts, name, region.suite, region.start)
@@ -302,6 +392,8 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
         if acc is not None:
             in_place.append(acc)
             lost.remove(name)
+    region.saved_here = _results_to_save(region, facts, set(lost), {a.name for a in in_place})
+    lost = [n for n in lost if n not in region.saved_here.values()]
     if lost:
         name = lost[0]
         return (
@@ -312,12 +404,54 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
     return "", accumulators + in_place
 
 
+def _results_to_save(region: Region, facts: Facts, lost: set[str], relocated: set[str]) -> dict[int, str]:
+    """Top-level `name = value` statements of the region whose value must come back:
+    read later, or a module-level result the user may look at. They get `.save()`."""
+    module_level = not facts.stmt(region.statements[0]).ancestors
+    found: dict[int, str] = {}
+    for stmt in region.statements:
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            continue
+        small = stmt.body[0]
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+            continue
+        target = small.targets[0].target
+        if not isinstance(target, cst.Name) or is_save_call(small.value):
+            continue
+        name = target.value
+        if name in relocated or not (name in lost or module_level):
+            continue
+        if sum(1 for other in region.statements if name in collect(other).binds) != 1:
+            continue  # bound again elsewhere in the region: which value comes back is unclear
+        found[id(stmt)] = name
+    return found
+
+
+def _saving(stmt: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    small = stmt.body[0]
+    value = small.value
+    if isinstance(value, (cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation, cst.Comparison, cst.IfExp, cst.Lambda)) and not value.lpar:
+        value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    saved = cst.Call(func=cst.Attribute(value=value, attr=cst.Name("save")))
+    return stmt.with_changes(body=[small.with_changes(value=saved)])
+
+
+def _helper_argument_problem(region: Region, facts: Facts) -> str:
+    """A helper that fills a parameter must be handed a container the session owns."""
+    for call, helper in region.helper_calls:
+        for param in helper.mutated_params:
+            value = helper.argument(call, param)
+            if value is not None and not isinstance(value, cst.Name):
+                return f"`{helper.name}` changes its argument `{param}`, which is not a plain name here"
+    return ""
+
+
 def _unreturned(region: Region, accumulators) -> set[str]:
     """Client names the moved code bound that stay on the server (none is read later)."""
     block_bodies = tuple(b.node.body for b in region.blocks)
     bound = set(collect_all(region.statements, skip=block_bodies).binds)
     saved = set().union(*(b.saved_names for b in region.blocks)) if region.blocks else set()
-    return bound - saved - {a.name for a in accumulators}
+    return bound - saved - {a.name for a in accumulators} - set(region.saved_here.values())
 
 
 def _accumulator_inside(region: Region, name: str) -> Accumulator | None:
@@ -361,7 +495,7 @@ def _kind_label(region: Region) -> str:
 
 
 def _not_hoisted(region: Region, facts: Facts) -> str:
-    requests = requests_in(region.blocks, region.statements, facts)
+    requests = max(2, requests_in(region.blocks, region.statements, facts))
     return (
         f"{_kind_label(region)} sends {_count(requests)} separate remote requests "
         f"to `{region.model}`; one `{region.model}.session(remote=...)` would send one"
@@ -369,8 +503,17 @@ def _not_hoisted(region: Region, facts: Facts) -> str:
 
 
 def _hoisted_message(region: Region, facts: Facts, accumulators) -> str:
-    requests = requests_in(region.blocks, region.statements, facts)
+    requests = max(2, requests_in(region.blocks, region.statements, facts))
     text = f"wrapped {_kind_label(region)} in one session: {_count(requests)} requests → 1"
+    if region.helper_calls:
+        names = sorted({h.name for _, h in region.helper_calls})
+        text += "; " + ", ".join(f"`{n}`" for n in names) + " now called with remote=False inside it"
+        return text
+    flag = region.blocks[0].remote
+    if flag.state is Remote.MAYBE:
+        text += f" (remote-ness unknown: {flag.reason}; the session takes the same flag, so this holds either way)"
+    elif flag.expr is not None and not (isinstance(flag.expr, cst.Name) and flag.expr.value == "True"):
+        text += f" ({flag.reason})"
     if accumulators:
         names = ", ".join(f"`{a.name}`" for a in accumulators)
         text += f"; {names} now created in the session and saved"
@@ -452,6 +595,111 @@ with model.session(remote=REMOTE):
     for prompt in ["a b", "c d"]:
         with model.trace(prompt):
             out = model.lm_head.output.save()
+""",
+    ),
+    Case(
+        name="remote flag as a parameter of a helper function",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def collect(prompts, remote=False):
+    outs = []
+    for prompt in prompts:
+        with model.trace(prompt, remote=remote):
+            outs.append(model.lm_head.output[0, -1].argmax().save())
+    return outs
+
+
+tops = collect(["a b", "c d"], remote=True)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def collect(prompts, remote=False):
+    with model.session(remote=remote):
+        outs = list().save()
+        for prompt in prompts:
+            with model.trace(prompt):
+                outs.append(model.lm_head.output[0, -1].argmax())
+    return outs
+
+
+tops = collect(["a b", "c d"], remote=True)
+""",
+    ),
+    Case(
+        name="trace inside a helper function called from a loop",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def top_token(prompt):
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output.save()
+    return logits[0, -1].argmax().item()
+
+
+tops = []
+for prompt in ["a b", "c d"]:
+    tops.append(top_token(prompt))
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def top_token(prompt, remote=True):
+    with model.trace(prompt, remote=remote):
+        logits = model.lm_head.output.save()
+    return logits[0, -1].argmax().item()
+
+
+with model.session(remote=True):
+    tops = list().save()
+    for prompt in ["a b", "c d"]:
+        tops.append(top_token(prompt, remote=False))
+""",
+    ),
+    Case(
+        name="helper that writes a file is not moved",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def run(prompt):
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output.save()
+    with open("log.txt", "a") as f:
+        f.write(prompt)
+    return logits
+
+
+for prompt in ["a b", "c d"]:
+    run(prompt)
+""",
+        reason="calls `open`",
+    ),
+    Case(
+        name="remote flag inside **kwargs",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+KW = {"remote": True}
+for prompt in ["a b", "c d"]:
+    with model.trace(prompt, **KW):
+        out = model.lm_head.output.save()
 """,
     ),
     Case(

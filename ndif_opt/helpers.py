@@ -1,0 +1,223 @@
+"""Same-file functions that run remote traces: `def run(prompt): with model.trace(...)`.
+
+Real scripts put the trace in a helper and call it from a loop. Such a call can move
+into a session like an inline trace, provided the helper is called there with remote
+disabled (its trace then joins the session's request) and its own code may run on the
+server. This module finds those helpers and says, per call, which session flag the call
+implies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ndif_opt.analysis import Block, Facts, Remote
+from ndif_opt.effects import ServerCheck
+from ndif_opt.names import collect
+
+FLAG_PARAMETER = "remote"
+
+
+@dataclass
+class RemoteHelper:
+    name: str
+    func: cst.FunctionDef
+    blocks: list[Block]
+    model: str
+    flag_param: str | None  # the parameter the blocks use as their flag, if any
+    flag_code: str  # the blocks' flag expression
+    problems: list[str] = field(default_factory=list)  # why calls cannot move (empty: they can)
+    mutated_params: dict[str, int | None] = field(default_factory=dict)  # name -> position
+
+    def call_flag(self, call: cst.Call) -> str | None:
+        """The remote flag this call runs the helper with, as code; None if unknown."""
+        if self.flag_param is None:
+            return self.flag_code
+        value = self.argument(call, self.flag_param)
+        if value is not None:
+            return cst.Module([]).code_for_node(value)
+        default = _param(self.func, self.flag_param)
+        return None if default is None or default.default is None else cst.Module([]).code_for_node(default.default)
+
+    def argument(self, call: cst.Call, name: str) -> cst.BaseExpression | None:
+        position = _positions(self.func).get(name)
+        for index, arg in enumerate(call.args):
+            if arg.keyword is not None and arg.keyword.value == name:
+                return arg.value
+            if arg.keyword is None and not arg.star and position is not None and index == position:
+                return arg.value
+        return None
+
+    @property
+    def new_parameter(self) -> str:
+        """The flag parameter to add when the blocks use a literal or a global flag."""
+        if self.flag_param is not None:
+            return self.flag_param
+        taken = set(collect(self.func.body).binds) | set(_positions(self.func)) | set(collect(self.func.body).reads)
+        return FLAG_PARAMETER if FLAG_PARAMETER not in taken else "ndif_remote"
+
+
+def remote_helpers(facts: Facts, server: ServerCheck) -> dict[str, RemoteHelper]:
+    helpers: dict[str, RemoteHelper] = {}
+    for name, func in facts.functions.items():
+        blocks = [
+            b for b in facts.blocks
+            if b.parent is None and b.stmt.function is func and b.remote.state is not Remote.NO
+        ]
+        if blocks:
+            helpers[name] = _describe(name, func, blocks, facts, server)
+    return helpers
+
+
+def _describe(name, func, blocks, facts: Facts, server: ServerCheck) -> RemoteHelper:
+    first = blocks[0]
+    flag_code = first.remote.code
+    params = _positions(func)
+    helper = RemoteHelper(
+        name=name,
+        func=func,
+        blocks=blocks,
+        model=first.model,
+        flag_param=flag_code if flag_code in params else None,
+        flag_code=flag_code or "True",
+    )
+    if any(b.method == "session" for b in blocks):
+        helper.problems.append(f"`{name}` opens its own session")
+    if len({b.model for b in blocks}) != 1 or len({b.remote.code for b in blocks}) != 1:
+        helper.problems.append(f"`{name}` mixes models or remote flags")
+    if any(b.remote.via_kwargs for b in blocks):
+        helper.problems.append(f"`{name}` passes `remote=` inside `**kwargs`")
+    if first.model not in facts.models:
+        helper.problems.append(f"`{name}` traces `{first.model}`, which is not a model defined in this file")
+    use = collect(func.body)
+    for kind, _node in use.control:
+        if kind in ("global", "nonlocal", "yield", "await"):
+            helper.problems.append(f"`{name}` uses `{kind}`")
+    for problem in server.problems(func.body, skip=tuple(b.node.body for b in blocks)):
+        if problem.kind != "control":
+            helper.problems.append(f"`{name}` {problem.message}")
+    for mutated in use.mutates:
+        if mutated in params:
+            helper.mutated_params[mutated] = params[mutated]
+        elif mutated not in use.binds and mutated not in facts.models:
+            helper.problems.append(f"`{name}` changes `{mutated}`, which lives on your machine")
+    return helper
+
+
+def _positions(func: cst.FunctionDef) -> dict[str, int | None]:
+    found: dict[str, int | None] = {}
+    for index, param in enumerate(list(func.params.posonly_params) + list(func.params.params)):
+        found[param.name.value] = index
+    for param in func.params.kwonly_params:
+        found[param.name.value] = None
+    return found
+
+
+def _param(func: cst.FunctionDef, name: str) -> cst.Param | None:
+    for param in list(func.params.posonly_params) + list(func.params.params) + list(func.params.kwonly_params):
+        if param.name.value == name:
+            return param
+    return None
+
+
+def helper_calls(node: cst.CSTNode, helpers: dict[str, RemoteHelper]) -> list[tuple[cst.Call, RemoteHelper]]:
+    found: list[tuple[cst.Call, RemoteHelper]] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            if isinstance(call.func, cst.Name) and call.func.value in helpers:
+                found.append((call, helpers[call.func.value]))
+
+        def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
+            return False
+
+    node.visit(Finder())
+    return found
+
+
+def call_multiplicity(stmts, helpers: dict[str, RemoteHelper], facts: Facts, unknown: int) -> int:
+    """Remote requests the helper calls in ``stmts`` issue, loops counted."""
+    from ndif_opt.regions import trip_count
+
+    total = 0
+    for stmt in stmts:
+        if isinstance(stmt, (cst.For, cst.While)):
+            trips = trip_count(stmt, facts)
+            inner = call_multiplicity(stmt.body.body, helpers, facts, unknown)
+            total += (unknown if trips is None else trips) * inner
+            header = stmt.iter if isinstance(stmt, cst.For) else stmt.test
+            total += sum(len(h.blocks) for _, h in helper_calls(header, helpers))
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            total += sum(len(h.blocks) for _, h in helper_calls(stmt, helpers))
+        else:
+            body = getattr(stmt, "body", None)
+            if isinstance(body, cst.IndentedBlock):
+                total += call_multiplicity(body.body, helpers, facts, unknown)
+    return total
+
+
+class CallWithRemoteOff(cst.CSTTransformer):
+    """`helper(x)` → `helper(x, remote=False)` for the given calls (by identity)."""
+
+    def __init__(self, calls: dict[int, RemoteHelper]) -> None:
+        self.calls = calls
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        helper = self.calls.get(id(original))
+        if helper is None:
+            return updated
+        name = helper.new_parameter
+        off = cst.Name("False")
+        args = list(updated.args)
+        position = _positions(helper.func).get(name)
+        for index, arg in enumerate(args):
+            if (arg.keyword is not None and arg.keyword.value == name) or (
+                arg.keyword is None and not arg.star and position is not None and index == position
+            ):
+                args[index] = arg.with_changes(value=off)
+                return updated.with_changes(args=args)
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        args.append(cst.Arg(value=off, keyword=cst.Name(name), equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
+        return updated.with_changes(args=args)
+
+
+def with_flag_parameter(helper: RemoteHelper) -> cst.FunctionDef:
+    """The helper with a flag parameter (default: its old flag) that its blocks use."""
+    if helper.flag_param is not None:
+        return helper.func
+    name = helper.new_parameter
+    default = cst.parse_expression(helper.flag_code)
+    param = cst.Param(
+        name=cst.Name(name),
+        default=default,
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+    params = helper.func.params
+    if isinstance(params.star_arg, cst.Param) or params.kwonly_params or isinstance(params.star_kwarg, cst.Param):
+        if not isinstance(params.star_arg, (cst.Param, cst.ParamStar)):
+            params = params.with_changes(star_arg=cst.ParamStar())
+        params = params.with_changes(kwonly_params=[*params.kwonly_params, param])
+    else:
+        existing = list(params.params)
+        if existing:
+            existing[-1] = existing[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        params = params.with_changes(params=[*existing, param])
+    targets = {id(b.node) for b in helper.blocks}
+
+    class Flag(cst.CSTTransformer):
+        def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
+            if id(original) not in targets:
+                return updated
+            item = updated.items[0]
+            call = item.item
+            args = [
+                a.with_changes(value=cst.Name(name)) if a.keyword is not None and a.keyword.value == "remote" else a
+                for a in call.args
+            ]
+            return updated.with_changes(items=[item.with_changes(item=call.with_changes(args=args))])
+
+    return helper.func.with_changes(params=params).visit(Flag())
