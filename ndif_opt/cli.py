@@ -75,9 +75,35 @@ def _expand(paths: list[str]) -> list[str]:
     return expanded
 
 
+def _local_modules(source: SourceFile) -> dict[str, str]:
+    """The user's own modules the script imports that sit beside it (name -> source)."""
+    import os
+    import re
+
+    if source.path == "<stdin>":
+        return {}
+    folder = os.path.dirname(os.path.abspath(source.path))
+    found: dict[str, str] = {}
+    pattern = r"^\s*(?:from\s+([A-Za-z_][\w.]*)\s+import|import\s+([A-Za-z_][\w.]*))"
+    for match in re.finditer(pattern, source.text, re.M):
+        name = match.group(1) or match.group(2)
+        candidate = os.path.join(folder, *name.split(".")) + ".py"
+        if name not in found and os.path.isfile(candidate) and not same_file(candidate, source.path):
+            try:
+                found[name] = read_source(candidate).text
+            except InputError:
+                continue
+    return found
+
+
 def _optimize(source: SourceFile, options: Options) -> Result:
+    import dataclasses
+
     from ndif_opt.pipeline import run_pipeline
 
+    modules = _local_modules(source)
+    if modules:
+        options = dataclasses.replace(options, local_modules={**modules, **options.local_modules})
     try:
         return run_pipeline(source.text, options, filename=source.path)
     except SyntaxError as error:

@@ -60,10 +60,31 @@ class Problem:
 class ServerCheck:
     """Answers 'may this code run on the server?' for one module, memoized."""
 
-    def __init__(self, facts: Facts) -> None:
+    def __init__(self, facts: Facts, local_modules: dict[str, str] | None = None) -> None:
         self.facts = facts
         self._functions: dict[str, list[Problem]] = {}
         self._client_objects = self._find_client_objects()
+        # the user's own modules next to the script (name -> source), read by the CLI
+        self.local_modules = dict(local_modules or {})
+        self._module_checks: dict[str, "ServerCheck | None"] = {}
+
+    def shipped_module(self, module: str) -> "ServerCheck | None":
+        """A check for one of the user's modules that a remote request ships by value:
+        nnsight registers local modules imported before the first request (`pull_env`),
+        or those passed to `nnsight.register`. None when it would not be shipped."""
+        if module in self._module_checks:
+            return self._module_checks[module]
+        check = None
+        source = self.local_modules.get(module)
+        if source is not None and (_imported_before_first_request(self.facts, module) or _registered(self.facts, module)):
+            from ndif_opt.analysis import analyze
+
+            try:
+                check = ServerCheck(analyze(cst.parse_module(source)))
+            except cst.ParserSyntaxError:
+                check = None
+        self._module_checks[module] = check
+        return check
 
     def problems(self, node: cst.CSTNode, *, skip: tuple[cst.CSTNode, ...] = ()) -> list[Problem]:
         """Why ``node`` cannot run on the server; nnsight blocks in ``skip`` are not inspected."""
@@ -120,6 +141,40 @@ class ServerCheck:
         root = path.split(".")[0]
         head = (dotted_name(call.func) or "").split(".")[0]
         return head in self.facts.imports and root not in SERVER_MODULES
+
+
+def _imported_before_first_request(facts: Facts, module: str) -> bool:
+    """Is `module` imported at the top level before the first remote block starts?"""
+    first = min(
+        (facts.stmt(b.stmt.ancestors[0] if b.stmt.ancestors else b.node).index for b in facts.blocks),
+        default=None,
+    )
+    for index, stmt in enumerate(facts.module.body):
+        if first is not None and index >= first:
+            return False
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+                    if dotted_name(small.module) == module:
+                        return True
+                if isinstance(small, cst.Import) and any(dotted_name(a.name) == module for a in small.names):
+                    return True
+    return False
+
+
+def _registered(facts: Facts, module: str) -> bool:
+    """`nnsight.register(module)` somewhere in the script."""
+    found = False
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            nonlocal found
+            if qualify(node.func, facts.imports) == "nnsight.register" and node.args:
+                arg = node.args[0].value
+                found = found or (qualify(arg, facts.imports) == module)
+
+    facts.module.visit(Finder())
+    return found
 
 
 def _target_names(target: cst.BaseExpression) -> list[str]:
@@ -190,6 +245,12 @@ class _Checker(cst.CSTVisitor):
 
     def _check_module_path(self, path: str, node: cst.Call) -> None:
         root = path.split(".")[0]
+        module, _, function = path.rpartition(".")
+        shipped = self.check.shipped_module(module) if module else None
+        if shipped is not None and function in shipped.facts.functions:
+            for problem in shipped.function_problems(function):
+                self._add(problem.kind, f"calls `{path}`, which {problem.message}", node)
+            return
         if path in FILE_FUNCTIONS:
             self._add("effect", f"calls `{path}`, which reads or writes files on your machine", node)
         elif path in PROGRESS_BARS:

@@ -13,6 +13,9 @@ class Options:
     assume_remote: bool = False  # a `remote=` flag of unknown value counts as remote
     max_batch: int = 32
     cost: dict = field(default_factory=dict)  # cost-model assumption overrides
+    # the user's own modules beside the script (name -> source), so helpers imported
+    # from them can be checked; the CLI reads them, the library takes them as given
+    local_modules: dict = field(default_factory=dict)
 
     def wants(self, pass_id: str) -> bool:
         if pass_id in self.ignore:

@@ -61,7 +61,7 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
         last_round = []
         for pass_ in passes:
             before = estimate(state.facts, options)
-            context = Context(options, ServerCheck(state.facts))
+            context = Context(options, ServerCheck(state.facts, options.local_modules))
             if suppressions:
                 context.suppressed = _suppression_check(suppressions, state, source, pass_.id)
             new_module = pass_.run(state.module, state.facts, context)

@@ -130,3 +130,22 @@ def test_report_shows_table_and_diff(tmp_path):
     assert done.returncode == 0
     assert "session-hoisting" in done.stdout and "8 → 1" in done.stdout
     assert "+with model.session(remote=True):" in done.stdout
+
+
+@pytest.mark.parametrize("import_first", [True, False])
+def test_helper_module_beside_the_script(tmp_path, import_first):
+    (tmp_path / "helpers.py").write_text("def margin(row, a, b):\n    return (row[a] - row[b]).item()\n")
+    head = "from nnsight import LanguageModel\n" + ("from helpers import margin\n" if import_first else "")
+    body = (
+        'model = LanguageModel("openai-community/gpt2")\n'
+        'with model.trace("hello", remote=True):\n'
+        "    logits = model.lm_head.output.save()\n"
+        + ("" if import_first else "from helpers import margin\n")
+        + "gap = margin(logits[0, -1], 3, 4)\n"
+    )
+    script = tmp_path / "s.py"
+    script.write_text(head + body)
+    done = run(script, "-q")
+    assert done.returncode == 0
+    # shipped by value only when imported before the first remote request
+    assert ("gap = margin(logits[0, -1], 3, 4).save()" in done.stdout) is import_first

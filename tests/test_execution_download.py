@@ -105,3 +105,26 @@ def test_detach_cpu_never_twice_and_values_equal():
     )
     assert result.code.count(".detach().cpu()") == 1
     assert optimize(result.code).code == result.code
+
+
+def test_helper_from_a_shipped_local_module_is_pushed():
+    helpers = "import torch\n\n\ndef margin(row, a, b):\n    return (row[a] - row[b]).item()\n"
+    source = textwrap.dedent(
+        '''
+        from nnsight import LanguageModel
+        from helpers import margin
+
+        model = LanguageModel("openai-community/gpt2")
+        with model.trace("hello world", remote=True):
+            logits = model.lm_head.output.save()
+        gap = margin(logits[0, -1], 3, 4)
+        '''
+    )
+    from ndif_opt.options import Options
+
+    result = optimize(source, options=Options(local_modules={"helpers": helpers}))
+    assert "gap = margin(logits[0, -1], 3, 4).save()" in result.code
+    assert any("shipped by value" in f.message for f in result.findings)
+    report = verify_result(source, result, filename="script.py", extra_files={"helpers.py": helpers})
+    assert report.intended_ok, report.to_text()
+    assert report.after.download_raw_bytes < report.before.download_raw_bytes

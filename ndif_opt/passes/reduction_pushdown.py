@@ -135,6 +135,7 @@ class ChainPushdown:
         self.after_use = collect_all(self.after)
         self.request_use = collect(self.request.node.body)
         self.parents = _parents(self.after)
+        self.shipped: set[str] = set()
 
     def plan(self) -> NodeEdits | None:
         x = self.save.name
@@ -204,6 +205,11 @@ class ChainPushdown:
             name = code_of(call.func)
             if name in self.facts.functions and not self.context.server.function_problems(name):
                 return call, True  # a same-file helper NDIF can run: a metric
+            module, _, function = path.rpartition(".")
+            shipped = self.context.server.shipped_module(module) if module else None
+            if shipped is not None and function in shipped.facts.functions and not shipped.function_problems(function):
+                self.shipped.add(module)  # the user's module travels with the request
+                return call, True
             return None
         if isinstance(parent, cst.BinaryOperation):
             other = parent.right if parent.left is current else parent.left
@@ -284,7 +290,12 @@ class ChainPushdown:
             self.save.stmt,
             f"`{x}`{f' ({full})' if full else ''} is no longer downloaded whole: {reduced} "
             "now computed in the block and saved"
-            + (f" (as {', '.join(f'`{m}`' for m in moved)})" if moved else ""),
+            + (f" (as {', '.join(f'`{m}`' for m in moved)})" if moved else "")
+            + "".join(
+                f"; `{m}` is your module: it is shipped by value with the request because it is "
+                "imported before the first remote request (or registered with `nnsight.register`)"
+                for m in sorted(self.shipped)
+            ),
         )
         return edits
 
