@@ -27,9 +27,10 @@ def test_pyproject_ignore_is_honoured_by_cli_and_library(tmp_path):
     assert command == library
     assert "logits = model.lm_head.output.detach().cpu().save()" in library  # the save was kept
     assert "model.session(remote=True)" in library
-    # a flag on the command line wins over the file
-    assert "logits = model.lm_head.output\n" in cli(script, "-q", "--select", "session-hoisting",
-                                                    "--select", "reduction-pushdown").stdout
+    # flags on the command line combine with the file: --select narrows, the file's ignore stays
+    narrowed = cli(script, "-q", "--select", "session-hoisting").stdout
+    assert "model.session(remote=True)" in narrowed and ".detach().cpu()" not in narrowed
+    assert narrowed == optimize(NAIVE, options=load_options(script, select=["session-hoisting"])).code
 
 
 def test_suppression_comment_is_honoured_by_cli_and_library(tmp_path):
