@@ -222,10 +222,10 @@ class Facts:
 
 
 def analyze(module: cst.Module, *, assume_remote: bool = False) -> Facts:
-    imports = _imports(module)
     statements: dict[int, StmtInfo] = {}
     bindings: dict[str, list[tuple[StmtInfo, cst.BaseExpression]]] = {}
     _walk_suite(module, (), statements, bindings)
+    imports = _imports(statements)
     functions = {
         stmt.name.value: stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)
     }
@@ -305,34 +305,36 @@ def _child_suites_if_chain(stmt: cst.If) -> list[cst.CSTNode]:
     return _child_suites(stmt)
 
 
-def _imports(module: cst.Module) -> dict[str, str]:
-    """Local names bound by imports anywhere in the module -> qualified names."""
+def _imports(statements: dict[int, "StmtInfo"]) -> dict[str, str]:
+    """Local names bound by imports anywhere in the module -> qualified names.
+
+    Imports are statements, so the statement table suffices: no expression walk."""
     found: dict[str, str] = {}
-
-    class Finder(cst.CSTVisitor):
-        def visit_Import(self, node: cst.Import) -> None:
-            for alias in node.names:
-                full = dotted_name(alias.name) or ""
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                    found[alias.asname.name.value] = full
-                else:
-                    root = full.split(".")[0]
-                    found[root] = root
-
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-            if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
-                return
-            base = dotted_name(node.module) or ""
-            for alias in node.names:
-                name = alias.name.value if isinstance(alias.name, cst.Name) else None
-                if name is None:
+    for info in statements.values():
+        stmt = info.node
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for node in stmt.body:
+            if isinstance(node, cst.Import):
+                for alias in node.names:
+                    full = dotted_name(alias.name) or ""
+                    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                        found[alias.asname.name.value] = full
+                    else:
+                        root = full.split(".")[0]
+                        found[root] = root
+            elif isinstance(node, cst.ImportFrom):
+                if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
                     continue
-                local = name
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                    local = alias.asname.name.value
-                found[local] = f"{base}.{name}"
-
-    module.visit(Finder())
+                base = dotted_name(node.module) or ""
+                for alias in node.names:
+                    name = alias.name.value if isinstance(alias.name, cst.Name) else None
+                    if name is None:
+                        continue
+                    local = name
+                    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                        local = alias.asname.name.value
+                    found[local] = f"{base}.{name}"
     return found
 
 

@@ -108,28 +108,23 @@ class ServerCheck:
         return name in self._client_objects
 
     def _find_client_objects(self) -> set[str]:
-        """Names bound to things that only exist on the client: files, figures, bars."""
+        """Names bound to things that only exist on the client: files, figures, bars.
+
+        Only statements bind such names (`f = open(...)`, `with open(...) as f`), so
+        the statement table suffices."""
         found: set[str] = set()
-
-        checker = self
-
-        class Finder(cst.CSTVisitor):
-            def visit_Assign(self, node: cst.Assign) -> None:
-                if isinstance(node.value, cst.Call) and checker._call_is_client(node.value):
-                    for target in node.targets:
-                        for name in _target_names(target.target):
-                            found.add(name)
-
-            def visit_WithItem(self, node: cst.WithItem) -> None:
-                if (
-                    node.asname is not None
-                    and isinstance(node.item, cst.Call)
-                    and checker._call_is_client(node.item)
-                ):
-                    for name in _target_names(node.asname.name):
-                        found.add(name)
-
-        self.facts.module.visit(Finder())
+        for info in self.facts.statements.values():
+            stmt = info.node
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call):
+                        if self._call_is_client(small.value):
+                            for target in small.targets:
+                                found.update(_target_names(target.target))
+            elif isinstance(stmt, cst.With):
+                for item in stmt.items:
+                    if item.asname is not None and isinstance(item.item, cst.Call) and self._call_is_client(item.item):
+                        found.update(_target_names(item.asname.name))
         return found
 
     def _call_is_client(self, call: cst.Call) -> bool:

@@ -38,20 +38,51 @@ def parse(source: str, filename: str | None = None) -> cst.Module:
 
 @dataclass
 class _State:
+    """One version of the tree, with what is computed about it at most once."""
+
     module: cst.Module
     facts: Facts
     code: str
+    options: Options
+    _cost: Cost | None = None
+    _server: ServerCheck | None = None
+    _positions: dict | None = None
+
+    @property
+    def positions(self):
+        if self._positions is None:
+            self._positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+        return self._positions
+
+    @property
+    def cost(self) -> Cost:
+        if self._cost is None:
+            self._cost = estimate(self.facts, self.options)
+        return self._cost
+
+    @property
+    def server(self) -> ServerCheck:
+        if self._server is None:
+            self._server = ServerCheck(self.facts, self.options.local_modules)
+        return self._server
 
 
 def run_pipeline(source: str, options: Options, filename: str | None = None) -> Result:
     if not uses_nnsight(source):
         return Result(source=source, code=source)
     module = parse(source, filename)
-    state = _State(module, analyze(module, assume_remote=options.assume_remote), source)
+    try:
+        state = _State(module, analyze(module, assume_remote=options.assume_remote), source, options)
+    except RecursionError:
+        raise
+    except Exception as error:  # never crash on code we do not understand
+        return _untouched(source, "analysis", error)
     passes = [cls() for cls in PASSES if options.wants(cls.id)]
     suppressions = Suppressions.from_source(source)
-    initial_cost = estimate(state.facts, options)
+    initial_cost = state.cost
     deltas: dict[str, Cost] = {p.id: Cost() for p in passes}
+    # a pass that left a version of the tree unchanged would do so again: keep its findings
+    stable: dict[str, tuple[cst.Module, list[Finding]]] = {}
     applied: list[Finding] = []
     last_round: list[Finding] = []
     unreturned: set[str] = set()
@@ -60,12 +91,22 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
         changed = False
         last_round = []
         for pass_ in passes:
-            before = estimate(state.facts, options)
-            context = Context(options, ServerCheck(state.facts, options.local_modules))
+            seen = stable.get(pass_.id)
+            if seen is not None and seen[0] is state.module:
+                last_round.extend(seen[1])
+                continue
+            before = state.cost
+            context = Context(options, state.server)
             if suppressions:
                 context.suppressed = _suppression_check(suppressions, state, source, pass_.id)
-            new_module = pass_.run(state.module, state.facts, context)
-            located = _locate(context.findings, state, source, pass_.id)
+            try:
+                new_module = pass_.run(state.module, state.facts, context)
+                located = _locate(context.findings, state, source, pass_.id)
+            except RecursionError:
+                raise
+            except Exception as error:  # a pass that fails leaves the code as it was
+                last_round.append(_internal_error(pass_.id, error))
+                continue
             if suppressions:
                 located, keep = _enforce_suppressions(suppressions, located)
                 if not keep:
@@ -74,12 +115,13 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
             introduced |= context.introduced
             applied.extend(f for f in located if f.status is Status.APPLIED)
             last_round.extend(f for f in located if f.status is not Status.APPLIED)
-            if new_module is not state.module and not new_module.deep_equals(state.module):
-                changed = True
-                code = new_module.code
-                state = _State(new_module, analyze(new_module, assume_remote=options.assume_remote), code)
-            after = estimate(state.facts, options)
-            deltas[pass_.id] = _add(deltas[pass_.id], _diff(after, before))
+            code = new_module.code if new_module is not state.module else state.code
+            if code == state.code:
+                stable[pass_.id] = (state.module, [f for f in located if f.status is not Status.APPLIED])
+                continue
+            changed = True
+            state = _State(new_module, analyze(new_module, assume_remote=options.assume_remote), code, options)
+            deltas[pass_.id] = _add(deltas[pass_.id], _diff(state.cost, before))
         if not changed:
             break
     code = state.code
@@ -94,6 +136,20 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
         unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),
         introduced=tuple(sorted(introduced)) if code != source else (),
     )
+
+
+def _internal_error(pass_id: str, error: Exception) -> Finding:
+    return Finding(
+        pass_id,
+        f"{pass_id} could not handle this file and left it unchanged",
+        Range.of(0, 0, 0, 0),
+        Status.SKIPPED,
+        reason=f"internal error: {type(error).__name__}: {error} (please report it)",
+    )
+
+
+def _untouched(source: str, stage: str, error: Exception) -> Result:
+    return Result(source=source, code=source, findings=(_internal_error(stage, error),))
 
 
 _COST_FIELDS = ("requests", "upload_bytes", "download_bytes", "forward_passes", "compute_flops", "seconds")
@@ -124,7 +180,7 @@ def _suppression_check(suppressions: Suppressions, state: "_State", original: st
 
     def check(node: cst.CSTNode) -> bool:
         if "positions" not in cache:
-            cache["positions"] = MetadataWrapper(state.module, unsafe_skip_copy=True).resolve(PositionProvider)
+            cache["positions"] = state.positions
             cache["map"] = _line_map(state.code, original)
         pos = cache["positions"].get(node)
         if pos is None:
@@ -153,8 +209,7 @@ def _enforce_suppressions(suppressions: Suppressions, located: list[Finding]) ->
 def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -> list[Finding]:
     if not raw:
         return []
-    wrapper = MetadataWrapper(state.module, unsafe_skip_copy=True)
-    positions = wrapper.resolve(PositionProvider)
+    positions = state.positions
     line_map = _line_map(state.code, original)
     found = []
     for item in raw:

@@ -1,0 +1,72 @@
+"""The pipeline: edits, finding positions, robustness, determinism."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ndif_opt import Status, optimize
+from ndif_opt.passes import PASSES
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+def apply_edits(source: str, edits) -> str:
+    lines = source.splitlines(keepends=True)
+    for edit in sorted(edits, key=lambda e: e.range.start, reverse=True):
+        start, end = edit.range.start.line, edit.range.end.line
+        lines[start:end] = [edit.new_text] if edit.new_text else []
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_edits_turn_the_source_into_the_code(path):
+    source = path.read_text()
+    result = optimize(source)
+    assert apply_edits(source, result.edits) == result.code
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_deterministic(path):
+    source = path.read_text()
+    first, second = optimize(source), optimize(source)
+    assert first.code == second.code and first.findings == second.findings and first.costs == second.costs
+
+
+def test_findings_point_at_the_original_lines():
+    source = (ROOT / "examples" / "prompt_loop.py").read_text()
+    lines = source.splitlines()
+    for finding in optimize(source).findings:
+        text = lines[finding.range.start.line][finding.range.start.character :]
+        if finding.pass_id == "session-hoisting":
+            assert text.startswith("top_tokens = {}") or text.startswith("for prompt in PROMPTS")
+        if finding.pass_id == "reduction-pushdown":
+            assert text.startswith("logits = model.lm_head.output.save()")
+
+
+def test_a_failing_pass_leaves_the_code_alone(monkeypatch):
+    broken = PASSES[-1]
+
+    def explode(self, module, facts, context):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(broken, "run", explode)
+    source = (ROOT / "examples" / "prompt_loop.py").read_text()
+    result = optimize(source)
+    errors = [f for f in result.findings if f.pass_id == broken.id and f.status is Status.SKIPPED]
+    assert errors and "internal error: RuntimeError: boom" in errors[0].reason
+    assert "model.session(remote=True)" in result.code  # the other passes still ran
+
+
+def test_costs_chain_from_pass_to_pass():
+    result = optimize((ROOT / "examples" / "steering_sweep.py").read_text())
+    for previous, current in zip(result.costs, result.costs[1:]):
+        assert previous.after == current.before
+
+
+def test_source_without_nnsight_is_untouched_and_fast_path():
+    source = "import os\n# nothing to see\nprint(os.getcwd())\n"
+    result = optimize(source)
+    assert result.code == source and not result.findings and not result.costs
