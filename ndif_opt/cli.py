@@ -41,7 +41,8 @@ def _fail(message: str) -> None:
     raise typer.Exit(EXIT_ERROR)
 
 
-def _options(select, ignore, unsafe_fixes, assume_remote, max_batch, *, path=None, config=None, cost=None) -> Options:
+def _options(select, ignore, unsafe_fixes, assume_remote, max_batch, *, path=None, config=None, cost=None,
+             migrate=None) -> Options:
     """Options for one input: its pyproject `[tool.ndif-opt]`, command-line flags on top."""
     from ndif_opt.config import ConfigError, load_options
 
@@ -58,6 +59,7 @@ def _options(select, ignore, unsafe_fixes, assume_remote, max_batch, *, path=Non
             assume_remote=assume_remote,
             max_batch=max_batch,
             cost=cost or None,
+            migrate=migrate,
         )
     except ConfigError as error:
         _fail(str(error))
@@ -69,7 +71,7 @@ def _expand(paths: list[str]) -> list[str]:
 
     for path in paths:
         if path != "-" and os.path.isdir(path):
-            expanded.extend(python_files(path))
+            expanded.extend(python_files(path, suffixes=(".py", ".ipynb")))
         else:
             expanded.append(path)
     return expanded
@@ -104,6 +106,15 @@ def _optimize(source: SourceFile, options: Options) -> Result:
     modules = _local_modules(source)
     if modules:
         options = dataclasses.replace(options, local_modules={**modules, **options.local_modules})
+    if source.path.endswith(".ipynb"):
+        from ndif_opt.notebook import optimize_notebook
+
+        try:
+            return optimize_notebook(source.text, options=options, filename=source.path).as_result()
+        except ValueError as error:
+            raise InputError(f"{source.path}: {error}") from None
+        except SyntaxError as error:
+            raise InputError(f"{source.path}: cannot parse: {error.msg}") from None
     try:
         return run_pipeline(source.text, options, filename=source.path)
     except SyntaxError as error:
@@ -132,6 +143,10 @@ def optimize(
     fmt: Format = typer.Option(Format.text, "--format", help="text, json or sarif."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no findings."),
     config: Optional[str] = typer.Option(None, "--config", help="A pyproject.toml with [tool.ndif-opt]."),
+    migrate: Optional[bool] = typer.Option(
+        None, "--migrate/--no-migrate",
+        help="First rewrite pre-0.5 nnsight code (`.value`, `nnsight.list()`, layer `output[0]`) for nnsight 0.5+.",
+    ),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Cost model: tokens of a non-literal prompt."),
     latency: Optional[float] = typer.Option(None, "--latency", help="Cost model: seconds per request."),
     bandwidth: Optional[float] = typer.Option(None, "--bandwidth", help="Cost model: download bytes/s."),
@@ -142,7 +157,8 @@ def optimize(
                               "throughput": throughput}.items() if v is not None}
     files = _expand(paths)
     option_sets = {
-        path: _options(select, ignore, unsafe_fixes, assume_remote, max_batch, path=path, config=config, cost=cost)
+        path: _options(select, ignore, unsafe_fixes, assume_remote, max_batch, path=path, config=config, cost=cost,
+                       migrate=migrate)
         for path in files
     }
     writes_code = not (diff or check or report or in_place or fmt is not Format.text)
@@ -203,18 +219,31 @@ def optimize(
         raise typer.Exit(EXIT_CHANGES)
 
 
+def _write_code(source: SourceFile, code: str) -> None:
+    """The code on stdout as bytes in the input's own encoding and byte-order mark, so
+    `ndif-opt f.py > g.py` gives what `-o g.py` writes (a latin-1 file stays latin-1)."""
+    try:
+        data = source.encode(code)
+    except InputError as error:
+        _fail(str(error))
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
 def _print_text(results, diff: bool, report: bool, check: bool, code_to_stdout: bool, quiet: bool,
                 wrote: bool = True) -> None:
-    for path, result, _source in results:
+    for path, result, source in results:
         if code_to_stdout:
-            sys.stdout.write(result.code)
+            _write_code(source, result.code)
         if report:
             typer.echo(f"{path}:")
             typer.echo(cost_table(result))
             for line in result.assumptions:
                 typer.echo(f"  assumption: {line}")
         if diff or report:
-            sys.stdout.write(unified_diff(path, result.source, result.code))
+            notebook = getattr(result, "notebook", None)
+            sys.stdout.write(notebook.diff() if notebook is not None else unified_diff(path, result.source, result.code))
         if not quiet:
             stream_err = code_to_stdout  # keep stdout clean when it carries the code
             for finding in result.findings:
@@ -244,19 +273,25 @@ def verify(
     atol: float = typer.Option(0.0, "--atol", help="Absolute tolerance for tensors."),
     rtol: float = typer.Option(0.0, "--rtol", help="Relative tolerance for tensors."),
     fmt: Format = typer.Option(Format.text, "--format"),
+    migrate: Optional[bool] = typer.Option(None, "--migrate/--no-migrate"),
 ) -> None:
     """Run the original and the optimized script on a tiny local model through an
     emulation of NDIF, compare every result, and print measured requests and bytes."""
     try:
         source = read_source(path)
-        result = _optimize(source, _options(None, None, unsafe_fixes, assume_remote, None, path=path))
+        result = _optimize(source, _options(None, None, unsafe_fixes, assume_remote, None, path=path, migrate=migrate))
     except InputError as error:
         _fail(str(error))
     try:
         from ndif_opt.verify import verify_result
     except ImportError as error:
         _fail(str(error))
-    report = verify_result(source.text, result, filename=path, atol=atol, rtol=rtol)
+    if getattr(result, "notebook", None) is not None:
+        from ndif_opt.notebook import verify_notebook
+
+        report = verify_notebook(source.text, result, filename=path, atol=atol, rtol=rtol)
+    else:
+        report = verify_result(source.text, result, filename=path, atol=atol, rtol=rtol)
     if fmt is Format.json:
         import json
 

@@ -13,6 +13,10 @@
     bandwidth = 50e6                       # bytes per second of download
     throughput = 1e14                      # FLOP per second on the server
     max-new-tokens = 20                    # tokens a generate makes when not stated
+    session-limit = 3600                   # seconds NDIF allows one request
+    session-margin = 0.25                  # share of the limit held back
+    view-storage = "compact"               # or "storage": a saved view ships its storage
+    model-config = "config.json"           # a Hugging Face config.json for every model
 
     [tool.ndif-opt.models."meta-llama/Llama-3.1-8B"]
     dtype = "float32"                      # model overrides (see model_registry)
@@ -52,6 +56,7 @@ TOP_KEYS = {
     "unsafe-fixes": "unsafe_fixes",
     "assume-remote": "assume_remote",
     "max-batch": "max_batch",
+    "migrate": "migrate",
     "cost": "cost",
     "models": "models",
 }
@@ -63,10 +68,17 @@ COST_KEYS: dict[str, tuple[str, type, str]] = {
     "bandwidth": ("bandwidth", float, "download bytes per second"),
     "throughput": ("throughput", float, "server FLOP per second"),
     "max-new-tokens": ("max-new-tokens", int, "tokens a generate makes when not stated"),
+    "upload-bandwidth": ("upload-bandwidth", float, "upload bytes per second"),
+    "memory-bandwidth": ("memory-bandwidth", float, "bytes per second the server reads weights at"),
+    "unknown-trips": ("unknown-trips", int, "iterations assumed for a loop of unknown length"),
+    "session-limit": ("session-limit", float, "seconds after which NDIF stops a request"),
+    "session-margin": ("session-margin", float, "share of the session limit held back (0 to 0.95)"),
+    "view-storage": ("view-storage", str, "'compact' (GPU server) or 'storage' (views ship their storage)"),
+    "model-config": ("model-config", dict, "a Hugging Face config.json applied to every model"),
 }
 
 #: Keyword arguments :func:`load_options` accepts as command-line overrides.
-OVERRIDES = ("select", "ignore", "unsafe_fixes", "assume_remote", "max_batch", "cost")
+OVERRIDES = ("select", "ignore", "unsafe_fixes", "assume_remote", "max_batch", "cost", "migrate")
 
 
 class ConfigError(ValueError):
@@ -180,8 +192,59 @@ def _cost(path, table: Any) -> dict:
         if name not in COST_KEYS:
             raise _unknown(path, raw, COST_KEYS, key)
         field, kind, _ = COST_KEYS[name]
-        cost[field] = _positive(path, f"{key}.{raw}", value, kind)
+        cost[field] = _cost_value(path, f"{key}.{raw}", name, value, kind)
     return cost
+
+
+def _cost_value(path, key: str, name: str, value: Any, kind: type) -> Any:
+    """One ``[tool.ndif-opt.cost]`` value, checked (a model-config path is loaded)."""
+    if name == "view-storage":
+        if value not in ("compact", "storage"):
+            raise ConfigError(path, f"must be 'compact' or 'storage', not {value!r}", key)
+        return value
+    if name == "model-config":
+        if isinstance(value, Mapping):
+            return _checked_model_config(dict(value), path, key)
+        if not isinstance(value, str):
+            raise ConfigError(path, "must be the path of a config.json", key)
+        base = Path(path).parent if path is not None else Path.cwd()
+        return load_model_config(base / value)
+    number = _positive(path, key, value, kind)
+    if name == "session-margin" and number > 0.95:
+        raise ConfigError(path, f"must be a share between 0 and 0.95, not {value!r}", key)
+    return number
+
+
+def load_model_config(path: str | os.PathLike) -> dict:
+    """A Hugging Face ``config.json`` for ``Options.cost["model-config"]`` (the CLI's
+    ``--model-config FILE``): every model of the script gets its dimensions, and its
+    ``torch_dtype`` sets the dtype. Raises :class:`ConfigError` naming the file."""
+    import json
+
+    source = Path(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(source, f"cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(source, f"not UTF-8: {error}") from None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(source, f"invalid JSON: {error}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(source, "must hold a JSON object (a model's config.json)")
+    return _checked_model_config(config, source, None)
+
+
+def _checked_model_config(config: dict, path, key: str | None) -> dict:
+    from ndif_opt.model_registry import dims_from_hf_config
+
+    try:
+        dims_from_hf_config(config, name=str(config.get("_name_or_path") or "model"))
+    except (ValueError, TypeError) as error:
+        raise ConfigError(path, f"not a usable model config: {error}", key) from None
+    return config
 
 
 def _models(path, table: Any) -> dict:
@@ -214,7 +277,7 @@ def parse_table(table: Mapping, path: str | os.PathLike | None = None) -> dict:
             raise _unknown(path, raw, TOP_KEYS, TABLE)
         if key in ("select", "ignore"):
             values[TOP_KEYS[key]] = _pass_ids(path, f"{TABLE}.{raw}", value)
-        elif key in ("unsafe-fixes", "assume-remote"):
+        elif key in ("unsafe-fixes", "assume-remote", "migrate"):
             values[TOP_KEYS[key]] = _bool(path, f"{TABLE}.{raw}", value)
         elif key == "max-batch":
             values["max_batch"] = _positive(path, f"{TABLE}.{raw}", value, int)
@@ -286,4 +349,4 @@ def load_options(
     return Options(**values)
 
 
-__all__ = ["ConfigError", "find_config", "load_options", "parse_table", "COST_KEYS"]
+__all__ = ["ConfigError", "find_config", "load_model_config", "load_options", "parse_table", "COST_KEYS"]

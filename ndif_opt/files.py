@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import io
 import os
+import stat
 import tempfile
 import tokenize
 from dataclasses import dataclass
@@ -28,11 +29,26 @@ class SourceFile:
     bom: bool = False
 
     def encode(self, text: str) -> bytes:
-        data = text.encode(self.encoding)
+        """``text`` as the input was stored: same encoding, same byte-order mark."""
+        try:
+            data = text.encode(self.encoding)
+        except UnicodeEncodeError as error:
+            raise InputError(
+                f"{self.path}: the result has {text[error.start]!r}, which {self.encoding} cannot encode"
+            ) from None
         return (codecs.BOM_UTF8 + data) if self.bom else data
 
 
+_WIDE_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
 def decode(path: str, data: bytes) -> SourceFile:
+    for bom, name in _WIDE_BOMS:  # UTF-32 first: its LE mark starts with UTF-16's
+        if data.startswith(bom):
+            raise InputError(f"{path}: {name} text; Python source must be UTF-8 or declare an 8-bit encoding")
     if b"\x00" in data:
         raise InputError(f"{path}: binary file, not Python source")
     bom = data.startswith(codecs.BOM_UTF8)
@@ -47,8 +63,11 @@ def decode(path: str, data: bytes) -> SourceFile:
     body = data[len(codecs.BOM_UTF8) :] if bom else data
     try:
         text = body.decode(encoding)
-    except (UnicodeDecodeError, LookupError):
-        raise InputError(f"{path}: not valid {encoding} text") from None
+    except UnicodeDecodeError as error:
+        line = body[: error.start].count(b"\n") + 1
+        raise InputError(f"{path}: not valid {encoding} text (line {line})") from None
+    except LookupError:
+        raise InputError(f"{path}: unknown encoding {encoding!r}") from None
     return SourceFile(path, text, encoding, bom)
 
 
@@ -67,17 +86,47 @@ def read_source(path: str) -> SourceFile:
     return decode(path, data)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` by renaming a finished temporary file over it."""
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
+    """Write ``data`` to ``path`` by renaming a finished temporary file over it.
+
+    A symlink is written through (its target is replaced, the link stays); an existing
+    file keeps its permission bits, a new one gets the usual ``0o666 & ~umask``. On any
+    failure — or an interrupt — the temporary file is removed and the target is as it
+    was.
+    """
     try:
-        mode = target.stat().st_mode & 0o777 if target.exists() else None
+        info = os.stat(path)
+    except OSError:
+        info = None  # absent (or a broken or looping symlink, which is replaced)
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise InputError(f"{path}: is a directory")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        # a device, FIFO or terminal (`-o /dev/stdout`): write to it, never replace it
+        try:
+            with open(path, "wb") as handle:
+                handle.write(data)
+        except OSError as error:
+            raise InputError(f"{path}: cannot write ({error.strerror or error})") from None
+        return
+    target = Path(os.path.realpath(path))  # through symlinks, as editors write
+    directory = target.parent
+    try:
+        mode = stat.S_IMODE(info.st_mode) if info is not None else 0o666 & ~_umask()
         fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     except FileNotFoundError:
-        raise InputError(f"{path}: the output directory does not exist") from None
+        if directory.is_dir():
+            raise InputError(f"{path}: cannot create a file in {str(directory)!r}") from None
+        raise InputError(f"{path}: the output directory {str(directory)!r} does not exist") from None
+    except NotADirectoryError:
+        raise InputError(f"{path}: a parent of the output path is not a directory") from None
     except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
+        raise InputError(f"{path}: permission denied (cannot create a file in {str(directory)!r})") from None
     except OSError as error:
         raise InputError(f"{path}: cannot write ({error.strerror or error})") from None
     try:
@@ -85,25 +134,40 @@ def write_atomic(path: str, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(temp, mode)
+        os.chmod(temp, mode)
         os.replace(temp, target)
-    except OSError as error:
+    except BaseException as error:
         try:
             os.unlink(temp)
         except OSError:
             pass
-        raise InputError(f"{path}: cannot write ({error.strerror or error})") from None
+        if isinstance(error, FileNotFoundError):
+            raise InputError(f"{path}: the output directory {str(directory)!r} disappeared") from None
+        if isinstance(error, OSError):
+            raise InputError(f"{path}: cannot write ({error.strerror or error})") from None
+        raise
 
 
-def python_files(root: str) -> list[str]:
-    """`*.py` files under a directory, sorted, without following symlinked directories."""
+def python_files(root: str, suffixes: tuple[str, ...] = (".py",)) -> list[str]:
+    """`*.py` files under a directory, sorted, without following symlinked directories.
+
+    Hidden directories and ``__pycache__`` are skipped, and so are names that are not
+    regular files (a FIFO would block the whole run on its first read). A symlink to a
+    file is listed; one that is broken or loops is listed too, so that it is reported.
+    """
     found = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         for name in sorted(filenames):
-            if name.endswith(".py"):
-                found.append(os.path.join(dirpath, name))
+            if not name.endswith(suffixes):
+                continue
+            full = os.path.join(dirpath, name)
+            try:
+                if not stat.S_ISREG(os.stat(full).st_mode):
+                    continue
+            except OSError:
+                pass  # broken or looping symlink: reading it gives the error to report
+            found.append(full)
     return found
 
 

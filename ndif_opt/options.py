@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+# passes that run only when asked for (`--migrate`, or selected by id)
+OPT_IN_PASSES = frozenset({"migrate-api"})
+
+
 @dataclass(frozen=True)
 class Options:
     select: frozenset[str] | None = None  # None: every pass
@@ -12,6 +16,7 @@ class Options:
     unsafe_fixes: bool = False
     assume_remote: bool = False  # a `remote=` flag of unknown value counts as remote
     max_batch: int = 32
+    migrate: bool = False  # first rewrite pre-0.5 nnsight code for nnsight 0.5+
     cost: dict = field(default_factory=dict)  # cost-model assumption overrides
     # the user's own modules beside the script (name -> source), so helpers imported
     # from them can be checked; the CLI reads them, the library takes them as given
@@ -20,4 +25,6 @@ class Options:
     def wants(self, pass_id: str) -> bool:
         if pass_id in self.ignore:
             return False
+        if pass_id in OPT_IN_PASSES:
+            return self.migrate or (self.select is not None and pass_id in self.select)
         return self.select is None or pass_id in self.select

@@ -18,6 +18,7 @@ from ndif_opt.cost_model import assumptions, estimate
 from ndif_opt.effects import ServerCheck
 from ndif_opt.options import Options
 from ndif_opt.passes import PASSES, Context, RawFinding
+from ndif_opt.passes.migrate_api import PRE_05, MigrateApi, api_generation
 from ndif_opt.prefilter import uses_nnsight
 from ndif_opt.suppression import Suppressions
 from ndif_opt.types import Cost, Edit, Finding, PassCost, Position, Range, Result, Status
@@ -78,6 +79,9 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
     except Exception as error:  # never crash on code we do not understand
         return _untouched(source, "analysis", error)
     passes = [cls() for cls in PASSES if options.wants(cls.id)]
+    if not any(p.id == MigrateApi.id for p in passes) and MigrateApi.id not in options.ignore:
+        # without --migrate, pre-0.5 code is only reported: 0.5+ idioms would break it
+        passes.insert(0, MigrateApi(detect_only=True))
     suppressions = Suppressions.from_source(source)
     initial_cost = state.cost
     deltas: dict[str, Cost] = {p.id: Cost() for p in passes}
@@ -91,6 +95,8 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
         changed = False
         last_round = []
         for pass_ in passes:
+            if pass_.id != MigrateApi.id and api_generation(state.facts) == PRE_05:
+                continue
             seen = stable.get(pass_.id)
             if seen is not None and seen[0] is state.module:
                 last_round.extend(seen[1])
@@ -130,7 +136,7 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
         source=source,
         code=code,
         findings=findings,
-        costs=tuple(_chain(initial_cost, passes, deltas)),
+        costs=tuple(_chain(initial_cost, [p for p in passes if not getattr(p, "detect_only", False)], deltas)),
         edits=tuple(text_edits(source, code)),
         assumptions=tuple(assumptions(options)),
         unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),

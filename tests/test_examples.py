@@ -13,10 +13,12 @@ import pytest
 
 from ndif_opt import optimize
 from ndif_opt.docs import render
+from ndif_opt.options import Options
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 UPDATE = os.environ.get("NDIF_OPT_UPDATE") == "1"
+MIGRATE = {"legacy_api"}  # pre-0.5 scripts: optimized with --migrate
 
 
 def test_there_are_examples():
@@ -25,14 +27,15 @@ def test_there_are_examples():
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_in_sync_and_stable(path):
-    result = optimize(path.read_text())
+    options = Options(migrate=path.stem in MIGRATE)
+    result = optimize(path.read_text(), options=options)
     cst.parse_module(result.code)
     assert result.changed, "every example has something to optimize"
     expected = ROOT / "examples" / "optimized" / path.name
     if UPDATE:
         expected.write_text(result.code)
     assert expected.read_text() == result.code
-    assert optimize(result.code).code == result.code, "a second run must change nothing"
+    assert optimize(result.code, options=options).code == result.code, "a second run must change nothing"
     before, after = result.costs[0].before, result.costs[-1].after
     assert (
         before.requests > after.requests

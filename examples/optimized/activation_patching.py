@@ -18,8 +18,16 @@ with model.session(remote=True):
             clean_acts[layer] = model.transformer.h[layer].output[:, -1]
 
     logit_diffs = list().save()
+    # layers before the patched one are the same in every iteration: compute them once
+    _ndif_cache = list()
+    with model.trace(CORRUPT) as _ndif_tracer:
+        for _ndif_i in range(N_LAYERS):
+            _ndif_cache.append(model.transformer.h[_ndif_i].output)
+        _ndif_tracer.stop()
     for layer in range(N_LAYERS):
         with model.trace(CORRUPT):
+            for _ndif_i in range(layer):
+                model.transformer.h[_ndif_i].skip(_ndif_cache[_ndif_i])
             model.transformer.h[layer].output[:, -1] = clean_acts[layer]
             logits = model.lm_head.output
         logit_diffs.append((logits[0, -1, target] - logits[0, -1, distractor]).item())

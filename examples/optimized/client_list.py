@@ -10,8 +10,8 @@ prompt = "The Eiffel Tower is in the city of"
 
 with model.session(remote=True):
     results = list().save()
-    for layer in range(4):
-        with model.trace(prompt):
+    with model.trace(prompt):
+        for layer in range(4):
             results.append(model.model.layers[layer].output[:, -1])
 
 print(len(results))

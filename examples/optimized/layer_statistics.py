@@ -6,13 +6,13 @@ prompt = "Interpretability research needs fast experiments."
 
 with model.session(remote=True):
     stats = dict().save()
-    for layer in range(12):
-        with model.trace(prompt):
+    with model.trace(prompt):
+        for layer in range(12):
             hidden = model.transformer.h[layer].output
-        stats[f"layer_{layer}"] = {
-            "norm": hidden.norm().item(),
-            "mean": hidden.mean().item(),
-            "std": hidden.std().item(),
-        }
+            stats[f"layer_{layer}"] = {
+                "norm": hidden.norm().item(),
+                "mean": hidden.mean().item(),
+                "std": hidden.std().item(),
+            }
 
 print(stats["layer_11"])

@@ -11,8 +11,8 @@ N_LAYERS = 32
 
 with model.session(remote=True):
     residuals = list().save()
-    for layer in range(N_LAYERS):
-        with model.trace(PROMPT):
+    with model.trace(PROMPT):
+        for layer in range(N_LAYERS):
             # the residual stream at the last token, after this layer
             residuals.append(model.model.layers[layer].output[0, -1])
 

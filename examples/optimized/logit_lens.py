@@ -11,8 +11,8 @@ N_LAYERS = 32
 
 with model.session(remote=True):
     predictions = list().save()
-    for layer in range(N_LAYERS):
-        with model.trace(PROMPT):
+    with model.trace(PROMPT):
+        for layer in range(N_LAYERS):
             hidden = model.model.layers[layer].output
             # decode the residual stream through the final norm and the unembedding
             logits = model.lm_head(model.model.norm(hidden))

@@ -12,8 +12,16 @@ with model.session(remote=True):
         baseline = model.lm_head.output[0, -1].softmax(dim=-1)[answer]
 
     drops = dict().save()
+    # layers before the patched one are the same in every iteration: compute them once
+    _ndif_cache = list()
+    with model.trace(PROMPT) as _ndif_tracer:
+        for _ndif_i in range(N_LAYERS):
+            _ndif_cache.append(model.model.layers[_ndif_i].output)
+        _ndif_tracer.stop()
     for layer in range(N_LAYERS):
         with model.trace(PROMPT):
+            for _ndif_i in range(layer):
+                model.model.layers[_ndif_i].skip(_ndif_cache[_ndif_i])
             # remove everything the last token has gathered up to this layer
             model.model.layers[layer].output[:, -1] = 0
             probs = model.lm_head.output[0, -1].softmax(dim=-1)

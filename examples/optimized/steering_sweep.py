@@ -17,8 +17,16 @@ with model.session(remote=True):
     good = model.tokenizer(" great")["input_ids"][0].save()
 
     probabilities = dict().save()
+    # layers before the patched one are the same in every iteration: compute them once
+    _ndif_cache = list()
+    with model.trace(PROMPT) as _ndif_tracer:
+        for _ndif_i in range(LAYER):
+            _ndif_cache.append(model.model.layers[_ndif_i].output)
+        _ndif_tracer.stop()
     for coefficient in COEFFICIENTS:
         with model.trace(PROMPT):
+            for _ndif_i in range(LAYER):
+                model.model.layers[_ndif_i].skip(_ndif_cache[_ndif_i])
             model.model.layers[LAYER].output = model.model.layers[LAYER].output + coefficient * steering
             logits = model.lm_head.output
         probabilities[coefficient] = torch.softmax(logits[0, -1], dim=-1)[good].item()

@@ -1,0 +1,1058 @@
+"""invoke-batching: the iterations of a loop of traces as invokes of one trace.
+
+## What it does
+Inside a session, a loop whose iterations each run one trace of the model — a prompt
+loop, a steering-coefficient sweep, a patching sweep — becomes one
+``with model.trace() as tracer:`` with the loop inside and each iteration's trace turned
+into ``with tracer.invoke(<its input>):``. Code of the loop body around the trace that
+uses the iteration's values (``results[p] = logits[0, -1].argmax().item()``) moves into
+the invoke with it. Loops longer than ``max-batch`` (32 by default), or of unknown
+length, run in chunks of that many invokes.
+
+## Why is this bad?
+Every trace is a forward pass with a batch of one. Invokes of one trace run as one
+batched forward pass: eight prompts cost about as much as one on a GPU.
+
+## Example
+```python
+with model.session(remote=True):
+    top = dict().save()
+    for prompt in PROMPTS:
+        with model.trace(prompt):
+            logits = model.lm_head.output
+        top[prompt] = logits[0, -1].argmax().item()
+```
+
+## Use instead
+```python
+with model.session(remote=True):
+    top = dict().save()
+    with model.trace() as tracer:
+        for prompt in PROMPTS:
+            with tracer.invoke(prompt):
+                logits = model.lm_head.output
+                top[prompt] = logits[0, -1].argmax().item()
+```
+
+## Fix safety
+Unsafe, applied only with ``--unsafe-fixes``: a batched forward pass pads prompts on the
+left and uses batched kernels, so results differ in the last bits (measured up to
+~4e-7 in fp32, ~4e-3 in bf16). Not applied when an iteration uses a value an earlier
+iteration computed (other than filling a list or dict), reads a container the loop
+fills, changes the model or an object the iterations share, uses ``.skip()``, fills a
+container before its last module read (the invokes would fill it in the model's order,
+not the loop's), binds a name read after the loop (only one invoke's value would be
+left), or — when the inputs differ — reads token positions counted from the start, a
+slice or reduction over positions, or otherwise keeps padded positions (saving,
+storing or passing a whole activation). Loops that only read layers of the same input
+are left to trace-fusion, which is exact.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ndif_opt.analysis import Facts, qualify
+from ndif_opt.names import collect, collect_all, dotted_name, root_name
+from ndif_opt.passes.base import Case, Context, Pass
+from ndif_opt.passes.session_hoisting import _is_model_like
+from ndif_opt.passes.trace_fusion import (
+    MODULE_VALUES,
+    Sweep,
+    find_sweeps,
+    fresh_name,
+    fusion_problem,
+    input_dependence,
+    introduce,
+    module_accesses,
+    passes_text,
+    structure_problem,
+    with_leading,
+)
+from ndif_opt.regions import reads_after
+from ndif_opt.rewrite import DropElementSaves, SuitePlan, code_of, reindentable
+from ndif_opt.tensors import TENSOR_MODULES
+from ndif_opt.types import Safety
+
+# How a loop may fill a container made before it.
+FILLING_METHODS = frozenset({"append", "extend", "update", "add", "insert"})
+# Methods that act on every element alike: they keep padded positions where they are.
+ELEMENTWISE = frozenset(
+    {
+        "clone", "detach", "cpu", "cuda", "to", "float", "half", "double", "bfloat16", "abs",
+        "exp", "log", "sigmoid", "tanh", "relu", "neg", "contiguous", "sqrt", "square", "sign",
+        "long", "int", "type",
+    }
+)
+# Methods that are per position when taken over the last dimension.
+LAST_DIM = frozenset({"softmax", "log_softmax", "argmax", "argmin"})
+LAST_DIM_FUNCTIONS = frozenset(
+    {
+        "torch.softmax", "torch.log_softmax", "torch.argmax", "torch.argmin",
+        "torch.nn.functional.softmax", "torch.nn.functional.log_softmax",
+    }
+)
+UNSAFE_REASON = (
+    "batching changes results in the last bits (left padding and batched kernels: "
+    "~1e-7 in fp32, ~1e-3 in bf16); use --unsafe-fixes to accept"
+)
+
+
+class InvokeBatching(Pass):
+    __doc__ = __doc__
+    id = "invoke-batching"
+
+    def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
+        plan = SuitePlan()
+        taken: set[str] = set()
+        batch = max(1, int(context.options.max_batch))
+        for sweep in find_sweeps(facts):
+            if not fusion_problem(sweep, facts)[0]:
+                continue  # trace-fusion makes it one forward pass, exactly
+            trips = sweep.trips(facts)
+            if trips is not None and trips < 2:
+                continue
+            found = _problem(sweep, facts, context.options.unsafe_fixes)
+            if found is None:
+                continue
+            problem, unsaved = found
+            after = _after(trips, batch)
+            message = (
+                f"this loop runs {passes_text(trips)}, one per iteration; as invokes of one "
+                f"trace it would run {after}"
+            )
+            if problem:
+                context.skipped(sweep.loop, message, f"not batched: {problem}")
+                continue
+            if not context.options.unsafe_fixes:
+                context.needs_unsafe(sweep.loop, message, UNSAFE_REASON)
+                continue
+            chunked = trips is None or trips > batch
+            tracer = fresh_name("tracer", module, taken)
+            names = [tracer]
+            if chunked:
+                names += [fresh_name(n, module, taken | {tracer}) for n in ("_ndif_items", "_ndif_start")]
+                introduce(context, *names[1:])
+            taken.update(names)
+            plan.replace(
+                sweep.info.suite,
+                sweep.info.index,
+                sweep.info.index + 1,
+                _batched(sweep, names, batch if chunked else None, unsaved),
+            )
+            context.unreturned |= unsaved
+            text = (
+                f"the iterations of this loop now run as invokes of one trace: "
+                f"{passes_text(trips)} → {after}"
+            )
+            if chunked:
+                text += f" (in chunks of {batch} invokes)"
+            context.applied(sweep.loop, text, Safety.UNSAFE)
+        return plan.apply(module) if plan else module
+
+
+def _after(trips: int | None, batch: int) -> str:
+    if trips is None:
+        return f"one per {batch} iterations"
+    return str(-(-trips // batch))
+
+
+def _problem(sweep: Sweep, facts: Facts, unsafe: bool):
+    """None when the loop is no candidate; else (why it cannot be batched or "", the
+    saved names to stop saving)."""
+    if sweep.block.method == "generate":
+        return (
+            "batched generation pads every invoke's generated tokens to the longest prompt",
+            set(),
+        )
+    if not any(a.keyword is None and not a.star for a in sweep.block.call.args):
+        return None  # already invokes of one trace
+    problem = structure_problem(sweep, facts)
+    if problem:
+        return problem, set()
+    keywords = [a.keyword.value for a in sweep.block.call.args if a.keyword is not None]
+    if keywords:
+        return f"the trace takes `{keywords[0]}=`, which an invoke does not", set()
+    moved = sweep.moved
+    accesses = module_accesses(moved, facts)
+    if accesses.skips:
+        if any(_is_skip_insertion(call) for call in accesses.skips):
+            # skip-insertion cached this loop's prefix (without --unsafe-fixes): batching
+            # the original loop would save more, say so; never batch the skips
+            return None if unsafe else ("", set())
+        return "each iteration skips modules, and a batched `.skip()` must cover every invoke", set()
+    if accesses.model_writes:
+        return f"the loop changes the model (`{code_of(accesses.model_writes[0])}`), which every invoke shares", set()
+    if accesses.unknown:
+        return f"it reads `{code_of(accesses.unknown[0])}`, which is not a module of `{sweep.model}`", set()
+    if not accesses.found:
+        return None
+    problem = (
+        _carried(sweep)
+        or _shared_objects(sweep, facts)
+        or _fill_order(sweep, facts)
+    )
+    if problem:
+        return problem, set()
+    bound = set(collect_all(moved).binds) | set(sweep.targets)
+    read_later = sorted(_live_after(sweep, facts, bound))
+    if read_later:
+        return (
+            f"`{read_later[0]}` is read after the loop: batched, it would hold one invoke's "
+            "value only",
+            set(),
+        )
+    if input_dependence(sweep):
+        problem = _Padding(facts).check(moved)
+        if problem:
+            return f"the inputs differ in length and each invoke sees left-padded rows: it {problem}", set()
+    # saved names nothing reads later: one invoke's value would come back, so stop saving
+    return "", set(sweep.block.saved_names) | _saved_names(sweep.pre + sweep.post)
+
+
+def _live_after(sweep: Sweep, facts: Facts, names: set[str]) -> set[str]:
+    """Which of ``names`` the code after the loop may read before binding them again.
+
+    Follows every way execution can continue after the loop — the rest of its suite,
+    then of each enclosing statement; around an enclosing loop also back to the start
+    of its body — and flags a name read before it is bound again on that path. Inside
+    a function, any later read counts, as in :func:`reads_after`."""
+    later = reads_after(facts, sweep.info.suite, sweep.info.index + 1)
+    candidates = {n for n in names if n in later}
+    if not candidates:
+        return set()
+    for func in facts.functions.values():
+        if set(collect(func.body).reads) & candidates:
+            return candidates
+    paths = _continuations(sweep.info, facts)
+    if paths is None:
+        return candidates
+    flagged: set[str] = set()
+    for path in paths:
+        order = _Order(candidates, set())
+        for stmt in path:
+            stmt.visit(order)
+        flagged |= order.flagged
+    return flagged
+
+
+def _continuations(info, facts: Facts):
+    """The statement sequences that may run after ``info``'s statement (None inside
+    a function or class)."""
+    rest = list(info.suite.body[info.index + 1 :])
+    if not info.ancestors:
+        return [rest]
+    owner = info.ancestors[-1]
+    if isinstance(owner, (cst.FunctionDef, cst.ClassDef)):
+        return None
+    outer = _continuations(facts.stmt(owner), facts)
+    if outer is None:
+        return None
+    paths = [rest + path for path in outer]
+    if isinstance(owner, (cst.For, cst.While)) and info.suite is owner.body:
+        # the next iteration of the enclosing loop, up to this statement again
+        paths.append(rest + list(owner.body.body[: info.index]))
+    return paths
+
+
+def _is_skip_insertion(call: cst.Call) -> bool:
+    return any(code_of(a.value).startswith("_ndif_cache") for a in call.args)
+
+
+def _saved_names(stmts) -> set[str]:
+    from ndif_opt.analysis import is_saved_expr
+
+    found = set()
+    for stmt in stmts:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign) and is_saved_expr(small.value):
+                    for target in small.targets:
+                        if isinstance(target.target, cst.Name):
+                            found.add(target.target.value)
+    return found
+
+
+# -- iterations must not feed each other ----------------------------------------------
+
+
+def _carried(sweep: Sweep) -> str:
+    bound = set(collect_all(sweep.moved).binds)
+    order = _Order(bound, set(sweep.targets))
+    for stmt in sweep.moved:
+        stmt.visit(order)
+        if order.carried:
+            return (
+                f"`{order.carried}` is read before the iteration sets it: an earlier "
+                "iteration's value would be used"
+            )
+    return ""
+
+
+class _Order(cst.CSTVisitor):
+    """Finds the first name read before the iteration defines it."""
+
+    def __init__(self, bound: set[str], defined: set[str]) -> None:
+        self.bound = bound
+        self.defined = set(defined)
+        self.carried = ""  # the first name read before it is defined
+        self.flagged: set[str] = set()  # all of them
+
+    def _bind(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name):
+            self.defined.add(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._bind(element.value)
+        elif isinstance(target, cst.StarredElement):
+            self._bind(target.value)
+        else:
+            target.visit(self)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value in self.bound and node.value not in self.defined:
+            self.flagged.add(node.value)
+            if not self.carried:
+                self.carried = node.value
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Assign(self, node: cst.Assign) -> bool:
+        node.value.visit(self)
+        for target in node.targets:
+            self._bind(target.target)
+        return False
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
+        if node.value is not None:
+            node.value.visit(self)
+        self._bind(node.target)
+        return False
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> bool:
+        node.target.visit(self)
+        node.value.visit(self)
+        return False
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> bool:
+        node.value.visit(self)
+        self._bind(node.target)
+        return False
+
+    def visit_For(self, node: cst.For) -> bool:
+        node.iter.visit(self)
+        saved = set(self.defined)
+        self._bind(node.target)
+        node.body.visit(self)
+        self.defined = saved  # the body may run zero times
+        return False
+
+    def visit_While(self, node: cst.While) -> bool:
+        node.test.visit(self)
+        saved = set(self.defined)
+        node.body.visit(self)
+        self.defined = saved
+        return False
+
+    def visit_If(self, node: cst.If) -> bool:
+        node.test.visit(self)
+        saved = set(self.defined)
+        node.body.visit(self)
+        after_body = self.defined
+        self.defined = set(saved)
+        if node.orelse is not None:
+            node.orelse.visit(self)
+            self.defined = after_body & self.defined
+        else:
+            self.defined = saved
+        return False
+
+    def visit_WithItem(self, node: cst.WithItem) -> bool:
+        node.item.visit(self)
+        if node.asname is not None:
+            self._bind(node.asname.name)
+        return False
+
+    def _comprehension(self, node, parts) -> bool:
+        node.for_in.visit(self)
+        for part in parts:
+            part.visit(self)
+        return False
+
+    def visit_CompFor(self, node: cst.CompFor) -> bool:
+        node.iter.visit(self)
+        self._bind(node.target)
+        for condition in node.ifs:
+            condition.visit(self)
+        if node.inner_for_in is not None:
+            node.inner_for_in.visit(self)
+        return False
+
+    def visit_ListComp(self, node: cst.ListComp) -> bool:
+        return self._comprehension(node, [node.elt])
+
+    def visit_SetComp(self, node: cst.SetComp) -> bool:
+        return self._comprehension(node, [node.elt])
+
+    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> bool:
+        return self._comprehension(node, [node.elt])
+
+    def visit_DictComp(self, node: cst.DictComp) -> bool:
+        return self._comprehension(node, [node.key, node.value])
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.defined.add(node.name.value)
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+def _shared_objects(sweep: Sweep, facts: Facts) -> str:
+    """Objects made before the loop may only be filled (append, item assignment)."""
+    moved = sweep.moved
+    use = collect_all(moved)
+    bound = set(use.binds) | set(sweep.targets)
+    shared = [n for n in use.mutates if n not in bound and not _is_model_like(n, facts)]
+    allowed: set[int] = set()
+
+    class Receivers(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in FILLING_METHODS:
+                if isinstance(func.value, cst.Name):
+                    allowed.add(id(func.value))
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            target = node.target
+            if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
+                allowed.add(id(target.value))
+
+    uses: list[cst.Name] = []
+
+    class Names(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            uses.append(node)
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+    for stmt in moved:
+        stmt.visit(Receivers())
+        stmt.visit(Names())
+    for name in shared:
+        for node in uses:
+            if node.value == name and id(node) not in allowed:
+                return (
+                    f"it reads or changes `{name}`, which earlier iterations fill: batched, "
+                    "the iterations would not see each other's changes in order"
+                )
+    problem = ""
+
+    class InPlace(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            nonlocal problem
+            func = node.func
+            if isinstance(func, cst.Attribute):
+                name = func.attr.value
+                root = root_name(func.value)
+                if name.endswith("_") and not name.startswith("_") and root not in bound:
+                    problem = problem or f"it changes `{code_of(func.value)}` in place, which every iteration shares"
+                if name in ("backward", "retain_grad"):
+                    problem = problem or f"it calls `.{name}()`"
+
+    for stmt in moved:
+        stmt.visit(InPlace())
+    return problem
+
+
+def _fill_order(sweep: Sweep, facts: Facts) -> str:
+    """Containers must be filled after the iteration's last module read, and that read
+    must be the same module in every iteration: invokes waiting at one module are
+    served in loop order."""
+    moved = sweep.moved
+    use = collect_all(moved)
+    bound = set(use.binds) | set(sweep.targets)
+    shared = {n for n in use.mutates if n not in bound and not _is_model_like(n, facts)}
+    if not shared:
+        return ""
+    last_read = -1
+    last_access = None
+    for position, stmt in enumerate(moved):
+        found = module_accesses([stmt], facts).found
+        if found:
+            last_read, last_access = position, found[-1]
+    for position, stmt in enumerate(moved):
+        filled = shared & set(collect(stmt).mutates)
+        if filled and position < last_read:
+            name = sorted(filled)[0]
+            return (
+                f"it fills `{name}` before its last module read: batched, the invokes would "
+                "fill it in the model's order, not the loop's"
+            )
+    if last_access is not None:
+        varying = set(collect(last_access.node).reads) & bound
+        if varying:
+            return (
+                f"it fills `{sorted(shared)[0]}` after reading `{last_access.code}`, which "
+                "changes with the loop: batched, the invokes would fill it in the model's "
+                "order, not the loop's"
+            )
+    return ""
+
+
+# -- left padding ------------------------------------------------------------------------
+
+
+class _Refuse(Exception):
+    pass
+
+
+class _Padding:
+    """Follows where a module value's token dimension is, and refuses any use that
+    would see padded positions: a position counted from the start, a slice or a
+    reduction over positions, or a whole activation leaving the invoke."""
+
+    def __init__(self, facts: Facts) -> None:
+        self.facts = facts
+        self.env: dict[str, int | None] = {}
+
+    def check(self, stmts) -> str:
+        try:
+            for stmt in stmts:
+                self.statement(stmt)
+        except _Refuse as refusal:
+            return str(refusal)
+        return ""
+
+    # statements
+    def statement(self, stmt: cst.BaseStatement) -> None:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                self.small(small)
+        elif isinstance(stmt, cst.With):
+            for item in stmt.items:
+                self.plain(item.item)
+            self.suite(stmt.body)
+        elif isinstance(stmt, cst.For):
+            self.plain(stmt.iter)
+            for name in collect(stmt.target).binds:
+                self.env[name] = None
+            self.suite(stmt.body)
+        elif isinstance(stmt, (cst.If, cst.While)):
+            self.plain(stmt.test)
+            self.suite(stmt.body)
+            orelse = stmt.orelse
+            if isinstance(orelse, cst.If):
+                self.statement(orelse)
+            elif orelse is not None:
+                self.suite(orelse.body)
+        else:
+            raise _Refuse(f"uses a `{type(stmt).__name__.lower()}` statement I cannot check")
+
+    def suite(self, block) -> None:
+        for stmt in getattr(block, "body", ()):
+            if isinstance(stmt, cst.BaseStatement):
+                self.statement(stmt)
+            else:
+                self.small(stmt)
+
+    def small(self, small: cst.BaseSmallStatement) -> None:
+        if isinstance(small, cst.Assign):
+            state = self.value(small.value)
+            for target in small.targets:
+                self.assign(target.target, state)
+        elif isinstance(small, cst.AnnAssign):
+            state = self.value(small.value) if small.value is not None else None
+            self.assign(small.target, state)
+        elif isinstance(small, cst.AugAssign):
+            state = self.value(small.value)
+            if isinstance(small.target, cst.Name):
+                self.env[small.target.value] = self.combine(self.value(small.target), state, small)
+            else:
+                self.assign(small.target, state)
+        elif isinstance(small, cst.Expr):
+            self.value(small.value)
+        elif isinstance(small, (cst.Pass, cst.Import, cst.ImportFrom)):
+            return
+        else:
+            for child in small.children:
+                if isinstance(child, cst.BaseExpression):
+                    self.plain(child)
+
+    def assign(self, target: cst.BaseExpression, state: int | None) -> None:
+        if isinstance(target, cst.Name):
+            self.env[target.value] = state
+            return
+        if isinstance(target, (cst.Tuple, cst.List)):
+            if state is not None:
+                raise _Refuse("unpacks an activation")
+            for element in target.elements:
+                self.assign(element.value, None)
+            return
+        if self._writes_module(target):
+            self.value(target)  # its positions are checked like a read
+            return
+        if isinstance(target, (cst.Subscript, cst.Attribute)):
+            self.value(target.value)
+        if isinstance(target, cst.Subscript):
+            for element in target.slice:
+                self._index_expressions(element)
+        if state is not None:
+            raise _Refuse(f"stores a whole activation in `{code_of(target)}`, padded positions included")
+
+    def _writes_module(self, target: cst.BaseExpression) -> bool:
+        expr = target
+        while isinstance(expr, (cst.Subscript, cst.Attribute)):
+            if isinstance(expr, cst.Attribute) and expr.attr.value in MODULE_VALUES:
+                return True
+            expr = expr.value
+        return False
+
+    # expressions: the position of the token dimension, or None for other values
+    def plain(self, expr: cst.BaseExpression) -> None:
+        if self.value(expr) is not None:
+            raise _Refuse(f"uses `{code_of(expr)}`, an activation with padded positions, as a whole")
+
+    def combine(self, a: int | None, b: int | None, node) -> int | None:
+        if a is not None and b is not None and a != b:
+            raise _Refuse(f"combines activations whose token positions differ in `{code_of(node)}`")
+        return a if a is not None else b
+
+    def value(self, expr: cst.BaseExpression) -> int | None:
+        if isinstance(expr, cst.Name):
+            return self.env.get(expr.value)
+        if isinstance(expr, cst.Attribute):
+            return self.attribute(expr)
+        if isinstance(expr, cst.Subscript):
+            return self.subscript(expr)
+        if isinstance(expr, cst.Call):
+            return self.call(expr)
+        if isinstance(expr, cst.BinaryOperation):
+            return self.combine(self.value(expr.left), self.value(expr.right), expr)
+        if isinstance(expr, cst.UnaryOperation):
+            return self.value(expr.expression)
+        if isinstance(expr, cst.Comparison):
+            state = self.value(expr.left)
+            for target in expr.comparisons:
+                state = self.combine(state, self.value(target.comparator), expr)
+            return state
+        if isinstance(expr, (cst.BaseNumber, cst.SimpleString, cst.Ellipsis)):
+            return None
+        for child in expr.children:
+            if isinstance(child, cst.BaseExpression):
+                self.plain(child)
+            else:
+                self._children(child)
+        return None
+
+    def _children(self, node: cst.CSTNode) -> None:
+        for child in node.children:
+            if isinstance(child, cst.BaseExpression):
+                self.plain(child)
+            else:
+                self._children(child)
+
+    def attribute(self, expr: cst.Attribute) -> int | None:
+        if expr.attr.value in MODULE_VALUES:
+            root = root_name(expr.value)
+            if root is not None and _is_model_like(root, self.facts):
+                self._index_expressions_of_envoy(expr.value)
+                return self._layout(expr)
+        base = self.value(expr.value)
+        if base is None:
+            return None
+        if expr.attr.value in ("logits", "last_hidden_state"):
+            return base
+        raise _Refuse(f"reads `{code_of(expr)}` of an activation with padded positions")
+
+    def _layout(self, expr: cst.Attribute) -> int:
+        envoy = expr.value
+        if isinstance(envoy, cst.Name):
+            return 1  # model.output (logits: batch, positions, vocabulary)
+        if isinstance(envoy, cst.Subscript):
+            return 1  # a decoder layer: a tensor (batch, positions, hidden)
+        if isinstance(envoy, cst.Attribute) and envoy.attr.value in TENSOR_MODULES:
+            return 1
+        raise _Refuse(f"reads `{code_of(expr)}`, whose layout I do not know")
+
+    def _index_expressions_of_envoy(self, envoy: cst.BaseExpression) -> None:
+        while isinstance(envoy, (cst.Attribute, cst.Subscript)):
+            if isinstance(envoy, cst.Subscript):
+                for element in envoy.slice:
+                    self._index_expressions(element)
+            envoy = envoy.value
+
+    def _index_expressions(self, element: cst.SubscriptElement) -> None:
+        inner = element.slice
+        if isinstance(inner, cst.Index):
+            self.plain(inner.value)
+        else:
+            for part in (inner.lower, inner.upper, inner.step):
+                if part is not None:
+                    self.plain(part)
+
+    def subscript(self, expr: cst.Subscript) -> int | None:
+        base = self.value(expr.value)
+        for element in expr.slice:
+            self._index_expressions(element)
+        if base is None:
+            return None
+        position, dim, keeps = base, 0, True
+        for element in expr.slice:
+            inner = element.slice
+            if isinstance(inner, cst.Index):
+                index = inner.value
+                if inner.star is not None or isinstance(index, cst.Ellipsis):
+                    raise _Refuse(f"indexes `{code_of(expr)}` in a way I cannot follow")
+                if isinstance(index, cst.Name) and index.value == "None":
+                    raise _Refuse(f"adds a dimension in `{code_of(expr)}`")
+                if dim == base:
+                    number = _int_literal(index)
+                    if number is None:
+                        raise _Refuse(
+                            f"indexes the token position with `{code_of(index)}` in "
+                            f"`{code_of(expr)}`, not known to count from the end"
+                        )
+                    if number >= 0:
+                        raise _Refuse(
+                            f"indexes the token position {number} in `{code_of(expr)}`: "
+                            "positive position indices are wrong under left padding"
+                        )
+                    keeps = False
+                elif dim < base:
+                    position -= 1
+            else:
+                if dim == base and (inner.lower is not None or inner.upper is not None or inner.step is not None):
+                    raise _Refuse(f"slices the token positions in `{code_of(expr)}`")
+            dim += 1
+        return position if keeps else None
+
+    def call(self, expr: cst.Call) -> int | None:
+        func = expr.func
+        args = [a.value for a in expr.args]
+        if isinstance(func, cst.Attribute):
+            root = root_name(func.value)
+            module_call = dotted_name(func) is not None and func.attr.value not in MODULE_VALUES
+            if module_call and root is not None and _is_model_like(root, self.facts):
+                # a module called as a function (`model.lm_head(h)`): per position
+                state = None
+                for arg in args:
+                    state = self.combine(state, self.value(arg), expr)
+                return state
+            receiver = self.value(func.value)
+            if receiver is not None:
+                name = func.attr.value
+                if name in ELEMENTWISE:
+                    for arg in args:
+                        self.plain(arg)
+                    return receiver
+                if name in LAST_DIM and _last_dim(expr):
+                    return receiver
+                if name == "save":
+                    raise _Refuse(f"saves `{code_of(func.value)}`, padded positions included")
+                raise _Refuse(
+                    f"calls `.{name}()` on `{code_of(func.value)}`, which has padded positions"
+                )
+        elif not isinstance(func, cst.Name):
+            self.plain(func)
+        path = qualify(func, self.facts.imports)
+        states = [self.value(arg) for arg in args]
+        if any(s is not None for s in states):
+            if path in LAST_DIM_FUNCTIONS and _last_dim(expr, positional=1):
+                return next(s for s in states if s is not None)
+            raise _Refuse(f"passes an activation with padded positions to `{code_of(func)}`")
+        return None
+
+
+def _int_literal(expr: cst.BaseExpression) -> int | None:
+    if isinstance(expr, cst.Integer):
+        return int(expr.value, 0)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        inner = _int_literal(expr.expression)
+        return None if inner is None else -inner
+    return None
+
+
+def _last_dim(call: cst.Call, positional: int = 0) -> bool:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "dim":
+            return _int_literal(arg.value) == -1
+    plain = [a.value for a in call.args if a.keyword is None]
+    return len(plain) > positional and _int_literal(plain[positional]) == -1
+
+
+# -- the rewrite --------------------------------------------------------------------------
+
+
+def _batched(sweep: Sweep, names: list[str], chunk: int | None, unsaved: set[str]):
+    loop, trace = sweep.loop, sweep.block.node
+    tracer = names[0]
+
+    def build(_stmts):
+        drop = DropElementSaves(set(), rebinds=unsaved)
+        inner = list(sweep.inner)
+        if sweep.pre:
+            inner[0] = with_leading(inner[0], trace.leading_lines)
+        body = [reindentable(s.visit(drop)) for s in sweep.pre + inner + sweep.post]
+        call = cst.Call(
+            func=cst.Attribute(value=cst.Name(tracer), attr=cst.Name("invoke")),
+            args=sweep.block.call.args,
+        )
+        item = trace.items[0].with_changes(item=call, asname=None)
+        invoke = trace.with_changes(
+            items=[item],
+            leading_lines=[] if sweep.pre else trace.leading_lines,
+            body=trace.body.with_changes(body=body, footer=list(trace.body.footer)),
+        )
+        changes = dict(leading_lines=[], body=loop.body.with_changes(body=[invoke]))
+        if chunk is not None:
+            items, start = names[1], names[2]
+            changes["iter"] = cst.parse_expression(f"{items}[{start} : {start} + {chunk}]")
+        inner_loop = loop.with_changes(**changes)
+        outer = cst.parse_statement(f"with {sweep.model}.trace() as {tracer}:\n    pass\n")
+        outer = outer.with_changes(body=outer.body.with_changes(body=[inner_loop]))
+        if chunk is None:
+            return [outer.with_changes(leading_lines=loop.leading_lines)]
+        items, start = names[1], names[2]
+        listing = cst.parse_statement(f"{items} = list({code_of(loop.iter)})\n")
+        chunks = cst.parse_statement(f"for {start} in range(0, len({items}), {chunk}):\n    pass\n")
+        chunks = chunks.with_changes(body=chunks.body.with_changes(body=[outer]))
+        return [listing.with_changes(leading_lines=loop.leading_lines), chunks]
+
+    return build
+
+
+InvokeBatching.cases = (
+    Case(
+        name="prompt loop, reported without --unsafe-fixes",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+PROMPTS = ["The Eiffel Tower is in", "The cat sat on the", "Hello, my name is"]
+with model.session(remote=True):
+    top = dict().save()
+    for prompt in PROMPTS:
+        with model.trace(prompt):
+            logits = model.lm_head.output
+        top[prompt] = logits[0, -1].argmax().item()
+print(top)
+""",
+        reason="3 forward passes, one per iteration; as invokes of one trace it would run 1",
+    ),
+    Case(
+        name="prompt loop",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+PROMPTS = ["The Eiffel Tower is in", "The cat sat on the", "Hello, my name is"]
+with model.session(remote=True):
+    top = dict().save()
+    # one prediction per prompt
+    for prompt in PROMPTS:
+        with model.trace(prompt):
+            logits = model.lm_head.output
+        # the most likely next token
+        top[prompt] = logits[0, -1].argmax().item()
+print(top)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+PROMPTS = ["The Eiffel Tower is in", "The cat sat on the", "Hello, my name is"]
+with model.session(remote=True):
+    top = dict().save()
+    # one prediction per prompt
+    with model.trace() as tracer:
+        for prompt in PROMPTS:
+            with tracer.invoke(prompt):
+                logits = model.lm_head.output
+                # the most likely next token
+                top[prompt] = logits[0, -1].argmax().item()
+print(top)
+""",
+    ),
+    Case(
+        name="steering sweep, with code before the trace",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+with model.session(remote=True):
+    with model.trace("I love it"):
+        steer = model.model.layers[8].output.mean(dim=1)
+    scores = list().save()
+    for alpha in [0.0, 2.0, 4.0]:
+        scale = alpha / 2
+        with model.trace("I think this movie is"):
+            model.model.layers[8].output = model.model.layers[8].output + scale * steer
+            scores.append(model.lm_head.output[0, -1].softmax(dim=-1).max().item())
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+with model.session(remote=True):
+    with model.trace("I love it"):
+        steer = model.model.layers[8].output.mean(dim=1)
+    scores = list().save()
+    with model.trace() as tracer:
+        for alpha in [0.0, 2.0, 4.0]:
+            with tracer.invoke("I think this movie is"):
+                scale = alpha / 2
+                model.model.layers[8].output = model.model.layers[8].output + scale * steer
+                scores.append(model.lm_head.output[0, -1].softmax(dim=-1).max().item())
+""",
+    ),
+    Case(
+        name="the inner loop of nested sweeps",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+PROMPTS = ["The Eiffel Tower is in", "Hello"]
+with model.session(remote=True):
+    res = dict().save()
+    for layer in range(3):
+        for prompt in PROMPTS:
+            with model.trace(prompt):
+                model.transformer.h[layer].output[:, -1] = 0
+                top = model.lm_head.output[0, -1].argmax()
+            res[(layer, prompt)] = top.item()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+PROMPTS = ["The Eiffel Tower is in", "Hello"]
+with model.session(remote=True):
+    res = dict().save()
+    for layer in range(3):
+        with model.trace() as tracer:
+            for prompt in PROMPTS:
+                with tracer.invoke(prompt):
+                    model.transformer.h[layer].output[:, -1] = 0
+                    top = model.lm_head.output[0, -1].argmax()
+                    res[(layer, prompt)] = top.item()
+""",
+    ),
+    Case(
+        name="long loops run in chunks",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    tops = list().save()
+    for i in range(100):
+        with model.trace(f"Number {i} is"):
+            tops.append(model.lm_head.output[0, -1].argmax().item())
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    tops = list().save()
+    _ndif_items = list(range(100))
+    for _ndif_start in range(0, len(_ndif_items), 32):
+        with model.trace() as tracer:
+            for i in _ndif_items[_ndif_start : _ndif_start + 32]:
+                with tracer.invoke(f"Number {i} is"):
+                    tops.append(model.lm_head.output[0, -1].argmax().item())
+""",
+    ),
+    Case(
+        name="dependent iterations",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    tops = list().save()
+    carry = 0
+    for prompt in ["a b", "c d", "e f"]:
+        with model.trace(prompt):
+            model.transformer.h[0].output[:, -1] += carry
+            carry = model.transformer.h[0].output[:, -1].clone()
+            tops.append(model.lm_head.output[0, -1].argmax().item())
+""",
+        reason="`carry` is read before the iteration sets it",
+    ),
+    Case(
+        name="positive position index under padding",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    firsts = list().save()
+    for prompt in ["The cat sat on the", "Hello"]:
+        with model.trace(prompt):
+            firsts.append(model.lm_head.output[0, 0].argmax().item())
+""",
+        reason="positive position indices are wrong under left padding",
+    ),
+    Case(
+        name="a whole activation saved under padding",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    hidden = list().save()
+    for prompt in ["The cat sat on the", "Hello"]:
+        with model.trace(prompt):
+            hidden.append(model.transformer.h[3].output.mean(dim=1))
+""",
+        reason="has padded positions",
+    ),
+    Case(
+        name="a name read after the loop",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    for prompt in ["a b", "c d"]:
+        with model.trace(prompt):
+            last = model.lm_head.output[0, -1].argmax().save()
+print(last)
+""",
+        reason="`last` is read after the loop",
+    ),
+    Case(
+        name="filled in layer order",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    seen = list().save()
+    for layer in [5, 2]:
+        with model.trace("hello world"):
+            model.transformer.h[layer].output[:] = 0
+            seen.append(model.transformer.h[layer].output[0, -1])
+""",
+        reason="which changes with the loop",
+    ),
+)

@@ -1,0 +1,1055 @@
+"""migrate-api: rewrite code written for the pre-0.5 nnsight API (and transformers < 5).
+
+## What it does
+Opt-in: runs only with `--migrate` (or `Options(migrate=True)`, or when selected
+explicitly with `--select migrate-api`), first in the pipeline, so the other passes
+see nnsight 0.5+ code. It rewrites
+
+- `x.value` on a value bound to `.save()` (or collected from saved values) → `x`;
+- `nnsight.list()` / `nnsight.dict()` → `list()` / `dict()`, saved with `.save()` when
+  the client reads the container after its block; `nnsight.apply(f, x)` → `f(x)`,
+  `nnsight.log(x)` → `print(x)`, `nnsight.int(x)` (and the other builtins) → `int(x)`;
+- `layers[i].output[0]` on a decoder layer → `layers[i].output`, in reads
+  (`output[0][:, -1]` → `output[:, -1]`) and in interventions (`output[0][:] = v` →
+  `output[:] = v`);
+- the `scan=` / `validate=` arguments of `.trace()` and `.invoke()` (removed in 0.5);
+- statements after the last `with tracer.invoke(...)` of a trace that read values of the
+  invokes → after the trace, in a session (a session is added around a lone trace).
+
+Without `--migrate` the pass only looks: on a script that uses the pre-0.5 API it
+reports where, and the other passes leave the script alone, because their rewrites
+(`list().save()`, sessions) are nnsight 0.5+ idioms that would not run on the
+version the script was written for.
+
+## Why is this bad?
+nnsight 0.5 changed the API: `.save()` returns the value itself, so `x.value` raises
+`AttributeError`; `nnsight.list()` and friends are gone; code placed after the invokes
+of a trace runs *before* them, so it cannot read their values. And nnsight 0.8 runs
+with transformers 5, where a decoder layer returns a tensor instead of a tuple:
+`layers[i].output[0]` no longer selects the hidden states but the first batch row —
+`[seq, hidden]` instead of `[1, seq, hidden]` — and `output[0][:, -1]` then silently
+reads one hidden unit of every position.
+
+## Example
+```python
+import nnsight
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in", remote=True, scan=False):
+    norms = nnsight.list().save()
+    for layer in model.transformer.h:
+        norms.append(layer.output[0][:, -1].norm())
+    logits = model.lm_head.output.save()
+print(norms.value, logits.value[0, -1].argmax())
+```
+
+## Use instead
+```python
+import nnsight
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in", remote=True):
+    norms = list().save()
+    for layer in model.transformer.h:
+        norms.append(layer.output[:, -1].norm())
+    logits = model.lm_head.output.save()
+print(norms, logits[0, -1].argmax())
+```
+
+## Fix safety
+Safe for nnsight 0.5+ with transformers 5. `output[0]` is rewritten only on modules
+taken from a list of decoder layers (`layers`, `h`, `layer`, `blocks`); a custom module
+in such a list that still returns a tuple would be misread. Not migrated (reported
+instead): `.next()`, `nnsight.cond/iter/local`, `session.iter`, `tracer.cond`, a used
+`as invoker` target, `output[1]` of a decoder layer, `.value` on a name that is also
+bound to something other than a saved value, and statements after invokes that touch
+the model.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from ndif_opt.analysis import Block, Facts, is_save_call, qualify
+from ndif_opt.names import collect, collect_all, dotted_name
+from ndif_opt.passes.base import Case, Context, Pass
+from ndif_opt.rewrite import code_of, reindentable, without_remote
+
+PRE_05 = "pre-0.5"
+MODERN = "0.5+"
+UNKNOWN = "unknown"
+
+# `nnsight.<builtin>(...)` of the pre-0.5 API: traced builtins, now plain Python.
+NNSIGHT_BUILTINS = frozenset(
+    {"list", "dict", "set", "tuple", "int", "float", "bool", "str", "bytes", "complex", "bytearray"}
+)
+NNSIGHT_RENAMED = {"log": "print"}
+# Pre-0.5 helpers with no mechanical 0.5+ equivalent.
+NNSIGHT_UNSUPPORTED = frozenset({"cond", "iter", "local", "stop", "trace", "apply_async"})
+OLD_KWARGS = frozenset({"scan", "validate"})
+LAYER_LISTS = frozenset({"layers", "h", "layer", "blocks"})
+# Methods of pre-0.5 tracers/sessions that 0.5+ replaced by plain Python.
+OLD_TRACER_METHODS = frozenset({"cond", "iter", "apply", "log", "exit"})  # apply, log: migrated
+
+
+@dataclass(frozen=True)
+class Legacy:
+    """One use of an old idiom.
+
+    ``kind``: value | builtin | import | layer-output | old-kwarg | after-invokes |
+    unsupported. ``pre05``: evidence that the script targets the pre-0.5 nnsight API
+    (a transformers < 5 idiom such as `output[0]` on a layer is not). ``fix`` builds the
+    replacement of ``node`` from its updated form; None when it cannot be migrated.
+    """
+
+    kind: str
+    node: cst.CSTNode
+    what: str
+    pre05: bool
+    fix: Callable[[cst.CSTNode], cst.CSTNode] | None = None
+    reason: str = ""
+    move: "_Move | None" = None  # statements after invokes, moved out of their trace
+
+
+@dataclass
+class Scan:
+    legacy: list[Legacy]
+    modern: list[tuple[cst.CSTNode, str]]  # evidence of the 0.5+ API
+
+
+_CACHE: "weakref.WeakKeyDictionary[Facts, Scan]" = weakref.WeakKeyDictionary()
+
+
+def scan(facts: Facts) -> Scan:
+    """The old and new idioms of a module (computed once per facts)."""
+    found = _CACHE.get(facts)
+    if found is None:
+        found = _Scanner(facts).run()
+        _CACHE[facts] = found
+    return found
+
+
+def api_generation(facts: Facts) -> str:
+    """Which nnsight API a script targets: "pre-0.5", "0.5+" or "unknown".
+
+    "pre-0.5" when it uses an idiom that nnsight 0.5 removed (`.value` on saved values,
+    `nnsight.list()`, `scan=`, code after invokes that reads them...), even if it also
+    uses new ones: that code would fail on 0.5+ anyway. "0.5+" when it uses an idiom
+    that only 0.5+ has (`list().save()`, `nnsight.save`, `tracer.result`, `.skip()`,
+    `TransformersModel`). A decoder layer's `output[0]` says nothing about the nnsight
+    version (it is a transformers < 5 idiom, valid on nnsight 0.5-0.7).
+    """
+    found = scan(facts)
+    if any(item.pre05 for item in found.legacy):
+        return PRE_05
+    if found.modern:
+        return MODERN
+    return UNKNOWN
+
+
+def legacy_summary(facts: Facts, module: cst.Module | None = None) -> str:
+    """`.value` on line 12, `nnsight.list()` on line 8 — the first pre-0.5 uses, by kind."""
+    found = [item for item in scan(facts).legacy if item.pre05]
+    if not found:
+        return ""
+    positions = MetadataWrapper(module or facts.module, unsafe_skip_copy=True).resolve(PositionProvider)
+    seen: dict[str, str] = {}
+    for item in found:
+        label = _LABELS.get(item.kind, item.what)
+        if label in seen:
+            continue
+        pos = positions.get(item.node)
+        seen[label] = f"{label} on line {pos.start.line}" if pos is not None else label
+    return ", ".join(seen.values())
+
+
+_LABELS = {
+    "value": "`.value`",
+    "import": "`from nnsight import <builtin>`",
+    "old-kwarg": "`scan=`/`validate=`",
+    "after-invokes": "code after `tracer.invoke` blocks",
+}
+
+
+class MigrateApi(Pass):
+    __doc__ = __doc__
+    id = "migrate-api"
+
+    def __init__(self, detect_only: bool = False) -> None:
+        self.detect_only = detect_only
+
+    def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
+        found = scan(facts)
+        if not found.legacy:
+            return module
+        if self.detect_only:
+            self._report(module, facts, found, context)
+            return module
+        edits: dict[int, Callable[[cst.CSTNode], cst.CSTNode]] = {}
+        moves: list[_Move] = []
+        for item in found.legacy:
+            if item.move is not None:
+                if context.allows(item.move.trace.node, f"{item.what}: old nnsight API"):
+                    moves.append(item.move)
+                    context.applied(
+                        item.node,
+                        f"{item.what} moved out of the trace"
+                        + (" into a new session around it" if item.move.wrap else ", after it in the session")
+                        + ": in nnsight 0.5+ code after the invokes runs before them",
+                    )
+                continue
+            if item.fix is None:
+                context.skipped(item.node, f"{item.what}: not migrated", item.reason)
+                continue
+            if not context.allows(item.node, f"{item.what}: old nnsight API"):
+                continue
+            edits[id(item.node)] = item.fix
+            context.applied(item.node, _applied_message(item))
+        if not edits and not moves:
+            return module
+        return module.visit(_Edit(edits, moves))
+
+    def _report(self, module: cst.Module, facts: Facts, found: Scan, context: Context) -> None:
+        pre05 = [item for item in found.legacy if item.pre05]
+        if pre05:
+            summary = legacy_summary(facts, module)
+            context.skipped(
+                pre05[0].node,
+                f"this script uses the pre-0.5 nnsight API ({summary}); ndif-opt left it unchanged",
+                "its rewrites are nnsight 0.5+ code; run with --migrate to migrate the script first",
+            )
+        for item in found.legacy:
+            if item.kind == "layer-output" and item.fix is not None:
+                context.skipped(
+                    item.node,
+                    f"{item.what}: with transformers >= 5 (nnsight 0.8) a decoder layer's output is "
+                    "a tensor, so `[0]` selects the first batch row, not the hidden states",
+                    "run with --migrate to rewrite it to `.output`",
+                )
+
+
+def _applied_message(item: Legacy) -> str:
+    return {
+        "value": f"{item.what} → the saved value itself (nnsight 0.5+ `.save()` returns it)",
+        "builtin": f"{item.what} → plain Python (nnsight 0.5+ traces builtins directly)",
+        "import": f"{item.what}: removed from the import (gone in nnsight 0.5+)",
+        "layer-output": f"{item.what} → `.output` (a decoder layer returns a tensor with transformers >= 5)",
+        "old-kwarg": f"{item.what}: removed (gone in nnsight 0.5+)",
+    }.get(item.kind, item.what)
+
+
+# ---------------------------------------------------------------------------------------
+# Finding the idioms
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Move:
+    trace: Block
+    start: int  # index in the trace body of the first statement to move
+    wrap: bool  # a lone trace: wrap it and the moved statements in a session
+
+
+def _nnsight_call(call: cst.Call, facts: Facts) -> str | None:
+    """`list` for `nnsight.list(...)` (through any import alias), else None."""
+    path = qualify(call.func, facts.imports)
+    if path is None or not path.startswith("nnsight.") or path.count(".") != 1:
+        return None
+    return path.split(".", 1)[1]
+
+
+def _strip_save(expr: cst.BaseExpression) -> cst.BaseExpression:
+    if is_save_call(expr) and isinstance(expr.func, cst.Attribute) and not expr.args:
+        return expr.func.value
+    return expr
+
+
+class _Scanner:
+    def __init__(self, facts: Facts) -> None:
+        self.facts = facts
+        self.legacy: list[Legacy] = []
+        self.modern: list[tuple[cst.CSTNode, str]] = []
+        self.block_nodes = {id(b.node) for b in facts.blocks}
+
+    def run(self) -> Scan:
+        facts = self.facts
+        walk = _Collect(self.block_nodes)
+        facts.module.visit(walk)  # the only walk of the tree: everything else reads `walk`
+        saved, lists, elements, conflicted = _saved_names(facts, walk)
+        layer_lists, layers = _layer_aliases(walk)
+        visitor = _Visitor(self, walk, saved, lists, elements, conflicted, layer_lists, layers)
+        visitor.run()
+        self._invokes()
+        for model in facts.models.values():
+            if model.class_path.endswith("TransformersModel"):
+                self.modern.append((model.node, "TransformersModel"))
+        order = walk.order
+        self.legacy.sort(key=lambda item: order.get(id(item.node), 0))
+        return Scan(self.legacy, self.modern)
+
+    def _invokes(self) -> None:
+        for block in self.facts.blocks:
+            if block.method not in ("trace", "generate"):
+                continue
+            tracer = block.tracer_name
+            if tracer is None:
+                continue
+            body = list(block.node.body.body)
+            invokes = [i for i, stmt in enumerate(body) if _is_invoke(stmt, tracer)]
+            if not invokes:
+                continue
+            bound: set[str] = set()
+            problem = None
+            for index, stmt in enumerate(body[: invokes[-1] + 1]):
+                if index in invokes:
+                    bound |= set(collect(stmt.body).binds)
+                elif bound & set(collect(stmt).reads):
+                    problem = stmt
+            trailing = body[invokes[-1] + 1 :]
+            reads = set(collect_all(trailing).reads) if trailing else set()
+            if problem is not None:
+                self.legacy.append(Legacy(
+                    "after-invokes", problem, "code between `tracer.invoke` blocks", True, None,
+                    "in nnsight 0.5+ it runs before the invokes and cannot read their values; move it by hand",
+                ))
+            if not trailing or not (reads & bound):
+                continue
+            touches = reads & (set(self.facts.models) | {tracer} | {m.split(".")[0] for m in self.facts.models})
+            nested = self.facts.blocks_within
+            if touches or any(nested(stmt) for stmt in trailing):
+                self.legacy.append(Legacy(
+                    "after-invokes", trailing[0], "code after the `tracer.invoke` blocks", True, None,
+                    "it uses the model or the tracer; in nnsight 0.5+ it would run before the invokes",
+                ))
+                continue
+            parent = block.parent
+            if parent is None:
+                wrap = True
+            elif parent.method == "session" and block.stmt.suite is parent.node.body:
+                wrap = False
+            else:
+                self.legacy.append(Legacy(
+                    "after-invokes", trailing[0], "code after the `tracer.invoke` blocks", True, None,
+                    "the trace is nested in a way ndif-opt does not rewrite",
+                ))
+                continue
+            self.legacy.append(Legacy(
+                "after-invokes", trailing[0], "code after the `tracer.invoke` blocks", True,
+                move=_Move(block, invokes[-1] + 1, wrap),
+            ))
+
+
+class _Collect(cst.CSTVisitor):
+    """One walk of the tree gathering what the scan looks at, in source order."""
+
+    def __init__(self, block_nodes: set[int]) -> None:
+        self.block_nodes = block_nodes
+        self.order: dict[int, int] = {}  # id(node) -> position in the walk (statements and expressions seen)
+        self.assigns: list[cst.Assign] = []
+        self.calls: list[cst.Call] = []
+        self.loops: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []  # (target, iterable)
+        self.attributes: list[cst.Attribute] = []  # `.value` / `.result`
+        self.subscripts: list[cst.Subscript] = []
+        self.imports: list[cst.ImportFrom] = []
+        self.targets: set[int] = set()  # nodes assigned to
+        self.outside: set[str] = set()  # names used outside nnsight blocks
+        self._depth = 0
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.order[id(node)] = len(self.order)
+        return super().on_visit(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.assigns.append(node)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self.targets.add(id(node.target))
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.targets.add(id(node.target))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_For(self, node: cst.For) -> None:
+        self.loops.append((node.target, node.iter))
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self.loops.append((node.target, node.iter))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value in ("value", "result"):
+            self.attributes.append(node)
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        self.subscripts.append(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.imports.append(node)
+
+    def visit_With(self, node: cst.With) -> None:
+        if id(node) in self.block_nodes:
+            self._depth += 1
+
+    def leave_With(self, original_node: cst.With) -> None:
+        if id(original_node) in self.block_nodes:
+            self._depth -= 1
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if not self._depth:
+            self.outside.add(node.value)
+
+
+def _is_invoke(stmt: cst.BaseStatement, tracer: str) -> bool:
+    if not isinstance(stmt, cst.With) or len(stmt.items) != 1:
+        return False
+    call = stmt.items[0].item
+    return (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "invoke"
+        and dotted_name(call.func.value) == tracer
+    )
+
+
+def _saved_names(facts: Facts, walk: "_Collect"):
+    """Names whose every binding is a saved value (or an nnsight container); lists and
+    dicts filled with saved values; loop targets iterating over those."""
+
+    def saved_expr(expr) -> bool:
+        if expr is None:
+            return False
+        if is_save_call(expr):
+            return True
+        return isinstance(expr, cst.Call) and _nnsight_call(expr, facts) in ("list", "dict")
+
+    saved: set[str] = set()
+    conflicted: set[str] = set()
+    for name, bindings in facts.bindings.items():
+        if any(saved_expr(value) for _, value in bindings):
+            if all(saved_expr(value) for _, value in bindings):
+                saved.add(name)
+            else:
+                conflicted.add(name)
+    lists: set[str] = set()
+    for node in walk.calls:
+        func = node.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in ("append", "insert", "extend", "setdefault")
+            and isinstance(func.value, cst.Name)
+            and any(saved_expr(a.value) or _comprehension_of_saves(a.value, saved_expr) for a in node.args)
+        ):
+            lists.add(func.value.value)
+    for node in walk.assigns:
+        for target in node.targets:
+            t = target.target
+            if isinstance(t, cst.Subscript) and isinstance(t.value, cst.Name) and saved_expr(node.value):
+                lists.add(t.value.value)
+            if isinstance(t, cst.Name) and _comprehension_of_saves(node.value, saved_expr):
+                lists.add(t.value)
+    lists |= {n for n in saved if _is_container_binding(facts, n)}
+    elements: set[str] = set()
+    for target, iterable in walk.loops:
+        source, position = _iteration_source(iterable)
+        if source not in lists:
+            continue
+        if position is None and isinstance(target, cst.Name):
+            elements.add(target.value)
+        elif position is not None and isinstance(target, cst.Tuple) and len(target.elements) > position:
+            inner = target.elements[position].value
+            if isinstance(inner, cst.Name):
+                elements.add(inner.value)
+    # a loop target that is also assigned elsewhere is not known to be saved
+    elements -= {n for n in elements if n in facts.bindings}
+    return saved, lists, elements, conflicted
+
+
+def _is_container_binding(facts: Facts, name: str) -> bool:
+    for _, value in facts.bindings.get(name, []):
+        inner = _strip_save(value) if value is not None else None
+        if isinstance(inner, cst.Call) and _nnsight_call(inner, facts) in ("list", "dict"):
+            return True
+    return False
+
+
+def _comprehension_of_saves(expr, saved_expr) -> bool:
+    if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+        return saved_expr(expr.elt)
+    if isinstance(expr, cst.DictComp):
+        return saved_expr(expr.value)
+    if isinstance(expr, cst.List):
+        return bool(expr.elements) and all(saved_expr(e.value) for e in expr.elements)
+    return False
+
+
+def _iteration_source(iterable) -> tuple[str | None, int | None]:
+    """(`xs`, None) for `xs` / `xs.values()`; (`xs`, 1) for `enumerate(xs)` / `xs.items()`."""
+    if isinstance(iterable, cst.Name):
+        return iterable.value, None
+    if isinstance(iterable, cst.Call):
+        func = iterable.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and not iterable.args:
+            if func.attr.value == "values":
+                return func.value.value, None
+            if func.attr.value == "items":
+                return func.value.value, 1
+        if isinstance(func, cst.Name) and func.value == "enumerate" and iterable.args:
+            first = iterable.args[0].value
+            if isinstance(first, cst.Name):
+                return first.value, 1
+    return None, None
+
+
+def _layer_aliases(walk: "_Collect") -> tuple[set[str], set[str]]:
+    """Names bound to a list of decoder layers (`layers = model.model.layers`) and to a
+    decoder layer (`for layer in model.transformer.h`, `block = layers[3]`)."""
+    lists: set[str] = set()
+    layers: set[str] = set()
+
+    def assigns() -> None:
+        for node in walk.assigns:
+            if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+                continue
+            name = node.targets[0].target.value
+            if _is_layer_list(node.value, lists):
+                lists.add(name)
+            elif _is_layer(node.value, lists, layers):
+                layers.add(name)
+
+    assigns()
+    for target, iterable in walk.loops:
+        if isinstance(iterable, cst.Call) and dotted_name(iterable.func) == "enumerate" and iterable.args:
+            if isinstance(target, cst.Tuple) and len(target.elements) == 2:
+                inner = target.elements[1].value
+                if isinstance(inner, cst.Name) and _is_layer_list(iterable.args[0].value, lists):
+                    layers.add(inner.value)
+        elif isinstance(target, cst.Name) and _is_layer_list(iterable, lists):
+            layers.add(target.value)
+    assigns()  # `block = layer` after a loop over the layers
+    return lists, layers
+
+
+def _is_layer_list(expr, lists: set[str]) -> bool:
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value in LAYER_LISTS
+    if isinstance(expr, cst.Name):
+        return expr.value in lists
+    if isinstance(expr, cst.Subscript):  # a slice of the layers
+        return (
+            len(expr.slice) == 1
+            and isinstance(expr.slice[0].slice, cst.Slice)
+            and _is_layer_list(expr.value, lists)
+        )
+    return False
+
+
+def _is_layer(expr, lists: set[str], layers: set[str]) -> bool:
+    if isinstance(expr, cst.Name):
+        return expr.value in layers
+    if isinstance(expr, cst.Subscript):
+        return (
+            len(expr.slice) == 1
+            and isinstance(expr.slice[0].slice, cst.Index)
+            and _is_layer_list(expr.value, lists)
+        )
+    return False
+
+
+def _index_value(node: cst.Subscript) -> int | None:
+    """The integer of `x[<int>]` (also negative), else None."""
+    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    value = node.slice[0].slice.value
+    sign = 1
+    if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+        sign, value = -1, value.expression
+    if isinstance(value, cst.Integer):
+        return sign * int(value.value, 0)
+    return None
+
+
+class _Visitor:
+    """The idioms, found in what the walk gathered."""
+
+    def __init__(self, scanner: _Scanner, walk: _Collect, saved, lists, elements, conflicted, layer_lists, layers) -> None:
+        self.s = scanner
+        self.facts = scanner.facts
+        self.walk = walk
+        self.saved = saved
+        self.lists = lists
+        self.elements = elements
+        self.conflicted = conflicted
+        self.outside = walk.outside
+        self.layer_lists = layer_lists
+        self.layers = layers
+        self.targets = walk.targets  # nodes being assigned to (not reads)
+        self.saved_calls: set[int] = set()  # nnsight.list() calls already followed by .save()
+        for node in walk.calls:
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "save" and not node.args:
+                if isinstance(func.value, cst.Call):
+                    self.saved_calls.add(id(func.value))
+
+    def run(self) -> None:
+        for node in self.walk.attributes:
+            self.visit_Attribute(node)
+        for node in self.walk.calls:
+            self.visit_Call(node)
+        for node in self.walk.subscripts:
+            self.visit_Subscript(node)
+        for node in self.walk.imports:
+            self.visit_ImportFrom(node)
+
+    def add(self, *args, **kwargs) -> None:
+        self.s.legacy.append(Legacy(*args, **kwargs))
+
+    # --- `.value` ---------------------------------------------------------------------
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "result" and dotted_name(node.value) in self._tracer_names():
+            self.s.modern.append((node, "`tracer.result`"))
+        if node.attr.value != "value" or id(node) in self.targets:
+            return
+        base = node.value
+        known = False
+        if isinstance(base, cst.Name):
+            if base.value in self.conflicted:
+                self.add("value", node, f"`{code_of(node)}`", True, None,
+                         f"`{base.value}` is also bound to values that are not saved")
+                return
+            known = base.value in self.saved or base.value in self.elements
+        elif isinstance(base, cst.Subscript) and isinstance(base.value, cst.Name):
+            known = base.value.value in self.lists
+        if known:
+            self.add("value", node, f"`{code_of(node)}`", True, lambda updated: updated.value)
+
+    # --- calls: nnsight.list(), .save(), removed helpers, scan=/validate= ---------------
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "save" and not node.args:
+            inner = func.value
+            if isinstance(inner, cst.Call):
+                name = dotted_name(inner.func)
+                if name in ("list", "dict") and not inner.args:
+                    self.s.modern.append((node, f"`{name}().save()`"))
+        name = _nnsight_call(node, self.facts)
+        if name == "save":
+            self.s.modern.append((node, "`nnsight.save()`"))
+        elif name in NNSIGHT_BUILTINS:
+            self._builtin(node, name)
+        elif name == "apply":
+            self._apply(node)
+        elif name in NNSIGHT_RENAMED:
+            new = NNSIGHT_RENAMED[name]
+            self.add("builtin", node, f"`nnsight.{name}()`", True,
+                     lambda updated, new=new: updated.with_changes(func=cst.Name(new)))
+        elif name in NNSIGHT_UNSUPPORTED:
+            self.add("unsupported", node, f"`nnsight.{name}()`", True, None,
+                     f"`nnsight.{name}` has no direct nnsight 0.5+ equivalent; rewrite it by hand "
+                     "(plain `if`/`for` work inside traces)")
+        if isinstance(func, cst.Attribute):
+            self._method(node, func)
+        self._old_kwargs(node)
+
+    def _builtin(self, node: cst.Call, name: str) -> None:
+        needs_save = False
+        if name in ("list", "dict") and id(node) not in self.saved_calls:
+            needs_save = self._container_read_after(node)
+
+        def fix(updated: cst.Call, name=name, needs_save=needs_save) -> cst.BaseExpression:
+            call = updated.with_changes(func=cst.Name(name))
+            if needs_save:
+                return cst.Call(func=cst.Attribute(value=call, attr=cst.Name("save")))
+            return call
+
+        self.add("builtin", node, f"`nnsight.{name}()`", True, fix)
+
+    def _container_read_after(self, node: cst.Call) -> bool:
+        for name, bindings in self.facts.bindings.items():
+            if any(value is node for _, value in bindings):
+                return name in self.outside
+        return False
+
+    def _apply(self, node: cst.Call, what: str = "`nnsight.apply()`") -> None:
+        if not node.args or node.args[0].keyword is not None or node.args[0].star:
+            self.add("unsupported", node, what, True, None, "unusual arguments")
+            return
+
+        def fix(updated: cst.Call) -> cst.BaseExpression:
+            rest = list(updated.args[1:])
+            if rest:
+                rest[-1] = rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return cst.Call(func=updated.args[0].value, args=rest)
+
+        self.add("builtin", node, what, True, fix)
+
+    def _method(self, node: cst.Call, func: cst.Attribute) -> None:
+        attr = func.attr.value
+        receiver = dotted_name(func.value)
+        if attr == "skip" and node.args:
+            self.s.modern.append((node, "`.skip()`"))
+        if attr == "all" and receiver in self._tracer_names():
+            self.s.modern.append((node, "`tracer.all()`"))
+        if attr == "next" and not node.args and _envoy_like(func.value):
+            self.add("unsupported", node, f"`{code_of(node)}`", True, None,
+                     "`.next()` of the pre-0.5 generation API is gone; step through generation with "
+                     "`for step in tracer.iter[...]:` by hand")
+        tracers = self._tracer_names()
+        if receiver in tracers and attr == "apply":
+            self._apply(node, f"`{receiver}.apply()`")
+        elif receiver in tracers and attr == "log":
+            self.add("builtin", node, f"`{receiver}.log()`", True,
+                     lambda updated: updated.with_changes(func=cst.Name("print")))
+        elif receiver in tracers and attr in OLD_TRACER_METHODS:
+            self.add("unsupported", node, f"`{receiver}.{attr}()`", True, None,
+                     f"`.{attr}()` of a pre-0.5 tracer or session; use plain Python (`if`, `for`, `print`) "
+                     "inside the block")
+
+    def _tracer_names(self) -> set[str]:
+        names = getattr(self, "_tracers", None)
+        if names is None:
+            names = {b.tracer_name for b in self.facts.blocks if b.tracer_name}
+            self._tracers = names
+        return names
+
+    def _old_kwargs(self, node: cst.Call) -> None:
+        func = node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in ("trace", "invoke", "generate", "session"):
+            return
+        old = [a for a in node.args if a.keyword is not None and a.keyword.value in OLD_KWARGS]
+        if not old:
+            return
+        names = ", ".join(f"`{a.keyword.value}=`" for a in old)
+
+        def fix(updated: cst.Call) -> cst.Call:
+            args = [a for a in updated.args if not (a.keyword is not None and a.keyword.value in OLD_KWARGS)]
+            if args:  # the new last argument ends as the old last one did (trailing comma or not)
+                args[-1] = args[-1].with_changes(comma=updated.args[-1].comma)
+            return updated.with_changes(args=args)
+
+        self.add("old-kwarg", node, f"{names} of `.{func.attr.value}()`", True, fix)
+
+    # --- tracer.result, tracer.iter: 0.5+ evidence ---------------------------------------
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        base = node.value
+        if isinstance(base, cst.Attribute) and base.attr.value == "iter" and dotted_name(base.value) in self._tracer_names():
+            self.s.modern.append((node, "`tracer.iter[...]`"))
+        if not (isinstance(base, cst.Attribute) and base.attr.value == "output"):
+            return
+        if not _is_layer(base.value, self.layer_lists, self.layers):
+            return
+        index = _index_value(node)
+        layer = code_of(base)
+        if index == 0:
+            self.add("layer-output", node, f"`{layer}[0]`", False, lambda updated: updated.value)
+        elif index is not None:
+            self.add("layer-output", node, f"`{layer}[{index}]`", False, None,
+                     "with transformers >= 5 a decoder layer returns only its hidden states (a tensor); "
+                     "take attention weights or caches from the attention module instead")
+
+    # --- `from nnsight import list` -----------------------------------------------------
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None or dotted_name(node.module) != "nnsight":
+            return
+        if isinstance(node.names, cst.ImportStar):
+            return
+        old = [a for a in node.names if isinstance(a.name, cst.Name)
+               and (a.name.value in NNSIGHT_BUILTINS or a.name.value in NNSIGHT_RENAMED or a.name.value == "apply")]
+        if not old:
+            return
+        if len(old) == len(node.names):
+            self.add("import", node, f"`{code_of(node)}`", True, None,
+                     "the import would be empty; remove it by hand")
+            return
+        names = ", ".join(f"`{a.name.value}`" for a in old)
+
+        def fix(updated: cst.ImportFrom) -> cst.ImportFrom:
+            keep = [a for a in updated.names
+                    if not (isinstance(a.name, cst.Name) and a.name.value in {o.name.value for o in old})]
+            keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return updated.with_changes(names=keep)
+
+        self.add("import", node, names, True, fix)
+
+
+def _envoy_like(expr) -> bool:
+    """`model.transformer.h[0]`, `model.lm_head` — an attribute chain, maybe indexed."""
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        expr = expr.value
+    return isinstance(expr, cst.Name)
+
+
+# ---------------------------------------------------------------------------------------
+# Applying the edits
+# ---------------------------------------------------------------------------------------
+
+
+class _Edit(cst.CSTTransformer):
+    """Expression edits by node identity, and statements after invokes moved out of
+    their trace, in one walk (``on_leave`` sees the original node and the updated one)."""
+
+    def __init__(self, edits: dict[int, Callable[[cst.CSTNode], cst.CSTNode]], moves: list[_Move]) -> None:
+        self.edits = edits
+        self.moves: dict[int, list[_Move]] = {}
+        for move in moves:
+            self.moves.setdefault(id(move.trace.stmt.suite), []).append(move)
+
+    def on_leave(self, original, updated):
+        fix = self.edits.get(id(original))
+        if fix is not None:
+            return fix(updated)
+        if isinstance(original, (cst.Module, cst.IndentedBlock)) and id(original) in self.moves:
+            return self._move(updated, self.moves[id(original)])
+        return updated
+
+    def _move(self, updated, moves: list[_Move]):
+        body = list(updated.body)
+        for move in sorted(moves, key=lambda m: m.trace.stmt.index, reverse=True):
+            index = move.trace.stmt.index
+            trace = body[index]
+            inner = list(trace.body.body)
+            kept, moved = inner[: move.start], inner[move.start :]
+            new_trace = trace.with_changes(body=trace.body.with_changes(body=kept))
+            if not move.wrap:
+                body[index : index + 1] = [new_trace, *moved]
+                continue
+            call = new_trace.items[0].item
+            flag = next(
+                (a.value for a in call.args if a.keyword is not None and a.keyword.value == "remote"), None
+            )
+            new_trace = new_trace.with_changes(
+                items=[new_trace.items[0].with_changes(item=without_remote(call))], leading_lines=[]
+            )
+            flag_code = "" if flag is None else f"remote={code_of(flag)}"
+            header = cst.parse_statement(f"with {move.trace.model}.session({flag_code}):\n    pass\n")
+            body[index : index + 1] = [
+                header.with_changes(
+                    body=cst.IndentedBlock(body=[reindentable(new_trace), *[reindentable(s) for s in moved]]),
+                    leading_lines=trace.leading_lines,
+                )
+            ]
+        return updated.with_changes(body=body)
+
+
+MigrateApi.cases = (
+    Case(
+        name="saved values read with .value",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in", remote=True):
+    logits = model.lm_head.output.save()
+    hiddens = [model.transformer.h[i].mlp.output.save() for i in range(3)]
+top = logits.value[0, -1].argmax().item()
+sizes = [h.value.shape for h in hiddens]
+print(f"{top} {logits.value.shape}", hiddens[0].value.norm())
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in", remote=True):
+    logits = model.lm_head.output.save()
+    hiddens = [model.transformer.h[i].mlp.output.save() for i in range(3)]
+top = logits[0, -1].argmax().item()
+sizes = [h.shape for h in hiddens]
+print(f"{top} {logits.shape}", hiddens[0].norm())
+""",
+    ),
+    Case(
+        name="nnsight builtins become plain Python",
+        before="""\
+import nnsight
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    norms = nnsight.list().save()
+    seen = nnsight.dict()
+    with model.trace("hello"):
+        hidden = model.transformer.h[0].mlp.output
+        nnsight.log(hidden.shape)
+        norms.append(nnsight.apply(torch.norm, hidden))
+        seen["first"] = nnsight.int(hidden.shape[1])
+print(norms.value, seen)
+""",
+        after="""\
+import nnsight
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    norms = list().save()
+    seen = dict().save()
+    with model.trace("hello"):
+        hidden = model.transformer.h[0].mlp.output
+        print(hidden.shape)
+        norms.append(torch.norm(hidden))
+        seen["first"] = int(hidden.shape[1])
+print(norms, seen)
+""",
+    ),
+    Case(
+        name="a session's apply and log",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True) as session:
+    tops = session.apply(list).save()
+    with model.trace("hello"):
+        tops.append(model.lm_head.output[0, -1].argmax())
+    session.log("done", len(tops))
+print(tops.value)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True) as session:
+    tops = list().save()
+    with model.trace("hello"):
+        tops.append(model.lm_head.output[0, -1].argmax())
+    print("done", len(tops))
+print(tops)
+""",
+    ),
+    Case(
+        name="a decoder layer's output[0] is its output with transformers 5",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+layers = model.model.layers
+with model.trace("The Eiffel Tower is in", remote=True):
+    model.model.layers[3].output[0][:] = 0
+    layers[4].output[0][:, -1, :] *= 2
+    last = model.model.layers[-1].output[0][:, -1].save()
+    norms = [layer.output[0].norm().save() for layer in model.model.layers[:2]]
+    attn = model.model.layers[0].self_attn.output[0].save()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+layers = model.model.layers
+with model.trace("The Eiffel Tower is in", remote=True):
+    model.model.layers[3].output[:] = 0
+    layers[4].output[:, -1, :] *= 2
+    last = model.model.layers[-1].output[:, -1].save()
+    norms = [layer.output.norm().save() for layer in model.model.layers[:2]]
+    attn = model.model.layers[0].self_attn.output[0].save()
+""",
+    ),
+    Case(
+        name="scan and validate arguments are gone",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace(remote=True, scan=False, validate=False) as tracer:
+    with tracer.invoke("hello", scan=True):
+        out = model.lm_head.output.save()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace(remote=True) as tracer:
+    with tracer.invoke("hello"):
+        out = model.lm_head.output.save()
+""",
+    ),
+    Case(
+        name="code after the invokes moves after the trace",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace(remote=True) as tracer:
+    with tracer.invoke("The Eiffel Tower is in"):
+        paris = model.lm_head.output[0, -1]
+    with tracer.invoke("The Colosseum is in"):
+        rome = model.lm_head.output[0, -1]
+    diff = (paris - rome).norm().save()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    with model.trace() as tracer:
+        with tracer.invoke("The Eiffel Tower is in"):
+            paris = model.lm_head.output[0, -1]
+        with tracer.invoke("The Colosseum is in"):
+            rome = model.lm_head.output[0, -1]
+    diff = (paris - rome).norm().save()
+""",
+    ),
+    Case(
+        name="nnsight 0.5+ code and other .value attributes are left alone",
+        before="""\
+import enum
+from nnsight import LanguageModel
+
+
+class Mode(enum.Enum):
+    FAST = 1
+
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("hello", remote=True):
+    hidden = model.transformer.h[0].output[:, -1].save()
+    attn = model.transformer.h[0].attn.output[0].save()
+print(Mode.FAST.value, hidden.shape)
+""",
+    ),
+    Case(
+        name="a decoder layer's other outputs",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("hello", remote=True):
+    cache = model.transformer.h[0].output[1].save()
+""",
+        reason="returns only its hidden states",
+    ),
+    Case(
+        name="removed helpers without an equivalent",
+        before="""\
+import nnsight
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("hello", remote=True):
+    out = model.lm_head.output
+    with nnsight.cond(out.sum() > 0):
+        out[:] = 0
+""",
+        reason="no direct nnsight 0.5+ equivalent",
+    ),
+    Case(
+        name=".value on a name that is not always a saved value",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("hello", remote=True):
+    out = model.lm_head.output.save()
+if out.value is None:
+    out = Fallback()
+""",
+        reason="also bound to values that are not saved",
+    ),
+)

@@ -1,0 +1,523 @@
+"""skip-insertion: compute the layers before a patched layer once, then `.skip()` them.
+
+## What it does
+Inside a session, a loop whose iterations each trace the *same* input and first touch
+the model at one decoder layer ``L`` — the loop variable (activation patching layer by
+layer) or a fixed layer (a steering sweep) — gets one extra trace before the loop that
+keeps the outputs of layers ``0..L-1`` (stopping the forward pass there), and every
+iteration replaces those layers by their kept outputs with
+``<layers>[i].skip(cache[i])`` instead of computing them again.
+
+## Why is this bad?
+Before the patched layer nothing differs between iterations: each iteration computes
+the same layers ``0..L-1`` from scratch. Patching each of the 32 layers of a model in
+turn evaluates 32 × 32 = 1024 layers; with the prefix computed once it is
+32 + 528 = 560.
+
+## Example
+```python
+with model.session(remote=True):
+    diffs = list().save()
+    for layer in range(32):
+        with model.trace(CORRUPT):
+            model.model.layers[layer].output[:, -1] = clean[layer]
+            diffs.append(model.lm_head.output[0, -1, target].item())
+```
+
+## Use instead
+```python
+with model.session(remote=True):
+    diffs = list().save()
+    # layers before the patched one are the same in every iteration: compute them once
+    _ndif_cache = list()
+    with model.trace(CORRUPT) as _ndif_tracer:
+        for _ndif_i in range(32):
+            _ndif_cache.append(model.model.layers[_ndif_i].output)
+        _ndif_tracer.stop()
+    for layer in range(32):
+        with model.trace(CORRUPT):
+            for _ndif_i in range(layer):
+                model.model.layers[_ndif_i].skip(_ndif_cache[_ndif_i])
+            model.model.layers[layer].output[:, -1] = clean[layer]
+            diffs.append(model.lm_head.output[0, -1, target].item())
+```
+
+## Fix safety
+Safe: a skipped layer returns exactly the tensor the caching trace computed for the
+same input, so every later layer sees the same values, bit for bit. Applied only when
+the trace's input does not depend on the loop, the loop runs traces (not generation)
+without arguments that change the forward pass, and the trace body reads or writes
+only the patched layer (its ``.output``; its ``.input`` is read-only, because that is
+the cached output of the layer before), modules after every layer (``lm_head``, the
+final norm, ``model.output.logits``) and nothing before the patched layer — no
+embeddings, no earlier layer, no weights, no in-place change of a cached value. It is
+not applied when the saved layer evaluations would not pay for the caching trace.
+Forward passes go up by one (the caching trace, cut short); layer evaluations go down.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ndif_opt.analysis import Facts
+from ndif_opt.model_registry import dims_for
+from ndif_opt.names import collect, root_name
+from ndif_opt.passes.base import Case, Context, Pass
+from ndif_opt.passes.session_hoisting import _is_model_like
+from ndif_opt.passes.trace_fusion import (
+    HARMLESS_TRACE_KWARGS,
+    Sweep,
+    derived_names,
+    find_sweeps,
+    fresh_name,
+    input_dependence,
+    int_sequence,
+    introduce,
+    module_accesses,
+    nonnegative_ints,
+    range_args,
+    split_leading,
+)
+from ndif_opt.regions import int_value, iterable_length
+from ndif_opt.rewrite import SuitePlan, code_of
+
+CACHE = "_ndif_cache"
+
+
+class SkipInsertion(Pass):
+    __doc__ = __doc__
+    id = "skip-insertion"
+
+    def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
+        plan = SuitePlan()
+        taken: set[str] = set()
+        for sweep in find_sweeps(facts):
+            trips = sweep.trips(facts)
+            if trips is not None and trips < 2:
+                continue
+            found = _analyse(sweep, facts)
+            if found is None:
+                continue
+            if isinstance(found, str):
+                context.skipped(
+                    sweep.loop,
+                    "every iteration of this loop recomputes the same layers before the "
+                    "patched one",
+                    f"no `.skip()` inserted: {found}",
+                )
+                continue
+            layers, index, stop = found
+            saving = _layer_evaluations(sweep, index, stop, facts)
+            if saving is not None and saving[0] - saving[1] < max(2, saving[2] / 4):
+                context.skipped(
+                    sweep.loop,
+                    "every iteration of this loop recomputes the same layers before the "
+                    "patched one",
+                    f"no `.skip()` inserted: caching would not pay off "
+                    f"(layer evaluations {saving[0]} → {saving[1]}, plus one forward pass)",
+                )
+                continue
+            names = tuple(fresh_name(base, module, taken) for base in (CACHE, "_ndif_i", "_ndif_tracer"))
+            taken.update(names)
+            introduce(context, names[0])
+            self._plan(sweep, layers, index, stop, names, plan)
+            context.applied(sweep.loop, _message(sweep, index, facts, saving))
+        return plan.apply(module) if plan else module
+
+    def _plan(self, sweep: Sweep, layers: str, index, stop: str, names, plan: SuitePlan) -> None:
+        cache, i, tracer = names
+        prompt = ", ".join(
+            code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in sweep.block.call.args
+        )
+        cache_code = (
+            f"{cache} = list()\n"
+            f"with {sweep.model}.trace({prompt}) as {tracer}:\n"
+            f"    for {i} in range({stop}):\n"
+            f"        {cache}.append({layers}[{i}].output)\n"
+            f"    {tracer}.stop()\n"
+        )
+        created = list(cst.parse_module(cache_code).body)
+        blanks, comments = split_leading(sweep.loop.leading_lines)
+        note = cst.EmptyLine(
+            comment=cst.Comment(
+                "# layers before the patched one are the same in every iteration: compute them once"
+            )
+        )
+        created[0] = created[0].with_changes(leading_lines=blanks + [note])
+
+        def before(stmts):
+            # the loop as rewritten inside (its trace body gains the skips)
+            return created + [stmts[0].with_changes(leading_lines=comments)]
+
+        plan.replace(sweep.info.suite, sweep.info.index, sweep.info.index + 1, before)
+        skip = cst.parse_statement(
+            f"for {i} in range({code_of(index)}):\n    {layers}[{i}].skip({cache}[{i}])\n"
+        )
+        body = sweep.block.node.body
+        plan.replace(body, 0, 0, lambda _stmts: [skip])
+
+
+def _analyse(sweep: Sweep, facts: Facts):
+    """None (not a candidate), a reason (a candidate that cannot be changed), or the
+    layer list's code, the patched index and the code of how many layers to cache."""
+    if sweep.block.method != "trace":
+        return None
+    call = sweep.block.call
+    if not any(a.keyword is None and not a.star for a in call.args):
+        return None
+    if input_dependence(sweep):
+        return None
+    moved = sweep.moved
+    accesses = module_accesses(moved, facts)
+    if any(_is_ours(s) for s in accesses.skips):
+        return None
+    layer_accesses = [a for a in accesses.found if a.layers is not None]
+    if not layer_accesses:
+        return None
+    first = layer_accesses[0]
+    layers, index = first.layers, first.index
+    reason = _trace_problem(sweep, facts)
+    if reason:
+        return reason
+    if accesses.unknown:
+        return f"it reads `{code_of(accesses.unknown[0])}`, which is not a module of `{sweep.model}`"
+    if accesses.skips:
+        return "the trace already skips modules"
+    if accesses.model_writes:
+        return f"the loop changes the model (`{code_of(accesses.model_writes[0])}`)"
+    for access in accesses.found:
+        if access.layers is not None:
+            if access.layers != layers or code_of(access.index) != code_of(index):
+                return (
+                    f"it reads or writes `{access.code}` as well as `{first.code}`: an "
+                    "intervention before the patched layer, or one I cannot order"
+                )
+            if access.write and access.kind != "output":
+                return (
+                    f"it writes to `{access.code}`, which is the cached output of the layer "
+                    "before"
+                )
+        elif not access.after_layers:
+            return f"it intervenes at `{access.code}`, before the patched layer"
+        elif isinstance(access.envoy, cst.Name) and not _followed_by_logits(access, moved):
+            return (
+                f"it reads `{access.code}` as a whole, which includes per-layer state the "
+                "skipped layers would not fill; read `.logits`"
+            )
+    problem = _in_place_on_cache(moved, facts, accesses)
+    if problem:
+        return problem
+    targets = sweep.targets
+    if isinstance(index, cst.Name) and index.value in targets:
+        if len(targets) != 1:
+            return "the loop has more than one loop variable"
+        if not nonnegative_ints(sweep.loop.iter, facts):
+            return f"the layers `{code_of(sweep.loop.iter)}` are not known to count from the first"
+        args = range_args(sweep.loop.iter)
+        if args is not None:
+            stop = code_of(args[0] if len(args) == 1 else args[1])
+        else:
+            stop = f"max({code_of(sweep.loop.iter)})"
+        return layers, index, stop
+    if set(collect(index).reads) & sweep.bound:
+        return f"the patched layer `{code_of(index)}` changes in a way I cannot follow"
+    value = int_value(index, facts)
+    if value is None or value < 1:
+        return f"the patched layer `{code_of(index)}` is not known to have layers before it"
+    return layers, index, code_of(index)
+
+
+def _trace_problem(sweep: Sweep, facts: Facts) -> str:
+    for arg in sweep.block.call.args:
+        if arg.star:
+            return "the trace takes `*args`/`**kwargs`"
+        if arg.keyword is not None and arg.keyword.value not in HARMLESS_TRACE_KWARGS:
+            return f"the trace takes `{arg.keyword.value}=`, which may need every layer"
+    for node in sweep.moved:
+        for call in _calls(node):
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("invoke", "backward"):
+                return f"the trace calls `.{call.func.attr.value}()`"
+    return ""
+
+
+def _in_place_on_cache(moved, facts: Facts, accesses) -> str:
+    """An in-place change of a module's input (a cached value) or of the model."""
+    inputs = [a for a in accesses.found if a.kind != "output"]
+    from ndif_opt.passes.trace_fusion import Accesses
+
+    derived = derived_names(moved, facts, Accesses(found=inputs))
+    problem = ""
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            nonlocal problem
+            func = node.func
+            if isinstance(func, cst.Attribute):
+                name = func.attr.value
+                root = root_name(func.value)
+                in_place = name.endswith("_") and not name.startswith("_")
+                if in_place and root is not None and (root in derived or _is_model_like(root, facts)):
+                    problem = problem or f"it changes `{code_of(func.value)}` in place"
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            nonlocal problem
+            if root_name(node.target) in derived:
+                problem = problem or f"it changes `{code_of(node.target)}` in place, a cached value"
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            nonlocal problem
+            for target in node.targets:
+                if isinstance(target.target, (cst.Subscript, cst.Attribute)):
+                    if root_name(target.target) in derived:
+                        problem = problem or f"it writes into `{code_of(target.target)}`, a cached value"
+
+    for node in moved:
+        node.visit(Finder())
+    return problem
+
+
+def _followed_by_logits(access, moved) -> bool:
+    """Every use of `model.output` in ``moved`` is `model.output.logits`."""
+    total = used = 0
+
+    class Finder(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            nonlocal total, used
+            if node.attr.value == "output" and code_of(node) == access.code:
+                total += 1
+            if node.attr.value == "logits" and code_of(node.value) == access.code:
+                used += 1
+
+    for node in moved:
+        node.visit(Finder())
+    return total == used
+
+
+def _is_ours(call: cst.Call) -> bool:
+    return any(code_of(a.value).startswith(CACHE) for a in call.args)
+
+
+def _calls(node: cst.CSTNode) -> list[cst.Call]:
+    found: list[cst.Call] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, n: cst.Call) -> None:
+            found.append(n)
+
+    node.visit(Finder())
+    return found
+
+
+def _indices(sweep: Sweep, index, facts: Facts) -> list[int] | None:
+    """The patched layer of every iteration, when known statically."""
+    if isinstance(index, cst.Name) and index.value in sweep.targets:
+        args = range_args(sweep.loop.iter)
+        if args is not None:
+            values = [int_value(a, facts) for a in args]
+            return None if any(v is None for v in values) else list(range(*values))
+        return int_sequence(sweep.loop.iter, facts)
+    value = int_value(index, facts)
+    trips = iterable_length(sweep.loop.iter, facts)
+    return None if value is None or trips is None else [value] * trips
+
+
+def _layer_evaluations(sweep: Sweep, index, stop: str, facts: Facts) -> tuple[int, int, int] | None:
+    """Layer evaluations of the loop before and after, and the model's layer count,
+    when known statically. The caching trace evaluates the layers it keeps, then stops."""
+    info = facts.models.get(sweep.model)
+    dims = dims_for(info.repo_id if info is not None and info.repo_id else sweep.model)
+    indices = _indices(sweep, index, facts)
+    if not dims.known or not indices:
+        return None
+    n = dims.n_layers
+    kept = _stop_value(sweep, index, facts)
+    cached = min(n, kept if kept is not None else max(indices))
+    return len(indices) * n, cached + sum(n - min(i, n) for i in indices), n
+
+
+def _stop_value(sweep: Sweep, index, facts: Facts) -> int | None:
+    if isinstance(index, cst.Name) and index.value in sweep.targets:
+        args = range_args(sweep.loop.iter)
+        if args is not None:
+            return int_value(args[0] if len(args) == 1 else args[1], facts)
+        values = int_sequence(sweep.loop.iter, facts)
+        return max(values) if values else None
+    return int_value(index, facts)
+
+
+def _message(sweep: Sweep, index, facts: Facts, saving) -> str:
+    trips = sweep.trips(facts)
+    passes = (
+        f"forward passes {trips} → {trips + 1}, the extra one cut short"
+        if trips is not None
+        else "one more forward pass, cut short"
+    )
+    text = (
+        f"layers before `{code_of(index)}` are computed once in a caching trace and "
+        "skipped in every iteration"
+    )
+    if saving is not None:
+        text += f": layer evaluations {saving[0]} → {saving[1]}"
+    return f"{text} ({passes})"
+
+
+SkipInsertion.cases = (
+    Case(
+        name="activation patching layer by layer",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+CORRUPT = "The Colosseum is in the city of"
+with model.session(remote=True):
+    with model.trace("The Eiffel Tower is in the city of"):
+        clean = [model.transformer.h[i].output[:, -1] for i in range(12)]
+    diffs = list().save()
+    # patch one layer at a time
+    for layer in range(12):
+        with model.trace(CORRUPT):
+            model.transformer.h[layer].output[:, -1] = clean[layer]
+            logits = model.lm_head.output
+        diffs.append(logits[0, -1].max().item())
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+CORRUPT = "The Colosseum is in the city of"
+with model.session(remote=True):
+    with model.trace("The Eiffel Tower is in the city of"):
+        clean = [model.transformer.h[i].output[:, -1] for i in range(12)]
+    diffs = list().save()
+    # layers before the patched one are the same in every iteration: compute them once
+    _ndif_cache = list()
+    with model.trace(CORRUPT) as _ndif_tracer:
+        for _ndif_i in range(12):
+            _ndif_cache.append(model.transformer.h[_ndif_i].output)
+        _ndif_tracer.stop()
+    # patch one layer at a time
+    for layer in range(12):
+        with model.trace(CORRUPT):
+            for _ndif_i in range(layer):
+                model.transformer.h[_ndif_i].skip(_ndif_cache[_ndif_i])
+            model.transformer.h[layer].output[:, -1] = clean[layer]
+            logits = model.lm_head.output
+        diffs.append(logits[0, -1].max().item())
+""",
+    ),
+    Case(
+        name="steering sweep at a fixed layer",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+LAYER = 16
+with model.session(remote=True):
+    with model.trace("I love it"):
+        steer = model.model.layers[LAYER].output.mean(dim=1)
+    scores = dict().save()
+    for alpha in [1.0, 2.0, 4.0, 8.0]:
+        with model.trace("I think this movie is"):
+            model.model.layers[LAYER].output = model.model.layers[LAYER].output + alpha * steer
+            scores[alpha] = model.lm_head.output[0, -1].softmax(dim=-1).max().item()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+LAYER = 16
+with model.session(remote=True):
+    with model.trace("I love it"):
+        steer = model.model.layers[LAYER].output.mean(dim=1)
+    scores = dict().save()
+    # layers before the patched one are the same in every iteration: compute them once
+    _ndif_cache = list()
+    with model.trace("I think this movie is") as _ndif_tracer:
+        for _ndif_i in range(LAYER):
+            _ndif_cache.append(model.model.layers[_ndif_i].output)
+        _ndif_tracer.stop()
+    for alpha in [1.0, 2.0, 4.0, 8.0]:
+        with model.trace("I think this movie is"):
+            for _ndif_i in range(LAYER):
+                model.model.layers[_ndif_i].skip(_ndif_cache[_ndif_i])
+            model.model.layers[LAYER].output = model.model.layers[LAYER].output + alpha * steer
+            scores[alpha] = model.lm_head.output[0, -1].softmax(dim=-1).max().item()
+""",
+    ),
+    Case(
+        name="intervention before the patched layer",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    diffs = list().save()
+    for layer in range(12):
+        with model.trace("hello world"):
+            model.transformer.wte.output[:] = 0
+            model.transformer.h[layer].output[:, -1] = 0
+            diffs.append(model.lm_head.output[0, -1].max().item())
+""",
+        reason="before the patched layer",
+    ),
+    Case(
+        name="an earlier layer read in every iteration",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    diffs = list().save()
+    for layer in range(1, 12):
+        with model.trace("hello world"):
+            base = model.transformer.h[0].output[:, -1]
+            model.transformer.h[layer].output[:, -1] = base
+            diffs.append(model.lm_head.output[0, -1].max().item())
+""",
+        reason="an intervention before the patched layer",
+    ),
+    Case(
+        name="writing the patched layer's input would change a cached value",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    diffs = list().save()
+    for layer in range(12):
+        with model.trace("hello world"):
+            model.transformer.h[layer].input[:, -1] = 0
+            diffs.append(model.lm_head.output[0, -1].max().item())
+""",
+        reason="the cached output of the layer before",
+    ),
+    Case(
+        name="a different input in every iteration",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    diffs = list().save()
+    for prompt in ["a b", "c d"]:
+        with model.trace(prompt):
+            model.transformer.h[6].output[:, -1] = 0
+            diffs.append(model.lm_head.output[0, -1].max().item())
+""",
+    ),
+    Case(
+        name="too few iterations to pay for the cache",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    diffs = list().save()
+    for layer in [1, 2]:
+        with model.trace("hello world"):
+            model.transformer.h[layer].output[:, -1] = 0
+            diffs.append(model.lm_head.output[0, -1].max().item())
+""",
+        reason="would not pay off",
+    ),
+)

@@ -1,0 +1,762 @@
+"""trace-fusion: one trace for a loop that only reads activations of the same input.
+
+## What it does
+Inside a session, a loop whose iterations each run a trace of the *same* input and only
+read activations — one decoder layer per iteration, in increasing layer order (a
+per-layer collection, a logit lens) — becomes a single trace with the loop inside:
+``with model.trace(PROMPT): for layer in ...: ...``. Code of the loop body around the
+trace (filling a dict of statistics, reducing a value) moves into the trace with it.
+
+## Why is this bad?
+Every trace is a full forward pass. A loop that reads layer ``l`` of the same prompt in
+iteration ``l`` runs the whole model once per layer to look at one layer each time;
+one forward pass already computes every layer. For a 32-layer model that is 32 forward
+passes where 1 does.
+
+## Example
+```python
+with model.session(remote=True):
+    hidden = list().save()
+    for layer in range(32):
+        with model.trace(prompt):
+            hidden.append(model.model.layers[layer].output[:, -1])
+```
+
+## Use instead
+```python
+with model.session(remote=True):
+    hidden = list().save()
+    with model.trace(prompt):
+        for layer in range(32):
+            hidden.append(model.model.layers[layer].output[:, -1])
+```
+
+## Fix safety
+Safe: the forward pass is the same in every iteration, so reading it once gives the same
+values, bit for bit. Applied only when the trace's input does not depend on the loop,
+the loop visits layers in strictly increasing order (nnsight raises ``OutOfOrderError``
+when a later layer is read before an earlier one in one trace), every module value the
+body reads is ``<layers>[<loop variable>]``'s own ``.input``/``.output`` (calling modules
+as functions, e.g. ``model.lm_head(model.model.norm(hidden))``, is fine), and nothing
+writes to the model: no assignment to ``.output``/``.input``, no ``.skip()``, no in-place
+operation on an activation. Loops that write are left to skip-insertion; loops over
+different inputs to invoke-batching.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ndif_opt.analysis import Block, Facts, StmtInfo
+from ndif_opt.names import collect, collect_all, root_name
+from ndif_opt.passes.base import Case, Context, Pass
+from ndif_opt.passes.session_hoisting import _is_model_like
+from ndif_opt.regions import int_value, trip_count
+from ndif_opt.rewrite import SuitePlan, code_of, reindentable
+
+# ---------------------------------------------------------------------------------------
+# Shared analysis of "sweeps" (also used by invoke-batching and skip-insertion)
+# ---------------------------------------------------------------------------------------
+
+MODULE_VALUES = frozenset({"output", "input", "inputs"})
+# Modules that run after every decoder layer (and the model's own output).
+AFTER_LAYERS = frozenset(
+    {"lm_head", "ln_f", "norm", "final_layernorm", "final_layer_norm", "embed_out", "unembed"}
+)
+# Keyword arguments of a trace that do not change what the forward pass computes.
+HARMLESS_TRACE_KWARGS = frozenset({"scan", "validate"})
+
+
+@dataclass
+class Sweep:
+    """A ``for`` loop inside a session whose body runs exactly one trace of the model."""
+
+    loop: cst.For
+    info: StmtInfo  # where the loop sits
+    block: Block  # the trace (or generate) in the loop body
+    position: int  # the trace's index in the loop body
+    targets: frozenset[str]  # names bound by the loop header
+    bound: frozenset[str] = frozenset()  # names bound anywhere in the body, and the targets
+
+    @property
+    def pre(self) -> list[cst.BaseStatement]:
+        return list(self.loop.body.body[: self.position])
+
+    @property
+    def post(self) -> list[cst.BaseStatement]:
+        return list(self.loop.body.body[self.position + 1 :])
+
+    @property
+    def inner(self) -> list[cst.BaseStatement]:
+        return list(self.block.node.body.body)
+
+    @property
+    def moved(self) -> list[cst.BaseStatement]:
+        """The statements of one iteration, in order, without the trace's header."""
+        return self.pre + self.inner + self.post
+
+    @property
+    def model(self) -> str:
+        return self.block.model
+
+    def trips(self, facts: Facts) -> int | None:
+        return trip_count(self.loop, facts)
+
+
+def find_sweeps(facts: Facts) -> list[Sweep]:
+    found = []
+    for block in facts.blocks:
+        parent = block.parent
+        if parent is None or parent.method != "session" or parent.model != block.model:
+            continue
+        if block.method not in ("trace", "generate") or not block.stmt.ancestors:
+            continue
+        loop = block.stmt.ancestors[-1]
+        if not isinstance(loop, cst.For) or block.stmt.suite is not loop.body:
+            continue
+        if len(facts.blocks_within(loop)) != 1:
+            continue
+        targets = frozenset(target_names(loop.target))
+        bound = frozenset(collect(loop.body).binds) | targets
+        found.append(
+            Sweep(loop, facts.stmt(loop), block, block.stmt.index, targets, bound)
+        )
+    return found
+
+
+def target_names(target: cst.BaseExpression) -> set[str]:
+    """Names a loop target binds (`i`, `(i, prompt)`)."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        names: set[str] = set()
+        for element in target.elements:
+            names |= target_names(element.value)
+        return names
+    if isinstance(target, cst.StarredElement):
+        return target_names(target.value)
+    return set()
+
+
+def structure_problem(sweep: Sweep, facts: Facts) -> str:
+    """Why the loop's shape forbids moving its iterations around ("" when it does not)."""
+    loop = sweep.loop
+    if loop.orelse is not None:
+        return "the loop has an `else:` clause"
+    if loop.asynchronous is not None:
+        return "the loop is asynchronous"
+    jump = _jumps(loop.body)
+    if jump:
+        return f"the loop body uses `{jump}`"
+    control = collect_all(sweep.moved).control
+    if control:
+        return f"the loop body uses `{control[0][0]}`"
+    call = sweep.block.call
+    if not any(a.keyword is None and not a.star for a in call.args):
+        return "the trace has no input of its own (it already uses invokes)"
+    for arg in call.args:
+        if arg.star:
+            return "the trace takes `*args`/`**kwargs`"
+        if arg.keyword is not None and arg.keyword.value not in HARMLESS_TRACE_KWARGS:
+            return f"the trace takes `{arg.keyword.value}=`, which applies to the whole forward pass"
+    tracer = sweep.block.tracer_name
+    if tracer is not None and tracer in collect(sweep.block.node.body).reads:
+        return f"the trace body uses its tracer `{tracer}`"
+    for node in _calls(sweep.block.node.body):
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("invoke", "stop", "next", "all", "iter"):
+            return f"the trace body calls `.{node.func.attr.value}()`"
+    return ""
+
+
+def input_dependence(sweep: Sweep) -> str:
+    """How the trace's input changes between iterations ("" when it cannot)."""
+    args = [a.value for a in sweep.block.call.args]
+    use = collect_all(args)
+    varying = sorted(n for n in use.reads if n in sweep.bound)
+    if varying:
+        return f"the trace's input depends on `{varying[0]}`, which changes every iteration"
+    changed = collect_all(sweep.moved).mutates
+    touched = sorted(n for n in use.reads if n in changed)
+    if touched:
+        return f"the loop changes `{touched[0]}`, which the trace's input reads"
+    for arg in args:
+        for call in _calls(arg):
+            name = code_of(call.func)
+            if name not in ("str", "len", "int", "list", "tuple"):
+                return f"the trace's input calls `{name}` in every iteration"
+    return ""
+
+
+@dataclass(frozen=True)
+class Access:
+    """A module value read or written in a trace: `<envoy>.output` / `.input`."""
+
+    node: cst.Attribute
+    kind: str  # output | input | inputs
+    envoy: cst.BaseExpression
+    layers: str | None  # `model.transformer.h` when the envoy is `<layers>[index]...`
+    index: cst.BaseExpression | None
+    sub: tuple[str, ...]  # attributes after the index (`mlp`, `c_fc`)
+    write: bool
+
+    @property
+    def code(self) -> str:
+        return code_of(self.node)
+
+    @property
+    def envoy_code(self) -> str:
+        return code_of(self.envoy)
+
+    @property
+    def after_layers(self) -> bool:
+        """The model's own output, or a module that runs after every decoder layer."""
+        if self.layers is not None:
+            return False
+        if isinstance(self.envoy, cst.Name):
+            return True  # `model.output`
+        return isinstance(self.envoy, cst.Attribute) and self.envoy.attr.value in AFTER_LAYERS
+
+    def indexed_by(self, name: str) -> bool:
+        return isinstance(self.index, cst.Name) and self.index.value == name
+
+
+@dataclass
+class Accesses:
+    found: list[Access] = field(default_factory=list)
+    unknown: list[cst.Attribute] = field(default_factory=list)  # `.output` of non-model values
+    skips: list[cst.Call] = field(default_factory=list)
+    model_writes: list[cst.CSTNode] = field(default_factory=list)  # weights, attributes
+
+
+def module_accesses(nodes, facts: Facts) -> Accesses:
+    """Every `.output`/`.input` of a module, `.skip()` and write to the model in ``nodes``."""
+    result = Accesses()
+    written: set[int] = set()
+    targets: list[cst.BaseExpression] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            targets.extend(t.target for t in node.targets)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            targets.append(node.target)
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            targets.append(node.target)
+
+    for node in nodes:
+        node.visit(Finder())
+    for target in targets:
+        expr, writes_value = target, False
+        while isinstance(expr, (cst.Subscript, cst.Attribute)):
+            if isinstance(expr, cst.Attribute) and expr.attr.value in MODULE_VALUES:
+                written.add(id(expr))
+                writes_value = True
+            expr = expr.value
+        root = root_name(target)
+        if not writes_value and root is not None and _is_model_like(root, facts) and target is not expr:
+            result.model_writes.append(target)
+
+    class Visitor(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            if node.attr.value not in MODULE_VALUES:
+                return
+            root = root_name(node.value)
+            if root is None or not _is_model_like(root, facts):
+                result.unknown.append(node)
+                return
+            layers, index, sub = _split_envoy(node.value)
+            result.found.append(
+                Access(node, node.attr.value, node.value, layers, index, sub, id(node) in written)
+            )
+
+        def visit_Call(self, node: cst.Call) -> None:
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "skip":
+                root = root_name(func.value)
+                if root is not None and _is_model_like(root, facts):
+                    result.skips.append(node)
+
+    for node in nodes:
+        node.visit(Visitor())
+    return result
+
+
+def _split_envoy(expr: cst.BaseExpression):
+    sub: list[str] = []
+    while isinstance(expr, cst.Attribute):
+        sub.append(expr.attr.value)
+        expr = expr.value
+    if (
+        isinstance(expr, cst.Subscript)
+        and len(expr.slice) == 1
+        and isinstance(expr.slice[0].slice, cst.Index)
+    ):
+        return code_of(expr.value), expr.slice[0].slice.value, tuple(reversed(sub))
+    return None, None, tuple(reversed(sub))
+
+
+def derived_names(nodes, facts: Facts, accesses: Accesses) -> set[str]:
+    """Names bound (in ``nodes``) to values computed from module values."""
+    access_ids = {id(a.node) for a in accesses.found}
+    derived: set[str] = set()
+    assigns: list[tuple[list[cst.BaseExpression], cst.BaseExpression]] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            assigns.append(([t.target for t in node.targets], node.value))
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            if node.value is not None:
+                assigns.append(([node.target], node.value))
+
+        def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+            assigns.append(([node.target], node.value))
+
+    for node in nodes:
+        node.visit(Finder())
+    for _ in range(3):
+        for targets, value in assigns:
+            if _contains(value, access_ids) or set(collect(value).reads) & derived:
+                for target in targets:
+                    derived |= set(collect(target).binds)
+    return derived
+
+
+def _contains(node: cst.CSTNode, ids: set[int]) -> bool:
+    found = False
+
+    class Finder(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            nonlocal found
+            if id(n) in ids:
+                found = True
+            return not found
+
+    node.visit(Finder())
+    return found
+
+
+def in_place_problem(nodes, derived: set[str]) -> str:
+    """An in-place change of an activation (or of a value computed from one)."""
+    problem = ""
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            nonlocal problem
+            func = node.func
+            if isinstance(func, cst.Attribute):
+                name = func.attr.value
+                if name.endswith("_") and not name.startswith("_") and not problem:
+                    problem = f"changes `{code_of(func.value)}` in place (`.{name}()`)"
+                if name in ("backward", "retain_grad") and not problem:
+                    problem = f"calls `.{name}()`"
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            nonlocal problem
+            root = root_name(node.target)
+            if root in derived and not problem:
+                problem = f"changes `{code_of(node.target)}` in place"
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            nonlocal problem
+            for target in node.targets:
+                if isinstance(target.target, (cst.Subscript, cst.Attribute)):
+                    if root_name(target.target) in derived and not problem:
+                        problem = f"writes into `{code_of(target.target)}` in place"
+
+    for node in nodes:
+        node.visit(Finder())
+    return problem
+
+
+def layer_order_problem(sweep: Sweep, accesses: Accesses, facts: Facts) -> str:
+    """Whether one trace can serve every iteration's reads in the model's order."""
+    if accesses.unknown:
+        return f"it reads `{code_of(accesses.unknown[0])}`, which is not a module of `{sweep.model}`"
+    if not accesses.found:
+        return "the trace reads no module value"
+    if len(sweep.targets) != 1:
+        return "the loop has more than one loop variable"
+    (target,) = sweep.targets
+    paths = set()
+    for access in accesses.found:
+        if access.layers is None or not access.indexed_by(target):
+            return (
+                f"every iteration reads `{access.code}`, which does not follow the loop's layer: "
+                "one forward pass would have run past it after the first iteration"
+            )
+        paths.add((access.layers, access.sub))
+    if len(paths) != 1:
+        return "each iteration reads several modules of a layer, whose order I cannot check"
+    kinds = [a.kind for a in accesses.found]
+    rank = {"input": 0, "inputs": 0, "output": 1}
+    if any(rank[a] > rank[b] for a, b in zip(kinds, kinds[1:])):
+        return "each iteration reads a layer's output before its input"
+    if not strictly_ascending(sweep.loop.iter, facts):
+        return (
+            f"the loop does not visit layers in increasing order (`{code_of(sweep.loop.iter)}`): "
+            "one trace must read earlier layers first"
+        )
+    return ""
+
+
+def int_sequence(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> list[int] | None:
+    """The integers a literal list/tuple (or a constant bound to one) holds."""
+    if depth > 5:
+        return None
+    if isinstance(expr, cst.Name):
+        value = facts.constant(expr.value)
+        return None if value is None else int_sequence(value, facts, depth + 1)
+    if isinstance(expr, (cst.List, cst.Tuple)):
+        values = []
+        for element in expr.elements:
+            if isinstance(element, cst.StarredElement):
+                return None
+            value = int_value(element.value, facts)
+            if value is None:
+                return None
+            values.append(value)
+        return values
+    return None
+
+
+def range_args(expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
+    if (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Name)
+        and expr.func.value == "range"
+        and 1 <= len(expr.args) <= 3
+        and all(a.keyword is None and not a.star for a in expr.args)
+    ):
+        return [a.value for a in expr.args]
+    return None
+
+
+def strictly_ascending(expr: cst.BaseExpression, facts: Facts) -> bool:
+    args = range_args(expr)
+    if args is not None:
+        if len(args) == 3:
+            step = int_value(args[2], facts)
+            return step is not None and step > 0
+        return True
+    values = int_sequence(expr, facts)
+    if values is None:
+        return False
+    return all(v >= 0 for v in values) and all(a < b for a, b in zip(values, values[1:]))
+
+
+def nonnegative_ints(expr: cst.BaseExpression, facts: Facts) -> bool:
+    """Does the loop iterate over integers that are all >= 0 (known statically)?"""
+    args = range_args(expr)
+    if args is not None:
+        if len(args) == 1:
+            return True
+        start = int_value(args[0], facts)
+        return start is not None and start >= 0
+    values = int_sequence(expr, facts)
+    return values is not None and all(v >= 0 for v in values)
+
+
+def fresh_name(base: str, module: cst.Module, taken: set[str] = frozenset()) -> str:
+    use = collect(module)
+    names = set(use.reads) | set(use.binds) | set(taken)
+    if base not in names:
+        return base
+    index = 1
+    while f"{base}_{index}" in names:
+        index += 1
+    return f"{base}_{index}"
+
+
+def introduce(context: Context, *names: str) -> None:
+    introduced = getattr(context, "introduced", None)
+    if introduced is not None:
+        introduced.update(names)
+
+
+def passes_text(trips: int | None) -> str:
+    return f"{trips} forward passes" if trips is not None else "one forward pass per iteration"
+
+
+def _jumps(body: cst.CSTNode) -> str:
+    found = ""
+
+    class Finder(cst.CSTVisitor):
+        def visit_Break(self, node: cst.Break) -> None:
+            nonlocal found
+            found = found or "break"
+
+        def visit_Continue(self, node: cst.Continue) -> None:
+            nonlocal found
+            found = found or "continue"
+
+        def visit_For(self, node: cst.For) -> bool:
+            node.iter.visit(self)
+            return False  # a nested loop's own break/continue are its business
+
+        def visit_While(self, node: cst.While) -> bool:
+            return False
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+    body.visit(Finder())
+    return found
+
+
+def _calls(node: cst.CSTNode) -> list[cst.Call]:
+    found: list[cst.Call] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, n: cst.Call) -> None:
+            found.append(n)
+
+    node.visit(Finder())
+    return found
+
+
+def with_leading(stmt: cst.BaseStatement, lines) -> cst.BaseStatement:
+    """``stmt`` with ``lines`` put before its own leading lines."""
+    if not lines:
+        return stmt
+    return stmt.with_changes(leading_lines=list(lines) + list(stmt.leading_lines))
+
+
+def split_leading(lines) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
+    """Leading blank lines, and the rest (comments and what follows them)."""
+    lines = list(lines)
+    index = 0
+    while index < len(lines) and lines[index].comment is None:
+        index += 1
+    return lines[:index], lines[index:]
+
+
+# ---------------------------------------------------------------------------------------
+# The pass
+# ---------------------------------------------------------------------------------------
+
+
+def fusion_problem(sweep: Sweep, facts: Facts) -> tuple[str, bool]:
+    """Why the loop's traces cannot become one trace ("" when they can), and whether
+    the loop is a fusion candidate at all (same input in every iteration)."""
+    if sweep.block.method != "trace":
+        return "it runs `.generate()`", False
+    problem = structure_problem(sweep, facts)
+    if problem:
+        return problem, False
+    dependence = input_dependence(sweep)
+    if dependence:
+        return dependence, False
+    accesses = module_accesses(sweep.moved, facts)
+    # an intervention sweep needs a forward pass per iteration: not a fusion candidate
+    # (invoke-batching and skip-insertion deal with it)
+    writes = [a for a in accesses.found if a.write]
+    if writes:
+        return (
+            f"each iteration writes to `{writes[0].code}`, so each needs its own forward pass",
+            False,
+        )
+    if accesses.skips:
+        return "each iteration skips a module, so each needs its own forward pass", False
+    if accesses.model_writes:
+        return f"the loop changes the model (`{code_of(accesses.model_writes[0])}`)", False
+    derived = derived_names(sweep.moved, facts, accesses)
+    problem = in_place_problem(sweep.moved, derived)
+    if problem:
+        return f"each iteration {problem}", True
+    problem = layer_order_problem(sweep, accesses, facts)
+    if problem:
+        return problem, True
+    return "", True
+
+
+class TraceFusion(Pass):
+    __doc__ = __doc__
+    id = "trace-fusion"
+
+    def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
+        plan = SuitePlan()
+        for sweep in find_sweeps(facts):
+            trips = sweep.trips(facts)
+            if trips is not None and trips < 2:
+                continue
+            problem, candidate = fusion_problem(sweep, facts)
+            if problem:
+                if candidate:
+                    context.skipped(
+                        sweep.loop,
+                        f"this loop runs {passes_text(trips)} on the same input; "
+                        "one trace with the loop inside would run 1",
+                        f"not fused: {problem}",
+                    )
+                continue
+            plan.replace(sweep.info.suite, sweep.info.index, sweep.info.index + 1, _fused(sweep))
+            context.applied(
+                sweep.loop,
+                f"the loop's traces of the same input now run as one trace with the loop "
+                f"inside: {passes_text(trips)} → 1",
+            )
+        return plan.apply(module) if plan else module
+
+
+def _fused(sweep: Sweep):
+    loop, trace = sweep.loop, sweep.block.node
+
+    def build(_stmts):
+        inner = list(sweep.inner)
+        inner[0] = with_leading(inner[0], trace.leading_lines)
+        inner = [reindentable(s) for s in inner]
+        body = [reindentable(s) for s in sweep.pre] + inner + [reindentable(s) for s in sweep.post]
+        footer = list(trace.body.footer) + list(loop.body.footer)
+        new_loop = loop.with_changes(
+            leading_lines=[], body=loop.body.with_changes(body=body, footer=footer)
+        )
+        return [
+            trace.with_changes(
+                leading_lines=loop.leading_lines,
+                body=trace.body.with_changes(body=[new_loop], footer=[]),
+            )
+        ]
+
+    return build
+
+
+TraceFusion.cases = (
+    Case(
+        name="per-layer activations of one prompt",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+prompt = "The Eiffel Tower is in the city of"
+with model.session(remote=True):
+    hidden = list().save()
+    # one hidden state per layer
+    for layer in range(32):
+        with model.trace(prompt):
+            hidden.append(model.model.layers[layer].output[:, -1])
+print(len(hidden))
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+prompt = "The Eiffel Tower is in the city of"
+with model.session(remote=True):
+    hidden = list().save()
+    # one hidden state per layer
+    with model.trace(prompt):
+        for layer in range(32):
+            hidden.append(model.model.layers[layer].output[:, -1])
+print(len(hidden))
+""",
+    ),
+    Case(
+        name="logit lens with code after the trace",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+PROMPT = "The Eiffel Tower is in the city of"
+with model.session(remote=True):
+    stats = dict().save()
+    for layer in range(0, 32, 4):
+        with model.trace(PROMPT):  # one forward pass per layer
+            hidden = model.model.layers[layer].output
+            # decode through the final norm and the unembedding
+            logits = model.lm_head(model.model.norm(hidden))
+        stats[layer] = logits[0, -1].argmax().item()
+print(stats)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+PROMPT = "The Eiffel Tower is in the city of"
+with model.session(remote=True):
+    stats = dict().save()
+    with model.trace(PROMPT):  # one forward pass per layer
+        for layer in range(0, 32, 4):
+            hidden = model.model.layers[layer].output
+            # decode through the final norm and the unembedding
+            logits = model.lm_head(model.model.norm(hidden))
+            stats[layer] = logits[0, -1].argmax().item()
+print(stats)
+""",
+    ),
+    Case(
+        name="interventions are not fused (each iteration needs its own pass)",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    out = list().save()
+    for layer in range(12):
+        with model.trace("hello"):
+            model.transformer.h[layer].output[:] = 0
+            out.append(model.lm_head.output[0, -1].argmax().item())
+""",
+    ),
+    Case(
+        name="layers in decreasing order",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    out = list().save()
+    for layer in [11, 5, 0]:
+        with model.trace("hello"):
+            out.append(model.transformer.h[layer].output[0, -1])
+""",
+        reason="increasing order",
+    ),
+    Case(
+        name="a module after the layers in every iteration",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    out = list().save()
+    for layer in range(12):
+        with model.trace("hello"):
+            hidden = model.transformer.h[layer].output
+            out.append((hidden[0, -1], model.lm_head.output[0, -1]))
+""",
+        reason="which does not follow the loop's layer",
+    ),
+    Case(
+        name="in-place change of an activation",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    out = list().save()
+    for layer in range(12):
+        with model.trace("hello"):
+            hidden = model.transformer.h[layer].output
+            hidden.mul_(2)
+            out.append(model.transformer.h[layer].output[0, -1])
+""",
+        reason="in place",
+    ),
+    Case(
+        name="different inputs are left to invoke-batching",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    out = list().save()
+    for prompt in ["a b", "c d"]:
+        with model.trace(prompt):
+            out.append(model.transformer.h[0].output[0, -1])
+""",
+    ),
+)
