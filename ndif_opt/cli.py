@@ -31,6 +31,8 @@ class Format(str, Enum):
     text = "text"
     json = "json"
     sarif = "sarif"
+    markdown = "markdown"
+    html = "html"
 
 
 app = typer.Typer(add_completion=False, help=__doc__, rich_markup_mode=None)
@@ -140,7 +142,9 @@ def optimize(
         None, "--assume-remote/--no-assume-remote", help="Treat `remote=` flags of unknown value as remote."
     ),
     max_batch: Optional[int] = typer.Option(None, "--max-batch", help="Most invokes batched into one trace (32)."),
-    fmt: Format = typer.Option(Format.text, "--format", help="text, json or sarif."),
+    fmt: Format = typer.Option(
+        Format.text, "--format", help="text, json, sarif, markdown (a pull-request comment) or html (one page)."
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no findings."),
     config: Optional[str] = typer.Option(None, "--config", help="A pyproject.toml with [tool.ndif-opt]."),
     migrate: Optional[bool] = typer.Option(
@@ -151,10 +155,23 @@ def optimize(
     latency: Optional[float] = typer.Option(None, "--latency", help="Cost model: seconds per request."),
     bandwidth: Optional[float] = typer.Option(None, "--bandwidth", help="Cost model: download bytes/s."),
     throughput: Optional[float] = typer.Option(None, "--throughput", help="Cost model: server FLOP/s."),
+    session_limit: Optional[float] = typer.Option(
+        None, "--session-limit", help="Cost model: seconds NDIF allows one request (3600)."
+    ),
+    model_config: Optional[str] = typer.Option(
+        None, "--model-config", help="Cost model: a Hugging Face config.json for every model (its torch_dtype too)."
+    ),
 ) -> None:
     """Rewrite nnsight scripts for fewer NDIF requests and smaller downloads."""
     cost = {k: v for k, v in {"seq-len": seq_len, "latency": latency, "bandwidth": bandwidth,
-                              "throughput": throughput}.items() if v is not None}
+                              "throughput": throughput, "session-limit": session_limit}.items() if v is not None}
+    if model_config is not None:
+        from ndif_opt.config import ConfigError, load_model_config
+
+        try:
+            cost["model-config"] = load_model_config(model_config)
+        except ConfigError as error:
+            _fail(str(error))
     files = _expand(paths)
     option_sets = {
         path: _options(select, ignore, unsafe_fixes, assume_remote, max_batch, path=path, config=config, cost=cost,
@@ -196,6 +213,14 @@ def optimize(
 
     if fmt is Format.json:
         typer.echo(to_json([(p, r) for p, r, _ in results], errors))
+    elif fmt is Format.markdown:
+        from ndif_opt.report import markdown_many
+
+        typer.echo(markdown_many([(p, r) for p, r, _ in results], errors), nl=False)
+    elif fmt is Format.html:
+        from ndif_opt.report_html import render_html
+
+        typer.echo(render_html([(p, r) for p, r, _ in results], errors=errors), nl=False)
     elif fmt is Format.sarif:
         import json
 

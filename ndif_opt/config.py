@@ -117,7 +117,7 @@ def find_config(path: str | os.PathLike | None = None) -> Path | None:
     start = Path(path) if path is not None else Path.cwd()
     try:
         start = start.resolve()
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python 3.11)
         start = start.absolute()
     directory = start if start.is_dir() else start.parent
     while True:

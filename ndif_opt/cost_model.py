@@ -1,201 +1,1345 @@
-"""Static cost model: requests, download bytes, forward passes and time on NDIF.
+"""Static cost model: what a script costs on NDIF — requests, bytes, forward passes, time.
 
-Reads the same facts as the passes. For every outermost remote block (one request),
-it walks the block's statements in order, tracking which names hold which shapes
-(:mod:`ndif_opt.shapes`) and what is saved: a name saved in a loop is downloaded once
-(its last value), a saved container receives one element per iteration. The request
-count multiplies by the trip counts of the loops around the block.
+The model walks the script once, in order, as an abstract interpreter:
 
-Every assumption is stated in :func:`assumptions` and can be overridden through
-``Options.cost`` (``seq-len``, ``latency``, ``bandwidth``, ``throughput``).
+* **client code** binds names to shapes (:mod:`ndif_opt.shapes`) and constants, so that a
+  tensor computed on the client (``steering = positive - negative``) is known when a later
+  request reads it (and re-uploads it), and a prompt in a variable is still a known string;
+* **loops** multiply what they contain by their trip count — ``range`` with constants,
+  ``len()`` of literal lists and of module containers (``len(model.model.layers)``),
+  ``enumerate``/``zip``, nested loops; a loop over literal strings (prompts) is unrolled so
+  every prompt has its own length; a loop whose length is unknown runs a stated default
+  and is flagged in :attr:`Estimate.notes`;
+* a call of a function of the same file is walked at the call (its requests count once per
+  call); a function never called at module level is walked once;
+* every **outermost remote block** is one request: its upload (request base, the module
+  tree's references, the block's code, every client tensor the block reads), its
+  download (``torch.save`` of the saved values), its forward passes (one per trace however
+  many invokes; ``max_new_tokens`` per generate), its compute (2 × parameters × tokens
+  per pass) and its server time.
+
+What the download counts — the server's ``torch.save`` of ``{name: value}`` for every
+*name* bound to a saved value in the block's frame (a saved value appended to a client
+list is not a name there and is not returned) — and the framing it adds (about 1.3 KB a
+result, 225 B a tensor) were measured against nnsight 0.8 / torch 2.13.
+
+**Views.** NDIF's server runs on GPU and moves each saved tensor with ``.to("cpu")``, which
+copies only the view: ``logits[0, -1].save()`` downloads ``vocab`` elements. A CPU server
+(and the in-process emulation of :mod:`ndif_opt.verify`) pickles CPU tensors as they are,
+and ``torch.save`` writes a view's whole storage. ``Options.cost["view-storage"]`` selects
+``"compact"`` (default, the GPU server) or ``"storage"`` (a CPU server / the emulation).
+
+Every assumption is stated by :func:`assumptions` and can be overridden through
+``Options.cost`` (see :data:`DEFAULTS`; also ``"models"``, ``"model-config"``,
+``"prompt-tokens"`` and ``"view-storage"``). :func:`explain` returns the per-request
+breakdown, the script-specific notes and the warnings (a request whose server time may
+exceed NDIF's one-hour limit); :func:`estimate` only the totals.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
 import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, is_save_call
-from ndif_opt.model_registry import ModelDims, dims_for
+from ndif_opt.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size
+from ndif_opt.names import dotted_name
 from ndif_opt.options import Options
-from ndif_opt.regions import trip_count
-from ndif_opt.rewrite import unsave
+from ndif_opt.rewrite import code_of, unsave
+from ndif_opt.shapes import ModuleRef, Shape, shape_of, value_of
 from ndif_opt.types import Cost
 
+__all__ = [
+    "DEFAULTS",
+    "Estimate",
+    "RequestEstimate",
+    "SessionProfile",
+    "UNKNOWN_TRIPS",
+    "assumptions",
+    "estimate",
+    "explain",
+    "prompt_tokens",
+    "session_budget",
+]
+
 UNKNOWN_TRIPS = 8  # iterations assumed for a loop whose length is not known statically
-DEFAULTS = {
+DEFAULTS: dict[str, float] = {
     "seq-len": 16,  # tokens in a prompt that is not a literal string
     "latency": 2.0,  # seconds of network + queue overhead per request
     "bandwidth": 50e6,  # bytes per second downloaded
+    "upload-bandwidth": 20e6,  # bytes per second uploaded
     "throughput": 100e12,  # server FLOP/s
+    "memory-bandwidth": 2e12,  # bytes/s the server reads weights at (one GPU at a time)
     "max-new-tokens": 20,
+    "unknown-trips": UNKNOWN_TRIPS,
+    "session-limit": 3600.0,  # NDIF stops a request after this many seconds
+    "session-margin": 0.25,  # share of the limit held back for what the model cannot see
 }
+VIEW_MODES = ("compact", "storage")
+
+# torch.save of the result dict (torch 2.13, zip format): measured.
+RESULT_BASE = 1261  # an empty result dict
+TENSOR_OVERHEAD = 225  # zip record, alignment and pickle of one tensor, beyond its data
+NAME_OVERHEAD = 5  # a dict key's pickle opcodes, beyond its characters
+# RequestModel.serialize (nnsight 0.8, cloudpickle protocol 4, zstd level 6): measured on
+# GPT-2 and Llama module trees of 12, 32, 80 and 126 layers.
+UPLOAD_BASE = 1_700  # bytes sent for a request of an empty module tree
+UPLOAD_PER_LAYER = 82  # bytes sent per decoder layer (≈13 module references)
+UPLOAD_RAW_BASE = 1_712
+UPLOAD_RAW_PER_LAYER = 1_800
+UPLOAD_GENERATE = 1_200  # a generate request also carries its generation config
+UPLOAD_RAW_GENERATE = 4_000
+CODE_COMPRESSION = 0.3  # the block's source, zstd-compressed
+CLIENT_TENSOR_OVERHEAD = 400  # pickling one client tensor into the request
+UNROLL_LIMIT = 256  # loops over at most this many literal strings are unrolled
+CALL_DEPTH = 3  # same-file functions are followed this deep
+
+_PY_SIZES = {"float": 9, "number": 9, "int": 5, "bool": 2, "none": 1, "dtype": 20, "device": 20}
+_VIEW_METHODS = frozenset(
+    {
+        "view", "view_as", "reshape", "reshape_as", "squeeze", "unsqueeze", "transpose",
+        "permute", "t", "narrow", "select", "expand", "expand_as", "detach", "cpu",
+        "flatten", "unflatten", "movedim", "swapaxes", "swapdims", "diagonal", "as_strided",
+        "__getitem__",
+    }
+)  # fmt: skip
+_CONTAINER_METHODS = frozenset({"append", "extend", "insert", "update", "setdefault", "add"})
+_LAYER_CONTAINERS = frozenset({"layers", "h", "blocks", "layer"})
+_LAYER_COUNT_ATTRS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
 
 
 def _setting(options: Options, key: str) -> float:
     return float(options.cost.get(key, DEFAULTS[key]))
 
 
+def session_budget(options: Options) -> float:
+    """Server seconds a session may be planned for: the limit less the safety margin."""
+    margin = min(max(_setting(options, "session-margin"), 0.0), 0.95)
+    return _setting(options, "session-limit") * (1.0 - margin)
+
+
+def _view_mode(options: Options) -> str:
+    mode = str(options.cost.get("view-storage", "compact"))
+    return mode if mode in VIEW_MODES else "compact"
+
+
+# ---------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class SessionProfile:
+    """Where the server time of one session goes: before its last top-level loop of
+    forward passes (``prefix``), per iteration of that loop, and after it (``suffix``)."""
+
+    loop: cst.For | None = None
+    trips: int | None = None
+    prefix_seconds: float = 0.0
+    iteration_seconds: float = 0.0
+    suffix_seconds: float = 0.0
+
+
+@dataclass(eq=False)
+class RequestEstimate:
+    """One outermost remote block, over every time the script sends it."""
+
+    block: Block
+    count: int = 0  # requests this block sends
+    upload_bytes: int = 0  # totals over ``count`` requests
+    upload_raw_bytes: int = 0
+    download_bytes: int = 0
+    forward_passes: int = 0
+    compute_flops: float = 0.0
+    server_seconds: float = 0.0
+    max_server_seconds: float = 0.0  # the longest single request
+    saved: dict[str, int] = field(default_factory=dict)  # name -> bytes (last request)
+    profile: SessionProfile | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.block.method
+
+    def per_request(self, attribute: str) -> float:
+        return getattr(self, attribute) / self.count if self.count else 0.0
+
+
+@dataclass
+class Estimate:
+    """What :func:`explain` returns."""
+
+    cost: Cost
+    requests: list[RequestEstimate] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # script-specific assumptions
+    warnings: list[str] = field(default_factory=list)  # requests over the time limit
+
+    def request_for(self, node: cst.With) -> RequestEstimate | None:
+        for request in self.requests:
+            if request.block.node is node:
+                return request
+        return None
+
+
 def estimate(facts: Facts, options: Options) -> Cost:
-    requests = download = forward = 0
-    flops = 0.0
-    for block in facts.blocks:
-        if block.parent is not None or not facts.is_remote(block.remote.state):
-            continue
-        count = _loop_multiplicity(block.stmt.loops(), facts)
-        dims = _dims(block, facts, options)
-        walker = _Request(facts, options, dims)
-        walker.block(block, 1)
-        requests += count
-        download += count * walker.download()
-        forward += count * walker.forward_passes
-        flops += count * walker.flops
+    """Requests, upload and download bytes, forward passes, FLOPs and wall time."""
+    return explain(facts, options).cost
+
+
+def explain(facts: Facts, options: Options) -> Estimate:
+    """The totals plus the per-request breakdown, notes and warnings."""
+    walker = _Walker(facts, options)
+    try:
+        walker.run()
+    except RecursionError:
+        walker.note("the script is nested too deeply to follow: its cost is partial")
+    except Exception as error:  # noqa: BLE001 - an estimate must never stop a rewrite
+        walker.note(f"the cost model could not follow this script ({type(error).__name__}): its cost is partial")
+    requests = walker.requests
+    total = dict(requests=0, upload=0, download=0, forward=0, flops=0.0, server=0.0)
+    for r in requests:
+        total["requests"] += r.count
+        total["upload"] += r.upload_bytes
+        total["download"] += r.download_bytes
+        total["forward"] += r.forward_passes
+        total["flops"] += r.compute_flops
+        total["server"] += r.server_seconds
     seconds = (
-        requests * _setting(options, "latency")
-        + download / _setting(options, "bandwidth")
-        + flops / _setting(options, "throughput")
+        total["requests"] * _setting(options, "latency")
+        + total["upload"] / _setting(options, "upload-bandwidth")
+        + total["download"] / _setting(options, "bandwidth")
+        + total["server"]
     )
-    return Cost(requests=requests, download_bytes=int(download), forward_passes=forward,
-                compute_flops=flops, seconds=round(seconds, 3))
+    cost = Cost(
+        requests=total["requests"],
+        upload_bytes=int(total["upload"]),
+        download_bytes=int(total["download"]),
+        forward_passes=total["forward"],
+        compute_flops=total["flops"],
+        seconds=round(seconds, 3),
+    )
+    warnings = []
+    limit = _setting(options, "session-limit")
+    budget = session_budget(options)
+    for r in requests:
+        if r.max_server_seconds > budget:
+            what = "session" if r.kind == "session" else r.kind
+            warnings.append(
+                f"a {what} of `{r.block.model}` is estimated at {_seconds(r.max_server_seconds)} "
+                f"of server time; NDIF stops a request after {_seconds(limit)}"
+                + (" (the estimate leaves a margin of "
+                   f"{_setting(options, 'session-margin'):.0%})" if r.max_server_seconds <= limit else "")
+            )
+    return Estimate(cost=cost, requests=requests, notes=list(walker.notes), warnings=warnings)
 
 
 def assumptions(options: Options) -> list[str]:
-    return [
-        f"a loop of unknown length runs {UNKNOWN_TRIPS} times",
+    view = (
+        "a saved view downloads only its own elements (the GPU server copies it to the CPU)"
+        if _view_mode(options) == "compact"
+        else "a saved view downloads its whole storage (a CPU server pickles it as it is)"
+    )
+    lines = [
+        f"a loop of unknown length runs {int(_setting(options, 'unknown-trips'))} times",
         f"a prompt that is not a literal string has {int(_setting(options, 'seq-len'))} tokens; "
         "a literal has about one token per 4 characters",
+        f"generate makes {int(_setting(options, 'max-new-tokens'))} tokens unless max_new_tokens is given",
         f"each request costs {_setting(options, 'latency'):g} s of network and queue time",
-        f"downloads run at {_setting(options, 'bandwidth') / 1e6:g} MB/s",
-        f"the server computes {_setting(options, 'throughput') / 1e12:g} TFLOP/s "
-        "(2 × parameters × tokens per forward pass)",
-        "models not in the registry use stated default dimensions (bf16)",
+        f"downloads run at {_setting(options, 'bandwidth') / 1e6:g} MB/s, uploads at "
+        f"{_setting(options, 'upload-bandwidth') / 1e6:g} MB/s; download sizes are uncompressed, "
+        "upload sizes as sent (zstd)",
+        f"a forward pass takes the longer of its compute at {_setting(options, 'throughput') / 1e12:g} "
+        "TFLOP/s (2 × parameters × tokens) and reading the weights once at "
+        f"{_setting(options, 'memory-bandwidth') / 1e12:g} TB/s",
+        f"NDIF stops a request after {_seconds(_setting(options, 'session-limit'))}; sessions are "
+        f"planned to {_seconds(session_budget(options))}",
+        view,
     ]
+    if "model-config" in options.cost:
+        config = options.cost["model-config"]
+        dtype = config.get("torch_dtype") or config.get("dtype") if isinstance(config, Mapping) else None
+        lines.append(
+            "every model has the dimensions of the given config.json"
+            + (f" ({dtype})" if dtype else "")
+        )
+    else:
+        lines.append("models not in the registry get the dimensions of a registry model of their family (bf16)")
+    return lines
 
 
-def _loop_multiplicity(loops, facts: Facts) -> int:
-    count = 1
-    for loop in loops:
-        trips = trip_count(loop, facts)
-        count *= UNKNOWN_TRIPS if trips is None else trips
-    return count
+def _seconds(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f} s"
+    return f"{value:.3g} s"
 
 
-def _dims(block: Block, facts: Facts, options: Options) -> ModelDims:
-    info = facts.models.get(block.model)
-    repo = info.repo_id if info is not None and info.repo_id else block.model
-    overrides = options.cost.get("models")
-    return dims_for(repo, overrides) if overrides else dims_for(repo)
+# ---------------------------------------------------------------------------------------
+# Sizes
+# ---------------------------------------------------------------------------------------
 
 
-def prompt_tokens(call: cst.Call, facts: Facts, options: Options) -> int:
-    args = [a.value for a in call.args if a.keyword is None and not a.star]
-    if not args:
-        return int(_setting(options, "seq-len"))
-    value = args[0]
-    if isinstance(value, cst.Name):
-        value = facts.constant(value.value) or value
-    if isinstance(value, cst.SimpleString):
-        text = value.evaluated_value
-        if isinstance(text, str):
-            return max(1, round(len(text) / 4))
-    return int(_setting(options, "seq-len"))
+def serialized_size(shape: Shape) -> int | None:
+    """Bytes ``torch.save`` writes for a value of this shape (framing included)."""
+    if shape.kind == "unknown":
+        return None
+    if shape.kind in ("tensor", "scalar"):
+        if shape.dims is None:
+            return None
+        return math.prod(shape.dims) * dtype_size(shape.dtype) + TENSOR_OVERHEAD
+    if shape.kind == "python":
+        if shape.dtype == "str":
+            return (len(shape.value) if isinstance(shape.value, str) else 16) + NAME_OVERHEAD
+        if shape.dtype == "list":
+            return 9 * max(math.prod(shape.dims or (1,)), 1) + 4
+        if shape.dtype == "tuple":
+            return 4 + 5 * (len(shape.value) if isinstance(shape.value, tuple) else 4)
+        return _PY_SIZES.get(shape.dtype, 9)
+    if shape.kind == "container":
+        total = 4
+        for index, element in enumerate(shape.elements):
+            size = serialized_size(element)
+            if size is None:
+                return None
+            total += size + 1
+            if index < len(shape.names) and shape.names[index]:
+                total += len(shape.names[index]) + NAME_OVERHEAD
+        return total
+    return None
 
 
-class _Request:
-    """Walks one request's statements, tracking shapes, saves and forward passes."""
+def _key_size(shape: Shape | ModuleRef | None) -> int:
+    if isinstance(shape, Shape) and shape.known:
+        return serialized_size(shape) or 9
+    return 9
 
-    def __init__(self, facts: Facts, options: Options, dims: ModelDims) -> None:
+
+# ---------------------------------------------------------------------------------------
+# Constants, lengths and trip counts
+# ---------------------------------------------------------------------------------------
+
+
+class _NoValue:
+    pass
+
+
+NO_VALUE: Any = _NoValue()
+
+
+def _literal(expr: cst.BaseExpression) -> Any:
+    """The Python value of a literal (strings, numbers, lists/tuples of them), or NO_VALUE."""
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else NO_VALUE
+    if isinstance(expr, cst.Integer):
+        return int(expr.evaluated_value)
+    if isinstance(expr, cst.Float):
+        return float(expr.evaluated_value)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        inner = _literal(expr.expression)
+        return -inner if isinstance(inner, (int, float)) and not isinstance(inner, bool) else NO_VALUE
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[expr.value]
+    if isinstance(expr, (cst.List, cst.Tuple)):
+        values = []
+        for element in expr.elements:
+            if isinstance(element, cst.StarredElement):
+                return NO_VALUE
+            value = _literal(element.value)
+            if value is NO_VALUE:
+                return NO_VALUE
+            values.append(value)
+        return tuple(values) if isinstance(expr, cst.Tuple) else values
+    return NO_VALUE
+
+
+# ---------------------------------------------------------------------------------------
+# The walk
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Forward:
+    """Shape context of the code inside one trace/generate."""
+
+    dims: ModelDims
+    model: str
+    seq: int
+    batch: int
+    max_new_tokens: int | None
+
+
+class _Walker:
+    """Walks the script in order; client code on the client, remote blocks as requests."""
+
+    def __init__(self, facts: Facts, options: Options) -> None:
         self.facts = facts
         self.options = options
-        self.dims = dims
-        self.env: dict = {}
-        self.saved: dict[str, int] = {}  # name -> bytes of its last value
-        self.containers: dict[str, int] = {}  # saved container -> accumulated bytes
-        self.forward_passes = 0
-        self.flops = 0.0
-        self.seq_len = int(_setting(options, "seq-len"))
+        self.unknown_trips = max(int(_setting(options, "unknown-trips")), 0)
+        self.view_mode = _view_mode(options)
+        self.model_names = list(facts.models) or ["model"]
+        self.requests: list[RequestEstimate] = []
+        self._by_block: dict[int, RequestEstimate] = {}
+        self.notes: list[str] = []
+        self.env: dict[str, Shape | ModuleRef] = {}
+        self.storage: dict[str, Shape] = {}  # names bound to (views of) a module output
+        self.request: _Request | None = None
+        self.forward: _Forward | None = None
+        self._dims: dict[str, ModelDims] = {}
+        self._called: set[str] = set()
+        self._calls_memo: dict[int, list[cst.Call]] = {}
+        self._work_memo: dict[int, bool] = {}
+        self._code_memo: dict[int, int] = {}
+        self._call_stack: list[str] = []
+        self._default_dims = self.dims_of(self.model_names[0])
 
-    def download(self) -> int:
-        return sum(self.saved.values()) + sum(self.containers.values())
+    # -- setup ---------------------------------------------------------------------------
+    def dims_of(self, model: str) -> ModelDims:
+        if model in self._dims:
+            return self._dims[model]
+        info = self.facts.models.get(model)
+        repo = info.repo_id if info is not None and info.repo_id else model
+        config = self.options.cost.get("model-config")
+        if isinstance(config, Mapping):
+            try:
+                dims = dims_from_hf_config(config, name=repo)
+            except (ValueError, TypeError):
+                dims = dims_for(repo)
+        else:
+            overrides = self.options.cost.get("models")
+            dims = dims_for(repo, overrides) if overrides else dims_for(repo)
+        self._dims[model] = dims
+        return dims
 
-    def block(self, block: Block, times: int) -> None:
-        if block.method in ("trace", "generate"):
-            self.seq_len = prompt_tokens(block.call, self.facts, self.options)
-            passes = 1
-            if block.method == "generate":
-                passes = self._max_new_tokens(block.call)
-            self.forward_passes += times * passes
-            self.flops += times * passes * 2.0 * self.dims.n_params * self.seq_len
-        self.suite(block.node.body.body, times)
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
-    def _max_new_tokens(self, call: cst.Call) -> int:
-        for arg in call.args:
-            if arg.keyword is not None and arg.keyword.value == "max_new_tokens":
-                if isinstance(arg.value, cst.Integer):
-                    return int(arg.value.value)
-        return int(_setting(self.options, "max-new-tokens"))
+    def run(self) -> None:
+        self.suite(self.facts.module.body, 1)
+        functions = self._functions()
+        # functions no code calls (entry points, callbacks) run once each; a function
+        # called by another is walked at its calls
+        called_by_functions = {
+            call.func.value for func in functions.values() for call in _calls(func.body, functions)
+        }
+        for name, func in functions.items():
+            if name not in self._called and name not in called_by_functions:
+                saved = (dict(self.env), dict(self.storage))
+                self._call_stack.append(name)
+                self.suite(func.body.body, 1)
+                self._call_stack.pop()
+                self.env, self.storage = saved
 
-    def suite(self, statements, times: int) -> None:
+    def _functions(self) -> dict[str, cst.FunctionDef]:
+        found: dict[str, cst.FunctionDef] = {}
+        for info in self.facts.statements.values():
+            if isinstance(info.node, cst.FunctionDef):
+                found.setdefault(info.node.name.value, info.node)
+        return found
+
+    # -- statements ------------------------------------------------------------------------
+    def suite(self, statements, times: float) -> None:
         for stmt in statements:
             self.statement(stmt, times)
 
-    def statement(self, stmt: cst.BaseStatement, times: int) -> None:
+    def statement(self, stmt: cst.BaseStatement, times: float) -> None:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 self.small(small, times)
             return
         if isinstance(stmt, cst.With):
-            block = self.facts.block_of(stmt)
-            if block is not None:
-                self.block(block, times)
+            self.with_statement(stmt, times)
+            return
+        if isinstance(stmt, cst.For):
+            self.for_loop(stmt, times)
+            return
+        if isinstance(stmt, cst.While):
+            if self._has_work(stmt):
+                self.note(
+                    f"the `while {_short(stmt.test)}` loop runs an unknown number of times: "
+                    f"assumed {self.unknown_trips}"
+                )
+            self.suite(stmt.body.body, times * self.unknown_trips)
+            return
+        if isinstance(stmt, cst.If):
+            orelse = stmt.orelse
+            if orelse is not None and self._has_work(orelse) and not self._has_work(stmt.body):
+                self.note(f"`if {_short(stmt.test)}` is assumed false: the branch that sends requests is counted")
+                if isinstance(orelse, cst.If):
+                    self.statement(orelse, times)
+                else:
+                    self.suite(orelse.body.body, times)
                 return
-        if isinstance(stmt, (cst.For, cst.While)):
-            trips = trip_count(stmt, self.facts)
-            self.suite(stmt.body.body, times * (UNKNOWN_TRIPS if trips is None else trips))
+            self.suite(stmt.body.body, times)
+            if orelse is not None and self._has_work(orelse):
+                self.note(f"`if {_short(stmt.test)}` is assumed true: its other branch is not counted")
+            return
+        if isinstance(stmt, (cst.Try, cst.TryStar)):
+            self.suite(stmt.body.body, times)
+            if stmt.finalbody is not None:
+                self.suite(stmt.finalbody.body.body, times)
+            return
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
             return
         body = getattr(stmt, "body", None)
         if isinstance(body, cst.IndentedBlock):
             self.suite(body.body, times)
 
-    def small(self, small: cst.BaseSmallStatement, times: int) -> None:
-        from ndif_opt.shapes import shape_of, value_of
+    def _is_remote(self, block: Block) -> bool:
+        if self.facts.is_remote(block.remote.state):
+            return True
+        expr = block.remote.expr
+        if block.remote.state.value == "maybe" and isinstance(expr, cst.Name):
+            bound = self.env.get(expr.value)  # a parameter bound at a call
+            if isinstance(bound, Shape) and bound.kind == "python" and bound.value is not None:
+                return bool(bound.value)
+        return False
 
-        models = list(self.facts.models) or ["model"]
-        kwargs = dict(model_name=models, seq_len=self.seq_len, env=self.env)
-        if isinstance(small, cst.Assign) and len(small.targets) == 1:
-            target = small.targets[0].target
+    def _has_work(self, node: cst.CSTNode) -> bool:
+        """Does ``node`` hold an nnsight block (or call a same-file function)?"""
+        known = self._work_memo.get(id(node))
+        if known is not None:
+            return known
+        blocks = {id(b.node) for b in self.facts.blocks}
+        found = False
+        for n in _walk(node):
+            if isinstance(n, cst.With) and id(n) in blocks:
+                found = True
+                break
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in self.facts.functions:
+                found = True
+                break
+        self._work_memo[id(node)] = found
+        return found
+
+    def with_statement(self, stmt: cst.With, times: float) -> None:
+        block = self.facts.block_of(stmt)
+        if block is None:
+            self.suite(stmt.body.body, times)
+            return
+        if self.request is None:
+            if block.parent is None and self._is_remote(block):
+                self.remote_block(block, times)
+            else:
+                self.local_block(block)
+            return
+        self.inner_block(block, times)
+
+    # -- loops -------------------------------------------------------------------------------
+    def for_loop(self, stmt: cst.For, times: float) -> None:
+        names = _target_names(stmt.target)
+        elements = self.elements(stmt.iter)
+        if elements is not None and len(elements) <= UNROLL_LIMIT and any(_has_str(e) for e in elements):
+            for element in elements:
+                self._bind_target(stmt.target, element)
+                self.suite(stmt.body.body, times)
+            return
+        trips = len(elements) if elements is not None else self.length(stmt.iter)
+        if trips is None:
+            trips = self.unknown_trips
+            if self._has_work(stmt):
+                self.note(
+                    f"the loop `for {code_of(stmt.target)} in {_short(stmt.iter)}` has a length not known "
+                    f"before running: assumed {trips} iterations"
+                )
+        if elements:
+            self._bind_target(stmt.target, elements[0], value=False)
+        else:
+            for name in names:
+                self._bind(name, self._element_shape(stmt.iter))
+        self.suite(stmt.body.body, times * trips)
+
+    def _element_shape(self, iterable: cst.BaseExpression) -> Shape | ModuleRef:
+        value = self.value(iterable)
+        if isinstance(value, ModuleRef):
+            return value.child(None)
+        if isinstance(value, Shape) and value.kind == "container" and value.elements:
+            return value.elements[0]
+        return Shape.python("int")
+
+    def _bind_target(self, target: cst.BaseExpression, element: Any, value: bool = True) -> None:
+        if isinstance(target, cst.Name):
+            self._bind(target.value, _python_shape(element, value))
+        elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(element, (tuple, list)):
+            for sub, item in zip(target.elements, element):
+                self._bind_target(sub.value, item, value)
+        else:
+            for name in _target_names(target):
+                self._bind(name, Shape.unknown("unpacked loop value"))
+
+    def _bind(self, name: str, value: Shape | ModuleRef) -> None:
+        if name in self.facts.models:
+            return
+        self.env[name] = value
+        self.storage.pop(name, None)
+        request = self._frame_request()
+        if request is not None:
+            request.unsave(name)
+
+    def elements(self, expr: cst.BaseExpression, depth: int = 0) -> list | None:
+        """Statically known elements of an iterable (literal lists, range, enumerate, zip)."""
+        if depth > 6:
+            return None
+        value = _literal(expr)
+        if isinstance(value, (list, tuple)):
+            return list(value)
+        if isinstance(value, str):
+            return list(value)
+        if isinstance(expr, cst.Name):
+            bound = self.env.get(expr.value)
+            if isinstance(bound, Shape) and isinstance(bound.value, (list, tuple)):
+                return list(bound.value)
+            constant = self.facts.constant(expr.value)
+            if constant is not None and expr.value not in self.env:
+                return self.elements(constant, depth + 1)
+            return None
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply):
+            for seq, count in ((expr.left, expr.right), (expr.right, expr.left)):
+                items = self.elements(seq, depth + 1)
+                n = self.integer(count, depth + 1)
+                if items is not None and n is not None and len(items) * max(n, 0) <= 4 * UNROLL_LIMIT:
+                    return items * max(n, 0)
+            return None
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+            left, right = self.elements(expr.left, depth + 1), self.elements(expr.right, depth + 1)
+            return None if left is None or right is None else left + right
+        if isinstance(expr, cst.Call):
+            func = dotted_name(expr.func) or ""
+            func = func.rsplit(".", 1)[-1] if func.startswith(("tqdm.", "builtins.")) else func
+            args = [a.value for a in expr.args if a.keyword is None and not a.star]
+            if func == "range" and 1 <= len(args) <= 3:
+                values = [self.integer(a, depth + 1) for a in args]
+                if any(v is None for v in values) or values[-1] == 0:
+                    return None
+                rng = range(*values)
+                return list(rng) if len(rng) <= 4 * UNROLL_LIMIT else None
+            if func in ("enumerate",) and args:
+                items = self.elements(args[0], depth + 1)
+                start = self.integer(args[1], depth + 1) if len(args) > 1 else 0
+                return None if items is None or start is None else [(start + i, x) for i, x in enumerate(items)]
+            if func == "zip" and args:
+                lists = [self.elements(a, depth + 1) for a in args]
+                return None if any(x is None for x in lists) else [tuple(t) for t in zip(*lists)]
+            if func in ("list", "tuple", "reversed", "sorted", "tqdm", "iter") and args:
+                items = self.elements(args[0], depth + 1)
+                if items is None:
+                    return None
+                if func == "reversed":
+                    return items[::-1]
+                if func == "sorted":
+                    try:
+                        return sorted(items)
+                    except TypeError:
+                        return items
+                return items
+            if func == "trange" and args:
+                return self.elements(cst.Call(func=cst.Name("range"), args=expr.args), depth + 1)
+        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Slice):
+            items = self.elements(expr.value, depth + 1)
+            sl = expr.slice[0].slice
+            bounds = [None if b is None else self.integer(b, depth + 1) for b in (sl.lower, sl.upper, sl.step)]
+            given = [b for b in (sl.lower, sl.upper, sl.step) if b is not None]
+            if items is not None and all(bounds[i] is not None or x is None for i, x in
+                                         enumerate((sl.lower, sl.upper, sl.step))) and given is not None:
+                return items[slice(*bounds)]
+        return None
+
+    def length(self, expr: cst.BaseExpression, depth: int = 0) -> int | None:
+        """Iterations of ``for _ in expr`` when known without the elements."""
+        if depth > 6:
+            return None
+        items = self.elements(expr, depth + 1)
+        if items is not None:
+            return len(items)
+        if isinstance(expr, cst.Call):
+            func = dotted_name(expr.func) or ""
+            args = [a.value for a in expr.args if a.keyword is None and not a.star]
+            if func in ("range", "trange") and 1 <= len(args) <= 3:
+                values = [self.integer(a, depth + 1) for a in args]
+                if any(v is None for v in values) or values[-1] == 0:
+                    return None
+                return len(range(*values))
+            if func in ("enumerate", "list", "tuple", "reversed", "sorted", "tqdm", "tqdm.tqdm", "iter") and args:
+                return self.length(args[0], depth + 1)
+            if func == "zip" and args:
+                lengths = [self.length(a, depth + 1) for a in args]
+                return None if any(n is None for n in lengths) else min(lengths)
+        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Slice):
+            total = self.length(expr.value, depth + 1)
+            sl = expr.slice[0].slice
+            if total is not None and sl.step is None:
+                lower = 0 if sl.lower is None else self.integer(sl.lower, depth + 1)
+                upper = total if sl.upper is None else self.integer(sl.upper, depth + 1)
+                if lower is not None and upper is not None:
+                    return len(range(total)[lower:upper])
+                chunk = _chunk_size(sl)
+                if chunk is not None:  # XS[c:c + K]
+                    value = self.integer(chunk, depth + 1)
+                    return None if value is None else min(value, total)
+        layers = self._module_list_length(expr)
+        if layers is not None:
+            return layers
+        value = self.value(expr)
+        if isinstance(value, Shape):
+            if value.kind == "container":
+                return len(value.elements)
+            if value.is_tensor and value.dims:
+                return value.dims[0]
+            if value.kind == "python" and isinstance(value.value, (list, tuple, str)):
+                return len(value.value)
+        return None
+
+    def _module_list_length(self, expr: cst.BaseExpression) -> int | None:
+        """``model.model.layers`` / ``model.transformer.h``: the model's layer count."""
+        value = self.value(expr)
+        if isinstance(value, ModuleRef) and value.path and value.path[-1] in _LAYER_CONTAINERS:
+            return self.dims_of(self._model_of(expr)).n_layers
+        return None
+
+    def _model_of(self, expr: cst.BaseExpression) -> str:
+        name = dotted_name(expr) or ""
+        for model in sorted(self.facts.models, key=len, reverse=True):
+            if name == model or name.startswith(model + "."):
+                return model
+        return self.model_names[0]
+
+    def integer(self, expr: cst.BaseExpression, depth: int = 0) -> int | None:
+        if depth > 8:
+            return None
+        value = _literal(expr)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(expr, cst.Name):
+            bound = self.env.get(expr.value)
+            if isinstance(bound, Shape):
+                return bound.value if isinstance(bound.value, int) and not isinstance(bound.value, bool) else None
+            constant = self.facts.constant(expr.value)
+            return None if constant is None else self.integer(constant, depth + 1)
+        if isinstance(expr, cst.Call) and dotted_name(expr.func) == "len" and len(expr.args) == 1:
+            return self.length(expr.args[0].value, depth + 1)
+        if isinstance(expr, cst.Attribute) and expr.attr.value in _LAYER_COUNT_ATTRS:
+            root = dotted_name(expr) or ""
+            if any(root.startswith(m + ".") for m in self.facts.models) and ".config." in f".{root}":
+                return self.dims_of(self._model_of(expr)).n_layers
+        if isinstance(expr, cst.BinaryOperation):
+            left, right = self.integer(expr.left, depth + 1), self.integer(expr.right, depth + 1)
+            if left is None or right is None:
+                return None
+            op = type(expr.operator)
+            if op is cst.Add:
+                return left + right
+            if op is cst.Subtract:
+                return left - right
+            if op is cst.Multiply:
+                return left * right
+            if op is cst.FloorDivide and right:
+                return left // right
+        return None
+
+    # -- values ----------------------------------------------------------------------------
+    def context(self) -> _Forward:
+        if self.forward is not None:
+            return self.forward
+        dims = self.request.dims if self.request is not None else self._default_dims
+        return _Forward(dims, "", int(_setting(self.options, "seq-len")), 1, None)
+
+    def value(self, expr: cst.BaseExpression) -> Shape | ModuleRef:
+        ctx = self.context()
+        return value_of(
+            expr, ctx.dims, model_name=self.model_names, seq_len=ctx.seq, batch=ctx.batch,
+            env=self.env, max_new_tokens=ctx.max_new_tokens,
+        )
+
+    def shape(self, expr: cst.BaseExpression) -> Shape:
+        value = self.value(expr)
+        if isinstance(value, ModuleRef):
+            return Shape.unknown("a module")
+        return value
+
+    def constant_value(self, expr: cst.BaseExpression) -> Any:
+        value = _literal(expr)
+        if value is not NO_VALUE:
+            return value
+        if isinstance(expr, cst.Name):
+            bound = self.env.get(expr.value)
+            if isinstance(bound, Shape) and bound.kind in ("python", "container") and bound.value is not None:
+                return bound.value
+            if expr.value not in self.env:
+                constant = self.facts.constant(expr.value)
+                if constant is not None:
+                    return self.constant_value(constant)
+        return NO_VALUE
+
+    def storage_of(self, expr: cst.BaseExpression) -> Shape | None:
+        """The module output a view expression shares its storage with (``storage`` mode)."""
+        node = expr
+        while True:
+            if isinstance(node, cst.Subscript):
+                if not all(self._basic_index(e.slice) for e in node.slice):
+                    return None
+                node = node.value
+            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                method = node.func.attr.value
+                if method == "to" and not all(
+                    isinstance(a.value, cst.SimpleString) and "cpu" in a.value.value for a in node.args
+                ):
+                    return None
+                if method not in _VIEW_METHODS and method != "to":
+                    return None
+                node = node.func.value
+            elif isinstance(node, cst.Attribute) and node.attr.value in ("output", "input"):
+                value = self.value(node)
+                if isinstance(value, Shape) and value.is_tensor:
+                    return value
+                return None
+            elif isinstance(node, cst.Attribute) and node.attr.value in ("T", "mT", "data"):
+                node = node.value
+            elif isinstance(node, cst.Name):
+                return self.storage.get(node.value)
+            else:
+                return None
+
+    def _basic_index(self, item: cst.BaseSlice) -> bool:
+        if isinstance(item, cst.Slice):
+            return True
+        value = item.value
+        if isinstance(value, (cst.Integer, cst.Ellipsis)) or (
+            isinstance(value, cst.Name) and value.value == "None"
+        ):
+            return True
+        if isinstance(value, cst.UnaryOperation):
+            return isinstance(value.expression, cst.Integer)
+        if isinstance(value, (cst.Name, cst.Attribute, cst.BinaryOperation)):
+            shape = self.value(value)
+            return isinstance(shape, Shape) and shape.kind == "python" and shape.dtype in ("int", "number")
+        return False
+
+    def sent_size(self, expr: cst.BaseExpression) -> tuple[int | None, Shape]:
+        """(bytes the server's torch.save writes for ``expr``, its shape)."""
+        shape = self.shape(expr)
+        if shape.kind == "unknown" and isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            if expr.func.attr.value == "item":  # whatever it was, .item() is a Python number
+                shape = Shape.python("number")
+        size = serialized_size(shape)
+        if self.view_mode == "storage" and shape.is_tensor:
+            storage = self.storage_of(expr)
+            if storage is not None and storage.numel and shape.numel is not None and storage.numel > shape.numel:
+                size = storage.numel * dtype_size(storage.dtype) + TENSOR_OVERHEAD
+        return size, shape
+
+    # -- simple statements -----------------------------------------------------------------
+    def small(self, small: cst.BaseSmallStatement, times: float) -> None:
+        self._follow_calls(small, times)
+        if isinstance(small, cst.Assign):
             value = small.value
-            if isinstance(target, cst.Name):
-                if is_save_call(value):
-                    inner = unsave(value)
-                    if _is_container_call(inner):
-                        self.containers.setdefault(target.value, 0)
-                        return
-                    shape = shape_of(inner, self.dims, **kwargs)
-                    self.env[target.value] = shape
-                    self.saved[target.value] = shape.nbytes or 0
-                else:
-                    self.env[target.value] = value_of(value, self.dims, **kwargs)
-                    self.saved.pop(target.value, None)
-            elif isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
-                name = target.value.value
-                if name in self.containers:
-                    shape = shape_of(unsave(value), self.dims, **kwargs)
-                    self.containers[name] += times * (shape.nbytes or 0) + 8
+            for target in small.targets:
+                self.assign(target.target, value, times)
+        elif isinstance(small, cst.AnnAssign) and small.value is not None:
+            self.assign(small.target, small.value, times)
+        elif isinstance(small, cst.AugAssign):
+            if isinstance(small.target, cst.Name):
+                name = small.target.value
+                if name in self.env:
+                    combined = cst.BinaryOperation(
+                        left=small.target, operator=_binary_of(small.operator), right=small.value
+                    )
+                    new = self.value(combined)
+                    self.env[name] = new
         elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-            call = small.value
-            func = call.func
-            if (
-                isinstance(func, cst.Attribute)
-                and func.attr.value in ("append", "extend")
-                and isinstance(func.value, cst.Name)
-                and func.value.value in self.containers
-                and call.args
+            self.call_statement(small.value, times)
+        elif isinstance(small, cst.Del):
+            for name in _target_names(small.target):
+                self.env.pop(name, None)
+                self.storage.pop(name, None)
+
+    def _frame_request(self) -> _Request | None:
+        """The current request, if the code runs in its frame (a called function's
+        locals are not the request's: what it saves is not returned)."""
+        request = self.request
+        if request is not None and len(self._call_stack) == request.depth:
+            return request
+        return None
+
+    def assign(self, target: cst.BaseExpression, value: cst.BaseExpression, times: float) -> None:
+        request = self._frame_request()
+        if isinstance(target, cst.Name):
+            name = target.value
+            if request is not None and is_save_call(value):
+                inner = unsave(value)
+                if _is_empty_container(inner):
+                    self._bind(name, Shape.container([]))
+                    request.containers[name] = 0.0
+                    return
+                size, shape = self.sent_size(inner)
+                self._bind(name, shape)
+                storage = self.storage_of(inner)
+                if storage is not None:
+                    self.storage[name] = storage
+                request.save(name, size, self)
+                return
+            if request is not None and _is_old_api_container(value):
+                self._bind(name, Shape.container([]))
+                request.containers[name] = 0.0
+                return
+            literal = _literal(value)
+            if literal is not NO_VALUE:
+                self._bind(name, _python_shape(literal, True))
+                return
+            bound = self.value(value)
+            storage = self.storage_of(value)
+            self._bind(name, bound)
+            if storage is not None:
+                self.storage[name] = storage
+            return
+        if isinstance(target, (cst.Tuple, cst.List)):
+            bound = self.value(value)
+            for index, element in enumerate(target.elements):
+                sub = element.value
+                if isinstance(sub, cst.Name):
+                    if isinstance(bound, Shape) and bound.kind == "container" and index < len(bound.elements):
+                        self._bind(sub.value, bound.elements[index])
+                    else:
+                        self._bind(sub.value, Shape.unknown("unpacked value"))
+            return
+        if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and request is not None:
+            name = target.value.value
+            if name in request.containers:
+                key = target.slice[0].slice if len(target.slice) == 1 else None
+                key_shape = self.value(key.value) if isinstance(key, cst.Index) else None
+                size, _ = self.sent_size(unsave(value))
+                request.add(name, size, _key_size(key_shape) if key_shape is not None else 9, times, self)
+
+    def call_statement(self, call: cst.Call, times: float) -> None:
+        func = call.func
+        request = self._frame_request()
+        if request is None or not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
+            return
+        name, method = func.value.value, func.attr.value
+        if name not in request.containers or method not in _CONTAINER_METHODS or not call.args:
+            return
+        args = [a.value for a in call.args]
+        if method == "append" or method == "add":
+            size, _ = self.sent_size(unsave(args[0]))
+            request.add(name, size, 0, times, self)
+        elif method == "insert" and len(args) >= 2:
+            size, _ = self.sent_size(unsave(args[1]))
+            request.add(name, size, 0, times, self)
+        elif method == "setdefault" and len(args) >= 2:
+            size, _ = self.sent_size(unsave(args[1]))
+            request.add(name, size, _key_size(self.value(args[0])), times, self)
+        elif method in ("extend", "update"):
+            size, shape = self.sent_size(unsave(args[0]))
+            request.add(name, None if size is None else max(size - 4, 0), 0, times, self)
+
+    def _follow_calls(self, small: cst.CSTNode, times: float) -> None:
+        """Walk same-file functions called by this statement, at the call."""
+        if not self.facts.functions:
+            return
+        calls = self._calls_memo.get(id(small))
+        if calls is None:
+            calls = self._calls_memo[id(small)] = _calls(small, self.facts.functions)
+        for call in calls:
+            name = call.func.value if isinstance(call.func, cst.Name) else None
+            func = self.facts.functions.get(name) if name else None
+            if func is None or name in self._call_stack or len(self._call_stack) >= CALL_DEPTH:
+                continue
+            self._called.add(name)
+            saved = (dict(self.env), dict(self.storage))
+            self._bind_arguments(func, call)
+            self._call_stack.append(name)
+            self.suite(func.body.body, times)
+            self._call_stack.pop()
+            if self.request is None:
+                self.env, self.storage = saved
+
+    def _bind_arguments(self, func: cst.FunctionDef, call: cst.Call) -> None:
+        params = [p for p in func.params.params]
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        keywords = {a.keyword.value: a for a in call.args if a.keyword is not None}
+        for index, param in enumerate(params):
+            name = param.name.value
+            arg = positional[index].value if index < len(positional) else None
+            if name in keywords:
+                arg = keywords[name].value
+            if arg is None and param.default is not None:
+                arg = param.default
+            if arg is None:
+                self.env[name] = Shape.unknown("a parameter")
+                continue
+            literal = self.constant_value(arg)
+            self.env[name] = _python_shape(literal, True) if literal is not NO_VALUE else self.value(arg)
+
+    # -- blocks -------------------------------------------------------------------------------
+    def local_block(self, block: Block) -> None:
+        """A local trace: free, but the names it saves are bound on the client."""
+        for name in block.saved_names:
+            self.env[name] = Shape.unknown("saved by a local trace")
+
+    def remote_block(self, block: Block, times: float) -> None:
+        request = _Request(self, block)
+        self.request = request
+        saved_env = dict(self.env)
+        try:
+            if block.method == "session":
+                request.profile = self._session_body(block)
+            else:
+                self.inner_block(block, 1)
+        finally:
+            self.request = None
+            self.forward = None
+        entry = self._by_block.get(id(block.node))
+        if entry is None:
+            entry = RequestEstimate(block=block)
+            self._by_block[id(block.node)] = entry
+            self.requests.append(entry)
+        upload, upload_raw = self._upload(block, saved_env)
+        download = RESULT_BASE + sum(size + len(name) + NAME_OVERHEAD for name, size in request.sizes().items())
+        count = times
+        entry.count += _round(count)
+        entry.upload_bytes += _round(count * upload)
+        entry.upload_raw_bytes += _round(count * upload_raw)
+        entry.download_bytes += _round(count * download)
+        entry.forward_passes += _round(count * request.forward_passes)
+        entry.compute_flops += count * request.flops
+        entry.server_seconds += count * request.seconds
+        entry.max_server_seconds = max(entry.max_server_seconds, request.seconds)
+        entry.saved = request.sizes()
+        if request.profile is not None:
+            entry.profile = request.profile
+        # what comes back: saved names hold their values on the client
+        env = saved_env
+        for name in request.saved_names():
+            env[name] = self.env.get(name, Shape.unknown("saved"))
+        self.env = env
+        for name in list(self.storage):
+            if name not in env:
+                self.storage.pop(name, None)
+        if request.unknown:
+            self.note(
+                "the size of " + ", ".join(f"`{n}`" for n in sorted(request.unknown)[:5])
+                + " is not known statically: counted as framing only"
+            )
+
+    def _session_body(self, block: Block) -> SessionProfile:
+        request = self.request
+        body = list(block.node.body.body)
+        loop_index = None
+        for index in range(len(body) - 1, -1, -1):
+            if isinstance(body[index], cst.For) and any(
+                b.method in ("trace", "generate") for b in self.facts.blocks_within(body[index])
             ):
-                shape = shape_of(unsave(call.args[0].value), self.dims, **kwargs)
-                self.containers[func.value.value] += times * (shape.nbytes or 0)
+                loop_index = index
+                break
+        profile = SessionProfile()
+        for index, stmt in enumerate(body):
+            before = request.seconds
+            self.statement(stmt, 1)
+            spent = request.seconds - before
+            if loop_index is None or index < loop_index:
+                profile.prefix_seconds += spent
+            elif index == loop_index:
+                trips = self.length(stmt.iter)
+                profile.loop = stmt
+                profile.trips = trips
+                profile.iteration_seconds = spent / trips if trips else spent
+            else:
+                profile.suffix_seconds += spent
+        return profile
+
+    def inner_block(self, block: Block, times: float) -> None:
+        """A trace or generate inside the current request (or the request itself)."""
+        request = self.request
+        if block.method == "session":  # a nested session: just its body
+            self.suite(block.node.body.body, times)
+            return
+        dims = self.dims_of(block.model)
+        rows, seq = self.prompt_rows(block.call)
+        invoked = self._invokes(block.node.body.body, 1)
+        if invoked[0]:
+            rows = invoked[0] + (rows if rows else 0)
+            seq = max(seq, invoked[1])
+        rows = max(rows, 1)
+        new_tokens = None
+        passes = 1
+        if block.method == "generate":
+            new_tokens = self._max_new_tokens(block.call)
+            passes = new_tokens
+        self.forward = _Forward(dims, block.model, seq, rows, new_tokens)
+        request.forward_passes += times * passes
+        request.add_passes(dims, rows, seq, passes, times)
+        tracer = block.tracer_name
+        if tracer is not None:
+            self.env.pop(tracer, None)
+        self.suite(block.node.body.body, times)
+        self.forward = None
+
+    def _invokes(self, statements, times: float) -> tuple[int, int]:
+        """(rows, longest prompt) of the invokes in a trace body."""
+        rows, seq = 0, 0
+        for stmt in statements:
+            if isinstance(stmt, cst.With) and self.facts.block_of(stmt) is None:
+                item = stmt.items[0].item if stmt.items else None
+                if isinstance(item, cst.Call) and isinstance(item.func, cst.Attribute) and item.func.attr.value == "invoke":
+                    r, s = self.prompt_rows(item)
+                    rows += int(times * max(r, 1))
+                    seq = max(seq, s)
+                    continue
+            if isinstance(stmt, cst.For):
+                elements = self.elements(stmt.iter)
+                if elements is not None and len(elements) <= UNROLL_LIMIT and any(_has_str(e) for e in elements):
+                    saved = dict(self.env)
+                    for element in elements:
+                        self._bind_target(stmt.target, element)
+                        r, s = self._invokes(stmt.body.body, times)
+                        rows, seq = rows + r, max(seq, s)
+                    self.env = saved
+                    continue
+                trips = len(elements) if elements is not None else self.length(stmt.iter)
+                r, s = self._invokes(stmt.body.body, times * (trips if trips is not None else self.unknown_trips))
+                rows, seq = rows + r, max(seq, s)
+                continue
+            body = getattr(stmt, "body", None)
+            if isinstance(body, cst.IndentedBlock) and not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                r, s = self._invokes(body.body, times)
+                rows, seq = rows + r, max(seq, s)
+        return rows, seq
+
+    def _max_new_tokens(self, call: cst.Call) -> int:
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value in ("max_new_tokens", "max_length"):
+                value = self.integer(arg.value)
+                if value is not None:
+                    return max(value, 1)
+        return int(_setting(self.options, "max-new-tokens"))
+
+    def prompt_rows(self, call: cst.Call) -> tuple[int, int]:
+        """(rows, tokens per row) of the input a trace/invoke call is given; (0, 0) for none."""
+        args = [a.value for a in call.args if a.keyword is None and not a.star]
+        if not args:
+            for arg in call.args:
+                if arg.keyword is not None and arg.keyword.value in ("input_ids", "inputs", "input"):
+                    args = [arg.value]
+                    break
+        if not args:
+            return 0, 0
+        value = self.constant_value(args[0])
+        if isinstance(value, str):
+            return 1, self.tokens(value)
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+            return len(value), max(self.tokens(v) for v in value)
+        shape = self.value(args[0])
+        if isinstance(shape, Shape):
+            if shape.kind == "python" and shape.dtype == "str" and isinstance(shape.value, str):
+                return 1, self.tokens(shape.value)
+            if shape.is_tensor and shape.dims and len(shape.dims) == 2 and shape.dtype.startswith("int"):
+                return shape.dims[0], shape.dims[1]
+        default = int(_setting(self.options, "seq-len"))
+        self.note(f"the prompt `{_short(args[0])}` is not a literal string: {default} tokens assumed")
+        return 1, default
+
+    def tokens(self, text: str) -> int:
+        table = self.options.cost.get("prompt-tokens")
+        if isinstance(table, Mapping) and text in table:
+            return int(table[text])
+        if callable(table):
+            return int(table(text))
+        return max(1, round(len(text) / 4))
+
+    def _upload(self, block: Block, env: dict) -> tuple[int, int]:
+        dims = self.dims_of(block.model)
+        code = self._code_memo.get(id(block.node))
+        if code is None:
+            code = self._code_memo[id(block.node)] = len(code_of(block.node))
+        tensors = 0
+        for name in block.names.reads:  # a name the block rebinds is still captured
+            value = env.get(name)
+            if isinstance(value, Shape) and value.known and value.kind != "python":
+                size = _tensor_bytes(value)
+                if size:
+                    tensors += size + CLIENT_TENSOR_OVERHEAD
+        generates = 1 if block.method == "generate" else 0  # measured: not inside a session
+        sent = (UPLOAD_BASE + UPLOAD_PER_LAYER * dims.n_layers + CODE_COMPRESSION * code + tensors
+                + UPLOAD_GENERATE * generates)
+        raw = (UPLOAD_RAW_BASE + UPLOAD_RAW_PER_LAYER * dims.n_layers + code + tensors
+               + UPLOAD_RAW_GENERATE * generates)
+        return int(sent), int(raw)
 
 
-def _is_container_call(expr: cst.BaseExpression) -> bool:
+def prompt_tokens(call: cst.Call, facts: Facts, options: Options) -> int:
+    """Tokens of the prompt a ``model.trace(...)`` call is given (the longest row)."""
+    walker = _Walker(facts, options)
+    rows, seq = walker.prompt_rows(call)
+    return seq if rows else int(_setting(options, "seq-len"))
+
+
+class _Request:
+    """What one request does: saves, containers, forward passes, compute, time."""
+
+    def __init__(self, walker: _Walker, block: Block) -> None:
+        self.walker = walker
+        self.block = block
+        self.depth = len(walker._call_stack)  # calls deep the request's frame is
+        self.dims = walker.dims_of(block.model)
+        self.saved: dict[str, int] = {}
+        self.containers: dict[str, float] = {}
+        self.unknown: set[str] = set()
+        self.forward_passes = 0.0
+        self.flops = 0.0
+        self.seconds = 0.0
+        self.profile: SessionProfile | None = None
+        options = walker.options
+        self.throughput = _setting(options, "throughput")
+        self.memory_bandwidth = _setting(options, "memory-bandwidth")
+
+    def add_passes(self, dims: ModelDims, rows: int, seq: int, passes: int, times: float) -> None:
+        weights = dims.n_params * dims.bytes_per_element / self.memory_bandwidth
+        prefill = 2.0 * dims.n_params * rows * seq
+        step = 2.0 * dims.n_params * rows
+        flops = prefill + (passes - 1) * step
+        seconds = max(prefill / self.throughput, weights) + (passes - 1) * max(step / self.throughput, weights)
+        self.flops += times * flops
+        self.seconds += times * seconds
+
+    def save(self, name: str, size: int | None, walker: _Walker) -> None:
+        self.containers.pop(name, None)
+        if size is None:
+            self.unknown.add(name)
+            size = 0
+        else:
+            self.unknown.discard(name)
+        self.saved[name] = size
+
+    def unsave(self, name: str) -> None:
+        self.saved.pop(name, None)
+        self.containers.pop(name, None)
+
+    def add(self, name: str, size: int | None, key: int, times: float, walker: _Walker) -> None:
+        if size is None:
+            self.unknown.add(name)
+            size = 0
+        self.containers[name] += times * (size + key + 1)
+
+    def sizes(self) -> dict[str, int]:
+        out = dict(self.saved)
+        for name, size in self.containers.items():
+            out[name] = int(round(size)) + 4
+        return out
+
+    def saved_names(self) -> list[str]:
+        return list(self.saved) + list(self.containers)
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------
+
+
+def _round(value: float) -> int:
+    return int(round(value))
+
+
+def _tensor_bytes(shape: Shape) -> int:
+    if shape.kind in ("tensor", "scalar") and shape.dims is not None:
+        return math.prod(shape.dims) * dtype_size(shape.dtype)
+    if shape.kind == "container":
+        return sum(_tensor_bytes(e) for e in shape.elements)
+    return 0
+
+
+def _python_shape(value: Any, keep: bool) -> Shape:
+    if isinstance(value, bool):
+        return Shape.python("bool", value if keep else None)
+    if isinstance(value, int):
+        return Shape.python("int", value if keep else None)
+    if isinstance(value, float):
+        return Shape.python("float", value if keep else None)
+    if isinstance(value, str):
+        return Shape.python("str", value if keep else None)
+    if value is None:
+        return Shape.python("none", None)
+    if isinstance(value, (list, tuple)):
+        container = Shape.container([_python_shape(v, keep) for v in value])
+        return replace(container, value=tuple(value) if keep else None)
+    return Shape.unknown("a value")
+
+
+def _has_str(value: Any) -> bool:
+    if isinstance(value, str):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_has_str(v) for v in value)
+    return False
+
+
+def _target_names(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _target_names(e.value)]
+    return []
+
+
+def _is_empty_container(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, (cst.List, cst.Dict)) and not expr.elements:
         return True
-    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in ("list", "dict")
+    if isinstance(expr, cst.Call) and not expr.args:
+        name = dotted_name(expr.func)
+        return name in ("list", "dict", "nnsight.list", "nnsight.dict", "set")
+    return False
+
+
+def _is_old_api_container(expr: cst.BaseExpression) -> bool:
+    """``nnsight.list()`` (pre-0.5 API): a container that comes back without ``.save()``."""
+    return isinstance(expr, cst.Call) and not expr.args and dotted_name(expr.func) in ("nnsight.list", "nnsight.dict")
+
+
+def _chunk_size(sl: cst.Slice) -> cst.BaseExpression | None:
+    """``K`` of a slice ``[c:c + K]`` whose lower bound is a name."""
+    lower, upper = sl.lower, sl.upper
+    if isinstance(lower, cst.Name) and isinstance(upper, cst.BinaryOperation) and isinstance(upper.operator, cst.Add):
+        if isinstance(upper.left, cst.Name) and upper.left.value == lower.value:
+            return upper.right
+        if isinstance(upper.right, cst.Name) and upper.right.value == lower.value:
+            return upper.left
+    return None
+
+
+def _binary_of(operator: cst.BaseAugOp) -> cst.BaseBinaryOp:
+    mapping = {
+        cst.AddAssign: cst.Add, cst.SubtractAssign: cst.Subtract, cst.MultiplyAssign: cst.Multiply,
+        cst.DivideAssign: cst.Divide, cst.FloorDivideAssign: cst.FloorDivide, cst.ModuloAssign: cst.Modulo,
+        cst.PowerAssign: cst.Power, cst.MatrixMultiplyAssign: cst.MatrixMultiply,
+    }  # fmt: skip
+    return mapping.get(type(operator), cst.Add)()
+
+
+def _short(node: cst.CSTNode, limit: int = 60) -> str:
+    text = " ".join(code_of(node).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _walk(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
+
+
+def _calls(node: cst.CSTNode, functions) -> list[cst.Call]:
+    """Calls of the named same-file functions in ``node``."""
+    found: list[cst.Call] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            if isinstance(call.func, cst.Name) and call.func.value in functions:
+                found.append(call)
+
+        def visit_Lambda(self, lam: cst.Lambda) -> bool:
+            return False
+
+    node.visit(Finder())
+    return found

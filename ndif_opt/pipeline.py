@@ -7,6 +7,7 @@ so editors can show them on the text the user has.
 
 from __future__ import annotations
 
+import ast
 import difflib
 from dataclasses import dataclass
 
@@ -14,7 +15,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ndif_opt.analysis import Facts, analyze
-from ndif_opt.cost_model import assumptions, estimate
+from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.effects import ServerCheck
 from ndif_opt.options import Options
 from ndif_opt.passes import PASSES, Context, RawFinding
@@ -27,7 +28,19 @@ MAX_ROUNDS = 16  # passes enable each other (and push one value per run) until s
 
 
 def parse(source: str, filename: str | None = None) -> cst.Module:
-    """Parse with libcst, turning its parser error into a plain SyntaxError."""
+    """Parse with libcst, turning its parser error into a plain SyntaxError.
+
+    Python's own parser looks first: it rejects what Python rejects (absurd nesting
+    among it, on which libcst's native parser would overflow its stack)."""
+    try:
+        ast.parse(source, filename or "<source>")
+    except SyntaxError as error:
+        raise SyntaxError(
+            f"{error.msg} (line {error.lineno}, column {error.offset})",
+            (filename or "<source>", error.lineno, error.offset, None),
+        ) from None
+    except (ValueError, MemoryError, RecursionError) as error:  # NUL bytes, huge input
+        raise SyntaxError(str(error), (filename or "<source>", 1, 1, None)) from None
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as error:
@@ -45,7 +58,7 @@ class _State:
     facts: Facts
     code: str
     options: Options
-    _cost: Cost | None = None
+    _estimate: Estimate | None = None
     _server: ServerCheck | None = None
     _positions: dict | None = None
 
@@ -56,10 +69,14 @@ class _State:
         return self._positions
 
     @property
+    def estimate(self) -> Estimate:
+        if self._estimate is None:
+            self._estimate = explain(self.facts, self.options)
+        return self._estimate
+
+    @property
     def cost(self) -> Cost:
-        if self._cost is None:
-            self._cost = estimate(self.facts, self.options)
-        return self._cost
+        return self.estimate.cost
 
     @property
     def server(self) -> ServerCheck:
@@ -84,6 +101,7 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
         passes.insert(0, MigrateApi(detect_only=True))
     suppressions = Suppressions.from_source(source)
     initial_cost = state.cost
+    notes = list(state.estimate.notes)  # what the cost model had to assume about this script
     deltas: dict[str, Cost] = {p.id: Cost() for p in passes}
     # a pass that left a version of the tree unchanged would do so again: keep its findings
     stable: dict[str, tuple[cst.Module, list[Finding]]] = {}
@@ -138,7 +156,7 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
         findings=findings,
         costs=tuple(_chain(initial_cost, [p for p in passes if not getattr(p, "detect_only", False)], deltas)),
         edits=tuple(text_edits(source, code)),
-        assumptions=tuple(assumptions(options)),
+        assumptions=tuple(assumptions(options) + notes),
         unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),
         introduced=tuple(sorted(introduced)) if code != source else (),
     )
@@ -166,7 +184,11 @@ def _diff(a: Cost, b: Cost) -> Cost:
 
 
 def _add(a: Cost, b: Cost) -> Cost:
-    return Cost(**{f: getattr(a, f) + getattr(b, f) for f in _COST_FIELDS})
+    return Cost(**{f: _round(getattr(a, f) + getattr(b, f)) for f in _COST_FIELDS})
+
+
+def _round(value):
+    return round(value, 6) if isinstance(value, float) else value
 
 
 def _chain(initial: Cost, passes, deltas: dict[str, Cost]) -> list[PassCost]:

@@ -130,3 +130,106 @@ def _merge_passes(files: list[dict]) -> list[dict]:
                 if key != "id":
                     target[key] = target.get(key, 0) + value
     return list(merged.values())
+
+
+# ---------------------------------------------------------------------------------------
+# Markdown (pull-request comments)
+# ---------------------------------------------------------------------------------------
+
+_STATUS_WORDS = {
+    Status.APPLIED: "fixed",
+    Status.SKIPPED: "not fixed",
+    Status.UNSAFE_NOT_APPLIED: "unsafe fix available",
+    Status.SUPPRESSED: "suppressed",
+}
+
+
+def _seconds_text(value: float) -> str:
+    return f"{value:,.0f} s" if value >= 100 else f"{value:.1f} s"
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def summary_line(result: Result) -> str:
+    """``8 → 1 requests · 242.3 KB → 1.6 KB download · 16.0 s → 2.0 s estimated``."""
+    before, after = totals(result)
+    return (
+        f"{before.requests} → {after.requests} requests · "
+        f"{human_bytes(before.download_bytes)} → {human_bytes(after.download_bytes)} download · "
+        f"{_seconds_text(before.seconds)} → {_seconds_text(after.seconds)} estimated"
+    )
+
+
+def cost_table_markdown(result: Result) -> str:
+    """The per-pass cost table as a GitHub-flavoured markdown table."""
+    lines = [
+        "| pass | requests | upload | download | forward passes | est. time |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+
+    def row(name: str, b: Cost, a: Cost) -> str:
+        return (
+            f"| {name} | {b.requests} → {a.requests} "
+            f"| {human_bytes(b.upload_bytes)} → {human_bytes(a.upload_bytes)} "
+            f"| {human_bytes(b.download_bytes)} → {human_bytes(a.download_bytes)} "
+            f"| {b.forward_passes} → {a.forward_passes} "
+            f"| {_seconds_text(b.seconds)} → {_seconds_text(a.seconds)} |"
+        )
+
+    for pc in result.costs:
+        lines.append(row(f"`{pc.pass_id}`", pc.before, pc.after))
+    before, after = totals(result)
+    lines.append(row("**total**", before, after))
+    return "\n".join(lines) + "\n"
+
+
+def markdown_report(path: str, result: Result, *, diff: bool = True) -> str:
+    """One file's report for a pull-request comment: summary, per-pass table, findings,
+    assumptions and the diff (the long parts folded in ``<details>``)."""
+    out = [f"### ndif-opt: `{path}`", ""]
+    if not result.costs:
+        out += ["No nnsight code to optimize.", ""]
+        return "\n".join(out)
+    out += [f"**{summary_line(result)}**", "", cost_table_markdown(result)]
+    if result.findings:
+        out += [f"<details><summary>Findings ({len(result.findings)})</summary>", ""]
+        for finding in result.findings:
+            line = finding.range.start.line + 1
+            text = f"- line {line}: `{finding.pass_id}` ({_STATUS_WORDS[finding.status]}) {_md_cell(finding.message)}"
+            if finding.reason:
+                text += f" — {_md_cell(finding.reason)}"
+            out.append(text)
+        out += ["", "</details>", ""]
+    if result.assumptions:
+        out += ["<details><summary>Assumptions of the cost model</summary>", ""]
+        out += [f"- {_md_cell(a)}" for a in result.assumptions]
+        out += ["", "</details>", ""]
+    if diff and result.changed:
+        text = unified_diff(path, result.source, result.code)
+        fence = "````" if "```" in text else "```"
+        out += ["<details><summary>Diff</summary>", "", f"{fence}diff", text.rstrip("\n"), fence, "", "</details>", ""]
+    return "\n".join(out)
+
+
+def markdown_many(entries: list[tuple[str, Result]], errors: list[dict] | None = None) -> str:
+    """Several files: a totals line first, then each file's report."""
+    out = []
+    if len(entries) > 1:
+        before = sum((totals(r)[0].requests for _, r in entries))
+        after = sum((totals(r)[1].requests for _, r in entries))
+        down_b = sum((totals(r)[0].download_bytes for _, r in entries))
+        down_a = sum((totals(r)[1].download_bytes for _, r in entries))
+        changed = sum(1 for _, r in entries if r.changed)
+        out += [
+            f"## ndif-opt: {len(entries)} files, {changed} would change",
+            "",
+            f"**{before} → {after} requests · {human_bytes(down_b)} → {human_bytes(down_a)} download**",
+            "",
+        ]
+    for path, result in entries:
+        out.append(markdown_report(path, result))
+    for error in errors or []:
+        out.append(f"- ⚠️ `{error.get('path')}`: {_md_cell(str(error.get('message')))}")
+    return "\n".join(out).rstrip("\n") + "\n"

@@ -8,6 +8,7 @@ from ndif_opt.passes.detach_cpu import DetachCpu
 from ndif_opt.passes.invoke_batching import InvokeBatching
 from ndif_opt.passes.migrate_api import MigrateApi
 from ndif_opt.passes.reduction_pushdown import ReductionPushdown
+from ndif_opt.passes.session_chunking import SessionChunking
 from ndif_opt.passes.session_hoisting import SessionHoisting
 from ndif_opt.passes.skip_insertion import SkipInsertion
 from ndif_opt.passes.trace_fusion import TraceFusion
@@ -23,6 +24,7 @@ PASSES: tuple[type[Pass], ...] = (
     InvokeBatching,
     TraceFusion,
     SkipInsertion,
+    SessionChunking,  # last: it sizes each chunk by the work the other passes leave
 )
 PASS_IDS: tuple[str, ...] = tuple(p.id for p in PASSES)
 

@@ -1,0 +1,324 @@
+"""Speed of ndif-opt, measured against a bare libcst parse of the same input.
+
+    python benchmarks/bench.py                 # the table (a few minutes; see --timeout)
+    python benchmarks/bench.py --quick         # smaller inputs, same ratios
+    python benchmarks/bench.py --profile 300   # cProfile of the pipeline on a 300-line dense script
+
+Absolute times drift with the machine and its load; the ratios measured in the same run
+(tool time / bare ``libcst.parse_module`` time of the same text) hold. Every input is
+measured in a fresh subprocess (modules imported and warmed up on a tiny script first,
+so start-up is not counted) with a time limit: a row that hits it says ``>T s`` and its
+ratio is a lower bound.
+
+Targets (issue 7): the whole pipeline within 2.5x a bare parse; the 20,000-line file
+within 4.5x the 5,000-line time; a file without nnsight skipped by the prefilter at over
+100,000 lines/s; a typical 100-300-line script under 150 ms after start-up; directory
+mode using all cores, with a progress bar on a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from generators import HEADER, dense_nnsight_script, plain_python  # noqa: E402
+
+PYTHON = sys.executable
+
+
+# -- the worker: one input, measured in its own process ---------------------------------------
+
+
+def _worker(path: str, repeat: int) -> None:
+    import libcst
+
+    from ndif_opt import optimize
+    from ndif_opt.prefilter import uses_nnsight
+
+    optimize(dense_nnsight_script(40))  # import and warm every module first
+    source = Path(path).read_text()
+    lines = source.count("\n") + 1
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    parse = best(lambda: libcst.parse_module(source))
+    prefilter = best(lambda: uses_nnsight(source))
+    print(json.dumps({"lines": lines, "parse": parse, "prefilter": prefilter}), flush=True)
+    started = time.perf_counter()
+    result = optimize(source, filename=path)
+    tool = time.perf_counter() - started
+    print(json.dumps({"tool": tool, "changed": result.changed}), flush=True)
+
+
+def measure(path: Path, timeout: float, repeat: int = 3) -> dict:
+    """Run the worker on ``path``; partial results survive a timeout."""
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [PYTHON, __file__, "--worker", str(path), "--repeat", str(repeat)],
+            capture_output=True, text=True, timeout=timeout,
+        )
+        out, timed_out = done.stdout, False
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr[-2000:])
+    except subprocess.TimeoutExpired as expired:
+        out = expired.stdout.decode() if isinstance(expired.stdout, bytes) else (expired.stdout or "")
+        timed_out = True
+    row: dict = {"timed_out": timed_out, "wall": time.perf_counter() - started}
+    for line in out.splitlines():
+        if line.startswith("{"):
+            row.update(json.loads(line))
+    if timed_out:
+        row["tool"] = None
+    return row
+
+
+# -- inputs ---------------------------------------------------------------------------------
+
+
+def write_inputs(directory: Path, quick: bool) -> dict[str, Path]:
+    scale = 0.1 if quick else 1.0
+    sizes = {
+        "dense-5k": int(5000 * scale),
+        "dense-20k": int(20000 * scale),
+        "typical-200": 200,
+        "plain-100k": int(100_000 * scale),
+        "mostly-plain-5k": int(5000 * scale),
+    }
+    paths = {}
+    for example in sorted((ROOT / "examples").glob("*.py")):
+        paths[f"example:{example.stem}"] = example
+    paths["typical-200"] = _write(directory / "typical.py", dense_nnsight_script(sizes["typical-200"]))
+    paths["dense-5k"] = _write(directory / "dense5k.py", dense_nnsight_script(sizes["dense-5k"]))
+    paths["dense-20k"] = _write(directory / "dense20k.py", dense_nnsight_script(sizes["dense-20k"]))
+    paths["plain-100k"] = _write(directory / "plain100k.py", plain_python(sizes["plain-100k"]))
+    # a mention in a comment passes the substring test: the ast-grep parse decides
+    paths["plain-100k-mention"] = _write(
+        directory / "mention100k.py",
+        "# compare with the nnsight version (remote=True)\n" + plain_python(sizes["plain-100k"]),
+    )
+    tail = (
+        "\nresults = []\nfor layer in LAYERS:\n    with model.trace(PROMPT, remote=True):\n"
+        "        results.append(model.transformer.h[layer].output.save())\n"
+    )
+    paths["mostly-plain-5k"] = _write(
+        directory / "mostly_plain.py", HEADER + plain_python(sizes["mostly-plain-5k"]) + tail
+    )
+    return paths
+
+
+def write_tree(directory: Path, files: int = 500) -> Path:
+    """``files`` modules: one in ten a naive nnsight script (an example), the rest ~100
+    lines of plain Python."""
+    examples = sorted((ROOT / "examples").glob("*.py"))
+    plain = plain_python(100)
+    for i in range(files):
+        text = examples[i // 10 % len(examples)].read_text() if i % 10 == 0 else plain
+        _write(directory / f"pkg{i // 50}" / f"module_{i}.py", text)
+    return directory
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+# -- directory mode -------------------------------------------------------------------------
+
+
+def directory_mode(tree: Path, timeout: float) -> dict:
+    """Wall and CPU time of `ndif-opt DIR --check -q`; CPU/wall ~1 means one core."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [PYTHON, "-m", "ndif_opt.cli", str(tree), "--check", "-q"],
+            capture_output=True, text=True, timeout=timeout,
+        )
+        summary = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    except subprocess.TimeoutExpired:
+        summary = f"timed out after {timeout:.0f} s"
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    startup_started = time.perf_counter()
+    subprocess.run([PYTHON, "-m", "ndif_opt.cli", "--help"], capture_output=True)
+    startup = time.perf_counter() - startup_started
+    return {"wall": wall, "cpu": cpu, "cores": os.cpu_count() or 1, "summary": summary, "startup": startup}
+
+
+# -- profile --------------------------------------------------------------------------------
+
+
+def profile(lines: int, top: int = 30) -> str:
+    """cProfile of optimize() on a dense script; cumulative time per ndif_opt function."""
+    import cProfile
+    import io
+    import pstats
+
+    from ndif_opt import optimize
+
+    optimize(dense_nnsight_script(40))
+    source = dense_nnsight_script(lines)
+    profiler = cProfile.Profile()
+    started = time.perf_counter()
+    profiler.enable()
+    optimize(source)
+    profiler.disable()
+    total = time.perf_counter() - started
+    stats = pstats.Stats(profiler)
+    rows = []
+    for (filename, line, name), (cc, nc, tt, ct, callers) in stats.stats.items():  # type: ignore[attr-defined]
+        if "ndif_opt" in filename:
+            short = filename.split("ndif_opt/")[-1]
+            rows.append((ct, tt, nc, f"{short}:{line} {name}"))
+    rows.sort(reverse=True)
+    out = io.StringIO()
+    out.write(f"optimize() on {lines} dense lines: {total:.2f} s under cProfile\n")
+    out.write(f"{'cumulative':>10} {'own':>8} {'calls':>8}  function\n")
+    for ct, tt, nc, label in rows[:top]:
+        out.write(f"{ct:10.2f} {tt:8.2f} {nc:8d}  {label}\n")
+    libcst = {}
+    for (filename, _, name), (_, _, tt, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        if "libcst" in filename:
+            key = "codegen" if "codegen" in name else "metadata" if "metadata" in filename else (
+                "parse" if "_parser" in filename else "visit/transform")
+            libcst[key] = libcst.get(key, 0.0) + tt
+    out.write("libcst own time: " + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(libcst.items())) + "\n")
+    return out.getvalue()
+
+
+def growth(timeout: float) -> None:
+    """Tool time of dense scripts doubling in size, and the exponent between sizes."""
+    import math
+
+    previous = None
+    print(f"{'lines':>6} {'parse':>9} {'tool':>9} {'tool/parse':>10} {'exponent':>8}")
+    with tempfile.TemporaryDirectory(prefix="ndif_opt_growth_") as tmp:
+        for lines in (50, 100, 200, 400, 800):
+            path = _write(Path(tmp) / f"dense{lines}.py", dense_nnsight_script(lines))
+            row = measure(path, timeout)
+            tool = row.get("tool")
+            exponent = ""
+            if tool and previous:
+                exponent = f"{math.log(tool / previous[1]) / math.log(row['lines'] / previous[0]):.2f}"
+            shown = _fmt_time(tool) if tool else f">{row['wall']:.0f} s"
+            ratio = f"{tool / row['parse']:.0f}x" if tool and row.get("parse") else "?"
+            print(f"{row.get('lines', lines):>6} {_fmt_time(row.get('parse')):>9} {shown:>9} "
+                  f"{ratio:>10} {exponent:>8}", flush=True)
+            if not tool:
+                break
+            previous = (row["lines"], tool)
+
+
+# -- main -----------------------------------------------------------------------------------
+
+
+def _fmt_time(seconds) -> str:
+    if seconds is None:
+        return "?"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--repeat", type=int, default=3, help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="inputs 10x smaller")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per input (300)")
+    parser.add_argument("--only", help="comma-separated row names")
+    parser.add_argument("--profile", type=int, metavar="LINES", help="profile a dense script of LINES lines")
+    parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--growth", action="store_true",
+                        help="time dense scripts of 50..800 lines: how time grows with size")
+    args = parser.parse_args()
+    if args.worker:
+        _worker(args.worker, args.repeat)
+        return
+    if args.profile:
+        print(profile(args.profile))
+        return
+    if args.growth:
+        growth(args.timeout)
+        return
+
+    with tempfile.TemporaryDirectory(prefix="ndif_opt_bench_") as tmp:
+        paths = write_inputs(Path(tmp), args.quick)
+        if args.only:
+            wanted = set(args.only.split(","))
+            paths = {k: v for k, v in paths.items() if k in wanted or k.split(":")[0] in wanted}
+        rows = {}
+        print(f"{'input':28} {'lines':>7} {'parse':>9} {'prefilter':>9} {'tool':>9} {'lines/s':>9} {'tool/parse':>10}")
+        for name, path in paths.items():
+            timeout = args.timeout if not name.startswith("example") else min(args.timeout, 120)
+            row = measure(path, timeout, repeat=1 if "100k" in name or "20k" in name else 3)
+            rows[name] = row
+            tool = row.get("tool")
+            ratio = (f"{tool / row['parse']:.1f}x" if tool is not None and row.get("parse")
+                     else f">{(row['wall']) / row['parse']:.0f}x" if row.get("parse") else "?")
+            speed = f"{row['lines'] / tool:,.0f}" if tool else "?"
+            shown_tool = _fmt_time(tool) if tool is not None else f">{row['wall']:.0f} s"
+            print(f"{name:28} {row.get('lines', 0):>7} {_fmt_time(row.get('parse')):>9} "
+                  f"{_fmt_time(row.get('prefilter')):>9} {shown_tool:>9} {speed:>9} {ratio:>10}", flush=True)
+        if not args.only or "directory" in args.only:
+            tree = write_tree(Path(tmp) / "tree")
+            d = directory_mode(tree, args.timeout)
+            rows["directory-500"] = d
+            print(f"\ndirectory of 500 files (`ndif-opt DIR --check -q`): wall {d['wall']:.2f} s, "
+                  f"CPU {d['cpu']:.2f} s on {d['cores']} cores (CPU/wall {d['cpu'] / d['wall']:.2f}: "
+                  f"{'sequential' if d['cpu'] / d['wall'] < 1.3 else 'parallel'}); start-up "
+                  f"(`--help`) {d['startup']:.2f} s; {d['summary']}")
+        print()
+        _targets(rows)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+def _targets(rows: dict) -> None:
+    def tool(name):
+        return rows.get(name, {}).get("tool")
+
+    checks = []
+    for name in ("dense-5k", "dense-20k", "typical-200", "mostly-plain-5k"):
+        if name in rows and rows[name].get("parse"):
+            t = tool(name)
+            ratio = t / rows[name]["parse"] if t else None
+            checks.append((f"{name}: pipeline <= 2.5x parse", ratio is not None and ratio <= 2.5,
+                           f"{ratio:.1f}x" if ratio else "timed out"))
+    if tool("dense-5k") and tool("dense-20k"):
+        growth = tool("dense-20k") / tool("dense-5k")
+        checks.append(("20k time <= 4.5x 5k time", growth <= 4.5, f"{growth:.1f}x"))
+    if "plain-100k" in rows and rows["plain-100k"].get("prefilter"):
+        speed = rows["plain-100k"]["lines"] / rows["plain-100k"]["prefilter"]
+        checks.append(("prefilter > 100,000 lines/s", speed > 100_000, f"{speed:,.0f} lines/s"))
+    if tool("typical-200") is not None:
+        checks.append(("typical 200-line script < 150 ms", tool("typical-200") < 0.150,
+                       _fmt_time(tool("typical-200"))))
+    if "directory-500" in rows:
+        d = rows["directory-500"]
+        checks.append(("directory mode uses all cores", d["cpu"] / d["wall"] > 0.8 * d["cores"],
+                       f"CPU/wall {d['cpu'] / d['wall']:.2f} of {d['cores']}"))
+        checks.append(("progress bar on a terminal", False, "none implemented"))
+    print("target                                   met   measured")
+    for label, ok, measured in checks:
+        print(f"{label:40} {'yes' if ok else 'NO ':5} {measured}")
+
+
+if __name__ == "__main__":
+    main()

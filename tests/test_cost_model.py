@@ -1,0 +1,492 @@
+"""The static cost model: requests, upload, download, forward passes, compute and time,
+per script and per pass; trip counts, prompt lengths, model configs, the one-hour limit."""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+
+import libcst as cst
+import pytest
+
+from ndif_opt import optimize
+from ndif_opt.analysis import analyze
+from ndif_opt.config import ConfigError, load_model_config, load_options
+from ndif_opt.cost_model import (
+    RESULT_BASE,
+    TENSOR_OVERHEAD,
+    UNKNOWN_TRIPS,
+    assumptions,
+    estimate,
+    explain,
+    session_budget,
+)
+from ndif_opt.model_registry import dims_for
+from ndif_opt.options import Options
+
+HEAD = 'from nnsight import LanguageModel\nimport torch\nmodel = LanguageModel("{repo}")\n'
+
+
+def script(body: str, repo: str = "meta-llama/Llama-3.1-8B") -> str:
+    return HEAD.format(repo=repo) + textwrap.dedent(body)
+
+
+def run(source: str, **cost):
+    return explain(analyze(cst.parse_module(source)), Options(cost=cost))
+
+
+def tokens(text: str) -> int:
+    return max(1, round(len(text) / 4))
+
+
+def framing(name: str) -> int:
+    """What a result with one saved tensor under ``name`` adds beyond the tensor's data."""
+    return RESULT_BASE + TENSOR_OVERHEAD + len(name) + 5
+
+
+# -- acceptance: 64 prompts over Llama-3.1-70B ---------------------------------------------
+
+SUBJECTS = ["France", "Japan", "Italy", "Spain", "Germany", "Canada", "Brazil", "Egypt"]
+TEMPLATES = [
+    "The capital of {} is", "The language spoken in {} is", "The currency of {} is",
+    "The largest city in {} is", "A famous dish from {} is", "The flag of {} is",
+    "The national sport of {} is", "The longest river in {} is",
+]
+PROMPTS = [t.format(s) for t in TEMPLATES for s in SUBJECTS]
+NAIVE_70B = script(
+    "PROMPTS = [\n" + "".join(f"    {p!r},\n" for p in PROMPTS) + "]\n"
+    + """
+answers = {}
+for prompt in PROMPTS:
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output.save()
+    answers[prompt] = logits[0, -1].argmax().item()
+
+print(answers)
+""",
+    repo="meta-llama/Llama-3.1-70B",
+)
+
+
+def test_64_prompts_on_70b_go_from_64_requests_of_full_logits_to_one_small_result():
+    assert len(PROMPTS) == 64
+    result = optimize(NAIVE_70B)
+    before, after = result.costs[0].before, result.costs[-1].after
+    assert (before.requests, after.requests) == (64, 1)
+    logits = sum(tokens(p) * 128_256 * 2 for p in PROMPTS)  # [1, tokens, vocab] bf16 each
+    assert before.download_bytes == logits + 64 * framing("logits")
+    assert before.download_bytes > 100e6
+    assert after.download_bytes < 10_000
+    assert "argmax" in result.code and "logits = model.lm_head.output.save()" not in result.code
+    assert before.forward_passes == after.forward_passes == 64
+    assert before.seconds > 64 * 2.0 > after.seconds
+
+
+# -- requests and trip counts ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "loop, trips",
+    [
+        ("for i in range(5):", 5),
+        ("for i in range(2, 12, 3):", 4),
+        ("for i in range(N):", 7),
+        ("for i in range(N * 2 - 1):", 13),
+        ("for p in ['a', 'b', 'c']:", 3),
+        ("for i in range(len(ITEMS)):", 4),
+        ("for i, x in enumerate(ITEMS):", 4),
+        ("for x, y in zip(ITEMS, range(10)):", 4),
+        ("for i in range(len(model.model.layers)):", 32),
+        ("for layer in model.model.layers:", 32),
+        ("for i in range(model.config.num_hidden_layers):", 32),
+        ("for i in range(0, len(model.model.layers), 8):", 4),
+    ],
+)
+def test_trip_counts(loop, trips):
+    source = script(
+        f"""\
+        N = 7
+        ITEMS = [1.0, 2.0, 3.0, 4.0]
+        {loop}
+            with model.trace("Hello world", remote=True):
+                h = model.model.layers[0].output.save()
+        """
+    )
+    estimate_ = run(source)
+    assert estimate_.cost.requests == trips
+    assert not estimate_.notes
+
+
+def test_nested_loops_multiply():
+    source = script(
+        """\
+        for layer in range(4):
+            for scale in [0.5, 1.0, 2.0]:
+                for _ in range(2):
+                    with model.trace("Hello world", remote=True):
+                        h = model.model.layers[layer].output.save()
+        """
+    )
+    assert run(source).cost.requests == 24
+
+
+def test_unknown_trip_count_is_a_stated_default_and_flagged():
+    source = script(
+        """\
+        import sys
+        for arg in sys.argv:
+            with model.trace(arg, remote=True):
+                h = model.model.layers[0].output.save()
+        """
+    )
+    default = run(source)
+    assert default.cost.requests == UNKNOWN_TRIPS
+    assert any("sys.argv" in note and str(UNKNOWN_TRIPS) in note for note in default.notes)
+    assert any("`arg` is not a literal string" in note for note in default.notes)
+    assert run(source, **{"unknown-trips": 3}).cost.requests == 3
+    assert any("unknown length runs 8 times" in line for line in assumptions(Options()))
+
+
+def test_a_same_file_function_counts_once_per_call():
+    source = script(
+        """\
+        def probe(layer):
+            with model.trace("Hello world", remote=True):
+                h = model.model.layers[layer].output.save()
+            return h
+
+        def unused():
+            with model.trace("Hello world", remote=True):
+                h = model.model.layers[0].output.save()
+
+        hs = []
+        for layer in range(6):
+            hs.append(probe(layer))
+        """
+    )
+    assert run(source).cost.requests == 6 + 1  # six calls, and the function never called once
+
+
+def test_a_session_is_one_request_and_local_traces_are_free():
+    source = script(
+        """\
+        with model.trace("Hello world"):
+            local = model.model.layers[0].output.save()
+        with model.session(remote=True):
+            out = list().save()
+            for layer in range(32):
+                with model.trace("Hello world"):
+                    out.append(model.model.layers[layer].output[:, -1])
+        """
+    )
+    cost = run(source).cost
+    assert (cost.requests, cost.forward_passes) == (1, 32)
+    # 32 × [1, 4096] bf16 plus framing
+    assert cost.download_bytes == RESULT_BASE + 32 * (4096 * 2 + TENSOR_OVERHEAD + 1) + 4 + len("out") + 5
+
+
+# -- download ------------------------------------------------------------------------------------
+
+
+def test_saves_into_a_client_list_are_not_downloaded():
+    # on NDIF the appends happen on the server's copy; only named saves come back
+    source = script(
+        """\
+        results = []
+        for layer in range(4):
+            with model.trace("Hello world", remote=True):
+                results.append(model.model.layers[layer].output.save())
+        """
+    )
+    assert run(source).cost.download_bytes == 4 * RESULT_BASE
+
+
+def test_a_name_saved_in_a_loop_downloads_its_last_value():
+    source = script(
+        """\
+        with model.session(remote=True):
+            for layer in range(32):
+                with model.trace("Hello world"):
+                    h = model.model.layers[layer].output.save()
+        """
+    )
+    assert run(source).cost.download_bytes == tokens("Hello world") * 4096 * 2 + framing("h")
+
+
+def test_views_compact_on_the_gpu_server_and_ship_their_storage_on_a_cpu_server():
+    source = script(
+        """\
+        with model.trace("The Eiffel Tower is in the city of", remote=True):
+            logits = model.lm_head.output
+            last = logits[0, -1].save()
+        """
+    )
+    n = tokens("The Eiffel Tower is in the city of")
+    assert run(source).cost.download_bytes == 128_256 * 2 + framing("last")
+    assert run(source, **{"view-storage": "storage"}).cost.download_bytes == n * 128_256 * 2 + framing("last")
+    # a reduction makes a new tensor: no storage to ship
+    reduced = source.replace("logits[0, -1].save()", "logits[0, -1].argmax().save()")
+    assert run(reduced, **{"view-storage": "storage"}).cost.download_bytes == 8 + framing("last")
+
+
+def test_prompt_tokens_override_and_lists_of_prompts():
+    source = script(
+        """\
+        PROMPT = "Hello world"
+        with model.trace(PROMPT, remote=True):
+            h = model.model.layers[0].output.save()
+        with model.trace(["a", "bb bb bb bb bb"], remote=True):
+            g = model.model.layers[0].output.save()
+        """
+    )
+    cost = run(source, **{"prompt-tokens": {"Hello world": 5, "a": 1, "bb bb bb bb bb": 6}}).cost
+    assert cost.download_bytes == (5 * 4096 * 2 + framing("h")) + (2 * 6 * 4096 * 2 + framing("g"))
+
+
+def test_each_prompt_of_a_loop_has_its_own_length():
+    source = script(
+        """\
+        lengths = {}
+        for prompt in ["a", "a much longer prompt than the first one"]:
+            with model.trace(prompt, remote=True):
+                h = model.model.layers[0].output.save()
+        """
+    )
+    expected = sum(tokens(p) * 4096 * 2 + framing("h") for p in ["a", "a much longer prompt than the first one"])
+    assert run(source).cost.download_bytes == expected
+
+
+# -- forward passes, compute, time -----------------------------------------------------------
+
+
+def test_invokes_of_one_trace_are_one_forward_pass():
+    source = script(
+        """\
+        with model.trace(remote=True) as tracer:
+            outs = list().save()
+            for prompt in ["one two three", "four five six seven eight", "x"]:
+                with tracer.invoke(prompt):
+                    outs.append(model.lm_head.output[0, -1].argmax())
+        """
+    )
+    estimate_ = run(source)
+    assert estimate_.cost.forward_passes == 1
+    params = dims_for("meta-llama/Llama-3.1-8B").n_params
+    rows, padded = 3, tokens("four five six seven eight")
+    assert estimate_.cost.compute_flops == pytest.approx(2 * params * rows * padded)
+
+
+def test_generate_runs_max_new_tokens_passes():
+    source = script(
+        """\
+        with model.generate("Once upon a time", max_new_tokens=12, remote=True):
+            out = model.generator.output.save()
+        """
+    )
+    cost = run(source).cost
+    params = dims_for("meta-llama/Llama-3.1-8B").n_params
+    assert cost.forward_passes == 12
+    assert cost.compute_flops == pytest.approx(2 * params * (tokens("Once upon a time") + 11))
+    assert cost.download_bytes == (tokens("Once upon a time") + 12) * 8 + framing("out")
+    default = run(source.replace("max_new_tokens=12, ", "")).cost
+    assert default.forward_passes == 20
+
+
+def test_server_time_is_memory_bound_for_small_batches():
+    source = script(
+        """\
+        with model.trace("Hello world", remote=True):
+            h = model.lm_head.output[0, -1].argmax().save()
+        """,
+        repo="meta-llama/Llama-3.1-405B",
+    )
+    estimate_ = run(source)
+    (request,) = estimate_.requests
+    dims = dims_for("meta-llama/Llama-3.1-405B")
+    assert request.server_seconds == pytest.approx(dims.n_params * 2 / 2e12)
+    assert estimate_.cost.seconds == pytest.approx(
+        2.0 + request.upload_bytes / 20e6 + request.download_bytes / 50e6 + request.server_seconds, abs=1e-3
+    )
+
+
+# -- upload ------------------------------------------------------------------------------------
+
+
+def test_client_tensors_are_uploaded_by_every_request_that_reads_them():
+    source = script(
+        """\
+        steering = torch.zeros(4096)
+        for scale in [1.0, 2.0, 4.0]:
+            with model.trace("Hello world", remote=True):
+                model.model.layers[8].output[:] = model.model.layers[8].output + scale * steering
+                top = model.lm_head.output[0, -1].argmax().save()
+        """
+    )
+    with_tensor = run(source).cost.upload_bytes
+    without = run(source.replace("+ scale * steering", "* scale")).cost.upload_bytes
+    assert with_tensor - without == pytest.approx(3 * (4096 * 4 + 400), abs=3 * 8)
+
+
+def test_upload_grows_with_the_module_tree():
+    small = run(script('with model.trace("Hi", remote=True):\n    h = model.lm_head.output.save()\n',
+                       repo="openai-community/gpt2")).cost.upload_bytes
+    large = run(script('with model.trace("Hi", remote=True):\n    h = model.lm_head.output.save()\n',
+                       repo="meta-llama/Llama-3.1-70B")).cost.upload_bytes
+    assert 2_000 < small < 4_000 and 7_000 < large < 10_000  # measured: 2.5 KB and 8.3 KB
+
+
+# -- per pass -------------------------------------------------------------------------------------
+
+
+def test_per_pass_costs_chain(tmp_path):
+    result = optimize(NAIVE_70B)
+    rows = result.costs
+    for previous, current in zip(rows, rows[1:]):
+        assert previous.after == current.before
+    hoisting = next(pc for pc in rows if pc.pass_id == "session-hoisting")
+    assert (hoisting.before.requests, hoisting.after.requests) == (64, 1)
+    assert hoisting.after.upload_bytes < hoisting.before.upload_bytes / 30
+
+
+# -- model dimensions: registry, overrides, config.json ----------------------------------------------
+
+LLAMA_CONFIG = {
+    "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "vocab_size": 1000,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512,
+    "torch_dtype": "float32", "tie_word_embeddings": False,
+}
+
+
+def test_model_config_applies_to_every_model_and_sets_the_dtype(tmp_path):
+    source = script(
+        """\
+        other = LanguageModel("openai-community/gpt2")
+        with model.trace("Hello world", remote=True):
+            a = model.lm_head.output.save()
+        with other.trace("Hello world", remote=True):
+            b = other.lm_head.output.save()
+        """
+    )
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA_CONFIG))
+    config = load_model_config(path)
+    cost = run(source, **{"model-config": config}).cost
+    n = tokens("Hello world")
+    assert cost.download_bytes == (n * 1000 * 4 + framing("a")) + (n * 1000 * 4 + framing("b"))
+    assert any("config.json (float32)" in a for a in assumptions(Options(cost={"model-config": config})))
+    bf16 = dict(LLAMA_CONFIG, torch_dtype="bfloat16")
+    assert run(source, **{"model-config": bf16}).cost.download_bytes == cost.download_bytes - 2 * n * 1000 * 2
+
+
+def test_model_config_from_pyproject_and_errors(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.ndif-opt.cost]\nmodel-config = "config.json"\nsession-limit = 1800\nview-storage = "storage"\n'
+    )
+    options = load_options(tmp_path / "pyproject.toml")
+    assert options.cost["model-config"]["hidden_size"] == 256
+    assert options.cost["session-limit"] == 1800.0 and options.cost["view-storage"] == "storage"
+    assert session_budget(options) == pytest.approx(1800 * 0.75)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="invalid JSON"):
+        load_model_config(tmp_path / "bad.json")
+    (tmp_path / "empty.json").write_text("{}")
+    with pytest.raises(ConfigError, match="not a usable model config"):
+        load_model_config(tmp_path / "empty.json")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_model_config(tmp_path / "missing.json")
+    (tmp_path / "pyproject.toml").write_text('[tool.ndif-opt.cost]\nview-storage = "gpu"\n')
+    with pytest.raises(ConfigError, match="'compact' or 'storage'"):
+        load_options(tmp_path / "pyproject.toml")
+    (tmp_path / "pyproject.toml").write_text("[tool.ndif-opt.cost]\nsession-margin = 2\n")
+    with pytest.raises(ConfigError, match="between 0 and 0.95"):
+        load_options(tmp_path / "pyproject.toml")
+
+
+def test_pyproject_model_overrides_apply():
+    source = script('with model.trace("Hello world", remote=True):\n    h = model.lm_head.output.save()\n')
+    bf16 = run(source).cost.download_bytes
+    fp32 = run(source, models={"meta-llama/Llama-3.1-8B": {"dtype": "float32"}}).cost.download_bytes
+    n = tokens("Hello world")
+    assert fp32 - bf16 == n * 128_256 * 2
+
+
+# -- the one-hour limit -------------------------------------------------------------------------------
+
+
+def test_sessions_over_the_limit_are_warned_about():
+    source = script(
+        """\
+        with model.session(remote=True):
+            out = list().save()
+            for layer in range(126):
+                for scale in range(64):
+                    with model.trace("The Eiffel Tower is in the city of"):
+                        model.model.layers[layer].output[:] = model.model.layers[layer].output * scale
+                        out.append(model.lm_head.output[0, -1].argmax())
+        """,
+        repo="meta-llama/Llama-3.1-405B",
+    )
+    estimate_ = run(source)
+    (request,) = estimate_.requests
+    assert 3_000 < request.max_server_seconds < 3_600
+    assert len(estimate_.warnings) == 1 and "3,600 s" in estimate_.warnings[0]
+    assert request.profile.trips == 126
+    assert request.profile.iteration_seconds == pytest.approx(request.max_server_seconds / 126)
+    assert not run(source, **{"session-limit": 7200.0}).warnings
+
+
+# -- robustness -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "for x in y:\n    with model.trace(x, remote=True):\n        a, b = model.output.save()\n",
+        "while True:\n    with model.trace('a', remote=True):\n        break\n",
+        "with model.trace(remote=True) as t:\n    with t.invoke():\n        pass\n",
+        "with model.session(remote=True):\n    with model.session():\n        x = nnsight.save(1)\n",
+        "def f():\n    return f()\nwith model.trace(f(), remote=True):\n    z = f().save()\n",
+        "del model\nwith model.trace('a', remote=True):\n    x[0] += model.output.logits.save()\n",
+    ],
+)
+def test_odd_code_never_raises(body):
+    cost = estimate(analyze(cst.parse_module(script(body))), Options())
+    assert cost.requests >= 1 and math.isfinite(cost.seconds)
+
+
+def test_functions_called_only_by_other_functions_are_counted_at_their_calls():
+    source = script(
+        """\
+        def probe(layer):
+            with model.trace("Hello world", remote=True):
+                h = model.model.layers[layer].output.save()
+            return h
+
+        def main():
+            for layer in range(3):
+                probe(layer)
+
+        def cli():
+            main()
+        """
+    )
+    assert run(source).cost.requests == 3  # cli() → main() → 3 × probe()
+
+
+def test_the_branch_that_sends_requests_is_counted():
+    source = script(
+        """\
+        DEBUG = False
+        if DEBUG:
+            print("dry run")
+        else:
+            for layer in range(5):
+                with model.trace("Hello world", remote=True):
+                    h = model.model.layers[layer].output.save()
+        """
+    )
+    estimate_ = run(source)
+    assert estimate_.cost.requests == 5
+    assert any("assumed false" in note for note in estimate_.notes)

@@ -1,0 +1,145 @@
+"""Report formats: markdown for pull-request comments, one self-contained HTML page
+(rendered in headless Chromium when it is installed: `apt-get install -y chromium`)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ndif_opt import optimize
+from ndif_opt.report import cost_table_markdown, markdown_many, markdown_report, summary_line
+from ndif_opt.report_html import cost_chart_svg, render_html
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "steering_sweep.py"
+
+
+@pytest.fixture(scope="module")
+def result():
+    return optimize(EXAMPLE.read_text())
+
+
+@pytest.fixture(scope="module")
+def page(result):
+    return render_html([("examples/steering_sweep.py", result)])
+
+
+# -- markdown ------------------------------------------------------------------------------
+
+
+def test_markdown_report_has_summary_table_findings_and_diff(result):
+    text = markdown_report("examples/steering_sweep.py", result)
+    assert text.startswith("### ndif-opt: `examples/steering_sweep.py`")
+    assert f"**{summary_line(result)}**" in text
+    assert "| pass | requests | upload | download | forward passes | est. time |" in text
+    for pc in result.costs:
+        assert f"| `{pc.pass_id}` | {pc.before.requests} → {pc.after.requests} |" in text
+    assert "| **total** | 8 → 1 |" in text
+    assert "<summary>Findings (" in text and "session-hoisting" in text
+    assert "```diff\n--- examples/steering_sweep.py (original)" in text
+    assert text.count("<details>") == text.count("</details>") == 3
+
+
+def test_markdown_table_rows_have_the_same_number_of_cells(result):
+    rows = [line for line in cost_table_markdown(result).splitlines() if line.startswith("|")]
+    counts = {len(re.findall(r"(?<!\\)\|", row)) for row in rows}
+    assert counts == {7}
+
+
+def test_markdown_escapes_pipes_and_handles_unchanged_files():
+    source = 'x = 1  # not nnsight | at all\n'
+    text = markdown_report("plain.py", optimize(source))
+    assert "No nnsight code to optimize." in text
+    many = markdown_many([("a.py", optimize(source)), ("b.py", optimize(EXAMPLE.read_text()))])
+    assert many.startswith("## ndif-opt: 2 files, 1 would change")
+
+
+# -- HTML ----------------------------------------------------------------------------------
+
+EXTERNAL = re.compile(r"<script|<link|<img|<iframe|@import|url\(|src=|href=\"(?!#)|https?://", re.I)
+
+
+def test_page_is_self_contained(page):
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<style>" in page
+    assert not EXTERNAL.search(page), EXTERNAL.search(page).group(0)
+
+
+def test_page_has_table_chart_and_diff(page, result):
+    assert 'id="cost-table-0"' in page
+    for pc in result.costs:
+        assert f'data-pass="{pc.pass_id}"' in page
+    assert 'id="cost-chart-0"' in page and page.count('class="panel"') == 3
+    stages = len(result.costs) + 1
+    assert len(re.findall(r'<rect class="(requests|download|time)"', page)) == 3 * stages
+    assert '<table class="diff"' in page and "(optimized)" in page
+
+
+def test_source_text_is_escaped():
+    source = EXAMPLE.read_text().replace('PROMPT = "I think this movie is"', 'PROMPT = "</style><script>x</script>"')
+    html = render_html([("evil <b>.py", optimize(source))])
+    assert "<script>" not in html and "&lt;/style&gt;&lt;script&gt;" in html
+    assert "evil &lt;b&gt;.py" in html
+
+
+def test_chart_is_log_scaled(result):
+    svg = cost_chart_svg(result)
+    heights = {
+        m: [float(h) for h in re.findall(rf'<rect class="{m}"[^>]*height="([\d.]+)"', svg)]
+        for m in ("requests", "download", "time")
+    }
+    # 8 requests → 1: one decade apart on a log scale, so the first bar is about twice
+    # the last (the axis starts one decade below the smallest value)
+    first, last = heights["requests"][0], heights["requests"][-1]
+    assert 1.7 < first / last < 2.3
+    assert all(h > 0 for values in heights.values() for h in values)
+
+
+def test_page_for_a_file_without_nnsight():
+    html = render_html([("plain.py", optimize("print(1)\n"))])
+    assert "No nnsight code to optimize." in html and not EXTERNAL.search(html)
+
+
+# -- headless Chromium -------------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--no-first-run", "--disable-extensions",
+    # any fetch the page attempted would fail: nothing is resolvable
+    "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9",
+]
+
+
+def _chromium(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([CHROMIUM, *FLAGS, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@needs_chromium
+def test_chromium_renders_the_chart_and_the_table(page, result, tmp_path):
+    path = tmp_path / "report.html"
+    path.write_text(page, encoding="utf-8")
+    run = _chromium("--dump-dom", path.as_uri())
+    assert run.returncode == 0, run.stderr[-2000:]
+    dom = run.stdout
+    assert re.search(r'<svg[^>]*id="cost-chart-0"', dom)
+    assert re.search(r'<table class="costs" id="cost-table-0"', dom)
+    assert len(re.findall(r"<tr data-pass=", dom)) == len(result.costs)
+    assert len(re.findall(r"<rect ", dom)) == 3 * (len(result.costs) + 1)
+    assert '<table class="diff"' in dom
+
+
+@needs_chromium
+def test_chromium_screenshot(page, tmp_path):
+    path = tmp_path / "report.html"
+    path.write_text(page, encoding="utf-8")
+    shot = tmp_path / "report.png"
+    run = _chromium("--hide-scrollbars", "--window-size=1320,1600", f"--screenshot={shot}", path.as_uri())
+    assert run.returncode == 0, run.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
