@@ -105,10 +105,33 @@ def without_remote(call: cst.Call) -> cst.Call:
     arg = remote_arg(call)
     if arg is None:
         return call
+    index = list(call.args).index(arg)
     args = [a for a in call.args if a is not arg]
-    if args and call.args[-1] is arg:
-        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    comment = _comment_after(arg)
+    if index > 0:
+        previous = args[index - 1]
+        spacing = previous.comma.whitespace_after if isinstance(previous.comma, cst.Comma) else None
+        if isinstance(spacing, cst.ParenthesizedWhitespace):
+            if comment is not None:  # keep `remote=True,  # on NDIF`'s comment on a line of its own
+                removed = arg.comma.whitespace_after
+                spacing = spacing.with_changes(
+                    empty_lines=[
+                        *spacing.empty_lines,
+                        cst.EmptyLine(indent=True, whitespace=cst.SimpleWhitespace(spacing.last_line.value), comment=comment),
+                    ],
+                    last_line=removed.last_line if call.args[-1] is arg else spacing.last_line,
+                )
+                args[index - 1] = previous.with_changes(comma=previous.comma.with_changes(whitespace_after=spacing))
+        elif call.args[-1] is arg:
+            args[-1] = previous.with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return call.with_changes(args=args)
+
+
+def _comment_after(arg: cst.Arg) -> cst.Comment | None:
+    comma = arg.comma
+    if isinstance(comma, cst.Comma) and isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace):
+        return comma.whitespace_after.first_line.comment
+    return None
 
 
 class StripRemote(cst.CSTTransformer):
