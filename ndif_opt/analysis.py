@@ -240,8 +240,33 @@ def analyze(module: cst.Module, *, assume_remote: bool = False) -> Facts:
         bindings=bindings,
         assume_remote=assume_remote,
     )
+    facts.models = {name: _resolve_repo(info, facts) for name, info in models.items()}
     facts.blocks = _blocks(facts)
     return facts
+
+
+def _resolve_repo(info: ModelInfo, facts: Facts) -> ModelInfo:
+    """`LanguageModel(MODEL_NAME)` / `LanguageModel(cfg.model_name)`: the repo id through
+    module constants and config objects, when the script spells it out."""
+    if info.repo_id is not None or not isinstance(getattr(info.node, "value", None), cst.Call):
+        return info
+    args = info.node.value.args
+    if not args:
+        return info
+    value = args[0].value
+    for _ in range(4):
+        if isinstance(value, cst.SimpleString):
+            text = value.evaluated_value
+            return ModelInfo(info.name, info.class_path, text if isinstance(text, str) else None, info.node)
+        if isinstance(value, cst.Name):
+            value = facts.constant(value.value)
+        elif isinstance(value, (cst.Attribute, cst.Subscript)):
+            value = _config_entry(value, facts)
+        else:
+            return info
+        if value is None:
+            return info
+    return info
 
 
 def _walk_suite(suite, ancestors, statements, bindings) -> None:

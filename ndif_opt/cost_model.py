@@ -771,6 +771,13 @@ class _Walker:
                 constant = self.facts.constant(expr.value)
                 if constant is not None:
                     return self.constant_value(constant)
+        if isinstance(expr, (cst.Attribute, cst.Subscript)):
+            # `cfg.prompt` / `CONFIG["prompt"]`: a config object spelled out in the script
+            from ndif_opt.analysis import _config_entry
+
+            entry = _config_entry(expr, self.facts)
+            if entry is not None:
+                return self.constant_value(entry)
         return NO_VALUE
 
     def storage_of(self, expr: cst.BaseExpression) -> Shape | None:

@@ -242,28 +242,28 @@ class SessionHoisting(Pass):
     # -- checking and planning ---------------------------------------------------------
     def _plan(self, region: Region, facts: Facts, context: Context, plan: SuitePlan) -> bool:
         anchor = region.statements[0]
-        if not context.allows(anchor, _not_hoisted(region, facts)):
+        if not context.allows(anchor, _not_hoisted(region, facts, self._requests(region, facts))):
             return False
         blocking = [p for p in region.unsafe if not _is_unsafe_only(p)]
         if blocking:
             if len(region.statements) == 1 and self._plan_split(region, facts, context, plan):
                 return True
-            context.skipped(anchor, _not_hoisted(region, facts), _plain(blocking[0].message))
+            context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)), _plain(blocking[0].message))
             return False
         reason, accumulators = _liveness(region, facts)
         if not reason and region.helper_calls:
             reason = _helper_argument_problem(region, facts)
         if reason:
-            context.skipped(anchor, _not_hoisted(region, facts), reason)
+            context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)), reason)
             return False
         unsafe = [p for p in region.unsafe if _is_unsafe_only(p)]
         if unsafe and not context.options.unsafe_fixes:
-            context.needs_unsafe(anchor, _not_hoisted(region, facts), _unsafe_reason(unsafe[0]))
+            context.needs_unsafe(anchor, _not_hoisted(region, facts, self._requests(region, facts)), _unsafe_reason(unsafe[0]))
             return False
         self._rewrite(region, accumulators, facts, plan, context)
         context.unreturned |= _unreturned(region, accumulators)
         safety = Safety.UNSAFE if unsafe else Safety.SAFE
-        context.applied(anchor, _hoisted_message(region, facts, accumulators), safety)
+        context.applied(anchor, _hoisted_message(region, facts, accumulators, self._requests(region, facts)), safety)
         return True
 
     def _rewrite(self, region: Region, accumulators, facts, plan: SuitePlan, context) -> None:
@@ -494,16 +494,16 @@ def _kind_label(region: Region) -> str:
     return f"these {len(region.blocks)} consecutive remote blocks"
 
 
-def _not_hoisted(region: Region, facts: Facts) -> str:
-    requests = max(2, requests_in(region.blocks, region.statements, facts))
+def _not_hoisted(region: Region, facts: Facts, requests: int) -> str:
+    requests = max(2, requests)
     return (
         f"{_kind_label(region)} sends {_count(requests)} separate remote requests "
         f"to `{region.model}`; one `{region.model}.session(remote=...)` would send one"
     )
 
 
-def _hoisted_message(region: Region, facts: Facts, accumulators) -> str:
-    requests = max(2, requests_in(region.blocks, region.statements, facts))
+def _hoisted_message(region: Region, facts: Facts, accumulators, requests: int) -> str:
+    requests = max(2, requests)
     text = f"wrapped {_kind_label(region)} in one session: {_count(requests)} requests → 1"
     if region.helper_calls:
         names = sorted({h.name for _, h in region.helper_calls})
