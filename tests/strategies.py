@@ -351,7 +351,7 @@ def top_token(logits):
 
 
 @st.composite
-def scripts(draw, max_segments: int = 3, comments: bool = True, call_comments: bool = False) -> Script:
+def scripts(draw, max_segments: int = 3, comments: bool = True, call_comments: bool = True) -> Script:
     """A naive script; ``call_comments`` also puts comments inside multi-line calls."""
     family = draw(st.sampled_from([GPT2, LLAMA]))
     remote_constant = draw(st.booleans())

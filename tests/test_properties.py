@@ -42,7 +42,7 @@ from ndif_opt import optimize  # noqa: E402
 
 settings.register_profile(
     "ci",
-    max_examples=12,
+    max_examples=20,
     deadline=None,
     derandomize=True,
     database=None,
@@ -141,8 +141,8 @@ print(hidden.shape, out.shape)
 
 
 def test_comment_inside_trace_call_is_kept():
-    """Found by the comment property with ``scripts(call_comments=True)`` (off by default
-    until this is fixed)."""
+    """Found by the comment property (comments inside a multi-line `trace(...)` call):
+    removing a trailing `remote=` argument dropped the comma, and the comment, before it."""
     result = optimize(COMMENT_IN_CALL)
     assert "model.session(remote=True)" in result.code, result.code
     assert "# which prompt" in result.code and "# on NDIF" in result.code, result.code
@@ -193,6 +193,38 @@ def test_execution_check_shows_equal_results(verify_sources):
         assert set(report.mismatches) <= set(report.original_remote_mismatches), detail
 
     check()
+
+
+STALE_NAME = """\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+first = {}
+for coefficient in [1.0, 2.0]:
+    with model.trace("Hello", remote=True):
+        model.transformer.h[2].output = model.transformer.h[2].output + coefficient
+        logits = model.lm_head.output.save()
+    first[coefficient] = logits[0, -1, 0].item()
+with open("first.txt", "w") as handle:
+    handle.write(str(first))
+second = {}
+for prompt in ["Paris is", "The cat sat on the mat"]:
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output.save()
+    second[prompt] = int(logits[0, -1].argmax())
+"""
+
+
+def test_unreturned_name_left_stale_by_an_earlier_session(verify_sources):
+    """Found by the execution property (shrunk by hand). Nothing reads `logits` after the
+    script, so stdout, files and every used value agree; only the dead name differs."""
+    result = _optimized(STALE_NAME)
+    assert "logits" in result.unreturned and result.code.count("model.session(") == 2
+    report = verify_sources(
+        STALE_NAME, result.code, filename="script.py",
+        ignore_missing=result.unreturned, ignore=tuple(getattr(result, "introduced", ())),
+    )
+    assert report.intended_ok, report.to_text()
 
 
 # -- code without nnsight passes through -------------------------------------------------
