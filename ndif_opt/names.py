@@ -182,7 +182,7 @@ class _Collector(cst.CSTVisitor):
         # the body's free names are read when the function runs: count them as reads,
         # but the body's own bindings and returns are its own business
         inner = collect(node.body)
-        params = {p.name.value for p in _all_params(node.params)}
+        params = {p.name.value for p in all_params(node.params)}
         for name, n in inner.reads.items():
             if name not in params:
                 self.use.reads.setdefault(name, n)
@@ -199,7 +199,7 @@ class _Collector(cst.CSTVisitor):
         return False
 
     def visit_Lambda(self, node: cst.Lambda) -> bool:
-        params = {p.name.value for p in _all_params(node.params)}
+        params = {p.name.value for p in all_params(node.params)}
         inner = collect(node.body)
         for name, n in inner.reads.items():
             if name not in params:
@@ -250,7 +250,8 @@ class _Collector(cst.CSTVisitor):
         return False
 
 
-def _all_params(params: cst.Parameters) -> list[cst.Param]:
+def all_params(params: cst.Parameters) -> list[cst.Param]:
+    """Every parameter of a signature, `*args` and `**kwargs` included."""
     found = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
     for star in (params.star_arg, params.star_kwarg):
         if isinstance(star, cst.Param):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, StmtInfo
-from ndif_opt.names import NameUse, collect, collect_all
+from ndif_opt.names import NameUse, all_params, collect, collect_all
 from ndif_opt.rewrite import empty_container_kind
 
 UNKNOWN_TRIPS = 2  # a loop of unknown length issues "many" requests: at least two
@@ -59,19 +59,11 @@ def reads_after(facts: Facts, suite: cst.CSTNode, end: int) -> dict[str, cst.CST
         # parameters and locals are other variables)
         for func in facts.functions.values():
             body = collect(func.body)
-            local = set(body.binds) | {p.name.value for p in _parameters(func.params)}
+            local = set(body.binds) | {p.name.value for p in all_params(func.params)}
             for name, node in body.reads.items():
                 if name not in local:
                     reads.setdefault(name, node)
     return reads
-
-
-def _parameters(params: cst.Parameters) -> list[cst.Param]:
-    found = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
-    for star in (params.star_arg, params.star_kwarg):
-        if isinstance(star, cst.Param):
-            found.append(star)
-    return found
 
 
 @dataclass(frozen=True)

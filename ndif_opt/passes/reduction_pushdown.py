@@ -45,7 +45,7 @@ import builtins
 
 from ndif_opt.analysis import Block, Facts, Remote, is_save_call, qualify
 from ndif_opt.describe import saved_shape
-from ndif_opt.names import collect, collect_all
+from ndif_opt.names import all_params, collect, collect_all
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, unsave
@@ -372,21 +372,13 @@ def _name_nodes(node: cst.CSTNode, name: str) -> list[cst.Name]:
 
         def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
             # a function whose parameter or local has the same name has its own variable
-            params = {p.name.value for p in _params(n.params)}
+            params = {p.name.value for p in all_params(n.params)}
             return name not in params and name not in collect(n.body).binds
 
         def visit_Lambda(self, n: cst.Lambda) -> bool:
-            return name not in {p.name.value for p in _params(n.params)}
+            return name not in {p.name.value for p in all_params(n.params)}
 
     node.visit(Finder())
-    return found
-
-
-def _params(params: cst.Parameters) -> list[cst.Param]:
-    found = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
-    for star in (params.star_arg, params.star_kwarg):
-        if isinstance(star, cst.Param):
-            found.append(star)
     return found
 
 
