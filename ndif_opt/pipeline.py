@@ -8,6 +8,7 @@ so editors can show them on the text the user has.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 from dataclasses import dataclass
 
@@ -176,7 +177,7 @@ def _untouched(source: str, stage: str, error: Exception) -> Result:
     return Result(source=source, code=source, findings=(_internal_error(stage, error),))
 
 
-_COST_FIELDS = ("requests", "upload_bytes", "download_bytes", "forward_passes", "compute_flops", "seconds")
+_COST_FIELDS = tuple(f.name for f in dataclasses.fields(Cost))  # every field is a number that adds up
 
 
 def _diff(a: Cost, b: Cost) -> Cost:
