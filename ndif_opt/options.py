@@ -21,6 +21,8 @@ class Options:
     # the user's own modules beside the script (name -> source), so helpers imported
     # from them can be checked; the CLI reads them, the library takes them as given
     local_modules: dict = field(default_factory=dict)
+    # names a fresh name must not take: the whole file's, when a part of it is optimized
+    reserved_names: frozenset[str] = frozenset()
 
     def wants(self, pass_id: str) -> bool:
         if pass_id in self.ignore:

@@ -20,9 +20,10 @@ from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.effects import ServerCheck
 from ndif_opt.options import Options
 from ndif_opt.passes import PASSES, Context, RawFinding
-from ndif_opt.passes.migrate_api import PRE_05, MigrateApi, api_generation
+from ndif_opt import windows
+from ndif_opt.passes.migrate_api import PRE_05, PRE_05_MESSAGE, MigrateApi, api_generation
 from ndif_opt.prefilter import uses_nnsight
-from ndif_opt.suppression import Suppressions
+from ndif_opt.suppression import IGNORE_FILE, Suppressions
 from ndif_opt.types import Cost, Edit, Finding, PassCost, Position, Range, Result, Status
 
 MAX_ROUNDS = 16  # passes enable each other (and push one value per run) until stable
@@ -33,15 +34,7 @@ def parse(source: str, filename: str | None = None) -> cst.Module:
 
     Python's own parser looks first: it rejects what Python rejects (absurd nesting
     among it, on which libcst's native parser would overflow its stack)."""
-    try:
-        ast.parse(source, filename or "<source>")
-    except SyntaxError as error:
-        raise SyntaxError(
-            f"{error.msg} (line {error.lineno}, column {error.offset})",
-            (filename or "<source>", error.lineno, error.offset, None),
-        ) from None
-    except (ValueError, MemoryError, RecursionError) as error:  # NUL bytes, huge input
-        raise SyntaxError(str(error), (filename or "<source>", 1, 1, None)) from None
+    _python_parse(source, filename)
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as error:
@@ -49,6 +42,18 @@ def parse(source: str, filename: str | None = None) -> cst.Module:
             f"{error.message} (line {error.raw_line}, column {error.raw_column})",
             (filename or "<source>", error.raw_line, error.raw_column + 1, None),
         ) from None
+
+
+def _python_parse(source: str, filename: str | None = None) -> ast.Module:
+    try:
+        return ast.parse(source, filename or "<source>")
+    except SyntaxError as error:
+        raise SyntaxError(
+            f"{error.msg} (line {error.lineno}, column {error.offset})",
+            (filename or "<source>", error.lineno, error.offset, None),
+        ) from None
+    except (ValueError, MemoryError, RecursionError) as error:  # NUL bytes, huge input
+        raise SyntaxError(str(error), (filename or "<source>", 1, 1, None)) from None
 
 
 @dataclass
@@ -62,6 +67,14 @@ class _State:
     _estimate: Estimate | None = None
     _server: ServerCheck | None = None
     _positions: dict | None = None
+    _api: str | None = None
+
+    @property
+    def api(self) -> str:
+        """The nnsight API generation this version of the tree targets."""
+        if self._api is None:
+            self._api = api_generation(self.facts)
+        return self._api
 
     @property
     def positions(self):
@@ -87,6 +100,111 @@ class _State:
 
 
 def run_pipeline(source: str, options: Options, filename: str | None = None) -> Result:
+    """Optimize ``source``: window by window when it splits into independent parts."""
+    if not uses_nnsight(source):
+        return Result(source=source, code=source)
+    tree = _python_parse(source, filename)
+    plan = None if _whole_module_only(source, options) else windows.plan(source, tree)
+    if plan is not None:
+        result = _run_windows(plan, source, options, filename)
+        if result is not None:
+            return result
+    return _run_module(source, options, filename)
+
+
+def _whole_module_only(source: str, options: Options) -> bool:
+    """Migration rewrites imports and file-wide suppressions need the whole file."""
+    return options.wants(MigrateApi.id) or IGNORE_FILE.search(source) is not None
+
+
+def _run_windows(plan: windows.Plan, source: str, options: Options, filename: str | None) -> Result | None:
+    """Each window optimized after its prelude; None when the whole module must run.
+
+    Fresh names a pass introduces avoid every name of the file, not only the window's."""
+    reserved = options.reserved_names | plan.names
+    window_options = dataclasses.replace(options, reserved_names=reserved)
+    parts: list[str] = []
+    results: list[tuple[windows.Window, int, Result]] = []
+    position = 0
+    for window in plan.windows:
+        parts.append(plan.text(position, window.start))
+        position = window.end
+        text = plan.text(window.start, window.end)
+        if not plan.active(window):
+            parts.append(text)
+            continue
+        prelude = plan.prelude_text(window)
+        result = _run_module(prelude + text, window_options, filename)
+        if not result.code.startswith(prelude) or _pre_05(result):
+            return None  # a pass changed shared context, or the file is pre-0.5 nnsight
+        parts.append(result.code[len(prelude):])
+        results.append((window, prelude.count("\n"), result))
+    parts.append(plan.text(position, len(plan.lines)))
+    return _combined(source, "".join(parts), results, options)
+
+
+def _pre_05(result: Result) -> bool:
+    return any(f.pass_id == MigrateApi.id and PRE_05_MESSAGE in f.message for f in result.findings)
+
+
+def _combined(source: str, code: str, results, options: Options) -> Result:
+    """One result for the file from the results of its windows."""
+    findings: list[Finding] = []
+    edits: list[Edit] = []
+    notes: list[str] = []
+    unreturned: set[str] = set()
+    introduced: set[str] = set()
+    costs: list[PassCost] = []
+    for window, prelude_lines, result in results:
+        shift = window.start - prelude_lines
+        for finding in result.findings:
+            findings.append(dataclasses.replace(finding, range=_shifted(finding.range, shift, window.start)))
+        edits.extend(
+            Edit(_shifted(e.range, window.start, window.start), e.new_text)
+            for e in text_edits(result.source[_offset(result.source, prelude_lines):],
+                                result.code[_offset(result.code, prelude_lines):])
+        )
+        notes.extend(n for n in result.assumptions if n not in notes)
+        unreturned |= set(result.unreturned)
+        introduced |= set(result.introduced)
+        costs = _summed(costs, result.costs)
+    if not results:  # nothing to optimize in any window
+        costs = [PassCost(cls.id, Cost(), Cost()) for cls in PASSES if options.wants(cls.id)]
+    return Result(
+        source=source,
+        code=code,
+        findings=tuple(sorted(findings, key=lambda f: (f.range.start, f.pass_id))),
+        costs=tuple(costs),
+        edits=tuple(edits) if code != source else (),
+        assumptions=tuple(notes) or tuple(assumptions(options)),
+        unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),
+        introduced=tuple(sorted(introduced)) if code != source else (),
+    )
+
+
+def _shifted(rng: Range, shift: int, floor: int) -> Range:
+    """A range of a window's module moved to the file; inside the prelude: the window start."""
+    def move(p: Position) -> Position:
+        line = p.line + shift
+        return Position(line, p.character) if line >= floor else Position(floor, 0)
+    return Range(move(rng.start), move(rng.end))
+
+
+def _offset(text: str, lines: int) -> int:
+    """Character offset of the start of line ``lines`` (0-based)."""
+    index = 0
+    for _ in range(lines):
+        index = text.index("\n", index) + 1
+    return index
+
+
+def _summed(total: list[PassCost], more) -> list[PassCost]:
+    if not total:
+        return list(more)
+    return [PassCost(a.pass_id, _add(a.before, b.before), _add(a.after, b.after)) for a, b in zip(total, more)]
+
+
+def _run_module(source: str, options: Options, filename: str | None = None) -> Result:
     if not uses_nnsight(source):
         return Result(source=source, code=source)
     module = parse(source, filename)
@@ -114,7 +232,7 @@ def run_pipeline(source: str, options: Options, filename: str | None = None) -> 
         changed = False
         last_round = []
         for pass_ in passes:
-            if pass_.id != MigrateApi.id and api_generation(state.facts) == PRE_05:
+            if pass_.id != MigrateApi.id and state.api == PRE_05:
                 continue
             seen = stable.get(pass_.id)
             if seen is not None and seen[0] is state.module:

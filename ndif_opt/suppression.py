@@ -36,6 +36,8 @@ DIRECTIVE = re.compile(
     r"#\s*ndif-opt\s*:\s*(?P<kind>ignore-file|ignore)\b(?!-)\s*(?:\[(?P<ids>[^\]]*)\])?",
     re.IGNORECASE,
 )
+#: A file-wide directive anywhere in the text (a cheap test before tokenizing).
+IGNORE_FILE = re.compile(r"#\s*ndif-opt\s*:\s*ignore-file", re.IGNORECASE)
 #: Statements whose header comment covers the whole statement.
 COMPOUND = (
     ast.For,

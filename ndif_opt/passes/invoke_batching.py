@@ -104,7 +104,7 @@ class InvokeBatching(Pass):
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
-        taken: set[str] = set()
+        taken: set[str] = set(context.options.reserved_names)
         batch = max(1, int(context.options.max_batch))
         for sweep in find_sweeps(facts):
             if not fusion_problem(sweep, facts)[0]:

@@ -136,6 +136,10 @@ def scan(facts: Facts) -> Scan:
     return found
 
 
+#: How the detect-only run says a script is pre-0.5 (the pipeline then runs the whole file).
+PRE_05_MESSAGE = "this script uses the pre-0.5 nnsight API"
+
+
 def api_generation(facts: Facts) -> str:
     """Which nnsight API a script targets: "pre-0.5", "0.5+" or "unknown".
 
@@ -222,7 +226,7 @@ class MigrateApi(Pass):
             summary = legacy_summary(facts, module)
             context.skipped(
                 pre05[0].node,
-                f"this script uses the pre-0.5 nnsight API ({summary}); ndif-opt left it unchanged",
+                f"{PRE_05_MESSAGE} ({summary}); ndif-opt left it unchanged",
                 "its rewrites are nnsight 0.5+ code; run with --migrate to migrate the script first",
             )
         for item in found.legacy:

@@ -259,7 +259,7 @@ class ChainPushdown:
     def _edits(self, chains) -> NodeEdits:
         x = self.save.name
         edits = NodeEdits()
-        taken = _all_names(self.facts.module)
+        taken = _all_names(self.facts.module) | self.context.options.reserved_names
         added: list[cst.BaseStatement] = []
         by_code: dict[str, str] = {}
         moved = []

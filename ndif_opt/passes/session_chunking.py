@@ -96,7 +96,7 @@ class SessionChunking(Pass):
             message = _over_message(request, options)
             if not context.allows(block.node, message):
                 continue
-            built, reason = _plan(request, facts, budget, module)
+            built, reason = _plan(request, facts, budget, module, context.options.reserved_names)
             if built is None:
                 context.skipped(block.node, message, reason)
                 continue
@@ -138,7 +138,7 @@ def _seconds(value: float) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def _plan(request: RequestEstimate, facts: Facts, budget: float, module: cst.Module):
+def _plan(request: RequestEstimate, facts: Facts, budget: float, module: cst.Module, reserved=frozenset()):
     """((replacement statement, chunks, iterations per chunk), "") or (None, reason)."""
     block = request.block
     profile = request.profile
@@ -184,7 +184,7 @@ def _plan(request: RequestEstimate, facts: Facts, budget: float, module: cst.Mod
     iterable, length = _slicing(loop.iter, facts, trips)
     if iterable is None:
         return None, length
-    chunk = _fresh_name(module, CHUNK)
+    chunk = _fresh_name(module, CHUNK, reserved)
     return (_build(block, prefix, loop, accumulators, iterable, length, per_chunk, chunk), chunks, per_chunk), ""
 
 
@@ -382,8 +382,8 @@ def _reiterable(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> bool:
     return False
 
 
-def _fresh_name(module: cst.Module, base: str) -> str:
-    taken = set(collect(module).binds) | set(collect(module).reads)
+def _fresh_name(module: cst.Module, base: str, reserved=frozenset()) -> str:
+    taken = set(collect(module).binds) | set(collect(module).reads) | set(reserved)
     name, index = base, 1
     while name in taken:
         index += 1

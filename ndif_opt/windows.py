@@ -1,0 +1,624 @@
+"""Independent windows of a module, so the pipeline's work grows linearly with its size.
+
+A long script is mostly independent experiments one after another: each binds its own
+names, reads the shared setup (imports, the model, constants, plain helper functions)
+and nothing else. The passes only ever need one experiment at a time plus that setup.
+This module cuts the top level of a module into
+
+* **context** chunks: definitions that every experiment may read and none changes —
+  imports, functions and classes without nnsight code that read only context, and
+  names bound exactly once, never mutated, with no nnsight code;
+* **windows**: maximal contiguous runs of the other chunks that are linked by def-use.
+  Two chunks are linked when one reads a name whose value may come from the other (the
+  reaching bindings of a top-level read, back to the nearest binding that certainly
+  happens), or when a function defined in one reads or declares ``global`` a name the
+  other binds (a function runs when called, so every binding counts).
+
+Each window is optimized as a module of its own: the context it reads (its *prelude*),
+then the window's text. Nothing outside a window reads a value the window binds, so
+what the passes decide about liveness inside the window holds for the whole file.
+
+The analysis is on :mod:`ast` (fast) and conservative: a construct it does not model
+makes its names read and bound; when the plan is in doubt (star imports, lines that
+``ast`` and the text disagree about, ``global`` at module level) there is one window.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import re
+from dataclasses import dataclass, field
+
+#: Text that marks nnsight code: a chunk containing any of these is never context.
+NNSIGHT_MARKERS = (
+    "nnsight", "nnterp", "remote", ".trace(", ".session(", ".generate(", ".invoke(",
+    ".scan(", ".edit(", ".save(", ".skip(", ".iter", ".all(", ".next(", ".stop(",
+)
+#: Methods that change the object they are called on (a receiver is then not context).
+MUTATING_METHODS = frozenset({
+    "append", "extend", "insert", "pop", "popitem", "remove", "clear", "update",
+    "setdefault", "add", "discard", "sort", "reverse", "__setitem__", "__delitem__",
+    "write", "writelines", "close", "seek", "truncate", "send", "put",
+})
+SAVE_METHODS = frozenset({"save", "skip", "stop"})
+BLOCK_METHODS = frozenset({"trace", "session", "generate", "invoke", "scan", "edit", "iter"})
+_BUILTINS = frozenset(dir(builtins)) | {"__name__", "__file__", "__doc__", "__builtins__", "__spec__"}
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+@dataclass
+class Chunk:
+    """Whole lines ``[start, end)`` of the source holding top-level statements."""
+
+    start: int
+    end: int
+    statements: list[ast.stmt]
+    text: str = ""
+    nnsight: bool = False
+    reads: set[str] = field(default_factory=set)  # top-level reads not preceded by a binding here
+    may_bind: set[str] = field(default_factory=set)
+    definite: set[str] = field(default_factory=set)
+    deferred: set[str] = field(default_factory=set)  # read when a function defined here runs
+    globals_: set[str] = field(default_factory=set)  # declared `global` in a function here
+    mutated: set[str] = field(default_factory=set)  # receivers of mutating calls / item stores
+    mutated_in_blocks: set[str] = field(default_factory=set)  # the same, inside nnsight blocks
+    receivers: set[str] = field(default_factory=set)  # `x` of `x.trace(...)` and friends: models
+    names: set[str] = field(default_factory=set)  # every identifier mentioned
+    active: bool = False  # opens an nnsight block or saves: something for the passes
+
+
+@dataclass(frozen=True)
+class Window:
+    """A run of chunks optimized on its own, after the context chunks it reads."""
+
+    start: int  # first line (0-based) in the source
+    end: int  # one past the last line
+    prelude: tuple[int, ...]  # indices of context chunks, in source order
+    active: bool = True  # has nnsight code the passes could change
+
+
+@dataclass(frozen=True)
+class Plan:
+    lines: tuple[str, ...]  # the source's lines, line endings kept
+    chunks: tuple[Chunk, ...]
+    windows: tuple[Window, ...]
+
+    @property
+    def names(self) -> frozenset[str]:
+        """Every identifier of the file."""
+        return frozenset().union(*(c.names for c in self.chunks))
+
+    def active(self, window: Window) -> bool:
+        """Whether the window has nnsight code the passes could change."""
+        return window.active
+
+    def text(self, start: int, end: int) -> str:
+        return "".join(self.lines[start:end])
+
+    def prelude_text(self, window: Window) -> str:
+        parts = []
+        for index in window.prelude:
+            text = self.chunks[index].text
+            parts.append(text if text.endswith(("\n", "\r")) else text + "\n")
+        return "".join(parts)
+
+
+def plan(source: str, tree: ast.Module) -> Plan | None:
+    """Windows of ``source``, or None when one run over the whole module is needed."""
+    if re.search(r"\r(?!\n)", source):
+        return None  # a lone carriage return: leave line counting to one parser
+    lines = tuple(_LINE.findall(source))
+    if "".join(lines) != source or not tree.body:
+        return None
+    if any(isinstance(s, ast.ImportFrom) and any(a.name == "*" for a in s.names) for s in tree.body):
+        return None  # a star import binds names nobody can see
+    chunks = _chunks(lines, tree)
+    if chunks is None or len(chunks) < 2:
+        return None
+    for chunk in chunks:
+        _describe(chunk)
+    # assignments to a model inside its blocks are interventions, not changes of the object
+    models = set().union(*(c.receivers for c in chunks))
+    for chunk in chunks:
+        chunk.mutated |= chunk.mutated_in_blocks - models
+    context = _context_names(chunks)
+    is_context = [_is_context_chunk(c, context) for c in chunks]
+    groups = _link(chunks, context, is_context)
+    windows = _windows(chunks, is_context, groups, context)
+    if len(windows) < 2:
+        return None
+    return Plan(lines, tuple(chunks), tuple(windows))
+
+
+# -- chunks ---------------------------------------------------------------------------------
+
+
+def _first_line(stmt: ast.stmt) -> int:
+    decorators = getattr(stmt, "decorator_list", None) or []
+    return min([stmt.lineno] + [d.lineno for d in decorators])
+
+
+def _chunks(lines: tuple[str, ...], tree: ast.Module) -> list[Chunk] | None:
+    """Group statements sharing lines; each chunk owns the comments and blanks before it."""
+    groups: list[list[ast.stmt]] = []
+    last_end = 0
+    for stmt in tree.body:
+        first, end = _first_line(stmt), stmt.end_lineno or stmt.lineno
+        if groups and first <= last_end:
+            groups[-1].append(stmt)
+        else:
+            groups.append([stmt])
+        last_end = max(last_end, end)
+    if last_end > len(lines):
+        return None  # ast and the text disagree about lines (form feeds, odd line breaks)
+    chunks: list[Chunk] = []
+    start = 0
+    for index, group in enumerate(groups):
+        end = max(s.end_lineno or s.lineno for s in group)
+        if index == len(groups) - 1:
+            end = len(lines)  # trailing comments belong to the last chunk
+        chunks.append(Chunk(start, end, group))
+        start = end
+    for chunk in chunks:
+        chunk.text = "".join(lines[chunk.start:chunk.end])
+        chunk.nnsight = any(marker in chunk.text for marker in NNSIGHT_MARKERS)
+    return chunks
+
+
+# -- what a chunk reads and binds -------------------------------------------------------------
+
+
+def _describe(chunk: Chunk) -> None:
+    flow = _Flow(chunk)
+    bound: set[str] = set()
+    for stmt in chunk.statements:
+        bound = flow.statement(stmt, bound)
+    chunk.definite = bound
+    for stmt in chunk.statements:
+        _mutations(stmt, chunk, inside_block=False)
+
+
+def _mutations(node: ast.AST, chunk: Chunk, inside_block: bool) -> None:
+    """Names, receivers of model methods, and what is changed in place (and where)."""
+    stack = [(node, inside_block)]
+    while stack:
+        current, inside = stack.pop()
+        if isinstance(current, ast.Name):
+            chunk.names.add(current.id)
+        elif isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            chunk.names.add(current.name)
+        elif isinstance(current, ast.arg):
+            chunk.names.add(current.arg)
+        elif isinstance(current, ast.alias):
+            chunk.names.add((current.asname or current.name).split(".")[0])
+        elif isinstance(current, (ast.Global, ast.Nonlocal)):
+            chunk.names.update(current.names)
+        elif isinstance(current, ast.ExceptHandler) and current.name:
+            chunk.names.add(current.name)
+        elif isinstance(current, (ast.With, ast.AsyncWith)) and any(
+            _block_call(item.context_expr) for item in current.items
+        ):
+            for item in current.items:
+                stack.append((item, inside))
+            stack.extend((child, True) for child in current.body)
+            continue
+        elif isinstance(current, ast.Call) and isinstance(current.func, ast.Attribute):
+            root = _root(current.func.value)
+            if _block_call(current) or current.func.attr in SAVE_METHODS:
+                chunk.active = True
+            if root and _block_call(current):
+                chunk.receivers.add(root)
+            if root and (current.func.attr in MUTATING_METHODS or current.func.attr.endswith("_")):
+                (chunk.mutated_in_blocks if inside else chunk.mutated).add(root)
+        elif isinstance(current, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = current.targets if isinstance(current, (ast.Assign, ast.Delete)) else [current.target]
+            for target in targets:
+                for element in _flatten(target):
+                    root = _root(element) if isinstance(element, (ast.Attribute, ast.Subscript)) else None
+                    if root:
+                        (chunk.mutated_in_blocks if inside else chunk.mutated).add(root)
+        stack.extend((child, inside) for child in ast.iter_child_nodes(current))
+
+
+def _block_call(node: ast.AST) -> bool:
+    """``x.trace(...)``, ``x.session(...)``, ...: a call that opens an nnsight block."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in BLOCK_METHODS
+
+
+class _Flow:
+    """Names read before being bound, in execution order, through one chunk."""
+
+    def __init__(self, chunk: Chunk) -> None:
+        self.chunk = chunk
+
+    def read(self, node: ast.AST | None, bound: set[str]) -> None:
+        if node is None:
+            return
+        free, stores, deferred = _expression_names(node)
+        self.chunk.reads |= free - bound
+        self.chunk.may_bind |= stores  # walrus targets
+        self.chunk.deferred |= deferred
+
+    def bind(self, target: ast.AST, bound: set[str], definite: bool = True) -> set[str]:
+        names = set()
+        for element in _flatten(target):
+            if isinstance(element, ast.Name):
+                names.add(element.id)
+            else:  # x.a = ..., x[i] = ...: reads x (and what the index reads)
+                self.read(element, bound)
+        self.chunk.may_bind |= names
+        return bound | names if definite else bound
+
+    def body(self, statements: list[ast.stmt], bound: set[str]) -> set[str]:
+        for stmt in statements:
+            bound = self.statement(stmt, bound)
+        return bound
+
+    def statement(self, stmt: ast.stmt, bound: set[str]) -> set[str]:  # noqa: C901 - one case per statement kind
+        if isinstance(stmt, ast.Assign):
+            self.read(stmt.value, bound)
+            for target in stmt.targets:
+                bound = self.bind(target, bound)
+            return bound
+        if isinstance(stmt, ast.AugAssign):
+            self.read(stmt.value, bound)
+            self.read(_as_load(stmt.target), bound)
+            return self.bind(stmt.target, bound)
+        if isinstance(stmt, ast.AnnAssign):
+            self.read(stmt.value, bound)
+            self.read(stmt.annotation, bound)
+            return self.bind(stmt.target, bound) if stmt.value is not None else bound
+        if isinstance(stmt, (ast.For, ast.AsyncFor)):
+            self.read(stmt.iter, bound)
+            inner = self.bind(stmt.target, bound)
+            self.body(stmt.body, inner)
+            self.body(stmt.orelse, bound)
+            return bound  # the loop may not run
+        if isinstance(stmt, ast.While):
+            self.read(stmt.test, bound)
+            self.body(stmt.body, bound)
+            self.body(stmt.orelse, bound)
+            return bound
+        if isinstance(stmt, ast.If):
+            self.read(stmt.test, bound)
+            return self.body(stmt.body, bound) & self.body(stmt.orelse, bound)
+        if isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                self.read(item.context_expr, bound)
+                if item.optional_vars is not None:
+                    bound = self.bind(item.optional_vars, bound)
+            return self.body(stmt.body, bound)
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for decorator in stmt.decorator_list:
+                self.read(decorator, bound)
+            if isinstance(stmt, ast.ClassDef):
+                for base in [*stmt.bases, *(k.value for k in stmt.keywords)]:
+                    self.read(base, bound)
+            else:
+                self.read(_defaults(stmt.args), bound)
+            free, globals_ = _function_names(stmt)
+            self.chunk.deferred |= free
+            self.chunk.globals_ |= globals_
+            self.chunk.may_bind |= {stmt.name}
+            return bound | {stmt.name}
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            names = {(a.asname or a.name).split(".")[0] for a in stmt.names}
+            self.chunk.may_bind |= names
+            return bound | names
+        if isinstance(stmt, (ast.Expr, ast.Return, ast.Raise, ast.Assert)):
+            for child in ast.iter_child_nodes(stmt):
+                self.read(child, bound)
+            return bound
+        if isinstance(stmt, (ast.Pass, ast.Break, ast.Continue)):
+            return bound
+        # try, match, del, global, ...: every name read, every name possibly bound
+        free, stores, deferred = _expression_names(stmt)
+        self.chunk.reads |= free - bound
+        self.chunk.may_bind |= stores
+        self.chunk.deferred |= deferred
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.chunk.may_bind.add(node.name)
+                self.chunk.globals_ |= _function_names(node)[1]
+        return bound
+
+
+def _as_load(target: ast.AST) -> ast.AST:
+    return ast.Name(id=target.id, ctx=ast.Load()) if isinstance(target, ast.Name) else target
+
+
+def _defaults(args: ast.arguments) -> ast.AST:
+    values = [*args.defaults, *(d for d in args.kw_defaults if d is not None)]
+    annotations = [a.annotation for a in (*args.posonlyargs, *args.args, *args.kwonlyargs) if a.annotation]
+    return ast.Tuple(elts=values + annotations, ctx=ast.Load())
+
+
+def _flatten(target: ast.AST):
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from _flatten(element)
+    elif isinstance(target, ast.Starred):
+        yield from _flatten(target.value)
+    else:
+        yield target
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
+           ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _expression_names(node: ast.AST) -> tuple[set[str], set[str], set[str]]:
+    """(names read now, names bound by `:=`, names read later by a function defined here)."""
+    free: set[str] = set()
+    stores: set[str] = set()
+    deferred: set[str] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.Name):
+            (free if isinstance(current.ctx, ast.Load) else stores).add(current.id)
+            continue
+        if isinstance(current, ast.NamedExpr):
+            stores.add(current.target.id)
+            stack.append(current.value)
+            continue
+        if isinstance(current, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            inner, comp_stores = _comprehension_names(current)
+            free |= inner
+            stores |= comp_stores
+            continue
+        if isinstance(current, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            inner, _ = _function_names(current)
+            free |= inner  # a lambda may run at once
+            deferred |= inner
+            continue
+        stack.extend(ast.iter_child_nodes(current))
+    return free, stores, deferred
+
+
+def _comprehension_names(node) -> tuple[set[str], set[str]]:
+    """(free names, names bound by `:=`); the first iterable is read in the enclosing scope."""
+    targets: set[str] = set()
+    for generator in node.generators:
+        targets |= {e.id for e in _flatten(generator.target) if isinstance(e, ast.Name)}
+    outer, stores, _ = _expression_names(node.generators[0].iter)
+    free = set(outer)
+    parts = [*node.generators[0].ifs]
+    for generator in node.generators[1:]:
+        parts += [generator.iter, *generator.ifs]
+    parts += [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+    for part in parts:
+        inner, inner_stores, _ = _expression_names(part)
+        free |= inner - targets
+        stores |= inner_stores  # `:=` in a comprehension binds in the enclosing scope
+    return free, stores
+
+
+def _function_names(node) -> tuple[set[str], set[str]]:
+    """(free names a function or class body reads, names it declares ``global``).
+
+    Over-approximates the free names: only names bound at the function's own level
+    (parameters, assignments, imports, nested definitions) are local."""
+    globals_: set[str] = set()
+    local: set[str] = set()
+    loads: set[str] = set()
+    if isinstance(node, ast.Lambda):
+        body: list[ast.AST] = [node.body]
+    else:
+        body = list(node.body)
+    if not isinstance(node, ast.ClassDef):
+        args = node.args
+        local |= {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+        local |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    stack = list(body)
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.Global):
+            globals_ |= set(current.names)
+            continue
+        if isinstance(current, ast.Name):
+            if isinstance(current.ctx, ast.Load):
+                loads.add(current.id)
+            else:
+                local.add(current.id)
+            continue
+        if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            local.add(current.name)
+            inner, inner_globals = _function_names(current)
+            loads |= inner
+            globals_ |= inner_globals
+            for decorator in current.decorator_list:
+                stack.append(decorator)
+            continue
+        if isinstance(current, ast.Lambda):
+            loads |= _function_names(current)[0]
+            continue
+        if isinstance(current, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            inner, inner_stores = _comprehension_names(current)
+            loads |= inner
+            local |= inner_stores
+            continue
+        if isinstance(current, (ast.Import, ast.ImportFrom)):
+            local |= {(a.asname or a.name).split(".")[0] for a in current.names}
+            continue
+        if isinstance(current, ast.ExceptHandler) and current.name:
+            local.add(current.name)
+        stack.extend(ast.iter_child_nodes(current))
+    return (loads - (local - globals_)) | globals_, globals_
+
+
+# -- context ----------------------------------------------------------------------------------
+
+
+def _context_names(chunks: list[Chunk]) -> set[str]:
+    """Names bound once, by a chunk without nnsight code, and never changed elsewhere
+    (a setup chunk such as ``model.tokenizer.padding_side = "left"`` may change them)."""
+    binders: dict[str, list[int]] = {}
+    mutators: dict[str, list[int]] = {}
+    for index, chunk in enumerate(chunks):
+        for name in chunk.may_bind:
+            binders.setdefault(name, []).append(index)
+        for name in chunk.mutated:
+            mutators.setdefault(name, []).append(index)
+    global_names = set().union(*(c.globals_ for c in chunks))
+    candidates = {
+        name for name, where in binders.items()
+        if len(where) == 1 and name not in global_names and _definition_shaped(chunks[where[0]])
+        and where[0] not in mutators.get(name, ())
+    }
+    while True:
+        context = {
+            name for name in candidates
+            if _stays_context(chunks[binders[name][0]], candidates)
+            and all(_is_setup_chunk(chunks[i], candidates) for i in mutators.get(name, ()))
+        }
+        if context == candidates:
+            return context
+        candidates = context
+
+
+def _definition_shaped(chunk: Chunk) -> bool:
+    """Imports, and functions, classes and assignments of names without nnsight blocks.
+
+    (Whether the passes leave a context chunk alone is also checked after the run: a
+    window whose prelude came back changed is redone with the whole module.)"""
+    for stmt in chunk.statements:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if chunk.nnsight:
+                return False
+            continue
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if all(isinstance(e, ast.Name) for t in targets for e in _flatten(t)) and not chunk.active:
+                continue
+        return False
+    return True
+
+
+
+
+
+def _stays_context(chunk: Chunk, candidates: set[str]) -> bool:
+    """A binding chunk reads nothing but context and builtins."""
+    reads = (chunk.reads | chunk.deferred) - _BUILTINS
+    return reads <= candidates and not chunk.globals_
+
+
+def _is_setup_chunk(chunk: Chunk, context: set[str]) -> bool:
+    """``model.tokenizer.padding_side = "left"``: setup of a context object, itself context."""
+    if chunk.active or chunk.may_bind or chunk.globals_ or chunk.deferred:
+        return False
+    if not all(isinstance(s, ast.Assign) for s in chunk.statements):
+        return False
+    return (chunk.reads - _BUILTINS) <= context and chunk.mutated <= context
+
+
+def _is_context_chunk(chunk: Chunk, context: set[str]) -> bool:
+    if chunk.may_bind:
+        return chunk.may_bind <= context and _stays_context(chunk, context)
+    return _is_setup_chunk(chunk, context) and bool(chunk.mutated)
+
+
+# -- linking ----------------------------------------------------------------------------------
+
+
+def _link(chunks: list[Chunk], context: set[str], is_context: list[bool]) -> list[int]:
+    """Union-find over chunks: the group each chunk belongs to."""
+    parent = list(range(len(chunks)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def union(i: int, j: int) -> None:
+        parent[find(i)] = find(j)
+
+    binders: dict[str, list[int]] = {}
+    touchers: dict[str, list[int]] = {}
+    for index, chunk in enumerate(chunks):
+        if is_context[index]:
+            continue
+        for name in chunk.may_bind - context:
+            binders.setdefault(name, []).append(index)
+        for name in (chunk.names | chunk.may_bind) - context:
+            touchers.setdefault(name, []).append(index)
+    for index, chunk in enumerate(chunks):
+        if is_context[index]:
+            continue
+        for name in chunk.reads - context:
+            for binder in reversed(binders.get(name, ())):
+                if binder >= index:
+                    continue
+                union(index, binder)
+                if name in chunks[binder].definite:
+                    break
+        # a function runs when it is called: every binding of what it reads counts
+        for name in chunk.deferred - context:
+            for binder in binders.get(name, ()):
+                union(index, binder)
+        for name in chunk.globals_:
+            for toucher in touchers.get(name, ()):
+                union(index, toucher)
+    return [find(i) for i in range(len(chunks))]
+
+
+def _windows(chunks: list[Chunk], is_context: list[bool], groups: list[int], context: set[str]) -> list[Window]:
+    """Contiguous spans of linked chunks; context chunks between them stay where they are."""
+    spans: dict[int, list[int]] = {}
+    for index, group in enumerate(groups):
+        if not is_context[index]:
+            span = spans.setdefault(group, [index, index])
+            span[0], span[1] = min(span[0], index), max(span[1], index)
+    merged: list[list[int]] = []
+    for first, last in sorted(spans.values()):
+        if merged and first <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    binder_of: dict[str, int] = {}
+    for index, chunk in enumerate(chunks):
+        if is_context[index]:
+            for name in chunk.may_bind:
+                binder_of[name] = index
+    setups = [i for i, c in enumerate(chunks) if is_context[i] and not c.may_bind]
+    futures = [i for i, c in enumerate(chunks) if is_context[i] and _is_future_import(c)]
+    windows = []
+    for first, last in merged:
+        needed = _needed_context(chunks[first:last + 1], chunks, binder_of, context)
+        prelude = set(futures)
+        for name in needed:
+            prelude.add(binder_of[name])
+        prelude |= {i for i in setups if i < first and chunks[i].mutated & needed}
+        active = any(c.active for c in chunks[first:last + 1])
+        windows.append(Window(chunks[first].start, chunks[last].end, tuple(sorted(prelude)), active))
+    return windows
+
+
+def _needed_context(window: list[Chunk], chunks: list[Chunk], binder_of: dict[str, int], context: set[str]) -> set[str]:
+    needed: set[str] = set()
+    todo = set().union(*(c.names | c.deferred for c in window)) & context
+    while todo:
+        name = todo.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        todo |= (chunks[binder_of[name]].names | chunks[binder_of[name]].deferred) & context
+    return needed
+
+
+def _is_future_import(chunk: Chunk) -> bool:
+    return any(isinstance(s, ast.ImportFrom) and s.module == "__future__" for s in chunk.statements)
+
+
+__all__ = ["Plan", "Window", "plan"]

@@ -1,0 +1,259 @@
+"""Windows: independent parts of a module optimized one at a time (ndif_opt/windows.py).
+
+The plan is checked on small scripts whose def-use is known; the pipeline is checked to
+give the whole-module result where the parts are independent, to map findings and
+edits back to the file, to keep fresh names unique across the file, and, by running
+original and optimized script on the tiny models, to give equal results on a long
+script made of many experiments.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from generators import HEADER, dense_nnsight_script
+from ndif_opt import optimize, pipeline, windows
+from ndif_opt.options import Options
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SETUP = textwrap.dedent('''\
+    from nnsight import LanguageModel
+
+    model = LanguageModel("openai-community/gpt2")
+    PROMPT = "The Eiffel Tower is in the city of"
+    LAYERS = [0, 3, 7, 11]
+
+
+    def top(logits):
+        return logits[0, -1].argmax().item()
+
+''')
+
+SWEEP = textwrap.dedent('''\
+    acts_{i} = []
+    for layer in LAYERS:
+        with model.trace(PROMPT, remote=True):
+            acts_{i}.append(model.transformer.h[layer].output.save())
+''')
+
+
+def plan_of(source: str) -> windows.Plan | None:
+    return windows.plan(source, ast.parse(source))
+
+
+def window_texts(source: str) -> list[str]:
+    """The active windows' texts; the whole source when it is one window."""
+    plan = plan_of(source)
+    if plan is None:
+        return [source]
+    return [plan.text(w.start, w.end) for w in plan.windows if w.active]
+
+
+def test_independent_experiments_are_separate_windows():
+    source = SETUP + SWEEP.format(i=0) + SWEEP.format(i=1) + SWEEP.format(i=2)
+    texts = window_texts(source)
+    assert len(texts) == 3
+    assert all("acts_" in t and t.count("model.trace") == 1 for t in texts)
+
+
+def test_a_later_read_joins_the_binding_window():
+    source = SETUP + SWEEP.format(i=0) + SWEEP.format(i=1) + "print(len(acts_0))\n"
+    texts = window_texts(source)
+    assert len(texts) == 1 and "acts_1" in texts[0] and "print(len(acts_0))" in texts[0]
+
+
+def test_a_reused_loop_variable_does_not_join_windows():
+    # both loops bind `layer` before reading it: no value flows from one to the other
+    source = SETUP + SWEEP.format(i=0) + SWEEP.format(i=1)
+    assert len(window_texts(source)) == 2
+
+
+def test_a_read_that_may_see_an_earlier_binding_joins():
+    # `hidden` is bound inside a loop that may not run: the later read may see the first
+    source = SETUP + SWEEP.format(i=0) + textwrap.dedent('''\
+        with model.trace(PROMPT, remote=True):
+            hidden = model.transformer.h[0].output.save()
+        for layer in []:
+            hidden = layer
+        print(hidden)
+    ''')
+    texts = window_texts(source)
+    assert len(texts) == 2 and texts[1].count("hidden") == 3 and "acts_0" not in texts[1]
+
+
+def test_a_function_reading_a_global_joins_every_binding():
+    source = SETUP + textwrap.dedent('''\
+        results = []
+
+        def record(value):
+            results.append(value)
+
+    ''') + SWEEP.format(i=0) + "record(1)\n" + SWEEP.format(i=1) + "results = None\n"
+    texts = window_texts(source)
+    assert len(texts) == 1 and "results = []" in texts[0] and "results = None" in texts[0]
+
+
+def test_a_global_declaration_joins_everything_touching_the_name():
+    source = SETUP + textwrap.dedent('''\
+        def reset():
+            global counter
+            counter = 0
+
+    ''') + SWEEP.format(i=0) + "counter = 5\n" + SWEEP.format(i=1) + "reset()\n"
+    texts = window_texts(source)
+    assert len(texts) == 1 and "def reset" in texts[0] and "reset()" in texts[0]
+
+
+def test_a_mutated_constant_is_not_shared_context():
+    source = SETUP + SWEEP.format(i=0) + "LAYERS.append(5)\n" + SWEEP.format(i=1)
+    # LAYERS is no longer context: its binding and every reader form one window
+    texts = window_texts(source)
+    assert len(texts) == 1 and "LAYERS = [0, 3, 7, 11]" in texts[0]
+
+
+def test_interventions_on_the_model_keep_it_shared_context():
+    steer = textwrap.dedent('''\
+        with model.trace(PROMPT, remote=True):
+            model.transformer.h[{i}].output[:] = 0
+            out_{i} = model.lm_head.output.save()
+    ''')
+    source = SETUP + steer.format(i=0) + steer.format(i=1)
+    assert len(window_texts(source)) == 2
+
+
+def test_model_setup_goes_into_the_preludes_after_it():
+    source = SETUP + SWEEP.format(i=0) + 'model.tokenizer.padding_side = "left"\n' + SWEEP.format(i=1)
+    plan = plan_of(source)
+    first, second = [w for w in plan.windows if w.active]
+    assert "padding_side" not in plan.prelude_text(first)
+    assert "padding_side" in plan.prelude_text(second)
+    assert "def top" not in plan.prelude_text(first)  # not read by the window
+
+
+def test_future_imports_open_every_prelude():
+    source = "from __future__ import annotations\n" + SETUP + SWEEP.format(i=0) + SWEEP.format(i=1)
+    plan = plan_of(source)
+    for window in plan.windows:
+        if window.active:
+            assert plan.prelude_text(window).startswith("from __future__ import annotations\n")
+
+
+@pytest.mark.parametrize("source", [
+    "from torch import *\n" + SETUP + SWEEP.format(i=0) + SWEEP.format(i=1),  # star import
+    (SETUP + SWEEP.format(i=0) + SWEEP.format(i=1)).replace("\n", "\r"),  # old Mac line ends
+    SETUP + SWEEP.format(i=0),  # one window only
+])
+def test_no_plan_when_in_doubt(source):
+    assert plan_of(source) is None
+
+
+# -- the pipeline over windows --------------------------------------------------------------
+
+
+def examples():
+    return sorted((ROOT / "examples").glob("*.py")) + sorted((ROOT / "benchmarks" / "cost_scripts").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", examples(), ids=lambda p: p.stem)
+def test_windows_give_the_whole_module_result_on_the_examples(path):
+    source = path.read_text()
+    windowed = pipeline.run_pipeline(source, Options())
+    whole = pipeline._run_module(source, Options())
+    assert windowed.code == whole.code
+    assert [(f.pass_id, f.range, f.status) for f in windowed.findings] == [
+        (f.pass_id, f.range, f.status) for f in whole.findings
+    ]
+
+
+def test_findings_and_edits_point_into_the_file():
+    source = SETUP + SWEEP.format(i=0) + "\n# the second experiment\n" + SWEEP.format(i=1)
+    result = optimize(source)
+    assert result.changed
+    lines = source.split("\n")
+    hoisted = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert len(hoisted) == 2
+    for finding in hoisted:
+        assert lines[finding.range.start.line].startswith("for layer in LAYERS:")
+    assert apply_edits(source, result.edits) == result.code
+
+
+def test_costs_add_up_over_windows():
+    one = optimize(SETUP + SWEEP.format(i=0))
+    two = optimize(SETUP + SWEEP.format(i=0) + SWEEP.format(i=1))
+    assert two.costs[0].before.requests == 2 * one.costs[0].before.requests == 8
+    assert two.costs[-1].after.requests == 2 * one.costs[-1].after.requests == 2
+
+
+def test_fresh_names_avoid_names_of_other_windows():
+    # the first window's push-down would introduce `hidden_norm`; a later window calls a
+    # function of that name, which the first window does not see
+    source = SETUP + textwrap.dedent('''\
+        with model.trace(PROMPT, remote=True):
+            hidden = model.transformer.h[5].output.save()
+        print(hidden.norm().item())
+
+    ''') + SWEEP.format(i=1) + "print(hidden_norm(acts_1))\n"
+    source = source.replace("def top(logits):", "def hidden_norm(values):\n    return len(values)\n\n\ndef top(logits):")
+    plan = plan_of(source)
+    assert len([w for w in plan.windows if w.active]) == 2
+    result = optimize(source)
+    assert "hidden.norm().item().save()" in result.code
+    assert "hidden_norm = " not in result.code and "hidden_norm(acts_1)" in result.code
+
+
+def test_a_changed_prelude_falls_back_to_the_whole_module(monkeypatch):
+    source = SETUP + SWEEP.format(i=0) + SWEEP.format(i=1)
+    real = pipeline._run_module
+    calls = []
+
+    def edits_the_prelude(text, options, filename=None):
+        calls.append(text)
+        result = real(text, options, filename)
+        if text != source:  # a window: pretend a pass rewrote shared context
+            return dataclasses.replace(result, code="# changed\n" + result.code)
+        return result
+
+    monkeypatch.setattr(pipeline, "_run_module", edits_the_prelude)
+    result = pipeline.run_pipeline(source, Options())
+    assert calls[-1] == source  # the whole module ran at the end
+    assert not result.code.startswith("# changed")
+
+
+def test_pre_05_code_in_one_window_stops_the_whole_file():
+    source = SETUP + SWEEP.format(i=0) + textwrap.dedent('''\
+        with model.trace(PROMPT, remote=True):
+            old = model.lm_head.output.save()
+        print(old.value)
+    ''')
+    result = optimize(source)
+    assert not result.changed
+    assert any("pre-0.5" in f.message for f in result.findings)
+
+
+def apply_edits(source: str, edits) -> str:
+    lines = source.splitlines(keepends=True)
+    for edit in sorted(edits, key=lambda e: e.range.start, reverse=True):
+        lines[edit.range.start.line:edit.range.end.line] = [edit.new_text]
+    return "".join(lines)
+
+
+# -- by execution -----------------------------------------------------------------------------
+
+
+def test_a_long_script_of_many_experiments_gives_equal_results():
+    """Eleven independent experiments (each pattern of the generator), on the tiny GPT-2."""
+    from ndif_opt.verify import verify_result
+
+    source = dense_nnsight_script(80)
+    assert source.startswith(HEADER)
+    result = optimize(source)
+    assert len([w for w in plan_of(source).windows if w.active]) >= 10
+    report = verify_result(source, result)
+    assert report.intended_ok, report.to_text()
+    assert report.after.requests < report.before.requests
