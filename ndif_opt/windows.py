@@ -66,6 +66,7 @@ class Chunk:
     receivers: set[str] = field(default_factory=set)  # `x` of `x.trace(...)` and friends: models
     names: set[str] = field(default_factory=set)  # every identifier mentioned
     active: bool = False  # opens an nnsight block or saves: something for the passes
+    imports: dict[str, str] = field(default_factory=dict)  # name -> what an import binds it to
 
 
 @dataclass(frozen=True)
@@ -303,7 +304,12 @@ class _Flow:
             self.chunk.may_bind |= {stmt.name}
             return bound | {stmt.name}
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            names = {(a.asname or a.name).split(".")[0] for a in stmt.names}
+            names = set()
+            for alias in stmt.names:
+                name = (alias.asname or alias.name).split(".")[0]
+                names.add(name)
+                origin = alias.name if isinstance(stmt, ast.Import) else f"{'.' * stmt.level}{stmt.module}:{alias.name}"
+                self.chunk.imports[name] = origin if alias.asname or isinstance(stmt, ast.ImportFrom) else name
             self.chunk.may_bind |= names
             return bound | names
         if isinstance(stmt, (ast.Expr, ast.Return, ast.Raise, ast.Assert)):
@@ -470,18 +476,25 @@ def _context_names(chunks: list[Chunk]) -> set[str]:
     global_names = set().union(*(c.globals_ for c in chunks))
     candidates = {
         name for name, where in binders.items()
-        if len(where) == 1 and name not in global_names and _definition_shaped(chunks[where[0]])
-        and where[0] not in mutators.get(name, ())
+        if (len(where) == 1 or _same_import(chunks, where, name))
+        and name not in global_names and all(_definition_shaped(chunks[i]) for i in where)
+        and not set(where) & set(mutators.get(name, ()))
     }
     while True:
         context = {
             name for name in candidates
-            if _stays_context(chunks[binders[name][0]], candidates)
+            if all(_stays_context(chunks[i], candidates) for i in binders[name])
             and all(_is_setup_chunk(chunks[i], candidates) for i in mutators.get(name, ()))
         }
         if context == candidates:
             return context
         candidates = context
+
+
+def _same_import(chunks: list[Chunk], where: list[int], name: str) -> bool:
+    """``import torch`` in several cells of a notebook binds the same thing each time."""
+    targets = {chunks[i].imports.get(name) for i in where}
+    return len(targets) == 1 and None not in targets
 
 
 def _definition_shaped(chunk: Chunk) -> bool:
@@ -590,7 +603,7 @@ def _windows(chunks: list[Chunk], is_context: list[bool], groups: list[int], con
     for index, chunk in enumerate(chunks):
         if is_context[index]:
             for name in chunk.may_bind:
-                binder_of[name] = index
+                binder_of.setdefault(name, index)  # an import repeated later: the first
     setups = [i for i, c in enumerate(chunks) if is_context[i] and not c.may_bind]
     futures = [i for i, c in enumerate(chunks) if is_context[i] and _is_future_import(c)]
     windows = []

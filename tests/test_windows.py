@@ -257,3 +257,15 @@ def test_a_long_script_of_many_experiments_gives_equal_results():
     report = verify_result(source, result)
     assert report.intended_ok, report.to_text()
     assert report.after.requests < report.before.requests
+
+
+def test_an_import_repeated_in_a_later_cell_stays_shared_context():
+    source = SETUP + "import torch\n" + SWEEP.format(i=0) + "import torch\n" + SWEEP.format(i=1)
+    source = source.replace(".output.save())", ".output.save().to(torch.float32))")
+    texts = window_texts(source)
+    assert len(texts) == 2
+    assert not any("import torch" in t for t in texts)  # in the preludes
+    source = source.replace("import torch\n", "import numpy as torch\n", 1)  # not the same thing
+    first, second = window_texts(source)  # each sweep with the import it reads
+    assert "import numpy as torch" in first and "acts_0" in first
+    assert "import torch" in second and "acts_1" in second
