@@ -67,6 +67,9 @@ class Chunk:
     names: set[str] = field(default_factory=set)  # every identifier mentioned
     active: bool = False  # opens an nnsight block or saves: something for the passes
     imports: dict[str, str] = field(default_factory=dict)  # name -> what an import binds it to
+    functions: dict[str, set[str]] = field(default_factory=dict)  # top-level def -> its free names
+    called: set[str] = field(default_factory=set)  # `f` of `f(...)` in top-level code
+    escaping: set[str] = field(default_factory=set)  # other uses of names: as values, in bodies
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ def plan(source: str, tree: ast.Module) -> Plan | None:
     models = set().union(*(c.receivers for c in chunks))
     for chunk in chunks:
         chunk.mutated |= chunk.mutated_in_blocks - models
+    _attach_calls(chunks)
     context = _context_names(chunks)
     is_context = [_is_context_chunk(c, context) for c in chunks]
     groups = _link(chunks, context, is_context)
@@ -222,6 +226,47 @@ def _mutations(node: ast.AST, chunk: Chunk, inside_block: bool) -> None:
         stack.extend((child, inside) for child in ast.iter_child_nodes(current))
 
 
+def _references(chunk: Chunk) -> None:
+    """Split the uses of names into direct calls in top-level code and everything else."""
+    stack: list[tuple[ast.AST, bool]] = [(stmt, False) for stmt in chunk.statements]
+    while stack:
+        node, in_body = stack.pop()
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not in_body:
+            chunk.called.add(node.func.id)
+            stack.extend((child, in_body) for child in [*node.args, *node.keywords])
+            continue
+        if isinstance(node, ast.Name):
+            chunk.escaping.add(node.id)
+            continue
+        # bodies run later, and so does a generator expression
+        inner = in_body or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
+                                             ast.GeneratorExp))
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+
+
+def _attach_calls(chunks: list[Chunk]) -> None:
+    """A function only ever called by name from top-level code reads its globals where it
+    is called: those reads become the caller's. Any other use (passed as a value, called
+    from another function, decorated, bound twice) and they count wherever it could run."""
+    for chunk in chunks:
+        _references(chunk)
+    defined: dict[str, int] = {}
+    for chunk in chunks:
+        for name in chunk.may_bind:
+            defined[name] = defined.get(name, 0) + 1
+    escaping = set().union(*(c.escaping for c in chunks))
+    free_of: dict[str, set[str]] = {}
+    for chunk in chunks:
+        for name, free in chunk.functions.items():
+            if name in escaping or defined.get(name) != 1:
+                chunk.deferred |= free
+            else:
+                free_of[name] = free
+    for chunk in chunks:
+        for name in chunk.called & free_of.keys():
+            chunk.reads |= free_of[name]
+
+
 def _block_call(node: ast.AST) -> bool:
     """``x.trace(...)``, ``x.session(...)``, ...: a call that opens an nnsight block."""
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in BLOCK_METHODS
@@ -299,7 +344,11 @@ class _Flow:
             else:
                 self.read(_defaults(stmt.args), bound)
             free, globals_ = _function_names(stmt)
-            self.chunk.deferred |= free
+            if stmt in self.chunk.statements and isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                    and not stmt.decorator_list:
+                self.chunk.functions[stmt.name] = free  # where it is called decides
+            else:
+                self.chunk.deferred |= free
             self.chunk.globals_ |= globals_
             self.chunk.may_bind |= {stmt.name}
             return bound | {stmt.name}

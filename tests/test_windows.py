@@ -87,7 +87,7 @@ def test_a_read_that_may_see_an_earlier_binding_joins():
     assert len(texts) == 2 and texts[1].count("hidden") == 3 and "acts_0" not in texts[1]
 
 
-def test_a_function_reading_a_global_joins_every_binding():
+def test_a_function_reading_a_global_joins_every_binding_once_it_escapes():
     source = SETUP + textwrap.dedent('''\
         results = []
 
@@ -96,6 +96,10 @@ def test_a_function_reading_a_global_joins_every_binding():
 
     ''') + SWEEP.format(i=0) + "record(1)\n" + SWEEP.format(i=1) + "results = None\n"
     texts = window_texts(source)
+    # called by name only: it reads `results` where it is called
+    assert "results = []" in texts[0] and "record(1)" in texts[0] and "acts_1" not in texts[0]
+    escaped = source.replace("record(1)", "callbacks = [record]")
+    texts = window_texts(escaped)  # it may run anywhere: every binding of `results` joins
     assert len(texts) == 1 and "results = []" in texts[0] and "results = None" in texts[0]
 
 
@@ -269,3 +273,38 @@ def test_an_import_repeated_in_a_later_cell_stays_shared_context():
     first, second = window_texts(source)  # each sweep with the import it reads
     assert "import numpy as torch" in first and "acts_0" in first
     assert "import torch" in second and "acts_1" in second
+
+
+def test_a_function_called_only_by_name_reads_globals_where_it_is_called():
+    helper = textwrap.dedent('''\
+        def last_hidden(prompt):
+            with model.trace(prompt, remote=True):
+                return model.transformer.h[-1].output.save()
+
+    ''')
+    other_model = 'model = LanguageModel("openai-community/gpt2")\n'
+    source = SETUP + helper + "first = last_hidden(PROMPT)\n" + SWEEP.format(i=0) + other_model + SWEEP.format(i=1)
+    texts = window_texts(source)
+    # `model` is bound twice: the helper's call reads the first binding only
+    assert len(texts) == 2 and "last_hidden(PROMPT)" in texts[0] and "acts_1" in texts[1]
+    escaping = source.replace("first = last_hidden(PROMPT)", "first = list(map(last_hidden, [PROMPT]))")
+    assert len(window_texts(escaping)) == 1  # passed as a value: it could run anywhere
+    lazy = source.replace("first = last_hidden(PROMPT)", "first = (last_hidden(p) for p in [PROMPT])")
+    assert len(window_texts(lazy)) == 1  # a generator runs when it is consumed
+
+
+CONCATENATED = ("logit_lens", "steering_sweep", "activation_patching", "prompt_loop",
+                "layer_statistics", "client_effects", "helper_function", "logit_reductions")
+
+
+def test_examples_one_after_another_like_notebook_cells_give_equal_results():
+    """Eight examples in one file, each rebinding `model`: one window each, equal results."""
+    from ndif_opt.verify import verify_result
+
+    source = "\n\n".join((ROOT / "examples" / f"{name}.py").read_text() for name in CONCATENATED)
+    assert len([w for w in plan_of(source).windows if w.active]) == len(CONCATENATED)
+    result = optimize(source)
+    assert result.costs[-1].after.requests == len(CONCATENATED)
+    report = verify_result(source, result)
+    assert report.intended_ok, report.to_text()
+    assert report.after.requests == len(CONCATENATED) < report.before.requests
