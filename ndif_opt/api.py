@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from typing import TYPE_CHECKING
+
 from ndif_opt.options import Options
 from ndif_opt.types import Result
+
+if TYPE_CHECKING:
+    from ndif_opt.pipeline import WindowCache
 
 
 def optimize(
@@ -18,6 +23,7 @@ def optimize(
     assume_remote: bool = False,
     max_batch: int = 32,
     options: Options | None = None,
+    cache: "WindowCache | None" = None,
 ) -> Result:
     """Optimize one Python script for remote execution on NDIF.
 
@@ -27,7 +33,9 @@ def optimize(
     client effects (see each pass's "Fix safety"); ``assume_remote`` treats a
     ``remote=`` flag whose value cannot be determined as true. ``options``, when
     given, overrides the keyword arguments (it is what configuration files produce).
-    Raises ``SyntaxError`` for source that does not parse.
+    ``cache``, a :class:`ndif_opt.pipeline.WindowCache` kept across calls on edits of one
+    file, makes a re-run cost only the independent parts of the file that changed; the
+    result is the same as without it. Raises ``SyntaxError`` for source that does not parse.
     """
     from ndif_opt.pipeline import run_pipeline
 
@@ -39,4 +47,4 @@ def optimize(
             assume_remote=assume_remote,
             max_batch=max_batch,
         )
-    return run_pipeline(source, options, filename=filename)
+    return run_pipeline(source, options, filename=filename, cache=cache)

@@ -164,12 +164,13 @@ class Analysis:
     solo: dict[str, Result] = field(default_factory=dict)  # pass id -> that pass alone
 
 
-def analyze(text: str, options: Options, path: str | None) -> tuple[Result | None, str | None]:
-    """optimize(), never raising: (result, None) or (None, why)."""
+def analyze(text: str, options: Options, path: str | None, cache=None) -> tuple[Result | None, str | None]:
+    """optimize(), never raising: (result, None) or (None, why). ``cache``: the
+    document's :class:`~ndif_opt.pipeline.WindowCache`, so an edit re-runs only its window."""
     from ndif_opt.api import optimize
 
     try:
-        return optimize(text, filename=path, options=options), None
+        return optimize(text, filename=path, options=options, cache=cache), None
     except SyntaxError as error:
         return None, f"cannot parse: {error.msg}"
     except RecursionError:
@@ -250,6 +251,7 @@ class NdifOptServer(LanguageServer):
         self.debounce = debounce
         self.pending: dict[str, asyncio.Task] = {}
         self.analyses: dict[str, Analysis] = {}
+        self.window_caches: dict[str, object] = {}  # uri -> WindowCache of its windows
         self._shown_config_errors: set[str] = set()
         # One worker: analyses run one at a time, off the event loop, so the server
         # keeps answering while a large file is optimized.
@@ -313,11 +315,16 @@ class NdifOptServer(LanguageServer):
         if cached is not None and cached.text == text and cached.options == options:
             return cached
         path = self.path_of(uri)
-        result, error = await self.run(analyze, text, options, path)
+        result, error = await self.run(analyze, text, options, path, self.window_cache(uri))
         fresh = Analysis(text, document.version, options, path, result, error)
         if document.source == text:
             self.analyses[uri] = fresh
         return fresh
+
+    def window_cache(self, uri: str):
+        from ndif_opt.pipeline import WindowCache
+
+        return self.window_caches.setdefault(uri, WindowCache())
 
     async def solo(self, analysis: Analysis, pass_id: str) -> Result | None:
         if pass_id not in analysis.solo:
@@ -420,6 +427,7 @@ def create_server(debounce: float = DEBOUNCE) -> NdifOptServer:
         if task is not None:
             task.cancel()
         ls.analyses.pop(uri, None)
+        ls.window_caches.pop(uri, None)
         ls.publish(uri, [])
 
     @server.feature(types.SHUTDOWN)

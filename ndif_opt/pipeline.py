@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import libcst as cst
@@ -99,14 +101,50 @@ class _State:
         return self._server
 
 
-def run_pipeline(source: str, options: Options, filename: str | None = None) -> Result:
+class WindowCache:
+    """Results of windows from earlier runs, for re-optimizing a file after an edit.
+
+    An editor keeps one per document: after an edit only the windows whose text (with
+    their prelude) changed run again. Bounded; safe to share between threads; a change
+    of options empties it."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._results: OrderedDict[str, Result] = OrderedDict()
+        self._options: Options | None = None
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def get(self, text: str, options: Options) -> Result | None:
+        with self._lock:
+            if self._options != options:
+                self._results.clear()
+                self._options = options
+            result = self._results.get(text)
+            if result is not None:
+                self._results.move_to_end(text)
+                self.hits += 1
+            return result
+
+    def put(self, text: str, options: Options, result: Result) -> None:
+        with self._lock:
+            if self._options != options:
+                self._results.clear()
+                self._options = options
+            self._results[text] = result
+            while len(self._results) > self.size:
+                self._results.popitem(last=False)
+
+
+def run_pipeline(source: str, options: Options, filename: str | None = None,
+                 cache: WindowCache | None = None) -> Result:
     """Optimize ``source``: window by window when it splits into independent parts."""
     if not uses_nnsight(source):
         return Result(source=source, code=source)
     tree = _python_parse(source, filename)
     plan = None if _whole_module_only(source, options) else windows.plan(source, tree)
     if plan is not None:
-        result = _run_windows(plan, source, options, filename)
+        result = _run_windows(plan, source, options, filename, cache)
         if result is not None:
             return result
     return _run_module(source, options, filename)
@@ -117,7 +155,8 @@ def _whole_module_only(source: str, options: Options) -> bool:
     return options.wants(MigrateApi.id) or IGNORE_FILE.search(source) is not None
 
 
-def _run_windows(plan: windows.Plan, source: str, options: Options, filename: str | None) -> Result | None:
+def _run_windows(plan: windows.Plan, source: str, options: Options, filename: str | None,
+                 cache: WindowCache | None = None) -> Result | None:
     """Each window optimized after its prelude; None when the whole module must run.
 
     Fresh names a pass introduces avoid every name of the file, not only the window's."""
@@ -134,7 +173,11 @@ def _run_windows(plan: windows.Plan, source: str, options: Options, filename: st
             parts.append(text)
             continue
         prelude = plan.prelude_text(window)
-        result = _run_module(prelude + text, window_options, filename)
+        result = cache.get(prelude + text, window_options) if cache is not None else None
+        if result is None:
+            result = _run_module(prelude + text, window_options, filename)
+            if cache is not None:
+                cache.put(prelude + text, window_options, result)
         if not result.code.startswith(prelude) or _pre_05(result):
             return None  # a pass changed shared context, or the file is pre-0.5 nnsight
         parts.append(result.code[len(prelude):])
@@ -435,4 +478,4 @@ def text_edits(source: str, code: str) -> list[Edit]:
     return edits
 
 
-__all__ = ["run_pipeline", "parse", "text_edits"]
+__all__ = ["WindowCache", "run_pipeline", "parse", "text_edits"]

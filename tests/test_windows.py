@@ -308,3 +308,21 @@ def test_examples_one_after_another_like_notebook_cells_give_equal_results():
     report = verify_result(source, result)
     assert report.intended_ok, report.to_text()
     assert report.after.requests == len(CONCATENATED) < report.before.requests
+
+
+def test_after_an_edit_a_window_cache_reruns_only_the_changed_window(monkeypatch):
+    source = SETUP + SWEEP.format(i=0) + SWEEP.format(i=1) + SWEEP.format(i=2)
+    cache = pipeline.WindowCache()
+    first = optimize(source, cache=cache)
+    real, runs = pipeline._run_module, []
+    monkeypatch.setattr(pipeline, "_run_module", lambda text, *a, **k: runs.append(text) or real(text, *a, **k))
+    edited = source.replace("acts_1 = []", "acts_1 = []  # an edit")
+    again = optimize(edited, cache=cache)
+    assert len(runs) == 1 and "# an edit" in runs[0]
+    assert cache.hits == 2
+    uncached = optimize(edited)
+    assert again.code == uncached.code and again.findings == uncached.findings
+    assert again.costs == uncached.costs and first.code != again.code
+    before = len(runs)
+    optimize(edited, cache=cache, unsafe_fixes=True)  # other options: nothing reused
+    assert len(runs) == before + 3
