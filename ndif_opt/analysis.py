@@ -184,6 +184,8 @@ class Facts:
     blocks: list[Block]
     bindings: dict[str, list[tuple[StmtInfo, cst.BaseExpression]]]  # simple `x = value`
     assume_remote: bool = False
+    # answers several passes ask about this version of the tree, computed once
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def stmt(self, node: cst.CSTNode) -> StmtInfo:
         return self.statements[id(node)]

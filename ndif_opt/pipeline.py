@@ -278,7 +278,8 @@ def _run_module(source: str, options: Options, filename: str | None = None) -> R
             if pass_.id != MigrateApi.id and state.api == PRE_05:
                 continue
             seen = stable.get(pass_.id)
-            if seen is not None and seen[0] is state.module:
+            # reporting pre-0.5 idioms looks at the code as written: once is enough
+            if seen is not None and (seen[0] is state.module or getattr(pass_, "detect_only", False)):
                 last_round.extend(seen[1])
                 continue
             before = state.cost
@@ -306,7 +307,9 @@ def _run_module(source: str, options: Options, filename: str | None = None) -> R
                 stable[pass_.id] = (state.module, [f for f in located if f.status is not Status.APPLIED])
                 continue
             changed = True
-            state = _State(new_module, analyze(new_module, assume_remote=options.assume_remote), code, options)
+            api = None if pass_.id == MigrateApi.id else state.api  # only migration changes it
+            state = _State(new_module, analyze(new_module, assume_remote=options.assume_remote), code, options,
+                           _api=api)
             deltas[pass_.id] = _add(deltas[pass_.id], _diff(state.cost, before))
         if not changed:
             break

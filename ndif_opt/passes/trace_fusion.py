@@ -541,7 +541,16 @@ def split_leading(lines) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
 
 def fusion_problem(sweep: Sweep, facts: Facts) -> tuple[str, bool]:
     """Why the loop's traces cannot become one trace ("" when they can), and whether
-    the loop is a fusion candidate at all (same input in every iteration)."""
+    the loop is a fusion candidate at all (same input in every iteration).
+
+    Asked by trace-fusion and invoke-batching of the same tree: answered once."""
+    key = ("fusion_problem", id(sweep.loop))
+    if key not in facts.memo:
+        facts.memo[key] = (sweep.loop, _fusion_problem(sweep, facts))  # the loop keeps its id
+    return facts.memo[key][1]
+
+
+def _fusion_problem(sweep: Sweep, facts: Facts) -> tuple[str, bool]:
     if sweep.block.method != "trace":
         return "it runs `.generate()`", False
     problem = structure_problem(sweep, facts)
