@@ -124,6 +124,8 @@ def _param(func: cst.FunctionDef, name: str) -> cst.Param | None:
 
 def helper_calls(node: cst.CSTNode, helpers: dict[str, RemoteHelper]) -> list[tuple[cst.Call, RemoteHelper]]:
     found: list[tuple[cst.Call, RemoteHelper]] = []
+    if not helpers:
+        return found  # most scripts have none: no need to walk the tree
 
     class Finder(cst.CSTVisitor):
         def visit_Call(self, call: cst.Call) -> None:

@@ -36,13 +36,33 @@ class SuitePlan:
     def __bool__(self) -> bool:
         return bool(self.edits)
 
-    def apply(self, module: cst.Module) -> cst.Module:
-        return module.visit(_SuiteRewriter(self))
+    def apply(self, module: cst.Module, facts=None) -> cst.Module:
+        """The rewritten module. With the module's ``facts``, only the statements that
+        enclose a rewritten suite are walked (the rest is kept as it is, unvisited)."""
+        return module.visit(_SuiteRewriter(self, self._enclosing(facts)))
+
+    def _enclosing(self, facts) -> set[int] | None:
+        """ids of the compound statements around the rewritten suites; None: unknown."""
+        if facts is None:
+            return None
+        keep: set[int] = set()
+        found: set[int] = set()
+        for info in facts.statements.values():
+            if id(info.suite) in self.edits:
+                found.add(id(info.suite))
+                keep.update(id(a) for a in info.ancestors)
+        return keep if found == set(self.edits) else None
 
 
 class _SuiteRewriter(cst.CSTTransformer):
-    def __init__(self, plan: SuitePlan) -> None:
+    def __init__(self, plan: SuitePlan, enclosing: set[int] | None = None) -> None:
         self.plan = plan
+        self.enclosing = enclosing
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.enclosing is not None and isinstance(node, cst.BaseStatement):
+            return id(node) in self.enclosing  # nothing to rewrite inside
+        return super().on_visit(node)
 
     def _rewrite(self, original, updated):
         edits = self.plan.edits.get(id(original))

@@ -59,7 +59,7 @@ class AccumulatorRelocation(Pass):
             found = self._accumulators(block, remote_blocks, facts, context)
             if found:
                 self._plan(block, found, plan, context)
-        return plan.apply(module) if plan else module
+        return plan.apply(module, facts) if plan else module
 
     def _accumulators(self, block: Block, remote_blocks, facts: Facts, context: Context):
         found: list[Accumulator] = []

@@ -148,7 +148,7 @@ class InvokeBatching(Pass):
             if chunked:
                 text += f" (in chunks of {batch} invokes)"
             context.applied(sweep.loop, text, Safety.UNSAFE)
-        return plan.apply(module) if plan else module
+        return plan.apply(module, facts) if plan else module
 
 
 def _after(trips: int | None, batch: int) -> str:

@@ -90,7 +90,7 @@ class ReductionPushdown(Pass):
         for save in _saves(facts):
             self._unneeded_in_session(save, facts, context, plan)
         if plan:
-            return plan.apply(module)
+            return plan.apply(module, facts)
         # one saved value per run: each push changes what the next one sees, and the
         # pipeline runs the passes again until nothing changes
         for save in _saves(facts):

@@ -108,7 +108,7 @@ class SessionChunking(Pass):
                 f"{message}: split into {chunks} back-to-back sessions of {size} iterations "
                 f"(about {_seconds(request.profile.prefix_seconds + size * request.profile.iteration_seconds)} each)",
             )
-        return plan.apply(module) if plan else module
+        return plan.apply(module, facts) if plan else module
 
 
 def _requests(facts: Facts, options) -> list[RequestEstimate]:

@@ -125,7 +125,7 @@ class SessionHoisting(Pass):
             if helper.flag_param is None:
                 info = facts.stmt(helper.func)
                 plan.replace(info.suite, info.index, info.index + 1, lambda _s, h=helper: [with_flag_parameter(h)])
-        return plan.apply(module) if plan else module
+        return plan.apply(module, facts) if plan else module
 
     def _requests(self, region: Region, facts: Facts) -> int:
         from ndif_opt.regions import UNKNOWN_TRIPS

@@ -122,7 +122,7 @@ class SkipInsertion(Pass):
             introduce(context, names[0])
             self._plan(sweep, layers, index, stop, names, plan)
             context.applied(sweep.loop, _message(sweep, index, facts, saving))
-        return plan.apply(module) if plan else module
+        return plan.apply(module, facts) if plan else module
 
     def _plan(self, sweep: Sweep, layers: str, index, stop: str, names, plan: SuitePlan) -> None:
         cache, i, tracer = names

@@ -608,7 +608,7 @@ class TraceFusion(Pass):
                 f"the loop's traces of the same input now run as one trace with the loop "
                 f"inside: {passes_text(trips)} → 1",
             )
-        return plan.apply(module) if plan else module
+        return plan.apply(module, facts) if plan else module
 
 
 def _fused(sweep: Sweep):
