@@ -1,13 +1,16 @@
 """The static cost model against measurement: predicted vs measured, script by script.
 
-For every example (``examples/*.py``) and every script in ``benchmarks/cost_scripts/``,
-the original and its optimized form are run through the NDIF emulation on the tiny
-models of :mod:`ndif_opt.verify` (``verify_sources``), and the cost model is evaluated
-on the same source *at the tiny models' dimensions*: hidden 64, vocabulary 512, fp32,
-the real layer count, every literal prompt's real token count from the tiny tokenizer,
-and views downloading their whole storage (the emulation runs on the CPU, see
-``ndif_opt.cost_model``). Requests must match exactly; the download estimate must be
-within ±25% of the measured uncompressed result size (or ±4 KB for small results).
+For every example (``examples/*.py``) and every script in ``benchmarks/cost_scripts/``
+— the original, its optimized form and its form optimized with ``--unsafe-fixes`` — and
+for every script the execution tests (``tests/test_execution*.py``) run on the emulated
+server (:func:`execution_scripts`), the script is run through the NDIF emulation on the
+tiny models of :mod:`ndif_opt.verify`, and the cost model is evaluated on the same source
+*at the tiny models' dimensions*: hidden 64, vocabulary 512, fp32, the real layer count,
+every literal prompt's real token count from the tiny tokenizer, and views downloading
+their whole storage (the emulation runs on the CPU, see ``ndif_opt.cost_model``).
+Requests, forward passes and decoder-layer evaluations must match exactly; the download
+estimate must be within ±25% of the measured uncompressed result size (or ±4 KB for small
+results). Runs that fail on the server are listed, with the reason, in :data:`EXCLUDED`.
 
     python benchmarks/cost_accuracy.py            # the table (markdown)
     python benchmarks/cost_accuracy.py --json     # the rows as JSON
@@ -17,10 +20,14 @@ within ±25% of the measured uncompressed result size (or ±4 KB for small resul
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import itertools
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import libcst as cst
 
@@ -70,10 +77,26 @@ def tiny_options(source: str, **cost) -> Options:
             "dtype": "float32",
             "tie_word_embeddings": gpt2,
         }
-    prompts = {}
+    prompts = _TinyTokens(tokenizer)
     for node in _strings(module):
         prompts[node] = len(tokenizer(node)["input_ids"])
     return Options(cost={"models": models, "prompt-tokens": prompts, "view-storage": "storage", **cost})
+
+
+class _TinyTokens(dict):
+    """Token counts by the tiny tokenizer: the script's literal strings up front, any other
+    prompt the cost model works out (an f-string of a loop variable) when asked."""
+
+    def __init__(self, tokenizer) -> None:
+        super().__init__()
+        self.tokenizer = tokenizer
+
+    def __contains__(self, text: object) -> bool:
+        return isinstance(text, str)
+
+    def __missing__(self, text: str) -> int:
+        count = self[text] = len(self.tokenizer(text)["input_ids"])
+        return count
 
 
 def _strings(module: cst.Module) -> set[str]:
@@ -97,7 +120,7 @@ def _strings(module: cst.Module) -> set[str]:
 @dataclass
 class Row:
     script: str
-    version: str  # "original" | "optimized"
+    version: str  # "original" | "optimized" | "optimized (unsafe)" | "script"
     requests_predicted: int
     requests_measured: int
     download_predicted: int
@@ -105,8 +128,11 @@ class Row:
     upload_predicted: int
     upload_measured: int  # as sent (zstd)
     forward_predicted: int
-    forward_measured: int
+    forward_measured: int  # forward passes on the (emulated) server
+    layers_predicted: int = 0
+    layers_measured: int = 0  # decoder-layer evaluations on the (emulated) server
     error: str | None = None  # the emulated run failed (then only shown, not checked)
+    excluded: str | None = None  # why this row is not checked (see EXCLUDED)
 
     @property
     def requests_ok(self) -> bool:
@@ -117,12 +143,27 @@ class Row:
         return within(self.download_predicted, self.download_measured)
 
     @property
+    def forward_ok(self) -> bool:
+        return self.forward_predicted == self.forward_measured
+
+    @property
+    def layers_ok(self) -> bool:
+        return self.layers_predicted == self.layers_measured
+
+    @property
     def checked(self) -> bool:
-        return self.error is None
+        return self.error is None and self.excluded is None
+
+    @property
+    def ok(self) -> bool:
+        return self.requests_ok and self.download_ok and self.forward_ok and self.layers_ok
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        data.update(requests_ok=self.requests_ok, download_ok=self.download_ok)
+        data.update(
+            requests_ok=self.requests_ok, download_ok=self.download_ok,
+            forward_ok=self.forward_ok, layers_ok=self.layers_ok,
+        )
         return data
 
 
@@ -135,69 +176,337 @@ def predict(source: str, options: Options):
     return explain(facts, options)
 
 
-def measure(path: Path, options: Options | None = None) -> list[Row]:
-    """Rows for the original and the optimized script (``options`` steer the optimizer)."""
-    from ndif_opt.verify import run_script
+# examples in the pre-0.5 API are optimized with --migrate (as tests/test_examples.py does)
+MIGRATE = {"legacy_api"}
 
+
+def measure(path: Path, options: Options | None = None, *, unsafe: bool = True) -> list[Row]:
+    """Rows for the original script, its optimized form and (``unsafe``, when it differs)
+    its form optimized with ``--unsafe-fixes``; ``options`` steer the optimizer. The
+    original is run once."""
     source = path.read_text()
-    result = optimize(source, **(_optimize_kwargs(options) if options else {}))
-    rows = []
-    for version, code in (("original", source), ("optimized", result.code)):
-        run = run_script(code, filename=path.name, mode="emulated")
-        predicted = predict(code, tiny_options(code)).cost
-        rows.append(
-            Row(
-                script=path.stem,
-                version=version,
-                requests_predicted=predicted.requests,
-                requests_measured=len(run.requests),
-                download_predicted=predicted.download_bytes,
-                download_measured=run.download_raw_bytes,
-                upload_predicted=predicted.upload_bytes,
-                upload_measured=run.upload_bytes,
-                forward_predicted=predicted.forward_passes,
-                forward_measured=run.forward_passes,
-                error=(run.error or "").split("\n", 1)[0][:120] or None,
-            )
-        )
+    base = options or Options(migrate=path.stem in MIGRATE)
+    versions = [("original", source), ("optimized", optimize(source, options=base).code)]
+    if unsafe and not base.unsafe_fixes:
+        code = optimize(source, options=replace(base, unsafe_fixes=True)).code
+        if code != versions[1][1]:
+            versions.append(("optimized (unsafe)", code))
+    rows = [_row(path.stem, version, code, filename=path.name) for version, code in versions]
+    for row in rows:
+        row.excluded = EXCLUDED.get(f"{row.script}:{row.version}")
     return rows
 
 
-def _optimize_kwargs(options: Options) -> dict:
-    return {"options": options}
+def measure_script(script: "Script") -> Row:
+    """The row of one script of the execution tests (see :func:`execution_scripts`)."""
+    row = _row(
+        script.name, script.version, script.source, filename=script.filename,
+        extra_files=dict(script.extra_files), argv=list(script.argv),
+    )
+    reason = EXCLUDED.get(script.id)
+    if reason is not None:
+        row.excluded = reason
+    return row
+
+
+def _row(name: str, version: str, code: str, **run) -> Row:
+    from ndif_opt.verify import run_script
+
+    measured = run_script(code, mode="emulated", **run)
+    predicted = predict(code, tiny_options(code)).cost
+    return Row(
+        script=name,
+        version=version,
+        requests_predicted=predicted.requests,
+        requests_measured=len(measured.requests),
+        download_predicted=predicted.download_bytes,
+        download_measured=measured.download_raw_bytes,
+        upload_predicted=predicted.upload_bytes,
+        upload_measured=measured.upload_bytes,
+        forward_predicted=predicted.forward_passes,
+        forward_measured=sum(r.forward_passes for r in measured.requests),
+        layers_predicted=predicted.layer_evaluations,
+        layers_measured=sum(r.layer_calls for r in measured.requests),
+        error=(measured.error or "").split("\n", 1)[0][:120] or None,
+    )
 
 
 def table(rows: list[Row]) -> str:
-    """A markdown table: predicted vs measured requests, download, upload, forward passes."""
+    """A markdown table: predicted vs measured requests, download, upload, forward passes
+    and layer evaluations."""
     head = (
         "| script | version | requests pred / meas | download pred | download meas | Δ download "
-        "| upload pred | upload meas | forward pred / meas | ok |\n"
-        "|---|---|---|---:|---:|---:|---:|---:|---|---|\n"
+        "| upload pred | upload meas | forward pred / meas | layers pred / meas | ok |\n"
+        "|---|---|---|---:|---:|---:|---:|---:|---|---|---|\n"
     )
     lines = []
     for r in rows:
         delta = (r.download_predicted - r.download_measured) / r.download_measured if r.download_measured else 0.0
-        if not r.checked:
-            ok = "not checked: fails remotely"
+        if r.excluded is not None:
+            ok = f"not checked: {r.excluded}"
+        elif r.error is not None:
+            ok = f"not checked: fails remotely ({r.error[:60]})"
         else:
-            ok = "✓" if r.requests_ok and r.download_ok else "✗"
+            ok = "✓" if r.ok else "✗"
         lines.append(
             f"| {r.script} | {r.version} | {r.requests_predicted} / {r.requests_measured} "
             f"| {r.download_predicted:,} | {r.download_measured:,} | {delta:+.1%} "
             f"| {r.upload_predicted:,} | {r.upload_measured:,} "
-            f"| {r.forward_predicted} / {r.forward_measured} | {ok} |"
+            f"| {r.forward_predicted} / {r.forward_measured} "
+            f"| {r.layers_predicted} / {r.layers_measured} | {ok} |"
         )
     return head + "\n".join(lines) + "\n"
+
+
+# Rows whose cost is not checked ("<example>:<version>" or a Script.id), and why. Each of
+# them fails on the (emulated) server: what it sent before failing is not what the script
+# describes. Any other run that fails is an error of the test.
+EXCLUDED: dict[str, str] = {
+    "activation_patching:original": (
+        "fails remotely: the client dict `clean_acts` filled inside the remote trace stays "
+        "empty on the server (KeyError)"
+    ),
+    "layer_sweep_readonly:original": (
+        "fails remotely: the client list filled inside the remote traces stays empty "
+        "(torch.stack of an empty list)"
+    ),
+    "legacy_api:original": "pre-0.5 nnsight API (`nnsight.list()`): fails on nnsight 0.8 until migrated",
+    "test_execution_compute::test_descending_layers_are_not_fused_because_one_trace_cannot_go_back:script#2": (
+        "fails by design (OutOfOrderError): the fused trace the test shows trace-fusion must refuse"
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------------
+# The scripts of the execution tests
+# ---------------------------------------------------------------------------------------
+
+EXECUTION_TESTS = "test_execution*.py"
+_RUNNERS = ("run_script", "verify_sources", "verify_result")
+
+
+@dataclass(frozen=True)
+class Script:
+    """One emulated run an execution test makes: the source and what it is run with."""
+
+    name: str  # "<test module>::<test>[<parameters>]"
+    version: str  # "original" / "optimized" (of a verify call) or "script" (run_script)
+    source: str
+    filename: str = "script.py"
+    extra_files: tuple[tuple[str, str], ...] = ()
+    argv: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}:{self.version}"
+
+
+class _Recorded(Exception):
+    """Raised by a stand-in runner once it has recorded its call."""
+
+
+def execution_scripts(paths: list[Path] | None = None) -> list[Script]:
+    """Every emulated run the execution tests make, original and optimized, with the
+    file name, helper files and arguments it is run with — without running anything.
+
+    Each test module is imported under a private name and each test function (once per
+    parametrization) is replayed statement by statement: imports and assignments run
+    (``source = textwrap.dedent(...)``, ``optimized = optimize(source).code`` — the
+    optimizer is pure and fast), and every call of ``run_script(..., mode="emulated")``,
+    ``verify_sources``, ``verify_result`` or of a module helper that calls them (``check``,
+    ``_verify``: they run for real up to the runner, so their own ``optimize`` options
+    and ``textwrap.dedent`` apply) is evaluated with stand-in runners that record the
+    script instead of running it. A statement that cannot be evaluated this way (it reads
+    a run's result) is skipped. Scripts that are examples (``examples/``, original or
+    optimized) are left out: the example rows measure them already.
+    """
+    paths = sorted((ROOT / "tests").glob(EXECUTION_TESTS)) if paths is None else paths
+    pairs = [
+        (p.stem, p.read_text(), (ROOT / "examples" / "optimized" / p.name).read_text())
+        for p in (ROOT / "examples").glob("*.py")
+    ]
+    known = {text for _, original, optimized in pairs for text in (original, optimized)}
+    # what optimize() gives an example with default options (not the migrated ones)
+    examples = {original: optimized for stem, original, optimized in pairs if stem not in MIGRATE}
+    found: dict[tuple, Script] = {}
+    for path in paths:
+        for script in _replay_module(path, examples):
+            if script.source in known:
+                continue
+            key = (script.source, script.filename, script.extra_files, script.argv)
+            found.setdefault(key, script)
+    return list(found.values())
+
+
+def _replay_module(path: Path, examples: dict[str, str]) -> list[Script]:
+    spec = importlib.util.spec_from_file_location(f"_cost_accuracy_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tree = ast.parse(path.read_text())
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    # helpers: module functions that (transitively) call a runner
+    runners = set(_RUNNERS)
+    changed = True
+    while changed:
+        changed = False
+        for name, node in functions.items():
+            if name.startswith("test_") or name in runners:
+                continue
+            if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in runners
+                   for c in ast.walk(node)):
+                runners.add(name)
+                changed = True
+    recorded: list[Script] = []
+    current = {"name": ""}
+
+    def record(version, source, filename="script.py", argv=None, extra_files=None):
+        files = tuple(sorted((str(k), v if isinstance(v, str) else v.decode()) for k, v in (extra_files or {}).items()))
+        taken = sum(1 for s in recorded if s.name == current["name"] and s.version.split("#")[0] == version)
+        version = f"{version}#{taken + 1}" if taken else version
+        recorded.append(Script(current["name"], version, source, filename, files, tuple(argv or ())))
+
+    def run_script(source, *, filename="script.py", mode="local", argv=None, timeout=None, extra_files=None):
+        if mode == "emulated":
+            record("script", source, filename, argv, extra_files)
+        raise _Recorded
+
+    def verify_sources(original, optimized, *, filename="script.py", argv=None, extra_files=None, **_):
+        record("original", original, filename, argv, extra_files)
+        record("optimized", optimized, filename, argv, extra_files)
+        raise _Recorded
+
+    def verify_result(source, result, *, filename="script.py", argv=None, extra_files=None, **_):
+        verify_sources(source, result.code, filename=filename, argv=argv, extra_files=extra_files)
+
+    memo: dict[tuple, object] = {}
+
+    def optimize_(source, **kwargs):
+        # an example with default options: its optimized form is examples/optimized/
+        # (tests/test_examples.py keeps it so), and its rows are measured already
+        if not kwargs and source in examples:
+            return SimpleNamespace(code=examples[source], unreturned=(), introduced=(), findings=(), costs=())
+        key = (source, repr(sorted(kwargs.items())))
+        if key not in memo:
+            memo[key] = optimize(source, **kwargs)
+        return memo[key]
+
+    stand_ins = {
+        "run_script": run_script, "verify_sources": verify_sources, "verify_result": verify_result,
+        "optimize": optimize_,
+    }
+    for name, value in stand_ins.items():
+        setattr(module, name, value)
+    for name, node in functions.items():
+        func = getattr(module, name, None)
+        if not name.startswith("test_") or not callable(func):
+            continue
+        for label, params in _parametrizations(func):
+            current["name"] = f"{path.stem}::{name}{label}"
+            namespace = dict(vars(module))
+            namespace.update(params)
+            for stmt in _statements(node.body):
+                calls = [
+                    c for c in _calls_in(stmt)
+                    if isinstance(c.func, ast.Name) and c.func.id in runners
+                ]
+                for call in calls:
+                    try:
+                        eval(compile(ast.Expression(call), str(path), "eval"), namespace)
+                    except Exception:  # noqa: BLE001 - _Recorded, or it reads what a run returns
+                        pass
+                if not calls and isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Import, ast.ImportFrom)):
+                    try:
+                        exec(compile(ast.Module([stmt], []), str(path), "exec"), namespace)
+                    except Exception:  # noqa: BLE001
+                        pass
+    return recorded
+
+
+def _parametrizations(func):
+    """(label, {argument: value}) for each parametrization of a test function: pytest's
+    ids when given, else the values when they are all short, else the index."""
+    marks = [m for m in getattr(func, "pytestmark", []) if m.name == "parametrize"]
+    axes = []
+    for mark in marks:
+        names = mark.args[0]
+        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+        ids = mark.kwargs.get("ids")
+        axis = []
+        plain = all(
+            None not in [_param_label(v) for v in (tuple(value) if len(names) > 1 else (value,))]
+            for value in mark.args[1] if not (hasattr(value, "values") and hasattr(value, "marks"))
+        )
+        for index, value in enumerate(mark.args[1]):
+            given = None
+            if hasattr(value, "values") and hasattr(value, "marks"):  # pytest.param(...)
+                values, given = tuple(value.values), value.id
+            else:
+                values = tuple(value) if len(names) > 1 else (value,)
+            if given is not None:
+                label = str(given)
+            elif callable(ids):
+                label = "-".join(str(ids(v)) for v in values)
+            elif ids is not None:
+                label = str(ids[index])
+            else:
+                label = "-".join(_param_label(v) for v in values) if plain else str(index)
+            axis.append((label, dict(zip(names, values))))
+        axes.append(axis)
+    if not axes:
+        yield "", {}
+        return
+    for combo in itertools.product(*axes):
+        params = {}
+        for _, values in combo:
+            params.update(values)
+        yield "[" + "-".join(label for label, _ in combo) + "]", params
+
+
+def _param_label(value) -> str | None:
+    if isinstance(value, Path):
+        return value.stem
+    if isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) <= 20 and "\n" not in value):
+        return str(value)
+    return None
+
+
+def _statements(body):
+    """The statements of a function body in order, compound statements' bodies inlined."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, field, None)
+            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                yield from _statements(inner)
+        for handler in getattr(stmt, "handlers", []) or []:
+            yield from _statements(handler.body)
+
+
+def _calls_in(stmt):
+    """Calls in a statement's own expressions (not in nested statements or functions)."""
+    found = []
+    stack = [child for child in ast.iter_child_nodes(stmt) if not isinstance(child, ast.stmt)]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Lambda, ast.FunctionDef)):
+            continue
+        if isinstance(node, ast.Call):
+            found.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return sorted(found, key=lambda c: (c.lineno, c.col_offset))
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     rows = [row for path in scripts() for row in measure(path)]
+    rows += [measure_script(script) for script in execution_scripts()]
     if "--json" in argv:
         print(json.dumps([r.to_dict() for r in rows], indent=2))
     else:
         print(table(rows))
-    bad = [r for r in rows if r.checked and not (r.requests_ok and r.download_ok)]
+    bad = [r for r in rows if (r.checked and not r.ok) or (r.error is not None and r.excluded is None)]
     return 1 if bad else 0
 
 

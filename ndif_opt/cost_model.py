@@ -15,8 +15,11 @@ The model walks the script once, in order, as an abstract interpreter:
 * every **outermost remote block** is one request: its upload (request base, the module
   tree's references, the block's code, every client tensor the block reads), its
   download (``torch.save`` of the saved values), its forward passes (one per trace however
-  many invokes; ``max_new_tokens`` per generate), its compute (2 × parameters × tokens
-  per pass) and its server time.
+  many invokes; ``max_new_tokens`` per generate), its decoder-layer evaluations (every
+  layer of every forward pass, less the layers replaced by ``.skip()`` and those after a
+  ``tracer.stop()``), its compute (2 × parameters × tokens per pass — the tokens of every
+  invoke, padded to the longest — less the parameters of the layers not evaluated) and
+  its server time.
 
 What the download counts — the server's ``torch.save`` of ``{name: value}`` for every
 *name* bound to a saved value in the block's frame (a saved value appended to a client
@@ -26,18 +29,26 @@ result, 225 B a tensor) were measured against nnsight 0.8 / torch 2.13.
 **Views.** NDIF's server runs on GPU and moves each saved tensor with ``.to("cpu")``, which
 copies only the view: ``logits[0, -1].save()`` downloads ``vocab`` elements. A CPU server
 (and the in-process emulation of :mod:`ndif_opt.verify`) pickles CPU tensors as they are,
-and ``torch.save`` writes a view's whole storage. ``Options.cost["view-storage"]`` selects
-``"compact"`` (default, the GPU server) or ``"storage"`` (a CPU server / the emulation).
+and ``torch.save`` writes a view's whole storage — once per result, however many views of
+it a container holds (the rows of a trace's invokes are views of one batch output).
+``Options.cost["view-storage"]`` selects ``"compact"`` (default, the GPU server) or
+``"storage"`` (a CPU server / the emulation).
+
+**Invokes.** The invokes of one trace run as one batch padded to the longest prompt: the
+trace's compute counts every invoke's rows at that length, and inside an invoke the
+model's values have that invoke's rows.
 
 Every assumption is stated by :func:`assumptions` and can be overridden through
 ``Options.cost`` (see :data:`DEFAULTS`; also ``"models"``, ``"model-config"``,
-``"prompt-tokens"`` and ``"view-storage"``). :func:`explain` returns the per-request
+``"prompt-tokens"`` — a mapping or a function from prompt to token count — and
+``"view-storage"``). :func:`explain` returns the per-request
 breakdown, the script-specific notes and the warnings (a request whose server time may
 exceed NDIF's one-hour limit); :func:`estimate` only the totals.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -46,7 +57,7 @@ from typing import Any
 import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, is_save_call
-from ndif_opt.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size
+from ndif_opt.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size, estimate_n_params
 from ndif_opt.names import dotted_name
 from ndif_opt.options import Options
 from ndif_opt.rewrite import code_of, unsave
@@ -84,6 +95,7 @@ VIEW_MODES = ("compact", "storage")
 # torch.save of the result dict (torch 2.13, zip format): measured.
 RESULT_BASE = 1261  # an empty result dict
 TENSOR_OVERHEAD = 225  # zip record, alignment and pickle of one tensor, beyond its data
+SHARED_VIEW_OVERHEAD = 32  # pickle of one more view of a storage already in the result
 NAME_OVERHEAD = 5  # a dict key's pickle opcodes, beyond its characters
 # RequestModel.serialize (nnsight 0.8, cloudpickle protocol 4, zstd level 6): measured on
 # GPT-2 and Llama module trees of 12, 32, 80 and 126 layers.
@@ -96,6 +108,7 @@ UPLOAD_RAW_GENERATE = 4_000
 CODE_COMPRESSION = 0.3  # the block's source, zstd-compressed
 CLIENT_TENSOR_OVERHEAD = 400  # pickling one client tensor into the request
 UNROLL_LIMIT = 256  # loops over at most this many literal strings are unrolled
+UNROLL_BUDGET = 4096  # iterations a walk unrolls for loops whose cost varies by iteration
 CALL_DEPTH = 3  # same-file functions are followed this deep
 
 _PY_SIZES = {"float": 9, "number": 9, "int": 5, "bool": 2, "none": 1, "dtype": 20, "device": 20}
@@ -110,6 +123,8 @@ _VIEW_METHODS = frozenset(
 _CONTAINER_METHODS = frozenset({"append", "extend", "insert", "update", "setdefault", "add"})
 _LAYER_CONTAINERS = frozenset({"layers", "h", "blocks", "layer"})
 _LAYER_COUNT_ATTRS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
+# modules the model runs before its first decoder layer
+_BEFORE_LAYERS = frozenset({"embed_tokens", "wte", "wpe", "embed_in", "embed_positions", "rotary_emb", "drop"})
 
 
 def _setting(options: Options, key: str) -> float:
@@ -154,6 +169,7 @@ class RequestEstimate:
     upload_raw_bytes: int = 0
     download_bytes: int = 0
     forward_passes: int = 0
+    layer_evaluations: int = 0
     compute_flops: float = 0.0
     server_seconds: float = 0.0
     max_server_seconds: float = 0.0  # the longest single request
@@ -199,12 +215,13 @@ def explain(facts: Facts, options: Options) -> Estimate:
     except Exception as error:  # noqa: BLE001 - an estimate must never stop a rewrite
         walker.note(f"the cost model could not follow this script ({type(error).__name__}): its cost is partial")
     requests = walker.requests
-    total = dict(requests=0, upload=0, download=0, forward=0, flops=0.0, server=0.0)
+    total = dict(requests=0, upload=0, download=0, forward=0, layers=0, flops=0.0, server=0.0)
     for r in requests:
         total["requests"] += r.count
         total["upload"] += r.upload_bytes
         total["download"] += r.download_bytes
         total["forward"] += r.forward_passes
+        total["layers"] += r.layer_evaluations
         total["flops"] += r.compute_flops
         total["server"] += r.server_seconds
     seconds = (
@@ -218,6 +235,7 @@ def explain(facts: Facts, options: Options) -> Estimate:
         upload_bytes=int(total["upload"]),
         download_bytes=int(total["download"]),
         forward_passes=total["forward"],
+        layer_evaluations=total["layers"],
         compute_flops=total["flops"],
         seconds=round(seconds, 3),
     )
@@ -252,8 +270,10 @@ def assumptions(options: Options) -> list[str]:
         f"{_setting(options, 'upload-bandwidth') / 1e6:g} MB/s; download sizes are uncompressed, "
         "upload sizes as sent (zstd)",
         f"a forward pass takes the longer of its compute at {_setting(options, 'throughput') / 1e12:g} "
-        "TFLOP/s (2 × parameters × tokens) and reading the weights once at "
-        f"{_setting(options, 'memory-bandwidth') / 1e12:g} TB/s",
+        "TFLOP/s (2 × parameters × tokens, the tokens of every invoke padded to the longest) and "
+        f"reading the weights once at {_setting(options, 'memory-bandwidth') / 1e12:g} TB/s",
+        "every forward pass evaluates every decoder layer except those replaced by `.skip()` and "
+        "those after a `tracer.stop()`; a layer not evaluated costs neither compute nor weight reads",
         f"NDIF stops a request after {_seconds(_setting(options, 'session-limit'))}; sessions are "
         f"planned to {_seconds(session_budget(options))}",
         view,
@@ -360,15 +380,36 @@ def _literal(expr: cst.BaseExpression) -> Any:
 # ---------------------------------------------------------------------------------------
 
 
+_SERIALS = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class _Storage:
+    """The module output a value is a view of: its shape, which one it is (None when the
+    module is not known exactly) and how many runs of its trace the walk stands for."""
+
+    shape: Shape
+    key: tuple | None
+    times: float = 1.0
+
+
 @dataclass
 class _Forward:
-    """Shape context of the code inside one trace/generate."""
+    """Shape context of the code inside one trace/generate.
+
+    ``batch`` is the rows the code sees: inside ``tracer.invoke(...)`` the invoke's own
+    rows, else every row of the trace (``rows``); ``times`` is how many times the walk of
+    this trace stands for; ``skipped`` counts the ``.skip()`` calls met, over all of them."""
 
     dims: ModelDims
     model: str
     seq: int
     batch: int
     max_new_tokens: int | None
+    rows: int = 1
+    times: float = 1.0
+    skipped: float = 0.0
+    serial: int = field(default_factory=lambda: next(_SERIALS))
 
 
 class _Walker:
@@ -384,15 +425,16 @@ class _Walker:
         self._by_block: dict[int, RequestEstimate] = {}
         self.notes: list[str] = []
         self.env: dict[str, Shape | ModuleRef] = {}
-        self.storage: dict[str, Shape] = {}  # names bound to (views of) a module output
+        self.storage: dict[str, _Storage] = {}  # names bound to (views of) a module output
         self.request: _Request | None = None
         self.forward: _Forward | None = None
         self._dims: dict[str, ModelDims] = {}
         self._called: set[str] = set()
         self._calls_memo: dict[int, list[cst.Call]] = {}
-        self._work_memo: dict[int, bool] = {}
+        self._work_memo: dict[object, bool] = {}
         self._code_memo: dict[int, int] = {}
         self._call_stack: list[str] = []
+        self._unrolled = 0  # iterations unrolled so far (see UNROLL_BUDGET)
         self._default_dims = self.dims_of(self.model_names[0])
 
     # -- setup ---------------------------------------------------------------------------
@@ -518,6 +560,18 @@ class _Walker:
     def with_statement(self, stmt: cst.With, times: float) -> None:
         block = self.facts.block_of(stmt)
         if block is None:
+            forward = self.forward
+            invoke = _invoke_call(stmt)
+            if forward is not None and invoke is not None:
+                # inside an invoke the model's values have the invoke's rows (an invoke
+                # without input sees the whole batch)
+                rows, _ = self.prompt_rows(invoke, quiet=True)  # its tokens were counted already
+                outer, forward.batch = forward.batch, (rows or forward.rows)
+                try:
+                    self.suite(stmt.body.body, times)
+                finally:
+                    forward.batch = outer
+                return
             self.suite(stmt.body.body, times)
             return
         if self.request is None:
@@ -532,7 +586,11 @@ class _Walker:
     def for_loop(self, stmt: cst.For, times: float) -> None:
         names = _target_names(stmt.target)
         elements = self.elements(stmt.iter)
-        if elements is not None and len(elements) <= UNROLL_LIMIT and any(_has_str(e) for e in elements):
+        if elements is not None and len(elements) <= UNROLL_LIMIT and (
+            any(_has_str(e) for e in elements)
+            or (self._unrolled + len(elements) <= UNROLL_BUDGET and self._varies(stmt))
+        ):
+            self._unrolled += len(elements)
             for element in elements:
                 self._bind_target(stmt.target, element)
                 self.suite(stmt.body.body, times)
@@ -551,6 +609,22 @@ class _Walker:
             for name in names:
                 self._bind(name, self._element_shape(stmt.iter))
         self.suite(stmt.body.body, times * trips)
+
+    def _varies(self, loop: cst.For) -> bool:
+        """Does what an iteration costs depend on the loop variable? — a nested loop whose
+        length it sets (``for i in range(layer)``: triangular sweeps, skipped prefixes),
+        or a slice it bounds (``items[start : start + K]``: the last chunk is shorter),
+        around nnsight work or ``.skip()`` calls."""
+        known = self._work_memo.get(("varies", id(loop)))
+        if known is not None:
+            return known
+        names = set(_target_names(loop.target))
+        found = False
+        if names:
+            nested = [n for n in _compound(loop.body) if isinstance(n, cst.For) and names & _names_in(n.iter)]
+            found = bool(nested) and (self._has_work(loop.body) or _has_skip(loop.body))
+        self._work_memo[("varies", id(loop))] = found
+        return found
 
     def _element_shape(self, iterable: cst.BaseExpression) -> Shape | ModuleRef:
         value = self.value(iterable)
@@ -612,7 +686,7 @@ class _Walker:
             args = [a.value for a in expr.args if a.keyword is None and not a.star]
             if func == "range" and 1 <= len(args) <= 3:
                 values = [self.integer(a, depth + 1) for a in args]
-                if any(v is None for v in values) or values[-1] == 0:
+                if any(v is None for v in values) or (len(values) == 3 and values[2] == 0):
                     return None
                 rng = range(*values)
                 return list(rng) if len(rng) <= 4 * UNROLL_LIMIT else None
@@ -659,7 +733,7 @@ class _Walker:
             args = [a.value for a in expr.args if a.keyword is None and not a.star]
             if func in ("range", "trange") and 1 <= len(args) <= 3:
                 values = [self.integer(a, depth + 1) for a in args]
-                if any(v is None for v in values) or values[-1] == 0:
+                if any(v is None for v in values) or (len(values) == 3 and values[2] == 0):
                     return None
                 return len(range(*values))
             if func in ("enumerate", "list", "tuple", "reversed", "sorted", "tqdm", "tqdm.tqdm", "iter") and args:
@@ -692,6 +766,16 @@ class _Walker:
                 return len(value.value)
         return None
 
+    def _is_layer(self, expr: cst.BaseExpression) -> bool:
+        """Is ``expr`` one decoder layer (``model.model.layers[i]``)?"""
+        ref = self.value(expr)
+        return (
+            isinstance(ref, ModuleRef)
+            and len(ref.path) >= 2
+            and not isinstance(ref.path[-1], str)
+            and ref.path[-2] in _LAYER_CONTAINERS
+        )
+
     def _module_list_length(self, expr: cst.BaseExpression) -> int | None:
         """``model.model.layers`` / ``model.transformer.h``: the model's layer count."""
         value = self.value(expr)
@@ -720,6 +804,18 @@ class _Walker:
             return None if constant is None else self.integer(constant, depth + 1)
         if isinstance(expr, cst.Call) and dotted_name(expr.func) == "len" and len(expr.args) == 1:
             return self.length(expr.args[0].value, depth + 1)
+        if isinstance(expr, cst.Call) and dotted_name(expr.func) in ("max", "min") and expr.args:
+            # max(LAYERS), min(a, b): skip-insertion caches `range(max(LAYERS))`
+            args = [a for a in expr.args if a.keyword is None]
+            if len(args) != len(expr.args) or any(a.star for a in args):
+                return None
+            if len(args) == 1:
+                values = self.elements(args[0].value, depth + 1)
+            else:
+                values = [self.integer(a.value, depth + 1) for a in args]
+            if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                return None
+            return max(values) if dotted_name(expr.func) == "max" else min(values)
         if isinstance(expr, cst.Attribute) and expr.attr.value in _LAYER_COUNT_ATTRS:
             root = dotted_name(expr) or ""
             if any(root.startswith(m + ".") for m in self.facts.models) and ".config." in f".{root}":
@@ -778,9 +874,40 @@ class _Walker:
             entry = _config_entry(expr, self.facts)
             if entry is not None:
                 return self.constant_value(entry)
+        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
+            item = expr.slice[0].slice
+            if isinstance(item, cst.Slice):  # PROMPTS[:2]
+                items = self.elements(expr)
+                return items if items is not None else NO_VALUE
+            if isinstance(item, cst.Index):  # PROMPTS[2]
+                index = self.integer(item.value)
+                items = self.elements(expr.value)
+                if index is not None and items is not None and -len(items) <= index < len(items):
+                    return items[index]
+        if isinstance(expr, cst.FormattedString):
+            return self._formatted(expr)
         return NO_VALUE
 
-    def storage_of(self, expr: cst.BaseExpression) -> Shape | None:
+    def _formatted(self, expr: cst.FormattedString) -> Any:
+        """An f-string whose fields are all known: ``f"Number {i} is"`` in an unrolled loop."""
+        if "b" in expr.prefix.lower():
+            return NO_VALUE
+        out = []
+        for part in expr.parts:
+            if isinstance(part, cst.FormattedStringText):
+                if "\\" in part.value:
+                    return NO_VALUE
+                out.append(part.value.replace("{{", "{").replace("}}", "}"))
+                continue
+            if part.format_spec or part.conversion not in (None, "s"):
+                return NO_VALUE
+            value = self.constant_value(part.expression)
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                return NO_VALUE
+            out.append(str(value))
+        return "".join(out)
+
+    def storage_of(self, expr: cst.BaseExpression) -> _Storage | None:
         """The module output a view expression shares its storage with (``storage`` mode)."""
         node = expr
         while True:
@@ -798,10 +925,22 @@ class _Walker:
                     return None
                 node = node.func.value
             elif isinstance(node, cst.Attribute) and node.attr.value in ("output", "input"):
-                value = self.value(node)
-                if isinstance(value, Shape) and value.is_tensor:
-                    return value
-                return None
+                forward = self.forward
+                if forward is None:
+                    value = self.value(node)
+                else:  # an invoke's value is a view of the whole batch's
+                    seen, forward.batch = forward.batch, forward.rows
+                    try:
+                        value = self.value(node)
+                    finally:
+                        forward.batch = seen
+                if not (isinstance(value, Shape) and value.is_tensor):
+                    return None
+                ref = self.value(node.value)
+                key = None
+                if forward is not None and isinstance(ref, ModuleRef) and None not in ref.path:
+                    key = (forward.serial, ref.dotted(), node.attr.value)
+                return _Storage(value, key, forward.times if forward is not None else 1.0)
             elif isinstance(node, cst.Attribute) and node.attr.value in ("T", "mT", "data"):
                 node = node.value
             elif isinstance(node, cst.Name):
@@ -826,6 +965,12 @@ class _Walker:
 
     def sent_size(self, expr: cst.BaseExpression) -> tuple[int | None, Shape]:
         """(bytes the server's torch.save writes for ``expr``, its shape)."""
+        size, shape, _ = self.sent(expr)
+        return size, shape
+
+    def sent(self, expr: cst.BaseExpression) -> tuple[int | None, Shape, _Storage | None]:
+        """:meth:`sent_size` and, when the size is a storage the value is a view of
+        (``storage`` mode), that storage: torch.save writes a storage once per result."""
         shape = self.shape(expr)
         if shape.kind == "unknown" and isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
             if expr.func.attr.value == "item":  # whatever it was, .item() is a Python number
@@ -833,9 +978,10 @@ class _Walker:
         size = serialized_size(shape)
         if self.view_mode == "storage" and shape.is_tensor:
             storage = self.storage_of(expr)
-            if storage is not None and storage.numel and shape.numel is not None and storage.numel > shape.numel:
-                size = storage.numel * dtype_size(storage.dtype) + TENSOR_OVERHEAD
-        return size, shape
+            whole = storage.shape if storage is not None else None
+            if whole is not None and whole.numel and shape.numel is not None and whole.numel > shape.numel:
+                return whole.numel * dtype_size(whole.dtype) + TENSOR_OVERHEAD, shape, storage
+        return size, shape, None
 
     # -- simple statements -----------------------------------------------------------------
     def small(self, small: cst.BaseSmallStatement, times: float) -> None:
@@ -895,6 +1041,11 @@ class _Walker:
             if literal is not NO_VALUE:
                 self._bind(name, _python_shape(literal, True))
                 return
+            if isinstance(value, cst.Call) and dotted_name(value.func) in ("list", "tuple", "sorted", "reversed"):
+                items = self.elements(value)  # `items = list(range(100))`: still known
+                if items is not None:
+                    self._bind(name, _python_shape(items, True))
+                    return
             bound = self.value(value)
             storage = self.storage_of(value)
             self._bind(name, bound)
@@ -916,11 +1067,19 @@ class _Walker:
             if name in request.containers:
                 key = target.slice[0].slice if len(target.slice) == 1 else None
                 key_shape = self.value(key.value) if isinstance(key, cst.Index) else None
-                size, _ = self.sent_size(unsave(value))
-                request.add(name, size, _key_size(key_shape) if key_shape is not None else 9, times, self)
+                size, _, storage = self.sent(unsave(value))
+                request.add(name, size, _key_size(key_shape) if key_shape is not None else 9, times, storage)
 
     def call_statement(self, call: cst.Call, times: float) -> None:
         func = call.func
+        if (
+            self.forward is not None
+            and isinstance(func, cst.Attribute)
+            and func.attr.value == "skip"
+            and self._is_layer(func.value)
+        ):
+            self.forward.skipped += times  # one layer evaluation less
+            return
         request = self._frame_request()
         if request is None or not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
             return
@@ -929,17 +1088,17 @@ class _Walker:
             return
         args = [a.value for a in call.args]
         if method == "append" or method == "add":
-            size, _ = self.sent_size(unsave(args[0]))
-            request.add(name, size, 0, times, self)
+            size, _, storage = self.sent(unsave(args[0]))
+            request.add(name, size, 0, times, storage)
         elif method == "insert" and len(args) >= 2:
-            size, _ = self.sent_size(unsave(args[1]))
-            request.add(name, size, 0, times, self)
+            size, _, storage = self.sent(unsave(args[1]))
+            request.add(name, size, 0, times, storage)
         elif method == "setdefault" and len(args) >= 2:
-            size, _ = self.sent_size(unsave(args[1]))
-            request.add(name, size, _key_size(self.value(args[0])), times, self)
+            size, _, storage = self.sent(unsave(args[1]))
+            request.add(name, size, _key_size(self.value(args[0])), times, storage)
         elif method in ("extend", "update"):
             size, shape = self.sent_size(unsave(args[0]))
-            request.add(name, None if size is None else max(size - 4, 0), 0, times, self)
+            request.add(name, None if size is None else max(size - 4, 0), 0, times)
 
     def _follow_calls(self, small: cst.CSTNode, times: float) -> None:
         """Walk same-file functions called by this statement, at the call."""
@@ -1010,6 +1169,7 @@ class _Walker:
         entry.upload_raw_bytes += _round(count * upload_raw)
         entry.download_bytes += _round(count * download)
         entry.forward_passes += _round(count * request.forward_passes)
+        entry.layer_evaluations += _round(count * request.layer_evaluations)
         entry.compute_flops += count * request.flops
         entry.server_seconds += count * request.seconds
         entry.max_server_seconds = max(entry.max_server_seconds, request.seconds)
@@ -1063,40 +1223,98 @@ class _Walker:
             self.suite(block.node.body.body, times)
             return
         dims = self.dims_of(block.model)
+        body = block.node.body.body
         rows, seq = self.prompt_rows(block.call)
-        invoked = self._invokes(block.node.body.body, 1)
+        invoked = self._invokes(body, 1)
         if invoked[0]:
             rows = invoked[0] + (rows if rows else 0)
             seq = max(seq, invoked[1])
         rows = max(rows, 1)
         new_tokens = None
         passes = 1
-        if block.method == "generate":
+        tracer = block.tracer_name
+        stop = _stop_index(body, tracer)
+        if block.method == "generate" and stop is None:
             new_tokens = self._max_new_tokens(block.call)
             passes = new_tokens
-        self.forward = _Forward(dims, block.model, seq, rows, new_tokens)
-        request.forward_passes += times * passes
-        request.add_passes(dims, rows, seq, passes, times)
-        tracer = block.tracer_name
+        forward = self.forward = _Forward(dims, block.model, seq, rows, new_tokens, rows=rows, times=times)
         if tracer is not None:
             self.env.pop(tracer, None)
-        self.suite(block.node.body.body, times)
+        self.suite(body, times)
+        n = dims.n_layers
+        # layers one run of the trace reaches: all of them each pass, or up to the
+        # furthest module read before `tracer.stop()`
+        reached = passes * n if stop is None else self._reach(body[:stop] if stop >= 0 else body, n)
         self.forward = None
+        evaluations = max(times * reached - forward.skipped, 0.0)
+        request.forward_passes += times * passes
+        request.layer_evaluations += evaluations
+        share = evaluations / (times * passes * n) if times and n else 1.0
+        request.add_passes(dims, rows, seq, passes, times, share)
+
+    def _reach(self, statements, n: int) -> int:
+        """Decoder layers the model evaluates before the code in ``statements`` is done
+        with it: the furthest module it reads (or skips)."""
+        reach = 0
+        for stmt in statements:
+            reach = max(reach, self._reach_node(stmt, n))
+            if reach >= n:
+                return n
+        return reach
+
+    def _reach_node(self, node: cst.CSTNode, n: int) -> int:
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return 0
+        if isinstance(node, cst.For):
+            best = self._reach_node(node.iter, n)
+            elements = self.elements(node.iter)
+            if elements is None or not isinstance(node.target, cst.Name):
+                return max(best, self._reach_node(node.body, n))
+            name = node.target.value
+            ints = [e for e in elements if isinstance(e, int) and not isinstance(e, bool)]
+            # the furthest module is read at an extreme of the loop variable
+            candidates = list(dict.fromkeys(ints and [ints[0], ints[-1], min(ints), max(ints)]))
+            if len(ints) != len(elements):
+                candidates = elements[:1] + elements[-1:]
+            had, value = name in self.env, self.env.get(name)
+            try:
+                for element in candidates:
+                    self.env[name] = _python_shape(element, True)
+                    best = max(best, self._reach_node(node.body, n))
+            finally:
+                if had:
+                    self.env[name] = value
+                else:
+                    self.env.pop(name, None)
+            return best
+        best = 0
+        if isinstance(node, cst.Attribute) and node.attr.value in ("output", "input", "inputs", "skip"):
+            ref = self.value(node.value)
+            if isinstance(ref, ModuleRef):
+                best = _layer_position(ref, node.attr.value, n)
+        for child in node.children:
+            best = max(best, self._reach_node(child, n))
+            if best >= n:
+                return n
+        return best
 
     def _invokes(self, statements, times: float) -> tuple[int, int]:
         """(rows, longest prompt) of the invokes in a trace body."""
         rows, seq = 0, 0
         for stmt in statements:
             if isinstance(stmt, cst.With) and self.facts.block_of(stmt) is None:
-                item = stmt.items[0].item if stmt.items else None
-                if isinstance(item, cst.Call) and isinstance(item.func, cst.Attribute) and item.func.attr.value == "invoke":
+                item = _invoke_call(stmt)
+                if item is not None:
                     r, s = self.prompt_rows(item)
                     rows += int(times * max(r, 1))
                     seq = max(seq, s)
                     continue
             if isinstance(stmt, cst.For):
+                if not any(isinstance(n, cst.With) and _invoke_call(n) is not None for n in _compound(stmt.body)):
+                    continue  # no invoke in this loop
                 elements = self.elements(stmt.iter)
-                if elements is not None and len(elements) <= UNROLL_LIMIT and any(_has_str(e) for e in elements):
+                if elements is not None and len(elements) <= UNROLL_LIMIT:
+                    # every invoke's own prompt (a literal, or an f-string of the loop variable)
                     saved = dict(self.env)
                     for element in elements:
                         self._bind_target(stmt.target, element)
@@ -1122,8 +1340,9 @@ class _Walker:
                     return max(value, 1)
         return int(_setting(self.options, "max-new-tokens"))
 
-    def prompt_rows(self, call: cst.Call) -> tuple[int, int]:
-        """(rows, tokens per row) of the input a trace/invoke call is given; (0, 0) for none."""
+    def prompt_rows(self, call: cst.Call, quiet: bool = False) -> tuple[int, int]:
+        """(rows, tokens per row) of the input a trace/invoke call is given; (0, 0) for none.
+        ``quiet``: no note for a prompt of unknown length."""
         args = [a.value for a in call.args if a.keyword is None and not a.star]
         if not args:
             for arg in call.args:
@@ -1133,6 +1352,8 @@ class _Walker:
         if not args:
             return 0, 0
         value = self.constant_value(args[0])
+        if value is NO_VALUE and isinstance(args[0], cst.Call):
+            value = self.elements(args[0])  # list(PROMPTS), sorted(...)
         if isinstance(value, str):
             return 1, self.tokens(value)
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
@@ -1144,7 +1365,8 @@ class _Walker:
             if shape.is_tensor and shape.dims and len(shape.dims) == 2 and shape.dtype.startswith("int"):
                 return shape.dims[0], shape.dims[1]
         default = int(_setting(self.options, "seq-len"))
-        self.note(f"the prompt `{_short(args[0])}` is not a literal string: {default} tokens assumed")
+        if not quiet:
+            self.note(f"the prompt `{_short(args[0])}` is not a literal string: {default} tokens assumed")
         return 1, default
 
     def tokens(self, text: str) -> int:
@@ -1192,8 +1414,10 @@ class _Request:
         self.dims = walker.dims_of(block.model)
         self.saved: dict[str, int] = {}
         self.containers: dict[str, float] = {}
+        self.storages: set[tuple] = set()  # module outputs whose storage a container holds
         self.unknown: set[str] = set()
         self.forward_passes = 0.0
+        self.layer_evaluations = 0.0
         self.flops = 0.0
         self.seconds = 0.0
         self.profile: SessionProfile | None = None
@@ -1201,10 +1425,15 @@ class _Request:
         self.throughput = _setting(options, "throughput")
         self.memory_bandwidth = _setting(options, "memory-bandwidth")
 
-    def add_passes(self, dims: ModelDims, rows: int, seq: int, passes: int, times: float) -> None:
-        weights = dims.n_params * dims.bytes_per_element / self.memory_bandwidth
-        prefill = 2.0 * dims.n_params * rows * seq
-        step = 2.0 * dims.n_params * rows
+    def add_passes(
+        self, dims: ModelDims, rows: int, seq: int, passes: int, times: float, layers: float = 1.0
+    ) -> None:
+        """``times`` runs of ``passes`` forward passes over ``rows`` × ``seq`` tokens, of
+        which the share ``layers`` of the decoder-layer evaluations happen."""
+        params = dims.n_params * _parameter_share(dims, layers)
+        weights = params * dims.bytes_per_element / self.memory_bandwidth
+        prefill = 2.0 * params * rows * seq
+        step = 2.0 * params * rows
         flops = prefill + (passes - 1) * step
         seconds = max(prefill / self.throughput, weights) + (passes - 1) * max(step / self.throughput, weights)
         self.flops += times * flops
@@ -1223,10 +1452,18 @@ class _Request:
         self.saved.pop(name, None)
         self.containers.pop(name, None)
 
-    def add(self, name: str, size: int | None, key: int, times: float, walker: _Walker) -> None:
+    def add(self, name: str, size: int | None, key: int, times: float, storage: _Storage | None = None) -> None:
         if size is None:
             self.unknown.add(name)
             size = 0
+        if storage is not None and storage.key is not None:
+            # a view of one module output: its storage is written once per run of the
+            # trace however many views of it the result holds (invokes' rows, positions)
+            if storage.key not in self.storages:
+                self.storages.add(storage.key)
+                self.containers[name] += storage.times * max(size - SHARED_VIEW_OVERHEAD, 0)
+            self.containers[name] += times * (SHARED_VIEW_OVERHEAD + key + 1)
+            return
         self.containers[name] += times * (size + key + 1)
 
     def sizes(self) -> dict[str, int]:
@@ -1246,6 +1483,101 @@ class _Request:
 
 def _round(value: float) -> int:
     return int(round(value))
+
+
+_LAYER_SHARES: dict[ModelDims, float] = {}
+
+
+def _parameter_share(dims: ModelDims, layers: float) -> float:
+    """The share of the parameters a forward pass uses when only the share ``layers`` of
+    its decoder layers is evaluated (embeddings and head always run)."""
+    if layers >= 1.0:
+        return 1.0
+    in_layers = _LAYER_SHARES.get(dims)
+    if in_layers is None:
+        total = estimate_n_params(dims)
+        outside = estimate_n_params(replace(dims, n_layers=0))
+        in_layers = _LAYER_SHARES[dims] = (total - outside) / total if total > 0 else 0.0
+    return 1.0 - in_layers * (1.0 - max(layers, 0.0))
+
+
+def _layer_position(ref: ModuleRef, attr: str, n: int) -> int:
+    """Decoder layers evaluated once the model has reached ``ref.<attr>``: a layer's
+    input comes before it, anything inside it or its output after it."""
+    path = ref.path
+    for index, item in enumerate(path[:-1]):
+        if isinstance(item, str) and item in _LAYER_CONTAINERS and not isinstance(path[index + 1], str):
+            layer = path[index + 1]
+            if layer is None:
+                return n
+            layer = layer + n if layer < 0 else layer
+            layer = min(max(layer, 0), n - 1)
+            before = index + 2 == len(path) and attr in ("input", "inputs")
+            return layer if before else layer + 1
+    if any(isinstance(item, str) and item in _BEFORE_LAYERS for item in path):
+        return 0
+    return n
+
+
+def _invoke_call(stmt: cst.With) -> cst.Call | None:
+    """The ``tracer.invoke(...)`` call a ``with`` statement opens, if it is one."""
+    item = stmt.items[0].item if stmt.items else None
+    if isinstance(item, cst.Call) and isinstance(item.func, cst.Attribute) and item.func.attr.value == "invoke":
+        return item
+    return None
+
+
+def _stop_index(body, tracer: str | None) -> int | None:
+    """Where a trace body calls ``tracer.stop()``: the index of the top-level statement
+    that does, -1 when it is deeper; None when it does not."""
+    if tracer is None:
+        return None
+    for index, stmt in enumerate(body):
+        for node in _walk(stmt):
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value == "stop"
+                and isinstance(node.func.value, cst.Name)
+                and node.func.value.value == tracer
+                and not node.args
+            ):
+                top = isinstance(stmt, cst.SimpleStatementLine) and any(
+                    isinstance(small, cst.Expr) and small.value is node for small in stmt.body
+                )
+                return index if top else -1
+    return None
+
+
+def _compound(block: cst.BaseSuite):
+    """The compound statements nested in a block (cheaper than a walk of every node)."""
+    stack = list(block.body) if isinstance(block, cst.IndentedBlock) else []
+    while stack:
+        stmt = stack.pop()
+        if not isinstance(stmt, cst.BaseCompoundStatement) or isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        yield stmt
+        for part in (stmt.body, getattr(stmt, "orelse", None), getattr(stmt, "finalbody", None)):
+            if isinstance(part, (cst.Else, cst.Finally)):
+                part = part.body
+            if isinstance(part, cst.If):
+                stack.append(part)
+            elif isinstance(part, cst.IndentedBlock):
+                stack.extend(part.body)
+        for handler in getattr(stmt, "handlers", ()) or ():
+            if isinstance(handler.body, cst.IndentedBlock):
+                stack.extend(handler.body.body)
+
+
+def _has_skip(node: cst.CSTNode) -> bool:
+    return any(
+        isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "skip"
+        for n in _walk(node)
+    )
+
+
+def _names_in(node: cst.CSTNode) -> set[str]:
+    return {n.value for n in _walk(node) if isinstance(n, cst.Name)}
 
 
 def _tensor_bytes(shape: Shape) -> int:

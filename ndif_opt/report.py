@@ -60,7 +60,7 @@ def _ratio(before: float, after: float) -> str:
 
 
 def cost_table(result: Result) -> str:
-    rows = [("pass", "requests", "download", "forward passes", "est. time", "")]
+    rows = [("pass", "requests", "download", "forward passes", "layer evals", "est. time", "")]
     for pc in result.costs:
         rows.append(_row(pc.pass_id, pc.before, pc.after))
     before, after = totals(result)
@@ -80,6 +80,7 @@ def _row(name: str, before: Cost, after: Cost) -> tuple[str, ...]:
         f"{before.requests} → {after.requests}",
         f"{human_bytes(before.download_bytes)} → {human_bytes(after.download_bytes)}",
         f"{before.forward_passes} → {after.forward_passes}",
+        f"{before.layer_evaluations} → {after.layer_evaluations}",
         f"{before.seconds:.1f} s → {after.seconds:.1f} s",
         f"requests {_ratio(before.requests, after.requests)}, download {_ratio(before.download_bytes, after.download_bytes)}",
     )
@@ -99,7 +100,9 @@ def result_dict(path: str, result: Result) -> dict:
 
 def _cost_pair(before: Cost, after: Cost) -> dict:
     pair = {}
-    for key in ("requests", "upload_bytes", "download_bytes", "forward_passes", "compute_flops", "seconds"):
+    for key in (
+        "requests", "upload_bytes", "download_bytes", "forward_passes", "layer_evaluations", "compute_flops", "seconds"
+    ):
         pair[f"{key}_before"] = getattr(before, key)
         pair[f"{key}_after"] = getattr(after, key)
     return pair
@@ -165,8 +168,8 @@ def summary_line(result: Result) -> str:
 def cost_table_markdown(result: Result) -> str:
     """The per-pass cost table as a GitHub-flavoured markdown table."""
     lines = [
-        "| pass | requests | upload | download | forward passes | est. time |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| pass | requests | upload | download | forward passes | layer evaluations | est. time |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
 
     def row(name: str, b: Cost, a: Cost) -> str:
@@ -175,6 +178,7 @@ def cost_table_markdown(result: Result) -> str:
             f"| {human_bytes(b.upload_bytes)} → {human_bytes(a.upload_bytes)} "
             f"| {human_bytes(b.download_bytes)} → {human_bytes(a.download_bytes)} "
             f"| {b.forward_passes} → {a.forward_passes} "
+            f"| {b.layer_evaluations} → {a.layer_evaluations} "
             f"| {_seconds_text(b.seconds)} → {_seconds_text(a.seconds)} |"
         )
 

@@ -123,7 +123,7 @@ def _file_section(index: int, path: str, result: Result) -> str:
 def _cost_table(index: int, result: Result) -> str:
     head = (
         f'<table class="costs" id="cost-table-{index}"><thead><tr><th>pass</th><th>requests</th><th>upload</th>'
-        "<th>download</th><th>forward passes</th><th>est. time</th></tr></thead><tbody>"
+        "<th>download</th><th>forward passes</th><th>layer evaluations</th><th>est. time</th></tr></thead><tbody>"
     )
     rows = [head]
 
@@ -133,6 +133,7 @@ def _cost_table(index: int, result: Result) -> str:
             (b.upload_bytes, a.upload_bytes, human_bytes),
             (b.download_bytes, a.download_bytes, human_bytes),
             (b.forward_passes, a.forward_passes, str),
+            (b.layer_evaluations, a.layer_evaluations, str),
             (b.seconds, a.seconds, _time),
         ]
         out = []

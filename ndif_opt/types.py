@@ -82,6 +82,9 @@ class Cost:
     upload_bytes: int = 0
     download_bytes: int = 0
     forward_passes: int = 0
+    # decoder-layer evaluations on the server: per forward pass, the model's layers less
+    # those replaced by `.skip()` (and those after a `tracer.stop()`)
+    layer_evaluations: int = 0
     compute_flops: float = 0.0
     seconds: float = 0.0
 

@@ -310,6 +310,176 @@ def test_server_time_is_memory_bound_for_small_batches():
     )
 
 
+# -- decoder-layer evaluations -----------------------------------------------------------------
+
+
+def test_every_forward_pass_evaluates_every_layer():
+    source = script(
+        """\
+        with model.trace("Hello world", remote=True):
+            h = model.lm_head.output[0, -1].argmax().save()
+        with model.generate("Once upon a time", max_new_tokens=5, remote=True):
+            out = model.generator.output.save()
+        """
+    )
+    cost = run(source).cost
+    assert (cost.forward_passes, cost.layer_evaluations) == (6, 6 * 32)
+
+
+SKIPPED_SWEEP = script(
+    """\
+    LAYER = 12
+    with model.session(remote=True):
+        probabilities = dict().save()
+        _ndif_cache = list()
+        with model.trace("I think this movie is") as _ndif_tracer:
+            for _ndif_i in range(LAYER):
+                _ndif_cache.append(model.model.layers[_ndif_i].output)
+            _ndif_tracer.stop()
+        for coefficient in [0.0, 1.0, 2.0, 4.0, 8.0, 16.0]:
+            with model.trace("I think this movie is"):
+                for _ndif_i in range(LAYER):
+                    model.model.layers[_ndif_i].skip(_ndif_cache[_ndif_i])
+                model.model.layers[LAYER].output = model.model.layers[LAYER].output * coefficient
+                logits = model.lm_head.output
+            probabilities[coefficient] = logits[0, -1].softmax(dim=-1)[0].item()
+    """
+)
+
+
+def test_skipped_layers_and_layers_after_stop_are_not_evaluated():
+    estimate_ = run(SKIPPED_SWEEP)
+    # the caching trace stops after layer 11; each of the 6 iterations skips layers 0..11
+    assert estimate_.cost.forward_passes == 7
+    assert estimate_.cost.layer_evaluations == 12 + 6 * (32 - 12)
+
+
+def test_compute_scales_with_the_layers_evaluated():
+    from ndif_opt.model_registry import estimate_n_params
+
+    dims = dims_for("meta-llama/Llama-3.1-8B")
+    per_layer = (estimate_n_params(dims) - estimate_n_params(dims.replace(n_layers=0))) / 32
+    seq = tokens("I think this movie is")
+    skipped = run(SKIPPED_SWEEP).cost.compute_flops
+    full = run(SKIPPED_SWEEP.replace("_ndif_tracer.stop()", "pass").replace(
+        "model.model.layers[_ndif_i].skip(_ndif_cache[_ndif_i])", "pass")).cost.compute_flops
+    # 20 layers after the stop, and 12 layers in each of 6 iterations, are not computed
+    assert full - skipped == pytest.approx(2 * seq * per_layer * (20 + 6 * 12), rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "read, layers",
+    [
+        ("model.model.layers[5].output", 6),
+        ("model.model.layers[5].input", 5),
+        ("model.model.layers[5].mlp.output", 6),
+        ("model.model.layers[-1].output", 32),
+        ("model.model.embed_tokens.output", 0),
+        ("model.lm_head.output", 32),
+    ],
+)
+def test_stop_ends_the_forward_pass_at_the_last_module_read(read, layers):
+    source = script(
+        f"""\
+        with model.trace("Hello world", remote=True) as tracer:
+            h = {read}.save()
+            tracer.stop()
+        """
+    )
+    cost = run(source).cost
+    assert (cost.forward_passes, cost.layer_evaluations) == (1, layers)
+
+
+def test_a_sweep_that_skips_more_layers_each_iteration_is_counted_per_iteration():
+    source = script(
+        """\
+        with model.session(remote=True):
+            diffs = list().save()
+            for layer in range(4):
+                with model.trace("Hello world"):
+                    for i in range(layer):
+                        model.model.layers[i].skip(model.model.layers[i].output)
+                    diffs.append(model.lm_head.output[0, -1, 0].item())
+        """
+    )
+    estimate_ = run(source)
+    assert estimate_.cost.layer_evaluations == 4 * 32 - (0 + 1 + 2 + 3)
+    assert not estimate_.notes  # range(layer) is known in every iteration
+
+
+def test_range_zero_runs_no_iterations():
+    source = script(
+        """\
+        for i in range(0):
+            with model.trace("Hello world", remote=True):
+                h = model.lm_head.output.save()
+        """
+    )
+    assert run(source).cost.requests == 0
+
+
+# -- invokes: every invoke's tokens ---------------------------------------------------------
+
+
+def test_chunked_invokes_count_every_invoke_and_the_shorter_last_chunk():
+    source = script(
+        """\
+        with model.session(remote=True):
+            tops = list().save()
+            _ndif_items = list(range(5))
+            for _ndif_start in range(0, len(_ndif_items), 2):
+                with model.trace() as tracer:
+                    for i in _ndif_items[_ndif_start : _ndif_start + 2]:
+                        with tracer.invoke(f"Number {i} is the best"):
+                            tops.append(model.lm_head.output[0, -1].argmax().item())
+        """
+    )
+    estimate_ = run(source)
+    params = dims_for("meta-llama/Llama-3.1-8B").n_params
+    assert (estimate_.cost.forward_passes, estimate_.cost.layer_evaluations) == (3, 3 * 32)
+    # 2 + 2 + 1 rows of one f-string prompt each, evaluated per iteration
+    assert estimate_.cost.compute_flops == pytest.approx(2 * params * 5 * tokens("Number 0 is the best"))
+    assert not estimate_.notes
+
+
+def test_a_value_inside_an_invoke_has_the_invoke_rows():
+    source = script(
+        """\
+        with model.trace(remote=True) as tracer:
+            with tracer.invoke(["one two three", "four five"]):
+                pair = model.model.layers[3].output.save()
+            with tracer.invoke("a much longer prompt than the others"):
+                single = model.model.layers[3].output.save()
+        """
+    )
+    estimate_ = run(source)
+    seq = tokens("a much longer prompt than the others")  # every row is padded to it
+    (request,) = estimate_.requests
+    assert request.saved["pair"] == 2 * seq * 4096 * 2 + TENSOR_OVERHEAD
+    assert request.saved["single"] == 1 * seq * 4096 * 2 + TENSOR_OVERHEAD
+    params = dims_for("meta-llama/Llama-3.1-8B").n_params
+    assert estimate_.cost.compute_flops == pytest.approx(2 * params * 3 * seq)
+
+
+def test_views_of_one_batch_output_ship_its_storage_once_on_a_cpu_server():
+    source = script(
+        """\
+        PROMPTS = ["one two three", "four five six seven", "eight", "nine ten"]
+        with model.trace(remote=True) as tracer:
+            last = list().save()
+            for prompt in PROMPTS:
+                with tracer.invoke(prompt):
+                    last.append(model.lm_head.output[0, -1])
+        """
+    )
+    seq = tokens("four five six seven")
+    compact = run(source).cost.download_bytes
+    assert compact == RESULT_BASE + len("last") + 5 + 4 + 4 * (128_256 * 2 + TENSOR_OVERHEAD + 1)
+    storage = run(source, **{"view-storage": "storage"}).cost.download_bytes
+    # every view is of the [4, seq, vocab] output of the batch: written once
+    assert storage == pytest.approx(RESULT_BASE + 4 * seq * 128_256 * 2 + TENSOR_OVERHEAD, abs=300)
+
+
 # -- upload ------------------------------------------------------------------------------------
 
 

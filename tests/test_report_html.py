@@ -35,7 +35,10 @@ def test_markdown_report_has_summary_table_findings_and_diff(result):
     text = markdown_report("examples/steering_sweep.py", result)
     assert text.startswith("### ndif-opt: `examples/steering_sweep.py`")
     assert f"**{summary_line(result)}**" in text
-    assert "| pass | requests | upload | download | forward passes | est. time |" in text
+    assert "| pass | requests | upload | download | forward passes | layer evaluations | est. time |" in text
+    skip = next(pc for pc in result.costs if pc.pass_id == "skip-insertion")
+    assert skip.after.layer_evaluations < skip.before.layer_evaluations  # the skipped prefix
+    assert f"| {skip.before.layer_evaluations} → {skip.after.layer_evaluations} |" in text
     for pc in result.costs:
         assert f"| `{pc.pass_id}` | {pc.before.requests} → {pc.after.requests} |" in text
     assert "| **total** | 8 → 1 |" in text
@@ -47,7 +50,7 @@ def test_markdown_report_has_summary_table_findings_and_diff(result):
 def test_markdown_table_rows_have_the_same_number_of_cells(result):
     rows = [line for line in cost_table_markdown(result).splitlines() if line.startswith("|")]
     counts = {len(re.findall(r"(?<!\\)\|", row)) for row in rows}
-    assert counts == {7}
+    assert counts == {8}
 
 
 def test_markdown_escapes_pipes_and_handles_unchanged_files():
@@ -77,6 +80,10 @@ def test_page_has_table_chart_and_diff(page, result):
     stages = len(result.costs) + 1
     assert len(re.findall(r'<rect class="(requests|download|time)"', page)) == 3 * stages
     assert '<table class="diff"' in page and "(optimized)" in page
+    assert "<th>layer evaluations</th>" in page
+    skip = next(pc for pc in result.costs if pc.pass_id == "skip-insertion")
+    row = re.search(r'<tr data-pass="skip-insertion">(.*?)</tr>', page).group(1)
+    assert f'<td class="better">{skip.before.layer_evaluations} → {skip.after.layer_evaluations}</td>' in row
 
 
 def test_source_text_is_escaped():
