@@ -19,8 +19,9 @@ then the window's text. Nothing outside a window reads a value the window binds,
 what the passes decide about liveness inside the window holds for the whole file.
 
 The analysis is on :mod:`ast` (fast) and conservative: a construct it does not model
-makes its names read and bound; when the plan is in doubt (star imports, lines that
-``ast`` and the text disagree about, ``global`` at module level) there is one window.
+makes its names read and bound; when the plan is in doubt (star imports, ``exec``,
+``globals()`` and other names made of strings, lines that ``ast`` and the text disagree
+about) there is one window.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ MUTATING_METHODS = frozenset({
 SAVE_METHODS = frozenset({"save", "skip", "stop"})
 BLOCK_METHODS = frozenset({"trace", "session", "generate", "invoke", "scan", "edit", "iter"})
 _BUILTINS = frozenset(dir(builtins)) | {"__name__", "__file__", "__doc__", "__builtins__", "__spec__"}
+_DYNAMIC_NAMES = re.compile(r"\b(?:globals|locals|vars|exec|eval|__import__|setattr|delattr)\s*\(|__dict__|sys\.modules")
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 
 
@@ -112,6 +114,8 @@ def plan(source: str, tree: ast.Module) -> Plan | None:
     """Windows of ``source``, or None when one run over the whole module is needed."""
     if re.search(r"\r(?!\n)", source):
         return None  # a lone carriage return: leave line counting to one parser
+    if _DYNAMIC_NAMES.search(source):
+        return None  # names bound or read by strings: no def-use to see
     lines = tuple(_LINE.findall(source))
     if "".join(lines) != source or not tree.body:
         return None

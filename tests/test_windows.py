@@ -152,6 +152,8 @@ def test_future_imports_open_every_prelude():
     "from torch import *\n" + SETUP + SWEEP.format(i=0) + SWEEP.format(i=1),  # star import
     (SETUP + SWEEP.format(i=0) + SWEEP.format(i=1)).replace("\n", "\r"),  # old Mac line ends
     SETUP + SWEEP.format(i=0),  # one window only
+    SETUP + SWEEP.format(i=0) + 'globals()["acts_1"] = acts_0\n' + SWEEP.format(i=1),  # names from strings
+    SETUP + SWEEP.format(i=0) + 'exec("acts_1 = []")\n' + SWEEP.format(i=1),
 ])
 def test_no_plan_when_in_doubt(source):
     assert plan_of(source) is None
