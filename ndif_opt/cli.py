@@ -6,7 +6,8 @@
 
 Exit codes: 0 — success (and, with --check, nothing to change); 1 — with --check,
 some file would change; with `verify`, results differ; 2 — usage error, or an input
-that cannot be read, decoded or parsed (one line on stderr names the file and why).
+that cannot be read, decoded or parsed (one line on stderr names the file and why);
+130 — interrupted (Ctrl-C), 143 — terminated (SIGTERM): nothing more is written.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from typing import List, Optional
 
 import typer
 
-from ndif_opt.files import InputError, SourceFile, decode, python_files, read_source, same_file, write_atomic
+from ndif_opt.files import InputError, SourceFile, python_files, read_source, same_file, write_atomic
 from ndif_opt.options import Options
-from ndif_opt.passes import PASS_IDS
+from ndif_opt.passes import PASS_IDS, PASS_TABLE
 from ndif_opt.report import cost_table, finding_line, to_json, unified_diff
 from ndif_opt.types import Result, Status
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 SUBCOMMANDS = ("verify", "rules", "lsp")
 
 
@@ -41,6 +44,11 @@ app = typer.Typer(add_completion=False, help=__doc__, rich_markup_mode=None)
 def _fail(message: str) -> None:
     typer.echo(f"ndif-opt: {message}", err=True)
     raise typer.Exit(EXIT_ERROR)
+
+
+def _interrupted() -> None:
+    typer.echo("ndif-opt: interrupted", err=True)
+    raise typer.Exit(EXIT_INTERRUPTED)
 
 
 def _options(select, ignore, unsafe_fixes, assume_remote, max_batch, *, path=None, config=None, cost=None,
@@ -79,52 +87,6 @@ def _expand(paths: list[str]) -> list[str]:
     return expanded
 
 
-def _local_modules(source: SourceFile) -> dict[str, str]:
-    """The user's own modules the script imports that sit beside it (name -> source)."""
-    import os
-    import re
-
-    if source.path == "<stdin>":
-        return {}
-    folder = os.path.dirname(os.path.abspath(source.path))
-    found: dict[str, str] = {}
-    pattern = r"^\s*(?:from\s+([A-Za-z_][\w.]*)\s+import|import\s+([A-Za-z_][\w.]*))"
-    for match in re.finditer(pattern, source.text, re.M):
-        name = match.group(1) or match.group(2)
-        candidate = os.path.join(folder, *name.split(".")) + ".py"
-        if name not in found and os.path.isfile(candidate) and not same_file(candidate, source.path):
-            try:
-                found[name] = read_source(candidate).text
-            except InputError:
-                continue
-    return found
-
-
-def _optimize(source: SourceFile, options: Options) -> Result:
-    import dataclasses
-
-    from ndif_opt.pipeline import run_pipeline
-
-    modules = _local_modules(source)
-    if modules:
-        options = dataclasses.replace(options, local_modules={**modules, **options.local_modules})
-    if source.path.endswith(".ipynb"):
-        from ndif_opt.notebook import optimize_notebook
-
-        try:
-            return optimize_notebook(source.text, options=options, filename=source.path).as_result()
-        except ValueError as error:
-            raise InputError(f"{source.path}: {error}") from None
-        except SyntaxError as error:
-            raise InputError(f"{source.path}: cannot parse: {error.msg}") from None
-    try:
-        return run_pipeline(source.text, options, filename=source.path)
-    except SyntaxError as error:
-        raise InputError(f"{source.path}: cannot parse: {error.msg}") from None
-    except RecursionError:
-        raise InputError(f"{source.path}: too deeply nested to analyse") from None
-
-
 @app.command()
 def optimize(
     paths: List[str] = typer.Argument(..., help="Python files or directories; '-' reads stdin."),
@@ -145,7 +107,11 @@ def optimize(
     fmt: Format = typer.Option(
         Format.text, "--format", help="text, json, sarif, markdown (a pull-request comment) or html (one page)."
     ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no findings."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no findings (and no progress bar)."),
+    jobs: Optional[int] = typer.Option(
+        None, "--jobs", "-j",
+        help="Worker processes for several files (default: one per CPU); 1 runs everything in this process.",
+    ),
     config: Optional[str] = typer.Option(None, "--config", help="A pyproject.toml with [tool.ndif-opt]."),
     migrate: Optional[bool] = typer.Option(
         None, "--migrate/--no-migrate",
@@ -172,6 +138,8 @@ def optimize(
             cost["model-config"] = load_model_config(model_config)
         except ConfigError as error:
             _fail(str(error))
+    if jobs is not None and jobs < 1:
+        _fail(f"--jobs must be at least 1, not {jobs}")
     files = _expand(paths)
     option_sets = {
         path: _options(select, ignore, unsafe_fixes, assume_remote, max_batch, path=path, config=config, cost=cost,
@@ -186,30 +154,47 @@ def optimize(
     if writes_code and output is None and len(files) > 1:
         _fail("several inputs: use --in-place, --diff, --check or --report")
 
+    from ndif_opt.batch import Terminated, default_jobs, process
+    from ndif_opt.progress import Progress
+
+    try:
+        # the bar only on a terminal, for several files, without -q; erased before any output
+        with Progress(len(files), sys.stderr, tty=None if not quiet else False) as progress:
+            outcomes = process(files, option_sets, jobs=jobs or default_jobs(), progress=progress)
+    except KeyboardInterrupt:  # the workers are stopped; nothing has been written
+        _interrupted()
+    except Terminated:  # SIGTERM while workers ran: they are stopped too
+        typer.echo("ndif-opt: terminated", err=True)
+        raise typer.Exit(EXIT_TERMINATED) from None
+
     results: list[tuple[str, Result, SourceFile]] = []
     errors: list[dict] = []
-    for path in files:
-        try:
-            source = decode("<stdin>", sys.stdin.buffer.read()) if path == "-" else read_source(path)
-            results.append((source.path, _optimize(source, option_sets[path]), source))
-        except InputError as error:
-            errors.append({"path": path, "message": str(error)})
-            typer.echo(f"ndif-opt: {error}", err=True)
+    options_by_path: dict[str, Options] = {}
+    for outcome in outcomes:
+        if outcome.error is not None:
+            errors.append({"path": outcome.path, "message": outcome.error})
+            typer.echo(f"ndif-opt: {outcome.error}", err=True)
+        else:
+            results.append((outcome.source.path, outcome.result, outcome.source))
+            options_by_path[outcome.source.path] = option_sets[outcome.path]
 
     changed = [entry for entry in results if entry[1].changed]
-    for path, result, source in results:
-        if in_place and result.changed:
+    try:
+        for path, result, source in results:
+            if in_place and result.changed:
+                try:
+                    write_atomic(path, source.encode(result.code))
+                except InputError as error:
+                    errors.append({"path": path, "message": str(error)})
+                    typer.echo(f"ndif-opt: {error}", err=True)
+        if output is not None and results:
+            path, result, source = results[0]
             try:
-                write_atomic(path, source.encode(result.code))
+                write_atomic(output, source.encode(result.code))
             except InputError as error:
-                errors.append({"path": path, "message": str(error)})
-                typer.echo(f"ndif-opt: {error}", err=True)
-    if output is not None and results:
-        path, result, source = results[0]
-        try:
-            write_atomic(output, source.encode(result.code))
-        except InputError as error:
-            _fail(str(error))
+                _fail(str(error))
+    except KeyboardInterrupt:  # each write is atomic: a file is either old or new
+        _interrupted()
 
     if fmt is Format.json:
         typer.echo(to_json([(p, r) for p, r, _ in results], errors))
@@ -226,8 +211,7 @@ def optimize(
 
         from ndif_opt.sarif import to_sarif
 
-        by_path = {source.path: option_sets[path] for path, (_, _, source) in zip(files, results)}
-        log = to_sarif([(p, r) for p, r, _ in results], errors, options=by_path)
+        log = to_sarif([(p, r) for p, r, _ in results], errors, options=options_by_path)
         typer.echo(json.dumps(log, indent=2, ensure_ascii=False))
     else:
         _print_text(results, diff, report, check, writes_code and output is None, quiet,
@@ -280,11 +264,8 @@ def _print_text(results, diff: bool, report: bool, check: bool, code_to_stdout: 
 @app.command()
 def rules() -> None:
     """List the passes in pipeline order."""
-    from ndif_opt.passes import PASSES
-
-    for cls in PASSES:
-        summary = (cls.__doc__ or "").strip().splitlines()[0]
-        typer.echo(summary)
+    for pass_id, summary in PASS_TABLE:  # the classes' first docstring lines, without importing them
+        typer.echo(f"{pass_id}: {summary}")
 
 
 verify_app = typer.Typer(add_completion=False, rich_markup_mode=None)
@@ -302,9 +283,12 @@ def verify(
 ) -> None:
     """Run the original and the optimized script on a tiny local model through an
     emulation of NDIF, compare every result, and print measured requests and bytes."""
+    from ndif_opt.batch import optimize_source
+
     try:
         source = read_source(path)
-        result = _optimize(source, _options(None, None, unsafe_fixes, assume_remote, None, path=path, migrate=migrate))
+        options = _options(None, None, unsafe_fixes, assume_remote, None, path=path, migrate=migrate)
+        result = optimize_source(source, options)
     except InputError as error:
         _fail(str(error))
     try:
@@ -335,8 +319,10 @@ def main(argv: list[str] | None = None) -> None:
         from ndif_opt.lsp import serve
 
         serve()
+    elif args == ["rules"]:
+        rules()  # a table: no need to build the command line (typer imports pydantic)
     elif args and args[0] == "rules":
-        app(["rules"], prog_name="ndif-opt")
+        app(args, prog_name="ndif-opt")
     else:
         app(["optimize", *args], prog_name="ndif-opt")
 

@@ -94,7 +94,8 @@ def test_stdin_and_json(tmp_path):
     assert payload["totals"]["requests_after"] == 1
     assert [p["id"] for p in payload["passes"]][:2] == ["session-hoisting", "accumulator-relocation"]
     for key in ("requests_before", "requests_after", "download_bytes_before", "download_bytes_after",
-                "forward_passes_before", "forward_passes_after"):
+                "forward_passes_before", "forward_passes_after",
+                "layer_evaluations_before", "layer_evaluations_after"):
         assert key in payload["totals"] and key in payload["passes"][0]
 
 
@@ -130,6 +131,16 @@ def test_report_shows_table_and_diff(tmp_path):
     assert done.returncode == 0
     assert "session-hoisting" in done.stdout and "8 → 1" in done.stdout
     assert "+with model.session(remote=True):" in done.stdout
+
+
+def test_report_shows_the_layer_evaluations_skip_insertion_saves():
+    done = run(ROOT / "examples" / "steering_sweep.py", "--report", "-q")
+    assert done.returncode == 0
+    header = next(line for line in done.stdout.splitlines() if line.startswith("pass "))
+    assert "layer evals" in header
+    row = next(line for line in done.stdout.splitlines() if line.startswith("skip-insertion"))
+    # 8 passes of 32 layers; then the caching pass stops after 12, and 6 skip 12 each
+    assert "8 → 9" in row and "256 → 196" in row
 
 
 @pytest.mark.parametrize("import_first", [True, False])
