@@ -8,14 +8,20 @@ mention in a comment or a string does not trigger the full analysis.
 
 from __future__ import annotations
 
-from ast_grep_py import SgRoot
+import re
 
 _MARKERS = ("nnsight", "nnterp", "remote")
+# a line holding a marker; \r ends a line for Python too
+_MARKER_LINE = re.compile(r"(?:^|(?<=[\r\n]))[^\r\n]*(?:nnsight|nnterp|remote)[^\r\n]*")
 
 
 def uses_nnsight(source: str) -> bool:
     if not any(marker in source for marker in _MARKERS):
         return False
+    if all(line.lstrip().startswith("#") for line in _MARKER_LINE.findall(source)):
+        return False  # mentioned in comments only (a whole-line comment is never code)
+    from ast_grep_py import SgRoot  # imported on first need: start-up stays fast
+
     root = SgRoot(source, "python").root()
     for node in root.find_all(kind="import_from_statement"):
         module = node.field("module_name")

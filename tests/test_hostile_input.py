@@ -481,3 +481,12 @@ def test_messages_name_the_file_first(tmp_path):
     bad = write(tmp_path / "bad.py", "from nnsight import LanguageModel\nwith (:\n")
     text = err(run(bad))
     assert re.match(rf"ndif-opt: {re.escape(str(bad))}: \S", text), text
+
+
+def test_prefilter_skips_mentions_in_comments_without_parsing():
+    from ndif_opt.prefilter import uses_nnsight
+
+    assert not uses_nnsight("# the nnsight version runs remote=True\nx = 1\n")
+    assert not uses_nnsight("x = 1  # nnsight, in a trailing comment: ast-grep decides\n")
+    assert uses_nnsight("# nnsight\nfrom nnsight import LanguageModel\n")
+    assert uses_nnsight("# nnsight\r\nfrom nnsight import LanguageModel\r\n")
