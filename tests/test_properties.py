@@ -27,6 +27,7 @@ import os
 import random
 import sys
 import sysconfig
+import textwrap
 import tokenize
 from collections import Counter
 from pathlib import Path
@@ -109,7 +110,13 @@ def check_costs_never_increase(script: Script, result) -> None:
         return
     assert after.download_bytes <= before.download_bytes, (before, after)
     for row in result.costs:
-        assert row.after.download_bytes <= row.before.download_bytes, row
+        if row.after.requests < row.before.requests:
+            # a session brings back what the client computed (`acts.append(h[0, -1])`) while
+            # the saves it replaces are still there: reduction-pushdown drops those next
+            # (the whole run never downloads more, checked above)
+            assert row.after.download_bytes <= row.before.download_bytes * 1.01 + 4096, row
+        else:
+            assert row.after.download_bytes <= row.before.download_bytes, row
 
 
 STATIC_CHECKS = (check_parses, check_idempotent, check_comments_kept, check_costs_never_increase)
@@ -281,3 +288,34 @@ def test_arbitrary_python_passes_through():
         assert optimize(source).code == source
 
     check()
+
+
+def test_a_session_may_trade_a_little_download_for_fewer_requests():
+    """Found by the `long` profile: hoisting brings back `acts_4` (views the client took of
+    `hidden`) while `hidden` is still saved; reduction-pushdown removes that save next."""
+    source = textwrap.dedent('''\
+        from nnsight import LanguageModel
+
+        model = LanguageModel("openai-community/gpt2")
+        PROMPT = 'The Eiffel Tower is in the city of'
+        N_LAYERS = 1
+
+        if __name__ == "__main__":
+            with model.trace(PROMPT, remote=True):
+                clean_1 = model.transformer.h[0].output.mean(dim=1).save()
+            with model.trace(PROMPT, remote=True):
+                patched_2 = model.lm_head.output.save()
+            score_3 = clean_1.norm().item() + patched_2[0, -1].argmax().item()
+            acts_4 = []
+            for layer in range(N_LAYERS):
+                with model.trace(PROMPT, remote=True):
+                    hidden = model.transformer.h[layer].output.save()
+                acts_4.append(hidden[0, -1])
+            summary_5 = [round(float(a.sum()), 4) for a in acts_4]
+            print(score_3, summary_5)
+    ''')
+    result = _optimized(source)
+    hoisting = result.costs[0]
+    assert hoisting.after.requests < hoisting.before.requests
+    assert hoisting.after.download_bytes > hoisting.before.download_bytes  # the trade
+    check_costs_never_increase(Script(source, None, remote_constant=False), result)
