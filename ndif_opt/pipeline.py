@@ -242,6 +242,10 @@ def _offset(text: str, lines: int) -> int:
 
 
 def _summed(total: list[PassCost], more) -> list[PassCost]:
+    """Per-pass costs added up; a window whose result has none (nothing for the passes
+    to do, or the analysis gave up) adds nothing."""
+    if not more:
+        return total
     if not total:
         return list(more)
     return [PassCost(a.pass_id, _add(a.before, b.before), _add(a.after, b.after)) for a, b in zip(total, more)]

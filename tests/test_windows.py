@@ -196,6 +196,16 @@ def test_costs_add_up_over_windows():
     assert two.costs[-1].after.requests == 2 * one.costs[-1].after.requests == 2
 
 
+def test_a_window_without_nnsight_after_one_with_it_keeps_the_costs():
+    # `np.save(...)` looks like a save to the plan, but its window has nothing to optimize
+    source = "import numpy as np\n" + SETUP + SWEEP.format(i=0) + 'np.save("x.npy", np.ones(2))\n'
+    assert len(window_texts(source)) == 2
+    windowed = pipeline.run_pipeline(source, Options())
+    whole = pipeline._run_module(source, Options())
+    assert windowed.code == whole.code
+    assert windowed.costs == whole.costs and len(windowed.costs) == 8
+
+
 def test_fresh_names_avoid_names_of_other_windows():
     # the first window's push-down would introduce `hidden_norm`; a later window calls a
     # function of that name, which the first window does not see
