@@ -17,12 +17,12 @@ from dataclasses import dataclass
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from ndif_opt import windows
 from ndif_opt.analysis import Facts, analyze
 from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.effects import ServerCheck
 from ndif_opt.options import Options
 from ndif_opt.passes import PASSES, Context, RawFinding
-from ndif_opt import windows
 from ndif_opt.passes.migrate_api import PRE_05, PRE_05_MESSAGE, MigrateApi, api_generation
 from ndif_opt.prefilter import uses_nnsight
 from ndif_opt.suppression import IGNORE_FILE, Suppressions
@@ -37,6 +37,10 @@ def parse(source: str, filename: str | None = None) -> cst.Module:
     Python's own parser looks first: it rejects what Python rejects (absurd nesting
     among it, on which libcst's native parser would overflow its stack)."""
     _python_parse(source, filename)
+    return _libcst_parse(source, filename)
+
+
+def _libcst_parse(source: str, filename: str | None = None) -> cst.Module:
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as error:
@@ -117,9 +121,7 @@ class WindowCache:
 
     def get(self, text: str, options: Options) -> Result | None:
         with self._lock:
-            if self._options != options:
-                self._results.clear()
-                self._options = options
+            self._use(options)
             result = self._results.get(text)
             if result is not None:
                 self._results.move_to_end(text)
@@ -128,12 +130,16 @@ class WindowCache:
 
     def put(self, text: str, options: Options, result: Result) -> None:
         with self._lock:
-            if self._options != options:
-                self._results.clear()
-                self._options = options
+            self._use(options)
             self._results[text] = result
             while len(self._results) > self.size:
                 self._results.popitem(last=False)
+
+    def _use(self, options: Options) -> None:
+        """Results of other options do not apply: forget them (the lock is held)."""
+        if self._options != options:
+            self._results.clear()
+            self._options = options
 
 
 def run_pipeline(source: str, options: Options, filename: str | None = None,
@@ -163,27 +169,38 @@ def _run_windows(plan: windows.Plan, source: str, options: Options, filename: st
     reserved = options.reserved_names | plan.names
     window_options = dataclasses.replace(options, reserved_names=reserved)
     parts: list[str] = []
-    results: list[tuple[windows.Window, int, Result]] = []
+    results: list[_WindowResult] = []
     position = 0
     for window in plan.windows:
         parts.append(plan.text(position, window.start))
         position = window.end
         text = plan.text(window.start, window.end)
-        if not plan.active(window):
+        if not window.active:
             parts.append(text)
             continue
         prelude = plan.prelude_text(window)
-        result = cache.get(prelude + text, window_options) if cache is not None else None
+        module_text = prelude + text
+        result = cache.get(module_text, window_options) if cache is not None else None
         if result is None:
-            result = _run_module(prelude + text, window_options, filename)
+            result = _run_module(module_text, window_options, filename)
             if cache is not None:
-                cache.put(prelude + text, window_options, result)
+                cache.put(module_text, window_options, result)
         if not result.code.startswith(prelude) or _pre_05(result):
             return None  # a pass changed shared context, or the file is pre-0.5 nnsight
-        parts.append(result.code[len(prelude):])
-        results.append((window, prelude.count("\n"), result))
+        new_text = result.code[len(prelude):]
+        parts.append(new_text)
+        results.append(_WindowResult(window, prelude.count("\n"), text, new_text, result))
     parts.append(plan.text(position, len(plan.lines)))
     return _combined(source, "".join(parts), results, options)
+
+
+@dataclass(frozen=True)
+class _WindowResult:
+    window: windows.Window
+    prelude_lines: int
+    text: str  # the window's text before and after
+    new_text: str
+    result: Result  # of the window's module: its prelude, then its text
 
 
 def _pre_05(result: Result) -> bool:
@@ -198,15 +215,12 @@ def _combined(source: str, code: str, results, options: Options) -> Result:
     unreturned: set[str] = set()
     introduced: set[str] = set()
     costs: list[PassCost] = []
-    for window, prelude_lines, result in results:
-        shift = window.start - prelude_lines
+    for done in results:
+        start, result = done.window.start, done.result
         for finding in result.findings:
-            findings.append(dataclasses.replace(finding, range=_shifted(finding.range, shift, window.start)))
-        edits.extend(
-            Edit(_shifted(e.range, window.start, window.start), e.new_text)
-            for e in text_edits(result.source[_offset(result.source, prelude_lines):],
-                                result.code[_offset(result.code, prelude_lines):])
-        )
+            moved = _shifted(finding.range, start - done.prelude_lines, start)
+            findings.append(dataclasses.replace(finding, range=moved))
+        edits.extend(Edit(_shifted(e.range, start, start), e.new_text) for e in text_edits(done.text, done.new_text))
         notes.extend(n for n in result.assumptions if n not in notes)
         unreturned |= set(result.unreturned)
         introduced |= set(result.introduced)
@@ -233,14 +247,6 @@ def _shifted(rng: Range, shift: int, floor: int) -> Range:
     return Range(move(rng.start), move(rng.end))
 
 
-def _offset(text: str, lines: int) -> int:
-    """Character offset of the start of line ``lines`` (0-based)."""
-    index = 0
-    for _ in range(lines):
-        index = text.index("\n", index) + 1
-    return index
-
-
 def _summed(total: list[PassCost], more) -> list[PassCost]:
     """Per-pass costs added up; a window whose result has none (nothing for the passes
     to do, or the analysis gave up) adds nothing."""
@@ -252,9 +258,9 @@ def _summed(total: list[PassCost], more) -> list[PassCost]:
 
 
 def _run_module(source: str, options: Options, filename: str | None = None) -> Result:
-    if not uses_nnsight(source):
-        return Result(source=source, code=source)
-    module = parse(source, filename)
+    """The passes over one module: a whole file, or a window's prelude and text. Python's
+    parser and the prefilter have looked at the file already (run_pipeline)."""
+    module = _libcst_parse(source, filename)
     try:
         state = _State(module, analyze(module, assume_remote=options.assume_remote), source, options)
     except RecursionError:

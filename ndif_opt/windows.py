@@ -95,10 +95,6 @@ class Plan:
         """Every identifier of the file."""
         return frozenset().union(*(c.names for c in self.chunks))
 
-    def active(self, window: Window) -> bool:
-        """Whether the window has nnsight code the passes could change."""
-        return window.active
-
     def text(self, start: int, end: int) -> str:
         return "".join(self.lines[start:end])
 
@@ -184,18 +180,33 @@ def _describe(chunk: Chunk) -> None:
     for stmt in chunk.statements:
         bound = flow.statement(stmt, bound)
     chunk.definite = bound
-    for stmt in chunk.statements:
-        _mutations(stmt, chunk, inside_block=False)
+    _uses(chunk)
 
 
-def _mutations(node: ast.AST, chunk: Chunk, inside_block: bool) -> None:
-    """Names, receivers of model methods, and what is changed in place (and where)."""
-    stack = [(node, inside_block)]
+def _uses(chunk: Chunk) -> None:
+    """One walk over the chunk for what the flow does not say: every name it mentions,
+    the receivers of model methods, what it changes in place (inside nnsight blocks or
+    not), and which names it calls directly from top-level code (any other use of a
+    name, including a call from a function body or a generator, lets it escape)."""
+    stack: list[tuple[ast.AST, bool, bool]] = [(stmt, False, False) for stmt in chunk.statements]
     while stack:
-        current, inside = stack.pop()
+        current, inside, in_body = stack.pop()
         if isinstance(current, ast.Name):
             chunk.names.add(current.id)
-        elif isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            chunk.escaping.add(current.id)
+            continue
+        if isinstance(current, ast.Call) and isinstance(current.func, ast.Name) and not in_body:
+            chunk.names.add(current.func.id)
+            chunk.called.add(current.func.id)
+            stack.extend((child, inside, in_body) for child in [*current.args, *current.keywords])
+            continue
+        if isinstance(current, (ast.With, ast.AsyncWith)) and any(
+            _block_call(item.context_expr) for item in current.items
+        ):
+            stack.extend((item, inside, in_body) for item in current.items)
+            stack.extend((child, True, in_body) for child in current.body)
+            continue
+        if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             chunk.names.add(current.name)
         elif isinstance(current, ast.arg):
             chunk.names.add(current.arg)
@@ -205,13 +216,6 @@ def _mutations(node: ast.AST, chunk: Chunk, inside_block: bool) -> None:
             chunk.names.update(current.names)
         elif isinstance(current, ast.ExceptHandler) and current.name:
             chunk.names.add(current.name)
-        elif isinstance(current, (ast.With, ast.AsyncWith)) and any(
-            _block_call(item.context_expr) for item in current.items
-        ):
-            for item in current.items:
-                stack.append((item, inside))
-            stack.extend((child, True) for child in current.body)
-            continue
         elif isinstance(current, ast.Call) and isinstance(current.func, ast.Attribute):
             root = _root(current.func.value)
             if _block_call(current) or current.func.attr in SAVE_METHODS:
@@ -227,33 +231,16 @@ def _mutations(node: ast.AST, chunk: Chunk, inside_block: bool) -> None:
                     root = _root(element) if isinstance(element, (ast.Attribute, ast.Subscript)) else None
                     if root:
                         (chunk.mutated_in_blocks if inside else chunk.mutated).add(root)
-        stack.extend((child, inside) for child in ast.iter_child_nodes(current))
-
-
-def _references(chunk: Chunk) -> None:
-    """Split the uses of names into direct calls in top-level code and everything else."""
-    stack: list[tuple[ast.AST, bool]] = [(stmt, False) for stmt in chunk.statements]
-    while stack:
-        node, in_body = stack.pop()
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not in_body:
-            chunk.called.add(node.func.id)
-            stack.extend((child, in_body) for child in [*node.args, *node.keywords])
-            continue
-        if isinstance(node, ast.Name):
-            chunk.escaping.add(node.id)
-            continue
         # bodies run later, and so does a generator expression
-        inner = in_body or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
-                                             ast.GeneratorExp))
-        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+        later = in_body or isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
+                                                ast.GeneratorExp))
+        stack.extend((child, inside, later) for child in ast.iter_child_nodes(current))
 
 
 def _attach_calls(chunks: list[Chunk]) -> None:
     """A function only ever called by name from top-level code reads its globals where it
     is called: those reads become the caller's. Any other use (passed as a value, called
     from another function, decorated, bound twice) and they count wherever it could run."""
-    for chunk in chunks:
-        _references(chunk)
     defined: dict[str, int] = {}
     for chunk in chunks:
         for name in chunk.may_bind:
