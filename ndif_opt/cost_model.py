@@ -60,6 +60,7 @@ from ndif_opt.analysis import Block, Facts, is_save_call
 from ndif_opt.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size, estimate_n_params
 from ndif_opt.names import dotted_name
 from ndif_opt.options import Options
+from ndif_opt.regions import arithmetic
 from ndif_opt.rewrite import code_of, unsave
 from ndif_opt.shapes import ModuleRef, Shape, shape_of, value_of
 from ndif_opt.types import Cost
@@ -821,18 +822,7 @@ class _Walker:
             if any(root.startswith(m + ".") for m in self.facts.models) and ".config." in f".{root}":
                 return self.dims_of(self._model_of(expr)).n_layers
         if isinstance(expr, cst.BinaryOperation):
-            left, right = self.integer(expr.left, depth + 1), self.integer(expr.right, depth + 1)
-            if left is None or right is None:
-                return None
-            op = type(expr.operator)
-            if op is cst.Add:
-                return left + right
-            if op is cst.Subtract:
-                return left - right
-            if op is cst.Multiply:
-                return left * right
-            if op is cst.FloorDivide and right:
-                return left // right
+            return arithmetic(expr, lambda operand: self.integer(operand, depth + 1))
         return None
 
     # -- values ----------------------------------------------------------------------------

@@ -153,18 +153,25 @@ def int_value(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> int | N
         if len(expr.args) == 1:
             return iterable_length(expr.args[0].value, facts, depth + 1)
     if isinstance(expr, cst.BinaryOperation):
-        left, right = int_value(expr.left, facts, depth + 1), int_value(expr.right, facts, depth + 1)
-        if left is None or right is None:
-            return None
-        op = type(expr.operator)
-        if op is cst.Add:
-            return left + right
-        if op is cst.Subtract:
-            return left - right
-        if op is cst.Multiply:
-            return left * right
-        if op is cst.FloorDivide and right:
-            return left // right
+        return arithmetic(expr, lambda operand: int_value(operand, facts, depth + 1))
+    return None
+
+
+def arithmetic(expr: cst.BinaryOperation, integer) -> int | None:
+    """``a + b``, ``a - b``, ``a * b``, ``a // b`` of integers, the operands valued by
+    ``integer`` (None when one is unknown, or for any other operator)."""
+    left, right = integer(expr.left), integer(expr.right)
+    if left is None or right is None:
+        return None
+    op = type(expr.operator)
+    if op is cst.Add:
+        return left + right
+    if op is cst.Subtract:
+        return left - right
+    if op is cst.Multiply:
+        return left * right
+    if op is cst.FloorDivide and right:
+        return left // right
     return None
 
 

@@ -19,6 +19,7 @@ import pytest
 from generators import HEADER, dense_nnsight_script
 from ndif_opt import optimize, pipeline, windows
 from ndif_opt.options import Options
+from test_pipeline import apply_edits
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -250,13 +251,6 @@ def test_pre_05_code_in_one_window_stops_the_whole_file():
     result = optimize(source)
     assert not result.changed
     assert any("pre-0.5" in f.message for f in result.findings)
-
-
-def apply_edits(source: str, edits) -> str:
-    lines = source.splitlines(keepends=True)
-    for edit in sorted(edits, key=lambda e: e.range.start, reverse=True):
-        lines[edit.range.start.line:edit.range.end.line] = [edit.new_text]
-    return "".join(lines)
 
 
 # -- by execution -----------------------------------------------------------------------------

@@ -71,7 +71,7 @@ from ndif_opt.analysis import Block, Facts
 from ndif_opt.cost_model import RequestEstimate, explain, session_budget
 from ndif_opt.names import collect, collect_all
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.rewrite import SuitePlan, code_of
+from ndif_opt.rewrite import SuitePlan, code_of, empty_container_kind
 
 # how the loop may fill a saved container so that per-session copies merge exactly:
 # appended/extended in order (lists), keys set or updated (dicts; a later key wins, as a
@@ -228,15 +228,8 @@ def _saved_container(stmt) -> tuple[str, str] | None:
     func = value.func
     if not (isinstance(func, cst.Attribute) and func.attr.value == "save" and not value.args):
         return None
-    inner = func.value
-    if isinstance(inner, cst.Call) and not inner.args and isinstance(inner.func, cst.Name):
-        if inner.func.value in ("list", "dict"):
-            return target.value, inner.func.value
-    if isinstance(inner, cst.List) and not inner.elements:
-        return target.value, "list"
-    if isinstance(inner, cst.Dict) and not inner.elements:
-        return target.value, "dict"
-    return None
+    kind = empty_container_kind(func.value)
+    return (target.value, kind) if kind else None
 
 
 def _only_filled(node: cst.CSTNode, name: str, kind: str) -> bool:
