@@ -58,7 +58,7 @@ import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, is_save_call
 from ndif_opt.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size, estimate_n_params
-from ndif_opt.names import dotted_name
+from ndif_opt.names import dotted_name, target_names
 from ndif_opt.options import Options
 from ndif_opt.regions import arithmetic
 from ndif_opt.rewrite import code_of, unsave
@@ -585,7 +585,7 @@ class _Walker:
 
     # -- loops -------------------------------------------------------------------------------
     def for_loop(self, stmt: cst.For, times: float) -> None:
-        names = _target_names(stmt.target)
+        names = target_names(stmt.target)
         elements = self.elements(stmt.iter)
         if elements is not None and len(elements) <= UNROLL_LIMIT and (
             any(_has_str(e) for e in elements)
@@ -619,7 +619,7 @@ class _Walker:
         known = self._work_memo.get(("varies", id(loop)))
         if known is not None:
             return known
-        names = set(_target_names(loop.target))
+        names = set(target_names(loop.target))
         found = False
         if names:
             nested = [n for n in _compound(loop.body) if isinstance(n, cst.For) and names & _names_in(n.iter)]
@@ -642,7 +642,7 @@ class _Walker:
             for sub, item in zip(target.elements, element):
                 self._bind_target(sub.value, item, value)
         else:
-            for name in _target_names(target):
+            for name in target_names(target):
                 self._bind(name, Shape.unknown("unpacked loop value"))
 
     def _bind(self, name: str, value: Shape | ModuleRef) -> None:
@@ -994,7 +994,7 @@ class _Walker:
         elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
             self.call_statement(small.value, times)
         elif isinstance(small, cst.Del):
-            for name in _target_names(small.target):
+            for name in target_names(small.target):
                 self.env.pop(name, None)
                 self.storage.pop(name, None)
 
@@ -1601,14 +1601,6 @@ def _has_str(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_has_str(v) for v in value)
     return False
-
-
-def _target_names(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _target_names(e.value)]
-    return []
 
 
 def _is_empty_container(expr: cst.BaseExpression) -> bool:

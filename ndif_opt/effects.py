@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis import Facts, qualify
-from ndif_opt.names import dotted_name, root_name
+from ndif_opt.names import dotted_name, root_name, target_names
 
 # Roots of modules whose code the NDIF server runs (../shared/NNSIGHT_NOTES.md).
 SERVER_MODULES = frozenset(
@@ -120,11 +120,11 @@ class ServerCheck:
                     if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call):
                         if self._call_is_client(small.value):
                             for target in small.targets:
-                                found.update(_target_names(target.target))
+                                found.update(target_names(target.target))
             elif isinstance(stmt, cst.With):
                 for item in stmt.items:
                     if item.asname is not None and isinstance(item.item, cst.Call) and self._call_is_client(item.item):
-                        found.update(_target_names(item.asname.name))
+                        found.update(target_names(item.asname.name))
         return found
 
     def _call_is_client(self, call: cst.Call) -> bool:
@@ -170,17 +170,6 @@ def _registered(facts: Facts, module: str) -> bool:
 
     facts.module.visit(Finder())
     return found
-
-
-def _target_names(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        names: list[str] = []
-        for element in target.elements:
-            names.extend(_target_names(element.value))
-        return names
-    return []
 
 
 class _Checker(cst.CSTVisitor):

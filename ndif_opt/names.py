@@ -259,6 +259,17 @@ def all_params(params: cst.Parameters) -> list[cst.Param]:
     return found
 
 
+def target_names(target: cst.BaseExpression) -> list[str]:
+    """Names an assignment or loop target binds, in order (`i`, `(i, prompt)`, `*rest`)."""
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in target_names(element.value)]
+    if isinstance(target, cst.StarredElement):
+        return target_names(target.value)
+    return []
+
+
 def collect(node: cst.CSTNode, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
     """Names read, bound and mutated anywhere in ``node`` (nested functions included),
     leaving out the subtrees in ``skip``."""

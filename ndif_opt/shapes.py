@@ -42,6 +42,7 @@ from typing import Any
 import libcst as cst
 
 from ndif_opt.model_registry import ModelDims, canonical_dtype, dtype_size
+from ndif_opt.names import target_names
 
 __all__ = [
     "DEFAULT_INDEX_LENGTH",
@@ -437,20 +438,12 @@ def _eval_listcomp(node: cst.BaseExpression, ev: _Eval) -> Shape:
     if count is None:
         raise _Unknown("a comprehension over an iterable of unknown length")
     sub = _Eval(ev.ctx, ev.env)
-    for name in _target_names(comp.target):
+    for name in target_names(comp.target):
         sub.env[name] = Shape.python("int")
     element = _as_shape(_eval(node.elt, sub))
     for text in sub.notes:
         ev.note(text)
     return Shape.container([element] * count)
-
-
-def _target_names(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _target_names(e.value)]
-    return []
 
 
 def _iter_length(node: cst.BaseExpression, ev: _Eval) -> int | None:

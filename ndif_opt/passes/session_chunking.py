@@ -69,7 +69,7 @@ import libcst as cst
 
 from ndif_opt.analysis import Block, Facts
 from ndif_opt.cost_model import RequestEstimate, explain, session_budget
-from ndif_opt.names import collect, collect_all
+from ndif_opt.names import collect, collect_all, target_names
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.rewrite import SuitePlan, code_of, empty_container_kind
 
@@ -275,7 +275,7 @@ def _model_like(name: str, facts: Facts, loop: cst.For) -> bool:
 
 def _carried(loop: cst.For, accumulators: dict[str, str], facts: Facts) -> str:
     """Why a value would flow from one iteration to the next, or ""."""
-    targets = _names(loop.target)
+    targets = set(target_names(loop.target))
     body_use = collect(loop.body)
     bound = set(body_use.binds) - targets
 
@@ -298,9 +298,8 @@ def _carried(loop: cst.For, accumulators: dict[str, str], facts: Facts) -> str:
                         defined |= set(collect(item.asname).binds)
                 found = scan(stmt.body.body, defined)  # a with body runs straight through
             elif isinstance(stmt, cst.For):
-                found = undefined(stmt.iter, defined) or scan(
-                    stmt.body.body, defined | set(collect(stmt.target).binds) | _names(stmt.target)
-                )
+                bound = set(collect(stmt.target).binds) | set(target_names(stmt.target))
+                found = undefined(stmt.iter, defined) or scan(stmt.body.body, defined | bound)
             elif isinstance(stmt, cst.While):
                 found = undefined(stmt.test, defined) or scan(stmt.body.body, set(defined))
             elif isinstance(stmt, cst.If):
@@ -328,14 +327,6 @@ def _carried(loop: cst.For, accumulators: dict[str, str], facts: Facts) -> str:
     if name:
         return f"`{name}` carries a value from one iteration of the loop to the next"
     return ""
-
-
-def _names(target: cst.BaseExpression) -> set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return {n for e in target.elements for n in _names(e.value)}
-    return set()
 
 
 def _slicing(iterable: cst.BaseExpression, facts: Facts, trips: int):

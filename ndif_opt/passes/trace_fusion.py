@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, StmtInfo
-from ndif_opt.names import collect, collect_all, root_name
+from ndif_opt.names import collect, collect_all, root_name, target_names
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.session_hoisting import _is_model_like
 from ndif_opt.regions import int_value, trip_count
@@ -124,20 +124,6 @@ def find_sweeps(facts: Facts) -> list[Sweep]:
             Sweep(loop, facts.stmt(loop), block, block.stmt.index, targets, bound)
         )
     return found
-
-
-def target_names(target: cst.BaseExpression) -> set[str]:
-    """Names a loop target binds (`i`, `(i, prompt)`)."""
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        names: set[str] = set()
-        for element in target.elements:
-            names |= target_names(element.value)
-        return names
-    if isinstance(target, cst.StarredElement):
-        return target_names(target.value)
-    return set()
 
 
 def structure_problem(sweep: Sweep, facts: Facts) -> str:
