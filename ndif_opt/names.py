@@ -8,6 +8,7 @@ approximating reads and binds only makes a pass refuse more often, never miscomp
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -71,12 +72,24 @@ def dotted_name(expr: cst.BaseExpression) -> str | None:
     return ".".join(reversed(parts))
 
 
+_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+
+
 class _Collector(cst.CSTVisitor):
-    def __init__(self, skip: tuple[cst.CSTNode, ...] = ()) -> None:
+    def __init__(self, skip: tuple[cst.CSTNode, ...] = (), whole_statements: bool = False) -> None:
         self.use = NameUse()
         self.skip = {id(node) for node in skip}
+        # nested statements are collected (and cached) on their own and merged: the
+        # result is the same, names in the order first seen
+        self.whole_statements = whole_statements
+        self._root: cst.CSTNode | None = None
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._root is None:
+            self._root = node
+        elif self.whole_statements and isinstance(node, _STATEMENTS):
+            self.use.merge(_collect_whole(node))
+            return False
         if id(node) in self.skip:
             return False
         return super().on_visit(node)
@@ -272,8 +285,21 @@ def target_names(target: cst.BaseExpression) -> list[str]:
 
 def collect(node: cst.CSTNode, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
     """Names read, bound and mutated anywhere in ``node`` (nested functions included),
-    leaving out the subtrees in ``skip``."""
+    leaving out the subtrees in ``skip``. The result is shared: do not change it."""
+    if not skip:
+        return _collect_whole(node)
     collector = _Collector(skip)
+    node.visit(collector)
+    return collector.use
+
+
+@functools.lru_cache(maxsize=8192)
+def _collect_whole(node: cst.CSTNode) -> NameUse:
+    # A pure function of an immutable node (libcst nodes hash by identity, and the
+    # cache keeps them alive, so an id is never reused while cached). Passes ask about
+    # the same statements again and again, and a new version of the tree shares every
+    # statement a pass did not touch: the names of those are not walked again.
+    collector = _Collector(whole_statements=True)
     node.visit(collector)
     return collector.use
 

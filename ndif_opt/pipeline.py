@@ -15,7 +15,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ndif_opt import windows
 from ndif_opt.analysis import Facts, analyze
@@ -24,6 +23,7 @@ from ndif_opt.effects import ServerCheck
 from ndif_opt.options import Options
 from ndif_opt.passes import PASSES, Context, RawFinding
 from ndif_opt.passes.migrate_api import PRE_05, PRE_05_MESSAGE, MigrateApi, api_generation
+from ndif_opt.positions import Positions, code_and_positions
 from ndif_opt.prefilter import uses_nnsight
 from ndif_opt.suppression import IGNORE_FILE, Suppressions
 from ndif_opt.types import Cost, Edit, Finding, PassCost, Position, Range, Result, Status
@@ -72,7 +72,7 @@ class _State:
     options: Options
     _estimate: Estimate | None = None
     _server: ServerCheck | None = None
-    _positions: dict | None = None
+    _positions: Positions | None = None
     _api: str | None = None
 
     @property
@@ -83,9 +83,9 @@ class _State:
         return self._api
 
     @property
-    def positions(self):
+    def positions(self) -> Positions:
         if self._positions is None:
-            self._positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+            self._positions = code_and_positions(self.module)[1]
         return self._positions
 
     @property
@@ -312,14 +312,18 @@ def _run_module(source: str, options: Options, filename: str | None = None) -> R
             introduced |= context.introduced
             applied.extend(f for f in located if f.status is Status.APPLIED)
             last_round.extend(f for f in located if f.status is not Status.APPLIED)
-            code = new_module.code if new_module is not state.module else state.code
+            positions = None
+            if new_module is state.module:
+                code = state.code
+            else:  # the code of the new version, and where its nodes are, in one generation
+                code, positions = code_and_positions(new_module)
             if code == state.code:
                 stable[pass_.id] = (state.module, [f for f in located if f.status is not Status.APPLIED])
                 continue
             changed = True
             api = None if pass_.id == MigrateApi.id else state.api  # only migration changes it
             state = _State(new_module, analyze(new_module, assume_remote=options.assume_remote), code, options,
-                           _api=api)
+                           _positions=positions, _api=api)
             deltas[pass_.id] = _add(deltas[pass_.id], _diff(state.cost, before))
         if not changed:
             break

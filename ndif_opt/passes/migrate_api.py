@@ -70,16 +70,15 @@ the model.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ndif_opt.analysis import Block, Facts, is_save_call, qualify
 from ndif_opt.names import collect, collect_all, dotted_name
 from ndif_opt.passes.base import Case, Context, Pass
+from ndif_opt.positions import code_and_positions
 from ndif_opt.rewrite import code_of, reindentable, without_remote
 
 PRE_05 = "pre-0.5"
@@ -124,15 +123,11 @@ class Scan:
     modern: list[tuple[cst.CSTNode, str]]  # evidence of the 0.5+ API
 
 
-_CACHE: "weakref.WeakKeyDictionary[Facts, Scan]" = weakref.WeakKeyDictionary()
-
-
 def scan(facts: Facts) -> Scan:
     """The old and new idioms of a module (computed once per facts)."""
-    found = _CACHE.get(facts)
+    found = facts.memo.get("migrate-api:scan")
     if found is None:
-        found = _Scanner(facts).run()
-        _CACHE[facts] = found
+        found = facts.memo["migrate-api:scan"] = _Scanner(facts).run()
     return found
 
 
@@ -163,7 +158,7 @@ def legacy_summary(facts: Facts, module: cst.Module | None = None) -> str:
     found = [item for item in scan(facts).legacy if item.pre05]
     if not found:
         return ""
-    positions = MetadataWrapper(module or facts.module, unsafe_skip_copy=True).resolve(PositionProvider)
+    positions = code_and_positions(module or facts.module)[1]
     seen: dict[str, str] = {}
     for item in found:
         label = _LABELS.get(item.kind, item.what)

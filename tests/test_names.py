@@ -1,0 +1,44 @@
+"""names.collect caches by statement; the cached answer equals a plain walk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+
+from generators import dense_nnsight_script
+from ndif_opt import names
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _plain(node: cst.CSTNode) -> names.NameUse:
+    collector = names._Collector()
+    node.visit(collector)
+    return collector.use
+
+
+def _as_lists(use: names.NameUse):
+    # the nodes each name maps to must be the very same (first seen), in the same order
+    return [list(map(id, d.values())) + list(d) for d in (use.reads, use.binds, use.mutates)] + [
+        [(kind, id(node)) for kind, node in use.control]
+    ]
+
+
+def test_cached_collect_equals_a_plain_walk():
+    sources = [dense_nnsight_script(80)] + [(ROOT / "ndif_opt" / f).read_text() for f in ("names.py", "windows.py")]
+    for source in sources:
+        module = cst.parse_module(source)
+        nodes = [module, *module.body]
+        nodes += [s for s in module.body if isinstance(s, cst.FunctionDef)]
+        nodes += [s.body for s in module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef, cst.For))]
+        for node in nodes:
+            assert _as_lists(names.collect(node)) == _as_lists(_plain(node))
+
+
+def test_collect_of_a_new_tree_shares_untouched_statements():
+    module = cst.parse_module("a = b\nfor x in y:\n    c.append(x)\n")
+    first = names.collect(module.body[1])
+    changed = module.with_changes(body=[cst.parse_statement("a = 2\n"), module.body[1]])
+    assert names.collect(changed.body[1]) is first
+    assert set(names.collect(changed).reads) == {"y", "x", "c"}

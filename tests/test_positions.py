@@ -1,0 +1,35 @@
+"""positions.code_and_positions gives libcst's PositionProvider ranges, from one code generation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from generators import dense_nnsight_script
+from ndif_opt.positions import code_and_positions
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TEXTS = {
+    "dense": dense_nnsight_script(120),
+    "crlf": "x = 1\r\nif x:\r\n    y = (1,\r\n   2)\r\n",
+    "tabs-no-final-newline": "def f():\n\tpass\n# end",
+    "empty": "",
+    "only-newlines": "\n\n",
+    "strings-with-newlines": 's = """a\nb"""\nt = f"{s!r}\\n"  # c\n',
+    "pipeline-source": (ROOT / "ndif_opt" / "pipeline.py").read_text(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+def test_same_ranges_as_position_provider(name):
+    module = cst.parse_module(TEXTS[name])
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    code, positions = code_and_positions(module)
+    assert code == module.code
+    for node, where in expected.items():
+        assert positions.get(node) == where, type(node).__name__
+    assert positions.get(cst.Name("not_in_the_tree")) is None
