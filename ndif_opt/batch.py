@@ -69,9 +69,9 @@ def local_modules(source: SourceFile) -> dict[str, str]:
     return found
 
 
-def optimize_source(source: SourceFile, options: Options) -> Result:
+def optimize_source(source: SourceFile, options: Options, *, prefiltered: bool = False) -> Result:
     """Run the pipeline (or the notebook pipeline) on one input; InputError names the
-    file when it does not parse."""
+    file when it does not parse. ``prefiltered``: ``needs_pipeline`` said yes already."""
     from ndif_opt.pipeline import run_pipeline
 
     modules = local_modules(source)
@@ -87,7 +87,7 @@ def optimize_source(source: SourceFile, options: Options) -> Result:
         except SyntaxError as error:
             raise InputError(f"{source.path}: cannot parse: {error.msg}") from None
     try:
-        return run_pipeline(source.text, options, filename=source.path)
+        return run_pipeline(source.text, options, filename=source.path, prefiltered=prefiltered)
     except SyntaxError as error:
         raise InputError(f"{source.path}: cannot parse: {error.msg}") from None
     except RecursionError:
@@ -105,9 +105,10 @@ def needs_pipeline(source: SourceFile) -> bool:
 
 
 def work(source: SourceFile, options: Options) -> tuple[Result | None, str | None]:
-    """One task of the pool (also run in-process with one job): a result or an error."""
+    """One task of the pool (also run in-process with one job): a result or an error.
+    ``process`` hands it only files that passed the prefilter."""
     try:
-        return optimize_source(source, options), None
+        return optimize_source(source, options, prefiltered=True), None
     except InputError as error:
         return None, str(error)
 

@@ -143,9 +143,10 @@ class WindowCache:
 
 
 def run_pipeline(source: str, options: Options, filename: str | None = None,
-                 cache: WindowCache | None = None) -> Result:
-    """Optimize ``source``: window by window when it splits into independent parts."""
-    if not uses_nnsight(source):
+                 cache: WindowCache | None = None, *, prefiltered: bool = False) -> Result:
+    """Optimize ``source``: window by window when it splits into independent parts.
+    ``prefiltered``: the caller has seen ``uses_nnsight(source)`` say yes."""
+    if not prefiltered and not uses_nnsight(source):
         return Result(source=source, code=source)
     tree = _python_parse(source, filename)
     plan = None if _whole_module_only(source, options) else windows.plan(source, tree)

@@ -7,6 +7,7 @@ applied in one transform. Everything not replaced keeps its exact text.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -116,7 +117,11 @@ def reindentable(stmt: cst.BaseStatement) -> cst.BaseStatement:
     return stmt.visit(_UnindentBlankLines())
 
 
+@functools.lru_cache(maxsize=8192)
 def code_of(node: cst.CSTNode) -> str:
+    # a pure function of an immutable node (hashed by identity and kept alive while
+    # cached): the passes and the cost model ask for the code of the same nodes, in
+    # every version of the tree that shares them
     return cst.Module([]).code_for_node(node)
 
 
