@@ -141,7 +141,7 @@ class InvokeBatching(Pass):
                 sweep.info.suite,
                 sweep.info.index,
                 sweep.info.index + 1,
-                _batched(sweep, names, batch if chunked else None, unsaved),
+                _batched(sweep, names, batch if chunked else None, unsaved, facts),
             )
             context.unreturned |= unsaved
             text = (
@@ -776,7 +776,17 @@ def _last_dim(call: cst.Call, positional: int = 0) -> bool:
 # -- the rewrite --------------------------------------------------------------------------
 
 
-def _batched(sweep: Sweep, names: list[str], chunk: int | None, unsaved: set[str]):
+def _rebinds(stmt: cst.BaseStatement, names: set[str], facts: Facts) -> bool:
+    """Does ``stmt`` assign one of ``names`` alone (`x = ...`), anywhere inside?"""
+    for node in index_of(stmt, facts).nodes:
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            target = node.targets[0].target
+            if isinstance(target, cst.Name) and target.value in names:
+                return True
+    return False
+
+
+def _batched(sweep: Sweep, names: list[str], chunk: int | None, unsaved: set[str], facts: Facts):
     loop, trace = sweep.loop, sweep.block.node
     tracer = names[0]
 
@@ -785,7 +795,11 @@ def _batched(sweep: Sweep, names: list[str], chunk: int | None, unsaved: set[str
         inner = list(sweep.inner)
         if sweep.pre:
             inner[0] = with_leading(inner[0], trace.leading_lines)
-        body = [reindentable(s.visit(drop)) for s in sweep.pre + inner + sweep.post]
+        body = [
+            # `drop` only changes `x = ....save()` for the unsaved names: skip the others
+            reindentable(s.visit(drop) if _rebinds(original, unsaved, facts) else s)
+            for original, s in zip(sweep.moved, sweep.pre + inner + sweep.post)
+        ]
         call = cst.Call(
             func=cst.Attribute(value=cst.Name(tracer), attr=cst.Name("invoke")),
             args=sweep.block.call.args,

@@ -556,6 +556,9 @@ def nonnegative_ints(expr: cst.BaseExpression, facts: Facts) -> bool:
 
 def fresh_name(base: str, facts: Facts, taken: set[str] = frozenset()) -> str:
     """``base``, or ``base_<n>``: a name the module of ``facts`` does not use."""
+    code = memoized(facts, "code", facts.module, lambda module: module.code)
+    if base not in code and base not in taken:
+        return base  # every name the module uses is in its code: quicker than its names
     use = names_of(facts.module, facts)
     names = set(use.reads) | set(use.binds) | set(taken)
     if base not in names:
