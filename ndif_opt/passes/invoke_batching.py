@@ -53,7 +53,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis import Facts, qualify
-from ndif_opt.names import collect, collect_all, dotted_name, root_name
+from ndif_opt.names import collect, dotted_name, root_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.session_hoisting import _is_model_like
 from ndif_opt.passes.trace_fusion import (
@@ -62,9 +62,12 @@ from ndif_opt.passes.trace_fusion import (
     find_sweeps,
     fresh_name,
     fusion_problem,
+    index_of,
     input_dependence,
     introduce,
     module_accesses,
+    moved_names,
+    names_of,
     passes_text,
     structure_problem,
     with_leading,
@@ -128,17 +131,17 @@ class InvokeBatching(Pass):
                 context.needs_unsafe(sweep.loop, message, UNSAFE_REASON)
                 continue
             chunked = trips is None or trips > batch
-            tracer = fresh_name("tracer", module, taken)
+            tracer = fresh_name("tracer", facts, taken)
             names = [tracer]
             if chunked:
-                names += [fresh_name(n, module, taken | {tracer}) for n in ("_ndif_items", "_ndif_start")]
+                names += [fresh_name(n, facts, taken | {tracer}) for n in ("_ndif_items", "_ndif_start")]
                 introduce(context, *names[1:])
             taken.update(names)
             plan.replace(
                 sweep.info.suite,
                 sweep.info.index,
                 sweep.info.index + 1,
-                _batched(sweep, names, batch if chunked else None, unsaved),
+                _batched(sweep, names, batch if chunked else None, unsaved, facts),
             )
             context.unreturned |= unsaved
             text = (
@@ -188,13 +191,13 @@ def _problem(sweep: Sweep, facts: Facts, unsafe: bool):
     if not accesses.found:
         return None
     problem = (
-        _carried(sweep)
+        _carried(sweep, facts)
         or _shared_objects(sweep, facts)
         or _fill_order(sweep, facts)
     )
     if problem:
         return problem, set()
-    bound = set(collect_all(moved).binds) | set(sweep.targets)
+    bound = set(moved_names(sweep, facts).binds) | set(sweep.targets)
     read_later = sorted(_live_after(sweep, facts, bound))
     if read_later:
         return (
@@ -202,7 +205,7 @@ def _problem(sweep: Sweep, facts: Facts, unsafe: bool):
             "value only",
             set(),
         )
-    if input_dependence(sweep):
+    if input_dependence(sweep, facts):
         problem = _Padding(facts).check(moved)
         if problem:
             return f"the inputs differ in length and each invoke sees left-padded rows: it {problem}", set()
@@ -222,7 +225,7 @@ def _live_after(sweep: Sweep, facts: Facts, names: set[str]) -> set[str]:
     if not candidates:
         return set()
     for func in facts.functions.values():
-        if set(collect(func.body).reads) & candidates:
+        if set(names_of(func.body, facts).reads) & candidates:
             return candidates
     paths = _continuations(sweep.info, facts)
     if paths is None:
@@ -276,8 +279,8 @@ def _saved_names(stmts) -> set[str]:
 # -- iterations must not feed each other ----------------------------------------------
 
 
-def _carried(sweep: Sweep) -> str:
-    bound = set(collect_all(sweep.moved).binds)
+def _carried(sweep: Sweep, facts: Facts) -> str:
+    bound = set(moved_names(sweep, facts).binds)
     order = _Order(bound, set(sweep.targets))
     for stmt in sweep.moved:
         stmt.visit(order)
@@ -417,36 +420,23 @@ class _Order(cst.CSTVisitor):
 def _shared_objects(sweep: Sweep, facts: Facts) -> str:
     """Objects made before the loop may only be filled (append, item assignment)."""
     moved = sweep.moved
-    use = collect_all(moved)
+    use = moved_names(sweep, facts)
     bound = set(use.binds) | set(sweep.targets)
     shared = [n for n in use.mutates if n not in bound and not _is_model_like(n, facts)]
+    found = [n for stmt in moved for n in index_of(stmt, facts).nodes]
+    # the receivers of filling calls and item assignments: `acts.append(...)`, `top[p] = ...`
     allowed: set[int] = set()
-
-    class Receivers(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
+    for node in found:
+        if isinstance(node, cst.Call):
             func = node.func
             if isinstance(func, cst.Attribute) and func.attr.value in FILLING_METHODS:
                 if isinstance(func.value, cst.Name):
                     allowed.add(id(func.value))
-
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        elif isinstance(node, cst.AssignTarget):
             target = node.target
             if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
                 allowed.add(id(target.value))
-
-    uses: list[cst.Name] = []
-
-    class Names(cst.CSTVisitor):
-        def visit_Name(self, node: cst.Name) -> None:
-            uses.append(node)
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
-            return False
-
-    for stmt in moved:
-        stmt.visit(Receivers())
-        stmt.visit(Names())
+    uses = [node for node in found if isinstance(node, cst.Name)]
     for name in shared:
         for node in uses:
             if node.value == name and id(node) not in allowed:
@@ -454,23 +444,17 @@ def _shared_objects(sweep: Sweep, facts: Facts) -> str:
                     f"it reads or changes `{name}`, which earlier iterations fill: batched, "
                     "the iterations would not see each other's changes in order"
                 )
-    problem = ""
-
-    class InPlace(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            nonlocal problem
+    for node in found:
+        if isinstance(node, cst.Call):
             func = node.func
             if isinstance(func, cst.Attribute):
                 name = func.attr.value
                 root = root_name(func.value)
                 if name.endswith("_") and not name.startswith("_") and root not in bound:
-                    problem = problem or f"it changes `{code_of(func.value)}` in place, which every iteration shares"
+                    return f"it changes `{code_of(func.value)}` in place, which every iteration shares"
                 if name in ("backward", "retain_grad"):
-                    problem = problem or f"it calls `.{name}()`"
-
-    for stmt in moved:
-        stmt.visit(InPlace())
-    return problem
+                    return f"it calls `.{name}()`"
+    return ""
 
 
 def _fill_order(sweep: Sweep, facts: Facts) -> str:
@@ -478,7 +462,7 @@ def _fill_order(sweep: Sweep, facts: Facts) -> str:
     must be the same module in every iteration: invokes waiting at one module are
     served in loop order."""
     moved = sweep.moved
-    use = collect_all(moved)
+    use = moved_names(sweep, facts)
     bound = set(use.binds) | set(sweep.targets)
     shared = {n for n in use.mutates if n not in bound and not _is_model_like(n, facts)}
     if not shared:
@@ -490,7 +474,7 @@ def _fill_order(sweep: Sweep, facts: Facts) -> str:
         if found:
             last_read, last_access = position, found[-1]
     for position, stmt in enumerate(moved):
-        filled = shared & set(collect(stmt).mutates)
+        filled = shared & set(names_of(stmt, facts).mutates)
         if filled and position < last_read:
             name = sorted(filled)[0]
             return (
@@ -498,7 +482,7 @@ def _fill_order(sweep: Sweep, facts: Facts) -> str:
                 "fill it in the model's order, not the loop's"
             )
     if last_access is not None:
-        varying = set(collect(last_access.node).reads) & bound
+        varying = set(names_of(last_access.node, facts).reads) & bound
         if varying:
             return (
                 f"it fills `{sorted(shared)[0]}` after reading `{last_access.code}`, which "
@@ -792,7 +776,17 @@ def _last_dim(call: cst.Call, positional: int = 0) -> bool:
 # -- the rewrite --------------------------------------------------------------------------
 
 
-def _batched(sweep: Sweep, names: list[str], chunk: int | None, unsaved: set[str]):
+def _rebinds(stmt: cst.BaseStatement, names: set[str], facts: Facts) -> bool:
+    """Does ``stmt`` assign one of ``names`` alone (`x = ...`), anywhere inside?"""
+    for node in index_of(stmt, facts).nodes:
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            target = node.targets[0].target
+            if isinstance(target, cst.Name) and target.value in names:
+                return True
+    return False
+
+
+def _batched(sweep: Sweep, names: list[str], chunk: int | None, unsaved: set[str], facts: Facts):
     loop, trace = sweep.loop, sweep.block.node
     tracer = names[0]
 
@@ -801,7 +795,11 @@ def _batched(sweep: Sweep, names: list[str], chunk: int | None, unsaved: set[str
         inner = list(sweep.inner)
         if sweep.pre:
             inner[0] = with_leading(inner[0], trace.leading_lines)
-        body = [reindentable(s.visit(drop)) for s in sweep.pre + inner + sweep.post]
+        body = [
+            # `drop` only changes `x = ....save()` for the unsaved names: skip the others
+            reindentable(s.visit(drop) if _rebinds(original, unsaved, facts) else s)
+            for original, s in zip(sweep.moved, sweep.pre + inner + sweep.post)
+        ]
         call = cst.Call(
             func=cst.Attribute(value=cst.Name(tracer), attr=cst.Name("invoke")),
             args=sweep.block.call.args,

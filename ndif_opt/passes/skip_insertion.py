@@ -61,19 +61,23 @@ import libcst as cst
 
 from ndif_opt.analysis import Facts
 from ndif_opt.model_registry import dims_for
-from ndif_opt.names import collect, root_name
+from ndif_opt.names import root_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.session_hoisting import _is_model_like
 from ndif_opt.passes.trace_fusion import (
     HARMLESS_TRACE_KWARGS,
+    Accesses,
     Sweep,
+    calls_in,
     derived_names,
     find_sweeps,
     fresh_name,
+    index_of,
     input_dependence,
     int_sequence,
     introduce,
     module_accesses,
+    names_of,
     nonnegative_ints,
     range_args,
     split_leading,
@@ -117,7 +121,7 @@ class SkipInsertion(Pass):
                     f"(layer evaluations {saving[0]} → {saving[1]}, plus one forward pass)",
                 )
                 continue
-            names = tuple(fresh_name(base, module, taken) for base in (CACHE, "_ndif_i", "_ndif_tracer"))
+            names = tuple(fresh_name(base, facts, taken) for base in (CACHE, "_ndif_i", "_ndif_tracer"))
             taken.update(names)
             introduce(context, names[0])
             self._plan(sweep, layers, index, stop, names, plan)
@@ -165,7 +169,7 @@ def _analyse(sweep: Sweep, facts: Facts):
     call = sweep.block.call
     if not any(a.keyword is None and not a.star for a in call.args):
         return None
-    if input_dependence(sweep):
+    if input_dependence(sweep, facts):
         return None
     moved = sweep.moved
     accesses = module_accesses(moved, facts)
@@ -199,7 +203,7 @@ def _analyse(sweep: Sweep, facts: Facts):
                 )
         elif not access.after_layers:
             return f"it intervenes at `{access.code}`, before the patched layer"
-        elif isinstance(access.envoy, cst.Name) and not _followed_by_logits(access, moved):
+        elif isinstance(access.envoy, cst.Name) and not _followed_by_logits(access, moved, facts):
             return (
                 f"it reads `{access.code}` as a whole, which includes per-layer state the "
                 "skipped layers would not fill; read `.logits`"
@@ -219,7 +223,7 @@ def _analyse(sweep: Sweep, facts: Facts):
         else:
             stop = f"max({code_of(sweep.loop.iter)})"
         return layers, index, stop
-    if set(collect(index).reads) & sweep.bound:
+    if set(names_of(index, facts).reads) & sweep.bound:
         return f"the patched layer `{code_of(index)}` changes in a way I cannot follow"
     value = int_value(index, facts)
     if value is None or value < 1:
@@ -233,79 +237,52 @@ def _trace_problem(sweep: Sweep, facts: Facts) -> str:
             return "the trace takes `*args`/`**kwargs`"
         if arg.keyword is not None and arg.keyword.value not in HARMLESS_TRACE_KWARGS:
             return f"the trace takes `{arg.keyword.value}=`, which may need every layer"
-    for node in sweep.moved:
-        for call in _calls(node):
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("invoke", "backward"):
-                return f"the trace calls `.{call.func.attr.value}()`"
+    for call in calls_in(sweep.moved, facts):
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("invoke", "backward"):
+            return f"the trace calls `.{call.func.attr.value}()`"
     return ""
 
 
 def _in_place_on_cache(moved, facts: Facts, accesses) -> str:
     """An in-place change of a module's input (a cached value) or of the model."""
     inputs = [a for a in accesses.found if a.kind != "output"]
-    from ndif_opt.passes.trace_fusion import Accesses
-
     derived = derived_names(moved, facts, Accesses(found=inputs))
-    problem = ""
-
-    class Finder(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            nonlocal problem
-            func = node.func
-            if isinstance(func, cst.Attribute):
-                name = func.attr.value
-                root = root_name(func.value)
-                in_place = name.endswith("_") and not name.startswith("_")
-                if in_place and root is not None and (root in derived or _is_model_like(root, facts)):
-                    problem = problem or f"it changes `{code_of(func.value)}` in place"
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            nonlocal problem
-            if root_name(node.target) in derived:
-                problem = problem or f"it changes `{code_of(node.target)}` in place, a cached value"
-
-        def visit_Assign(self, node: cst.Assign) -> None:
-            nonlocal problem
-            for target in node.targets:
-                if isinstance(target.target, (cst.Subscript, cst.Attribute)):
-                    if root_name(target.target) in derived:
-                        problem = problem or f"it writes into `{code_of(target.target)}`, a cached value"
-
     for node in moved:
-        node.visit(Finder())
-    return problem
+        for n in index_of(node, facts).nodes:
+            if isinstance(n, cst.Call):
+                func = n.func
+                if isinstance(func, cst.Attribute):
+                    name = func.attr.value
+                    root = root_name(func.value)
+                    in_place = name.endswith("_") and not name.startswith("_")
+                    if in_place and root is not None and (root in derived or _is_model_like(root, facts)):
+                        return f"it changes `{code_of(func.value)}` in place"
+            elif isinstance(n, cst.AugAssign):
+                if root_name(n.target) in derived:
+                    return f"it changes `{code_of(n.target)}` in place, a cached value"
+            elif isinstance(n, cst.Assign):
+                for target in n.targets:
+                    if isinstance(target.target, (cst.Subscript, cst.Attribute)):
+                        if root_name(target.target) in derived:
+                            return f"it writes into `{code_of(target.target)}`, a cached value"
+    return ""
 
 
-def _followed_by_logits(access, moved) -> bool:
+def _followed_by_logits(access, moved, facts: Facts) -> bool:
     """Every use of `model.output` in ``moved`` is `model.output.logits`."""
     total = used = 0
-
-    class Finder(cst.CSTVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> None:
-            nonlocal total, used
-            if node.attr.value == "output" and code_of(node) == access.code:
-                total += 1
-            if node.attr.value == "logits" and code_of(node.value) == access.code:
-                used += 1
-
     for node in moved:
-        node.visit(Finder())
+        for n in index_of(node, facts).nodes:
+            if isinstance(n, cst.Attribute):
+                if n.attr.value == "output" and code_of(n) == access.code:
+                    total += 1
+                if n.attr.value == "logits" and code_of(n.value) == access.code:
+                    used += 1
     return total == used
 
 
 def _is_ours(call: cst.Call) -> bool:
     return any(code_of(a.value).startswith(CACHE) for a in call.args)
-
-
-def _calls(node: cst.CSTNode) -> list[cst.Call]:
-    found: list[cst.Call] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Call(self, n: cst.Call) -> None:
-            found.append(n)
-
-    node.visit(Finder())
-    return found
 
 
 def _indices(sweep: Sweep, index, facts: Facts) -> list[int] | None:

@@ -50,11 +50,110 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, StmtInfo
-from ndif_opt.names import collect, collect_all, root_name, target_names
+from ndif_opt.names import NameUse, collect, collect_all, root_name, target_names
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.session_hoisting import _is_model_like
 from ndif_opt.regions import int_value, trip_count
 from ndif_opt.rewrite import SuitePlan, code_of, reindentable
+
+# ---------------------------------------------------------------------------------------
+# One walk per statement and version of the tree
+# ---------------------------------------------------------------------------------------
+# The three sweep passes ask many questions about the same few statements (a loop body,
+# its trace's body), and a libcst walk is slow. So each statement is walked at most twice
+# per version of the tree: by `collect` for its names and by `_Indexer` for the nodes the
+# questions look at. The answers live in `facts.memo`, next to their node (which keeps the
+# node's id from being reused while the answer is kept).
+
+
+def memoized(facts: Facts, kind: str, node: cst.CSTNode, compute):
+    """``compute(node)``, once per version of the tree."""
+    key = ("trace-fusion", kind, id(node))
+    entry = facts.memo.get(key)
+    if entry is None:
+        entry = facts.memo[key] = (node, compute(node))
+    return entry[1]
+
+
+def names_of(node: cst.CSTNode, facts: Facts) -> NameUse:
+    """``collect(node)``, once per version of the tree (do not change the answer)."""
+    return memoized(facts, "names", node, collect)
+
+
+def names_of_all(nodes, facts: Facts) -> NameUse:
+    """``collect_all(nodes)`` from the memoized names of each node."""
+    use = NameUse()
+    for node in nodes:
+        use.merge(names_of(node, facts))
+    return use
+
+
+@dataclass
+class NodeIndex:
+    """What one walk of a node finds, in the order a libcst visitor meets it."""
+
+    nodes: list[cst.CSTNode]  # calls, attributes, assignments, names (not an `.attr`)
+    jump: str  # the first `break`/`continue` outside a nested loop or function, or ""
+    spans: dict[int, tuple[int, int]]  # id(an assigned value) -> its slice of `nodes`
+
+
+INDEXED = frozenset(
+    {cst.Call, cst.Attribute, cst.Name, cst.Assign, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.AssignTarget}
+)
+# A `break`/`continue` inside these is not the enclosing loop's business.
+OWN_JUMPS = frozenset({cst.For, cst.While, cst.FunctionDef})
+
+
+class _Indexer(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.index = NodeIndex([], "", {})
+        self.attr_names: set[int] = set()  # `.attr` names are not names in the code
+        self.values: set[int] = set()  # assigned values, whose span is wanted
+        self.starts: dict[int, int] = {}
+        self.nesting = 0
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        kind = type(node)
+        nodes = self.index.nodes
+        if id(node) in self.values:
+            self.starts[id(node)] = len(nodes)
+        if kind in INDEXED:
+            if kind is cst.Attribute:
+                self.attr_names.add(id(node.attr))
+            elif kind is cst.Assign or kind is cst.NamedExpr:
+                self.values.add(id(node.value))
+            elif kind is cst.AnnAssign and node.value is not None:
+                self.values.add(id(node.value))
+            if kind is not cst.Name or id(node) not in self.attr_names:
+                nodes.append(node)
+        elif kind in OWN_JUMPS:
+            self.nesting += 1
+        elif (kind is cst.Break or kind is cst.Continue) and not self.nesting and not self.index.jump:
+            self.index.jump = "break" if kind is cst.Break else "continue"
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if type(original_node) in OWN_JUMPS:
+            self.nesting -= 1
+        start = self.starts.pop(id(original_node), None)
+        if start is not None:
+            self.index.spans[id(original_node)] = (start, len(self.index.nodes))
+
+
+def _index(node: cst.CSTNode) -> NodeIndex:
+    indexer = _Indexer()
+    node.visit(indexer)
+    return indexer.index
+
+
+def index_of(node: cst.CSTNode, facts: Facts) -> NodeIndex:
+    return memoized(facts, "index", node, _index)
+
+
+def calls_in(nodes, facts: Facts) -> list[cst.Call]:
+    """Every call in ``nodes``, in order."""
+    return [n for node in nodes for n in index_of(node, facts).nodes if isinstance(n, cst.Call)]
+
 
 # ---------------------------------------------------------------------------------------
 # Shared analysis of "sweeps" (also used by invoke-batching and skip-insertion)
@@ -105,7 +204,20 @@ class Sweep:
         return trip_count(self.loop, facts)
 
 
+def moved_names(sweep: Sweep, facts: Facts) -> NameUse:
+    """``collect_all(sweep.moved)``, once per version of the tree (do not change it)."""
+    return memoized(facts, "moved names", sweep.loop, lambda _loop: names_of_all(sweep.moved, facts))
+
+
 def find_sweeps(facts: Facts) -> list[Sweep]:
+    """The sweeps of this version of the tree (the three sweep passes share them)."""
+    key = ("trace-fusion", "sweeps")
+    if key not in facts.memo:
+        facts.memo[key] = tuple(_find_sweeps(facts))
+    return list(facts.memo[key])
+
+
+def _find_sweeps(facts: Facts) -> list[Sweep]:
     found = []
     for block in facts.blocks:
         parent = block.parent
@@ -119,24 +231,40 @@ def find_sweeps(facts: Facts) -> list[Sweep]:
         if len(facts.blocks_within(loop)) != 1:
             continue
         targets = frozenset(target_names(loop.target))
-        bound = frozenset(collect(loop.body).binds) | targets
+        index = block.stmt.index
+        others = loop.body.body[:index] + loop.body.body[index + 1 :]
+        # the names the body binds: the trace's own statements are walked once, as the
+        # statements of `moved`, not again as part of the trace
+        bound = (
+            set(names_of_all(others, facts).binds)
+            | set(names_of_all(block.node.items, facts).binds)
+            | set(names_of_all(block.node.body.body, facts).binds)
+        )
         found.append(
-            Sweep(loop, facts.stmt(loop), block, block.stmt.index, targets, bound)
+            Sweep(loop, facts.stmt(loop), block, index, targets, frozenset(bound) | targets)
         )
     return found
 
 
 def structure_problem(sweep: Sweep, facts: Facts) -> str:
     """Why the loop's shape forbids moving its iterations around ("" when it does not)."""
+    key = ("trace-fusion", "structure", id(sweep.loop))
+    if key not in facts.memo:
+        facts.memo[key] = (sweep.loop, _structure_problem(sweep, facts))
+    return facts.memo[key][1]
+
+
+def _structure_problem(sweep: Sweep, facts: Facts) -> str:
     loop = sweep.loop
     if loop.orelse is not None:
         return "the loop has an `else:` clause"
     if loop.asynchronous is not None:
         return "the loop is asynchronous"
-    jump = _jumps(loop.body)
+    # the trace is no loop: its body's jumps are those of its statements
+    jump = next((j for j in (index_of(s, facts).jump for s in sweep.moved) if j), "")
     if jump:
         return f"the loop body uses `{jump}`"
-    control = collect_all(sweep.moved).control
+    control = moved_names(sweep, facts).control
     if control:
         return f"the loop body uses `{control[0][0]}`"
     call = sweep.block.call
@@ -148,27 +276,34 @@ def structure_problem(sweep: Sweep, facts: Facts) -> str:
         if arg.keyword is not None and arg.keyword.value not in HARMLESS_TRACE_KWARGS:
             return f"the trace takes `{arg.keyword.value}=`, which applies to the whole forward pass"
     tracer = sweep.block.tracer_name
-    if tracer is not None and tracer in collect(sweep.block.node.body).reads:
+    if tracer is not None and tracer in names_of_all(sweep.inner, facts).reads:
         return f"the trace body uses its tracer `{tracer}`"
-    for node in _calls(sweep.block.node.body):
+    for node in calls_in(sweep.inner, facts):
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("invoke", "stop", "next", "all", "iter"):
             return f"the trace body calls `.{node.func.attr.value}()`"
     return ""
 
 
-def input_dependence(sweep: Sweep) -> str:
+def input_dependence(sweep: Sweep, facts: Facts) -> str:
     """How the trace's input changes between iterations ("" when it cannot)."""
+    key = ("trace-fusion", "input dependence", id(sweep.loop))
+    if key not in facts.memo:
+        facts.memo[key] = (sweep.loop, _input_dependence(sweep, facts))
+    return facts.memo[key][1]
+
+
+def _input_dependence(sweep: Sweep, facts: Facts) -> str:
     args = [a.value for a in sweep.block.call.args]
     use = collect_all(args)
     varying = sorted(n for n in use.reads if n in sweep.bound)
     if varying:
         return f"the trace's input depends on `{varying[0]}`, which changes every iteration"
-    changed = collect_all(sweep.moved).mutates
+    changed = moved_names(sweep, facts).mutates
     touched = sorted(n for n in use.reads if n in changed)
     if touched:
         return f"the loop changes `{touched[0]}`, which the trace's input reads"
     for arg in args:
-        for call in _calls(arg):
+        for call in calls_in([arg], facts):
             name = code_of(call.func)
             if name not in ("str", "len", "int", "list", "tuple"):
                 return f"the trace's input calls `{name}` in every iteration"
@@ -219,54 +354,50 @@ class Accesses:
 def module_accesses(nodes, facts: Facts) -> Accesses:
     """Every `.output`/`.input` of a module, `.skip()` and write to the model in ``nodes``."""
     result = Accesses()
-    written: set[int] = set()
-    targets: list[cst.BaseExpression] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            targets.extend(t.target for t in node.targets)
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            targets.append(node.target)
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            targets.append(node.target)
-
     for node in nodes:
-        node.visit(Finder())
-    for target in targets:
-        expr, writes_value = target, False
-        while isinstance(expr, (cst.Subscript, cst.Attribute)):
-            if isinstance(expr, cst.Attribute) and expr.attr.value in MODULE_VALUES:
-                written.add(id(expr))
-                writes_value = True
-            expr = expr.value
-        root = root_name(target)
-        if not writes_value and root is not None and _is_model_like(root, facts) and target is not expr:
-            result.model_writes.append(target)
+        part = memoized(facts, "accesses", node, lambda n: _module_accesses(n, facts))
+        result.found += part.found
+        result.unknown += part.unknown
+        result.skips += part.skips
+        result.model_writes += part.model_writes
+    return result
 
-    class Visitor(cst.CSTVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> None:
-            if node.attr.value not in MODULE_VALUES:
-                return
-            root = root_name(node.value)
+
+def _module_accesses(node: cst.CSTNode, facts: Facts) -> Accesses:
+    result = Accesses()
+    found = index_of(node, facts).nodes
+    written: set[int] = set()
+    for assignment in found:
+        if isinstance(assignment, cst.Assign):
+            targets = [t.target for t in assignment.targets]
+        elif isinstance(assignment, (cst.AugAssign, cst.AnnAssign)):
+            targets = [assignment.target]
+        else:
+            continue
+        for target in targets:
+            expr, writes_value = target, False
+            while isinstance(expr, (cst.Subscript, cst.Attribute)):
+                if isinstance(expr, cst.Attribute) and expr.attr.value in MODULE_VALUES:
+                    written.add(id(expr))
+                    writes_value = True
+                expr = expr.value
+            root = root_name(target)
+            if not writes_value and root is not None and _is_model_like(root, facts) and target is not expr:
+                result.model_writes.append(target)
+    for n in found:
+        if isinstance(n, cst.Attribute) and n.attr.value in MODULE_VALUES:
+            root = root_name(n.value)
             if root is None or not _is_model_like(root, facts):
-                result.unknown.append(node)
-                return
-            layers, index, sub = _split_envoy(node.value)
-            result.found.append(
-                Access(node, node.attr.value, node.value, layers, index, sub, id(node) in written)
-            )
-
-        def visit_Call(self, node: cst.Call) -> None:
-            func = node.func
+                result.unknown.append(n)
+                continue
+            layers, index, sub = _split_envoy(n.value)
+            result.found.append(Access(n, n.attr.value, n.value, layers, index, sub, id(n) in written))
+        elif isinstance(n, cst.Call):
+            func = n.func
             if isinstance(func, cst.Attribute) and func.attr.value == "skip":
                 root = root_name(func.value)
                 if root is not None and _is_model_like(root, facts):
-                    result.skips.append(node)
-
-    for node in nodes:
-        node.visit(Visitor())
+                    result.skips.append(n)
     return result
 
 
@@ -288,74 +419,51 @@ def derived_names(nodes, facts: Facts, accesses: Accesses) -> set[str]:
     """Names bound (in ``nodes``) to values computed from module values."""
     access_ids = {id(a.node) for a in accesses.found}
     derived: set[str] = set()
-    assigns: list[tuple[list[cst.BaseExpression], cst.BaseExpression]] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            assigns.append(([t.target for t in node.targets], node.value))
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            if node.value is not None:
-                assigns.append(([node.target], node.value))
-
-        def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
-            assigns.append(([node.target], node.value))
-
+    # (the names an assignment binds, its value, whether the value reads a module value)
+    assigns: list[tuple[list[cst.BaseExpression], cst.BaseExpression, bool]] = []
     for node in nodes:
-        node.visit(Finder())
+        index = index_of(node, facts)
+        for n in index.nodes:
+            if isinstance(n, cst.Assign):
+                targets, value = [t.target for t in n.targets], n.value
+            elif isinstance(n, cst.AnnAssign) and n.value is not None:
+                targets, value = [n.target], n.value
+            elif isinstance(n, cst.NamedExpr):
+                targets, value = [n.target], n.value
+            else:
+                continue
+            start, end = index.spans[id(value)]
+            reads_module = any(id(inside) in access_ids for inside in index.nodes[start:end])
+            assigns.append((targets, value, reads_module))
     for _ in range(3):
-        for targets, value in assigns:
-            if _contains(value, access_ids) or set(collect(value).reads) & derived:
+        for targets, value, reads_module in assigns:
+            if reads_module or (derived and set(names_of(value, facts).reads) & derived):
                 for target in targets:
-                    derived |= set(collect(target).binds)
+                    derived |= set(names_of(target, facts).binds)
     return derived
 
 
-def _contains(node: cst.CSTNode, ids: set[int]) -> bool:
-    found = False
-
-    class Finder(cst.CSTVisitor):
-        def on_visit(self, n: cst.CSTNode) -> bool:
-            nonlocal found
-            if id(n) in ids:
-                found = True
-            return not found
-
-    node.visit(Finder())
-    return found
-
-
-def in_place_problem(nodes, derived: set[str]) -> str:
+def in_place_problem(nodes, derived: set[str], facts: Facts) -> str:
     """An in-place change of an activation (or of a value computed from one)."""
-    problem = ""
-
-    class Finder(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            nonlocal problem
-            func = node.func
-            if isinstance(func, cst.Attribute):
-                name = func.attr.value
-                if name.endswith("_") and not name.startswith("_") and not problem:
-                    problem = f"changes `{code_of(func.value)}` in place (`.{name}()`)"
-                if name in ("backward", "retain_grad") and not problem:
-                    problem = f"calls `.{name}()`"
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            nonlocal problem
-            root = root_name(node.target)
-            if root in derived and not problem:
-                problem = f"changes `{code_of(node.target)}` in place"
-
-        def visit_Assign(self, node: cst.Assign) -> None:
-            nonlocal problem
-            for target in node.targets:
-                if isinstance(target.target, (cst.Subscript, cst.Attribute)):
-                    if root_name(target.target) in derived and not problem:
-                        problem = f"writes into `{code_of(target.target)}` in place"
-
     for node in nodes:
-        node.visit(Finder())
-    return problem
+        for n in index_of(node, facts).nodes:
+            if isinstance(n, cst.Call):
+                func = n.func
+                if isinstance(func, cst.Attribute):
+                    name = func.attr.value
+                    if name.endswith("_") and not name.startswith("_"):
+                        return f"changes `{code_of(func.value)}` in place (`.{name}()`)"
+                    if name in ("backward", "retain_grad"):
+                        return f"calls `.{name}()`"
+            elif isinstance(n, cst.AugAssign):
+                if root_name(n.target) in derived:
+                    return f"changes `{code_of(n.target)}` in place"
+            elif isinstance(n, cst.Assign):
+                for target in n.targets:
+                    if isinstance(target.target, (cst.Subscript, cst.Attribute)):
+                        if root_name(target.target) in derived:
+                            return f"writes into `{code_of(target.target)}` in place"
+    return ""
 
 
 def layer_order_problem(sweep: Sweep, accesses: Accesses, facts: Facts) -> str:
@@ -446,8 +554,12 @@ def nonnegative_ints(expr: cst.BaseExpression, facts: Facts) -> bool:
     return values is not None and all(v >= 0 for v in values)
 
 
-def fresh_name(base: str, module: cst.Module, taken: set[str] = frozenset()) -> str:
-    use = collect(module)
+def fresh_name(base: str, facts: Facts, taken: set[str] = frozenset()) -> str:
+    """``base``, or ``base_<n>``: a name the module of ``facts`` does not use."""
+    code = memoized(facts, "code", facts.module, lambda module: module.code)
+    if base not in code and base not in taken:
+        return base  # every name the module uses is in its code: quicker than its names
+    use = names_of(facts.module, facts)
     names = set(use.reads) | set(use.binds) | set(taken)
     if base not in names:
         return base
@@ -465,43 +577,6 @@ def introduce(context: Context, *names: str) -> None:
 
 def passes_text(trips: int | None) -> str:
     return f"{trips} forward passes" if trips is not None else "one forward pass per iteration"
-
-
-def _jumps(body: cst.CSTNode) -> str:
-    found = ""
-
-    class Finder(cst.CSTVisitor):
-        def visit_Break(self, node: cst.Break) -> None:
-            nonlocal found
-            found = found or "break"
-
-        def visit_Continue(self, node: cst.Continue) -> None:
-            nonlocal found
-            found = found or "continue"
-
-        def visit_For(self, node: cst.For) -> bool:
-            node.iter.visit(self)
-            return False  # a nested loop's own break/continue are its business
-
-        def visit_While(self, node: cst.While) -> bool:
-            return False
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return False
-
-    body.visit(Finder())
-    return found
-
-
-def _calls(node: cst.CSTNode) -> list[cst.Call]:
-    found: list[cst.Call] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Call(self, n: cst.Call) -> None:
-            found.append(n)
-
-    node.visit(Finder())
-    return found
 
 
 def with_leading(stmt: cst.BaseStatement, lines) -> cst.BaseStatement:
@@ -542,7 +617,7 @@ def _fusion_problem(sweep: Sweep, facts: Facts) -> tuple[str, bool]:
     problem = structure_problem(sweep, facts)
     if problem:
         return problem, False
-    dependence = input_dependence(sweep)
+    dependence = input_dependence(sweep, facts)
     if dependence:
         return dependence, False
     accesses = module_accesses(sweep.moved, facts)
@@ -559,7 +634,7 @@ def _fusion_problem(sweep: Sweep, facts: Facts) -> tuple[str, bool]:
     if accesses.model_writes:
         return f"the loop changes the model (`{code_of(accesses.model_writes[0])}`)", False
     derived = derived_names(sweep.moved, facts, accesses)
-    problem = in_place_problem(sweep.moved, derived)
+    problem = in_place_problem(sweep.moved, derived, facts)
     if problem:
         return f"each iteration {problem}", True
     problem = layer_order_problem(sweep, accesses, facts)
