@@ -238,3 +238,38 @@ def test_interventions_before_the_patched_layer_are_refused_because_skips_would_
     want = run_script(EARLY, mode="local").namespace["diffs"]
     got = run_script(skipped, mode="local").namespace["diffs"]
     assert len(want) == len(got) == 8 and want != got
+
+
+IN_PLACE = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    norms = list().save()
+    for layer in range(3):
+        with model.trace("The Eiffel Tower is in the city of"):
+            hidden = model.transformer.h[layer].output
+            hidden += 1
+            norms.append(hidden.norm().item())
+print(norms)
+'''
+
+
+def test_in_place_change_of_an_activation_is_not_fused_because_later_layers_would_see_it():
+    result = optimize(IN_PLACE)
+    assert result.code == IN_PLACE
+    assert any("changes `hidden` in place" in f.message + (f.reason or "") for f in result.findings)
+    fused = IN_PLACE.replace(
+        """    for layer in range(3):
+        with model.trace("The Eiffel Tower is in the city of"):
+            hidden""",
+        """    with model.trace("The Eiffel Tower is in the city of"):
+        for layer in range(3):
+            hidden""",
+    )
+    assert fused != IN_PLACE
+    separate, together = run_script(IN_PLACE, mode="emulated"), run_script(fused, mode="emulated")
+    assert separate.error is None and together.error is None
+    # in one forward pass layer 0's `+= 1` reaches layers 1 and 2: the norms differ
+    assert separate.stdout.splitlines()[0].split(",")[0] == together.stdout.splitlines()[0].split(",")[0]
+    assert separate.stdout != together.stdout

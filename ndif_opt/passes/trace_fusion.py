@@ -439,7 +439,7 @@ def derived_names(nodes, facts: Facts, accesses: Accesses) -> set[str]:
         for targets, value, reads_module in assigns:
             if reads_module or (derived and set(names_of(value, facts).reads) & derived):
                 for target in targets:
-                    derived |= set(names_of(target, facts).binds)
+                    derived |= set(target_names(target))
     return derived
 
 
@@ -815,6 +815,38 @@ with model.session(remote=True):
             out.append(model.transformer.h[layer].output[0, -1])
 """,
         reason="in place",
+    ),
+    Case(
+        name="augmented assignment to an activation",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    out = list().save()
+    for layer in range(3):
+        with model.trace("hello"):
+            hidden = model.transformer.h[layer].output
+            hidden += 1
+            out.append(hidden.norm())
+""",
+        reason="changes `hidden` in place",
+    ),
+    Case(
+        name="write into a value computed from an activation",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    out = list().save()
+    for layer in range(3):
+        with model.trace("hello"):
+            last = model.transformer.h[layer].output[:, -1]
+            last[0] = 0
+            out.append(model.transformer.h[layer].output.norm())
+""",
+        reason="writes into `last[0]` in place",
     ),
     Case(
         name="different inputs are left to invoke-batching",
