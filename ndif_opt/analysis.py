@@ -17,6 +17,7 @@ from functools import cached_property
 import libcst as cst
 
 from ndif_opt.names import NameUse, collect, dotted_name
+from ndif_opt.walk import walk
 
 # Classes whose instances are nnsight models, by their public import paths.
 MODEL_CLASSES = frozenset(
@@ -168,7 +169,7 @@ def _assignments(node: cst.CSTNode) -> list[cst.Assign]:
         def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
             return False
 
-    node.visit(Finder())
+    walk(node, Finder())
     return found
 
 
@@ -609,5 +610,5 @@ def _calls_of(module: cst.Module, name: str) -> list[cst.Call]:
             if isinstance(node.func, cst.Name) and node.func.value == name:
                 found.append(node)
 
-    module.visit(Finder())
+    walk(module, Finder())
     return found

@@ -64,6 +64,7 @@ from ndif_opt.regions import arithmetic
 from ndif_opt.rewrite import code_of, unsave
 from ndif_opt.shapes import ModuleRef, Shape, shape_of, value_of
 from ndif_opt.types import Cost
+from ndif_opt.walk import walk
 
 __all__ = [
     "DEFAULTS",
@@ -1662,5 +1663,5 @@ def _calls(node: cst.CSTNode, functions) -> list[cst.Call]:
         def visit_Lambda(self, lam: cst.Lambda) -> bool:
             return False
 
-    node.visit(Finder())
+    walk(node, Finder())
     return found

@@ -16,6 +16,7 @@ import libcst as cst
 from ndif_opt.analysis import Block, Facts, Remote
 from ndif_opt.effects import ServerCheck
 from ndif_opt.names import collect
+from ndif_opt.walk import walk
 
 FLAG_PARAMETER = "remote"
 
@@ -135,7 +136,7 @@ def helper_calls(node: cst.CSTNode, helpers: dict[str, RemoteHelper]) -> list[tu
         def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
             return False
 
-    node.visit(Finder())
+    walk(node, Finder())
     return found
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from ndif_opt.walk import walk
+
 # Methods that change the object they are called on (lists, dicts, sets, deques).
 MUTATING_METHODS = frozenset(
     {
@@ -108,18 +110,18 @@ class _Collector(cst.CSTVisitor):
             name = root_name(target)
             if name is not None:
                 self.use.mutates.setdefault(name, target)
-            target.visit(self)  # the index and the base are read
+            walk(target, self)  # the index and the base are read
 
     def visit_Assign(self, node: cst.Assign) -> bool:
         for target in node.targets:
             self._bind_target(target.target)
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
         self._bind_target(node.target)
         if node.value is not None:
-            node.value.visit(self)
+            walk(node.value, self)
         return False
 
     def visit_AugAssign(self, node: cst.AugAssign) -> bool:
@@ -131,43 +133,43 @@ class _Collector(cst.CSTVisitor):
             self.use.mutates.setdefault(target.value, target)
         else:
             self._bind_target(target)
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_For(self, node: cst.For) -> bool:
         self._bind_target(node.target)
-        node.iter.visit(self)
-        node.body.visit(self)
+        walk(node.iter, self)
+        walk(node.body, self)
         if node.orelse is not None:
-            node.orelse.visit(self)
+            walk(node.orelse, self)
         return False
 
     def visit_CompFor(self, node: cst.CompFor) -> bool:
         self._bind_target(node.target)
-        node.iter.visit(self)
+        walk(node.iter, self)
         for condition in node.ifs:
-            condition.visit(self)
+            walk(condition, self)
         if node.inner_for_in is not None:
-            node.inner_for_in.visit(self)
+            walk(node.inner_for_in, self)
         return False
 
     def visit_WithItem(self, node: cst.WithItem) -> bool:
-        node.item.visit(self)
+        walk(node.item, self)
         if node.asname is not None:
             self._bind_target(node.asname.name)
         return False
 
     def visit_NamedExpr(self, node: cst.NamedExpr) -> bool:
         self._bind_target(node.target)
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_ExceptHandler(self, node: cst.ExceptHandler) -> bool:
         if node.type is not None:
-            node.type.visit(self)
+            walk(node.type, self)
         if node.name is not None:
             self._bind_target(node.name.name)
-        node.body.visit(self)
+        walk(node.body, self)
         return False
 
     def visit_Import(self, node: cst.Import) -> bool:
@@ -191,7 +193,7 @@ class _Collector(cst.CSTVisitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         self.use.binds.setdefault(node.name.value, node.name)
         for decorator in node.decorators:
-            decorator.visit(self)
+            walk(decorator, self)
         # the body's free names are read when the function runs: count them as reads,
         # but the body's own bindings and returns are its own business
         inner = collect(node.body)
@@ -255,11 +257,11 @@ class _Collector(cst.CSTVisitor):
         self.use.reads.setdefault(node.value, node)
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)  # `.attr` is not a name read
+        walk(node.value, self)  # `.attr` is not a name read
         return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)  # a keyword is not a name read
+        walk(node.value, self)  # a keyword is not a name read
         return False
 
 
@@ -289,7 +291,7 @@ def collect(node: cst.CSTNode, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
     if not skip:
         return _collect_whole(node)
     collector = _Collector(skip)
-    node.visit(collector)
+    walk(node, collector)
     return collector.use
 
 
@@ -300,7 +302,7 @@ def _collect_whole(node: cst.CSTNode) -> NameUse:
     # the same statements again and again, and a new version of the tree shares every
     # statement a pass did not touch: the names of those are not walked again.
     collector = _Collector(whole_statements=True)
-    node.visit(collector)
+    walk(node, collector)
     return collector.use
 
 

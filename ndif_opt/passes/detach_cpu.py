@@ -39,6 +39,7 @@ from ndif_opt.names import dotted_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.rewrite import code_of
 from ndif_opt.tensors import has_detach_cpu, is_tensor
+from ndif_opt.walk import walk
 
 
 class DetachCpu(Pass):
@@ -103,7 +104,7 @@ def _written_envoys(body: cst.CSTNode) -> set[str]:
         def visit_AugAssign(self, node: cst.AugAssign) -> None:
             self._target(node.target)
 
-    body.visit(Finder())
+    walk(body, Finder())
     return written
 
 

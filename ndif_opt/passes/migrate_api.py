@@ -80,6 +80,7 @@ from ndif_opt.names import collect, collect_all, dotted_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.positions import code_and_positions
 from ndif_opt.rewrite import code_of, reindentable, without_remote
+from ndif_opt.walk import walk as walk_tree
 
 PRE_05 = "pre-0.5"
 MODERN = "0.5+"
@@ -280,7 +281,7 @@ class _Scanner:
     def run(self) -> Scan:
         facts = self.facts
         walk = _Collect(self.block_nodes)
-        facts.module.visit(walk)  # the only walk of the tree: everything else reads `walk`
+        walk_tree(facts.module, walk)  # the only walk of the tree: everything else reads `walk`
         saved, lists, elements, conflicted = _saved_names(facts, walk)
         layer_lists, layers = _layer_aliases(walk)
         visitor = _Visitor(self, walk, saved, lists, elements, conflicted, layer_lists, layers)

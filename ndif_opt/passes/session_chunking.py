@@ -72,6 +72,7 @@ from ndif_opt.cost_model import RequestEstimate, explain, session_budget
 from ndif_opt.names import collect, collect_all, target_names
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.rewrite import SuitePlan, code_of, empty_container_kind
+from ndif_opt.walk import walk
 
 # how the loop may fill a saved container so that per-session copies merge exactly:
 # appended/extended in order (lists), keys set or updated (dicts; a later key wins, as a
@@ -263,7 +264,7 @@ def _only_filled(node: cst.CSTNode, name: str, kind: str) -> bool:
             if node_.value == name:
                 seen.append(node_)
 
-    node.visit(Finder())
+    walk(node, Finder())
     return all(id(n) in allowed for n in seen)
 
 
@@ -438,7 +439,7 @@ def _has(node: cst.CSTNode, kinds: tuple[type, ...]) -> bool:
             if isinstance(n, (cst.For, cst.While)):
                 self.loops -= 1
 
-    node.visit(Finder())
+    walk(node, Finder())
     return found
 
 

