@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Optional
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -53,24 +52,61 @@ class _OffsetCodegenState(CodegenState):
         if node not in self.spans:  # a syntactic position recorded inside wins
             self.spans[node] = (start, self.offset)
 
-    @contextmanager
     def record_syntactic_position(
         self,
         node: cst.CSTNode,
         *,
         start_node: Optional[cst.CSTNode] = None,
         end_node: Optional[cst.CSTNode] = None,
-    ) -> Iterator[None]:
-        start = self.offset
-        try:
-            yield
-        finally:
-            end = self.offset
-            if start_node is not None:
-                start = self.spans[start_node][0]
-            if end_node is not None:
-                end = self.spans[end_node][1]
-            self.spans[node] = (start, end)
+    ) -> "_SyntacticSpan":
+        return _SyntacticSpan(self, node, start_node, end_node)
+
+
+class _SyntacticSpan:
+    """What libcst's ``record_syntactic_position`` does, as a plain context manager
+    (a generator-based one costs more than the code generation around it)."""
+
+    __slots__ = ("state", "node", "start_node", "end_node", "start")
+
+    def __init__(self, state: _OffsetCodegenState, node, start_node, end_node) -> None:
+        self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
+
+    def __enter__(self) -> None:
+        self.start = self.state.offset
+
+    def __exit__(self, *exc) -> bool:
+        spans = self.state.spans
+        start = self.start if self.start_node is None else spans[self.start_node][0]
+        end = self.state.offset if self.end_node is None else spans[self.end_node][1]
+        spans[self.node] = (start, end)
+        return False
+
+
+class _CodeOnly(CodegenState):
+    """Code generation with a no-op ``record_syntactic_position`` (libcst's is a generator)."""
+
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None) -> "_NoSpan":
+        return _NO_SPAN
+
+
+class _NoSpan:
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+
+_NO_SPAN = _NoSpan()
+
+
+def code_for_node(node: cst.CSTNode, indent: str = "    ", newline: str = "\n") -> str:
+    """``cst.Module([]).code_for_node(node)`` (the node's code, indented from column 0), faster."""
+    state = _CodeOnly(default_indent=indent, default_newline=newline)
+    node._codegen(state)
+    return "".join(state.tokens)
 
 
 class Positions:
@@ -103,4 +139,4 @@ def code_and_positions(module: cst.Module) -> tuple[str, Positions]:
     return code, Positions(code + state.popped, state.spans)
 
 
-__all__ = ["Positions", "code_and_positions"]
+__all__ = ["Positions", "code_and_positions", "code_for_node"]

@@ -15,6 +15,7 @@ import libcst as cst
 
 from ndif_opt.analysis import is_save_call, remote_arg
 from ndif_opt.names import root_name
+from ndif_opt.positions import code_for_node
 
 Statements = list[cst.BaseStatement]
 
@@ -122,7 +123,7 @@ def code_of(node: cst.CSTNode) -> str:
     # a pure function of an immutable node (hashed by identity and kept alive while
     # cached): the passes and the cost model ask for the code of the same nodes, in
     # every version of the tree that shares them
-    return cst.Module([]).code_for_node(node)
+    return code_for_node(node)
 
 
 def without_remote(call: cst.Call) -> cst.Call:

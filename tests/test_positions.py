@@ -9,7 +9,7 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from generators import dense_nnsight_script
-from ndif_opt.positions import code_and_positions
+from ndif_opt.positions import code_and_positions, code_for_node
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,3 +33,11 @@ def test_same_ranges_as_position_provider(name):
     for node, where in expected.items():
         assert positions.get(node) == where, type(node).__name__
     assert positions.get(cst.Name("not_in_the_tree")) is None
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+def test_code_for_node_is_libcsts(name):
+    module = cst.parse_module(TEXTS[name])
+    nodes = [module, *module.body] + [s.body for s in module.body if isinstance(s, (cst.FunctionDef, cst.If, cst.For))]
+    for node in nodes:
+        assert code_for_node(node) == cst.Module([]).code_for_node(node)
