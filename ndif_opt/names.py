@@ -74,27 +74,25 @@ def dotted_name(expr: cst.BaseExpression) -> str | None:
     return ".".join(reversed(parts))
 
 
-_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
-
-
 class _Collector(cst.CSTVisitor):
-    def __init__(self, skip: tuple[cst.CSTNode, ...] = (), whole_statements: bool = False) -> None:
+    def __init__(self, whole_statements: bool = False) -> None:
         self.use = NameUse()
-        self.skip = {id(node) for node in skip}
-        # nested statements are collected (and cached) on their own and merged: the
-        # result is the same, names in the order first seen
+        # the statements of a suite are collected (and cached) one by one and merged:
+        # the result is the same, names in the order first seen
         self.whole_statements = whole_statements
-        self._root: cst.CSTNode | None = None
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if self._root is None:
-            self._root = node
-        elif self.whole_statements and isinstance(node, _STATEMENTS):
-            self.use.merge(_collect_whole(node))
-            return False
-        if id(node) in self.skip:
-            return False
-        return super().on_visit(node)
+    def visit_Module(self, node: cst.Module) -> bool:
+        return self._suite(node.body)
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
+        return self._suite(node.body)  # (statements sit only in modules and indented blocks)
+
+    def _suite(self, statements) -> bool:
+        if not self.whole_statements:
+            return True
+        for statement in statements:
+            self.use.merge(_collect_whole(statement))
+        return False
 
     # -- binding forms -------------------------------------------------------------
     def _bind_target(self, target: cst.BaseExpression) -> None:
@@ -265,6 +263,17 @@ class _Collector(cst.CSTVisitor):
         return False
 
 
+class _SkippingCollector(_Collector):
+    """Leaves out the subtrees in ``skip``."""
+
+    def __init__(self, skip: tuple[cst.CSTNode, ...]) -> None:
+        super().__init__()
+        self.skip = {id(node) for node in skip}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) not in self.skip and super().on_visit(node)
+
+
 def all_params(params: cst.Parameters) -> list[cst.Param]:
     """Every parameter of a signature, `*args` and `**kwargs` included."""
     found = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
@@ -290,7 +299,7 @@ def collect(node: cst.CSTNode, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
     leaving out the subtrees in ``skip``. The result is shared: do not change it."""
     if not skip:
         return _collect_whole(node)
-    collector = _Collector(skip)
+    collector = _SkippingCollector(skip)
     walk(node, collector)
     return collector.use
 
