@@ -141,9 +141,9 @@ class ChainPushdown:
         self._grown: dict[int, tuple[cst.CSTNode, bool]] = {}
         self._movable: dict[int, bool] = {}
 
-    @cached_property
-    def after_use(self) -> NameUse:
-        return self.index.use_of_all(self.after)
+    def _after_use(self, name: str) -> NameUse:
+        """``collect_all(self.after)`` as far as ``name`` goes."""
+        return self.index.use_naming(name, self.after)
 
     @cached_property
     def request_use(self) -> NameUse:
@@ -152,7 +152,7 @@ class ChainPushdown:
     def plan(self) -> NodeEdits | None:
         x = self.save.name
         uses = self._uses()
-        if not uses or x in self.after_use.binds:
+        if not uses or x in self._after_use(x).binds:
             return None
         if self.index.read_outside(x, [self.request.node, *self.after]):
             return None  # read elsewhere too (before the request, in a function, ...)
@@ -260,9 +260,11 @@ class ChainPushdown:
         if self.context.server.problems(node):
             return False
         for name in collect(node).reads:
-            if name == self.save.name or name in self.save.block.saved_names and name in self._top_level_saves():
+            # (a top-level save of the block is one of its `saved_names`)
+            if name == self.save.name or name in self._top_level_saves():
                 continue
-            if name in self.after_use.binds or name in self.after_use.mutates:
+            after_use = self._after_use(name)
+            if name in after_use.binds or name in after_use.mutates:
                 return False  # changed on the client after the request
             if name in self.request_use.binds or name in self.request_use.mutates:
                 return False  # the server has its own value
@@ -293,7 +295,7 @@ class ChainPushdown:
     # -- the rewrite ---------------------------------------------------------------------
     def _edits(self, chains) -> NodeEdits:
         x = self.save.name
-        edits = _EditsWithin(self.request, self.after)
+        edits = _EditsAlongPaths(self.parents)
         taken = _TakenNames(self.index, self.context.options.reserved_names)
         added: list[cst.BaseStatement] = []
         by_code: dict[str, str] = {}
@@ -346,10 +348,10 @@ class ChainPushdown:
             if not isinstance(target, cst.Name):
                 return None, None
             y = target.value
-            earlier = self.index.use_of_all(self.after[:index])
+            earlier = self.index.use_naming(y, self.after[:index])
             if y in earlier.reads or y in earlier.binds or y in self.request_use.reads or y in self.request_use.binds:
                 return None, None
-            if y in self.index.use_of_all(self.after[index + 1 :]).binds or self.index.binding_count(y) != 1:
+            if y in self.index.use_naming(y, self.after[index + 1 :]).binds or self.index.binding_count(y) != 1:
                 return None, None
             return stmt, y
         return None, None
@@ -485,6 +487,15 @@ def _is_method_call(expr: cst.BaseExpression, name: str) -> bool:
 # -- what the pass asks about one version of the tree ---------------------------------------
 
 BINDING_SITES = (cst.AssignTarget, cst.For, cst.AugAssign)  # what `_bindings_in` counted
+# Fields that only ever hold whitespace, comments or punctuation: no name can be in them.
+PUNCTUATION_FIELDS = frozenset(
+    {
+        "lpar", "rpar", "lbracket", "rbracket", "lbrace", "rbrace", "comma", "dot", "colon",
+        "first_colon", "second_colon", "semicolon", "equal", "operator", "asynchronous",
+        "relative", "leading_lines", "lines_after_decorators", "trailing_whitespace", "header",
+        "footer",
+    }
+)
 
 
 def _index(facts: Facts) -> _TreeIndex:
@@ -524,7 +535,11 @@ class _TreeIndex:
         kinds: dict[type, tuple[tuple[str, ...], bool, str | None]] = {}
 
         def kind_of(node_type: type) -> tuple[tuple[str, ...], bool, str | None]:
-            fields = tuple(f.name for f in dataclasses.fields(node_type))
+            fields = tuple(
+                f.name
+                for f in dataclasses.fields(node_type)
+                if f.name not in PUNCTUATION_FIELDS and not f.name.startswith("whitespace")
+            )
             encloses = issubclass(node_type, (cst.BaseStatement, cst.Lambda))
             not_a_name = {cst.Attribute: "attr", cst.Arg: "keyword"}.get(node_type)
             return fields, encloses, not_a_name
@@ -625,11 +640,21 @@ class _TreeIndex:
             use = self._uses[id(node)] = collect(node)
         return use
 
-    def use_of_all(self, nodes) -> NameUse:
-        """``collect_all(nodes)``, from each node's kept name use."""
+    def use_naming(self, name: str, stmts) -> NameUse:
+        """What ``collect_all(stmts)`` says about ``name``, from the kept name uses of those
+        of the disjoint statements ``stmts`` that spell it: a name is read, bound or mutated
+        only where it is written."""
+        wanted = {id(stmt) for stmt in stmts}
+        spelling: set[int] = set()
+        for _, path in self.occurrences.get(name, ()):
+            for outer in path:
+                if id(outer) in wanted:
+                    spelling.add(id(outer))
+                    break
         use = NameUse()
-        for node in nodes:
-            use.merge(self.use_of(node))
+        for stmt in stmts:
+            if id(stmt) in spelling:
+                use.merge(self.use_of(stmt))
         return use
 
     def module_use(self) -> NameUse:
@@ -658,29 +683,28 @@ class _TakenNames:
         self.given.add(name)
 
 
-class _EditsWithin(NodeEdits):
-    """NodeEdits that walks only where its edits can be: the request, the statements
-    after it in its suite, and the compound statements around them. Every other
-    statement is kept as it is, unvisited."""
+class _EditsAlongPaths(NodeEdits):
+    """NodeEdits that walks only the nodes that hold an edit somewhere below them, found
+    with the index's parents: every other subtree is kept as it is, unvisited."""
 
-    def __init__(self, request: Block, after) -> None:
+    def __init__(self, parents: dict[int, cst.CSTNode]) -> None:
         super().__init__()
-        self.around = {id(stmt) for stmt in request.stmt.ancestors}
-        self.within = {id(request.node)} | {id(stmt) for stmt in after}
-        self.open: cst.CSTNode | None = None  # the statement of `within` being walked
+        self.parents = parents
+        self.above_edits: set[int] | None = None  # ids of the nodes above an edited node
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if self.open is None and isinstance(node, cst.BaseStatement):
-            if id(node) in self.within:
-                self.open = node
-            elif id(node) not in self.around:
-                return False
-        return super().on_visit(node)
+        if self.above_edits is None:
+            self.above_edits = self._above_edits()
+        return id(node) in self.above_edits and super().on_visit(node)
 
-    def on_leave(self, original, updated):
-        if original is self.open:
-            self.open = None
-        return super().on_leave(original, updated)
+    def _above_edits(self) -> set[int]:
+        above: set[int] = set()
+        for edited in [*self.replace, *self.remove, *self.append]:
+            parent = self.parents.get(edited)
+            while parent is not None and id(parent) not in above:
+                above.add(id(parent))
+                parent = self.parents.get(id(parent))
+        return above
 
 
 ReductionPushdown.cases = (
