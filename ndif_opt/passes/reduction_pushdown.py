@@ -203,7 +203,6 @@ class ChainPushdown:
             reduced = reduced or narrows
             if isinstance(current, cst.Call) and _is_scalar_end(current):
                 return current, reduced
-                return current, reduced
 
     def _step(self, current, parent):
         if isinstance(parent, cst.Subscript) and parent.value is current:
@@ -483,10 +482,11 @@ def _is_method_call(expr: cst.BaseExpression, name: str) -> bool:
     )
 
 
-
 # -- what the pass asks about one version of the tree ---------------------------------------
 
 BINDING_SITES = (cst.AssignTarget, cst.For, cst.AugAssign)  # what `_bindings_in` counted
+# The only nodes inside an expression that `collect` finds a binding in.
+EXPRESSION_BINDERS = (cst.NamedExpr, cst.CompFor)
 # Fields that only ever hold whitespace, comments or punctuation: no name can be in them.
 PUNCTUATION_FIELDS = frozenset(
     {
@@ -496,6 +496,40 @@ PUNCTUATION_FIELDS = frozenset(
         "footer",
     }
 )
+
+
+@dataclass(frozen=True)
+class _NodeKind:
+    """What the index walk needs to know about a libcst node class."""
+
+    fields: tuple[str, ...]  # the fields that may hold a name
+    encloses: bool  # a statement or a lambda: recorded around the names inside it
+    not_a_name: str | None  # the field whose Name is no name read (an attribute's, a keyword)
+    binding_site: bool
+    expression_binder: bool
+
+
+def _node_kind(node_type: type) -> _NodeKind:
+    return _NodeKind(
+        fields=tuple(
+            f.name
+            for f in dataclasses.fields(node_type)
+            if f.name not in PUNCTUATION_FIELDS and not f.name.startswith("whitespace")
+        ),
+        encloses=issubclass(node_type, (cst.BaseStatement, cst.Lambda)),
+        not_a_name={cst.Attribute: "attr", cst.Arg: "keyword"}.get(node_type),
+        binding_site=node_type in BINDING_SITES,
+        expression_binder=node_type in EXPRESSION_BINDERS,
+    )
+
+
+# Every libcst node class, described once (like BUILTIN_NAMES: facts about libcst, the
+# same for every script).
+NODE_KINDS = {
+    value: _node_kind(value)
+    for value in vars(cst).values()
+    if isinstance(value, type) and issubclass(value, cst.CSTNode) and dataclasses.is_dataclass(value)
+}
 
 
 def _index(facts: Facts) -> _TreeIndex:
@@ -526,35 +560,26 @@ class _TreeIndex:
         self.occurrences: dict[str, list[tuple[cst.Name, tuple[cst.CSTNode, ...]]]] = {}
         self.spelled: set[str] = set()  # the value of every Name node, attribute names included
         self.binding_sites: list[tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = []
+        self.expression_binders: list[cst.CSTNode] = []
+        self._binding_targets: set[int] | None = None  # ids of targets with a binder inside
         self._uses: dict[int, NameUse] = {}  # id(node) -> collect(node)
         self._locals: dict[int, frozenset[str]] = {}  # id(function or lambda) -> names local to it
         self._walk(facts.module)
 
     def _walk(self, module: cst.Module) -> None:
-        parents, occurrences, spelled, sites = self.parents, self.occurrences, self.spelled, self.binding_sites
-        kinds: dict[type, tuple[tuple[str, ...], bool, str | None]] = {}
-
-        def kind_of(node_type: type) -> tuple[tuple[str, ...], bool, str | None]:
-            fields = tuple(
-                f.name
-                for f in dataclasses.fields(node_type)
-                if f.name not in PUNCTUATION_FIELDS and not f.name.startswith("whitespace")
-            )
-            encloses = issubclass(node_type, (cst.BaseStatement, cst.Lambda))
-            not_a_name = {cst.Attribute: "attr", cst.Arg: "keyword"}.get(node_type)
-            return fields, encloses, not_a_name
+        parents, occurrences, spelled = self.parents, self.occurrences, self.spelled
+        sites, binders = self.binding_sites, self.expression_binders
 
         def visit(node: cst.CSTNode, path: tuple[cst.CSTNode, ...]) -> None:
-            node_type = type(node)
-            kind = kinds.get(node_type)
-            if kind is None:
-                kind = kinds[node_type] = kind_of(node_type)
-            fields, encloses, not_a_name = kind
-            if encloses:
+            kind = NODE_KINDS.get(type(node)) or _node_kind(type(node))
+            if kind.encloses:
                 path = path + (node,)
-            if node_type in BINDING_SITES:
+            if kind.binding_site:
                 sites.append((node, path))
-            for field in fields:
+            elif kind.expression_binder:
+                binders.append(node)
+            not_a_name = kind.not_a_name
+            for field in kind.fields:
                 value = getattr(node, field)
                 if isinstance(value, cst.CSTNode):
                     children = (value,)
@@ -631,7 +656,24 @@ class _TreeIndex:
         if isinstance(target, cst.Name):
             return target.value == name
         # a tuple target does not count; a walrus inside a target does
-        return isinstance(site, cst.AssignTarget) and name in self.use_of(target).binds
+        return (
+            isinstance(site, cst.AssignTarget)
+            and id(site) in self._targets_with_binders()
+            and name in self.use_of(target).binds
+        )
+
+    def _targets_with_binders(self) -> set[int]:
+        """ids of the assignment targets that hold a walrus or a comprehension."""
+        if self._binding_targets is None:
+            self._binding_targets = set()
+            for binder in self.expression_binders:
+                node = self.parents.get(id(binder))
+                while node is not None and not isinstance(node, cst.BaseStatement):
+                    if isinstance(node, cst.AssignTarget):
+                        self._binding_targets.add(id(node))
+                        break
+                    node = self.parents.get(id(node))
+        return self._binding_targets
 
     # -- names read and bound ----------------------------------------------------------------
     def use_of(self, node: cst.CSTNode) -> NameUse:
