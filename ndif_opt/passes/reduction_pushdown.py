@@ -37,15 +37,16 @@ request, or when the saved name is bound more than once.
 
 from __future__ import annotations
 
+import builtins
+import dataclasses
 from dataclasses import dataclass
+from functools import cached_property
 
 import libcst as cst
 
-import builtins
-
 from ndif_opt.analysis import Block, Facts, Remote, is_save_call, qualify
 from ndif_opt.describe import saved_shape
-from ndif_opt.names import all_params, collect, collect_all
+from ndif_opt.names import NameUse, all_params, collect
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, unsave
@@ -87,13 +88,14 @@ class ReductionPushdown(Pass):
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
-        for save in _saves(facts):
+        saves = _saves(facts)
+        for save in saves:
             self._unneeded_in_session(save, facts, context, plan)
         if plan:
             return plan.apply(module, facts)
         # one saved value per run: each push changes what the next one sees, and the
         # pipeline runs the passes again until nothing changes
-        for save in _saves(facts):
+        for save in saves:
             edits = ChainPushdown(save, facts, context).plan()
             if edits:
                 return module.visit(edits)
@@ -106,7 +108,7 @@ class ReductionPushdown(Pass):
             return
         if save.name in reads_after(facts, session.stmt.suite, session.stmt.index + 1):
             return
-        if _bindings_in(session.node.body, save.name) != 1:
+        if _index(facts).binding_count(save.name, within=session.node) != 1:
             return
         if not context.allows(save.stmt, f"`{save.name}` need not be downloaded"):
             return
@@ -132,19 +134,27 @@ class ChainPushdown:
         self.request = save.block.outermost
         suite = self.request.stmt.suite
         self.after = list(suite.body[self.request.stmt.index + 1 :])
-        self.after_use = collect_all(self.after)
-        self.request_use = collect(self.request.node.body)
-        self.parents = _parents(self.after)
+        self.index = _index(facts)
+        self.parents = self.index.parents
         self.shipped: set[str] = set()
+        # _grow and _ok are asked again about the same nodes (a use grown twice)
+        self._grown: dict[int, tuple[cst.CSTNode, bool]] = {}
+        self._movable: dict[int, bool] = {}
+
+    def _after_use(self, name: str) -> NameUse:
+        """``collect_all(self.after)`` as far as ``name`` goes."""
+        return self.index.use_naming(name, self.after)
+
+    @cached_property
+    def request_use(self) -> NameUse:
+        return self.request.names  # collect(self.request.node.body), kept on the block
 
     def plan(self) -> NodeEdits | None:
         x = self.save.name
-        uses = [n for stmt in self.after for n in _name_nodes(stmt, x)]
-        if not uses or x in self.after_use.binds:
+        uses = self._uses()
+        if not uses or x in self._after_use(x).binds:
             return None
-        inside = {id(n) for n in _name_nodes(self.request.node, x)}
-        used = {id(n) for n in uses}
-        if any(id(n) not in inside and id(n) not in used for n in _name_nodes(self.facts.module, x)):
+        if self.index.read_outside(x, [self.request.node, *self.after]):
             return None  # read elsewhere too (before the request, in a function, ...)
         chains = []
         for node in uses:
@@ -163,8 +173,26 @@ class ChainPushdown:
             return None
         return self._edits(chains)
 
+    def _uses(self) -> list[cst.Name]:
+        """The saved name's occurrences after the request, in the order of the code."""
+        x = self.save.name
+        found = self.index.occurrences_under(x, self.after)
+        uses: list[cst.Name] = []
+        for stmt in self.after:
+            names = found.get(id(stmt), ())
+            # the index walks fields, not the code's order: one statement's several
+            # uses are put in order by walking it again
+            uses.extend(names if len(names) < 2 else _name_nodes(stmt, x))
+        return uses
+
     # -- growing a use into the largest reduction the server can compute -----------------
     def _grow(self, node: cst.CSTNode) -> tuple[cst.CSTNode, bool]:
+        known = self._grown.get(id(node))
+        if known is None:
+            known = self._grown[id(node)] = self._grow_once(node)
+        return known
+
+    def _grow_once(self, node: cst.CSTNode) -> tuple[cst.CSTNode, bool]:
         current, reduced = node, False
         while True:
             parent = self.parents.get(id(current))
@@ -222,18 +250,26 @@ class ChainPushdown:
 
     def _ok(self, node: cst.CSTNode) -> bool:
         """May ``node`` be evaluated in the block instead, with the same value?"""
+        known = self._movable.get(id(node))
+        if known is None:
+            known = self._movable[id(node)] = self._movable_once(node)
+        return known
+
+    def _movable_once(self, node: cst.CSTNode) -> bool:
         if self.context.server.problems(node):
             return False
         for name in collect(node).reads:
-            if name == self.save.name or name in self.save.block.saved_names and name in self._top_level_saves():
+            # (a top-level save of the block is one of its `saved_names`)
+            if name == self.save.name or name in self._top_level_saves():
                 continue
-            if name in self.after_use.binds or name in self.after_use.mutates:
+            after_use = self._after_use(name)
+            if name in after_use.binds or name in after_use.mutates:
                 return False  # changed on the client after the request
             if name in self.request_use.binds or name in self.request_use.mutates:
                 return False  # the server has its own value
             if name in self.facts.imports or name in self.facts.functions or name in BUILTIN_NAMES:
                 continue
-            if name not in self.facts.bindings and not _bound_somewhere(self.facts, name):
+            if name not in self.facts.bindings and name not in self.index.module_use().binds:
                 return False
         return True
 
@@ -258,8 +294,8 @@ class ChainPushdown:
     # -- the rewrite ---------------------------------------------------------------------
     def _edits(self, chains) -> NodeEdits:
         x = self.save.name
-        edits = NodeEdits()
-        taken = _all_names(self.facts.module) | self.context.options.reserved_names
+        edits = _EditsAlongPaths(self.parents)
+        taken = _TakenNames(self.index, self.context.options.reserved_names)
         added: list[cst.BaseStatement] = []
         by_code: dict[str, str] = {}
         moved = []
@@ -311,10 +347,10 @@ class ChainPushdown:
             if not isinstance(target, cst.Name):
                 return None, None
             y = target.value
-            earlier = collect_all(self.after[:index])
+            earlier = self.index.use_naming(y, self.after[:index])
             if y in earlier.reads or y in earlier.binds or y in self.request_use.reads or y in self.request_use.binds:
                 return None, None
-            if y in collect_all(self.after[index + 1 :]).binds or _binding_count(self.facts.module, y) != 1:
+            if y in self.index.use_naming(y, self.after[index + 1 :]).binds or self.index.binding_count(y) != 1:
                 return None, None
             return stmt, y
         return None, None
@@ -331,27 +367,6 @@ def _narrows(element: cst.SubscriptElement) -> bool:
     if isinstance(index, cst.Slice):
         return index.lower is not None or index.upper is not None
     return False
-
-
-def _parents(nodes) -> dict[int, cst.CSTNode]:
-    parents: dict[int, cst.CSTNode] = {}
-
-    class Walker(cst.CSTVisitor):
-        def __init__(self) -> None:
-            self.stack: list[cst.CSTNode] = []
-
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if self.stack:
-                parents[id(node)] = self.stack[-1]
-            self.stack.append(node)
-            return True
-
-        def on_leave(self, original_node: cst.CSTNode) -> None:
-            self.stack.pop()
-
-    for node in nodes:
-        node.visit(Walker())
-    return parents
 
 
 def _name_nodes(node: cst.CSTNode, name: str) -> list[cst.Name]:
@@ -382,20 +397,7 @@ def _name_nodes(node: cst.CSTNode, name: str) -> list[cst.Name]:
     return found
 
 
-def _all_names(module: cst.Module) -> set[str]:
-    use = collect(module)
-    return set(use.reads) | set(use.binds)
-
-
-def _bound_somewhere(facts: Facts, name: str) -> bool:
-    return name in collect(facts.module).binds
-
-
-def _binding_count(module: cst.Module, name: str) -> int:
-    return _bindings_in(module, name)
-
-
-def _fresh_name(base: str, chain: cst.CSTNode, taken: set[str]) -> str:
+def _fresh_name(base: str, chain: cst.CSTNode, taken: _TakenNames) -> str:
     suffix = "reduced"
     node = chain
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
@@ -429,6 +431,13 @@ def _saved_assignment(name: str, chain: cst.BaseExpression, like: cst.SimpleStat
 
 
 def _saves(facts: Facts) -> list[_Save]:
+    key = ("reduction-pushdown", "saves")
+    if key not in facts.memo:
+        facts.memo[key] = _find_saves(facts)
+    return facts.memo[key]
+
+
+def _find_saves(facts: Facts) -> list[_Save]:
     found = []
     for block in facts.blocks:
         if block.method == "session" or block.effective_remote is Remote.NO:
@@ -454,32 +463,6 @@ def _is_container(expr: cst.BaseExpression) -> bool:
     )
 
 
-def _bindings_in(node: cst.CSTNode, name: str) -> int:
-    count = 0
-
-    class Counter(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            pass
-
-        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
-            nonlocal count
-            if name in collect(n.target).binds or (isinstance(n.target, cst.Name) and n.target.value == name):
-                count += 1
-
-        def visit_For(self, n: cst.For) -> None:
-            nonlocal count
-            if isinstance(n.target, cst.Name) and n.target.value == name:
-                count += 1
-
-        def visit_AugAssign(self, n: cst.AugAssign) -> None:
-            nonlocal count
-            if isinstance(n.target, cst.Name) and n.target.value == name:
-                count += 1
-
-    node.visit(Counter())
-    return count
-
-
 def _without_save(stmt: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
     """`x = e.detach().cpu().save()` → `x = e`: a value that is no longer downloaded
     should stay where the server computes with it."""
@@ -497,6 +480,273 @@ def _is_method_call(expr: cst.BaseExpression, name: str) -> bool:
         and isinstance(expr.func, cst.Attribute)
         and expr.func.attr.value == name
     )
+
+
+# -- what the pass asks about one version of the tree ---------------------------------------
+
+BINDING_SITES = (cst.AssignTarget, cst.For, cst.AugAssign)  # what `_bindings_in` counted
+# The only nodes inside an expression that `collect` finds a binding in.
+EXPRESSION_BINDERS = (cst.NamedExpr, cst.CompFor)
+# Fields that only ever hold whitespace, comments or punctuation: no name can be in them.
+PUNCTUATION_FIELDS = frozenset(
+    {
+        "lpar", "rpar", "lbracket", "rbracket", "lbrace", "rbrace", "comma", "dot", "colon",
+        "first_colon", "second_colon", "semicolon", "equal", "operator", "asynchronous",
+        "relative", "leading_lines", "lines_after_decorators", "trailing_whitespace", "header",
+        "footer",
+    }
+)
+
+
+@dataclass(frozen=True)
+class _NodeKind:
+    """What the index walk needs to know about a libcst node class."""
+
+    fields: tuple[str, ...]  # the fields that may hold a name
+    encloses: bool  # a statement or a lambda: recorded around the names inside it
+    not_a_name: str | None  # the field whose Name is no name read (an attribute's, a keyword)
+    binding_site: bool
+    expression_binder: bool
+
+
+def _node_kind(node_type: type) -> _NodeKind:
+    return _NodeKind(
+        fields=tuple(
+            f.name
+            for f in dataclasses.fields(node_type)
+            if f.name not in PUNCTUATION_FIELDS and not f.name.startswith("whitespace")
+        ),
+        encloses=issubclass(node_type, (cst.BaseStatement, cst.Lambda)),
+        not_a_name={cst.Attribute: "attr", cst.Arg: "keyword"}.get(node_type),
+        binding_site=node_type in BINDING_SITES,
+        expression_binder=node_type in EXPRESSION_BINDERS,
+    )
+
+
+# Every libcst node class, described once (like BUILTIN_NAMES: facts about libcst, the
+# same for every script).
+NODE_KINDS = {
+    value: _node_kind(value)
+    for value in vars(cst).values()
+    if isinstance(value, type) and issubclass(value, cst.CSTNode) and dataclasses.is_dataclass(value)
+}
+
+
+def _index(facts: Facts) -> _TreeIndex:
+    key = ("reduction-pushdown", "index")
+    if key not in facts.memo:
+        facts.memo[key] = _TreeIndex(facts)
+    return facts.memo[key]
+
+
+class _TreeIndex:
+    """Answers about one version of the tree, from one walk over it, shared by every
+    saved value the pass looks at.
+
+    The walk follows the nodes' fields: much cheaper than a libcst visitor, which rebuilds
+    every node it passes, but it meets a node's children in field order, which is not
+    always the order of the code. It records each node's parent, where every name occurs
+    (with the statements and lambdas around it) and where names are bound. The name use
+    of a statement, a function or the module is collected on first request and kept.
+    The ids used as keys are those of nodes of ``facts.module``, which the index keeps.
+    """
+
+    def __init__(self, facts: Facts) -> None:
+        self.facts = facts
+        self.parents: dict[int, cst.CSTNode] = {}
+        # name -> every Name node with that value that `_name_nodes` can reach (attribute
+        # names and keywords are not names), with the statements and lambdas around it,
+        # outermost first
+        self.occurrences: dict[str, list[tuple[cst.Name, tuple[cst.CSTNode, ...]]]] = {}
+        self.spelled: set[str] = set()  # the value of every Name node, attribute names included
+        self.binding_sites: list[tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = []
+        self.expression_binders: list[cst.CSTNode] = []
+        self._binding_targets: set[int] | None = None  # ids of targets with a binder inside
+        self._uses: dict[int, NameUse] = {}  # id(node) -> collect(node)
+        self._locals: dict[int, frozenset[str]] = {}  # id(function or lambda) -> names local to it
+        self._walk(facts.module)
+
+    def _walk(self, module: cst.Module) -> None:
+        parents, occurrences, spelled = self.parents, self.occurrences, self.spelled
+        sites, binders = self.binding_sites, self.expression_binders
+
+        def visit(node: cst.CSTNode, path: tuple[cst.CSTNode, ...]) -> None:
+            kind = NODE_KINDS.get(type(node)) or _node_kind(type(node))
+            if kind.encloses:
+                path = path + (node,)
+            if kind.binding_site:
+                sites.append((node, path))
+            elif kind.expression_binder:
+                binders.append(node)
+            not_a_name = kind.not_a_name
+            for field in kind.fields:
+                value = getattr(node, field)
+                if isinstance(value, cst.CSTNode):
+                    children = (value,)
+                elif isinstance(value, (list, tuple)):
+                    children = value
+                else:
+                    continue
+                for child in children:
+                    if type(child) is cst.Name:
+                        parents[id(child)] = node
+                        spelled.add(child.value)
+                        if field != not_a_name:
+                            occurrences.setdefault(child.value, []).append((child, path))
+                    elif isinstance(child, cst.CSTNode):
+                        parents[id(child)] = node
+                        visit(child, path)
+
+        visit(module, ())
+
+    # -- where a name occurs ---------------------------------------------------------------
+    def occurrences_under(self, name: str, roots) -> dict[int, list[cst.Name]]:
+        """For each of the disjoint statements ``roots`` (by id): the Name nodes
+        ``_name_nodes(root, name)`` finds, in field order."""
+        wanted = {id(root) for root in roots}
+        found: dict[int, list[cst.Name]] = {}
+        for node, path in self.occurrences.get(name, ()):
+            for position, outer in enumerate(path):
+                if id(outer) in wanted:
+                    if self._visible(name, path, position):
+                        found.setdefault(id(outer), []).append(node)
+                    break
+        return found
+
+    def read_outside(self, name: str, roots) -> bool:
+        """Does ``_name_nodes(module, name)`` find a Name node that ``_name_nodes`` of none
+        of the disjoint statements ``roots`` finds?"""
+        inside = {id(node) for nodes in self.occurrences_under(name, roots).values() for node in nodes}
+        return any(
+            id(node) not in inside and self._visible(name, path, 0)
+            for node, path in self.occurrences.get(name, ())
+        )
+
+    def _visible(self, name: str, path: tuple[cst.CSTNode, ...], start: int) -> bool:
+        """False when a function or lambda in ``path[start:]`` has its own ``name``."""
+        for scope in path[start:]:
+            if isinstance(scope, (cst.FunctionDef, cst.Lambda)) and name in self._local_names(scope):
+                return False
+        return True
+
+    def _local_names(self, scope: cst.FunctionDef | cst.Lambda) -> frozenset[str]:
+        """A lambda's parameters; a function's parameters and the names its body binds."""
+        names = self._locals.get(id(scope))
+        if names is None:
+            names = frozenset(p.name.value for p in all_params(scope.params))
+            if isinstance(scope, cst.FunctionDef):
+                names |= frozenset(self.use_of(scope.body).binds)
+            self._locals[id(scope)] = names
+        return names
+
+    # -- where a name is bound -------------------------------------------------------------
+    def binding_count(self, name: str, within: cst.CSTNode | None = None) -> int:
+        """How often ``name`` is assigned (`=` with the name itself as target, a `for`
+        target, `+=`) in the module, or inside the statement ``within``."""
+        count = 0
+        for site, path in self.binding_sites:
+            if within is not None and not any(outer is within for outer in path):
+                continue
+            if self._binds(site, name):
+                count += 1
+        return count
+
+    def _binds(self, site: cst.CSTNode, name: str) -> bool:
+        target = site.target
+        if isinstance(target, cst.Name):
+            return target.value == name
+        # a tuple target does not count; a walrus inside a target does
+        return (
+            isinstance(site, cst.AssignTarget)
+            and id(site) in self._targets_with_binders()
+            and name in self.use_of(target).binds
+        )
+
+    def _targets_with_binders(self) -> set[int]:
+        """ids of the assignment targets that hold a walrus or a comprehension."""
+        if self._binding_targets is None:
+            self._binding_targets = set()
+            for binder in self.expression_binders:
+                node = self.parents.get(id(binder))
+                while node is not None and not isinstance(node, cst.BaseStatement):
+                    if isinstance(node, cst.AssignTarget):
+                        self._binding_targets.add(id(node))
+                        break
+                    node = self.parents.get(id(node))
+        return self._binding_targets
+
+    # -- names read and bound ----------------------------------------------------------------
+    def use_of(self, node: cst.CSTNode) -> NameUse:
+        use = self._uses.get(id(node))
+        if use is None:
+            use = self._uses[id(node)] = collect(node)
+        return use
+
+    def use_naming(self, name: str, stmts) -> NameUse:
+        """What ``collect_all(stmts)`` says about ``name``, from the kept name uses of those
+        of the disjoint statements ``stmts`` that spell it: a name is read, bound or mutated
+        only where it is written."""
+        wanted = {id(stmt) for stmt in stmts}
+        spelling: set[int] = set()
+        for _, path in self.occurrences.get(name, ()):
+            for outer in path:
+                if id(outer) in wanted:
+                    spelling.add(id(outer))
+                    break
+        use = NameUse()
+        for stmt in stmts:
+            if id(stmt) in spelling:
+                use.merge(self.use_of(stmt))
+        return use
+
+    def module_use(self) -> NameUse:
+        return self.use_of(self.facts.module)
+
+
+class _TakenNames:
+    """The names a new variable may not have: those the module reads or binds, the
+    reserved ones, and those given out already. The module's names are collected only
+    for a candidate that is spelled somewhere in it."""
+
+    def __init__(self, index: _TreeIndex, reserved) -> None:
+        self.index = index
+        self.reserved = reserved
+        self.given: set[str] = set()
+
+    def __contains__(self, name: str) -> bool:
+        if name in self.given or name in self.reserved:
+            return True
+        if name not in self.index.spelled:
+            return False
+        use = self.index.module_use()
+        return name in use.reads or name in use.binds
+
+    def add(self, name: str) -> None:
+        self.given.add(name)
+
+
+class _EditsAlongPaths(NodeEdits):
+    """NodeEdits that walks only the nodes that hold an edit somewhere below them, found
+    with the index's parents: every other subtree is kept as it is, unvisited."""
+
+    def __init__(self, parents: dict[int, cst.CSTNode]) -> None:
+        super().__init__()
+        self.parents = parents
+        self.above_edits: set[int] | None = None  # ids of the nodes above an edited node
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.above_edits is None:
+            self.above_edits = self._above_edits()
+        return id(node) in self.above_edits and super().on_visit(node)
+
+    def _above_edits(self) -> set[int]:
+        above: set[int] = set()
+        for edited in [*self.replace, *self.remove, *self.append]:
+            parent = self.parents.get(edited)
+            while parent is not None and id(parent) not in above:
+                above.add(id(parent))
+                parent = self.parents.get(id(parent))
+        return above
 
 
 ReductionPushdown.cases = (
