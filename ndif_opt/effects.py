@@ -10,6 +10,8 @@ the client, in words a researcher understands; an empty list means it may move.
 from __future__ import annotations
 
 from collections.abc import Callable
+import dataclasses
+import typing
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -216,6 +218,26 @@ _LAYOUT_BASES = (
 _LAYOUT = frozenset(t for t in vars(cst).values() if isinstance(t, type) and issubclass(t, _LAYOUT_BASES))
 
 
+def _may_hold_content(annotation) -> bool:
+    """Can a field so annotated hold a node other than layout? (True when unsure.)"""
+    if isinstance(annotation, type):
+        return not issubclass(annotation, (*_LAYOUT_BASES, str, bool, int, type(None), cst.MaybeSentinel))
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return False
+    if origin is None:
+        return True  # a forward reference, say
+    return any(_may_hold_content(arg) for arg in typing.get_args(annotation))
+
+
+# per node type, the fields that may hold more than layout, read from libcst's annotations
+_CONTENT_FIELDS = {
+    kind: tuple(f.name for f in dataclasses.fields(kind) if _may_hold_content(f.type))
+    for kind in vars(cst).values()
+    if isinstance(kind, type) and issubclass(kind, cst.CSTNode) and dataclasses.is_dataclass(kind)
+}
+
+
 def paths_to(
     root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool], skip: set[int] = frozenset()
 ) -> set[int]:
@@ -224,18 +246,22 @@ def paths_to(
     nodes (``wanted`` never sees them).
 
     libcst rebuilds every node a walk passes, even for a visitor that changes nothing;
-    reading the children straight from the nodes' fields costs a fraction of that. A walk
-    whose ``on_visit`` enters only these nodes still sees every node it cares about, in
-    its usual order."""
+    reading the children straight from the nodes' fields costs a small fraction of that.
+    A walk whose ``on_visit`` enters only these nodes still sees every node it cares
+    about, in its usual order."""
     on_path: set[int] = set()
 
     def walk(node: cst.CSTNode) -> bool:
         if id(node) in skip:
             return False
         found = wanted(node)
-        for child in _children(node):
-            if walk(child):
-                found = True
+        names = _CONTENT_FIELDS.get(type(node))
+        for name in names if names is not None else type(node).__dataclass_fields__:
+            value = getattr(node, name)
+            for child in value if type(value) in (tuple, list) else (value,):
+                # nodes are dataclasses; other field values (str, None, MaybeSentinel) are not
+                if type(child) not in _LAYOUT and hasattr(type(child), "__dataclass_fields__") and walk(child):
+                    found = True
         if found:
             on_path.add(id(node))
         return found
@@ -246,24 +272,16 @@ def paths_to(
 
 def find_nodes(root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool]) -> list[cst.CSTNode]:
     """The nodes of ``root`` that ``wanted`` accepts (layout left out), read from the
-    nodes' fields like :func:`paths_to`, in no particular order."""
-    found, todo = [], [root]
-    while todo:
-        node = todo.pop()
+    nodes' fields like :func:`paths_to`."""
+    found: list[cst.CSTNode] = []
+
+    def accept(node: cst.CSTNode) -> bool:
         if wanted(node):
             found.append(node)
-        todo.extend(_children(node))
+        return False
+
+    paths_to(root, accept)
     return found
-
-
-def _children(node: cst.CSTNode):
-    """The node's children but layout, from its dataclass fields (which hold them all)."""
-    for name in type(node).__dataclass_fields__:
-        value = getattr(node, name)
-        for child in value if type(value) in (tuple, list) else (value,):
-            # nodes are dataclasses; other field values (str, None, MaybeSentinel) are not
-            if type(child) not in _LAYOUT and hasattr(type(child), "__dataclass_fields__"):
-                yield child
 
 
 # statements and expressions whose visit_* adds a problem (nearly) whatever they hold
