@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, Remote, is_save_call
-from ndif_opt.effects import PROGRESS_BARS, Problem, paths_to
+from ndif_opt.effects import PROGRESS_BARS, Problem, find_nodes, paths_to
 from ndif_opt.helpers import (
     CallWithRemoteOff,
     RemoteHelper,
@@ -188,7 +188,7 @@ class SessionHoisting(Pass):
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
             return Kind("barrier", why="defines a function or class")
         outer = _outer_blocks(facts, stmt)
-        calls = helper_calls(stmt, self.helpers)
+        calls = helper_calls(stmt, self.helpers) if _may_call(stmt, self.helpers) else []
         if calls and outer:
             return Kind("barrier", why="mixes remote blocks and calls of functions that run them")
         if calls:
@@ -401,6 +401,14 @@ class NameUses:
         for node in nodes:
             use.merge(self.of(node, skip))
         return use
+
+
+def _may_call(stmt: cst.CSTNode, helpers: dict[str, RemoteHelper]) -> bool:
+    """Does ``stmt`` call a function by one of the names in ``helpers`` anywhere? Cheaper
+    than :func:`helper_calls`' walk, which finds nothing when this is False."""
+    if not helpers:
+        return False
+    return bool(find_nodes(stmt, lambda n: type(n) is cst.Call and type(n.func) is cst.Name and n.func.value in helpers))
 
 
 def _outer_blocks(facts: Facts, stmt: cst.CSTNode) -> list[Block]:
