@@ -9,9 +9,9 @@ the client, in words a researcher understands; an empty list means it may move.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import dataclasses
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 

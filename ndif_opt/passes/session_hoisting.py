@@ -408,7 +408,11 @@ def _may_call(stmt: cst.CSTNode, helpers: dict[str, RemoteHelper]) -> bool:
     than :func:`helper_calls`' walk, which finds nothing when this is False."""
     if not helpers:
         return False
-    return bool(find_nodes(stmt, lambda n: type(n) is cst.Call and type(n.func) is cst.Name and n.func.value in helpers))
+
+    def named_call(node: cst.CSTNode) -> bool:
+        return type(node) is cst.Call and type(node.func) is cst.Name and node.func.value in helpers
+
+    return bool(find_nodes(stmt, named_call))
 
 
 def _outer_blocks(facts: Facts, stmt: cst.CSTNode) -> list[Block]:
@@ -462,7 +466,7 @@ def _iteration_problems(stmt, facts: Facts) -> list[Problem]:
     return []
 
 
-def _liveness(region: Region, facts: Facts, names: "NameUses") -> tuple[str, list[Accumulator]]:
+def _liveness(region: Region, facts: Facts, names: NameUses) -> tuple[str, list[Accumulator]]:
     """Why the rest of the script would miss something, or "" and the accumulators
     the session must take over."""
     stmts = region.statements
@@ -496,7 +500,7 @@ def _liveness(region: Region, facts: Facts, names: "NameUses") -> tuple[str, lis
     return "", accumulators + in_place
 
 
-def _client_mutations(region: Region, facts: Facts, names: "NameUses", outside_blocks: NameUse) -> list[str]:
+def _client_mutations(region: Region, facts: Facts, names: NameUses, outside_blocks: NameUse) -> list[str]:
     """Names the region changes in place (in helper calls too) without binding them, and
     that are not models, in the order the code first changes them: that order picks the
     refusal given and the order of the containers created.
@@ -561,12 +565,13 @@ def _around_classes(facts: Facts) -> set[int]:
     """ids of the statements that enclose a class definition."""
     key = ("session-hoisting", "around classes")
     if key not in facts.memo:
-        facts.memo[key] = {id(a) for info in facts.statements.values() if isinstance(info.node, cst.ClassDef) for a in info.ancestors}
+        classes = [info for info in facts.statements.values() if isinstance(info.node, cst.ClassDef)]
+        facts.memo[key] = {id(ancestor) for info in classes for ancestor in info.ancestors}
     return facts.memo[key]
 
 
 def _results_to_save(
-    region: Region, facts: Facts, lost: set[str], relocated: set[str], names: "NameUses"
+    region: Region, facts: Facts, lost: set[str], relocated: set[str], names: NameUses
 ) -> dict[int, str]:
     """Top-level `name = value` statements of the region whose value must come back:
     read later, or a module-level result the user may look at. They get `.save()`."""
@@ -609,7 +614,7 @@ def _helper_argument_problem(region: Region, facts: Facts) -> str:
     return ""
 
 
-def _unreturned(region: Region, facts: Facts, accumulators, names: "NameUses") -> set[str]:
+def _unreturned(region: Region, facts: Facts, accumulators, names: NameUses) -> set[str]:
     """Client names the moved code bound that stay on the server (none is read later)."""
     block_bodies = tuple(b.node.body for b in region.blocks)
     bound = set(names.of_all(region.statements, skip=block_bodies).binds)
@@ -617,7 +622,7 @@ def _unreturned(region: Region, facts: Facts, accumulators, names: "NameUses") -
     return bound - saved - {a.name for a in accumulators} - set(region.saved_here.values())
 
 
-def _accumulator_inside(region: Region, name: str, names: "NameUses") -> Accumulator | None:
+def _accumulator_inside(region: Region, name: str, names: NameUses) -> Accumulator | None:
     """An empty list/dict created by a top-level statement of the region itself: it
     becomes a saved container in place."""
     from ndif_opt.regions import _empty_container_binding
