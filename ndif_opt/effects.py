@@ -9,7 +9,11 @@ the client, in words a researcher understands; an empty list means it may move.
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import libcst as cst
 
@@ -89,6 +93,9 @@ class ServerCheck:
     def problems(self, node: cst.CSTNode, *, skip: tuple[cst.CSTNode, ...] = ()) -> list[Problem]:
         """Why ``node`` cannot run on the server; nnsight blocks in ``skip`` are not inspected."""
         visitor = _Checker(self, skip)
+        # the walk enters only the subtrees that hold a node that may object, and so
+        # finds the same problems in the same order
+        visitor.enter = paths_to(node, visitor.may_object, skip={id(s) for s in skip})
         node.visit(visitor)
         return visitor.problems
 
@@ -103,6 +110,34 @@ class ServerCheck:
         found = [p for p in self.problems(func.body, skip=own) if p.kind != "control"]
         self._functions[name] = found
         return found
+
+    @cached_property
+    def asking_order_matters(self) -> bool:
+        """May an answer depend on which questions were asked before? Only when the
+        script's functions call each other in a cycle (:meth:`function_problems` breaks
+        a cycle where it is entered first, and remembers what it found), or when the
+        user's own modules are checked too. Otherwise questions may be skipped freely."""
+        if self.local_modules:
+            return True
+        names = self.facts.functions
+        calls = {
+            name: {
+                node.func.value
+                for node in find_nodes(func.body, lambda n: type(n) is cst.Call and type(n.func) is cst.Name)
+                if node.func.value in names and node.func.value != name
+            }
+            for name, func in names.items()
+        }
+        for name in names:
+            reached, todo = set(), list(calls[name])
+            while todo:
+                other = todo.pop()
+                if other == name:
+                    return True
+                if other not in reached:
+                    reached.add(other)
+                    todo.extend(calls[other])
+        return False
 
     def is_client_object(self, name: str) -> bool:
         return name in self._client_objects
@@ -172,20 +207,122 @@ def _registered(facts: Facts, module: str) -> bool:
     return found
 
 
+# whitespace, comments, punctuation and operators: nodes that hold nothing else
+_LAYOUT_BASES = (
+    cst.BaseParenthesizableWhitespace, cst.TrailingWhitespace, cst.EmptyLine, cst.Newline,
+    cst.Comment, cst.Comma, cst.Dot, cst.Colon, cst.Semicolon, cst.AssignEqual,
+    cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
+    cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.BaseAugOp, cst.BaseBinaryOp,
+    cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp,
+)
+_LAYOUT = frozenset(t for t in vars(cst).values() if isinstance(t, type) and issubclass(t, _LAYOUT_BASES))
+
+
+def _may_hold_content(annotation) -> bool:
+    """Can a field so annotated hold a node other than layout? (True when unsure.)"""
+    if isinstance(annotation, type):
+        return not issubclass(annotation, (*_LAYOUT_BASES, str, bool, int, type(None), cst.MaybeSentinel))
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return False
+    if origin is None:
+        return True  # a forward reference, say
+    return any(_may_hold_content(arg) for arg in typing.get_args(annotation))
+
+
+# per node type, the fields that may hold more than layout, read from libcst's annotations
+_CONTENT_FIELDS = {
+    kind: tuple(f.name for f in dataclasses.fields(kind) if _may_hold_content(f.type))
+    for kind in vars(cst).values()
+    if isinstance(kind, type) and issubclass(kind, cst.CSTNode) and dataclasses.is_dataclass(kind)
+}
+
+
+def paths_to(
+    root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool], skip: set[int] = frozenset()
+) -> set[int]:
+    """ids of the nodes of ``root`` (itself included) that ``wanted`` accepts or that lie
+    above one; the subtrees whose ids are in ``skip`` are left out, and so are layout
+    nodes (``wanted`` never sees them).
+
+    libcst rebuilds every node a walk passes, even for a visitor that changes nothing;
+    reading the children straight from the nodes' fields costs a small fraction of that.
+    A walk whose ``on_visit`` enters only these nodes still sees every node it cares
+    about, in its usual order."""
+    on_path: set[int] = set()
+
+    def walk(node: cst.CSTNode) -> bool:
+        if id(node) in skip:
+            return False
+        found = wanted(node)
+        names = _CONTENT_FIELDS.get(type(node))
+        for name in names if names is not None else type(node).__dataclass_fields__:
+            value = getattr(node, name)
+            for child in value if type(value) in (tuple, list) else (value,):
+                # nodes are dataclasses; other field values (str, None, MaybeSentinel) are not
+                if type(child) not in _LAYOUT and hasattr(type(child), "__dataclass_fields__") and walk(child):
+                    found = True
+        if found:
+            on_path.add(id(node))
+        return found
+
+    walk(root)
+    return on_path
+
+
+def find_nodes(root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool]) -> list[cst.CSTNode]:
+    """The nodes of ``root`` that ``wanted`` accepts (layout left out), read from the
+    nodes' fields like :func:`paths_to`."""
+    found: list[cst.CSTNode] = []
+
+    def accept(node: cst.CSTNode) -> bool:
+        if wanted(node):
+            found.append(node)
+        return False
+
+    paths_to(root, accept)
+    return found
+
+
+# statements and expressions whose visit_* adds a problem (nearly) whatever they hold
+_OBJECTING = frozenset(
+    {cst.Global, cst.Nonlocal, cst.Return, cst.Yield, cst.Await, cst.Try, cst.Import, cst.ImportFrom, cst.FunctionDef}
+)
+
+
 class _Checker(cst.CSTVisitor):
     def __init__(self, check: ServerCheck, skip: tuple[cst.CSTNode, ...]) -> None:
         self.check = check
         self.facts = check.facts
         self.skip = skip
         self.problems: list[Problem] = []
+        self.enter: set[int] | None = None  # ids of the nodes worth entering; None: all
 
     def _add(self, kind: str, message: str, node: cst.CSTNode) -> None:
         self.problems.append(Problem(kind, message, node))
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.enter is not None and id(node) not in self.enter:
+            return False
         if any(node is s for s in self.skip):
             return False
         return super().on_visit(node)
+
+    def may_object(self, node: cst.CSTNode) -> bool:
+        """Could the visit of ``node`` itself add a problem? Never False when it would.
+        Calls of the script's own functions (or of a module of the user's) are not tried:
+        their checks recurse, and are remembered in the order they are first asked."""
+        kind = type(node)
+        if kind is cst.Name:
+            return self.check.is_client_object(node.value)
+        if kind is cst.Call:
+            name = dotted_name(node.func)
+            if (name in self.facts.functions) or self.check.local_modules:
+                return True
+            trial = _Checker(self.check, ())
+            trial.visit_Call(node)
+            return bool(trial.problems)
+        return kind in _OBJECTING
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func

@@ -22,7 +22,6 @@ import libcst as cst
 
 from ndif_opt.analysis import Facts, qualify
 from ndif_opt.effects import PROGRESS_BARS
-from ndif_opt.names import collect, collect_all
 from ndif_opt.regions import find_accumulator, reads_after
 from ndif_opt.rewrite import (
     DropElementSaves,
@@ -39,7 +38,8 @@ PURE_ITER_CALLS = frozenset({"range", "enumerate", "zip", "reversed", "sorted", 
 
 def plan_split(hoisting, region, facts: Facts, context, plan: SuitePlan) -> bool:
     loop = region.statements[0]
-    reason = _split_refusal(loop, region, facts, context)
+    uses = hoisting.names  # what code reads and binds, remembered per node
+    reason = _split_refusal(loop, region, facts, context, uses)
     if isinstance(reason, str):
         return False
     prefix, suffix, carried, accumulators = reason
@@ -47,7 +47,7 @@ def plan_split(hoisting, region, facts: Facts, context, plan: SuitePlan) -> bool
     if carried:
         context.introduced.add(CARRY)
     skip = tuple(b.node.body for s in prefix for b in facts.blocks_within(s) if b.parent is None)
-    context.unreturned |= set(collect_all(prefix, skip=skip).binds) - set(carried) - set(collect(loop.target).binds)
+    context.unreturned |= set(uses.of_all(prefix, skip=skip).binds) - set(carried) - set(uses.of(loop.target).binds)
     names = ", ".join(f"`{n}`" for n in carried) or "nothing"
     context.applied(
         loop,
@@ -57,7 +57,7 @@ def plan_split(hoisting, region, facts: Facts, context, plan: SuitePlan) -> bool
     return True
 
 
-def _split_refusal(loop, region, facts: Facts, context):
+def _split_refusal(loop, region, facts: Facts, context, uses):
     """A string when the loop cannot be split, else the pieces of the split."""
     if not isinstance(loop, cst.For) or loop.orelse is not None:
         return "not a plain for loop"
@@ -80,23 +80,23 @@ def _split_refusal(loop, region, facts: Facts, context):
         return "the loop header has client code"
     if not _reiterable(loop.iter, facts):
         return "the loop's iterable may not give the same items twice"
-    pre = collect_all(prefix)
-    post = collect_all(suffix)
+    pre = uses.of_all(prefix)
+    post = uses.of_all(suffix)
     if _leaves_early(prefix) or _leaves_early(suffix) or pre.control or post.control:
         return "leaves the loop early"
-    iter_reads = set(collect(loop.iter).reads)
+    iter_reads = set(uses.of(loop.iter).reads)
     written_later = set(post.binds) | set(post.mutates)
     if written_later & (set(pre.reads) | set(pre.mutates) | iter_reads):
         return "the client part feeds the remote part"
     if (set(pre.binds) | set(pre.mutates)) & iter_reads:
         return "the remote part changes what the loop iterates over"
-    targets = set(collect(loop.target).binds)
+    targets = set(uses.of(loop.target).binds)
     saved = set().union(*(b.saved_names for b in outer))
-    available = (set(collect_all(prefix, skip=skip).binds) | saved) - targets
+    available = (set(uses.of_all(prefix, skip=skip).binds) | saved) - targets
     carried = sorted(n for n in available if n in post.reads)
     # anything else the remote part computes must not be needed after the loop
     later = reads_after(facts, region.suite, region.end)
-    lost = [n for n in collect_all(prefix, skip=skip).binds if n in later and n not in carried and n not in targets]
+    lost = [n for n in uses.of_all(prefix, skip=skip).binds if n in later and n not in carried and n not in targets]
     if lost:
         return f"`{lost[0]}` is read after the loop"
     accumulators = []

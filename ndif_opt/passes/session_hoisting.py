@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, Remote, is_save_call
-from ndif_opt.effects import PROGRESS_BARS, Problem
+from ndif_opt.effects import PROGRESS_BARS, Problem, find_nodes, paths_to
 from ndif_opt.helpers import (
     CallWithRemoteOff,
     RemoteHelper,
@@ -56,7 +56,7 @@ from ndif_opt.helpers import (
     with_flag_parameter,
 )
 from ndif_opt.analysis import qualify
-from ndif_opt.names import collect, collect_all
+from ndif_opt.names import NameUse, collect, root_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import Accumulator, find_accumulator, reads_after, requests_in
 from ndif_opt.rewrite import (
@@ -110,6 +110,12 @@ class SessionHoisting(Pass):
     __doc__ = __doc__
     id = "session-hoisting"
 
+    def __init__(self) -> None:
+        # one instance runs over all the versions of one module's tree (the pipeline's
+        # fixed point); the statements a rewrite leaves alone are the same nodes in the
+        # next version, so what their code reads and binds is remembered across versions
+        self.names = NameUses()
+
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
         claimed: set[int] = set()
@@ -135,7 +141,10 @@ class SessionHoisting(Pass):
 
     # -- finding regions ---------------------------------------------------------------
     def _regions(self, suite, facts: Facts, context: Context) -> list[Region]:
-        kinds = [self._kind(stmt, facts, context) for stmt in suite.body]
+        # code without remote work matters only next to remote statements: look at it
+        # only there, unless skipping a question could change later answers
+        lazy = not context.server.asking_order_matters
+        kinds: list[Kind | None] = [self._kind(stmt, facts, context, lazy) for stmt in suite.body]
         regions: list[Region] = []
         run: list[int] = []
 
@@ -152,6 +161,10 @@ class SessionHoisting(Pass):
             run.clear()
 
         for index, kind in enumerate(kinds):
+            if kind is None:  # code without remote work
+                if not run:
+                    continue  # before a run opens, neither a barrier nor neutral code matters
+                kind = kinds[index] = self._plain_kind(suite.body[index], context)
             if kind.role == "barrier":
                 close()
             elif kind.role == "remote" and _blocking(kind.problems, context):
@@ -169,20 +182,19 @@ class SessionHoisting(Pass):
         close()
         return [r for r in regions if self._requests(r, facts) >= 2]
 
-    def _kind(self, stmt, facts: Facts, context: Context) -> Kind:
+    def _kind(self, stmt, facts: Facts, context: Context, lazy: bool = False) -> Kind | None:
+        """How the statement relates to remote work; with ``lazy``, None for code
+        without any (see :meth:`_plain_kind`)."""
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
             return Kind("barrier", why="defines a function or class")
-        outer = [b for b in facts.blocks_within(stmt) if b.parent is None]
-        calls = helper_calls(stmt, self.helpers)
+        outer = _outer_blocks(facts, stmt)
+        calls = helper_calls(stmt, self.helpers) if _may_call(stmt, self.helpers) else []
         if calls and outer:
             return Kind("barrier", why="mixes remote blocks and calls of functions that run them")
         if calls:
             return self._helper_kind(stmt, calls, facts, context)
         if not outer:
-            problems = context.server.problems(stmt)
-            if _blocking(problems, context):
-                return Kind("barrier", why=problems[0].message)
-            return Kind("neutral", problems=[p for p in problems if p.kind in UNSAFE_KINDS])
+            return None if lazy else self._plain_kind(stmt, context)
         first = outer[0]
         if any(b.method == "session" for b in outer):
             return Kind("barrier", why="already a session")
@@ -204,6 +216,13 @@ class SessionHoisting(Pass):
             blocks=outer,
             problems=problems,
         )
+
+    def _plain_kind(self, stmt, context: Context) -> Kind:
+        """Code without remote work moves along, unless it must run on the client."""
+        problems = context.server.problems(stmt)
+        if _blocking(problems, context):
+            return Kind("barrier", why=problems[0].message)
+        return Kind("neutral", problems=[p for p in problems if p.kind in UNSAFE_KINDS])
 
     def _helper_kind(self, stmt, calls, facts: Facts, context: Context) -> Kind:
         """A statement whose remote work happens in same-file functions it calls."""
@@ -250,7 +269,7 @@ class SessionHoisting(Pass):
                 return True
             context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)), _plain(blocking[0].message))
             return False
-        reason, accumulators = _liveness(region, facts)
+        reason, accumulators = _liveness(region, facts, self.names)
         if not reason and region.helper_calls:
             reason = _helper_argument_problem(region, facts)
         if reason:
@@ -261,7 +280,7 @@ class SessionHoisting(Pass):
             context.needs_unsafe(anchor, _not_hoisted(region, facts, self._requests(region, facts)), _unsafe_reason(unsafe[0]))
             return False
         self._rewrite(region, accumulators, facts, plan, context)
-        context.unreturned |= _unreturned(region, accumulators)
+        context.unreturned |= _unreturned(region, facts, accumulators, self.names)
         safety = Safety.UNSAFE if unsafe else Safety.SAFE
         context.applied(anchor, _hoisted_message(region, facts, accumulators, self._requests(region, facts)), safety)
         return True
@@ -291,10 +310,7 @@ class SessionHoisting(Pass):
                     continue
                 if id(stmt) in region.saved_here:
                     stmt = _saving(stmt)
-                stmt = stmt.visit(_Both(strip, calls_off)).visit(drop)
-                if unwrap is not None:
-                    stmt = stmt.visit(unwrap)
-                moved.append(stmt)
+                moved.append(stmt.visit(_MoveEdits(stmt, strip, calls_off, drop, unwrap)))
             leading = moved[0].leading_lines
             moved[0] = moved[0].with_changes(leading_lines=[])
             created = [saved_container(a.name, a.kind, a.stmt) for a in before]
@@ -310,18 +326,107 @@ class SessionHoisting(Pass):
         return plan_split(self, region, facts, context, plan)
 
 
-class _Both(cst.CSTTransformer):
-    """Two identity-based transforms in one walk (a second walk would see new nodes)."""
+class _MoveEdits(cst.CSTTransformer):
+    """The edits of moved code in one walk: `remote=` off the region's blocks and
+    `remote=False` into helper calls (by identity: a second walk would see new nodes),
+    then `.save()` off the elements of relocated containers and, with unsafe fixes,
+    progress bars off loops. The edits touch node kinds of their own, each looking only
+    at its node's children, so one walk gives what the walks one after the other gave.
 
-    def __init__(self, strip: StripRemote, calls: CallWithRemoteOff) -> None:
+    The walk enters only the subtrees that hold a node to edit: a libcst walk rebuilds
+    every node it passes, and most of the moved code has nothing to change."""
+
+    def __init__(self, stmt, strip: StripRemote, calls: CallWithRemoteOff, drop: DropElementSaves, unwrap) -> None:
         self.strip = strip
         self.calls = calls
+        self.drop = drop
+        self.unwrap = unwrap
+        self.on_path = paths_to(stmt, self._may_edit)
+
+    def _may_edit(self, node: cst.CSTNode) -> bool:
+        kind = type(node)
+        if kind is cst.With:
+            return id(node) in self.strip.targets
+        if kind is cst.Call:
+            # DropElementSaves edits `acc.append(...)`-like calls on a relocated `acc`
+            return id(node) in self.calls.calls or _names_root(node.func, self.drop.names)
+        if kind is cst.Assign:
+            # ... and `acc[k] = ...` (and `x = ...` for the names it rebinds)
+            return any(_names_root(t.target, self.drop.names | self.drop.rebinds) for t in node.targets)
+        return kind is cst.For and self.unwrap is not None
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) in self.on_path
 
     def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
         return self.strip.leave_With(original, updated)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
-        return self.calls.leave_Call(original, updated)
+        return self.drop.leave_Call(original, self.calls.leave_Call(original, updated))
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+        return self.drop.leave_Assign(original, updated)
+
+    def leave_For(self, original: cst.For, updated: cst.For) -> cst.For:
+        return updated if self.unwrap is None else self.unwrap.leave_For(original, updated)
+
+
+def _names_root(expr: cst.BaseExpression, names) -> bool:
+    """Is ``expr`` rooted at one of ``names`` (`acc`, `acc.x`, `acc[k]`)?"""
+    if not names:
+        return False
+    if isinstance(expr, cst.Attribute):
+        expr = expr.value
+    return root_name(expr) in names
+
+
+class NameUses:
+    """:func:`ndif_opt.names.collect` per node, remembered: what a subtree reads, binds
+    and mutates depends on the subtree alone. Each entry keeps its nodes alive, so their
+    ids stay theirs. The answers are shared: read them, do not change them."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple, tuple] = {}
+
+    def of(self, node: cst.CSTNode, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
+        key = (id(node), *map(id, skip))
+        entry = self._known.get(key)
+        if entry is None:
+            entry = self._known[key] = (node, skip, collect(node, skip))
+        return entry[2]
+
+    def of_all(self, nodes, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
+        """A fresh :class:`NameUse` for several nodes, like :func:`names.collect_all`."""
+        use = NameUse()
+        for node in nodes:
+            use.merge(self.of(node, skip))
+        return use
+
+
+def _may_call(stmt: cst.CSTNode, helpers: dict[str, RemoteHelper]) -> bool:
+    """Does ``stmt`` call a function by one of the names in ``helpers`` anywhere? Cheaper
+    than :func:`helper_calls`' walk, which finds nothing when this is False."""
+    if not helpers:
+        return False
+
+    def named_call(node: cst.CSTNode) -> bool:
+        return type(node) is cst.Call and type(node.func) is cst.Name and node.func.value in helpers
+
+    return bool(find_nodes(stmt, named_call))
+
+
+def _outer_blocks(facts: Facts, stmt: cst.CSTNode) -> list[Block]:
+    """The outermost nnsight blocks inside ``stmt`` (itself included), in the order of
+    ``facts.blocks``; indexed once per version of the tree."""
+    key = ("session-hoisting", "outer blocks")
+    index = facts.memo.get(key)
+    if index is None:
+        index = facts.memo[key] = {}
+        for block in facts.blocks:
+            if block.parent is None:
+                for node in (block.node, *block.stmt.ancestors):
+                    index.setdefault(id(node), []).append(block)
+    return list(index.get(id(stmt), ()))
 
 
 def _suites_outermost_first(facts: Facts):
@@ -361,38 +466,29 @@ def _iteration_problems(stmt, facts: Facts) -> list[Problem]:
     return []
 
 
-def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
+def _liveness(region: Region, facts: Facts, names: NameUses) -> tuple[str, list[Accumulator]]:
     """Why the rest of the script would miss something, or "" and the accumulators
     the session must take over."""
     stmts = region.statements
     block_bodies = tuple(b.node.body for b in region.blocks)
-    outside_blocks = collect_all(stmts, skip=block_bodies)
-    everything = collect_all(stmts)
+    outside_blocks = names.of_all(stmts, skip=block_bodies)
     later = reads_after(facts, region.suite, region.end)
-    saved = set().union(*(b.saved_names for b in region.blocks)) if region.blocks else set()
-
-    lost = [n for n in outside_blocks.binds if n in later and n not in saved]
+    read_later = [n for n in outside_blocks.binds if n in later]
+    saved = _saved_among(region, facts, read_later)
+    lost = [n for n in read_later if n not in saved]
     accumulators: list[Accumulator] = []
-    mutated = dict(everything.mutates)
-    for call, helper in region.helper_calls:
-        for param in helper.mutated_params:
-            value = helper.argument(call, param)
-            if isinstance(value, cst.Name):
-                mutated.setdefault(value.value, call)
-    for name in mutated:
-        if name in everything.binds or _is_model_like(name, facts):
-            continue
+    for name in _client_mutations(region, facts, names, outside_blocks):
         acc, why = find_accumulator(facts, name, region.suite, region.start)
         if acc is None:
             return f"it changes `{name}`, which lives on your machine: {why}", []
         accumulators.append(acc)
     in_place = []
     for name in list(lost):
-        acc = _accumulator_inside(region, name)
+        acc = _accumulator_inside(region, name, names)
         if acc is not None:
             in_place.append(acc)
             lost.remove(name)
-    region.saved_here = _results_to_save(region, facts, set(lost), {a.name for a in in_place})
+    region.saved_here = _results_to_save(region, facts, set(lost), {a.name for a in in_place}, names)
     lost = [n for n in lost if n not in region.saved_here.values()]
     if lost:
         name = lost[0]
@@ -404,7 +500,79 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
     return "", accumulators + in_place
 
 
-def _results_to_save(region: Region, facts: Facts, lost: set[str], relocated: set[str]) -> dict[int, str]:
+def _client_mutations(region: Region, facts: Facts, names: NameUses, outside_blocks: NameUse) -> list[str]:
+    """Names the region changes in place (in helper calls too) without binding them, and
+    that are not models, in the order the code first changes them: that order picks the
+    refusal given and the order of the containers created.
+
+    The order needs a walk of the whole region. When at most one name qualifies it is
+    moot, and the set comes from the code outside the blocks and the blocks' own name
+    uses (which the cost model has usually asked for already)."""
+    inside = _block_name_uses(region)
+    if inside is not None:
+        bound = set(outside_blocks.binds).union(*(use.binds for use in inside))
+        mutated = [*outside_blocks.mutates, *(name for use in inside for name in use.mutates)]
+        found = _unbound_mutations(region, facts, mutated, bound)
+        if len(found) <= 1:
+            return found
+    everything = names.of_all(region.statements)
+    return _unbound_mutations(region, facts, list(everything.mutates), everything.binds)
+
+
+def _unbound_mutations(region: Region, facts: Facts, mutated: list[str], bound) -> list[str]:
+    mutated = dict.fromkeys(mutated)
+    for call, helper in region.helper_calls:
+        for param in helper.mutated_params:
+            value = helper.argument(call, param)
+            if isinstance(value, cst.Name):
+                mutated.setdefault(value.value)
+    return [name for name in mutated if name not in bound and not _is_model_like(name, facts)]
+
+
+def _block_name_uses(region: Region) -> list[NameUse] | None:
+    """The name uses of the region's block bodies, or None when a block sits in a
+    function or class defined in the region (whose names a walk of the region filters)."""
+    starts = {id(stmt) for stmt in region.statements}
+    for block in region.blocks:
+        below = block.stmt.ancestors
+        for index, ancestor in enumerate(below):
+            if id(ancestor) in starts:
+                below = below[index + 1 :]
+                break
+        if id(block.node) not in starts and any(isinstance(a, (cst.FunctionDef, cst.ClassDef)) for a in below):
+            return None
+    return [block.names for block in region.blocks]
+
+
+def _saved_among(region: Region, facts: Facts, names) -> set[str]:
+    """Which of ``names`` the region's blocks bind to saved values.
+
+    That takes a walk of the block bodies (Block.saved_names), needed only for a name
+    the bodies bind at all: their name uses (usually known already) see every assignment
+    but those in a function or class defined there, and one in such a function does
+    not count as saved either; with a class in a block, every name is looked up."""
+    names = set(names)
+    if not names or not region.blocks:
+        return set()
+    if not any(id(b.node) in _around_classes(facts) for b in region.blocks):
+        names = {n for n in names if any(n in b.names.binds for b in region.blocks)}
+        if not names:
+            return set()
+    return names & set().union(*(b.saved_names for b in region.blocks))
+
+
+def _around_classes(facts: Facts) -> set[int]:
+    """ids of the statements that enclose a class definition."""
+    key = ("session-hoisting", "around classes")
+    if key not in facts.memo:
+        classes = [info for info in facts.statements.values() if isinstance(info.node, cst.ClassDef)]
+        facts.memo[key] = {id(ancestor) for info in classes for ancestor in info.ancestors}
+    return facts.memo[key]
+
+
+def _results_to_save(
+    region: Region, facts: Facts, lost: set[str], relocated: set[str], names: NameUses
+) -> dict[int, str]:
     """Top-level `name = value` statements of the region whose value must come back:
     read later, or a module-level result the user may look at. They get `.save()`."""
     module_level = not facts.stmt(region.statements[0]).ancestors
@@ -421,7 +589,7 @@ def _results_to_save(region: Region, facts: Facts, lost: set[str], relocated: se
         name = target.value
         if name in relocated or not (name in lost or module_level):
             continue
-        if sum(1 for other in region.statements if name in collect(other).binds) != 1:
+        if sum(1 for other in region.statements if name in names.of(other).binds) != 1:
             continue  # bound again elsewhere in the region: which value comes back is unclear
         found[id(stmt)] = name
     return found
@@ -446,22 +614,22 @@ def _helper_argument_problem(region: Region, facts: Facts) -> str:
     return ""
 
 
-def _unreturned(region: Region, accumulators) -> set[str]:
+def _unreturned(region: Region, facts: Facts, accumulators, names: NameUses) -> set[str]:
     """Client names the moved code bound that stay on the server (none is read later)."""
     block_bodies = tuple(b.node.body for b in region.blocks)
-    bound = set(collect_all(region.statements, skip=block_bodies).binds)
-    saved = set().union(*(b.saved_names for b in region.blocks)) if region.blocks else set()
+    bound = set(names.of_all(region.statements, skip=block_bodies).binds)
+    saved = _saved_among(region, facts, bound)
     return bound - saved - {a.name for a in accumulators} - set(region.saved_here.values())
 
 
-def _accumulator_inside(region: Region, name: str) -> Accumulator | None:
+def _accumulator_inside(region: Region, name: str, names: NameUses) -> Accumulator | None:
     """An empty list/dict created by a top-level statement of the region itself: it
     becomes a saved container in place."""
     from ndif_opt.regions import _empty_container_binding
 
     found = None
     for offset, stmt in enumerate(region.statements):
-        if name not in collect(stmt).binds:
+        if name not in names.of(stmt).binds:
             continue
         kind = _empty_container_binding(stmt, name)
         if kind is None or found is not None:
