@@ -19,6 +19,7 @@ import libcst as cst
 
 from ndif_opt.analysis import Facts, qualify
 from ndif_opt.names import dotted_name, root_name, target_names
+from ndif_opt.walk import walk
 
 # Roots of modules whose code the NDIF server runs (../shared/NNSIGHT_NOTES.md).
 SERVER_MODULES = frozenset(
@@ -96,7 +97,7 @@ class ServerCheck:
         # the walk enters only the subtrees that hold a node that may object, and so
         # finds the same problems in the same order
         visitor.enter = paths_to(node, visitor.may_object, skip={id(s) for s in skip})
-        node.visit(visitor)
+        walk(node, visitor)
         return visitor.problems
 
     def function_problems(self, name: str) -> list[Problem]:
@@ -203,7 +204,7 @@ def _registered(facts: Facts, module: str) -> bool:
                 arg = node.args[0].value
                 found = found or (qualify(arg, facts.imports) == module)
 
-    facts.module.visit(Finder())
+    walk(facts.module, Finder())
     return found
 
 
@@ -251,7 +252,7 @@ def paths_to(
     about, in its usual order."""
     on_path: set[int] = set()
 
-    def walk(node: cst.CSTNode) -> bool:
+    def mark(node: cst.CSTNode) -> bool:
         if id(node) in skip:
             return False
         found = wanted(node)
@@ -260,13 +261,13 @@ def paths_to(
             value = getattr(node, name)
             for child in value if type(value) in (tuple, list) else (value,):
                 # nodes are dataclasses; other field values (str, None, MaybeSentinel) are not
-                if type(child) not in _LAYOUT and hasattr(type(child), "__dataclass_fields__") and walk(child):
+                if type(child) not in _LAYOUT and hasattr(type(child), "__dataclass_fields__") and mark(child):
                     found = True
         if found:
             on_path.add(id(node))
         return found
 
-    walk(root)
+    mark(root)
     return on_path
 
 
@@ -388,7 +389,7 @@ class _Checker(cst.CSTVisitor):
             self._add("client-object", f"uses `{node.value}`, which exists only on your machine", node)
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_Global(self, node: cst.Global) -> None:

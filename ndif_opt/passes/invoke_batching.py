@@ -76,6 +76,7 @@ from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import DropElementSaves, SuitePlan, code_of, reindentable
 from ndif_opt.tensors import TENSOR_MODULES
 from ndif_opt.types import Safety
+from ndif_opt.walk import walk
 
 # How a loop may fill a container made before it.
 FILLING_METHODS = frozenset({"append", "extend", "update", "add", "insert"})
@@ -234,7 +235,7 @@ def _live_after(sweep: Sweep, facts: Facts, names: set[str]) -> set[str]:
     for path in paths:
         order = _Order(candidates, set())
         for stmt in path:
-            stmt.visit(order)
+            walk(stmt, order)
         flagged |= order.flagged
     return flagged
 
@@ -283,7 +284,7 @@ def _carried(sweep: Sweep, facts: Facts) -> str:
     bound = set(moved_names(sweep, facts).binds)
     order = _Order(bound, set(sweep.targets))
     for stmt in sweep.moved:
-        stmt.visit(order)
+        walk(stmt, order)
         if order.carried:
             return (
                 f"`{order.carried}` is read before the iteration sets it: an earlier "
@@ -310,7 +311,7 @@ class _Order(cst.CSTVisitor):
         elif isinstance(target, cst.StarredElement):
             self._bind(target.value)
         else:
-            target.visit(self)
+            walk(target, self)
 
     def visit_Name(self, node: cst.Name) -> None:
         if node.value in self.bound and node.value not in self.defined:
@@ -319,82 +320,82 @@ class _Order(cst.CSTVisitor):
                 self.carried = node.value
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_Assign(self, node: cst.Assign) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         for target in node.targets:
             self._bind(target.target)
         return False
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
         if node.value is not None:
-            node.value.visit(self)
+            walk(node.value, self)
         self._bind(node.target)
         return False
 
     def visit_AugAssign(self, node: cst.AugAssign) -> bool:
-        node.target.visit(self)
-        node.value.visit(self)
+        walk(node.target, self)
+        walk(node.value, self)
         return False
 
     def visit_NamedExpr(self, node: cst.NamedExpr) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         self._bind(node.target)
         return False
 
     def visit_For(self, node: cst.For) -> bool:
-        node.iter.visit(self)
+        walk(node.iter, self)
         saved = set(self.defined)
         self._bind(node.target)
-        node.body.visit(self)
+        walk(node.body, self)
         self.defined = saved  # the body may run zero times
         return False
 
     def visit_While(self, node: cst.While) -> bool:
-        node.test.visit(self)
+        walk(node.test, self)
         saved = set(self.defined)
-        node.body.visit(self)
+        walk(node.body, self)
         self.defined = saved
         return False
 
     def visit_If(self, node: cst.If) -> bool:
-        node.test.visit(self)
+        walk(node.test, self)
         saved = set(self.defined)
-        node.body.visit(self)
+        walk(node.body, self)
         after_body = self.defined
         self.defined = set(saved)
         if node.orelse is not None:
-            node.orelse.visit(self)
+            walk(node.orelse, self)
             self.defined = after_body & self.defined
         else:
             self.defined = saved
         return False
 
     def visit_WithItem(self, node: cst.WithItem) -> bool:
-        node.item.visit(self)
+        walk(node.item, self)
         if node.asname is not None:
             self._bind(node.asname.name)
         return False
 
     def _comprehension(self, node, parts) -> bool:
-        node.for_in.visit(self)
+        walk(node.for_in, self)
         for part in parts:
-            part.visit(self)
+            walk(part, self)
         return False
 
     def visit_CompFor(self, node: cst.CompFor) -> bool:
-        node.iter.visit(self)
+        walk(node.iter, self)
         self._bind(node.target)
         for condition in node.ifs:
-            condition.visit(self)
+            walk(condition, self)
         if node.inner_for_in is not None:
-            node.inner_for_in.visit(self)
+            walk(node.inner_for_in, self)
         return False
 
     def visit_ListComp(self, node: cst.ListComp) -> bool:

@@ -31,6 +31,7 @@ from ndif_opt.rewrite import (
     saved_container,
     session_statement,
 )
+from ndif_opt.walk import walk
 
 CARRY = "_ndif_carry"
 PURE_ITER_CALLS = frozenset({"range", "enumerate", "zip", "reversed", "sorted", "list", "tuple", "len"})
@@ -135,7 +136,7 @@ def _leaves_early(stmts) -> bool:
 
     finder = Finder()
     for stmt in stmts:
-        stmt.visit(finder)
+        walk(stmt, finder)
     return finder.found
 
 

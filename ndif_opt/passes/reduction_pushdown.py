@@ -50,6 +50,7 @@ from ndif_opt.names import NameUse, all_params, collect
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, unsave
+from ndif_opt.walk import walk
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -378,11 +379,11 @@ def _name_nodes(node: cst.CSTNode, name: str) -> list[cst.Name]:
                 found.append(n)
 
         def visit_Attribute(self, n: cst.Attribute) -> bool:
-            n.value.visit(self)
+            walk(n.value, self)
             return False
 
         def visit_Arg(self, n: cst.Arg) -> bool:
-            n.value.visit(self)
+            walk(n.value, self)
             return False
 
         def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
@@ -393,7 +394,7 @@ def _name_nodes(node: cst.CSTNode, name: str) -> list[cst.Name]:
         def visit_Lambda(self, n: cst.Lambda) -> bool:
             return name not in {p.name.value for p in all_params(n.params)}
 
-    node.visit(Finder())
+    walk(node, Finder())
     return found
 
 

@@ -55,6 +55,7 @@ from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.session_hoisting import _is_model_like
 from ndif_opt.regions import int_value, trip_count
 from ndif_opt.rewrite import SuitePlan, code_of, reindentable
+from ndif_opt.walk import walk
 
 # ---------------------------------------------------------------------------------------
 # One walk per statement and version of the tree
@@ -142,7 +143,7 @@ class _Indexer(cst.CSTVisitor):
 
 def _index(node: cst.CSTNode) -> NodeIndex:
     indexer = _Indexer()
-    node.visit(indexer)
+    walk(node, indexer)
     return indexer.index
 
 
