@@ -16,6 +16,7 @@ import libcst as cst
 from ndif_opt.analysis import is_save_call, remote_arg
 from ndif_opt.names import root_name
 from ndif_opt.positions import code_for_node
+from ndif_opt.walk import walk
 
 Statements = list[cst.BaseStatement]
 
@@ -115,7 +116,18 @@ class _UnindentBlankLines(cst.CSTTransformer):
 
 def reindentable(stmt: cst.BaseStatement) -> cst.BaseStatement:
     """The statement ready to be nested one level deeper."""
-    return stmt.visit(_UnindentBlankLines())
+    finder = _IndentedBlankLine()
+    walk(stmt, finder)
+    # rebuilding the statement costs far more than looking: most have no such line
+    return stmt.visit(_UnindentBlankLines()) if finder.found else stmt
+
+
+class _IndentedBlankLine(cst.CSTVisitor):
+    found = False
+
+    def visit_EmptyLine(self, node: cst.EmptyLine) -> None:
+        if node.comment is None and node.indent:
+            self.found = True
 
 
 @functools.lru_cache(maxsize=8192)
