@@ -68,6 +68,7 @@ class ServerCheck:
     def __init__(self, facts: Facts, local_modules: dict[str, str] | None = None) -> None:
         self.facts = facts
         self._functions: dict[str, list[Problem]] = {}
+        self._looking_at: dict[str, set[str]] = {}  # functions in progress -> placeholders used
         self._client_objects = self._find_client_objects()
         # the user's own modules next to the script (name -> source), read by the CLI
         self.local_modules = dict(local_modules or {})
@@ -101,15 +102,28 @@ class ServerCheck:
         return visitor.problems
 
     def function_problems(self, name: str) -> list[Problem]:
-        """Problems of a same-file function's body (recursion counts as safe)."""
+        """Problems of a same-file function's body and of what it calls.
+
+        A call back into a function still being looked at counts as safe for now (its
+        own problems are found where it is looked at); an answer that relied on that is
+        not remembered, since it lacks those problems: with `f` (printing) and `g`
+        calling each other, `g` asked after `f` must still report the print."""
         if name in self._functions:
             return self._functions[name]
-        self._functions[name] = []  # break cycles
+        if name in self._looking_at:
+            for frame in self._looking_at.values():
+                frame.add(name)  # every answer in progress relies on `name`'s placeholder
+            return []
+        self._looking_at[name] = set()
         func = self.facts.functions[name]
         # the function's own nnsight blocks run on the server already
         own = tuple(b.node.body for b in self.facts.blocks if b.stmt.function is func)
-        found = [p for p in self.problems(func.body, skip=own) if p.kind != "control"]
-        self._functions[name] = found
+        try:
+            found = [p for p in self.problems(func.body, skip=own) if p.kind != "control"]
+        finally:
+            relied_on = self._looking_at.pop(name) - {name}
+        if not relied_on:
+            self._functions[name] = found
         return found
 
     @cached_property

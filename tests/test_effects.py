@@ -1,0 +1,33 @@
+"""ServerCheck: what keeps code on the client, whatever order the questions come in."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from ndif_opt.analysis import analyze
+from ndif_opt.effects import ServerCheck
+
+MUTUAL = '''
+def f(n):
+    print(n)
+    if n > 0:
+        g(n - 1)
+
+def g(n):
+    if n > 0:
+        f(n - 1)
+
+g(1)
+'''
+
+
+@pytest.mark.parametrize("asked_first", [["f", "g"], ["g", "f"], []])
+def test_a_function_calling_back_into_a_printing_one_prints(asked_first):
+    module = cst.parse_module(MUTUAL)
+    check = ServerCheck(analyze(module))
+    for name in asked_first:
+        check.function_problems(name)
+    messages = [p.message for p in check.problems(module.body[-1])]
+    assert len(messages) == 1 and "`print`" in messages[0], messages
+    assert check.function_problems("f") and check.function_problems("g")
