@@ -72,6 +72,7 @@ from ndif_opt.passes.trace_fusion import (
     derived_names,
     find_sweeps,
     fresh_name,
+    in_place_changes,
     index_of,
     input_dependence,
     int_sequence,
@@ -247,24 +248,15 @@ def _in_place_on_cache(moved, facts: Facts, accesses) -> str:
     """An in-place change of a module's input (a cached value) or of the model."""
     inputs = [a for a in accesses.found if a.kind != "output"]
     derived = derived_names(moved, facts, Accesses(found=inputs))
-    for node in moved:
-        for n in index_of(node, facts).nodes:
-            if isinstance(n, cst.Call):
-                func = n.func
-                if isinstance(func, cst.Attribute):
-                    name = func.attr.value
-                    root = root_name(func.value)
-                    in_place = name.endswith("_") and not name.startswith("_")
-                    if in_place and root is not None and (root in derived or _is_model_like(root, facts)):
-                        return f"it changes `{code_of(func.value)}` in place"
-            elif isinstance(n, cst.AugAssign):
-                if root_name(n.target) in derived:
-                    return f"it changes `{code_of(n.target)}` in place, a cached value"
-            elif isinstance(n, cst.Assign):
-                for target in n.targets:
-                    if isinstance(target.target, (cst.Subscript, cst.Attribute)):
-                        if root_name(target.target) in derived:
-                            return f"it writes into `{code_of(target.target)}`, a cached value"
+    for change in in_place_changes(moved, facts):
+        code, root = code_of(change.target), root_name(change.target)
+        if change.kind == "method":
+            if root is not None and (root in derived or _is_model_like(root, facts)):
+                return f"it changes `{code}` in place"
+        elif change.kind == "augmented" and root in derived:
+            return f"it changes `{code}` in place, a cached value"
+        elif change.kind == "write" and root in derived:
+            return f"it writes into `{code}`, a cached value"
     return ""
 
 

@@ -444,26 +444,44 @@ def derived_names(nodes, facts: Facts, accesses: Accesses) -> set[str]:
     return derived
 
 
-def in_place_problem(nodes, derived: set[str], facts: Facts) -> str:
-    """An in-place change of an activation (or of a value computed from one)."""
+@dataclass(frozen=True)
+class InPlace:
+    """A place where code may change a value in place."""
+
+    kind: str  # "method" (`x.add_(1)`), "gradient" (`.backward()`), "augmented" (`x += 1`), "write" (`x[0] = 1`)
+    target: cst.BaseExpression  # what changes: `x`, `x[0]`
+    method: str = ""  # for "method" and "gradient"
+
+
+def in_place_changes(nodes, facts: Facts):
+    """The places in ``nodes`` that may change a value in place, in the order of the code."""
     for node in nodes:
         for n in index_of(node, facts).nodes:
             if isinstance(n, cst.Call):
-                func = n.func
-                if isinstance(func, cst.Attribute):
-                    name = func.attr.value
+                if isinstance(n.func, cst.Attribute):
+                    name = n.func.attr.value
                     if name.endswith("_") and not name.startswith("_"):
-                        return f"changes `{code_of(func.value)}` in place (`.{name}()`)"
-                    if name in ("backward", "retain_grad"):
-                        return f"calls `.{name}()`"
+                        yield InPlace("method", n.func.value, name)
+                    elif name in ("backward", "retain_grad"):
+                        yield InPlace("gradient", n.func.value, name)
             elif isinstance(n, cst.AugAssign):
-                if root_name(n.target) in derived:
-                    return f"changes `{code_of(n.target)}` in place"
+                yield InPlace("augmented", n.target)
             elif isinstance(n, cst.Assign):
                 for target in n.targets:
                     if isinstance(target.target, (cst.Subscript, cst.Attribute)):
-                        if root_name(target.target) in derived:
-                            return f"writes into `{code_of(target.target)}` in place"
+                        yield InPlace("write", target.target)
+
+
+def in_place_problem(nodes, derived: set[str], facts: Facts) -> str:
+    """An in-place change of an activation (or of a value computed from one)."""
+    for change in in_place_changes(nodes, facts):
+        code = code_of(change.target)
+        if change.kind == "method":
+            return f"changes `{code}` in place (`.{change.method}()`)"
+        if change.kind == "gradient":
+            return f"calls `.{change.method}()`"
+        if root_name(change.target) in derived:
+            return f"changes `{code}` in place" if change.kind == "augmented" else f"writes into `{code}` in place"
     return ""
 
 
