@@ -230,7 +230,6 @@ _LAYOUT_BASES = (
     cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.BaseAugOp, cst.BaseBinaryOp,
     cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp,
 )
-_LAYOUT = frozenset(t for t in vars(cst).values() if isinstance(t, type) and issubclass(t, _LAYOUT_BASES))
 
 
 def _may_hold_content(annotation) -> bool:
@@ -245,12 +244,31 @@ def _may_hold_content(annotation) -> bool:
     return any(_may_hold_content(arg) for arg in typing.get_args(annotation))
 
 
-# per node type, the fields that may hold more than layout, read from libcst's annotations
-_CONTENT_FIELDS = {
-    kind: tuple(f.name for f in dataclasses.fields(kind) if _may_hold_content(f.type))
-    for kind in vars(cst).values()
-    if isinstance(kind, type) and issubclass(kind, cst.CSTNode) and dataclasses.is_dataclass(kind)
-}
+class _NodeKinds:
+    """Per libcst node class: is it layout, and which of its fields may hold more than
+    layout (read from libcst's annotations). Worked out on first sight of a class, not
+    at import: the whole table costs ~75 ms and a run meets a few dozen classes."""
+
+    def __init__(self) -> None:
+        self._layout: dict[type, bool] = {}
+        self._fields: dict[type, tuple[str, ...]] = {}
+
+    def is_layout(self, kind: type) -> bool:
+        found = self._layout.get(kind)
+        if found is None:
+            found = self._layout[kind] = issubclass(kind, _LAYOUT_BASES)
+        return found
+
+    def content_fields(self, kind: type) -> tuple[str, ...]:
+        found = self._fields.get(kind)
+        if found is None:
+            found = self._fields[kind] = tuple(
+                f.name for f in dataclasses.fields(kind) if _may_hold_content(f.type)
+            )
+        return found
+
+
+_KINDS = _NodeKinds()  # facts about the installed libcst, the same for every tree
 
 
 def paths_to(
@@ -270,12 +288,12 @@ def paths_to(
         if id(node) in skip:
             return False
         found = wanted(node)
-        names = _CONTENT_FIELDS.get(type(node))
-        for name in names if names is not None else type(node).__dataclass_fields__:
+        for name in _KINDS.content_fields(type(node)):
             value = getattr(node, name)
             for child in value if type(value) in (tuple, list) else (value,):
                 # nodes are dataclasses; other field values (str, None, MaybeSentinel) are not
-                if type(child) not in _LAYOUT and hasattr(type(child), "__dataclass_fields__") and mark(child):
+                kind = type(child)
+                if hasattr(kind, "__dataclass_fields__") and not _KINDS.is_layout(kind) and mark(child):
                     found = True
         if found:
             on_path.add(id(node))

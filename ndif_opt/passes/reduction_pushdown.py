@@ -524,13 +524,16 @@ def _node_kind(node_type: type) -> _NodeKind:
     )
 
 
-# Every libcst node class, described once (like BUILTIN_NAMES: facts about libcst, the
-# same for every script).
-NODE_KINDS = {
-    value: _node_kind(value)
-    for value in vars(cst).values()
-    if isinstance(value, type) and issubclass(value, cst.CSTNode) and dataclasses.is_dataclass(value)
-}
+class _NodeKinds(dict):
+    """Every libcst node class met, described on first sight (facts about libcst, the
+    same for every script; describing all of them at import would cost ~30 ms)."""
+
+    def __missing__(self, node_type: type) -> _NodeKind:
+        kind = self[node_type] = _node_kind(node_type)
+        return kind
+
+
+NODE_KINDS = _NodeKinds()
 
 
 def _index(facts: Facts) -> _TreeIndex:
@@ -572,7 +575,7 @@ class _TreeIndex:
         sites, binders = self.binding_sites, self.expression_binders
 
         def visit(node: cst.CSTNode, path: tuple[cst.CSTNode, ...]) -> None:
-            kind = NODE_KINDS.get(type(node)) or _node_kind(type(node))
+            kind = NODE_KINDS[type(node)]
             if kind.encloses:
                 path = path + (node,)
             if kind.binding_site:
