@@ -48,6 +48,7 @@ exceed NDIF's one-hour limit); :func:`estimate` only the totals.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Mapping
@@ -208,7 +209,17 @@ def estimate(facts: Facts, options: Options) -> Cost:
 
 
 def explain(facts: Facts, options: Options) -> Estimate:
-    """The totals plus the per-request breakdown, notes and warnings."""
+    """The totals plus the per-request breakdown, notes and warnings (worked out once per
+    version of the tree and options: the pipeline and session-chunking both ask)."""
+    known = facts.memo.get("cost-model:explain")
+    if known is not None and known[0] == options:
+        return known[1]
+    found = _explain(facts, options)
+    facts.memo["cost-model:explain"] = (options, found)
+    return found
+
+
+def _explain(facts: Facts, options: Options) -> Estimate:
     walker = _Walker(facts, options)
     try:
         walker.run()
@@ -467,7 +478,7 @@ class _Walker:
         # functions no code calls (entry points, callbacks) run once each; a function
         # called by another is walked at its calls
         called_by_functions = {
-            call.func.value for func in functions.values() for call in _calls(func.body, functions)
+            call.func.value for func in functions.values() for call in _calls(func.body, frozenset(functions))
         }
         for name, func in functions.items():
             if name not in self._called and name not in called_by_functions:
@@ -1097,7 +1108,7 @@ class _Walker:
             return
         calls = self._calls_memo.get(id(small))
         if calls is None:
-            calls = self._calls_memo[id(small)] = _calls(small, self.facts.functions)
+            calls = self._calls_memo[id(small)] = _calls(small, frozenset(self.facts.functions))
         for call in calls:
             name = call.func.value if isinstance(call.func, cst.Name) else None
             func = self.facts.functions.get(name) if name else None
@@ -1651,8 +1662,10 @@ def _walk(node: cst.CSTNode):
         stack.extend(current.children)
 
 
-def _calls(node: cst.CSTNode, functions) -> list[cst.Call]:
-    """Calls of the named same-file functions in ``node``."""
+@functools.lru_cache(maxsize=4096)
+def _calls(node: cst.CSTNode, functions: frozenset[str]) -> tuple[cst.Call, ...]:
+    """Calls of the named same-file functions in ``node`` (a pure function of an
+    immutable node, cached: later versions of the tree share most statements)."""
     found: list[cst.Call] = []
 
     class Finder(cst.CSTVisitor):
@@ -1664,4 +1677,4 @@ def _calls(node: cst.CSTNode, functions) -> list[cst.Call]:
             return False
 
     walk(node, Finder())
-    return found
+    return tuple(found)

@@ -290,8 +290,9 @@ class _Scanner:
         for model in facts.models.values():
             if model.class_path.endswith("TransformersModel"):
                 self.modern.append((model.node, "TransformersModel"))
-        order = walk.order
-        self.legacy.sort(key=lambda item: order.get(id(item.node), 0))
+        if len(self.legacy) > 1:  # rare: pre-0.5 code; the common case needs no order
+            order = _walk_order(facts.module)
+            self.legacy.sort(key=lambda item: order.get(id(item.node), 0))
         return Scan(self.legacy, self.modern)
 
     def _invokes(self) -> None:
@@ -351,7 +352,6 @@ class _Collect(cst.CSTVisitor):
 
     def __init__(self, block_nodes: set[int]) -> None:
         self.block_nodes = block_nodes
-        self.order: dict[int, int] = {}  # id(node) -> position in the walk (statements and expressions seen)
         self.assigns: list[cst.Assign] = []
         self.calls: list[cst.Call] = []
         self.loops: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []  # (target, iterable)
@@ -361,10 +361,6 @@ class _Collect(cst.CSTVisitor):
         self.targets: set[int] = set()  # nodes assigned to
         self.outside: set[str] = set()  # names used outside nnsight blocks
         self._depth = 0
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.order[id(node)] = len(self.order)
-        return super().on_visit(node)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self.assigns.append(node)
@@ -405,6 +401,19 @@ class _Collect(cst.CSTVisitor):
     def visit_Name(self, node: cst.Name) -> None:
         if not self._depth:
             self.outside.add(node.value)
+
+
+def _walk_order(module: cst.Module) -> dict[int, int]:
+    """id(node) -> its position in a walk of the tree."""
+    order: dict[int, int] = {}
+
+    class Order(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            order[id(node)] = len(order)
+            return True
+
+    walk_tree(module, Order())
+    return order
 
 
 def _is_invoke(stmt: cst.BaseStatement, tracer: str) -> bool:
