@@ -10,6 +10,7 @@ positions are the same as ``PositionProvider``'s (syntactic, 1-based lines).
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from typing import Optional
 
@@ -23,8 +24,8 @@ _NEWLINE = re.compile(r"\r\n?|\n")  # libcst's own definition of a line break
 class _OffsetCodegenState(CodegenState):
     """Code generation that remembers where each node starts and ends, in characters."""
 
-    def __init__(self, module: cst.Module) -> None:
-        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
+    def __init__(self, indent: str, newline: str) -> None:
+        super().__init__(default_indent=indent, default_newline=newline)
         self.offset = 0
         self.spans: dict[cst.CSTNode, tuple[int, int]] = {}
         self._starts: list[int] = []
@@ -110,18 +111,21 @@ def code_for_node(node: cst.CSTNode, indent: str = "    ", newline: str = "\n") 
 
 
 class Positions:
-    """Node -> ``CodeRange`` of one version of a tree, computed on demand from offsets."""
+    """Node -> ``CodeRange`` of one version of a tree, computed on demand from offsets.
 
-    def __init__(self, text: str, spans: dict[cst.CSTNode, tuple[int, int]]) -> None:
+    The offsets come in parts: (where a part starts in the text, node -> span in it)."""
+
+    def __init__(self, text: str, parts: list[tuple[int, dict[cst.CSTNode, tuple[int, int]]]]) -> None:
         self._text = text
-        self._spans = spans
+        self._parts = parts
         self._line_ends: list[int] | None = None
 
     def get(self, node: cst.CSTNode) -> CodeRange | None:
-        span = self._spans.get(node)
-        if span is None:
-            return None
-        return CodeRange(self._position(span[0]), self._position(span[1]))
+        for base, spans in self._parts:
+            span = spans.get(node)
+            if span is not None:
+                return CodeRange(self._position(base + span[0]), self._position(base + span[1]))
+        return None
 
     def _position(self, offset: int) -> CodePosition:
         if self._line_ends is None:
@@ -132,11 +136,44 @@ class Positions:
 
 
 def code_and_positions(module: cst.Module) -> tuple[str, Positions]:
-    """The module's code (equal to ``module.code``) and the positions of its nodes."""
-    state = _OffsetCodegenState(module)
-    module._codegen(state)
+    """The module's code (equal to ``module.code``) and the positions of its nodes.
+
+    What ``Module._codegen`` does, with the code of each top-level statement taken from
+    a cache: a new version of a tree shares most statements with the one before."""
+    indent, newline = module.default_indent, module.default_newline
+    state = _OffsetCodegenState(indent, newline)
+    state.before_codegen(module)
+    for line in module.header:
+        line._codegen(state)
+    parts = [(0, state.spans)]
+    last_token = None  # the last token, when a statement's code ends the text so far
+    for statement in module.body:
+        text, spans, last_token = _statement_code(statement, indent, newline)
+        parts.append((state.offset, spans))
+        state.tokens.append(text)
+        state.offset += len(text)
+    for line in module.footer:
+        line._codegen(state)
+        last_token = None
+    if module.has_trailing_newline:
+        if not state.tokens:  # nothing in the header, body or footer
+            state.add_token(newline)
+    elif state.tokens:
+        # libcst pops the last token, a newline: it may end a statement's code
+        state.popped = last_token if last_token is not None else state.tokens[-1]
+        state.tokens[-1] = state.tokens[-1][: len(state.tokens[-1]) - len(state.popped)]
+    state.after_codegen(module)
     code = "".join(state.tokens)
-    return code, Positions(code + state.popped, state.spans)
+    return code, Positions(code + state.popped, parts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _statement_code(statement: cst.BaseStatement, indent: str, newline: str):
+    """A top-level statement's code, its nodes' spans in it and its last token (a pure
+    function of an immutable node, hashed by identity and kept alive while cached)."""
+    state = _OffsetCodegenState(indent, newline)
+    statement._codegen(state)
+    return "".join(state.tokens), state.spans, state.tokens[-1] if state.tokens else None
 
 
 __all__ = ["Positions", "code_and_positions", "code_for_node"]
