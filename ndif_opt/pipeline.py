@@ -74,6 +74,7 @@ class _State:
     _server: ServerCheck | None = None
     _positions: Positions | None = None
     _api: str | None = None
+    _mapping: tuple | None = None  # (original, its line map)
 
     @property
     def api(self) -> str:
@@ -87,6 +88,12 @@ class _State:
         if self._positions is None:
             self._positions = code_and_positions(self.module)[1]
         return self._positions
+
+    def line_map(self, original: str):
+        """(line, column) here -> the closest position in ``original`` (one diff per version)."""
+        if self._mapping is None or self._mapping[0] is not original:
+            self._mapping = (original, _line_map(self.code, original))
+        return self._mapping[1]
 
     @property
     def estimate(self) -> Estimate:
@@ -389,7 +396,7 @@ def _suppression_check(suppressions: Suppressions, state: "_State", original: st
     def check(node: cst.CSTNode) -> bool:
         if "positions" not in cache:
             cache["positions"] = state.positions
-            cache["map"] = _line_map(state.code, original)
+            cache["map"] = state.line_map(original)
         pos = cache["positions"].get(node)
         if pos is None:
             return False
@@ -418,7 +425,7 @@ def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -
     if not raw:
         return []
     positions = state.positions
-    line_map = _line_map(state.code, original)
+    line_map = state.line_map(original)
     found = []
     for item in raw:
         pos = positions.get(item.node)
