@@ -35,6 +35,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis import Facts, Remote, is_save_call
+from ndif_opt.effects import paths_to
 from ndif_opt.names import dotted_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.rewrite import code_of
@@ -74,7 +75,9 @@ class DetachCpu(Pass):
                         tensors.add(target.value)
         if not targets:
             return module
-        return module.visit(_Insert(targets))
+        # rebuild only the nodes above a changed call, not the whole module
+        on_path = paths_to(module, lambda node: id(node) in targets)
+        return module.visit(_Insert(targets, on_path))
 
 
 def _saved_inner(value: cst.BaseExpression) -> cst.BaseExpression | None:
@@ -116,8 +119,12 @@ def _detached(expr: cst.BaseExpression) -> cst.BaseExpression:
 
 
 class _Insert(cst.CSTTransformer):
-    def __init__(self, targets: dict[int, cst.Call]) -> None:
+    def __init__(self, targets: dict[int, cst.Call], on_path: set[int]) -> None:
         self.targets = targets
+        self.on_path = on_path
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) in self.on_path and super().on_visit(node)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         if id(original) not in self.targets:
