@@ -1,0 +1,115 @@
+"""Did a change alter any output? For refactors and speed work, which must change nothing.
+
+    python benchmarks/golden.py record FILE   # before the change: optimize() over the corpus
+    python benchmarks/golden.py check FILE    # after it: compare (exit 1, the first differences)
+
+The corpus: every example (with and without unsafe fixes), the examples one after another,
+a dense 300-line script, every pass case (that pass alone, and all passes), and 200
+Hypothesis scripts (derandomized: the same ones every time). Compared: code, findings with
+their ranges, per-pass costs, notes, unreturned and introduced names. About 15 s.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from generators import dense_nnsight_script  # noqa: E402
+from ndif_opt import optimize  # noqa: E402
+from ndif_opt.passes import PASSES  # noqa: E402
+
+UNSAFE = {"unsafe_fixes": True}
+
+
+def corpus() -> list[tuple[str, str, dict]]:
+    """(name, source, optimize() keyword arguments) of every input."""
+    items = []
+    examples = sorted((ROOT / "examples").glob("*.py"))
+    for path in examples:
+        items += [(path.name, path.read_text(), {}), (f"{path.name}:unsafe", path.read_text(), UNSAFE)]
+    items.append(("cells", "\n".join(p.read_text() for p in examples), {}))
+    dense = dense_nnsight_script(300)
+    items += [("dense-300", dense, {}), ("dense-300:unsafe", dense, UNSAFE)]
+    for cls in PASSES:
+        for i, case in enumerate(cls.cases):
+            items.append((f"case:{cls.id}:{i}", case.before, {"select": [cls.id], "unsafe_fixes": case.unsafe_fixes}))
+            items.append((f"case-all:{cls.id}:{i}", case.before, {"unsafe_fixes": case.unsafe_fixes}))
+    for i, text in enumerate(_generated_scripts(200)):
+        items.append((f"hyp:{i}", text, {}))
+        if i % 3 == 0:
+            items.append((f"hyp:{i}:unsafe", text, UNSAFE))
+    return items
+
+
+def _generated_scripts(count: int) -> list[str]:
+    from hypothesis import HealthCheck, given, settings
+    from strategies import scripts
+
+    texts: list[str] = []
+
+    @settings(max_examples=count, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(scripts(max_segments=4))
+    def collect(script) -> None:
+        texts.append(script.source)
+
+    collect()
+    return texts
+
+
+def summary(result) -> dict:
+    return {
+        "code": result.code,
+        "findings": [[f.pass_id, f.message, str(f.range), str(f.status), str(f.safety), f.reason]
+                     for f in result.findings],
+        "costs": [[c.pass_id, repr(c.before), repr(c.after)] for c in result.costs],
+        "unreturned": list(result.unreturned),
+        "introduced": list(result.introduced),
+        "assumptions": list(result.assumptions),
+    }
+
+
+def run() -> dict:
+    outputs = {}
+    started = time.perf_counter()
+    items = corpus()
+    for name, source, options in items:
+        try:
+            outputs[name] = summary(optimize(source, **options))
+        except Exception as error:  # noqa: BLE001 - a crash is an output too
+            outputs[name] = {"error": repr(error)}
+    print(f"{len(items)} inputs in {time.perf_counter() - started:.1f} s")
+    return outputs
+
+
+def check(recorded: dict, outputs: dict, shown: int = 10) -> int:
+    differ = [name for name in recorded if recorded[name] != outputs.get(name)]
+    for name in differ[:shown]:
+        before, after = recorded[name], outputs.get(name) or {}
+        fields = [k for k in before if before.get(k) != after.get(k)]
+        print("DIFF", name, fields)
+        for field in fields[:2]:
+            print("  before:", str(before.get(field))[:600])
+            print("  after: ", str(after.get(field))[:600])
+    print(f"{len(differ)} of {len(recorded)} differ")
+    return 1 if differ else 0
+
+
+def main() -> None:
+    if len(sys.argv) != 3 or sys.argv[1] not in ("record", "check"):
+        sys.exit(__doc__)
+    mode, path = sys.argv[1], Path(sys.argv[2])
+    outputs = run()
+    if mode == "record":
+        path.write_text(json.dumps(outputs, indent=0))
+    else:
+        sys.exit(check(json.loads(path.read_text()), outputs))
+
+
+if __name__ == "__main__":
+    main()
