@@ -60,6 +60,7 @@ import libcst as cst
 from ndif_opt.analysis import Block, Facts, is_save_call
 from ndif_opt.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size, estimate_n_params
 from ndif_opt.names import dotted_name, target_names
+from ndif_opt.positions import top_level_code
 from ndif_opt.options import Options
 from ndif_opt.regions import arithmetic
 from ndif_opt.rewrite import code_of, unsave
@@ -1383,7 +1384,8 @@ class _Walker:
         dims = self.dims_of(block.model)
         code = self._code_memo.get(id(block.node))
         if code is None:
-            code = self._code_memo[id(block.node)] = len(code_of(block.node))
+            code = self._code_memo[id(block.node)] = len(top_level_code(block.node, self.facts.module)
+                                                         or code_of(block.node))
         tensors = 0
         for name in block.names.reads:  # a name the block rebinds is still captured
             value = env.get(name)

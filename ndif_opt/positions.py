@@ -167,6 +167,17 @@ def code_and_positions(module: cst.Module) -> tuple[str, Positions]:
     return code, Positions(code + state.popped, parts)
 
 
+def top_level_code(node: cst.CSTNode, module: cst.Module) -> str | None:
+    """``code_of(node)`` for a top-level statement of ``module``, from the code generated
+    for the module (:func:`code_and_positions`); None for any other node. Equal only when
+    the module's indentation and newline are code_of's own (4 spaces, ``\\n``)."""
+    if module.default_indent != "    " or module.default_newline != "\n":
+        return None
+    if not isinstance(node, cst.BaseStatement) or not any(s is node for s in module.body):
+        return None
+    return _statement_code(node, "    ", "\n")[0]
+
+
 @functools.lru_cache(maxsize=4096)
 def _statement_code(statement: cst.BaseStatement, indent: str, newline: str):
     """A top-level statement's code, its nodes' spans in it and its last token (a pure
@@ -176,4 +187,4 @@ def _statement_code(statement: cst.BaseStatement, indent: str, newline: str):
     return "".join(state.tokens), state.spans, state.tokens[-1] if state.tokens else None
 
 
-__all__ = ["Positions", "code_and_positions", "code_for_node"]
+__all__ = ["Positions", "code_and_positions", "code_for_node", "top_level_code"]

@@ -9,7 +9,7 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from generators import dense_nnsight_script
-from ndif_opt.positions import code_and_positions, code_for_node
+from ndif_opt.positions import code_and_positions, code_for_node, top_level_code
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,3 +44,15 @@ def test_code_for_node_is_libcsts(name):
     nodes = [module, *module.body] + [s.body for s in module.body if isinstance(s, (cst.FunctionDef, cst.If, cst.For))]
     for node in nodes:
         assert code_for_node(node) == cst.Module([]).code_for_node(node)
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+def test_top_level_code_is_code_of_or_nothing(name):
+    module = cst.parse_module(TEXTS[name])
+    code_and_positions(module)
+    own_defaults = module.default_indent == "    " and module.default_newline == "\n"
+    for statement in module.body:
+        found = top_level_code(statement, module)
+        assert found == (cst.Module([]).code_for_node(statement) if own_defaults else None)
+    nested = [s.body.body[0] for s in module.body if isinstance(s, (cst.If, cst.FunctionDef, cst.For))]
+    assert all(top_level_code(node, module) is None for node in nested)
