@@ -66,7 +66,7 @@ from ndif_opt.regions import arithmetic
 from ndif_opt.rewrite import code_of, unsave
 from ndif_opt.shapes import ModuleRef, Shape, shape_of, value_of
 from ndif_opt.types import Cost
-from ndif_opt.walk import walk
+from ndif_opt.walk import children, walk
 
 __all__ = [
     "DEFAULTS",
@@ -1295,7 +1295,7 @@ class _Walker:
             ref = self.value(node.value)
             if isinstance(ref, ModuleRef):
                 best = _layer_position(ref, node.attr.value, n)
-        for child in node.children:
+        for child in children(node):
             best = max(best, self._reach_node(child, n))
             if best >= n:
                 return n
@@ -1661,7 +1661,7 @@ def _walk(node: cst.CSTNode):
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(current.children)
+        stack.extend(children(current))
 
 
 @functools.lru_cache(maxsize=4096)

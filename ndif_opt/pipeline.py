@@ -390,18 +390,16 @@ def _chain(initial: Cost, passes, deltas: dict[str, Cost]) -> list[PassCost]:
 
 
 def _suppression_check(suppressions: Suppressions, state: "_State", original: str, pass_id: str):
-    """A node -> bool check of `# ndif-opt: ignore` comments, positions computed lazily."""
-    cache: dict = {}
+    """A node -> bool check of `# ndif-opt: ignore` comments (the version's positions and
+    line map are computed on first use, and once)."""
 
     def check(node: cst.CSTNode) -> bool:
-        if "positions" not in cache:
-            cache["positions"] = state.positions
-            cache["map"] = state.line_map(original)
-        pos = cache["positions"].get(node)
+        pos = state.positions.get(node)
         if pos is None:
             return False
-        start, _ = cache["map"](pos.start.line - 1, pos.start.column)
-        end, _ = cache["map"](pos.end.line - 1, pos.end.column)
+        line_map = state.line_map(original)
+        start, _ = line_map(pos.start.line - 1, pos.start.column)
+        end, _ = line_map(pos.end.line - 1, pos.end.column)
         return suppressions.covers(pass_id, start, end)
 
     return check

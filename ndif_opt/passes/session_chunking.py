@@ -299,8 +299,7 @@ def _carried(loop: cst.For, accumulators: dict[str, str], facts: Facts) -> str:
                         defined |= set(collect(item.asname).binds)
                 found = scan(stmt.body.body, defined)  # a with body runs straight through
             elif isinstance(stmt, cst.For):
-                bound = set(collect(stmt.target).binds) | set(target_names(stmt.target))
-                found = undefined(stmt.iter, defined) or scan(stmt.body.body, defined | bound)
+                found = undefined(stmt.iter, defined) or scan(stmt.body.body, defined | set(target_names(stmt.target)))
             elif isinstance(stmt, cst.While):
                 found = undefined(stmt.test, defined) or scan(stmt.body.body, set(defined))
             elif isinstance(stmt, cst.If):
