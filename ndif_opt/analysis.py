@@ -188,6 +188,23 @@ class Facts:
     # answers several passes ask about this version of the tree, computed once
     memo: dict = field(default_factory=dict, repr=False, compare=False)
 
+    def once(self, key, compute):
+        """``compute()``, once for this version of the tree."""
+        try:
+            return self.memo[key]
+        except KeyError:
+            found = self.memo[key] = compute()
+            return found
+
+    def once_for(self, kind: str, node: cst.CSTNode, compute):
+        """``compute(node)``, once for this version of the tree. The node is kept with its
+        answer, so its id (the key) is not reused while the answer is."""
+        key = (kind, id(node))
+        entry = self.memo.get(key)
+        if entry is None:
+            entry = self.memo[key] = (node, compute(node))
+        return entry[1]
+
     def stmt(self, node: cst.CSTNode) -> StmtInfo:
         return self.statements[id(node)]
 

@@ -9,9 +9,6 @@ the client, in words a researcher understands; an empty list means it may move.
 
 from __future__ import annotations
 
-import dataclasses
-import typing
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -19,7 +16,7 @@ import libcst as cst
 
 from ndif_opt.analysis import Facts, qualify
 from ndif_opt.names import dotted_name, root_name, target_names
-from ndif_opt.walk import walk
+from ndif_opt.walk import find_nodes, paths_to, walk
 
 # Roots of modules whose code the NDIF server runs (../shared/NNSIGHT_NOTES.md).
 SERVER_MODULES = frozenset(
@@ -219,101 +216,6 @@ def _registered(facts: Facts, module: str) -> bool:
                 found = found or (qualify(arg, facts.imports) == module)
 
     walk(facts.module, Finder())
-    return found
-
-
-# whitespace, comments, punctuation and operators: nodes that hold nothing else
-_LAYOUT_BASES = (
-    cst.BaseParenthesizableWhitespace, cst.TrailingWhitespace, cst.EmptyLine, cst.Newline,
-    cst.Comment, cst.Comma, cst.Dot, cst.Colon, cst.Semicolon, cst.AssignEqual,
-    cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
-    cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.BaseAugOp, cst.BaseBinaryOp,
-    cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp,
-)
-
-
-def _may_hold_content(annotation) -> bool:
-    """Can a field so annotated hold a node other than layout? (True when unsure.)"""
-    if isinstance(annotation, type):
-        return not issubclass(annotation, (*_LAYOUT_BASES, str, bool, int, type(None), cst.MaybeSentinel))
-    origin = typing.get_origin(annotation)
-    if origin is typing.Literal:
-        return False
-    if origin is None:
-        return True  # a forward reference, say
-    return any(_may_hold_content(arg) for arg in typing.get_args(annotation))
-
-
-class _NodeKinds:
-    """Per libcst node class: is it layout, and which of its fields may hold more than
-    layout (read from libcst's annotations). Worked out on first sight of a class, not
-    at import: the whole table costs ~75 ms and a run meets a few dozen classes."""
-
-    def __init__(self) -> None:
-        self._layout: dict[type, bool] = {}
-        self._fields: dict[type, tuple[str, ...]] = {}
-
-    def is_layout(self, kind: type) -> bool:
-        found = self._layout.get(kind)
-        if found is None:
-            found = self._layout[kind] = issubclass(kind, _LAYOUT_BASES)
-        return found
-
-    def content_fields(self, kind: type) -> tuple[str, ...]:
-        found = self._fields.get(kind)
-        if found is None:
-            found = self._fields[kind] = tuple(
-                f.name for f in dataclasses.fields(kind) if _may_hold_content(f.type)
-            )
-        return found
-
-
-_KINDS = _NodeKinds()  # facts about the installed libcst, the same for every tree
-
-
-def paths_to(
-    root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool], skip: set[int] = frozenset()
-) -> set[int]:
-    """ids of the nodes of ``root`` (itself included) that ``wanted`` accepts or that lie
-    above one; the subtrees whose ids are in ``skip`` are left out, and so are layout
-    nodes (``wanted`` never sees them).
-
-    libcst rebuilds every node a walk passes, even for a visitor that changes nothing;
-    reading the children straight from the nodes' fields costs a small fraction of that.
-    A walk whose ``on_visit`` enters only these nodes still sees every node it cares
-    about, in its usual order."""
-    on_path: set[int] = set()
-
-    def mark(node: cst.CSTNode) -> bool:
-        if id(node) in skip:
-            return False
-        found = wanted(node)
-        for name in _KINDS.content_fields(type(node)):
-            value = getattr(node, name)
-            for child in value if type(value) in (tuple, list) else (value,):
-                # nodes are dataclasses; other field values (str, None, MaybeSentinel) are not
-                kind = type(child)
-                if hasattr(kind, "__dataclass_fields__") and not _KINDS.is_layout(kind) and mark(child):
-                    found = True
-        if found:
-            on_path.add(id(node))
-        return found
-
-    mark(root)
-    return on_path
-
-
-def find_nodes(root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool]) -> list[cst.CSTNode]:
-    """The nodes of ``root`` that ``wanted`` accepts (layout left out), read from the
-    nodes' fields like :func:`paths_to`."""
-    found: list[cst.CSTNode] = []
-
-    def accept(node: cst.CSTNode) -> bool:
-        if wanted(node):
-            found.append(node)
-        return False
-
-    paths_to(root, accept)
     return found
 
 

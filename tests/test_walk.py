@@ -7,7 +7,7 @@ from pathlib import Path
 import libcst as cst
 
 from generators import dense_nnsight_script
-from ndif_opt.walk import children, walk
+from ndif_opt.walk import children, find_nodes, walk
 
 ROOT = Path(__file__).resolve().parent.parent
 # (a larger corpus, 519,293 nodes of ndif_opt's and libcst's own sources, was checked once)
@@ -72,3 +72,23 @@ def test_walk_makes_the_same_calls_as_visit():
             walk(module, by_walk)
             assert by_walk.calls == by_libcst.calls, kind.__name__
             assert by_walk.calls
+
+
+def test_find_nodes_skips_only_layout():
+    # what a search reads (the fields that may hold more than layout) finds every name,
+    # call and statement a full walk meets, in the same order
+    class All(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.found: list[cst.CSTNode] = []
+
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if isinstance(node, (cst.Name, cst.Call, cst.BaseStatement)):
+                self.found.append(node)
+            return True
+
+    for source in CORPUS:
+        module = cst.parse_module(source)
+        everything = All()
+        walk(module, everything)
+        wanted = find_nodes(module, lambda n: isinstance(n, (cst.Name, cst.Call, cst.BaseStatement)))
+        assert [id(n) for n in wanted] == [id(n) for n in everything.found]

@@ -67,7 +67,6 @@ from ndif_opt.passes.trace_fusion import (
     introduce,
     module_accesses,
     moved_names,
-    names_of,
     passes_text,
     structure_problem,
     with_leading,
@@ -76,7 +75,7 @@ from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import DropElementSaves, SuitePlan, code_of, reindentable
 from ndif_opt.tensors import TENSOR_MODULES
 from ndif_opt.types import Safety
-from ndif_opt.walk import walk
+from ndif_opt.walk import children, walk
 
 # How a loop may fill a container made before it.
 FILLING_METHODS = frozenset({"append", "extend", "update", "add", "insert"})
@@ -226,7 +225,7 @@ def _live_after(sweep: Sweep, facts: Facts, names: set[str]) -> set[str]:
     if not candidates:
         return set()
     for func in facts.functions.values():
-        if set(names_of(func.body, facts).reads) & candidates:
+        if set(collect(func.body).reads) & candidates:
             return candidates
     paths = _continuations(sweep.info, facts)
     if paths is None:
@@ -475,7 +474,7 @@ def _fill_order(sweep: Sweep, facts: Facts) -> str:
         if found:
             last_read, last_access = position, found[-1]
     for position, stmt in enumerate(moved):
-        filled = shared & set(names_of(stmt, facts).mutates)
+        filled = shared & set(collect(stmt).mutates)
         if filled and position < last_read:
             name = sorted(filled)[0]
             return (
@@ -483,7 +482,7 @@ def _fill_order(sweep: Sweep, facts: Facts) -> str:
                 "fill it in the model's order, not the loop's"
             )
     if last_access is not None:
-        varying = set(names_of(last_access.node, facts).reads) & bound
+        varying = set(collect(last_access.node).reads) & bound
         if varying:
             return (
                 f"it fills `{sorted(shared)[0]}` after reading `{last_access.code}`, which "
@@ -568,7 +567,7 @@ class _Padding:
         elif isinstance(small, (cst.Pass, cst.Import, cst.ImportFrom)):
             return
         else:
-            for child in small.children:
+            for child in children(small):
                 if isinstance(child, cst.BaseExpression):
                     self.plain(child)
 
@@ -631,7 +630,7 @@ class _Padding:
             return state
         if isinstance(expr, (cst.BaseNumber, cst.SimpleString, cst.Ellipsis)):
             return None
-        for child in expr.children:
+        for child in children(expr):
             if isinstance(child, cst.BaseExpression):
                 self.plain(child)
             else:
@@ -639,7 +638,7 @@ class _Padding:
         return None
 
     def _children(self, node: cst.CSTNode) -> None:
-        for child in node.children:
+        for child in children(node):
             if isinstance(child, cst.BaseExpression):
                 self.plain(child)
             else:

@@ -126,10 +126,7 @@ class Scan:
 
 def scan(facts: Facts) -> Scan:
     """The old and new idioms of a module (computed once per facts)."""
-    found = facts.memo.get("migrate-api:scan")
-    if found is None:
-        found = facts.memo["migrate-api:scan"] = _Scanner(facts).run()
-    return found
+    return facts.once("migrate-api:scan", lambda: _Scanner(facts).run())
 
 
 #: How the detect-only run says a script is pre-0.5 (the pipeline then runs the whole file).

@@ -38,7 +38,6 @@ request, or when the saved name is bound more than once.
 from __future__ import annotations
 
 import builtins
-import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -50,7 +49,7 @@ from ndif_opt.names import NameUse, all_params, collect
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, unsave
-from ndif_opt.walk import walk
+from ndif_opt.walk import content_fields, walk
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -432,10 +431,7 @@ def _saved_assignment(name: str, chain: cst.BaseExpression, like: cst.SimpleStat
 
 
 def _saves(facts: Facts) -> list[_Save]:
-    key = ("reduction-pushdown", "saves")
-    if key not in facts.memo:
-        facts.memo[key] = _find_saves(facts)
-    return facts.memo[key]
+    return facts.once("reduction-pushdown:saves", lambda: _find_saves(facts))
 
 
 def _find_saves(facts: Facts) -> list[_Save]:
@@ -489,15 +485,6 @@ BINDING_SITES = (cst.AssignTarget, cst.For, cst.AugAssign)  # what `_bindings_in
 # The only nodes inside an expression that `collect` finds a binding in.
 EXPRESSION_BINDERS = (cst.NamedExpr, cst.CompFor)
 # Fields that only ever hold whitespace, comments or punctuation: no name can be in them.
-PUNCTUATION_FIELDS = frozenset(
-    {
-        "lpar", "rpar", "lbracket", "rbracket", "lbrace", "rbrace", "comma", "dot", "colon",
-        "first_colon", "second_colon", "semicolon", "equal", "operator", "asynchronous",
-        "relative", "leading_lines", "lines_after_decorators", "trailing_whitespace", "header",
-        "footer",
-    }
-)
-
 
 @dataclass(frozen=True)
 class _NodeKind:
@@ -512,11 +499,7 @@ class _NodeKind:
 
 def _node_kind(node_type: type) -> _NodeKind:
     return _NodeKind(
-        fields=tuple(
-            f.name
-            for f in dataclasses.fields(node_type)
-            if f.name not in PUNCTUATION_FIELDS and not f.name.startswith("whitespace")
-        ),
+        fields=content_fields(node_type),
         encloses=issubclass(node_type, (cst.BaseStatement, cst.Lambda)),
         not_a_name={cst.Attribute: "attr", cst.Arg: "keyword"}.get(node_type),
         binding_site=node_type in BINDING_SITES,
@@ -537,10 +520,7 @@ NODE_KINDS = _NodeKinds()
 
 
 def _index(facts: Facts) -> _TreeIndex:
-    key = ("reduction-pushdown", "index")
-    if key not in facts.memo:
-        facts.memo[key] = _TreeIndex(facts)
-    return facts.memo[key]
+    return facts.once("reduction-pushdown:index", lambda: _TreeIndex(facts))
 
 
 class _TreeIndex:

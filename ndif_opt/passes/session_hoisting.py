@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, Remote, is_save_call
-from ndif_opt.effects import PROGRESS_BARS, Problem, find_nodes, paths_to
+from ndif_opt.effects import PROGRESS_BARS, Problem
 from ndif_opt.helpers import (
     CallWithRemoteOff,
     RemoteHelper,
@@ -69,6 +69,7 @@ from ndif_opt.rewrite import (
     without_leading_blank_lines,
 )
 from ndif_opt.types import Safety
+from ndif_opt.walk import find_nodes, paths_to
 
 UNSAFE_KINDS = frozenset({"print", "progress"})
 
@@ -418,15 +419,15 @@ def _may_call(stmt: cst.CSTNode, helpers: dict[str, RemoteHelper]) -> bool:
 def _outer_blocks(facts: Facts, stmt: cst.CSTNode) -> list[Block]:
     """The outermost nnsight blocks inside ``stmt`` (itself included), in the order of
     ``facts.blocks``; indexed once per version of the tree."""
-    key = ("session-hoisting", "outer blocks")
-    index = facts.memo.get(key)
-    if index is None:
-        index = facts.memo[key] = {}
+    def by_statement() -> dict[int, list[Block]]:
+        index: dict[int, list[Block]] = {}
         for block in facts.blocks:
             if block.parent is None:
                 for node in (block.node, *block.stmt.ancestors):
                     index.setdefault(id(node), []).append(block)
-    return list(index.get(id(stmt), ()))
+        return index
+
+    return list(facts.once("session-hoisting:outer blocks", by_statement).get(id(stmt), ()))
 
 
 def _suites_outermost_first(facts: Facts):
@@ -563,11 +564,11 @@ def _saved_among(region: Region, facts: Facts, names) -> set[str]:
 
 def _around_classes(facts: Facts) -> set[int]:
     """ids of the statements that enclose a class definition."""
-    key = ("session-hoisting", "around classes")
-    if key not in facts.memo:
+    def around() -> set[int]:
         classes = [info for info in facts.statements.values() if isinstance(info.node, cst.ClassDef)]
-        facts.memo[key] = {id(ancestor) for info in classes for ancestor in info.ancestors}
-    return facts.memo[key]
+        return {id(ancestor) for info in classes for ancestor in info.ancestors}
+
+    return facts.once("session-hoisting:around classes", around)
 
 
 def _results_to_save(

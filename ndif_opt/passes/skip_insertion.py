@@ -61,7 +61,7 @@ import libcst as cst
 
 from ndif_opt.analysis import Facts
 from ndif_opt.model_registry import dims_for
-from ndif_opt.names import root_name
+from ndif_opt.names import collect, root_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.session_hoisting import _is_model_like
 from ndif_opt.passes.trace_fusion import (
@@ -78,7 +78,6 @@ from ndif_opt.passes.trace_fusion import (
     int_sequence,
     introduce,
     module_accesses,
-    names_of,
     nonnegative_ints,
     range_args,
     split_leading,
@@ -224,7 +223,7 @@ def _analyse(sweep: Sweep, facts: Facts):
         else:
             stop = f"max({code_of(sweep.loop.iter)})"
         return layers, index, stop
-    if set(names_of(index, facts).reads) & sweep.bound:
+    if set(collect(index).reads) & sweep.bound:
         return f"the patched layer `{code_of(index)}` changes in a way I cannot follow"
     value = int_value(index, facts)
     if value is None or value < 1:

@@ -53,6 +53,7 @@ from ndif_opt.analysis import Block, Facts, StmtInfo
 from ndif_opt.names import NameUse, collect, collect_all, root_name, target_names
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.session_hoisting import _is_model_like
+from ndif_opt.positions import code_and_positions
 from ndif_opt.regions import int_value, trip_count
 from ndif_opt.rewrite import SuitePlan, code_of, reindentable
 from ndif_opt.walk import walk
@@ -65,28 +66,6 @@ from ndif_opt.walk import walk
 # per version of the tree: by `collect` for its names and by `_Indexer` for the nodes the
 # questions look at. The answers live in `facts.memo`, next to their node (which keeps the
 # node's id from being reused while the answer is kept).
-
-
-def memoized(facts: Facts, kind: str, node: cst.CSTNode, compute):
-    """``compute(node)``, once per version of the tree."""
-    key = ("trace-fusion", kind, id(node))
-    entry = facts.memo.get(key)
-    if entry is None:
-        entry = facts.memo[key] = (node, compute(node))
-    return entry[1]
-
-
-def names_of(node: cst.CSTNode, facts: Facts) -> NameUse:
-    """``collect(node)``, once per version of the tree (do not change the answer)."""
-    return memoized(facts, "names", node, collect)
-
-
-def names_of_all(nodes, facts: Facts) -> NameUse:
-    """``collect_all(nodes)`` from the memoized names of each node."""
-    use = NameUse()
-    for node in nodes:
-        use.merge(names_of(node, facts))
-    return use
 
 
 @dataclass
@@ -148,7 +127,7 @@ def _index(node: cst.CSTNode) -> NodeIndex:
 
 
 def index_of(node: cst.CSTNode, facts: Facts) -> NodeIndex:
-    return memoized(facts, "index", node, _index)
+    return facts.once_for("trace-fusion:index", node, _index)
 
 
 def calls_in(nodes, facts: Facts) -> list[cst.Call]:
@@ -207,15 +186,12 @@ class Sweep:
 
 def moved_names(sweep: Sweep, facts: Facts) -> NameUse:
     """``collect_all(sweep.moved)``, once per version of the tree (do not change it)."""
-    return memoized(facts, "moved names", sweep.loop, lambda _loop: names_of_all(sweep.moved, facts))
+    return facts.once_for("trace-fusion:moved names", sweep.loop, lambda _loop: collect_all(sweep.moved))
 
 
 def find_sweeps(facts: Facts) -> list[Sweep]:
     """The sweeps of this version of the tree (the three sweep passes share them)."""
-    key = ("trace-fusion", "sweeps")
-    if key not in facts.memo:
-        facts.memo[key] = tuple(_find_sweeps(facts))
-    return list(facts.memo[key])
+    return list(facts.once("trace-fusion:sweeps", lambda: tuple(_find_sweeps(facts))))
 
 
 def _find_sweeps(facts: Facts) -> list[Sweep]:
@@ -237,9 +213,9 @@ def _find_sweeps(facts: Facts) -> list[Sweep]:
         # the names the body binds: the trace's own statements are walked once, as the
         # statements of `moved`, not again as part of the trace
         bound = (
-            set(names_of_all(others, facts).binds)
-            | set(names_of_all(block.node.items, facts).binds)
-            | set(names_of_all(block.node.body.body, facts).binds)
+            set(collect_all(others).binds)
+            | set(collect_all(block.node.items).binds)
+            | set(collect_all(block.node.body.body).binds)
         )
         found.append(
             Sweep(loop, facts.stmt(loop), block, index, targets, frozenset(bound) | targets)
@@ -249,10 +225,7 @@ def _find_sweeps(facts: Facts) -> list[Sweep]:
 
 def structure_problem(sweep: Sweep, facts: Facts) -> str:
     """Why the loop's shape forbids moving its iterations around ("" when it does not)."""
-    key = ("trace-fusion", "structure", id(sweep.loop))
-    if key not in facts.memo:
-        facts.memo[key] = (sweep.loop, _structure_problem(sweep, facts))
-    return facts.memo[key][1]
+    return facts.once_for("trace-fusion:structure", sweep.loop, lambda _loop: _structure_problem(sweep, facts))
 
 
 def _structure_problem(sweep: Sweep, facts: Facts) -> str:
@@ -277,7 +250,7 @@ def _structure_problem(sweep: Sweep, facts: Facts) -> str:
         if arg.keyword is not None and arg.keyword.value not in HARMLESS_TRACE_KWARGS:
             return f"the trace takes `{arg.keyword.value}=`, which applies to the whole forward pass"
     tracer = sweep.block.tracer_name
-    if tracer is not None and tracer in names_of_all(sweep.inner, facts).reads:
+    if tracer is not None and tracer in collect_all(sweep.inner).reads:
         return f"the trace body uses its tracer `{tracer}`"
     for node in calls_in(sweep.inner, facts):
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("invoke", "stop", "next", "all", "iter"):
@@ -287,10 +260,7 @@ def _structure_problem(sweep: Sweep, facts: Facts) -> str:
 
 def input_dependence(sweep: Sweep, facts: Facts) -> str:
     """How the trace's input changes between iterations ("" when it cannot)."""
-    key = ("trace-fusion", "input dependence", id(sweep.loop))
-    if key not in facts.memo:
-        facts.memo[key] = (sweep.loop, _input_dependence(sweep, facts))
-    return facts.memo[key][1]
+    return facts.once_for("trace-fusion:input dependence", sweep.loop, lambda _loop: _input_dependence(sweep, facts))
 
 
 def _input_dependence(sweep: Sweep, facts: Facts) -> str:
@@ -356,7 +326,7 @@ def module_accesses(nodes, facts: Facts) -> Accesses:
     """Every `.output`/`.input` of a module, `.skip()` and write to the model in ``nodes``."""
     result = Accesses()
     for node in nodes:
-        part = memoized(facts, "accesses", node, lambda n: _module_accesses(n, facts))
+        part = facts.once_for("trace-fusion:accesses", node, lambda n: _module_accesses(n, facts))
         result.found += part.found
         result.unknown += part.unknown
         result.skips += part.skips
@@ -438,7 +408,7 @@ def derived_names(nodes, facts: Facts, accesses: Accesses) -> set[str]:
             assigns.append((targets, value, reads_module))
     for _ in range(3):
         for targets, value, reads_module in assigns:
-            if reads_module or (derived and set(names_of(value, facts).reads) & derived):
+            if reads_module or (derived and set(collect(value).reads) & derived):
                 for target in targets:
                     derived |= set(target_names(target))
     return derived
@@ -575,10 +545,11 @@ def nonnegative_ints(expr: cst.BaseExpression, facts: Facts) -> bool:
 
 def fresh_name(base: str, facts: Facts, taken: set[str] = frozenset()) -> str:
     """``base``, or ``base_<n>``: a name the module of ``facts`` does not use."""
-    code = memoized(facts, "code", facts.module, lambda module: module.code)
+    # the pipeline generated this version's code statement by statement: reuse it
+    code = facts.once("trace-fusion:code", lambda: code_and_positions(facts.module)[0])
     if base not in code and base not in taken:
         return base  # every name the module uses is in its code: quicker than its names
-    use = names_of(facts.module, facts)
+    use = collect(facts.module)
     names = set(use.reads) | set(use.binds) | set(taken)
     if base not in names:
         return base
@@ -624,10 +595,7 @@ def fusion_problem(sweep: Sweep, facts: Facts) -> tuple[str, bool]:
     the loop is a fusion candidate at all (same input in every iteration).
 
     Asked by trace-fusion and invoke-batching of the same tree: answered once."""
-    key = ("fusion_problem", id(sweep.loop))
-    if key not in facts.memo:
-        facts.memo[key] = (sweep.loop, _fusion_problem(sweep, facts))  # the loop keeps its id
-    return facts.memo[key][1]
+    return facts.once_for("trace-fusion:fusion problem", sweep.loop, lambda _loop: _fusion_problem(sweep, facts))
 
 
 def _fusion_problem(sweep: Sweep, facts: Facts) -> tuple[str, bool]:
