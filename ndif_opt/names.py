@@ -297,8 +297,12 @@ def target_names(target: cst.BaseExpression) -> list[str]:
 def collect(node: cst.CSTNode, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
     """Names read, bound and mutated anywhere in ``node`` (nested functions included),
     leaving out the subtrees in ``skip``. The result is shared: do not change it."""
-    if not skip:
-        return _collect_whole(node)
+    return _collect_skipping(node, tuple(skip)) if skip else _collect_whole(node)
+
+
+@functools.lru_cache(maxsize=4096)
+def _collect_skipping(node: cst.CSTNode, skip: tuple[cst.CSTNode, ...]) -> NameUse:
+    # cached like _collect_whole: a pure function of immutable nodes
     collector = _SkippingCollector(skip)
     walk(node, collector)
     return collector.use

@@ -42,3 +42,12 @@ def test_collect_of_a_new_tree_shares_untouched_statements():
     changed = module.with_changes(body=[cst.parse_statement("a = 2\n"), module.body[1]])
     assert names.collect(changed.body[1]) is first
     assert set(names.collect(changed).reads) == {"y", "x", "c"}
+
+
+def test_cached_collect_with_skipped_subtrees_equals_a_plain_walk():
+    module = cst.parse_module(dense_nnsight_script(60))
+    skip = tuple(s.body for s in module.body if isinstance(s, cst.With))
+    plain = names._SkippingCollector(skip)
+    module.visit(plain)
+    assert _as_lists(names.collect(module, skip)) == _as_lists(plain.use)
+    assert names.collect(module, skip) is names.collect(module, list(skip))  # cached either way

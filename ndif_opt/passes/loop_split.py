@@ -22,6 +22,7 @@ import libcst as cst
 
 from ndif_opt.analysis import Facts, qualify
 from ndif_opt.effects import PROGRESS_BARS
+from ndif_opt.names import collect, collect_all
 from ndif_opt.regions import find_accumulator, reads_after
 from ndif_opt.rewrite import (
     DropElementSaves,
@@ -39,8 +40,7 @@ PURE_ITER_CALLS = frozenset({"range", "enumerate", "zip", "reversed", "sorted", 
 
 def plan_split(hoisting, region, facts: Facts, context, plan: SuitePlan) -> bool:
     loop = region.statements[0]
-    uses = hoisting.names  # what code reads and binds, remembered per node
-    reason = _split_refusal(loop, region, facts, context, uses)
+    reason = _split_refusal(loop, region, facts, context)
     if isinstance(reason, str):
         return False
     prefix, suffix, carried, accumulators = reason
@@ -48,7 +48,7 @@ def plan_split(hoisting, region, facts: Facts, context, plan: SuitePlan) -> bool
     if carried:
         context.introduced.add(CARRY)
     skip = tuple(b.node.body for s in prefix for b in facts.blocks_within(s) if b.parent is None)
-    context.unreturned |= set(uses.of_all(prefix, skip=skip).binds) - set(carried) - set(uses.of(loop.target).binds)
+    context.unreturned |= set(collect_all(prefix, skip=skip).binds) - set(carried) - set(collect(loop.target).binds)
     names = ", ".join(f"`{n}`" for n in carried) or "nothing"
     context.applied(
         loop,
@@ -58,7 +58,7 @@ def plan_split(hoisting, region, facts: Facts, context, plan: SuitePlan) -> bool
     return True
 
 
-def _split_refusal(loop, region, facts: Facts, context, uses):
+def _split_refusal(loop, region, facts: Facts, context):
     """A string when the loop cannot be split, else the pieces of the split."""
     if not isinstance(loop, cst.For) or loop.orelse is not None:
         return "not a plain for loop"
@@ -81,23 +81,23 @@ def _split_refusal(loop, region, facts: Facts, context, uses):
         return "the loop header has client code"
     if not _reiterable(loop.iter, facts):
         return "the loop's iterable may not give the same items twice"
-    pre = uses.of_all(prefix)
-    post = uses.of_all(suffix)
+    pre = collect_all(prefix)
+    post = collect_all(suffix)
     if _leaves_early(prefix) or _leaves_early(suffix) or pre.control or post.control:
         return "leaves the loop early"
-    iter_reads = set(uses.of(loop.iter).reads)
+    iter_reads = set(collect(loop.iter).reads)
     written_later = set(post.binds) | set(post.mutates)
     if written_later & (set(pre.reads) | set(pre.mutates) | iter_reads):
         return "the client part feeds the remote part"
     if (set(pre.binds) | set(pre.mutates)) & iter_reads:
         return "the remote part changes what the loop iterates over"
-    targets = set(uses.of(loop.target).binds)
+    targets = set(collect(loop.target).binds)
     saved = set().union(*(b.saved_names for b in outer))
-    available = (set(uses.of_all(prefix, skip=skip).binds) | saved) - targets
+    available = (set(collect_all(prefix, skip=skip).binds) | saved) - targets
     carried = sorted(n for n in available if n in post.reads)
     # anything else the remote part computes must not be needed after the loop
     later = reads_after(facts, region.suite, region.end)
-    lost = [n for n in uses.of_all(prefix, skip=skip).binds if n in later and n not in carried and n not in targets]
+    lost = [n for n in collect_all(prefix, skip=skip).binds if n in later and n not in carried and n not in targets]
     if lost:
         return f"`{lost[0]}` is read after the loop"
     accumulators = []

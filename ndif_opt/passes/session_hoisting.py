@@ -56,7 +56,7 @@ from ndif_opt.helpers import (
     with_flag_parameter,
 )
 from ndif_opt.analysis import qualify
-from ndif_opt.names import NameUse, collect, root_name
+from ndif_opt.names import NameUse, collect, collect_all, root_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import Accumulator, find_accumulator, reads_after, requests_in
 from ndif_opt.rewrite import (
@@ -110,12 +110,6 @@ class Kind:
 class SessionHoisting(Pass):
     __doc__ = __doc__
     id = "session-hoisting"
-
-    def __init__(self) -> None:
-        # one instance runs over all the versions of one module's tree (the pipeline's
-        # fixed point); the statements a rewrite leaves alone are the same nodes in the
-        # next version, so what their code reads and binds is remembered across versions
-        self.names = NameUses()
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
@@ -270,7 +264,7 @@ class SessionHoisting(Pass):
                 return True
             context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)), _plain(blocking[0].message))
             return False
-        reason, accumulators = _liveness(region, facts, self.names)
+        reason, accumulators = _liveness(region, facts)
         if not reason and region.helper_calls:
             reason = _helper_argument_problem(region, facts)
         if reason:
@@ -281,7 +275,7 @@ class SessionHoisting(Pass):
             context.needs_unsafe(anchor, _not_hoisted(region, facts, self._requests(region, facts)), _unsafe_reason(unsafe[0]))
             return False
         self._rewrite(region, accumulators, facts, plan, context)
-        context.unreturned |= _unreturned(region, facts, accumulators, self.names)
+        context.unreturned |= _unreturned(region, facts, accumulators)
         safety = Safety.UNSAFE if unsafe else Safety.SAFE
         context.applied(anchor, _hoisted_message(region, facts, accumulators, self._requests(region, facts)), safety)
         return True
@@ -381,29 +375,6 @@ def _names_root(expr: cst.BaseExpression, names) -> bool:
     return root_name(expr) in names
 
 
-class NameUses:
-    """:func:`ndif_opt.names.collect` per node, remembered: what a subtree reads, binds
-    and mutates depends on the subtree alone. Each entry keeps its nodes alive, so their
-    ids stay theirs. The answers are shared: read them, do not change them."""
-
-    def __init__(self) -> None:
-        self._known: dict[tuple, tuple] = {}
-
-    def of(self, node: cst.CSTNode, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
-        key = (id(node), *map(id, skip))
-        entry = self._known.get(key)
-        if entry is None:
-            entry = self._known[key] = (node, skip, collect(node, skip))
-        return entry[2]
-
-    def of_all(self, nodes, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
-        """A fresh :class:`NameUse` for several nodes, like :func:`names.collect_all`."""
-        use = NameUse()
-        for node in nodes:
-            use.merge(self.of(node, skip))
-        return use
-
-
 def _may_call(stmt: cst.CSTNode, helpers: dict[str, RemoteHelper]) -> bool:
     """Does ``stmt`` call a function by one of the names in ``helpers`` anywhere? Cheaper
     than :func:`helper_calls`' walk, which finds nothing when this is False."""
@@ -467,29 +438,29 @@ def _iteration_problems(stmt, facts: Facts) -> list[Problem]:
     return []
 
 
-def _liveness(region: Region, facts: Facts, names: NameUses) -> tuple[str, list[Accumulator]]:
+def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
     """Why the rest of the script would miss something, or "" and the accumulators
     the session must take over."""
     stmts = region.statements
     block_bodies = tuple(b.node.body for b in region.blocks)
-    outside_blocks = names.of_all(stmts, skip=block_bodies)
+    outside_blocks = collect_all(stmts, skip=block_bodies)
     later = reads_after(facts, region.suite, region.end)
     read_later = [n for n in outside_blocks.binds if n in later]
     saved = _saved_among(region, facts, read_later)
     lost = [n for n in read_later if n not in saved]
     accumulators: list[Accumulator] = []
-    for name in _client_mutations(region, facts, names, outside_blocks):
+    for name in _client_mutations(region, facts, outside_blocks):
         acc, why = find_accumulator(facts, name, region.suite, region.start)
         if acc is None:
             return f"it changes `{name}`, which lives on your machine: {why}", []
         accumulators.append(acc)
     in_place = []
     for name in list(lost):
-        acc = _accumulator_inside(region, name, names)
+        acc = _accumulator_inside(region, name)
         if acc is not None:
             in_place.append(acc)
             lost.remove(name)
-    region.saved_here = _results_to_save(region, facts, set(lost), {a.name for a in in_place}, names)
+    region.saved_here = _results_to_save(region, facts, set(lost), {a.name for a in in_place})
     lost = [n for n in lost if n not in region.saved_here.values()]
     if lost:
         name = lost[0]
@@ -501,7 +472,7 @@ def _liveness(region: Region, facts: Facts, names: NameUses) -> tuple[str, list[
     return "", accumulators + in_place
 
 
-def _client_mutations(region: Region, facts: Facts, names: NameUses, outside_blocks: NameUse) -> list[str]:
+def _client_mutations(region: Region, facts: Facts, outside_blocks: NameUse) -> list[str]:
     """Names the region changes in place (in helper calls too) without binding them, and
     that are not models, in the order the code first changes them: that order picks the
     refusal given and the order of the containers created.
@@ -516,7 +487,7 @@ def _client_mutations(region: Region, facts: Facts, names: NameUses, outside_blo
         found = _unbound_mutations(region, facts, mutated, bound)
         if len(found) <= 1:
             return found
-    everything = names.of_all(region.statements)
+    everything = collect_all(region.statements)
     return _unbound_mutations(region, facts, list(everything.mutates), everything.binds)
 
 
@@ -572,7 +543,7 @@ def _around_classes(facts: Facts) -> set[int]:
 
 
 def _results_to_save(
-    region: Region, facts: Facts, lost: set[str], relocated: set[str], names: NameUses
+    region: Region, facts: Facts, lost: set[str], relocated: set[str]
 ) -> dict[int, str]:
     """Top-level `name = value` statements of the region whose value must come back:
     read later, or a module-level result the user may look at. They get `.save()`."""
@@ -590,7 +561,7 @@ def _results_to_save(
         name = target.value
         if name in relocated or not (name in lost or module_level):
             continue
-        if sum(1 for other in region.statements if name in names.of(other).binds) != 1:
+        if sum(1 for other in region.statements if name in collect(other).binds) != 1:
             continue  # bound again elsewhere in the region: which value comes back is unclear
         found[id(stmt)] = name
     return found
@@ -615,22 +586,22 @@ def _helper_argument_problem(region: Region, facts: Facts) -> str:
     return ""
 
 
-def _unreturned(region: Region, facts: Facts, accumulators, names: NameUses) -> set[str]:
+def _unreturned(region: Region, facts: Facts, accumulators) -> set[str]:
     """Client names the moved code bound that stay on the server (none is read later)."""
     block_bodies = tuple(b.node.body for b in region.blocks)
-    bound = set(names.of_all(region.statements, skip=block_bodies).binds)
+    bound = set(collect_all(region.statements, skip=block_bodies).binds)
     saved = _saved_among(region, facts, bound)
     return bound - saved - {a.name for a in accumulators} - set(region.saved_here.values())
 
 
-def _accumulator_inside(region: Region, name: str, names: NameUses) -> Accumulator | None:
+def _accumulator_inside(region: Region, name: str) -> Accumulator | None:
     """An empty list/dict created by a top-level statement of the region itself: it
     becomes a saved container in place."""
     from ndif_opt.regions import _empty_container_binding
 
     found = None
     for offset, stmt in enumerate(region.statements):
-        if name not in names.of(stmt).binds:
+        if name not in collect(stmt).binds:
             continue
         kind = _empty_container_binding(stmt, name)
         if kind is None or found is not None:
