@@ -56,7 +56,7 @@ from ndif_opt.helpers import (
     with_flag_parameter,
 )
 from ndif_opt.analysis import qualify
-from ndif_opt.names import NameUse, collect, collect_all, root_name
+from ndif_opt.names import collect, collect_all, root_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import Accumulator, find_accumulator, reads_after, requests_in
 from ndif_opt.rewrite import (
@@ -445,11 +445,10 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
     block_bodies = tuple(b.node.body for b in region.blocks)
     outside_blocks = collect_all(stmts, skip=block_bodies)
     later = reads_after(facts, region.suite, region.end)
-    read_later = [n for n in outside_blocks.binds if n in later]
-    saved = _saved_among(region, facts, read_later)
-    lost = [n for n in read_later if n not in saved]
+    saved = _saved(region)
+    lost = [n for n in outside_blocks.binds if n in later and n not in saved]
     accumulators: list[Accumulator] = []
-    for name in _client_mutations(region, facts, outside_blocks):
+    for name in _client_mutations(region, facts):
         acc, why = find_accumulator(facts, name, region.suite, region.start)
         if acc is None:
             return f"it changes `{name}`, which lives on your machine: {why}", []
@@ -472,74 +471,23 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
     return "", accumulators + in_place
 
 
-def _client_mutations(region: Region, facts: Facts, outside_blocks: NameUse) -> list[str]:
+def _client_mutations(region: Region, facts: Facts) -> list[str]:
     """Names the region changes in place (in helper calls too) without binding them, and
     that are not models, in the order the code first changes them: that order picks the
-    refusal given and the order of the containers created.
-
-    The order needs a walk of the whole region. When at most one name qualifies it is
-    moot, and the set comes from the code outside the blocks and the blocks' own name
-    uses (which the cost model has usually asked for already)."""
-    inside = _block_name_uses(region)
-    if inside is not None:
-        bound = set(outside_blocks.binds).union(*(use.binds for use in inside))
-        mutated = [*outside_blocks.mutates, *(name for use in inside for name in use.mutates)]
-        found = _unbound_mutations(region, facts, mutated, bound)
-        if len(found) <= 1:
-            return found
+    refusal given and the order of the containers created."""
     everything = collect_all(region.statements)
-    return _unbound_mutations(region, facts, list(everything.mutates), everything.binds)
-
-
-def _unbound_mutations(region: Region, facts: Facts, mutated: list[str], bound) -> list[str]:
-    mutated = dict.fromkeys(mutated)
+    mutated = dict.fromkeys(everything.mutates)
     for call, helper in region.helper_calls:
         for param in helper.mutated_params:
             value = helper.argument(call, param)
             if isinstance(value, cst.Name):
                 mutated.setdefault(value.value)
-    return [name for name in mutated if name not in bound and not _is_model_like(name, facts)]
+    return [name for name in mutated if name not in everything.binds and not _is_model_like(name, facts)]
 
 
-def _block_name_uses(region: Region) -> list[NameUse] | None:
-    """The name uses of the region's block bodies, or None when a block sits in a
-    function or class defined in the region (whose names a walk of the region filters)."""
-    starts = {id(stmt) for stmt in region.statements}
-    for block in region.blocks:
-        below = block.stmt.ancestors
-        for index, ancestor in enumerate(below):
-            if id(ancestor) in starts:
-                below = below[index + 1 :]
-                break
-        if id(block.node) not in starts and any(isinstance(a, (cst.FunctionDef, cst.ClassDef)) for a in below):
-            return None
-    return [block.names for block in region.blocks]
-
-
-def _saved_among(region: Region, facts: Facts, names) -> set[str]:
-    """Which of ``names`` the region's blocks bind to saved values.
-
-    That takes a walk of the block bodies (Block.saved_names), needed only for a name
-    the bodies bind at all: their name uses (usually known already) see every assignment
-    but those in a function or class defined there, and one in such a function does
-    not count as saved either; with a class in a block, every name is looked up."""
-    names = set(names)
-    if not names or not region.blocks:
-        return set()
-    if not any(id(b.node) in _around_classes(facts) for b in region.blocks):
-        names = {n for n in names if any(n in b.names.binds for b in region.blocks)}
-        if not names:
-            return set()
-    return names & set().union(*(b.saved_names for b in region.blocks))
-
-
-def _around_classes(facts: Facts) -> set[int]:
-    """ids of the statements that enclose a class definition."""
-    def around() -> set[int]:
-        classes = [info for info in facts.statements.values() if isinstance(info.node, cst.ClassDef)]
-        return {id(ancestor) for info in classes for ancestor in info.ancestors}
-
-    return facts.once("session-hoisting:around classes", around)
+def _saved(region: Region) -> set[str]:
+    """Names the region's blocks bind to saved values."""
+    return set().union(*(b.saved_names for b in region.blocks)) if region.blocks else set()
 
 
 def _results_to_save(
@@ -590,8 +538,7 @@ def _unreturned(region: Region, facts: Facts, accumulators) -> set[str]:
     """Client names the moved code bound that stay on the server (none is read later)."""
     block_bodies = tuple(b.node.body for b in region.blocks)
     bound = set(collect_all(region.statements, skip=block_bodies).binds)
-    saved = _saved_among(region, facts, bound)
-    return bound - saved - {a.name for a in accumulators} - set(region.saved_here.values())
+    return bound - _saved(region) - {a.name for a in accumulators} - set(region.saved_here.values())
 
 
 def _accumulator_inside(region: Region, name: str) -> Accumulator | None:
