@@ -49,7 +49,7 @@ from ndif_opt.names import NameUse, all_params, collect
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, unsave
-from ndif_opt.walk import content_fields, walk
+from ndif_opt.walk import content_fields
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -179,10 +179,7 @@ class ChainPushdown:
         found = self.index.occurrences_under(x, self.after)
         uses: list[cst.Name] = []
         for stmt in self.after:
-            names = found.get(id(stmt), ())
-            # the index walks fields, not the code's order: one statement's several
-            # uses are put in order by walking it again
-            uses.extend(names if len(names) < 2 else _name_nodes(stmt, x))
+            uses.extend(found.get(id(stmt), ()))
         return uses
 
     # -- growing a use into the largest reduction the server can compute -----------------
@@ -369,34 +366,6 @@ def _narrows(element: cst.SubscriptElement) -> bool:
     return False
 
 
-def _name_nodes(node: cst.CSTNode, name: str) -> list[cst.Name]:
-    found: list[cst.Name] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            if n.value == name:
-                found.append(n)
-
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
-            walk(n.value, self)
-            return False
-
-        def visit_Arg(self, n: cst.Arg) -> bool:
-            walk(n.value, self)
-            return False
-
-        def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
-            # a function whose parameter or local has the same name has its own variable
-            params = {p.name.value for p in all_params(n.params)}
-            return name not in params and name not in collect(n.body).binds
-
-        def visit_Lambda(self, n: cst.Lambda) -> bool:
-            return name not in {p.name.value for p in all_params(n.params)}
-
-    walk(node, Finder())
-    return found
-
-
 def _fresh_name(base: str, chain: cst.CSTNode, taken: _TakenNames) -> str:
     suffix = "reduced"
     node = chain
@@ -484,7 +453,6 @@ def _is_method_call(expr: cst.BaseExpression, name: str) -> bool:
 BINDING_SITES = (cst.AssignTarget, cst.For, cst.AugAssign)  # what `_bindings_in` counted
 # The only nodes inside an expression that `collect` finds a binding in.
 EXPRESSION_BINDERS = (cst.NamedExpr, cst.CompFor)
-# Fields that only ever hold whitespace, comments or punctuation: no name can be in them.
 
 @dataclass(frozen=True)
 class _NodeKind:
@@ -527,9 +495,9 @@ class _TreeIndex:
     """Answers about one version of the tree, from one walk over it, shared by every
     saved value the pass looks at.
 
-    The walk follows the nodes' fields: much cheaper than a libcst visitor, which rebuilds
-    every node it passes, but it meets a node's children in field order, which is not
-    always the order of the code. It records each node's parent, where every name occurs
+    The walk follows the nodes' fields that may hold more than layout, in libcst's order
+    (:func:`ndif_opt.walk.content_fields`): much cheaper than a libcst visitor, which
+    rebuilds every node it passes, and it meets names in the order of the code. It records each node's parent, where every name occurs
     (with the statements and lambdas around it) and where names are bound. The name use
     of a statement, a function or the module is collected on first request and kept.
     The ids used as keys are those of nodes of ``facts.module``, which the index keeps.
@@ -538,9 +506,8 @@ class _TreeIndex:
     def __init__(self, facts: Facts) -> None:
         self.facts = facts
         self.parents: dict[int, cst.CSTNode] = {}
-        # name -> every Name node with that value that `_name_nodes` can reach (attribute
-        # names and keywords are not names), with the statements and lambdas around it,
-        # outermost first
+        # name -> every Name node with that value read as a name (attribute names and
+        # keywords are not), with the statements and lambdas around it, outermost first
         self.occurrences: dict[str, list[tuple[cst.Name, tuple[cst.CSTNode, ...]]]] = {}
         self.spelled: set[str] = set()  # the value of every Name node, attribute names included
         self.binding_sites: list[tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = []
@@ -585,8 +552,9 @@ class _TreeIndex:
 
     # -- where a name occurs ---------------------------------------------------------------
     def occurrences_under(self, name: str, roots) -> dict[int, list[cst.Name]]:
-        """For each of the disjoint statements ``roots`` (by id): the Name nodes
-        ``_name_nodes(root, name)`` finds, in field order."""
+        """For each of the disjoint statements ``roots`` (by id): the uses of ``name`` in
+        it, in the order of the code (not those in a function or lambda inside it that
+        has its own variable ``name``)."""
         wanted = {id(root) for root in roots}
         found: dict[int, list[cst.Name]] = {}
         for node, path in self.occurrences.get(name, ()):
@@ -598,8 +566,8 @@ class _TreeIndex:
         return found
 
     def read_outside(self, name: str, roots) -> bool:
-        """Does ``_name_nodes(module, name)`` find a Name node that ``_name_nodes`` of none
-        of the disjoint statements ``roots`` finds?"""
+        """Is ``name`` used anywhere in the module outside the disjoint statements
+        ``roots`` (uses as :meth:`occurrences_under` counts them)?"""
         inside = {id(node) for nodes in self.occurrences_under(name, roots).values() for node in nodes}
         return any(
             id(node) not in inside and self._visible(name, path, 0)
