@@ -62,6 +62,7 @@ from ndif_opt.passes.trace_fusion import (
     find_sweeps,
     fresh_name,
     fusion_problem,
+    in_place_changes,
     index_of,
     input_dependence,
     introduce,
@@ -444,16 +445,11 @@ def _shared_objects(sweep: Sweep, facts: Facts) -> str:
                     f"it reads or changes `{name}`, which earlier iterations fill: batched, "
                     "the iterations would not see each other's changes in order"
                 )
-    for node in found:
-        if isinstance(node, cst.Call):
-            func = node.func
-            if isinstance(func, cst.Attribute):
-                name = func.attr.value
-                root = root_name(func.value)
-                if name.endswith("_") and not name.startswith("_") and root not in bound:
-                    return f"it changes `{code_of(func.value)}` in place, which every iteration shares"
-                if name in ("backward", "retain_grad"):
-                    return f"it calls `.{name}()`"
+    for change in in_place_changes(moved, facts):
+        if change.kind == "method" and root_name(change.target) not in bound:
+            return f"it changes `{code_of(change.target)}` in place, which every iteration shares"
+        if change.kind == "gradient":
+            return f"it calls `.{change.method}()`"
     return ""
 
 
