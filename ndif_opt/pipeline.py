@@ -20,6 +20,7 @@ from ndif_opt import windows
 from ndif_opt.analysis import Facts, analyze
 from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.effects import ServerCheck
+from ndif_opt.joined import Part, joined, parse_part
 from ndif_opt.options import Options
 from ndif_opt.passes import PASSES, Context, RawFinding
 from ndif_opt.passes.migrate_api import PRE_05, PRE_05_MESSAGE, MigrateApi, api_generation
@@ -178,6 +179,7 @@ def _run_windows(plan: windows.Plan, source: str, options: Options, filename: st
     window_options = dataclasses.replace(options, reserved_names=reserved)
     parts: list[str] = []
     results: list[_WindowResult] = []
+    context: dict[int, Part] = {}  # context chunks parsed once, shared by the windows they open
     position = 0
     for window in plan.windows:
         parts.append(plan.text(position, window.start))
@@ -190,7 +192,8 @@ def _run_windows(plan: windows.Plan, source: str, options: Options, filename: st
         module_text = prelude + text
         result = cache.get(module_text, window_options) if cache is not None else None
         if result is None:
-            result = _run_module(module_text, window_options, filename)
+            module = _window_module(plan, window, text, context)
+            result = _run_module(module_text, window_options, filename, module)
             if cache is not None:
                 cache.put(module_text, window_options, result)
         if not result.code.startswith(prelude) or _pre_05(result):
@@ -200,6 +203,23 @@ def _run_windows(plan: windows.Plan, source: str, options: Options, filename: st
         results.append(_WindowResult(window, prelude.count("\n"), text, new_text, result))
     parts.append(plan.text(position, len(plan.lines)))
     return _combined(source, "".join(parts), results, options)
+
+
+def _window_module(plan: windows.Plan, window: windows.Window, text: str,
+                   context: dict[int, Part]) -> cst.Module | None:
+    """The window's module (prelude, then text) from parses of its parts: the prelude's
+    statements are the nodes every window it opens shares. None: parse the whole text."""
+    if not window.prelude:
+        return None
+    try:
+        prelude = []
+        for index in window.prelude:
+            if index not in context:
+                context[index] = parse_part(plan.chunks[index].text)
+            prelude.append(context[index])
+        return joined([*prelude, parse_part(text)])
+    except cst.ParserSyntaxError:
+        return None  # the joint parse reports it, as for any module
 
 
 @dataclass(frozen=True)
@@ -265,10 +285,13 @@ def _summed(total: list[PassCost], more) -> list[PassCost]:
     return [PassCost(a.pass_id, _add(a.before, b.before), _add(a.after, b.after)) for a, b in zip(total, more)]
 
 
-def _run_module(source: str, options: Options, filename: str | None = None) -> Result:
-    """The passes over one module: a whole file, or a window's prelude and text. Python's
-    parser and the prefilter have looked at the file already (run_pipeline)."""
-    module = _libcst_parse(source, filename)
+def _run_module(source: str, options: Options, filename: str | None = None,
+                module: cst.Module | None = None) -> Result:
+    """The passes over one module: a whole file, or a window's prelude and text (``module``:
+    its parse, when the caller has it). Python's parser and the prefilter have looked at
+    the file already (run_pipeline)."""
+    if module is None:
+        module = _libcst_parse(source, filename)
     try:
         state = _State(module, analyze(module, assume_remote=options.assume_remote), source, options)
     except RecursionError:
