@@ -20,6 +20,7 @@ annotations (:func:`content_fields`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import re
 import typing
@@ -108,31 +109,84 @@ def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     cls = type(visitor)
     if cls.on_visit is not cst.CSTVisitor.on_visit or cls.on_leave is not cst.CSTVisitor.on_leave:
         _walk_hooked(node, visitor)
-    else:
-        _walk_dispatched(node, visitor, {})
+        return
+    table = _dispatch(cls)
+    entry = table[type(node)]
+    if entry is not _SKIP:
+        _walk_dispatched(node, entry, visitor, table)
 
 
-def _walk_dispatched(node: cst.CSTNode, visitor: cst.CSTVisitor, methods: dict) -> None:
-    node_cls = type(node)
-    entry = methods.get(node_cls)
-    if entry is None:
-        visitor_cls = type(visitor)
-        name = node_cls.__name__
-        entry = methods[node_cls] = (
-            getattr(visitor_cls, "visit_" + name, None),
-            getattr(visitor_cls, "leave_" + name, None),
-            _FIELDS.of(node_cls),
+_SKIP = "skip"  # not a node, or layout that the visitor has no method for
+_SEQUENCE = "sequence"  # a tuple or list of children
+
+
+class _Dispatch(dict):
+    """For one visitor class, what a walk does at a value of each type, filled on first
+    meeting the type: for a node class, its ``visit_``/``leave_`` methods (None for
+    libcst's no-op defaults, not worth a call) and the fields to read.
+
+    A visitor with no method for any layout class (whitespace, commas, operators...)
+    never sees a call inside layout, which holds only layout: the walk reads only the
+    fields that may hold more (:func:`content_fields`) and does not enter layout."""
+
+    def __init__(self, visitor_cls: type) -> None:
+        super().__init__()
+        self.visitor_cls = visitor_cls
+        self.wants_layout = any(
+            _own_method(visitor_cls, prefix + layout.__name__) is not None
+            for layout in _layout_classes()
+            for prefix in ("visit_", "leave_")
         )
+
+    def __missing__(self, kind: type):
+        if kind is tuple or kind is list:
+            entry = _SEQUENCE
+        elif not hasattr(kind, "_visit_and_replace_children"):
+            entry = _SKIP  # str, None, MaybeSentinel...
+        elif not self.wants_layout and _FIELDS.is_layout(kind):
+            entry = _SKIP
+        else:
+            name = kind.__name__
+            fields = _FIELDS.of(kind) if self.wants_layout else _FIELDS.content(kind)
+            entry = (_own_method(self.visitor_cls, "visit_" + name), _own_method(self.visitor_cls, "leave_" + name), fields)
+        self[kind] = entry
+        return entry
+
+
+@functools.lru_cache(maxsize=256)
+def _dispatch(visitor_cls: type) -> _Dispatch:
+    # a fact about the class: the walks of one visitor (often many small ones, nested
+    # in its own methods) look each node class up once
+    return _Dispatch(visitor_cls)
+
+
+def _own_method(visitor_cls: type, name: str):
+    """The visitor's method ``name``; None when missing or libcst's no-op default."""
+    method = getattr(visitor_cls, name, None)
+    return None if method is None or method is getattr(cst.CSTVisitor, name, None) else method
+
+
+@functools.lru_cache(maxsize=1)
+def _layout_classes() -> tuple[type, ...]:
+    return tuple(
+        kind for kind in vars(cst).values()
+        if isinstance(kind, type) and issubclass(kind, cst.CSTNode) and issubclass(kind, _LAYOUT_BASES)
+    )
+
+
+def _walk_dispatched(node: cst.CSTNode, entry, visitor: cst.CSTVisitor, table: _Dispatch) -> None:
     visit, leave, fields = entry
     if visit is None or visit(visitor, node) is not False:
         for field in fields:
             value = getattr(node, field)
-            if isinstance(value, cst.CSTNode):
-                _walk_dispatched(value, visitor, methods)
-            elif type(value) is tuple or type(value) is list:
+            entry = table[type(value)]
+            if entry is _SEQUENCE:
                 for item in value:
-                    if isinstance(item, cst.CSTNode):
-                        _walk_dispatched(item, visitor, methods)
+                    entry = table[type(item)]
+                    if entry is not _SKIP:
+                        _walk_dispatched(item, entry, visitor, table)
+            elif entry is not _SKIP:
+                _walk_dispatched(value, entry, visitor, table)
     if leave is not None:
         leave(visitor, node)
 

@@ -53,6 +53,16 @@ class Record(cst.CSTVisitor):
         self.calls.append(("leave Call", id(node)))
 
 
+class RecordLayout(Record):
+    """A visitor with methods for layout: the walk must enter whitespace and commas."""
+
+    def visit_Comma(self, node: cst.Comma) -> None:
+        self.calls.append(("visit Comma", id(node)))
+
+    def leave_EmptyLine(self, node: cst.EmptyLine) -> None:
+        self.calls.append(("leave EmptyLine", id(node)))
+
+
 class Hooked(Record):
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.calls.append(("on_visit", id(node)))
@@ -66,7 +76,7 @@ class Hooked(Record):
 def test_walk_makes_the_same_calls_as_visit():
     for source in CORPUS:
         module = cst.parse_module(source)
-        for kind in (Record, Hooked):
+        for kind in (Record, RecordLayout, Hooked):
             by_libcst, by_walk = kind(), kind()
             module.visit(by_libcst)
             walk(module, by_walk)
