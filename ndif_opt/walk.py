@@ -195,13 +195,33 @@ def _walk_hooked(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     if visitor.on_visit(node):
         for field in _FIELDS.of(type(node)):
             value = getattr(node, field)
-            if isinstance(value, cst.CSTNode):
+            kind = _KINDS[type(value)]
+            if kind is _NODE:
                 _walk_hooked(value, visitor)
-            elif type(value) is tuple or type(value) is list:
+            elif kind is _SEQUENCE:
                 for item in value:
-                    if isinstance(item, cst.CSTNode):
+                    if _KINDS[type(item)] is _NODE:
                         _walk_hooked(item, visitor)
     visitor.on_leave(node)
+
+
+_NODE = "node"
+
+
+class _Kinds(dict):
+    """Per type: a node, a sequence of children, or anything else (str, None...); a
+    dict lookup is much cheaper than ``isinstance(value, cst.CSTNode)`` (an ABC)."""
+
+    def __missing__(self, kind: type) -> str:
+        if kind is tuple or kind is list:
+            found = _SEQUENCE
+        else:
+            found = _NODE if hasattr(kind, "_visit_and_replace_children") else _SKIP
+        self[kind] = found
+        return found
+
+
+_KINDS = _Kinds()  # a fact about the installed libcst, like _FIELDS
 
 
 def paths_to(
@@ -216,23 +236,27 @@ def paths_to(
     A walk whose ``on_visit`` enters only these nodes still sees every node it cares
     about, in its usual order."""
     on_path: set[int] = set()
+    table = _dispatch(cst.CSTVisitor)  # no methods: content fields only, layout skipped
 
-    def mark(node: cst.CSTNode) -> bool:
+    def mark(node: cst.CSTNode, fields: tuple[str, ...]) -> bool:
         if id(node) in skip:
             return False
         found = wanted(node)
-        for name in content_fields(type(node)):
+        for name in fields:
             value = getattr(node, name)
-            for child in value if type(value) in (tuple, list) else (value,):
-                # nodes are dataclasses; other field values (str, None, MaybeSentinel) are not
-                kind = type(child)
-                if hasattr(kind, "__dataclass_fields__") and not _FIELDS.is_layout(kind) and mark(child):
-                    found = True
+            entry = table[type(value)]
+            if entry is _SEQUENCE:
+                for child in value:
+                    entry = table[type(child)]
+                    if entry is not _SKIP and mark(child, entry[2]):
+                        found = True
+            elif entry is not _SKIP and mark(value, entry[2]):
+                found = True
         if found:
             on_path.add(id(node))
         return found
 
-    mark(root)
+    mark(root, content_fields(type(root)))
     return on_path
 
 
