@@ -132,11 +132,7 @@ class _Dispatch(dict):
     def __init__(self, visitor_cls: type) -> None:
         super().__init__()
         self.visitor_cls = visitor_cls
-        self.wants_layout = any(
-            _own_method(visitor_cls, prefix + layout.__name__) is not None
-            for layout in _layout_classes()
-            for prefix in ("visit_", "leave_")
-        )
+        self.wants_layout = _has_layout_method(visitor_cls)
 
     def __missing__(self, kind: type):
         if kind is tuple or kind is list:
@@ -166,10 +162,23 @@ def _own_method(visitor_cls: type, name: str):
     return None if method is None or method is getattr(cst.CSTVisitor, name, None) else method
 
 
+def _has_layout_method(visitor_cls: type) -> bool:
+    """Does the visitor define a ``visit_``/``leave_`` method for a layout class?
+    (CSTVisitor's own, and its bases', are no-ops.)"""
+    layout = _layout_class_names()
+    for klass in visitor_cls.__mro__:
+        if klass in cst.CSTVisitor.__mro__:
+            continue
+        for name in vars(klass):
+            if name.startswith(("visit_", "leave_")) and name.split("_", 1)[1] in layout:
+                return True
+    return False
+
+
 @functools.lru_cache(maxsize=1)
-def _layout_classes() -> tuple[type, ...]:
-    return tuple(
-        kind for kind in vars(cst).values()
+def _layout_class_names() -> frozenset[str]:
+    return frozenset(
+        name for name, kind in vars(cst).items()
         if isinstance(kind, type) and issubclass(kind, cst.CSTNode) and issubclass(kind, _LAYOUT_BASES)
     )
 
