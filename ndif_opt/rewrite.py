@@ -57,15 +57,26 @@ class SuitePlan:
         return keep if found == set(self.edits) else None
 
 
+# the nodes other than statements that may hold an indented block (from libcst's field
+# annotations): a walk to the rewritten suites passes only these and statements
+_MAY_HOLD_SUITES = frozenset(
+    {cst.Module, cst.IndentedBlock, cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase}
+)
+
+
 class _SuiteRewriter(cst.CSTTransformer):
     def __init__(self, plan: SuitePlan, enclosing: set[int] | None = None) -> None:
         self.plan = plan
         self.enclosing = enclosing
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if self.enclosing is not None and isinstance(node, cst.BaseStatement):
-            return id(node) in self.enclosing  # nothing to rewrite inside
+        if self.enclosing is not None:
+            if isinstance(node, cst.BaseStatement):
+                return id(node) in self.enclosing  # nothing to rewrite inside
+            if type(node) not in _MAY_HOLD_SUITES:
+                return False  # an expression, a decorator, layout: no statement inside
         return super().on_visit(node)
+
 
     def _rewrite(self, original, updated):
         edits = self.plan.edits.get(id(original))
