@@ -227,6 +227,29 @@ class _IsNodeType(dict):
 IS_NODE_TYPE = _IsNodeType()  # a fact about the installed libcst, like _FIELDS
 
 
+def walk_content(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    """:func:`walk` for a visitor whose ``on_visit``/``on_leave`` hooks do nothing at
+    layout (whitespace, commas, operators...): the walk does not enter layout, and calls
+    the hooks on every other node, in the same order."""
+    _walk_content(node, content_fields(type(node)), visitor, _dispatch(cst.CSTVisitor))
+
+
+def _walk_content(node: cst.CSTNode, fields: tuple[str, ...], visitor: cst.CSTVisitor, table: _Dispatch) -> None:
+    # the table of a visitor without methods: content fields only, layout skipped
+    if visitor.on_visit(node):
+        for field in fields:
+            value = getattr(node, field)
+            entry = table[type(value)]
+            if entry is _SEQUENCE:
+                for item in value:
+                    entry = table[type(item)]
+                    if entry is not _SKIP:
+                        _walk_content(item, entry[2], visitor, table)
+            elif entry is not _SKIP:
+                _walk_content(value, entry[2], visitor, table)
+    visitor.on_leave(node)
+
+
 def paths_to(
     root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool], skip: set[int] = frozenset()
 ) -> set[int]:
@@ -277,4 +300,4 @@ def find_nodes(root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool]) -> list
     return found
 
 
-__all__ = ["IS_NODE_TYPE", "children", "content_fields", "find_nodes", "paths_to", "walk"]
+__all__ = ["IS_NODE_TYPE", "children", "content_fields", "find_nodes", "paths_to", "walk", "walk_content"]
