@@ -160,17 +160,23 @@ def is_saved_expr(expr: cst.BaseExpression) -> bool:
 
 
 def _assignments(node: cst.CSTNode) -> list[cst.Assign]:
-    found: list[cst.Assign] = []
+    finder = _AssignmentFinder()
+    walk(node, finder)
+    return finder.found
 
-    class Finder(cst.CSTVisitor):
-        def visit_Assign(self, n: cst.Assign) -> None:
-            found.append(n)
 
-        def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
-            return False
+class _AssignmentFinder(cst.CSTVisitor):
+    """The assignments outside nested functions (a class of its own, not one per call:
+    a walk learns a visitor class's methods once)."""
 
-    walk(node, Finder())
-    return found
+    def __init__(self) -> None:
+        self.found: list[cst.Assign] = []
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.found.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
 
 
 @dataclass(eq=False)

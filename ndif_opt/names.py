@@ -274,6 +274,24 @@ class _SkippingCollector(_Collector):
         return id(node) not in self.skip and super().on_visit(node)
 
 
+class _BodySkippingCollector(_Collector):
+    """:class:`_SkippingCollector` for the usual ``skip``, bodies of blocks: checked by
+    the visit of those two node kinds only, so the walk needs no ``on_visit`` hook
+    (which would see every node, layout included)."""
+
+    KINDS = (cst.IndentedBlock, cst.SimpleStatementSuite)
+
+    def __init__(self, skip: tuple[cst.CSTNode, ...]) -> None:
+        super().__init__()
+        self.skip = {id(node) for node in skip}
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
+        return id(node) not in self.skip and super().visit_IndentedBlock(node)
+
+    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> bool:
+        return id(node) not in self.skip
+
+
 def all_params(params: cst.Parameters) -> list[cst.Param]:
     """Every parameter of a signature, `*args` and `**kwargs` included."""
     found = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
@@ -303,7 +321,8 @@ def collect(node: cst.CSTNode, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
 @functools.lru_cache(maxsize=4096)
 def _collect_skipping(node: cst.CSTNode, skip: tuple[cst.CSTNode, ...]) -> NameUse:
     # cached like _collect_whole: a pure function of immutable nodes
-    collector = _SkippingCollector(skip)
+    bodies = all(type(s) in _BodySkippingCollector.KINDS for s in skip)
+    collector = _BodySkippingCollector(skip) if bodies else _SkippingCollector(skip)
     walk(node, collector)
     return collector.use
 

@@ -20,6 +20,7 @@ annotations (:func:`content_fields`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import re
 import typing
@@ -96,10 +97,11 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     found: list[cst.CSTNode] = []
     for name in _FIELDS.of(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+        kind = type(value)
+        if kind is tuple or kind is list:
+            found.extend(item for item in value if IS_NODE_TYPE[type(item)])
+        elif IS_NODE_TYPE[kind]:
             found.append(value)
-        elif type(value) is tuple or type(value) is list:
-            found.extend(item for item in value if isinstance(item, cst.CSTNode))
     return found
 
 
@@ -108,31 +110,93 @@ def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     cls = type(visitor)
     if cls.on_visit is not cst.CSTVisitor.on_visit or cls.on_leave is not cst.CSTVisitor.on_leave:
         _walk_hooked(node, visitor)
-    else:
-        _walk_dispatched(node, visitor, {})
+        return
+    table = _dispatch(cls)
+    entry = table[type(node)]
+    if entry is not _SKIP:
+        _walk_dispatched(node, entry, visitor, table)
 
 
-def _walk_dispatched(node: cst.CSTNode, visitor: cst.CSTVisitor, methods: dict) -> None:
-    node_cls = type(node)
-    entry = methods.get(node_cls)
-    if entry is None:
-        visitor_cls = type(visitor)
-        name = node_cls.__name__
-        entry = methods[node_cls] = (
-            getattr(visitor_cls, "visit_" + name, None),
-            getattr(visitor_cls, "leave_" + name, None),
-            _FIELDS.of(node_cls),
-        )
+_SKIP = "skip"  # not a node, or layout that the visitor has no method for
+_SEQUENCE = "sequence"  # a tuple or list of children
+
+
+class _Dispatch(dict):
+    """For one visitor class, what a walk does at a value of each type, filled on first
+    meeting the type: for a node class, its ``visit_``/``leave_`` methods (None for
+    libcst's no-op defaults, not worth a call) and the fields to read.
+
+    A visitor with no method for any layout class (whitespace, commas, operators...)
+    never sees a call inside layout, which holds only layout: the walk reads only the
+    fields that may hold more (:func:`content_fields`) and does not enter layout."""
+
+    def __init__(self, visitor_cls: type) -> None:
+        super().__init__()
+        self.visitor_cls = visitor_cls
+        self.wants_layout = _has_layout_method(visitor_cls)
+
+    def __missing__(self, kind: type):
+        if kind is tuple or kind is list:
+            entry = _SEQUENCE
+        elif not IS_NODE_TYPE[kind]:
+            entry = _SKIP  # str, None, MaybeSentinel...
+        elif not self.wants_layout and _FIELDS.is_layout(kind):
+            entry = _SKIP
+        else:
+            name = kind.__name__
+            fields = _FIELDS.of(kind) if self.wants_layout else _FIELDS.content(kind)
+            entry = (_own_method(self.visitor_cls, "visit_" + name), _own_method(self.visitor_cls, "leave_" + name), fields)
+        self[kind] = entry
+        return entry
+
+
+@functools.lru_cache(maxsize=256)
+def _dispatch(visitor_cls: type) -> _Dispatch:
+    # a fact about the class: the walks of one visitor (often many small ones, nested
+    # in its own methods) look each node class up once
+    return _Dispatch(visitor_cls)
+
+
+def _own_method(visitor_cls: type, name: str):
+    """The visitor's method ``name``; None when missing or libcst's no-op default."""
+    method = getattr(visitor_cls, name, None)
+    return None if method is None or method is getattr(cst.CSTVisitor, name, None) else method
+
+
+def _has_layout_method(visitor_cls: type) -> bool:
+    """Does the visitor define a ``visit_``/``leave_`` method for a layout class?
+    (CSTVisitor's own, and its bases', are no-ops.)"""
+    layout = _layout_class_names()
+    for klass in visitor_cls.__mro__:
+        if klass in cst.CSTVisitor.__mro__:
+            continue
+        for name in vars(klass):
+            if name.startswith(("visit_", "leave_")) and name.split("_", 1)[1] in layout:
+                return True
+    return False
+
+
+@functools.lru_cache(maxsize=1)
+def _layout_class_names() -> frozenset[str]:
+    return frozenset(
+        name for name, kind in vars(cst).items()
+        if isinstance(kind, type) and issubclass(kind, cst.CSTNode) and issubclass(kind, _LAYOUT_BASES)
+    )
+
+
+def _walk_dispatched(node: cst.CSTNode, entry, visitor: cst.CSTVisitor, table: _Dispatch) -> None:
     visit, leave, fields = entry
     if visit is None or visit(visitor, node) is not False:
         for field in fields:
             value = getattr(node, field)
-            if isinstance(value, cst.CSTNode):
-                _walk_dispatched(value, visitor, methods)
-            elif type(value) is tuple or type(value) is list:
+            entry = table[type(value)]
+            if entry is _SEQUENCE:
                 for item in value:
-                    if isinstance(item, cst.CSTNode):
-                        _walk_dispatched(item, visitor, methods)
+                    entry = table[type(item)]
+                    if entry is not _SKIP:
+                        _walk_dispatched(item, entry, visitor, table)
+            elif entry is not _SKIP:
+                _walk_dispatched(value, entry, visitor, table)
     if leave is not None:
         leave(visitor, node)
 
@@ -141,12 +205,48 @@ def _walk_hooked(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     if visitor.on_visit(node):
         for field in _FIELDS.of(type(node)):
             value = getattr(node, field)
-            if isinstance(value, cst.CSTNode):
-                _walk_hooked(value, visitor)
-            elif type(value) is tuple or type(value) is list:
+            kind = type(value)
+            if kind is tuple or kind is list:
                 for item in value:
-                    if isinstance(item, cst.CSTNode):
+                    if IS_NODE_TYPE[type(item)]:
                         _walk_hooked(item, visitor)
+            elif IS_NODE_TYPE[kind]:
+                _walk_hooked(value, visitor)
+    visitor.on_leave(node)
+
+
+class _IsNodeType(dict):
+    """Per type: is it a libcst node class? ``IS_NODE_TYPE[type(value)]`` says what
+    ``isinstance(value, cst.CSTNode)`` says, for a fraction of the cost (an ABC check)."""
+
+    def __missing__(self, kind: type) -> bool:
+        found = self[kind] = hasattr(kind, "_visit_and_replace_children")
+        return found
+
+
+IS_NODE_TYPE = _IsNodeType()  # a fact about the installed libcst, like _FIELDS
+
+
+def walk_content(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    """:func:`walk` for a visitor whose ``on_visit``/``on_leave`` hooks do nothing at
+    layout (whitespace, commas, operators...): the walk does not enter layout, and calls
+    the hooks on every other node, in the same order."""
+    _walk_content(node, content_fields(type(node)), visitor, _dispatch(cst.CSTVisitor))
+
+
+def _walk_content(node: cst.CSTNode, fields: tuple[str, ...], visitor: cst.CSTVisitor, table: _Dispatch) -> None:
+    # the table of a visitor without methods: content fields only, layout skipped
+    if visitor.on_visit(node):
+        for field in fields:
+            value = getattr(node, field)
+            entry = table[type(value)]
+            if entry is _SEQUENCE:
+                for item in value:
+                    entry = table[type(item)]
+                    if entry is not _SKIP:
+                        _walk_content(item, entry[2], visitor, table)
+            elif entry is not _SKIP:
+                _walk_content(value, entry[2], visitor, table)
     visitor.on_leave(node)
 
 
@@ -162,23 +262,27 @@ def paths_to(
     A walk whose ``on_visit`` enters only these nodes still sees every node it cares
     about, in its usual order."""
     on_path: set[int] = set()
+    table = _dispatch(cst.CSTVisitor)  # no methods: content fields only, layout skipped
 
-    def mark(node: cst.CSTNode) -> bool:
+    def mark(node: cst.CSTNode, fields: tuple[str, ...]) -> bool:
         if id(node) in skip:
             return False
         found = wanted(node)
-        for name in content_fields(type(node)):
+        for name in fields:
             value = getattr(node, name)
-            for child in value if type(value) in (tuple, list) else (value,):
-                # nodes are dataclasses; other field values (str, None, MaybeSentinel) are not
-                kind = type(child)
-                if hasattr(kind, "__dataclass_fields__") and not _FIELDS.is_layout(kind) and mark(child):
-                    found = True
+            entry = table[type(value)]
+            if entry is _SEQUENCE:
+                for child in value:
+                    entry = table[type(child)]
+                    if entry is not _SKIP and mark(child, entry[2]):
+                        found = True
+            elif entry is not _SKIP and mark(value, entry[2]):
+                found = True
         if found:
             on_path.add(id(node))
         return found
 
-    mark(root)
+    mark(root, content_fields(type(root)))
     return on_path
 
 
@@ -196,4 +300,4 @@ def find_nodes(root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool]) -> list
     return found
 
 
-__all__ = ["children", "content_fields", "find_nodes", "paths_to", "walk"]
+__all__ = ["IS_NODE_TYPE", "children", "content_fields", "find_nodes", "paths_to", "walk", "walk_content"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import libcst as cst
 
 from generators import dense_nnsight_script
-from ndif_opt.walk import children, find_nodes, walk
+from ndif_opt.walk import children, find_nodes, walk, walk_content
 
 ROOT = Path(__file__).resolve().parent.parent
 # (a larger corpus, 519,293 nodes of ndif_opt's and libcst's own sources, was checked once)
@@ -19,6 +19,9 @@ CORPUS = [dense_nnsight_script(60), (ROOT / "ndif_opt" / "names.py").read_text()
     "@dec\nclass C(B, metaclass=M):\n    def m[T](self) -> T: return self\n"
     "type A = list[int]\n"
 ]
+
+
+from ndif_opt.walk import _LAYOUT_BASES as LAYOUT  # noqa: E402
 
 
 def test_children_in_libcst_order_on_every_node():
@@ -53,6 +56,16 @@ class Record(cst.CSTVisitor):
         self.calls.append(("leave Call", id(node)))
 
 
+class RecordLayout(Record):
+    """A visitor with methods for layout: the walk must enter whitespace and commas."""
+
+    def visit_Comma(self, node: cst.Comma) -> None:
+        self.calls.append(("visit Comma", id(node)))
+
+    def leave_EmptyLine(self, node: cst.EmptyLine) -> None:
+        self.calls.append(("leave EmptyLine", id(node)))
+
+
 class Hooked(Record):
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.calls.append(("on_visit", id(node)))
@@ -66,7 +79,7 @@ class Hooked(Record):
 def test_walk_makes_the_same_calls_as_visit():
     for source in CORPUS:
         module = cst.parse_module(source)
-        for kind in (Record, Hooked):
+        for kind in (Record, RecordLayout, Hooked):
             by_libcst, by_walk = kind(), kind()
             module.visit(by_libcst)
             walk(module, by_walk)
@@ -92,3 +105,26 @@ def test_find_nodes_skips_only_layout():
         walk(module, everything)
         wanted = find_nodes(module, lambda n: isinstance(n, (cst.Name, cst.Call, cst.BaseStatement)))
         assert [id(n) for n in wanted] == [id(n) for n in everything.found]
+
+
+def test_walk_content_hooks_every_node_but_layout_in_order():
+    class Hooks(cst.CSTVisitor):
+        def __init__(self, record_layout: bool) -> None:
+            self.record_layout = record_layout
+            self.calls: list[tuple[str, int]] = []
+
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if self.record_layout or not isinstance(node, LAYOUT):
+                self.calls.append(("on_visit", id(node)))
+            return not isinstance(node, cst.Lambda)
+
+        def on_leave(self, node: cst.CSTNode) -> None:
+            if self.record_layout or not isinstance(node, LAYOUT):
+                self.calls.append(("on_leave", id(node)))
+
+    for source in CORPUS:
+        module = cst.parse_module(source)
+        everything, content = Hooks(record_layout=False), Hooks(record_layout=True)
+        walk(module, everything)
+        walk_content(module, content)
+        assert content.calls == everything.calls

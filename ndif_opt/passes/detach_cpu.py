@@ -90,24 +90,28 @@ def _saved_inner(value: cst.BaseExpression) -> cst.BaseExpression | None:
 
 def _written_envoys(body: cst.CSTNode) -> set[str]:
     """Code of module values assigned to in the block (`layers[3].output`)."""
-    written: set[str] = set()
+    finder = _WrittenEnvoys()
+    walk(body, finder)
+    return finder.written
 
-    class Finder(cst.CSTVisitor):
-        def _target(self, target) -> None:
-            while isinstance(target, cst.Subscript):
-                target = target.value
-            if isinstance(target, cst.Attribute) and target.attr.value in ("output", "input"):
-                written.add(code_of(target))
 
-        def visit_Assign(self, node: cst.Assign) -> None:
-            for t in node.targets:
-                self._target(t.target)
+class _WrittenEnvoys(cst.CSTVisitor):
+    # a class of its own, not one per call: a walk learns a visitor class's methods once
+    def __init__(self) -> None:
+        self.written: set[str] = set()
 
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            self._target(node.target)
+    def _target(self, target) -> None:
+        while isinstance(target, cst.Subscript):
+            target = target.value
+        if isinstance(target, cst.Attribute) and target.attr.value in ("output", "input"):
+            self.written.add(code_of(target))
 
-    walk(body, Finder())
-    return written
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            self._target(t.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._target(node.target)
 
 
 def _detached(expr: cst.BaseExpression) -> cst.BaseExpression:

@@ -49,7 +49,7 @@ from ndif_opt.names import NameUse, all_params, collect
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, unsave
-from ndif_opt.walk import content_fields
+from ndif_opt.walk import IS_NODE_TYPE, content_fields
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -532,19 +532,21 @@ class _TreeIndex:
             not_a_name = kind.not_a_name
             for field in kind.fields:
                 value = getattr(node, field)
-                if isinstance(value, cst.CSTNode):
-                    children = (value,)
-                elif isinstance(value, (list, tuple)):
+                value_type = type(value)
+                if value_type is list or value_type is tuple:
                     children = value
+                elif IS_NODE_TYPE[value_type]:
+                    children = (value,)
                 else:
                     continue
                 for child in children:
-                    if type(child) is cst.Name:
+                    child_type = type(child)
+                    if child_type is cst.Name:
                         parents[id(child)] = node
                         spelled.add(child.value)
                         if field != not_a_name:
                             occurrences.setdefault(child.value, []).append((child, path))
-                    elif isinstance(child, cst.CSTNode):
+                    elif IS_NODE_TYPE[child_type]:
                         parents[id(child)] = node
                         visit(child, path)
 

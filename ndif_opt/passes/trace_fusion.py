@@ -56,7 +56,7 @@ from ndif_opt.passes.session_hoisting import _is_model_like
 from ndif_opt.positions import code_and_positions
 from ndif_opt.regions import int_value, trip_count
 from ndif_opt.rewrite import SuitePlan, code_of, reindentable
-from ndif_opt.walk import walk
+from ndif_opt.walk import walk_content
 
 # ---------------------------------------------------------------------------------------
 # One walk per statement and version of the tree
@@ -122,7 +122,7 @@ class _Indexer(cst.CSTVisitor):
 
 def _index(node: cst.CSTNode) -> NodeIndex:
     indexer = _Indexer()
-    walk(node, indexer)
+    walk_content(node, indexer)  # its hooks do nothing at layout
     return indexer.index
 
 
