@@ -64,7 +64,7 @@ from ndif_opt.positions import top_level_code
 from ndif_opt.options import Options
 from ndif_opt.regions import arithmetic
 from ndif_opt.rewrite import code_of, unsave
-from ndif_opt.shapes import ModuleRef, Shape, shape_of, value_of
+from ndif_opt.shapes import ModuleRef, Shape, literal_value, shape_of, value_of
 from ndif_opt.types import Cost
 from ndif_opt.walk import children, walk
 
@@ -364,15 +364,22 @@ NO_VALUE: Any = _NoValue()
 
 def _literal(expr: cst.BaseExpression) -> Any:
     """The Python value of a literal (strings, numbers, lists/tuples of them), or NO_VALUE."""
+    return _fresh(_shared_literal(expr))
+
+
+@functools.lru_cache(maxsize=8192)
+def _shared_literal(expr: cst.BaseExpression) -> Any:
+    # a pure function of an immutable node, cached (every version of a tree walks the
+    # same literals again); its lists are shared between callers: see _fresh
     if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
-        value = expr.evaluated_value
+        value = literal_value(expr)
         return value if isinstance(value, str) else NO_VALUE
     if isinstance(expr, cst.Integer):
-        return int(expr.evaluated_value)
+        return int(literal_value(expr))
     if isinstance(expr, cst.Float):
-        return float(expr.evaluated_value)
+        return float(literal_value(expr))
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-        inner = _literal(expr.expression)
+        inner = _shared_literal(expr.expression)
         return -inner if isinstance(inner, (int, float)) and not isinstance(inner, bool) else NO_VALUE
     if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):
         return {"True": True, "False": False, "None": None}[expr.value]
@@ -381,12 +388,21 @@ def _literal(expr: cst.BaseExpression) -> Any:
         for element in expr.elements:
             if isinstance(element, cst.StarredElement):
                 return NO_VALUE
-            value = _literal(element.value)
+            value = _shared_literal(element.value)
             if value is NO_VALUE:
                 return NO_VALUE
             values.append(value)
         return tuple(values) if isinstance(expr, cst.Tuple) else values
     return NO_VALUE
+
+
+def _fresh(value: Any) -> Any:
+    """A cached literal with new lists, so that no caller can change the cache's."""
+    if isinstance(value, list):
+        return [_fresh(v) for v in value]
+    if isinstance(value, tuple) and any(isinstance(v, (list, tuple)) for v in value):
+        return tuple(_fresh(v) for v in value)
+    return value
 
 
 # ---------------------------------------------------------------------------------------
