@@ -967,6 +967,12 @@ class _Walker:
             else:
                 return None
 
+    def _bound_storage(self, expr: cst.BaseExpression) -> _Storage | None:
+        """What a name bound to ``expr`` is a view of, for :meth:`sent` to read later —
+        which it does only in ``storage`` mode: in ``compact`` mode nothing else reads
+        ``self.storage``, so the walk does not work it out (two shape evaluations)."""
+        return self.storage_of(expr) if self.view_mode == "storage" else None
+
     def _basic_index(self, item: cst.BaseSlice) -> bool:
         if isinstance(item, cst.Slice):
             return True
@@ -1047,7 +1053,7 @@ class _Walker:
                     return
                 size, shape = self.sent_size(inner)
                 self._bind(name, shape)
-                storage = self.storage_of(inner)
+                storage = self._bound_storage(inner)
                 if storage is not None:
                     self.storage[name] = storage
                 request.save(name, size, self)
@@ -1066,7 +1072,7 @@ class _Walker:
                     self._bind(name, _python_shape(items, True))
                     return
             bound = self.value(value)
-            storage = self.storage_of(value)
+            storage = self._bound_storage(value)
             self._bind(name, bound)
             if storage is not None:
                 self.storage[name] = storage
