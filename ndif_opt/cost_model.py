@@ -66,7 +66,7 @@ from ndif_opt.regions import arithmetic
 from ndif_opt.rewrite import code_of, unsave
 from ndif_opt.shapes import ModuleRef, Shape, literal_value, shape_of, value_of
 from ndif_opt.types import Cost
-from ndif_opt.walk import children, walk
+from ndif_opt.walk import children, content_fields
 
 __all__ = [
     "DEFAULTS",
@@ -1691,14 +1691,19 @@ def _calls(node: cst.CSTNode, functions: frozenset[str]) -> tuple[cst.Call, ...]
     """Calls of the named same-file functions in ``node`` (a pure function of an
     immutable node, cached: later versions of the tree share most statements)."""
     found: list[cst.Call] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            if isinstance(call.func, cst.Name) and call.func.value in functions:
-                found.append(call)
-
-        def visit_Lambda(self, lam: cst.Lambda) -> bool:
-            return False
-
-    walk(node, Finder())
+    _find_calls(node, functions, found)
     return tuple(found)
+
+
+def _find_calls(node: cst.CSTNode, functions: frozenset[str], found: list[cst.Call]) -> None:
+    # in the order of a walk (a node, then its children in libcst's order), reading only
+    # the fields that may hold more than layout; a lambda's body runs later, if ever
+    if isinstance(node, cst.Lambda):
+        return
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in functions:
+        found.append(node)
+    for name in content_fields(type(node)):
+        value = getattr(node, name)
+        for child in value if type(value) in (tuple, list) else (value,):
+            if isinstance(child, cst.CSTNode):
+                _find_calls(child, functions, found)
