@@ -66,7 +66,7 @@ from ndif_opt.regions import arithmetic
 from ndif_opt.rewrite import code_of, unsave
 from ndif_opt.shapes import ModuleRef, Shape, literal_value, shape_of, value_of
 from ndif_opt.types import Cost
-from ndif_opt.walk import children, content_fields
+from ndif_opt.walk import content_fields
 
 __all__ = [
     "DEFAULTS",
@@ -1258,7 +1258,7 @@ class _Walker:
         new_tokens = None
         passes = 1
         tracer = block.tracer_name
-        stop = _stop_index(body, tracer)
+        stop = _stop_index(block.node, tracer)
         if block.method == "generate" and stop is None:
             new_tokens = self._max_new_tokens(block.call)
             passes = new_tokens
@@ -1317,7 +1317,7 @@ class _Walker:
             ref = self.value(node.value)
             if isinstance(ref, ModuleRef):
                 best = _layer_position(ref, node.attr.value, n)
-        for child in children(node):
+        for child in _content_children(node):
             best = max(best, self._reach_node(child, n))
             if best >= n:
                 return n
@@ -1553,12 +1553,14 @@ def _invoke_call(stmt: cst.With) -> cst.Call | None:
     return None
 
 
-def _stop_index(body, tracer: str | None) -> int | None:
+@functools.lru_cache(maxsize=4096)
+def _stop_index(block: cst.With, tracer: str | None) -> int | None:
     """Where a trace body calls ``tracer.stop()``: the index of the top-level statement
-    that does, -1 when it is deeper; None when it does not."""
+    that does, -1 when it is deeper; None when it does not. (A pure function of an
+    immutable node, cached: every version of a tree walks the blocks it did not change.)"""
     if tracer is None:
         return None
-    for index, stmt in enumerate(body):
+    for index, stmt in enumerate(block.body.body):
         for node in _walk(stmt):
             if (
                 isinstance(node, cst.Call)
@@ -1683,7 +1685,20 @@ def _walk(node: cst.CSTNode):
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(children(current))
+        stack.extend(_content_children(current))
+
+
+def _content_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The children of ``node`` in its fields that may hold more than layout (whitespace,
+    punctuation, operators: nothing the walk looks for is there), in libcst's order."""
+    found: list[cst.CSTNode] = []
+    for name in content_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            found.append(value)
+        elif type(value) is tuple or type(value) is list:
+            found.extend(item for item in value if isinstance(item, cst.CSTNode))
+    return found
 
 
 @functools.lru_cache(maxsize=4096)
