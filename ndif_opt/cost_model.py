@@ -64,9 +64,9 @@ from ndif_opt.positions import top_level_code
 from ndif_opt.options import Options
 from ndif_opt.regions import arithmetic
 from ndif_opt.rewrite import code_of, unsave
-from ndif_opt.shapes import ModuleRef, Shape, shape_of, value_of
+from ndif_opt.shapes import ModuleRef, Shape, literal_value, shape_of, value_of
 from ndif_opt.types import Cost
-from ndif_opt.walk import children, walk
+from ndif_opt.walk import content_fields
 
 __all__ = [
     "DEFAULTS",
@@ -364,15 +364,22 @@ NO_VALUE: Any = _NoValue()
 
 def _literal(expr: cst.BaseExpression) -> Any:
     """The Python value of a literal (strings, numbers, lists/tuples of them), or NO_VALUE."""
+    return _fresh(_shared_literal(expr))
+
+
+@functools.lru_cache(maxsize=8192)
+def _shared_literal(expr: cst.BaseExpression) -> Any:
+    # a pure function of an immutable node, cached (every version of a tree walks the
+    # same literals again); its lists are shared between callers: see _fresh
     if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
-        value = expr.evaluated_value
+        value = literal_value(expr)
         return value if isinstance(value, str) else NO_VALUE
     if isinstance(expr, cst.Integer):
-        return int(expr.evaluated_value)
+        return int(literal_value(expr))
     if isinstance(expr, cst.Float):
-        return float(expr.evaluated_value)
+        return float(literal_value(expr))
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-        inner = _literal(expr.expression)
+        inner = _shared_literal(expr.expression)
         return -inner if isinstance(inner, (int, float)) and not isinstance(inner, bool) else NO_VALUE
     if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):
         return {"True": True, "False": False, "None": None}[expr.value]
@@ -381,12 +388,21 @@ def _literal(expr: cst.BaseExpression) -> Any:
         for element in expr.elements:
             if isinstance(element, cst.StarredElement):
                 return NO_VALUE
-            value = _literal(element.value)
+            value = _shared_literal(element.value)
             if value is NO_VALUE:
                 return NO_VALUE
             values.append(value)
         return tuple(values) if isinstance(expr, cst.Tuple) else values
     return NO_VALUE
+
+
+def _fresh(value: Any) -> Any:
+    """A cached literal with new lists, so that no caller can change the cache's."""
+    if isinstance(value, list):
+        return [_fresh(v) for v in value]
+    if isinstance(value, tuple) and any(isinstance(v, (list, tuple)) for v in value):
+        return tuple(_fresh(v) for v in value)
+    return value
 
 
 # ---------------------------------------------------------------------------------------
@@ -951,6 +967,12 @@ class _Walker:
             else:
                 return None
 
+    def _bound_storage(self, expr: cst.BaseExpression) -> _Storage | None:
+        """What a name bound to ``expr`` is a view of, for :meth:`sent` to read later —
+        which it does only in ``storage`` mode: in ``compact`` mode nothing else reads
+        ``self.storage``, so the walk does not work it out (two shape evaluations)."""
+        return self.storage_of(expr) if self.view_mode == "storage" else None
+
     def _basic_index(self, item: cst.BaseSlice) -> bool:
         if isinstance(item, cst.Slice):
             return True
@@ -1031,7 +1053,7 @@ class _Walker:
                     return
                 size, shape = self.sent_size(inner)
                 self._bind(name, shape)
-                storage = self.storage_of(inner)
+                storage = self._bound_storage(inner)
                 if storage is not None:
                     self.storage[name] = storage
                 request.save(name, size, self)
@@ -1050,7 +1072,7 @@ class _Walker:
                     self._bind(name, _python_shape(items, True))
                     return
             bound = self.value(value)
-            storage = self.storage_of(value)
+            storage = self._bound_storage(value)
             self._bind(name, bound)
             if storage is not None:
                 self.storage[name] = storage
@@ -1236,7 +1258,7 @@ class _Walker:
         new_tokens = None
         passes = 1
         tracer = block.tracer_name
-        stop = _stop_index(body, tracer)
+        stop = _stop_index(block.node, tracer)
         if block.method == "generate" and stop is None:
             new_tokens = self._max_new_tokens(block.call)
             passes = new_tokens
@@ -1295,7 +1317,7 @@ class _Walker:
             ref = self.value(node.value)
             if isinstance(ref, ModuleRef):
                 best = _layer_position(ref, node.attr.value, n)
-        for child in children(node):
+        for child in _content_children(node):
             best = max(best, self._reach_node(child, n))
             if best >= n:
                 return n
@@ -1531,12 +1553,14 @@ def _invoke_call(stmt: cst.With) -> cst.Call | None:
     return None
 
 
-def _stop_index(body, tracer: str | None) -> int | None:
+@functools.lru_cache(maxsize=4096)
+def _stop_index(block: cst.With, tracer: str | None) -> int | None:
     """Where a trace body calls ``tracer.stop()``: the index of the top-level statement
-    that does, -1 when it is deeper; None when it does not."""
+    that does, -1 when it is deeper; None when it does not. (A pure function of an
+    immutable node, cached: every version of a tree walks the blocks it did not change.)"""
     if tracer is None:
         return None
-    for index, stmt in enumerate(body):
+    for index, stmt in enumerate(block.body.body):
         for node in _walk(stmt):
             if (
                 isinstance(node, cst.Call)
@@ -1661,7 +1685,20 @@ def _walk(node: cst.CSTNode):
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(children(current))
+        stack.extend(_content_children(current))
+
+
+def _content_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The children of ``node`` in its fields that may hold more than layout (whitespace,
+    punctuation, operators: nothing the walk looks for is there), in libcst's order."""
+    found: list[cst.CSTNode] = []
+    for name in content_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            found.append(value)
+        elif type(value) is tuple or type(value) is list:
+            found.extend(item for item in value if isinstance(item, cst.CSTNode))
+    return found
 
 
 @functools.lru_cache(maxsize=4096)
@@ -1669,14 +1706,19 @@ def _calls(node: cst.CSTNode, functions: frozenset[str]) -> tuple[cst.Call, ...]
     """Calls of the named same-file functions in ``node`` (a pure function of an
     immutable node, cached: later versions of the tree share most statements)."""
     found: list[cst.Call] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            if isinstance(call.func, cst.Name) and call.func.value in functions:
-                found.append(call)
-
-        def visit_Lambda(self, lam: cst.Lambda) -> bool:
-            return False
-
-    walk(node, Finder())
+    _find_calls(node, functions, found)
     return tuple(found)
+
+
+def _find_calls(node: cst.CSTNode, functions: frozenset[str], found: list[cst.Call]) -> None:
+    # in the order of a walk (a node, then its children in libcst's order), reading only
+    # the fields that may hold more than layout; a lambda's body runs later, if ever
+    if isinstance(node, cst.Lambda):
+        return
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in functions:
+        found.append(node)
+    for name in content_fields(type(node)):
+        value = getattr(node, name)
+        for child in value if type(value) in (tuple, list) else (value,):
+            if isinstance(child, cst.CSTNode):
+                _find_calls(child, functions, found)

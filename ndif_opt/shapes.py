@@ -34,6 +34,7 @@ Conventions (what the server holds, transformers ≥ 5, nnsight 0.8):
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -379,16 +380,24 @@ def _eval_name(node: cst.Name, ev: _Eval) -> Shape | ModuleRef:
     raise _Unknown(f"name '{name}' is not bound in this block")
 
 
+@functools.lru_cache(maxsize=8192)
+def literal_value(node: cst.Integer | cst.Float | cst.SimpleString | cst.ConcatenatedString) -> Any:
+    """``node.evaluated_value``: libcst compiles the literal with ``ast.literal_eval`` at
+    every read. A pure function of an immutable node (hashed by identity and kept alive
+    while cached); the cost model reads the same literals in every version of a tree."""
+    return node.evaluated_value
+
+
 def _eval_integer(node: cst.Integer, ev: _Eval) -> Shape:
-    return Shape.python("int", int(node.evaluated_value))
+    return Shape.python("int", int(literal_value(node)))
 
 
 def _eval_float(node: cst.Float, ev: _Eval) -> Shape:
-    return Shape.python("float", float(node.evaluated_value))
+    return Shape.python("float", float(literal_value(node)))
 
 
 def _eval_string(node: cst.BaseExpression, ev: _Eval) -> Shape:
-    value = getattr(node, "evaluated_value", None)
+    value = None if isinstance(node, cst.FormattedString) else literal_value(node)  # an f-string has none
     return Shape.python("str", value if isinstance(value, str) else None)
 
 
@@ -490,11 +499,11 @@ def _const(node: cst.BaseExpression | None, ev: _Eval) -> Any:
     if node is None:
         return _NOT_CONST
     if isinstance(node, cst.Integer):
-        return int(node.evaluated_value)
+        return int(literal_value(node))
     if isinstance(node, cst.Float):
-        return float(node.evaluated_value)
+        return float(literal_value(node))
     if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
-        value = node.evaluated_value
+        value = literal_value(node)
         return value if isinstance(value, str) else _NOT_CONST
     if isinstance(node, cst.Name):
         if node.value in ("True", "False"):
