@@ -86,8 +86,8 @@ class _State:
 
     @property
     def positions(self) -> Positions:
-        if self._positions is None:
-            self._positions = code_and_positions(self.module)[1]
+        if self._positions is None:  # the first version's code is the source: no generation yet
+            self._positions = Positions(self.module)
         return self._positions
 
     def line_map(self, original: str):

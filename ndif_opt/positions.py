@@ -2,8 +2,9 @@
 
 libcst's ``PositionProvider`` costs about twice a parse: it creates a ``CodeRange`` for
 every node and splits every token on newlines. The pipeline generates the code of every
-new version of the tree anyway, so it records character offsets there (two integers per
-node) and turns only the offsets of nodes it asks about into lines and columns. The
+new version of the tree anyway (per top-level statement, cached by statement), so it
+records there where each node starts and ends, as counts of tokens (two integers per
+node), and turns only the spans of nodes it asks about into lines and columns. The
 positions are the same as ``PositionProvider``'s (syntactic, 1-based lines).
 """
 
@@ -11,8 +12,8 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import re
-from typing import Optional
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -21,66 +22,75 @@ from libcst._position import CodePosition, CodeRange
 _NEWLINE = re.compile(r"\r\n?|\n")  # libcst's own definition of a line break
 
 
-class _OffsetCodegenState(CodegenState):
-    """Code generation that remembers where each node starts and ends, in characters."""
+class _RecordingCodegenState(CodegenState):
+    """Code generation that records where each node starts and ends, in tokens: a node's
+    span is ``(count of tokens before it, count of tokens up to its end)``, keyed by the
+    node's id (libcst nodes hash in Python code: ids are much cheaper)."""
 
     def __init__(self, indent: str, newline: str) -> None:
         super().__init__(default_indent=indent, default_newline=newline)
-        self.offset = 0
-        self.spans: dict[cst.CSTNode, tuple[int, int]] = {}
+        self.spans: dict[int, tuple[int, int]] = {}
         self._starts: list[int] = []
-        self.popped = ""
-
-    def add_indent_tokens(self) -> None:
-        self.tokens.extend(self.indent_tokens)
-        for token in self.indent_tokens:
-            self.offset += len(token)
-
-    def add_token(self, value: str) -> None:
-        self.tokens.append(value)
-        self.offset += len(value)
-
-    def pop_trailing_newline(self) -> None:
-        # offsets recorded before the pop still count the newline, as libcst's do
-        if self.tokens:
-            self.popped = self.tokens.pop()
+        self.syntactic: list[tuple] = []  # the syntactic positions being generated
+        self._end_syntactic = _EndSyntactic(self)
 
     def before_codegen(self, node: cst.CSTNode) -> None:
-        self._starts.append(self.offset)
+        self._starts.append(len(self.tokens))
 
     def after_codegen(self, node: cst.CSTNode) -> None:
-        start = self._starts.pop()
-        if node not in self.spans:  # a syntactic position recorded inside wins
-            self.spans[node] = (start, self.offset)
+        # a syntactic position recorded inside wins
+        self.spans.setdefault(id(node), (self._starts.pop(), len(self.tokens)))
 
-    def record_syntactic_position(
-        self,
-        node: cst.CSTNode,
-        *,
-        start_node: Optional[cst.CSTNode] = None,
-        end_node: Optional[cst.CSTNode] = None,
-    ) -> "_SyntacticSpan":
-        return _SyntacticSpan(self, node, start_node, end_node)
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None) -> "_EndSyntactic":
+        self.syntactic.append((node, start_node, end_node, len(self.tokens)))
+        return self._end_syntactic
 
 
-class _SyntacticSpan:
-    """What libcst's ``record_syntactic_position`` does, as a plain context manager
-    (a generator-based one costs more than the code generation around it)."""
+class _EndSyntactic:
+    """Records the innermost syntactic position being generated when its code is done
+    (what libcst's ``record_syntactic_position`` does; one object per state: an object
+    per position costs more than the code generation around it)."""
 
-    __slots__ = ("state", "node", "start_node", "end_node", "start")
+    __slots__ = ("state",)
 
-    def __init__(self, state: _OffsetCodegenState, node, start_node, end_node) -> None:
-        self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
+    def __init__(self, state: _RecordingCodegenState) -> None:
+        self.state = state
 
     def __enter__(self) -> None:
-        self.start = self.state.offset
+        return None
 
     def __exit__(self, *exc) -> bool:
-        spans = self.state.spans
-        start = self.start if self.start_node is None else spans[self.start_node][0]
-        end = self.state.offset if self.end_node is None else spans[self.end_node][1]
-        spans[self.node] = (start, end)
+        state = self.state
+        node, start_node, end_node, start = state.syntactic.pop()
+        spans = state.spans
+        if start_node is not None:
+            start = spans[id(start_node)][0]
+        end = len(state.tokens) if end_node is None else spans[id(end_node)][1]
+        spans[id(node)] = (start, end)
         return False
+
+
+class _Generated:
+    """The tokens of a code generation, their text, and where each node is among them
+    (by id: whoever holds a ``_Generated`` holds the tree it was generated from)."""
+
+    __slots__ = ("tokens", "spans", "text", "_offsets")
+
+    def __init__(self, state: _RecordingCodegenState) -> None:
+        self.tokens, self.spans = state.tokens, state.spans
+        self.text = "".join(self.tokens)
+        self._offsets: list[int] | None = None
+
+    def span(self, node: cst.CSTNode) -> tuple[int, int] | None:
+        """Where ``node`` is in the text, in characters."""
+        span = self.spans.get(id(node))
+        return None if span is None else (self.offset(span[0]), self.offset(span[1]))
+
+    def offset(self, token_count: int) -> int:
+        """Where the text of the first ``token_count`` tokens ends."""
+        if self._offsets is None:
+            self._offsets = list(itertools.accumulate(map(len, self.tokens), initial=0))
+        return self._offsets[token_count]
 
 
 class _CodeOnly(CodegenState):
@@ -111,60 +121,76 @@ def code_for_node(node: cst.CSTNode, indent: str = "    ", newline: str = "\n") 
 
 
 class Positions:
-    """Node -> ``CodeRange`` of one version of a tree, computed on demand from offsets.
+    """Node -> ``CodeRange`` of one version of a tree, computed on demand (the module's
+    code is generated on first use when :func:`code_and_positions` did not)."""
 
-    The offsets come in parts: (where a part starts in the text, node -> span in it)."""
-
-    def __init__(self, text: str, parts: list[tuple[int, dict[cst.CSTNode, tuple[int, int]]]]) -> None:
-        self._text = text
-        self._parts = parts
+    def __init__(self, module: cst.Module, layout: "_Layout | None" = None) -> None:
+        self._module = module
+        self._layout = layout
         self._line_ends: list[int] | None = None
 
     def get(self, node: cst.CSTNode) -> CodeRange | None:
-        for base, spans in self._parts:
-            span = spans.get(node)
+        if self._layout is None:
+            self._layout = _Layout(self._module)
+        layout = self._layout
+        span = layout.generated.span(node)  # the module, its header and footer lines
+        if span is not None:
+            return self._range(0, span)
+        indent, newline = self._module.default_indent, self._module.default_newline
+        for statement, token in zip(self._module.body, layout.statement_tokens):  # the first holding it wins
+            span = _statement_code(statement, indent, newline).span(node)
             if span is not None:
-                return CodeRange(self._position(base + span[0]), self._position(base + span[1]))
+                return self._range(layout.generated.offset(token), span)
         return None
+
+    def _range(self, base: int, span: tuple[int, int]) -> CodeRange:
+        return CodeRange(self._position(base + span[0]), self._position(base + span[1]))
 
     def _position(self, offset: int) -> CodePosition:
         if self._line_ends is None:
-            self._line_ends = [match.end() for match in _NEWLINE.finditer(self._text)]
+            self._line_ends = [match.end() for match in _NEWLINE.finditer(self._layout.generated.text)]
         line = bisect.bisect_right(self._line_ends, offset)
         line_start = self._line_ends[line - 1] if line else 0
         return CodePosition(line + 1, offset - line_start)
 
 
-def code_and_positions(module: cst.Module) -> tuple[str, Positions]:
-    """The module's code (equal to ``module.code``) and the positions of its nodes.
+class _Layout:
+    """A module's code, as ``Module._codegen`` generates it, with the code of each top-level
+    statement taken from a cache (a new version of a tree shares most statements with the
+    one before) as one token. Offsets count the newline libcst pops off the end of a
+    module without a trailing newline, as libcst's do: the generated text keeps it."""
 
-    What ``Module._codegen`` does, with the code of each top-level statement taken from
-    a cache: a new version of a tree shares most statements with the one before."""
-    indent, newline = module.default_indent, module.default_newline
-    state = _OffsetCodegenState(indent, newline)
-    state.before_codegen(module)
-    for line in module.header:
-        line._codegen(state)
-    parts = [(0, state.spans)]
-    last_token = None  # the last token, when a statement's code ends the text so far
-    for statement in module.body:
-        text, spans, last_token = _statement_code(statement, indent, newline)
-        parts.append((state.offset, spans))
-        state.tokens.append(text)
-        state.offset += len(text)
-    for line in module.footer:
-        line._codegen(state)
-        last_token = None
-    if module.has_trailing_newline:
-        if not state.tokens:  # nothing in the header, body or footer
-            state.add_token(newline)
-    elif state.tokens:
-        # libcst pops the last token, a newline: it may end a statement's code
-        state.popped = last_token if last_token is not None else state.tokens[-1]
-        state.tokens[-1] = state.tokens[-1][: len(state.tokens[-1]) - len(state.popped)]
-    state.after_codegen(module)
-    code = "".join(state.tokens)
-    return code, Positions(code + state.popped, parts)
+    def __init__(self, module: cst.Module) -> None:
+        indent, newline = module.default_indent, module.default_newline
+        state = _RecordingCodegenState(indent, newline)
+        state.before_codegen(module)
+        for line in module.header:
+            line._codegen(state)
+        self.statement_tokens: list[int] = []  # where each top-level statement is among the tokens
+        last_token = None  # the last token, when a statement's code ends the text so far
+        for statement in module.body:
+            generated = _statement_code(statement, indent, newline)
+            self.statement_tokens.append(len(state.tokens))
+            state.tokens.append(generated.text)
+            last_token = generated.tokens[-1] if generated.tokens else None
+        for line in module.footer:
+            line._codegen(state)
+            last_token = None
+        popped = ""
+        if module.has_trailing_newline:
+            if not state.tokens:  # nothing in the header, body or footer
+                state.add_token(newline)
+        elif state.tokens:  # libcst pops the last token, a newline: it may end a statement's code
+            popped = last_token if last_token is not None else state.tokens[-1]
+        state.after_codegen(module)
+        self.generated = _Generated(state)
+        self.code = self.generated.text[: len(self.generated.text) - len(popped)]
+
+
+def code_and_positions(module: cst.Module) -> tuple[str, Positions]:
+    """The module's code (equal to ``module.code``) and the positions of its nodes."""
+    layout = _Layout(module)
+    return layout.code, Positions(module, layout)
 
 
 def top_level_code(node: cst.CSTNode, module: cst.Module) -> str | None:
@@ -175,16 +201,16 @@ def top_level_code(node: cst.CSTNode, module: cst.Module) -> str | None:
         return None
     if not isinstance(node, cst.BaseStatement) or not any(s is node for s in module.body):
         return None
-    return _statement_code(node, "    ", "\n")[0]
+    return _statement_code(node, "    ", "\n").text
 
 
 @functools.lru_cache(maxsize=4096)
-def _statement_code(statement: cst.BaseStatement, indent: str, newline: str):
-    """A top-level statement's code, its nodes' spans in it and its last token (a pure
-    function of an immutable node, hashed by identity and kept alive while cached)."""
-    state = _OffsetCodegenState(indent, newline)
+def _statement_code(statement: cst.BaseStatement, indent: str, newline: str) -> _Generated:
+    """A top-level statement's code generation (a pure function of an immutable node,
+    hashed by identity and kept alive while cached)."""
+    state = _RecordingCodegenState(indent, newline)
     statement._codegen(state)
-    return "".join(state.tokens), state.spans, state.tokens[-1] if state.tokens else None
+    return _Generated(state)
 
 
 __all__ = ["Positions", "code_and_positions", "code_for_node", "top_level_code"]
