@@ -286,6 +286,46 @@ def paths_to(
     return on_path
 
 
+def transform(root: cst.CSTNode, transformer: cst.CSTTransformer) -> cst.CSTNode:
+    """What ``root.visit(transformer)`` gives, for a transformer whose ``on_visit``
+    enters only the nodes where it may change something (or above one), and whose leave
+    hooks change nothing at the nodes it does not enter nor at layout.
+
+    libcst rebuilds every node its walk passes and calls both hooks at every child of an
+    entered node, layout included. Here ``on_visit`` is asked at the children that are
+    not layout, ``on_leave`` only at the entered nodes, and a node is rebuilt only when a
+    child changed (the others are kept as they are). Leave hooks must return a node (not
+    a removal or a flattening)."""
+    if not transformer.on_visit(root):
+        return root
+    return _transform(root, content_fields(type(root)), transformer, _dispatch(cst.CSTVisitor))
+
+
+def _transform(node: cst.CSTNode, fields: tuple[str, ...], transformer: cst.CSTTransformer, table: _Dispatch) -> cst.CSTNode:
+    # the table of a visitor without methods: content fields only, layout skipped
+    changes = {}
+    for field in fields:
+        value = getattr(node, field)
+        entry = table[type(value)]
+        if entry is _SEQUENCE:
+            items = None
+            for index, item in enumerate(value):
+                entry = table[type(item)]
+                if entry is not _SKIP and transformer.on_visit(item):
+                    new = _transform(item, entry[2], transformer, table)
+                    if new is not item:
+                        if items is None:
+                            items = list(value)
+                        items[index] = new
+            if items is not None:
+                changes[field] = tuple(items)  # a tuple, as libcst's visit leaves it
+        elif entry is not _SKIP and transformer.on_visit(value):
+            new = _transform(value, entry[2], transformer, table)
+            if new is not value:
+                changes[field] = new
+    return transformer.on_leave(node, node.with_changes(**changes) if changes else node)
+
+
 def find_nodes(root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool]) -> list[cst.CSTNode]:
     """The nodes of ``root`` that ``wanted`` accepts (layout left out), read from the
     nodes' fields like :func:`paths_to`."""
@@ -300,4 +340,4 @@ def find_nodes(root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool]) -> list
     return found
 
 
-__all__ = ["IS_NODE_TYPE", "children", "content_fields", "find_nodes", "paths_to", "walk", "walk_content"]
+__all__ = ["IS_NODE_TYPE", "children", "content_fields", "find_nodes", "paths_to", "transform", "walk", "walk_content"]

@@ -39,7 +39,7 @@ from ndif_opt.names import dotted_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.rewrite import code_of
 from ndif_opt.tensors import has_detach_cpu, is_tensor
-from ndif_opt.walk import paths_to, walk
+from ndif_opt.walk import paths_to, transform, walk
 
 
 class DetachCpu(Pass):
@@ -76,7 +76,7 @@ class DetachCpu(Pass):
             return module
         # rebuild only the nodes above a changed call, not the whole module
         on_path = paths_to(module, lambda node: id(node) in targets)
-        return module.visit(_Insert(targets, on_path))
+        return transform(module, _Insert(targets, on_path))
 
 
 def _saved_inner(value: cst.BaseExpression) -> cst.BaseExpression | None:

@@ -69,7 +69,7 @@ from ndif_opt.rewrite import (
     without_leading_blank_lines,
 )
 from ndif_opt.types import Safety
-from ndif_opt.walk import find_nodes, paths_to
+from ndif_opt.walk import find_nodes, paths_to, transform
 
 UNSAFE_KINDS = frozenset({"print", "progress"})
 
@@ -305,7 +305,7 @@ class SessionHoisting(Pass):
                     continue
                 if id(stmt) in region.saved_here:
                     stmt = _saving(stmt)
-                moved.append(stmt.visit(_MoveEdits(stmt, strip, calls_off, drop, unwrap)))
+                moved.append(transform(stmt, _MoveEdits(stmt, strip, calls_off, drop, unwrap)))
             leading = moved[0].leading_lines
             moved[0] = moved[0].with_changes(leading_lines=[])
             created = [saved_container(a.name, a.kind, a.stmt) for a in before]
@@ -328,8 +328,8 @@ class _MoveEdits(cst.CSTTransformer):
     progress bars off loops. The edits touch node kinds of their own, each looking only
     at its node's children, so one walk gives what the walks one after the other gave.
 
-    The walk enters only the subtrees that hold a node to edit: a libcst walk rebuilds
-    every node it passes, and most of the moved code has nothing to change."""
+    The walk enters only the subtrees that hold a node to edit, and rebuilds only the
+    nodes above an edit (:func:`transform`): most of the moved code has nothing to change."""
 
     def __init__(self, stmt, strip: StripRemote, calls: CallWithRemoteOff, drop: DropElementSaves, unwrap) -> None:
         self.strip = strip
