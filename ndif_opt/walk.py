@@ -288,16 +288,15 @@ def paths_to(
 
 def transform(root: cst.CSTNode, transformer: cst.CSTTransformer) -> cst.CSTNode:
     """What ``root.visit(transformer)`` gives, for a transformer whose ``on_visit``
-    enters only the nodes where it may change something (or above one), and whose leave
-    hooks change nothing at the nodes it does not enter nor at layout.
+    enters only the nodes where it may change something (or above one), and whose hooks
+    change nothing at layout (whitespace, commas, operators...).
 
-    libcst rebuilds every node its walk passes and calls both hooks at every child of an
-    entered node, layout included. Here ``on_visit`` is asked at the children that are
-    not layout, ``on_leave`` only at the entered nodes, and a node is rebuilt only when a
-    child changed (the others are kept as they are). Leave hooks must return a node (not
-    a removal or a flattening)."""
+    libcst rebuilds every node its walk passes. Here the hooks are called at the same
+    nodes but layout, in the same order, and a node is rebuilt only when a child changed
+    (the others are kept as they are, not copied). Leave hooks must return a node (not a
+    removal or a flattening)."""
     if not transformer.on_visit(root):
-        return root
+        return transformer.on_leave(root, root)
     return _transform(root, content_fields(type(root)), transformer, _dispatch(cst.CSTVisitor))
 
 
@@ -311,16 +310,22 @@ def _transform(node: cst.CSTNode, fields: tuple[str, ...], transformer: cst.CSTT
             items = None
             for index, item in enumerate(value):
                 entry = table[type(item)]
-                if entry is not _SKIP and transformer.on_visit(item):
-                    new = _transform(item, entry[2], transformer, table)
+                if entry is not _SKIP:
+                    if transformer.on_visit(item):
+                        new = _transform(item, entry[2], transformer, table)
+                    else:
+                        new = transformer.on_leave(item, item)
                     if new is not item:
                         if items is None:
                             items = list(value)
                         items[index] = new
             if items is not None:
                 changes[field] = tuple(items)  # a tuple, as libcst's visit leaves it
-        elif entry is not _SKIP and transformer.on_visit(value):
-            new = _transform(value, entry[2], transformer, table)
+        elif entry is not _SKIP:
+            if transformer.on_visit(value):
+                new = _transform(value, entry[2], transformer, table)
+            else:
+                new = transformer.on_leave(value, value)
             if new is not value:
                 changes[field] = new
     return transformer.on_leave(node, node.with_changes(**changes) if changes else node)
