@@ -32,6 +32,8 @@ would no longer see that in-place change).
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 
 from ndif_opt.analysis import Facts, Remote, is_save_call
@@ -88,11 +90,14 @@ def _saved_inner(value: cst.BaseExpression) -> cst.BaseExpression | None:
     return value.args[0].value
 
 
-def _written_envoys(body: cst.CSTNode) -> set[str]:
+@functools.lru_cache(maxsize=1024)
+def _written_envoys(body: cst.CSTNode) -> frozenset[str]:
     """Code of module values assigned to in the block (`layers[3].output`)."""
+    # a pure function of the (immutable) block body: the versions of the tree that
+    # share the block ask once
     finder = _WrittenEnvoys()
     walk(body, finder)
-    return finder.written
+    return frozenset(finder.written)
 
 
 class _WrittenEnvoys(cst.CSTVisitor):
