@@ -146,6 +146,8 @@ class _Dispatch(dict):
             name = kind.__name__
             fields = _FIELDS.of(kind) if self.wants_layout else _FIELDS.content(kind)
             entry = (_own_method(self.visitor_cls, "visit_" + name), _own_method(self.visitor_cls, "leave_" + name), fields)
+            if entry == (None, None, ()) and self.visitor_cls is not cst.CSTVisitor:
+                entry = _SKIP  # a leaf (whitespace, a comment...) with no method: nothing to do
         self[kind] = entry
         return entry
 
