@@ -94,7 +94,7 @@ class ServerCheck:
         visitor = _Checker(self, skip)
         # the walk enters only the subtrees that hold a node that may object, and so
         # finds the same problems in the same order
-        visitor.enter = paths_to(node, visitor.may_object, skip={id(s) for s in skip})
+        visitor.enter = paths_to(node, visitor.may_object, skip={id(s) for s in skip}, kinds=_MAY_OBJECT)
         walk(node, visitor)
         return visitor.problems
 
@@ -225,6 +225,10 @@ def _registered(facts: Facts, module: str) -> bool:
 _OBJECTING = frozenset(
     {cst.Global, cst.Nonlocal, cst.Return, cst.Yield, cst.Await, cst.Try, cst.Import, cst.ImportFrom, cst.FunctionDef}
 )
+
+
+# the node classes that _Checker.may_object may accept
+_MAY_OBJECT = _OBJECTING | {cst.Name, cst.Call}
 
 
 class _Checker(cst.CSTVisitor):

@@ -253,11 +253,15 @@ def _walk_content(node: cst.CSTNode, fields: tuple[str, ...], visitor: cst.CSTVi
 
 
 def paths_to(
-    root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool], skip: set[int] = frozenset()
+    root: cst.CSTNode,
+    wanted: Callable[[cst.CSTNode], bool],
+    skip: set[int] = frozenset(),
+    kinds: frozenset[type] | None = None,
 ) -> set[int]:
     """ids of the nodes of ``root`` (itself included) that ``wanted`` accepts or that lie
     above one; the subtrees whose ids are in ``skip`` are left out, and so are layout
-    nodes (``wanted`` never sees them).
+    nodes (``wanted`` never sees them). With ``kinds``, ``wanted`` is asked only at nodes
+    of those classes: the others are not wanted (a call saved at most nodes).
 
     libcst rebuilds every node a walk passes, even for a visitor that changes nothing;
     reading the children straight from the nodes' fields costs a small fraction of that.
@@ -269,7 +273,7 @@ def paths_to(
     def mark(node: cst.CSTNode, fields: tuple[str, ...]) -> bool:
         if id(node) in skip:
             return False
-        found = wanted(node)
+        found = (kinds is None or type(node) in kinds) and wanted(node)
         for name in fields:
             value = getattr(node, name)
             entry = table[type(value)]

@@ -87,6 +87,7 @@ class Region:
     unsafe: list[Problem] = field(default_factory=list)
     helper_calls: list = field(default_factory=list)  # (call, RemoteHelper) moved along
     saved_here: dict = field(default_factory=dict)  # id(stmt) -> name given `.save()`
+    requests: int | None = None  # remote requests it sends, once counted
 
     @property
     def statements(self) -> list[cst.BaseStatement]:
@@ -129,10 +130,13 @@ class SessionHoisting(Pass):
         return plan.apply(module, facts) if plan else module
 
     def _requests(self, region: Region, facts: Facts) -> int:
+        """The remote requests the region sends now (counted once: asked for each message)."""
         from ndif_opt.regions import UNKNOWN_TRIPS
 
-        calls = call_multiplicity(region.statements, self.helpers, facts, UNKNOWN_TRIPS) if region.helper_calls else 0
-        return requests_in(region.blocks, region.statements, facts) + calls
+        if region.requests is None:
+            calls = call_multiplicity(region.statements, self.helpers, facts, UNKNOWN_TRIPS) if region.helper_calls else 0
+            region.requests = requests_in(region.blocks, region.statements, facts) + calls
+        return region.requests
 
     # -- finding regions ---------------------------------------------------------------
     def _regions(self, suite, facts: Facts, context: Context) -> list[Region]:
