@@ -325,6 +325,9 @@ class SessionHoisting(Pass):
         return plan_split(self, region, facts, context, plan)
 
 
+_EDITED_KINDS = frozenset({cst.With, cst.Call, cst.Assign, cst.For})  # what _MoveEdits may edit
+
+
 class _MoveEdits(cst.CSTTransformer):
     """The edits of moved code in one walk: `remote=` off the region's blocks and
     `remote=False` into helper calls (by identity: a second walk would see new nodes),
@@ -340,7 +343,7 @@ class _MoveEdits(cst.CSTTransformer):
         self.calls = calls
         self.drop = drop
         self.unwrap = unwrap
-        self.on_path = paths_to(stmt, self._may_edit)
+        self.on_path = paths_to(stmt, self._may_edit, kinds=_EDITED_KINDS)
 
     def _may_edit(self, node: cst.CSTNode) -> bool:
         kind = type(node)
