@@ -10,6 +10,7 @@ demand by :mod:`ndif_opt.names` and :mod:`ndif_opt.effects`, memoized per node.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
@@ -282,7 +283,7 @@ def _resolve_repo(info: ModelInfo, facts: Facts) -> ModelInfo:
     value = args[0].value
     for _ in range(4):
         if isinstance(value, cst.SimpleString):
-            text = value.evaluated_value
+            text = _string_value(value)
             return ModelInfo(info.name, info.class_path, text if isinstance(text, str) else None, info.node)
         if isinstance(value, cst.Name):
             value = facts.constant(value.value)
@@ -299,17 +300,9 @@ def _walk_suite(suite, ancestors, statements, bindings) -> None:
     for index, stmt in enumerate(suite.body):
         info = StmtInfo(stmt, suite, index, ancestors)
         statements[id(stmt)] = info
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                    target = small.targets[0].target
-                    if isinstance(target, cst.Name):
-                        bindings.setdefault(target.value, []).append((info, small.value))
-                elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
-                    target = small.target
-                    if isinstance(target, cst.Name):
-                        value = small.value if isinstance(small, cst.AnnAssign) else None
-                        bindings.setdefault(target.value, []).append((info, value))
+        if type(stmt) is cst.SimpleStatementLine:
+            for name, value in line_facts(stmt).bindings:
+                bindings.setdefault(name, []).append((info, value))
             continue
         for child in _child_suites(stmt):
             _walk_suite(child, ancestors + (stmt,), statements, bindings)
@@ -363,29 +356,65 @@ def _imports(statements: dict[int, "StmtInfo"]) -> dict[str, str]:
     found: dict[str, str] = {}
     for info in statements.values():
         stmt = info.node
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            continue
-        for node in stmt.body:
-            if isinstance(node, cst.Import):
-                for alias in node.names:
-                    full = dotted_name(alias.name) or ""
-                    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                        found[alias.asname.name.value] = full
-                    else:
-                        root = full.split(".")[0]
-                        found[root] = root
-            elif isinstance(node, cst.ImportFrom):
-                if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
-                    continue
-                base = dotted_name(node.module) or ""
-                for alias in node.names:
-                    name = alias.name.value if isinstance(alias.name, cst.Name) else None
-                    if name is None:
-                        continue
-                    local = name
-                    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                        local = alias.asname.name.value
-                    found[local] = f"{base}.{name}"
+        if type(stmt) is cst.SimpleStatementLine:
+            found.update(line_facts(stmt).imports)
+    return found
+
+
+@dataclass(frozen=True)
+class LineFacts:
+    """What the analysis reads from one simple statement line: a function of the
+    (immutable) line alone, kept across the versions of the tree that share it."""
+
+    bindings: tuple[tuple[str, cst.BaseExpression | None], ...]  # `x = v`, `x: T = v`, `x += v` (None)
+    imports: tuple[tuple[str, str], ...]  # local name -> qualified name, in order
+    # (statement, call, the call's dotted function name) for `x = f(...)` and `x: T = f(...)`
+    # with `f` a (dotted) name
+    assigned_calls: tuple[tuple[cst.BaseSmallStatement, cst.Call, str], ...]
+
+
+@functools.lru_cache(maxsize=8192)
+def line_facts(stmt: cst.SimpleStatementLine) -> LineFacts:
+    bindings, imports, calls = [], [], []
+    for small in stmt.body:
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target = small.targets[0].target
+            if isinstance(target, cst.Name):
+                bindings.append((target.value, small.value))
+        elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+            target = small.target
+            if isinstance(target, cst.Name):
+                bindings.append((target.value, small.value if isinstance(small, cst.AnnAssign) else None))
+        if isinstance(small, (cst.Assign, cst.AnnAssign)) and isinstance(small.value, cst.Call):
+            func = dotted_name(small.value.func)
+            if func is not None:
+                calls.append((small, small.value, func))
+        imports.extend(_imported_names(small))
+    return LineFacts(tuple(bindings), tuple(imports), tuple(calls))
+
+
+def _imported_names(node: cst.BaseSmallStatement) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    if isinstance(node, cst.Import):
+        for alias in node.names:
+            full = dotted_name(alias.name) or ""
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                found.append((alias.asname.name.value, full))
+            else:
+                root = full.split(".")[0]
+                found.append((root, root))
+    elif isinstance(node, cst.ImportFrom):
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return found
+        base = dotted_name(node.module) or ""
+        for alias in node.names:
+            name = alias.name.value if isinstance(alias.name, cst.Name) else None
+            if name is None:
+                continue
+            local = name
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            found.append((local, f"{base}.{name}"))
     return found
 
 
@@ -394,6 +423,11 @@ def qualify(expr: cst.BaseExpression, imports: dict[str, str]) -> str | None:
     name = dotted_name(expr)
     if name is None:
         return None
+    return qualify_dotted(name, imports)
+
+
+def qualify_dotted(name: str, imports: dict[str, str]) -> str:
+    """:func:`qualify` for the code of a dotted name."""
     head, _, rest = name.partition(".")
     if head in imports:
         return imports[head] + ("." + rest if rest else "")
@@ -409,24 +443,27 @@ def _is_model_class(path: str | None) -> bool:
     return root in ("nnsight", "nnterp") and path.rsplit(".", 1)[-1] in MODEL_CLASS_NAMES
 
 
+@functools.lru_cache(maxsize=1024)
+def _string_value(node: cst.SimpleString) -> str | bytes:
+    # a literal_eval (a compile) per call: the model's repo id, asked in every version
+    return node.evaluated_value
+
+
 def _models(statements: dict[int, StmtInfo], imports: dict[str, str]) -> dict[str, ModelInfo]:
     models: dict[str, ModelInfo] = {}
     for info in statements.values():
         stmt = info.node
-        if not isinstance(stmt, cst.SimpleStatementLine):
+        if type(stmt) is not cst.SimpleStatementLine:
             continue
-        for small in stmt.body:
-            value = getattr(small, "value", None)
-            if not isinstance(small, (cst.Assign, cst.AnnAssign)) or not isinstance(value, cst.Call):
-                continue
-            if not _is_model_class(qualify(value.func, imports)):
+        for small, value, func in line_facts(stmt).assigned_calls:
+            if not _is_model_class(qualify_dotted(func, imports)):
                 continue
             targets = (
                 [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
             )
             repo = None
             if value.args and isinstance(value.args[0].value, cst.SimpleString):
-                repo = value.args[0].value.evaluated_value
+                repo = _string_value(value.args[0].value)
             for target in targets:
                 name = dotted_name(target)
                 if name is not None:

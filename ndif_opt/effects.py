@@ -14,7 +14,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from ndif_opt.analysis import Facts, qualify
+from ndif_opt.analysis import Facts, line_facts, qualify, qualify_dotted
 from ndif_opt.names import dotted_name, root_name, target_names
 from ndif_opt.walk import find_nodes, paths_to, walk
 
@@ -94,7 +94,7 @@ class ServerCheck:
         visitor = _Checker(self, skip)
         # the walk enters only the subtrees that hold a node that may object, and so
         # finds the same problems in the same order
-        visitor.enter = paths_to(node, visitor.may_object, skip={id(s) for s in skip})
+        visitor.enter = paths_to(node, visitor.may_object, skip={id(s) for s in skip}, kinds=_MAY_OBJECT)
         walk(node, visitor)
         return visitor.problems
 
@@ -162,12 +162,11 @@ class ServerCheck:
         found: set[str] = set()
         for info in self.facts.statements.values():
             stmt = info.node
-            if isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call):
-                        if self._call_is_client(small.value):
-                            for target in small.targets:
-                                found.update(target_names(target.target))
+            if type(stmt) is cst.SimpleStatementLine:
+                for small, call, func in line_facts(stmt).assigned_calls:
+                    if type(small) is cst.Assign and self._dotted_call_is_client(func):
+                        for target in small.targets:
+                            found.update(target_names(target.target))
             elif isinstance(stmt, cst.With):
                 for item in stmt.items:
                     if item.asname is not None and isinstance(item.item, cst.Call) and self._call_is_client(item.item):
@@ -175,13 +174,16 @@ class ServerCheck:
         return found
 
     def _call_is_client(self, call: cst.Call) -> bool:
-        path = qualify(call.func, self.facts.imports)
-        if path is None:
-            return False
+        func = dotted_name(call.func)
+        return func is not None and self._dotted_call_is_client(func)
+
+    def _dotted_call_is_client(self, func: str) -> bool:
+        """:meth:`_call_is_client` for a call of the dotted name ``func``."""
+        path = qualify_dotted(func, self.facts.imports)
         if path in FORBIDDEN_BUILTINS or path in PROGRESS_BARS or path in FILE_FUNCTIONS:
             return True
         root = path.split(".")[0]
-        head = (dotted_name(call.func) or "").split(".")[0]
+        head = func.split(".")[0]
         return head in self.facts.imports and root not in SERVER_MODULES
 
 
@@ -223,6 +225,10 @@ def _registered(facts: Facts, module: str) -> bool:
 _OBJECTING = frozenset(
     {cst.Global, cst.Nonlocal, cst.Return, cst.Yield, cst.Await, cst.Try, cst.Import, cst.ImportFrom, cst.FunctionDef}
 )
+
+
+# the node classes that _Checker.may_object may accept
+_MAY_OBJECT = _OBJECTING | {cst.Name, cst.Call}
 
 
 class _Checker(cst.CSTVisitor):

@@ -124,20 +124,27 @@ def _param(func: cst.FunctionDef, name: str) -> cst.Param | None:
 
 
 def helper_calls(node: cst.CSTNode, helpers: dict[str, RemoteHelper]) -> list[tuple[cst.Call, RemoteHelper]]:
-    found: list[tuple[cst.Call, RemoteHelper]] = []
     if not helpers:
-        return found  # most scripts have none: no need to walk the tree
+        return []  # most scripts have none: no need to walk the tree
+    finder = _HelperCallFinder(helpers)
+    walk(node, finder)
+    return finder.found
 
-    class Finder(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            if isinstance(call.func, cst.Name) and call.func.value in helpers:
-                found.append((call, helpers[call.func.value]))
 
-        def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
-            return False
+class _HelperCallFinder(cst.CSTVisitor):
+    """The calls of the given helpers, outside nested functions (a class of its own, not
+    one per call: a walk learns a visitor class's methods once)."""
 
-    walk(node, Finder())
-    return found
+    def __init__(self, helpers: dict[str, RemoteHelper]) -> None:
+        self.helpers = helpers
+        self.found: list[tuple[cst.Call, RemoteHelper]] = []
+
+    def visit_Call(self, call: cst.Call) -> None:
+        if isinstance(call.func, cst.Name) and call.func.value in self.helpers:
+            self.found.append((call, self.helpers[call.func.value]))
+
+    def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
+        return False
 
 
 def call_multiplicity(stmts, helpers: dict[str, RemoteHelper], facts: Facts, unknown: int) -> int:

@@ -47,16 +47,19 @@ class NameUse:
         self.control.extend(other.control)
 
 
+# (type checks, not isinstance: libcst's node classes are final, and isinstance against
+# them is an ABC check, several times slower; these two are asked everywhere)
+
+
 def root_name(expr: cst.BaseExpression) -> str | None:
     """`a` for `a`, `a.b.c`, `a[0].b`, `a.b(...).c`; None when the root is not a name."""
     while True:
-        if isinstance(expr, cst.Name):
+        kind = type(expr)
+        if kind is cst.Name:
             return expr.value
-        if isinstance(expr, cst.Attribute):
+        if kind is cst.Attribute or kind is cst.Subscript:
             expr = expr.value
-        elif isinstance(expr, cst.Subscript):
-            expr = expr.value
-        elif isinstance(expr, cst.Call):
+        elif kind is cst.Call:
             expr = expr.func
         else:
             return None
@@ -64,11 +67,13 @@ def root_name(expr: cst.BaseExpression) -> str | None:
 
 def dotted_name(expr: cst.BaseExpression) -> str | None:
     """`a.b.c` for an attribute chain of names; None for anything else."""
+    if type(expr) is cst.Name:
+        return expr.value
     parts: list[str] = []
-    while isinstance(expr, cst.Attribute):
+    while type(expr) is cst.Attribute:
         parts.append(expr.attr.value)
         expr = expr.value
-    if not isinstance(expr, cst.Name):
+    if type(expr) is not cst.Name:
         return None
     parts.append(expr.value)
     return ".".join(reversed(parts))

@@ -16,7 +16,7 @@ import libcst as cst
 from ndif_opt.analysis import is_save_call, remote_arg
 from ndif_opt.names import root_name
 from ndif_opt.positions import code_for_node
-from ndif_opt.walk import walk
+from ndif_opt.walk import transform, walk
 
 Statements = list[cst.BaseStatement]
 
@@ -41,8 +41,12 @@ class SuitePlan:
 
     def apply(self, module: cst.Module, facts=None) -> cst.Module:
         """The rewritten module. With the module's ``facts``, only the statements that
-        enclose a rewritten suite are walked (the rest is kept as it is, unvisited)."""
-        return module.visit(_SuiteRewriter(self, self._enclosing(facts)))
+        enclose a rewritten suite are walked, and only the nodes above a rewritten suite are
+        rebuilt (the rest is kept as it is, unvisited)."""
+        enclosing = self._enclosing(facts)
+        if enclosing is None:
+            return module.visit(_SuiteRewriter(self))
+        return transform(module, _SuiteRewriter(self, enclosing))
 
     def _enclosing(self, facts) -> set[int] | None:
         """ids of the compound statements around the rewritten suites; None: unknown."""

@@ -146,6 +146,8 @@ class _Dispatch(dict):
             name = kind.__name__
             fields = _FIELDS.of(kind) if self.wants_layout else _FIELDS.content(kind)
             entry = (_own_method(self.visitor_cls, "visit_" + name), _own_method(self.visitor_cls, "leave_" + name), fields)
+            if entry == (None, None, ()) and self.visitor_cls is not cst.CSTVisitor:
+                entry = _SKIP  # a leaf (whitespace, a comment...) with no method: nothing to do
         self[kind] = entry
         return entry
 
@@ -251,11 +253,15 @@ def _walk_content(node: cst.CSTNode, fields: tuple[str, ...], visitor: cst.CSTVi
 
 
 def paths_to(
-    root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool], skip: set[int] = frozenset()
+    root: cst.CSTNode,
+    wanted: Callable[[cst.CSTNode], bool],
+    skip: set[int] = frozenset(),
+    kinds: frozenset[type] | None = None,
 ) -> set[int]:
     """ids of the nodes of ``root`` (itself included) that ``wanted`` accepts or that lie
     above one; the subtrees whose ids are in ``skip`` are left out, and so are layout
-    nodes (``wanted`` never sees them).
+    nodes (``wanted`` never sees them). With ``kinds``, ``wanted`` is asked only at nodes
+    of those classes: the others are not wanted (a call saved at most nodes).
 
     libcst rebuilds every node a walk passes, even for a visitor that changes nothing;
     reading the children straight from the nodes' fields costs a small fraction of that.
@@ -267,7 +273,7 @@ def paths_to(
     def mark(node: cst.CSTNode, fields: tuple[str, ...]) -> bool:
         if id(node) in skip:
             return False
-        found = wanted(node)
+        found = (kinds is None or type(node) in kinds) and wanted(node)
         for name in fields:
             value = getattr(node, name)
             entry = table[type(value)]
@@ -286,6 +292,51 @@ def paths_to(
     return on_path
 
 
+def transform(root: cst.CSTNode, transformer: cst.CSTTransformer) -> cst.CSTNode:
+    """What ``root.visit(transformer)`` gives, for a transformer whose ``on_visit``
+    enters only the nodes where it may change something (or above one), and whose hooks
+    change nothing at layout (whitespace, commas, operators...).
+
+    libcst rebuilds every node its walk passes. Here the hooks are called at the same
+    nodes but layout, in the same order, and a node is rebuilt only when a child changed
+    (the others are kept as they are, not copied). Leave hooks must return a node (not a
+    removal or a flattening)."""
+    if not transformer.on_visit(root):
+        return transformer.on_leave(root, root)
+    return _transform(root, content_fields(type(root)), transformer, _dispatch(cst.CSTVisitor))
+
+
+def _transform(node: cst.CSTNode, fields: tuple[str, ...], transformer: cst.CSTTransformer, table: _Dispatch) -> cst.CSTNode:
+    # the table of a visitor without methods: content fields only, layout skipped
+    changes = {}
+    for field in fields:
+        value = getattr(node, field)
+        entry = table[type(value)]
+        if entry is _SEQUENCE:
+            items = None
+            for index, item in enumerate(value):
+                entry = table[type(item)]
+                if entry is not _SKIP:
+                    if transformer.on_visit(item):
+                        new = _transform(item, entry[2], transformer, table)
+                    else:
+                        new = transformer.on_leave(item, item)
+                    if new is not item:
+                        if items is None:
+                            items = list(value)
+                        items[index] = new
+            if items is not None:
+                changes[field] = tuple(items)  # a tuple, as libcst's visit leaves it
+        elif entry is not _SKIP:
+            if transformer.on_visit(value):
+                new = _transform(value, entry[2], transformer, table)
+            else:
+                new = transformer.on_leave(value, value)
+            if new is not value:
+                changes[field] = new
+    return transformer.on_leave(node, node.with_changes(**changes) if changes else node)
+
+
 def find_nodes(root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool]) -> list[cst.CSTNode]:
     """The nodes of ``root`` that ``wanted`` accepts (layout left out), read from the
     nodes' fields like :func:`paths_to`."""
@@ -300,4 +351,4 @@ def find_nodes(root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool]) -> list
     return found
 
 
-__all__ = ["IS_NODE_TYPE", "children", "content_fields", "find_nodes", "paths_to", "walk", "walk_content"]
+__all__ = ["IS_NODE_TYPE", "children", "content_fields", "find_nodes", "paths_to", "transform", "walk", "walk_content"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import libcst as cst
 
 from generators import dense_nnsight_script
-from ndif_opt.walk import children, find_nodes, walk, walk_content
+from ndif_opt.walk import children, find_nodes, paths_to, transform, walk, walk_content
 
 ROOT = Path(__file__).resolve().parent.parent
 # (a larger corpus, 519,293 nodes of ndif_opt's and libcst's own sources, was checked once)
@@ -128,3 +128,33 @@ def test_walk_content_hooks_every_node_but_layout_in_order():
         walk(module, everything)
         walk_content(module, content)
         assert content.calls == everything.calls
+
+
+def test_transform_gives_what_visit_gives():
+    # a transformer entering only the paths to the nodes it changes: the same code as
+    # libcst's visit, with the nodes off those paths kept as they are
+    class Rename(cst.CSTTransformer):
+        # enters the nodes above the chosen names, not the names: their leave hooks are
+        # still called, as by libcst
+        def __init__(self, on_path: set[int], chosen: set[int]) -> None:
+            self.on_path = on_path
+            self.chosen = chosen
+
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            return id(node) in self.on_path and id(node) not in self.chosen
+
+        def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+            return updated.with_changes(value=updated.value + "_") if id(original) in self.chosen else updated
+
+    for source in CORPUS:
+        module = cst.parse_module(source)
+        names = [n for n in find_nodes(module, lambda n: type(n) is cst.Name)]
+        for every in (1, 3, 7):
+            chosen = {id(n) for n in names[::every]}
+            on_path = paths_to(module, lambda n: id(n) in chosen)
+            by_libcst = module.visit(Rename(on_path, chosen))
+            by_transform = transform(module, Rename(on_path, chosen))
+            assert by_transform.code == by_libcst.code
+            assert by_transform.deep_equals(by_libcst)
+            kept = {id(s) for s in module.body} & {id(s) for s in by_transform.body}
+            assert kept == {id(s) for s in module.body if id(s) not in on_path}

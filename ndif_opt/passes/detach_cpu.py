@@ -32,6 +32,8 @@ would no longer see that in-place change).
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 
 from ndif_opt.analysis import Facts, Remote, is_save_call
@@ -39,7 +41,7 @@ from ndif_opt.names import dotted_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.rewrite import code_of
 from ndif_opt.tensors import has_detach_cpu, is_tensor
-from ndif_opt.walk import paths_to, walk
+from ndif_opt.walk import paths_to, transform, walk
 
 
 class DetachCpu(Pass):
@@ -76,7 +78,7 @@ class DetachCpu(Pass):
             return module
         # rebuild only the nodes above a changed call, not the whole module
         on_path = paths_to(module, lambda node: id(node) in targets)
-        return module.visit(_Insert(targets, on_path))
+        return transform(module, _Insert(targets, on_path))
 
 
 def _saved_inner(value: cst.BaseExpression) -> cst.BaseExpression | None:
@@ -88,11 +90,14 @@ def _saved_inner(value: cst.BaseExpression) -> cst.BaseExpression | None:
     return value.args[0].value
 
 
-def _written_envoys(body: cst.CSTNode) -> set[str]:
+@functools.lru_cache(maxsize=1024)
+def _written_envoys(body: cst.CSTNode) -> frozenset[str]:
     """Code of module values assigned to in the block (`layers[3].output`)."""
+    # a pure function of the (immutable) block body: the versions of the tree that
+    # share the block ask once
     finder = _WrittenEnvoys()
     walk(body, finder)
-    return finder.written
+    return frozenset(finder.written)
 
 
 class _WrittenEnvoys(cst.CSTVisitor):

@@ -49,7 +49,7 @@ from ndif_opt.names import NameUse, all_params, collect
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, unsave
-from ndif_opt.walk import IS_NODE_TYPE, content_fields
+from ndif_opt.walk import IS_NODE_TYPE, content_fields, transform
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -98,7 +98,7 @@ class ReductionPushdown(Pass):
         for save in saves:
             edits = ChainPushdown(save, facts, context).plan()
             if edits:
-                return module.visit(edits)
+                return transform(module, edits)
         return module
 
     def _unneeded_in_session(self, save: _Save, facts: Facts, context: Context, plan: SuitePlan) -> None:

@@ -69,7 +69,7 @@ from ndif_opt.rewrite import (
     without_leading_blank_lines,
 )
 from ndif_opt.types import Safety
-from ndif_opt.walk import find_nodes, paths_to
+from ndif_opt.walk import find_nodes, paths_to, transform
 
 UNSAFE_KINDS = frozenset({"print", "progress"})
 
@@ -87,6 +87,7 @@ class Region:
     unsafe: list[Problem] = field(default_factory=list)
     helper_calls: list = field(default_factory=list)  # (call, RemoteHelper) moved along
     saved_here: dict = field(default_factory=dict)  # id(stmt) -> name given `.save()`
+    requests: int | None = None  # remote requests it sends, once counted
 
     @property
     def statements(self) -> list[cst.BaseStatement]:
@@ -129,10 +130,13 @@ class SessionHoisting(Pass):
         return plan.apply(module, facts) if plan else module
 
     def _requests(self, region: Region, facts: Facts) -> int:
+        """The remote requests the region sends now (counted once: asked for each message)."""
         from ndif_opt.regions import UNKNOWN_TRIPS
 
-        calls = call_multiplicity(region.statements, self.helpers, facts, UNKNOWN_TRIPS) if region.helper_calls else 0
-        return requests_in(region.blocks, region.statements, facts) + calls
+        if region.requests is None:
+            calls = call_multiplicity(region.statements, self.helpers, facts, UNKNOWN_TRIPS) if region.helper_calls else 0
+            region.requests = requests_in(region.blocks, region.statements, facts) + calls
+        return region.requests
 
     # -- finding regions ---------------------------------------------------------------
     def _regions(self, suite, facts: Facts, context: Context) -> list[Region]:
@@ -305,7 +309,7 @@ class SessionHoisting(Pass):
                     continue
                 if id(stmt) in region.saved_here:
                     stmt = _saving(stmt)
-                moved.append(stmt.visit(_MoveEdits(stmt, strip, calls_off, drop, unwrap)))
+                moved.append(transform(stmt, _MoveEdits(stmt, strip, calls_off, drop, unwrap)))
             leading = moved[0].leading_lines
             moved[0] = moved[0].with_changes(leading_lines=[])
             created = [saved_container(a.name, a.kind, a.stmt) for a in before]
@@ -321,6 +325,9 @@ class SessionHoisting(Pass):
         return plan_split(self, region, facts, context, plan)
 
 
+_EDITED_KINDS = frozenset({cst.With, cst.Call, cst.Assign, cst.For})  # what _MoveEdits may edit
+
+
 class _MoveEdits(cst.CSTTransformer):
     """The edits of moved code in one walk: `remote=` off the region's blocks and
     `remote=False` into helper calls (by identity: a second walk would see new nodes),
@@ -328,15 +335,15 @@ class _MoveEdits(cst.CSTTransformer):
     progress bars off loops. The edits touch node kinds of their own, each looking only
     at its node's children, so one walk gives what the walks one after the other gave.
 
-    The walk enters only the subtrees that hold a node to edit: a libcst walk rebuilds
-    every node it passes, and most of the moved code has nothing to change."""
+    The walk enters only the subtrees that hold a node to edit, and rebuilds only the
+    nodes above an edit (:func:`transform`): most of the moved code has nothing to change."""
 
     def __init__(self, stmt, strip: StripRemote, calls: CallWithRemoteOff, drop: DropElementSaves, unwrap) -> None:
         self.strip = strip
         self.calls = calls
         self.drop = drop
         self.unwrap = unwrap
-        self.on_path = paths_to(stmt, self._may_edit)
+        self.on_path = paths_to(stmt, self._may_edit, kinds=_EDITED_KINDS)
 
     def _may_edit(self, node: cst.CSTNode) -> bool:
         kind = type(node)

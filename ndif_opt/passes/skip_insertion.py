@@ -57,6 +57,8 @@ Forward passes go up by one (the caching trace, cut short); layer evaluations go
 
 from __future__ import annotations
 
+from keyword import iskeyword
+
 import libcst as cst
 
 from ndif_opt.analysis import Facts
@@ -129,18 +131,9 @@ class SkipInsertion(Pass):
         return plan.apply(module, facts) if plan else module
 
     def _plan(self, sweep: Sweep, layers: str, index, stop: str, names, plan: SuitePlan) -> None:
-        cache, i, tracer = names
-        prompt = ", ".join(
-            code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in sweep.block.call.args
-        )
-        cache_code = (
-            f"{cache} = list()\n"
-            f"with {sweep.model}.trace({prompt}) as {tracer}:\n"
-            f"    for {i} in range({stop}):\n"
-            f"        {cache}.append({layers}[{i}].output)\n"
-            f"    {tracer}.stop()\n"
-        )
-        created = list(cst.parse_module(cache_code).body)
+        prompt = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in sweep.block.call.args]
+        create, cache_trace, skip = new_statements(sweep.model, prompt, layers, stop, code_of(index), names)
+        created = [create, cache_trace]
         blanks, comments = split_leading(sweep.loop.leading_lines)
         note = cst.EmptyLine(
             comment=cst.Comment(
@@ -154,11 +147,97 @@ class SkipInsertion(Pass):
             return created + [stmts[0].with_changes(leading_lines=comments)]
 
         plan.replace(sweep.info.suite, sweep.info.index, sweep.info.index + 1, before)
-        skip = cst.parse_statement(
-            f"for {i} in range({code_of(index)}):\n    {layers}[{i}].skip({cache}[{i}])\n"
-        )
         body = sweep.block.node.body
         plan.replace(body, 0, 0, lambda _stmts: [skip])
+
+
+def new_statements(model: str, prompt: list[str], layers: str, stop: str, index: str, names):
+    """The statements of this code (``names``: cache, i, tracer; ``prompt``: the code of
+    the trace's arguments), the first two before the loop, the last at the start of its
+    trace::
+
+        cache = list()
+        with <model>.trace(<prompt>) as tracer:
+            for i in range(<stop>):
+                cache.append(<layers>[i].output)
+            tracer.stop()
+
+        for i in range(<index>):
+            <layers>[i].skip(cache[i])
+
+    Built, not parsed: a parse costs ~10 µs a node, a build a fraction of it. Only the
+    script's own code is parsed, when it is more than a name or a number, inside the
+    same brackets (the layers, a primary expression, on their own): the nodes are those
+    the parse of the code gives (tests/test_cases.py checks it). Code that spans lines
+    is parsed in place, as its whitespace depends on the indentation around it."""
+    cache, i, tracer = names
+    if any("\n" in code or "\r" in code for code in (model, *prompt, layers, stop, index)):
+        return _parsed_new_statements(model, ", ".join(prompt), layers, stop, index, names)
+
+    def item(of: cst.BaseExpression) -> cst.Subscript:  # `<of>[i]`
+        return cst.Subscript(value=of, slice=[cst.SubscriptElement(slice=cst.Index(cst.Name(i)))])
+
+    def method_call(owner: cst.BaseExpression, method: str, *args: cst.BaseExpression) -> cst.Call:
+        return cst.Call(func=cst.Attribute(value=owner, attr=cst.Name(method)), args=[cst.Arg(a) for a in args])
+
+    def line(expr: cst.BaseExpression) -> cst.SimpleStatementLine:
+        return cst.SimpleStatementLine(body=[cst.Expr(expr)])
+
+    def loop(stop: str, body: cst.BaseExpression) -> cst.For:  # `for i in range(<stop>):`
+        plain = _plain_expression(stop)
+        over = cst.parse_expression(f"range({stop})") if plain is None else cst.Call(func=cst.Name("range"), args=[cst.Arg(plain)])
+        return cst.For(target=cst.Name(i), iter=over, body=cst.IndentedBlock(body=[line(body)]))
+
+    def layer_list() -> cst.BaseExpression:
+        return _plain_expression(layers) or cst.parse_expression(layers)
+
+    create = cst.SimpleStatementLine(
+        body=[cst.Assign(targets=[cst.AssignTarget(target=cst.Name(cache))], value=cst.Call(func=cst.Name("list")))]
+    )
+    fill = loop(stop, method_call(cst.Name(cache), "append", cst.Attribute(value=item(layer_list()), attr=cst.Name("output"))))
+    cache_trace = cst.With(
+        items=[cst.WithItem(item=_trace_call(model, prompt), asname=cst.AsName(name=cst.Name(tracer)))],
+        body=cst.IndentedBlock(body=[fill, line(method_call(cst.Name(tracer), "stop"))]),
+    )
+    skips = loop(index, method_call(item(layer_list()), "skip", item(cst.Name(cache))))
+    return create, cache_trace, skips
+
+
+def _trace_call(model: str, prompt: list[str]) -> cst.Call:
+    """`<model>.trace(<prompt>)`, the arguments separated by ", "."""
+    receiver = _plain_expression(model)
+    values = [_plain_expression(code) for code in prompt]
+    if receiver is None or None in values:
+        return cst.parse_expression(f"{model}.trace({', '.join(prompt)})")
+    after = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    args = [cst.Arg(value, comma=after) for value in values[:-1]] + [cst.Arg(v) for v in values[-1:]]
+    return cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name("trace")), args=args)
+
+
+def _plain_expression(code: str) -> cst.BaseExpression | None:
+    """What ``code`` parses to when it is a name, a dotted name or a decimal integer."""
+    if code.isascii() and code.isdigit() and (code == "0" or code[0] != "0"):
+        return cst.Integer(code)
+    parts = code.split(".")
+    if not all(part.isidentifier() and not iskeyword(part) for part in parts):
+        return None
+    expr: cst.BaseExpression = cst.Name(parts[0])
+    for part in parts[1:]:
+        expr = cst.Attribute(value=expr, attr=cst.Name(part))
+    return expr
+
+
+def _parsed_new_statements(model: str, prompt: str, layers: str, stop: str, index: str, names):
+    cache, i, tracer = names
+    cache_code = (
+        f"{cache} = list()\n"
+        f"with {model}.trace({prompt}) as {tracer}:\n"
+        f"    for {i} in range({stop}):\n"
+        f"        {cache}.append({layers}[{i}].output)\n"
+        f"    {tracer}.stop()\n"
+    )
+    skip_code = f"for {i} in range({index}):\n    {layers}[{i}].skip({cache}[{i}])\n"
+    return (*cst.parse_module(cache_code).body, cst.parse_statement(skip_code))
 
 
 def _analyse(sweep: Sweep, facts: Facts):
