@@ -183,6 +183,14 @@ def _describe(chunk: Chunk) -> None:
     _uses(chunk)
 
 
+#: The node classes _uses looks at (ast makes no subclasses of them); it only walks through others.
+_USES_KINDS = frozenset({
+    ast.Name, ast.Call, ast.With, ast.AsyncWith, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+    ast.arg, ast.alias, ast.Global, ast.Nonlocal, ast.ExceptHandler, ast.Assign, ast.AugAssign,
+    ast.AnnAssign, ast.Delete, ast.Lambda, ast.GeneratorExp,
+})
+
+
 def _uses(chunk: Chunk) -> None:
     """One walk over the chunk for what the flow does not say: every name it mentions,
     the receivers of model methods, what it changes in place (inside nnsight blocks or
@@ -191,6 +199,9 @@ def _uses(chunk: Chunk) -> None:
     stack: list[tuple[ast.AST, bool, bool]] = [(stmt, False, False) for stmt in chunk.statements]
     while stack:
         current, inside, in_body = stack.pop()
+        if type(current) not in _USES_KINDS:  # most nodes: only their children matter here
+            stack.extend((child, inside, in_body) for child in ast.iter_child_nodes(current))
+            continue
         if isinstance(current, ast.Name):
             chunk.names.add(current.id)
             chunk.escaping.add(current.id)
