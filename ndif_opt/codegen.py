@@ -79,56 +79,40 @@ class _EndSyntactic:
 
 def generate(node: cst.CSTNode, state: RecordingState) -> None:
     """``node._codegen(state)``, faster (same tokens, same spans)."""
-    _gen(node, state)
+    _GEN[type(node)](node, state)
 
 
 # --- dispatch -----------------------------------------------------------------------
-# _gen: nodes generated without arguments; the _gen_* below: the families libcst passes
-# keyword arguments to (commas, semicolons, elif, annotation indicators).
-
-_FAST: dict[type, Callable[[cst.CSTNode, RecordingState], None]] = {}
-
-
-def _gen(node, st: RecordingState) -> None:
-    tokens = st.tokens
-    start = len(tokens)
-    kind = type(node)
-    if kind is cst.SimpleWhitespace:  # ~40% of the nodes
-        tokens.append(node.value)
-    else:
-        fast = _FAST.get(kind)
-        if fast is None:
-            node._codegen(st)
-            return
-        fast(node, st)
-    st.spans.setdefault(id(node), (start, len(tokens)))
+# `_GEN[type(child)](child, st)` generates a child (written out at each call: a helper
+# function would double the calls, the main cost here). Spans: a handler whose node has
+# a syntactic position records only that one (the whole node's span would be a
+# setdefault after it: a no-op); the others record the whole node's span themselves.
+# The families libcst passes keyword arguments to (commas, semicolons, elif, annotation
+# indicators) have tables of their own.
 
 
-def _gen_listed(node, st: RecordingState, default_comma: bool) -> None:
-    """An item of a call's arguments, a subscript's slices, a with's items."""
-    fast = _FAST_LISTED.get(type(node))
-    if fast is None:
-        node._codegen(st, default_comma=default_comma)
-        return
-    start = len(st.tokens)
-    fast(node, st, default_comma)
-    st.spans.setdefault(id(node), (start, len(st.tokens)))
+class _Handlers(dict):
+    """Node class -> its code generation; libcst's own for a class not listed."""
+
+    def __init__(self, libcst_codegen: Callable) -> None:
+        super().__init__()
+        self.libcst_codegen = libcst_codegen
+
+    def __missing__(self, kind: type) -> Callable:
+        return self.libcst_codegen
 
 
-def _gen_element(node, st: RecordingState, default_comma: bool, default_comma_whitespace: bool) -> None:
-    """An element of a tuple, list, set or dict."""
-    fast = _FAST_ELEMENT.get(type(node))
-    if fast is None:
-        node._codegen(st, default_comma=default_comma, default_comma_whitespace=default_comma_whitespace)
-        return
-    start = len(st.tokens)
-    fast(node, st, default_comma, default_comma_whitespace)
-    st.spans.setdefault(id(node), (start, len(st.tokens)))
+def _libcst_codegen(node, st: RecordingState) -> None:
+    node._codegen(st)
+
+
+_GEN = _Handlers(_libcst_codegen)
+_SimpleWhitespace = cst.SimpleWhitespace
 
 
 def _gen_small(node, st: RecordingState, default_semicolon: bool) -> None:
     """A small statement of a simple statement line or suite."""
-    fast = _FAST_SMALL.get(type(node))
+    fast = _SMALL.get(type(node))
     if fast is None:
         node._codegen(st, default_semicolon=default_semicolon)
         return
@@ -141,32 +125,27 @@ def _gen_small(node, st: RecordingState, default_semicolon: bool) -> None:
         if default_semicolon:
             tokens.append("; ")
     elif isinstance(semicolon, cst.Semicolon):
-        _gen(semicolon, st)
-    st.spans.setdefault(id(node), (start, len(tokens)))
+        _GEN[type(semicolon)](semicolon, st)
 
 
 def _gen_param(node, st: RecordingState, default_star, default_comma: bool) -> None:
-    if type(node) is not cst.Param:
+    if type(node) is cst.Param:
+        _param(node, st, default_star, default_comma)
+    else:
         node._codegen(st, default_star=default_star, default_comma=default_comma)
-        return
-    start = len(st.tokens)
-    _param(node, st, default_star, default_comma)
-    st.spans.setdefault(id(node), (start, len(st.tokens)))
 
 
 def _gen_annotation(node, st: RecordingState, default_indicator: str) -> None:
-    if type(node) is not cst.Annotation:
+    if type(node) is cst.Annotation:
+        _annotation(node, st, default_indicator)
+    else:
         node._codegen(st, default_indicator=default_indicator)
-        return
-    start = len(st.tokens)
-    _annotation(node, st, default_indicator)
-    st.spans.setdefault(id(node), (start, len(st.tokens)))
 
 
 def _fast(*kinds: type):
     def register(function):
         for kind in kinds:
-            _FAST[kind] = function
+            _GEN[kind] = function
         return function
 
     return register
@@ -178,18 +157,20 @@ def _syntactic(node, st: RecordingState, start: int) -> None:
 
 @_fast(cst.Module)
 def _module(node, st):
+    whole_start = len(st.tokens)
     for line in node.header:
-        _gen(line, st)
+        _GEN[type(line)](line, st)
     for statement in node.body:
-        _gen(statement, st)
+        _GEN[type(statement)](statement, st)
     for line in node.footer:
-        _gen(line, st)
+        _GEN[type(line)](line, st)
     tokens = st.tokens
     if node.has_trailing_newline:
         if not tokens:  # nothing in the header, body or footer
             tokens.append(st.default_newline)
     elif tokens:  # libcst's pop_trailing_newline
         tokens.pop()
+    st.spans.setdefault(id(node), (whole_start, len(st.tokens)))
 
 
 # --- leaves and operators -------------------------------------------------------------
@@ -197,75 +178,140 @@ def _module(node, st):
 
 @_fast(*[kind for kind in vars(cst).values() if isinstance(kind, type) and issubclass(kind, BaseValueToken)])
 def _value_token(node, st):
-    st.tokens.append(node.value)
+    tokens = st.tokens
+    st.spans.setdefault(id(node), (len(tokens), len(tokens) + 1))
+    tokens.append(node.value)
 
 
 @_fast(cst.Newline)
 def _newline(node, st):
+    tokens = st.tokens
+    st.spans.setdefault(id(node), (len(tokens), len(tokens) + 1))
     value = node.value
-    st.tokens.append(st.default_newline if value is None else value)
+    tokens.append(st.default_newline if value is None else value)
 
 
 @_fast(*[kind for kind in vars(cst).values() if isinstance(kind, type) and issubclass(kind, _BaseOneTokenOp)])
 def _one_token_op(node, st):
-    _gen(node.whitespace_before, st)
-    tokens = st.tokens
+    tokens, spans = st.tokens, st.spans
+    whitespace = node.whitespace_before
+    if type(whitespace) is _SimpleWhitespace:  # the dispatch and handler, inline
+        spans.setdefault(id(whitespace), (len(tokens), len(tokens) + 1))
+        tokens.append(whitespace.value)
+    else:
+        _GEN[type(whitespace)](whitespace, st)
     start = len(tokens)
-    tokens.append(node._get_token())
-    st.spans[id(node)] = (start, start + 1)
-    _gen(node.whitespace_after, st)
+    token = _ONE_TOKEN.get(type(node))
+    tokens.append(node._get_token() if token is None else token)
+    spans[id(node)] = (start, start + 1)
+    whitespace = node.whitespace_after
+    if type(whitespace) is _SimpleWhitespace:  # the dispatch and handler, inline
+        spans.setdefault(id(whitespace), (len(tokens), len(tokens) + 1))
+        tokens.append(whitespace.value)
+    else:
+        _GEN[type(whitespace)](whitespace, st)
+
+
+def _constant_tokens() -> dict[type, str]:
+    """The token of each one-token operator class whose token is its class's (not
+    NotEqual's: ``!=`` or ``<>``, its value)."""
+    tokens = {}
+    for kind in vars(cst).values():
+        if isinstance(kind, type) and issubclass(kind, _BaseOneTokenOp) and "value" not in kind.__dataclass_fields__:
+            try:
+                tokens[kind] = kind()._get_token()
+            except TypeError:  # an abstract class
+                pass
+    return tokens
+
+
+_ONE_TOKEN = _constant_tokens()
 
 
 @_fast(*[kind for kind in vars(cst).values() if isinstance(kind, type) and issubclass(kind, _BaseTwoTokenOp)])
 def _two_token_op(node, st):
-    _gen(node.whitespace_before, st)
+    _GEN[type(node.whitespace_before)](node.whitespace_before, st)
     tokens = st.tokens
     start = len(tokens)
     first, second = node._get_tokens()
     tokens.append(first)
-    _gen(node.whitespace_between, st)
+    _GEN[type(node.whitespace_between)](node.whitespace_between, st)
     tokens.append(second)
     _syntactic(node, st, start)
-    _gen(node.whitespace_after, st)
+    _GEN[type(node.whitespace_after)](node.whitespace_after, st)
 
 
 @_fast(*[kind for kind in vars(cst).values() if isinstance(kind, type) and issubclass(kind, BaseUnaryOp)])
 def _unary_op(node, st):
+    whole_start = len(st.tokens)
     st.tokens.append(node._get_token())
-    _gen(node.whitespace_after, st)
+    _GEN[type(node.whitespace_after)](node.whitespace_after, st)
+    st.spans.setdefault(id(node), (whole_start, len(st.tokens)))
 
 
 @_fast(cst.TrailingWhitespace, cst.EmptyLine)
 def _line_end(node, st):
+    whole_start = len(st.tokens)
+    tokens, spans = st.tokens, st.spans
     if type(node) is cst.EmptyLine and node.indent:
-        st.tokens.extend(st.indent_tokens)
-    _gen(node.whitespace, st)
+        tokens.extend(st.indent_tokens)
+    whitespace = node.whitespace
+    if type(whitespace) is _SimpleWhitespace:  # the dispatch and handler, inline
+        spans.setdefault(id(whitespace), (len(tokens), len(tokens) + 1))
+        tokens.append(whitespace.value)
+    else:
+        _GEN[type(whitespace)](whitespace, st)
     comment = node.comment
     if comment is not None:
-        _gen(comment, st)
-    _gen(node.newline, st)
+        _GEN[type(comment)](comment, st)
+    newline = node.newline
+    if type(newline) is cst.Newline:  # the dispatch and handler, inline
+        spans.setdefault(id(newline), (len(tokens), len(tokens) + 1))
+        value = newline.value
+        tokens.append(st.default_newline if value is None else value)
+    else:
+        _GEN[type(newline)](newline, st)
+    st.spans.setdefault(id(node), (whole_start, len(st.tokens)))
 
 
 @_fast(cst.ParenthesizedWhitespace)
 def _parenthesized_whitespace(node, st):
-    _gen(node.first_line, st)
+    whole_start = len(st.tokens)
+    _GEN[type(node.first_line)](node.first_line, st)
     for line in node.empty_lines:
-        _gen(line, st)
+        _GEN[type(line)](line, st)
     if node.indent:
         st.tokens.extend(st.indent_tokens)
-    _gen(node.last_line, st)
+    _GEN[type(node.last_line)](node.last_line, st)
+    st.spans.setdefault(id(node), (whole_start, len(st.tokens)))
 
 
 @_fast(cst.LeftParen, cst.LeftSquareBracket, cst.LeftCurlyBrace)
 def _opening(node, st):
-    st.tokens.append(_OPENING[type(node)])
-    _gen(node.whitespace_after, st)
+    whole_start = len(st.tokens)
+    tokens, spans = st.tokens, st.spans
+    tokens.append(_OPENING[type(node)])
+    whitespace = node.whitespace_after
+    if type(whitespace) is _SimpleWhitespace:  # the dispatch and handler, inline
+        spans.setdefault(id(whitespace), (len(tokens), len(tokens) + 1))
+        tokens.append(whitespace.value)
+    else:
+        _GEN[type(whitespace)](whitespace, st)
+    st.spans.setdefault(id(node), (whole_start, len(st.tokens)))
 
 
 @_fast(cst.RightParen, cst.RightSquareBracket, cst.RightCurlyBrace)
 def _closing(node, st):
-    _gen(node.whitespace_before, st)
-    st.tokens.append(_CLOSING[type(node)])
+    whole_start = len(st.tokens)
+    tokens, spans = st.tokens, st.spans
+    whitespace = node.whitespace_before
+    if type(whitespace) is _SimpleWhitespace:  # the dispatch and handler, inline
+        spans.setdefault(id(whitespace), (len(tokens), len(tokens) + 1))
+        tokens.append(whitespace.value)
+    else:
+        _GEN[type(whitespace)](whitespace, st)
+    tokens.append(_CLOSING[type(node)])
+    st.spans.setdefault(id(node), (whole_start, len(st.tokens)))
 
 
 _OPENING = {cst.LeftParen: "(", cst.LeftSquareBracket: "[", cst.LeftCurlyBrace: "{"}
@@ -279,14 +325,15 @@ _CLOSING = {cst.RightParen: ")", cst.RightSquareBracket: "]", cst.RightCurlyBrac
 
 def _open(node, st) -> int:
     for lpar in node.lpar:
-        _gen(lpar, st)
+        _GEN[type(lpar)](lpar, st)
     return len(st.tokens)
 
 
 def _close(node, st, start: int) -> None:
     st.spans[id(node)] = (start, len(st.tokens))
-    for rpar in node.rpar:
-        _gen(rpar, st)
+    if node.rpar:
+        for rpar in node.rpar:
+            _GEN[type(rpar)](rpar, st)
 
 
 @_fast(cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)
@@ -311,127 +358,143 @@ def _ellipsis(node, st):
 
 @_fast(cst.Attribute)
 def _attribute(node, st):
-    start = _open(node, st)
-    _gen(node.value, st)
-    _gen(node.dot, st)
-    _gen(node.attr, st)
+    start = _open(node, st) if node.lpar else len(st.tokens)
+    _GEN[type(node.value)](node.value, st)
+    _GEN[type(node.dot)](node.dot, st)
+    _GEN[type(node.attr)](node.attr, st)
     _close(node, st, start)
 
 
 @_fast(cst.Call)
 def _call(node, st):
-    start = _open(node, st)
-    tokens = st.tokens
-    _gen(node.func, st)
-    _gen(node.whitespace_after_func, st)
+    start = _open(node, st) if node.lpar else len(st.tokens)
+    tokens, spans = st.tokens, st.spans
+    _GEN[type(node.func)](node.func, st)
+    whitespace = node.whitespace_after_func
+    if type(whitespace) is _SimpleWhitespace:  # the dispatch and handler, inline
+        spans.setdefault(id(whitespace), (len(tokens), len(tokens) + 1))
+        tokens.append(whitespace.value)
+    else:
+        _GEN[type(whitespace)](whitespace, st)
     tokens.append("(")
-    _gen(node.whitespace_before_args, st)
+    whitespace = node.whitespace_before_args
+    if type(whitespace) is _SimpleWhitespace:  # the dispatch and handler, inline
+        spans.setdefault(id(whitespace), (len(tokens), len(tokens) + 1))
+        tokens.append(whitespace.value)
+    else:
+        _GEN[type(whitespace)](whitespace, st)
     args = node.args
     last = len(args) - 1
     for index, arg in enumerate(args):
-        _gen_listed(arg, st, index != last)
+        _LISTED[type(arg)](arg, st, index != last)
     tokens.append(")")
     _close(node, st, start)
 
 
 @_fast(cst.Subscript)
 def _subscript(node, st):
-    start = _open(node, st)
-    _gen(node.value, st)
-    _gen(node.whitespace_after_value, st)
-    _gen(node.lbracket, st)
+    start = _open(node, st) if node.lpar else len(st.tokens)
+    _GEN[type(node.value)](node.value, st)
+    _GEN[type(node.whitespace_after_value)](node.whitespace_after_value, st)
+    _GEN[type(node.lbracket)](node.lbracket, st)
     slices = node.slice
     last = len(slices) - 1
     for index, element in enumerate(slices):
-        _gen_listed(element, st, index != last)
-    _gen(node.rbracket, st)
+        _LISTED[type(element)](element, st, index != last)
+    _GEN[type(node.rbracket)](node.rbracket, st)
     _close(node, st, start)
 
 
 @_fast(cst.Index)
 def _index(node, st):
+    whole_start = len(st.tokens)
     star = node.star
     if star is not None:
         st.tokens.append(star)
     whitespace = node.whitespace_after_star
     if whitespace is not None:
-        _gen(whitespace, st)
-    _gen(node.value, st)
+        _GEN[type(whitespace)](whitespace, st)
+    _GEN[type(node.value)](node.value, st)
+    st.spans.setdefault(id(node), (whole_start, len(st.tokens)))
 
 
 @_fast(cst.Slice)
 def _slice(node, st):
+    whole_start = len(st.tokens)
     lower = node.lower
     if lower is not None:
-        _gen(lower, st)
-    _gen(node.first_colon, st)
+        _GEN[type(lower)](lower, st)
+    _GEN[type(node.first_colon)](node.first_colon, st)
     upper = node.upper
     if upper is not None:
-        _gen(upper, st)
+        _GEN[type(upper)](upper, st)
     second_colon = node.second_colon
     if second_colon is _DEFAULT and node.step is not None:
         st.tokens.append(":")
     elif isinstance(second_colon, cst.Colon):
-        _gen(second_colon, st)
+        _GEN[type(second_colon)](second_colon, st)
     step = node.step
     if step is not None:
-        _gen(step, st)
+        _GEN[type(step)](step, st)
+    st.spans.setdefault(id(node), (whole_start, len(st.tokens)))
 
 
 @_fast(cst.BinaryOperation, cst.BooleanOperation)
 def _binary_operation(node, st):
     start = _open(node, st)
-    _gen(node.left, st)
-    _gen(node.operator, st)
-    _gen(node.right, st)
+    _GEN[type(node.left)](node.left, st)
+    _GEN[type(node.operator)](node.operator, st)
+    _GEN[type(node.right)](node.right, st)
     _close(node, st, start)
 
 
 @_fast(cst.UnaryOperation)
 def _unary_operation(node, st):
     start = _open(node, st)
-    _gen(node.operator, st)
-    _gen(node.expression, st)
+    _GEN[type(node.operator)](node.operator, st)
+    _GEN[type(node.expression)](node.expression, st)
     _close(node, st, start)
 
 
 @_fast(cst.Comparison)
 def _comparison(node, st):
     start = _open(node, st)
-    _gen(node.left, st)
+    _GEN[type(node.left)](node.left, st)
     for target in node.comparisons:
-        _gen(target, st)
+        _GEN[type(target)](target, st)
     _close(node, st, start)
 
 
 @_fast(cst.ComparisonTarget)
 def _comparison_target(node, st):
-    _gen(node.operator, st)
-    _gen(node.comparator, st)
+    whole_start = len(st.tokens)
+    _GEN[type(node.operator)](node.operator, st)
+    _GEN[type(node.comparator)](node.comparator, st)
+    st.spans.setdefault(id(node), (whole_start, len(st.tokens)))
 
 
 @_fast(cst.IfExp)
 def _if_exp(node, st):
     start = _open(node, st)
     tokens = st.tokens
-    _gen(node.body, st)
-    _gen(node.whitespace_before_if, st)
+    _GEN[type(node.body)](node.body, st)
+    _GEN[type(node.whitespace_before_if)](node.whitespace_before_if, st)
     tokens.append("if")
-    _gen(node.whitespace_after_if, st)
-    _gen(node.test, st)
-    _gen(node.whitespace_before_else, st)
+    _GEN[type(node.whitespace_after_if)](node.whitespace_after_if, st)
+    _GEN[type(node.test)](node.test, st)
+    _GEN[type(node.whitespace_before_else)](node.whitespace_before_else, st)
     tokens.append("else")
-    _gen(node.whitespace_after_else, st)
-    _gen(node.orelse, st)
+    _GEN[type(node.whitespace_after_else)](node.whitespace_after_else, st)
+    _GEN[type(node.orelse)](node.orelse, st)
     _close(node, st, start)
 
 
 @_fast(cst.ConcatenatedString)
 def _concatenated_string(node, st):
     start = _open(node, st)
-    _gen(node.left, st)
-    _gen(node.whitespace_between, st)
-    _gen(node.right, st)
+    _GEN[type(node.left)](node.left, st)
+    _GEN[type(node.whitespace_between)](node.whitespace_between, st)
+    _GEN[type(node.right)](node.right, st)
     _close(node, st, start)
 
 
@@ -440,11 +503,11 @@ def _tuple(node, st):
     start = _open(node, st)
     elements = node.elements
     if len(elements) == 1:
-        _gen_element(elements[0], st, True, False)
+        _ELEMENT[type(elements[0])](elements[0], st, True, False)
     else:
         last = len(elements) - 1
         for index, element in enumerate(elements):
-            _gen_element(element, st, index < last, True)
+            _ELEMENT[type(element)](element, st, index < last, True)
     _close(node, st, start)
 
 
@@ -453,68 +516,74 @@ def _collection(node, st):
     # libcst: `with self._parenthesize(state), self._bracketize(state)` (_braceize for sets and dicts)
     start = _open(node, st)
     brackets = (node.lbracket, node.rbracket) if type(node) is cst.List else (node.lbrace, node.rbrace)
-    _gen(brackets[0], st)
+    _GEN[type(brackets[0])](brackets[0], st)
     elements = node.elements
     last = len(elements) - 1
     for index, element in enumerate(elements):
-        _gen_element(element, st, index < last, True)
-    _gen(brackets[1], st)
+        _ELEMENT[type(element)](element, st, index < last, True)
+    _GEN[type(brackets[1])](brackets[1], st)
     _close(node, st, start)
 
 
 @_fast(cst.ListComp)
 def _list_comp(node, st):
     start = _open(node, st)
-    _gen(node.lbracket, st)
-    _gen(node.elt, st)
-    _gen(node.for_in, st)
-    _gen(node.rbracket, st)
+    _GEN[type(node.lbracket)](node.lbracket, st)
+    _GEN[type(node.elt)](node.elt, st)
+    _GEN[type(node.for_in)](node.for_in, st)
+    _GEN[type(node.rbracket)](node.rbracket, st)
     _close(node, st, start)
 
 
 @_fast(cst.GeneratorExp)
 def _generator_exp(node, st):
     start = _open(node, st)
-    _gen(node.elt, st)
-    _gen(node.for_in, st)
+    _GEN[type(node.elt)](node.elt, st)
+    _GEN[type(node.for_in)](node.for_in, st)
     _close(node, st, start)
 
 
 @_fast(cst.CompFor)
 def _comp_for(node, st):
+    whole_start = len(st.tokens)
     tokens = st.tokens
-    _gen(node.whitespace_before, st)
+    _GEN[type(node.whitespace_before)](node.whitespace_before, st)
     asynchronous = node.asynchronous
     if asynchronous is not None:
-        _gen(asynchronous, st)
+        _GEN[type(asynchronous)](asynchronous, st)
     tokens.append("for")
-    _gen(node.whitespace_after_for, st)
-    _gen(node.target, st)
-    _gen(node.whitespace_before_in, st)
+    _GEN[type(node.whitespace_after_for)](node.whitespace_after_for, st)
+    _GEN[type(node.target)](node.target, st)
+    _GEN[type(node.whitespace_before_in)](node.whitespace_before_in, st)
     tokens.append("in")
-    _gen(node.whitespace_after_in, st)
-    _gen(node.iter, st)
+    _GEN[type(node.whitespace_after_in)](node.whitespace_after_in, st)
+    _GEN[type(node.iter)](node.iter, st)
     for clause in node.ifs:
-        _gen(clause, st)
+        _GEN[type(clause)](clause, st)
     inner = node.inner_for_in
     if inner is not None:
-        _gen(inner, st)
+        _GEN[type(inner)](inner, st)
+    st.spans.setdefault(id(node), (whole_start, len(st.tokens)))
 
 
 @_fast(cst.CompIf)
 def _comp_if(node, st):
-    _gen(node.whitespace_before, st)
+    whole_start = len(st.tokens)
+    _GEN[type(node.whitespace_before)](node.whitespace_before, st)
     st.tokens.append("if")
-    _gen(node.whitespace_before_test, st)
-    _gen(node.test, st)
+    _GEN[type(node.whitespace_before_test)](node.whitespace_before_test, st)
+    _GEN[type(node.test)](node.test, st)
+    st.spans.setdefault(id(node), (whole_start, len(st.tokens)))
 
 
 @_fast(cst.AsName)
 def _as_name(node, st):
-    _gen(node.whitespace_before_as, st)
+    whole_start = len(st.tokens)
+    _GEN[type(node.whitespace_before_as)](node.whitespace_before_as, st)
     st.tokens.append("as")
-    _gen(node.whitespace_after_as, st)
-    _gen(node.name, st)
+    _GEN[type(node.whitespace_after_as)](node.whitespace_after_as, st)
+    _GEN[type(node.name)](node.name, st)
+    st.spans.setdefault(id(node), (whole_start, len(st.tokens)))
 
 
 # --- items with a default comma -------------------------------------------------------
@@ -525,46 +594,62 @@ def _default_comma(node, st, default_comma: bool) -> None:
     if comma is _DEFAULT and default_comma:
         st.tokens.append(", ")
     elif isinstance(comma, cst.Comma):
-        _gen(comma, st)
+        _GEN[type(comma)](comma, st)
 
 
 def _arg(node, st, default_comma):
-    tokens = st.tokens
+    tokens, spans = st.tokens, st.spans
     start = len(tokens)
     tokens.append(node.star)
-    _gen(node.whitespace_after_star, st)
+    whitespace = node.whitespace_after_star
+    if type(whitespace) is _SimpleWhitespace:  # the dispatch and handler, inline
+        spans.setdefault(id(whitespace), (len(tokens), len(tokens) + 1))
+        tokens.append(whitespace.value)
+    else:
+        _GEN[type(whitespace)](whitespace, st)
     keyword = node.keyword
     if keyword is not None:
-        _gen(keyword, st)
+        _GEN[type(keyword)](keyword, st)
     equal = node.equal
     if equal is _DEFAULT and keyword is not None:
         tokens.append(" = ")
     elif isinstance(equal, cst.AssignEqual):
-        _gen(equal, st)
-    _gen(node.value, st)
+        _GEN[type(equal)](equal, st)
+    _GEN[type(node.value)](node.value, st)
     st.spans[id(node)] = (start, len(tokens))
     _default_comma(node, st, default_comma)
-    _gen(node.whitespace_after_arg, st)
+    whitespace = node.whitespace_after_arg
+    if type(whitespace) is _SimpleWhitespace:  # the dispatch and handler, inline
+        spans.setdefault(id(whitespace), (len(tokens), len(tokens) + 1))
+        tokens.append(whitespace.value)
+    else:
+        _GEN[type(whitespace)](whitespace, st)
 
 
 def _subscript_element(node, st, default_comma):
     start = len(st.tokens)
-    _gen(node.slice, st)
+    _GEN[type(node.slice)](node.slice, st)
     st.spans[id(node)] = (start, len(st.tokens))
     _default_comma(node, st, default_comma)
 
 
 def _with_item(node, st, default_comma):
     start = len(st.tokens)
-    _gen(node.item, st)
+    _GEN[type(node.item)](node.item, st)
     asname = node.asname
     if asname is not None:
-        _gen(asname, st)
+        _GEN[type(asname)](asname, st)
     st.spans[id(node)] = (start, len(st.tokens))
     _default_comma(node, st, default_comma)
 
 
-_FAST_LISTED = {cst.Arg: _arg, cst.SubscriptElement: _subscript_element, cst.WithItem: _with_item}
+def _libcst_listed(node, st, default_comma):
+    node._codegen(st, default_comma=default_comma)
+
+
+# an item of a call's arguments, a subscript's slices, a with's items
+_LISTED = _Handlers(_libcst_listed)
+_LISTED.update({cst.Arg: _arg, cst.SubscriptElement: _subscript_element, cst.WithItem: _with_item})
 
 
 def _element_comma(node, st, default_comma: bool, default_comma_whitespace: bool) -> None:
@@ -572,23 +657,23 @@ def _element_comma(node, st, default_comma: bool, default_comma_whitespace: bool
     if comma is _DEFAULT and default_comma:
         st.tokens.append(", " if default_comma_whitespace else ",")
     elif isinstance(comma, cst.Comma):
-        _gen(comma, st)
+        _GEN[type(comma)](comma, st)
 
 
 def _element(node, st, default_comma, default_comma_whitespace):
     start = len(st.tokens)
-    _gen(node.value, st)
+    _GEN[type(node.value)](node.value, st)
     st.spans[id(node)] = (start, len(st.tokens))
     _element_comma(node, st, default_comma, default_comma_whitespace)
 
 
 def _dict_element(node, st, default_comma, default_comma_whitespace):
     start = len(st.tokens)
-    _gen(node.key, st)
-    _gen(node.whitespace_before_colon, st)
+    _GEN[type(node.key)](node.key, st)
+    _GEN[type(node.whitespace_before_colon)](node.whitespace_before_colon, st)
     st.tokens.append(":")
-    _gen(node.whitespace_after_colon, st)
-    _gen(node.value, st)
+    _GEN[type(node.whitespace_after_colon)](node.whitespace_after_colon, st)
+    _GEN[type(node.value)](node.value, st)
     st.spans[id(node)] = (start, len(st.tokens))
     _element_comma(node, st, default_comma, default_comma_whitespace)
 
@@ -596,8 +681,8 @@ def _dict_element(node, st, default_comma, default_comma_whitespace):
 def _starred_dict_element(node, st, default_comma, default_comma_whitespace):
     start = len(st.tokens)
     st.tokens.append("**")
-    _gen(node.whitespace_before_value, st)
-    _gen(node.value, st)
+    _GEN[type(node.whitespace_before_value)](node.whitespace_before_value, st)
+    _GEN[type(node.value)](node.value, st)
     st.spans[id(node)] = (start, len(st.tokens))
     _element_comma(node, st, default_comma, default_comma_whitespace)
 
@@ -605,18 +690,24 @@ def _starred_dict_element(node, st, default_comma, default_comma_whitespace):
 def _starred_element(node, st, default_comma, default_comma_whitespace):
     start = _open(node, st)
     st.tokens.append("*")
-    _gen(node.whitespace_before_value, st)
-    _gen(node.value, st)
+    _GEN[type(node.whitespace_before_value)](node.whitespace_before_value, st)
+    _GEN[type(node.value)](node.value, st)
     _close(node, st, start)
     _element_comma(node, st, default_comma, default_comma_whitespace)
 
 
-_FAST_ELEMENT = {
+def _libcst_element(node, st, default_comma, default_comma_whitespace):
+    node._codegen(st, default_comma=default_comma, default_comma_whitespace=default_comma_whitespace)
+
+
+# an element of a tuple, list, set or dict
+_ELEMENT = _Handlers(_libcst_element)
+_ELEMENT.update({
     cst.Element: _element,
     cst.DictElement: _dict_element,
     cst.StarredDictElement: _starred_dict_element,
     cst.StarredElement: _starred_element,
-}
+})
 
 
 # --- small statements: their syntactic position (the semicolon is _gen_small's) --------
@@ -624,31 +715,31 @@ _FAST_ELEMENT = {
 
 def _assign(node, st):
     for target in node.targets:
-        _gen(target, st)
-    _gen(node.value, st)
+        _GEN[type(target)](target, st)
+    _GEN[type(node.value)](node.value, st)
 
 
 def _expr(node, st):
-    _gen(node.value, st)
+    _GEN[type(node.value)](node.value, st)
 
 
 def _aug_assign(node, st):
-    _gen(node.target, st)
-    _gen(node.operator, st)
-    _gen(node.value, st)
+    _GEN[type(node.target)](node.target, st)
+    _GEN[type(node.operator)](node.operator, st)
+    _GEN[type(node.value)](node.value, st)
 
 
 def _ann_assign(node, st):
-    _gen(node.target, st)
+    _GEN[type(node.target)](node.target, st)
     _gen_annotation(node.annotation, st, ":")
     equal = node.equal
     value = node.value
     if equal is _DEFAULT and value is not None:
         st.tokens.append(" = ")
     elif isinstance(equal, cst.AssignEqual):
-        _gen(equal, st)
+        _GEN[type(equal)](equal, st)
     if value is not None:
-        _gen(value, st)
+        _GEN[type(value)](value, st)
 
 
 def _return(node, st):
@@ -660,9 +751,9 @@ def _return(node, st):
         if value is not None:
             tokens.append(" ")
     else:
-        _gen(whitespace, st)
+        _GEN[type(whitespace)](whitespace, st)
     if value is not None:
-        _gen(value, st)
+        _GEN[type(value)](value, st)
 
 
 def _keyword(word: str):
@@ -672,7 +763,7 @@ def _keyword(word: str):
     return keyword_statement
 
 
-_FAST_SMALL = {
+_SMALL = {
     cst.Assign: _assign,
     cst.Expr: _expr,
     cst.AugAssign: _aug_assign,
@@ -686,12 +777,23 @@ _FAST_SMALL = {
 
 @_fast(cst.AssignTarget)
 def _assign_target(node, st):
-    start = len(st.tokens)
-    _gen(node.target, st)
-    st.spans[id(node)] = (start, len(st.tokens))
-    _gen(node.whitespace_before_equal, st)
-    st.tokens.append("=")
-    _gen(node.whitespace_after_equal, st)
+    tokens, spans = st.tokens, st.spans
+    start = len(tokens)
+    _GEN[type(node.target)](node.target, st)
+    spans[id(node)] = (start, len(tokens))
+    whitespace = node.whitespace_before_equal
+    if type(whitespace) is _SimpleWhitespace:  # the dispatch and handler, inline
+        spans.setdefault(id(whitespace), (len(tokens), len(tokens) + 1))
+        tokens.append(whitespace.value)
+    else:
+        _GEN[type(whitespace)](whitespace, st)
+    tokens.append("=")
+    whitespace = node.whitespace_after_equal
+    if type(whitespace) is _SimpleWhitespace:  # the dispatch and handler, inline
+        spans.setdefault(id(whitespace), (len(tokens), len(tokens) + 1))
+        tokens.append(whitespace.value)
+    else:
+        _GEN[type(whitespace)](whitespace, st)
 
 
 def _annotation(node, st, default_indicator):
@@ -700,16 +802,16 @@ def _annotation(node, st, default_indicator):
     tokens = st.tokens
     before = node.whitespace_before_indicator
     if isinstance(before, cst.BaseParenthesizableWhitespace):
-        _gen(before, st)
+        _GEN[type(before)](before, st)
     elif isinstance(before, MaybeSentinel):
         if default_indicator == "->":
             tokens.append(" ")
     else:
         node._codegen_impl(st, default_indicator=default_indicator)  # libcst's logic error
     tokens.append(default_indicator)
-    _gen(node.whitespace_after_indicator, st)
+    _GEN[type(node.whitespace_after_indicator)](node.whitespace_after_indicator, st)
     start = len(tokens)
-    _gen(node.annotation, st)
+    _GEN[type(node.annotation)](node.annotation, st)
     st.spans[id(node)] = (start, len(tokens))
 
 
@@ -729,33 +831,33 @@ def _simple_statements(node, st):
     else:
         tokens.append("pass")
         st.spans[id(node)] = (start, len(tokens))
-    _gen(node.trailing_whitespace, st)
+    _GEN[type(node.trailing_whitespace)](node.trailing_whitespace, st)
 
 
 @_fast(cst.SimpleStatementLine)
 def _simple_statement_line(node, st):
     for line in node.leading_lines:
-        _gen(line, st)
+        _GEN[type(line)](line, st)
     st.tokens.extend(st.indent_tokens)
     _simple_statements(node, st)
 
 
 @_fast(cst.SimpleStatementSuite)
 def _simple_statement_suite(node, st):
-    _gen(node.leading_whitespace, st)
+    _GEN[type(node.leading_whitespace)](node.leading_whitespace, st)
     _simple_statements(node, st)
 
 
 @_fast(cst.IndentedBlock)
 def _indented_block(node, st):
-    _gen(node.header, st)
+    _GEN[type(node.header)](node.header, st)
     indent = node.indent
     st.indent_tokens.append(st.default_indent if indent is None else indent)
     body = node.body
     tokens = st.tokens
     if body:
         for statement in body:
-            _gen(statement, st)
+            _GEN[type(statement)](statement, st)
         spans = st.spans
         spans[id(node)] = (spans[id(body[0])][0], spans[id(body[-1])][1])
     else:
@@ -765,7 +867,7 @@ def _indented_block(node, st):
         st.spans[id(node)] = (start, start + 1)
         tokens.append(st.default_newline)
     for line in node.footer:
-        _gen(line, st)
+        _GEN[type(line)](line, st)
     st.indent_tokens.pop()
 
 
@@ -773,7 +875,7 @@ def _compound_start(node, st) -> int:
     """The leading lines and indentation of a compound statement; where its syntactic
     position starts."""
     for line in node.leading_lines:
-        _gen(line, st)
+        _GEN[type(line)](line, st)
     st.tokens.extend(st.indent_tokens)
     return len(st.tokens)
 
@@ -796,26 +898,26 @@ def _with(node, st):
             break
     asynchronous = node.asynchronous
     if asynchronous is not None:
-        _gen(asynchronous, st)
+        _GEN[type(asynchronous)](asynchronous, st)
     tokens.append("with")
-    _gen(node.whitespace_after_with, st)
+    _GEN[type(node.whitespace_after_with)](node.whitespace_after_with, st)
     lpar = node.lpar
     if isinstance(lpar, cst.LeftParen):
-        _gen(lpar, st)
+        _GEN[type(lpar)](lpar, st)
     elif needs_paren:
         tokens.append("(")
     items = node.items
     last = len(items) - 1
     for index, item in enumerate(items):
-        _gen_listed(item, st, index != last)
+        _LISTED[type(item)](item, st, index != last)
     rpar = node.rpar
     if isinstance(rpar, cst.RightParen):
-        _gen(rpar, st)
+        _GEN[type(rpar)](rpar, st)
     elif needs_paren:
         tokens.append(")")
-    _gen(node.whitespace_before_colon, st)
+    _GEN[type(node.whitespace_before_colon)](node.whitespace_before_colon, st)
     tokens.append(":")
-    _gen(node.body, st)
+    _GEN[type(node.body)](node.body, st)
     _compound_end(node, st, start, node.body)
 
 
@@ -825,20 +927,20 @@ def _for(node, st):
     tokens = st.tokens
     asynchronous = node.asynchronous
     if asynchronous is not None:
-        _gen(asynchronous, st)
+        _GEN[type(asynchronous)](asynchronous, st)
     tokens.append("for")
-    _gen(node.whitespace_after_for, st)
-    _gen(node.target, st)
-    _gen(node.whitespace_before_in, st)
+    _GEN[type(node.whitespace_after_for)](node.whitespace_after_for, st)
+    _GEN[type(node.target)](node.target, st)
+    _GEN[type(node.whitespace_before_in)](node.whitespace_before_in, st)
     tokens.append("in")
-    _gen(node.whitespace_after_in, st)
-    _gen(node.iter, st)
-    _gen(node.whitespace_before_colon, st)
+    _GEN[type(node.whitespace_after_in)](node.whitespace_after_in, st)
+    _GEN[type(node.iter)](node.iter, st)
+    _GEN[type(node.whitespace_before_colon)](node.whitespace_before_colon, st)
     tokens.append(":")
-    _gen(node.body, st)
+    _GEN[type(node.body)](node.body, st)
     orelse = node.orelse
     if orelse is not None:
-        _gen(orelse, st)
+        _GEN[type(orelse)](orelse, st)
     _compound_end(node, st, start, node.body if orelse is None else orelse)
 
 
@@ -847,14 +949,14 @@ def _while(node, st):
     start = _compound_start(node, st)
     tokens = st.tokens
     tokens.append("while")
-    _gen(node.whitespace_after_while, st)
-    _gen(node.test, st)
-    _gen(node.whitespace_before_colon, st)
+    _GEN[type(node.whitespace_after_while)](node.whitespace_after_while, st)
+    _GEN[type(node.test)](node.test, st)
+    _GEN[type(node.whitespace_before_colon)](node.whitespace_before_colon, st)
     tokens.append(":")
-    _gen(node.body, st)
+    _GEN[type(node.body)](node.body, st)
     orelse = node.orelse
     if orelse is not None:
-        _gen(orelse, st)
+        _GEN[type(orelse)](orelse, st)
     _compound_end(node, st, start, node.body if orelse is None else orelse)
 
 
@@ -862,11 +964,11 @@ def _if(node, st, is_elif: bool = False):
     start = _compound_start(node, st)
     tokens = st.tokens
     tokens.append("elif" if is_elif else "if")
-    _gen(node.whitespace_before_test, st)
-    _gen(node.test, st)
-    _gen(node.whitespace_after_test, st)
+    _GEN[type(node.whitespace_before_test)](node.whitespace_before_test, st)
+    _GEN[type(node.test)](node.test, st)
+    _GEN[type(node.whitespace_after_test)](node.whitespace_after_test, st)
     tokens.append(":")
-    _gen(node.body, st)
+    _GEN[type(node.body)](node.body, st)
     orelse = node.orelse
     if orelse is not None:
         if type(orelse) is cst.If:  # elif
@@ -874,11 +976,11 @@ def _if(node, st, is_elif: bool = False):
             _if(orelse, st, True)
             st.spans.setdefault(id(orelse), (if_start, len(tokens)))
         else:
-            _gen(orelse, st)
+            _GEN[type(orelse)](orelse, st)
     _compound_end(node, st, start, node.body if orelse is None else orelse)
 
 
-_FAST[cst.If] = _if
+_GEN[cst.If] = _if
 
 
 @_fast(cst.Else)
@@ -886,63 +988,64 @@ def _else(node, st):
     start = _compound_start(node, st)
     tokens = st.tokens
     tokens.append("else")
-    _gen(node.whitespace_before_colon, st)
+    _GEN[type(node.whitespace_before_colon)](node.whitespace_before_colon, st)
     tokens.append(":")
-    _gen(node.body, st)
+    _GEN[type(node.body)](node.body, st)
     _compound_end(node, st, start, node.body)
 
 
 @_fast(cst.FunctionDef)
 def _function_def(node, st):
     for line in node.leading_lines:
-        _gen(line, st)
+        _GEN[type(line)](line, st)
     for decorator in node.decorators:
-        _gen(decorator, st)
+        _GEN[type(decorator)](decorator, st)
     for line in node.lines_after_decorators:
-        _gen(line, st)
+        _GEN[type(line)](line, st)
     tokens = st.tokens
     tokens.extend(st.indent_tokens)
     start = len(tokens)
     asynchronous = node.asynchronous
     if asynchronous is not None:
-        _gen(asynchronous, st)
+        _GEN[type(asynchronous)](asynchronous, st)
     tokens.append("def")
-    _gen(node.whitespace_after_def, st)
-    _gen(node.name, st)
-    _gen(node.whitespace_after_name, st)
+    _GEN[type(node.whitespace_after_def)](node.whitespace_after_def, st)
+    _GEN[type(node.name)](node.name, st)
+    _GEN[type(node.whitespace_after_name)](node.whitespace_after_name, st)
     type_parameters = node.type_parameters
     if type_parameters is not None:
-        _gen(type_parameters, st)
-    _gen(node.whitespace_after_type_parameters, st)
+        _GEN[type(type_parameters)](type_parameters, st)
+    _GEN[type(node.whitespace_after_type_parameters)](node.whitespace_after_type_parameters, st)
     tokens.append("(")
-    _gen(node.whitespace_before_params, st)
-    _gen(node.params, st)
+    _GEN[type(node.whitespace_before_params)](node.whitespace_before_params, st)
+    _GEN[type(node.params)](node.params, st)
     tokens.append(")")
     returns = node.returns
     if returns is not None:
         _gen_annotation(returns, st, "->")
-    _gen(node.whitespace_before_colon, st)
+    _GEN[type(node.whitespace_before_colon)](node.whitespace_before_colon, st)
     tokens.append(":")
-    _gen(node.body, st)
+    _GEN[type(node.body)](node.body, st)
     _compound_end(node, st, start, node.body)
 
 
 @_fast(cst.Decorator)
 def _decorator(node, st):
     for line in node.leading_lines:
-        _gen(line, st)
+        _GEN[type(line)](line, st)
     tokens = st.tokens
     tokens.extend(st.indent_tokens)
     start = len(tokens)
     tokens.append("@")
-    _gen(node.whitespace_after_at, st)
-    _gen(node.decorator, st)
+    _GEN[type(node.whitespace_after_at)](node.whitespace_after_at, st)
+    _GEN[type(node.decorator)](node.decorator, st)
     st.spans[id(node)] = (start, len(tokens))
-    _gen(node.trailing_whitespace, st)
+    _GEN[type(node.trailing_whitespace)](node.trailing_whitespace, st)
 
 
 @_fast(cst.Parameters)
 def _parameters(node, st):
+    whole_start = len(st.tokens)
     tokens = st.tokens
     star_arg = node.star_arg
     if isinstance(star_arg, MaybeSentinel):
@@ -970,7 +1073,7 @@ def _parameters(node, st):
         more_values = len(node.kwonly_params) > 0 or node.star_kwarg is not None
         _gen_param(star_arg, st, "*", more_values)
     elif isinstance(star_arg, cst.ParamStar):
-        _gen(star_arg, st)
+        _GEN[type(star_arg)](star_arg, st)
     last = len(node.kwonly_params) - 1
     more_values = node.star_kwarg is not None
     for index, param in enumerate(node.kwonly_params):
@@ -978,6 +1081,7 @@ def _parameters(node, st):
     star_kwarg = node.star_kwarg
     if star_kwarg is not None:
         _gen_param(star_kwarg, st, "**", False)
+    st.spans.setdefault(id(node), (whole_start, len(st.tokens)))
 
 
 def _param(node, st, default_star, default_comma):
@@ -990,8 +1094,8 @@ def _param(node, st, default_star, default_comma):
         star = default_star
     if isinstance(star, str):
         tokens.append(star)
-    _gen(node.whitespace_after_star, st)
-    _gen(node.name, st)
+    _GEN[type(node.whitespace_after_star)](node.whitespace_after_star, st)
+    _GEN[type(node.name)](node.name, st)
     st.spans[id(node)] = (start, len(tokens))
     annotation = node.annotation
     if annotation is not None:
@@ -1001,15 +1105,15 @@ def _param(node, st, default_star, default_comma):
     if equal is _DEFAULT and default is not None:
         tokens.append(" = ")
     elif isinstance(equal, cst.AssignEqual):
-        _gen(equal, st)
+        _GEN[type(equal)](equal, st)
     if default is not None:
-        _gen(default, st)
+        _GEN[type(default)](default, st)
     comma = node.comma
     if comma is _DEFAULT and default_comma:
         tokens.append(", ")
     elif isinstance(comma, cst.Comma):
-        _gen(comma, st)
-    _gen(node.whitespace_after_param, st)
+        _GEN[type(comma)](comma, st)
+    _GEN[type(node.whitespace_after_param)](node.whitespace_after_param, st)
 
 
 __all__ = ["RecordingState", "generate"]
