@@ -16,58 +16,11 @@ import itertools
 import re
 
 import libcst as cst
-from libcst._nodes.internal import CodegenState
 from libcst._position import CodePosition, CodeRange
 
+from ndif_opt.codegen import RecordingState, generate
+
 _NEWLINE = re.compile(r"\r\n?|\n")  # libcst's own definition of a line break
-
-
-class _RecordingCodegenState(CodegenState):
-    """Code generation that records where each node starts and ends, in tokens: a node's
-    span is ``(count of tokens before it, count of tokens up to its end)``, keyed by the
-    node's id (libcst nodes hash in Python code: ids are much cheaper)."""
-
-    def __init__(self, indent: str, newline: str) -> None:
-        super().__init__(default_indent=indent, default_newline=newline)
-        self.spans: dict[int, tuple[int, int]] = {}
-        self._starts: list[int] = []
-        self.syntactic: list[tuple] = []  # the syntactic positions being generated
-        self._end_syntactic = _EndSyntactic(self)
-
-    def before_codegen(self, node: cst.CSTNode) -> None:
-        self._starts.append(len(self.tokens))
-
-    def after_codegen(self, node: cst.CSTNode) -> None:
-        # a syntactic position recorded inside wins
-        self.spans.setdefault(id(node), (self._starts.pop(), len(self.tokens)))
-
-    def record_syntactic_position(self, node, *, start_node=None, end_node=None) -> "_EndSyntactic":
-        self.syntactic.append((node, start_node, end_node, len(self.tokens)))
-        return self._end_syntactic
-
-
-class _EndSyntactic:
-    """Records the innermost syntactic position being generated when its code is done
-    (what libcst's ``record_syntactic_position`` does; one object per state: an object
-    per position costs more than the code generation around it)."""
-
-    __slots__ = ("state",)
-
-    def __init__(self, state: _RecordingCodegenState) -> None:
-        self.state = state
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc) -> bool:
-        state = self.state
-        node, start_node, end_node, start = state.syntactic.pop()
-        spans = state.spans
-        if start_node is not None:
-            start = spans[id(start_node)][0]
-        end = len(state.tokens) if end_node is None else spans[id(end_node)][1]
-        spans[id(node)] = (start, end)
-        return False
 
 
 class _Generated:
@@ -76,7 +29,7 @@ class _Generated:
 
     __slots__ = ("tokens", "spans", "text", "_offsets")
 
-    def __init__(self, state: _RecordingCodegenState) -> None:
+    def __init__(self, state: RecordingState) -> None:
         self.tokens, self.spans = state.tokens, state.spans
         self.text = "".join(self.tokens)
         self._offsets: list[int] | None = None
@@ -93,30 +46,10 @@ class _Generated:
         return self._offsets[token_count]
 
 
-class _CodeOnly(CodegenState):
-    """Code generation with a no-op ``record_syntactic_position`` (libcst's is a generator)."""
-
-    def record_syntactic_position(self, node, *, start_node=None, end_node=None) -> "_NoSpan":
-        return _NO_SPAN
-
-
-class _NoSpan:
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc) -> bool:
-        return False
-
-
-_NO_SPAN = _NoSpan()
-
-
 def code_for_node(node: cst.CSTNode, indent: str = "    ", newline: str = "\n") -> str:
     """``cst.Module([]).code_for_node(node)`` (the node's code, indented from column 0), faster."""
-    state = _CodeOnly(default_indent=indent, default_newline=newline)
-    node._codegen(state)
+    state = RecordingState(indent, newline)
+    generate(node, state)
     return "".join(state.tokens)
 
 
@@ -162,10 +95,10 @@ class _Layout:
 
     def __init__(self, module: cst.Module) -> None:
         indent, newline = module.default_indent, module.default_newline
-        state = _RecordingCodegenState(indent, newline)
+        state = RecordingState(indent, newline)
         state.before_codegen(module)
         for line in module.header:
-            line._codegen(state)
+            generate(line, state)
         self.statement_tokens: list[int] = []  # where each top-level statement is among the tokens
         last_token = None  # the last token, when a statement's code ends the text so far
         for statement in module.body:
@@ -174,7 +107,7 @@ class _Layout:
             state.tokens.append(generated.text)
             last_token = generated.tokens[-1] if generated.tokens else None
         for line in module.footer:
-            line._codegen(state)
+            generate(line, state)
             last_token = None
         popped = ""
         if module.has_trailing_newline:
@@ -208,8 +141,8 @@ def top_level_code(node: cst.CSTNode, module: cst.Module) -> str | None:
 def _statement_code(statement: cst.BaseStatement, indent: str, newline: str) -> _Generated:
     """A top-level statement's code generation (a pure function of an immutable node,
     hashed by identity and kept alive while cached)."""
-    state = _RecordingCodegenState(indent, newline)
-    statement._codegen(state)
+    state = RecordingState(indent, newline)
+    generate(statement, state)
     return _Generated(state)
 
 
