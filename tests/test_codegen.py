@@ -177,3 +177,23 @@ def test_the_pipeline_generates_as_libcst(monkeypatch):
         optimize(source)
     assert asked
     assert codegen.generate is generate
+
+
+def test_the_fast_path_is_checked_against_the_installed_libcst():
+    # the tests above compare the fast path with libcst's: with another release it is off
+    # (every node takes libcst's path), and they would prove nothing about it
+    assert codegen.FAST, (
+        f"libcst {codegen._installed_libcst()} is installed; ndif_opt/codegen.py transcribes "
+        f"{codegen.TRANSCRIBED_FROM}: compare its handlers with the new _codegen_impl, then update TRANSCRIBED_FROM"
+    )
+
+
+def test_with_another_libcst_every_node_takes_libcsts_path(monkeypatch):
+    module = cst.parse_module(dense_nnsight_script(60))
+    fast_code, fast_positions = positions.code_and_positions(module)
+    monkeypatch.setattr(codegen, "FAST", False)
+    positions._statement_code.cache_clear()
+    slow_code, slow_positions = positions.code_and_positions(module)
+    assert slow_code == fast_code == module.code
+    assert all(slow_positions.get(n) == fast_positions.get(n) for n in module.body)
+    positions._statement_code.cache_clear()
