@@ -462,6 +462,7 @@ class _Walker:
         self._called: set[str] = set()
         self._calls_memo: dict[int, list[cst.Call]] = {}
         self._work_memo: dict[object, bool] = {}
+        self._block_ids: set[int] | None = None  # the nnsight blocks' nodes, for _has_work
         self._code_memo: dict[int, int] = {}
         self._call_stack: list[str] = []
         self._unrolled = 0  # iterations unrolled so far (see UNROLL_BUDGET)
@@ -518,14 +519,17 @@ class _Walker:
             self.statement(stmt, times)
 
     def statement(self, stmt: cst.BaseStatement, times: float) -> None:
-        if isinstance(stmt, cst.SimpleStatementLine):
+        # the usual kinds compared with `is` (libcst's node classes are final; isinstance
+        # against them is an ABC check)
+        kind = type(stmt)
+        if kind is cst.SimpleStatementLine:
             for small in stmt.body:
                 self.small(small, times)
             return
-        if isinstance(stmt, cst.With):
+        if kind is cst.With:
             self.with_statement(stmt, times)
             return
-        if isinstance(stmt, cst.For):
+        if kind is cst.For:
             self.for_loop(stmt, times)
             return
         if isinstance(stmt, cst.While):
@@ -575,7 +579,9 @@ class _Walker:
         known = self._work_memo.get(id(node))
         if known is not None:
             return known
-        blocks = {id(b.node) for b in self.facts.blocks}
+        blocks = self._block_ids
+        if blocks is None:
+            blocks = self._block_ids = {id(b.node) for b in self.facts.blocks}
         found = False
         for n in _walk(node):
             if isinstance(n, cst.With) and id(n) in blocks:
@@ -1187,7 +1193,8 @@ class _Walker:
             self._by_block[id(block.node)] = entry
             self.requests.append(entry)
         upload, upload_raw = self._upload(block, saved_env)
-        download = RESULT_BASE + sum(size + len(name) + NAME_OVERHEAD for name, size in request.sizes().items())
+        sizes = request.sizes()
+        download = RESULT_BASE + sum(size + len(name) + NAME_OVERHEAD for name, size in sizes.items())
         count = times
         entry.count += _round(count)
         entry.upload_bytes += _round(count * upload)
@@ -1198,7 +1205,7 @@ class _Walker:
         entry.compute_flops += count * request.flops
         entry.server_seconds += count * request.seconds
         entry.max_server_seconds = max(entry.max_server_seconds, request.seconds)
-        entry.saved = request.sizes()
+        entry.saved = sizes
         if request.profile is not None:
             entry.profile = request.profile
         # what comes back: saved names hold their values on the client
@@ -1628,8 +1635,10 @@ def _python_shape(value: Any, keep: bool) -> Shape:
     if value is None:
         return Shape.python("none", None)
     if isinstance(value, (list, tuple)):
-        container = Shape.container([_python_shape(v, keep) for v in value])
-        return replace(container, value=tuple(value) if keep else None)
+        # Shape.container's fields with the value (dataclasses.replace costs several times more)
+        elements = tuple([_python_shape(v, keep) for v in value])
+        return Shape(kind="container", elements=elements, names=(), dtype="container",
+                     value=tuple(value) if keep else None)
     return Shape.unknown("a value")
 
 
