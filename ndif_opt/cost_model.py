@@ -396,6 +396,40 @@ def _shared_literal(expr: cst.BaseExpression) -> Any:
     return NO_VALUE
 
 
+_UNBOUND: Any = _NoValue()  # a name env does not hold (a key part: hashable, unequal to any value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_read(expr: cst.BaseExpression) -> tuple[str, ...]:
+    """The names spelled in an expression: every key of env :func:`value_of` may read."""
+    return tuple(dict.fromkeys(n.value for n in _walk(expr) if type(n) is cst.Name))
+
+
+def _exact(value: Any) -> tuple:
+    """``value`` as a key part equal only to an identical value: a Shape compares its
+    Python value with ==, which holds between 1, 1.0 and True."""
+    return (value, _types_in(value)) if isinstance(value, Shape) else (value, None)
+
+
+def _types_in(shape: Shape) -> tuple:
+    return (_value_types(shape.value), tuple(_types_in(e) for e in shape.elements))
+
+
+def _value_types(value: Any) -> Any:
+    if type(value) is tuple or type(value) is list:
+        return type(value), tuple(_value_types(v) for v in value)
+    return type(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _value_in(expr, dims, model_names, seq, batch, max_new_tokens, read) -> Shape | ModuleRef:
+    """:func:`value_of` in an env of the names it reads (a pure function of its key, cached;
+    the result is immutable and the cost model reads no Shape's reason or notes)."""
+    env = {name: value for name, (value, _) in read if value is not _UNBOUND}
+    return value_of(expr, dims, model_name=model_names, seq_len=seq, batch=batch, env=env,
+                    max_new_tokens=max_new_tokens)
+
+
 def _fresh(value: Any) -> Any:
     """A cached literal with new lists, so that no caller can change the cache's."""
     if isinstance(value, list):
@@ -869,10 +903,18 @@ class _Walker:
 
     def value(self, expr: cst.BaseExpression) -> Shape | ModuleRef:
         ctx = self.context()
-        return value_of(
-            expr, ctx.dims, model_name=self.model_names, seq_len=ctx.seq, batch=ctx.batch,
-            env=self.env, max_new_tokens=ctx.max_new_tokens,
-        )
+        env = self.env
+        # value_of reads from env only the names the expression spells: with their values
+        # (and the types inside them: 1 == 1.0 == True), they are the key of a value
+        # shared by the versions of the tree that hold the expression
+        read = tuple((name, _exact(env.get(name, _UNBOUND))) for name in _names_read(expr))
+        try:
+            return _value_in(expr, ctx.dims, tuple(self.model_names), ctx.seq, ctx.batch, ctx.max_new_tokens, read)
+        except TypeError:  # a value that does not hash (a list)
+            return value_of(
+                expr, ctx.dims, model_name=self.model_names, seq_len=ctx.seq, batch=ctx.batch,
+                env=env, max_new_tokens=ctx.max_new_tokens,
+            )
 
     def shape(self, expr: cst.BaseExpression) -> Shape:
         value = self.value(expr)
