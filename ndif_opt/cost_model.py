@@ -396,6 +396,40 @@ def _shared_literal(expr: cst.BaseExpression) -> Any:
     return NO_VALUE
 
 
+_UNBOUND: Any = _NoValue()  # a name env does not hold (a key part: hashable, unequal to any value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_read(expr: cst.BaseExpression) -> tuple[str, ...]:
+    """The names spelled in an expression: every key of env :func:`value_of` may read."""
+    return tuple(dict.fromkeys(n.value for n in _walk(expr) if type(n) is cst.Name))
+
+
+def _exact(value: Any) -> tuple:
+    """``value`` as a key part equal only to an identical value: a Shape compares its
+    Python value with ==, which holds between 1, 1.0 and True."""
+    return (value, _types_in(value)) if isinstance(value, Shape) else (value, None)
+
+
+def _types_in(shape: Shape) -> tuple:
+    return (_value_types(shape.value), tuple(_types_in(e) for e in shape.elements))
+
+
+def _value_types(value: Any) -> Any:
+    if type(value) is tuple or type(value) is list:
+        return type(value), tuple(_value_types(v) for v in value)
+    return type(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _value_in(expr, dims, model_names, seq, batch, max_new_tokens, read) -> Shape | ModuleRef:
+    """:func:`value_of` in an env of the names it reads (a pure function of its key, cached;
+    the result is immutable and the cost model reads no Shape's reason or notes)."""
+    env = {name: value for name, (value, _) in read if value is not _UNBOUND}
+    return value_of(expr, dims, model_name=model_names, seq_len=seq, batch=batch, env=env,
+                    max_new_tokens=max_new_tokens)
+
+
 def _fresh(value: Any) -> Any:
     """A cached literal with new lists, so that no caller can change the cache's."""
     if isinstance(value, list):
@@ -462,6 +496,7 @@ class _Walker:
         self._called: set[str] = set()
         self._calls_memo: dict[int, list[cst.Call]] = {}
         self._work_memo: dict[object, bool] = {}
+        self._block_ids: set[int] | None = None  # the nnsight blocks' nodes, for _has_work
         self._code_memo: dict[int, int] = {}
         self._call_stack: list[str] = []
         self._unrolled = 0  # iterations unrolled so far (see UNROLL_BUDGET)
@@ -518,14 +553,17 @@ class _Walker:
             self.statement(stmt, times)
 
     def statement(self, stmt: cst.BaseStatement, times: float) -> None:
-        if isinstance(stmt, cst.SimpleStatementLine):
+        # the usual kinds compared with `is` (libcst's node classes are final; isinstance
+        # against them is an ABC check)
+        kind = type(stmt)
+        if kind is cst.SimpleStatementLine:
             for small in stmt.body:
                 self.small(small, times)
             return
-        if isinstance(stmt, cst.With):
+        if kind is cst.With:
             self.with_statement(stmt, times)
             return
-        if isinstance(stmt, cst.For):
+        if kind is cst.For:
             self.for_loop(stmt, times)
             return
         if isinstance(stmt, cst.While):
@@ -575,7 +613,9 @@ class _Walker:
         known = self._work_memo.get(id(node))
         if known is not None:
             return known
-        blocks = {id(b.node) for b in self.facts.blocks}
+        blocks = self._block_ids
+        if blocks is None:
+            blocks = self._block_ids = {id(b.node) for b in self.facts.blocks}
         found = False
         for n in _walk(node):
             if isinstance(n, cst.With) and id(n) in blocks:
@@ -863,10 +903,18 @@ class _Walker:
 
     def value(self, expr: cst.BaseExpression) -> Shape | ModuleRef:
         ctx = self.context()
-        return value_of(
-            expr, ctx.dims, model_name=self.model_names, seq_len=ctx.seq, batch=ctx.batch,
-            env=self.env, max_new_tokens=ctx.max_new_tokens,
-        )
+        env = self.env
+        # value_of reads from env only the names the expression spells: with their values
+        # (and the types inside them: 1 == 1.0 == True), they are the key of a value
+        # shared by the versions of the tree that hold the expression
+        read = tuple((name, _exact(env.get(name, _UNBOUND))) for name in _names_read(expr))
+        try:
+            return _value_in(expr, ctx.dims, tuple(self.model_names), ctx.seq, ctx.batch, ctx.max_new_tokens, read)
+        except TypeError:  # a value that does not hash (a list)
+            return value_of(
+                expr, ctx.dims, model_name=self.model_names, seq_len=ctx.seq, batch=ctx.batch,
+                env=env, max_new_tokens=ctx.max_new_tokens,
+            )
 
     def shape(self, expr: cst.BaseExpression) -> Shape:
         value = self.value(expr)
@@ -1187,7 +1235,8 @@ class _Walker:
             self._by_block[id(block.node)] = entry
             self.requests.append(entry)
         upload, upload_raw = self._upload(block, saved_env)
-        download = RESULT_BASE + sum(size + len(name) + NAME_OVERHEAD for name, size in request.sizes().items())
+        sizes = request.sizes()
+        download = RESULT_BASE + sum(size + len(name) + NAME_OVERHEAD for name, size in sizes.items())
         count = times
         entry.count += _round(count)
         entry.upload_bytes += _round(count * upload)
@@ -1198,7 +1247,7 @@ class _Walker:
         entry.compute_flops += count * request.flops
         entry.server_seconds += count * request.seconds
         entry.max_server_seconds = max(entry.max_server_seconds, request.seconds)
-        entry.saved = request.sizes()
+        entry.saved = sizes
         if request.profile is not None:
             entry.profile = request.profile
         # what comes back: saved names hold their values on the client
@@ -1628,8 +1677,10 @@ def _python_shape(value: Any, keep: bool) -> Shape:
     if value is None:
         return Shape.python("none", None)
     if isinstance(value, (list, tuple)):
-        container = Shape.container([_python_shape(v, keep) for v in value])
-        return replace(container, value=tuple(value) if keep else None)
+        # Shape.container's fields with the value (dataclasses.replace costs several times more)
+        elements = tuple([_python_shape(v, keep) for v in value])
+        return Shape(kind="container", elements=elements, names=(), dtype="container",
+                     value=tuple(value) if keep else None)
     return Shape.unknown("a value")
 
 

@@ -102,7 +102,7 @@ class Shape:
     # constructors -------------------------------------------------------------------
     @staticmethod
     def tensor(dims: Iterable[int], dtype: str) -> Shape:
-        dims = tuple(int(d) for d in dims)
+        dims = tuple(map(int, dims))
         return Shape(dims=dims, dtype=dtype, kind="scalar" if not dims else "tensor")
 
     @staticmethod
@@ -198,6 +198,8 @@ class Shape:
         return "(" + ", ".join(parts) + ")"
 
     def with_notes(self, notes: Iterable[str]) -> Shape:
+        if not self.notes and not notes:  # the usual case: nothing to merge
+            return self
         merged = tuple(dict.fromkeys((*self.notes, *notes)))
         return replace(self, notes=merged) if merged != self.notes else self
 
@@ -249,8 +251,10 @@ class _Eval:
         self.dims = ctx.dims
         self.b = max(int(ctx.batch), 1)
         self.s = max(int(ctx.seq_len), 1)
-        self.env: dict[str, Any] = dict(ctx.env)
-        if extra_env:
+        if extra_env is None:  # the evaluation of value_of: its env is only read
+            self.env: dict[str, Any] = ctx.env
+        else:  # a nested scope binds names of its own
+            self.env = dict(ctx.env)
             self.env.update(extra_env)
         self.notes: list[str] = []
 
@@ -496,16 +500,12 @@ _NOT_CONST: Any = _NotConst()
 
 def _const(node: cst.BaseExpression | None, ev: _Eval) -> Any:
     """The statically known Python value of ``node``, or ``_NOT_CONST``."""
-    if node is None:
-        return _NOT_CONST
-    if isinstance(node, cst.Integer):
+    # node classes compared with `is`: libcst's are final, and isinstance against them is
+    # an ABC check (several times slower)
+    kind = type(node)
+    if kind is cst.Integer:
         return int(literal_value(node))
-    if isinstance(node, cst.Float):
-        return float(literal_value(node))
-    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
-        value = literal_value(node)
-        return value if isinstance(value, str) else _NOT_CONST
-    if isinstance(node, cst.Name):
+    if kind is cst.Name:
         if node.value in ("True", "False"):
             return node.value == "True"
         if node.value == "None":
@@ -514,25 +514,31 @@ def _const(node: cst.BaseExpression | None, ev: _Eval) -> Any:
         if isinstance(bound, Shape) and bound.kind == "python" and bound.value is not None:
             return bound.value
         return _NOT_CONST
-    if isinstance(node, cst.UnaryOperation):
+    if kind is cst.Float:
+        return float(literal_value(node))
+    if kind is cst.SimpleString or kind is cst.ConcatenatedString:
+        value = literal_value(node)
+        return value if isinstance(value, str) else _NOT_CONST
+    if kind is cst.UnaryOperation:
         inner = _const(node.expression, ev)
         if isinstance(inner, (int, float)) and not isinstance(inner, bool):
-            if isinstance(node.operator, cst.Minus):
+            operator = type(node.operator)
+            if operator is cst.Minus:
                 return -inner
-            if isinstance(node.operator, cst.Plus):
+            if operator is cst.Plus:
                 return inner
         return _NOT_CONST
-    if isinstance(node, (cst.Tuple, cst.List)):
+    if kind is cst.Tuple or kind is cst.List:
         values = []
         for element in node.elements:
-            if isinstance(element, cst.StarredElement):
+            if type(element) is cst.StarredElement:
                 return _NOT_CONST
             value = _const(element.value, ev)
             if value is _NOT_CONST:
                 return _NOT_CONST
             values.append(value)
-        return tuple(values) if isinstance(node, cst.Tuple) else values
-    if isinstance(node, cst.BinaryOperation):
+        return tuple(values) if kind is cst.Tuple else values
+    if kind is cst.BinaryOperation:
         left, right = _const(node.left, ev), _const(node.right, ev)
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (left, right)):
             return _NOT_CONST
@@ -543,7 +549,7 @@ def _const(node: cst.BaseExpression | None, ev: _Eval) -> Any:
             return op(left, right)
         except (ArithmeticError, ValueError):
             return _NOT_CONST
-    if isinstance(node, cst.Call) and _dotted(node.func) == "len" and len(node.args) == 1:
+    if kind is cst.Call and _dotted(node.func) == "len" and len(node.args) == 1:
         try:
             value = _eval(node.args[0].value, ev)
         except _Unknown:
@@ -554,7 +560,7 @@ def _const(node: cst.BaseExpression | None, ev: _Eval) -> Any:
             if value.dims:
                 return value.dims[0]
         return _NOT_CONST
-    if isinstance(node, (cst.Attribute, cst.Subscript)):
+    if kind is cst.Attribute or kind is cst.Subscript:
         try:
             value = _eval(node, ev)
         except _Unknown:
@@ -582,9 +588,10 @@ def _const_int(node: cst.BaseExpression | None, ev: _Eval) -> int | None:
 
 def _dotted(node: cst.BaseExpression) -> str | None:
     """``torch.nn.functional.softmax`` → that string; None for anything but names and dots."""
-    if isinstance(node, cst.Name):
+    kind = type(node)  # `is`: see _const
+    if kind is cst.Name:
         return node.value
-    if isinstance(node, cst.Attribute):
+    if kind is cst.Attribute:
         base = _dotted(node.value)
         return f"{base}.{node.attr.value}" if base else None
     return None
@@ -817,10 +824,9 @@ def _nnterp_value(what: str, ev: _Eval) -> Shape:
 
 def _eval_attribute(node: cst.Attribute, ev: _Eval) -> Shape | ModuleRef:
     attr = node.attr.value
-    dotted = _dotted(node)
     if (
         attr == "result"
-        and isinstance(node.value, cst.Name)
+        and type(node.value) is cst.Name  # `is`: see _const
         and node.value.value not in ev.env
         and node.value.value not in ev.ctx.model_names
     ):
@@ -829,8 +835,10 @@ def _eval_attribute(node: cst.Attribute, ev: _Eval) -> Shape | ModuleRef:
             return _generated(ev)
         ev.note("'.result' of a tracer read as the forward's ModelOutput (no max_new_tokens given)")
         return _causal_lm_output(ev)
+    # `torch.float16`: the dotted name is worked out only for a dtype's attribute name
+    dotted = _dotted(node) if attr in _DTYPE_ATTRS else None
     if dotted and dotted.split(".")[0] not in ev.env and dotted.split(".")[0] not in ev.ctx.model_names:
-        if dotted.startswith("torch.") and attr in _DTYPE_ATTRS:
+        if dotted.startswith("torch."):
             return Shape.python("dtype", _DTYPE_ATTRS[attr])
     base = _eval(node.value, ev)
     if isinstance(base, ModuleRef):
@@ -905,7 +913,7 @@ def _index_nodes(node: cst.Subscript) -> list[cst.BaseSlice]:
     items: list[cst.BaseSlice] = []
     for element in node.slice:
         sl = element.slice
-        if len(node.slice) == 1 and isinstance(sl, cst.Index) and isinstance(sl.value, cst.Tuple):
+        if len(node.slice) == 1 and type(sl) is cst.Index and type(sl.value) is cst.Tuple:  # see _const
             # x[(0, 1)] is x[0, 1]
             return [cst.Index(value=e.value) for e in sl.value.elements]
         items.append(sl)
@@ -919,9 +927,9 @@ def _eval_subscript(node: cst.Subscript, ev: _Eval) -> Shape | ModuleRef:
         return _module_subscript(base, items, ev)
     first = items[0] if len(items) == 1 else None
     if (
-        isinstance(node.value, cst.Attribute)
+        type(node.value) is cst.Attribute  # `is`: see _const
         and node.value.attr.value == "output"
-        and isinstance(first, cst.Index)
+        and type(first) is cst.Index
         and _const(first.value, ev) == 0
     ):
         ref = _eval(node.value.value, ev)
@@ -1011,11 +1019,11 @@ def _tensor_index(base: Shape, items: list[cst.BaseSlice], ev: _Eval) -> Shape:
     # Classify each index item.
     parsed: list[tuple[str, Any]] = []
     for item in items:
-        if isinstance(item, cst.Slice):
+        if type(item) is cst.Slice:  # `is`: see _const
             parsed.append(("slice", item))
             continue
         expr = item.value
-        if isinstance(expr, cst.Ellipsis):
+        if type(expr) is cst.Ellipsis:
             parsed.append(("ellipsis", None))
             continue
         const = _const(expr, ev)
@@ -1031,7 +1039,7 @@ def _tensor_index(base: Shape, items: list[cst.BaseSlice], ev: _Eval) -> Shape:
         if isinstance(const, (list, tuple)):
             parsed.append(("adv", _literal_dims(const)))
             continue
-        if isinstance(expr, cst.Name) and expr.value not in ev.env and expr.value not in ev.ctx.model_names:
+        if type(expr) is cst.Name and expr.value not in ev.env and expr.value not in ev.ctx.model_names:
             ev.note(
                 f"index '{expr.value}' is not bound here: it is taken to keep its dim with length "
                 f"{DEFAULT_INDEX_LENGTH} (right in bytes for an int index)"
@@ -1393,7 +1401,7 @@ def _eval_call(node: cst.Call, ev: _Eval) -> Shape | ModuleRef:
             return _builtin_call(dotted, node.args, ev)
         if root in _NAMESPACES or dotted.startswith("torch."):
             return _function_call(dotted, node.args, ev)
-    if isinstance(func, cst.Attribute):
+    if type(func) is cst.Attribute:  # `is`: see _const
         receiver = _eval(func.value, ev)
         method = func.attr.value
         if isinstance(receiver, ModuleRef):
