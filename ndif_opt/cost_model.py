@@ -418,6 +418,8 @@ def _types_in(shape: Shape) -> tuple:
 def _value_types(value: Any) -> Any:
     if type(value) is tuple or type(value) is list:
         return type(value), tuple(_value_types(v) for v in value)
+    if type(value) is float:
+        return float, repr(value)  # -0.0 == 0.0, and NaN equals nothing
     return type(value)
 
 

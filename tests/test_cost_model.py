@@ -674,3 +674,14 @@ def test_the_cost_model_follows_every_example_and_the_dense_script_to_the_end():
         for unsafe in (False, True):
             notes = optimize(source, unsafe_fixes=unsafe).assumptions
             assert not [n for n in notes if "could not follow" in n or "partial" in n], (name, notes)
+
+
+def test_shared_values_are_keyed_by_exact_values_not_equal_ones():
+    # the walker shares an expression's value between tree versions when the names it
+    # spells hold the same values: 1, 1.0 and True are equal in Python but not the same
+    from ndif_opt.cost_model import _exact
+    from ndif_opt.shapes import Shape
+
+    keys = {_exact(Shape(kind="python", value=v)) for v in (1, 1.0, True, 0.0, -0.0, (1,), (1.0,))}
+    assert len(keys) == 7
+    assert _exact(Shape(kind="python", value=2)) == _exact(Shape(kind="python", value=2))
