@@ -91,10 +91,15 @@ class ServerCheck:
 
     def problems(self, node: cst.CSTNode, *, skip: tuple[cst.CSTNode, ...] = ()) -> list[Problem]:
         """Why ``node`` cannot run on the server; nnsight blocks in ``skip`` are not inspected."""
-        visitor = _Checker(self, skip)
-        # the walk enters only the subtrees that hold a node that may object, and so
-        # finds the same problems in the same order
-        visitor.enter = paths_to(node, visitor.may_object, skip={id(s) for s in skip}, kinds=_MAY_OBJECT)
+        if all(type(s) in _SUITES for s in skip):
+            # one walk over content, no per-node hook: the suites to skip are refused
+            # by their own visit methods
+            visitor = _Checker(self, skip)
+        else:
+            visitor = _HookedChecker(self, skip)
+            # the walk enters only the subtrees that hold a node that may object, and so
+            # finds the same problems in the same order
+            visitor.enter = paths_to(node, visitor.may_object, skip={id(s) for s in skip}, kinds=_MAY_OBJECT)
         walk(node, visitor)
         return visitor.problems
 
@@ -231,23 +236,28 @@ _OBJECTING = frozenset(
 _MAY_OBJECT = _OBJECTING | {cst.Name, cst.Call}
 
 
+# the node classes of the nnsight blocks' bodies that a check may skip
+_SUITES = frozenset({cst.IndentedBlock, cst.SimpleStatementSuite})
+
+
 class _Checker(cst.CSTVisitor):
+    """Finds the problems of the code it walks, but inside the suites in ``skip``
+    (which must be of :data:`_SUITES`' classes: their visit methods refuse them)."""
+
     def __init__(self, check: ServerCheck, skip: tuple[cst.CSTNode, ...]) -> None:
         self.check = check
         self.facts = check.facts
         self.skip = skip
         self.problems: list[Problem] = []
-        self.enter: set[int] | None = None  # ids of the nodes worth entering; None: all
 
     def _add(self, kind: str, message: str, node: cst.CSTNode) -> None:
         self.problems.append(Problem(kind, message, node))
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if self.enter is not None and id(node) not in self.enter:
-            return False
-        if any(node is s for s in self.skip):
-            return False
-        return super().on_visit(node)
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
+        return not any(node is s for s in self.skip)
+
+    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> bool:
+        return not any(node is s for s in self.skip)
 
     def may_object(self, node: cst.CSTNode) -> bool:
         """Could the visit of ``node`` itself add a problem? Never False when it would.
@@ -373,3 +383,18 @@ class _Checker(cst.CSTVisitor):
         inner = self.check.problems(node.body)
         self.problems.extend(p for p in inner if p.kind != "control")
         return False
+
+
+class _HookedChecker(_Checker):
+    """:class:`_Checker` for any nodes to skip, entering only the nodes in ``enter``."""
+
+    def __init__(self, check: ServerCheck, skip: tuple[cst.CSTNode, ...]) -> None:
+        super().__init__(check, skip)
+        self.enter: set[int] | None = None  # ids of the nodes worth entering; None: all
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.enter is not None and id(node) not in self.enter:
+            return False
+        if any(node is s for s in self.skip):
+            return False
+        return super().on_visit(node)
