@@ -38,6 +38,7 @@ request, or when the saved name is bound more than once.
 from __future__ import annotations
 
 import builtins
+import functools
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -501,6 +502,8 @@ class _TreeIndex:
     (with the statements and lambdas around it) and where names are bound. The name use
     of a statement, a function or the module is collected on first request and kept.
     The ids used as keys are those of nodes of ``facts.module``, which the index keeps.
+    What each top-level statement holds is recorded once (:func:`_statement_index`) and
+    shared by the versions of the tree that keep the statement.
     """
 
     def __init__(self, facts: Facts) -> None:
@@ -518,39 +521,22 @@ class _TreeIndex:
         self._walk(facts.module)
 
     def _walk(self, module: cst.Module) -> None:
+        # the module encloses nothing (only statements and lambdas do): what a top-level
+        # statement holds is the same in every version of the tree that shares it
         parents, occurrences, spelled = self.parents, self.occurrences, self.spelled
-        sites, binders = self.binding_sites, self.expression_binders
-
-        def visit(node: cst.CSTNode, path: tuple[cst.CSTNode, ...]) -> None:
-            kind = NODE_KINDS[type(node)]
-            if kind.encloses:
-                path = path + (node,)
-            if kind.binding_site:
-                sites.append((node, path))
-            elif kind.expression_binder:
-                binders.append(node)
-            not_a_name = kind.not_a_name
-            for field in kind.fields:
-                value = getattr(node, field)
-                value_type = type(value)
-                if value_type is list or value_type is tuple:
-                    children = value
-                elif IS_NODE_TYPE[value_type]:
-                    children = (value,)
+        for stmt in module.body:
+            part = _statement_index(stmt)
+            parents[id(stmt)] = module
+            parents.update(part.parents)
+            for name, found in part.occurrences.items():
+                known = occurrences.get(name)
+                if known is None:
+                    occurrences[name] = list(found)
                 else:
-                    continue
-                for child in children:
-                    child_type = type(child)
-                    if child_type is cst.Name:
-                        parents[id(child)] = node
-                        spelled.add(child.value)
-                        if field != not_a_name:
-                            occurrences.setdefault(child.value, []).append((child, path))
-                    elif IS_NODE_TYPE[child_type]:
-                        parents[id(child)] = node
-                        visit(child, path)
-
-        visit(module, ())
+                    known.extend(found)
+            spelled |= part.spelled
+            self.binding_sites.extend(part.binding_sites)
+            self.expression_binders.extend(part.expression_binders)
 
     # -- where a name occurs ---------------------------------------------------------------
     def occurrences_under(self, name: str, roots) -> dict[int, list[cst.Name]]:
@@ -655,6 +641,61 @@ class _TreeIndex:
 
     def module_use(self) -> NameUse:
         return self.use_of(self.facts.module)
+
+
+@functools.lru_cache(maxsize=4096)
+def _statement_index(stmt: cst.BaseStatement) -> "_StatementIndex":
+    # a pure function of an immutable node (kept alive while cached, so the ids inside
+    # stay its nodes'): the versions of a tree share most top-level statements
+    return _StatementIndex(stmt)
+
+
+class _StatementIndex:
+    """What :class:`_TreeIndex` records about one top-level statement (see there), from
+    one walk over the fields that may hold more than layout, in libcst's order."""
+
+    def __init__(self, stmt: cst.BaseStatement) -> None:
+        self.parents: dict[int, cst.CSTNode] = {}
+        self.occurrences: dict[str, list[tuple[cst.Name, tuple[cst.CSTNode, ...]]]] = {}
+        self.spelled: set[str] = set()
+        self.binding_sites: list[tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = []
+        self.expression_binders: list[cst.CSTNode] = []
+        self._walk(stmt)
+
+    def _walk(self, stmt: cst.BaseStatement) -> None:
+        parents, occurrences, spelled = self.parents, self.occurrences, self.spelled
+        sites, binders = self.binding_sites, self.expression_binders
+
+        def visit(node: cst.CSTNode, path: tuple[cst.CSTNode, ...]) -> None:
+            kind = NODE_KINDS[type(node)]
+            if kind.encloses:
+                path = path + (node,)
+            if kind.binding_site:
+                sites.append((node, path))
+            elif kind.expression_binder:
+                binders.append(node)
+            not_a_name = kind.not_a_name
+            for field in kind.fields:
+                value = getattr(node, field)
+                value_type = type(value)
+                if value_type is list or value_type is tuple:
+                    children = value
+                elif IS_NODE_TYPE[value_type]:
+                    children = (value,)
+                else:
+                    continue
+                for child in children:
+                    child_type = type(child)
+                    if child_type is cst.Name:
+                        parents[id(child)] = node
+                        spelled.add(child.value)
+                        if field != not_a_name:
+                            occurrences.setdefault(child.value, []).append((child, path))
+                    elif IS_NODE_TYPE[child_type]:
+                        parents[id(child)] = node
+                        visit(child, path)
+
+        visit(stmt, ())
 
 
 class _TakenNames:
