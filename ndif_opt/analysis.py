@@ -59,7 +59,12 @@ class RemoteFlag:
 
     @property
     def code(self) -> str:
-        return "" if self.expr is None else cst.Module([]).code_for_node(self.expr)
+        if self.expr is None:
+            return ""
+        # asked of every block in every version: the code is kept by node
+        from ndif_opt.rewrite import code_of  # rewrite imports this module
+
+        return code_of(self.expr)
 
 
 @dataclass(frozen=True)
