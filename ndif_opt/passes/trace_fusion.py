@@ -45,6 +45,7 @@ different inputs to invoke-batching.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -120,14 +121,18 @@ class _Indexer(cst.CSTVisitor):
             self.index.spans[id(original_node)] = (start, len(self.index.nodes))
 
 
+@functools.lru_cache(maxsize=4096)
 def _index(node: cst.CSTNode) -> NodeIndex:
+    # a pure function of an immutable node (kept alive while cached, so the ids in
+    # `spans` stay its nodes'): shared by the versions of the tree and by the passes
     indexer = _Indexer()
     walk_content(node, indexer)  # its hooks do nothing at layout
     return indexer.index
 
 
 def index_of(node: cst.CSTNode, facts: Facts) -> NodeIndex:
-    return facts.once_for("trace-fusion:index", node, _index)
+    """What a walk of ``node`` finds; not to be changed (it is shared)."""
+    return _index(node)
 
 
 def calls_in(nodes, facts: Facts) -> list[cst.Call]:
