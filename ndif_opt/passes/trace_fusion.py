@@ -344,16 +344,16 @@ def _module_accesses(node: cst.CSTNode, facts: Facts) -> Accesses:
     found = index_of(node, facts).nodes
     written: set[int] = set()
     for assignment in found:
-        if isinstance(assignment, cst.Assign):
+        if type(assignment) is cst.Assign:
             targets = [t.target for t in assignment.targets]
-        elif isinstance(assignment, (cst.AugAssign, cst.AnnAssign)):
+        elif type(assignment) is cst.AugAssign or type(assignment) is cst.AnnAssign:
             targets = [assignment.target]
         else:
             continue
         for target in targets:
             expr, writes_value = target, False
             while isinstance(expr, (cst.Subscript, cst.Attribute)):
-                if isinstance(expr, cst.Attribute) and expr.attr.value in MODULE_VALUES:
+                if type(expr) is cst.Attribute and expr.attr.value in MODULE_VALUES:
                     written.add(id(expr))
                     writes_value = True
                 expr = expr.value
@@ -361,16 +361,16 @@ def _module_accesses(node: cst.CSTNode, facts: Facts) -> Accesses:
             if not writes_value and root is not None and _is_model_like(root, facts) and target is not expr:
                 result.model_writes.append(target)
     for n in found:
-        if isinstance(n, cst.Attribute) and n.attr.value in MODULE_VALUES:
+        if type(n) is cst.Attribute and n.attr.value in MODULE_VALUES:
             root = root_name(n.value)
             if root is None or not _is_model_like(root, facts):
                 result.unknown.append(n)
                 continue
             layers, index, sub = _split_envoy(n.value)
             result.found.append(Access(n, n.attr.value, n.value, layers, index, sub, id(n) in written))
-        elif isinstance(n, cst.Call):
+        elif type(n) is cst.Call:
             func = n.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "skip":
+            if type(func) is cst.Attribute and func.attr.value == "skip":
                 root = root_name(func.value)
                 if root is not None and _is_model_like(root, facts):
                     result.skips.append(n)
@@ -379,11 +379,11 @@ def _module_accesses(node: cst.CSTNode, facts: Facts) -> Accesses:
 
 def _split_envoy(expr: cst.BaseExpression):
     sub: list[str] = []
-    while isinstance(expr, cst.Attribute):
+    while type(expr) is cst.Attribute:
         sub.append(expr.attr.value)
         expr = expr.value
     if (
-        isinstance(expr, cst.Subscript)
+        type(expr) is cst.Subscript
         and len(expr.slice) == 1
         and isinstance(expr.slice[0].slice, cst.Index)
     ):
@@ -400,11 +400,11 @@ def derived_names(nodes, facts: Facts, accesses: Accesses) -> set[str]:
     for node in nodes:
         index = index_of(node, facts)
         for n in index.nodes:
-            if isinstance(n, cst.Assign):
+            if type(n) is cst.Assign:
                 targets, value = [t.target for t in n.targets], n.value
-            elif isinstance(n, cst.AnnAssign) and n.value is not None:
+            elif type(n) is cst.AnnAssign and n.value is not None:
                 targets, value = [n.target], n.value
-            elif isinstance(n, cst.NamedExpr):
+            elif type(n) is cst.NamedExpr:
                 targets, value = [n.target], n.value
             else:
                 continue
@@ -432,16 +432,16 @@ def in_place_changes(nodes, facts: Facts):
     """The places in ``nodes`` that may change a value in place, in the order of the code."""
     for node in nodes:
         for n in index_of(node, facts).nodes:
-            if isinstance(n, cst.Call):
-                if isinstance(n.func, cst.Attribute):
+            if type(n) is cst.Call:
+                if type(n.func) is cst.Attribute:
                     name = n.func.attr.value
                     if name.endswith("_") and not name.startswith("_"):
                         yield InPlace("method", n.func.value, name)
                     elif name in ("backward", "retain_grad"):
                         yield InPlace("gradient", n.func.value, name)
-            elif isinstance(n, cst.AugAssign):
+            elif type(n) is cst.AugAssign:
                 yield InPlace("augmented", n.target)
-            elif isinstance(n, cst.Assign):
+            elif type(n) is cst.Assign:
                 for target in n.targets:
                     if isinstance(target.target, (cst.Subscript, cst.Attribute)):
                         yield InPlace("write", target.target)
