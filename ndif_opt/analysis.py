@@ -315,24 +315,27 @@ def _walk_suite(suite, ancestors, statements, bindings) -> None:
 
 def _child_suites(stmt: cst.CSTNode) -> list[cst.CSTNode]:
     """The indented blocks directly owned by a compound statement."""
+    # exact classes, not isinstance (an ABC check): libcst's statement classes have no
+    # subclasses, and every version of every window asks this of every compound statement
     suites: list[cst.CSTNode] = []
 
     def add(body) -> None:
-        if isinstance(body, cst.IndentedBlock):
+        if type(body) is cst.IndentedBlock:
             suites.append(body)
 
-    if isinstance(stmt, (cst.For, cst.While)):
+    kind = type(stmt)
+    if kind is cst.For or kind is cst.While:
         add(stmt.body)
         if stmt.orelse is not None:
             add(stmt.orelse.body)
-    elif isinstance(stmt, cst.If):
+    elif kind is cst.If:
         add(stmt.body)
         orelse = stmt.orelse
-        if isinstance(orelse, cst.If):
+        if type(orelse) is cst.If:
             suites.extend(_child_suites_if_chain(orelse))
-        elif isinstance(orelse, cst.Else):
+        elif type(orelse) is cst.Else:
             add(orelse.body)
-    elif isinstance(stmt, (cst.Try, cst.TryStar)):
+    elif kind is cst.Try or kind is cst.TryStar:
         add(stmt.body)
         for handler in stmt.handlers:
             add(handler.body)
@@ -340,9 +343,9 @@ def _child_suites(stmt: cst.CSTNode) -> list[cst.CSTNode]:
             add(stmt.orelse.body)
         if stmt.finalbody is not None:
             add(stmt.finalbody.body)
-    elif isinstance(stmt, (cst.With, cst.FunctionDef, cst.ClassDef)):
+    elif kind is cst.With or kind is cst.FunctionDef or kind is cst.ClassDef:
         add(stmt.body)
-    elif isinstance(stmt, cst.Match):
+    elif kind is cst.Match:
         for case in stmt.cases:
             add(case.body)
     return suites
@@ -481,10 +484,10 @@ def _blocks(facts: Facts) -> list[Block]:
     by_node: dict[int, Block] = {}
     for info in facts.statements.values():
         stmt = info.node
-        if not isinstance(stmt, cst.With) or len(stmt.items) != 1:
+        if type(stmt) is not cst.With or len(stmt.items) != 1:
             continue
         call = stmt.items[0].item
-        if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
+        if type(call) is not cst.Call or type(call.func) is not cst.Attribute:
             continue
         method = call.func.attr.value
         if method not in BLOCK_METHODS:
