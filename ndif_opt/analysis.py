@@ -259,7 +259,7 @@ def analyze(module: cst.Module, *, assume_remote: bool = False) -> Facts:
     _walk_suite(module, (), statements, bindings)
     imports = _imports(statements)
     functions = {
-        stmt.name.value: stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)
+        stmt.name.value: stmt for stmt in module.body if type(stmt) is cst.FunctionDef
     }
     models = _models(statements, imports)
     facts = Facts(

@@ -101,14 +101,15 @@ class _Collector(cst.CSTVisitor):
 
     # -- binding forms -------------------------------------------------------------
     def _bind_target(self, target: cst.BaseExpression) -> None:
-        if isinstance(target, cst.Name):
+        kind = type(target)  # (final classes: see root_name)
+        if kind is cst.Name:
             self.use.binds.setdefault(target.value, target)
-        elif isinstance(target, (cst.Tuple, cst.List)):
+        elif kind is cst.Tuple or kind is cst.List:
             for element in target.elements:
                 self._bind_target(element.value)
-        elif isinstance(target, cst.StarredElement):
+        elif kind is cst.StarredElement:
             self._bind_target(target.value)
-        elif isinstance(target, (cst.Subscript, cst.Attribute)):
+        elif kind is cst.Subscript or kind is cst.Attribute:
             # `x[i] = v` / `x.a = v` mutate the object bound to `x`
             name = root_name(target)
             if name is not None:
@@ -235,7 +236,7 @@ class _Collector(cst.CSTVisitor):
     # -- effects ---------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in MUTATING_METHODS:
+        if type(func) is cst.Attribute and func.attr.value in MUTATING_METHODS:
             name = root_name(func.value)
             if name is not None:
                 self.use.mutates.setdefault(name, node)
