@@ -355,7 +355,7 @@ def test_stopping_the_run_stops_the_workers(tmp_path, how):
     KeyboardInterrupt traceback from the parent or any worker. SIGTERM to the parent
     alone (a CI timeout) stops the workers too (exit 143); after SIGKILL, which the
     parent cannot handle, the kernel ends them. No worker is left in any case."""
-    slow = dense_nnsight_script(300)  # seconds of work per file
+    slow = dense_nnsight_script(3000)  # seconds of work per file (300 lines once were; now ~0.2 s)
     for i in range(4):
         (tmp_path / f"slow_{i}.py").write_text(slow)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
