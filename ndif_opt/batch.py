@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ndif_opt.files import InputError, SourceFile, decode, read_source, same_file
 from ndif_opt.options import Options
+from ndif_opt.runtime import collect_garbage_rarely
 from ndif_opt.types import Result
 
 
@@ -116,6 +117,7 @@ def work(source: SourceFile, options: Options) -> tuple[Result | None, str | Non
 def _worker_init(parent: int | None = None) -> None:
     # Ctrl-C on a terminal reaches the whole process group: the parent handles it and
     # stops the workers, which must not each print a KeyboardInterrupt traceback.
+    collect_garbage_rarely()  # inherited when forked; set again where workers are spawned
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler, if inherited
     if sys.platform.startswith("linux"):

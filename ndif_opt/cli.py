@@ -22,6 +22,7 @@ from ndif_opt.files import InputError, SourceFile, python_files, read_source, sa
 from ndif_opt.options import Options
 from ndif_opt.passes import PASS_IDS, PASS_TABLE
 from ndif_opt.report import cost_table, finding_line, to_json, unified_diff
+from ndif_opt.runtime import collect_garbage_rarely
 from ndif_opt.types import Result, Status
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
@@ -312,6 +313,7 @@ def verify(
 
 
 def main(argv: list[str] | None = None) -> None:
+    collect_garbage_rarely()  # this process is ours (forked workers inherit it): ndif_opt/runtime.py
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "verify":
         verify_app(args[1:], prog_name="ndif-opt verify")

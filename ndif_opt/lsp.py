@@ -46,6 +46,7 @@ except ImportError:  # pygls 1.x
 
 from ndif_opt.config import ConfigError, load_options
 from ndif_opt.options import Options
+from ndif_opt.runtime import collect_garbage_rarely
 from ndif_opt.types import Edit, Finding, Result, Status
 
 log = logging.getLogger("ndif_opt.lsp")
@@ -538,6 +539,7 @@ def serve(debounce: float | None = None) -> None:
             debounce = float(env) if env else DEBOUNCE
         except ValueError:
             debounce = DEBOUNCE
+    collect_garbage_rarely()  # the server's process is ours: ndif_opt/runtime.py
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the protocol stream
     create_server(debounce).start_io(stdin, stdout)
