@@ -4,6 +4,8 @@
     python benchmarks/bench.py --quick         # smaller inputs, same ratios
     python benchmarks/bench.py --profile 300   # cProfile of the pipeline on a 300-line dense script
 
+Inputs are measured with the command line's process settings (fewer garbage collections:
+ndif_opt/runtime.py), the bare parse too; ``--library-gc`` keeps Python's defaults.
 Absolute times drift with the machine and its load; the ratios measured in the same run
 (tool time / bare ``libcst.parse_module`` time of the same text) hold. Every input is
 measured in a fresh subprocess (modules imported and warmed up on a tiny script first,
@@ -43,7 +45,12 @@ def _worker(path: str, repeat: int) -> None:
 
     from ndif_opt import optimize
     from ndif_opt.prefilter import uses_nnsight
+    from ndif_opt.runtime import collect_garbage_rarely
 
+    # the settings of the command line's process (garbage collection), for the tool and
+    # the bare parse alike; --library-gc keeps Python's defaults, as a library caller has
+    if not os.environ.get("NDIF_OPT_BENCH_LIBRARY_GC"):
+        collect_garbage_rarely()
     optimize(dense_nnsight_script(40))  # import and warm every module first
     source = Path(path).read_text()
     lines = source.count("\n") + 1
@@ -299,9 +306,14 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated row names")
     parser.add_argument("--profile", type=int, metavar="LINES", help="profile a dense script of LINES lines")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--library-gc", action="store_true",
+                        help="measure with Python's default garbage collection (as optimize() called from a "
+                             "library caller's process), not the command line's (ndif_opt/runtime.py)")
     parser.add_argument("--growth", action="store_true",
                         help="time dense scripts of 50..800 lines: how time grows with size")
     args = parser.parse_args()
+    if args.library_gc:
+        os.environ["NDIF_OPT_BENCH_LIBRARY_GC"] = "1"  # read by the workers
     if args.directory_worker:
         _directory_worker(args.directory_worker, args.jobs)
         return
