@@ -411,6 +411,10 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
            ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
+#: The node classes _expression_names looks at; it only walks through others.
+_NAME_KINDS = frozenset({ast.Name, ast.NamedExpr, *_SCOPES})
+
+
 def _expression_names(node: ast.AST) -> tuple[set[str], set[str], set[str]]:
     """(names read now, names bound by `:=`, names read later by a function defined here)."""
     free: set[str] = set()
@@ -419,6 +423,9 @@ def _expression_names(node: ast.AST) -> tuple[set[str], set[str], set[str]]:
     stack = [node]
     while stack:
         current = stack.pop()
+        if type(current) not in _NAME_KINDS:  # most nodes: only their children matter here
+            stack.extend(ast.iter_child_nodes(current))
+            continue
         if isinstance(current, ast.Name):
             (free if isinstance(current.ctx, ast.Load) else stores).add(current.id)
             continue
