@@ -66,7 +66,7 @@ from ndif_opt.regions import arithmetic
 from ndif_opt.rewrite import code_of, unsave
 from ndif_opt.shapes import ModuleRef, Shape, literal_value, shape_of, value_of
 from ndif_opt.types import Cost
-from ndif_opt.walk import content_fields
+from ndif_opt.walk import content_children
 
 __all__ = [
     "DEFAULTS",
@@ -1368,7 +1368,7 @@ class _Walker:
             ref = self.value(node.value)
             if isinstance(ref, ModuleRef):
                 best = _layer_position(ref, node.attr.value, n)
-        for child in _content_children(node):
+        for child in content_children(node):
             best = max(best, self._reach_node(child, n))
             if best >= n:
                 return n
@@ -1738,20 +1738,8 @@ def _walk(node: cst.CSTNode):
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(_content_children(current))
-
-
-def _content_children(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The children of ``node`` in its fields that may hold more than layout (whitespace,
-    punctuation, operators: nothing the walk looks for is there), in libcst's order."""
-    found: list[cst.CSTNode] = []
-    for name in content_fields(type(node)):
-        value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            found.append(value)
-        elif type(value) is tuple or type(value) is list:
-            found.extend(item for item in value if isinstance(item, cst.CSTNode))
-    return found
+        # whitespace, punctuation, operators: nothing the walks look for is there
+        stack.extend(content_children(current))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -1770,8 +1758,5 @@ def _find_calls(node: cst.CSTNode, functions: frozenset[str], found: list[cst.Ca
         return
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in functions:
         found.append(node)
-    for name in content_fields(type(node)):
-        value = getattr(node, name)
-        for child in value if type(value) in (tuple, list) else (value,):
-            if isinstance(child, cst.CSTNode):
-                _find_calls(child, functions, found)
+    for child in content_children(node):
+        _find_calls(child, functions, found)

@@ -94,8 +94,18 @@ def content_fields(cls: type) -> tuple[str, ...]:
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """``node.children``, without rebuilding ``node``."""
+    return _children_in(node, _FIELDS.of(type(node)))
+
+
+def content_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The children of ``node`` in its fields that may hold more than layout
+    (:func:`content_fields`), in libcst's order."""
+    return _children_in(node, _FIELDS.content(type(node)))
+
+
+def _children_in(node: cst.CSTNode, fields: tuple[str, ...]) -> list[cst.CSTNode]:
     found: list[cst.CSTNode] = []
-    for name in _FIELDS.of(type(node)):
+    for name in fields:
         value = getattr(node, name)
         kind = type(value)
         if kind is tuple or kind is list:
@@ -351,4 +361,4 @@ def find_nodes(root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool]) -> list
     return found
 
 
-__all__ = ["IS_NODE_TYPE", "children", "content_fields", "find_nodes", "paths_to", "transform", "walk", "walk_content"]
+__all__ = ["IS_NODE_TYPE", "children", "content_children", "content_fields", "find_nodes", "paths_to", "transform", "walk", "walk_content"]
