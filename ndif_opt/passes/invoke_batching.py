@@ -424,7 +424,7 @@ def _shared_objects(sweep: Sweep, facts: Facts) -> str:
     use = moved_names(sweep, facts)
     bound = set(use.binds) | set(sweep.targets)
     shared = [n for n in use.mutates if n not in bound and not _is_model_like(n, facts)]
-    found = [n for stmt in moved for n in index_of(stmt, facts).nodes]
+    found = [n for stmt in moved for n in index_of(stmt).nodes]
     # the receivers of filling calls and item assignments: `acts.append(...)`, `top[p] = ...`
     allowed: set[int] = set()
     for node in found:
@@ -445,7 +445,7 @@ def _shared_objects(sweep: Sweep, facts: Facts) -> str:
                     f"it reads or changes `{name}`, which earlier iterations fill: batched, "
                     "the iterations would not see each other's changes in order"
                 )
-    for change in in_place_changes(moved, facts):
+    for change in in_place_changes(moved):
         if change.kind == "method" and root_name(change.target) not in bound:
             return f"it changes `{code_of(change.target)}` in place, which every iteration shares"
         if change.kind == "gradient":
@@ -774,7 +774,7 @@ def _last_dim(call: cst.Call, positional: int = 0) -> bool:
 
 def _rebinds(stmt: cst.BaseStatement, names: set[str], facts: Facts) -> bool:
     """Does ``stmt`` assign one of ``names`` alone (`x = ...`), anywhere inside?"""
-    for node in index_of(stmt, facts).nodes:
+    for node in index_of(stmt).nodes:
         if isinstance(node, cst.Assign) and len(node.targets) == 1:
             target = node.targets[0].target
             if isinstance(target, cst.Name) and target.value in names:

@@ -316,7 +316,7 @@ def _trace_problem(sweep: Sweep, facts: Facts) -> str:
             return "the trace takes `*args`/`**kwargs`"
         if arg.keyword is not None and arg.keyword.value not in HARMLESS_TRACE_KWARGS:
             return f"the trace takes `{arg.keyword.value}=`, which may need every layer"
-    for call in calls_in(sweep.moved, facts):
+    for call in calls_in(sweep.moved):
         if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("invoke", "backward"):
             return f"the trace calls `.{call.func.attr.value}()`"
     return ""
@@ -325,8 +325,8 @@ def _trace_problem(sweep: Sweep, facts: Facts) -> str:
 def _in_place_on_cache(moved, facts: Facts, accesses) -> str:
     """An in-place change of a module's input (a cached value) or of the model."""
     inputs = [a for a in accesses.found if a.kind != "output"]
-    derived = derived_names(moved, facts, Accesses(found=inputs))
-    for change in in_place_changes(moved, facts):
+    derived = derived_names(moved, Accesses(found=inputs))
+    for change in in_place_changes(moved):
         code, root = code_of(change.target), root_name(change.target)
         if change.kind == "method":
             if root is not None and (root in derived or _is_model_like(root, facts)):
@@ -342,7 +342,7 @@ def _followed_by_logits(access, moved, facts: Facts) -> bool:
     """Every use of `model.output` in ``moved`` is `model.output.logits`."""
     total = used = 0
     for node in moved:
-        for n in index_of(node, facts).nodes:
+        for n in index_of(node).nodes:
             if isinstance(n, cst.Attribute):
                 if n.attr.value == "output" and code_of(n) == access.code:
                     total += 1

@@ -63,10 +63,11 @@ from ndif_opt.walk import walk_content
 # One walk per statement and version of the tree
 # ---------------------------------------------------------------------------------------
 # The three sweep passes ask many questions about the same few statements (a loop body,
-# its trace's body), and a libcst walk is slow. So each statement is walked at most twice
-# per version of the tree: by `collect` for its names and by `_Indexer` for the nodes the
-# questions look at. The answers live in `facts.memo`, next to their node (which keeps the
-# node's id from being reused while the answer is kept).
+# its trace's body), and a libcst walk is slow. So each statement is walked at most twice:
+# by `collect` for its names and by `_Indexer` for the nodes the questions look at, both
+# cached by node (so shared by the versions of the tree that keep the statement). The
+# answers that depend on the whole version live in `facts.memo` (`Facts.once_for`), next
+# to their node (which keeps the node's id from being reused while the answer is kept).
 
 
 @dataclass
@@ -122,22 +123,18 @@ class _Indexer(cst.CSTVisitor):
 
 
 @functools.lru_cache(maxsize=4096)
-def _index(node: cst.CSTNode) -> NodeIndex:
-    # a pure function of an immutable node (kept alive while cached, so the ids in
-    # `spans` stay its nodes'): shared by the versions of the tree and by the passes
+def index_of(node: cst.CSTNode) -> NodeIndex:
+    """What a walk of ``node`` finds; not to be changed (it is shared). A pure function of
+    an immutable node (kept alive while cached, so the ids in ``spans`` stay its nodes'):
+    shared by the versions of the tree and by the passes."""
     indexer = _Indexer()
     walk_content(node, indexer)  # its hooks do nothing at layout
     return indexer.index
 
 
-def index_of(node: cst.CSTNode, facts: Facts) -> NodeIndex:
-    """What a walk of ``node`` finds; not to be changed (it is shared)."""
-    return _index(node)
-
-
-def calls_in(nodes, facts: Facts) -> list[cst.Call]:
+def calls_in(nodes) -> list[cst.Call]:
     """Every call in ``nodes``, in order."""
-    return [n for node in nodes for n in index_of(node, facts).nodes if isinstance(n, cst.Call)]
+    return [n for node in nodes for n in index_of(node).nodes if isinstance(n, cst.Call)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -240,7 +237,7 @@ def _structure_problem(sweep: Sweep, facts: Facts) -> str:
     if loop.asynchronous is not None:
         return "the loop is asynchronous"
     # the trace is no loop: its body's jumps are those of its statements
-    jump = next((j for j in (index_of(s, facts).jump for s in sweep.moved) if j), "")
+    jump = next((j for j in (index_of(s).jump for s in sweep.moved) if j), "")
     if jump:
         return f"the loop body uses `{jump}`"
     control = moved_names(sweep, facts).control
@@ -257,7 +254,7 @@ def _structure_problem(sweep: Sweep, facts: Facts) -> str:
     tracer = sweep.block.tracer_name
     if tracer is not None and tracer in collect_all(sweep.inner).reads:
         return f"the trace body uses its tracer `{tracer}`"
-    for node in calls_in(sweep.inner, facts):
+    for node in calls_in(sweep.inner):
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("invoke", "stop", "next", "all", "iter"):
             return f"the trace body calls `.{node.func.attr.value}()`"
     return ""
@@ -279,7 +276,7 @@ def _input_dependence(sweep: Sweep, facts: Facts) -> str:
     if touched:
         return f"the loop changes `{touched[0]}`, which the trace's input reads"
     for arg in args:
-        for call in calls_in([arg], facts):
+        for call in calls_in([arg]):
             name = code_of(call.func)
             if name not in ("str", "len", "int", "list", "tuple"):
                 return f"the trace's input calls `{name}` in every iteration"
@@ -341,7 +338,7 @@ def module_accesses(nodes, facts: Facts) -> Accesses:
 
 def _module_accesses(node: cst.CSTNode, facts: Facts) -> Accesses:
     result = Accesses()
-    found = index_of(node, facts).nodes
+    found = index_of(node).nodes
     written: set[int] = set()
     for assignment in found:
         if type(assignment) is cst.Assign:
@@ -391,14 +388,14 @@ def _split_envoy(expr: cst.BaseExpression):
     return None, None, tuple(reversed(sub))
 
 
-def derived_names(nodes, facts: Facts, accesses: Accesses) -> set[str]:
+def derived_names(nodes, accesses: Accesses) -> set[str]:
     """Names bound (in ``nodes``) to values computed from module values."""
     access_ids = {id(a.node) for a in accesses.found}
     derived: set[str] = set()
     # (the names an assignment binds, its value, whether the value reads a module value)
     assigns: list[tuple[list[cst.BaseExpression], cst.BaseExpression, bool]] = []
     for node in nodes:
-        index = index_of(node, facts)
+        index = index_of(node)
         for n in index.nodes:
             if type(n) is cst.Assign:
                 targets, value = [t.target for t in n.targets], n.value
@@ -428,10 +425,10 @@ class InPlace:
     method: str = ""  # for "method" and "gradient"
 
 
-def in_place_changes(nodes, facts: Facts):
+def in_place_changes(nodes):
     """The places in ``nodes`` that may change a value in place, in the order of the code."""
     for node in nodes:
-        for n in index_of(node, facts).nodes:
+        for n in index_of(node).nodes:
             if type(n) is cst.Call:
                 if type(n.func) is cst.Attribute:
                     name = n.func.attr.value
@@ -449,7 +446,7 @@ def in_place_changes(nodes, facts: Facts):
 
 def in_place_problem(nodes, derived: set[str], facts: Facts) -> str:
     """An in-place change of an activation (or of a value computed from one)."""
-    for change in in_place_changes(nodes, facts):
+    for change in in_place_changes(nodes):
         code = code_of(change.target)
         if change.kind == "method":
             return f"changes `{code}` in place (`.{change.method}()`)"
@@ -625,7 +622,7 @@ def _fusion_problem(sweep: Sweep, facts: Facts) -> tuple[str, bool]:
         return "each iteration skips a module, so each needs its own forward pass", False
     if accesses.model_writes:
         return f"the loop changes the model (`{code_of(accesses.model_writes[0])}`)", False
-    derived = derived_names(sweep.moved, facts, accesses)
+    derived = derived_names(sweep.moved, accesses)
     problem = in_place_problem(sweep.moved, derived, facts)
     if problem:
         return f"each iteration {problem}", True
