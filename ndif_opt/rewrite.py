@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from keyword import iskeyword
 
 import libcst as cst
 
@@ -80,7 +81,6 @@ class _SuiteRewriter(cst.CSTTransformer):
             if type(node) not in _MAY_HOLD_SUITES:
                 return False  # an expression, a decorator, layout: no statement inside
         return super().on_visit(node)
-
 
     def _rewrite(self, original, updated):
         edits = self.plan.edits.get(id(original))
@@ -288,9 +288,15 @@ def session_statement(
 
 def _dotted(name: str) -> cst.BaseExpression:
     """The expression `a.b.c` (as parsed) for a dotted name."""
-    parts = name.split(".")
-    if not all(part.isidentifier() for part in parts):
-        return cst.parse_expression(name)
+    return dotted_expression(name) or cst.parse_expression(name)
+
+
+def dotted_expression(code: str) -> cst.BaseExpression | None:
+    """What ``code`` parses to when it is a name or a dotted name (`a.b.c`), built (a
+    parse costs several times more); None for any other code."""
+    parts = code.split(".")
+    if not all(part.isidentifier() and not iskeyword(part) for part in parts):
+        return None
     expr: cst.BaseExpression = cst.Name(parts[0])
     for part in parts[1:]:
         expr = cst.Attribute(value=expr, attr=cst.Name(part))

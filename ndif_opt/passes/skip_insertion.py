@@ -57,8 +57,6 @@ Forward passes go up by one (the caching trace, cut short); layer evaluations go
 
 from __future__ import annotations
 
-from keyword import iskeyword
-
 import libcst as cst
 
 from ndif_opt.analysis import Facts
@@ -85,7 +83,7 @@ from ndif_opt.passes.trace_fusion import (
     split_leading,
 )
 from ndif_opt.regions import int_value, iterable_length
-from ndif_opt.rewrite import SuitePlan, code_of
+from ndif_opt.rewrite import SuitePlan, code_of, dotted_expression
 
 CACHE = "_ndif_cache"
 
@@ -218,13 +216,7 @@ def _plain_expression(code: str) -> cst.BaseExpression | None:
     """What ``code`` parses to when it is a name, a dotted name or a decimal integer."""
     if code.isascii() and code.isdigit() and (code == "0" or code[0] != "0"):
         return cst.Integer(code)
-    parts = code.split(".")
-    if not all(part.isidentifier() and not iskeyword(part) for part in parts):
-        return None
-    expr: cst.BaseExpression = cst.Name(parts[0])
-    for part in parts[1:]:
-        expr = cst.Attribute(value=expr, attr=cst.Name(part))
-    return expr
+    return dotted_expression(code)
 
 
 def _parsed_new_statements(model: str, prompt: str, layers: str, stop: str, index: str, names):
