@@ -18,6 +18,8 @@ from functools import cached_property
 import libcst as cst
 
 from ndif_opt.names import NameUse, collect, dotted_name
+from ndif_opt.positions import code_for_node
+from ndif_opt.shapes import literal_value  # the model's repo id, read in every version
 from ndif_opt.walk import walk
 
 # Classes whose instances are nnsight models, by their public import paths.
@@ -288,7 +290,7 @@ def _resolve_repo(info: ModelInfo, facts: Facts) -> ModelInfo:
     value = args[0].value
     for _ in range(4):
         if isinstance(value, cst.SimpleString):
-            text = _string_value(value)
+            text = literal_value(value)
             return ModelInfo(info.name, info.class_path, text if isinstance(text, str) else None, info.node)
         if isinstance(value, cst.Name):
             value = facts.constant(value.value)
@@ -451,12 +453,6 @@ def _is_model_class(path: str | None) -> bool:
     return root in ("nnsight", "nnterp") and path.rsplit(".", 1)[-1] in MODEL_CLASS_NAMES
 
 
-@functools.lru_cache(maxsize=1024)
-def _string_value(node: cst.SimpleString) -> str | bytes:
-    # a literal_eval (a compile) per call: the model's repo id, asked in every version
-    return node.evaluated_value
-
-
 def _models(statements: dict[int, StmtInfo], imports: dict[str, str]) -> dict[str, ModelInfo]:
     models: dict[str, ModelInfo] = {}
     for info in statements.values():
@@ -471,7 +467,7 @@ def _models(statements: dict[int, StmtInfo], imports: dict[str, str]) -> dict[st
             )
             repo = None
             if value.args and isinstance(value.args[0].value, cst.SimpleString):
-                repo = _string_value(value.args[0].value)
+                repo = literal_value(value.args[0].value)
             for target in targets:
                 name = dotted_name(target)
                 if name is not None:
@@ -538,7 +534,7 @@ def _remote_flag(call: cst.Call, info: StmtInfo, facts: Facts) -> RemoteFlag:
 
 def _kwargs_remote(expr: cst.BaseExpression, facts: Facts) -> tuple[Remote, str]:
     """`**kw` where `kw` is a module-level dict with a literal "remote" key."""
-    code = cst.Module([]).code_for_node(expr)
+    code = code_for_node(expr)
     value = facts.constant(expr.value) if isinstance(expr, cst.Name) else None
     entry = _dict_entry(value, "remote") if value is not None else None
     if entry is None:
@@ -589,7 +585,7 @@ def _truth(expr: cst.BaseExpression, facts: Facts, seen: set[str], info: StmtInf
         return (Remote.YES if expr.evaluated_value else Remote.NO), expr, "a string host"
     if isinstance(expr, cst.Integer):
         return (Remote.YES if int(expr.value) else Remote.NO), expr, "an integer flag"
-    code = cst.Module([]).code_for_node(expr)
+    code = code_for_node(expr)
     entry = _config_entry(expr, facts)
     if entry is not None and code not in seen:
         state, _, _ = _truth(entry, facts, seen | {code})

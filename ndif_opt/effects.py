@@ -15,7 +15,7 @@ from functools import cached_property
 import libcst as cst
 
 from ndif_opt.analysis import Facts, line_facts, qualify, qualify_dotted
-from ndif_opt.names import dotted_name, root_name, target_names
+from ndif_opt.names import BODY_KINDS, dotted_name, root_name, target_names
 from ndif_opt.walk import find_nodes, paths_to, walk
 
 # Roots of modules whose code the NDIF server runs (../shared/NNSIGHT_NOTES.md).
@@ -91,7 +91,7 @@ class ServerCheck:
 
     def problems(self, node: cst.CSTNode, *, skip: tuple[cst.CSTNode, ...] = ()) -> list[Problem]:
         """Why ``node`` cannot run on the server; nnsight blocks in ``skip`` are not inspected."""
-        if all(type(s) in _SUITES for s in skip):
+        if all(type(s) in BODY_KINDS for s in skip):
             # one walk over content, no per-node hook: the suites to skip are refused
             # by their own visit methods
             visitor = _Checker(self, skip)
@@ -236,13 +236,9 @@ _OBJECTING = frozenset(
 _MAY_OBJECT = _OBJECTING | {cst.Name, cst.Call}
 
 
-# the node classes of the nnsight blocks' bodies that a check may skip
-_SUITES = frozenset({cst.IndentedBlock, cst.SimpleStatementSuite})
-
-
 class _Checker(cst.CSTVisitor):
     """Finds the problems of the code it walks, but inside the suites in ``skip``
-    (which must be of :data:`_SUITES`' classes: their visit methods refuse them)."""
+    (which must be of :data:`ndif_opt.names.BODY_KINDS`: their visit methods refuse them)."""
 
     def __init__(self, check: ServerCheck, skip: tuple[cst.CSTNode, ...]) -> None:
         self.check = check

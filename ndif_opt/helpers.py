@@ -16,6 +16,7 @@ import libcst as cst
 from ndif_opt.analysis import Block, Facts, Remote
 from ndif_opt.effects import ServerCheck
 from ndif_opt.names import collect
+from ndif_opt.positions import code_for_node
 from ndif_opt.walk import walk
 
 FLAG_PARAMETER = "remote"
@@ -38,9 +39,9 @@ class RemoteHelper:
             return self.flag_code
         value = self.argument(call, self.flag_param)
         if value is not None:
-            return cst.Module([]).code_for_node(value)
+            return code_for_node(value)
         default = _param(self.func, self.flag_param)
-        return None if default is None or default.default is None else cst.Module([]).code_for_node(default.default)
+        return None if default is None or default.default is None else code_for_node(default.default)
 
     def argument(self, call: cst.Call, name: str) -> cst.BaseExpression | None:
         position = _positions(self.func).get(name)

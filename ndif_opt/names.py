@@ -280,12 +280,15 @@ class _SkippingCollector(_Collector):
         return id(node) not in self.skip and super().on_visit(node)
 
 
-class _BodySkippingCollector(_Collector):
-    """:class:`_SkippingCollector` for the usual ``skip``, bodies of blocks: checked by
-    the visit of those two node kinds only, so the walk needs no ``on_visit`` hook
-    (which would see every node, layout included)."""
+#: The node classes of a block's body: a walk that leaves bodies out can refuse them in
+#: the visit methods of these two classes, with no ``on_visit`` hook (which would see
+#: every node, layout included).
+BODY_KINDS = frozenset({cst.IndentedBlock, cst.SimpleStatementSuite})
 
-    KINDS = (cst.IndentedBlock, cst.SimpleStatementSuite)
+
+class _BodySkippingCollector(_Collector):
+    """:class:`_SkippingCollector` for the usual ``skip``, bodies of blocks
+    (:data:`BODY_KINDS`)."""
 
     def __init__(self, skip: tuple[cst.CSTNode, ...]) -> None:
         super().__init__()
@@ -327,7 +330,7 @@ def collect(node: cst.CSTNode, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
 @functools.lru_cache(maxsize=4096)
 def _collect_skipping(node: cst.CSTNode, skip: tuple[cst.CSTNode, ...]) -> NameUse:
     # cached like _collect_whole: a pure function of immutable nodes
-    bodies = all(type(s) in _BodySkippingCollector.KINDS for s in skip)
+    bodies = all(type(s) in BODY_KINDS for s in skip)
     collector = _BodySkippingCollector(skip) if bodies else _SkippingCollector(skip)
     walk(node, collector)
     return collector.use
