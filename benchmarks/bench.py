@@ -45,12 +45,8 @@ def _worker(path: str, repeat: int) -> None:
 
     from ndif_opt import optimize
     from ndif_opt.prefilter import uses_nnsight
-    from ndif_opt.runtime import collect_garbage_rarely
 
-    # the settings of the command line's process (garbage collection), for the tool and
-    # the bare parse alike; --library-gc keeps Python's defaults, as a library caller has
-    if not os.environ.get("NDIF_OPT_BENCH_LIBRARY_GC"):
-        collect_garbage_rarely()
+    _process_settings()  # for the tool and the bare parse alike
     optimize(dense_nnsight_script(40))  # import and warm every module first
     source = Path(path).read_text()
     lines = source.count("\n") + 1
@@ -182,9 +178,20 @@ def _phase(tree: Path, jobs: int | None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _process_settings() -> None:
+    """The settings of the command line's process (garbage collection: ndif_opt/runtime.py);
+    with --library-gc, Python's defaults, as a library caller's process has them."""
+    from ndif_opt.runtime import collect_garbage_rarely
+
+    if not os.environ.get("NDIF_OPT_BENCH_LIBRARY_GC"):
+        collect_garbage_rarely()
+
+
 def _directory_worker(tree: str, jobs: int) -> None:
     """The processing phase of directory mode, timed from inside (see directory_mode)."""
     from ndif_opt import batch, cli  # noqa: F401  (what the command line has imported)
+
+    _process_settings()  # what cli.main sets before it runs
     from ndif_opt.options import Options
 
     import ndif_opt.notebook  # noqa: F401  (imported before the fork, as batch does)
