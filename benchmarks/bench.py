@@ -10,7 +10,9 @@ Absolute times drift with the machine and its load; the ratios measured in the s
 (tool time / bare ``libcst.parse_module`` time of the same text) hold. Every input is
 measured in a fresh subprocess (modules imported and warmed up on a tiny script first,
 so start-up is not counted) with a time limit: a row that hits it says ``>T s`` and its
-ratio is a lower bound.
+ratio is a lower bound. ``tool`` is what the command line does with one file: a long
+file's independent windows are split over the CPUs (forked processes, ndif_opt/forking.py);
+the ``1 process`` column is the same run without them.
 
 Targets (issue 7): the whole pipeline within 2.5x a bare parse; the 20,000-line file
 within 4.5x the 5,000-line time; a file without nnsight skipped by the prefilter at over
@@ -44,6 +46,8 @@ def _worker(path: str, repeat: int) -> None:
     import libcst
 
     from ndif_opt import optimize
+    from ndif_opt.batch import default_jobs
+    from ndif_opt.options import Options
     from ndif_opt.prefilter import uses_nnsight
 
     _process_settings()  # for the tool and the bare parse alike
@@ -63,13 +67,23 @@ def _worker(path: str, repeat: int) -> None:
     prefilter = best(lambda: uses_nnsight(source))
     print(json.dumps({"lines": lines, "parse": parse, "prefilter": prefilter}), flush=True)
     # the tool's time is taken like the parse's: the best of `repeat` runs (each a full
-    # run: no cache is shared between them), or of one run when that takes over 2 s
-    times = []
-    while len(times) < repeat and sum(times) < 2.0:
-        started = time.perf_counter()
-        result = optimize(source, filename=path)
-        times.append(time.perf_counter() - started)
-    print(json.dumps({"tool": min(times), "changed": result.changed}), flush=True)
+    # run: no cache is shared between them), or of one run when that takes over 2 s.
+    # `tool` uses the processes the command line gives one file (a long file's windows
+    # are split over the CPUs); `tool_one_process` is the same run in this process only
+    jobs = default_jobs()
+
+    def tool(jobs: int):
+        times = []
+        while len(times) < repeat and sum(times) < 2.0:
+            started = time.perf_counter()
+            result = optimize(source, filename=path, options=Options(jobs=jobs))
+            times.append(time.perf_counter() - started)
+        return min(times), result
+
+    elapsed, result = tool(jobs)
+    print(json.dumps({"tool": elapsed, "changed": result.changed, "jobs": jobs}), flush=True)
+    one = tool(1)[0] if jobs > 1 else elapsed
+    print(json.dumps({"tool_one_process": one}), flush=True)
 
 
 def measure(path: Path, timeout: float, repeat: int = 3) -> dict:
@@ -340,7 +354,8 @@ def main() -> None:
             wanted = set(args.only.split(","))
             paths = {k: v for k, v in paths.items() if k in wanted or k.split(":")[0] in wanted}
         rows = {}
-        print(f"{'input':28} {'lines':>7} {'parse':>9} {'prefilter':>9} {'tool':>9} {'lines/s':>9} {'tool/parse':>10}")
+        print(f"{'input':28} {'lines':>7} {'parse':>9} {'prefilter':>9} {'tool':>9} {'lines/s':>9} {'tool/parse':>10}"
+              f" {'1 process':>10} {'/parse':>7}")
         for name, path in paths.items():
             timeout = args.timeout if not name.startswith("example") else min(args.timeout, 120)
             row = measure(path, timeout, repeat=1 if "100k" in name or "20k" in name else 3)
@@ -351,7 +366,8 @@ def main() -> None:
             speed = f"{row['lines'] / tool:,.0f}" if tool else "?"
             shown_tool = _fmt_time(tool) if tool is not None else f">{row['wall']:.0f} s"
             print(f"{name:28} {row.get('lines', 0):>7} {_fmt_time(row.get('parse')):>9} "
-                  f"{_fmt_time(row.get('prefilter')):>9} {shown_tool:>9} {speed:>9} {ratio:>10}", flush=True)
+                  f"{_fmt_time(row.get('prefilter')):>9} {shown_tool:>9} {speed:>9} {ratio:>10}"
+                  f" {_one_process(row)}", flush=True)
         if not args.only or "directory" in args.only:
             tree = write_tree(Path(tmp) / "tree")
             d = directory_mode(tree, args.timeout)
@@ -368,6 +384,13 @@ def main() -> None:
         _targets(rows)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+def _one_process(row: dict) -> str:
+    one = row.get("tool_one_process")
+    if one is None or not row.get("parse"):
+        return f"{'?':>10} {'?':>7}"
+    return f"{_fmt_time(one):>10} {one / row['parse']:>6.1f}x"
 
 
 def _targets(rows: dict) -> None:

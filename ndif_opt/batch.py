@@ -5,9 +5,10 @@ the prefilter — a substring test, then an ast-grep parse — takes about a mil
 a file without nnsight is its own result. The files that need the pipeline run in a
 process pool, one task per file, largest first so a big file does not start last. With
 one job, or only one file to optimize, there is no pool: the pipeline runs in this
-process (what tests and debuggers want). Outcomes come back in input order whatever
-order the workers finish in, so output is deterministic. Nothing here writes files or
-prints: the caller does, after every outcome is in.
+process (what tests and debuggers want); a single file may then use the processes for
+its independent windows (``Options.jobs``, ndif_opt/forking.py). Outcomes come back in
+input order whatever order the workers finish in, so output is deterministic. Nothing
+here writes files or prints: the caller does, after every outcome is in.
 
 Importing this module imports neither libcst nor the passes: a run in which no file
 needs the pipeline never pays for them. When a pool is needed and workers are forked,
@@ -195,6 +196,11 @@ def _restore_sigterm(previous) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _one_file_jobs(options: Options, jobs: int, files: int) -> Options:
+    """A single file to optimize may use the processes itself, for its windows."""
+    return dataclasses.replace(options, jobs=jobs) if files == 1 and jobs > 1 else options
+
+
 def _isolated(task: Callable, source: SourceFile, options: Options) -> tuple[Result | None, str | None]:
     """Run one file in a pool of its own, after a worker died: if this file is what
     kills it, only this file fails."""
@@ -261,7 +267,7 @@ def process(
             pool = None
     if pool is None:
         for index, source in pending:
-            settle(index, source, *task(source, options[paths[index]]))
+            settle(index, source, *task(source, _one_file_jobs(options[paths[index]], jobs, len(pending))))
         return outcomes  # type: ignore[return-value]
 
     from concurrent.futures import FIRST_COMPLETED, wait

@@ -23,6 +23,9 @@ class Options:
     local_modules: dict = field(default_factory=dict)
     # names a fresh name must not take: the whole file's, when a part of it is optimized
     reserved_names: frozenset[str] = frozenset()
+    # processes one long file's independent windows may use (forked, on Linux); results
+    # do not depend on it. The command line sets it for a single file; 1: this process only
+    jobs: int = 1
 
     def wants(self, pass_id: str) -> bool:
         if pass_id in self.ignore:

@@ -10,13 +10,15 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import functools
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import libcst as cst
 
-from ndif_opt import windows
+from ndif_opt import forking, windows
 from ndif_opt.analysis import Facts, analyze
 from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.effects import ServerCheck
@@ -176,10 +178,11 @@ def _run_windows(plan: windows.Plan, source: str, options: Options, filename: st
 
     Fresh names a pass introduces avoid every name of the file, not only the window's."""
     reserved = options.reserved_names | plan.names
-    window_options = dataclasses.replace(options, reserved_names=reserved)
+    window_options = dataclasses.replace(options, reserved_names=reserved, jobs=1)
+    active = [window for window in plan.windows if window.active]
+    optimized = _window_results(plan, active, window_options, filename, cache, options.jobs)
     parts: list[str] = []
     results: list[_WindowResult] = []
-    context: dict[int, Part] = {}  # context chunks parsed once, shared by the windows they open
     position = 0
     for window in plan.windows:
         parts.append(plan.text(position, window.start))
@@ -189,13 +192,7 @@ def _run_windows(plan: windows.Plan, source: str, options: Options, filename: st
             parts.append(text)
             continue
         prelude = plan.prelude_text(window)
-        module_text = prelude + text
-        result = cache.get(module_text, window_options) if cache is not None else None
-        if result is None:
-            module = _window_module(plan, window, text, context)
-            result = _run_module(module_text, window_options, filename, module)
-            if cache is not None:
-                cache.put(module_text, window_options, result)
+        result = next(optimized)
         if not result.code.startswith(prelude) or _pre_05(result):
             return None  # a pass changed shared context, or the file is pre-0.5 nnsight
         new_text = result.code[len(prelude):]
@@ -203,6 +200,76 @@ def _run_windows(plan: windows.Plan, source: str, options: Options, filename: st
         results.append(_WindowResult(window, prelude.count("\n"), text, new_text, result))
     parts.append(plan.text(position, len(plan.lines)))
     return _combined(source, "".join(parts), results, options)
+
+
+# windows of fewer lines than this in all are not worth a process: forking and sending
+# the results back cost more than the share of the work it takes over
+_LINES_PER_PROCESS = 300
+
+
+def _window_results(plan: windows.Plan, active: list[windows.Window], options: Options,
+                    filename: str | None, cache: WindowCache | None, jobs: int) -> Iterator[Result]:
+    """The results of the active windows, in order: computed as they are asked for, or,
+    with ``jobs`` > 1 and enough work, in groups of neighbouring windows, one process each.
+    A window a process could not finish (it raised, or the process died) is computed
+    here when its turn comes, so it fails as it would have without processes."""
+    groups = _groups(plan, active, jobs) if cache is None and forking.can_fork() else [active]
+    if len(groups) < 2:
+        yield from _optimized(plan, active, options, filename, cache)
+        return
+    finished = forking.map_forked(functools.partial(_finished, plan, options, filename), groups)
+    for group, results in zip(groups, finished):
+        done = results or []
+        yield from done
+        yield from _optimized(plan, group[len(done):], options, filename)
+
+
+def _groups(plan: windows.Plan, active: list[windows.Window], jobs: int) -> list[list[windows.Window]]:
+    """At most ``jobs`` runs of neighbouring windows (neighbours share preludes) of about
+    equal size, each with at least _LINES_PER_PROCESS lines of window text."""
+    sizes = [window.end - window.start for window in active]
+    count = min(jobs, sum(sizes) // _LINES_PER_PROCESS)
+    if count < 2:
+        return [active]
+    share = sum(sizes) / count
+    groups: list[list[windows.Window]] = [[]]
+    filled = 0
+    for window, size in zip(active, sizes):
+        if filled >= share * len(groups) and len(groups) < count:
+            groups.append([])
+        groups[-1].append(window)
+        filled += size
+    return groups
+
+
+def _finished(plan: windows.Plan, options: Options, filename: str | None,
+              group: list[windows.Window]) -> list[Result]:
+    """Results of the group's windows, up to the first one that raises (a process's task:
+    what it could not finish is computed again where it will raise for the caller)."""
+    results: list[Result] = []
+    try:
+        for result in _optimized(plan, group, options, filename):
+            results.append(result)
+    except Exception:  # noqa: BLE001 - recomputed by the caller, where it raises
+        pass
+    return results
+
+
+def _optimized(plan: windows.Plan, active: list[windows.Window], options: Options,
+               filename: str | None, cache: WindowCache | None = None) -> Iterator[Result]:
+    """Each window's result, computed when asked for (a caller that stops early saves
+    the rest)."""
+    context: dict[int, Part] = {}  # context chunks parsed once, shared by the windows they open
+    for window in active:
+        text = plan.text(window.start, window.end)
+        module_text = plan.prelude_text(window) + text
+        result = cache.get(module_text, options) if cache is not None else None
+        if result is None:
+            module = _window_module(plan, window, text, context)
+            result = _run_module(module_text, options, filename, module)
+            if cache is not None:
+                cache.put(module_text, options, result)
+        yield result
 
 
 def _window_module(plan: windows.Plan, window: windows.Window, text: str,
