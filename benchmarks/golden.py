@@ -4,9 +4,10 @@
     python benchmarks/golden.py check FILE    # after it: compare (exit 1, the first differences)
 
 The corpus: every example (with and without unsafe fixes), the examples one after another,
-a dense 300-line script, every pass case (that pass alone, and all passes), and 200
-Hypothesis scripts (derandomized: the same ones every time). Compared: code, findings with
-their ranges, per-pass costs, notes, unreturned and introduced names. About 15 s.
+a dense 300-line script, a dense 700-line one (its windows in two processes, where the
+pipeline can fork), every pass case (that pass alone, and all passes), and 200 Hypothesis
+scripts (derandomized: the same ones every time). Compared: code, findings with their
+ranges, per-pass costs, edits, notes, unreturned and introduced names. About 15 s.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def corpus() -> list[tuple[str, str, dict]]:
     items.append(("cells", "\n".join(p.read_text() for p in examples), {}))
     dense = dense_nnsight_script(300)
     items += [("dense-300", dense, {}), ("dense-300:unsafe", dense, UNSAFE)]
+    items.append(("dense-700:jobs-2", dense_nnsight_script(700), {"jobs": 2}))
     for cls in PASSES:
         for i, case in enumerate(cls.cases):
             items.append((f"case:{cls.id}:{i}", case.before, {"select": [cls.id], "unsafe_fixes": case.unsafe_fixes}))
@@ -68,6 +70,7 @@ def summary(result) -> dict:
         "findings": [[f.pass_id, f.message, str(f.range), str(f.status), str(f.safety), f.reason]
                      for f in result.findings],
         "costs": [[c.pass_id, repr(c.before), repr(c.after)] for c in result.costs],
+        "edits": [[str(e.range), e.new_text] for e in result.edits],
         "unreturned": list(result.unreturned),
         "introduced": list(result.introduced),
         "assumptions": list(result.assumptions),
@@ -80,11 +83,23 @@ def run() -> dict:
     items = corpus()
     for name, source, options in items:
         try:
-            outputs[name] = summary(optimize(source, **options))
+            outputs[name] = summary(optimize(source, **_arguments(options)))
         except Exception as error:  # noqa: BLE001 - a crash is an output too
             outputs[name] = {"error": repr(error)}
     print(f"{len(items)} inputs in {time.perf_counter() - started:.1f} s")
     return outputs
+
+
+def _arguments(options: dict) -> dict:
+    """``jobs`` goes in an Options (a commit from before Options.jobs runs in one process:
+    results do not depend on it)."""
+    from ndif_opt.options import Options
+
+    options = dict(options)
+    jobs = options.pop("jobs", 1)
+    if jobs > 1 and "jobs" in Options.__dataclass_fields__:
+        options["options"] = Options(jobs=jobs)
+    return options
 
 
 def check(recorded: dict, outputs: dict, shown: int = 10) -> int:

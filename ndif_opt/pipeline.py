@@ -11,6 +11,7 @@ import ast
 import dataclasses
 import difflib
 import functools
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -124,12 +125,12 @@ class WindowCache:
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
-        self._results: OrderedDict[str, Result] = OrderedDict()
+        self._results: OrderedDict[str, _Optimized] = OrderedDict()
         self._options: Options | None = None
         self._lock = threading.Lock()
         self.hits = 0
 
-    def get(self, text: str, options: Options) -> Result | None:
+    def get(self, text: str, options: Options) -> _Optimized | None:
         with self._lock:
             self._use(options)
             result = self._results.get(text)
@@ -138,7 +139,7 @@ class WindowCache:
                 self.hits += 1
             return result
 
-    def put(self, text: str, options: Options, result: Result) -> None:
+    def put(self, text: str, options: Options, result: _Optimized) -> None:
         with self._lock:
             self._use(options)
             self._results[text] = result
@@ -192,12 +193,11 @@ def _run_windows(plan: windows.Plan, source: str, options: Options, filename: st
             parts.append(text)
             continue
         prelude = plan.prelude_text(window)
-        result = next(optimized)
-        if not result.code.startswith(prelude) or _pre_05(result):
+        done = next(optimized)
+        if not done.result.code.startswith(prelude) or _pre_05(done.result):
             return None  # a pass changed shared context, or the file is pre-0.5 nnsight
-        new_text = result.code[len(prelude):]
-        parts.append(new_text)
-        results.append(_WindowResult(window, prelude.count("\n"), text, new_text, result))
+        parts.append(done.result.code[len(prelude):])
+        results.append(_WindowResult(window, prelude.count("\n"), done.edits, done.result))
     parts.append(plan.text(position, len(plan.lines)))
     return _combined(source, "".join(parts), results, options)
 
@@ -208,7 +208,7 @@ _LINES_PER_PROCESS = 300
 
 
 def _window_results(plan: windows.Plan, active: list[windows.Window], options: Options,
-                    filename: str | None, cache: WindowCache | None, jobs: int) -> Iterator[Result]:
+                    filename: str | None, cache: WindowCache | None, jobs: int) -> Iterator[_Optimized]:
     """The results of the active windows, in order: computed as they are asked for, or,
     with ``jobs`` > 1 and enough work, in groups of neighbouring windows, one process each.
     A window a process could not finish (it raised, or the process died) is computed
@@ -243,10 +243,10 @@ def _groups(plan: windows.Plan, active: list[windows.Window], jobs: int) -> list
 
 
 def _finished(plan: windows.Plan, options: Options, filename: str | None,
-              group: list[windows.Window]) -> list[Result]:
+              group: list[windows.Window]) -> list[_Optimized]:
     """Results of the group's windows, up to the first one that raises (a process's task:
     what it could not finish is computed again where it will raise for the caller)."""
-    results: list[Result] = []
+    results: list[_Optimized] = []
     try:
         for result in _optimized(plan, group, options, filename):
             results.append(result)
@@ -255,21 +255,33 @@ def _finished(plan: windows.Plan, options: Options, filename: str | None,
     return results
 
 
+@dataclass(frozen=True)
+class _Optimized:
+    """A window optimized as a module of its own."""
+
+    result: Result  # of the module (its prelude, then the window's text); no edits
+    edits: tuple[Edit, ...]  # turn the window's text into its new text (ranges in the window)
+
+
 def _optimized(plan: windows.Plan, active: list[windows.Window], options: Options,
-               filename: str | None, cache: WindowCache | None = None) -> Iterator[Result]:
+               filename: str | None, cache: WindowCache | None = None) -> Iterator[_Optimized]:
     """Each window's result, computed when asked for (a caller that stops early saves
     the rest)."""
     context: dict[int, Part] = {}  # context chunks parsed once, shared by the windows they open
     for window in active:
         text = plan.text(window.start, window.end)
-        module_text = plan.prelude_text(window) + text
-        result = cache.get(module_text, options) if cache is not None else None
-        if result is None:
+        prelude = plan.prelude_text(window)
+        module_text = prelude + text
+        done = cache.get(module_text, options) if cache is not None else None
+        if done is None:
             module = _window_module(plan, window, text, context)
-            result = _run_module(module_text, options, filename, module)
+            result = _run_module(module_text, options, filename, module, with_edits=False)
+            code = result.code
+            edits = text_edits(text, code[len(prelude):]) if code.startswith(prelude) else []
+            done = _Optimized(result, tuple(edits))
             if cache is not None:
-                cache.put(module_text, options, result)
-        yield result
+                cache.put(module_text, options, done)
+        yield done
 
 
 def _window_module(plan: windows.Plan, window: windows.Window, text: str,
@@ -293,8 +305,7 @@ def _window_module(plan: windows.Plan, window: windows.Window, text: str,
 class _WindowResult:
     window: windows.Window
     prelude_lines: int
-    text: str  # the window's text before and after
-    new_text: str
+    edits: tuple[Edit, ...]  # of the window's text
     result: Result  # of the window's module: its prelude, then its text
 
 
@@ -309,17 +320,16 @@ def _combined(source: str, code: str, results, options: Options) -> Result:
     notes: list[str] = []
     unreturned: set[str] = set()
     introduced: set[str] = set()
-    costs: list[PassCost] = []
     for done in results:
         start, result = done.window.start, done.result
         for finding in result.findings:
             moved = _shifted(finding.range, start - done.prelude_lines, start)
             findings.append(dataclasses.replace(finding, range=moved))
-        edits.extend(Edit(_shifted(e.range, start, start), e.new_text) for e in text_edits(done.text, done.new_text))
+        edits.extend(Edit(_shifted(e.range, start, start), e.new_text) for e in done.edits)
         notes.extend(n for n in result.assumptions if n not in notes)
         unreturned |= set(result.unreturned)
         introduced |= set(result.introduced)
-        costs = _summed(costs, result.costs)
+    costs = _summed_all(done.result.costs for done in results)
     if not results:  # nothing to optimize in any window
         costs = [PassCost(cls.id, Cost(), Cost()) for cls in PASSES if options.wants(cls.id)]
     return Result(
@@ -342,21 +352,40 @@ def _shifted(rng: Range, shift: int, floor: int) -> Range:
     return Range(move(rng.start), move(rng.end))
 
 
-def _summed(total: list[PassCost], more) -> list[PassCost]:
-    """Per-pass costs added up; a window whose result has none (nothing for the passes
-    to do, or the analysis gave up) adds nothing."""
-    if not more:
-        return total
-    if not total:
-        return list(more)
-    return [PassCost(a.pass_id, _add(a.before, b.before), _add(a.after, b.after)) for a, b in zip(total, more)]
+def _summed_all(costs) -> list[PassCost]:
+    """Per-pass costs of the windows added up, in order; a window whose result has none
+    (nothing for the passes to do, or the analysis gave up) adds nothing. The sums are
+    tuples of the fields until the end: one Cost per pass, not one per window."""
+    ids: list[str] = []
+    sums: list[tuple[tuple, tuple]] = []
+    for more in costs:
+        if not more:
+            continue
+        if not ids:
+            ids = [c.pass_id for c in more]
+            sums = [(_fields_of(c.before), _fields_of(c.after)) for c in more]
+            first = list(more)  # kept as they are when no other window adds to them
+            continue
+        first = None
+        sums = [(_added(a, _fields_of(b.before)), _added(c, _fields_of(b.after)))
+                for (a, c), b in zip(sums, more)]
+        ids = ids[:len(sums)]
+    if not ids:
+        return []
+    if first is not None:
+        return first
+    return [PassCost(i, Cost(*before), Cost(*after)) for i, (before, after) in zip(ids, sums)]
+
+
+def _added(a: tuple, b: tuple) -> tuple:
+    return tuple(map(_round, map(operator.add, a, b)))
 
 
 def _run_module(source: str, options: Options, filename: str | None = None,
-                module: cst.Module | None = None) -> Result:
+                module: cst.Module | None = None, with_edits: bool = True) -> Result:
     """The passes over one module: a whole file, or a window's prelude and text (``module``:
-    its parse, when the caller has it). Python's parser and the prefilter have looked at
-    the file already (run_pipeline)."""
+    its parse, when the caller has it; a window's edits are taken of its own text, not
+    here). Python's parser and the prefilter have looked at the file already (run_pipeline)."""
     if module is None:
         module = _libcst_parse(source, filename)
     try:
@@ -432,7 +461,7 @@ def _run_module(source: str, options: Options, filename: str | None = None,
         code=code,
         findings=findings,
         costs=tuple(_chain(initial_cost, [p for p in passes if not getattr(p, "detect_only", False)], deltas)),
-        edits=tuple(text_edits(source, code)),
+        edits=tuple(text_edits(source, code)) if with_edits else (),
         assumptions=tuple(assumptions(options) + notes),
         unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),
         introduced=tuple(sorted(introduced)) if code != source else (),
@@ -454,6 +483,7 @@ def _untouched(source: str, stage: str, error: Exception) -> Result:
 
 
 _COST_FIELDS = tuple(f.name for f in dataclasses.fields(Cost))  # every field is a number that adds up
+_fields_of = operator.attrgetter(*_COST_FIELDS)
 
 
 def _diff(a: Cost, b: Cost) -> Cost:

@@ -81,12 +81,12 @@ def failing_on(marker: str, error: type[BaseException], only_in_child: bool = Fa
     parent = os.getpid()
     original = pipeline._run_module
 
-    def run_module(source, options, filename=None, module=None):
+    def run_module(source, options, filename=None, module=None, **keywords):
         if marker in source and (not only_in_child or os.getpid() != parent):
             if error is SystemExit:
                 os._exit(3)
             raise error("window failed")
-        return original(source, options, filename, module)
+        return original(source, options, filename, module, **keywords)
 
     return run_module
 

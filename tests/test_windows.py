@@ -229,9 +229,9 @@ def test_a_changed_prelude_falls_back_to_the_whole_module(monkeypatch):
     real = pipeline._run_module
     calls = []
 
-    def edits_the_prelude(text, options, filename=None, module=None):
+    def edits_the_prelude(text, options, filename=None, module=None, **keywords):
         calls.append(text)
-        result = real(text, options, filename, module)
+        result = real(text, options, filename, module, **keywords)
         if text != source:  # a window: pretend a pass rewrote shared context
             return dataclasses.replace(result, code="# changed\n" + result.code)
         return result
