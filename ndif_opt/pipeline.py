@@ -354,31 +354,30 @@ def _shifted(rng: Range, shift: int, floor: int) -> Range:
 
 def _summed_all(costs) -> list[PassCost]:
     """Per-pass costs of the windows added up, in order; a window whose result has none
-    (nothing for the passes to do, or the analysis gave up) adds nothing. The sums are
-    tuples of the fields until the end: one Cost per pass, not one per window."""
-    ids: list[str] = []
-    sums: list[tuple[tuple, tuple]] = []
-    for more in costs:
-        if not more:
-            continue
-        if not ids:
-            ids = [c.pass_id for c in more]
-            sums = [(_fields_of(c.before), _fields_of(c.after)) for c in more]
-            first = list(more)  # kept as they are when no other window adds to them
-            continue
-        first = None
-        sums = [(_added(a, _fields_of(b.before)), _added(c, _fields_of(b.after)))
-                for (a, c), b in zip(sums, more)]
-        ids = ids[:len(sums)]
-    if not ids:
-        return []
-    if first is not None:
-        return first
-    return [PassCost(i, Cost(*before), Cost(*after)) for i, (before, after) in zip(ids, sums)]
+    (nothing for the passes to do, or the analysis gave up) adds nothing."""
+    rows = [more for more in costs if more]
+    if len(rows) < 2:
+        return list(rows[0]) if rows else []
+    width = min(len(row) for row in rows)
+    return [PassCost(rows[0][i].pass_id, _column_sum([row[i].before for row in rows]),
+                     _column_sum([row[i].after for row in rows])) for i in range(width)]
 
 
-def _added(a: tuple, b: tuple) -> tuple:
-    return tuple(map(_round, map(operator.add, a, b)))
+def _column_sum(costs: list[Cost]) -> Cost:
+    """The costs added up one after another, each sum rounded like ``_add``'s. Where every
+    value of a field is an int that is just ``sum``: no rounding, and order does not matter."""
+    fields = []
+    for values in zip(*map(_fields_of, costs)):
+        if set(map(type, values)) == {int}:
+            fields.append(sum(values))
+            continue
+        total = values[0]
+        for value in values[1:]:
+            total += value
+            if isinstance(total, float):  # _round, inline: this loop runs per window
+                total = round(total, 6)
+        fields.append(total)
+    return Cost(*fields)
 
 
 def _run_module(source: str, options: Options, filename: str | None = None,
