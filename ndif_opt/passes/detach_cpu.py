@@ -55,7 +55,6 @@ class DetachCpu(Pass):
             if block.effective_remote is Remote.NO or block.method == "session":
                 continue
             tensors: set[str] = set()
-            written = _written_envoys(block.node.body)
             for stmt in block.node.body.body:
                 for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
                     if not isinstance(small, cst.Assign) or len(small.targets) != 1:
@@ -64,7 +63,8 @@ class DetachCpu(Pass):
                     value = small.value
                     inner = _saved_inner(value)
                     if inner is not None and is_tensor(inner, models, tensors) and not has_detach_cpu(inner):
-                        if any(w in code_of(inner) for w in written):
+                        # (the block's writes, looked for only when a save needs them)
+                        if any(w in code_of(inner) for w in _written_envoys(block.node.body)):
                             context.skipped(
                                 small, "saved tensor not moved to the CPU",
                                 "the block later writes to this module's value in place",

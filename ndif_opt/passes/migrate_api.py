@@ -70,6 +70,7 @@ the model.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -126,7 +127,7 @@ class Scan:
 
 def scan(facts: Facts) -> Scan:
     """The old and new idioms of a module (computed once per facts)."""
-    return facts.once("migrate-api:scan", lambda: _Scanner(facts).run())
+    return facts.once("migrate-api:scan", lambda: _Scanner(facts).run() if _may_hold_idioms(facts) else Scan([], []))
 
 
 #: How the detect-only run says a script is pre-0.5 (the pipeline then runs the whole file).
@@ -342,6 +343,99 @@ class _Scanner:
                 "after-invokes", trailing[0], "code after the `tracer.invoke` blocks", True,
                 move=_Move(block, invokes[-1] + 1, wrap),
             ))
+
+
+# ---------------------------------------------------------------------------------------
+# Whether the scan can find anything: most scripts hold no idiom of either API
+# ---------------------------------------------------------------------------------------
+
+# Without a tracer (`as tracer`), which :func:`_may_hold_idioms` asks first, the idioms
+# on tracers (`tracer.result`, `tracer.all()`, `tracer.iter[...]`, old tracer methods)
+# cannot be there; what remains needs `.value`, `.skip(...)`, `.next()`, `list().save()`,
+# `scan=`/`validate=`, a decoder layer's `.output[<int>]`, or an nnsight call or import.
+_IDIOM_METHODS = frozenset({"skip", "next"})
+_OLD_IMPORTS = NNSIGHT_BUILTINS | NNSIGHT_RENAMED.keys() | {"apply"}
+_IDIOM_NNSIGHT_CALLS = NNSIGHT_BUILTINS | NNSIGHT_RENAMED.keys() | NNSIGHT_UNSUPPORTED | {"apply", "save"}
+
+
+def _may_hold_idioms(facts: Facts) -> bool:
+    """False only when the scan would find nothing, old or new: each idiom it looks for
+    needs one of the nodes :class:`_IdiomHints` flags, a call that the imports may
+    resolve to `nnsight.<name>`, a trace with a tracer (`as tracer`) or a
+    `TransformersModel`. The hints of a top-level statement are kept by node: the
+    windows of a file share their prelude."""
+    if any(b.tracer_name is not None for b in facts.blocks):
+        return True
+    if any(m.class_path.endswith("TransformersModel") for m in facts.models.values()):
+        return True
+    heads: set[str] = set()
+    for stmt in facts.module.body:
+        flagged, call_heads = _idiom_hints(stmt)
+        if flagged:
+            return True
+        heads |= call_heads
+    return any(_may_be_nnsight_call(facts.imports.get(head, head)) for head in heads)
+
+
+def _may_be_nnsight_call(head_path: str) -> bool:
+    """May a call of a dotted name whose first part stands for ``head_path`` be
+    `nnsight.<name>(...)` for a name the scan looks at (see :func:`_nnsight_call`)?"""
+    if head_path == "nnsight":
+        return True
+    return head_path.startswith("nnsight.") and head_path[len("nnsight."):] in _IDIOM_NNSIGHT_CALLS
+
+
+@functools.lru_cache(maxsize=4096)
+def _idiom_hints(stmt: cst.BaseStatement) -> tuple[bool, frozenset[str]]:
+    # a pure function of an immutable node (kept alive while cached)
+    hints = _IdiomHints()
+    walk_tree(stmt, hints)
+    return hints.flagged, frozenset(hints.call_heads)
+
+
+def _is_new_container(expr: cst.BaseExpression) -> bool:
+    """`list()` / `dict()`: saved, 0.5+ evidence (:meth:`_Visitor.visit_Call`)."""
+    return type(expr) is cst.Call and not expr.args and dotted_name(expr.func) in ("list", "dict")
+
+
+class _IdiomHints(cst.CSTVisitor):
+    """Flags the nodes without which no idiom can be found (each is a necessary part of
+    one in :class:`_Visitor`), and collects the first names of the dotted names called."""
+
+    def __init__(self) -> None:
+        self.flagged = False
+        self.call_heads: set[str] = set()
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "value":
+            self.flagged = True
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if type(func) is cst.Attribute:
+            method = func.attr.value
+            if method in _IDIOM_METHODS or (method == "save" and _is_new_container(func.value)):
+                self.flagged = True
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value in OLD_KWARGS:
+                self.flagged = True
+        name = dotted_name(func)
+        if name is not None:
+            self.call_heads.add(name.partition(".")[0])
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        base = node.value
+        if type(base) is cst.Attribute and base.attr.value == "output" and _index_value(node) is not None:
+            self.flagged = True
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        # `from nnsight import list` (the condition of _Visitor.visit_ImportFrom)
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        if dotted_name(node.module) == "nnsight" and any(
+            isinstance(a.name, cst.Name) and a.name.value in _OLD_IMPORTS for a in node.names
+        ):
+            self.flagged = True
 
 
 class _Collect(cst.CSTVisitor):
@@ -766,8 +860,7 @@ class _Visitor:
             return
         if isinstance(node.names, cst.ImportStar):
             return
-        old = [a for a in node.names if isinstance(a.name, cst.Name)
-               and (a.name.value in NNSIGHT_BUILTINS or a.name.value in NNSIGHT_RENAMED or a.name.value == "apply")]
+        old = [a for a in node.names if isinstance(a.name, cst.Name) and a.name.value in _OLD_IMPORTS]
         if not old:
             return
         if len(old) == len(node.names):

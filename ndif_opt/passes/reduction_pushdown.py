@@ -109,7 +109,7 @@ class ReductionPushdown(Pass):
             return
         if save.name in reads_after(facts, session.stmt.suite, session.stmt.index + 1):
             return
-        if _index(facts).binding_count(save.name, within=session.node) != 1:
+        if _binding_count_within(facts, save.name, session) != 1:
             return
         if not context.allows(save.stmt, f"`{save.name}` need not be downloaded"):
             return
@@ -135,12 +135,19 @@ class ChainPushdown:
         self.request = save.block.outermost
         suite = self.request.stmt.suite
         self.after = list(suite.body[self.request.stmt.index + 1 :])
-        self.index = _index(facts)
-        self.parents = self.index.parents
+        self.after_at_top_level = suite is facts.module
         self.shipped: set[str] = set()
         # _grow and _ok are asked again about the same nodes (a use grown twice)
         self._grown: dict[int, tuple[cst.CSTNode, bool]] = {}
         self._movable: dict[int, bool] = {}
+
+    @cached_property
+    def index(self) -> "_TreeIndex":
+        return _index(self.facts)
+
+    @cached_property
+    def parents(self) -> dict[int, cst.CSTNode]:
+        return self.index.parents
 
     def _after_use(self, name: str) -> NameUse:
         """``collect_all(self.after)`` as far as ``name`` goes."""
@@ -152,6 +159,8 @@ class ChainPushdown:
 
     def plan(self) -> NodeEdits | None:
         x = self.save.name
+        if self.after_at_top_level and not any(x in _statement_index(stmt).spelled for stmt in self.after):
+            return None  # no use of `x` after the request (see _uses): no index needed
         uses = self._uses()
         if not uses or x in self._after_use(x).binds:
             return None
@@ -592,27 +601,11 @@ class _TreeIndex:
         return count
 
     def _binds(self, site: cst.CSTNode, name: str) -> bool:
-        target = site.target
-        if isinstance(target, cst.Name):
-            return target.value == name
-        # a tuple target does not count; a walrus inside a target does
-        return (
-            isinstance(site, cst.AssignTarget)
-            and id(site) in self._targets_with_binders()
-            and name in self.use_of(target).binds
-        )
+        return _site_binds(site, name, self._targets_with_binders)
 
     def _targets_with_binders(self) -> set[int]:
-        """ids of the assignment targets that hold a walrus or a comprehension."""
         if self._binding_targets is None:
-            self._binding_targets = set()
-            for binder in self.expression_binders:
-                node = self.parents.get(id(binder))
-                while node is not None and not isinstance(node, cst.BaseStatement):
-                    if isinstance(node, cst.AssignTarget):
-                        self._binding_targets.add(id(node))
-                        break
-                    node = self.parents.get(id(node))
+            self._binding_targets = _targets_holding_binders(self.expression_binders, self.parents)
         return self._binding_targets
 
     # -- names read and bound ----------------------------------------------------------------
@@ -641,6 +634,51 @@ class _TreeIndex:
 
     def module_use(self) -> NameUse:
         return self.use_of(self.facts.module)
+
+
+def _binding_count_within(facts: Facts, name: str, block: Block) -> int:
+    """``_index(facts).binding_count(name, within=block.node)``. For a block that is a
+    top-level statement, every binding site inside it is in that statement's own index
+    (:func:`_statement_index`, kept by node): the module's index is not built for it."""
+    if block.stmt.suite is not facts.module:
+        return _index(facts).binding_count(name, within=block.node)
+    part = _statement_index(block.node)
+    targets: list[set[int]] = []
+
+    def targets_with_binders() -> set[int]:
+        if not targets:
+            targets.append(_targets_holding_binders(part.expression_binders, part.parents))
+        return targets[0]
+
+    return sum(1 for site, _ in part.binding_sites if _site_binds(site, name, targets_with_binders))
+
+
+def _site_binds(site: cst.CSTNode, name: str, targets_with_binders) -> bool:
+    """Does the binding site assign ``name`` (see :meth:`_TreeIndex.binding_count`)?
+    ``targets_with_binders()``: the ids of the assignment targets with a binder inside."""
+    target = site.target
+    if isinstance(target, cst.Name):
+        return target.value == name
+    # a tuple target does not count; a walrus inside a target does
+    return (
+        isinstance(site, cst.AssignTarget)
+        and id(site) in targets_with_binders()
+        and name in collect(target).binds
+    )
+
+
+def _targets_holding_binders(binders, parents: dict[int, cst.CSTNode]) -> set[int]:
+    """ids of the assignment targets that hold one of ``binders`` (a walrus or a
+    comprehension), found through ``parents`` up to the statement around them."""
+    found: set[int] = set()
+    for binder in binders:
+        node = parents.get(id(binder))
+        while node is not None and not isinstance(node, cst.BaseStatement):
+            if isinstance(node, cst.AssignTarget):
+                found.add(id(node))
+                break
+            node = parents.get(id(node))
+    return found
 
 
 @functools.lru_cache(maxsize=4096)
