@@ -499,7 +499,7 @@ class _Walker:
         self._calls_memo: dict[int, list[cst.Call]] = {}
         self._work_memo: dict[object, bool] = {}
         self._block_ids: set[int] | None = None  # the nnsight blocks' nodes, for _has_work
-        self._code_memo: dict[int, int] = {}
+        self._code_memo: dict[int, str] = {}
         self._call_stack: list[str] = []
         self._unrolled = 0  # iterations unrolled so far (see UNROLL_BUDGET)
         self._default_dims = self.dims_of(self.model_names[0])
@@ -1453,19 +1453,27 @@ class _Walker:
             return int(table(text))
         return max(1, round(len(text) / 4))
 
+    @staticmethod
+    def _client_tensors(env: dict, code: str):
+        """(name, bytes) of the client tensors in ``env`` whose name ``code`` spells: the
+        ones a block of that code may read (a cheap test before the walk of its names)."""
+        for name, value in env.items():
+            if isinstance(value, Shape) and value.kind != "python" and name in code and value.known:
+                size = _tensor_bytes(value)
+                if size:
+                    yield name, size
+
     def _upload(self, block: Block, env: dict) -> tuple[int, int]:
         dims = self.dims_of(block.model)
         code = self._code_memo.get(id(block.node))
         if code is None:
-            code = self._code_memo[id(block.node)] = len(top_level_code(block.node, self.facts.module)
-                                                         or code_of(block.node))
+            code = self._code_memo[id(block.node)] = (top_level_code(block.node, self.facts.module)
+                                                      or code_of(block.node))
         tensors = 0
-        for name in block.names.reads:  # a name the block rebinds is still captured
-            value = env.get(name)
-            if isinstance(value, Shape) and value.known and value.kind != "python":
-                size = _tensor_bytes(value)
-                if size:
-                    tensors += size + CLIENT_TENSOR_OVERHEAD
+        for name, size in self._client_tensors(env, code):
+            if name in block.names.reads:  # a name the block rebinds is still captured
+                tensors += size + CLIENT_TENSOR_OVERHEAD
+        code = len(code)
         generates = 1 if block.method == "generate" else 0  # measured: not inside a session
         sent = (UPLOAD_BASE + UPLOAD_PER_LAYER * dims.n_layers + CODE_COMPRESSION * code + tensors
                 + UPLOAD_GENERATE * generates)
