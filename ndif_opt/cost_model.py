@@ -487,6 +487,8 @@ class _Walker:
         self.unknown_trips = max(int(_setting(options, "unknown-trips")), 0)
         self.view_mode = _view_mode(options)
         self.model_names = list(facts.models) or ["model"]
+        self._model_key = tuple(self.model_names)
+        self._seq_len = int(_setting(options, "seq-len"))
         self.requests: list[RequestEstimate] = []
         self._by_block: dict[int, RequestEstimate] = {}
         self.notes: list[str] = []
@@ -499,7 +501,7 @@ class _Walker:
         self._calls_memo: dict[int, list[cst.Call]] = {}
         self._work_memo: dict[object, bool] = {}
         self._block_ids: set[int] | None = None  # the nnsight blocks' nodes, for _has_work
-        self._code_memo: dict[int, int] = {}
+        self._code_memo: dict[int, str] = {}
         self._call_stack: list[str] = []
         self._unrolled = 0  # iterations unrolled so far (see UNROLL_BUDGET)
         self._default_dims = self.dims_of(self.model_names[0])
@@ -620,10 +622,11 @@ class _Walker:
             blocks = self._block_ids = {id(b.node) for b in self.facts.blocks}
         found = False
         for n in _walk(node):
-            if isinstance(n, cst.With) and id(n) in blocks:
+            kind = type(n)
+            if kind is cst.With and id(n) in blocks:
                 found = True
                 break
-            if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in self.facts.functions:
+            if kind is cst.Call and type(n.func) is cst.Name and n.func.value in self.facts.functions:
                 found = True
                 break
         self._work_memo[id(node)] = found
@@ -897,25 +900,24 @@ class _Walker:
         return None
 
     # -- values ----------------------------------------------------------------------------
-    def context(self) -> _Forward:
-        if self.forward is not None:
-            return self.forward
-        dims = self.request.dims if self.request is not None else self._default_dims
-        return _Forward(dims, "", int(_setting(self.options, "seq-len")), 1, None)
-
     def value(self, expr: cst.BaseExpression) -> Shape | ModuleRef:
-        ctx = self.context()
+        forward = self.forward
+        if forward is not None:
+            dims, seq, batch, new_tokens = forward.dims, forward.seq, forward.batch, forward.max_new_tokens
+        else:  # client code: the request's model (or the first), a default prompt, one row
+            dims = self.request.dims if self.request is not None else self._default_dims
+            seq, batch, new_tokens = self._seq_len, 1, None
         env = self.env
         # value_of reads from env only the names the expression spells: with their values
         # (and the types inside them: 1 == 1.0 == True), they are the key of a value
         # shared by the versions of the tree that hold the expression
-        read = tuple((name, _exact(env.get(name, _UNBOUND))) for name in _names_read(expr))
+        read = tuple([(name, _exact(env.get(name, _UNBOUND))) for name in _names_read(expr)])
         try:
-            return _value_in(expr, ctx.dims, tuple(self.model_names), ctx.seq, ctx.batch, ctx.max_new_tokens, read)
+            return _value_in(expr, dims, self._model_key, seq, batch, new_tokens, read)
         except TypeError:  # a value that does not hash (a list)
             return value_of(
-                expr, ctx.dims, model_name=self.model_names, seq_len=ctx.seq, batch=ctx.batch,
-                env=env, max_new_tokens=ctx.max_new_tokens,
+                expr, dims, model_name=self.model_names, seq_len=seq, batch=batch,
+                env=env, max_new_tokens=new_tokens,
             )
 
     def shape(self, expr: cst.BaseExpression) -> Shape:
@@ -1061,13 +1063,13 @@ class _Walker:
     # -- simple statements -----------------------------------------------------------------
     def small(self, small: cst.BaseSmallStatement, times: float) -> None:
         self._follow_calls(small, times)
-        if isinstance(small, cst.Assign):
+        if type(small) is cst.Assign:
             value = small.value
             for target in small.targets:
                 self.assign(target.target, value, times)
-        elif isinstance(small, cst.AnnAssign) and small.value is not None:
+        elif type(small) is cst.AnnAssign and small.value is not None:
             self.assign(small.target, small.value, times)
-        elif isinstance(small, cst.AugAssign):
+        elif type(small) is cst.AugAssign:
             if isinstance(small.target, cst.Name):
                 name = small.target.value
                 if name in self.env:
@@ -1076,9 +1078,9 @@ class _Walker:
                     )
                     new = self.value(combined)
                     self.env[name] = new
-        elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        elif type(small) is cst.Expr and type(small.value) is cst.Call:
             self.call_statement(small.value, times)
-        elif isinstance(small, cst.Del):
+        elif type(small) is cst.Del:
             for name in target_names(small.target):
                 self.env.pop(name, None)
                 self.storage.pop(name, None)
@@ -1093,7 +1095,7 @@ class _Walker:
 
     def assign(self, target: cst.BaseExpression, value: cst.BaseExpression, times: float) -> None:
         request = self._frame_request()
-        if isinstance(target, cst.Name):
+        if type(target) is cst.Name:
             name = target.value
             if request is not None and is_save_call(value):
                 inner = unsave(value)
@@ -1116,7 +1118,7 @@ class _Walker:
             if literal is not NO_VALUE:
                 self._bind(name, _python_shape(literal, True))
                 return
-            if isinstance(value, cst.Call) and dotted_name(value.func) in ("list", "tuple", "sorted", "reversed"):
+            if type(value) is cst.Call and dotted_name(value.func) in ("list", "tuple", "sorted", "reversed"):
                 items = self.elements(value)  # `items = list(range(100))`: still known
                 if items is not None:
                     self._bind(name, _python_shape(items, True))
@@ -1453,19 +1455,27 @@ class _Walker:
             return int(table(text))
         return max(1, round(len(text) / 4))
 
+    @staticmethod
+    def _client_tensors(env: dict, code: str):
+        """(name, bytes) of the client tensors in ``env`` whose name ``code`` spells: the
+        ones a block of that code may read (a cheap test before the walk of its names)."""
+        for name, value in env.items():
+            if isinstance(value, Shape) and value.kind != "python" and name in code and value.known:
+                size = _tensor_bytes(value)
+                if size:
+                    yield name, size
+
     def _upload(self, block: Block, env: dict) -> tuple[int, int]:
         dims = self.dims_of(block.model)
         code = self._code_memo.get(id(block.node))
         if code is None:
-            code = self._code_memo[id(block.node)] = len(top_level_code(block.node, self.facts.module)
-                                                         or code_of(block.node))
+            code = self._code_memo[id(block.node)] = (top_level_code(block.node, self.facts.module)
+                                                      or code_of(block.node))
         tensors = 0
-        for name in block.names.reads:  # a name the block rebinds is still captured
-            value = env.get(name)
-            if isinstance(value, Shape) and value.known and value.kind != "python":
-                size = _tensor_bytes(value)
-                if size:
-                    tensors += size + CLIENT_TENSOR_OVERHEAD
+        for name, size in self._client_tensors(env, code):
+            if name in block.names.reads:  # a name the block rebinds is still captured
+                tensors += size + CLIENT_TENSOR_OVERHEAD
+        code = len(code)
         generates = 1 if block.method == "generate" else 0  # measured: not inside a session
         sent = (UPLOAD_BASE + UPLOAD_PER_LAYER * dims.n_layers + CODE_COMPRESSION * code + tensors
                 + UPLOAD_GENERATE * generates)
@@ -1695,9 +1705,9 @@ def _has_str(value: Any) -> bool:
 
 
 def _is_empty_container(expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, (cst.List, cst.Dict)) and not expr.elements:
+    if (type(expr) is cst.List or type(expr) is cst.Dict) and not expr.elements:
         return True
-    if isinstance(expr, cst.Call) and not expr.args:
+    if type(expr) is cst.Call and not expr.args:
         name = dotted_name(expr.func)
         return name in ("list", "dict", "nnsight.list", "nnsight.dict", "set")
     return False
@@ -1705,7 +1715,7 @@ def _is_empty_container(expr: cst.BaseExpression) -> bool:
 
 def _is_old_api_container(expr: cst.BaseExpression) -> bool:
     """``nnsight.list()`` (pre-0.5 API): a container that comes back without ``.save()``."""
-    return isinstance(expr, cst.Call) and not expr.args and dotted_name(expr.func) in ("nnsight.list", "nnsight.dict")
+    return type(expr) is cst.Call and not expr.args and dotted_name(expr.func) in ("nnsight.list", "nnsight.dict")
 
 
 def _chunk_size(sl: cst.Slice) -> cst.BaseExpression | None:
