@@ -183,6 +183,33 @@ def _describe(chunk: Chunk) -> None:
     _uses(chunk)
 
 
+_AST = ast.AST
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}  # node class -> the fields that may hold nodes
+# fields that never hold a node, in any class (identifiers, numbers, flags), and a name's context
+_LEAF_FIELDS = frozenset({"ctx", "id", "attr", "arg", "name", "asname", "module", "level", "kind",
+                          "type_comment", "is_async", "conversion", "rest"})
+
+
+def _children(node: ast.AST) -> list[ast.AST]:
+    """``ast.iter_child_nodes(node)`` as a list, without the Load/Store/Del context of a
+    name (a leaf that no walk here looks at): the walks below spend most of their time
+    listing children, and a name's context is a third of the nodes."""
+    kind = type(node)
+    fields = _CHILD_FIELDS.get(kind)
+    if fields is None:
+        fields = _CHILD_FIELDS[kind] = tuple(
+            f for f in kind._fields if f not in _LEAF_FIELDS and not (kind is ast.Constant and f == "value")
+        )
+    found = []
+    for name in fields:
+        value = getattr(node, name, None)
+        if isinstance(value, _AST):
+            found.append(value)
+        elif type(value) is list:
+            found.extend([item for item in value if isinstance(item, _AST)])
+    return found
+
+
 #: The node classes _uses looks at (ast makes no subclasses of them); it only walks through others.
 _USES_KINDS = frozenset({
     ast.Name, ast.Call, ast.With, ast.AsyncWith, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
@@ -200,7 +227,7 @@ def _uses(chunk: Chunk) -> None:
     while stack:
         current, inside, in_body = stack.pop()
         if type(current) not in _USES_KINDS:  # most nodes: only their children matter here
-            stack.extend((child, inside, in_body) for child in ast.iter_child_nodes(current))
+            stack.extend([(child, inside, in_body) for child in _children(current)])
             continue
         if isinstance(current, ast.Name):
             chunk.names.add(current.id)
@@ -245,7 +272,7 @@ def _uses(chunk: Chunk) -> None:
         # bodies run later, and so does a generator expression
         later = in_body or isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
                                                 ast.GeneratorExp))
-        stack.extend((child, inside, later) for child in ast.iter_child_nodes(current))
+        stack.extend([(child, inside, later) for child in _children(current)])
 
 
 def _attach_calls(chunks: list[Chunk]) -> None:
@@ -364,7 +391,7 @@ class _Flow:
             self.chunk.may_bind |= names
             return bound | names
         if isinstance(stmt, (ast.Expr, ast.Return, ast.Raise, ast.Assert)):
-            for child in ast.iter_child_nodes(stmt):
+            for child in _children(stmt):
                 self.read(child, bound)
             return bound
         if isinstance(stmt, (ast.Pass, ast.Break, ast.Continue)):
@@ -424,7 +451,7 @@ def _expression_names(node: ast.AST) -> tuple[set[str], set[str], set[str]]:
     while stack:
         current = stack.pop()
         if type(current) not in _NAME_KINDS:  # most nodes: only their children matter here
-            stack.extend(ast.iter_child_nodes(current))
+            stack.extend(_children(current))
             continue
         if isinstance(current, ast.Name):
             (free if isinstance(current.ctx, ast.Load) else stores).add(current.id)
@@ -443,7 +470,7 @@ def _expression_names(node: ast.AST) -> tuple[set[str], set[str], set[str]]:
             free |= inner  # a lambda may run at once
             deferred |= inner
             continue
-        stack.extend(ast.iter_child_nodes(current))
+        stack.extend(_children(current))
     return free, stores, deferred
 
 
@@ -514,7 +541,7 @@ def _function_names(node) -> tuple[set[str], set[str]]:
             continue
         if isinstance(current, ast.ExceptHandler) and current.name:
             local.add(current.name)
-        stack.extend(ast.iter_child_nodes(current))
+        stack.extend(_children(current))
     return (loads - (local - globals_)) | globals_, globals_
 
 
