@@ -69,9 +69,8 @@ class Positions:
         span = layout.generated.span(node)  # the module, its header and footer lines
         if span is not None:
             return self._range(0, span)
-        indent, newline = self._module.default_indent, self._module.default_newline
-        for statement, token in zip(self._module.body, layout.statement_tokens):  # the first holding it wins
-            span = _statement_code(statement, indent, newline).span(node)
+        for generated, token in zip(layout.statement_codes, layout.statement_tokens):  # the first holding it wins
+            span = generated.span(node)
             if span is not None:
                 return self._range(layout.generated.offset(token), span)
         return None
@@ -100,10 +99,12 @@ class _Layout:
         for line in module.header:
             generate(line, state)
         self.statement_tokens: list[int] = []  # where each top-level statement is among the tokens
+        self.statement_codes: list[_Generated] = []  # and its code generation
         last_token = None  # the last token, when a statement's code ends the text so far
         for statement in module.body:
             generated = _statement_code(statement, indent, newline)
             self.statement_tokens.append(len(state.tokens))
+            self.statement_codes.append(generated)
             state.tokens.append(generated.text)
             last_token = generated.tokens[-1] if generated.tokens else None
         for line in module.footer:
