@@ -77,7 +77,7 @@ class ModelInfo:
     node: cst.CSTNode
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # one per statement per version of the tree
 class StmtInfo:
     """Where a statement sits: its suite, its index there, and what encloses it."""
 
@@ -256,14 +256,21 @@ class Facts:
 
 
 def analyze(module: cst.Module, *, assume_remote: bool = False) -> Facts:
-    statements: dict[int, StmtInfo] = {}
-    bindings: dict[str, list[tuple[StmtInfo, cst.BaseExpression]]] = {}
-    _walk_suite(module, (), statements, bindings)
-    imports = _imports(statements)
+    table = _Table()
+    _walk_suite(module, (), table)
+    statements = table.statements
+    if table.count == len(statements):  # each statement in one place: the walk's order is the table's
+        lines, withs = table.lines, table.withs
+    else:  # a statement node in two places: its last place counts, at its first's turn
+        lines = [line_facts(i.node) for i in statements.values() if type(i.node) is cst.SimpleStatementLine]
+        withs = [i for i in statements.values() if type(i.node) is cst.With]
+    imports: dict[str, str] = {}
+    for facts in lines:
+        imports.update(facts.imports)
     functions = {
         stmt.name.value: stmt for stmt in module.body if type(stmt) is cst.FunctionDef
     }
-    models = _models(statements, imports)
+    models = _models(lines, imports)
     facts = Facts(
         module=module,
         imports=imports,
@@ -271,11 +278,11 @@ def analyze(module: cst.Module, *, assume_remote: bool = False) -> Facts:
         functions=functions,
         statements=statements,
         blocks=[],
-        bindings=bindings,
+        bindings=table.bindings,
         assume_remote=assume_remote,
     )
     facts.models = {name: _resolve_repo(info, facts) for name, info in models.items()}
-    facts.blocks = _blocks(facts)
+    facts.blocks = _blocks(withs, facts)
     return facts
 
 
@@ -303,16 +310,38 @@ def _resolve_repo(info: ModelInfo, facts: Facts) -> ModelInfo:
     return info
 
 
-def _walk_suite(suite, ancestors, statements, bindings) -> None:
-    for index, stmt in enumerate(suite.body):
+class _Table:
+    """What one walk over a module's statements gathers (one walk, and one look-up of each
+    line's facts: the analysis runs after every change of the tree)."""
+
+    __slots__ = ("statements", "bindings", "lines", "withs", "count")
+
+    def __init__(self) -> None:
+        self.statements: dict[int, StmtInfo] = {}  # id(statement) -> where it sits
+        self.bindings: dict[str, list[tuple[StmtInfo, cst.BaseExpression]]] = {}
+        self.lines: list[LineFacts] = []  # of the simple statement lines, in the walk's order
+        self.withs: list[StmtInfo] = []  # the with statements, in the walk's order
+        self.count = 0  # statements walked: more than the table holds when one is in two places
+
+
+def _walk_suite(suite, ancestors, table: _Table) -> None:
+    statements, bindings, lines = table.statements, table.bindings, table.lines
+    body = suite.body
+    table.count += len(body)
+    for index, stmt in enumerate(body):
         info = StmtInfo(stmt, suite, index, ancestors)
         statements[id(stmt)] = info
-        if type(stmt) is cst.SimpleStatementLine:
-            for name, value in line_facts(stmt).bindings:
+        kind = type(stmt)
+        if kind is cst.SimpleStatementLine:
+            facts = line_facts(stmt)
+            lines.append(facts)
+            for name, value in facts.bindings:
                 bindings.setdefault(name, []).append((info, value))
             continue
+        if kind is cst.With:
+            table.withs.append(info)
         for child in _child_suites(stmt):
-            _walk_suite(child, ancestors + (stmt,), statements, bindings)
+            _walk_suite(child, ancestors + (stmt,), table)
 
 
 def _child_suites(stmt: cst.CSTNode) -> list[cst.CSTNode]:
@@ -357,18 +386,6 @@ def _child_suites_if_chain(stmt: cst.If) -> list[cst.CSTNode]:
     # an `elif` is an If node nested in orelse, not a statement of its own: its suites
     # belong to the outer `if` statement
     return _child_suites(stmt)
-
-
-def _imports(statements: dict[int, "StmtInfo"]) -> dict[str, str]:
-    """Local names bound by imports anywhere in the module -> qualified names.
-
-    Imports are statements, so the statement table suffices: no expression walk."""
-    found: dict[str, str] = {}
-    for info in statements.values():
-        stmt = info.node
-        if type(stmt) is cst.SimpleStatementLine:
-            found.update(line_facts(stmt).imports)
-    return found
 
 
 @dataclass(frozen=True)
@@ -453,13 +470,10 @@ def _is_model_class(path: str | None) -> bool:
     return root in ("nnsight", "nnterp") and path.rsplit(".", 1)[-1] in MODEL_CLASS_NAMES
 
 
-def _models(statements: dict[int, StmtInfo], imports: dict[str, str]) -> dict[str, ModelInfo]:
+def _models(lines: list["LineFacts"], imports: dict[str, str]) -> dict[str, ModelInfo]:
     models: dict[str, ModelInfo] = {}
-    for info in statements.values():
-        stmt = info.node
-        if type(stmt) is not cst.SimpleStatementLine:
-            continue
-        for small, value, func in line_facts(stmt).assigned_calls:
+    for facts in lines:
+        for small, value, func in facts.assigned_calls:
             if not _is_model_class(qualify_dotted(func, imports)):
                 continue
             targets = (
@@ -475,12 +489,12 @@ def _models(statements: dict[int, StmtInfo], imports: dict[str, str]) -> dict[st
     return models
 
 
-def _blocks(facts: Facts) -> list[Block]:
+def _blocks(withs: list[StmtInfo], facts: Facts) -> list[Block]:
     blocks: list[Block] = []
     by_node: dict[int, Block] = {}
-    for info in facts.statements.values():
+    for info in withs:
         stmt = info.node
-        if type(stmt) is not cst.With or len(stmt.items) != 1:
+        if len(stmt.items) != 1:
             continue
         call = stmt.items[0].item
         if type(call) is not cst.Call or type(call.func) is not cst.Attribute:

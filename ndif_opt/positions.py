@@ -61,19 +61,51 @@ class Positions:
         self._module = module
         self._layout = layout
         self._line_ends: list[int] | None = None
+        self._ends: "_Ends | None" = None
 
     def get(self, node: cst.CSTNode) -> CodeRange | None:
         if self._layout is None:
+            found = self._in_statements_so_far(node)
+            if found is not None:
+                return found
             self._layout = _Layout(self._module)
         layout = self._layout
         span = layout.generated.span(node)  # the module, its header and footer lines
         if span is not None:
             return self._range(0, span)
-        indent, newline = self._module.default_indent, self._module.default_newline
-        for statement, token in zip(self._module.body, layout.statement_tokens):  # the first holding it wins
-            span = _statement_code(statement, indent, newline).span(node)
+        for generated, token in zip(layout.statement_codes, layout.statement_tokens):  # the first holding it wins
+            span = generated.span(node)
             if span is not None:
                 return self._range(layout.generated.offset(token), span)
+        return None
+
+    def _in_statements_so_far(self, node: cst.CSTNode) -> CodeRange | None:
+        """Without the module's whole code: the node's range when it is in a top-level
+        statement, from the code of the statements up to the one holding it (the first
+        version of a tree: its findings are located before any pass generated its code,
+        and the statements after the one holding them may never be needed). None when
+        the whole code decides: the node in the header or footer lines, or in no
+        statement; a statement's code ending in a carriage return (a line break that the
+        next statement's newline may complete)."""
+        module = self._module
+        if self._ends is None:
+            self._ends = _Ends(module)
+        if node is module or id(node) in self._ends.spans:
+            return None
+        indent, newline = module.default_indent, module.default_newline
+        texts = [self._ends.header]
+        for statement in module.body:  # the first holding it wins
+            generated = _statement_code(statement, indent, newline)
+            texts.append(generated.text)
+            span = generated.span(node)
+            if span is None:
+                continue
+            text = "".join(texts)
+            if text.endswith("\r"):
+                return None
+            base = len(text) - len(generated.text)
+            line_ends = [match.end() for match in _NEWLINE.finditer(text)]
+            return CodeRange(_position(line_ends, base + span[0]), _position(line_ends, base + span[1]))
         return None
 
     def _range(self, base: int, span: tuple[int, int]) -> CodeRange:
@@ -82,9 +114,28 @@ class Positions:
     def _position(self, offset: int) -> CodePosition:
         if self._line_ends is None:
             self._line_ends = [match.end() for match in _NEWLINE.finditer(self._layout.generated.text)]
-        line = bisect.bisect_right(self._line_ends, offset)
-        line_start = self._line_ends[line - 1] if line else 0
-        return CodePosition(line + 1, offset - line_start)
+        return _position(self._line_ends, offset)
+
+
+def _position(line_ends: list[int], offset: int) -> CodePosition:
+    """The position of a character offset, from where the text's lines end."""
+    line = bisect.bisect_right(line_ends, offset)
+    line_start = line_ends[line - 1] if line else 0
+    return CodePosition(line + 1, offset - line_start)
+
+
+class _Ends:
+    """A module's header and footer lines: the code of the header (the text before the
+    first statement) and the spans of the nodes of both."""
+
+    def __init__(self, module: cst.Module) -> None:
+        state = RecordingState(module.default_indent, module.default_newline)
+        for line in module.header:
+            generate(line, state)
+        self.header = "".join(state.tokens)
+        for line in module.footer:
+            generate(line, state)
+        self.spans = state.spans
 
 
 class _Layout:
@@ -100,10 +151,12 @@ class _Layout:
         for line in module.header:
             generate(line, state)
         self.statement_tokens: list[int] = []  # where each top-level statement is among the tokens
+        self.statement_codes: list[_Generated] = []  # and its code generation
         last_token = None  # the last token, when a statement's code ends the text so far
         for statement in module.body:
             generated = _statement_code(statement, indent, newline)
             self.statement_tokens.append(len(state.tokens))
+            self.statement_codes.append(generated)
             state.tokens.append(generated.text)
             last_token = generated.tokens[-1] if generated.tokens else None
         for line in module.footer:

@@ -183,6 +183,33 @@ def _describe(chunk: Chunk) -> None:
     _uses(chunk)
 
 
+_AST = ast.AST
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}  # node class -> the fields that may hold nodes
+# fields that never hold a node, in any class (identifiers, numbers, flags), and a name's context
+_LEAF_FIELDS = frozenset({"ctx", "id", "attr", "arg", "name", "asname", "module", "level", "kind",
+                          "type_comment", "is_async", "conversion", "rest"})
+
+
+def _children(node: ast.AST) -> list[ast.AST]:
+    """``ast.iter_child_nodes(node)`` as a list, without the Load/Store/Del context of a
+    name (a leaf that no walk here looks at): the walks below spend most of their time
+    listing children, and a name's context is a third of the nodes."""
+    kind = type(node)
+    fields = _CHILD_FIELDS.get(kind)
+    if fields is None:
+        fields = _CHILD_FIELDS[kind] = tuple(
+            f for f in kind._fields if f not in _LEAF_FIELDS and not (kind is ast.Constant and f == "value")
+        )
+    found = []
+    for name in fields:
+        value = getattr(node, name, None)
+        if isinstance(value, _AST):
+            found.append(value)
+        elif type(value) is list:
+            found.extend([item for item in value if isinstance(item, _AST)])
+    return found
+
+
 #: The node classes _uses looks at (ast makes no subclasses of them); it only walks through others.
 _USES_KINDS = frozenset({
     ast.Name, ast.Call, ast.With, ast.AsyncWith, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
@@ -196,56 +223,69 @@ def _uses(chunk: Chunk) -> None:
     the receivers of model methods, what it changes in place (inside nnsight blocks or
     not), and which names it calls directly from top-level code (any other use of a
     name, including a call from a function body or a generator, lets it escape)."""
-    stack: list[tuple[ast.AST, bool, bool]] = [(stmt, False, False) for stmt in chunk.statements]
-    while stack:
-        current, inside, in_body = stack.pop()
-        if type(current) not in _USES_KINDS:  # most nodes: only their children matter here
-            stack.extend((child, inside, in_body) for child in ast.iter_child_nodes(current))
-            continue
-        if isinstance(current, ast.Name):
-            chunk.names.add(current.id)
-            chunk.escaping.add(current.id)
-            continue
-        if isinstance(current, ast.Call) and isinstance(current.func, ast.Name) and not in_body:
-            chunk.names.add(current.func.id)
-            chunk.called.add(current.func.id)
-            stack.extend((child, inside, in_body) for child in [*current.args, *current.keywords])
-            continue
-        if isinstance(current, (ast.With, ast.AsyncWith)) and any(
-            _block_call(item.context_expr) for item in current.items
-        ):
-            stack.extend((item, inside, in_body) for item in current.items)
-            stack.extend((child, True, in_body) for child in current.body)
-            continue
-        if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            chunk.names.add(current.name)
-        elif isinstance(current, ast.arg):
-            chunk.names.add(current.arg)
-        elif isinstance(current, ast.alias):
-            chunk.names.add((current.asname or current.name).split(".")[0])
-        elif isinstance(current, (ast.Global, ast.Nonlocal)):
-            chunk.names.update(current.names)
-        elif isinstance(current, ast.ExceptHandler) and current.name:
-            chunk.names.add(current.name)
-        elif isinstance(current, ast.Call) and isinstance(current.func, ast.Attribute):
-            root = _root(current.func.value)
-            if _block_call(current) or current.func.attr in SAVE_METHODS:
-                chunk.active = True
-            if root and _block_call(current):
-                chunk.receivers.add(root)
-            if root and (current.func.attr in MUTATING_METHODS or current.func.attr.endswith("_")):
-                (chunk.mutated_in_blocks if inside else chunk.mutated).add(root)
-        elif isinstance(current, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-            targets = current.targets if isinstance(current, (ast.Assign, ast.Delete)) else [current.target]
-            for target in targets:
-                for element in _flatten(target):
-                    root = _root(element) if isinstance(element, (ast.Attribute, ast.Subscript)) else None
-                    if root:
-                        (chunk.mutated_in_blocks if inside else chunk.mutated).add(root)
-        # bodies run later, and so does a generator expression
-        later = in_body or isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
-                                                ast.GeneratorExp))
-        stack.extend((child, inside, later) for child in ast.iter_child_nodes(current))
+    # the nodes still to look at, by (inside an nnsight block, in a body that runs later):
+    # what the walk gathers are sets, so the order it looks in does not matter
+    stacks: dict[tuple[bool, bool], list[ast.AST]] = {
+        (False, False): list(chunk.statements), (True, False): [], (False, True): [], (True, True): [],
+    }
+    while any(stacks.values()):
+        for (inside, in_body), stack in stacks.items():
+            while stack:
+                current = stack.pop()
+                if type(current) not in _USES_KINDS:  # most nodes: only their children matter here
+                    stack.extend(_children(current))
+                    continue
+                _use(chunk, current, inside, in_body, stacks)
+
+
+def _use(chunk: Chunk, current: ast.AST, inside: bool, in_body: bool,
+         stacks: dict[tuple[bool, bool], list[ast.AST]]) -> None:
+    """What one node of :data:`_USES_KINDS` tells :func:`_uses`; its children to look at
+    go on the stack of their flags."""
+    if isinstance(current, ast.Name):
+        chunk.names.add(current.id)
+        chunk.escaping.add(current.id)
+        return
+    if isinstance(current, ast.Call) and isinstance(current.func, ast.Name) and not in_body:
+        chunk.names.add(current.func.id)
+        chunk.called.add(current.func.id)
+        stacks[inside, in_body].extend([*current.args, *current.keywords])
+        return
+    if isinstance(current, (ast.With, ast.AsyncWith)) and any(
+        _block_call(item.context_expr) for item in current.items
+    ):
+        stacks[inside, in_body].extend(current.items)
+        stacks[True, in_body].extend(current.body)
+        return
+    if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        chunk.names.add(current.name)
+    elif isinstance(current, ast.arg):
+        chunk.names.add(current.arg)
+    elif isinstance(current, ast.alias):
+        chunk.names.add((current.asname or current.name).split(".")[0])
+    elif isinstance(current, (ast.Global, ast.Nonlocal)):
+        chunk.names.update(current.names)
+    elif isinstance(current, ast.ExceptHandler) and current.name:
+        chunk.names.add(current.name)
+    elif isinstance(current, ast.Call) and isinstance(current.func, ast.Attribute):
+        root = _root(current.func.value)
+        if _block_call(current) or current.func.attr in SAVE_METHODS:
+            chunk.active = True
+        if root and _block_call(current):
+            chunk.receivers.add(root)
+        if root and (current.func.attr in MUTATING_METHODS or current.func.attr.endswith("_")):
+            (chunk.mutated_in_blocks if inside else chunk.mutated).add(root)
+    elif isinstance(current, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+        targets = current.targets if isinstance(current, (ast.Assign, ast.Delete)) else [current.target]
+        for target in targets:
+            for element in _flatten(target):
+                root = _root(element) if isinstance(element, (ast.Attribute, ast.Subscript)) else None
+                if root:
+                    (chunk.mutated_in_blocks if inside else chunk.mutated).add(root)
+    # bodies run later, and so does a generator expression
+    later = in_body or isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
+                                            ast.GeneratorExp))
+    stacks[inside, later].extend(_children(current))
 
 
 def _attach_calls(chunks: list[Chunk]) -> None:
@@ -364,7 +404,7 @@ class _Flow:
             self.chunk.may_bind |= names
             return bound | names
         if isinstance(stmt, (ast.Expr, ast.Return, ast.Raise, ast.Assert)):
-            for child in ast.iter_child_nodes(stmt):
+            for child in _children(stmt):
                 self.read(child, bound)
             return bound
         if isinstance(stmt, (ast.Pass, ast.Break, ast.Continue)):
@@ -424,7 +464,7 @@ def _expression_names(node: ast.AST) -> tuple[set[str], set[str], set[str]]:
     while stack:
         current = stack.pop()
         if type(current) not in _NAME_KINDS:  # most nodes: only their children matter here
-            stack.extend(ast.iter_child_nodes(current))
+            stack.extend(_children(current))
             continue
         if isinstance(current, ast.Name):
             (free if isinstance(current.ctx, ast.Load) else stores).add(current.id)
@@ -443,7 +483,7 @@ def _expression_names(node: ast.AST) -> tuple[set[str], set[str], set[str]]:
             free |= inner  # a lambda may run at once
             deferred |= inner
             continue
-        stack.extend(ast.iter_child_nodes(current))
+        stack.extend(_children(current))
     return free, stores, deferred
 
 
@@ -514,7 +554,7 @@ def _function_names(node) -> tuple[set[str], set[str]]:
             continue
         if isinstance(current, ast.ExceptHandler) and current.name:
             local.add(current.name)
-        stack.extend(ast.iter_child_nodes(current))
+        stack.extend(_children(current))
     return (loads - (local - globals_)) | globals_, globals_
 
 
