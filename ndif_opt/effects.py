@@ -50,12 +50,6 @@ EFFECT_METHODS = frozenset(
 PROGRESS_BARS = frozenset({"tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange", "trange"})
 
 
-# (node, skip, ServerCheck._context) -> the problems found, oldest first (see
-# ServerCheck.problems); bounded like the other caches by node
-_PROBLEMS: dict[tuple, tuple["Problem", ...]] = {}
-_PROBLEMS_KEPT = 4096
-
-
 @dataclass(frozen=True)
 class Problem:
     """Why a piece of code must stay on the client."""
@@ -76,13 +70,11 @@ class ServerCheck:
         # the user's own modules next to the script (name -> source), read by the CLI
         self.local_modules = dict(local_modules or {})
         self._module_checks: dict[str, "ServerCheck | None"] = {}
-        self._consulted = 0  # questions about functions' bodies and user modules asked
 
     def shipped_module(self, module: str) -> "ServerCheck | None":
         """A check for one of the user's modules that a remote request ships by value:
         nnsight registers local modules imported before the first request (`pull_env`),
         or those passed to `nnsight.register`. None when it would not be shipped."""
-        self._consulted += 1
         if module in self._module_checks:
             return self._module_checks[module]
         check = None
@@ -98,34 +90,7 @@ class ServerCheck:
         return check
 
     def problems(self, node: cst.CSTNode, *, skip: tuple[cst.CSTNode, ...] = ()) -> list[Problem]:
-        """Why ``node`` cannot run on the server; nnsight blocks in ``skip`` are not inspected.
-
-        Kept by node (nodes are immutable, and shared by the versions of a tree and by
-        the windows of a file) with what the answer depends on: the imports, the names
-        of the script's functions and the client objects. An answer that asked about a
-        function's body or a module of the user's is not kept: it depends on more."""
-        key = (node, tuple(skip), self._context)
-        known = _PROBLEMS.get(key)
-        if known is not None:
-            return list(known)
-        consulted = self._consulted
-        found = self._find_problems(node, skip)
-        if self._consulted == consulted:
-            if len(_PROBLEMS) >= _PROBLEMS_KEPT:
-                del _PROBLEMS[next(iter(_PROBLEMS))]  # the oldest
-            _PROBLEMS[key] = tuple(found)
-        return found
-
-    @cached_property
-    def _context(self) -> tuple:
-        """What an answer of :meth:`problems` depends on besides the code."""
-        return (
-            frozenset(self.facts.imports.items()),
-            frozenset(self.facts.functions),
-            frozenset(self._client_objects),
-        )
-
-    def _find_problems(self, node: cst.CSTNode, skip: tuple[cst.CSTNode, ...]) -> list[Problem]:
+        """Why ``node`` cannot run on the server; nnsight blocks in ``skip`` are not inspected."""
         if all(type(s) in BODY_KINDS for s in skip):
             # one walk over content, no per-node hook: the suites to skip are refused
             # by their own visit methods
@@ -145,7 +110,6 @@ class ServerCheck:
         own problems are found where it is looked at); an answer that relied on that is
         not remembered, since it lacks those problems: with `f` (printing) and `g`
         calling each other, `g` asked after `f` must still report the print."""
-        self._consulted += 1
         if name in self._functions:
             return self._functions[name]
         if name in self._looking_at:
