@@ -69,6 +69,13 @@ _MAY_HOLD_SUITES = frozenset(
 )
 
 
+# every statement class (libcst's node classes are final: a type test is exact)
+_STATEMENT_KINDS = frozenset(
+    kind for kind in vars(cst).values()
+    if isinstance(kind, type) and issubclass(kind, cst.BaseStatement) and not kind.__name__.startswith("Base")
+)
+
+
 class _SuiteRewriter(cst.CSTTransformer):
     def __init__(self, plan: SuitePlan, enclosing: set[int] | None = None) -> None:
         self.plan = plan
@@ -76,11 +83,20 @@ class _SuiteRewriter(cst.CSTTransformer):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self.enclosing is not None:
-            if isinstance(node, cst.BaseStatement):
+            kind = type(node)
+            if kind in _MAY_HOLD_SUITES:
+                return True
+            if kind in _STATEMENT_KINDS:
                 return id(node) in self.enclosing  # nothing to rewrite inside
-            if type(node) not in _MAY_HOLD_SUITES:
-                return False  # an expression, a decorator, layout: no statement inside
-        return super().on_visit(node)
+            return False  # an expression, a decorator, layout: no statement inside
+        return True  # (no visit_ methods)
+
+    def on_leave(self, original, updated):
+        # only suites are rewritten: the other nodes need not look for a leave_ method
+        kind = type(original)
+        if kind is cst.Module or kind is cst.IndentedBlock:
+            return self._rewrite(original, updated)
+        return updated
 
     def _rewrite(self, original, updated):
         edits = self.plan.edits.get(id(original))
