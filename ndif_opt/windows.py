@@ -127,8 +127,7 @@ def plan(source: str, tree: ast.Module) -> Plan | None:
     for chunk in chunks:
         chunk.mutated |= chunk.mutated_in_blocks - models
     _attach_calls(chunks)
-    context = _context_names(chunks)
-    is_context = [_is_context_chunk(c, context) for c in chunks]
+    context, is_context = _context(chunks)
     groups = _link(chunks, context, is_context)
     windows = _windows(chunks, is_context, groups, context)
     if len(windows) < 2:
@@ -587,6 +586,21 @@ def _context_names(chunks: list[Chunk]) -> set[str]:
         if context == candidates:
             return context
         candidates = context
+
+
+def _context(chunks: list[Chunk]) -> tuple[set[str], list[bool]]:
+    """The context names, and which chunks are context: a name is context only if a context
+    chunk binds it. (``from itertools import count, islice`` where ``count`` is bound again
+    later binds a context name, ``islice``, but is not a context chunk itself: a window that
+    reads ``islice`` then has no prelude chunk to take it from, so it is not context; and
+    chunks that read it are then not context either, until nothing changes.)"""
+    context = _context_names(chunks)
+    while True:
+        is_context = [_is_context_chunk(chunk, context) for chunk in chunks]
+        bound = set().union(*(c.may_bind for c, yes in zip(chunks, is_context) if yes))
+        if context <= bound:
+            return context, is_context
+        context &= bound
 
 
 def _same_import(chunks: list[Chunk], where: list[int], name: str) -> bool:

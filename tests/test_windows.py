@@ -332,3 +332,20 @@ def test_after_an_edit_a_window_cache_reruns_only_the_changed_window(monkeypatch
     before = len(runs)
     optimize(edited, cache=cache, unsafe_fixes=True)  # other options: nothing reused
     assert len(runs) == before + 3
+
+
+def test_a_name_imported_with_a_rebound_one_is_read_from_its_window():
+    """``count`` is bound again later, so the import chunk is not shared context; ``islice``,
+    bound only there, must not be either (windows.plan raised KeyError: 'islice' on
+    networkx's shortest_paths/weighted.py). The sweep reading it joins the import's window."""
+    imports = "from itertools import count, islice\n\n"
+    source = (SETUP + imports + SWEEP.format(i=0).replace("in LAYERS", "in islice(LAYERS, 2)")
+              + "count = 3\n" + SWEEP.format(i=1))
+    texts = window_texts(source)
+    reader = next(t for t in texts if "islice(LAYERS" in t)
+    assert "from itertools import count, islice" in reader
+    from ndif_opt.verify import verify_result
+
+    for result in (optimize(source), pipeline._run_module(source, Options())):  # windows, whole module
+        report = verify_result(source, result)
+        assert report.intended_ok, report.to_text()
