@@ -246,6 +246,24 @@ class DropElementSaves(cst.CSTTransformer):
         return updated
 
 
+# expressions that can be the receiver of `.method()` as they are: anything else is wrapped
+# in parentheses first (`3.save()` does not parse, `a, b.save()` saves only `b`,
+# `await x.save()` saves before awaiting)
+_RECEIVERS = (
+    cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.List, cst.Dict, cst.Set,
+    cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.SimpleString,
+    cst.ConcatenatedString, cst.FormattedString, cst.Float, cst.Imaginary, cst.Ellipsis,
+)
+
+
+def method_call(receiver: cst.BaseExpression, method: str) -> cst.Call:
+    """``receiver.method()``, the receiver parenthesized where Python would otherwise
+    read the call as part of it (or not read it at all)."""
+    if not isinstance(receiver, _RECEIVERS) and not receiver.lpar:
+        receiver = receiver.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name(method)))
+
+
 def unsave(expr: cst.BaseExpression) -> cst.BaseExpression:
     """`x.save()` → `x`; `nnsight.save(x)` → `x`; anything else unchanged."""
     if not is_save_call(expr):

@@ -89,3 +89,16 @@ def test_prompt_loop_downloads_integers_not_logits():
     # before: 8 full [1, seq, vocab] fp32 tensors; after: a dict of 8 ints
     assert report.before.download_raw_bytes > 8 * 5 * vocab * 4
     assert report.after.download_raw_bytes < 4_000
+
+
+def test_client_values_moved_into_a_session_come_back():
+    """`scale = 3` between two traces moves into the session and comes back as
+    `(3).save()` (`3.save()` does not parse; `0, -1.save()` would save only `-1`)."""
+    from ndif_opt.passes.session_hoisting import SessionHoisting
+
+    case = next(c for c in SessionHoisting.cases if "parenthesized" in c.name)
+    result = optimize(case.before)
+    assert "scale = (3).save()" in result.code and "rows = (0, -1).save()" in result.code
+    report = verify_result(case.before, result)
+    assert report.intended_ok, report.to_text()
+    assert (report.before.requests, report.after.requests) == (2, 1)

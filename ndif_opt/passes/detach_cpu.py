@@ -39,7 +39,7 @@ import libcst as cst
 from ndif_opt.analysis import Facts, Remote, is_save_call
 from ndif_opt.names import dotted_name
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.rewrite import code_of
+from ndif_opt.rewrite import code_of, method_call
 from ndif_opt.tensors import has_detach_cpu, is_tensor
 from ndif_opt.walk import paths_to, transform, walk
 
@@ -120,10 +120,7 @@ class _WrittenEnvoys(cst.CSTVisitor):
 
 
 def _detached(expr: cst.BaseExpression) -> cst.BaseExpression:
-    if isinstance(expr, (cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation, cst.Comparison)) and not expr.lpar:
-        expr = expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    detach = cst.Call(func=cst.Attribute(value=expr, attr=cst.Name("detach")))
-    return cst.Call(func=cst.Attribute(value=detach, attr=cst.Name("cpu")))
+    return method_call(method_call(expr, "detach"), "cpu")
 
 
 class _Insert(cst.CSTTransformer):

@@ -49,7 +49,7 @@ from ndif_opt.describe import saved_shape
 from ndif_opt.names import NameUse, all_params, collect
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
-from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, unsave
+from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, method_call, unsave
 from ndif_opt.walk import IS_NODE_TYPE, content_fields, transform
 
 BUILTIN_NAMES = frozenset(dir(builtins))
@@ -398,10 +398,7 @@ def _fresh_name(base: str, chain: cst.CSTNode, taken: _TakenNames) -> str:
 
 
 def _saved_assignment(name: str, chain: cst.BaseExpression, like: cst.SimpleStatementLine | None = None):
-    value = chain
-    if isinstance(value, (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison, cst.BooleanOperation)) and not value.lpar:
-        value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    saved = cst.Call(func=cst.Attribute(value=value, attr=cst.Name("save")))
+    saved = method_call(chain, "save")
     stmt = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], saved)])
     if like is not None:
         comments = [line for line in like.leading_lines if line.comment is not None]

@@ -64,6 +64,7 @@ from ndif_opt.rewrite import (
     StripRemote,
     SuitePlan,
     code_of,
+    method_call,
     saved_container,
     session_statement,
     without_leading_blank_lines,
@@ -524,11 +525,7 @@ def _results_to_save(
 
 def _saving(stmt: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
     small = stmt.body[0]
-    value = small.value
-    if isinstance(value, (cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation, cst.Comparison, cst.IfExp, cst.Lambda)) and not value.lpar:
-        value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    saved = cst.Call(func=cst.Attribute(value=value, attr=cst.Name("save")))
-    return stmt.with_changes(body=[small.with_changes(value=saved)])
+    return stmt.with_changes(body=[small.with_changes(value=method_call(small.value, "save"))])
 
 
 def _helper_argument_problem(region: Region, facts: Facts) -> str:
@@ -818,6 +815,36 @@ with model.session(remote=True):
     with model.trace("corrupt"):
         model.transformer.h[3].output[:] = clean
         patched = model.lm_head.output.save()
+""",
+    ),
+    Case(
+        name="client values between the traces come back saved, parenthesized",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("clean", remote=True):
+    clean = model.transformer.h[3].output.save()
+scale = 3
+rows = 0, -1
+with model.trace("corrupt", remote=True):
+    model.transformer.h[3].output[:, -1] = clean[:, -1] * scale
+    patched = model.lm_head.output[:, rows[1]].save()
+print(patched.shape, scale, rows)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    with model.trace("clean"):
+        clean = model.transformer.h[3].output.save()
+    scale = (3).save()
+    rows = (0, -1).save()
+    with model.trace("corrupt"):
+        model.transformer.h[3].output[:, -1] = clean[:, -1] * scale
+        patched = model.lm_head.output[:, rows[1]].save()
+print(patched.shape, scale, rows)
 """,
     ),
     Case(
