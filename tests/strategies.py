@@ -311,8 +311,15 @@ def _consecutive(draw, w: _Writer, ctx: _Context, indent: int) -> None:
     _trace(w, ctx, indent, "PROMPTS[0]")
     w.line(indent + 1, f"{first} = {layer}.output.mean(dim=1).save()")
     w.maybe_comment(indent)  # between the two blocks
+    logits = "model.lm_head.output"
+    between = draw(st.sampled_from(["", "int", "tuple"]))  # a client value the second reads
+    if between:
+        value = ctx.fresh("scale" if between == "int" else "rows")
+        w.line(indent, f"{value} = 2" if between == "int" else f"{value} = 0, -1")
+        logits += f" * {value}" if between == "int" else f"[{value}[0]:]"
+        ctx.names.append((value, "value"))
     _trace(w, ctx, indent, "PROMPTS[-1]")
-    w.line(indent + 1, f"{second} = model.lm_head.output.save()")
+    w.line(indent + 1, f"{second} = {logits}.save()")
     result = ctx.fresh("score")
     w.line(indent, f"{result} = {first}.norm().item() + {_reduce_logits(draw, ctx, second)}")
     ctx.names.append((result, "value"))
