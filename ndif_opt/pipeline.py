@@ -486,11 +486,11 @@ _fields_of = operator.attrgetter(*_COST_FIELDS)
 
 
 def _diff(a: Cost, b: Cost) -> Cost:
-    return Cost(**{f: getattr(a, f) - getattr(b, f) for f in _COST_FIELDS})
+    return Cost(*[x - y for x, y in zip(_fields_of(a), _fields_of(b))])
 
 
 def _add(a: Cost, b: Cost) -> Cost:
-    return Cost(**{f: _round(getattr(a, f) + getattr(b, f)) for f in _COST_FIELDS})
+    return Cost(*[_round(x + y) for x, y in zip(_fields_of(a), _fields_of(b))])
 
 
 def _round(value):
