@@ -27,6 +27,8 @@ from functools import cached_property
 
 import libcst as cst
 
+from ndif_opt.parsing import parse_module
+
 
 @dataclass(frozen=True, eq=False)
 class Part:
@@ -49,7 +51,7 @@ class Part:
 
 
 def parse_part(text: str) -> Part:
-    return Part(text, cst.parse_module(text))
+    return Part(text, parse_module(text))
 
 
 def joined(parts: Sequence[Part]) -> cst.Module | None:
