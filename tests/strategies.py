@@ -316,7 +316,7 @@ def _consecutive(draw, w: _Writer, ctx: _Context, indent: int) -> None:
     if between:
         value = ctx.fresh("scale" if between == "int" else "rows")
         w.line(indent, f"{value} = 2" if between == "int" else f"{value} = 0, -1")
-        logits += f" * {value}" if between == "int" else f"[{value}[0]:]"
+        logits = f"({logits} * {value})" if between == "int" else f"{logits}[{value}[0]:]"
         ctx.names.append((value, "value"))
     _trace(w, ctx, indent, "PROMPTS[-1]")
     w.line(indent + 1, f"{second} = {logits}.save()")
