@@ -1035,8 +1035,8 @@ class _Walker:
             return True
         if isinstance(value, cst.UnaryOperation):
             return isinstance(value.expression, cst.Integer)
-        if isinstance(value, (cst.Name, cst.Attribute, cst.BinaryOperation)):
-            shape = self.value(value)
+        if isinstance(value, (cst.Name, cst.Attribute, cst.BinaryOperation, cst.Subscript, cst.Call)):
+            shape = self.value(value)  # `rows[1]`, `len(prompts) - 1`: a Python int selects too
             return isinstance(shape, Shape) and shape.kind == "python" and shape.dtype in ("int", "number")
         return False
 
