@@ -144,6 +144,8 @@ class SessionHoisting(Pass):
         # code without remote work matters only next to remote statements: look at it
         # only there, unless skipping a question could change later answers
         lazy = not context.server.asking_order_matters
+        if lazy and not self.helpers and _fewer_than_two_requests(suite, facts):
+            return []  # no region of it could send two: none is worth a session
         kinds: list[Kind | None] = [self._kind(stmt, facts, context, lazy) for stmt in suite.body]
         regions: list[Region] = []
         run: list[int] = []
@@ -407,6 +409,22 @@ def _outer_blocks(facts: Facts, stmt: cst.CSTNode) -> list[Block]:
         return index
 
     return list(facts.once("session-hoisting:outer blocks", by_statement).get(id(stmt), ()))
+
+
+def _fewer_than_two_requests(suite, facts: Facts) -> bool:
+    """Do the suite's remote blocks send fewer than two requests in all? A region's
+    requests are those of its statements' outermost blocks, each statement counted on
+    its own (:func:`requests_in`), so then no region of the suite sends two. A statement
+    with a session or a local trace is a barrier (:meth:`SessionHoisting._kind`): its
+    blocks are in no region."""
+    total = 0
+    for stmt in suite.body:
+        outer = _outer_blocks(facts, stmt)
+        if outer and not any(b.method == "session" or b.remote.state is Remote.NO for b in outer):
+            total += requests_in(outer, [stmt], facts)
+            if total >= 2:
+                return False
+    return True
 
 
 def _suites_outermost_first(facts: Facts):
