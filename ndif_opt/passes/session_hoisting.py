@@ -56,7 +56,7 @@ from ndif_opt.helpers import (
     with_flag_parameter,
 )
 from ndif_opt.analysis import qualify
-from ndif_opt.names import collect, collect_all, root_name
+from ndif_opt.names import NameUse, collect, collect_all, root_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import Accumulator, find_accumulator, reads_after, requests_in
 from ndif_opt.rewrite import (
@@ -144,6 +144,8 @@ class SessionHoisting(Pass):
         # code without remote work matters only next to remote statements: look at it
         # only there, unless skipping a question could change later answers
         lazy = not context.server.asking_order_matters
+        if lazy and not self.helpers and _fewer_than_two_requests(suite, facts):
+            return []  # no region of it could send two: none is worth a session
         kinds: list[Kind | None] = [self._kind(stmt, facts, context, lazy) for stmt in suite.body]
         regions: list[Region] = []
         run: list[int] = []
@@ -409,6 +411,22 @@ def _outer_blocks(facts: Facts, stmt: cst.CSTNode) -> list[Block]:
     return list(facts.once("session-hoisting:outer blocks", by_statement).get(id(stmt), ()))
 
 
+def _fewer_than_two_requests(suite, facts: Facts) -> bool:
+    """Do the suite's remote blocks send fewer than two requests in all? A region's
+    requests are those of its statements' outermost blocks, each statement counted on
+    its own (:func:`requests_in`), so then no region of the suite sends two. A statement
+    with a session or a local trace is a barrier (:meth:`SessionHoisting._kind`): its
+    blocks are in no region."""
+    total = 0
+    for stmt in suite.body:
+        outer = _outer_blocks(facts, stmt)
+        if outer and not any(b.method == "session" or b.remote.state is Remote.NO for b in outer):
+            total += requests_in(outer, [stmt], facts)
+            if total >= 2:
+                return False
+    return True
+
+
 def _suites_outermost_first(facts: Facts):
     seen: dict[int, tuple[int, cst.CSTNode]] = {}
     for info in facts.statements.values():
@@ -450,13 +468,17 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
     """Why the rest of the script would miss something, or "" and the accumulators
     the session must take over."""
     stmts = region.statements
-    block_bodies = tuple(b.node.body for b in region.blocks)
-    outside_blocks = collect_all(stmts, skip=block_bodies)
+    everything = collect_all(stmts)
     later = reads_after(facts, region.suite, region.end)
     saved = _saved(region)
-    lost = [n for n in outside_blocks.binds if n in later and n not in saved]
+    lost: list[str] = []
+    # the names bound outside the blocks are among those bound anywhere: the walk that
+    # leaves the blocks out is needed only when one of those is read later
+    if any(n in later and n not in saved for n in everything.binds):
+        outside_blocks = collect_all(stmts, skip=tuple(b.node.body for b in region.blocks))
+        lost = [n for n in outside_blocks.binds if n in later and n not in saved]
     accumulators: list[Accumulator] = []
-    for name in _client_mutations(region, facts):
+    for name in _client_mutations(region, facts, everything):
         acc, why = find_accumulator(facts, name, region.suite, region.start)
         if acc is None:
             return f"it changes `{name}`, which lives on your machine: {why}", []
@@ -479,11 +501,11 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
     return "", accumulators + in_place
 
 
-def _client_mutations(region: Region, facts: Facts) -> list[str]:
+def _client_mutations(region: Region, facts: Facts, everything: NameUse) -> list[str]:
     """Names the region changes in place (in helper calls too) without binding them, and
     that are not models, in the order the code first changes them: that order picks the
-    refusal given and the order of the containers created."""
-    everything = collect_all(region.statements)
+    refusal given and the order of the containers created. ``everything``: the names of
+    the region's statements."""
     mutated = dict.fromkeys(everything.mutates)
     for call, helper in region.helper_calls:
         for param in helper.mutated_params:
@@ -540,9 +562,16 @@ def _helper_argument_problem(region: Region, facts: Facts) -> str:
 
 def _unreturned(region: Region, facts: Facts, accumulators) -> set[str]:
     """Client names the moved code bound that stay on the server (none is read later)."""
+    kept = _saved(region) | {a.name for a in accumulators} | set(region.saved_here.values())
+    unkept = [n for n in collect_all(region.statements).binds if n not in kept]
     block_bodies = tuple(b.node.body for b in region.blocks)
-    bound = set(collect_all(region.statements, skip=block_bodies).binds)
-    return bound - _saved(region) - {a.name for a in accumulators} - set(region.saved_here.values())
+    # a name bound somewhere in the region but in none of its blocks is bound outside
+    # them: the walk that leaves the blocks out is needed only for a name they bind too
+    in_blocks = collect_all(block_bodies).binds
+    if not any(n in in_blocks for n in unkept):
+        return set(unkept)
+    bound = collect_all(region.statements, skip=block_bodies).binds
+    return {n for n in unkept if n in bound}
 
 
 def _accumulator_inside(region: Region, name: str) -> Accumulator | None:
