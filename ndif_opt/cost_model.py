@@ -499,6 +499,7 @@ class _Walker:
         self._dims: dict[str, ModelDims] = {}
         self._called: set[str] = set()
         self._calls_memo: dict[int, list[cst.Call]] = {}
+        self._function_names = frozenset(facts.functions)  # the key part of _calls, built once
         self._work_memo: dict[object, bool] = {}
         self._block_ids: set[int] | None = None  # the nnsight blocks' nodes, for _has_work
         self._code_memo: dict[int, str] = {}
@@ -533,8 +534,9 @@ class _Walker:
         functions = self._functions()
         # functions no code calls (entry points, callbacks) run once each; a function
         # called by another is walked at its calls
+        names = frozenset(functions)
         called_by_functions = {
-            call.func.value for func in functions.values() for call in _calls(func.body, frozenset(functions))
+            call.func.value for func in functions.values() for call in _calls(func.body, names)
         }
         for name, func in functions.items():
             if name not in self._called and name not in called_by_functions:
@@ -1183,7 +1185,7 @@ class _Walker:
             return
         calls = self._calls_memo.get(id(small))
         if calls is None:
-            calls = self._calls_memo[id(small)] = _calls(small, frozenset(self.facts.functions))
+            calls = self._calls_memo[id(small)] = _calls(small, self._function_names)
         for call in calls:
             name = call.func.value if type(call.func) is cst.Name else None
             func = self.facts.functions.get(name) if name else None
