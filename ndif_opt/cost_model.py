@@ -433,10 +433,12 @@ def _value_in(expr, dims, model_names, seq, batch, max_new_tokens, read) -> Shap
 
 
 def _fresh(value: Any) -> Any:
-    """A cached literal with new lists, so that no caller can change the cache's."""
-    if isinstance(value, list):
+    """A cached literal with new lists, so that no caller can change the cache's (a
+    literal's lists and tuples are exactly those types)."""
+    kind = type(value)
+    if kind is list:
         return [_fresh(v) for v in value]
-    if isinstance(value, tuple) and any(isinstance(v, (list, tuple)) for v in value):
+    if kind is tuple and any(type(v) is list or type(v) is tuple for v in value):
         return tuple(_fresh(v) for v in value)
     return value
 
@@ -1680,7 +1682,20 @@ def _tensor_bytes(shape: Shape) -> int:
     return 0
 
 
+_SHARED_SCALARS = {bool: "bool", int: "int", str: "str"}  # float: -0.0 == 0.0, and NaN equals nothing
+
+
+@functools.lru_cache(maxsize=1024)
+def _scalar_shape(dtype: str, value: Any) -> Shape:
+    """``Shape.python(dtype, value)``, shared (a Shape is immutable; the walk binds the
+    same loop values and constants in every version of a tree)."""
+    return Shape.python(dtype, value)
+
+
 def _python_shape(value: Any, keep: bool) -> Shape:
+    dtype = _SHARED_SCALARS.get(type(value))
+    if dtype is not None:
+        return _scalar_shape(dtype, value if keep else None)
     if isinstance(value, bool):
         return Shape.python("bool", value if keep else None)
     if isinstance(value, int):
