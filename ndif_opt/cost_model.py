@@ -402,7 +402,19 @@ _UNBOUND: Any = _NoValue()  # a name env does not hold (a key part: hashable, un
 @functools.lru_cache(maxsize=4096)
 def _names_read(expr: cst.BaseExpression) -> tuple[str, ...]:
     """The names spelled in an expression: every key of env :func:`value_of` may read."""
-    return tuple(dict.fromkeys(n.value for n in _walk(expr) if type(n) is cst.Name))
+    found: dict[str, None] = {}
+    stack = [expr]
+    while stack:  # _walk's nodes (in another order), with the leaves and attributes inline
+        node = stack.pop()
+        kind = type(node)
+        if kind is cst.Name:
+            found[node.value] = None
+        elif kind is cst.Attribute:
+            found[node.attr.value] = None
+            stack.append(node.value)
+        else:
+            stack.extend(content_children(node))
+    return tuple(found)
 
 
 def _exact(value: Any) -> tuple:
