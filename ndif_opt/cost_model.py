@@ -424,7 +424,8 @@ def _exact(value: Any) -> tuple:
 
 
 def _types_in(shape: Shape) -> tuple:
-    return (_value_types(shape.value), tuple(_types_in(e) for e in shape.elements))
+    elements = shape.elements
+    return (_value_types(shape.value), tuple([_types_in(e) for e in elements]) if elements else ())
 
 
 def _value_types(value: Any) -> Any:
