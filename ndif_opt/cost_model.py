@@ -417,6 +417,81 @@ def _names_read(expr: cst.BaseExpression) -> tuple[str, ...]:
     return tuple(found)
 
 
+@functools.lru_cache(maxsize=4096)
+def _expression_key(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, tuple[str, ...]]:
+    """(the node to evaluate for ``expr``, the names it spells): the first node met that
+    spells the same expression (a pass rebuilds the expressions of a statement it
+    changes, and a script repeats its expressions: one evaluation serves every copy), or
+    ``expr`` itself when it holds a kind of node :func:`_fingerprint` does not list."""
+    names: dict[str, None] = {}
+    try:
+        fingerprint = _fingerprint(expr, names)
+    except (_Unlisted, RecursionError):
+        return expr, _names_read(expr)
+    return _first_spelling(fingerprint, expr), tuple(names)
+
+
+_FIRST_SPELLINGS: dict[Any, cst.BaseExpression] = {}
+_FIRST_SPELLINGS_LIMIT = 4096
+
+
+def _first_spelling(fingerprint: Any, expr: cst.BaseExpression) -> cst.BaseExpression:
+    first = _FIRST_SPELLINGS.get(fingerprint)
+    if first is None:
+        if len(_FIRST_SPELLINGS) >= _FIRST_SPELLINGS_LIMIT:
+            _FIRST_SPELLINGS.clear()  # bounded like an lru (a miss costs one evaluation)
+        first = _FIRST_SPELLINGS[fingerprint] = expr
+    return first
+
+
+class _Unlisted(Exception):
+    """An expression with a kind of node :func:`_fingerprint` does not list."""
+
+
+def _fingerprint(node: cst.BaseExpression, names: dict[str, None]) -> Any:
+    """What :func:`value_of` reads of an expression: its nodes' kinds, names, operators
+    and literals, not its layout (whitespace, parentheses, commas), which it never reads;
+    the names spelled are added to ``names``. Only the usual kinds of an nnsight value
+    are listed: any other raises :class:`_Unlisted`."""
+    kind = type(node)
+    if kind is cst.Name:
+        names[node.value] = None
+        return node.value
+    if kind is cst.Attribute:
+        value = _fingerprint(node.value, names)
+        names[node.attr.value] = None
+        return (kind, value, node.attr.value)
+    if kind is cst.Subscript:
+        return (kind, _fingerprint(node.value, names), tuple([_fingerprint(e.slice, names) for e in node.slice]))
+    if kind is cst.Index:
+        return (kind, _fingerprint(node.value, names), node.star)
+    if kind is cst.Slice:
+        return (kind, *[None if part is None else _fingerprint(part, names)
+                        for part in (node.lower, node.upper, node.step)])
+    if kind is cst.Call:
+        parts: list[Any] = [kind, _fingerprint(node.func, names)]
+        for arg in node.args:
+            keyword = arg.keyword
+            if keyword is not None:
+                names[keyword.value] = None
+            parts.append((None if keyword is None else keyword.value, arg.star, _fingerprint(arg.value, names)))
+        return tuple(parts)
+    if kind is cst.Integer or kind is cst.Float or kind is cst.SimpleString:
+        return (kind, node.value)
+    if kind is cst.BinaryOperation:
+        return (kind, type(node.operator), _fingerprint(node.left, names), _fingerprint(node.right, names))
+    if kind is cst.UnaryOperation:
+        return (kind, type(node.operator), _fingerprint(node.expression, names))
+    if kind is cst.Tuple or kind is cst.List:
+        parts = [kind]
+        for element in node.elements:
+            if type(element) is not cst.Element:
+                raise _Unlisted
+            parts.append(_fingerprint(element.value, names))
+        return tuple(parts)
+    raise _Unlisted
+
+
 def _exact(value: Any) -> tuple:
     """``value`` as a key part equal only to an identical value: a Shape compares its
     Python value with ==, which holds between 1, 1.0 and True."""
@@ -928,9 +1003,10 @@ class _Walker:
         # value_of reads from env only the names the expression spells: with their values
         # (and the types inside them: 1 == 1.0 == True), they are the key of a value
         # shared by the versions of the tree that hold the expression
-        read = tuple([(name, _exact(env.get(name, _UNBOUND))) for name in _names_read(expr)])
+        target, names = _expression_key(expr)
+        read = tuple([(name, _exact(env.get(name, _UNBOUND))) for name in names])
         try:
-            return _value_in(expr, dims, self._model_key, seq, batch, new_tokens, read)
+            return _value_in(target, dims, self._model_key, seq, batch, new_tokens, read)
         except TypeError:  # a value that does not hash (a list)
             return value_of(
                 expr, dims, model_name=self.model_names, seq_len=seq, batch=batch,
