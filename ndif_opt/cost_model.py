@@ -371,28 +371,28 @@ def _literal(expr: cst.BaseExpression) -> Any:
 def _shared_literal(expr: cst.BaseExpression) -> Any:
     # a pure function of an immutable node, cached (every version of a tree walks the
     # same literals again); its lists are shared between callers: see _fresh
-    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+    if type(expr) in (cst.SimpleString, cst.ConcatenatedString):
         value = literal_value(expr)
         return value if isinstance(value, str) else NO_VALUE
-    if isinstance(expr, cst.Integer):
+    if type(expr) is cst.Integer:
         return int(literal_value(expr))
-    if isinstance(expr, cst.Float):
+    if type(expr) is cst.Float:
         return float(literal_value(expr))
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+    if type(expr) is cst.UnaryOperation and type(expr.operator) is cst.Minus:
         inner = _shared_literal(expr.expression)
         return -inner if isinstance(inner, (int, float)) and not isinstance(inner, bool) else NO_VALUE
-    if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):
+    if type(expr) is cst.Name and expr.value in ("True", "False", "None"):
         return {"True": True, "False": False, "None": None}[expr.value]
-    if isinstance(expr, (cst.List, cst.Tuple)):
+    if type(expr) in (cst.List, cst.Tuple):
         values = []
         for element in expr.elements:
-            if isinstance(element, cst.StarredElement):
+            if type(element) is cst.StarredElement:
                 return NO_VALUE
             value = _shared_literal(element.value)
             if value is NO_VALUE:
                 return NO_VALUE
             values.append(value)
-        return tuple(values) if isinstance(expr, cst.Tuple) else values
+        return tuple(values) if type(expr) is cst.Tuple else values
     return NO_VALUE
 
 
@@ -402,7 +402,94 @@ _UNBOUND: Any = _NoValue()  # a name env does not hold (a key part: hashable, un
 @functools.lru_cache(maxsize=4096)
 def _names_read(expr: cst.BaseExpression) -> tuple[str, ...]:
     """The names spelled in an expression: every key of env :func:`value_of` may read."""
-    return tuple(dict.fromkeys(n.value for n in _walk(expr) if type(n) is cst.Name))
+    found: dict[str, None] = {}
+    stack = [expr]
+    while stack:  # _walk's nodes (in another order), with the leaves and attributes inline
+        node = stack.pop()
+        kind = type(node)
+        if kind is cst.Name:
+            found[node.value] = None
+        elif kind is cst.Attribute:
+            found[node.attr.value] = None
+            stack.append(node.value)
+        else:
+            stack.extend(content_children(node))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=4096)
+def _expression_key(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, tuple[str, ...]]:
+    """(the node to evaluate for ``expr``, the names it spells): the first node met that
+    spells the same expression (a pass rebuilds the expressions of a statement it
+    changes, and a script repeats its expressions: one evaluation serves every copy), or
+    ``expr`` itself when it holds a kind of node :func:`_fingerprint` does not list."""
+    names: dict[str, None] = {}
+    try:
+        fingerprint = _fingerprint(expr, names)
+    except (_Unlisted, RecursionError):
+        return expr, _names_read(expr)
+    return _first_spelling(fingerprint, expr), tuple(names)
+
+
+_FIRST_SPELLINGS: dict[Any, cst.BaseExpression] = {}
+_FIRST_SPELLINGS_LIMIT = 4096
+
+
+def _first_spelling(fingerprint: Any, expr: cst.BaseExpression) -> cst.BaseExpression:
+    first = _FIRST_SPELLINGS.get(fingerprint)
+    if first is None:
+        if len(_FIRST_SPELLINGS) >= _FIRST_SPELLINGS_LIMIT:
+            _FIRST_SPELLINGS.clear()  # bounded like an lru (a miss costs one evaluation)
+        first = _FIRST_SPELLINGS[fingerprint] = expr
+    return first
+
+
+class _Unlisted(Exception):
+    """An expression with a kind of node :func:`_fingerprint` does not list."""
+
+
+def _fingerprint(node: cst.BaseExpression, names: dict[str, None]) -> Any:
+    """What :func:`value_of` reads of an expression: its nodes' kinds, names, operators
+    and literals, not its layout (whitespace, parentheses, commas), which it never reads;
+    the names spelled are added to ``names``. Only the usual kinds of an nnsight value
+    are listed: any other raises :class:`_Unlisted`."""
+    kind = type(node)
+    if kind is cst.Name:
+        names[node.value] = None
+        return node.value
+    if kind is cst.Attribute:
+        value = _fingerprint(node.value, names)
+        names[node.attr.value] = None
+        return (kind, value, node.attr.value)
+    if kind is cst.Subscript:
+        return (kind, _fingerprint(node.value, names), tuple([_fingerprint(e.slice, names) for e in node.slice]))
+    if kind is cst.Index:
+        return (kind, _fingerprint(node.value, names), node.star)
+    if kind is cst.Slice:
+        return (kind, *[None if part is None else _fingerprint(part, names)
+                        for part in (node.lower, node.upper, node.step)])
+    if kind is cst.Call:
+        parts: list[Any] = [kind, _fingerprint(node.func, names)]
+        for arg in node.args:
+            keyword = arg.keyword
+            if keyword is not None:
+                names[keyword.value] = None
+            parts.append((None if keyword is None else keyword.value, arg.star, _fingerprint(arg.value, names)))
+        return tuple(parts)
+    if kind is cst.Integer or kind is cst.Float or kind is cst.SimpleString:
+        return (kind, node.value)
+    if kind is cst.BinaryOperation:
+        return (kind, type(node.operator), _fingerprint(node.left, names), _fingerprint(node.right, names))
+    if kind is cst.UnaryOperation:
+        return (kind, type(node.operator), _fingerprint(node.expression, names))
+    if kind is cst.Tuple or kind is cst.List:
+        parts = [kind]
+        for element in node.elements:
+            if type(element) is not cst.Element:
+                raise _Unlisted
+            parts.append(_fingerprint(element.value, names))
+        return tuple(parts)
+    raise _Unlisted
 
 
 def _exact(value: Any) -> tuple:
@@ -412,7 +499,8 @@ def _exact(value: Any) -> tuple:
 
 
 def _types_in(shape: Shape) -> tuple:
-    return (_value_types(shape.value), tuple(_types_in(e) for e in shape.elements))
+    elements = shape.elements
+    return (_value_types(shape.value), tuple([_types_in(e) for e in elements]) if elements else ())
 
 
 def _value_types(value: Any) -> Any:
@@ -433,10 +521,12 @@ def _value_in(expr, dims, model_names, seq, batch, max_new_tokens, read) -> Shap
 
 
 def _fresh(value: Any) -> Any:
-    """A cached literal with new lists, so that no caller can change the cache's."""
-    if isinstance(value, list):
+    """A cached literal with new lists, so that no caller can change the cache's (a
+    literal's lists and tuples are exactly those types)."""
+    kind = type(value)
+    if kind is list:
         return [_fresh(v) for v in value]
-    if isinstance(value, tuple) and any(isinstance(v, (list, tuple)) for v in value):
+    if kind is tuple and any(type(v) is list or type(v) is tuple for v in value):
         return tuple(_fresh(v) for v in value)
     return value
 
@@ -499,6 +589,7 @@ class _Walker:
         self._dims: dict[str, ModelDims] = {}
         self._called: set[str] = set()
         self._calls_memo: dict[int, list[cst.Call]] = {}
+        self._function_names = frozenset(facts.functions)  # the key part of _calls, built once
         self._work_memo: dict[object, bool] = {}
         self._block_ids: set[int] | None = None  # the nnsight blocks' nodes, for _has_work
         self._code_memo: dict[int, str] = {}
@@ -533,8 +624,9 @@ class _Walker:
         functions = self._functions()
         # functions no code calls (entry points, callbacks) run once each; a function
         # called by another is walked at its calls
+        names = frozenset(functions)
         called_by_functions = {
-            call.func.value for func in functions.values() for call in _calls(func.body, frozenset(functions))
+            call.func.value for func in functions.values() for call in _calls(func.body, names)
         }
         for name, func in functions.items():
             if name not in self._called and name not in called_by_functions:
@@ -547,7 +639,7 @@ class _Walker:
     def _functions(self) -> dict[str, cst.FunctionDef]:
         found: dict[str, cst.FunctionDef] = {}
         for info in self.facts.statements.values():
-            if isinstance(info.node, cst.FunctionDef):
+            if type(info.node) is cst.FunctionDef:
                 found.setdefault(info.node.name.value, info.node)
         return found
 
@@ -570,7 +662,7 @@ class _Walker:
         if kind is cst.For:
             self.for_loop(stmt, times)
             return
-        if isinstance(stmt, cst.While):
+        if type(stmt) is cst.While:
             if self._has_work(stmt):
                 self.note(
                     f"the `while {_short(stmt.test)}` loop runs an unknown number of times: "
@@ -578,11 +670,11 @@ class _Walker:
                 )
             self.suite(stmt.body.body, times * self.unknown_trips)
             return
-        if isinstance(stmt, cst.If):
+        if type(stmt) is cst.If:
             orelse = stmt.orelse
             if orelse is not None and self._has_work(orelse) and not self._has_work(stmt.body):
                 self.note(f"`if {_short(stmt.test)}` is assumed false: the branch that sends requests is counted")
-                if isinstance(orelse, cst.If):
+                if type(orelse) is cst.If:
                     self.statement(orelse, times)
                 else:
                     self.suite(orelse.body.body, times)
@@ -591,22 +683,22 @@ class _Walker:
             if orelse is not None and self._has_work(orelse):
                 self.note(f"`if {_short(stmt.test)}` is assumed true: its other branch is not counted")
             return
-        if isinstance(stmt, (cst.Try, cst.TryStar)):
+        if type(stmt) in (cst.Try, cst.TryStar):
             self.suite(stmt.body.body, times)
             if stmt.finalbody is not None:
                 self.suite(stmt.finalbody.body.body, times)
             return
-        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        if type(stmt) in (cst.FunctionDef, cst.ClassDef):
             return
         body = getattr(stmt, "body", None)
-        if isinstance(body, cst.IndentedBlock):
+        if type(body) is cst.IndentedBlock:
             self.suite(body.body, times)
 
     def _is_remote(self, block: Block) -> bool:
         if self.facts.is_remote(block.remote.state):
             return True
         expr = block.remote.expr
-        if block.remote.state.value == "maybe" and isinstance(expr, cst.Name):
+        if block.remote.state.value == "maybe" and type(expr) is cst.Name:
             bound = self.env.get(expr.value)  # a parameter bound at a call
             if isinstance(bound, Shape) and bound.kind == "python" and bound.value is not None:
                 return bool(bound.value)
@@ -696,7 +788,7 @@ class _Walker:
         names = set(target_names(loop.target))
         found = False
         if names:
-            nested = [n for n in _compound(loop.body) if isinstance(n, cst.For) and names & _names_in(n.iter)]
+            nested = [n for n in _compound(loop.body) if type(n) is cst.For and names & _names_in(n.iter)]
             found = bool(nested) and (self._has_work(loop.body) or _has_skip(loop.body))
         self._work_memo[("varies", id(loop))] = found
         return found
@@ -710,9 +802,9 @@ class _Walker:
         return Shape.python("int")
 
     def _bind_target(self, target: cst.BaseExpression, element: Any, value: bool = True) -> None:
-        if isinstance(target, cst.Name):
+        if type(target) is cst.Name:
             self._bind(target.value, _python_shape(element, value))
-        elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(element, (tuple, list)):
+        elif type(target) in (cst.Tuple, cst.List) and isinstance(element, (tuple, list)):
             for sub, item in zip(target.elements, element):
                 self._bind_target(sub.value, item, value)
         else:
@@ -737,7 +829,7 @@ class _Walker:
             return list(value)
         if isinstance(value, str):
             return list(value)
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             bound = self.env.get(expr.value)
             if isinstance(bound, Shape) and isinstance(bound.value, (list, tuple)):
                 return list(bound.value)
@@ -745,17 +837,17 @@ class _Walker:
             if constant is not None and expr.value not in self.env:
                 return self.elements(constant, depth + 1)
             return None
-        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply):
+        if type(expr) is cst.BinaryOperation and type(expr.operator) is cst.Multiply:
             for seq, count in ((expr.left, expr.right), (expr.right, expr.left)):
                 items = self.elements(seq, depth + 1)
                 n = self.integer(count, depth + 1)
                 if items is not None and n is not None and len(items) * max(n, 0) <= 4 * UNROLL_LIMIT:
                     return items * max(n, 0)
             return None
-        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        if type(expr) is cst.BinaryOperation and type(expr.operator) is cst.Add:
             left, right = self.elements(expr.left, depth + 1), self.elements(expr.right, depth + 1)
             return None if left is None or right is None else left + right
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             func = dotted_name(expr.func) or ""
             func = func.rsplit(".", 1)[-1] if func.startswith(("tqdm.", "builtins.")) else func
             args = [a.value for a in expr.args if a.keyword is None and not a.star]
@@ -786,7 +878,7 @@ class _Walker:
                 return items
             if func == "trange" and args:
                 return self.elements(cst.Call(func=cst.Name("range"), args=expr.args), depth + 1)
-        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Slice):
+        if type(expr) is cst.Subscript and len(expr.slice) == 1 and type(expr.slice[0].slice) is cst.Slice:
             items = self.elements(expr.value, depth + 1)
             sl = expr.slice[0].slice
             bounds = [None if b is None else self.integer(b, depth + 1) for b in (sl.lower, sl.upper, sl.step)]
@@ -803,7 +895,7 @@ class _Walker:
         items = self.elements(expr, depth + 1)
         if items is not None:
             return len(items)
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             func = dotted_name(expr.func) or ""
             args = [a.value for a in expr.args if a.keyword is None and not a.star]
             if func in ("range", "trange") and 1 <= len(args) <= 3:
@@ -816,7 +908,7 @@ class _Walker:
             if func == "zip" and args:
                 lengths = [self.length(a, depth + 1) for a in args]
                 return None if any(n is None for n in lengths) else min(lengths)
-        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Slice):
+        if type(expr) is cst.Subscript and len(expr.slice) == 1 and type(expr.slice[0].slice) is cst.Slice:
             total = self.length(expr.value, depth + 1)
             sl = expr.slice[0].slice
             if total is not None and sl.step is None:
@@ -871,15 +963,15 @@ class _Walker:
         value = _literal(expr)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             bound = self.env.get(expr.value)
             if isinstance(bound, Shape):
                 return bound.value if isinstance(bound.value, int) and not isinstance(bound.value, bool) else None
             constant = self.facts.constant(expr.value)
             return None if constant is None else self.integer(constant, depth + 1)
-        if isinstance(expr, cst.Call) and dotted_name(expr.func) == "len" and len(expr.args) == 1:
+        if type(expr) is cst.Call and dotted_name(expr.func) == "len" and len(expr.args) == 1:
             return self.length(expr.args[0].value, depth + 1)
-        if isinstance(expr, cst.Call) and dotted_name(expr.func) in ("max", "min") and expr.args:
+        if type(expr) is cst.Call and dotted_name(expr.func) in ("max", "min") and expr.args:
             # max(LAYERS), min(a, b): skip-insertion caches `range(max(LAYERS))`
             args = [a for a in expr.args if a.keyword is None]
             if len(args) != len(expr.args) or any(a.star for a in args):
@@ -891,11 +983,11 @@ class _Walker:
             if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
                 return None
             return max(values) if dotted_name(expr.func) == "max" else min(values)
-        if isinstance(expr, cst.Attribute) and expr.attr.value in _LAYER_COUNT_ATTRS:
+        if type(expr) is cst.Attribute and expr.attr.value in _LAYER_COUNT_ATTRS:
             root = dotted_name(expr) or ""
             if any(root.startswith(m + ".") for m in self.facts.models) and ".config." in f".{root}":
                 return self.dims_of(self._model_of(expr)).n_layers
-        if isinstance(expr, cst.BinaryOperation):
+        if type(expr) is cst.BinaryOperation:
             return arithmetic(expr, lambda operand: self.integer(operand, depth + 1))
         return None
 
@@ -911,9 +1003,10 @@ class _Walker:
         # value_of reads from env only the names the expression spells: with their values
         # (and the types inside them: 1 == 1.0 == True), they are the key of a value
         # shared by the versions of the tree that hold the expression
-        read = tuple([(name, _exact(env.get(name, _UNBOUND))) for name in _names_read(expr)])
+        target, names = _expression_key(expr)
+        read = tuple([(name, _exact(env.get(name, _UNBOUND))) for name in names])
         try:
-            return _value_in(expr, dims, self._model_key, seq, batch, new_tokens, read)
+            return _value_in(target, dims, self._model_key, seq, batch, new_tokens, read)
         except TypeError:  # a value that does not hash (a list)
             return value_of(
                 expr, dims, model_name=self.model_names, seq_len=seq, batch=batch,
@@ -930,7 +1023,7 @@ class _Walker:
         value = _literal(expr)
         if value is not NO_VALUE:
             return value
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             bound = self.env.get(expr.value)
             if isinstance(bound, Shape) and bound.kind in ("python", "container") and bound.value is not None:
                 return bound.value
@@ -938,24 +1031,24 @@ class _Walker:
                 constant = self.facts.constant(expr.value)
                 if constant is not None:
                     return self.constant_value(constant)
-        if isinstance(expr, (cst.Attribute, cst.Subscript)):
+        if type(expr) in (cst.Attribute, cst.Subscript):
             # `cfg.prompt` / `CONFIG["prompt"]`: a config object spelled out in the script
             from ndif_opt.analysis import _config_entry
 
             entry = _config_entry(expr, self.facts)
             if entry is not None:
                 return self.constant_value(entry)
-        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
+        if type(expr) is cst.Subscript and len(expr.slice) == 1:
             item = expr.slice[0].slice
-            if isinstance(item, cst.Slice):  # PROMPTS[:2]
+            if type(item) is cst.Slice:  # PROMPTS[:2]
                 items = self.elements(expr)
                 return items if items is not None else NO_VALUE
-            if isinstance(item, cst.Index):  # PROMPTS[2]
+            if type(item) is cst.Index:  # PROMPTS[2]
                 index = self.integer(item.value)
                 items = self.elements(expr.value)
                 if index is not None and items is not None and -len(items) <= index < len(items):
                     return items[index]
-        if isinstance(expr, cst.FormattedString):
+        if type(expr) is cst.FormattedString:
             return self._formatted(expr)
         return NO_VALUE
 
@@ -965,7 +1058,7 @@ class _Walker:
             return NO_VALUE
         out = []
         for part in expr.parts:
-            if isinstance(part, cst.FormattedStringText):
+            if type(part) is cst.FormattedStringText:
                 if "\\" in part.value:
                     return NO_VALUE
                 out.append(part.value.replace("{{", "{").replace("}}", "}"))
@@ -982,20 +1075,20 @@ class _Walker:
         """The module output a view expression shares its storage with (``storage`` mode)."""
         node = expr
         while True:
-            if isinstance(node, cst.Subscript):
+            if type(node) is cst.Subscript:
                 if not all(self._basic_index(e.slice) for e in node.slice):
                     return None
                 node = node.value
-            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            elif type(node) is cst.Call and type(node.func) is cst.Attribute:
                 method = node.func.attr.value
                 if method == "to" and not all(
-                    isinstance(a.value, cst.SimpleString) and "cpu" in a.value.value for a in node.args
+                    type(a.value) is cst.SimpleString and "cpu" in a.value.value for a in node.args
                 ):
                     return None
                 if method not in _VIEW_METHODS and method != "to":
                     return None
                 node = node.func.value
-            elif isinstance(node, cst.Attribute) and node.attr.value in ("output", "input"):
+            elif type(node) is cst.Attribute and node.attr.value in ("output", "input"):
                 forward = self.forward
                 if forward is None:
                     value = self.value(node)
@@ -1012,9 +1105,9 @@ class _Walker:
                 if forward is not None and isinstance(ref, ModuleRef) and None not in ref.path:
                     key = (forward.serial, ref.dotted(), node.attr.value)
                 return _Storage(value, key, forward.times if forward is not None else 1.0)
-            elif isinstance(node, cst.Attribute) and node.attr.value in ("T", "mT", "data"):
+            elif type(node) is cst.Attribute and node.attr.value in ("T", "mT", "data"):
                 node = node.value
-            elif isinstance(node, cst.Name):
+            elif type(node) is cst.Name:
                 return self.storage.get(node.value)
             else:
                 return None
@@ -1026,16 +1119,16 @@ class _Walker:
         return self.storage_of(expr) if self.view_mode == "storage" else None
 
     def _basic_index(self, item: cst.BaseSlice) -> bool:
-        if isinstance(item, cst.Slice):
+        if type(item) is cst.Slice:
             return True
         value = item.value
-        if isinstance(value, (cst.Integer, cst.Ellipsis)) or (
-            isinstance(value, cst.Name) and value.value == "None"
+        if type(value) in (cst.Integer, cst.Ellipsis) or (
+            type(value) is cst.Name and value.value == "None"
         ):
             return True
-        if isinstance(value, cst.UnaryOperation):
-            return isinstance(value.expression, cst.Integer)
-        if isinstance(value, (cst.Name, cst.Attribute, cst.BinaryOperation, cst.Subscript, cst.Call)):
+        if type(value) is cst.UnaryOperation:
+            return type(value.expression) is cst.Integer
+        if type(value) in (cst.Name, cst.Attribute, cst.BinaryOperation, cst.Subscript, cst.Call):
             shape = self.value(value)  # `rows[1]`, `len(prompts) - 1`: a Python int selects too
             return isinstance(shape, Shape) and shape.kind == "python" and shape.dtype in ("int", "number")
         return False
@@ -1049,7 +1142,7 @@ class _Walker:
         """:meth:`sent_size` and, when the size is a storage the value is a view of
         (``storage`` mode), that storage: torch.save writes a storage once per result."""
         shape = self.shape(expr)
-        if shape.kind == "unknown" and isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        if shape.kind == "unknown" and type(expr) is cst.Call and type(expr.func) is cst.Attribute:
             if expr.func.attr.value == "item":  # whatever it was, .item() is a Python number
                 shape = Shape.python("number")
         size = serialized_size(shape)
@@ -1070,7 +1163,7 @@ class _Walker:
         elif type(small) is cst.AnnAssign and small.value is not None:
             self.assign(small.target, small.value, times)
         elif type(small) is cst.AugAssign:
-            if isinstance(small.target, cst.Name):
+            if type(small.target) is cst.Name:
                 name = small.target.value
                 if name in self.env:
                     combined = cst.BinaryOperation(
@@ -1129,21 +1222,21 @@ class _Walker:
             if storage is not None:
                 self.storage[name] = storage
             return
-        if isinstance(target, (cst.Tuple, cst.List)):
+        if type(target) in (cst.Tuple, cst.List):
             bound = self.value(value)
             for index, element in enumerate(target.elements):
                 sub = element.value
-                if isinstance(sub, cst.Name):
+                if type(sub) is cst.Name:
                     if isinstance(bound, Shape) and bound.kind == "container" and index < len(bound.elements):
                         self._bind(sub.value, bound.elements[index])
                     else:
                         self._bind(sub.value, Shape.unknown("unpacked value"))
             return
-        if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and request is not None:
+        if type(target) is cst.Subscript and type(target.value) is cst.Name and request is not None:
             name = target.value.value
             if name in request.containers:
                 key = target.slice[0].slice if len(target.slice) == 1 else None
-                key_shape = self.value(key.value) if isinstance(key, cst.Index) else None
+                key_shape = self.value(key.value) if type(key) is cst.Index else None
                 size, _, storage = self.sent(unsave(value))
                 request.add(name, size, _key_size(key_shape) if key_shape is not None else 9, times, storage)
 
@@ -1151,14 +1244,14 @@ class _Walker:
         func = call.func
         if (
             self.forward is not None
-            and isinstance(func, cst.Attribute)
+            and type(func) is cst.Attribute
             and func.attr.value == "skip"
             and self._is_layer(func.value)
         ):
             self.forward.skipped += times  # one layer evaluation less
             return
         request = self._frame_request()
-        if request is None or not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
+        if request is None or type(func) is not cst.Attribute or type(func.value) is not cst.Name:
             return
         name, method = func.value.value, func.attr.value
         if name not in request.containers or method not in _CONTAINER_METHODS or not call.args:
@@ -1183,9 +1276,9 @@ class _Walker:
             return
         calls = self._calls_memo.get(id(small))
         if calls is None:
-            calls = self._calls_memo[id(small)] = _calls(small, frozenset(self.facts.functions))
+            calls = self._calls_memo[id(small)] = _calls(small, self._function_names)
         for call in calls:
-            name = call.func.value if isinstance(call.func, cst.Name) else None
+            name = call.func.value if type(call.func) is cst.Name else None
             func = self.facts.functions.get(name) if name else None
             if func is None or name in self._call_stack or len(self._call_stack) >= CALL_DEPTH:
                 continue
@@ -1273,7 +1366,7 @@ class _Walker:
         body = list(block.node.body.body)
         loop_index = None
         for index in range(len(body) - 1, -1, -1):
-            if isinstance(body[index], cst.For) and any(
+            if type(body[index]) is cst.For and any(
                 b.method in ("trace", "generate") for b in self.facts.blocks_within(body[index])
             ):
                 loop_index = index
@@ -1341,12 +1434,12 @@ class _Walker:
         return reach
 
     def _reach_node(self, node: cst.CSTNode, n: int) -> int:
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        if type(node) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
             return 0
-        if isinstance(node, cst.For):
+        if type(node) is cst.For:
             best = self._reach_node(node.iter, n)
             elements = self.elements(node.iter)
-            if elements is None or not isinstance(node.target, cst.Name):
+            if elements is None or type(node.target) is not cst.Name:
                 return max(best, self._reach_node(node.body, n))
             name = node.target.value
             ints = [e for e in elements if isinstance(e, int) and not isinstance(e, bool)]
@@ -1366,7 +1459,7 @@ class _Walker:
                     self.env.pop(name, None)
             return best
         best = 0
-        if isinstance(node, cst.Attribute) and node.attr.value in ("output", "input", "inputs", "skip"):
+        if type(node) is cst.Attribute and node.attr.value in ("output", "input", "inputs", "skip"):
             ref = self.value(node.value)
             if isinstance(ref, ModuleRef):
                 best = _layer_position(ref, node.attr.value, n)
@@ -1380,15 +1473,15 @@ class _Walker:
         """(rows, longest prompt) of the invokes in a trace body."""
         rows, seq = 0, 0
         for stmt in statements:
-            if isinstance(stmt, cst.With) and self.facts.block_of(stmt) is None:
+            if type(stmt) is cst.With and self.facts.block_of(stmt) is None:
                 item = _invoke_call(stmt)
                 if item is not None:
                     r, s = self.prompt_rows(item)
                     rows += int(times * max(r, 1))
                     seq = max(seq, s)
                     continue
-            if isinstance(stmt, cst.For):
-                if not any(isinstance(n, cst.With) and _invoke_call(n) is not None for n in _compound(stmt.body)):
+            if type(stmt) is cst.For:
+                if not any(type(n) is cst.With and _invoke_call(n) is not None for n in _compound(stmt.body)):
                     continue  # no invoke in this loop
                 elements = self.elements(stmt.iter)
                 if elements is not None and len(elements) <= UNROLL_LIMIT:
@@ -1405,7 +1498,7 @@ class _Walker:
                 rows, seq = rows + r, max(seq, s)
                 continue
             body = getattr(stmt, "body", None)
-            if isinstance(body, cst.IndentedBlock) and not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            if type(body) is cst.IndentedBlock and type(stmt) not in (cst.FunctionDef, cst.ClassDef):
                 r, s = self._invokes(body.body, times)
                 rows, seq = rows + r, max(seq, s)
         return rows, seq
@@ -1430,7 +1523,7 @@ class _Walker:
         if not args:
             return 0, 0
         value = self.constant_value(args[0])
-        if value is NO_VALUE and isinstance(args[0], cst.Call):
+        if value is NO_VALUE and type(args[0]) is cst.Call:
             value = self.elements(args[0])  # list(PROMPTS), sorted(...)
         if isinstance(value, str):
             return 1, self.tokens(value)
@@ -1609,7 +1702,7 @@ def _layer_position(ref: ModuleRef, attr: str, n: int) -> int:
 def _invoke_call(stmt: cst.With) -> cst.Call | None:
     """The ``tracer.invoke(...)`` call a ``with`` statement opens, if it is one."""
     item = stmt.items[0].item if stmt.items else None
-    if isinstance(item, cst.Call) and isinstance(item.func, cst.Attribute) and item.func.attr.value == "invoke":
+    if type(item) is cst.Call and type(item.func) is cst.Attribute and item.func.attr.value == "invoke":
         return item
     return None
 
@@ -1624,15 +1717,15 @@ def _stop_index(block: cst.With, tracer: str | None) -> int | None:
     for index, stmt in enumerate(block.body.body):
         for node in _walk(stmt):
             if (
-                isinstance(node, cst.Call)
-                and isinstance(node.func, cst.Attribute)
+                type(node) is cst.Call
+                and type(node.func) is cst.Attribute
                 and node.func.attr.value == "stop"
-                and isinstance(node.func.value, cst.Name)
+                and type(node.func.value) is cst.Name
                 and node.func.value.value == tracer
                 and not node.args
             ):
-                top = isinstance(stmt, cst.SimpleStatementLine) and any(
-                    isinstance(small, cst.Expr) and small.value is node for small in stmt.body
+                top = type(stmt) is cst.SimpleStatementLine and any(
+                    type(small) is cst.Expr and small.value is node for small in stmt.body
                 )
                 return index if top else -1
     return None
@@ -1640,33 +1733,34 @@ def _stop_index(block: cst.With, tracer: str | None) -> int | None:
 
 def _compound(block: cst.BaseSuite):
     """The compound statements nested in a block (cheaper than a walk of every node)."""
-    stack = list(block.body) if isinstance(block, cst.IndentedBlock) else []
+    stack = list(block.body) if type(block) is cst.IndentedBlock else []
     while stack:
         stmt = stack.pop()
-        if not isinstance(stmt, cst.BaseCompoundStatement) or isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        kind = type(stmt)  # a simple statement line, or a compound statement
+        if kind is cst.SimpleStatementLine or kind is cst.FunctionDef or kind is cst.ClassDef:
             continue
         yield stmt
         for part in (stmt.body, getattr(stmt, "orelse", None), getattr(stmt, "finalbody", None)):
-            if isinstance(part, (cst.Else, cst.Finally)):
+            if type(part) in (cst.Else, cst.Finally):
                 part = part.body
-            if isinstance(part, cst.If):
+            if type(part) is cst.If:
                 stack.append(part)
-            elif isinstance(part, cst.IndentedBlock):
+            elif type(part) is cst.IndentedBlock:
                 stack.extend(part.body)
         for handler in getattr(stmt, "handlers", ()) or ():
-            if isinstance(handler.body, cst.IndentedBlock):
+            if type(handler.body) is cst.IndentedBlock:
                 stack.extend(handler.body.body)
 
 
 def _has_skip(node: cst.CSTNode) -> bool:
     return any(
-        isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "skip"
+        type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value == "skip"
         for n in _walk(node)
     )
 
 
 def _names_in(node: cst.CSTNode) -> set[str]:
-    return {n.value for n in _walk(node) if isinstance(n, cst.Name)}
+    return {n.value for n in _walk(node) if type(n) is cst.Name}
 
 
 def _tensor_bytes(shape: Shape) -> int:
@@ -1677,7 +1771,20 @@ def _tensor_bytes(shape: Shape) -> int:
     return 0
 
 
+_SHARED_SCALARS = {bool: "bool", int: "int", str: "str"}  # float: -0.0 == 0.0, and NaN equals nothing
+
+
+@functools.lru_cache(maxsize=1024)
+def _scalar_shape(dtype: str, value: Any) -> Shape:
+    """``Shape.python(dtype, value)``, shared (a Shape is immutable; the walk binds the
+    same loop values and constants in every version of a tree)."""
+    return Shape.python(dtype, value)
+
+
 def _python_shape(value: Any, keep: bool) -> Shape:
+    dtype = _SHARED_SCALARS.get(type(value))
+    if dtype is not None:
+        return _scalar_shape(dtype, value if keep else None)
     if isinstance(value, bool):
         return Shape.python("bool", value if keep else None)
     if isinstance(value, int):
@@ -1721,10 +1828,10 @@ def _is_old_api_container(expr: cst.BaseExpression) -> bool:
 def _chunk_size(sl: cst.Slice) -> cst.BaseExpression | None:
     """``K`` of a slice ``[c:c + K]`` whose lower bound is a name."""
     lower, upper = sl.lower, sl.upper
-    if isinstance(lower, cst.Name) and isinstance(upper, cst.BinaryOperation) and isinstance(upper.operator, cst.Add):
-        if isinstance(upper.left, cst.Name) and upper.left.value == lower.value:
+    if type(lower) is cst.Name and type(upper) is cst.BinaryOperation and type(upper.operator) is cst.Add:
+        if type(upper.left) is cst.Name and upper.left.value == lower.value:
             return upper.right
-        if isinstance(upper.right, cst.Name) and upper.right.value == lower.value:
+        if type(upper.right) is cst.Name and upper.right.value == lower.value:
             return upper.left
     return None
 
@@ -1764,9 +1871,9 @@ def _calls(node: cst.CSTNode, functions: frozenset[str]) -> tuple[cst.Call, ...]
 def _find_calls(node: cst.CSTNode, functions: frozenset[str], found: list[cst.Call]) -> None:
     # in the order of a walk (a node, then its children in libcst's order), reading only
     # the fields that may hold more than layout; a lambda's body runs later, if ever
-    if isinstance(node, cst.Lambda):
+    if type(node) is cst.Lambda:
         return
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in functions:
+    if type(node) is cst.Call and type(node.func) is cst.Name and node.func.value in functions:
         found.append(node)
     for child in content_children(node):
         _find_calls(child, functions, found)

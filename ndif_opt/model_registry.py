@@ -82,11 +82,20 @@ _DTYPE_ALIASES = {
 }
 
 
+# the names canonical_dtype returns unchanged whatever the default
+_CANONICAL_DTYPES = frozenset(
+    key for key in DTYPE_SIZES
+    if key == key.strip().lower() and not key.startswith("torch.") and _DTYPE_ALIASES.get(key, key) == key
+)
+
+
 def canonical_dtype(name: object, default: str = "bfloat16") -> str:
     """``"torch.bfloat16"``, ``"bf16"``, ``"float"`` … → a key of :data:`DTYPE_SIZES`.
 
     ``None``, ``"auto"`` and unrecognised names give ``default``.
     """
+    if type(name) is str and name in _CANONICAL_DTYPES:  # already canonical: the usual case
+        return name
     if name is None:
         return default
     text = str(name).strip().lower()
