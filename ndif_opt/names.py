@@ -42,9 +42,13 @@ class NameUse:
             (self.binds, other.binds),
             (self.mutates, other.mutates),
         ):
-            for name, node in theirs.items():
-                mine.setdefault(name, node)
-        self.control.extend(other.control)
+            if not mine:
+                mine.update(theirs)  # (the same as the loop below, in one call)
+            elif theirs and not theirs.keys() <= mine.keys():
+                for name, node in theirs.items():
+                    mine.setdefault(name, node)
+        if other.control:
+            self.control.extend(other.control)
 
 
 # (type checks, not isinstance: libcst's node classes are final, and isinstance against
