@@ -9,6 +9,7 @@ the client, in words a researcher understands; an empty list means it may move.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -66,7 +67,6 @@ class ServerCheck:
         self.facts = facts
         self._functions: dict[str, list[Problem]] = {}
         self._looking_at: dict[str, set[str]] = {}  # functions in progress -> placeholders used
-        self._client_objects = self._find_client_objects()
         # the user's own modules next to the script (name -> source), read by the CLI
         self.local_modules = dict(local_modules or {})
         self._module_checks: dict[str, "ServerCheck | None"] = {}
@@ -138,11 +138,7 @@ class ServerCheck:
             return True
         names = self.facts.functions
         calls = {
-            name: {
-                node.func.value
-                for node in find_nodes(func.body, lambda n: type(n) is cst.Call and type(n.func) is cst.Name)
-                if node.func.value in names and node.func.value != name
-            }
+            name: {called for called in _names_called(func) if called in names and called != name}
             for name, func in names.items()
         }
         for name in names:
@@ -159,37 +155,55 @@ class ServerCheck:
     def is_client_object(self, name: str) -> bool:
         return name in self._client_objects
 
-    def _find_client_objects(self) -> set[str]:
+    @cached_property
+    def _client_objects(self) -> set[str]:
         """Names bound to things that only exist on the client: files, figures, bars.
 
         Only statements bind such names (`f = open(...)`, `with open(...) as f`), so
-        the statement table suffices."""
+        the statement table suffices. (Found on first use: many versions never ask.)"""
         found: set[str] = set()
         for info in self.facts.statements.values():
-            stmt = info.node
-            if type(stmt) is cst.SimpleStatementLine:
-                for small, call, func in line_facts(stmt).assigned_calls:
-                    if type(small) is cst.Assign and self._dotted_call_is_client(func):
-                        for target in small.targets:
-                            found.update(target_names(target.target))
-            elif isinstance(stmt, cst.With):
-                for item in stmt.items:
-                    if item.asname is not None and isinstance(item.item, cst.Call) and self._call_is_client(item.item):
-                        found.update(target_names(item.asname.name))
+            for func, names in _names_bound_to_calls(info.node):
+                if self._dotted_call_is_client(func):
+                    found.update(names)
         return found
 
-    def _call_is_client(self, call: cst.Call) -> bool:
-        func = dotted_name(call.func)
-        return func is not None and self._dotted_call_is_client(func)
-
     def _dotted_call_is_client(self, func: str) -> bool:
-        """:meth:`_call_is_client` for a call of the dotted name ``func``."""
+        """Does a call of the dotted name ``func`` give something only the client has?"""
         path = qualify_dotted(func, self.facts.imports)
         if path in FORBIDDEN_BUILTINS or path in PROGRESS_BARS or path in FILE_FUNCTIONS:
             return True
         root = path.split(".")[0]
         head = func.split(".")[0]
         return head in self.facts.imports and root not in SERVER_MODULES
+
+
+@functools.lru_cache(maxsize=8192)
+def _names_bound_to_calls(stmt: cst.BaseStatement) -> tuple[tuple[str, list[str]], ...]:
+    """(the dotted function name, the names bound) of each `x = f(...)` and
+    `with f(...) as x` of the statement: a pure function of the (immutable) statement,
+    read in every version of the tree that shares it."""
+    found = []
+    if type(stmt) is cst.SimpleStatementLine:
+        for small, call, func in line_facts(stmt).assigned_calls:
+            if type(small) is cst.Assign:
+                found.append((func, [name for target in small.targets for name in target_names(target.target)]))
+    elif isinstance(stmt, cst.With):
+        for item in stmt.items:
+            if item.asname is not None and isinstance(item.item, cst.Call):
+                func = dotted_name(item.item.func)
+                if func is not None:
+                    found.append((func, target_names(item.asname.name)))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=1024)
+def _names_called(func: cst.FunctionDef) -> frozenset[str]:
+    """The plain names `f` that ``func``'s body calls as `f(...)`: a pure function of
+    the (immutable) function, asked in every version of the tree, and in every window of
+    a long file for the functions of its shared prelude."""
+    calls = find_nodes(func.body, lambda n: type(n) is cst.Call and type(n.func) is cst.Name)
+    return frozenset(node.func.value for node in calls)
 
 
 def _imported_before_first_request(facts: Facts, module: str) -> bool:

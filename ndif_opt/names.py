@@ -42,9 +42,13 @@ class NameUse:
             (self.binds, other.binds),
             (self.mutates, other.mutates),
         ):
-            for name, node in theirs.items():
-                mine.setdefault(name, node)
-        self.control.extend(other.control)
+            if not mine:
+                mine.update(theirs)  # (the same as the loop below, in one call)
+            elif theirs and not theirs.keys() <= mine.keys():
+                for name, node in theirs.items():
+                    mine.setdefault(name, node)
+        if other.control:
+            self.control.extend(other.control)
 
 
 # (type checks, not isinstance: libcst's node classes are final, and isinstance against
@@ -99,6 +103,19 @@ class _Collector(cst.CSTVisitor):
             self.use.merge(_collect_whole(statement))
         return False
 
+    def _walk_value(self, expr: cst.BaseExpression) -> None:
+        """``walk(expr, self)``, without a walk for the commonest values: an attribute
+        chain is walked from its root (visit_Attribute walks only the value), and a name
+        is just read (it holds only layout)."""
+        kind = type(expr)
+        while kind is cst.Attribute:
+            expr = expr.value
+            kind = type(expr)
+        if kind is cst.Name:
+            self.use.reads.setdefault(expr.value, expr)
+        else:
+            walk(expr, self)
+
     # -- binding forms -------------------------------------------------------------
     def _bind_target(self, target: cst.BaseExpression) -> None:
         kind = type(target)  # (final classes: see root_name)
@@ -114,18 +131,18 @@ class _Collector(cst.CSTVisitor):
             name = root_name(target)
             if name is not None:
                 self.use.mutates.setdefault(name, target)
-            walk(target, self)  # the index and the base are read
+            self._walk_value(target)  # the index and the base are read
 
     def visit_Assign(self, node: cst.Assign) -> bool:
         for target in node.targets:
             self._bind_target(target.target)
-        walk(node.value, self)
+        self._walk_value(node.value)
         return False
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
         self._bind_target(node.target)
         if node.value is not None:
-            walk(node.value, self)
+            self._walk_value(node.value)
         return False
 
     def visit_AugAssign(self, node: cst.AugAssign) -> bool:
@@ -137,12 +154,12 @@ class _Collector(cst.CSTVisitor):
             self.use.mutates.setdefault(target.value, target)
         else:
             self._bind_target(target)
-        walk(node.value, self)
+        self._walk_value(node.value)
         return False
 
     def visit_For(self, node: cst.For) -> bool:
         self._bind_target(node.target)
-        walk(node.iter, self)
+        self._walk_value(node.iter)
         walk(node.body, self)
         if node.orelse is not None:
             walk(node.orelse, self)
@@ -150,7 +167,7 @@ class _Collector(cst.CSTVisitor):
 
     def visit_CompFor(self, node: cst.CompFor) -> bool:
         self._bind_target(node.target)
-        walk(node.iter, self)
+        self._walk_value(node.iter)
         for condition in node.ifs:
             walk(condition, self)
         if node.inner_for_in is not None:
@@ -158,14 +175,14 @@ class _Collector(cst.CSTVisitor):
         return False
 
     def visit_WithItem(self, node: cst.WithItem) -> bool:
-        walk(node.item, self)
+        self._walk_value(node.item)
         if node.asname is not None:
             self._bind_target(node.asname.name)
         return False
 
     def visit_NamedExpr(self, node: cst.NamedExpr) -> bool:
         self._bind_target(node.target)
-        walk(node.value, self)
+        self._walk_value(node.value)
         return False
 
     def visit_ExceptHandler(self, node: cst.ExceptHandler) -> bool:
@@ -261,11 +278,11 @@ class _Collector(cst.CSTVisitor):
         self.use.reads.setdefault(node.value, node)
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        walk(node.value, self)  # `.attr` is not a name read
+        self._walk_value(node.value)  # `.attr` is not a name read
         return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        walk(node.value, self)  # a keyword is not a name read
+        self._walk_value(node.value)  # a keyword is not a name read
         return False
 
 
@@ -278,6 +295,9 @@ class _SkippingCollector(_Collector):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         return id(node) not in self.skip and super().on_visit(node)
+
+    def _walk_value(self, expr: cst.BaseExpression) -> None:
+        walk(expr, self)  # every node passes the hook (a name may be left out)
 
 
 #: The node classes of a block's body: a walk that leaves bodies out can refuse them in

@@ -7,7 +7,9 @@ applied in one transform. Everything not replaced keeps its exact text.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from keyword import iskeyword
@@ -17,7 +19,7 @@ import libcst as cst
 from ndif_opt.analysis import is_save_call, remote_arg
 from ndif_opt.names import root_name
 from ndif_opt.positions import code_for_node
-from ndif_opt.walk import transform, walk
+from ndif_opt.walk import transform
 
 Statements = list[cst.BaseStatement]
 
@@ -147,18 +149,75 @@ class _UnindentBlankLines(cst.CSTTransformer):
 
 def reindentable(stmt: cst.BaseStatement) -> cst.BaseStatement:
     """The statement ready to be nested one level deeper."""
-    finder = _IndentedBlankLine()
-    walk(stmt, finder)
     # rebuilding the statement costs far more than looking: most have no such line
-    return stmt.visit(_UnindentBlankLines()) if finder.found else stmt
+    return stmt.visit(_UnindentBlankLines()) if _holds_indented_blank_line(stmt) else stmt
 
 
-class _IndentedBlankLine(cst.CSTVisitor):
-    found = False
+def _holds_indented_blank_line(root: cst.CSTNode) -> bool:
+    """Does ``root`` hold a blank line (no comment) marked as indented? What a walk over
+    every node finds, reading only the fields that may lead to an ``EmptyLine`` and
+    stopping at the first (a moved statement is asked once: a cache would not help)."""
+    todo = [root]
+    # (locals: the loop meets thousands of nodes)
+    pop, push, push_all = todo.pop, todo.append, todo.extend
+    fields_of, leaves, empty_line = _BLANK_LINE_FIELDS, _HOLD_NO_BLANK_LINE, cst.EmptyLine
+    while todo:
+        node = pop()
+        kind = type(node)
+        if kind is empty_line:
+            if node.comment is None and node.indent:
+                return True
+            continue
+        for name in fields_of[kind]:
+            value = getattr(node, name)
+            held = type(value)
+            if held is tuple or held is list:
+                push_all(value)
+            elif held not in leaves:
+                push(value)
+    return False
 
-    def visit_EmptyLine(self, node: cst.EmptyLine) -> None:
-        if node.comment is None and node.indent:
-            self.found = True
+
+# the values that hold no EmptyLine (libcst's node classes are final: a type test is exact)
+_NO_BLANK_LINE_CLASSES = (
+    type(None), str, bool, int, cst.MaybeSentinel, cst.SimpleWhitespace, cst.Newline, cst.Comment, cst.TrailingWhitespace,
+)
+_HOLD_NO_BLANK_LINE = frozenset(_NO_BLANK_LINE_CLASSES)
+
+
+def _may_hold_blank_line(annotation) -> bool:
+    """Can a field so annotated lead to an ``EmptyLine``? (True when unsure.)"""
+    if isinstance(annotation, type):
+        return not issubclass(annotation, _NO_BLANK_LINE_CLASSES)
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return False
+    if origin is None:
+        return True
+    return any(_may_hold_blank_line(arg) for arg in typing.get_args(annotation))
+
+
+class _BlankLineFields(dict):
+    """Per node class (read from libcst's field annotations on first meeting it): the
+    fields that may lead to an ``EmptyLine`` — not text, flags, plain whitespace,
+    newlines or comments. Another value, a leaf, has none."""
+
+    def __missing__(self, kind: type) -> tuple[str, ...]:
+        if not dataclasses.is_dataclass(kind):
+            fields: tuple[str, ...] = ()
+        else:
+            try:
+                hints = typing.get_type_hints(kind)
+            except Exception:  # an annotation that does not resolve: read every field
+                hints = {}
+            fields = tuple(
+                f.name for f in dataclasses.fields(kind) if f.name not in hints or _may_hold_blank_line(hints[f.name])
+            )
+        self[kind] = fields
+        return fields
+
+
+_BLANK_LINE_FIELDS = _BlankLineFields()  # a fact about the installed libcst
 
 
 @functools.lru_cache(maxsize=8192)
