@@ -37,3 +37,49 @@ def test_a_method_call_applies_to_the_whole_receiver(code):
     assert isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
     assert value.func.attr == "save"
     assert ast.dump(value.func.value) == ast.dump(original)
+
+
+class _BlankLineOracle(cst.CSTVisitor):
+    """What a full walk finds: a blank line (no comment) marked as indented."""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_EmptyLine(self, node: cst.EmptyLine) -> None:
+        if node.comment is None and node.indent:
+            self.found = True
+
+
+def _statements_and_suites(module: cst.Module) -> list[cst.CSTNode]:
+    from ndif_opt.walk import find_nodes
+
+    return find_nodes(module, lambda n: isinstance(n, (cst.BaseStatement, cst.BaseSuite, cst.Module)))
+
+
+INDENTED_BLANKS = [
+    "if x:\n    a = 1\n    \n    b = 2\n",
+    "for i in y:\n    with m.trace(p):\n        a = 1\n        \n        # c\n        b = 2\n",
+    "def f():\n    return (1,\n    \n    2)\n",
+    "try:\n    pass\n    \nexcept E:\n    \n    pass\nfinally:\n    \n    pass\n",
+    "class C:\n    x = 1\n    \n    def g(self):\n        \n        return 1\n",
+    "if x:\n    a = 1\n\n    b = 2\n",  # an unindented blank line only
+]
+
+
+def test_the_indented_blank_line_check_finds_what_a_full_walk_finds():
+    from pathlib import Path
+
+    from ndif_opt.rewrite import _holds_indented_blank_line
+
+    root = Path(__file__).resolve().parent.parent
+    texts = INDENTED_BLANKS + [p.read_text() for p in sorted(root.glob("examples/*.py"))]
+    texts += [p.read_text() for p in sorted(root.glob("ndif_opt/*.py"))]
+    found = checked = 0
+    for text in texts:
+        for node in _statements_and_suites(cst.parse_module(text)):
+            oracle = _BlankLineOracle()
+            node.visit(oracle)
+            assert _holds_indented_blank_line(node) == oracle.found, cst.Module([]).code_for_node(node)[:300]
+            found += oracle.found
+            checked += 1
+    assert found >= 10 and checked > 1000  # both answers were asked for
