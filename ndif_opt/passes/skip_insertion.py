@@ -70,6 +70,7 @@ from ndif_opt.passes.trace_fusion import (
     HARMLESS_TRACE_KWARGS,
     Accesses,
     Sweep,
+    TakenNames,
     calls_in,
     derived_names,
     find_sweeps,
@@ -96,7 +97,7 @@ class SkipInsertion(Pass):
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
-        taken: set[str] = set(context.options.reserved_names)
+        taken = TakenNames(context.options.reserved_names)
         for sweep in find_sweeps(facts):
             trips = sweep.trips(facts)
             if trips is not None and trips < 2:
