@@ -50,7 +50,7 @@ from ndif_opt.names import NameUse, all_params, collect
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, method_call, unsave
-from ndif_opt.walk import IS_NODE_TYPE, content_fields, transform
+from ndif_opt.walk import IS_NODE_TYPE, content_children, content_fields, find_nodes, transform
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -614,7 +614,7 @@ class _TreeIndex:
         return count
 
     def _binds(self, site: cst.CSTNode, name: str) -> bool:
-        return _site_binds(site, name, self._targets_with_binders)
+        return _site_binds(site, name, lambda target: id(target) in self._targets_with_binders())
 
     def _targets_with_binders(self) -> set[int]:
         if self._binding_targets is None:
@@ -651,31 +651,56 @@ class _TreeIndex:
 
 def _binding_count_within(facts: Facts, name: str, block: Block) -> int:
     """``_index(facts).binding_count(name, within=block.node)``. For a block that is a
-    top-level statement, every binding site inside it is in that statement's own index
-    (:func:`_statement_index`, kept by node): the module's index is not built for it."""
+    top-level statement, its binding sites are counted without the module's index."""
     if block.stmt.suite is not facts.module:
         return _index(facts).binding_count(name, within=block.node)
-    part = _statement_index(block.node)
-    targets: list[set[int]] = []
-
-    def targets_with_binders() -> set[int]:
-        if not targets:
-            targets.append(_targets_holding_binders(part.expression_binders, part.parents))
-        return targets[0]
-
-    return sum(1 for site, _ in part.binding_sites if _site_binds(site, name, targets_with_binders))
+    return _binding_count_in(block.node, name)
 
 
-def _site_binds(site: cst.CSTNode, name: str, targets_with_binders) -> bool:
+def _binding_count_in(stmt: cst.BaseStatement, name: str) -> int:
+    """How often the statement ``stmt`` assigns ``name`` (as :meth:`_TreeIndex.binding_count`
+    counts). A binding site (an assignment target, a `for`, a `+=`) is a statement or
+    part of one, never inside an expression: the walk does not enter expressions (this
+    pass's top-level statements are walked whole, and kept, only when it reads the uses
+    of a name in them)."""
+    count = 0
+
+    def visit(node: cst.CSTNode) -> None:
+        nonlocal count
+        kind = type(node)
+        if kind in BINDING_SITES and _site_binds(node, name, _holds_binder):
+            count += 1
+        for child in content_children(node):
+            if not IS_EXPRESSION[type(child)]:
+                visit(child)
+
+    visit(stmt)
+    return count
+
+
+def _holds_binder(target: cst.AssignTarget) -> bool:
+    return bool(find_nodes(target.target, lambda node: type(node) in EXPRESSION_BINDERS))
+
+
+class _IsExpression(dict):
+    def __missing__(self, node_type: type) -> bool:
+        answer = self[node_type] = issubclass(node_type, cst.BaseExpression)
+        return answer
+
+
+IS_EXPRESSION = _IsExpression()
+
+
+def _site_binds(site: cst.CSTNode, name: str, holds_binder) -> bool:
     """Does the binding site assign ``name`` (see :meth:`_TreeIndex.binding_count`)?
-    ``targets_with_binders()``: the ids of the assignment targets with a binder inside."""
+    ``holds_binder(target)``: is there a binder inside the assignment target?"""
     target = site.target
     if isinstance(target, cst.Name):
         return target.value == name
     # a tuple target does not count; a walrus inside a target does
     return (
         isinstance(site, cst.AssignTarget)
-        and id(site) in targets_with_binders()
+        and holds_binder(site)
         and name in collect(target).binds
     )
 
