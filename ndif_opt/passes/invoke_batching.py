@@ -59,6 +59,7 @@ from ndif_opt.passes.session_hoisting import _is_model_like
 from ndif_opt.passes.trace_fusion import (
     MODULE_VALUES,
     Sweep,
+    TakenNames,
     find_sweeps,
     fresh_name,
     fusion_problem,
@@ -108,7 +109,7 @@ class InvokeBatching(Pass):
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
-        taken: set[str] = set(context.options.reserved_names)
+        taken = TakenNames(context.options.reserved_names)
         batch = max(1, int(context.options.max_batch))
         for sweep in find_sweeps(facts):
             if not fusion_problem(sweep, facts)[0]:
@@ -133,9 +134,10 @@ class InvokeBatching(Pass):
                 continue
             chunked = trips is None or trips > batch
             tracer = fresh_name("tracer", facts, taken)
+            taken.update([tracer])  # the other two are not given out yet when asked for
             names = [tracer]
             if chunked:
-                names += [fresh_name(n, facts, taken | {tracer}) for n in ("_ndif_items", "_ndif_start")]
+                names += [fresh_name(n, facts, taken) for n in ("_ndif_items", "_ndif_start")]
                 introduce(context, *names[1:])
             taken.update(names)
             plan.replace(

@@ -50,7 +50,7 @@ from ndif_opt.names import NameUse, all_params, collect
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, method_call, unsave
-from ndif_opt.walk import IS_NODE_TYPE, content_fields, transform
+from ndif_opt.walk import IS_NODE_TYPE, content_children, content_fields, find_nodes, transform
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -146,12 +146,22 @@ class ChainPushdown:
         return _index(self.facts)
 
     @cached_property
+    def near(self) -> "_TreeIndex":
+        """The index of the statements after a top-level request, enough to answer about
+        them (the uses there, their parents, the names they bind): a saved value whose
+        uses reduce nothing is let go without indexing the whole module."""
+        whole = self.facts.memo.get(INDEX_KEY)
+        if whole is not None or not self.after_at_top_level:
+            return self.index
+        return _TreeIndex(self.facts, self.after)
+
+    @cached_property
     def parents(self) -> dict[int, cst.CSTNode]:
         return self.index.parents
 
     def _after_use(self, name: str) -> NameUse:
         """``collect_all(self.after)`` as far as ``name`` goes."""
-        return self.index.use_naming(name, self.after)
+        return self.near.use_naming(name, self.after)
 
     @cached_property
     def request_use(self) -> NameUse:
@@ -162,7 +172,9 @@ class ChainPushdown:
         if self.after_at_top_level and not any(x in _statement_index(stmt).spelled for stmt in self.after):
             return None  # no use of `x` after the request (see _uses): no index needed
         uses = self._uses()
-        if not uses or x in self._after_use(x).binds:
+        if not any(self._grow(node)[1] for node in uses):
+            return None  # as below, without a word (no use reduces): no index of the module
+        if x in self._after_use(x).binds:
             return None
         if self.index.read_outside(x, [self.request.node, *self.after]):
             return None  # read elsewhere too (before the request, in a function, ...)
@@ -186,7 +198,7 @@ class ChainPushdown:
     def _uses(self) -> list[cst.Name]:
         """The saved name's occurrences after the request, in the order of the code."""
         x = self.save.name
-        found = self.index.occurrences_under(x, self.after)
+        found = self.near.occurrences_under(x, self.after)
         uses: list[cst.Name] = []
         for stmt in self.after:
             uses.extend(found.get(id(stmt), ()))
@@ -202,7 +214,7 @@ class ChainPushdown:
     def _grow_once(self, node: cst.CSTNode) -> tuple[cst.CSTNode, bool]:
         current, reduced = node, False
         while True:
-            parent = self.parents.get(id(current))
+            parent = self.near.parents.get(id(current))
             step = self._step(current, parent)
             if step is None:
                 return current, reduced
@@ -217,7 +229,7 @@ class ChainPushdown:
                 return None
             return parent, any(_narrows(e) for e in parent.slice)
         if isinstance(parent, cst.Attribute) and parent.value is current:
-            call = self.parents.get(id(parent))
+            call = self.near.parents.get(id(parent))
             name = parent.attr.value
             if isinstance(call, cst.Call) and call.func is parent:
                 if name in REDUCING_METHODS or name in KEEPING_METHODS:
@@ -228,7 +240,7 @@ class ChainPushdown:
                 return parent, False
             return None
         if isinstance(parent, cst.Arg):
-            call = self.parents.get(id(parent))
+            call = self.near.parents.get(id(parent))
             if not isinstance(call, cst.Call) or not all(self._ok(a.value) for a in call.args if a is not parent):
                 return None
             path = qualify(call.func, self.facts.imports) or ""
@@ -276,7 +288,7 @@ class ChainPushdown:
                 return False  # the server has its own value
             if name in self.facts.imports or name in self.facts.functions or name in BUILTIN_NAMES:
                 continue
-            if name not in self.facts.bindings and name not in self.index.module_use().binds:
+            if name not in self.facts.bindings and name not in self.near.module_use().binds:
                 return False
         return True
 
@@ -494,13 +506,17 @@ class _NodeKinds(dict):
 NODE_KINDS = _NodeKinds()
 
 
+INDEX_KEY = "reduction-pushdown:index"
+
+
 def _index(facts: Facts) -> _TreeIndex:
-    return facts.once("reduction-pushdown:index", lambda: _TreeIndex(facts))
+    return facts.once(INDEX_KEY, lambda: _TreeIndex(facts, facts.module.body))
 
 
 class _TreeIndex:
     """Answers about one version of the tree, from one walk over it, shared by every
-    saved value the pass looks at.
+    saved value the pass looks at (or about some of its top-level statements: those
+    after a request, :attr:`ChainPushdown.near`).
 
     The walk follows the nodes' fields that may hold more than layout, in libcst's order
     (:func:`ndif_opt.walk.content_fields`): much cheaper than a libcst visitor, which
@@ -512,7 +528,7 @@ class _TreeIndex:
     shared by the versions of the tree that keep the statement.
     """
 
-    def __init__(self, facts: Facts) -> None:
+    def __init__(self, facts: Facts, statements) -> None:
         self.facts = facts
         self.parents: dict[int, cst.CSTNode] = {}
         # name -> every Name node with that value read as a name (attribute names and
@@ -524,13 +540,13 @@ class _TreeIndex:
         self._binding_targets: set[int] | None = None  # ids of targets with a binder inside
         self._uses: dict[int, NameUse] = {}  # id(node) -> collect(node)
         self._locals: dict[int, frozenset[str]] = {}  # id(function or lambda) -> names local to it
-        self._walk(facts.module)
+        self._walk(facts.module, statements)
 
-    def _walk(self, module: cst.Module) -> None:
+    def _walk(self, module: cst.Module, statements) -> None:
         # the module encloses nothing (only statements and lambdas do): what a top-level
         # statement holds is the same in every version of the tree that shares it
         parents, occurrences, spelled = self.parents, self.occurrences, self.spelled
-        for stmt in module.body:
+        for stmt in statements:
             part = _statement_index(stmt)
             parents[id(stmt)] = module
             parents.update(part.parents)
@@ -598,7 +614,7 @@ class _TreeIndex:
         return count
 
     def _binds(self, site: cst.CSTNode, name: str) -> bool:
-        return _site_binds(site, name, self._targets_with_binders)
+        return _site_binds(site, name, lambda target: id(target) in self._targets_with_binders())
 
     def _targets_with_binders(self) -> set[int]:
         if self._binding_targets is None:
@@ -635,31 +651,56 @@ class _TreeIndex:
 
 def _binding_count_within(facts: Facts, name: str, block: Block) -> int:
     """``_index(facts).binding_count(name, within=block.node)``. For a block that is a
-    top-level statement, every binding site inside it is in that statement's own index
-    (:func:`_statement_index`, kept by node): the module's index is not built for it."""
+    top-level statement, its binding sites are counted without the module's index."""
     if block.stmt.suite is not facts.module:
         return _index(facts).binding_count(name, within=block.node)
-    part = _statement_index(block.node)
-    targets: list[set[int]] = []
-
-    def targets_with_binders() -> set[int]:
-        if not targets:
-            targets.append(_targets_holding_binders(part.expression_binders, part.parents))
-        return targets[0]
-
-    return sum(1 for site, _ in part.binding_sites if _site_binds(site, name, targets_with_binders))
+    return _binding_count_in(block.node, name)
 
 
-def _site_binds(site: cst.CSTNode, name: str, targets_with_binders) -> bool:
+def _binding_count_in(stmt: cst.BaseStatement, name: str) -> int:
+    """How often the statement ``stmt`` assigns ``name`` (as :meth:`_TreeIndex.binding_count`
+    counts). A binding site (an assignment target, a `for`, a `+=`) is a statement or
+    part of one, never inside an expression: the walk does not enter expressions (this
+    pass's top-level statements are walked whole, and kept, only when it reads the uses
+    of a name in them)."""
+    count = 0
+
+    def visit(node: cst.CSTNode) -> None:
+        nonlocal count
+        kind = type(node)
+        if kind in BINDING_SITES and _site_binds(node, name, _holds_binder):
+            count += 1
+        for child in content_children(node):
+            if not IS_EXPRESSION[type(child)]:
+                visit(child)
+
+    visit(stmt)
+    return count
+
+
+def _holds_binder(target: cst.AssignTarget) -> bool:
+    return bool(find_nodes(target.target, lambda node: type(node) in EXPRESSION_BINDERS))
+
+
+class _IsExpression(dict):
+    def __missing__(self, node_type: type) -> bool:
+        answer = self[node_type] = issubclass(node_type, cst.BaseExpression)
+        return answer
+
+
+IS_EXPRESSION = _IsExpression()
+
+
+def _site_binds(site: cst.CSTNode, name: str, holds_binder) -> bool:
     """Does the binding site assign ``name`` (see :meth:`_TreeIndex.binding_count`)?
-    ``targets_with_binders()``: the ids of the assignment targets with a binder inside."""
+    ``holds_binder(target)``: is there a binder inside the assignment target?"""
     target = site.target
     if isinstance(target, cst.Name):
         return target.value == name
     # a tuple target does not count; a walrus inside a target does
     return (
         isinstance(site, cst.AssignTarget)
-        and id(site) in targets_with_binders()
+        and holds_binder(site)
         and name in collect(target).binds
     )
 

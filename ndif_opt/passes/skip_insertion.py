@@ -57,6 +57,8 @@ Forward passes go up by one (the caching trace, cut short); layer evaluations go
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 
 from ndif_opt.analysis import Facts
@@ -68,6 +70,7 @@ from ndif_opt.passes.trace_fusion import (
     HARMLESS_TRACE_KWARGS,
     Accesses,
     Sweep,
+    TakenNames,
     calls_in,
     derived_names,
     find_sweeps,
@@ -94,7 +97,7 @@ class SkipInsertion(Pass):
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
-        taken: set[str] = set(context.options.reserved_names)
+        taken = TakenNames(context.options.reserved_names)
         for sweep in find_sweeps(facts):
             trips = sweep.trips(facts)
             if trips is not None and trips < 2:
@@ -167,7 +170,16 @@ def new_statements(model: str, prompt: list[str], layers: str, stop: str, index:
     script's own code is parsed, when it is more than a name or a number, inside the
     same brackets (the layers, a primary expression, on their own): the nodes are those
     the parse of the code gives (tests/test_cases.py checks it). Code that spans lines
-    is parsed in place, as its whitespace depends on the indentation around it."""
+    is parsed in place, as its whitespace depends on the indentation around it.
+
+    The statements are shared: those of the windows of a long file that cache the same
+    layers under the same names are the same nodes (immutable), and so are the answers
+    kept by node about them (their code, their names)."""
+    return _new_statements(model, tuple(prompt), layers, stop, index, tuple(names))
+
+
+@functools.lru_cache(maxsize=256)
+def _new_statements(model: str, prompt: tuple[str, ...], layers: str, stop: str, index: str, names):
     cache, i, tracer = names
     if any("\n" in code or "\r" in code for code in (model, *prompt, layers, stop, index)):
         return _parsed_new_statements(model, ", ".join(prompt), layers, stop, index, names)

@@ -545,20 +545,39 @@ def nonnegative_ints(expr: cst.BaseExpression, facts: Facts) -> bool:
     return values is not None and all(v >= 0 for v in values)
 
 
-def fresh_name(base: str, facts: Facts, taken: set[str] = frozenset()) -> str:
-    """``base``, or ``base_<n>``: a name the module of ``facts`` does not use."""
+def fresh_name(base: str, facts: Facts, taken=frozenset()) -> str:
+    """``base``, or ``base_<n>``: a name the module of ``facts`` does not use, nor
+    ``taken`` (a set, or :class:`TakenNames`)."""
     # the pipeline generated this version's code statement by statement: reuse it
     code = facts.once("trace-fusion:code", lambda: code_and_positions(facts.module)[0])
     if base not in code and base not in taken:
         return base  # every name the module uses is in its code: quicker than its names
     use = collect(facts.module)
-    names = set(use.reads) | set(use.binds) | set(taken)
-    if base not in names:
+
+    def used(name: str) -> bool:
+        return name in use.reads or name in use.binds or name in taken
+
+    if not used(base):
         return base
     index = 1
-    while f"{base}_{index}" in names:
+    while used(f"{base}_{index}"):
         index += 1
     return f"{base}_{index}"
+
+
+class TakenNames:
+    """The names a pass run gave out, and the reserved ones (for a window of a long
+    file, every name of the file: looked up where they are, not copied on each run)."""
+
+    def __init__(self, reserved: frozenset[str]) -> None:
+        self.reserved = reserved
+        self.given: set[str] = set()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.given or name in self.reserved
+
+    def update(self, names) -> None:
+        self.given.update(names)
 
 
 def introduce(context: Context, *names: str) -> None:
