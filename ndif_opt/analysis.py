@@ -266,7 +266,8 @@ def analyze(module: cst.Module, *, assume_remote: bool = False) -> Facts:
         withs = [i for i in statements.values() if type(i.node) is cst.With]
     imports: dict[str, str] = {}
     for facts in lines:
-        imports.update(facts.imports)
+        if facts.imports:
+            imports.update(facts.imports)
     functions = {
         stmt.name.value: stmt for stmt in module.body if type(stmt) is cst.FunctionDef
     }
@@ -325,61 +326,66 @@ class _Table:
 
 
 def _walk_suite(suite, ancestors, table: _Table) -> None:
-    statements, bindings, lines = table.statements, table.bindings, table.lines
+    statements, bindings, lines, withs = table.statements, table.bindings, table.lines, table.withs
     body = suite.body
     table.count += len(body)
-    for index, stmt in enumerate(body):
+    index = 0
+    for stmt in body:
         info = StmtInfo(stmt, suite, index, ancestors)
+        index += 1
         statements[id(stmt)] = info
         kind = type(stmt)
         if kind is cst.SimpleStatementLine:
             facts = line_facts(stmt)
             lines.append(facts)
             for name, value in facts.bindings:
-                bindings.setdefault(name, []).append((info, value))
+                found = bindings.get(name)
+                if found is None:
+                    bindings[name] = [(info, value)]
+                else:
+                    found.append((info, value))
             continue
         if kind is cst.With:
-            table.withs.append(info)
-        for child in _child_suites(stmt):
-            _walk_suite(child, ancestors + (stmt,), table)
+            withs.append(info)
+            inner = stmt.body
+            if type(inner) is cst.IndentedBlock:  # (the one suite of a with, as _child_suites finds)
+                _walk_suite(inner, ancestors + (stmt,), table)
+            continue
+        suites = _child_suites(stmt)
+        if suites:
+            inner_ancestors = ancestors + (stmt,)
+            for child in suites:
+                _walk_suite(child, inner_ancestors, table)
 
 
 def _child_suites(stmt: cst.CSTNode) -> list[cst.CSTNode]:
     """The indented blocks directly owned by a compound statement."""
     # exact classes, not isinstance (an ABC check): libcst's statement classes have no
     # subclasses, and every version of every window asks this of every compound statement
-    suites: list[cst.CSTNode] = []
-
-    def add(body) -> None:
-        if type(body) is cst.IndentedBlock:
-            suites.append(body)
-
     kind = type(stmt)
     if kind is cst.For or kind is cst.While:
-        add(stmt.body)
-        if stmt.orelse is not None:
-            add(stmt.orelse.body)
+        bodies = [stmt.body] if stmt.orelse is None else [stmt.body, stmt.orelse.body]
     elif kind is cst.If:
-        add(stmt.body)
+        bodies = [stmt.body]
         orelse = stmt.orelse
         if type(orelse) is cst.If:
-            suites.extend(_child_suites_if_chain(orelse))
-        elif type(orelse) is cst.Else:
-            add(orelse.body)
+            return [body for body in bodies if type(body) is cst.IndentedBlock] + _child_suites_if_chain(orelse)
+        if type(orelse) is cst.Else:
+            bodies.append(orelse.body)
     elif kind is cst.Try or kind is cst.TryStar:
-        add(stmt.body)
-        for handler in stmt.handlers:
-            add(handler.body)
+        bodies = [stmt.body]
+        bodies.extend(handler.body for handler in stmt.handlers)
         if stmt.orelse is not None:
-            add(stmt.orelse.body)
+            bodies.append(stmt.orelse.body)
         if stmt.finalbody is not None:
-            add(stmt.finalbody.body)
+            bodies.append(stmt.finalbody.body)
     elif kind is cst.With or kind is cst.FunctionDef or kind is cst.ClassDef:
-        add(stmt.body)
+        bodies = [stmt.body]
     elif kind is cst.Match:
-        for case in stmt.cases:
-            add(case.body)
-    return suites
+        bodies = [case.body for case in stmt.cases]
+    else:
+        return []
+    return [body for body in bodies if type(body) is cst.IndentedBlock]
 
 
 def _child_suites_if_chain(stmt: cst.If) -> list[cst.CSTNode]:
@@ -402,44 +408,52 @@ class LineFacts:
 
 @functools.lru_cache(maxsize=8192)
 def line_facts(stmt: cst.SimpleStatementLine) -> LineFacts:
+    # exact classes, not isinstance (an ABC check, several per line): libcst's node
+    # classes have no subclasses, and every new line of every version is read here
     bindings, imports, calls = [], [], []
     for small in stmt.body:
-        if isinstance(small, cst.Assign) and len(small.targets) == 1:
-            target = small.targets[0].target
-            if isinstance(target, cst.Name):
-                bindings.append((target.value, small.value))
-        elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+        kind = type(small)
+        if kind is cst.Assign:
+            if len(small.targets) == 1:
+                target = small.targets[0].target
+                if type(target) is cst.Name:
+                    bindings.append((target.value, small.value))
+        elif kind is cst.AnnAssign or kind is cst.AugAssign:
             target = small.target
-            if isinstance(target, cst.Name):
-                bindings.append((target.value, small.value if isinstance(small, cst.AnnAssign) else None))
-        if isinstance(small, (cst.Assign, cst.AnnAssign)) and isinstance(small.value, cst.Call):
+            if type(target) is cst.Name:
+                bindings.append((target.value, small.value if kind is cst.AnnAssign else None))
+        elif kind is cst.Import or kind is cst.ImportFrom:
+            imports.extend(_imported_names(small))
+            continue
+        else:
+            continue  # no binding, call or import
+        if kind is not cst.AugAssign and type(small.value) is cst.Call:
             func = dotted_name(small.value.func)
             if func is not None:
                 calls.append((small, small.value, func))
-        imports.extend(_imported_names(small))
     return LineFacts(tuple(bindings), tuple(imports), tuple(calls))
 
 
 def _imported_names(node: cst.BaseSmallStatement) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
-    if isinstance(node, cst.Import):
+    if type(node) is cst.Import:
         for alias in node.names:
             full = dotted_name(alias.name) or ""
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+            if alias.asname is not None and type(alias.asname.name) is cst.Name:
                 found.append((alias.asname.name.value, full))
             else:
                 root = full.split(".")[0]
                 found.append((root, root))
-    elif isinstance(node, cst.ImportFrom):
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+    elif type(node) is cst.ImportFrom:
+        if node.relative or node.module is None or type(node.names) is cst.ImportStar:
             return found
         base = dotted_name(node.module) or ""
         for alias in node.names:
-            name = alias.name.value if isinstance(alias.name, cst.Name) else None
+            name = alias.name.value if type(alias.name) is cst.Name else None
             if name is None:
                 continue
             local = name
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+            if alias.asname is not None and type(alias.asname.name) is cst.Name:
                 local = alias.asname.name.value
             found.append((local, f"{base}.{name}"))
     return found
