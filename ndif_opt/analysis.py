@@ -519,15 +519,15 @@ def _blocks(withs: list[StmtInfo], facts: Facts) -> list[Block]:
         receiver = dotted_name(call.func.value)
         if receiver is None:
             continue
-        has_remote_kw = any(a.keyword is not None and a.keyword.value == "remote" for a in call.args)
-        if receiver not in facts.models and not has_remote_kw:
+        arg = remote_arg(call)  # looked up once: it says whether there is one, and gives it
+        if arg is None and receiver not in facts.models:
             continue
         block = Block(
             node=stmt,
             call=call,
             model=receiver,
             method=method,
-            remote=_remote_flag(call, info, facts),
+            remote=_remote_flag(call, arg, info, facts),
             stmt=info,
         )
         blocks.append(block)
@@ -549,8 +549,8 @@ def remote_arg(call: cst.Call) -> cst.Arg | None:
     return None
 
 
-def _remote_flag(call: cst.Call, info: StmtInfo, facts: Facts) -> RemoteFlag:
-    arg = remote_arg(call)
+def _remote_flag(call: cst.Call, arg: cst.Arg | None, info: StmtInfo, facts: Facts) -> RemoteFlag:
+    """The flag of a block's call, whose `remote=` argument is ``arg`` (None: none)."""
     if arg is None:
         for star in (a for a in call.args if a.star == "**"):
             state, reason = _kwargs_remote(star.value, facts)
@@ -594,7 +594,9 @@ def _said(state: Remote) -> str:
 
 
 def _truth(expr: cst.BaseExpression, facts: Facts, seen: set[str], info: StmtInfo | None = None) -> tuple:
-    if isinstance(expr, cst.Name):
+    # exact classes (libcst's have no subclasses): an ABC isinstance costs more than the answer
+    kind = type(expr)
+    if kind is cst.Name:
         if expr.value == "True":
             return Remote.YES, expr, "`remote=True`"
         if expr.value in ("False", "None"):
@@ -609,9 +611,9 @@ def _truth(expr: cst.BaseExpression, facts: Facts, seen: set[str], info: StmtInf
             if state is not Remote.MAYBE:
                 return state, expr, f"`{expr.value}` is set to {state is Remote.YES} at module level"
         return Remote.MAYBE, expr, f"the value of `{expr.value}` is not known before running"
-    if isinstance(expr, cst.SimpleString):
+    if kind is cst.SimpleString:
         return (Remote.YES if expr.evaluated_value else Remote.NO), expr, "a string host"
-    if isinstance(expr, cst.Integer):
+    if kind is cst.Integer:
         return (Remote.YES if int(expr.value) else Remote.NO), expr, "an integer flag"
     code = code_for_node(expr)
     entry = _config_entry(expr, facts)
