@@ -147,17 +147,18 @@ class Block:
         for assign in _assignments(self.node.body):
             if is_saved_expr(assign.value):
                 for target in assign.targets:
-                    if isinstance(target.target, cst.Name):
+                    if type(target.target) is cst.Name:
                         saved.add(target.target.value)
         return frozenset(saved)
 
 
 def is_save_call(expr: cst.BaseExpression) -> bool:
     """`x.save()` or `nnsight.save(x)` / `save(x)`."""
-    if not isinstance(expr, cst.Call):
+    # exact classes (libcst's have no subclasses): an ABC isinstance costs more than the answer
+    if type(expr) is not cst.Call:
         return False
     func = expr.func
-    if isinstance(func, cst.Attribute) and func.attr.value == "save" and not expr.args:
+    if type(func) is cst.Attribute and func.attr.value == "save" and not expr.args:
         return True
     name = dotted_name(func)
     return name in ("nnsight.save", "save") and len(expr.args) >= 1
@@ -168,23 +169,49 @@ def is_saved_expr(expr: cst.BaseExpression) -> bool:
 
 
 def _assignments(node: cst.CSTNode) -> list[cst.Assign]:
-    finder = _AssignmentFinder()
-    walk(node, finder)
-    return finder.found
+    """The assignments outside nested functions, in the order of the code. An assignment
+    is a (small) statement and no expression holds one: only statements are read, not
+    the expressions a walk of every node would enter."""
+    found: list[cst.Assign] = []
+    _gather_assignments(node, found)
+    return found
 
 
-class _AssignmentFinder(cst.CSTVisitor):
-    """The assignments outside nested functions (a class of its own, not one per call:
-    a walk learns a visitor class's methods once)."""
+# the fields of a node that hold statements, in the order of the code (a function's body
+# is left out: its assignments are not the enclosing code's)
+_STATEMENT_FIELDS = {
+    cst.Module: ("body",),
+    cst.IndentedBlock: ("body",),
+    cst.SimpleStatementLine: ("body",),
+    cst.SimpleStatementSuite: ("body",),
+    cst.For: ("body", "orelse"),
+    cst.While: ("body", "orelse"),
+    cst.If: ("body", "orelse"),
+    cst.Else: ("body",),
+    cst.Try: ("body", "handlers", "orelse", "finalbody"),
+    cst.TryStar: ("body", "handlers", "orelse", "finalbody"),
+    cst.ExceptHandler: ("body",),
+    cst.ExceptStarHandler: ("body",),
+    cst.Finally: ("body",),
+    cst.With: ("body",),
+    cst.ClassDef: ("body",),
+    cst.Match: ("cases",),
+    cst.MatchCase: ("body",),
+}
 
-    def __init__(self) -> None:
-        self.found: list[cst.Assign] = []
 
-    def visit_Assign(self, node: cst.Assign) -> None:
-        self.found.append(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
+def _gather_assignments(node: cst.CSTNode, found: list[cst.Assign]) -> None:
+    kind = type(node)
+    if kind is cst.Assign:
+        found.append(node)
+        return
+    for name in _STATEMENT_FIELDS.get(kind, ()):
+        value = getattr(node, name)
+        if type(value) is tuple or type(value) is list:
+            for item in value:
+                _gather_assignments(item, found)
+        elif value is not None:
+            _gather_assignments(value, found)
 
 
 @dataclass(eq=False)
