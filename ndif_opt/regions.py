@@ -107,7 +107,7 @@ def _empty_container_binding(stmt: cst.BaseStatement, name: str) -> str | None:
 
 def trip_count(loop: cst.CSTNode, facts: Facts) -> int | None:
     """Iterations of a `for` loop when they are known statically, else None."""
-    if not isinstance(loop, cst.For):
+    if type(loop) is not cst.For:
         return None
     return iterable_length(loop.iter, facts)
 
@@ -115,14 +115,16 @@ def trip_count(loop: cst.CSTNode, facts: Facts) -> int | None:
 def iterable_length(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> int | None:
     if depth > 5:
         return None
-    if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
-        if any(isinstance(e, cst.StarredElement) for e in expr.elements):
+    # exact classes (libcst's have no subclasses): an ABC isinstance costs more than the answer
+    kind = type(expr)
+    if kind is cst.List or kind is cst.Tuple or kind is cst.Set:
+        if any(type(e) is cst.StarredElement for e in expr.elements):
             return None
         return len(expr.elements)
-    if isinstance(expr, cst.Name):
+    if kind is cst.Name:
         value = facts.constant(expr.value)
         return None if value is None else iterable_length(value, facts, depth + 1)
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
+    if kind is cst.Call and type(expr.func) is cst.Name:
         func = expr.func.value
         args = [a.value for a in expr.args if a.keyword is None and not a.star]
         if func == "range" and 1 <= len(args) <= 3:
@@ -186,7 +188,7 @@ def requests_in(blocks: list[Block], region: list[cst.CSTNode], facts: Facts) ->
         for node in chain:
             if id(node) in inside:
                 entered = True
-            if entered and isinstance(node, (cst.For, cst.While)):
+            if entered and (type(node) is cst.For or type(node) is cst.While):
                 trips = trip_count(node, facts)
                 count *= UNKNOWN_TRIPS if trips is None else trips
         total += count

@@ -399,16 +399,23 @@ def _may_call(stmt: cst.CSTNode, helpers: dict[str, RemoteHelper]) -> bool:
 
 def _outer_blocks(facts: Facts, stmt: cst.CSTNode) -> list[Block]:
     """The outermost nnsight blocks inside ``stmt`` (itself included), in the order of
-    ``facts.blocks``; indexed once per version of the tree."""
-    def by_statement() -> dict[int, list[Block]]:
-        index: dict[int, list[Block]] = {}
-        for block in facts.blocks:
-            if block.parent is None:
-                for node in (block.node, *block.stmt.ancestors):
-                    index.setdefault(id(node), []).append(block)
-        return index
+    ``facts.blocks``."""
+    return list(_outer_blocks_by_statement(facts).get(id(stmt), ()))
 
-    return list(facts.once("session-hoisting:outer blocks", by_statement).get(id(stmt), ()))
+
+def _outer_blocks_by_statement(facts: Facts) -> dict[int, list[Block]]:
+    """id(statement) -> its outermost nnsight blocks (:func:`_outer_blocks`), indexed
+    once per version of the tree (read-only: callers copy what they keep)."""
+    return facts.once("session-hoisting:outer blocks", lambda: _index_outer_blocks(facts))
+
+
+def _index_outer_blocks(facts: Facts) -> dict[int, list[Block]]:
+    index: dict[int, list[Block]] = {}
+    for block in facts.blocks:
+        if block.parent is None:
+            for node in (block.node, *block.stmt.ancestors):
+                index.setdefault(id(node), []).append(block)
+    return index
 
 
 def _fewer_than_two_requests(suite, facts: Facts) -> bool:
@@ -418,8 +425,9 @@ def _fewer_than_two_requests(suite, facts: Facts) -> bool:
     with a session or a local trace is a barrier (:meth:`SessionHoisting._kind`): its
     blocks are in no region."""
     total = 0
+    by_statement = _outer_blocks_by_statement(facts)  # (looked up once: asked of every statement)
     for stmt in suite.body:
-        outer = _outer_blocks(facts, stmt)
+        outer = by_statement.get(id(stmt))
         if outer and not any(b.method == "session" or b.remote.state is Remote.NO for b in outer):
             total += requests_in(outer, [stmt], facts)
             if total >= 2:
