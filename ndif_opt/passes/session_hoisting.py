@@ -314,7 +314,8 @@ class SessionHoisting(Pass):
                     stmt = _saving(stmt)
                 moved.append(transform(stmt, _MoveEdits(stmt, strip, calls_off, drop, unwrap)))
             leading = moved[0].leading_lines
-            moved[0] = moved[0].with_changes(leading_lines=[])
+            if leading:  # (most have none: no node rebuilt for nothing)
+                moved[0] = moved[0].with_changes(leading_lines=[])
             created = [saved_container(a.name, a.kind, a.stmt) for a in before]
             return [session_statement(region.model, region.flag, created + moved, leading)]
 
