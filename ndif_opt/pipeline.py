@@ -435,17 +435,22 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 located, keep = _enforce_suppressions(suppressions, located)
                 if not keep:
                     new_module, context.unreturned, context.introduced = state.module, set(), set()
-            unreturned |= context.unreturned
-            introduced |= context.introduced
-            applied.extend(f for f in located if f.status is Status.APPLIED)
-            last_round.extend(f for f in located if f.status is not Status.APPLIED)
+            if context.unreturned:
+                unreturned |= context.unreturned
+            if context.introduced:
+                introduced |= context.introduced
+            reported = located  # the findings not applied (most pass runs have none at all)
+            if located:
+                applied.extend(f for f in located if f.status is Status.APPLIED)
+                reported = [f for f in located if f.status is not Status.APPLIED]
+                last_round.extend(reported)
             positions = None
             if new_module is state.module:
                 code = state.code
             else:  # the code of the new version, and where its nodes are, in one generation
                 code, positions = code_and_positions(new_module)
             if code == state.code:
-                stable[pass_.id] = (state.module, [f for f in located if f.status is not Status.APPLIED])
+                stable[pass_.id] = (state.module, reported)
                 continue
             changed = True
             api = None if pass_.id == MigrateApi.id else state.api  # only migration changes it
