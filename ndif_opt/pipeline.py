@@ -398,6 +398,7 @@ def _run_module(source: str, options: Options, filename: str | None = None,
         # without --migrate, pre-0.5 code is only reported: 0.5+ idioms would break it
         passes.insert(0, MigrateApi(detect_only=True))
     suppressions = Suppressions.from_source(source)
+    suppressing = bool(suppressions)  # asked once per pass run: the answer never changes
     initial_cost = state.cost
     notes = list(state.estimate.notes)  # what the cost model had to assume about this script
     deltas: dict[str, Cost] = {p.id: Cost() for p in passes}
@@ -420,17 +421,17 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 continue
             before = state.cost
             context = Context(options, state.server)
-            if suppressions:
+            if suppressing:
                 context.suppressed = _suppression_check(suppressions, state, source, pass_.id)
             try:
                 new_module = pass_.run(state.module, state.facts, context)
-                located = _locate(context.findings, state, source, pass_.id)
+                located = _locate(context.findings, state, source, pass_.id) if context.findings else []
             except RecursionError:
                 raise
             except Exception as error:  # a pass that fails leaves the code as it was
                 last_round.append(_internal_error(pass_.id, error))
                 continue
-            if suppressions:
+            if suppressing:
                 located, keep = _enforce_suppressions(suppressions, located)
                 if not keep:
                     new_module, context.unreturned, context.introduced = state.module, set(), set()
