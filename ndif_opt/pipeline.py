@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import functools
 import operator
 import threading
@@ -399,6 +398,7 @@ def _run_module(source: str, options: Options, filename: str | None = None,
         # without --migrate, pre-0.5 code is only reported: 0.5+ idioms would break it
         passes.insert(0, MigrateApi(detect_only=True))
     suppressions = Suppressions.from_source(source)
+    suppressing = bool(suppressions)  # asked once per pass run: the answer never changes
     initial_cost = state.cost
     notes = list(state.estimate.notes)  # what the cost model had to assume about this script
     deltas: dict[str, Cost] = {p.id: Cost() for p in passes}
@@ -421,31 +421,36 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 continue
             before = state.cost
             context = Context(options, state.server)
-            if suppressions:
+            if suppressing:
                 context.suppressed = _suppression_check(suppressions, state, source, pass_.id)
             try:
                 new_module = pass_.run(state.module, state.facts, context)
-                located = _locate(context.findings, state, source, pass_.id)
+                located = _locate(context.findings, state, source, pass_.id) if context.findings else []
             except RecursionError:
                 raise
             except Exception as error:  # a pass that fails leaves the code as it was
                 last_round.append(_internal_error(pass_.id, error))
                 continue
-            if suppressions:
+            if suppressing:
                 located, keep = _enforce_suppressions(suppressions, located)
                 if not keep:
                     new_module, context.unreturned, context.introduced = state.module, set(), set()
-            unreturned |= context.unreturned
-            introduced |= context.introduced
-            applied.extend(f for f in located if f.status is Status.APPLIED)
-            last_round.extend(f for f in located if f.status is not Status.APPLIED)
+            if context.unreturned:
+                unreturned |= context.unreturned
+            if context.introduced:
+                introduced |= context.introduced
+            reported = located  # the findings not applied (most pass runs have none at all)
+            if located:
+                applied.extend(f for f in located if f.status is Status.APPLIED)
+                reported = [f for f in located if f.status is not Status.APPLIED]
+                last_round.extend(reported)
             positions = None
             if new_module is state.module:
                 code = state.code
             else:  # the code of the new version, and where its nodes are, in one generation
                 code, positions = code_and_positions(new_module)
             if code == state.code:
-                stable[pass_.id] = (state.module, [f for f in located if f.status is not Status.APPLIED])
+                stable[pass_.id] = (state.module, reported)
                 continue
             changed = True
             api = None if pass_.id == MigrateApi.id else state.api  # only migration changes it
@@ -570,16 +575,13 @@ def _line_map(current: str, original: str):
         return lambda line, col: (line, col)
     cur, org = current.split("\n"), original.split("\n")
     table: dict[int, tuple[int, int | None]] = {}
-    outer = difflib.SequenceMatcher(None, cur, org, autojunk=False)
-    for tag, i1, i2, j1, j2 in outer.get_opcodes():
+    for tag, i1, i2, j1, j2 in _opcodes(cur, org):
         if tag == "equal":
             for k in range(i2 - i1):
                 table[i1 + k] = (j1 + k, 0)
             continue
-        inner = difflib.SequenceMatcher(
-            None, [line.strip() for line in cur[i1:i2]], [line.strip() for line in org[j1:j2]], autojunk=False
-        )
-        for t, a1, a2, b1, b2 in inner.get_opcodes():
+        inner = _opcodes([line.strip() for line in cur[i1:i2]], [line.strip() for line in org[j1:j2]])
+        for t, a1, a2, b1, b2 in inner:
             for k in range(a2 - a1):
                 i = i1 + a1 + k
                 if t == "equal":
@@ -600,6 +602,72 @@ def _line_map(current: str, original: str):
     return map_position
 
 
+def _opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
+    """``difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()``, in less time:
+    difflib's algorithm without its junk handling, which without junk does nothing (its
+    loops that extend a longest match over junk never run, nor do the ones that extend it
+    over equal lines: a longest match found is already as long as it gets), and without
+    its objects (a line map on dense code makes ~200 of these pairs of matches)."""
+    b2j: dict[str, list[int]] = {}
+    for j, line in enumerate(b):
+        b2j.setdefault(line, []).append(j)
+    nothing: list[int] = []
+    blocks = []
+    queue = [(0, len(a), 0, len(b))]
+    while queue:
+        alo, ahi, blo, bhi = queue.pop()
+        # the longest match: earliest in a, then earliest in b (find_longest_match)
+        best_i, best_j, best_size = alo, blo, 0
+        run_ending_at: dict[int, int] = {}
+        for i in range(alo, ahi):
+            previous = run_ending_at.get
+            run_ending_at = {}
+            for j in b2j.get(a[i], nothing):
+                if j < blo:
+                    continue
+                if j >= bhi:
+                    break
+                k = run_ending_at[j] = previous(j - 1, 0) + 1
+                if k > best_size:
+                    best_i, best_j, best_size = i - k + 1, j - k + 1, k
+        if best_size:
+            blocks.append((best_i, best_j, best_size))
+            if alo < best_i and blo < best_j:
+                queue.append((alo, best_i, blo, best_j))
+            if best_i + best_size < ahi and best_j + best_size < bhi:
+                queue.append((best_i + best_size, ahi, best_j + best_size, bhi))
+    blocks.sort()
+    opcodes = []
+    i = j = 0
+    for block_i, block_j, size in _merged(blocks) + [(len(a), len(b), 0)]:
+        if i < block_i and j < block_j:
+            opcodes.append(("replace", i, block_i, j, block_j))
+        elif i < block_i:
+            opcodes.append(("delete", i, block_i, j, block_j))
+        elif j < block_j:
+            opcodes.append(("insert", i, block_i, j, block_j))
+        i, j = block_i + size, block_j + size
+        if size:
+            opcodes.append(("equal", block_i, i, block_j, j))
+    return opcodes
+
+
+def _merged(blocks: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Sorted matching blocks with the adjacent ones joined (get_matching_blocks)."""
+    merged = []
+    i1 = j1 = k1 = 0
+    for i2, j2, k2 in blocks:
+        if i1 + k1 == i2 and j1 + k1 == j2:
+            k1 += k2
+        else:
+            if k1:
+                merged.append((i1, j1, k1))
+            i1, j1, k1 = i2, j2, k2
+    if k1:
+        merged.append((i1, j1, k1))
+    return merged
+
+
 def _indent(line: str) -> int:
     return len(line) - len(line.lstrip())
 
@@ -611,8 +679,7 @@ def text_edits(source: str, code: str) -> list[Edit]:
     old = source.splitlines(keepends=True)
     new = code.splitlines(keepends=True)
     edits = []
-    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in _opcodes(old, new):
         if tag == "equal":
             continue
         edits.append(
