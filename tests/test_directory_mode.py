@@ -291,12 +291,20 @@ def read_pty(master: int, sink: list[bytes]) -> None:
         sink.append(data)
 
 
+def _as_from_a_terminal() -> None:
+    """A shell on a terminal starts a command with Ctrl-C's signal at its default. The
+    suite itself may run with it ignored (a background job of a non-interactive shell),
+    which a child inherits: the CLI would then rightly ignore Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_on_a_terminal(args, on_start=None, timeout: float = 120):
     """The CLI with stderr on a pseudo-terminal (stdout piped); what each received."""
     master, slave = pty.openpty()
     process = subprocess.Popen(
         [sys.executable, "-m", "ndif_opt.cli", *map(str, args)],
         stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL, start_new_session=True,
+        preexec_fn=_as_from_a_terminal,
     )
     os.close(slave)
     received: list[bytes] = []
