@@ -352,7 +352,7 @@ def empty_container_kind(expr: cst.BaseExpression | None) -> str | None:
 def saved_container(name: str, kind: str, like: cst.SimpleStatementLine | None = None):
     """`name = list().save()`, carrying over the comments of the statement it replaces."""
     # built, not parsed: what parsing the line gives, for a fraction of the cost
-    value = cst.Call(func=cst.Attribute(value=cst.Call(func=cst.Name(kind)), attr=cst.Name("save")))
+    value = method_call(cst.Call(func=cst.Name(kind)), "save")
     stmt = cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(target=_dotted(name))], value=value)])
     if like is not None:
         comments = [line for line in like.leading_lines if line.comment is not None]

@@ -80,7 +80,7 @@ from ndif_opt.analysis import Block, Facts, is_save_call, qualify
 from ndif_opt.names import collect, collect_all, dotted_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.positions import code_and_positions
-from ndif_opt.rewrite import code_of, reindentable, without_remote
+from ndif_opt.rewrite import code_of, method_call, reindentable, without_remote
 from ndif_opt.walk import walk as walk_tree
 
 PRE_05 = "pre-0.5"
@@ -766,7 +766,7 @@ class _Visitor:
         def fix(updated: cst.Call, name=name, needs_save=needs_save) -> cst.BaseExpression:
             call = updated.with_changes(func=cst.Name(name))
             if needs_save:
-                return cst.Call(func=cst.Attribute(value=call, attr=cst.Name("save")))
+                return method_call(call, "save")
             return call
 
         self.add("builtin", node, f"`nnsight.{name}()`", True, fix)
