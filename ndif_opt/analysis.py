@@ -114,8 +114,9 @@ class Block:
     method: str  # trace | session | generate
     remote: RemoteFlag
     stmt: StmtInfo
-    parent: "Block | None" = None  # the innermost enclosing nnsight block
-    children: list["Block"] = field(default_factory=list)
+    # the innermost enclosing nnsight block (no link back to the children: a cycle would
+    # leave every version's blocks to the garbage collector)
+    parent: "Block | None" = None
 
     @property
     def outermost(self) -> "Block":
@@ -564,7 +565,6 @@ def _blocks(withs: list[StmtInfo], facts: Facts) -> list[Block]:
             parent = by_node.get(id(ancestor))
             if parent is not None:
                 block.parent = parent
-                parent.children.append(block)
                 break
     return blocks
 

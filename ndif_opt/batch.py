@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ndif_opt.files import InputError, SourceFile, decode, read_source, same_file
 from ndif_opt.options import Options
-from ndif_opt.runtime import collect_garbage_rarely
+from ndif_opt.runtime import collect_garbage_rarely, collector_paused
 from ndif_opt.types import Result
 
 
@@ -108,9 +108,11 @@ def needs_pipeline(source: SourceFile) -> bool:
 
 def work(source: SourceFile, options: Options) -> tuple[Result | None, str | None]:
     """One task of the pool (also run in-process with one job): a result or an error.
-    ``process`` hands it only files that passed the prefilter."""
+    ``process`` hands it only files that passed the prefilter. The processes that run it
+    are ndif-opt's: no garbage collection during the file (ndif_opt/runtime.py)."""
     try:
-        return optimize_source(source, options, prefiltered=True), None
+        with collector_paused():
+            return optimize_source(source, options, prefiltered=True), None
     except InputError as error:
         return None, str(error)
 

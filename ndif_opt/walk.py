@@ -298,7 +298,10 @@ def paths_to(
             on_path.add(id(node))
         return found
 
-    mark(root, content_fields(type(root)))
+    try:
+        mark(root, content_fields(type(root)))
+    finally:
+        del mark  # it refers to itself: freed now, not left to the garbage collector
     return on_path
 
 

@@ -529,7 +529,9 @@ class _TreeIndex:
     """
 
     def __init__(self, facts: Facts, statements) -> None:
-        self.facts = facts
+        # the module, not the facts: the facts keep this index (a cycle would leave every
+        # version's index to the garbage collector)
+        self.module = facts.module
         self.parents: dict[int, cst.CSTNode] = {}
         # name -> every Name node with that value read as a name (attribute names and
         # keywords are not), with the statements and lambdas around it, outermost first
@@ -646,7 +648,7 @@ class _TreeIndex:
         return use
 
     def module_use(self) -> NameUse:
-        return self.use_of(self.facts.module)
+        return self.use_of(self.module)
 
 
 def _binding_count_within(facts: Facts, name: str, block: Block) -> int:
@@ -674,7 +676,10 @@ def _binding_count_in(stmt: cst.BaseStatement, name: str) -> int:
             if not IS_EXPRESSION[type(child)]:
                 visit(child)
 
-    visit(stmt)
+    try:
+        visit(stmt)
+    finally:
+        del visit  # it refers to itself: freed now, not left to the garbage collector
     return count
 
 
@@ -771,7 +776,10 @@ class _StatementIndex:
                         parents[id(child)] = node
                         visit(child, path)
 
-        visit(stmt, ())
+        try:
+            visit(stmt, ())
+        finally:
+            del visit  # it refers to itself: freed now, not left to the garbage collector
 
 
 class _TakenNames:
