@@ -193,7 +193,7 @@ _AST = ast.AST
 # the node classes the walks below test for most, by identity (ast makes no subclasses of them)
 _Name, _Attribute, _Call, _Constant, _Subscript, _keyword, _Assign, _Load = (
     ast.Name, ast.Attribute, ast.Call, ast.Constant, ast.Subscript, ast.keyword, ast.Assign, ast.Load)
-_Expr, _Tuple, _UnaryOp = ast.Expr, ast.Tuple, ast.UnaryOp
+_Expr, _Tuple, _UnaryOp, _BinOp, _withitem, _For = ast.Expr, ast.Tuple, ast.UnaryOp, ast.BinOp, ast.withitem, ast.For
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}  # node class -> the fields that may hold nodes
 # fields that never hold a node, in any class (identifiers, numbers, flags), a name's context
 # and the operator of an operation (empty nodes that no walk here looks at)
@@ -284,6 +284,18 @@ def _walk_uses(chunk: Chunk, stack: list[ast.AST], inside: bool, in_body: bool,
             extend(current.elts)
         elif kind is _UnaryOp:
             push(current.operand)
+        elif kind is _withitem:
+            push(current.context_expr)
+            if current.optional_vars is not None:
+                push(current.optional_vars)
+        elif kind is _For:
+            push(current.target)
+            push(current.iter)
+            extend(current.body)
+            extend(current.orelse)
+        elif kind is _BinOp:
+            push(current.left)
+            push(current.right)
         elif kind is _Assign:
             for target in current.targets:
                 if type(target) is not _Name:
@@ -559,6 +571,10 @@ def _expression_names(node: ast.AST) -> tuple[set[str], set[str], set[str]]:
             continue
         if kind is _UnaryOp:
             push(current.operand)
+            continue
+        if kind is _BinOp:
+            push(current.left)
+            push(current.right)
             continue
         if kind not in _NAME_KINDS:  # most other nodes: only their children matter here
             extend(_children(current))
