@@ -46,6 +46,9 @@ SAVE_METHODS = frozenset({"save", "skip", "stop"})
 BLOCK_METHODS = frozenset({"trace", "session", "generate", "invoke", "scan", "edit", "iter"})
 _BUILTINS = frozenset(dir(builtins)) | {"__name__", "__file__", "__doc__", "__builtins__", "__spec__"}
 _DYNAMIC_NAMES = re.compile(r"\b(?:globals|locals|vars|exec|eval|__import__|setattr|delattr)\s*\(|__dict__|sys\.modules")
+#: Words one of which every match of _DYNAMIC_NAMES holds: looking for them is ten times faster.
+_DYNAMIC_WORDS = ("globals", "locals", "vars", "exec", "eval", "__import__", "setattr", "delattr", "__dict__",
+                  "sys.modules")
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 
 
@@ -108,9 +111,9 @@ class Plan:
 
 def plan(source: str, tree: ast.Module) -> Plan | None:
     """Windows of ``source``, or None when one run over the whole module is needed."""
-    if re.search(r"\r(?!\n)", source):
+    if "\r" in source and re.search(r"\r(?!\n)", source):
         return None  # a lone carriage return: leave line counting to one parser
-    if _DYNAMIC_NAMES.search(source):
+    if any(word in source for word in _DYNAMIC_WORDS) and _DYNAMIC_NAMES.search(source):
         return None  # names bound or read by strings: no def-use to see
     lines = tuple(_LINE.findall(source))
     if "".join(lines) != source or not tree.body:
@@ -138,9 +141,13 @@ def plan(source: str, tree: ast.Module) -> Plan | None:
 # -- chunks ---------------------------------------------------------------------------------
 
 
+_DECORATED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
 def _first_line(stmt: ast.stmt) -> int:
-    decorators = getattr(stmt, "decorator_list", None) or []
-    return min([stmt.lineno] + [d.lineno for d in decorators])
+    if not isinstance(stmt, _DECORATED) or not stmt.decorator_list:
+        return stmt.lineno  # (asking any statement for its decorators costs an exception)
+    return min([stmt.lineno] + [d.lineno for d in stmt.decorator_list])
 
 
 def _chunks(lines: tuple[str, ...], tree: ast.Module) -> list[Chunk] | None:
@@ -183,16 +190,22 @@ def _describe(chunk: Chunk) -> None:
 
 
 _AST = ast.AST
+# the node classes the walks below test for most, by identity (ast makes no subclasses of them)
+_Name, _Attribute, _Call, _Constant, _Subscript, _keyword, _Assign, _Load = (
+    ast.Name, ast.Attribute, ast.Call, ast.Constant, ast.Subscript, ast.keyword, ast.Assign, ast.Load)
+_Expr, _Tuple, _UnaryOp, _BinOp, _withitem, _For = ast.Expr, ast.Tuple, ast.UnaryOp, ast.BinOp, ast.withitem, ast.For
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}  # node class -> the fields that may hold nodes
-# fields that never hold a node, in any class (identifiers, numbers, flags), and a name's context
+# fields that never hold a node, in any class (identifiers, numbers, flags), a name's context
+# and the operator of an operation (empty nodes that no walk here looks at)
 _LEAF_FIELDS = frozenset({"ctx", "id", "attr", "arg", "name", "asname", "module", "level", "kind",
-                          "type_comment", "is_async", "conversion", "rest"})
+                          "type_comment", "is_async", "conversion", "rest", "op", "ops"})
 
 
 def _children(node: ast.AST) -> list[ast.AST]:
     """``ast.iter_child_nodes(node)`` as a list, without the Load/Store/Del context of a
-    name (a leaf that no walk here looks at): the walks below spend most of their time
-    listing children, and a name's context is a third of the nodes."""
+    name and the operator of an operation (leaves that no walk here looks at): the walks
+    below spend most of their time listing children, and a name's context is a third of
+    the nodes."""
     kind = type(node)
     fields = _CHILD_FIELDS.get(kind)
     if fields is None:
@@ -229,12 +242,91 @@ def _uses(chunk: Chunk) -> None:
     }
     while any(stacks.values()):
         for (inside, in_body), stack in stacks.items():
-            while stack:
-                current = stack.pop()
-                if type(current) not in _USES_KINDS:  # most nodes: only their children matter here
-                    stack.extend(_children(current))
-                    continue
-                _use(chunk, current, inside, in_body, stacks)
+            if stack:
+                _walk_uses(chunk, stack, inside, in_body, stacks)
+
+
+def _walk_uses(chunk: Chunk, stack: list[ast.AST], inside: bool, in_body: bool,
+               stacks: dict[tuple[bool, bool], list[ast.AST]]) -> None:
+    """Empty one stack of :func:`_uses`. The node classes most code is made of are handled
+    here, inline (most of the plan's time is this walk); the rarer classes of
+    :data:`_USES_KINDS` by :func:`_use`, and every other class by listing its children."""
+    names, escaping = chunk.names, chunk.escaping
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack:
+        current = pop()
+        kind = type(current)
+        if kind is _Name:
+            names.add(current.id)
+            escaping.add(current.id)
+        elif kind is _Attribute:
+            push(current.value)
+        elif kind is _Constant:
+            pass
+        elif kind is _Call:
+            func = current.func
+            if type(func) is _Name and not in_body:
+                names.add(func.id)
+                chunk.called.add(func.id)
+            else:
+                if type(func) is _Attribute:
+                    _method_call(chunk, current, inside)
+                push(func)
+            extend(current.args)
+            for keyword in current.keywords:
+                push(keyword.value)
+        elif kind is _Subscript:
+            push(current.value)
+            push(current.slice)
+        elif kind is _keyword or kind is _Expr:
+            push(current.value)
+        elif kind is _Tuple:
+            extend(current.elts)
+        elif kind is _UnaryOp:
+            push(current.operand)
+        elif kind is _withitem:
+            push(current.context_expr)
+            if current.optional_vars is not None:
+                push(current.optional_vars)
+        elif kind is _For:
+            push(current.target)
+            push(current.iter)
+            extend(current.body)
+            extend(current.orelse)
+        elif kind is _BinOp:
+            push(current.left)
+            push(current.right)
+        elif kind is _Assign:
+            for target in current.targets:
+                if type(target) is not _Name:
+                    _stored_into(chunk, target, inside)
+            extend(current.targets)
+            push(current.value)
+        elif kind in _USES_KINDS:
+            _use(chunk, current, inside, in_body, stacks)
+        else:  # most other nodes: only their children matter here
+            extend(_children(current))
+
+
+def _method_call(chunk: Chunk, call: ast.Call, inside: bool) -> None:
+    """``x.trace(...)``, ``x.save()``, ``x.append(...)``: what a method call tells :func:`_uses`."""
+    method = call.func.attr
+    root = _root(call.func.value)
+    opens_block = method in BLOCK_METHODS
+    if opens_block or method in SAVE_METHODS:
+        chunk.active = True
+    if root and opens_block:
+        chunk.receivers.add(root)
+    if root and (method in MUTATING_METHODS or method.endswith("_")):
+        (chunk.mutated_in_blocks if inside else chunk.mutated).add(root)
+
+
+def _stored_into(chunk: Chunk, target: ast.AST, inside: bool) -> None:
+    """``x.a = ...``, ``x[i] = ...``, ``del x[i]``: the root ``x`` is changed in place."""
+    for element in _flatten(target):
+        root = _root(element) if isinstance(element, (ast.Attribute, ast.Subscript)) else None
+        if root:
+            (chunk.mutated_in_blocks if inside else chunk.mutated).add(root)
 
 
 def _use(chunk: Chunk, current: ast.AST, inside: bool, in_body: bool,
@@ -267,20 +359,11 @@ def _use(chunk: Chunk, current: ast.AST, inside: bool, in_body: bool,
     elif isinstance(current, ast.ExceptHandler) and current.name:
         chunk.names.add(current.name)
     elif isinstance(current, ast.Call) and isinstance(current.func, ast.Attribute):
-        root = _root(current.func.value)
-        if _block_call(current) or current.func.attr in SAVE_METHODS:
-            chunk.active = True
-        if root and _block_call(current):
-            chunk.receivers.add(root)
-        if root and (current.func.attr in MUTATING_METHODS or current.func.attr.endswith("_")):
-            (chunk.mutated_in_blocks if inside else chunk.mutated).add(root)
+        _method_call(chunk, current, inside)
     elif isinstance(current, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
         targets = current.targets if isinstance(current, (ast.Assign, ast.Delete)) else [current.target]
         for target in targets:
-            for element in _flatten(target):
-                root = _root(element) if isinstance(element, (ast.Attribute, ast.Subscript)) else None
-                if root:
-                    (chunk.mutated_in_blocks if inside else chunk.mutated).add(root)
+            _stored_into(chunk, target, inside)
     # bodies run later, and so does a generator expression
     later = in_body or isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
                                             ast.GeneratorExp))
@@ -460,13 +543,41 @@ def _expression_names(node: ast.AST) -> tuple[set[str], set[str], set[str]]:
     stores: set[str] = set()
     deferred: set[str] = set()
     stack = [node]
+    pop, push, extend = stack.pop, stack.append, stack.extend
     while stack:
-        current = stack.pop()
-        if type(current) not in _NAME_KINDS:  # most nodes: only their children matter here
-            stack.extend(_children(current))
+        current = pop()
+        kind = type(current)
+        # the classes most code is made of first, inline: this walk is much of the plan's time
+        if kind is _Name:
+            (free if isinstance(current.ctx, _Load) else stores).add(current.id)
             continue
-        if isinstance(current, ast.Name):
-            (free if isinstance(current.ctx, ast.Load) else stores).add(current.id)
+        if kind is _Attribute:
+            push(current.value)
+            continue
+        if kind is _Call:
+            push(current.func)
+            extend(current.args)
+            for keyword in current.keywords:
+                push(keyword.value)
+            continue
+        if kind is _Constant:
+            continue
+        if kind is _Subscript:
+            push(current.value)
+            push(current.slice)
+            continue
+        if kind is _Tuple:
+            extend(current.elts)
+            continue
+        if kind is _UnaryOp:
+            push(current.operand)
+            continue
+        if kind is _BinOp:
+            push(current.left)
+            push(current.right)
+            continue
+        if kind not in _NAME_KINDS:  # most other nodes: only their children matter here
+            extend(_children(current))
             continue
         if isinstance(current, ast.NamedExpr):
             stores.add(current.target.id)
