@@ -280,13 +280,16 @@ class _Placed:
     assumptions: tuple[str, ...]
     unreturned: tuple[str, ...]
     introduced: tuple[str, ...]
-    costs: tuple[PassCost, ...]
+    passes: tuple[str, ...]  # of its per-pass costs
+    costs: tuple[int | float, ...]  # each pass's cost before, then after, field by field
 
     def sharing(self, same: dict) -> _Placed:
         """This with its values that repeat from window to window (the costs of most
-        windows are the same few) taken from ``same``, where new ones are added."""
+        windows are the same few) taken from ``same``, where new ones are added (costs
+        by their types too: an int and a float that are equal are not the same cost)."""
+        costs = same.setdefault((self.costs, tuple(map(type, self.costs))), self.costs)
         return _Placed(self.code, self.findings, self.edits, same.setdefault(self.assumptions, self.assumptions),
-                       self.unreturned, self.introduced, same.setdefault(self.costs, self.costs))
+                       self.unreturned, self.introduced, same.setdefault(self.passes, self.passes), costs)
 
 
 def _placed_all(plan: windows.Plan, active: list[windows.Window], options: Options,
@@ -308,7 +311,9 @@ def _placed(plan: windows.Plan, window: windows.Window, done: _Optimized) -> _Pl
         result.code[len(prelude):],
         tuple(_moved(finding, shift, start) for finding in result.findings),
         tuple(Edit(_shifted(edit.range, start, start), edit.new_text) for edit in done.edits),
-        result.assumptions, result.unreturned, result.introduced, result.costs,
+        result.assumptions, result.unreturned, result.introduced,
+        tuple(cost.pass_id for cost in result.costs),
+        tuple(field for cost in result.costs for field in (*_fields_of(cost.before), *_fields_of(cost.after))),
     )
 
 
@@ -372,7 +377,7 @@ def _combined(source: str, code: str, results: list[_Placed], options: Options) 
         notes.extend(n for n in done.assumptions if n not in notes)
         unreturned.update(done.unreturned)
         introduced.update(done.introduced)
-    costs = _summed_all(done.costs for done in results)
+    costs = _summed_all([(done.passes, done.costs) for done in results])
     if not results:  # nothing to optimize in any window
         costs = [PassCost(cls.id, Cost(), Cost()) for cls in PASSES if options.wants(cls.id)]
     return Result(
@@ -395,21 +400,18 @@ def _shifted(rng: Range, shift: int, floor: int) -> Range:
     return Range(move(rng.start), move(rng.end))
 
 
-def _summed_all(costs) -> list[PassCost]:
-    """Per-pass costs of the windows added up, in order; a window whose result has none
-    (nothing for the passes to do, or the analysis gave up) adds nothing."""
-    rows = [more for more in costs if more]
-    if len(rows) < 2:
-        return list(rows[0]) if rows else []
-    width = min(map(len, rows))
-    # each row as one line of numbers (rows repeat: windows of one process share them)
-    flat: dict[int, list] = {}
-    for row in rows:
-        if id(row) not in flat:
-            flat[id(row)] = [field for cost in row[:width] for field in (*_fields_of(cost.before), *_fields_of(cost.after))]
-    totals = [_column_sum(column) for column in zip(*[flat[id(row)] for row in rows])]
+def _summed_all(rows: list[tuple[tuple[str, ...], tuple]]) -> list[PassCost]:
+    """Per-pass costs of the windows (pass ids, numbers as _Placed has them) added up, in
+    order; a window whose result has none (nothing for the passes to do, or the analysis
+    gave up) adds nothing."""
+    rows = [row for row in rows if row[0]]
+    if not rows:
+        return []
+    width = min(len(passes) for passes, _ in rows)
+    numbers = [costs for _, costs in rows]
+    totals = numbers[0] if len(rows) == 1 else [_column_sum(column) for column in zip(*numbers)]
     size = len(_COST_FIELDS)
-    return [PassCost(rows[0][i].pass_id, Cost(*totals[2 * i * size:(2 * i + 1) * size]),
+    return [PassCost(rows[0][0][i], Cost(*totals[2 * i * size:(2 * i + 1) * size]),
                      Cost(*totals[(2 * i + 1) * size:(2 * i + 2) * size])) for i in range(width)]
 
 
