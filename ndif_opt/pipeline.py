@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import math
 import operator
 import threading
 from collections import OrderedDict
@@ -181,23 +182,21 @@ def _run_windows(plan: windows.Plan, source: str, options: Options, filename: st
     reserved = options.reserved_names | plan.names
     window_options = dataclasses.replace(options, reserved_names=reserved, jobs=1)
     active = [window for window in plan.windows if window.active]
-    optimized = _window_results(plan, active, window_options, filename, cache, options.jobs)
+    placed = _window_results(plan, active, window_options, filename, cache, options.jobs)
     parts: list[str] = []
-    results: list[_WindowResult] = []
+    results: list[_Placed] = []
     position = 0
     for window in plan.windows:
         parts.append(plan.text(position, window.start))
         position = window.end
-        text = plan.text(window.start, window.end)
         if not window.active:
-            parts.append(text)
+            parts.append(plan.text(window.start, window.end))
             continue
-        prelude = plan.prelude_text(window)
-        done = next(optimized)
-        if not done.result.code.startswith(prelude) or _pre_05(done.result):
+        done = next(placed)
+        if done is None:
             return None  # a pass changed shared context, or the file is pre-0.5 nnsight
-        parts.append(done.result.code[len(prelude):])
-        results.append(_WindowResult(window, prelude.count("\n"), done.edits, done.result))
+        parts.append(done.code)
+        results.append(done)
     parts.append(plan.text(position, len(plan.lines)))
     return _combined(source, "".join(parts), results, options)
 
@@ -208,20 +207,23 @@ _LINES_PER_PROCESS = 300
 
 
 def _window_results(plan: windows.Plan, active: list[windows.Window], options: Options,
-                    filename: str | None, cache: WindowCache | None, jobs: int) -> Iterator[_Optimized]:
-    """The results of the active windows, in order: computed as they are asked for, or,
-    with ``jobs`` > 1 and enough work, in groups of neighbouring windows, one process each.
-    A window a process could not finish (it raised, or the process died) is computed
-    here when its turn comes, so it fails as it would have without processes."""
+                    filename: str | None, cache: WindowCache | None, jobs: int) -> Iterator[_Placed | None]:
+    """The results of the active windows placed in the file, in order (None: the windowed
+    run must give up): computed as they are asked for, or, with ``jobs`` > 1 and enough
+    work, in groups of neighbouring windows, one process each. A window a process could
+    not finish (it raised, or the process died) is computed here when its turn comes, so
+    it fails as it would have without processes."""
     groups = _groups(plan, active, jobs) if cache is None and forking.can_fork() else [active]
     if len(groups) < 2:
-        yield from _optimized(plan, active, options, filename, cache)
+        yield from _placed_all(plan, active, options, filename, cache)
         return
     finished = forking.map_forked(functools.partial(_finished, plan, options, filename), groups)
     for group, results in zip(groups, finished):
         done = results or []
         yield from done
-        yield from _optimized(plan, group[len(done):], options, filename)
+        if done and done[-1] is None:
+            return  # the caller gives up here
+        yield from _placed_all(plan, group[len(done):], options, filename)
 
 
 def _groups(plan: windows.Plan, active: list[windows.Window], jobs: int) -> list[list[windows.Window]]:
@@ -243,13 +245,17 @@ def _groups(plan: windows.Plan, active: list[windows.Window], jobs: int) -> list
 
 
 def _finished(plan: windows.Plan, options: Options, filename: str | None,
-              group: list[windows.Window]) -> list[_Optimized]:
-    """Results of the group's windows, up to the first one that raises (a process's task:
-    what it could not finish is computed again where it will raise for the caller)."""
-    results: list[_Optimized] = []
+              group: list[windows.Window]) -> list[_Placed | None]:
+    """Results of the group's windows, up to the first one that raises or gives up (a
+    process's task: what it could not finish is computed again where it will raise for
+    the caller). Equal values are made one object: the pickle sent back holds each once."""
+    results: list[_Placed | None] = []
+    same: dict = {}
     try:
-        for result in _optimized(plan, group, options, filename):
-            results.append(result)
+        for result in _placed_all(plan, group, options, filename):
+            results.append(result if result is None else result.sharing(same))
+            if result is None:
+                break
     except Exception:  # noqa: BLE001 - recomputed by the caller, where it raises
         pass
     return results
@@ -261,6 +267,59 @@ class _Optimized:
 
     result: Result  # of the module (its prelude, then the window's text); no edits
     edits: tuple[Edit, ...]  # turn the window's text into its new text (ranges in the window)
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """What the file's result takes of a window's: its new text, and its findings and
+    edits moved to the file's lines."""
+
+    code: str  # the window's new text
+    findings: tuple[Finding, ...]
+    edits: tuple[Edit, ...]
+    assumptions: tuple[str, ...]
+    unreturned: tuple[str, ...]
+    introduced: tuple[str, ...]
+    passes: tuple[str, ...]  # of its per-pass costs
+    costs: tuple[int | float, ...]  # each pass's cost before, then after, field by field
+
+    def sharing(self, same: dict) -> _Placed:
+        """This with its values that repeat from window to window (the costs of most
+        windows are the same few) taken from ``same``, where new ones are added (costs
+        by their types too: an int and a float that are equal are not the same cost)."""
+        costs = same.setdefault((self.costs, tuple(map(type, self.costs))), self.costs)
+        return _Placed(self.code, self.findings, self.edits, same.setdefault(self.assumptions, self.assumptions),
+                       self.unreturned, self.introduced, same.setdefault(self.passes, self.passes), costs)
+
+
+def _placed_all(plan: windows.Plan, active: list[windows.Window], options: Options,
+                filename: str | None, cache: WindowCache | None = None) -> Iterator[_Placed | None]:
+    for window, done in zip(active, _optimized(plan, active, options, filename, cache)):
+        yield _placed(plan, window, done)
+
+
+def _placed(plan: windows.Plan, window: windows.Window, done: _Optimized) -> _Placed | None:
+    """The window's result in the file; None when a pass changed the shared context or
+    the file is pre-0.5 nnsight (then the whole module must run)."""
+    prelude = plan.prelude_text(window)
+    result = done.result
+    if not result.code.startswith(prelude) or _pre_05(result):
+        return None
+    start = window.start
+    shift = start - prelude.count("\n")
+    return _Placed(
+        result.code[len(prelude):],
+        tuple(_moved(finding, shift, start) for finding in result.findings),
+        tuple(Edit(_shifted(edit.range, start, start), edit.new_text) for edit in done.edits),
+        result.assumptions, result.unreturned, result.introduced,
+        tuple(cost.pass_id for cost in result.costs),
+        tuple(field for cost in result.costs for field in (*_fields_of(cost.before), *_fields_of(cost.after))),
+    )
+
+
+def _moved(finding: Finding, shift: int, floor: int) -> Finding:
+    return Finding(finding.pass_id, finding.message, _shifted(finding.range, shift, floor),
+                   finding.status, finding.safety, finding.reason)
 
 
 def _optimized(plan: windows.Plan, active: list[windows.Window], options: Options,
@@ -301,19 +360,11 @@ def _window_module(plan: windows.Plan, window: windows.Window, text: str,
         return None  # the joint parse reports it, as for any module
 
 
-@dataclass(frozen=True)
-class _WindowResult:
-    window: windows.Window
-    prelude_lines: int
-    edits: tuple[Edit, ...]  # of the window's text
-    result: Result  # of the window's module: its prelude, then its text
-
-
 def _pre_05(result: Result) -> bool:
     return any(f.pass_id == MigrateApi.id and PRE_05_MESSAGE in f.message for f in result.findings)
 
 
-def _combined(source: str, code: str, results, options: Options) -> Result:
+def _combined(source: str, code: str, results: list[_Placed], options: Options) -> Result:
     """One result for the file from the results of its windows."""
     findings: list[Finding] = []
     edits: list[Edit] = []
@@ -321,15 +372,12 @@ def _combined(source: str, code: str, results, options: Options) -> Result:
     unreturned: set[str] = set()
     introduced: set[str] = set()
     for done in results:
-        start, result = done.window.start, done.result
-        for finding in result.findings:
-            moved = _shifted(finding.range, start - done.prelude_lines, start)
-            findings.append(dataclasses.replace(finding, range=moved))
-        edits.extend(Edit(_shifted(e.range, start, start), e.new_text) for e in done.edits)
-        notes.extend(n for n in result.assumptions if n not in notes)
-        unreturned |= set(result.unreturned)
-        introduced |= set(result.introduced)
-    costs = _summed_all(done.result.costs for done in results)
+        findings.extend(done.findings)
+        edits.extend(done.edits)
+        notes.extend(n for n in done.assumptions if n not in notes)
+        unreturned.update(done.unreturned)
+        introduced.update(done.introduced)
+    costs = _summed_all([(done.passes, done.costs) for done in results])
     if not results:  # nothing to optimize in any window
         costs = [PassCost(cls.id, Cost(), Cost()) for cls in PASSES if options.wants(cls.id)]
     return Result(
@@ -352,32 +400,64 @@ def _shifted(rng: Range, shift: int, floor: int) -> Range:
     return Range(move(rng.start), move(rng.end))
 
 
-def _summed_all(costs) -> list[PassCost]:
-    """Per-pass costs of the windows added up, in order; a window whose result has none
-    (nothing for the passes to do, or the analysis gave up) adds nothing."""
-    rows = [more for more in costs if more]
-    if len(rows) < 2:
-        return list(rows[0]) if rows else []
-    width = min(len(row) for row in rows)
-    return [PassCost(rows[0][i].pass_id, _column_sum([row[i].before for row in rows]),
-                     _column_sum([row[i].after for row in rows])) for i in range(width)]
+def _summed_all(rows: list[tuple[tuple[str, ...], tuple]]) -> list[PassCost]:
+    """Per-pass costs of the windows (pass ids, numbers as _Placed has them) added up, in
+    order; a window whose result has none (nothing for the passes to do, or the analysis
+    gave up) adds nothing."""
+    rows = [row for row in rows if row[0]]
+    if not rows:
+        return []
+    width = min(len(passes) for passes, _ in rows)
+    numbers = [costs for _, costs in rows]
+    totals = numbers[0] if len(rows) == 1 else [_column_sum(column) for column in zip(*numbers)]
+    size = len(_COST_FIELDS)
+    return [PassCost(rows[0][0][i], Cost(*totals[2 * i * size:(2 * i + 1) * size]),
+                     Cost(*totals[(2 * i + 1) * size:(2 * i + 2) * size])) for i in range(width)]
 
 
-def _column_sum(costs: list[Cost]) -> Cost:
-    """The costs added up one after another, each sum rounded like ``_add``'s. Where every
-    value of a field is an int that is just ``sum``: no rounding, and order does not matter."""
-    fields = []
-    for values in zip(*map(_fields_of, costs)):
-        if set(map(type, values)) == {int}:
-            fields.append(sum(values))
-            continue
-        total = values[0]
-        for value in values[1:]:
-            total += value
-            if isinstance(total, float):  # _round, inline: this loop runs per window
-                total = round(total, 6)
-        fields.append(total)
-    return Cost(*fields)
+def _column_sum(values: tuple) -> int | float:
+    """The values added up one after another, each sum rounded like ``_add``'s. Where every
+    value is an int that is just ``sum``: no rounding, and order does not matter."""
+    if set(map(type, values)) == {int}:
+        return sum(values)
+    exact = _exact_sum(values)
+    if exact is not None:
+        return exact
+    total = values[0]
+    for value in values[1:]:
+        total += value
+        if isinstance(total, float):  # _round, inline: this loop runs per window
+            total = round(total, 6)
+    return total
+
+
+_EXACT_INTEGERS = 2.0 ** 53  # a float holds every integer below this exactly
+_EXACT_MILLIONTHS = 1e9  # below this a float is within far less than a millionth of a decimal
+
+
+def _exact_sum(values: tuple) -> float | None:
+    """What ``_column_sum``'s loop gives, from an exact sum; None where that is not sure.
+
+    Integral values add up exactly while the sums stay below 2**53, so each rounding
+    leaves them as they are. Values of at most 6 decimals (each the float nearest its
+    decimal) are whole millionths: while the sums stay below 1e9 a float sum misses the
+    decimal sum by far less than half a millionth, so each rounding gives the float
+    nearest the decimal sum, and the last one is the exact count of millionths over a
+    million. A zero sum is left to the loop (its sign depends on the order)."""
+    distinct = set(values)
+    for value in distinct:
+        if type(value) is float and not math.isfinite(value):
+            return None
+    bound = max(map(abs, distinct)) * len(values)  # no partial sum gets larger
+    if bound < _EXACT_INTEGERS and all(value == int(value) for value in distinct):
+        scale = 1
+    elif bound < _EXACT_MILLIONTHS and all(round(value, 6) == value for value in distinct):
+        scale = 10 ** 6
+    else:
+        return None
+    units = {value: round(value * scale) for value in distinct}
+    total = sum(map(units.__getitem__, values))
+    return total / scale if total else None
 
 
 def _run_module(source: str, options: Options, filename: str | None = None,
