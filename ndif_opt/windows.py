@@ -123,14 +123,16 @@ def plan(source: str, tree: ast.Module) -> Plan | None:
     chunks = _chunks(lines, tree)
     if chunks is None or len(chunks) < 2:
         return None
+    shaped = []  # which chunks are definitions, asked while their statements are in the cache
     for chunk in chunks:
         _describe(chunk)
+        shaped.append(_definition_shaped(chunk))
     # assignments to a model inside its blocks are interventions, not changes of the object
     models = set().union(*(c.receivers for c in chunks))
     for chunk in chunks:
         chunk.mutated |= chunk.mutated_in_blocks - models
     _attach_calls(chunks)
-    context, is_context = _context(chunks)
+    context, is_context = _context(chunks, shaped)
     groups = _link(chunks, context, is_context)
     windows = _windows(chunks, is_context, groups, context)
     if len(windows) < 2:
@@ -685,7 +687,7 @@ def _function_names(node) -> tuple[set[str], set[str]]:
 # -- context ----------------------------------------------------------------------------------
 
 
-def _context_names(chunks: list[Chunk]) -> set[str]:
+def _context_names(chunks: list[Chunk], shaped: list[bool]) -> set[str]:
     """Names bound once, by a chunk without nnsight code, and never changed elsewhere
     (a setup chunk such as ``model.tokenizer.padding_side = "left"`` may change them)."""
     binders: dict[str, list[int]] = {}
@@ -699,7 +701,7 @@ def _context_names(chunks: list[Chunk]) -> set[str]:
     candidates = {
         name for name, where in binders.items()
         if (len(where) == 1 or _same_import(chunks, where, name))
-        and name not in global_names and all(_definition_shaped(chunks[i]) for i in where)
+        and name not in global_names and all(shaped[i] for i in where)
         and not set(where) & set(mutators.get(name, ()))
     }
     while True:
@@ -713,13 +715,13 @@ def _context_names(chunks: list[Chunk]) -> set[str]:
         candidates = context
 
 
-def _context(chunks: list[Chunk]) -> tuple[set[str], list[bool]]:
+def _context(chunks: list[Chunk], shaped: list[bool]) -> tuple[set[str], list[bool]]:
     """The context names, and which chunks are context: a name is context only if a context
     chunk binds it. (``from itertools import count, islice`` where ``count`` is bound again
     later binds a context name, ``islice``, but is not a context chunk itself: a window that
     reads ``islice`` then has no prelude chunk to take it from, so it is not context; and
     chunks that read it are then not context either, until nothing changes.)"""
-    context = _context_names(chunks)
+    context = _context_names(chunks, shaped)
     while True:
         is_context = [_is_context_chunk(chunk, context) for chunk in chunks]
         bound = set().union(*(c.may_bind for c, yes in zip(chunks, is_context) if yes))
@@ -794,22 +796,25 @@ def _link(chunks: list[Chunk], context: set[str], is_context: list[bool]) -> lis
     def union(i: int, j: int) -> None:
         parent[find(i)] = find(j)
 
+    # one pass in source order for the reads (only earlier bindings reach a read), which
+    # also lists the chunks binding each name; then the chunks with functions or globals
     binders: dict[str, list[int]] = {}
-    for index, chunk in enumerate(chunks):
-        if not is_context[index]:
-            for name in chunk.may_bind - context:
-                binders.setdefault(name, []).append(index)
-    touchers = _touchers(chunks, context, is_context)
+    later: list[int] = []
     for index, chunk in enumerate(chunks):
         if is_context[index]:
             continue
         for name in chunk.reads - context:
             for binder in reversed(binders.get(name, ())):
-                if binder >= index:
-                    continue
                 union(index, binder)
                 if name in chunks[binder].definite:
                     break
+        for name in chunk.may_bind - context:
+            binders.setdefault(name, []).append(index)
+        if chunk.deferred or chunk.globals_:
+            later.append(index)
+    touchers = _touchers(chunks, context, is_context) if later else {}
+    for index in later:
+        chunk = chunks[index]
         # a function runs when it is called: every binding of what it reads counts
         for name in chunk.deferred - context:
             for binder in binders.get(name, ()):
