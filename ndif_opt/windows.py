@@ -123,14 +123,16 @@ def plan(source: str, tree: ast.Module) -> Plan | None:
     chunks = _chunks(lines, tree)
     if chunks is None or len(chunks) < 2:
         return None
+    shaped = []  # which chunks are definitions, asked while their statements are in the cache
     for chunk in chunks:
         _describe(chunk)
+        shaped.append(_definition_shaped(chunk))
     # assignments to a model inside its blocks are interventions, not changes of the object
     models = set().union(*(c.receivers for c in chunks))
     for chunk in chunks:
         chunk.mutated |= chunk.mutated_in_blocks - models
     _attach_calls(chunks)
-    context, is_context = _context(chunks)
+    context, is_context = _context(chunks, shaped)
     groups = _link(chunks, context, is_context)
     windows = _windows(chunks, is_context, groups, context)
     if len(windows) < 2:
@@ -142,6 +144,9 @@ def plan(source: str, tree: ast.Module) -> Plan | None:
 
 
 _DECORATED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_DECORATED_KINDS = frozenset(_DECORATED)  # (ast makes no subclasses of them)
+#: Any of NNSIGHT_MARKERS: one search instead of one per marker.
+_NNSIGHT_MARKER = re.compile("|".join(re.escape(marker) for marker in NNSIGHT_MARKERS))
 
 
 def _first_line(stmt: ast.stmt) -> int:
@@ -153,27 +158,31 @@ def _first_line(stmt: ast.stmt) -> int:
 def _chunks(lines: tuple[str, ...], tree: ast.Module) -> list[Chunk] | None:
     """Group statements sharing lines; each chunk owns the comments and blanks before it."""
     groups: list[list[ast.stmt]] = []
+    ends: list[int] = []  # the last line of each group's statements
     last_end = 0
     for stmt in tree.body:
-        first, end = _first_line(stmt), stmt.end_lineno or stmt.lineno
+        first = _first_line(stmt) if type(stmt) in _DECORATED_KINDS else stmt.lineno
+        end = stmt.end_lineno or stmt.lineno
         if groups and first <= last_end:
             groups[-1].append(stmt)
-        else:
+            if end > last_end:
+                last_end = ends[-1] = end
+        else:  # (the statement starts after every earlier one ends, so it ends after them too)
             groups.append([stmt])
-        last_end = max(last_end, end)
+            ends.append(end)
+            last_end = end
     if last_end > len(lines):
         return None  # ast and the text disagree about lines (form feeds, odd line breaks)
+    ends[-1] = len(lines)  # trailing comments belong to the last chunk
     chunks: list[Chunk] = []
     start = 0
-    for index, group in enumerate(groups):
-        end = max(s.end_lineno or s.lineno for s in group)
-        if index == len(groups) - 1:
-            end = len(lines)  # trailing comments belong to the last chunk
-        chunks.append(Chunk(start, end, group))
+    search_marker = _NNSIGHT_MARKER.search
+    for group, end in zip(groups, ends):
+        chunk = Chunk(start, end, group)
+        chunk.text = text = "".join(lines[start:end])
+        chunk.nnsight = search_marker(text) is not None
+        chunks.append(chunk)
         start = end
-    for chunk in chunks:
-        chunk.text = "".join(lines[chunk.start:chunk.end])
-        chunk.nnsight = any(marker in chunk.text for marker in NNSIGHT_MARKERS)
     return chunks
 
 
@@ -403,12 +412,8 @@ class _Flow:
         self.chunk = chunk
 
     def read(self, node: ast.AST | None, bound: set[str]) -> None:
-        if node is None:
-            return
-        free, stores, deferred = _expression_names(node)
-        self.chunk.reads |= free - bound
-        self.chunk.may_bind |= stores  # walrus targets
-        self.chunk.deferred |= deferred
+        if node is not None:  # (walrus targets are bound)
+            _gather_names(node, bound, self.chunk.reads, self.chunk.may_bind, self.chunk.deferred)
 
     def bind(self, target: ast.AST, bound: set[str], definite: bool = True) -> set[str]:
         names = set()
@@ -492,10 +497,7 @@ class _Flow:
         if isinstance(stmt, (ast.Pass, ast.Break, ast.Continue)):
             return bound
         # try, match, del, global, ...: every name read, every name possibly bound
-        free, stores, deferred = _expression_names(stmt)
-        self.chunk.reads |= free - bound
-        self.chunk.may_bind |= stores
-        self.chunk.deferred |= deferred
+        _gather_names(stmt, bound, self.chunk.reads, self.chunk.may_bind, self.chunk.deferred)
         for node in ast.walk(stmt):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.chunk.may_bind.add(node.name)
@@ -542,6 +544,18 @@ def _expression_names(node: ast.AST) -> tuple[set[str], set[str], set[str]]:
     free: set[str] = set()
     stores: set[str] = set()
     deferred: set[str] = set()
+    _gather_names(node, _NOTHING_BOUND, free, stores, deferred)
+    return free, stores, deferred
+
+
+_NOTHING_BOUND: frozenset[str] = frozenset()
+
+
+def _gather_names(node: ast.AST, bound: set[str] | frozenset[str], free: set[str], stores: set[str],
+                  deferred: set[str]) -> None:
+    """:func:`_expression_names` added into the caller's sets (the flow's walk calls it for
+    every expression: no sets of its own to make and merge), leaving out of ``free`` the
+    names in ``bound``."""
     stack = [node]
     pop, push, extend = stack.pop, stack.append, stack.extend
     while stack:
@@ -549,7 +563,10 @@ def _expression_names(node: ast.AST) -> tuple[set[str], set[str], set[str]]:
         kind = type(current)
         # the classes most code is made of first, inline: this walk is much of the plan's time
         if kind is _Name:
-            (free if isinstance(current.ctx, _Load) else stores).add(current.id)
+            if type(current.ctx) is not _Load:
+                stores.add(current.id)
+            elif current.id not in bound:
+                free.add(current.id)
             continue
         if kind is _Attribute:
             push(current.value)
@@ -585,16 +602,15 @@ def _expression_names(node: ast.AST) -> tuple[set[str], set[str], set[str]]:
             continue
         if isinstance(current, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
             inner, comp_stores = _comprehension_names(current)
-            free |= inner
+            free |= inner - bound
             stores |= comp_stores
             continue
         if isinstance(current, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             inner, _ = _function_names(current)
-            free |= inner  # a lambda may run at once
+            free |= inner - bound  # a lambda may run at once
             deferred |= inner
             continue
         stack.extend(_children(current))
-    return free, stores, deferred
 
 
 def _comprehension_names(node) -> tuple[set[str], set[str]]:
@@ -671,7 +687,7 @@ def _function_names(node) -> tuple[set[str], set[str]]:
 # -- context ----------------------------------------------------------------------------------
 
 
-def _context_names(chunks: list[Chunk]) -> set[str]:
+def _context_names(chunks: list[Chunk], shaped: list[bool]) -> set[str]:
     """Names bound once, by a chunk without nnsight code, and never changed elsewhere
     (a setup chunk such as ``model.tokenizer.padding_side = "left"`` may change them)."""
     binders: dict[str, list[int]] = {}
@@ -685,7 +701,7 @@ def _context_names(chunks: list[Chunk]) -> set[str]:
     candidates = {
         name for name, where in binders.items()
         if (len(where) == 1 or _same_import(chunks, where, name))
-        and name not in global_names and all(_definition_shaped(chunks[i]) for i in where)
+        and name not in global_names and all(shaped[i] for i in where)
         and not set(where) & set(mutators.get(name, ()))
     }
     while True:
@@ -699,13 +715,13 @@ def _context_names(chunks: list[Chunk]) -> set[str]:
         candidates = context
 
 
-def _context(chunks: list[Chunk]) -> tuple[set[str], list[bool]]:
+def _context(chunks: list[Chunk], shaped: list[bool]) -> tuple[set[str], list[bool]]:
     """The context names, and which chunks are context: a name is context only if a context
     chunk binds it. (``from itertools import count, islice`` where ``count`` is bound again
     later binds a context name, ``islice``, but is not a context chunk itself: a window that
     reads ``islice`` then has no prelude chunk to take it from, so it is not context; and
     chunks that read it are then not context either, until nothing changes.)"""
-    context = _context_names(chunks)
+    context = _context_names(chunks, shaped)
     while True:
         is_context = [_is_context_chunk(chunk, context) for chunk in chunks]
         bound = set().union(*(c.may_bind for c, yes in zip(chunks, is_context) if yes))
@@ -780,25 +796,25 @@ def _link(chunks: list[Chunk], context: set[str], is_context: list[bool]) -> lis
     def union(i: int, j: int) -> None:
         parent[find(i)] = find(j)
 
+    # one pass in source order for the reads (only earlier bindings reach a read), which
+    # also lists the chunks binding each name; then the chunks with functions or globals
     binders: dict[str, list[int]] = {}
-    touchers: dict[str, list[int]] = {}
-    for index, chunk in enumerate(chunks):
-        if is_context[index]:
-            continue
-        for name in chunk.may_bind - context:
-            binders.setdefault(name, []).append(index)
-        for name in (chunk.names | chunk.may_bind) - context:
-            touchers.setdefault(name, []).append(index)
+    later: list[int] = []
     for index, chunk in enumerate(chunks):
         if is_context[index]:
             continue
         for name in chunk.reads - context:
             for binder in reversed(binders.get(name, ())):
-                if binder >= index:
-                    continue
                 union(index, binder)
                 if name in chunks[binder].definite:
                     break
+        for name in chunk.may_bind - context:
+            binders.setdefault(name, []).append(index)
+        if chunk.deferred or chunk.globals_:
+            later.append(index)
+    touchers = _touchers(chunks, context, is_context) if later else {}
+    for index in later:
+        chunk = chunks[index]
         # a function runs when it is called: every binding of what it reads counts
         for name in chunk.deferred - context:
             for binder in binders.get(name, ()):
@@ -807,6 +823,19 @@ def _link(chunks: list[Chunk], context: set[str], is_context: list[bool]) -> lis
             for toucher in touchers.get(name, ()):
                 union(index, toucher)
     return [find(i) for i in range(len(chunks))]
+
+
+def _touchers(chunks: list[Chunk], context: set[str], is_context: list[bool]) -> dict[str, list[int]]:
+    """The chunks (not context) that mention or bind each name some function declares
+    ``global``: only those names are looked up (listing every name was most of _link)."""
+    declared = set().union(*(c.globals_ for c, yes in zip(chunks, is_context) if not yes)) - context
+    touchers: dict[str, list[int]] = {}
+    if declared:
+        for index, chunk in enumerate(chunks):
+            if not is_context[index]:
+                for name in (chunk.names | chunk.may_bind) & declared:
+                    touchers.setdefault(name, []).append(index)
+    return touchers
 
 
 def _windows(chunks: list[Chunk], is_context: list[bool], groups: list[int], context: set[str]) -> list[Window]:
@@ -830,8 +859,9 @@ def _windows(chunks: list[Chunk], is_context: list[bool], groups: list[int], con
     setups = [i for i, c in enumerate(chunks) if is_context[i] and not c.may_bind]
     futures = [i for i, c in enumerate(chunks) if is_context[i] and _is_future_import(c)]
     windows = []
+    closures: dict[str, set[str]] = {}
     for first, last in merged:
-        needed = _needed_context(chunks[first:last + 1], chunks, binder_of, context)
+        needed = _needed_context(chunks[first:last + 1], chunks, binder_of, context, closures)
         prelude = set(futures)
         for name in needed:
             prelude.add(binder_of[name])
@@ -841,15 +871,36 @@ def _windows(chunks: list[Chunk], is_context: list[bool], groups: list[int], con
     return windows
 
 
-def _needed_context(window: list[Chunk], chunks: list[Chunk], binder_of: dict[str, int], context: set[str]) -> set[str]:
+def _needed_context(window: list[Chunk], chunks: list[Chunk], binder_of: dict[str, int], context: set[str],
+                    closures: dict[str, set[str]]) -> set[str]:
+    """The context names a window reads, and those their binders read, and so on."""
+    read: set[str] = set()
+    for chunk in window:
+        read |= chunk.names & context
+        read |= chunk.deferred & context
     needed: set[str] = set()
-    todo = set().union(*(c.names | c.deferred for c in window)) & context
+    for name in read:
+        if name not in needed:
+            closure = closures.get(name)
+            if closure is None:
+                closure = closures[name] = _context_closure(name, chunks, binder_of, context)
+            needed |= closure
+    return needed
+
+
+def _context_closure(name: str, chunks: list[Chunk], binder_of: dict[str, int], context: set[str]) -> set[str]:
+    """``name`` and the context names its binder reads, and those their binders read, ...
+    (the same for every window: worked out once per name)."""
+    needed: set[str] = set()
+    todo = {name}
     while todo:
         name = todo.pop()
         if name in needed:
             continue
         needed.add(name)
-        todo |= (chunks[binder_of[name]].names | chunks[binder_of[name]].deferred) & context
+        binder = chunks[binder_of[name]]
+        todo |= binder.names & context
+        todo |= binder.deferred & context
     return needed
 
 
