@@ -14,7 +14,7 @@ import math
 import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import libcst as cst
@@ -210,25 +210,21 @@ def _window_results(plan: windows.Plan, active: list[windows.Window], options: O
                     filename: str | None, cache: WindowCache | None, jobs: int) -> Iterator[_Placed | None]:
     """The results of the active windows placed in the file, in order (None: the windowed
     run must give up): computed as they are asked for, or, with ``jobs`` > 1 and enough
-    work, in groups of neighbouring windows, one process each. A window a process could
-    not finish (it raised, or the process died) is computed here when its turn comes, so
-    it fails as it would have without processes."""
+    work, shared out window by window between processes, each starting on a run of
+    neighbouring windows (forking.map_shared). A window a process could not finish (it
+    raised, or the process died) is computed here when its turn comes, so it fails as it
+    would have without processes."""
     groups = _groups(plan, active, jobs) if cache is None and forking.can_fork() else [active]
     if len(groups) < 2:
         yield from _placed_all(plan, active, options, filename, cache)
         return
-    finished = forking.map_forked(functools.partial(_finished, plan, options, filename), groups)
-    for group, results in zip(groups, finished):
-        done = results or []
-        yield from done
-        if done and done[-1] is None:
-            return  # the caller gives up here
-        yield from _placed_all(plan, group[len(done):], options, filename)
+    yield from forking.map_shared(functools.partial(_placed_all, plan, options=options, filename=filename), groups)
 
 
 def _groups(plan: windows.Plan, active: list[windows.Window], jobs: int) -> list[list[windows.Window]]:
     """At most ``jobs`` runs of neighbouring windows (neighbours share preludes) of about
-    equal size, each with at least _LINES_PER_PROCESS lines of window text."""
+    equal size, each with at least _LINES_PER_PROCESS lines of window text: where each
+    process starts."""
     sizes = [window.end - window.start for window in active]
     count = min(jobs, sum(sizes) // _LINES_PER_PROCESS)
     if count < 2:
@@ -242,23 +238,6 @@ def _groups(plan: windows.Plan, active: list[windows.Window], jobs: int) -> list
         groups[-1].append(window)
         filled += size
     return groups
-
-
-def _finished(plan: windows.Plan, options: Options, filename: str | None,
-              group: list[windows.Window]) -> list[_Placed | None]:
-    """Results of the group's windows, up to the first one that raises or gives up (a
-    process's task: what it could not finish is computed again where it will raise for
-    the caller). Equal values are made one object: the pickle sent back holds each once."""
-    results: list[_Placed | None] = []
-    same: dict = {}
-    try:
-        for result in _placed_all(plan, group, options, filename):
-            results.append(result if result is None else result.sharing(same))
-            if result is None:
-                break
-    except Exception:  # noqa: BLE001 - recomputed by the caller, where it raises
-        pass
-    return results
 
 
 @dataclass(frozen=True)
@@ -283,19 +262,16 @@ class _Placed:
     passes: tuple[str, ...]  # of its per-pass costs
     costs: tuple[int | float, ...]  # each pass's cost before, then after, field by field
 
-    def sharing(self, same: dict) -> _Placed:
-        """This with its values that repeat from window to window (the costs of most
-        windows are the same few) taken from ``same``, where new ones are added (costs
-        by their types too: an int and a float that are equal are not the same cost)."""
-        costs = same.setdefault((self.costs, tuple(map(type, self.costs))), self.costs)
-        return _Placed(self.code, self.findings, self.edits, same.setdefault(self.assumptions, self.assumptions),
-                       self.unreturned, self.introduced, same.setdefault(self.passes, self.passes), costs)
 
-
-def _placed_all(plan: windows.Plan, active: list[windows.Window], options: Options,
+def _placed_all(plan: windows.Plan, active: Iterable[windows.Window], options: Options,
                 filename: str | None, cache: WindowCache | None = None) -> Iterator[_Placed | None]:
-    for window, done in zip(active, _optimized(plan, active, options, filename, cache)):
-        yield _placed(plan, window, done)
+    """Each window's result in the file, each window taken when its result is asked for;
+    none after one that gives up (the caller gives up there)."""
+    for window, done in _optimized(plan, active, options, filename, cache):
+        placed = _placed(plan, window, done)
+        yield placed
+        if placed is None:
+            return
 
 
 def _placed(plan: windows.Plan, window: windows.Window, done: _Optimized) -> _Placed | None:
@@ -322,10 +298,10 @@ def _moved(finding: Finding, shift: int, floor: int) -> Finding:
                    finding.status, finding.safety, finding.reason)
 
 
-def _optimized(plan: windows.Plan, active: list[windows.Window], options: Options,
-               filename: str | None, cache: WindowCache | None = None) -> Iterator[_Optimized]:
-    """Each window's result, computed when asked for (a caller that stops early saves
-    the rest)."""
+def _optimized(plan: windows.Plan, active: Iterable[windows.Window], options: Options,
+               filename: str | None, cache: WindowCache | None = None) -> Iterator[tuple[windows.Window, _Optimized]]:
+    """Each window with its result, computed when asked for (a caller that stops early
+    saves the rest; the next window is taken only then)."""
     context: dict[int, Part] = {}  # context chunks parsed once, shared by the windows they open
     for window in active:
         text = plan.text(window.start, window.end)
@@ -340,7 +316,7 @@ def _optimized(plan: windows.Plan, active: list[windows.Window], options: Option
             done = _Optimized(result, tuple(edits))
             if cache is not None:
                 cache.put(module_text, options, done)
-        yield done
+        yield window, done
 
 
 def _window_module(plan: windows.Plan, window: windows.Window, text: str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,39 +22,97 @@ pytestmark = pytest.mark.skipif(not forking.can_fork(), reason="windows are fork
 LONG = dense_nnsight_script(700)  # two groups of windows of over 300 lines each
 
 
-def pid_of(item: int) -> tuple[int, int]:
-    return item, os.getpid()
+def pid_of(items):
+    """Each item with the process that computed it, slowly enough that both get some."""
+    for item in items:
+        time.sleep(0.002)
+        yield item, os.getpid()
 
 
-def test_items_after_the_first_run_in_children():
-    results = forking.map_forked(pid_of, [0, 1, 2])
-    assert [item for item, _ in results] == [0, 1, 2]
-    pids = [pid for _, pid in results]
-    assert pids[0] == os.getpid()
-    assert len(set(pids)) == 3
+def test_items_are_shared_with_a_child_and_come_out_in_order():
+    results = list(forking.map_shared(pid_of, [list(range(0, 50)), list(range(50, 100))]))
+    assert [item for item, _ in results] == list(range(100))
+    pids = {pid for _, pid in results}
+    assert os.getpid() in pids and len(pids) == 2
+    assert results[0][1] == os.getpid()  # this process starts at the front of the first group
+    assert results[50][1] != os.getpid()  # the child at the front of its own
 
 
-def die_unless_first(item: int) -> int:
-    if item != 0:
-        os._exit(3)  # a child killed outright (the OOM killer, a segfault)
-    return item
+def dying_after(count: int):
+    """Items squared; a child dies outright (the OOM killer, a segfault) after ``count``."""
+    parent = os.getpid()
+
+    def function(items):
+        done = 0
+        for item in items:
+            if os.getpid() != parent and done == count:
+                os._exit(3)
+            time.sleep(0.002)
+            done += 1
+            yield item * item
+
+    return function
 
 
-def test_a_child_that_dies_gives_none():
-    assert forking.map_forked(die_unless_first, [0, 1]) == [0, None]
+@pytest.mark.parametrize("count", [0, 1, 10])
+def test_the_items_of_a_child_that_dies_are_computed_here(count):
+    groups = [list(range(0, 40)), list(range(40, 80))]
+    assert list(forking.map_shared(dying_after(count), groups)) == [item * item for item in range(80)]
+
+
+def raising_in_child_on(bad: int):
+    parent = os.getpid()
+
+    def function(items):
+        for item in items:
+            if item == bad and os.getpid() != parent:
+                raise ValueError(item)
+            yield item
+
+    return function
+
+
+def test_an_item_a_child_raised_on_is_computed_here():
+    groups = [list(range(0, 30)), list(range(30, 60))]
+    assert list(forking.map_shared(raising_in_child_on(30), groups)) == list(range(60))
+
+
+def raising_on(bad: int):
+    def function(items):
+        for item in items:
+            if item == bad:
+                raise ValueError(item)
+            yield item
+
+    return function
+
+
+@pytest.mark.parametrize("bad", [5, 45])
+def test_an_error_surfaces_in_order(bad):
+    """Every item before the bad one comes out first, wherever it was computed."""
+    values = forking.map_shared(raising_on(bad), [list(range(0, 40)), list(range(40, 80))])
+    got = []
+    with pytest.raises(ValueError, match=str(bad)):
+        for value in values:
+            got.append(value)
+    assert got == list(range(bad))
+
+
+def test_one_group_stays_in_process():
+    assert list(forking.map_shared(pid_of, [[1, 2, 3]])) == [(item, os.getpid()) for item in (1, 2, 3)]
 
 
 @pytest.fixture
 def forks(monkeypatch):
-    """The groups handed to processes, per call of map_forked."""
+    """The groups handed to processes, per call of map_shared."""
     calls: list[list[int]] = []
-    original = forking.map_forked
+    original = forking.map_shared
 
-    def recording(function, items):
-        calls.append([len(item) for item in items])
-        return original(function, items)
+    def recording(function, groups):
+        calls.append([len(group) for group in groups])
+        return original(function, groups)
 
-    monkeypatch.setattr(forking, "map_forked", recording)
+    monkeypatch.setattr(forking, "map_shared", recording)
     return calls
 
 
@@ -130,3 +189,62 @@ def test_only_a_single_file_gets_the_jobs(tmp_path):
     seen.clear()
     batch.process(paths, {p: Options() for p in paths}, jobs=1, task=recording_jobs(seen))
     assert seen == [1, 1]
+
+
+@pytest.mark.parametrize("lines", [700, 1500])
+def test_shared_windows_give_the_result_of_one_process(lines, forks):
+    source = dense_nnsight_script(lines)
+    assert optimize(source, options=Options(jobs=2)) == optimize(source, options=Options(jobs=1))
+    assert len(forks) == 1
+
+
+def test_a_child_that_dies_part_way_leaves_its_windows_to_this_process(monkeypatch, forks):
+    """The child delivers some windows, then is killed: this process computes the rest."""
+    expected = optimize(LONG)
+    parent = os.getpid()
+    original = pipeline._placed
+    done = [0]
+
+    def placed(plan, window, optimized):
+        if os.getpid() != parent:
+            if done[0] == 5:
+                os._exit(3)
+            done[0] += 1
+        return original(plan, window, optimized)
+
+    monkeypatch.setattr(pipeline, "_placed", placed)
+    assert optimize(LONG, options=Options(jobs=2)) == expected
+    assert len(forks) == 1
+
+
+def test_a_window_that_gives_up_in_a_child_gives_up_the_windows(monkeypatch):
+    """_placed's None (a pass changed the shared context) ends the windowed run wherever
+    it was computed: the whole module runs instead, as in one process."""
+    original = pipeline._placed
+
+    def placed(plan, window, optimized):
+        if MARKER in plan.text(window.start, window.end):
+            return None
+        return original(plan, window, optimized)
+
+    monkeypatch.setattr(pipeline, "_placed", placed)
+    whole = []
+    run_module = pipeline._run_module
+
+    def recording(source, options, filename=None, module=None, **keywords):
+        if module is None and len(source) == len(LONG):
+            whole.append(source)
+        return run_module(source, options, filename, module, **keywords)
+
+    monkeypatch.setattr(pipeline, "_run_module", recording)
+    alone = optimize(LONG, options=Options(jobs=1))
+    assert len(whole) == 1
+    assert optimize(LONG, options=Options(jobs=2)) == alone
+    assert len(whole) == 2
+
+
+def test_a_window_a_child_raises_on_is_computed_here(monkeypatch, forks):
+    expected = optimize(LONG)
+    monkeypatch.setattr(pipeline, "_run_module", failing_on(MARKER, ValueError, only_in_child=True))
+    assert optimize(LONG, options=Options(jobs=2)) == expected
+    assert len(forks) == 1
