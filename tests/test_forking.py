@@ -19,7 +19,7 @@ from ndif_opt.options import Options  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not forking.can_fork(), reason="windows are forked on Linux only")
 
-LONG = dense_nnsight_script(700)  # two groups of windows of over 300 lines each
+LONG = dense_nnsight_script(700)  # windows enough for two processes, many times over
 
 
 def pid_of(items):
@@ -126,8 +126,13 @@ def test_jobs_two_gives_the_result_of_one_process(forks):
 
 
 def test_a_short_file_is_not_split(forks):
-    optimize(dense_nnsight_script(200), options=Options(jobs=2))
+    optimize(dense_nnsight_script(100), options=Options(jobs=2))  # under 120 lines of windows
     assert forks == []
+
+
+def test_a_200_line_file_is_split(forks):
+    optimize(dense_nnsight_script(200), options=Options(jobs=2))
+    assert len(forks) == 1
 
 
 def test_an_editor_cache_keeps_the_windows_in_process(forks):
