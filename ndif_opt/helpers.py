@@ -218,17 +218,25 @@ def with_flag_parameter(helper: RemoteHelper) -> cst.FunctionDef:
             existing[-1] = existing[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         params = params.with_changes(params=[*existing, param])
     targets = {id(b.node) for b in helper.blocks}
+    return helper.func.with_changes(params=params).visit(_FlagInBlocks(targets, name))
 
-    class Flag(cst.CSTTransformer):
-        def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
-            if id(original) not in targets:
-                return updated
-            item = updated.items[0]
-            call = item.item
-            args = [
-                a.with_changes(value=cst.Name(name)) if a.keyword is not None and a.keyword.value == "remote" else a
-                for a in call.args
-            ]
-            return updated.with_changes(items=[item.with_changes(item=call.with_changes(args=args))])
 
-    return helper.func.with_changes(params=params).visit(Flag())
+class _FlagInBlocks(cst.CSTTransformer):
+    """Sets ``remote=<name>`` in the target blocks (a class per call would be a reference
+    cycle each time, left to the garbage collector)."""
+
+    def __init__(self, targets: set[int], name: str) -> None:
+        super().__init__()
+        self.targets = targets
+        self.name = name
+
+    def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
+        if id(original) not in self.targets:
+            return updated
+        item = updated.items[0]
+        call = item.item
+        args = [
+            a.with_changes(value=cst.Name(self.name)) if a.keyword is not None and a.keyword.value == "remote" else a
+            for a in call.args
+        ]
+        return updated.with_changes(items=[item.with_changes(item=call.with_changes(args=args))])
