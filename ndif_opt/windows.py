@@ -190,12 +190,18 @@ def _chunks(lines: tuple[str, ...], tree: ast.Module) -> list[Chunk] | None:
 
 
 def _describe(chunk: Chunk) -> None:
-    flow = _Flow(chunk)
+    """The flow's walk also gathers what :func:`_uses` needs from the statements and
+    expressions it knows; it leaves the rest on _uses's stacks (one walk instead of two
+    over most of the code)."""
+    stacks: dict[tuple[bool, bool], list[ast.AST]] = {
+        (False, False): [], (True, False): [], (False, True): [], (True, True): [],
+    }
+    flow = _Flow(chunk, stacks)
     bound: set[str] = set()
     for stmt in chunk.statements:
         bound = flow.statement(stmt, bound)
     chunk.definite = bound
-    _uses(chunk)
+    _empty_stacks(chunk, stacks)
 
 
 _AST = ast.AST
@@ -249,6 +255,10 @@ def _uses(chunk: Chunk) -> None:
     stacks: dict[tuple[bool, bool], list[ast.AST]] = {
         (False, False): list(chunk.statements), (True, False): [], (False, True): [], (True, True): [],
     }
+    _empty_stacks(chunk, stacks)
+
+
+def _empty_stacks(chunk: Chunk, stacks: dict[tuple[bool, bool], list[ast.AST]]) -> None:
     while any(stacks.values()):
         for (inside, in_body), stack in stacks.items():
             if stack:
@@ -406,23 +416,40 @@ def _block_call(node: ast.AST) -> bool:
 
 
 class _Flow:
-    """Names read before being bound, in execution order, through one chunk."""
+    """Names read before being bound, in execution order, through one chunk; on the way,
+    what :func:`_uses` gathers from the same top-level code. What is not top-level code
+    (function and class definitions) or is rare goes on _uses's stacks instead, with the
+    flag saying whether it is inside an nnsight block."""
 
-    def __init__(self, chunk: Chunk) -> None:
+    def __init__(self, chunk: Chunk, stacks: dict[tuple[bool, bool], list[ast.AST]]) -> None:
         self.chunk = chunk
+        self.stacks = stacks
+        self.inside = False  # in the body of a `with` opening an nnsight block
 
     def read(self, node: ast.AST | None, bound: set[str]) -> None:
+        """Top-level code read now: for the flow and for _uses."""
         if node is not None:  # (walrus targets are bound)
+            _gather_names_and_uses(node, bound, self.chunk, self.inside, self.stacks[self.inside, False])
+
+    def read_only(self, node: ast.AST | None, bound: set[str]) -> None:
+        """For the flow only (_uses walks the statement itself, as a body that runs later)."""
+        if node is not None:
             _gather_names(node, bound, self.chunk.reads, self.chunk.may_bind, self.chunk.deferred)
+
+    def later(self, node: ast.AST) -> None:
+        """Leave ``node`` to _uses."""
+        self.stacks[self.inside, False].append(node)
 
     def bind(self, target: ast.AST, bound: set[str], definite: bool = True) -> set[str]:
         names = set()
         for element in _flatten(target):
-            if isinstance(element, ast.Name):
+            if type(element) is _Name:
                 names.add(element.id)
             else:  # x.a = ..., x[i] = ...: reads x (and what the index reads)
                 self.read(element, bound)
         self.chunk.may_bind |= names
+        self.chunk.names |= names  # (what _uses gathers from a name bound)
+        self.chunk.escaping |= names
         return bound | names if definite else bound
 
     def body(self, statements: list[ast.stmt], bound: set[str]) -> set[str]:
@@ -435,15 +462,22 @@ class _Flow:
             self.read(stmt.value, bound)
             for target in stmt.targets:
                 bound = self.bind(target, bound)
+                if type(target) is not _Name:
+                    _stored_into(self.chunk, target, self.inside)
             return bound
         if isinstance(stmt, ast.AugAssign):
             self.read(stmt.value, bound)
             self.read(_as_load(stmt.target), bound)
+            _stored_into(self.chunk, stmt.target, self.inside)
             return self.bind(stmt.target, bound)
         if isinstance(stmt, ast.AnnAssign):
             self.read(stmt.value, bound)
             self.read(stmt.annotation, bound)
-            return self.bind(stmt.target, bound) if stmt.value is not None else bound
+            _stored_into(self.chunk, stmt.target, self.inside)
+            if stmt.value is None:
+                self.later(stmt.target)  # not bound: only _uses looks at it
+                return bound
+            return self.bind(stmt.target, bound)
         if isinstance(stmt, (ast.For, ast.AsyncFor)):
             self.read(stmt.iter, bound)
             inner = self.bind(stmt.target, bound)
@@ -463,15 +497,21 @@ class _Flow:
                 self.read(item.context_expr, bound)
                 if item.optional_vars is not None:
                     bound = self.bind(item.optional_vars, bound)
-            return self.body(stmt.body, bound)
+            outside = self.inside
+            if not outside and any(_block_call(item.context_expr) for item in stmt.items):
+                self.inside = True
+            bound = self.body(stmt.body, bound)
+            self.inside = outside
+            return bound
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            self.later(stmt)
             for decorator in stmt.decorator_list:
-                self.read(decorator, bound)
+                self.read_only(decorator, bound)
             if isinstance(stmt, ast.ClassDef):
                 for base in [*stmt.bases, *(k.value for k in stmt.keywords)]:
-                    self.read(base, bound)
+                    self.read_only(base, bound)
             else:
-                self.read(_defaults(stmt.args), bound)
+                self.read_only(_defaults(stmt.args), bound)
             free, globals_ = _function_names(stmt)
             if stmt in self.chunk.statements and isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) \
                     and not stmt.decorator_list:
@@ -489,6 +529,7 @@ class _Flow:
                 origin = alias.name if isinstance(stmt, ast.Import) else f"{'.' * stmt.level}{stmt.module}:{alias.name}"
                 self.chunk.imports[name] = origin if alias.asname or isinstance(stmt, ast.ImportFrom) else name
             self.chunk.may_bind |= names
+            self.chunk.names |= names  # (what _uses gathers from an import)
             return bound | names
         if isinstance(stmt, (ast.Expr, ast.Return, ast.Raise, ast.Assert)):
             for child in _children(stmt):
@@ -497,6 +538,7 @@ class _Flow:
         if isinstance(stmt, (ast.Pass, ast.Break, ast.Continue)):
             return bound
         # try, match, del, global, ...: every name read, every name possibly bound
+        self.later(stmt)
         _gather_names(stmt, bound, self.chunk.reads, self.chunk.may_bind, self.chunk.deferred)
         for node in ast.walk(stmt):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -611,6 +653,68 @@ def _gather_names(node: ast.AST, bound: set[str] | frozenset[str], free: set[str
             deferred |= inner
             continue
         stack.extend(_children(current))
+
+
+#: The node classes that either walk looks at, beyond names and calls: _gather_names_and_uses
+#: leaves them to the two walks (comprehensions, lambdas, `:=`: rare in top-level code).
+_EITHER_KINDS = (_NAME_KINDS | _USES_KINDS) - {ast.Name, ast.Call}
+
+
+def _gather_names_and_uses(node: ast.AST, bound: set[str], chunk: Chunk, inside: bool,
+                           uses_stack: list[ast.AST]) -> None:
+    """:func:`_gather_names` into the chunk's reads, and what :func:`_walk_uses` gathers,
+    in one walk over an expression of top-level code (``inside`` an nnsight block or not).
+    Subtrees of :data:`_EITHER_KINDS` go to both walks: to _gather_names now, and on
+    ``uses_stack`` for _uses."""
+    free, stores, deferred = chunk.reads, chunk.may_bind, chunk.deferred
+    names, escaping, called = chunk.names, chunk.escaping, chunk.called
+    stack = [node]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack:
+        current = pop()
+        kind = type(current)
+        if kind is _Name:
+            name = current.id
+            names.add(name)
+            escaping.add(name)
+            if type(current.ctx) is not _Load:
+                stores.add(name)
+            elif name not in bound:
+                free.add(name)
+        elif kind is _Attribute:
+            push(current.value)
+        elif kind is _Constant:
+            pass
+        elif kind is _Call:
+            func = current.func
+            if type(func) is _Name:  # called from top-level code: not escaping
+                name = func.id
+                names.add(name)
+                called.add(name)
+                if name not in bound:
+                    free.add(name)
+            else:
+                if type(func) is _Attribute:
+                    _method_call(chunk, current, inside)
+                push(func)
+            extend(current.args)
+            for keyword in current.keywords:
+                push(keyword.value)
+        elif kind is _Subscript:
+            push(current.value)
+            push(current.slice)
+        elif kind is _Tuple:
+            extend(current.elts)
+        elif kind is _UnaryOp:
+            push(current.operand)
+        elif kind is _BinOp:
+            push(current.left)
+            push(current.right)
+        elif kind in _EITHER_KINDS:
+            _gather_names(current, bound, free, stores, deferred)
+            uses_stack.append(current)
+        else:  # most other nodes: only their children matter to either walk
+            extend(_children(current))
 
 
 def _comprehension_names(node) -> tuple[set[str], set[str]]:
