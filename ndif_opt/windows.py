@@ -209,6 +209,7 @@ _AST = ast.AST
 _Name, _Attribute, _Call, _Constant, _Subscript, _keyword, _Assign, _Load = (
     ast.Name, ast.Attribute, ast.Call, ast.Constant, ast.Subscript, ast.keyword, ast.Assign, ast.Load)
 _Expr, _Tuple, _UnaryOp, _BinOp, _withitem, _For = ast.Expr, ast.Tuple, ast.UnaryOp, ast.BinOp, ast.withitem, ast.For
+_With = ast.With
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}  # node class -> the fields that may hold nodes
 # fields that never hold a node, in any class (identifiers, numbers, flags), a name's context
 # and the operator of an operation (empty nodes that no walk here looks at)
@@ -327,13 +328,19 @@ def _walk_uses(chunk: Chunk, stack: list[ast.AST], inside: bool, in_body: bool,
             extend(_children(current))
 
 
+#: The methods whose calls tell _method_call something (and those ending in ``_``).
+_TELLING_METHODS = BLOCK_METHODS | SAVE_METHODS | MUTATING_METHODS
+
+
 def _method_call(chunk: Chunk, call: ast.Call, inside: bool) -> None:
     """``x.trace(...)``, ``x.save()``, ``x.append(...)``: what a method call tells :func:`_uses`."""
     method = call.func.attr
-    root = _root(call.func.value)
     opens_block = method in BLOCK_METHODS
     if opens_block or method in SAVE_METHODS:
         chunk.active = True
+    elif method not in MUTATING_METHODS and not method.endswith("_"):
+        return  # (most calls: no need for the receiver's root)
+    root = _root(call.func.value)
     if root and opens_block:
         chunk.receivers.add(root)
     if root and (method in MUTATING_METHODS or method.endswith("_")):
@@ -457,13 +464,27 @@ class _Flow:
             bound = self.statement(stmt, bound)
         return bound
 
+    def bind_name(self, name: str, bound: set[str]) -> set[str]:
+        """:meth:`bind` of a plain name (most targets)."""
+        chunk = self.chunk
+        chunk.may_bind.add(name)
+        chunk.names.add(name)
+        chunk.escaping.add(name)
+        return bound | {name}
+
     def statement(self, stmt: ast.stmt, bound: set[str]) -> set[str]:  # noqa: C901 - one case per statement kind
-        if isinstance(stmt, ast.Assign):
+        kind = type(stmt)
+        if kind is _Assign:
             self.read(stmt.value, bound)
             for target in stmt.targets:
-                bound = self.bind(target, bound)
-                if type(target) is not _Name:
+                if type(target) is _Name:
+                    bound = self.bind_name(target.id, bound)
+                else:
+                    bound = self.bind(target, bound)
                     _stored_into(self.chunk, target, self.inside)
+            return bound
+        if kind is _Expr:
+            self.read(stmt.value, bound)
             return bound
         if isinstance(stmt, ast.AugAssign):
             self.read(stmt.value, bound)
@@ -478,9 +499,10 @@ class _Flow:
                 self.later(stmt.target)  # not bound: only _uses looks at it
                 return bound
             return self.bind(stmt.target, bound)
-        if isinstance(stmt, (ast.For, ast.AsyncFor)):
+        if kind is _For or kind is ast.AsyncFor:
             self.read(stmt.iter, bound)
-            inner = self.bind(stmt.target, bound)
+            target = stmt.target
+            inner = self.bind_name(target.id, bound) if type(target) is _Name else self.bind(target, bound)
             self.body(stmt.body, inner)
             self.body(stmt.orelse, bound)
             return bound  # the loop may not run
@@ -492,11 +514,12 @@ class _Flow:
         if isinstance(stmt, ast.If):
             self.read(stmt.test, bound)
             return self.body(stmt.body, bound) & self.body(stmt.orelse, bound)
-        if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        if kind is _With or kind is ast.AsyncWith:
             for item in stmt.items:
                 self.read(item.context_expr, bound)
-                if item.optional_vars is not None:
-                    bound = self.bind(item.optional_vars, bound)
+                target = item.optional_vars
+                if target is not None:
+                    bound = self.bind_name(target.id, bound) if type(target) is _Name else self.bind(target, bound)
             outside = self.inside
             if not outside and any(_block_call(item.context_expr) for item in stmt.items):
                 self.inside = True
@@ -568,9 +591,11 @@ def _flatten(target: ast.AST):
 
 
 def _root(node: ast.AST) -> str | None:
-    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
-        node = node.func if isinstance(node, ast.Call) else node.value
-    return node.id if isinstance(node, ast.Name) else None
+    kind = type(node)
+    while kind is _Attribute or kind is _Subscript or kind is _Call:
+        node = node.func if kind is _Call else node.value
+        kind = type(node)
+    return node.id if kind is _Name else None
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
@@ -673,6 +698,9 @@ def _gather_names_and_uses(node: ast.AST, bound: set[str], chunk: Chunk, inside:
     while stack:
         current = pop()
         kind = type(current)
+        while kind is _Attribute:  # (only its object matters to either walk)
+            current = current.value
+            kind = type(current)
         if kind is _Name:
             name = current.id
             names.add(name)
@@ -681,8 +709,6 @@ def _gather_names_and_uses(node: ast.AST, bound: set[str], chunk: Chunk, inside:
                 stores.add(name)
             elif name not in bound:
                 free.add(name)
-        elif kind is _Attribute:
-            push(current.value)
         elif kind is _Constant:
             pass
         elif kind is _Call:
@@ -693,9 +719,12 @@ def _gather_names_and_uses(node: ast.AST, bound: set[str], chunk: Chunk, inside:
                 called.add(name)
                 if name not in bound:
                     free.add(name)
-            else:
-                if type(func) is _Attribute:
+            elif type(func) is _Attribute:
+                method = func.attr
+                if method in _TELLING_METHODS or method.endswith("_"):
                     _method_call(chunk, current, inside)
+                push(func.value)
+            else:
                 push(func)
             extend(current.args)
             for keyword in current.keywords:
