@@ -201,7 +201,8 @@ def _describe(chunk: Chunk) -> None:
     for stmt in chunk.statements:
         bound = flow.statement(stmt, bound)
     chunk.definite = bound
-    _empty_stacks(chunk, stacks)
+    if stacks[False, False] or stacks[True, False]:  # (the flow leaves nothing else)
+        _empty_stacks(chunk, stacks)
 
 
 _AST = ast.AST
@@ -209,7 +210,7 @@ _AST = ast.AST
 _Name, _Attribute, _Call, _Constant, _Subscript, _keyword, _Assign, _Load = (
     ast.Name, ast.Attribute, ast.Call, ast.Constant, ast.Subscript, ast.keyword, ast.Assign, ast.Load)
 _Expr, _Tuple, _UnaryOp, _BinOp, _withitem, _For = ast.Expr, ast.Tuple, ast.UnaryOp, ast.BinOp, ast.withitem, ast.For
-_With = ast.With
+_With, _Dict = ast.With, ast.Dict
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}  # node class -> the fields that may hold nodes
 # fields that never hold a node, in any class (identifiers, numbers, flags), a name's context
 # and the operator of an operation (empty nodes that no walk here looks at)
@@ -432,11 +433,12 @@ class _Flow:
         self.chunk = chunk
         self.stacks = stacks
         self.inside = False  # in the body of a `with` opening an nnsight block
+        self.later_stack = stacks[False, False]  # where _uses is to find what the flow leaves it
 
     def read(self, node: ast.AST | None, bound: set[str]) -> None:
         """Top-level code read now: for the flow and for _uses."""
         if node is not None:  # (walrus targets are bound)
-            _gather_names_and_uses(node, bound, self.chunk, self.inside, self.stacks[self.inside, False])
+            _gather_names_and_uses(node, bound, self.chunk, self.inside, self.later_stack)
 
     def read_only(self, node: ast.AST | None, bound: set[str]) -> None:
         """For the flow only (_uses walks the statement itself, as a body that runs later)."""
@@ -445,7 +447,7 @@ class _Flow:
 
     def later(self, node: ast.AST) -> None:
         """Leave ``node`` to _uses."""
-        self.stacks[self.inside, False].append(node)
+        self.later_stack.append(node)
 
     def bind(self, target: ast.AST, bound: set[str], definite: bool = True) -> set[str]:
         names = set()
@@ -475,7 +477,7 @@ class _Flow:
     def statement(self, stmt: ast.stmt, bound: set[str]) -> set[str]:  # noqa: C901 - one case per statement kind
         kind = type(stmt)
         if kind is _Assign:
-            self.read(stmt.value, bound)
+            _gather_names_and_uses(stmt.value, bound, self.chunk, self.inside, self.later_stack)
             for target in stmt.targets:
                 if type(target) is _Name:
                     bound = self.bind_name(target.id, bound)
@@ -484,7 +486,7 @@ class _Flow:
                     _stored_into(self.chunk, target, self.inside)
             return bound
         if kind is _Expr:
-            self.read(stmt.value, bound)
+            _gather_names_and_uses(stmt.value, bound, self.chunk, self.inside, self.later_stack)
             return bound
         if isinstance(stmt, ast.AugAssign):
             self.read(stmt.value, bound)
@@ -520,11 +522,11 @@ class _Flow:
                 target = item.optional_vars
                 if target is not None:
                     bound = self.bind_name(target.id, bound) if type(target) is _Name else self.bind(target, bound)
-            outside = self.inside
-            if not outside and any(_block_call(item.context_expr) for item in stmt.items):
-                self.inside = True
+            if self.inside or not any(_block_call(item.context_expr) for item in stmt.items):
+                return self.body(stmt.body, bound)
+            self.inside, self.later_stack = True, self.stacks[True, False]
             bound = self.body(stmt.body, bound)
-            self.inside = outside
+            self.inside, self.later_stack = False, self.stacks[False, False]
             return bound
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             self.later(stmt)
@@ -739,6 +741,9 @@ def _gather_names_and_uses(node: ast.AST, bound: set[str], chunk: Chunk, inside:
         elif kind is _BinOp:
             push(current.left)
             push(current.right)
+        elif kind is _Dict:
+            extend(current.values)
+            extend([key for key in current.keys if key is not None])  # (None: a `**mapping`)
         elif kind in _EITHER_KINDS:
             _gather_names(current, bound, free, stores, deferred)
             uses_stack.append(current)
