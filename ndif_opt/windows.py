@@ -474,6 +474,24 @@ class _Flow:
         chunk.escaping.add(name)
         return bound | {name}
 
+    def with_statement(self, stmt: ast.With | ast.AsyncWith, bound: set[str]) -> set[str]:
+        """Its items in order, then its body: inside an nnsight block if an item opens one."""
+        opens_block = False
+        for item in stmt.items:
+            expr = item.context_expr
+            _gather_names_and_uses(expr, bound, self.chunk, self.inside, self.later_stack)
+            if type(expr) is _Call and type(expr.func) is _Attribute and expr.func.attr in BLOCK_METHODS:
+                opens_block = True  # (what _block_call says)
+            target = item.optional_vars
+            if target is not None:
+                bound = self.bind_name(target.id, bound) if type(target) is _Name else self.bind(target, bound)
+        if self.inside or not opens_block:
+            return self.body(stmt.body, bound)
+        self.inside, self.later_stack = True, self.stacks[True, False]
+        bound = self.body(stmt.body, bound)
+        self.inside, self.later_stack = False, self.stacks[False, False]
+        return bound
+
     def statement(self, stmt: ast.stmt, bound: set[str]) -> set[str]:  # noqa: C901 - one case per statement kind
         kind = type(stmt)
         if kind is _Assign:
@@ -488,6 +506,8 @@ class _Flow:
         if kind is _Expr:
             _gather_names_and_uses(stmt.value, bound, self.chunk, self.inside, self.later_stack)
             return bound
+        if kind is _With:
+            return self.with_statement(stmt, bound)
         if isinstance(stmt, ast.AugAssign):
             self.read(stmt.value, bound)
             self.read(_as_load(stmt.target), bound)
@@ -516,18 +536,8 @@ class _Flow:
         if isinstance(stmt, ast.If):
             self.read(stmt.test, bound)
             return self.body(stmt.body, bound) & self.body(stmt.orelse, bound)
-        if kind is _With or kind is ast.AsyncWith:
-            for item in stmt.items:
-                self.read(item.context_expr, bound)
-                target = item.optional_vars
-                if target is not None:
-                    bound = self.bind_name(target.id, bound) if type(target) is _Name else self.bind(target, bound)
-            if self.inside or not any(_block_call(item.context_expr) for item in stmt.items):
-                return self.body(stmt.body, bound)
-            self.inside, self.later_stack = True, self.stacks[True, False]
-            bound = self.body(stmt.body, bound)
-            self.inside, self.later_stack = False, self.stacks[False, False]
-            return bound
+        if kind is ast.AsyncWith:
+            return self.with_statement(stmt, bound)
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             self.later(stmt)
             for decorator in stmt.decorator_list:
@@ -888,7 +898,9 @@ def _definition_shaped(chunk: Chunk) -> bool:
             continue
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            if all(isinstance(e, ast.Name) for t in targets for e in _flatten(t)) and not chunk.active:
+            if not chunk.active and all(
+                type(t) is _Name or all(isinstance(e, ast.Name) for e in _flatten(t)) for t in targets
+            ):
                 continue
         return False
     return True
