@@ -193,16 +193,15 @@ def _describe(chunk: Chunk) -> None:
     """The flow's walk also gathers what :func:`_uses` needs from the statements and
     expressions it knows; it leaves the rest on _uses's stacks (one walk instead of two
     over most of the code)."""
-    stacks: dict[tuple[bool, bool], list[ast.AST]] = {
-        (False, False): [], (True, False): [], (False, True): [], (True, True): [],
-    }
-    flow = _Flow(chunk, stacks)
+    flow = _Flow(chunk)
     bound: set[str] = set()
     for stmt in chunk.statements:
         bound = flow.statement(stmt, bound)
     chunk.definite = bound
-    if stacks[False, False] or stacks[True, False]:  # (the flow leaves nothing else)
-        _empty_stacks(chunk, stacks)
+    if flow.outside_later or flow.inside_later:
+        _empty_stacks(chunk, {
+            (False, False): flow.outside_later, (True, False): flow.inside_later, (False, True): [], (True, True): [],
+        })
 
 
 _AST = ast.AST
@@ -429,11 +428,13 @@ class _Flow:
     (function and class definitions) or is rare goes on _uses's stacks instead, with the
     flag saying whether it is inside an nnsight block."""
 
-    def __init__(self, chunk: Chunk, stacks: dict[tuple[bool, bool], list[ast.AST]]) -> None:
+    def __init__(self, chunk: Chunk) -> None:
         self.chunk = chunk
-        self.stacks = stacks
         self.inside = False  # in the body of a `with` opening an nnsight block
-        self.later_stack = stacks[False, False]  # where _uses is to find what the flow leaves it
+        # what the flow leaves to _uses, outside and inside nnsight blocks (top-level code)
+        self.outside_later: list[ast.AST] = []
+        self.inside_later: list[ast.AST] = []
+        self.later_stack = self.outside_later  # the one of the code being walked
 
     def read(self, node: ast.AST | None, bound: set[str]) -> None:
         """Top-level code read now: for the flow and for _uses."""
@@ -472,7 +473,7 @@ class _Flow:
         chunk.may_bind.add(name)
         chunk.names.add(name)
         chunk.escaping.add(name)
-        return bound | {name}
+        return bound if name in bound else bound | {name}  # (the flow never changes a bound set)
 
     def with_statement(self, stmt: ast.With | ast.AsyncWith, bound: set[str]) -> set[str]:
         """Its items in order, then its body: inside an nnsight block if an item opens one."""
@@ -487,9 +488,9 @@ class _Flow:
                 bound = self.bind_name(target.id, bound) if type(target) is _Name else self.bind(target, bound)
         if self.inside or not opens_block:
             return self.body(stmt.body, bound)
-        self.inside, self.later_stack = True, self.stacks[True, False]
+        self.inside, self.later_stack = True, self.inside_later
         bound = self.body(stmt.body, bound)
-        self.inside, self.later_stack = False, self.stacks[False, False]
+        self.inside, self.later_stack = False, self.outside_later
         return bound
 
     def statement(self, stmt: ast.stmt, bound: set[str]) -> set[str]:  # noqa: C901 - one case per statement kind
