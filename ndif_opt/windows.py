@@ -190,8 +190,8 @@ def _chunks(lines: tuple[str, ...], tree: ast.Module) -> list[Chunk] | None:
 
 
 def _describe(chunk: Chunk) -> None:
-    """The flow's walk also gathers what :func:`_uses` needs from the statements and
-    expressions it knows; it leaves the rest on _uses's stacks (one walk instead of two
+    """The flow's walk also gathers what the uses walk (:func:`_empty_stacks`) needs from the statements and
+    expressions it knows; it leaves the rest on the uses walk's stacks (one walk instead of two
     over most of the code)."""
     flow = _Flow(chunk)
     bound: set[str] = set()
@@ -238,7 +238,7 @@ def _children(node: ast.AST) -> list[ast.AST]:
     return found
 
 
-#: The node classes _uses looks at (ast makes no subclasses of them); it only walks through others.
+#: The node classes the uses walk looks at (ast makes no subclasses of them); it only walks through others.
 _USES_KINDS = frozenset({
     ast.Name, ast.Call, ast.With, ast.AsyncWith, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
     ast.arg, ast.alias, ast.Global, ast.Nonlocal, ast.ExceptHandler, ast.Assign, ast.AugAssign,
@@ -246,20 +246,13 @@ _USES_KINDS = frozenset({
 })
 
 
-def _uses(chunk: Chunk) -> None:
-    """One walk over the chunk for what the flow does not say: every name it mentions,
-    the receivers of model methods, what it changes in place (inside nnsight blocks or
-    not), and which names it calls directly from top-level code (any other use of a
-    name, including a call from a function body or a generator, lets it escape)."""
-    # the nodes still to look at, by (inside an nnsight block, in a body that runs later):
-    # what the walk gathers are sets, so the order it looks in does not matter
-    stacks: dict[tuple[bool, bool], list[ast.AST]] = {
-        (False, False): list(chunk.statements), (True, False): [], (False, True): [], (True, True): [],
-    }
-    _empty_stacks(chunk, stacks)
-
-
 def _empty_stacks(chunk: Chunk, stacks: dict[tuple[bool, bool], list[ast.AST]]) -> None:
+    """The uses walk over what the flow left: every name the code mentions, the receivers
+    of model methods, what it changes in place (inside nnsight blocks or not), and which
+    names it calls directly from top-level code (any other use of a name, including a
+    call from a function body or a generator, lets it escape). The stacks are keyed by
+    (inside an nnsight block, in a body that runs later); what the walk gathers are sets,
+    so the order it looks in does not matter."""
     while any(stacks.values()):
         for (inside, in_body), stack in stacks.items():
             if stack:
@@ -268,7 +261,7 @@ def _empty_stacks(chunk: Chunk, stacks: dict[tuple[bool, bool], list[ast.AST]]) 
 
 def _walk_uses(chunk: Chunk, stack: list[ast.AST], inside: bool, in_body: bool,
                stacks: dict[tuple[bool, bool], list[ast.AST]]) -> None:
-    """Empty one stack of :func:`_uses`. The node classes most code is made of are handled
+    """Empty one stack of the uses walk (:func:`_empty_stacks`). The node classes most code is made of are handled
     here, inline (most of the plan's time is this walk); the rarer classes of
     :data:`_USES_KINDS` by :func:`_use`, and every other class by listing its children."""
     names, escaping = chunk.names, chunk.escaping
@@ -333,7 +326,7 @@ _TELLING_METHODS = BLOCK_METHODS | SAVE_METHODS | MUTATING_METHODS
 
 
 def _method_call(chunk: Chunk, call: ast.Call, inside: bool) -> None:
-    """``x.trace(...)``, ``x.save()``, ``x.append(...)``: what a method call tells :func:`_uses`."""
+    """``x.trace(...)``, ``x.save()``, ``x.append(...)``: what a method call tells the uses walk (:func:`_empty_stacks`)."""
     method = call.func.attr
     opens_block = method in BLOCK_METHODS
     if opens_block or method in SAVE_METHODS:
@@ -357,7 +350,7 @@ def _stored_into(chunk: Chunk, target: ast.AST, inside: bool) -> None:
 
 def _use(chunk: Chunk, current: ast.AST, inside: bool, in_body: bool,
          stacks: dict[tuple[bool, bool], list[ast.AST]]) -> None:
-    """What one node of :data:`_USES_KINDS` tells :func:`_uses`; its children to look at
+    """What one node of :data:`_USES_KINDS` tells the uses walk (:func:`_empty_stacks`); its children to look at
     go on the stack of their flags."""
     if isinstance(current, ast.Name):
         chunk.names.add(current.id)
@@ -424,30 +417,30 @@ def _block_call(node: ast.AST) -> bool:
 
 class _Flow:
     """Names read before being bound, in execution order, through one chunk; on the way,
-    what :func:`_uses` gathers from the same top-level code. What is not top-level code
-    (function and class definitions) or is rare goes on _uses's stacks instead, with the
+    what the uses walk (:func:`_empty_stacks`) gathers from the same top-level code. What is not top-level code
+    (function and class definitions) or is rare goes on the uses walk's stacks instead, with the
     flag saying whether it is inside an nnsight block."""
 
     def __init__(self, chunk: Chunk) -> None:
         self.chunk = chunk
         self.inside = False  # in the body of a `with` opening an nnsight block
-        # what the flow leaves to _uses, outside and inside nnsight blocks (top-level code)
+        # what the flow leaves to the uses walk, outside and inside nnsight blocks (top-level code)
         self.outside_later: list[ast.AST] = []
         self.inside_later: list[ast.AST] = []
         self.later_stack = self.outside_later  # the one of the code being walked
 
     def read(self, node: ast.AST | None, bound: set[str]) -> None:
-        """Top-level code read now: for the flow and for _uses."""
+        """Top-level code read now: for the flow and for the uses walk."""
         if node is not None:  # (walrus targets are bound)
             _gather_names_and_uses(node, bound, self.chunk, self.inside, self.later_stack)
 
     def read_only(self, node: ast.AST | None, bound: set[str]) -> None:
-        """For the flow only (_uses walks the statement itself, as a body that runs later)."""
+        """For the flow only (the uses walk takes the statement itself, as a body that runs later)."""
         if node is not None:
             _gather_names(node, bound, self.chunk.reads, self.chunk.may_bind, self.chunk.deferred)
 
     def later(self, node: ast.AST) -> None:
-        """Leave ``node`` to _uses."""
+        """Leave ``node`` to the uses walk."""
         self.later_stack.append(node)
 
     def bind(self, target: ast.AST, bound: set[str], definite: bool = True) -> set[str]:
@@ -458,7 +451,7 @@ class _Flow:
             else:  # x.a = ..., x[i] = ...: reads x (and what the index reads)
                 self.read(element, bound)
         self.chunk.may_bind |= names
-        self.chunk.names |= names  # (what _uses gathers from a name bound)
+        self.chunk.names |= names  # (what the uses walk gathers from a name bound)
         self.chunk.escaping |= names
         return bound | names if definite else bound
 
@@ -519,7 +512,7 @@ class _Flow:
             self.read(stmt.annotation, bound)
             _stored_into(self.chunk, stmt.target, self.inside)
             if stmt.value is None:
-                self.later(stmt.target)  # not bound: only _uses looks at it
+                self.later(stmt.target)  # not bound: only the uses walk looks at it
                 return bound
             return self.bind(stmt.target, bound)
         if kind is _For or kind is ast.AsyncFor:
@@ -565,7 +558,7 @@ class _Flow:
                 origin = alias.name if isinstance(stmt, ast.Import) else f"{'.' * stmt.level}{stmt.module}:{alias.name}"
                 self.chunk.imports[name] = origin if alias.asname or isinstance(stmt, ast.ImportFrom) else name
             self.chunk.may_bind |= names
-            self.chunk.names |= names  # (what _uses gathers from an import)
+            self.chunk.names |= names  # (what the uses walk gathers from an import)
             return bound | names
         if isinstance(stmt, (ast.Expr, ast.Return, ast.Raise, ast.Assert)):
             for child in _children(stmt):
@@ -703,7 +696,7 @@ def _gather_names_and_uses(node: ast.AST, bound: set[str], chunk: Chunk, inside:
     """:func:`_gather_names` into the chunk's reads, and what :func:`_walk_uses` gathers,
     in one walk over an expression of top-level code (``inside`` an nnsight block or not).
     Subtrees of :data:`_EITHER_KINDS` go to both walks: to _gather_names now, and on
-    ``uses_stack`` for _uses."""
+    ``uses_stack`` for the uses walk."""
     free, stores, deferred = chunk.reads, chunk.may_bind, chunk.deferred
     names, escaping, called = chunk.names, chunk.escaping, chunk.called
     stack = [node]
