@@ -287,17 +287,12 @@ def _placed(plan: windows.Plan, window: windows.Window, done: _Optimized) -> _Pl
     shift = start - prelude.count("\n")
     return _Placed(
         result.code[len(prelude):],
-        tuple(_moved(finding, shift, start) for finding in result.findings),
+        tuple(finding.with_range(_shifted(finding.range, shift, start)) for finding in result.findings),
         tuple(Edit(_shifted(edit.range, start, start), edit.new_text) for edit in done.edits),
         result.assumptions, result.unreturned, result.introduced,
         tuple(cost.pass_id for cost in result.costs),
         tuple(field for cost in result.costs for field in (*_fields_of(cost.before), *_fields_of(cost.after))),
     )
-
-
-def _moved(finding: Finding, shift: int, floor: int) -> Finding:
-    return Finding(finding.pass_id, finding.message, _shifted(finding.range, shift, floor),
-                   finding.status, finding.safety, finding.reason)
 
 
 def _optimized(plan: windows.Plan, active: Iterable[windows.Window], options: Options,

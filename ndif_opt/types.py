@@ -67,6 +67,11 @@ class Finding:
     def applied(self) -> bool:
         return self.status is Status.APPLIED
 
+    def with_range(self, range: Range) -> "Finding":
+        """This finding at ``range``: ``dataclasses.replace`` without its per-call cost (a
+        long file's windows move every finding they make); keep it to every field."""
+        return Finding(self.pass_id, self.message, range, self.status, self.safety, self.reason)
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["status"] = self.status.value

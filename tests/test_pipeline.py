@@ -102,3 +102,15 @@ def test_opcodes_are_difflibs():
         check(lines, edited)
         check(edited, lines)
         check([line.strip() for line in lines], [line.strip() for line in edited])
+
+
+def test_a_finding_moved_keeps_every_other_field():
+    import dataclasses
+
+    from ndif_opt.types import Finding, Range, Safety, Status
+
+    finding = Finding("p", "m", Range.of(0, 0, 0, 1), Status.SKIPPED, Safety.UNSAFE, "why")
+    moved = finding.with_range(Range.of(3, 0, 3, 1))
+    assert moved == dataclasses.replace(finding, range=Range.of(3, 0, 3, 1))
+    # every field but the range is copied: a field added to Finding must be added there too
+    assert {f.name for f in dataclasses.fields(Finding)} == {"pass_id", "message", "range", "status", "safety", "reason"}
