@@ -1207,9 +1207,9 @@ class _Walker:
                 self._bind(name, Shape.container([]))
                 request.containers[name] = 0.0
                 return
-            literal = _literal(value)
-            if literal is not NO_VALUE:
-                self._bind(name, _python_shape(literal, True))
+            literal = _literal_shape(value)
+            if literal is not None:
+                self._bind(name, literal)
                 return
             if type(value) is cst.Call and dotted_name(value.func) in ("list", "tuple", "sorted", "reversed"):
                 items = self.elements(value)  # `items = list(range(100))`: still known
@@ -1801,6 +1801,34 @@ def _python_shape(value: Any, keep: bool) -> Shape:
         return Shape(kind="container", elements=elements, names=(), dtype="container",
                      value=tuple(value) if keep else None)
     return Shape.unknown("a value")
+
+
+def _literal_shape(expr: cst.BaseExpression) -> Shape | None:
+    """What a name assigned ``expr`` is bound to when ``expr`` is a literal, else None."""
+    shape = _shared_literal_shape(expr)
+    if shape is _HOLDS_LISTS:
+        return _python_shape(_literal(expr), True)
+    return shape
+
+
+_HOLDS_LISTS: Any = _NoValue()
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared_literal_shape(expr: cst.BaseExpression) -> Any:
+    # a pure function of an immutable node, cached (the prelude's constants are bound in
+    # every version of every window): the Shape is shared, so not when its value would
+    # hold the cached literal's lists (_HOLDS_LISTS: see _fresh)
+    value = _shared_literal(expr)
+    if value is NO_VALUE:
+        return None
+    if type(value) in (list, tuple) and any(_holds_list(v) for v in value):
+        return _HOLDS_LISTS
+    return _python_shape(value, True)
+
+
+def _holds_list(value: Any) -> bool:
+    return type(value) is list or (type(value) is tuple and any(_holds_list(v) for v in value))
 
 
 def _has_str(value: Any) -> bool:

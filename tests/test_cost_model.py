@@ -685,3 +685,18 @@ def test_shared_values_are_keyed_by_exact_values_not_equal_ones():
     keys = {_exact(Shape(kind="python", value=v)) for v in (1, 1.0, True, 0.0, -0.0, (1,), (1.0,))}
     assert len(keys) == 7
     assert _exact(Shape(kind="python", value=2)) == _exact(Shape(kind="python", value=2))
+
+
+@pytest.mark.parametrize("literal", ['["a", "b"]', "(1, 2.0, True)", "[[1, 2], [3]]", "([1], 2)", "-3", "'x'", "f(1)"])
+def test_a_literal_assignment_binds_the_shape_of_its_value_and_shares_no_list(literal):
+    from ndif_opt.cost_model import NO_VALUE, _literal, _literal_shape, _python_shape
+
+    expr = cst.parse_expression(literal)
+    value = _literal(expr)
+    expected = None if value is NO_VALUE else _python_shape(value, True)
+    first, second = _literal_shape(expr), _literal_shape(expr)
+    assert first == expected and second == expected
+    if first is not None and isinstance(first.value, tuple):
+        # a list inside the value is the binding's own (a caller may change it)
+        inner = [v for v in first.value if isinstance(v, list)]
+        assert all(a is not b for a, b in zip(inner, [v for v in second.value if isinstance(v, list)]))
