@@ -2,16 +2,22 @@
 using every core on a single long script (directory mode uses them one file each).
 
 :func:`map_shared` is ``function(items)`` (one value per item, in order) with the items
-shared out while they are computed: this process and one forked child per group of
-neighbouring items after the first each start at the front of their group and claim its
-items one at a time, through counters in memory every process sees; a process whose
-group is done takes the item from the back of the group with most left. So every
-process works until nothing is left and they all finish together, however unevenly the
-items or the machine's load are spread; each works on runs of neighbours (neighbours
-share context, which each process prepares once). A child inherits everything already in
-memory (the items, imported modules, warm caches), so nothing is pickled on the way in;
-it sends each value back, pickled through a pipe, as soon as it has it, and this process
-reads them between its own items and when it has none left.
+shared out while they are computed: one process per group of neighbouring items (this
+one for the first group, or, with ``here=False``, a forked child for every group) starts
+at the front of its group and claims its items one at a time, through counters in memory
+every process sees; a process whose group is done takes the item from the back of the
+group with most left. So every process works until nothing is left and they all finish
+together, however unevenly the items or the machine's load are spread; each works on
+runs of neighbours (neighbours share context, which each process prepares once). A child
+inherits everything already in memory (the items, imported modules, warm caches), so
+nothing is pickled on the way in; it sends each value back, pickled through a pipe, as
+soon as it has it, and this process reads them between its own items and when it has
+none left.
+
+Without items of its own (``here=False``) this process keeps nothing of the work: what
+the computation leaves in memory (caches keyed by what it worked on) goes with the
+children, which exit without freeing it, instead of staying here for the garbage
+collector to walk and for the interpreter to free at exit.
 
 The values come out in item order, the same as in one process. An item a child claimed
 but never delivered (it raised, or the child was killed, or ran out of memory) is computed
@@ -41,11 +47,12 @@ def can_fork() -> bool:
 
 
 def map_shared(function: Callable[[Iterable[Item]], Iterator[Value]],
-               groups: Sequence[Sequence[Item]]) -> Iterator[Value]:
+               groups: Sequence[Sequence[Item]], *, here: bool = True) -> Iterator[Value]:
     """The values of ``function`` over the items of the groups, in order, computed here and
-    in a forked child per group after the first. ``function`` takes the items as it asks
-    for them and yields one value per item before it asks for the next; it may stop
-    early (then the items it did not ask for are still computed, elsewhere)."""
+    in a forked child per group after the first (``here=False``: in a child per group,
+    this process computing only what a child did not deliver). ``function`` takes the
+    items as it asks for them and yields one value per item before it asks for the next;
+    it may stop early (then the items it did not ask for are still computed, elsewhere)."""
     items = [item for group in groups for item in group]
     if len(groups) < 2 or not can_fork():
         yield from function(items)
@@ -58,11 +65,11 @@ def map_shared(function: Callable[[Iterable[Item]], Iterator[Value]],
     sys.stderr.flush()
     children: list[_Child] = []
     try:
-        for group in range(1, len(groups)):
+        for group in range(1 if here else 0, len(groups)):
             child = _start(context, function, items, claims, group)
             if child is not None:
                 children.append(child)
-        yield from _Gathering(function, items, claims, children).values()
+        yield from _Gathering(function, items, claims, children).values(here)
     finally:
         for child in children:
             child.stop()
@@ -176,8 +183,11 @@ class _Gathering:
         self.values_by_index: list = [_PENDING] * len(items)
         self.next = 0  # the first value not yet given out
 
-    def values(self) -> Iterator:
-        yield from self._own()
+    def values(self, here: bool) -> Iterator:
+        """The values in order: with ``here``, this process's own first (the first group's
+        front), then each value as it comes or, never delivered, computed here."""
+        if here:
+            yield from self._own()
         leftovers: list[int] = []
         computed = _values_of(self.function, self.items, _served(leftovers))
         for index in range(self.next, len(self.items)):

@@ -206,6 +206,14 @@ def _run_windows(plan: windows.Plan, source: str, options: Options, filename: st
 # windows shared out as they go: dense-150, ~135 lines of windows, 83 -> 66 ms on two
 # processes, dense-300 176 -> 119 ms; dense-100, split at 40 lines a process, was slower)
 _LINES_PER_PROCESS = 60
+# from this many lines of windows, children compute them all and this process only
+# gathers: what the work leaves in memory (caches of the nodes of the last windows, some
+# 350,000 objects after dense-5k) exits with them, where here the garbage collector would
+# walk it once the file is done (0.10-0.18 s after dense-5k, 0.46-0.84 s after dense-20k)
+# and the interpreter free it at exit; for fewer lines one more child costs more (its
+# start, the memory it copies as it touches it) than that walk (dense-200: 117-151 ms
+# with this process computing, 125-190 ms without)
+_LINES_FOR_CHILDREN_ONLY = 2500
 
 
 def _window_results(plan: windows.Plan, active: list[windows.Window], options: Options,
@@ -213,14 +221,16 @@ def _window_results(plan: windows.Plan, active: list[windows.Window], options: O
     """The results of the active windows placed in the file, in order (None: the windowed
     run must give up): computed as they are asked for, or, with ``jobs`` > 1 and enough
     work, shared out window by window between processes, each starting on a run of
-    neighbouring windows (forking.map_shared). A window a process could not finish (it
-    raised, or the process died) is computed here when its turn comes, so it fails as it
-    would have without processes."""
+    neighbouring windows (forking.map_shared; for a long file, all of them children). A
+    window a process could not finish (it raised, or the process died) is computed here
+    when its turn comes, so it fails as it would have without processes."""
     groups = _groups(plan, active, jobs) if cache is None and forking.can_fork() else [active]
     if len(groups) < 2:
         yield from _placed_all(plan, active, options, filename, cache)
         return
-    yield from forking.map_shared(functools.partial(_placed_all, plan, options=options, filename=filename), groups)
+    here = sum(window.end - window.start for window in active) < _LINES_FOR_CHILDREN_ONLY
+    yield from forking.map_shared(functools.partial(_placed_all, plan, options=options, filename=filename), groups,
+                                  here=here)
 
 
 def _groups(plan: windows.Plan, active: list[windows.Window], jobs: int) -> list[list[windows.Window]]:

@@ -98,6 +98,29 @@ def test_an_error_surfaces_in_order(bad):
     assert got == list(range(bad))
 
 
+def test_without_items_here_every_item_is_computed_in_a_child():
+    results = list(forking.map_shared(pid_of, [list(range(0, 30)), list(range(30, 60))], here=False))
+    assert [item for item, _ in results] == list(range(60))
+    pids = {pid for _, pid in results}
+    assert os.getpid() not in pids and len(pids) == 2
+
+
+@pytest.mark.parametrize("count", [0, 5])
+def test_without_items_here_the_items_of_children_that_die_are_computed_here(count):
+    groups = [list(range(0, 40)), list(range(40, 80))]
+    assert list(forking.map_shared(dying_after(count), groups, here=False)) == [item * item for item in range(80)]
+
+
+@pytest.mark.parametrize("bad", [5, 45])
+def test_without_items_here_an_error_surfaces_in_order(bad):
+    values = forking.map_shared(raising_on(bad), [list(range(0, 40)), list(range(40, 80))], here=False)
+    got = []
+    with pytest.raises(ValueError, match=str(bad)):
+        for value in values:
+            got.append(value)
+    assert got == list(range(bad))
+
+
 def test_one_group_stays_in_process():
     assert list(forking.map_shared(pid_of, [[1, 2, 3]])) == [(item, os.getpid()) for item in (1, 2, 3)]
 
@@ -108,9 +131,9 @@ def forks(monkeypatch):
     calls: list[list[int]] = []
     original = forking.map_shared
 
-    def recording(function, groups):
+    def recording(function, groups, **keywords):
         calls.append([len(group) for group in groups])
-        return original(function, groups)
+        return original(function, groups, **keywords)
 
     monkeypatch.setattr(forking, "map_shared", recording)
     return calls
@@ -133,6 +156,34 @@ def test_a_short_file_is_not_split(forks):
 def test_a_200_line_file_is_split(forks):
     optimize(dense_nnsight_script(200), options=Options(jobs=2))
     assert len(forks) == 1
+
+
+def test_a_long_file_is_computed_in_children_only(monkeypatch):
+    """From _LINES_FOR_CHILDREN_ONLY lines of windows this process computes none of them
+    (it would raise here), and the result is the one process's."""
+    expected = optimize(LONG)
+    heres: list[bool] = []
+    original = forking.map_shared
+
+    def recording(function, groups, here=True):
+        heres.append(here)
+        return original(function, groups, here=here)
+
+    parent = os.getpid()
+    placed = pipeline._placed
+
+    def placed_in_a_child(plan, window, optimized):
+        assert os.getpid() != parent, "a window computed in the parent"
+        return placed(plan, window, optimized)
+
+    monkeypatch.setattr(forking, "map_shared", recording)
+    monkeypatch.setattr(pipeline, "_placed", placed_in_a_child)
+    monkeypatch.setattr(pipeline, "_LINES_FOR_CHILDREN_ONLY", 500)
+    assert optimize(LONG, options=Options(jobs=2)) == expected
+    monkeypatch.setattr(pipeline, "_LINES_FOR_CHILDREN_ONLY", 5000)
+    with pytest.raises(AssertionError, match="in the parent"):
+        optimize(LONG, options=Options(jobs=2))
+    assert heres == [False, True]
 
 
 def test_an_editor_cache_keeps_the_windows_in_process(forks):
