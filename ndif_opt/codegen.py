@@ -20,6 +20,7 @@ whole node's span only with ``setdefault`` when the node is done.
 
 from __future__ import annotations
 
+import functools
 from importlib import metadata
 from typing import Callable
 
@@ -40,13 +41,23 @@ class RecordingState(CodegenState):
     records the innermost syntactic position being generated when its code is done (what
     libcst's context manager does; an object per position costs more than the code
     generation around it, and a helper object kept here would make a reference cycle,
-    left to the garbage collector)."""
+    left to the garbage collector).
 
-    def __init__(self, indent: str, newline: str) -> None:
+    With ``reuse_statements``, the simple statement lines inside blocks take their code
+    from a cache (:class:`NestedCode`), whatever their indentation: a new version of a
+    tree shares most of them with the one before, under a compound statement a pass
+    changed or moved into a new block. Their tokens are spliced in (an indentation one
+    token: the same text, not libcst's tokens), their spans stay theirs (``nested``; a
+    node's: :func:`spans_of`). Compound statements are generated in place: a pass that
+    changes one mostly changes what is inside it too."""
+
+    def __init__(self, indent: str, newline: str, reuse_statements: bool = False) -> None:
         super().__init__(default_indent=indent, default_newline=newline)
         self.spans: dict[int, tuple[int, int]] = {}
         self._starts: list[int] = []
         self.syntactic: list[tuple] = []  # the syntactic positions being generated
+        self.reuse_statements = reuse_statements
+        self.nested: list[tuple[int, NestedCode]] = []  # (where among the tokens, the code spliced there)
 
     def before_codegen(self, node: cst.CSTNode) -> None:
         self._starts.append(len(self.tokens))
@@ -70,6 +81,48 @@ class RecordingState(CodegenState):
         end = len(self.tokens) if end_node is None else spans[id(end_node)][1]
         spans[id(node)] = (start, end)
         return False
+
+
+class NestedCode:
+    """The code generation of a simple statement line inside a block, apart from the code
+    around it and from its indentation: its tokens, with the indentation one token
+    (:data:`INDENTATION`) at the places listed in ``indented``, and the spans of the nodes
+    in it (but its own, ``span``), counted from its first token."""
+
+    __slots__ = ("statement", "tokens", "indented", "spans", "span")
+
+    def __init__(self, statement: cst.SimpleStatementLine, state: RecordingState) -> None:
+        self.statement = statement
+        self.tokens, self.spans = state.tokens, state.spans
+        self.indented = [index for index, token in enumerate(self.tokens) if token is INDENTATION]
+        self.span = state.spans.pop(id(statement))
+
+
+#: Where a reused statement line is indented (by identity: an object of its own).
+INDENTATION = "".join(["<", "indentation", ">"])
+
+
+@functools.lru_cache(maxsize=8192)
+def _nested_code(statement: cst.SimpleStatementLine, indent: str, newline: str) -> NestedCode:
+    """A statement line's code at any indentation (a pure function of an immutable node,
+    hashed by identity and kept alive while cached)."""
+    state = RecordingState(indent, newline)
+    state.indent_tokens.append(INDENTATION)
+    _simple_statement_line(statement, state)
+    return NestedCode(statement, state)
+
+
+def spans_of(node: cst.CSTNode, state: RecordingState) -> list[tuple[int, int]]:
+    """Every span a generation recorded for ``node`` (its ``spans`` and ``nested``): one,
+    or none, unless the node is at more than one place."""
+    key = id(node)
+    span = state.spans.get(key)
+    found = [] if span is None else [span]
+    for start, code in state.nested:
+        span = code.span if code.statement is node else code.spans.get(key)
+        if span is not None:
+            found.append((start + span[0], start + span[1]))
+    return found
 
 
 #: The libcst release (major.minor) whose code generation the handlers below transcribe.
@@ -868,7 +921,9 @@ def _indented_block(node, st):
     st.indent_tokens.append(st.default_indent if indent is None else indent)
     body = node.body
     tokens = st.tokens
-    if body:
+    if body and st.reuse_statements:
+        st.spans[id(node)] = _spliced(body, st)
+    elif body:
         for statement in body:
             _GEN[type(statement)](statement, st)
         spans = st.spans
@@ -882,6 +937,30 @@ def _indented_block(node, st):
     for line in node.footer:
         _GEN[type(line)](line, st)
     st.indent_tokens.pop()
+
+
+def _spliced(body, st) -> tuple[int, int]:
+    """The code of a block's statements, its simple statement lines' from the cache (their
+    indentation one token); the block's syntactic position."""
+    indentation = "".join(st.indent_tokens)
+    tokens, nested, spans = st.tokens, st.nested, st.spans
+    first = last = None
+    for statement in body:
+        if type(statement) is cst.SimpleStatementLine:
+            code = _nested_code(statement, st.default_indent, st.default_newline)
+            base = len(tokens)
+            nested.append((base, code))
+            tokens.extend(code.tokens)
+            for index in code.indented:
+                tokens[base + index] = indentation
+            span = (base + code.span[0], base + code.span[1])
+        else:
+            _GEN[type(statement)](statement, st)
+            span = spans[id(statement)]
+        if first is None:
+            first = span
+        last = span
+    return first[0], last[1]
 
 
 def _compound_start(node, st) -> int:
@@ -1129,4 +1208,4 @@ def _param(node, st, default_star, default_comma):
     _GEN[type(node.whitespace_after_param)](node.whitespace_after_param, st)
 
 
-__all__ = ["RecordingState", "generate"]
+__all__ = ["NestedCode", "RecordingState", "generate", "spans_of"]

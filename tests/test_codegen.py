@@ -5,6 +5,7 @@ defaults (as the passes build them)."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import sysconfig
 from pathlib import Path
@@ -165,6 +166,18 @@ def test_the_pipeline_generates_as_libcst(monkeypatch):
         expected = _libcst_generation(node, state.default_indent, state.default_newline)
         before, recorded_before = len(state.tokens), set(state.spans)
         generate(node, state)
+        if state.nested:  # statement lines reused (an indentation one token): the same text,
+            # and each node's span where positions looks, in characters
+            assert "".join(state.tokens[before:]) == "".join(expected.tokens), type(node).__name__
+            found_offsets = [0, *itertools.accumulate(map(len, state.tokens))]
+            expected_offsets = [0, *itertools.accumulate(map(len, expected.tokens))]
+            for inner in _nodes(node):
+                found = codegen.spans_of(inner, state)
+                if len(found) == 1:  # (at more than one place, positions generates in one piece)
+                    start, end = expected.spans[id(inner)]
+                    assert (found_offsets[found[0][0]] - found_offsets[before], found_offsets[found[0][1]] - found_offsets[before]) == (
+                        expected_offsets[start], expected_offsets[end]), type(inner).__name__
+            return
         assert state.tokens[before:] == expected.tokens, type(node).__name__
         found = {key: (start - before, end - before) for key, (start, end) in state.spans.items()
                  if key not in recorded_before}
@@ -173,6 +186,7 @@ def test_the_pipeline_generates_as_libcst(monkeypatch):
     monkeypatch.setattr(positions, "generate", checked_generate)
     for source in _golden_sources()[::3]:
         positions._statement_code.cache_clear()
+        codegen._nested_code.cache_clear()
         rewrite.code_of.cache_clear()
         optimize(source)
     assert asked

@@ -56,3 +56,20 @@ def test_top_level_code_is_code_of_or_nothing(name):
         assert found == (cst.Module([]).code_for_node(statement) if own_defaults else None)
     nested = [s.body.body[0] for s in module.body if isinstance(s, (cst.If, cst.FunctionDef, cst.For))]
     assert all(top_level_code(node, module) is None for node in nested)
+
+
+def test_reused_statement_lines_keep_the_positions():
+    # a new version re-indents a block whose statement lines it shares with the one before;
+    # a node at two places (one in a reused line) takes its one-piece generation's span
+    before = cst.parse_module("for i in r:\n    x = f(i)  # c\n    y = [\n        x]\n")
+    loop = before.body[0]
+    shared = loop.body.body[0].body[0].value.args[0].value  # the i in f(i)
+    after = cst.Module([
+        cst.With([cst.WithItem(cst.Call(cst.Name("s")))], cst.IndentedBlock([loop.with_changes(target=shared)])),
+    ])
+    for module in (before, after, before):
+        expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        code, positions = code_and_positions(module)
+        assert code == module.code
+        for node, where in expected.items():
+            assert positions.get(node) == where, type(node).__name__
