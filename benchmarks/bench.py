@@ -9,7 +9,7 @@ none while a file is optimized: ndif_opt/runtime.py), the bare parse too (no col
 while it parses); ``--library-gc`` keeps Python's defaults for both.
 Absolute times drift with the machine and its load; the ratios measured in the same run
 (tool time / bare ``libcst.parse_module`` time of the same text) hold better: the parse and
-the tool run in turn, three times each, and each figure is the best of its runs. Every input is
+the tool run in turn, five times each, and each figure is the best of its runs. Every input is
 measured in a fresh subprocess (modules imported and warmed up on a tiny script first,
 so start-up is not counted) with a time limit: a row that hits it says ``>T s`` and its
 ratio is a lower bound. ``tool`` is what the command line does with one file: a long
@@ -88,7 +88,7 @@ def _worker(path: str, repeat: int) -> None:
     print(json.dumps({"tool_one_process": min(ones) if ones else min(tools)}), flush=True)
 
 
-def measure(path: Path, timeout: float, repeat: int = 3) -> dict:
+def measure(path: Path, timeout: float, repeat: int = 5) -> dict:
     """Run the worker on ``path``; partial results survive a timeout."""
     started = time.perf_counter()
     try:
@@ -362,7 +362,7 @@ def _fmt_time(seconds) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--repeat", type=int, default=3, help=argparse.SUPPRESS)
+    parser.add_argument("--repeat", type=int, default=5, help=argparse.SUPPRESS)
     parser.add_argument("--directory-worker", help=argparse.SUPPRESS)
     parser.add_argument("--jobs", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="inputs 10x smaller")
@@ -408,7 +408,7 @@ def main() -> None:
         for name, path in paths.items():
             timeout = args.timeout if not name.startswith("example") else min(args.timeout, 120)
             # dense-20k is measured as often as dense-5k: the growth row compares like with like
-            row = measure(path, timeout, repeat=1 if "100k" in name else 3)
+            row = measure(path, timeout, repeat=1 if "100k" in name else 5)
             rows[name] = row
             tool = row.get("tool")
             ratio = (f"{tool / row['parse']:.1f}x" if tool is not None and row.get("parse")
