@@ -183,6 +183,8 @@ def _child_main(function: Callable, items: Sequence, claims: _Claims, group: int
         try:
             if batch:
                 send.send(batch)
+        except BaseException:  # noqa: BLE001 - the parent computes what it did not get
+            pass
         finally:
             send.close()
 

@@ -4,6 +4,7 @@ result as in one process, whatever a child does."""
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -119,6 +120,46 @@ def test_without_items_here_an_error_surfaces_in_order(bad):
         for value in values:
             got.append(value)
     assert got == list(range(bad))
+
+
+def unpicklable_in_child_on(bad: int):
+    parent = os.getpid()
+
+    def function(items):
+        for item in items:
+            yield (lambda: item) if item == bad and os.getpid() != parent else item
+
+    return function
+
+
+@pytest.mark.parametrize("here", [True, False])
+def test_a_value_a_child_cannot_send_is_computed_here(here):
+    """The batch holding it is lost; this process computes what it did not get."""
+    groups = [list(range(0, 30)), list(range(30, 60))]
+    assert list(forking.map_shared(unpicklable_in_child_on(45), groups, here=here)) == list(range(60))
+
+
+class PicklingPipe:
+    """A pipe's sending end that pickles what it is given, and sends nothing."""
+
+    closed = False
+
+    def send(self, value) -> None:
+        pickle.dumps(value)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_child_that_cannot_send_its_last_batch_ends_quietly(monkeypatch):
+    """No traceback from the child (the parent computes the values it did not get)."""
+    import multiprocessing
+
+    monkeypatch.setattr(batch, "_worker_init", lambda parent=None: None)  # not this process's signals
+    claims = forking._Claims(multiprocessing.get_context("fork"), [3])
+    pipe = PicklingPipe()
+    forking._child_main(lambda items: ((lambda: item) for item in items), [1, 2, 3], claims, 0, pipe, os.getppid())
+    assert pipe.closed
 
 
 def test_one_group_stays_in_process():
