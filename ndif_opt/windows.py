@@ -443,30 +443,29 @@ class _Flow:
         """Leave ``node`` to the uses walk."""
         self.later_stack.append(node)
 
-    def bind(self, target: ast.AST, bound: set[str], definite: bool = True) -> set[str]:
+    def bind(self, target: ast.AST, bound: set[str]) -> set[str]:
+        chunk = self.chunk
+        if type(target) is _Name:  # most targets
+            name = target.id
+            chunk.may_bind.add(name)
+            chunk.names.add(name)  # (what the uses walk gathers from a name bound)
+            chunk.escaping.add(name)
+            return bound if name in bound else bound | {name}  # (the flow never changes a bound set)
         names = set()
         for element in _flatten(target):
             if type(element) is _Name:
                 names.add(element.id)
             else:  # x.a = ..., x[i] = ...: reads x (and what the index reads)
                 self.read(element, bound)
-        self.chunk.may_bind |= names
-        self.chunk.names |= names  # (what the uses walk gathers from a name bound)
-        self.chunk.escaping |= names
-        return bound | names if definite else bound
+        chunk.may_bind |= names
+        chunk.names |= names
+        chunk.escaping |= names
+        return bound | names
 
     def body(self, statements: list[ast.stmt], bound: set[str]) -> set[str]:
         for stmt in statements:
             bound = self.statement(stmt, bound)
         return bound
-
-    def bind_name(self, name: str, bound: set[str]) -> set[str]:
-        """:meth:`bind` of a plain name (most targets)."""
-        chunk = self.chunk
-        chunk.may_bind.add(name)
-        chunk.names.add(name)
-        chunk.escaping.add(name)
-        return bound if name in bound else bound | {name}  # (the flow never changes a bound set)
 
     def with_statement(self, stmt: ast.With | ast.AsyncWith, bound: set[str]) -> set[str]:
         """Its items in order, then its body: inside an nnsight block if an item opens one."""
@@ -478,7 +477,7 @@ class _Flow:
                 opens_block = True  # (what _block_call says)
             target = item.optional_vars
             if target is not None:
-                bound = self.bind_name(target.id, bound) if type(target) is _Name else self.bind(target, bound)
+                bound = self.bind(target, bound)
         if self.inside or not opens_block:
             return self.body(stmt.body, bound)
         self.inside, self.later_stack = True, self.inside_later
@@ -491,10 +490,8 @@ class _Flow:
         if kind is _Assign:
             _gather_names_and_uses(stmt.value, bound, self.chunk, self.inside, self.later_stack)
             for target in stmt.targets:
-                if type(target) is _Name:
-                    bound = self.bind_name(target.id, bound)
-                else:
-                    bound = self.bind(target, bound)
+                bound = self.bind(target, bound)
+                if type(target) is not _Name:  # x.a = ..., x[i] = ...: x changed in place
                     _stored_into(self.chunk, target, self.inside)
             return bound
         if kind is _Expr:
@@ -517,8 +514,7 @@ class _Flow:
             return self.bind(stmt.target, bound)
         if kind is _For or kind is ast.AsyncFor:
             self.read(stmt.iter, bound)
-            target = stmt.target
-            inner = self.bind_name(target.id, bound) if type(target) is _Name else self.bind(target, bound)
+            inner = self.bind(stmt.target, bound)
             self.body(stmt.body, inner)
             self.body(stmt.orelse, bound)
             return bound  # the loop may not run
