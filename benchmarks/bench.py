@@ -384,7 +384,7 @@ def main() -> None:
                         help="time dense scripts of 50..800 lines: how time grows with size")
     parser.add_argument("--growth-pairs", type=int, metavar="ROUNDS",
                         help="dense-5k and dense-20k alternated ROUNDS times in one process: the 20k/5k "
-                             "ratio without the table's unequal numbers of runs")
+                             "ratio alone, each pair shown (the table's growth row runs them in turn too)")
     args = parser.parse_args()
     if args.library_gc:
         os.environ["NDIF_OPT_BENCH_LIBRARY_GC"] = "1"  # read by the workers
