@@ -55,10 +55,11 @@ def dying_after(count: int):
     return function
 
 
+@pytest.mark.parametrize("here", [True, False])
 @pytest.mark.parametrize("count", [0, 1, 10])
-def test_the_items_of_a_child_that_dies_are_computed_here(count):
+def test_the_items_of_a_child_that_dies_are_computed_here(count, here):
     groups = [list(range(0, 40)), list(range(40, 80))]
-    assert list(forking.map_shared(dying_after(count), groups)) == [item * item for item in range(80)]
+    assert list(forking.map_shared(dying_after(count), groups, here=here)) == [item * item for item in range(80)]
 
 
 def raising_in_child_on(bad: int):
@@ -88,10 +89,11 @@ def raising_on(bad: int):
     return function
 
 
+@pytest.mark.parametrize("here", [True, False])
 @pytest.mark.parametrize("bad", [5, 45])
-def test_an_error_surfaces_in_order(bad):
+def test_an_error_surfaces_in_order(bad, here):
     """Every item before the bad one comes out first, wherever it was computed."""
-    values = forking.map_shared(raising_on(bad), [list(range(0, 40)), list(range(40, 80))])
+    values = forking.map_shared(raising_on(bad), [list(range(0, 40)), list(range(40, 80))], here=here)
     got = []
     with pytest.raises(ValueError, match=str(bad)):
         for value in values:
@@ -104,22 +106,6 @@ def test_without_items_here_every_item_is_computed_in_a_child():
     assert [item for item, _ in results] == list(range(60))
     pids = {pid for _, pid in results}
     assert os.getpid() not in pids and len(pids) == 2
-
-
-@pytest.mark.parametrize("count", [0, 5])
-def test_without_items_here_the_items_of_children_that_die_are_computed_here(count):
-    groups = [list(range(0, 40)), list(range(40, 80))]
-    assert list(forking.map_shared(dying_after(count), groups, here=False)) == [item * item for item in range(80)]
-
-
-@pytest.mark.parametrize("bad", [5, 45])
-def test_without_items_here_an_error_surfaces_in_order(bad):
-    values = forking.map_shared(raising_on(bad), [list(range(0, 40)), list(range(40, 80))], here=False)
-    got = []
-    with pytest.raises(ValueError, match=str(bad)):
-        for value in values:
-            got.append(value)
-    assert got == list(range(bad))
 
 
 def unpicklable_in_child_on(bad: int):
