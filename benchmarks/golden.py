@@ -39,8 +39,12 @@ def corpus() -> list[tuple[str, str, dict]]:
     items.append(("dense-700:jobs-2", dense_nnsight_script(700), {"jobs": 2}))
     for cls in PASSES:
         for i, case in enumerate(cls.cases):
-            items.append((f"case:{cls.id}:{i}", case.before, {"select": [cls.id], "unsafe_fixes": case.unsafe_fixes}))
-            items.append((f"case-all:{cls.id}:{i}", case.before, {"unsafe_fixes": case.unsafe_fixes}))
+            # named, so a case added before another does not shift what it is compared with
+            key, flags = case.name or i, {"unsafe_fixes": case.unsafe_fixes}
+            if getattr(case, "notebook", False):
+                flags["notebook"] = True
+            items.append((f"case:{cls.id}:{key}", case.before, {"select": [cls.id], **flags}))
+            items.append((f"case-all:{cls.id}:{key}", case.before, flags))
     for i, text in enumerate(_generated_scripts(200)):
         items.append((f"hyp:{i}", text, {}))
         if i % 3 == 0:
@@ -91,14 +95,18 @@ def run() -> dict:
 
 
 def _arguments(options: dict) -> dict:
-    """``jobs`` goes in an Options (a commit from before Options.jobs runs in one process:
-    results do not depend on it)."""
+    """``jobs`` and ``notebook`` go in an Options (a commit from before Options.jobs runs in
+    one process: results do not depend on it)."""
     from ndif_opt.options import Options
 
     options = dict(options)
     jobs = options.pop("jobs", 1)
     if jobs > 1 and "jobs" in Options.__dataclass_fields__:
         options["options"] = Options(jobs=jobs)
+    if options.pop("notebook", False):
+        select = options.pop("select", None)
+        options["options"] = Options(select=frozenset(select) if select else None, notebook=True,
+                                     unsafe_fixes=options.pop("unsafe_fixes", False))
     return options
 
 
