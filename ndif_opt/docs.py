@@ -32,7 +32,8 @@ def render() -> str:
         out.append("### Cases")
         out.append("")
         for case in cls.cases:
-            flag = " (with `--unsafe-fixes`)" if case.unsafe_fixes else ""
+            flag = " (in a notebook)" if case.notebook else ""
+            flag += " (with `--unsafe-fixes`)" if case.unsafe_fixes else ""
             out.append(f"#### {case.name}{flag}")
             out.append("")
             out.append("```python")

@@ -34,6 +34,8 @@ which replaces them.
 
 from __future__ import annotations
 
+import dataclasses
+
 import difflib
 import hashlib
 import json
@@ -509,7 +511,7 @@ def optimize_notebook(text: str, *, options: Options | None = None, filename: st
     """
     from ndif_opt.pipeline import run_pipeline
 
-    options = options or Options()
+    options = dataclasses.replace(options or Options(), notebook=True)
     name = filename or "<notebook>"
     bom = text.startswith("\ufeff")
     body = text[1:] if bom else text

@@ -26,6 +26,9 @@ class Options:
     # processes one long file's independent windows may use (forked, on Linux); results
     # do not depend on it. The command line sets it for a single file; 1: this process only
     jobs: int = 1
+    # the code is a notebook's code cells, joined: the kernel keeps every module-level name
+    # after the last cell, where a cell not yet written may read it
+    notebook: bool = False
 
     def wants(self, pass_id: str) -> bool:
         if pass_id in self.ignore:

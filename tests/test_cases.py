@@ -6,6 +6,7 @@ import libcst as cst
 import pytest
 
 from ndif_opt import Status, optimize
+from ndif_opt.options import Options
 from ndif_opt.passes import PASSES
 
 CASES = [
@@ -15,9 +16,13 @@ CASES = [
 ]
 
 
+def _options(pass_cls, case) -> Options:
+    return Options(select=frozenset([pass_cls.id]), unsafe_fixes=case.unsafe_fixes, notebook=case.notebook)
+
+
 @pytest.mark.parametrize("pass_cls, case", CASES)
 def test_case(pass_cls, case):
-    result = optimize(case.before, select=[pass_cls.id], unsafe_fixes=case.unsafe_fixes)
+    result = optimize(case.before, options=_options(pass_cls, case))
     cst.parse_module(result.code)  # the output parses
     if case.after is None:
         assert result.code == case.before, "expected the code to be left alone"
@@ -27,7 +32,7 @@ def test_case(pass_cls, case):
     else:
         assert result.code == case.after
         assert any(f.applied for f in result.findings)
-        again = optimize(result.code, select=[pass_cls.id], unsafe_fixes=case.unsafe_fixes)
+        again = optimize(result.code, options=_options(pass_cls, case))
         assert again.code == result.code, "a second run must change nothing"
 
 

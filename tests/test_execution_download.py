@@ -128,3 +128,26 @@ def test_helper_from_a_shipped_local_module_is_pushed():
     report = verify_result(source, result, filename="script.py", extra_files={"helpers.py": helpers})
     assert report.intended_ok, report.to_text()
     assert report.after.download_raw_bytes < report.before.download_raw_bytes
+
+
+def test_a_value_saved_in_a_loop_inside_a_trace_of_a_session_is_not_downloaded():
+    # trace-fusion writes this shape; here the user did: the session reads `hidden` unsaved
+    result, report = check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("openai-community/gpt2")
+        with model.session(remote=True):
+            norms = list().save()
+            with model.trace("The Eiffel Tower is in"):
+                for layer in range(3):
+                    hidden = model.transformer.h[layer].output.save()
+                    norms.append(hidden.norm().item())
+        print(norms)
+        '''
+    )
+    assert "hidden = model.transformer.h[layer].output\n" in result.code
+    assert "hidden" in result.unreturned
+    assert report.after.requests == report.before.requests == 1
+    # the three hidden states were most of what came back (4.4 KB -> 1.2 KB raw, measured)
+    assert report.after.download_raw_bytes < report.before.download_raw_bytes / 3, report.to_text()

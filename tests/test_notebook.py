@@ -225,8 +225,9 @@ def test_magics_in_the_optimized_cell_are_restored_in_place():
 def test_a_magic_reading_a_saved_value_keeps_it_downloaded():
     loop = LOOP.replace("top = model.lm_head.output[0, -1].argmax().save()", "logits = model.lm_head.output.save()")
     loop = loop.replace("preds.append(top)", "preds.append(logits[0, -1].argmax())")
-    with_magic = sources(optimize_notebook(notebook(SETUP, loop + "\n!echo {logits.shape}")).text)[1]
-    without = sources(optimize_notebook(notebook(SETUP, loop)).text)[1]
+    unsafe = Options(unsafe_fixes=True)  # a value saved at module level may go only then
+    with_magic = sources(optimize_notebook(notebook(SETUP, loop + "\n!echo {logits.shape}"), options=unsafe).text)[1]
+    without = sources(optimize_notebook(notebook(SETUP, loop), options=unsafe).text)[1]
     # the shell line reads `logits` on the client: it stays saved (without it, it is not downloaded)
     assert "logits = model.lm_head.output.detach().cpu().save()" in with_magic
     assert with_magic.endswith("\n!echo {logits.shape}")
@@ -363,3 +364,46 @@ def test_as_result_points_into_the_notebook_file():
     assert hoisted.message.startswith("[cell 6, line 3] ")
     line = lines[hoisted.range.start.line]
     assert line[hoisted.range.start.character:].startswith("for prompt in PROMPTS:")
+
+
+# ---------------------------------------------------------------------------------------
+# The kernel keeps module-level names after the last cell
+# ---------------------------------------------------------------------------------------
+
+SWEEP = (
+    "for layer in range(3):\n"
+    '    with model.trace("The Eiffel Tower is in", remote=True):\n'
+    "        hidden = model.transformer.h[layer].output.save()"
+)
+
+
+def test_a_value_saved_at_module_level_stays_downloaded_without_unsafe_fixes(verify_pkg):
+    # no cell reads `hidden`, but the user will, in a cell not yet written
+    original = notebook(SETUP, SWEEP)
+    result = optimize_notebook(original)
+    new = sources(result.text)[1]
+    assert "with model.session(remote=True):" in new and "output.detach().cpu().save()" in new
+    offered = [f.finding for f in result.findings if f.finding.status is Status.UNSAFE_NOT_APPLIED]
+    assert [f.pass_id for f in offered] == ["reduction-pushdown"] and "`hidden`" in offered[0].message
+    assert "hidden" not in result.result.unreturned
+    report = verify_pkg.verify_sources(
+        notebook_script(original), notebook_script(result.text), filename="sweep.py",
+        ignore_missing=result.result.unreturned, ignore=result.result.introduced,
+    )
+    assert report.intended_ok, report.to_text()  # `hidden` compared: the last layer's value
+    assert (report.before.requests, report.after.requests) == (3, 1)
+
+
+def test_with_unsafe_fixes_a_notebook_value_no_cell_reads_is_not_downloaded(verify_pkg):
+    original = notebook(SETUP, SWEEP)
+    result = optimize_notebook(original, options=Options(unsafe_fixes=True))
+    assert "hidden = model.transformer.h[layer].output\n" in sources(result.text)[1] + "\n"
+    dropped = [f.finding for f in result.findings if f.finding.pass_id == "reduction-pushdown"]
+    assert [(f.status, f.safety.value) for f in dropped] == [(Status.APPLIED, "unsafe")]
+    assert "hidden" in result.result.unreturned
+    report = verify_pkg.verify_sources(
+        notebook_script(original), notebook_script(result.text), filename="sweep.py",
+        ignore_missing=result.result.unreturned, ignore=result.result.introduced,
+    )
+    assert report.intended_ok, report.to_text()
+    assert report.after.download_raw_bytes < report.before.download_raw_bytes

@@ -20,7 +20,8 @@ class Case:
 
     ``after`` is the expected output, or None when the pass must leave ``before``
     unchanged; then ``reason`` is a fragment the pass's finding must contain (or ""
-    when no finding is expected at all).
+    when no finding is expected at all). ``notebook``: ``before`` is a notebook's code
+    cells, joined (``Options.notebook``).
     """
 
     before: str
@@ -28,6 +29,7 @@ class Case:
     reason: str = ""
     unsafe_fixes: bool = False
     name: str = ""
+    notebook: bool = False
 
 
 @dataclass

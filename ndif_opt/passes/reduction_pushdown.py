@@ -33,12 +33,18 @@ Safe: the client reads the same names with the same values. Not applied when any
 needs the full value (it is plotted, written to disk, returned, passed to a function
 NDIF cannot run), when the reduction reads a value the client changes after the
 request, or when the saved name is bound more than once.
+
+Unsafe in a notebook, applied only with ``--unsafe-fixes``, for a value saved outside a
+function: the kernel keeps it after the last cell, and a cell added later may read it
+(the cells in the file are not all its readers). Without the flag it stays downloaded
+and the finding says what dropping it would save.
 """
 
 from __future__ import annotations
 
 import builtins
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -50,6 +56,7 @@ from ndif_opt.names import NameUse, all_params, collect
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, method_call, unsave
+from ndif_opt.types import Safety
 from ndif_opt.walk import IS_NODE_TYPE, content_children, content_fields, find_nodes, transform
 
 BUILTIN_NAMES = frozenset(dir(builtins))
@@ -90,7 +97,8 @@ class ReductionPushdown(Pass):
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
         saves = _saves(facts)
-        for save in saves:
+        nested = facts.once("reduction-pushdown:nested-session-saves", lambda: _nested_session_saves(facts))
+        for save in saves + nested:
             self._unneeded_in_session(save, facts, context, plan)
         if plan:
             return plan.apply(module, facts)
@@ -113,15 +121,19 @@ class ReductionPushdown(Pass):
             return
         if not context.allows(save.stmt, f"`{save.name}` need not be downloaded"):
             return
-        body = save.block.node.body
-        index = list(body.body).index(save.stmt)
-        plan.replace(body, index, index + 1, lambda stmts, s=save.stmt: [_without_save(s)])
-        context.unreturned.add(save.name)
         full = saved_shape(unsave(save.stmt.body[0].value), save.block, facts)
+        safety = _kernel_safety(save, context, lambda: f"`{save.name}`{f' ({full})' if full else ''} need "
+                                "not be downloaded: only code inside the session reads it")
+        if safety is None:
+            return
+        where = facts.statements[id(save.stmt)]
+        plan.replace(where.suite, where.index, where.index + 1, lambda stmts, s=save.stmt: [_without_save(s)])
+        context.unreturned.add(save.name)
         context.applied(
             save.stmt,
             f"`{save.name}`{f' ({full})' if full else ''} is no longer downloaded: only code inside "
             "the session reads it, and the session sees it without `.save()`",
+            safety,
         )
 
 
@@ -193,7 +205,12 @@ class ChainPushdown:
         chains = self._outermost(chains)
         if not self.context.allows(self.save.stmt, f"`{x}` could be reduced on the server"):
             return None
-        return self._edits(chains)
+        safety = _kernel_safety(self.save, self.context, lambda: (
+            f"`{x}` need not be downloaded whole: {', '.join(dict.fromkeys(f'`{code_of(c)}`' for c in chains))} "
+            "could be computed in the block"))
+        if safety is None:
+            return None
+        return self._edits(chains, safety)
 
     def _uses(self) -> list[cst.Name]:
         """The saved name's occurrences after the request, in the order of the code."""
@@ -311,7 +328,7 @@ class ChainPushdown:
         return kept
 
     # -- the rewrite ---------------------------------------------------------------------
-    def _edits(self, chains) -> NodeEdits:
+    def _edits(self, chains, safety: Safety) -> NodeEdits:
         x = self.save.name
         edits = _EditsAlongPaths(self.parents)
         taken = _TakenNames(self.index, self.context.options.reserved_names)
@@ -351,6 +368,7 @@ class ChainPushdown:
                 "imported before the first remote request (or registered with `nnsight.register`)"
                 for m in sorted(self.shipped)
             ),
+            safety,
         )
         return edits
 
@@ -373,6 +391,24 @@ class ChainPushdown:
                 return None, None
             return stmt, y
         return None, None
+
+
+NOTEBOOK_REASON = (
+    "in a notebook the kernel keeps it after the last cell, where a cell you add later may read "
+    "it; use --unsafe-fixes to stop downloading it"
+)
+
+
+def _kernel_safety(save: _Save, context: Context, message: Callable[[], str]) -> Safety | None:
+    """How safe it is to stop downloading ``save``'s value, or None (reported, with
+    ``message()``) when that needs --unsafe-fixes: in a notebook, a value saved outside
+    functions stays in the kernel, where the cells read so far are not all its readers."""
+    if not context.options.notebook or save.block.stmt.function is not None:
+        return Safety.SAFE
+    if context.options.unsafe_fixes:
+        return Safety.UNSAFE
+    context.needs_unsafe(save.stmt, message(), NOTEBOOK_REASON)
+    return None
 
 
 def _is_scalar_end(call: cst.Call) -> bool:
@@ -428,17 +464,53 @@ def _find_saves(facts: Facts) -> list[_Save]:
         if block.method == "session" or block.effective_remote is Remote.NO:
             continue
         for stmt in block.node.body.body:
-            if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
-                continue
-            small = stmt.body[0]
-            if (
-                isinstance(small, cst.Assign)
-                and len(small.targets) == 1
-                and isinstance(small.targets[0].target, cst.Name)
-                and is_save_call(small.value)
-                and not _is_container(unsave(small.value))
-            ):
-                found.append(_Save(block, stmt, small.targets[0].target.value))
+            save = _save_in(block, stmt)
+            if save is not None:
+                found.append(save)
+    return found
+
+
+def _save_in(block: Block, stmt: cst.BaseStatement) -> _Save | None:
+    """``stmt`` as a save of one name (`x = <expr>.save()`, not of a container)."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return None
+    small = stmt.body[0]
+    if (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, cst.Name)
+        and is_save_call(small.value)
+        and not _is_container(unsave(small.value))
+    ):
+        return _Save(block, stmt, small.targets[0].target.value)
+    return None
+
+
+def _nested_session_saves(facts: Facts) -> list[_Save]:
+    """Saves in the loops and conditionals of a block inside a session (trace-fusion puts
+    a loop of traces inside one trace): the session reads them without `.save()` too."""
+    found = []
+    for block in facts.blocks:
+        if block.method == "session" or block.parent is None or block.effective_remote is Remote.NO:
+            continue
+        pending = [stmt for stmt in block.node.body.body if isinstance(stmt, (cst.For, cst.While, cst.If))]
+        while pending:
+            compound = pending.pop()
+            for suite in (compound.body, getattr(compound, "orelse", None)):
+                if isinstance(suite, cst.Else):
+                    suite = suite.body
+                elif isinstance(suite, cst.If):  # elif
+                    pending.append(suite)
+                    continue
+                if not isinstance(suite, cst.IndentedBlock):
+                    continue
+                for stmt in suite.body:
+                    if isinstance(stmt, (cst.For, cst.While, cst.If)):
+                        pending.append(stmt)
+                    else:
+                        save = _save_in(block, stmt)
+                        if save is not None:
+                            found.append(save)
     return found
 
 
@@ -854,6 +926,122 @@ with model.session(remote=True):
             logits = model.lm_head.output
         top[prompt] = logits[0, -1].argmax().item()
 print(top)
+""",
+    ),
+    Case(
+        name="saved in a loop inside a trace, only read inside the session",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    norms = list().save()
+    with model.trace("The Eiffel Tower is in"):
+        for layer in range(3):
+            hidden = model.transformer.h[layer].output.save()
+            norms.append(hidden.norm().item())
+print(norms)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    norms = list().save()
+    with model.trace("The Eiffel Tower is in"):
+        for layer in range(3):
+            hidden = model.transformer.h[layer].output
+            norms.append(hidden.norm().item())
+print(norms)
+""",
+    ),
+    Case(
+        name="a notebook's kernel keeps a value saved at module level",
+        notebook=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    top = dict().save()
+    for prompt in ["a b", "c d"]:
+        with model.trace(prompt):
+            logits = model.lm_head.output.save()
+        top[prompt] = logits[0, -1].argmax().item()
+""",
+        reason="a cell you add later may read it",
+    ),
+    Case(
+        name="a notebook's value saved at module level, not downloaded",
+        notebook=True,
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    top = dict().save()
+    for prompt in ["a b", "c d"]:
+        with model.trace(prompt):
+            logits = model.lm_head.output.save()
+        top[prompt] = logits[0, -1].argmax().item()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    top = dict().save()
+    for prompt in ["a b", "c d"]:
+        with model.trace(prompt):
+            logits = model.lm_head.output
+        top[prompt] = logits[0, -1].argmax().item()
+""",
+    ),
+    Case(
+        name="a notebook's value saved at module level, reduced on the client",
+        notebook=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in", remote=True):
+    logits = model.lm_head.output.save()
+top = logits[0, -1].argmax().item()
+""",
+        reason="need not be downloaded whole",
+    ),
+    Case(
+        name="a notebook's value saved inside a function",
+        notebook=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def next_token(prompt):
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output.save()
+    return logits[0, -1].argmax().item()
+
+
+print(next_token("The Eiffel Tower is in"))
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def next_token(prompt):
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output
+        logits_argmax = logits[0, -1].argmax().item().save()
+    return logits_argmax
+
+
+print(next_token("The Eiffel Tower is in"))
 """,
     ),
     Case(
