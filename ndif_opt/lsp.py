@@ -13,6 +13,8 @@ applicable fix, the quick fix "ndif-opt: <pass-id>" (that pass alone), and the s
 action "Optimize this file (ndif-opt)" (every pass). Hovering a line that a finding
 covers shows the file's per-pass cost estimate. Options come from the
 ``[tool.ndif-opt]`` table of the nearest ``pyproject.toml`` (see :mod:`ndif_opt.config`).
+A notebook's cell (``vscode-notebook-cell:`` URI) is analysed alone, with the notebook's
+configuration and ``Options.notebook``: the kernel keeps the values its cells save.
 
 Positions: ndif-opt counts columns in code points; the server converts to the
 position encoding it negotiated with the client (UTF-16 unless the client offers
@@ -55,6 +57,8 @@ DEBOUNCE = 0.3  # seconds of quiet before a document is analysed
 SOURCE = "ndif-opt"
 SOURCE_ACTION_KIND = "source.ndif-opt"
 SOURCE_ACTION_TITLE = "Optimize this file (ndif-opt)"
+# URIs an editor gives the cells of an open notebook (VS Code's), each cell a document
+NOTEBOOK_CELL_SCHEMES = ("vscode-notebook-cell",)
 
 SEVERITY = {
     Status.APPLIED: types.DiagnosticSeverity.Information,
@@ -73,7 +77,6 @@ def _version() -> str:
 
 
 # --------------------------------------------------------------------------- positions
-
 
 class TextIndex:
     """Converts between ndif-opt positions (line, code point) or offsets and LSP
@@ -242,6 +245,15 @@ def _suppression_diagnostics(text: str, index: TextIndex) -> list[types.Diagnost
 # --------------------------------------------------------------------------- server
 
 
+def _notebook_path(uri: str) -> str | None:
+    """The notebook file of a cell's URI (``vscode-notebook-cell:/dir/nb.ipynb#cell``), for
+    its configuration."""
+    scheme, _, rest = uri.partition(":")
+    if scheme not in NOTEBOOK_CELL_SCHEMES or not rest.split("#")[0]:
+        return None
+    return to_fs_path("file:" + rest.split("#")[0])
+
+
 class NdifOptServer(LanguageServer):
     def __init__(self, debounce: float = DEBOUNCE):
         super().__init__(
@@ -288,7 +300,14 @@ class NdifOptServer(LanguageServer):
         return None
 
     def options_for(self, uri: str) -> Options:
-        path = self.path_of(uri)
+        options = self._configured(uri)
+        if uri_scheme(uri) in NOTEBOOK_CELL_SCHEMES:
+            # a notebook's cell: the kernel keeps its module-level names after it runs
+            return dataclasses.replace(options, notebook=True)
+        return options
+
+    def _configured(self, uri: str) -> Options:
+        path = self.path_of(uri) or _notebook_path(uri)
         if path is None:
             root = getattr(self.workspace, "root_path", None)
             path = os.path.join(root, "untitled.py") if root else None
@@ -315,7 +334,7 @@ class NdifOptServer(LanguageServer):
         cached = self.analyses.get(uri)
         if cached is not None and cached.text == text and cached.options == options:
             return cached
-        path = self.path_of(uri)
+        path = self.path_of(uri) or _notebook_path(uri)
         result, error = await self.run(analyze, text, options, path, self.window_cache(uri))
         fresh = Analysis(text, document.version, options, path, result, error)
         if document.source == text:

@@ -387,6 +387,33 @@ def test_bad_configuration_is_reported_not_fatal(client, workspace):
     assert "session-hoisting" in codes  # falls back to the defaults
 
 
+NOTEBOOK_SWEEP = (
+    'from nnsight import LanguageModel\n\nmodel = LanguageModel("openai-community/gpt2")\n'
+    "for layer in range(3):\n"
+    '    with model.trace("The Eiffel Tower is in", remote=True):\n'
+    "        hidden = model.transformer.h[layer].output.save()\n"
+)
+
+
+def test_a_notebook_cell_keeps_its_saved_values_and_its_notebooks_configuration(client, workspace):
+    # a saved value no later code reads: a script need not download it, a notebook's
+    # kernel keeps it (dropping it is an unsafe fix there, a hint)
+    script = (workspace / "sweep.py").as_uri()
+    cell = "vscode-notebook-cell:" + (workspace / "sweep.ipynb").as_uri()[len("file:"):] + "#W0sZmlsZQ%3D%3D"
+    ignored_cell = "vscode-notebook-cell:" + (workspace / "ignored" / "nb.ipynb").as_uri()[len("file:"):] + "#W1"
+    for uri in (script, cell, ignored_cell):
+        client.open(uri, NOTEBOOK_SWEEP, version=1)
+
+    def pushdown(uri):
+        found = [d for d in client.diagnostics(uri)["diagnostics"] if d["code"] == "reduction-pushdown"]
+        return [(d["severity"], "need not be downloaded" in d["message"]) for d in found]
+
+    assert pushdown(script) == [(3, False)]  # Information: applied
+    assert pushdown(cell) == [(4, True)]  # Hint: an unsafe fix
+    codes = {d["code"] for d in client.diagnostics(ignored_cell)["diagnostics"]}
+    assert "session-hoisting" not in codes  # the pyproject.toml beside the notebook
+
+
 def test_text_index_converts_positions_and_edits():
     from ndif_opt.lsp import TextIndex
 
