@@ -9,7 +9,8 @@ in odd places, GPT-2 and Llama, ``remote=True`` or ``REMOTE``):
 * every comment of the input is still in the output;
 * the cost model's requests and download bytes never increase;
 * for a small sample, the execution check (tiny models, NDIF emulation) shows the
-  optimized script computes what the original intended.
+  optimized script computes what the original intended;
+* as a notebook's cells, no value saved outside a function stops coming back.
 
 And arbitrary valid Python without nnsight — a deterministic sample of the standard
 library's own files — passes through byte for byte.
@@ -191,6 +192,72 @@ def test_execution_check_shows_equal_results(verify_sources):
         report = verify_sources(
             script.source, result.code, filename="script.py",
             ignore_missing=result.unreturned, ignore=tuple(getattr(result, "introduced", ())),
+        )
+        assert report.errors["local"] is None, f"generator bug: {report.errors['local']}"
+        if report.intended_ok:
+            return
+        detail = report.to_text() + "\n--- optimized:\n" + result.code
+        assert report.original_remote_differs, detail
+        assert set(report.mismatches) <= set(report.original_remote_mismatches), detail
+
+    check()
+
+
+# -- notebooks ----------------------------------------------------------------------
+
+
+def _saved_outside_functions(source: str) -> set[str]:
+    """Names the script binds to ``<expr>.save()`` outside any function."""
+    names: set[str] = set()
+    pending: list[ast.AST] = [ast.parse(source)]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
+                and node.value.func.attr == "save"):
+            names.add(node.targets[0].id)
+        pending.extend(ast.iter_child_nodes(node))
+    return names
+
+
+@functools.lru_cache(maxsize=None)
+def _optimized_as_notebook(source: str):
+    from ndif_opt.options import Options
+
+    return optimize(source, filename="notebook.py", options=Options(notebook=True))
+
+
+def test_a_notebook_keeps_every_value_saved_outside_functions():
+    """The same scripts as a notebook's cells: the output parses, a second run changes
+    nothing, and no value saved outside a function stops coming back (the kernel keeps it
+    for cells not yet written)."""
+
+    @settings(PROFILE)
+    @given(scripts())
+    def check(script: Script):
+        result = _optimized_as_notebook(script.source)
+        cst.parse_module(result.code)
+        assert _optimized_as_notebook(result.code).code == result.code
+        lost = _saved_outside_functions(script.source) & set(result.unreturned)
+        assert not lost, (lost, result.code)
+
+    check()
+
+
+def test_a_notebook_keeps_its_saved_values_equal(verify_sources):
+    """Executed: every value saved outside a function is compared, whatever the rewrite
+    says it no longer brings back (the other names it lists are left out)."""
+
+    @settings(PROFILE, max_examples=max(2, EXECUTION_EXAMPLES // 3))
+    @given(scripts(max_segments=2))
+    def check(script: Script):
+        result = _optimized_as_notebook(script.source)
+        report = verify_sources(
+            script.source, result.code, filename="notebook.py",
+            ignore_missing=tuple(set(result.unreturned) - _saved_outside_functions(script.source)),
+            ignore=tuple(result.introduced),
         )
         assert report.errors["local"] is None, f"generator bug: {report.errors['local']}"
         if report.intended_ok:
