@@ -221,7 +221,7 @@ def _run_mismatches(
         want, got, atol=atol, rtol=rtol, ignore=ignore, ignore_extra=ignore_extra
     )
     if expected.stdout != actual.stdout:
-        problems.append(_stdout_difference(expected.stdout, actual.stdout))
+        problems.extend(_stdout_differences(expected.stdout, actual.stdout))
     for name in sorted(expected.files.keys() | actual.files.keys()):
         if name not in actual.files:
             problems.append(f"file {name}: not written")
@@ -237,14 +237,17 @@ def _run_mismatches(
     return problems
 
 
-def _stdout_difference(expected: str, actual: str) -> str:
+def _stdout_differences(expected: str, actual: str, shown: int = 10) -> list[str]:
+    """Each differing line (the first ``shown``), so that two runs wrong on different lines
+    can be told apart; then a differing count of lines."""
     a, b = expected.splitlines(), actual.splitlines()
-    for index, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return f"stdout line {index + 1}: expected {x[:80]!r}, got {y[:80]!r}"
+    differing = [index for index, (x, y) in enumerate(zip(a, b)) if x != y]
+    found = [f"stdout line {i + 1}: expected {a[i][:80]!r}, got {b[i][:80]!r}" for i in differing[:shown]]
+    if len(differing) > shown:
+        found.append(f"stdout: {len(differing) - shown} more lines differ")
     if len(a) != len(b):
-        return f"stdout: expected {len(a)} lines, got {len(b)}"
-    return "stdout differs"  # pragma: no cover - differing trailing newline
+        found.append(f"stdout: expected {len(a)} lines, got {len(b)}")
+    return found or ["stdout differs"]  # a differing trailing newline
 
 
 def verify_sources(
