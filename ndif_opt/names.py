@@ -174,6 +174,46 @@ class _Collector(cst.CSTVisitor):
             walk(node.inner_for_in, self)
         return False
 
+    # a comprehension's targets are its own (Python 3): `[a.sum() for a in acts]` reads
+    # `acts` and binds nothing outside; a walrus in it binds where the comprehension is
+    def visit_ListComp(self, node: cst.ListComp) -> bool:
+        return self._comprehension(node.for_in, (node.elt,))
+
+    def visit_SetComp(self, node: cst.SetComp) -> bool:
+        return self._comprehension(node.for_in, (node.elt,))
+
+    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> bool:
+        return self._comprehension(node.for_in, (node.elt,))
+
+    def visit_DictComp(self, node: cst.DictComp) -> bool:
+        return self._comprehension(node.for_in, (node.key, node.value))
+
+    def _comprehension(self, for_in: cst.CompFor, elements: tuple[cst.BaseExpression, ...]) -> bool:
+        outer, inner = self.use, NameUse()
+        self.use = inner
+        try:
+            for element in elements:
+                walk(element, self)
+            walk(for_in, self)  # visit_CompFor: its targets, iterables and conditions
+        finally:
+            self.use = outer
+        own: set[str] = set()
+        comp: cst.CompFor | None = for_in
+        while comp is not None:
+            own.update(_target_names(comp.target))
+            comp = comp.inner_for_in
+        # the first iterable is evaluated outside the comprehension: its names are the
+        # enclosing scope's even where a target has the same name (`[x for x in x]`)
+        first = _Collector()
+        first._walk_value(for_in.iter)
+        for mine, theirs in ((outer.reads, inner.reads), (outer.binds, inner.binds), (outer.mutates, inner.mutates)):
+            for name, node in theirs.items():
+                if name not in own or (mine is outer.reads and name in first.use.reads):
+                    mine.setdefault(name, node)
+        if inner.control:
+            outer.control.extend(inner.control)
+        return False
+
     def visit_WithItem(self, node: cst.WithItem) -> bool:
         self._walk_value(node.item)
         if node.asname is not None:
@@ -319,6 +359,18 @@ class _BodySkippingCollector(_Collector):
 
     def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> bool:
         return id(node) not in self.skip
+
+
+def _target_names(target: cst.BaseExpression) -> list[str]:
+    """The names a `for` target binds (`x`, `i, (a, b)`, `*rest`); none for `x.a` or `x[i]`."""
+    kind = type(target)
+    if kind is cst.Name:
+        return [target.value]
+    if kind is cst.Tuple or kind is cst.List:
+        return [name for element in target.elements for name in _target_names(element.value)]
+    if kind is cst.StarredElement:
+        return _target_names(target.value)
+    return []
 
 
 def all_params(params: cst.Parameters) -> list[cst.Param]:

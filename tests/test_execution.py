@@ -102,3 +102,25 @@ def test_client_values_moved_into_a_session_come_back():
     report = verify_result(case.before, result)
     assert report.intended_ok, report.to_text()
     assert (report.before.requests, report.after.requests) == (2, 1)
+
+
+def test_a_comprehension_variable_does_not_hold_a_session_back():
+    # `a` in the first comprehension is not the `a` of the second: both are their own,
+    # so the two requests and the code between them may share one session
+    source = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The cat sat on the", remote=True):
+    first = model.transformer.h[0].output[0, -1].save()
+norms = [round(float(a.norm()), 4) for a in [first]]
+with model.trace("The Eiffel Tower is in", remote=True):
+    second = model.transformer.h[1].output[0, -1].save()
+both = [round(float(a.norm()), 4) for a in [first, second]]
+print(norms, both)
+'''
+    result = optimize(source)
+    assert "with model.session(remote=True):" in result.code, result.code
+    report = verify_result(source, result, filename="script.py")
+    assert report.intended_ok, report.to_text()
+    assert (report.before.requests, report.after.requests) == (2, 1)

@@ -51,3 +51,21 @@ def test_cached_collect_with_skipped_subtrees_equals_a_plain_walk():
     module.visit(plain)
     assert _as_lists(names.collect(module, skip)) == _as_lists(plain.use)
     assert names.collect(module, skip) is names.collect(module, list(skip))  # cached either way
+
+
+def _use(source: str) -> tuple[list[str], list[str], list[str]]:
+    use = names.collect(cst.parse_module(source))
+    return list(use.reads), list(use.binds), list(use.mutates)
+
+
+def test_a_comprehension_keeps_its_targets_to_itself():
+    # Python 3: `a` is the comprehension's own; the first iterable is read outside it
+    assert _use("s = [round(float(a.sum()), 4) for a in acts]") == (["round", "float", "acts"], ["s"], [])
+    assert _use("y = [x for x in x]") == (["x"], ["y"], [])  # the outer `x` is read
+    assert _use("g = sum(q * w for q in r for w in q)") == (["sum", "r"], ["g"], [])
+    assert _use("d = {k: v for k, (v, *_) in pairs.items()}") == (["pairs"], ["d"], [])
+    # a walrus binds where the comprehension is; a method call mutates an outer object
+    assert _use("z = {k for k in d if (m := k)}") == (["d"], ["z", "m"], [])
+    assert _use("[log.append(i) for i in range(3)]") == (["log", "range"], [], ["log"])
+    # a name read after the comprehension is the enclosing one
+    assert _use("a = [i for i in range(3)]\nb = i") == (["range", "i"], ["a", "b"], [])
