@@ -78,6 +78,7 @@ def _version() -> str:
 
 # --------------------------------------------------------------------------- positions
 
+
 class TextIndex:
     """Converts between ndif-opt positions (line, code point) or offsets and LSP
     positions in the negotiated encoding, with LSP's line breaks."""
@@ -334,7 +335,7 @@ class NdifOptServer(LanguageServer):
         cached = self.analyses.get(uri)
         if cached is not None and cached.text == text and cached.options == options:
             return cached
-        path = self.path_of(uri) or _notebook_path(uri)
+        path = self.path_of(uri)
         result, error = await self.run(analyze, text, options, path, self.window_cache(uri))
         fresh = Analysis(text, document.version, options, path, result, error)
         if document.source == text:

@@ -35,7 +35,6 @@ which replaces them.
 from __future__ import annotations
 
 import dataclasses
-
 import difflib
 import hashlib
 import json

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import builtins
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -493,25 +493,35 @@ def _nested_session_saves(facts: Facts) -> list[_Save]:
     for block in facts.blocks:
         if block.method == "session" or block.parent is None or block.effective_remote is Remote.NO:
             continue
-        pending = [stmt for stmt in block.node.body.body if isinstance(stmt, (cst.For, cst.While, cst.If))]
-        while pending:
-            compound = pending.pop()
-            for suite in (compound.body, getattr(compound, "orelse", None)):
-                if isinstance(suite, cst.Else):
-                    suite = suite.body
-                elif isinstance(suite, cst.If):  # elif
-                    pending.append(suite)
-                    continue
-                if not isinstance(suite, cst.IndentedBlock):
-                    continue
-                for stmt in suite.body:
-                    if isinstance(stmt, (cst.For, cst.While, cst.If)):
-                        pending.append(stmt)
-                    else:
-                        save = _save_in(block, stmt)
-                        if save is not None:
-                            found.append(save)
+        for stmt in _nested_statements(block.node.body.body):
+            save = _save_in(block, stmt)
+            if save is not None:
+                found.append(save)
     return found
+
+
+_BRANCHING = (cst.For, cst.While, cst.If)
+
+
+def _nested_statements(statements) -> Iterator[cst.BaseStatement]:
+    """The statements in the loops and conditionals among ``statements``, at any depth, in
+    the order of the code (not those of other compound statements: a nested block has
+    its own saves, a function its own scope)."""
+    for stmt in statements:
+        if not isinstance(stmt, _BRANCHING):
+            continue
+        suites = [stmt.body]
+        orelse = stmt.orelse
+        while orelse is not None:  # `else:`, or `elif` (an If) with its own `else`
+            suites.append(orelse.body)
+            orelse = orelse.orelse if isinstance(orelse, cst.If) else None
+        for suite in suites:
+            if isinstance(suite, cst.IndentedBlock):
+                for inner in suite.body:
+                    if isinstance(inner, _BRANCHING):
+                        yield from _nested_statements([inner])
+                    else:
+                        yield inner
 
 
 def _is_container(expr: cst.BaseExpression) -> bool:
