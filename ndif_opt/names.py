@@ -197,11 +197,7 @@ class _Collector(cst.CSTVisitor):
             walk(for_in, self)  # visit_CompFor: its targets, iterables and conditions
         finally:
             self.use = outer
-        own: set[str] = set()
-        comp: cst.CompFor | None = for_in
-        while comp is not None:
-            own.update(_target_names(comp.target))
-            comp = comp.inner_for_in
+        own = comprehension_targets(for_in)
         # the first iterable is evaluated outside the comprehension: its names are the
         # enclosing scope's even where a target has the same name (`[x for x in x]`)
         first = _Collector()
@@ -359,6 +355,16 @@ class _BodySkippingCollector(_Collector):
 
     def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> bool:
         return id(node) not in self.skip
+
+
+def comprehension_targets(for_in: cst.CompFor) -> set[str]:
+    """The names the `for` clauses of a comprehension bind: its own variables."""
+    own: set[str] = set()
+    comp: cst.CompFor | None = for_in
+    while comp is not None:
+        own.update(_target_names(comp.target))
+        comp = comp.inner_for_in
+    return own
 
 
 def _target_names(target: cst.BaseExpression) -> list[str]:

@@ -151,3 +151,22 @@ def test_a_value_saved_in_a_loop_inside_a_trace_of_a_session_is_not_downloaded()
     assert report.after.requests == report.before.requests == 1
     # the three hidden states were most of what came back (4.4 KB -> 1.2 KB raw, measured)
     assert report.after.download_raw_bytes < report.before.download_raw_bytes / 3, report.to_text()
+
+
+def test_a_comprehension_variable_of_the_same_name_is_not_a_use():
+    # the comprehension's `logits` is its own: the saved one is only reduced
+    result, report = check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("openai-community/gpt2")
+        with model.trace("The Eiffel Tower is in", remote=True):
+            logits = model.lm_head.output.save()
+        top = logits[0, -1].argmax().item()
+        sizes = [len(logits) for logits in ["a b", "c"]]
+        print(top, sizes)
+        '''
+    )
+    assert "top = logits[0, -1].argmax().item().save()" in result.code
+    assert not any("still downloaded whole" in f.message for f in result.findings)
+    assert report.after.download_raw_bytes < report.before.download_raw_bytes / 10, report.to_text()

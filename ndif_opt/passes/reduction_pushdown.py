@@ -52,7 +52,7 @@ import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, Remote, is_save_call, qualify
 from ndif_opt.describe import saved_shape
-from ndif_opt.names import NameUse, all_params, collect
+from ndif_opt.names import NameUse, all_params, collect, comprehension_targets
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, method_call, unsave
@@ -198,7 +198,7 @@ class ChainPushdown:
                     self.context.skipped(
                         self.save.stmt,
                         f"`{x}` is still downloaded whole",
-                        f"`{code_of(self.parents.get(id(node), node))}` uses it whole, on your machine",
+                        f"`{code_of(self.parents.get(id(node), node)).strip()}` uses it whole, on your machine",
                     )
                 return None
             chains.append(chain)
@@ -554,13 +554,14 @@ def _is_method_call(expr: cst.BaseExpression, name: str) -> bool:
 BINDING_SITES = (cst.AssignTarget, cst.For, cst.AugAssign)  # what `_bindings_in` counted
 # The only nodes inside an expression that `collect` finds a binding in.
 EXPRESSION_BINDERS = (cst.NamedExpr, cst.CompFor)
+COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 @dataclass(frozen=True)
 class _NodeKind:
     """What the index walk needs to know about a libcst node class."""
 
     fields: tuple[str, ...]  # the fields that may hold a name
-    encloses: bool  # a statement or a lambda: recorded around the names inside it
+    encloses: bool  # a statement, lambda or comprehension: recorded around the names inside it
     not_a_name: str | None  # the field whose Name is no name read (an attribute's, a keyword)
     binding_site: bool
     expression_binder: bool
@@ -569,7 +570,7 @@ class _NodeKind:
 def _node_kind(node_type: type) -> _NodeKind:
     return _NodeKind(
         fields=content_fields(node_type),
-        encloses=issubclass(node_type, (cst.BaseStatement, cst.Lambda)),
+        encloses=issubclass(node_type, (cst.BaseStatement, cst.Lambda, *COMPREHENSIONS)),
         not_a_name={cst.Attribute: "attr", cst.Arg: "keyword"}.get(node_type),
         binding_site=node_type in BINDING_SITES,
         expression_binder=node_type in EXPRESSION_BINDERS,
@@ -654,7 +655,7 @@ class _TreeIndex:
         for node, path in self.occurrences.get(name, ()):
             for position, outer in enumerate(path):
                 if id(outer) in wanted:
-                    if self._visible(name, path, position):
+                    if self._visible(name, node, path, position):
                         found.setdefault(id(outer), []).append(node)
                     break
         return found
@@ -664,24 +665,41 @@ class _TreeIndex:
         ``roots`` (uses as :meth:`occurrences_under` counts them)?"""
         inside = {id(node) for nodes in self.occurrences_under(name, roots).values() for node in nodes}
         return any(
-            id(node) not in inside and self._visible(name, path, 0)
+            id(node) not in inside and self._visible(name, node, path, 0)
             for node, path in self.occurrences.get(name, ())
         )
 
-    def _visible(self, name: str, path: tuple[cst.CSTNode, ...], start: int) -> bool:
-        """False when a function or lambda in ``path[start:]`` has its own ``name``."""
+    def _visible(self, name: str, node: cst.Name, path: tuple[cst.CSTNode, ...], start: int) -> bool:
+        """False when a function, lambda or comprehension in ``path[start:]`` has its own
+        ``name`` (a comprehension's first iterable is outside it: `[x for x in x]`)."""
         for scope in path[start:]:
-            if isinstance(scope, (cst.FunctionDef, cst.Lambda)) and name in self._local_names(scope):
-                return False
+            if isinstance(scope, (cst.FunctionDef, cst.Lambda)):
+                if name in self._local_names(scope):
+                    return False
+            elif isinstance(scope, COMPREHENSIONS) and name in self._local_names(scope):
+                if not self._within(node, scope.for_in.iter, scope):
+                    return False
         return True
 
-    def _local_names(self, scope: cst.FunctionDef | cst.Lambda) -> frozenset[str]:
-        """A lambda's parameters; a function's parameters and the names its body binds."""
+    def _within(self, node: cst.CSTNode, part: cst.CSTNode, whole: cst.CSTNode) -> bool:
+        """Is ``node`` inside ``part`` (itself inside ``whole``)?"""
+        while node is not whole and node is not None:
+            if node is part:
+                return True
+            node = self.parents.get(id(node))
+        return False
+
+    def _local_names(self, scope) -> frozenset[str]:
+        """A lambda's parameters; a function's parameters and the names its body binds; a
+        comprehension's targets."""
         names = self._locals.get(id(scope))
         if names is None:
-            names = frozenset(p.name.value for p in all_params(scope.params))
-            if isinstance(scope, cst.FunctionDef):
-                names |= frozenset(self.use_of(scope.body).binds)
+            if isinstance(scope, COMPREHENSIONS):
+                names = frozenset(comprehension_targets(scope.for_in))
+            else:
+                names = frozenset(p.name.value for p in all_params(scope.params))
+                if isinstance(scope, cst.FunctionDef):
+                    names |= frozenset(self.use_of(scope.body).binds)
             self._locals[id(scope)] = names
         return names
 
@@ -1073,6 +1091,29 @@ with model.trace("The Eiffel Tower is in", remote=True):
     logits = model.lm_head.output
     top = logits[0, -1].argmax().item().save()  # the next token
 print(top)
+""",
+    ),
+    Case(
+        name="a comprehension's own variable of the same name is another value",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in", remote=True):
+    logits = model.lm_head.output.save()
+top = logits[0, -1].argmax().item()
+sizes = [len(logits) for logits in ["a b", "c"]]  # another `logits`: the comprehension's own
+print(top, sizes)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in", remote=True):
+    logits = model.lm_head.output
+    top = logits[0, -1].argmax().item().save()
+sizes = [len(logits) for logits in ["a b", "c"]]  # another `logits`: the comprehension's own
+print(top, sizes)
 """,
     ),
     Case(
