@@ -132,20 +132,10 @@ def test_helper_from_a_shipped_local_module_is_pushed():
 
 def test_a_value_saved_in_a_loop_inside_a_trace_of_a_session_is_not_downloaded():
     # trace-fusion writes this shape; here the user did: the session reads `hidden` unsaved
-    result, report = check(
-        '''
-        from nnsight import LanguageModel
+    from ndif_opt.passes.reduction_pushdown import ReductionPushdown
 
-        model = LanguageModel("openai-community/gpt2")
-        with model.session(remote=True):
-            norms = list().save()
-            with model.trace("The Eiffel Tower is in"):
-                for layer in range(3):
-                    hidden = model.transformer.h[layer].output.save()
-                    norms.append(hidden.norm().item())
-        print(norms)
-        '''
-    )
+    case = next(c for c in ReductionPushdown.cases if c.name.startswith("saved in a loop inside a trace"))
+    result, report = check(case.before)
     assert "hidden = model.transformer.h[layer].output\n" in result.code
     assert "hidden" in result.unreturned
     assert report.after.requests == report.before.requests == 1

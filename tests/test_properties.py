@@ -179,6 +179,15 @@ def verify_sources():
     return verify.verify_sources
 
 
+def _assert_right_or_wrong_where_the_original_was(report, code: str) -> None:
+    assert report.errors["local"] is None, f"generator bug: {report.errors['local']}"
+    if report.intended_ok:
+        return
+    detail = report.to_text() + "\n--- optimized:\n" + code
+    assert report.original_remote_differs, detail
+    assert _wrong_at(report.mismatches) <= _wrong_at(report.original_remote_mismatches), detail
+
+
 def _wrong_at(mismatches) -> set[str]:
     """Where each mismatch is (`acts_3`, `stdout line 2`), not what the wrong value was:
     a run wrong where another was may be wrong in another way (a list half filled)."""
@@ -199,12 +208,7 @@ def test_execution_check_shows_equal_results(verify_sources):
             script.source, result.code, filename="script.py",
             ignore_missing=result.unreturned, ignore=tuple(getattr(result, "introduced", ())),
         )
-        assert report.errors["local"] is None, f"generator bug: {report.errors['local']}"
-        if report.intended_ok:
-            return
-        detail = report.to_text() + "\n--- optimized:\n" + result.code
-        assert report.original_remote_differs, detail
-        assert _wrong_at(report.mismatches) <= _wrong_at(report.original_remote_mismatches), detail
+        _assert_right_or_wrong_where_the_original_was(report, result.code)
 
     check()
 
@@ -265,12 +269,7 @@ def test_a_notebook_keeps_its_saved_values_equal(verify_sources):
             ignore_missing=tuple(set(result.unreturned) - _saved_outside_functions(script.source)),
             ignore=tuple(result.introduced),
         )
-        assert report.errors["local"] is None, f"generator bug: {report.errors['local']}"
-        if report.intended_ok:
-            return
-        detail = report.to_text() + "\n--- optimized:\n" + result.code
-        assert report.original_remote_differs, detail
-        assert _wrong_at(report.mismatches) <= _wrong_at(report.original_remote_mismatches), detail
+        _assert_right_or_wrong_where_the_original_was(report, result.code)
 
     check()
 
