@@ -122,8 +122,9 @@ class ReductionPushdown(Pass):
         if not context.allows(save.stmt, f"`{save.name}` need not be downloaded"):
             return
         full = saved_shape(unsave(save.stmt.body[0].value), save.block, facts)
-        safety = _kernel_safety(save, context, lambda: f"`{save.name}`{f' ({full})' if full else ''} need "
-                                "not be downloaded: only code inside the session reads it")
+        value = f"`{save.name}`{f' ({full})' if full else ''}"
+        safety = _kernel_safety(save, context,
+                                lambda: f"{value} need not be downloaded: only code inside the session reads it")
         if safety is None:
             return
         where = facts.statements[id(save.stmt)]
@@ -131,8 +132,8 @@ class ReductionPushdown(Pass):
         context.unreturned.add(save.name)
         context.applied(
             save.stmt,
-            f"`{save.name}`{f' ({full})' if full else ''} is no longer downloaded: only code inside "
-            "the session reads it, and the session sees it without `.save()`",
+            f"{value} is no longer downloaded: only code inside the session reads it, and the session "
+            "sees it without `.save()`",
             safety,
         )
 
