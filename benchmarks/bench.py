@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,12 +42,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 from generators import HEADER, dense_nnsight_script, plain_python  # noqa: E402
 
 PYTHON = sys.executable
+#: the inputs whose windows the tool splits over the cores, held to 2.5x the parse
+LONG_DENSE = ("dense-5k", "dense-20k")
 
 
 # -- the worker: one input, measured in its own process ---------------------------------------
 
 
-def _worker(path: str, repeat: int, smaller: str | None = None) -> None:
+def _worker(path: str, repeat: int, smaller: str | None = None, second_core: bool = False) -> None:
     import libcst
 
     from ndif_opt import optimize
@@ -76,7 +79,8 @@ def _worker(path: str, repeat: int, smaller: str | None = None) -> None:
     # times in a row as it fits in the larger (4 for 5k in 20k) and counts their mean:
     # both figures then span the same length of time, so a slow patch of the machine is as
     # likely to fall in either (the best of five short runs would otherwise dodge patches
-    # the long runs cannot).
+    # the long runs cannot). With ``second_core`` (the long inputs, whose windows are split
+    # over the cores), each round first reads how free the second core is.
     jobs = default_jobs()
 
     def tool(jobs: int, text: str = source, name: str = path):
@@ -86,7 +90,8 @@ def _worker(path: str, repeat: int, smaller: str | None = None) -> None:
     in_a_row = max(1, round(lines / (small.count("\n") + 1))) if small else 0
     parses, tools, smalls, sharing, result = [], [], [], [], None
     for _ in range(repeat):
-        sharing.append(two_core_slowdown())
+        if second_core:
+            sharing.append(two_core_slowdown())
         parses.append(_timed_call(parse))
         started = time.perf_counter()
         result = tool(jobs)()
@@ -94,7 +99,8 @@ def _worker(path: str, repeat: int, smaller: str | None = None) -> None:
         if small is not None:
             smalls.append(sum(_timed_call(tool(jobs, small, smaller)) for _ in range(in_a_row)) / in_a_row)
     print(json.dumps({"parse": min(parses), "tool": min(tools), "changed": result.changed, "jobs": jobs,
-                      "two_core_slowdown": sharing, **({"tool_smaller": min(smalls)} if smalls else {})}),
+                      **({"two_core_slowdown": sharing} if sharing else {}),
+                      **({"tool_smaller": min(smalls)} if smalls else {})}),
           flush=True)
     ones: list[float] = []
     while jobs > 1 and len(ones) < repeat and sum(ones) < 8.0:
@@ -112,8 +118,8 @@ def two_core_slowdown(iterations: int = 1_000_000, pairs: int = 3) -> float:
     above 1.0 says that round's tool time is not the tool's. The loops run in forked
     children, one alone then two at once, ``pairs`` times; the speed of one vCPU varies
     by tens of percent from one 30 ms loop to the next, hence the median."""
-    ratios = sorted(_spin_in_children(2, iterations) / _spin_in_children(1, iterations) for _ in range(pairs))
-    return ratios[len(ratios) // 2]
+    return statistics.median(_spin_in_children(2, iterations) / _spin_in_children(1, iterations)
+                             for _ in range(pairs))
 
 
 def _spin_in_children(count: int, iterations: int) -> float:
@@ -141,13 +147,15 @@ def _spin_in_children(count: int, iterations: int) -> float:
     return max(times)
 
 
-def measure(path: Path, timeout: float, repeat: int = 5, smaller: Path | None = None) -> dict:
-    """Run the worker on ``path`` (and ``smaller`` in turn); partial results survive a timeout."""
+def measure(path: Path, timeout: float, repeat: int = 5, smaller: Path | None = None,
+            second_core: bool = False) -> dict:
+    """Run the worker on ``path`` (and ``smaller`` in turn; with ``second_core``, reading how
+    free the second core is in each round); partial results survive a timeout."""
     started = time.perf_counter()
     try:
         done = subprocess.run(
             [PYTHON, __file__, "--worker", str(path), "--repeat", str(repeat),
-             *(["--smaller", str(smaller)] if smaller else [])],
+             *(["--smaller", str(smaller)] if smaller else []), *(["--second-core"] if second_core else [])],
             capture_output=True, text=True, timeout=timeout,
         )
         out, timed_out = done.stdout, False
@@ -418,6 +426,7 @@ def main() -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--repeat", type=int, default=5, help=argparse.SUPPRESS)
     parser.add_argument("--smaller", help=argparse.SUPPRESS)
+    parser.add_argument("--second-core", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--directory-worker", help=argparse.SUPPRESS)
     parser.add_argument("--jobs", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="inputs 10x smaller")
@@ -440,7 +449,7 @@ def main() -> None:
         _directory_worker(args.directory_worker, args.jobs)
         return
     if args.worker:
-        _worker(args.worker, args.repeat, args.smaller)
+        _worker(args.worker, args.repeat, args.smaller, args.second_core)
         return
     if args.profile:
         print(profile(args.profile))
@@ -465,7 +474,8 @@ def main() -> None:
             # dense-20k's worker runs dense-5k in turn: the growth row compares the two sizes
             # measured in the same minutes (the VM's slow phases last minutes)
             smaller = every_path.get("dense-5k") if name == "dense-20k" else None
-            row = measure(path, timeout, repeat=1 if "100k" in name else 5, smaller=smaller)
+            row = measure(path, timeout, repeat=1 if "100k" in name else 5, smaller=smaller,
+                          second_core=name in LONG_DENSE)
             rows[name] = row
             tool = row.get("tool")
             ratio = (f"{tool / row['parse']:.1f}x" if tool is not None and row.get("parse")
@@ -511,15 +521,16 @@ def _targets(rows: dict) -> None:
         if name in rows and rows[name].get("parse"):
             t = tool(name)
             ratio = t / rows[name]["parse"] if t else None
-            long_dense = name in ("dense-5k", "dense-20k")
+            long_dense = name in LONG_DENSE
             checks.append((f"{name}: pipeline <= 2.5x parse" if long_dense else f"{name}: pipeline / parse",
                            (ratio is not None and ratio <= 2.5) if long_dense else None,
                            f"{ratio:.1f}x" if ratio else "timed out"))
-    for name in ("dense-5k", "dense-20k"):
+    for name in LONG_DENSE:
         sharing = sorted(rows.get(name, {}).get("two_core_slowdown") or [])
         if sharing:
             checks.append((f"{name}: second core (1.0 free)", None,
-                           f"median {sharing[len(sharing) // 2]:.2f} ({', '.join(f'{x:.2f}' for x in sharing)}): 2 busy loops / 1"))
+                           f"median {statistics.median(sharing):.2f} ({', '.join(f'{x:.2f}' for x in sharing)}): "
+                           "2 busy loops / 1"))
     smaller = rows.get("dense-20k", {}).get("tool_smaller")
     if tool("dense-20k") and smaller:
         growth = tool("dense-20k") / smaller
