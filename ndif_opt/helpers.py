@@ -93,6 +93,13 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck) -> RemoteHe
         helper.problems.append(f"`{name}` passes `remote=` inside `**kwargs`")
     if first.model not in facts.models:
         helper.problems.append(f"`{name}` traces `{first.model}`, which is not a model defined in this file")
+    if func.decorators:
+        # measured: the copy of a decorated function that a request carries runs without
+        # the names of its module (NameError on the model) inside a session
+        helper.problems.append(
+            f"`{name}` is decorated (`@{code_for_node(func.decorators[0].decorator)}`), and the copy of it that a "
+            "session carries to NDIF cannot see this file's names"
+        )
     use = collect(func.body)
     for kind, _node in use.control:
         if kind in ("global", "nonlocal", "yield", "await"):

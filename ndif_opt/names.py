@@ -430,3 +430,88 @@ def collect_all(nodes, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
     for node in nodes:
         use.merge(collect(node, skip))
     return use
+
+
+# -- liveness: reads that a rebinding kills ------------------------------------------
+
+
+def exposed_reads(stmts) -> dict[str, cst.CSTNode]:
+    """Names the statements may read before binding them for sure: a name read only
+    after an assignment, a `for` target, a `with ... as` or an import that always runs
+    first is not among them (its earlier value is dead there)."""
+    reads: dict[str, cst.CSTNode] = {}
+    bound: set[str] = set()
+    for stmt in stmts:
+        for name, node in _exposed_in(stmt).items():
+            if name not in bound:
+                reads.setdefault(name, node)
+        bound |= definite_binds(stmt)
+    return reads
+
+
+def _exposed_in(stmt: cst.CSTNode) -> dict[str, cst.CSTNode]:
+    kind = type(stmt)
+    if kind is cst.For and stmt.orelse is None:
+        found = dict(collect(stmt.iter).reads)
+        targets = set(target_names(stmt.target))
+        for name, node in exposed_reads(stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else stmt.body.body).items():
+            if name not in targets:
+                found.setdefault(name, node)
+        return found
+    if kind is cst.If:
+        found = dict(collect(stmt.test).reads)
+        for suite in (stmt.body, stmt.orelse):
+            if suite is None:
+                continue
+            inner = [suite] if isinstance(suite, cst.If) else list(suite.body.body) if isinstance(suite, cst.Else) else list(suite.body)
+            for name, node in exposed_reads(inner).items():
+                found.setdefault(name, node)
+        return found
+    if kind is cst.With:
+        found: dict[str, cst.CSTNode] = {}
+        bound: set[str] = set()
+        for item in stmt.items:
+            for name, node in collect(item.item).reads.items():
+                found.setdefault(name, node)
+            if item.asname is not None:
+                bound |= set(target_names(item.asname.name))
+        for name, node in exposed_reads(list(stmt.body.body)).items():
+            if name not in bound:
+                found.setdefault(name, node)
+        return found
+    return collect(stmt).reads  # anything else: every read counts (conservative)
+
+
+def definite_binds(stmt: cst.CSTNode) -> set[str]:
+    """Names the statement binds whenever it completes normally."""
+    kind = type(stmt)
+    if kind is cst.SimpleStatementLine:
+        found: set[str] = set()
+        for small in stmt.body:
+            if type(small) is cst.Assign:
+                for target in small.targets:
+                    found |= set(target_names(target.target))
+            elif type(small) is cst.AnnAssign and small.value is not None:
+                found |= set(target_names(small.target))
+            elif type(small) in (cst.Import, cst.ImportFrom):
+                found |= set(collect(small).binds)
+        return found
+    if kind in (cst.FunctionDef, cst.ClassDef):
+        return {stmt.name.value}
+    if kind is cst.With:
+        found = set()
+        for item in stmt.items:
+            if item.asname is not None:
+                found |= set(target_names(item.asname.name))
+        for inner in stmt.body.body:
+            found |= definite_binds(inner)
+        return found
+    if kind is cst.If and stmt.orelse is not None:
+        body = set().union(*(definite_binds(s) for s in stmt.body.body)) if stmt.body.body else set()
+        other = stmt.orelse
+        if isinstance(other, cst.If):
+            rest = definite_binds(other)
+        else:
+            rest = set().union(*(definite_binds(s) for s in other.body.body)) if other.body.body else set()
+        return body & rest
+    return set()

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, StmtInfo
-from ndif_opt.names import NameUse, all_params, collect, collect_all
-from ndif_opt.rewrite import empty_container_kind
+from ndif_opt.names import NameUse, all_params, collect, collect_all, definite_binds, exposed_reads, target_names
+from ndif_opt.rewrite import code_of, empty_container_kind
 
 UNKNOWN_TRIPS = 2  # a loop of unknown length issues "many" requests: at least two
 
@@ -35,12 +35,19 @@ def owner_statement(facts: Facts, suite: cst.CSTNode) -> StmtInfo | None:
 def reads_after(facts: Facts, suite: cst.CSTNode, end: int) -> dict[str, cst.CSTNode]:
     """Names the script may read after ``suite.body[:end]`` has run (conservative)."""
     reads: dict[str, cst.CSTNode] = {}
+    killed: set[str] = set()  # bound for sure before any read still to come
 
-    def add(use: NameUse) -> None:
-        for name, node in use.reads.items():
-            reads.setdefault(name, node)
+    def add(found: dict[str, cst.CSTNode]) -> None:
+        for name, node in found.items():
+            if name not in killed:
+                reads.setdefault(name, node)
 
-    add(collect_all(suite.body[end:]))
+    def run(stmts) -> None:
+        add(exposed_reads(stmts))
+        for stmt in stmts:
+            killed.update(definite_binds(stmt))
+
+    run(suite.body[end:])
     info = owner_statement(facts, suite)
     in_function = False
     while info is not None:
@@ -48,9 +55,15 @@ def reads_after(facts: Facts, suite: cst.CSTNode, end: int) -> dict[str, cst.CST
         if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             in_function = isinstance(node, cst.FunctionDef)
             break
-        if isinstance(node, (cst.For, cst.While)):
-            add(collect(node))  # the loop runs its body again
-        add(collect_all(info.suite.body[info.index + 1 :]))
+        if isinstance(node, cst.For):
+            # the loop runs its body again, its target bound anew first
+            targets = set(target_names(node.target))
+            add({n: v for n, v in exposed_reads(node.body.body).items() if n not in targets})
+            if node.orelse is not None:
+                add(collect(node.orelse).reads)
+        elif isinstance(node, cst.While):
+            add(collect(node).reads)  # the loop runs its test and body again
+        run(info.suite.body[info.index + 1 :])
         info = facts.statements.get(id(info.ancestors[-1])) if info.ancestors else None
         if info is None:
             break
@@ -69,9 +82,101 @@ def reads_after(facts: Facts, suite: cst.CSTNode, end: int) -> dict[str, cst.CST
 @dataclass(frozen=True)
 class Accumulator:
     name: str
-    kind: str  # list | dict
-    stmt: cst.SimpleStatementLine  # the `name = []` statement
-    index: int  # its index in the suite
+    kind: str  # list | dict | carried (any fresh object, sent to the session and saved there)
+    stmt: cst.SimpleStatementLine | None  # the `name = []` statement (None: carried)
+    index: int  # its index in the suite (-1: carried)
+
+
+# Calls that return a new object nothing else refers to.
+FRESH_OBJECT_CALLS = frozenset(
+    {
+        "list", "dict", "set", "collections.defaultdict", "collections.OrderedDict", "collections.Counter",
+        "collections.deque", "torch.zeros", "torch.ones", "torch.full", "torch.empty", "torch.zeros_like",
+        "torch.ones_like", "torch.full_like", "torch.empty_like", "torch.tensor", "numpy.zeros", "numpy.ones",
+        "numpy.full", "numpy.empty",
+    }
+)
+
+
+def carried_container(facts: Facts, name: str, suite: cst.CSTNode) -> tuple[Accumulator | None, str]:
+    """A container the region may take with it into the session (``name =
+    nnsight.save(name)`` at its start) and bring back: bound only to new objects that
+    no other name refers to, in the scope of ``suite``, and never aliased there."""
+    info = owner_statement(facts, suite)
+    func = None
+    if info is not None:
+        func = next((a for a in reversed((*info.ancestors, info.node)) if isinstance(a, cst.FunctionDef)), None)
+    scope = func.body if func is not None else facts.module
+    if func is not None and name in {p.name.value for p in all_params(func.params)}:
+        return None, f"`{name}` is a parameter: the caller's object would not see the changes"
+    bindings = [value for stmt, value in facts.bindings.get(name, ()) if stmt.function is func]
+    if not bindings:
+        return None, f"`{name}` is not created in this function or module by a plain assignment"
+    for value in bindings:
+        if not _fresh_object(value, facts):
+            return None, (
+                f"`{name}` is bound to `{_short(value)}`, which may be shared with other names; "
+                "only a new list, dict, set or tensor can travel to the session and back"
+            )
+    if _aliased(name, scope):
+        return None, f"`{name}` is also reachable through another name, which would not see the session's changes"
+    return Accumulator(name, "carried", None, -1), ""
+
+
+def _fresh_object(expr: cst.BaseExpression, facts: Facts) -> bool:
+    if isinstance(expr, (cst.List, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp)):
+        return True
+    if isinstance(expr, cst.Call):
+        from ndif_opt.analysis import qualify
+
+        path = qualify(expr.func, facts.imports) or ""
+        return path in FRESH_OBJECT_CALLS or path.split(".")[-1] in ("defaultdict",)
+    return False
+
+
+def _aliased(name: str, scope: cst.CSTNode) -> bool:
+    """Does ``name``'s object get a second name anywhere in ``scope``?"""
+    finder = _AliasFinder(name)
+    scope.visit(finder)
+    return finder.found
+
+
+class _AliasFinder(cst.CSTVisitor):
+    """Finds where a name's object gets a second name: `other = name`, `x.attr = name`,
+    `container.append(name)`, `{"k": name}`, `return name`, `global name`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.found = False
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.found |= _is_name(node.value, self.name)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("append", "extend", "insert", "add", "update", "setdefault"):
+            self.found |= any(_is_name(a.value, self.name) for a in node.args)
+
+    def visit_Element(self, node: cst.Element) -> None:
+        self.found |= _is_name(node.value, self.name)
+
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        self.found |= _is_name(node.value, self.name)
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self.found |= node.value is not None and _is_name(node.value, self.name)
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.found |= any(n.name.value == self.name for n in node.names)
+
+
+def _is_name(expr: cst.BaseExpression | None, name: str) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == name
+
+
+def _short(expr: cst.BaseExpression) -> str:
+    text = code_of(expr)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def find_accumulator(

@@ -282,6 +282,7 @@ class DropElementSaves(cst.CSTTransformer):
     def __init__(self, names: set[str], rebinds: set[str] = frozenset()) -> None:
         self.names = names
         self.rebinds = rebinds  # `x = e.save()` → `x = e` for these names
+        self.unsaved_names: set[str] = set()  # `acc.append(x.save())`: `x` no longer comes back itself
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         func = updated.func
@@ -290,6 +291,10 @@ class DropElementSaves(cst.CSTTransformer):
             and func.attr.value in ("append", "insert", "__setitem__", "setdefault")
             and root_name(func.value) in self.names
         ):
+            for arg in updated.args:
+                if is_save_call(arg.value) and isinstance(arg.value.func, cst.Attribute):
+                    if isinstance(arg.value.func.value, cst.Name):
+                        self.unsaved_names.add(arg.value.func.value.value)
             return updated.with_changes(
                 args=[a.with_changes(value=unsave(a.value)) for a in updated.args]
             )

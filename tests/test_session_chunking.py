@@ -190,7 +190,7 @@ def test_chunked_list_accumulator_then_client_loop_gives_identical_output():
     assert "list(enumerate(PROMPTS))[_ndif_chunk:_ndif_chunk + 2]" in result.code
     # the merged container is what the client loop reads; the chunk's copy is dropped so
     # that the next session does not upload it
-    assert "del _ndif_carry" in result.code
+    assert "del _ndif_rows" in result.code
 
 
 def test_chunked_session_with_code_before_the_loop():

@@ -13,13 +13,14 @@ PROMPTS = [
 ]
 
 with model.session(remote=True):
-    _ndif_carry = list().save()
+    _ndif_rows = list().save()
     for i, prompt in enumerate(PROMPTS):
         with model.trace(prompt):
             logits = model.lm_head.output[0, -1]
-        _ndif_carry.append(logits)
-for (i, prompt), logits in zip(enumerate(tqdm(PROMPTS, desc="prompts")), _ndif_carry):
-    top = logits.argmax().item()
+        top = logits.argmax().item()
+        _ndif_rows.append((i, prompt, top))
+
+for i, prompt, top in tqdm(_ndif_rows, desc="prompts"):
     print(f"{i}: {prompt!r} -> {top}")
     with open("predictions.jsonl", "a") as f:
         f.write(json.dumps({"prompt": prompt, "top": top}) + "\n")

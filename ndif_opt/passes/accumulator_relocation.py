@@ -42,7 +42,7 @@ import libcst as cst
 from ndif_opt.analysis import Block, Facts, Remote
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.session_hoisting import _is_model_like
-from ndif_opt.regions import Accumulator, find_accumulator
+from ndif_opt.regions import Accumulator, carried_container, find_accumulator
 from ndif_opt.rewrite import DropElementSaves, SuitePlan, saved_container
 
 
@@ -58,7 +58,7 @@ class AccumulatorRelocation(Pass):
         for block in remote_blocks:
             found = self._accumulators(block, remote_blocks, facts, context)
             if found:
-                self._plan(block, found, plan, context)
+                self._plan(block, found, plan, context, facts)
         return plan.apply(module, facts) if plan else module
 
     def _accumulators(self, block: Block, remote_blocks, facts: Facts, context: Context):
@@ -77,22 +77,43 @@ class AccumulatorRelocation(Pass):
                 continue
             acc, why = find_accumulator(facts, name, block.stmt.suite, block.stmt.index)
             if acc is None:
+                # any new container can travel into the block and come back saved
+                acc, why = carried_container(facts, name, block.stmt.suite)
+            if acc is None:
                 context.skipped(node, bug, f"not moved: {why}")
                 continue
-            if context.allows(acc.stmt, bug):
-                found.append(acc)
+            if context.allows(acc.stmt or node, bug):
+                found.append((acc, node))
         return found
 
-    def _plan(self, block: Block, accumulators: list[Accumulator], plan: SuitePlan, context) -> None:
+    def _plan(self, block: Block, found: list[tuple[Accumulator, cst.CSTNode]], plan: SuitePlan, context,
+              facts: Facts) -> None:
+        accumulators = [acc for acc, _node in found]
         drop = DropElementSaves({a.name for a in accumulators})
-        created = [saved_container(a.name, a.kind, a.stmt) for a in accumulators]
+        module_name = next((local for local, path in facts.imports.items() if path == "nnsight"), "")
+        created = [
+            saved_container(a.name, a.kind, a.stmt) if a.kind != "carried"
+            else cst.parse_statement(f"{a.name} = {module_name or 'nnsight'}.save({a.name})\n")
+            for a in accumulators
+        ]
+        if not module_name and any(a.kind == "carried" for a in accumulators):
+            created.insert(0, cst.parse_statement("import nnsight\n"))
 
         def build(stmts):
-            return created + [s.visit(drop) for s in stmts]  # drop matches by name, not identity
+            moved = [s.visit(drop) for s in stmts]  # drop matches by name, not identity
+            context.unreturned |= drop.unsaved_names
+            return created + moved
 
         body = block.node.body
         plan.replace(body, 0, len(body.body), build)
-        for acc in accumulators:
+        for acc, node in found:
+            if acc.kind == "carried":
+                context.applied(
+                    node,
+                    f"`{acc.name}` is now sent into the block and saved there, so the changes the block makes "
+                    f"come back; before, it was left unchanged on your machine when run on NDIF (a correctness fix)",
+                )
+                continue
             plan.remove(block.stmt.suite, acc.index)
             context.applied(
                 acc.stmt,
@@ -149,7 +170,7 @@ with model.session(remote=True):
 """,
     ),
     Case(
-        name="container used before the block",
+        name="container used before the block: it travels into the block and back",
         before="""\
 from nnsight import LanguageModel
 
@@ -159,7 +180,30 @@ results.append(0)
 with model.trace("hello", remote=True):
     results.append(model.lm_head.output.save())
 """,
-        reason="used on your machine before",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+results = []
+results.append(0)
+with model.trace("hello", remote=True):
+    import nnsight
+    results = nnsight.save(results)
+    results.append(model.lm_head.output)
+""",
+    ),
+    Case(
+        name="container that another name also refers to",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+results = []
+everything = {"results": results}
+with model.trace("hello", remote=True):
+    results.append(model.lm_head.output.save())
+""",
+        reason="also reachable through another name",
     ),
     Case(
         name="local trace is fine",

@@ -384,7 +384,8 @@ def _build(block: Block, prefix, loop: cst.For, accumulators, iterable: str, len
         body=session.body.with_changes(body=[*prefix, new_loop]),
         leading_lines=[],
     )
-    merged = {name: f"_ndif_{name}" for name in accumulators}
+    # (a container the tool made is already `_ndif_`-named: `_ndif_rows` → `_ndif_rows_all`)
+    merged = {name: f"{name}_all" if name.startswith("_ndif_") else f"_ndif_{name}" for name in accumulators}
     lines = [f"{merged[n]} = {'[]' if k == 'list' else '{}'}\n" for n, k in accumulators.items()]
     header = f"for {chunk} in range(0, {length}, {size}):\n    pass\n"
     # merge, then drop the chunk's copy: a name the next session's code mentions would

@@ -58,7 +58,8 @@ from ndif_opt.helpers import (
 from ndif_opt.analysis import qualify
 from ndif_opt.names import NameUse, collect, collect_all, root_name
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.regions import Accumulator, find_accumulator, reads_after, requests_in
+from ndif_opt.passes.client_split import DEFERRABLE_KINDS, Refused, Split, names_in, split_region, unwrap_progress
+from ndif_opt.regions import Accumulator, carried_container, find_accumulator, reads_after, requests_in
 from ndif_opt.rewrite import (
     DropElementSaves,
     StripRemote,
@@ -89,10 +90,16 @@ class Region:
     helper_calls: list = field(default_factory=list)  # (call, RemoteHelper) moved along
     saved_here: dict = field(default_factory=dict)  # id(stmt) -> name given `.save()`
     requests: int | None = None  # remote requests it sends, once counted
+    split: Split | None = None  # the client/server split, when code must stay on the client
 
     @property
     def statements(self) -> list[cst.BaseStatement]:
         return list(self.suite.body[self.start : self.end])
+
+    @property
+    def moved(self) -> list[cst.BaseStatement]:
+        """The statements the session runs (the server part, when the region is split)."""
+        return self.split.server if self.split is not None else self.statements
 
 
 @dataclass
@@ -122,8 +129,25 @@ class SessionHoisting(Pass):
             if _inside(facts, suite, claimed):
                 continue
             for region in self._regions(suite, facts, context):
+                mark = len(context.findings)
                 if self._plan(region, facts, context, plan):
                     claimed.update(id(s) for s in region.statements)
+                    continue
+                # code that must stay on the client kept the region from moving as a
+                # whole: the runs of remote work between such code may still move
+                parts = self._regions(suite, facts, context, wide=False, within=region)
+                if not parts or [(p.start, p.end) for p in parts] == [(region.start, region.end)]:
+                    continue
+                whole = context.findings[mark:]
+                del context.findings[mark:]
+                moved = False
+                for part in parts:
+                    if self._plan(part, facts, context, plan):
+                        claimed.update(id(s) for s in part.statements)
+                        moved = True
+                if not moved:  # the whole region's reason says most
+                    del context.findings[mark:]
+                    context.findings.extend(whole)
         for helper in self.rewritten_helpers.values():
             if helper.flag_param is None:
                 info = facts.stmt(helper.func)
@@ -140,13 +164,24 @@ class SessionHoisting(Pass):
         return region.requests
 
     # -- finding regions ---------------------------------------------------------------
-    def _regions(self, suite, facts: Facts, context: Context) -> list[Region]:
+    def _regions(self, suite, facts: Facts, context: Context, wide: bool = True,
+                 within: Region | None = None) -> list[Region]:
+        """Runs of statements that could become one session. ``wide``: code that must
+        stay on your machine joins a run (the split replays it after the session);
+        otherwise it ends the run. ``within``: only the statements of that region."""
         # code without remote work matters only next to remote statements: look at it
         # only there, unless skipping a question could change later answers
         lazy = not context.server.asking_order_matters
         if lazy and not self.helpers and _fewer_than_two_requests(suite, facts):
             return []  # no region of it could send two: none is worth a session
-        kinds: list[Kind | None] = [self._kind(stmt, facts, context, lazy) for stmt in suite.body]
+        if within is not None and not any(_deferrable_only(p) for p in within.unsafe):
+            return []  # it was refused for other reasons: its parts would be too
+        kinds: list[Kind | None] = [
+            self._kind(stmt, facts, context, lazy, wide)
+            if within is None or within.start <= index < within.end
+            else Kind("barrier", why="outside the region")
+            for index, stmt in enumerate(suite.body)
+        ]
         regions: list[Region] = []
         run: list[int] = []
 
@@ -166,10 +201,12 @@ class SessionHoisting(Pass):
             if kind is None:  # code without remote work
                 if not run:
                     continue  # before a run opens, neither a barrier nor neutral code matters
-                kind = kinds[index] = self._plain_kind(suite.body[index], context)
+                kind = kinds[index] = self._plain_kind(suite.body[index], context, wide)
             if kind.role == "barrier":
                 close()
-            elif kind.role == "remote" and _blocking(kind.problems, context):
+            elif kind.role == "remote" and _blocking(kind.problems, context) and not (
+                wide and all(_deferrable_only(p) for p in kind.problems)
+            ):
                 close()  # it may still be split on its own, but moves with nothing else
                 run.append(index)
                 close()
@@ -184,7 +221,7 @@ class SessionHoisting(Pass):
         close()
         return [r for r in regions if self._requests(r, facts) >= 2]
 
-    def _kind(self, stmt, facts: Facts, context: Context, lazy: bool = False) -> Kind | None:
+    def _kind(self, stmt, facts: Facts, context: Context, lazy: bool = False, wide: bool = True) -> Kind | None:
         """How the statement relates to remote work; with ``lazy``, None for code
         without any (see :meth:`_plain_kind`)."""
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
@@ -196,7 +233,7 @@ class SessionHoisting(Pass):
         if calls:
             return self._helper_kind(stmt, calls, facts, context)
         if not outer:
-            return None if lazy else self._plain_kind(stmt, context)
+            return None if lazy else self._plain_kind(stmt, context, wide)
         first = outer[0]
         if any(b.method == "session" for b in outer):
             return Kind("barrier", why="already a session")
@@ -219,9 +256,12 @@ class SessionHoisting(Pass):
             problems=problems,
         )
 
-    def _plain_kind(self, stmt, context: Context) -> Kind:
-        """Code without remote work moves along, unless it must run on the client."""
+    def _plain_kind(self, stmt, context: Context, wide: bool = True) -> Kind:
+        """Code without remote work moves along; code that must run on the client joins
+        a wide run (it is replayed after the session) and ends a narrow one."""
         problems = context.server.problems(stmt)
+        if wide and problems and all(_deferrable_only(p) for p in problems):
+            return Kind("neutral", problems=problems)
         if _blocking(problems, context):
             return Kind("barrier", why=problems[0].message)
         return Kind("neutral", problems=[p for p in problems if p.kind in UNSAFE_KINDS])
@@ -265,24 +305,70 @@ class SessionHoisting(Pass):
         anchor = region.statements[0]
         if not context.allows(anchor, _not_hoisted(region, facts, self._requests(region, facts))):
             return False
+        refusal = ""
+        if region.unsafe and all(_deferrable_only(p) for p in region.unsafe):
+            # code that must stay on your machine: split it off and replay it afterwards
+            refusal = self._split(region, facts, context)
+            if not refusal:
+                return self._plan_checked(region, facts, context, plan)
         blocking = [p for p in region.unsafe if not _is_unsafe_only(p)]
         if blocking:
-            if len(region.statements) == 1 and self._plan_split(region, facts, context, plan):
-                return True
-            context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)), _plain(blocking[0].message))
+            context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)),
+                            refusal or _plain(blocking[0].message))
             return False
-        reason, accumulators = _liveness(region, facts)
+        return self._plan_checked(region, facts, context, plan)
+
+    def _split(self, region: Region, facts: Facts, context: Context, carry=()) -> str:
+        """Split the region into its session and a replay on the client; the reason
+        when it cannot be."""
+        taken = self._taken(facts)
+
+        def remote_work(stmt):
+            outer = _outer_blocks(facts, stmt)
+            remote = bool(outer) or bool(_may_call(stmt, self.helpers) and helper_calls(stmt, self.helpers))
+            return remote, tuple(b.node.body for b in outer)
+
+        try:
+            later = set(reads_after(facts, region.suite, region.end))
+            region.split = split_region(
+                region.statements, facts, context.server, remote_work, taken, list(carry), later,
+                is_model=lambda name: _is_model_like(name, facts), drop_bars=context.options.unsafe_fixes,
+            )
+        except Refused as refused:
+            region.split = None
+            return str(refused)
+        return ""
+
+    def _taken(self, facts: Facts) -> set[str]:
+        return facts.once("session-hoisting:names", lambda: names_in(facts.module))
+
+    def _plan_checked(self, region: Region, facts: Facts, context: Context, plan: SuitePlan) -> bool:
+        """Plan a region whose code may all move (its client part, if any, split off)."""
+        anchor = region.statements[0]
+        reason, accumulators, lost = _liveness(region, facts)
+        if lost and not reason:
+            # values the moved code computes and the script reads afterwards: the
+            # replay brings them back
+            reason = self._split(region, facts, context, carry=lost)
+            if not reason:
+                reason, accumulators, lost = _liveness(region, facts)
+                if lost:
+                    reason = _lost_reason(lost[0])
         if not reason and region.helper_calls:
             reason = _helper_argument_problem(region, facts)
         if reason:
             context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)), reason)
             return False
         unsafe = [p for p in region.unsafe if _is_unsafe_only(p)]
+        if region.split is not None:  # what must stay on the client is replayed, bars only dropped
+            unsafe = [p for p in unsafe if p.kind == "progress"] if region.split.dropped_bars else []
         if unsafe and not context.options.unsafe_fixes:
             context.needs_unsafe(anchor, _not_hoisted(region, facts, self._requests(region, facts)), _unsafe_reason(unsafe[0]))
             return False
         self._rewrite(region, accumulators, facts, plan, context)
         context.unreturned |= _unreturned(region, facts, accumulators)
+        if region.split is not None:
+            context.introduced |= region.split.record_names
         safety = Safety.UNSAFE if unsafe else Safety.SAFE
         context.applied(anchor, _hoisted_message(region, facts, accumulators, self._requests(region, facts)), safety)
         return True
@@ -293,10 +379,11 @@ class SessionHoisting(Pass):
         calls_off = CallWithRemoteOff({id(call): helper for call, helper in region.helper_calls})
         for _call, helper in region.helper_calls:
             self.rewritten_helpers[helper.name] = helper
-        drop = DropElementSaves(names)
+        drop = DropElementSaves(names, rebinds=region.split.unsaved if region.split is not None else frozenset())
         unwrap = _UnwrapProgress(facts) if context.options.unsafe_fixes else None
 
-        originals = region.statements
+        originals = region.moved
+        first_leading = region.statements[0].leading_lines
 
         inside = {id(a.stmt): a for a in accumulators if region.start <= a.index < region.end}
         before = [a for a in accumulators if id(a.stmt) not in inside]
@@ -313,20 +400,24 @@ class SessionHoisting(Pass):
                 if id(stmt) in region.saved_here:
                     stmt = _saving(stmt)
                 moved.append(transform(stmt, _MoveEdits(stmt, strip, calls_off, drop, unwrap)))
-            leading = moved[0].leading_lines
-            if leading:  # (most have none: no node rebuilt for nothing)
-                moved[0] = moved[0].with_changes(leading_lines=[])
-            created = [saved_container(a.name, a.kind, a.stmt) for a in before]
-            return [session_statement(region.model, region.flag, created + moved, leading)]
+            leading = first_leading
+            for index, stmt in enumerate(moved):
+                if stmt.leading_lines is leading or (index == 0 and stmt.leading_lines):
+                    # (most have none: no node rebuilt for nothing)
+                    moved[index] = stmt.with_changes(leading_lines=[])
+                    break
+            created = [_taken_along(a, nnsight_name) if a.kind == "carried" else saved_container(a.name, a.kind, a.stmt)
+                       for a in before]
+            session = session_statement(region.model, region.flag, created + moved, leading)
+            imports = [cst.parse_statement("import nnsight\n")] if any(a.kind == "carried" for a in before) and not nnsight_module else []
+            return [*imports, session, *(region.split.replay if region.split is not None else ())]
 
+        nnsight_module = next((local for local, path in facts.imports.items() if path == "nnsight"), "")
+        nnsight_name = nnsight_module or "nnsight"
         plan.replace(region.suite, region.start, region.end, build)
         for acc in before:
-            plan.remove(region.suite, acc.index)
-
-    def _plan_split(self, region: Region, facts: Facts, context: Context, plan: SuitePlan) -> bool:
-        from ndif_opt.passes.loop_split import plan_split
-
-        return plan_split(self, region, facts, context, plan)
+            if acc.kind != "carried":
+                plan.remove(region.suite, acc.index)
 
 
 _EDITED_KINDS = frozenset({cst.With, cst.Call, cst.Assign, cst.For})  # what _MoveEdits may edit
@@ -466,6 +557,11 @@ def _is_unsafe_only(problem: Problem) -> bool:
     return problem.kind in UNSAFE_KINDS
 
 
+def _deferrable_only(problem: Problem) -> bool:
+    """Code with this problem may be replayed on the client after the session."""
+    return problem.kind in DEFERRABLE_KINDS
+
+
 def _iteration_problems(stmt, facts: Facts) -> list[Problem]:
     """A `for ... else` or `while ... else` can't be reasoned about simply."""
     if isinstance(stmt, (cst.For, cst.While)) and stmt.orelse is not None:
@@ -473,10 +569,17 @@ def _iteration_problems(stmt, facts: Facts) -> list[Problem]:
     return []
 
 
-def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
+def _taken_along(acc: Accumulator, nnsight_name: str) -> cst.SimpleStatementLine:
+    """`name = nnsight.save(name)`: the client's container goes to the session, is
+    filled there and comes back."""
+    return cst.parse_statement(f"{acc.name} = {nnsight_name}.save({acc.name})\n")
+
+
+def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator], list[str]]:
     """Why the rest of the script would miss something, or "" and the accumulators
-    the session must take over."""
-    stmts = region.statements
+    the session must take over; and the names read afterwards that would stay on the
+    server (the reason is about the first of them)."""
+    stmts = region.moved
     everything = collect_all(stmts)
     later = reads_after(facts, region.suite, region.end)
     saved = _saved(region)
@@ -490,7 +593,10 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
     for name in _client_mutations(region, facts, everything):
         acc, why = find_accumulator(facts, name, region.suite, region.start)
         if acc is None:
-            return f"it changes `{name}`, which lives on your machine: {why}", []
+            # any new container can travel to the session and back
+            acc, why = carried_container(facts, name, region.suite)
+        if acc is None:
+            return f"it changes `{name}`, which lives on your machine: {why}", [], []
         accumulators.append(acc)
     in_place = []
     for name in list(lost):
@@ -499,15 +605,18 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator]]:
             in_place.append(acc)
             lost.remove(name)
     region.saved_here = _results_to_save(region, facts, set(lost), {a.name for a in in_place})
-    lost = [n for n in lost if n not in region.saved_here.values()]
+    carried = region.split.carried if region.split is not None else []
+    lost = [n for n in lost if n not in region.saved_here.values() and n not in carried]
     if lost:
-        name = lost[0]
-        return (
-            f"`{name}` is computed on your machine inside the loop and read afterwards; "
-            "inside a session it would stay on the server",
-            [],
-        )
-    return "", accumulators + in_place
+        return "", [], lost
+    return "", accumulators + in_place, []
+
+
+def _lost_reason(name: str) -> str:
+    return (
+        f"`{name}` is computed inside the loop and read afterwards, and cannot be brought back "
+        "from the session"
+    )
 
 
 def _client_mutations(region: Region, facts: Facts, everything: NameUse) -> list[str]:
@@ -536,7 +645,7 @@ def _results_to_save(
     read later, or a module-level result the user may look at. They get `.save()`."""
     module_level = not facts.stmt(region.statements[0]).ancestors
     found: dict[int, str] = {}
-    for stmt in region.statements:
+    for stmt in region.moved:
         if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
             continue
         small = stmt.body[0]
@@ -548,7 +657,7 @@ def _results_to_save(
         name = target.value
         if name in relocated or not (name in lost or module_level):
             continue
-        if sum(1 for other in region.statements if name in collect(other).binds) != 1:
+        if sum(1 for other in region.moved if name in collect(other).binds) != 1:
             continue  # bound again elsewhere in the region: which value comes back is unclear
         found[id(stmt)] = name
     return found
@@ -572,14 +681,18 @@ def _helper_argument_problem(region: Region, facts: Facts) -> str:
 def _unreturned(region: Region, facts: Facts, accumulators) -> set[str]:
     """Client names the moved code bound that stay on the server (none is read later)."""
     kept = _saved(region) | {a.name for a in accumulators} | set(region.saved_here.values())
-    unkept = [n for n in collect_all(region.statements).binds if n not in kept]
+    if region.split is not None:
+        kept |= set(region.split.carried) | region.split.record_names
+        # what the client part reads comes back in the records
+        kept |= set(collect_all(region.split.replay).reads)
+    unkept = [n for n in collect_all(region.moved).binds if n not in kept]
     block_bodies = tuple(b.node.body for b in region.blocks)
     # a name bound somewhere in the region but in none of its blocks is bound outside
     # them: the walk that leaves the blocks out is needed only for a name they bind too
     in_blocks = collect_all(block_bodies).binds
     if not any(n in in_blocks for n in unkept):
         return set(unkept)
-    bound = collect_all(region.statements, skip=block_bodies).binds
+    bound = collect_all(region.moved, skip=block_bodies).binds
     return {n for n in unkept if n in bound}
 
 
@@ -637,7 +750,7 @@ def _hoisted_message(region: Region, facts: Facts, accumulators, requests: int) 
     if region.helper_calls:
         names = sorted({h.name for _, h in region.helper_calls})
         text += "; " + ", ".join(f"`{n}`" for n in names) + " now called with remote=False inside it"
-        return text
+        return text + _split_note(region.split)
     flag = region.blocks[0].remote
     if flag.state is Remote.MAYBE:
         text += f" (remote-ness unknown: {flag.reason}; the session takes the same flag, so this holds either way)"
@@ -646,6 +759,21 @@ def _hoisted_message(region: Region, facts: Facts, accumulators, requests: int) 
     if accumulators:
         names = ", ".join(f"`{a.name}`" for a in accumulators)
         text += f"; {names} now created in the session and saved"
+    return text + _split_note(region.split)
+
+
+def _split_note(split: Split | None) -> str:
+    if split is None:
+        return ""
+    text = ""
+    if split.deferred:
+        lines = "statement that must run on your machine (prints, files, progress bars) now runs"
+        if split.deferred != 1:
+            lines = "statements that must run on your machine (prints, files, progress bars) now run"
+        text += f"; {split.deferred} {lines} after it, in the same order, over values the session records"
+    if split.carried:
+        names = ", ".join(f"`{n}`" for n in split.carried)
+        text += f"; {names} brought back from the session for the code after it"
     return text
 
 
@@ -670,9 +798,7 @@ class _UnwrapProgress(cst.CSTTransformer):
         self.facts = facts
 
     def leave_For(self, original: cst.For, updated: cst.For) -> cst.For:
-        from ndif_opt.passes.loop_split import _unwrap_progress
-
-        return updated.with_changes(iter=_unwrap_progress(updated.iter, self.facts))
+        return updated.with_changes(iter=unwrap_progress(updated.iter, self.facts))
 
 
 SessionHoisting.cases = (
@@ -904,12 +1030,12 @@ from nnsight import LanguageModel
 model = LanguageModel("openai-community/gpt2")
 with open("out.txt", "w") as f:
     with model.session(remote=True):
-        _ndif_carry = list().save()
+        _ndif_rows = list().save()
         for prompt in ["a", "b"]:
             with model.trace(prompt):
                 out = model.lm_head.output
-            _ndif_carry.append(out)
-    for prompt, out in zip(["a", "b"], _ndif_carry):
+            _ndif_rows.append(out)
+    for out in _ndif_rows:
         f.write(str(out.shape))
         f.flush()
 """,
@@ -928,7 +1054,22 @@ with open("out.txt", "w") as f:
         with model.trace(prompt, remote=True):
             out2 = model.lm_head.output.save()
 """,
-        reason="must run on your machine",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with open("out.txt", "w") as f:
+    with model.session(remote=True):
+        _ndif_rows = list().save()
+        for prompt in ["a", "b"]:
+            with model.trace(prompt):
+                out = model.lm_head.output
+            _ndif_rows.append(out)
+            with model.trace(prompt):
+                out2 = model.lm_head.output.save()
+    for out in _ndif_rows:
+        f.write(str(out.shape))
+""",
     ),
     Case(
         name="client value read after the loop",
@@ -942,7 +1083,20 @@ for prompt in ["a", "b"]:
     total = out.sum()
 print(total)
 """,
-        reason="`total` is computed on your machine inside the loop and read afterwards",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    _ndif_log = list().save()
+    for prompt in ["a", "b"]:
+        with model.trace(prompt):
+            out = model.lm_head.output.save()
+        total = out.sum()
+    _ndif_log.append(total)
+total = _ndif_log[-1]
+print(total)
+""",
     ),
     Case(
         name="retry loop",
@@ -972,7 +1126,7 @@ for prompt in ["a", "b"]:
 """,
     ),
     Case(
-        name="progress bar needs --unsafe-fixes",
+        name="progress bar: replayed over the rows after the session",
         before="""\
 from tqdm import tqdm
 from nnsight import LanguageModel
@@ -983,7 +1137,21 @@ for prompt in tqdm(["a", "b"]):
     with model.trace(prompt, remote=True):
         outs.append(model.lm_head.output.save())
 """,
-        reason="progress bar",
+        after="""\
+from tqdm import tqdm
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    outs = list().save()
+    _ndif_rows = list().save()
+    for prompt in ["a", "b"]:
+        with model.trace(prompt):
+            outs.append(model.lm_head.output)
+        _ndif_rows.append(None)
+for _ndif_row in tqdm(_ndif_rows):
+    pass
+""",
     ),
     Case(
         name="progress bar dropped with --unsafe-fixes",

@@ -1,0 +1,505 @@
+"""How far does ndif-opt reach on code it was not written for?
+
+Two sets of scripts outside the project (see their README.md files):
+
+* the devset, ``../shared/devset/[0-9]*.py``: 24 naive NDIF scripts, each ending with a
+  ``# expert:`` comment that states how many requests an NDIF expert's version sends.
+  For each file: the static request estimate before -> after (default mode and with
+  ``--unsafe-fixes``), the expert's count, and whether the optimized count reaches it
+  (<= expert). Files 17 ("already optimal") and 18 ("must stay a loop") are negative
+  controls: they are not "improvable" and are checked to stay as they are. With
+  ``--verify`` each file also runs through ``ndif-opt verify --format json`` (original and
+  optimized script on a tiny model through the NDIF emulation), which gives OK / MISMATCH /
+  ERROR and the *measured* requests before -> after; a verified count replaces the static
+  one, and a verified file reaches the expert count only when verify said OK. A static
+  count of 0 (the cost model found no request) never counts as reaching it.
+* the corpus, ``../shared/corpus/*.py`` and ``*.ipynb``: public third-party code, used
+  statically only (never executed). For each file and mode: requests before -> after,
+  crashes (any exception, with its type and message), whether the output parses
+  (``ast.parse``; a notebook's code cells joined, IPython syntax dropped), and whether it
+  is idempotent (optimizing the output again changes nothing). The README's A1 files
+  (a loop of remote traces) are marked, and the summary counts in how many of them the
+  requests fell in default mode.
+
+Then a histogram of why findings were not fixed: every finding of both sets in default mode
+whose status is not "applied", its reason with `backquoted` names replaced by X and numbers
+by N, the 25 most common.
+
+    python benchmarks/reach.py                          # static only, a few seconds
+    python benchmarks/reach.py --verify                 # + verify each devset file (10-30 s each)
+    python benchmarks/reach.py --verify --verify-unsafe # + verify with --unsafe-fixes too
+    python benchmarks/reach.py --only 02_ --verify      # one file
+    python benchmarks/reach.py --json reach.json        # also write the raw data
+
+Options: ``--devset DIR``, ``--corpus DIR``, ``--timeout S`` (per verify run, 300),
+``--jobs N`` (verify runs at a time, 2). The report is markdown, to paste into the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT))  # measure this checkout
+
+from ndif_opt import Status, optimize  # noqa: E402
+from ndif_opt.config import load_options  # noqa: E402
+from ndif_opt.files import read_source  # noqa: E402
+from ndif_opt.notebook import is_notebook, notebook_script, optimize_notebook  # noqa: E402
+from ndif_opt.report import totals  # noqa: E402
+
+SHARED = PROJECT.parent / "shared"
+MODES = ("default", "unsafe")
+#: devset negative controls (devset README): file number -> what must hold
+CONTROLS = {"17": "already optimal", "18": "must stay a loop"}
+HISTOGRAM_SIZE = 25
+
+
+# -- running the optimizer ----------------------------------------------------------------
+
+
+def optimize_file(path: Path, text: str, unsafe: bool):
+    """The optimizer's Result for one file, as the command line computes it (notebooks
+    through the notebook pipeline, options from any pyproject.toml that applies)."""
+    options = load_options(path, unsafe_fixes=unsafe)
+    if is_notebook(str(path)):
+        return optimize_notebook(text, options=options, filename=str(path)).as_result()
+    return optimize(text, filename=str(path), options=options)
+
+
+def output_parses(path: Path, code: str) -> bool:
+    try:
+        ast.parse(notebook_script(code) if is_notebook(str(path)) else code)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def unfixed_findings(result) -> list[dict]:
+    return [
+        {"pass_id": f.pass_id, "status": f.status.value, "message": f.message, "reason": f.reason,
+         "line": f.range.start.line + 1}
+        for f in result.findings
+        if f.status is not Status.APPLIED
+    ]
+
+
+def static_run(path: Path, text: str, unsafe: bool, checks: bool) -> dict:
+    """One mode on one file. ``checks``: also whether the output parses and is idempotent."""
+    try:
+        result = optimize_file(path, text, unsafe)
+    except Exception as error:  # noqa: BLE001 - a crash is what we measure
+        return {"requests_before": None, "requests_after": None, "changed": False,
+                "crash": f"{type(error).__name__}: {error}", "unfixed": []}
+    before, after = totals(result)
+    run = {"requests_before": before.requests, "requests_after": after.requests,
+           "changed": result.changed, "crash": None, "unfixed": unfixed_findings(result)}
+    if checks:
+        run["parses"] = output_parses(path, result.code)
+        try:
+            run["idempotent"] = optimize_file(path, result.code, unsafe).code == result.code
+        except Exception as error:  # noqa: BLE001
+            run["idempotent"] = False
+            run["crash"] = f"on its own output: {type(error).__name__}: {error}"
+    return run
+
+
+def static_runs(path: Path, checks: bool = False) -> dict:
+    try:
+        text = read_source(str(path)).text
+    except Exception as error:  # noqa: BLE001
+        crash = {"crash": f"{type(error).__name__}: {error}", "requests_before": None,
+                 "requests_after": None, "changed": False, "unfixed": []}
+        return {mode: dict(crash) for mode in MODES}
+    return {mode: static_run(path, text, mode == "unsafe", checks) for mode in MODES}
+
+
+# -- verify -------------------------------------------------------------------------------
+
+
+def verify_command(path: Path, unsafe: bool) -> list[str]:
+    script = Path(sys.executable).with_name("ndif-opt")
+    base = [str(script)] if script.exists() else [sys.executable, "-m", "ndif_opt.cli"]
+    return base + ["verify", str(path), "--format", "json"] + (["--unsafe-fixes"] if unsafe else [])
+
+
+def run_verify(path: Path, unsafe: bool, timeout: float) -> dict:
+    """``ndif-opt verify`` in a subprocess (its own process group, killed on timeout)."""
+    started = time.monotonic()
+    process = subprocess.Popen(verify_command(path, unsafe), cwd=PROJECT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        return {"outcome": "ERROR", "detail": f"timeout after {timeout:.0f} s",
+                "seconds": time.monotonic() - started}
+    outcome = verify_outcome(process.returncode, stdout, stderr)
+    outcome["seconds"] = time.monotonic() - started
+    return outcome
+
+
+def verify_outcome(returncode: int, stdout: str, stderr: str) -> dict:
+    try:
+        report = json.loads(stdout)
+    except json.JSONDecodeError:
+        last = (stderr.strip().splitlines() or [f"exit {returncode}, no JSON"])[-1]
+        return {"outcome": "ERROR", "detail": last[:200]}
+    errors = {run: error.splitlines()[0][:120] for run, error in report["errors"].items() if error}
+    notes = [f"{run} error: {error}" for run, error in errors.items()]
+    if report["original_remote_differs"]:
+        notes.insert(0, "original differs remotely")
+    notes += [f"mismatch: {m}" for m in report["mismatches"][:3]]
+    return {
+        "outcome": "OK" if report["intended_ok"] else "MISMATCH",
+        "requests_before": report["before"]["requests"],
+        "requests_after": report["after"]["requests"],
+        "detail": "; ".join(notes),
+    }
+
+
+def verify_all(jobs: list[tuple[Path, bool]], timeout: float, workers: int) -> dict:
+    """Every (path, unsafe) pair, ``workers`` at a time; progress on stderr."""
+    results: dict[tuple[Path, bool], dict] = {}
+
+    def one(job):
+        outcome = run_verify(job[0], job[1], timeout)
+        results[job] = outcome
+        mode = " --unsafe-fixes" if job[1] else ""
+        print(f"verify {len(results)}/{len(jobs)} {job[0].name}{mode}: {outcome['outcome']} "
+              f"({outcome['seconds']:.0f} s)", file=sys.stderr, flush=True)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(one, jobs))
+    return results
+
+
+# -- the devset ---------------------------------------------------------------------------
+
+
+def expert_requests(text: str) -> int | None:
+    """The first integer after "requests" in the file's closing ``# expert:`` block."""
+    start = text.rfind("# expert:")
+    if start < 0:
+        return None
+    match = re.search(r"\brequests\s+(\d+)", text[start:])
+    return int(match.group(1)) if match else None
+
+
+def control_of(path: Path) -> str | None:
+    return CONTROLS.get(path.name.split("_", 1)[0])
+
+
+def best_after(row: dict, mode: str) -> tuple[int | None, bool]:
+    """The optimized request count for a mode, and whether it was measured."""
+    verified = row["verify"].get(mode)
+    if verified and verified.get("requests_after") is not None:
+        return verified["requests_after"], True
+    return row["static"][mode]["requests_after"], False
+
+
+def reaches(row: dict, mode: str) -> bool:
+    after, measured = best_after(row, mode)
+    if after is None or row["expert"] is None:
+        return False
+    if measured and row["verify"][mode]["outcome"] != "OK":
+        return False
+    if not measured and after == 0 < row["expert"]:
+        return False  # a static 0 means the cost model saw no request: unknown, not reached
+    return after <= row["expert"]
+
+
+def control_holds(row: dict) -> bool:
+    """17 must stay unchanged; 18 must keep its loop of requests (no fewer after); a
+    verified control must also verify OK."""
+    static = row["static"]["default"]
+    if row["control"] == CONTROLS["17"]:
+        held = not static["changed"] and static["crash"] is None
+    else:
+        held = static["crash"] is None and static["requests_after"] == static["requests_before"]
+    verified = row["verify"].get("default")
+    if verified:
+        held = held and verified["outcome"] == "OK" and verified["requests_after"] >= verified["requests_before"]
+    return held
+
+
+def devset_rows(files: list[Path]) -> list[dict]:
+    """The static part of each devset row; :func:`judge_devset` completes it."""
+    return [{"file": path.name, "path": str(path), "expert": expert_requests(path.read_text(encoding="utf-8")),
+             "control": control_of(path), "static": static_runs(path), "verify": {}} for path in files]
+
+
+def judge_devset(rows: list[dict], verified: dict) -> None:
+    """Attach the verify outcomes, then decide reach and whether the controls held."""
+    for row in rows:
+        for mode in MODES:
+            if (Path(row["path"]), mode == "unsafe") in verified:
+                row["verify"][mode] = verified[(Path(row["path"]), mode == "unsafe")]
+        row["reaches"] = {mode: reaches(row, mode) for mode in MODES}
+        if row["control"]:
+            row["control_holds"] = control_holds(row)
+
+
+# -- the corpus ---------------------------------------------------------------------------
+
+
+def a1_names(readme: Path) -> set[str]:
+    """Stems of the files the README lists after "Files marked A1 (...):" (it names
+    notebooks by their .py export, so files are matched by stem)."""
+    try:
+        text = readme.read_text(encoding="utf-8")
+    except OSError:
+        return set()
+    match = re.search(r"Files marked A1[^:]*:(.*)", text)
+    if not match:
+        return set()
+    return {Path(name.strip().rstrip(".")).stem for name in match.group(1).split(",") if name.strip()}
+
+
+def corpus_rows(files: list[Path], a1: set[str]) -> list[dict]:
+    return [{"file": path.name, "path": str(path), "a1": path.stem in a1,
+             "static": static_runs(path, checks=True)} for path in files]
+
+
+def requests_fell(run: dict) -> bool:
+    return run["crash"] is None and run["requests_after"] < run["requests_before"]
+
+
+# -- the histogram of reasons ---------------------------------------------------------------
+
+
+def normalize_reason(finding: dict) -> str:
+    reason = finding["reason"]
+    if not reason:
+        return f"<no reason given; status {finding['status']}>"
+    reason = re.sub(r"`[^`]*`", "X", reason)
+    reason = re.sub(r"\b\d+(?:\.\d+)?\b", "N", reason)
+    return " ".join(reason.split())
+
+
+def reason_histogram(rows: list[dict]) -> list[tuple[str, int, list[str]]]:
+    """(reason, count, the passes that gave it) over default-mode unfixed findings."""
+    counts: Counter[str] = Counter()
+    passes: dict[str, Counter[str]] = defaultdict(Counter)
+    for row in rows:
+        for finding in row["static"]["default"]["unfixed"]:
+            reason = normalize_reason(finding)
+            counts[reason] += 1
+            passes[reason][finding["pass_id"]] += 1
+    return [(reason, count, [p for p, _ in passes[reason].most_common()])
+            for reason, count in counts.most_common(HISTOGRAM_SIZE)]
+
+
+# -- rendering ------------------------------------------------------------------------------
+
+
+def arrow(run: dict) -> str:
+    if run.get("crash"):
+        return "crash"
+    if run.get("requests_before") is None:
+        return "—"
+    return f"{run['requests_before']} → {run['requests_after']}"
+
+
+def verify_cell(outcome: dict | None) -> str:
+    if outcome is None:
+        return "—"
+    if outcome.get("requests_before") is None:
+        return outcome["outcome"]
+    return f"{outcome['outcome']} {outcome['requests_before']} → {outcome['requests_after']}"
+
+
+def reach_cell(row: dict, mode: str) -> str:
+    if row["control"]:
+        return f"control ({row['control']}): {'held' if row['control_holds'] else 'BROKEN'}"
+    after, measured = best_after(row, mode)
+    mark = "yes" if row["reaches"][mode] else "no"
+    note = ", measured" if measured else (", static: unknown" if after == 0 else "")
+    return f"{mark} ({after}{note})"
+
+
+def devset_table(rows: list[dict], verify_modes: list[str]) -> str:
+    head = ["file", "expert", "static", "static unsafe"]
+    head += [f"verify{' unsafe' if mode == 'unsafe' else ''}" for mode in verify_modes]
+    head += ["reaches", "reaches unsafe"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row["file"], str(row["expert"]), arrow(row["static"]["default"]), arrow(row["static"]["unsafe"])]
+        cells += [verify_cell(row["verify"].get(mode)) for mode in verify_modes]
+        cells += [reach_cell(row, "default"), reach_cell(row, "unsafe")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def corpus_table(rows: list[dict]) -> str:
+    lines = ["| file | A1 | default | unsafe | crash | output parses | idempotent | not fixed |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        runs = row["static"]
+        crashes = [f"{mode}: {runs[mode]['crash'][:60]}" for mode in MODES if runs[mode]["crash"]]
+        lines.append("| " + " | ".join([
+            row["file"], "A1" if row["a1"] else "", arrow(runs["default"]), arrow(runs["unsafe"]),
+            ", ".join(crashes) or "no", check_cell(runs, "parses"), check_cell(runs, "idempotent"),
+            str(len(runs["default"]["unfixed"])),
+        ]) + " |")
+    return "\n".join(lines)
+
+
+def check_cell(runs: dict, key: str) -> str:
+    failed = [mode for mode in MODES if runs[mode].get(key) is False]
+    if all(runs[mode].get(key) is None for mode in MODES):
+        return "—"
+    return f"no ({', '.join(failed)})" if failed else "yes"
+
+
+def histogram_table(histogram: list[tuple[str, int, list[str]]]) -> str:
+    lines = ["| count | reason (normalized) | passes |", "|---:|---|---|"]
+    for reason, count, passes in histogram:
+        lines.append(f"| {count} | {reason.replace('|', '/')} | {', '.join(passes)} |")
+    return "\n".join(lines)
+
+
+def devset_summary(rows: list[dict], verify_modes: list[str]) -> str:
+    improvable = [row for row in rows if not row["control"]]
+    controls = [row for row in rows if row["control"]]
+    reach = {mode: sum(row["reaches"][mode] for row in improvable) for mode in MODES}
+    text = (f"devset: {reach['default']}/{len(improvable)} improvable reach the expert count (default), "
+            f"{reach['unsafe']}/{len(improvable)} with --unsafe-fixes")
+    if controls:
+        text += f"; controls held {sum(row['control_holds'] for row in controls)}/{len(controls)}"
+    for mode in verify_modes:
+        outcomes = [row["verify"][mode]["outcome"] for row in rows if mode in row["verify"]]
+        label = "verify" if mode == "default" else "verify --unsafe-fixes"
+        text += f"; {label} OK {outcomes.count('OK')}/{len(outcomes)}"
+        if len(outcomes) != outcomes.count("OK"):
+            text += f" ({outcomes.count('MISMATCH')} MISMATCH, {outcomes.count('ERROR')} ERROR)"
+    if not verify_modes:
+        text += "; not verified (--verify)"
+    return text
+
+
+def corpus_summary(rows: list[dict], a1_missing: list[str]) -> str:
+    a1 = [row for row in rows if row["a1"]]
+    fell = sum(requests_fell(row["static"]["default"]) for row in a1)
+    crashes = sum(any(row["static"][m]["crash"] for m in MODES) for row in rows)
+    unparsed = sum(any(row["static"][m].get("parses") is False for m in MODES) for row in rows)
+    unstable = sum(any(row["static"][m].get("idempotent") is False for m in MODES) for row in rows)
+    fell_any = sum(requests_fell(row["static"]["default"]) for row in rows)
+    missing = f" (README A1 files not found: {', '.join(a1_missing)})" if a1_missing else ""
+    return (f"corpus: requests fall in {fell}/{len(a1)} A1 files (default){missing}, in {fell_any}/{len(rows)} "
+            f"files overall; crashes {crashes}; outputs that do not parse {unparsed}; not idempotent {unstable}")
+
+
+def problems(devset: list[dict], corpus: list[dict]) -> list[str]:
+    """Things worth a look: crashes, a static estimate of 0 requests for a file that says
+    remote=, static before-counts that verify contradicts."""
+    found = []
+    for row in devset + corpus:
+        text = Path(row["path"]).read_text(encoding="utf-8", errors="replace")
+        for mode in MODES:
+            run = row["static"][mode]
+            if run["crash"]:
+                found.append(f"{row['file']} ({mode}): crashed: {run['crash'][:200]}")
+        run = row["static"]["default"]
+        if run["requests_before"] == 0 and re.search(r"remote\s*=", text):
+            found.append(f"{row['file']}: static cost model reports 0 requests, but the file passes `remote=`")
+    for row in devset:
+        outcome = row["verify"].get("default")
+        static = row["static"]["default"]
+        if outcome and outcome.get("requests_before") is not None and static["requests_before"] is not None:
+            if outcome["requests_before"] != static["requests_before"]:
+                found.append(f"{row['file']}: static requests before {static['requests_before']}, "
+                             f"measured {outcome['requests_before']}")
+        for mode, outcome in row["verify"].items():
+            if outcome["outcome"] != "OK" and outcome.get("detail"):
+                found.append(f"{row['file']} (verify {mode}): {outcome['outcome']}: {outcome['detail'][:300]}")
+    return found
+
+
+def render(devset: list[dict], corpus: list[dict], a1_missing: list[str], verify_modes: list[str],
+           notes: list[str]) -> str:
+    histogram = reason_histogram(devset + corpus)
+    parts = [
+        "# ndif-opt reach", "",
+        devset_summary(devset, verify_modes), corpus_summary(corpus, a1_missing), "",
+        "## Devset (requests before → after; reaches: optimized <= expert)", "",
+        devset_table(devset, verify_modes), "",
+        "## Corpus (static only)", "",
+        corpus_table(corpus), "",
+        f"## Why findings were not fixed (default mode, both sets, top {HISTOGRAM_SIZE})", "",
+        histogram_table(histogram), "",
+    ]
+    found = notes + problems(devset, corpus)
+    if found:
+        parts += ["## Problems", ""] + [f"- {line}" for line in found] + [""]
+    parts += ["## Summary", "", devset_summary(devset, verify_modes), corpus_summary(corpus, a1_missing)]
+    return "\n".join(parts) + "\n"
+
+
+# -- main -----------------------------------------------------------------------------------
+
+
+def source_fingerprint() -> str:
+    """A hash of ndif_opt's sources, to notice that they changed while this ran."""
+    digest = hashlib.sha256()
+    for path in sorted((PROJECT / "ndif_opt").rglob("*.py")):
+        digest.update(str(path).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def list_files(directory: Path, patterns: tuple[str, ...], only: str | None) -> list[Path]:
+    files = sorted({path for pattern in patterns for path in directory.glob(pattern) if path.is_file()})
+    return [path for path in files if only is None or only in path.name]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--devset", type=Path, default=SHARED / "devset", help="directory of the devset")
+    parser.add_argument("--corpus", type=Path, default=SHARED / "corpus", help="directory of the corpus")
+    parser.add_argument("--only", help="only files whose name contains this")
+    parser.add_argument("--verify", action="store_true", help="run `ndif-opt verify` on every devset file")
+    parser.add_argument("--verify-unsafe", action="store_true", help="also verify with --unsafe-fixes")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per verify run (300)")
+    parser.add_argument("--jobs", type=int, default=2, help="verify runs at a time (2)")
+    parser.add_argument("--json", type=Path, help="write the raw data here")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    devset_files = list_files(args.devset, ("[0-9]*.py", "[0-9]*.ipynb"), args.only)
+    corpus_files = list_files(args.corpus, ("*.py", "*.ipynb"), args.only)
+    verify_modes = ["default"] if args.verify or args.verify_unsafe else []
+    verify_modes += ["unsafe"] if args.verify_unsafe else []
+    fingerprint = source_fingerprint()
+    devset = devset_rows(devset_files)  # static first: the same ndif_opt as the verify runs, if it holds still
+    a1 = a1_names(args.corpus / "README.md")
+    a1_missing = sorted(a1 - {path.stem for path in list_files(args.corpus, ("*.py", "*.ipynb"), None)})
+    corpus = corpus_rows(corpus_files, a1)
+    jobs = [(path, mode == "unsafe") for path in devset_files for mode in verify_modes]
+    judge_devset(devset, verify_all(jobs, args.timeout, max(1, args.jobs)) if jobs else {})
+    notes = [] if source_fingerprint() == fingerprint else [
+        "ndif_opt's sources changed during this run: the numbers may come from different versions"]
+    sys.stdout.write(render(devset, corpus, a1_missing, verify_modes, notes))
+    if args.json:
+        data = {"devset": devset, "corpus": corpus, "a1_listed": sorted(a1), "notes": notes,
+                "ndif_opt_fingerprint": fingerprint, "histogram": reason_histogram(devset + corpus)}
+        args.json.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

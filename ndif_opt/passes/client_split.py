@@ -1,0 +1,567 @@
+"""The client/server split of a region that session-hoisting moves into one session.
+
+A region's statements are of three kinds:
+
+- *server* statements: remote blocks and code NDIF may run (torch ops, arithmetic,
+  `.item()`, list and dict updates, same-file helpers that obey the same rules);
+- *client* statements: code without remote work that must run on your machine
+  (`print`, tqdm, file writes, `json`, plotting, decoding with a module NDIF does not
+  allow), and that feeds nothing the server part reads;
+- *mixed* `for` loops: loops whose body holds both, split recursively.
+
+The session runs the server statements in their order. Each client statement leaves a
+*record* of the values it reads where it stood (a row appended to a saved list), and
+after the session a *replay* runs the client statements in their order over those
+records: a loop becomes a loop over its rows, a nested loop a loop over the rows its
+iteration recorded. stdout and files come out identical; only their timing changes.
+
+    with model.session(remote=...):
+        _ndif_rows = list().save()
+        for layer in range(n):
+            with model.trace(prompt): ...
+            diff = metric(logits)
+            _ndif_rows.append((layer, diff))
+    for layer, diff in _ndif_rows:
+        print(layer, diff)
+
+A split is refused, with the reason, when a record could not hold the value the client
+statement would have seen: the value is changed in place later (a list still growing,
+a tensor written into), or the client part computes something the server part reads.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ndif_opt.analysis import Facts, qualify
+from ndif_opt.effects import PROGRESS_BARS
+from ndif_opt.names import MUTATING_METHODS, NameUse, collect, exposed_reads, target_names
+from ndif_opt.rewrite import code_of
+from ndif_opt.walk import walk
+
+# Problems a client statement may have and still be replayed after the session.
+DEFERRABLE_KINDS = frozenset({"print", "effect", "progress", "module", "forbidden", "client-object"})
+RECORD_PREFIX = "_ndif_"
+
+
+def _deferrable(problem, remote: bool) -> bool:
+    """May code with this problem be replayed on the client? A `try` may, when no
+    remote work runs inside it (its failures are the client's own)."""
+    return problem.kind in DEFERRABLE_KINDS or (not remote and isinstance(problem.node, cst.Try))
+
+
+@dataclass
+class Split:
+    """The session's statements and the replay after it."""
+
+    server: list[cst.BaseStatement]
+    replay: list[cst.BaseStatement]
+    deferred: int  # client statements moved after the session
+    carried: list[str] = field(default_factory=list)  # names the replay brings back at the end
+    record_names: set[str] = field(default_factory=set)  # names of the record lists
+    unsaved: set[str] = field(default_factory=set)  # saved names the records bring home instead
+    dropped_bars: int = 0  # progress bars dropped (an unsafe fix) instead of replayed
+
+
+class Refused(Exception):
+    """Why the region cannot be split, in words a researcher can act on."""
+
+
+@dataclass
+class _Item:
+    """One statement of a scope, classified."""
+
+    stmt: cst.BaseStatement
+    role: str  # server | client | mixed
+    recorded: list[str] = field(default_factory=list)  # client: names its row holds (as the replay reads them)
+    values: dict[str, str] = field(default_factory=dict)  # client: recorded name -> the server's code for it
+    replayed: cst.BaseStatement | None = None  # client: the statement as the replay runs it
+    rows: str = ""  # mixed: the name of its record list
+    body: list["_Item"] = field(default_factory=list)  # mixed: its body's items
+    unsaved: set[str] = field(default_factory=set)  # mixed: names its rows bring home instead of a save
+
+
+class _Splitter:
+    def __init__(self, facts: Facts, server_check, remote_work, taken: set[str], drop_bars: bool = False) -> None:
+        self.drop_bars = drop_bars
+        self.dropped_bars = 0
+        self.facts = facts
+        self.server_check = server_check
+        self.remote_work = remote_work  # stmt -> (has remote work, block bodies to skip)
+        self.taken = set(taken)
+        self.record_names: set[str] = set()
+        self.deferred = 0
+        self.taken_functions = set(facts.functions)  # a same-file `len` is not the builtin
+
+    # -- classification ------------------------------------------------------------
+    def classify(self, stmts) -> list[_Item]:
+        return [self._classify(stmt) for stmt in stmts]
+
+    def _classify(self, stmt) -> _Item:
+        remote, skip = self.remote_work(stmt)
+        problems = self.server_check.problems(stmt, skip=skip)
+        if not problems:
+            return _Item(stmt, "server")
+        control = [p for p in problems if not _deferrable(p, remote)]
+        if control:
+            raise Refused(f"the code {control[0].message}")
+        if not remote:
+            self.deferred += 1
+            return _Item(stmt, "client")
+        if not (isinstance(stmt, cst.For) and stmt.orelse is None and isinstance(stmt.body, cst.IndentedBlock)):
+            raise Refused(
+                f"the code {problems[0].message}, in the same statement as remote work "
+                "(only a `for` loop's body can be split into a remote and a local part)"
+            )
+        header = self.server_check.problems(stmt.target) + self.server_check.problems(
+            unwrap_progress(stmt.iter, self.facts)
+        )
+        if header:
+            raise Refused(f"the loop's header {header[0].message}")
+        item = _Item(stmt, "mixed", body=self.classify(stmt.body.body))
+        if self.drop_bars and all(child.role == "server" for child in item.body):
+            # only its progress bar must stay here: with unsafe fixes the bar is dropped
+            # (the session's loop runs without it) instead of replayed over finished work
+            self.dropped_bars += 1
+            return _Item(stmt, "server")
+        return item
+
+    # -- names -------------------------------------------------------------------
+    def uses(self, items, role_filter) -> NameUse:
+        """Names used by the items' parts of one role (mixed loops: their header and
+        server statements count as server)."""
+        total = NameUse()
+        for item in items:
+            if item.role == "mixed":
+                if role_filter == "server":
+                    total.merge(NameUse(binds={n: item.stmt.target for n in target_names(item.stmt.target)}))
+                    total.merge(collect(item.stmt.iter))
+                total.merge(self.uses(item.body, role_filter))
+            elif item.role == role_filter:
+                total.merge(collect(item.stmt))
+        return total
+
+    def fresh_value(self, name: str) -> str:
+        """A readable name for a recorded part of ``name``."""
+        base, n = f"{name}_then", 2
+        candidate = base
+        while candidate in self.taken:
+            candidate, n = f"{base}_{n}", n + 1
+        self.taken.add(candidate)
+        self.record_names.add(candidate)
+        return candidate
+
+    def fresh(self, base: str) -> str:
+        name, n = f"{RECORD_PREFIX}{base}", 2
+        while name in self.taken:
+            name, n = f"{RECORD_PREFIX}{base}_{n}", n + 1
+        self.taken.add(name)
+        self.record_names.add(name)
+        return name
+
+
+def split_region(statements, facts: Facts, server_check, remote_work, taken: set[str],
+                 carry: list[str] = (), later: set[str] = frozenset(), is_model=lambda name: False,
+                 drop_bars: bool = False) -> Split:
+    """Split ``statements``; ``carry``: names read after the region that the server part
+    computes and nothing else brings back (the replay ends by binding them to their
+    values at the end of the session)."""
+    splitter = _Splitter(facts, server_check, remote_work, taken, drop_bars)
+    splitter.later = set(later) | set(carry)
+    items = splitter.classify(statements)
+    server = splitter.uses(items, "server")
+    client = splitter.uses(items, "client")
+    server_exposed = exposed_reads([item.stmt for item in items if item.role != "client"])
+    _check_independence(server, client, server_exposed, splitter.later)
+    # a model is changed in place only by interventions inside traces: not a value to record
+    defined = {n for n in set(server.binds) | set(server.mutates) if not is_model(n)}
+    splitter.containers, splitter.changed_paths = _shallow_containers(items, splitter, facts)
+    _plan_records(items, defined, {n for n in server.mutates if n in defined}, splitter)
+    carry = [n for n in carry if n not in client.binds]
+    log = splitter.fresh("log") if _needs_log(items) or carry else ""
+    server_stmts, replay = _build(items, log, splitter, facts)
+    if carry:
+        server_stmts.append(cst.parse_statement(f"{log}.append({_tuple_code(carry)})\n"))
+        replay.append(cst.parse_statement(f"{_target_code(carry)} = {log}[-1]\n"))
+    if log:
+        server_stmts.insert(0, cst.parse_statement(f"{log} = list().save()\n"))
+    unsaved = set().union(*(i.unsaved for i in _mixed(items)))
+    return Split(server_stmts, replay, splitter.deferred, carry, splitter.record_names, unsaved,
+                 splitter.dropped_bars)
+
+
+def _mixed(items: list[_Item]):
+    for item in items:
+        if item.role == "mixed":
+            yield item
+            yield from _mixed(item.body)
+
+
+def _shallow_containers(items: list[_Item], splitter: "_Splitter", facts: Facts) -> tuple[set[str], set[str]]:
+    """Plain lists and dicts the server part changes in place, and the access paths
+    it changes (`results['kl']` for `results['kl'].append(v)`): an element of a plain
+    container under none of those paths is a snapshot once recorded."""
+    mutations = _Mutations()
+    for item in _server_statements(items):
+        item.stmt.visit(mutations)
+    mutated = splitter.uses(items, "server").mutates
+    aliased = {e.value for e in mutations.stored if isinstance(e, cst.Name) and e.value in mutated}
+    containers = set()
+    for name in mutated:
+        bindings = [v for _stmt, v in facts.bindings.get(name, ())]
+        if bindings and all(_plain_container(v, facts) for v in bindings) and name not in aliased:
+            containers.add(name)
+    return containers, mutations.paths
+
+
+def _plain_container(value: cst.BaseExpression, facts: Facts) -> bool:
+    if isinstance(value, (cst.List, cst.Dict, cst.ListComp, cst.DictComp)):
+        return True
+    if isinstance(value, cst.Call):
+        path = qualify(value.func, facts.imports) or ""
+        return path in ("list", "dict", "collections.defaultdict", "collections.OrderedDict")
+    return False
+
+
+class _Mutations(cst.CSTVisitor):
+    """The access paths the code changes in place (`x` for `x.append(v)` and `x[k] = v`,
+    `x[k]` too for `x[k] += v`, which may change the element itself), and the values
+    it stores into containers."""
+
+    def __init__(self) -> None:
+        self.paths: set[str] = set()
+        self.stored: list[cst.BaseExpression] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in MUTATING_METHODS:
+            self.paths.add(_path(func.value))
+            self.stored.extend(a.value for a in node.args)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        if isinstance(node.target, (cst.Subscript, cst.Attribute)):
+            self.paths.add(_path(node.target.value))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.stored.append(node.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        target = node.target
+        self.paths.add(_path(target))
+        if isinstance(target, (cst.Subscript, cst.Attribute)):
+            self.paths.add(_path(target.value))
+
+
+def _path(expr: cst.BaseExpression) -> str:
+    """An access path's code, spelled one way (`x["k"]` and `x['k' ]` are one path)."""
+    code = code_of(expr)
+    try:
+        return ast.unparse(ast.parse(code.strip(), mode="eval"))
+    except SyntaxError:
+        return code
+
+
+def _root(expr: cst.BaseExpression) -> str:
+    chain = _chain(expr)
+    return chain[-1].value if isinstance(chain[-1], cst.Name) else ""
+
+
+def _server_statements(items: list[_Item]):
+    for item in items:
+        if item.role == "server":
+            yield item
+        elif item.role == "mixed":
+            yield from _server_statements(item.body)
+
+
+def _check_independence(server: NameUse, client: NameUse, server_exposed, later: set[str]) -> None:
+    """The replay runs after the session: nothing the client part computes or changes
+    may be read or changed by the server part. A name both parts bind is fine when the
+    server part always binds it before reading it and nothing after the region reads it."""
+    for name in client.binds:
+        if name in server.mutates or name in server_exposed or (
+            name in later and (name in server.binds or name in server.reads)
+        ):
+            raise Refused(
+                f"`{name}` is computed by code that must run on your machine and is also used by the remote part"
+            )
+    for name in client.mutates:
+        if name in set(server.reads) | set(server.mutates):
+            raise Refused(
+                f"`{name}` is changed by code that must run on your machine and is also used by the remote part"
+            )
+
+
+def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], splitter: _Splitter,
+                  loop: _Item | None = None) -> None:
+    """Decide what each client item records and check that a record taken where the
+    row is appended still holds what the statement would have read."""
+    last = max((i for i, item in enumerate(items) if item.role != "server"), default=-1)
+    for index, item in enumerate(items):
+        if item.role == "server":
+            continue
+        if item.role == "mixed":
+            item.rows = splitter.fresh("rows")
+            _plan_records(item.body, defined, mutated, splitter, item)
+            continue
+        names = [n for n in collect(item.stmt).reads if n in defined]
+        # the row is appended right after the statement (region level) or after the
+        # iteration's last client statement (in a loop): nothing in between may change it
+        between = items[index + 1 : last + 1] if loop is not None else []
+        later_use = splitter.uses(between, "server")
+        changed_after = splitter.uses(items[index + 1 :], "server").mutates if loop is None else {}
+        item.replayed = item.stmt
+        replacements: dict[int, cst.CSTNode] = {}
+        for name in names:
+            if name in later_use.binds or name in later_use.mutates:
+                raise Refused(
+                    f"`{name}` changes between the line that must run on your machine and the end of the "
+                    "iteration, so a record of it taken for that line would be wrong"
+                )
+            if loop is None:  # recorded where it stands: only later changes matter
+                still_changing = name in changed_after
+            else:  # recorded at the iteration's end: later iterations may change it too
+                still_changing = name in mutated and not _fresh_in_iteration(name, items[:index], loop)
+            if not still_changing:
+                item.recorded.append(name)
+                item.values[name] = name
+                continue
+            # the object keeps changing: record what the line reads of it, a snapshot
+            for node, code in _snapshots(item.stmt, name, splitter):
+                fresh = splitter.fresh_value(name)
+                item.recorded.append(fresh)
+                item.values[fresh] = code
+                replacements[id(node)] = cst.Name(fresh)
+        if replacements:
+            item.replayed = item.stmt.visit(_Replace(replacements))
+
+
+# Methods whose result is a new object, a snapshot of what they are called on.
+SNAPSHOT_METHODS = frozenset({"tolist", "item", "clone", "copy"})
+# Builtins whose result is a new object or an immutable value made from their arguments.
+SNAPSHOT_FUNCTIONS = frozenset(
+    {"len", "sum", "min", "max", "sorted", "list", "tuple", "dict", "set", "frozenset", "str", "repr",
+     "round", "abs", "any", "all"}
+)
+
+
+def _snapshots(stmt: cst.BaseStatement, name: str, splitter: "_Splitter") -> list[tuple[cst.CSTNode, str]]:
+    """The parts of ``name`` that ``stmt`` reads, each as a value that later changes
+    to ``name`` leave alone: `x[k].tolist()`, `x.item()`; or `x[k]` of a plain list or
+    dict that is only ever grown or assigned by key. Refused when there is none."""
+    found: list[cst.CSTNode] = []
+    _find_snapshots(stmt, name, splitter, found)
+    return [(node, code_of(node)) for node in found]
+
+
+def _find_snapshots(node: cst.CSTNode, name: str, splitter: "_Splitter", found: list) -> None:
+    if (
+        isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in SNAPSHOT_FUNCTIONS
+        and node.func.value not in splitter.taken_functions
+        and name in collect(node).reads
+        and not splitter.server_check.problems(node)
+    ):
+        found.append(node)  # `len(x)`, `sorted(x["k"])`: a new value, whatever `x` becomes
+        return
+    chain = _chain(node) if isinstance(node, cst.BaseExpression) else []
+    if chain and isinstance(chain[-1], cst.Name) and chain[-1].value == name:
+        found.append(_snapshot_of(chain, name, splitter))
+        return
+    for child in node.children:
+        _find_snapshots(child, name, splitter, found)
+
+
+def _chain(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """`x[k].tolist()` → [the call, `x[k]`, `x`]: an access chain, outermost first."""
+    chain = [expr]
+    while True:
+        if isinstance(expr, (cst.Subscript, cst.Attribute)):
+            expr = expr.value
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            expr = expr.func.value
+        else:
+            return chain
+        chain.append(expr)
+
+
+def _snapshot_of(chain: list[cst.BaseExpression], name: str, splitter: "_Splitter") -> cst.BaseExpression:
+    """The part of a chain read from a changing object that a record can hold: the
+    chain up to a call that copies (`.tolist()`, `.item()`), or the first element of a
+    plain container under which nothing is changed (`results['kl'][-1]` when only
+    `results['kl']` grows)."""
+    inner_first = list(reversed(chain))
+    for link in inner_first[1:]:
+        if isinstance(link, cst.Call) and link.func.attr.value in SNAPSHOT_METHODS:
+            return link
+    if name in splitter.containers:
+        for link in inner_first[1:]:
+            if not isinstance(link, cst.Subscript):
+                break
+            path = _path(link)
+            if path not in splitter.changed_paths and not any(
+                changed.startswith((path + "[", path + ".")) for changed in splitter.changed_paths
+            ):
+                return link
+    raise Refused(
+        f"`{name}` is read by code that must run on your machine while the remote part still changes it in "
+        "place; a record of it would hold its final state, not the one that line sees"
+    )
+
+
+class _Replace(cst.CSTTransformer):
+    """Replaces nodes by identity (id(original) -> new node), in one walk."""
+
+    def __init__(self, replacements: dict[int, cst.CSTNode]) -> None:
+        self.replacements = replacements
+
+    def on_leave(self, original, updated):
+        return self.replacements.get(id(original), updated)
+
+
+def _fresh_in_iteration(name: str, before: list[_Item], loop: _Item | None) -> bool:
+    """Is ``name`` bound anew in each iteration before it is read (a new object each time)?"""
+    if loop is None:
+        return False
+    if name in target_names(loop.stmt.target):
+        return True
+    return any(item.role == "server" and name in collect(item.stmt).binds for item in before)
+
+
+def _needs_log(items: list[_Item]) -> bool:
+    return any(item.role == "client" and item.recorded for item in items)
+
+
+def _row(item: _Item) -> dict[str, str]:
+    """What one iteration's row holds: the name the replay binds -> the server's code."""
+    row: dict[str, str] = {}
+    for child in item.body:
+        if child.role == "client":
+            for name in child.recorded:
+                row.setdefault(name, child.values[name])
+        elif child.role == "mixed":
+            row[child.rows] = child.rows
+    return row
+
+
+def _build(items: list[_Item], log: str, splitter: _Splitter, facts: Facts):
+    server: list[cst.BaseStatement] = []
+    replay: list[cst.BaseStatement] = []
+    entry = 0
+    for item in items:
+        if item.role == "server":
+            server.append(item.stmt)
+        elif item.role == "client":
+            if item.recorded:
+                values = [item.values[n] for n in item.recorded]
+                server.append(cst.parse_statement(f"{log}.append({_tuple_code(values)})\n"))
+                replay.append(cst.parse_statement(f"{_target_code(item.recorded)} = {log}[{entry}]\n"))
+                entry += 1
+            replay.append(item.replayed)
+        else:
+            server.append(cst.parse_statement(f"{item.rows} = list().save()\n"))
+            loop, client_loop = _split_loop(item, facts, splitter.later)
+            server.append(loop)
+            replay.append(client_loop)
+    return server, replay
+
+
+def _split_loop(item: _Item, facts: Facts, later: set[str]):
+    """The server loop (records a row per iteration) and the client loop over the rows."""
+    loop: cst.For = item.stmt
+    row = _row(item)
+    names = list(row)
+    # a value the row carries home needs no `.save()` of its own (it would download twice)
+    item.unsaved = {n for n, code in row.items() if n == code and n not in later}
+    # a loop whose only local part is its progress bar records one empty row an iteration
+    last = max((i for i, child in enumerate(item.body) if child.role != "server"), default=len(item.body) - 1)
+    server_body: list[cst.BaseStatement] = []
+    client_body: list[cst.BaseStatement] = []
+    for index, child in enumerate(item.body):
+        if child.role == "server":
+            server_body.append(child.stmt)
+        elif child.role == "client":
+            client_body.append(child.replayed)
+        else:
+            server_body.append(cst.parse_statement(f"{child.rows} = list()\n"))
+            inner, inner_client = _split_loop(child, facts, later)
+            server_body.append(inner)
+            client_body.append(inner_client)
+        if index == last:
+            server_body.append(cst.parse_statement(f"{item.rows}.append({_tuple_code(list(row.values())) or 'None'})\n"))
+    server_loop = loop.with_changes(
+        iter=unwrap_progress(loop.iter, facts),
+        body=loop.body.with_changes(body=server_body),
+        leading_lines=[],
+    )
+    target = _target_code(names) if names else f"{RECORD_PREFIX}row"
+    header = cst.parse_statement(f"for {target} in {_replayed_iter(loop.iter, item.rows, facts)}:\n    pass\n")
+    client_loop = header.with_changes(
+        body=loop.body.with_changes(body=client_body or [cst.SimpleStatementLine([cst.Pass()])]),
+        leading_lines=loop.leading_lines,
+    )
+    return server_loop, client_loop
+
+
+def _tuple_code(names: list[str]) -> str:
+    if not names:
+        return ""
+    return names[0] if len(names) == 1 else "(" + ", ".join(names) + ")"
+
+
+def _target_code(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names)
+
+
+def _replayed_iter(expr: cst.BaseExpression, rows: str, facts: Facts) -> str:
+    """The rows, behind the same progress bar as the original loop, if it had one."""
+    bar = _progress_call(expr, facts)
+    if bar is None:
+        return rows
+    args = list(bar.args)
+    first = next(i for i, a in enumerate(args) if a.keyword is None and not a.star)
+    args[first] = args[first].with_changes(value=cst.Name(rows))
+    return code_of(bar.with_changes(args=args))
+
+
+def _progress_call(expr: cst.BaseExpression, facts: Facts) -> cst.Call | None:
+    """The progress bar the loop's iterable goes through: `tqdm(xs)`,
+    `enumerate(tqdm(xs, desc=...))`."""
+    if not isinstance(expr, cst.Call):
+        return None
+    if qualify(expr.func, facts.imports) in PROGRESS_BARS:
+        return expr if any(a.keyword is None and not a.star for a in expr.args) else None
+    for arg in expr.args:
+        found = _progress_call(arg.value, facts)
+        if found is not None:
+            return found
+    return None
+
+
+def unwrap_progress(expr: cst.BaseExpression, facts: Facts) -> cst.BaseExpression:
+    """`enumerate(tqdm(xs, desc=...))` → `enumerate(xs)`: the bar stays on the client."""
+    if not isinstance(expr, cst.Call):
+        return expr
+    if qualify(expr.func, facts.imports) in PROGRESS_BARS:
+        args = [a for a in expr.args if a.keyword is None and not a.star]
+        return unwrap_progress(args[0].value, facts) if args else expr
+    if _progress_call(expr, facts) is None:
+        return expr
+    return expr.with_changes(args=[a.with_changes(value=unwrap_progress(a.value, facts)) for a in expr.args])
+
+
+def names_in(node: cst.CSTNode) -> set[str]:
+    """Every identifier in ``node`` (fresh names must avoid them all)."""
+    names = _Names()
+    walk(node, names)
+    return names.found
+
+
+class _Names(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.found.add(node.value)

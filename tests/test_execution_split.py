@@ -1,0 +1,221 @@
+"""Execution checks for the client/server split: loops and runs of remote work whose
+code must stay on your machine (prints, files, progress bars) become one session, and
+that code is replayed afterwards in its order, over what the session recorded.
+
+Each script runs three times on a tiny model of each family (the original locally,
+the original and the optimized script through the NDIF emulation); stdout, files and
+every module-level value must match, and the optimized script must send one request.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+pytest.importorskip("nnsight")
+
+from ndif_opt import optimize  # noqa: E402
+from ndif_opt.verify import verify_result  # noqa: E402
+
+FAMILIES = {
+    "gpt2": ("openai-community/gpt2", "model.transformer.h"),
+    "llama": ("meta-llama/Llama-3.1-8B", "model.model.layers"),
+}
+
+
+def check(template: str, family: str, requests_after: int = 1):
+    repo, layers = FAMILIES[family]
+    source = textwrap.dedent(template).replace("REPO", repo).replace("LAYERS", layers)
+    result = optimize(source)
+    report = verify_result(source, result, filename="script.py")
+    assert report.intended_ok, report.to_text() + "\n" + result.code
+    assert not report.errors["optimized"], report.errors
+    assert report.after.requests == requests_after, report.to_text() + "\n" + result.code
+    assert report.before.requests > requests_after
+    return result, report
+
+
+both = pytest.mark.parametrize("family", sorted(FAMILIES))
+
+
+@both
+def test_loop_that_prints_after_its_trace(family):
+    result, _ = check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        prompt = "The capital of France is"
+        drops = []
+        for layer in range(3):
+            with model.trace(prompt, remote=True):
+                LAYERS[layer].mlp.output[:] = 0
+                logits = model.lm_head.output.save()
+            diff = (logits[0, -1, 5] - logits[0, -1, 7]).item()
+            drops.append(diff)
+            print(f"layer {layer}: diff={diff:+.4f}")  # the client's line, in order
+        print(f"swept {layer + 1} layers")
+        ''',
+        family,
+    )
+    assert "print(" not in result.code.split("with model.session")[1].split("\nfor ")[0]
+
+
+@both
+def test_trace_in_a_helper_called_from_nested_loops_with_prints(family):
+    check(
+        '''
+        import torch
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        tok = model.tokenizer
+
+
+        def lens(prompt, layer):
+            with model.trace(prompt, remote=True):
+                logits = model.lm_head(LAYERS[layer].output).save()
+            return logits
+
+
+        table = {"prompt": [], "layer": [], "p": []}
+        for prompt in ["a b c", "hello world"]:
+            for layer in range(2):
+                logits = lens(prompt, layer)
+                p = torch.softmax(logits[0, -1], dim=-1).max().item()
+                table["prompt"].append(prompt)
+                table["layer"].append(layer)
+                table["p"].append(p)
+            print(f"{prompt!r}: last p={p:.4f} rows so far {len(table['p'])}")
+        best = max(range(len(table["p"])), key=lambda i: table["p"][i])
+        ''',
+        family,
+    )
+
+
+@both
+def test_generate_loop_decoding_and_printing(family):
+    check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        outputs = {}
+        for prompt in ["Once upon", "The cat"]:
+            with model.generate(prompt, max_new_tokens=3, do_sample=False, remote=True):
+                tokens = model.generator.output.save()
+            text = model.tokenizer.decode(tokens[0])
+            outputs[prompt] = text
+            print(prompt, "->", repr(text))
+        ''',
+        family,
+    )
+
+
+@both
+def test_run_of_remote_blocks_with_prints_between_and_a_file_written(family):
+    check(
+        '''
+        import json
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        prompt = "The quick brown fox"
+        with model.trace(prompt, remote=True):
+            clean = model.lm_head.output[0, -1].save()
+        base = clean.max().item()
+        print(f"clean max {base:.3f}")
+        rows = []
+        for layer in range(2):
+            with model.trace(prompt, remote=True):
+                LAYERS[layer].output[:] = 0
+                out = model.lm_head.output[0, -1].save()
+            rows.append({"layer": layer, "drop": base - out.max().item()})
+            with open("/tmp/ndif_opt_split_rows.jsonl", "a") as f:
+                f.write(json.dumps(rows[-1]) + "\\n")
+        print("rows:", len(rows))
+        ''',
+        family,
+    )
+
+
+@both
+def test_values_read_after_the_loop_come_back_and_rebinding_kills_liveness(family):
+    result, _ = check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        for layer in range(3):
+            with model.trace("a b c", remote=True):
+                h = LAYERS[layer].output.save()
+            norm = h.norm().item()
+        print("last layer", layer, "norm", round(norm, 4))
+        total = sum(norm for norm in [1.0, 2.0])  # its own `norm`: not a read of the loop's
+        for layer in ["x", "y"]:  # rebinds `layer` before any read
+            print(layer)
+        ''',
+        family,
+    )
+    assert "_ndif_log[-1]" in result.code
+
+
+@both
+def test_a_list_still_growing_is_printed_as_it_was(family):
+    check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        results = {"layer": [], "norm": []}
+        n = 3
+        for layer in range(n):
+            with model.trace("hello world", remote=True):
+                h = LAYERS[layer].output.save()
+            results["layer"].append(layer)
+            results["norm"].append(h.norm().item())
+            print(f"{layer}: {results['norm'][-1]:.3f} ({len(results['norm'])} so far)")
+        ''',
+        family,
+    )
+
+
+@both
+def test_progress_bar_and_a_name_the_client_loop_and_the_server_loop_share(family):
+    check(
+        '''
+        from tqdm import tqdm
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        with model.trace("one two three", remote=True):
+            first = LAYERS[0].output[0, -1].norm().save()
+        for i, n in enumerate([1.5, first.item()]):
+            print(f"{i}: {n}")
+        sums = []
+        for i in tqdm(range(2), desc="layers"):
+            with model.trace("one two three", remote=True):
+                out = LAYERS[i].mlp.output.save()
+            sums.append(out.sum().item())
+        ''',
+        family,
+    )
+
+
+@both
+def test_dict_of_lists_created_above_other_code_is_taken_along(family):
+    result, _ = check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        store = {"a b": [], "c d": []}
+        labels = {p: p.upper() for p in store}   # other code between the container and the loop
+        for prompt in store:
+            with model.trace(prompt, remote=True):
+                store[prompt].append(LAYERS[0].output[0, -1].sum().item().save())
+        ''',
+        family,
+    )
+    assert "nnsight.save(store)" in result.code
