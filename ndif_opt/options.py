@@ -29,6 +29,10 @@ class Options:
     # the code is a notebook's code cells, joined: the kernel keeps every module-level name
     # after the last cell, where a cell not yet written may read it
     notebook: bool = False
+    # 0-based lines where a window of the file begins or ends, when the whole file is
+    # optimized at once to compare with the windowed run: a run of statements that
+    # could become one session does not cross them, as it cannot across windows
+    window_edges: frozenset[int] = frozenset()
 
     def wants(self, pass_id: str) -> bool:
         if pass_id in self.ignore:

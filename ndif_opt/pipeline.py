@@ -169,6 +169,19 @@ def run_pipeline(source: str, options: Options, filename: str | None = None,
     return _run_module(source, options, filename)
 
 
+def whole_module(source: str, options: Options, filename: str | None = None) -> Result:
+    """The whole file optimized at once, with the windows' edges as the only trace of
+    them: what the windowed run of :func:`run_pipeline` must give (a property test checks
+    it; windows are a speed device and must not change what is optimized)."""
+    if not uses_nnsight(source):
+        return Result(source=source, code=source)
+    plan = None if _whole_module_only(source, options) else windows.plan(source, _python_parse(source, filename))
+    if plan is not None:
+        edges = frozenset(line for w in plan.windows if w.active for line in (w.start, w.end))
+        options = dataclasses.replace(options, window_edges=edges)
+    return _run_module(source, options, filename)
+
+
 def _whole_module_only(source: str, options: Options) -> bool:
     """Migration rewrites imports and file-wide suppressions need the whole file."""
     return options.wants(MigrateApi.id) or IGNORE_FILE.search(source) is not None

@@ -134,6 +134,7 @@ def plan(source: str, tree: ast.Module) -> Plan | None:
     _attach_calls(chunks)
     context, is_context = _context(chunks, shaped)
     groups = _link(chunks, context, is_context)
+    groups = _link_adjacent_experiments(chunks, is_context, groups)
     windows = _windows(chunks, is_context, groups, context)
     if len(windows) < 2:
         return None
@@ -963,6 +964,39 @@ def _link(chunks: list[Chunk], context: set[str], is_context: list[bool]) -> lis
             for toucher in touchers.get(name, ()):
                 union(index, toucher)
     return [find(i) for i in range(len(chunks))]
+
+
+#: Code that acts on the user's machine (stdout, files, progress bars, logs): two
+#: experiments with such code in or between them are not one session's work.
+_CLIENT_EFFECT = re.compile(
+    r"\b(?:print|open|input|tqdm|trange|display)\s*\(|\.(?:write|writelines|savefig|show|dump|to_csv|info|warning)\s*\("
+    r"|\b(?:torch|np|numpy)\.save|\blogging\b|\bplt\."
+)
+
+
+def _link_adjacent_experiments(chunks: list[Chunk], is_context: list[bool], groups: list[int]) -> list[int]:
+    """Experiments in a row on the same model, with nothing in or between them that acts
+    on the user's machine, are one window: session-hoisting makes them one session, as
+    it does when it sees the whole file. (The passes treat a window's edges as the edges
+    of the file, so what links here decides what may become one request.)"""
+    parent: dict[int, int] = {}
+
+    def find(group: int) -> int:
+        while parent.get(group, group) != group:
+            group = parent[group]
+        return group
+
+    previous = None  # the last active chunk, while nothing has broken the row
+    for index, chunk in enumerate(chunks):
+        if is_context[index] or _CLIENT_EFFECT.search(chunk.text):
+            previous = None
+            continue
+        if not chunk.active:
+            continue
+        if previous is not None and chunk.receivers & chunks[previous].receivers:
+            parent[find(groups[index])] = find(groups[previous])
+        previous = index
+    return [find(g) for g in groups] if parent else groups
 
 
 def _touchers(chunks: list[Chunk], context: set[str], is_context: list[bool]) -> dict[str, list[int]]:

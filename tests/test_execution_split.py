@@ -197,7 +197,7 @@ def test_progress_bar_and_a_name_the_client_loop_and_the_server_loop_share(famil
         for i in tqdm(range(2), desc="layers"):
             with model.trace("one two three", remote=True):
                 out = LAYERS[i].mlp.output.save()
-            sums.append(out.sum().item())
+            sums.append(out.sum().item() + first.item())  # reads the first trace: one experiment
         ''',
         family,
     )
@@ -219,3 +219,25 @@ def test_dict_of_lists_created_above_other_code_is_taken_along(family):
         family,
     )
     assert "nnsight.save(store)" in result.code
+
+
+@both
+def test_lists_filled_under_a_variable_key_are_printed_as_they_were(family):
+    result, _ = check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        runs = {"plain": [], "zeroed": []}
+        for prompt in ["a b c", "one two"]:
+            for mode in runs:
+                with model.trace(prompt, remote=True):
+                    if mode == "zeroed":
+                        LAYERS[0].output[:] = 0
+                    top = model.lm_head.output[0, -1].argmax().save()
+                runs[mode].append(int(top))
+            print(f"plain {runs['plain'][-1]} zeroed {runs['zeroed'][-1]} after {len(runs['plain'])}")
+        ''',
+        family,
+    )
+    assert "runs['plain'][-1]" in result.code  # the element, not the list still growing

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
 
 from generators import HEADER, dense_nnsight_script
 from ndif_opt import optimize, pipeline, windows
@@ -36,11 +38,14 @@ SETUP = textwrap.dedent('''\
 
 ''')
 
+# each sweep prints: experiments in a row with nothing on the client between them are
+# one window (they become one session), see test_independent_experiments_in_a_row_...
 SWEEP = textwrap.dedent('''\
     acts_{i} = []
     for layer in LAYERS:
         with model.trace(PROMPT, remote=True):
             acts_{i}.append(model.transformer.h[layer].output.save())
+    print("sweep", {i}, len(acts_{i}))
 ''')
 
 
@@ -127,6 +132,7 @@ def test_interventions_on_the_model_keep_it_shared_context():
         with model.trace(PROMPT, remote=True):
             model.transformer.h[{i}].output[:] = 0
             out_{i} = model.lm_head.output.save()
+        print(out_{i}.shape)
     ''')
     source = SETUP + steer.format(i=0) + steer.format(i=1)
     assert len(window_texts(source)) == 2
@@ -257,13 +263,14 @@ def test_pre_05_code_in_one_window_stops_the_whole_file():
 
 
 def test_a_long_script_of_many_experiments_gives_equal_results():
-    """Eleven independent experiments (each pattern of the generator), on the tiny GPT-2."""
+    """Eleven independent experiments (each pattern of the generator), on the tiny GPT-2;
+    those in a row with no client code between them share a window (one session)."""
     from ndif_opt.verify import verify_result
 
     source = dense_nnsight_script(80)
     assert source.startswith(HEADER)
     result = optimize(source)
-    assert len([w for w in plan_of(source).windows if w.active]) >= 10
+    assert len([w for w in plan_of(source).windows if w.active]) >= 4
     report = verify_result(source, result)
     assert report.intended_ok, report.to_text()
     assert report.after.requests < report.before.requests
@@ -349,3 +356,56 @@ def test_a_name_imported_with_a_rebound_one_is_read_from_its_window():
     for result in (optimize(source), pipeline._run_module(source, Options())):  # windows, whole module
         report = verify_result(source, result)
         assert report.intended_ok, report.to_text()
+
+
+# -- windows never change what is optimized ------------------------------------------------
+
+_DEVSET = Path(__file__).resolve().parents[2] / "shared" / "devset"
+
+
+def _same_up_to_fresh_numbers(code: str) -> str:
+    """Fresh names are numbered per run (`_ndif_cache_1` where the whole file already
+    has a `_ndif_cache`; a window does not see the other windows' fresh names)."""
+    return re.sub(r"\b(_ndif_[A-Za-z]+(?:_[A-Za-z]+)*?)_\d+\b", r"\1", code)
+
+
+def _windowed_equals_whole(source: str, options: Options = Options()) -> None:
+    windowed = pipeline.run_pipeline(source, options)
+    whole = pipeline.whole_module(source, options)
+    assert _same_up_to_fresh_numbers(windowed.code) == _same_up_to_fresh_numbers(whole.code)
+
+
+@pytest.mark.skipif(not _DEVSET.is_dir(), reason="the development set (../shared/devset) is not here")
+@pytest.mark.parametrize("name", sorted(p.name for p in _DEVSET.glob("[0-9]*.py")) if _DEVSET.is_dir() else [])
+def test_windowed_and_whole_module_runs_agree_on_the_devset(name):
+    _windowed_equals_whole((_DEVSET / name).read_text())
+
+
+@pytest.mark.parametrize("lines", [200, 600])
+def test_windowed_and_whole_module_runs_agree_on_dense_scripts(lines):
+    _windowed_equals_whole(dense_nnsight_script(lines))
+
+
+def test_windowed_and_whole_module_runs_agree_on_generated_scripts():
+    from strategies import scripts
+
+    @settings(max_examples=25, deadline=None, derandomize=True, database=None)
+    @given(scripts())
+    def check(script):
+        _windowed_equals_whole(script.source)
+
+    check()
+
+
+def test_independent_experiments_in_a_row_become_one_session():
+    source = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("a b", remote=True):
+    first = model.lm_head.output[0, -1].argmax().save()
+with model.trace("c d", remote=True):
+    second = model.lm_head.output[0, -1].argmax().save()
+'''
+    assert pipeline.run_pipeline(source, Options()).code.count(".session(") == 1
+    _windowed_equals_whole(source)

@@ -200,7 +200,7 @@ def _mixed(items: list[_Item]):
             yield from _mixed(item.body)
 
 
-def _shallow_containers(items: list[_Item], splitter: "_Splitter", facts: Facts) -> tuple[set[str], set[str]]:
+def _shallow_containers(items: list[_Item], splitter: "_Splitter", facts: Facts) -> tuple[set[str], set]:
     """Plain lists and dicts the server part changes in place, and the access paths
     it changes (`results['kl']` for `results['kl'].append(v)`): an element of a plain
     container under none of those paths is a snapshot once recorded."""
@@ -232,7 +232,7 @@ class _Mutations(cst.CSTVisitor):
     it stores into containers."""
 
     def __init__(self) -> None:
-        self.paths: set[str] = set()
+        self.paths: set[tuple[str, ...]] = set()
         self.stored: list[cst.BaseExpression] = []
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -255,13 +255,44 @@ class _Mutations(cst.CSTVisitor):
             self.paths.add(_path(target.value))
 
 
-def _path(expr: cst.BaseExpression) -> str:
-    """An access path's code, spelled one way (`x["k"]` and `x['k' ]` are one path)."""
-    code = code_of(expr)
+ANY = "*"  # a key not known statically: it may be any key
+BELOW = "**"  # a change somewhere below this point of the path
+
+
+def _path(expr: cst.BaseExpression) -> tuple[str, ...]:
+    """An access path as tokens: `x["k"][i].a` → ("x", "['k']", "*", ".a"); a constant key
+    spelled one way, any other key ANY, and a call or anything else BELOW."""
+    chain = list(reversed(_chain(expr)))
+    root = chain[0]
+    tokens: list[str] = [root.value if isinstance(root, cst.Name) else BELOW]
+    for link in chain[1:]:
+        if isinstance(link, cst.Attribute):
+            tokens.append("." + link.attr.value)
+        elif isinstance(link, cst.Subscript):
+            tokens.append(_key(link))
+        else:
+            tokens.append(BELOW)
+            break
+    return tuple(tokens)
+
+
+def _key(link: cst.Subscript) -> str:
+    code = code_of(link.slice[0].slice) if len(link.slice) == 1 else ""
     try:
-        return ast.unparse(ast.parse(code.strip(), mode="eval"))
-    except SyntaxError:
-        return code
+        return repr([ast.literal_eval(code.strip())]) if code else ANY
+    except (ValueError, SyntaxError):
+        return ANY
+
+
+def _changed_under(path: tuple[str, ...], changed: set[tuple[str, ...]]) -> bool:
+    """Is the object at ``path`` (or anything inside it) changed by one of ``changed``?
+    A change of a container that holds it (`x.append`, `x[k] = v`) leaves it alone."""
+    for other in changed:
+        if len(other) < len(path) and BELOW not in other:
+            continue
+        if all(a == b or ANY in (a, b) or BELOW in (a, b) for a, b in zip(other, path)):
+            return True
+    return False
 
 
 def _root(expr: cst.BaseExpression) -> str:
@@ -307,7 +338,9 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
             item.rows = splitter.fresh("rows")
             _plan_records(item.body, defined, mutated, splitter, item)
             continue
-        names = [n for n in collect(item.stmt).reads if n in defined]
+        # what the statement reads before binding it itself (a `for i in ...` of its own
+        # reads no earlier `i`)
+        names = [n for n in exposed_reads([item.stmt]) if n in defined]
         # the row is appended right after the statement (region level) or after the
         # iteration's last client statement (in a loop): nothing in between may change it
         between = items[index + 1 : last + 1] if loop is not None else []
@@ -400,10 +433,7 @@ def _snapshot_of(chain: list[cst.BaseExpression], name: str, splitter: "_Splitte
         for link in inner_first[1:]:
             if not isinstance(link, cst.Subscript):
                 break
-            path = _path(link)
-            if path not in splitter.changed_paths and not any(
-                changed.startswith((path + "[", path + ".")) for changed in splitter.changed_paths
-            ):
+            if not _changed_under(_path(link), splitter.changed_paths):
                 return link
     raise Refused(
         f"`{name}` is read by code that must run on your machine while the remote part still changes it in "

@@ -176,6 +176,7 @@ class SessionHoisting(Pass):
             return []  # no region of it could send two: none is worth a session
         if within is not None and not any(_deferrable_only(p) for p in within.unsafe):
             return []  # it was refused for other reasons: its parts would be too
+        edges = _window_edges(suite, facts, context.options.window_edges)
         kinds: list[Kind | None] = [
             self._kind(stmt, facts, context, lazy, wide)
             if within is None or within.start <= index < within.end
@@ -198,6 +199,8 @@ class SessionHoisting(Pass):
             run.clear()
 
         for index, kind in enumerate(kinds):
+            if index in edges:
+                close()  # a window begins here: no run crosses into it
             if kind is None:  # code without remote work
                 if not run:
                     continue  # before a run opens, neither a barrier nor neutral code matters
@@ -547,6 +550,22 @@ def _inside(facts: Facts, suite, claimed: set[int]) -> bool:
         if isinstance(ancestor, cst.With) and facts.block_of(ancestor) is not None:
             return True
     return False
+
+
+def _window_edges(suite, facts: Facts, edges: frozenset[int]) -> set[int]:
+    """Indices of the module's statements that begin a window (see Options.window_edges):
+    a run stops before them. Empty unless the whole file is optimized at once for a
+    comparison with the windowed run."""
+    if not edges or suite is not facts.module:
+        return set()
+    found: set[int] = set()
+    line = sum(1 for _ in facts.module.header)
+    for index, stmt in enumerate(suite.body):
+        first_code = line + len(stmt.leading_lines)
+        if any(line <= edge <= first_code for edge in edges):
+            found.add(index)
+        line += facts.module.code_for_node(stmt).count("\n")
+    return found
 
 
 def _blocking(problems: list[Problem], context: Context) -> bool:
