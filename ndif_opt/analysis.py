@@ -153,6 +153,10 @@ class Block:
         return frozenset(saved)
 
 
+# literal containers whose contents in-place changes make unknown
+_CONTAINER_DISPLAYS = (cst.List, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp)
+
+
 def is_save_call(expr: cst.BaseExpression) -> bool:
     """`x.save()` or `nnsight.save(x)` / `save(x)`."""
     # exact classes (libcst's have no subclasses): an ABC isinstance costs more than the answer
@@ -274,8 +278,15 @@ class Facts:
         values = self.bindings.get(name, [])
         module_level = [v for s, v in values if not s.ancestors]
         if len(values) == 1 and len(module_level) == 1:
-            return module_level[0]
+            value = module_level[0]
+            if type(value) in _CONTAINER_DISPLAYS and name in self._mutated_names():
+                return None  # `xs = []` then `xs.append(...)`: its value is not the literal
+            return value
         return None
+
+    def _mutated_names(self) -> frozenset[str]:
+        """Names whose object the module changes in place anywhere (functions included)."""
+        return self.once("analysis:mutated names", lambda: frozenset(collect(self.module).mutates))
 
 
 # ---------------------------------------------------------------------------------------

@@ -110,6 +110,7 @@ def carried_container(facts: Facts, name: str, suite: cst.CSTNode) -> tuple[Accu
     if func is not None and name in {p.name.value for p in all_params(func.params)}:
         return None, f"`{name}` is a parameter: the caller's object would not see the changes"
     bindings = [value for stmt, value in facts.bindings.get(name, ()) if stmt.function is func]
+    bindings += _unpacked_bindings(scope, name)
     if not bindings:
         return None, f"`{name}` is not created in this function or module by a plain assignment"
     for value in bindings:
@@ -121,6 +122,23 @@ def carried_container(facts: Facts, name: str, suite: cst.CSTNode) -> tuple[Accu
     if _aliased(name, scope):
         return None, f"`{name}` is also reachable through another name, which would not see the session's changes"
     return Accumulator(name, "carried", None, -1), ""
+
+
+def _unpacked_bindings(scope: cst.CSTNode, name: str) -> list[cst.BaseExpression]:
+    """The values ``name`` gets from `a, b = {}, []` statements directly in ``scope``."""
+    found = []
+    for stmt in getattr(scope, "body", ()):
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.Tuple)):
+                continue
+            for target in small.targets:
+                if isinstance(target.target, cst.Tuple) and len(target.target.elements) == len(small.value.elements):
+                    for element, value in zip(target.target.elements, small.value.elements):
+                        if isinstance(element.value, cst.Name) and element.value.value == name:
+                            found.append(value.value)
+    return found
 
 
 def _fresh_object(expr: cst.BaseExpression, facts: Facts) -> bool:
@@ -151,6 +169,16 @@ class _AliasFinder(cst.CSTVisitor):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self.found |= _is_name(node.value, self.name)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        return False  # `a, b = ...` binds names, it does not store them
+
+    def visit_For(self, node: cst.For) -> bool:
+        node.iter.visit(self)
+        node.body.visit(self)
+        if node.orelse is not None:
+            node.orelse.visit(self)
+        return False
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func

@@ -67,6 +67,9 @@ def test_prediction_matches_measurement(path):
 def test_execution_test_script_prediction_matches_measurement(script):
     row = accuracy.measure_script(script)
     ROWS[script.id] = [row]
+    if script.id in accuracy.NOT_PREDICTED:
+        assert row.error is None, f"{script.id} fails on the emulated server: {row.error}"
+        pytest.skip(f"not compared: {row.excluded}")
     if row.excluded is not None:
         assert row.error is not None, f"{script.id} is excluded but runs: take it out of EXCLUDED"
         pytest.skip(f"not checked: {row.excluded}")

@@ -241,3 +241,88 @@ def test_lists_filled_under_a_variable_key_are_printed_as_they_were(family):
         family,
     )
     assert "runs['plain'][-1]" in result.code  # the element, not the list still growing
+
+
+@both
+def test_a_branch_on_a_remote_result_that_skips_the_rest_of_the_iteration(family):
+    result, _ = check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        changed = {}
+        for prompt in ["a b", "c d e", "f", "g h"]:
+            with model.trace(prompt, remote=True):
+                base = model.lm_head.output[0, -1].argmax().save()
+            if base.item() % 2 == 0:
+                print(f"{prompt!r}: even, skipped")
+                continue
+            with model.trace(prompt, remote=True):
+                LAYERS[0].output[:] = 0
+                top = model.lm_head.output[0, -1].argmax().save()
+            changed[prompt] = bool(top != base)
+            print(prompt, "changed" if changed[prompt] else "unchanged")
+        ''',
+        family,
+    )
+    assert "next(" in result.code  # the replay takes the branch the session took
+
+
+@both
+def test_greedy_decoding_that_stops_early_runs_in_one_session(family):
+    check(
+        '''
+        import torch
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        ids = model.tokenizer("Once upon a time", return_tensors="pt")["input_ids"]
+        stop = int(ids[0, 1])
+        for step in range(4):
+            with model.trace(ids, remote=True):
+                logits = model.lm_head.output.save()
+            next_id = logits[0, -1].argmax()
+            ids = torch.cat([ids, next_id.view(1, 1)], dim=1)
+            print(f"step {step}: {model.tokenizer.decode(next_id)!r}")
+            if next_id.item() == stop:
+                print("stop token")
+                break
+        print("generated", ids.shape[1], "tokens in all")
+        ''',
+        family,
+    )
+
+
+@both
+def test_a_helper_reading_a_value_the_session_would_compute_keeps_it_outside(family):
+    # `steered` reads the module's `vec`: computed inside the same session, its copy on
+    # NDIF could not see it, so `vec` gets its own session and the loop another
+    result, _ = check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+
+
+        def resid(text):
+            with model.trace(text, remote=True):
+                h = LAYERS[0].output[0, -1].save()
+            return h
+
+
+        def steered(prompt, alpha):
+            with model.trace(prompt, remote=True):
+                LAYERS[0].output[0, -1] += alpha * vec
+                top = model.lm_head.output[0, -1].argmax().save()
+            return int(top)
+
+
+        vec = resid("I love it") - resid("I hate it")
+        print(f"norm {vec.norm().item():.3f}")
+        for alpha in [0.0, 4.0]:
+            print(alpha, steered("The movie was", alpha))
+        ''',
+        family,
+        requests_after=2,
+    )
+    assert result.code.count(".session(") == 2

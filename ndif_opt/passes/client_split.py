@@ -47,6 +47,21 @@ DEFERRABLE_KINDS = frozenset({"print", "effect", "progress", "module", "forbidde
 RECORD_PREFIX = "_ndif_"
 
 
+def _jumps(node: cst.CSTNode) -> bool:
+    """Does ``node`` hold a `break` or `continue` of the loop around it?"""
+    if isinstance(node, (cst.Break, cst.Continue)):
+        return True
+    if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        return False
+    return any(_jumps(child) for child in node.children)
+
+
+def _branches(items: list["_Item"]) -> bool:
+    """Does a loop body need each local statement to record itself (a branch or a jump
+    decides which of them run)?"""
+    return any(item.role == "if" or (item.role == "server" and _jumps(item.stmt)) for item in items)
+
+
 def _deferrable(problem, remote: bool) -> bool:
     """May code with this problem be replayed on the client? A `try` may, when no
     remote work runs inside it (its failures are the client's own)."""
@@ -75,17 +90,22 @@ class _Item:
     """One statement of a scope, classified."""
 
     stmt: cst.BaseStatement
-    role: str  # server | client | mixed
+    role: str  # server | client | mixed (a loop) | if (a branch inside a loop)
     recorded: list[str] = field(default_factory=list)  # client: names its row holds (as the replay reads them)
     values: dict[str, str] = field(default_factory=dict)  # client: recorded name -> the server's code for it
     replayed: cst.BaseStatement | None = None  # client: the statement as the replay runs it
     rows: str = ""  # mixed: the name of its record list
     body: list["_Item"] = field(default_factory=list)  # mixed: its body's items
     unsaved: set[str] = field(default_factory=set)  # mixed: names its rows bring home instead of a save
+    events: bool = False  # mixed: its body branches or jumps, so each local statement records itself
+    it_name: str = ""  # mixed with events: the list of one iteration's records
+    items_name: str = ""  # ... and the replay's iterator over it
+    orelse: list["_Item"] = field(default_factory=list)  # if: its `else`/`elif` items
 
 
 class _Splitter:
     def __init__(self, facts: Facts, server_check, remote_work, taken: set[str], drop_bars: bool = False) -> None:
+        self.in_loop = False
         self.drop_bars = drop_bars
         self.dropped_bars = 0
         self.facts = facts
@@ -98,11 +118,54 @@ class _Splitter:
 
     # -- classification ------------------------------------------------------------
     def classify(self, stmts) -> list[_Item]:
-        return [self._classify(stmt) for stmt in stmts]
+        items: list[_Item] = []
+        for stmt in stmts:
+            parts = self._split_call_statement(stmt)
+            if parts is not None:
+                items += parts
+            else:
+                items.append(self._classify(stmt))
+        return items
+
+    def _split_call_statement(self, stmt) -> list[_Item] | None:
+        """`print(x, helper(p))` where `helper` sends a request: the session computes the
+        argument (`helper_result = helper(p)`), the replay prints it. Arguments are
+        evaluated in order in either case; those left in place have no remote work."""
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+            return None
+        expr = stmt.body[0]
+        if not (isinstance(expr, cst.Expr) and isinstance(expr.value, cst.Call)):
+            return None
+        call = expr.value
+        remote, _skip = self.remote_work(stmt)
+        if not remote or not self.server_check.problems(stmt):
+            return None
+        server: list[_Item] = []
+        args = []
+        for arg in call.args:
+            if arg.star or not self.remote_work(arg.value)[0]:
+                args.append(arg)
+                continue
+            if self.server_check.problems(arg.value):
+                return None
+            callee = arg.value.func if isinstance(arg.value, cst.Call) else None
+            base = f"{callee.value}_result" if isinstance(callee, cst.Name) else "remote_result"
+            name = self.fresh_plain(base)
+            assign = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], arg.value)])
+            server.append(_Item(assign, "server"))
+            args.append(arg.with_changes(value=cst.Name(name)))
+        if not server or any(self.remote_work(a.value)[0] for a in args):
+            return None
+        client = stmt.with_changes(body=[expr.with_changes(value=call.with_changes(args=args))])
+        self.deferred += 1
+        return [*server, _Item(client, "client")]
 
     def _classify(self, stmt) -> _Item:
         remote, skip = self.remote_work(stmt)
         problems = self.server_check.problems(stmt, skip=skip)
+        if self.in_loop and isinstance(stmt, cst.If) and _jumps(stmt):
+            # it may end the iteration early: the replay must take the same branch
+            return self._mixed_if(stmt)
         if not problems:
             return _Item(stmt, "server")
         control = [p for p in problems if not _deferrable(p, remote)]
@@ -111,6 +174,8 @@ class _Splitter:
         if not remote:
             self.deferred += 1
             return _Item(stmt, "client")
+        if isinstance(stmt, cst.If) and self.in_loop:
+            return self._mixed_if(stmt)
         if not (isinstance(stmt, cst.For) and stmt.orelse is None and isinstance(stmt.body, cst.IndentedBlock)):
             raise Refused(
                 f"the code {problems[0].message}, in the same statement as remote work "
@@ -121,12 +186,34 @@ class _Splitter:
         )
         if header:
             raise Refused(f"the loop's header {header[0].message}")
-        item = _Item(stmt, "mixed", body=self.classify(stmt.body.body))
+        outer, self.in_loop = self.in_loop, True
+        try:
+            item = _Item(stmt, "mixed", body=self.classify(stmt.body.body))
+        finally:
+            self.in_loop = outer
+        item.events = _branches(item.body)
         if self.drop_bars and all(child.role == "server" for child in item.body):
             # only its progress bar must stay here: with unsafe fixes the bar is dropped
             # (the session's loop runs without it) instead of replayed over finished work
             self.dropped_bars += 1
             return _Item(stmt, "server")
+        return item
+
+    def _mixed_if(self, stmt: cst.If) -> _Item:
+        """An `if` whose branches hold remote work or end the iteration, and code that
+        must stay here: the session records the branch it took, the replay takes it too."""
+        if self.server_check.problems(stmt.test):
+            raise Refused(f"the test of an `if` around remote work {self.server_check.problems(stmt.test)[0].message}")
+        if not isinstance(stmt.body, cst.IndentedBlock):
+            raise Refused("a one-line `if` around remote work")
+        item = _Item(stmt, "if", body=self.classify(stmt.body.body))
+        other = stmt.orelse
+        if isinstance(other, cst.If):
+            item.orelse = [self._classify(other)]
+        elif isinstance(other, cst.Else):
+            if not isinstance(other.body, cst.IndentedBlock):
+                raise Refused("a one-line `else` around remote work")
+            item.orelse = self.classify(other.body.body)
         return item
 
     # -- names -------------------------------------------------------------------
@@ -135,7 +222,11 @@ class _Splitter:
         server statements count as server)."""
         total = NameUse()
         for item in items:
-            if item.role == "mixed":
+            if item.role == "if":
+                if role_filter == "server":
+                    total.merge(collect(item.stmt.test))
+                total.merge(self.uses(item.body + item.orelse, role_filter))
+            elif item.role == "mixed":
                 if role_filter == "server":
                     total.merge(NameUse(binds={n: item.stmt.target for n in target_names(item.stmt.target)}))
                     total.merge(collect(item.stmt.iter))
@@ -143,6 +234,15 @@ class _Splitter:
             elif item.role == role_filter:
                 total.merge(collect(item.stmt))
         return total
+
+    def fresh_plain(self, base: str) -> str:
+        """``base`` itself, or ``base_2``... when the file uses it."""
+        candidate, n = base, 2
+        while candidate in self.taken:
+            candidate, n = f"{base}_{n}", n + 1
+        self.taken.add(candidate)
+        self.record_names.add(candidate)
+        return candidate
 
     def fresh_value(self, name: str) -> str:
         """A readable name for a recorded part of ``name``."""
@@ -329,13 +429,21 @@ def _check_independence(server: NameUse, client: NameUse, server_exposed, later:
 def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], splitter: _Splitter,
                   loop: _Item | None = None) -> None:
     """Decide what each client item records and check that a record taken where the
-    row is appended still holds what the statement would have read."""
+    row is appended still holds what the statement would have read. In a loop with
+    ``events`` each client item records itself where it stands."""
+    events = loop is not None and loop.events
     last = max((i for i, item in enumerate(items) if item.role != "server"), default=-1)
     for index, item in enumerate(items):
         if item.role == "server":
             continue
+        if item.role == "if":
+            _plan_records(item.body, defined, mutated, splitter, loop)
+            _plan_records(item.orelse, defined, mutated, splitter, loop)
+            continue
         if item.role == "mixed":
             item.rows = splitter.fresh("rows")
+            if item.events:
+                item.it_name, item.items_name = splitter.fresh("it"), splitter.fresh("items")
             _plan_records(item.body, defined, mutated, splitter, item)
             continue
         # what the statement reads before binding it itself (a `for i in ...` of its own
@@ -343,7 +451,7 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
         names = [n for n in exposed_reads([item.stmt]) if n in defined]
         # the row is appended right after the statement (region level) or after the
         # iteration's last client statement (in a loop): nothing in between may change it
-        between = items[index + 1 : last + 1] if loop is not None else []
+        between = items[index + 1 : last + 1] if loop is not None and not events else []
         later_use = splitter.uses(between, "server")
         changed_after = splitter.uses(items[index + 1 :], "server").mutates if loop is None else {}
         item.replayed = item.stmt
@@ -500,6 +608,8 @@ def _build(items: list[_Item], log: str, splitter: _Splitter, facts: Facts):
 
 def _split_loop(item: _Item, facts: Facts, later: set[str]):
     """The server loop (records a row per iteration) and the client loop over the rows."""
+    if item.events:
+        return _split_loop_events(item, facts, later)
     loop: cst.For = item.stmt
     row = _row(item)
     names = list(row)
@@ -533,6 +643,82 @@ def _split_loop(item: _Item, facts: Facts, later: set[str]):
         leading_lines=loop.leading_lines,
     )
     return server_loop, client_loop
+
+
+def _split_loop_events(item: _Item, facts: Facts, later: set[str]):
+    """A loop whose body branches or jumps: each iteration records a list, each local
+    statement appends its values to it where it stands, each branch the way it went;
+    the replay walks the same branches and jumps, taking the records in turn."""
+    loop: cst.For = item.stmt
+    it, items = item.it_name, item.items_name
+    server_body = [
+        cst.parse_statement(f"{it} = list()\n"),
+        cst.parse_statement(f"{item.rows}.append({it})\n"),
+    ]
+    body, client_body = _event_parts(item.body, it, items, facts, later)
+    server_loop = loop.with_changes(
+        iter=unwrap_progress(loop.iter, facts),
+        body=loop.body.with_changes(body=server_body + body),
+        leading_lines=[],
+    )
+    header = cst.parse_statement(f"for {it} in {_replayed_iter(loop.iter, item.rows, facts)}:\n    pass\n")
+    client_loop = header.with_changes(
+        body=loop.body.with_changes(body=[cst.parse_statement(f"{items} = iter({it})\n"), *client_body]),
+        leading_lines=loop.leading_lines,
+    )
+    return server_loop, client_loop
+
+
+def _event_parts(children: list[_Item], it: str, items: str, facts: Facts, later: set[str]):
+    server: list[cst.BaseStatement] = []
+    client: list[cst.BaseStatement] = []
+    for child in children:
+        if child.role == "server":
+            server.append(child.stmt)
+            if _jumps(child.stmt):  # a bare `break`/`continue`: the replay jumps too
+                client.append(child.stmt)
+        elif child.role == "client":
+            values = [child.values[n] for n in child.recorded]
+            server.append(cst.parse_statement(f"{it}.append({_tuple_code(values) or 'None'})\n"))
+            taken = f"{_target_code(child.recorded)} = next({items})" if child.recorded else f"next({items})"
+            client.append(cst.parse_statement(taken + "\n"))
+            client.append(child.replayed)
+        elif child.role == "mixed":
+            server.append(cst.parse_statement(f"{child.rows} = list()\n"))
+            server.append(cst.parse_statement(f"{it}.append({child.rows})\n"))
+            inner, inner_client = _split_loop(child, facts, later)
+            server.append(inner)
+            client.append(cst.parse_statement(f"{child.rows} = next({items})\n"))
+            client.append(inner_client)
+        else:  # a branch: record which way it went
+            server_if, client_if = _event_if(child.stmt, child, it, items, facts, later)
+            server.append(server_if)
+            client.append(client_if)
+    return server, client
+
+
+def _event_if(stmt: cst.If, item: _Item, it: str, items: str, facts: Facts, later: set[str]):
+    took = cst.parse_statement(f"{it}.append(True)\n")
+    body, client_body = _event_parts(item.body, it, items, facts, later)
+    other = stmt.orelse
+    if isinstance(other, cst.If):
+        inner_server, inner_client = _event_if(other, item.orelse[0], it, items, facts, later)
+        server_else, client_else = [inner_server], [inner_client]
+    else:
+        server_else, client_else = _event_parts(item.orelse, it, items, facts, later)
+    server_else = [cst.parse_statement(f"{it}.append(False)\n"), *server_else]
+    pass_ = cst.SimpleStatementLine([cst.Pass()])
+    server_if = stmt.with_changes(
+        body=stmt.body.with_changes(body=[took, *body]),
+        orelse=cst.Else(body=cst.IndentedBlock(body=server_else)),
+    )
+    client_if = stmt.with_changes(
+        test=cst.parse_expression(f"next({items})"),
+        body=stmt.body.with_changes(body=client_body or [pass_]),
+        orelse=cst.Else(body=cst.IndentedBlock(body=client_else)) if client_else else None,
+        leading_lines=[],
+    )
+    return server_if, client_if
 
 
 def _tuple_code(names: list[str]) -> str:

@@ -56,7 +56,7 @@ from ndif_opt.helpers import (
     with_flag_parameter,
 )
 from ndif_opt.analysis import qualify
-from ndif_opt.names import NameUse, collect, collect_all, root_name
+from ndif_opt.names import NameUse, all_params, collect, collect_all, root_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.client_split import DEFERRABLE_KINDS, Refused, Split, names_in, split_region, unwrap_progress
 from ndif_opt.regions import Accumulator, carried_container, find_accumulator, reads_after, requests_in
@@ -91,6 +91,7 @@ class Region:
     saved_here: dict = field(default_factory=dict)  # id(stmt) -> name given `.save()`
     requests: int | None = None  # remote requests it sends, once counted
     split: Split | None = None  # the client/server split, when code must stay on the client
+    remote_statements: list = field(default_factory=list)  # its statements that do remote work
 
     @property
     def statements(self) -> list[cst.BaseStatement]:
@@ -129,30 +130,47 @@ class SessionHoisting(Pass):
             if _inside(facts, suite, claimed):
                 continue
             for region in self._regions(suite, facts, context):
-                mark = len(context.findings)
-                if self._plan(region, facts, context, plan):
-                    claimed.update(id(s) for s in region.statements)
-                    continue
-                # code that must stay on the client kept the region from moving as a
-                # whole: the runs of remote work between such code may still move
-                parts = self._regions(suite, facts, context, wide=False, within=region)
-                if not parts or [(p.start, p.end) for p in parts] == [(region.start, region.end)]:
-                    continue
-                whole = context.findings[mark:]
-                del context.findings[mark:]
-                moved = False
-                for part in parts:
-                    if self._plan(part, facts, context, plan):
-                        claimed.update(id(s) for s in part.statements)
-                        moved = True
-                if not moved:  # the whole region's reason says most
-                    del context.findings[mark:]
-                    context.findings.extend(whole)
+                self._plan_or_parts(region, facts, context, plan, claimed)
         for helper in self.rewritten_helpers.values():
             if helper.flag_param is None:
                 info = facts.stmt(helper.func)
                 plan.replace(info.suite, info.index, info.index + 1, lambda _s, h=helper: [with_flag_parameter(h)])
         return plan.apply(module, facts) if plan else module
+
+    def _plan_or_parts(self, region: Region, facts: Facts, context: Context, plan: SuitePlan, claimed: set[int]) -> bool:
+        """Plan the region, or else the largest parts of it that can move: the runs
+        between code that must stay on the client, or its two halves (split at a remote
+        statement), each tried the same way. The whole region's finding stands when no
+        part moves."""
+        mark = len(context.findings)
+        if self._plan(region, facts, context, plan):
+            claimed.update(id(s) for s in region.statements)
+            return True
+        span = (region.start, region.end)
+        parts = []
+        if any(_deferrable_only(p) for p in region.unsafe):
+            parts = self._regions(region.suite, facts, context, wide=False, span=span)
+        if not parts or [(p.start, p.end) for p in parts] == [span]:
+            parts = self._halves(region, facts, context)
+        if not parts:
+            return False
+        whole = context.findings[mark:]
+        del context.findings[mark:]
+        moved = [self._plan_or_parts(part, facts, context, plan, claimed) for part in parts]
+        if not any(moved):
+            del context.findings[mark:]
+            context.findings.extend(whole)
+        return any(moved)
+
+    def _halves(self, region: Region, facts: Facts, context: Context) -> list[Region]:
+        remote = [i for i in range(region.start, region.end) if region.suite.body[i] in region.remote_statements]
+        if len(remote) < 2:
+            return []
+        middle = remote[len(remote) // 2]
+        halves = []
+        for span in ((region.start, middle), (middle, region.end)):
+            halves += self._regions(region.suite, facts, context, span=span)
+        return [h for h in halves if (h.start, h.end) != (region.start, region.end)]
 
     def _requests(self, region: Region, facts: Facts) -> int:
         """The remote requests the region sends now (counted once: asked for each message)."""
@@ -165,21 +183,19 @@ class SessionHoisting(Pass):
 
     # -- finding regions ---------------------------------------------------------------
     def _regions(self, suite, facts: Facts, context: Context, wide: bool = True,
-                 within: Region | None = None) -> list[Region]:
+                 span: tuple[int, int] | None = None) -> list[Region]:
         """Runs of statements that could become one session. ``wide``: code that must
         stay on your machine joins a run (the split replays it after the session);
-        otherwise it ends the run. ``within``: only the statements of that region."""
+        otherwise it ends the run. ``span``: only the statements in that range."""
         # code without remote work matters only next to remote statements: look at it
         # only there, unless skipping a question could change later answers
         lazy = not context.server.asking_order_matters
         if lazy and not self.helpers and _fewer_than_two_requests(suite, facts):
             return []  # no region of it could send two: none is worth a session
-        if within is not None and not any(_deferrable_only(p) for p in within.unsafe):
-            return []  # it was refused for other reasons: its parts would be too
         edges = _window_edges(suite, facts, context.options.window_edges)
         kinds: list[Kind | None] = [
             self._kind(stmt, facts, context, lazy, wide)
-            if within is None or within.start <= index < within.end
+            if span is None or span[0] <= index < span[1]
             else Kind("barrier", why="outside the region")
             for index, stmt in enumerate(suite.body)
         ]
@@ -193,6 +209,7 @@ class SessionHoisting(Pass):
                 first = kinds[run[0]]
                 blocks = [b for i in run for b in kinds[i].blocks]
                 region = Region(suite, run[0], run[-1] + 1, first.model, first.flag, blocks)
+                region.remote_statements = [suite.body[i] for i in run if kinds[i].role == "remote"]
                 region.unsafe = [p for i in run for p in kinds[i].problems]
                 region.helper_calls = [c for i in run for c in kinds[i].helper_calls]
                 regions.append(region)
@@ -359,6 +376,8 @@ class SessionHoisting(Pass):
                     reason = _lost_reason(lost[0])
         if not reason and region.helper_calls:
             reason = _helper_argument_problem(region, facts)
+        if not reason:
+            reason = _globals_the_session_would_hide(region, facts)
         if reason:
             context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)), reason)
             return False
@@ -687,6 +706,26 @@ def _saving(stmt: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
     return stmt.with_changes(body=[small.with_changes(value=method_call(small.value, "save"))])
 
 
+def _globals_the_session_would_hide(region: Region, facts: Facts) -> str:
+    """A same-file function called in the session reads the module's names: one the
+    moved code binds is a name of the session's own scope there, which the function's
+    copy on NDIF cannot see (NameError, or an old value)."""
+    moved = collect_all(region.moved)
+    bound = set(moved.binds)
+    called = [name for name in moved.reads if name in facts.functions]
+    for name in called:
+        func = facts.functions[name]
+        body = collect(func.body)
+        local = set(body.binds) | {p.name.value for p in all_params(func.params)}
+        for read in body.reads:
+            if read in bound and read not in local:
+                return (
+                    f"`{name}` reads `{read}`, which the session would compute: inside the session the "
+                    f"function's copy cannot see it (compute `{read}` before the loop, or pass it as an argument)"
+                )
+    return ""
+
+
 def _helper_argument_problem(region: Region, facts: Facts) -> str:
     """A helper that fills a parameter must be handed a container the session owns."""
     for call, helper in region.helper_calls:
@@ -752,7 +791,7 @@ def _kind_label(region: Region) -> str:
         return "this loop"
     if len(region.statements) == 1 and isinstance(first, cst.While):
         return "this while loop"
-    return f"these {len(region.blocks)} consecutive remote blocks"
+    return "this run of remote work"
 
 
 def _not_hoisted(region: Region, facts: Facts, requests: int) -> str:
