@@ -13,13 +13,20 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ndif_opt.analysis import Block, Facts, Remote
+from ndif_opt.analysis import Block, Facts, Remote, qualify
 from ndif_opt.effects import ServerCheck
 from ndif_opt.names import collect
 from ndif_opt.positions import code_for_node
 from ndif_opt.walk import walk
 
 FLAG_PARAMETER = "remote"
+
+# torch's grad-mode decorators: on a plain function, `@torch.no_grad()` is the function's
+# body run inside `with torch.no_grad():`, so the rewrite can say it that way
+CONTEXT_DECORATORS = frozenset(
+    {"torch.no_grad", "torch.inference_mode", "torch.enable_grad", "torch.autograd.no_grad",
+     "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}
+)
 
 
 @dataclass
@@ -31,6 +38,7 @@ class RemoteHelper:
     flag_param: str | None  # the parameter the blocks use as their flag, if any
     flag_code: str  # the blocks' flag expression
     problems: list[str] = field(default_factory=list)  # why calls cannot move (empty: they can)
+    context_decorators: list[cst.BaseExpression] = field(default_factory=list)  # as `with` items
     mutated_params: dict[str, int | None] = field(default_factory=dict)  # name -> position
 
     def call_flag(self, call: cst.Call) -> str | None:
@@ -93,13 +101,17 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck) -> RemoteHe
         helper.problems.append(f"`{name}` passes `remote=` inside `**kwargs`")
     if first.model not in facts.models:
         helper.problems.append(f"`{name}` traces `{first.model}`, which is not a model defined in this file")
-    if func.decorators:
+    contexts = [_context_of(d.decorator, facts) for d in func.decorators]
+    if None in contexts:
         # measured: the copy of a decorated function that a request carries runs without
         # the names of its module (NameError on the model) inside a session
+        other = func.decorators[contexts.index(None)].decorator
         helper.problems.append(
-            f"`{name}` is decorated (`@{code_for_node(func.decorators[0].decorator)}`), and the copy of it that a "
+            f"`{name}` is decorated (`@{code_for_node(other)}`), and the copy of it that a "
             "session carries to NDIF cannot see this file's names"
         )
+    else:
+        helper.context_decorators = contexts
     use = collect(func.body)
     for kind, _node in use.control:
         if kind in ("global", "nonlocal", "yield", "await"):
@@ -113,6 +125,15 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck) -> RemoteHe
         elif mutated not in use.binds and mutated not in facts.models:
             helper.problems.append(f"`{name}` changes `{mutated}`, which lives on your machine")
     return helper
+
+
+def _context_of(decorator: cst.BaseExpression, facts: Facts) -> cst.BaseExpression | None:
+    """The context manager a grad-mode decorator stands for (`@torch.no_grad` and
+    `@torch.no_grad()` both give `torch.no_grad()`); None for any other decorator."""
+    func = decorator.func if isinstance(decorator, cst.Call) else decorator
+    if qualify(func, facts.imports) not in CONTEXT_DECORATORS:
+        return None
+    return decorator if isinstance(decorator, cst.Call) else cst.Call(func=decorator)
 
 
 def _positions(func: cst.FunctionDef) -> dict[str, int | None]:
@@ -166,14 +187,37 @@ def call_multiplicity(stmts, helpers: dict[str, RemoteHelper], facts: Facts, unk
             inner = call_multiplicity(stmt.body.body, helpers, facts, unknown)
             total += (unknown if trips is None else trips) * inner
             header = stmt.iter if isinstance(stmt, cst.For) else stmt.test
-            total += sum(len(h.blocks) for _, h in helper_calls(header, helpers))
+            total += _calls_in_expressions(header, helpers, facts, unknown)
         elif isinstance(stmt, cst.SimpleStatementLine):
-            total += sum(len(h.blocks) for _, h in helper_calls(stmt, helpers))
+            total += _calls_in_expressions(stmt, helpers, facts, unknown)
         else:
             body = getattr(stmt, "body", None)
             if isinstance(body, cst.IndentedBlock):
                 total += call_multiplicity(body.body, helpers, facts, unknown)
     return total
+
+
+def _calls_in_expressions(node: cst.CSTNode, helpers: dict[str, RemoteHelper], facts: Facts, unknown: int) -> int:
+    """Requests of the helper calls in ``node``; a call inside a comprehension counts once
+    per element (`[run(p) for p in prompts]` is a loop too)."""
+    from ndif_opt.regions import iterable_length
+
+    if not helpers:
+        return 0
+    if isinstance(node, cst.Call):
+        name = node.func.value if isinstance(node.func, cst.Name) else None
+        own = len(helpers[name].blocks) if name in helpers else 0
+        return own + sum(_calls_in_expressions(c, helpers, facts, unknown) for c in node.children)
+    if isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+        trips, clause, header = 1, node.for_in, 0
+        while clause is not None:
+            header += _calls_in_expressions(clause.iter, helpers, facts, unknown) * trips
+            length = iterable_length(clause.iter, facts)
+            trips *= unknown if length is None else length
+            clause = clause.inner_for_in
+        elements = (node.key, node.value) if isinstance(node, cst.DictComp) else (node.elt,)
+        return header + trips * sum(_calls_in_expressions(e, helpers, facts, unknown) for e in elements)
+    return sum(_calls_in_expressions(c, helpers, facts, unknown) for c in node.children)
 
 
 class CallWithRemoteOff(cst.CSTTransformer):
@@ -201,6 +245,37 @@ class CallWithRemoteOff(cst.CSTTransformer):
         args.append(cst.Arg(value=off, keyword=cst.Name(name), equal=cst.AssignEqual(
             whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
         return updated.with_changes(args=args)
+
+
+def rewritten_helper(helper: RemoteHelper) -> cst.FunctionDef:
+    """The helper as a session can call it: with a flag parameter, and with its grad-mode
+    decorators said as a `with` around its body (the copy of a decorated function that a
+    session carries cannot see the module's names)."""
+    func = with_flag_parameter(helper)
+    if not helper.context_decorators:
+        return func
+    body = func.body
+    statements = list(body.body)
+    docstring = statements[:1] if statements and _is_docstring(statements[0]) else []
+    inner = statements[len(docstring):] or [cst.SimpleStatementLine([cst.Pass()])]
+    wrapped = cst.With(
+        items=[cst.WithItem(item=c) for c in helper.context_decorators],
+        body=cst.IndentedBlock(body=inner),
+    )
+    return func.with_changes(
+        decorators=[],
+        leading_lines=[*func.decorators[0].leading_lines, *func.leading_lines],
+        body=body.with_changes(body=[*docstring, wrapped]),
+    )
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
 
 
 def with_flag_parameter(helper: RemoteHelper) -> cst.FunctionDef:

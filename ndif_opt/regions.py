@@ -223,7 +223,7 @@ def find_accumulator(
             return Accumulator(name, kind, stmt, index), ""
         if name in use.reads or name in use.mutates:
             return None, f"`{name}` is used on your machine before the remote code runs"
-    return None, f"`{name}` is created outside this part of the script"
+    return None, f"`{name}` is not created in the same block of code as the loop (it comes from an enclosing block or function)"
 
 
 def _empty_container_binding(stmt: cst.BaseStatement, name: str) -> str | None:

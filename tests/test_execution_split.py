@@ -326,3 +326,60 @@ def test_a_helper_reading_a_value_the_session_would_compute_keeps_it_outside(fam
         requests_after=2,
     )
     assert result.code.count(".session(") == 2
+
+
+@both
+def test_a_helper_under_a_grad_mode_decorator_joins_the_session(family):
+    # the copy of a decorated function that a session carries cannot see the module's
+    # names; `@torch.no_grad()` is said as a `with` around the body instead
+    result, _ = check(
+        '''
+        import torch
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+
+
+        @torch.no_grad()
+        def last_resid(text):
+            """The last token's residual after the first layer."""
+            with model.trace(text, remote=True):
+                h = LAYERS[0].output.save()
+            return h[0, -1]
+
+
+        acts = torch.stack([last_resid(t) for t in ["a b c", "d e", "f"]])
+        print(acts.shape, acts.norm().item())
+        ''',
+        family,
+    )
+    assert "@torch.no_grad()" not in result.code
+    assert "with torch.no_grad():" in result.code
+
+
+@both
+def test_a_value_printed_then_rebound_by_the_remote_part_ends_with_its_last_value(family):
+    # the print reads `direction` before the remote part normalises it: the replay reads
+    # the record under a name of its own, and `direction` ends normalised, as in the original
+    result, _ = check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+
+
+        def resid(text):
+            with model.trace(text, remote=True):
+                h = LAYERS[0].output.save()
+            return h[0, -1]
+
+
+        direction = resid("I love it") - resid("I hate it")
+        print(f"raw norm {direction.norm().item():.4f}")
+        direction = direction / direction.norm()
+        score = resid("The movie was") @ direction
+        print(f"score {score.item():+.4f}")
+        ''',
+        family,
+    )
+    assert "direction_then" in result.code

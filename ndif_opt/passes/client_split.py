@@ -453,7 +453,8 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
         # iteration's last client statement (in a loop): nothing in between may change it
         between = items[index + 1 : last + 1] if loop is not None and not events else []
         later_use = splitter.uses(between, "server")
-        changed_after = splitter.uses(items[index + 1 :], "server").mutates if loop is None else {}
+        server_after = splitter.uses(items[index + 1 :], "server")
+        changed_after = server_after.mutates if loop is None else {}
         item.replayed = item.stmt
         replacements: dict[int, cst.CSTNode] = {}
         for name in names:
@@ -466,6 +467,14 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
                 still_changing = name in changed_after
             else:  # recorded at the iteration's end: later iterations may change it too
                 still_changing = name in mutated and not _fresh_in_iteration(name, items[:index], loop)
+            if not still_changing and name in server_after.binds:
+                # the remote part binds the name again later: the replay reads the record
+                # under a name of its own, so the name ends with the value it had at the end
+                fresh = splitter.fresh_value(name)
+                item.recorded.append(fresh)
+                item.values[fresh] = name
+                replacements.update((id(node), cst.Name(fresh)) for node in _loads_of(item.stmt, name))
+                continue
             if not still_changing:
                 item.recorded.append(name)
                 item.values[name] = name
@@ -547,6 +556,36 @@ def _snapshot_of(chain: list[cst.BaseExpression], name: str, splitter: "_Splitte
         f"`{name}` is read by code that must run on your machine while the remote part still changes it in "
         "place; a record of it would hold its final state, not the one that line sees"
     )
+
+
+def _loads_of(stmt: cst.BaseStatement, name: str) -> list[cst.Name]:
+    """The `Name` nodes of ``stmt`` that read ``name``; refused when ``stmt`` binds it too."""
+    if name in collect(stmt).binds:
+        raise Refused(
+            f"`{name}` is read and bound again by a line that must run on your machine, while the remote part "
+            "binds it once more after that line"
+        )
+    finder = _LoadFinder(name)
+    walk(stmt, finder)
+    return finder.found
+
+
+class _LoadFinder(cst.CSTVisitor):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.found: list[cst.Name] = []
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        walk(node.value, self)  # `x.name` reads `x`, not `name`
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        walk(node.value, self)  # `f(name=...)`: a keyword, not a read
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.name:
+            self.found.append(node)
 
 
 class _Replace(cst.CSTTransformer):

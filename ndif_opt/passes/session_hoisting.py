@@ -1,13 +1,14 @@
 """session-hoisting: one remote request for a loop (or run) of remote traces.
 
 ## What it does
-Wraps a loop whose body runs remote traces or generates of one model — or several
-consecutive remote blocks of one model — in a single ``with model.session(remote=...)``
-and removes ``remote=`` from the blocks inside. Client-scope lists and dicts that the
-moved code fills are created inside the session as saved containers. When a loop ends
-with code that must stay on your machine (``print``, writing files, plotting), the loop
-is split: a server loop collects what that code needs, then a client loop runs it in
-the same order with the same values.
+Wraps a loop whose body runs remote traces or generates of one model — or a run of
+remote blocks of one model — in a single ``with model.session(remote=...)`` and removes
+``remote=`` from the blocks inside. Client-scope lists and dicts that the moved code
+fills are created inside the session as saved containers, or sent into it and saved
+there. Code that must stay on your machine (``print``, files, ``tqdm``, ``json``,
+logging) is split off: it records the values it reads where it stood, and a replay
+after the session runs it in the same order with the same values (branches and early
+exits included). Values the script reads after the loop come back.
 
 ## Why is this bad?
 Every remote trace is a network round trip plus a wait in NDIF's queue. A loop of 32
@@ -30,13 +31,14 @@ with model.session(remote=True):
 ```
 
 ## Fix safety
-Safe when applied: the pass only moves code that NDIF can run and that has no effect
-on your machine, and only when every value the rest of the script reads still comes
-back. It is not applied (and says why) when the moved code would print, write files,
-plot, show a progress bar, call a module NDIF does not allow, mutate an object that
-lives on your machine, retry on exceptions, or compute a value that is read after the
-loop without being saved. Dropping a ``tqdm`` progress bar or turning a ``print`` into a
-server log line is an unsafe fix, applied only with ``--unsafe-fixes``.
+Safe when applied: the pass only moves code that NDIF can run, replays what must run
+on your machine in its order over recorded values, and brings back every value the
+rest of the script reads. It is not applied (and says why) when the code that must stay
+on your machine feeds the remote part, when a record could not hold what a line would
+have seen, when the moved code retries on exceptions, declares ``global``, or calls a
+helper that cannot run in a session. With ``--unsafe-fixes`` a ``tqdm`` bar alone is
+dropped instead of replayed, and a ``print`` the split cannot replay becomes a server
+log line.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from ndif_opt.helpers import (
     call_multiplicity,
     helper_calls,
     remote_helpers,
-    with_flag_parameter,
+    rewritten_helper,
 )
 from ndif_opt.analysis import qualify
 from ndif_opt.names import NameUse, all_params, collect, collect_all, root_name
@@ -132,9 +134,9 @@ class SessionHoisting(Pass):
             for region in self._regions(suite, facts, context):
                 self._plan_or_parts(region, facts, context, plan, claimed)
         for helper in self.rewritten_helpers.values():
-            if helper.flag_param is None:
+            if helper.flag_param is None or helper.context_decorators:
                 info = facts.stmt(helper.func)
-                plan.replace(info.suite, info.index, info.index + 1, lambda _s, h=helper: [with_flag_parameter(h)])
+                plan.replace(info.suite, info.index, info.index + 1, lambda _s, h=helper: [rewritten_helper(h)])
         return plan.apply(module, facts) if plan else module
 
     def _plan_or_parts(self, region: Region, facts: Facts, context: Context, plan: SuitePlan, claimed: set[int]) -> bool:
