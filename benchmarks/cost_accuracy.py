@@ -295,6 +295,18 @@ for _family in ("gpt2", "llama"):
         "cost model gap: values saved in a helper called inside a session are downloaded once per call "
         "(measured ~18 KB), predicted not downloaded (~1.3 KB)"
     )
+    NOT_PREDICTED[
+        f"test_execution_split::test_a_helper_that_retries_its_trace_runs_in_one_session_under_the_same_retry"
+        f"[{_family}]:optimized"
+    ] = "cost model gap: values saved in a helper called inside a session are downloaded once per call"
+    NOT_PREDICTED[
+        f"test_execution_split::test_a_helper_under_a_grad_mode_decorator_joins_the_session[{_family}]:original"
+    ] = "cost model gap: a full hidden state saved in a helper and sliced on return is over-estimated (~2.7x)"
+    for _version in ("original", "optimized"):
+        NOT_PREDICTED[
+            f"test_execution_split::test_a_library_function_whose_helper_takes_the_model_as_a_parameter"
+            f"[{_family}]:{_version}"
+        ] = "cost model gap: the model a helper receives as a parameter is not resolved (sizes of another model)"
 
 
 # ---------------------------------------------------------------------------------------

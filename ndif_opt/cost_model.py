@@ -63,6 +63,7 @@ from ndif_opt.names import dotted_name, target_names
 from ndif_opt.positions import top_level_code
 from ndif_opt.options import Options
 from ndif_opt.regions import arithmetic
+from ndif_opt.retries import retry_guard, retry_wrappers
 from ndif_opt.rewrite import code_of, unsave
 from ndif_opt.shapes import ModuleRef, Shape, literal_value, shape_of, value_of
 from ndif_opt.types import Cost
@@ -625,9 +626,13 @@ class _Walker:
         # functions no code calls (entry points, callbacks) run once each; a function
         # called by another is walked at its calls
         names = frozenset(functions)
-        called_by_functions = {
-            call.func.value for func in functions.values() for call in _calls(func.body, names)
-        }
+        wrappers = retry_wrappers(self.facts)
+        called_by_functions = set()
+        for func in functions.values():
+            for call, _loops in _calls(func.body, names):
+                called_by_functions.add(call.func.value)
+                if call.func.value in wrappers and call.args and type(call.args[0].value) is cst.Name:
+                    called_by_functions.add(call.args[0].value.value)  # run through the wrapper
         for name, func in functions.items():
             if name not in self._called and name not in called_by_functions:
                 saved = (dict(self.env), dict(self.storage))
@@ -756,6 +761,11 @@ class _Walker:
 
     # -- loops -------------------------------------------------------------------------------
     def for_loop(self, stmt: cst.For, times: float) -> None:
+        if retry_guard(stmt, self.facts) is not None:
+            # attempts of one request: a run without failures sends it once
+            self._bind(target_names(stmt.target)[0], self._element_shape(stmt.iter))
+            self.suite(stmt.body.body, times)
+            return
         names = target_names(stmt.target)
         elements = self.elements(stmt.iter)
         if elements is not None and len(elements) <= UNROLL_LIMIT and (
@@ -1282,8 +1292,13 @@ class _Walker:
         calls = self._calls_memo.get(id(small))
         if calls is None:
             calls = self._calls_memo[id(small)] = _calls(small, self._function_names)
-        for call in calls:
+        wrappers = retry_wrappers(self.facts)
+        for call, loops in calls:
             name = call.func.value if type(call.func) is cst.Name else None
+            if name in wrappers and call.args and type(call.args[0].value) is cst.Name:
+                # `with_retries(run, x)` runs `run(x)` once when nothing fails
+                call = call.with_changes(func=call.args[0].value, args=call.args[1:])
+                name = call.func.value
             func = self.facts.functions.get(name) if name else None
             if func is None or name in self._call_stack or len(self._call_stack) >= CALL_DEPTH:
                 continue
@@ -1291,10 +1306,18 @@ class _Walker:
             saved = (dict(self.env), dict(self.storage))
             self._bind_arguments(func, call)
             self._call_stack.append(name)
-            self.suite(func.body.body, times)
+            self.suite(func.body.body, times * self._comprehension_trips(loops))
             self._call_stack.pop()
             if self.request is None:
                 self.env, self.storage = saved
+
+    def _comprehension_trips(self, loops: tuple[cst.BaseExpression, ...]) -> float:
+        """How often a call inside comprehensions over ``loops`` (their iterables) runs."""
+        trips = 1.0
+        for iterable in loops:
+            length = self.length(iterable)
+            trips *= self.unknown_trips if length is None else length
+        return trips
 
     def _bind_arguments(self, func: cst.FunctionDef, call: cst.Call) -> None:
         params = [p for p in func.params.params]
@@ -1893,20 +1916,36 @@ def _walk(node: cst.CSTNode):
 
 
 @functools.lru_cache(maxsize=4096)
-def _calls(node: cst.CSTNode, functions: frozenset[str]) -> tuple[cst.Call, ...]:
-    """Calls of the named same-file functions in ``node`` (a pure function of an
-    immutable node, cached: later versions of the tree share most statements)."""
-    found: list[cst.Call] = []
-    _find_calls(node, functions, found)
+def _calls(node: cst.CSTNode, functions: frozenset[str]) -> tuple[tuple[cst.Call, tuple], ...]:
+    """Calls of the named same-file functions in ``node``, each with the iterables of
+    the comprehensions around it (a pure function of an immutable node, cached: later
+    versions of the tree share most statements)."""
+    found: list[tuple[cst.Call, tuple]] = []
+    _find_calls(node, functions, found, ())
     return tuple(found)
 
 
-def _find_calls(node: cst.CSTNode, functions: frozenset[str], found: list[cst.Call]) -> None:
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
+
+
+def _find_calls(node: cst.CSTNode, functions: frozenset[str], found: list, loops: tuple) -> None:
     # in the order of a walk (a node, then its children in libcst's order), reading only
     # the fields that may hold more than layout; a lambda's body runs later, if ever
-    if type(node) is cst.Lambda:
+    kind = type(node)
+    if kind is cst.Lambda:
         return
-    if type(node) is cst.Call and type(node.func) is cst.Name and node.func.value in functions:
-        found.append(node)
+    if kind is cst.Call and type(node.func) is cst.Name and node.func.value in functions:
+        found.append((node, loops))
+    if kind in _COMPREHENSIONS:
+        clause, inner = node.for_in, loops
+        while clause is not None:
+            _find_calls(clause.iter, functions, found, inner)
+            inner = (*inner, clause.iter)
+            for test in clause.ifs:
+                _find_calls(test, functions, found, inner)
+            clause = clause.inner_for_in
+        for element in ((node.key, node.value) if kind is cst.DictComp else (node.elt,)):
+            _find_calls(element, functions, found, inner)
+        return
     for child in content_children(node):
-        _find_calls(child, functions, found)
+        _find_calls(child, functions, found, loops)

@@ -17,6 +17,7 @@ import libcst as cst
 
 from ndif_opt.analysis import Facts, line_facts, qualify, qualify_dotted
 from ndif_opt.names import BODY_KINDS, dotted_name, root_name, target_names
+from ndif_opt.retries import retry_guard
 from ndif_opt.walk import find_nodes, paths_to, walk
 
 # Roots of modules whose code the NDIF server runs (../shared/NNSIGHT_NOTES.md).
@@ -38,6 +39,16 @@ FILE_FUNCTIONS = frozenset(
         "numpy.savetxt", "numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile",
         "pandas.read_csv", "pandas.read_json", "pandas.read_parquet", "pandas.read_pickle",
         "pandas.read_excel",
+    }
+)
+# Calls of modules NDIF does not allow whose result is plain data (lists, dicts,
+# numbers, strings): the call stays on the client, but what it returns may travel.
+VALUE_FUNCTIONS = frozenset(
+    {
+        "json.load", "json.loads", "pickle.load", "pickle.loads", "yaml.safe_load",
+        "ast.literal_eval", "copy.copy", "copy.deepcopy", "random.sample", "random.choice",
+        "random.random", "random.randint", "random.uniform", "os.getenv", "os.environ.get",
+        "os.path.join", "os.path.basename", "os.path.dirname", "os.path.exists",
     }
 )
 # Methods that write files or draw: on an unknown object they mean a client effect.
@@ -171,6 +182,8 @@ class ServerCheck:
     def _dotted_call_is_client(self, func: str) -> bool:
         """Does a call of the dotted name ``func`` give something only the client has?"""
         path = qualify_dotted(func, self.facts.imports)
+        if path in VALUE_FUNCTIONS:
+            return False
         if path in FORBIDDEN_BUILTINS or path in PROGRESS_BARS or path in FILE_FUNCTIONS:
             return True
         root = path.split(".")[0]
@@ -335,6 +348,9 @@ class _Checker(cst.CSTVisitor):
             return
         if path in FILE_FUNCTIONS:
             self._add("effect", f"calls `{path}`, which reads or writes files on your machine", node)
+        elif path == "time.sleep":
+            # a pause between requests (rate limiting): it belongs with the client's code
+            self._add("effect", "waits with `time.sleep` between requests, on your machine", node)
         elif path in PROGRESS_BARS:
             self._add("progress", f"shows a progress bar (`{path}`) on your machine", node)
         elif root not in SERVER_MODULES:
@@ -367,10 +383,21 @@ class _Checker(cst.CSTVisitor):
     def visit_Await(self, node: cst.Await) -> None:
         self._add("control", "awaits", node)
 
+    def visit_For(self, node: cst.For) -> bool:
+        guard = retry_guard(node, self.facts)
+        if guard is None:
+            return True
+        # a retry: in a run where the request succeeds its handlers never run, and the
+        # rewrite puts the same retry around the session
+        walk(node.iter, self)
+        walk(guard.guarded.body, self)
+        return False
+
     def visit_Try(self, node: cst.Try) -> None:
         self._add(
             "control",
-            "catches exceptions (a retry loop): in one session a failure would end the whole request",
+            "catches exceptions: in one session a failure would end the whole request, where here each "
+            "failure is handled on its own",
             node,
         )
 

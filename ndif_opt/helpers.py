@@ -17,6 +17,7 @@ from ndif_opt.analysis import Block, Facts, Remote, qualify
 from ndif_opt.effects import ServerCheck
 from ndif_opt.names import collect
 from ndif_opt.positions import code_for_node
+from ndif_opt.retries import RetryGuard, RetryWrapper, function_guard, retry_wrappers
 from ndif_opt.walk import walk
 
 FLAG_PARAMETER = "remote"
@@ -39,6 +40,25 @@ class RemoteHelper:
     flag_code: str  # the blocks' flag expression
     problems: list[str] = field(default_factory=list)  # why calls cannot move (empty: they can)
     context_decorators: list[cst.BaseExpression] = field(default_factory=list)  # as `with` items
+    retry: RetryGuard | None = None  # the retry around its trace, if any
+    model_param: str | None = None  # the parameter that holds the model, when it is one
+    wrappers: dict[str, RetryWrapper] = field(default_factory=dict)  # the file's retry wrappers
+
+    def direct(self, call: cst.Call) -> cst.Call:
+        """The call as made without a retry wrapper: `with_retries(run, x)` → `run(x)`."""
+        if isinstance(call.func, cst.Name) and call.func.value in self.wrappers:
+            return call.with_changes(func=call.args[0].value, args=call.args[1:])
+        return call
+
+    def call_model(self, call: cst.Call) -> str | None:
+        """The model this call traces, as a name at the call site; None if not a plain name."""
+        if self.model_param is None:
+            return self.model
+        value = self.argument(call, self.model_param)
+        return value.value if isinstance(value, cst.Name) else None
+
+    def wrapper_of(self, call: cst.Call) -> RetryWrapper | None:
+        return self.wrappers.get(call.func.value) if isinstance(call.func, cst.Name) else None
     mutated_params: dict[str, int | None] = field(default_factory=dict)  # name -> position
 
     def call_flag(self, call: cst.Call) -> str | None:
@@ -52,6 +72,7 @@ class RemoteHelper:
         return None if default is None or default.default is None else code_for_node(default.default)
 
     def argument(self, call: cst.Call, name: str) -> cst.BaseExpression | None:
+        call = self.direct(call)
         position = _positions(self.func).get(name)
         for index, arg in enumerate(call.args):
             if arg.keyword is not None and arg.keyword.value == name:
@@ -71,6 +92,7 @@ class RemoteHelper:
 
 def remote_helpers(facts: Facts, server: ServerCheck) -> dict[str, RemoteHelper]:
     helpers: dict[str, RemoteHelper] = {}
+    wrappers = retry_wrappers(facts)
     for name, func in facts.functions.items():
         blocks = [
             b for b in facts.blocks
@@ -78,7 +100,24 @@ def remote_helpers(facts: Facts, server: ServerCheck) -> dict[str, RemoteHelper]
         ]
         if blocks:
             helpers[name] = _describe(name, func, blocks, facts, server)
+            helpers[name].wrappers = wrappers
     return helpers
+
+
+def called_helper(call: cst.Call, helpers: dict[str, RemoteHelper]) -> RemoteHelper | None:
+    """The helper a call runs: `run(x)`, or `run` through a retry wrapper: `with_retries(run, x)`."""
+    func = call.func
+    if not isinstance(func, cst.Name):
+        return None
+    helper = helpers.get(func.value)
+    if helper is not None:
+        return helper
+    if not helpers or call.func.value not in next(iter(helpers.values())).wrappers or not call.args:
+        return None
+    first = call.args[0]
+    if first.keyword is None and not first.star and isinstance(first.value, cst.Name):
+        return helpers.get(first.value.value)
+    return None
 
 
 def _describe(name, func, blocks, facts: Facts, server: ServerCheck) -> RemoteHelper:
@@ -99,7 +138,9 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck) -> RemoteHe
         helper.problems.append(f"`{name}` mixes models or remote flags")
     if any(b.remote.via_kwargs for b in blocks):
         helper.problems.append(f"`{name}` passes `remote=` inside `**kwargs`")
-    if first.model not in facts.models:
+    if first.model in params:
+        helper.model_param = first.model  # the caller hands the model over
+    elif first.model not in facts.models:
         helper.problems.append(f"`{name}` traces `{first.model}`, which is not a model defined in this file")
     contexts = [_context_of(d.decorator, facts) for d in func.decorators]
     if None in contexts:
@@ -112,6 +153,7 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck) -> RemoteHe
         )
     else:
         helper.context_decorators = contexts
+    helper.retry = function_guard(func, facts)
     use = collect(func.body)
     for kind, _node in use.control:
         if kind in ("global", "nonlocal", "yield", "await"):
@@ -169,8 +211,9 @@ class _HelperCallFinder(cst.CSTVisitor):
         self.found: list[tuple[cst.Call, RemoteHelper]] = []
 
     def visit_Call(self, call: cst.Call) -> None:
-        if isinstance(call.func, cst.Name) and call.func.value in self.helpers:
-            self.found.append((call, self.helpers[call.func.value]))
+        helper = called_helper(call, self.helpers)
+        if helper is not None:
+            self.found.append((call, helper))
 
     def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
         return False
@@ -205,8 +248,8 @@ def _calls_in_expressions(node: cst.CSTNode, helpers: dict[str, RemoteHelper], f
     if not helpers:
         return 0
     if isinstance(node, cst.Call):
-        name = node.func.value if isinstance(node.func, cst.Name) else None
-        own = len(helpers[name].blocks) if name in helpers else 0
+        helper = called_helper(node, helpers)
+        own = len(helper.blocks) if helper is not None else 0
         return own + sum(_calls_in_expressions(c, helpers, facts, unknown) for c in node.children)
     if isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
         trips, clause, header = 1, node.for_in, 0
@@ -230,6 +273,7 @@ class CallWithRemoteOff(cst.CSTTransformer):
         helper = self.calls.get(id(original))
         if helper is None:
             return updated
+        updated = helper.direct(updated)  # inside the session, the retry goes around it
         name = helper.new_parameter
         off = cst.Name("False")
         args = list(updated.args)

@@ -479,6 +479,22 @@ def _exposed_in(stmt: cst.CSTNode) -> dict[str, cst.CSTNode]:
             if name not in bound:
                 found.setdefault(name, node)
         return found
+    if kind is cst.Try:
+        # a handler's `as e` binds `e` before its body reads it
+        found = dict(exposed_reads(list(stmt.body.body)))
+        for handler in stmt.handlers:
+            if handler.type is not None:
+                for name, node in collect(handler.type).reads.items():
+                    found.setdefault(name, node)
+            own = set(target_names(handler.name.name)) if handler.name is not None else set()
+            for name, node in exposed_reads(list(handler.body.body)).items():
+                if name not in own:
+                    found.setdefault(name, node)
+        for suite in (stmt.orelse, stmt.finalbody):
+            if suite is not None:
+                for name, node in exposed_reads(list(suite.body.body)).items():
+                    found.setdefault(name, node)
+        return found
     return collect(stmt).reads  # anything else: every read counts (conservative)
 
 

@@ -14,6 +14,7 @@ import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, StmtInfo
 from ndif_opt.names import NameUse, all_params, collect, collect_all, definite_binds, exposed_reads, target_names
+from ndif_opt.retries import retry_guard
 from ndif_opt.rewrite import code_of, empty_container_kind
 
 UNKNOWN_TRIPS = 2  # a loop of unknown length issues "many" requests: at least two
@@ -98,10 +99,14 @@ FRESH_OBJECT_CALLS = frozenset(
 )
 
 
-def carried_container(facts: Facts, name: str, suite: cst.CSTNode) -> tuple[Accumulator | None, str]:
+def carried_container(
+    facts: Facts, name: str, suite: cst.CSTNode, end: int | None = None
+) -> tuple[Accumulator | None, str]:
     """A container the region may take with it into the session (``name =
     nnsight.save(name)`` at its start) and bring back: bound only to new objects that
-    no other name refers to, in the scope of ``suite``, and never aliased there."""
+    no other name refers to, in the scope of ``suite``, and never aliased there. With
+    ``end`` (the region ends before ``suite.body[end]``), a second name given after the
+    region is given to what came back, and counts only when a loop runs the region again."""
     info = owner_statement(facts, suite)
     func = None
     if info is not None:
@@ -119,7 +124,14 @@ def carried_container(facts: Facts, name: str, suite: cst.CSTNode) -> tuple[Accu
                 f"`{name}` is bound to `{_short(value)}`, which may be shared with other names; "
                 "only a new list, dict, set or tensor can travel to the session and back"
             )
-    if _aliased(name, scope):
+    later: list[cst.CSTNode] = []
+    if end is not None and not _in_loop(info, func):
+        later = list(suite.body[end:])
+        owner = info
+        while owner is not None and owner.node is not func:
+            later += owner.suite.body[owner.index + 1 :]  # what follows the enclosing blocks
+            owner = facts.statements.get(id(owner.ancestors[-1])) if owner.ancestors else None
+    if _aliased(name, scope, later):
         return None, f"`{name}` is also reachable through another name, which would not see the session's changes"
     return Accumulator(name, "carried", None, -1), ""
 
@@ -152,9 +164,18 @@ def _fresh_object(expr: cst.BaseExpression, facts: Facts) -> bool:
     return False
 
 
-def _aliased(name: str, scope: cst.CSTNode) -> bool:
-    """Does ``name``'s object get a second name anywhere in ``scope``?"""
-    finder = _AliasFinder(name)
+def _in_loop(info: StmtInfo | None, func: cst.FunctionDef | None) -> bool:
+    """Is the suite whose owner is ``info`` run more than once inside its scope?"""
+    if info is None:
+        return False
+    chain = (*info.ancestors, info.node)
+    start = chain.index(func) + 1 if func is not None and func in chain else 0
+    return any(isinstance(node, (cst.For, cst.While)) for node in chain[start:])
+
+
+def _aliased(name: str, scope: cst.CSTNode, later=()) -> bool:
+    """Does ``name``'s object get a second name anywhere in ``scope`` but ``later``?"""
+    finder = _AliasFinder(name, {id(n) for n in later})
     scope.visit(finder)
     return finder.found
 
@@ -163,9 +184,13 @@ class _AliasFinder(cst.CSTVisitor):
     """Finds where a name's object gets a second name: `other = name`, `x.attr = name`,
     `container.append(name)`, `{"k": name}`, `return name`, `global name`."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, skip: set[int] = frozenset()) -> None:
         self.name = name
+        self.skip = skip
         self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) not in self.skip and super().on_visit(node)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self.found |= _is_name(node.value, self.name)
@@ -242,6 +267,8 @@ def trip_count(loop: cst.CSTNode, facts: Facts) -> int | None:
     """Iterations of a `for` loop when they are known statically, else None."""
     if type(loop) is not cst.For:
         return None
+    if retry_guard(loop, facts) is not None:
+        return 1  # a retry sends its request once when it succeeds
     return iterable_length(loop.iter, facts)
 
 

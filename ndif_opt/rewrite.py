@@ -446,3 +446,24 @@ class NodeEdits(cst.CSTTransformer):
                 body = [cst.SimpleStatementLine([cst.Pass()])]
             return updated.with_changes(body=body)
         return updated
+
+
+def with_module_import(module: cst.Module, name: str) -> cst.Module:
+    """``module`` with `import name` among its first imports (after the docstring and
+    the imports that open the file), unless a top-level statement imports it already."""
+    body = list(module.body)
+    position = 0
+    for index, stmt in enumerate(body):
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            break
+        small = stmt.body[0]
+        if isinstance(small, cst.Import) and any(code_of(a.name) == name and a.asname is None for a in small.names):
+            return module
+        if isinstance(small, (cst.Import, cst.ImportFrom)):
+            position = index + 1
+        elif index == 0 and isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
+            position = 1
+        else:
+            break
+    body.insert(position, cst.parse_statement(f"import {name}\n"))
+    return module.with_changes(body=body)

@@ -26,7 +26,8 @@ FAMILIES = {
 
 def check(template: str, family: str, requests_after: int = 1):
     repo, layers = FAMILIES[family]
-    source = textwrap.dedent(template).replace("REPO", repo).replace("LAYERS", layers)
+    source = textwrap.dedent(template).replace("REPO", repo).replace("LMLAYERS", "lm" + layers[len("model"):])
+    source = source.replace("LAYERS", layers)
     result = optimize(source)
     report = verify_result(source, result, filename="script.py")
     assert report.intended_ok, report.to_text() + "\n" + result.code
@@ -383,3 +384,153 @@ def test_a_value_printed_then_rebound_by_the_remote_part_ends_with_its_last_valu
         family,
     )
     assert "direction_then" in result.code
+
+
+@both
+def test_a_helper_that_retries_its_trace_runs_in_one_session_under_the_same_retry(family):
+    result, _ = check(
+        '''
+        import time
+        import torch
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+
+
+        def activations(text, retries=3):
+            for attempt in range(retries):
+                try:
+                    with model.trace(text, remote=True):
+                        acts = torch.stack([LAYERS[i].output for i in range(2)]).save()
+                    return acts
+                except Exception as err:  # a busy queue: back off and try again
+                    print(f"attempt {attempt} failed: {err}")
+                    time.sleep(2 ** attempt)
+            raise RuntimeError(f"giving up on {text!r}")
+
+
+        feats = []
+        for i, text in enumerate(["a b c", "d e", "f g h i"]):
+            acts = activations(text)
+            last = acts[:, 0, -1]
+            print(i, last.norm().item())
+            feats.append(last)
+        print(len(feats))
+        ''',
+        family,
+    )
+    head = result.code.split("with model.session")[0]
+    assert "for _ndif_attempt in range(3):" in head and "try:" in head.split("_ndif_attempt")[-1]
+
+
+@both
+def test_calls_through_a_retry_wrapper_run_in_one_session_under_it(family):
+    result, _ = check(
+        '''
+        import time
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+
+
+        def with_retries(fn, *args, tries=3, wait=5.0):
+            for attempt in range(1, tries + 1):
+                try:
+                    return fn(*args)
+                except Exception as exc:
+                    print(f"attempt {attempt}/{tries} failed: {exc!r}")
+                    if attempt == tries:
+                        raise
+                    time.sleep(wait * attempt)
+
+
+        def top_token(model, prompt):
+            with model.trace(prompt, remote=True):
+                logits = model.lm_head.output.save()
+            return logits[0, -1].argmax().item()
+
+
+        def greedy(model, prompt):
+            with model.generate(prompt, max_new_tokens=3, do_sample=False, remote=True):
+                out = model.generator.output.save()
+            return out[0].tolist()
+
+
+        for prompt in ["The cat sat", "Once upon"]:
+            token = with_retries(top_token, model, prompt)
+            ids = with_retries(greedy, model, prompt)
+            print(prompt, token, ids)
+        ''',
+        family,
+    )
+    assert "with_retries(" not in result.code.split("with model.session")[1].split("\nfor ")[0]
+    assert "time.sleep(5.0 * _ndif_attempt)" in result.code
+
+
+@both
+def test_an_inline_retry_around_a_trace_goes_around_the_session(family):
+    result, _ = check(
+        '''
+        import time
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        tops = []
+        for i, prompt in enumerate(["The cat", "A dog runs", "Hello there"]):
+            for attempt in range(3):
+                try:
+                    with model.trace(prompt, remote=True):
+                        top = model.lm_head.output[0, -1].argmax().save()
+                    tops.append(int(top))
+                    break
+                except Exception as e:
+                    print(f"prompt {i} attempt {attempt + 1} failed: {e}")
+                    if attempt < 2:
+                        time.sleep(5)
+                    else:
+                        raise
+            print(i, tops[-1])
+        ''',
+        family,
+    )
+    assert "tops = []" not in result.code  # created in the session, saved
+    assert "for _ndif_attempt in range(3):" in result.code
+
+
+@both
+def test_a_library_function_whose_helper_takes_the_model_as_a_parameter(family):
+    # the model arrives as a parameter, the loop sits under `torch.no_grad()` with a
+    # progress bar, and the lists it fills are returned after it
+    result, _ = check(
+        '''
+        import torch
+        from tqdm import tqdm
+        from nnsight import LanguageModel
+
+
+        def _extract(lm, prompts, layers, remote=False):
+            tok = lm.tokenizer(prompts, return_tensors="pt", padding=True)
+            with lm.trace(tok, remote=remote):
+                acts = torch.cat([LMLAYERS[i].output for i in layers], dim=-1).save()
+            return acts, tok["attention_mask"]
+
+
+        def extract(lm, prompts, layers, batch_size=2, remote=False):
+            outs, masks = [], []
+            with torch.no_grad():
+                for i in tqdm(range(0, len(prompts), batch_size)):
+                    a, m = _extract(lm, prompts[i : i + batch_size], layers, remote=remote)
+                    outs.append(a.cpu())
+                    masks.append(m.cpu())
+            return outs, masks
+
+
+        model = LanguageModel("REPO")
+        model.tokenizer.pad_token = model.tokenizer.eos_token
+        acts, masks = extract(model, ["a b", "c d e", "f", "g h"], [0, 1], remote=True)
+        print(len(acts), acts[0].shape, masks[1].sum().item())
+        ''',
+        family,
+    )
+    assert "with lm.session(remote=remote):" in result.code
+    assert result.code.index("import nnsight") < result.code.index("def _extract")

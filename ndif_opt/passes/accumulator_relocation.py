@@ -43,7 +43,7 @@ from ndif_opt.analysis import Block, Facts, Remote
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.session_hoisting import _is_model_like
 from ndif_opt.regions import Accumulator, carried_container, find_accumulator
-from ndif_opt.rewrite import DropElementSaves, SuitePlan, saved_container
+from ndif_opt.rewrite import DropElementSaves, SuitePlan, saved_container, with_module_import
 
 
 class AccumulatorRelocation(Pass):
@@ -52,6 +52,7 @@ class AccumulatorRelocation(Pass):
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
+        self.needs_nnsight_import = False
         remote_blocks = [
             b for b in facts.blocks if b.parent is None and b.remote.state is not Remote.NO
         ]
@@ -59,7 +60,10 @@ class AccumulatorRelocation(Pass):
             found = self._accumulators(block, remote_blocks, facts, context)
             if found:
                 self._plan(block, found, plan, context, facts)
-        return plan.apply(module, facts) if plan else module
+        if not plan:
+            return module
+        module = plan.apply(module, facts)
+        return with_module_import(module, "nnsight") if self.needs_nnsight_import else module
 
     def _accumulators(self, block: Block, remote_blocks, facts: Facts, context: Context):
         found: list[Accumulator] = []
@@ -97,7 +101,7 @@ class AccumulatorRelocation(Pass):
             for a in accumulators
         ]
         if not module_name and any(a.kind == "carried" for a in accumulators):
-            created.insert(0, cst.parse_statement("import nnsight\n"))
+            self.needs_nnsight_import = True
 
         def build(stmts):
             moved = [s.visit(drop) for s in stmts]  # drop matches by name, not identity
@@ -182,12 +186,12 @@ with model.trace("hello", remote=True):
 """,
         after="""\
 from nnsight import LanguageModel
+import nnsight
 
 model = LanguageModel("openai-community/gpt2")
 results = []
 results.append(0)
 with model.trace("hello", remote=True):
-    import nnsight
     results = nnsight.save(results)
     results.append(model.lm_head.output)
 """,

@@ -53,6 +53,7 @@ from ndif_opt.helpers import (
     CallWithRemoteOff,
     RemoteHelper,
     call_multiplicity,
+    called_helper,
     helper_calls,
     remote_helpers,
     rewritten_helper,
@@ -61,6 +62,7 @@ from ndif_opt.analysis import qualify
 from ndif_opt.names import NameUse, all_params, collect, collect_all, root_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.client_split import DEFERRABLE_KINDS, Refused, Split, names_in, split_region, unwrap_progress
+from ndif_opt.retries import PortableRetry, portable_retry, retry_guard
 from ndif_opt.regions import Accumulator, carried_container, find_accumulator, reads_after, requests_in
 from ndif_opt.rewrite import (
     DropElementSaves,
@@ -70,6 +72,7 @@ from ndif_opt.rewrite import (
     method_call,
     saved_container,
     session_statement,
+    with_module_import,
     without_leading_blank_lines,
 )
 from ndif_opt.types import Safety
@@ -94,6 +97,7 @@ class Region:
     requests: int | None = None  # remote requests it sends, once counted
     split: Split | None = None  # the client/server split, when code must stay on the client
     remote_statements: list = field(default_factory=list)  # its statements that do remote work
+    retry: PortableRetry | None = None  # the retry the session stands under, if its work had one
 
     @property
     def statements(self) -> list[cst.BaseStatement]:
@@ -128,6 +132,7 @@ class SessionHoisting(Pass):
         claimed: set[int] = set()
         self.helpers = remote_helpers(facts, context.server)
         self.rewritten_helpers: dict[str, RemoteHelper] = {}
+        self.needs_nnsight_import = False
         for suite in _suites_outermost_first(facts):
             if _inside(facts, suite, claimed):
                 continue
@@ -137,7 +142,10 @@ class SessionHoisting(Pass):
             if helper.flag_param is None or helper.context_decorators:
                 info = facts.stmt(helper.func)
                 plan.replace(info.suite, info.index, info.index + 1, lambda _s, h=helper: [rewritten_helper(h)])
-        return plan.apply(module, facts) if plan else module
+        if not plan:
+            return module
+        module = plan.apply(module, facts)
+        return with_module_import(module, "nnsight") if self.needs_nnsight_import else module
 
     def _plan_or_parts(self, region: Region, facts: Facts, context: Context, plan: SuitePlan, claimed: set[int]) -> bool:
         """Plan the region, or else the largest parts of it that can move: the runs
@@ -305,7 +313,10 @@ class SessionHoisting(Pass):
             if flag is None:
                 return Kind("barrier", why=f"the remote flag `{helper.name}` runs with is unknown")
             flags.add(flag)
-            models.add(helper.model)
+            model = helper.call_model(call)
+            if model is None:
+                return Kind("barrier", why=f"the model `{helper.name}` traces is not a plain name at this call")
+            models.add(model)
         if len(flags) != 1 or len(models) != 1:
             return Kind("barrier", why="calls functions with different models or remote flags")
         flag_code = flags.pop()
@@ -361,6 +372,31 @@ class SessionHoisting(Pass):
             return str(refused)
         return ""
 
+    def _retry(self, region: Region, facts: Facts) -> PortableRetry | str | None:
+        """The retry that guarded the region's requests, rewritten to go around the
+        session (a failure then retries the whole session); the reason it cannot be."""
+        module_names = set(collect(facts.module).binds)
+        attempt = _fresh_name("_ndif_attempt", self._taken(facts))
+        for call, helper in region.helper_calls:
+            wrapper = helper.wrapper_of(call)
+            if wrapper is not None:
+                passed = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+                return portable_retry(wrapper.guard, wrapper.func, passed, module_names, attempt)
+            if helper.retry is not None:
+                passed = {}
+                for name in _parameter_names(helper.func):
+                    value = helper.argument(call, name)
+                    if value is not None:
+                        passed[name] = value
+                return portable_retry(helper.retry, helper.func, passed, module_names, attempt)
+        bound_inside = set(collect_all(region.statements).binds)
+        for stmt in region.statements:
+            for loop in find_nodes(stmt, lambda n: type(n) is cst.For):
+                guard = retry_guard(loop, facts)
+                if guard is not None:
+                    return portable_retry(guard, None, {}, module_names - bound_inside, attempt)
+        return None
+
     def _taken(self, facts: Facts) -> set[str]:
         return facts.once("session-hoisting:names", lambda: names_in(facts.module))
 
@@ -380,6 +416,12 @@ class SessionHoisting(Pass):
             reason = _helper_argument_problem(region, facts)
         if not reason:
             reason = _globals_the_session_would_hide(region, facts)
+        if not reason:
+            retry = self._retry(region, facts)
+            if isinstance(retry, str):
+                reason = retry
+            else:
+                region.retry = retry
         if reason:
             context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)), reason)
             return False
@@ -433,11 +475,14 @@ class SessionHoisting(Pass):
             created = [_taken_along(a, nnsight_name) if a.kind == "carried" else saved_container(a.name, a.kind, a.stmt)
                        for a in before]
             session = session_statement(region.model, region.flag, created + moved, leading)
-            imports = [cst.parse_statement("import nnsight\n")] if any(a.kind == "carried" for a in before) and not nnsight_module else []
-            return [*imports, session, *(region.split.replay if region.split is not None else ())]
+            if region.retry is not None:
+                session = region.retry.around(session)
+            return [session, *(region.split.replay if region.split is not None else ())]
 
         nnsight_module = next((local for local, path in facts.imports.items() if path == "nnsight"), "")
         nnsight_name = nnsight_module or "nnsight"
+        if not nnsight_module and any(a.kind == "carried" for a in before):
+            self.needs_nnsight_import = True
         plan.replace(region.suite, region.start, region.end, build)
         for acc in before:
             if acc.kind != "carried":
@@ -508,7 +553,7 @@ def _may_call(stmt: cst.CSTNode, helpers: dict[str, RemoteHelper]) -> bool:
         return False
 
     def named_call(node: cst.CSTNode) -> bool:
-        return type(node) is cst.Call and type(node.func) is cst.Name and node.func.value in helpers
+        return type(node) is cst.Call and called_helper(node, helpers) is not None
 
     return bool(find_nodes(stmt, named_call))
 
@@ -634,7 +679,7 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator], lis
         acc, why = find_accumulator(facts, name, region.suite, region.start)
         if acc is None:
             # any new container can travel to the session and back
-            acc, why = carried_container(facts, name, region.suite)
+            acc, why = carried_container(facts, name, region.suite, region.end)
         if acc is None:
             return f"it changes `{name}`, which lives on your machine: {why}", [], []
         accumulators.append(acc)
@@ -810,7 +855,7 @@ def _hoisted_message(region: Region, facts: Facts, accumulators, requests: int) 
     if region.helper_calls:
         names = sorted({h.name for _, h in region.helper_calls})
         text += "; " + ", ".join(f"`{n}`" for n in names) + " now called with remote=False inside it"
-        return text + _split_note(region.split)
+        return text + _split_note(region.split) + _retry_note(region.retry)
     flag = region.blocks[0].remote
     if flag.state is Remote.MAYBE:
         text += f" (remote-ness unknown: {flag.reason}; the session takes the same flag, so this holds either way)"
@@ -819,7 +864,16 @@ def _hoisted_message(region: Region, facts: Facts, accumulators, requests: int) 
     if accumulators:
         names = ", ".join(f"`{a.name}`" for a in accumulators)
         text += f"; {names} now created in the session and saved"
-    return text + _split_note(region.split)
+    return text + _split_note(region.split) + _retry_note(region.retry)
+
+
+def _retry_note(retry: PortableRetry | None) -> str:
+    if retry is None:
+        return ""
+    return (
+        f"; the retry (`{retry.guard.header}`) now wraps the whole session: a failed attempt runs the "
+        "session again from the start (a run without failures is unchanged)"
+    )
 
 
 def _split_note(split: Split | None) -> str:
@@ -1159,7 +1213,7 @@ print(total)
 """,
     ),
     Case(
-        name="retry loop",
+        name="a failure handled per request is not a retry",
         before="""\
 import time
 from nnsight import LanguageModel
@@ -1172,7 +1226,51 @@ for prompt in ["a", "b"]:
     except Exception:
         time.sleep(1)
 """,
-        reason="retry loop",
+        reason="each failure is handled on its own",
+    ),
+    Case(
+        name="retry loop: the same retry goes around the session",
+        before="""\
+import time
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+outs = []
+for prompt in ["a", "b"]:
+    for attempt in range(3):
+        try:
+            with model.trace(prompt, remote=True):
+                outs.append(model.lm_head.output.save())
+            break
+        except Exception as err:
+            print(f"{prompt}: attempt {attempt} failed: {err}")
+            time.sleep(2 ** attempt)
+""",
+        after="""\
+import time
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+for _ndif_attempt in range(3):
+    try:
+        with model.session(remote=True):
+            outs = list().save()
+            for prompt in ["a", "b"]:
+                for attempt in range(3):
+                    try:
+                        with model.trace(prompt):
+                            outs.append(model.lm_head.output)
+                        break
+                    except Exception as err:
+                        print(f"{prompt}: attempt {attempt} failed: {err}")
+                        time.sleep(2 ** attempt)
+        break
+    except Exception as err:
+        print(f"attempt {_ndif_attempt} of the session failed: {err!r}")
+        time.sleep(2 ** _ndif_attempt)
+        if _ndif_attempt == 2:
+            raise
+""",
     ),
     Case(
         name="local traces stay local",
@@ -1239,3 +1337,15 @@ with model.session(remote=True):
 """,
     ),
 )
+
+
+def _fresh_name(base: str, taken: set[str]) -> str:
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}_{n}", n + 1
+    return name
+
+
+def _parameter_names(func: cst.FunctionDef) -> list[str]:
+    params = func.params
+    return [p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]]
