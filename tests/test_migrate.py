@@ -127,6 +127,13 @@ def test_modern_examples_are_not_taken_for_pre_05(path):
         ("from nnsight import LanguageModel\nm = LanguageModel('gpt2')\n"
          "with m.trace('a'):\n    h = m.transformer.h[0].output[0].save()\n", UNKNOWN),
         ("from nnsight import LanguageModel\nm = LanguageModel('gpt2')\n", UNKNOWN),
+        # a `.value` fallback guarded by `hasattr` runs on every nnsight
+        ("from nnsight import LanguageModel\nm = LanguageModel('gpt2')\n"
+         "with m.trace('a'):\n    x = m.lm_head.output.save()\n"
+         "y = x.value if hasattr(x, 'value') else x\n", UNKNOWN),
+        ("from nnsight import LanguageModel\nm = LanguageModel('gpt2')\n"
+         "with m.trace('a'):\n    x = m.lm_head.output.save()\n"
+         "if hasattr(x, 'value'):\n    x = x.value\nprint(x.value)\n", PRE_05),
     ],
 )
 def test_generation(source, expected):

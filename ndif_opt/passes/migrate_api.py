@@ -81,7 +81,7 @@ from ndif_opt.names import collect, collect_all, dotted_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.positions import code_and_positions
 from ndif_opt.rewrite import code_of, method_call, reindentable, without_remote
-from ndif_opt.walk import walk as walk_tree
+from ndif_opt.walk import find_nodes, walk as walk_tree
 
 PRE_05 = "pre-0.5"
 MODERN = "0.5+"
@@ -451,7 +451,26 @@ class _Collect(cst.CSTVisitor):
         self.imports: list[cst.ImportFrom] = []
         self.targets: set[int] = set()  # nodes assigned to
         self.outside: set[str] = set()  # names used outside nnsight blocks
+        self.guarded: set[int] = set()  # `.value` read only where `hasattr(x, "value")` holds
         self._depth = 0
+
+    def visit_If(self, node: cst.If) -> None:
+        self._guard(node.test, node.body)
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._guard(node.test, node.body)
+
+    def _guard(self, test: cst.BaseExpression, body: cst.CSTNode) -> None:
+        """`x.value if hasattr(x, "value") else x` works on every nnsight: not pre-0.5."""
+        if not (isinstance(test, cst.Call) and dotted_name(test.func) == "hasattr" and len(test.args) == 2):
+            return
+        attr = test.args[1].value
+        if not (isinstance(attr, cst.SimpleString) and attr.evaluated_value == "value"):
+            return
+        base = code_of(test.args[0].value)
+        for node in find_nodes(body, lambda n: isinstance(n, cst.Attribute) and n.attr.value == "value"):
+            if code_of(node.value) == base:
+                self.guarded.add(id(node))
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self.assigns.append(node)
@@ -715,7 +734,7 @@ class _Visitor:
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value == "result" and dotted_name(node.value) in self._tracer_names():
             self.s.modern.append((node, "`tracer.result`"))
-        if node.attr.value != "value" or id(node) in self.targets:
+        if node.attr.value != "value" or id(node) in self.targets or id(node) in self.walk.guarded:
             return
         base = node.value
         known = False
