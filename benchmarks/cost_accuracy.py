@@ -304,6 +304,12 @@ for _family in ("gpt2", "llama"):
     ] = "cost model gap: a full hidden state saved in a helper and sliced on return is over-estimated (~2.7x)"
     for _version in ("original", "optimized"):
         NOT_PREDICTED[
+            f"test_execution_split::test_traces_in_methods_called_from_a_loop_in_another_method[{_family}]:{_version}"
+        ] = (
+            "cost model gap: attributes of `self` are not followed (a loop over `range(self.n_layers)` is "
+            "assumed 8 long, `self.model` gets another model's sizes)"
+        )
+        NOT_PREDICTED[
             f"test_execution_split::test_a_library_function_whose_helper_takes_the_model_as_a_parameter"
             f"[{_family}]:{_version}"
         ] = "cost model gap: the model a helper receives as a parameter is not resolved (sizes of another model)"

@@ -58,6 +58,7 @@ from typing import Any
 import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, is_save_call
+from ndif_opt.helpers import self_methods
 from ndif_opt.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size, estimate_n_params
 from ndif_opt.names import dotted_name, target_names
 from ndif_opt.positions import top_level_code
@@ -590,7 +591,9 @@ class _Walker:
         self._dims: dict[str, ModelDims] = {}
         self._called: set[str] = set()
         self._calls_memo: dict[int, list[cst.Call]] = {}
-        self._function_names = frozenset(facts.functions)  # the key part of _calls, built once
+        self._methods = self_methods(facts)  # `self.name` -> a method of the file's classes
+        # the key part of _calls, built once
+        self._function_names = frozenset(facts.functions) | frozenset(self._methods)
         self._work_memo: dict[object, bool] = {}
         self._block_ids: set[int] | None = None  # the nnsight blocks' nodes, for _has_work
         self._code_memo: dict[int, str] = {}
@@ -629,9 +632,10 @@ class _Walker:
         wrappers = retry_wrappers(self.facts)
         called_by_functions = set()
         for func in functions.values():
-            for call, _loops in _calls(func.body, names):
-                called_by_functions.add(call.func.value)
-                if call.func.value in wrappers and call.args and type(call.args[0].value) is cst.Name:
+            for call, _loops in _calls(func.body, self._function_names):
+                name = _called_name(call)
+                called_by_functions.add(name.removeprefix("self."))
+                if name in wrappers and call.args and type(call.args[0].value) is cst.Name:
                     called_by_functions.add(call.args[0].value.value)  # run through the wrapper
         for name, func in functions.items():
             if name not in self._called and name not in called_by_functions:
@@ -1287,24 +1291,25 @@ class _Walker:
 
     def _follow_calls(self, small: cst.CSTNode, times: float) -> None:
         """Walk same-file functions called by this statement, at the call."""
-        if not self.facts.functions:
+        if not self._function_names:
             return
         calls = self._calls_memo.get(id(small))
         if calls is None:
             calls = self._calls_memo[id(small)] = _calls(small, self._function_names)
         wrappers = retry_wrappers(self.facts)
         for call, loops in calls:
-            name = call.func.value if type(call.func) is cst.Name else None
+            name = _called_name(call)
             if name in wrappers and call.args and type(call.args[0].value) is cst.Name:
                 # `with_retries(run, x)` runs `run(x)` once when nothing fails
                 call = call.with_changes(func=call.args[0].value, args=call.args[1:])
                 name = call.func.value
-            func = self.facts.functions.get(name) if name else None
+            bound = name in self._methods
+            func = self._methods[name] if bound else self.facts.functions.get(name) if name else None
             if func is None or name in self._call_stack or len(self._call_stack) >= CALL_DEPTH:
                 continue
-            self._called.add(name)
+            self._called.add(func.name.value if bound else name)
             saved = (dict(self.env), dict(self.storage))
-            self._bind_arguments(func, call)
+            self._bind_arguments(func, call, bound)
             self._call_stack.append(name)
             self.suite(func.body.body, times * self._comprehension_trips(loops))
             self._call_stack.pop()
@@ -1319,8 +1324,8 @@ class _Walker:
             trips *= self.unknown_trips if length is None else length
         return trips
 
-    def _bind_arguments(self, func: cst.FunctionDef, call: cst.Call) -> None:
-        params = [p for p in func.params.params]
+    def _bind_arguments(self, func: cst.FunctionDef, call: cst.Call, bound: bool = False) -> None:
+        params = [p for p in func.params.params][1 if bound else 0 :]  # a method's `self` is not an argument
         positional = [a for a in call.args if a.keyword is None and not a.star]
         keywords = {a.keyword.value: a for a in call.args if a.keyword is not None}
         for index, param in enumerate(params):
@@ -1928,13 +1933,23 @@ def _calls(node: cst.CSTNode, functions: frozenset[str]) -> tuple[tuple[cst.Call
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
 
 
+def _called_name(call: cst.Call) -> str | None:
+    """`run` for `run(...)`, `self.run` for `self.run(...)`, else None."""
+    func = call.func
+    if type(func) is cst.Name:
+        return func.value
+    if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
+        return f"self.{func.attr.value}"
+    return None
+
+
 def _find_calls(node: cst.CSTNode, functions: frozenset[str], found: list, loops: tuple) -> None:
     # in the order of a walk (a node, then its children in libcst's order), reading only
     # the fields that may hold more than layout; a lambda's body runs later, if ever
     kind = type(node)
     if kind is cst.Lambda:
         return
-    if kind is cst.Call and type(node.func) is cst.Name and node.func.value in functions:
+    if kind is cst.Call and _called_name(node) in functions:
         found.append((node, loops))
     if kind in _COMPREHENSIONS:
         clause, inner = node.for_in, loops

@@ -42,6 +42,15 @@ class RemoteHelper:
     context_decorators: list[cst.BaseExpression] = field(default_factory=list)  # as `with` items
     retry: RetryGuard | None = None  # the retry around its trace, if any
     model_param: str | None = None  # the parameter that holds the model, when it is one
+    mutated_params: dict[str, int | None] = field(default_factory=dict)  # name -> position
+    bound: bool = False  # a method of a same-file class, called as `self.name(...)`
+
+    def positions(self) -> dict[str, int | None]:
+        """The parameters a call's arguments fill, by position (`self` is not among them)."""
+        found = _positions(self.func)
+        if not self.bound:
+            return found
+        return {n: (None if i is None else i - 1) for n, i in found.items() if i != 0}
     wrappers: dict[str, RetryWrapper] = field(default_factory=dict)  # the file's retry wrappers
 
     def direct(self, call: cst.Call) -> cst.Call:
@@ -59,7 +68,6 @@ class RemoteHelper:
 
     def wrapper_of(self, call: cst.Call) -> RetryWrapper | None:
         return self.wrappers.get(call.func.value) if isinstance(call.func, cst.Name) else None
-    mutated_params: dict[str, int | None] = field(default_factory=dict)  # name -> position
 
     def call_flag(self, call: cst.Call) -> str | None:
         """The remote flag this call runs the helper with, as code; None if unknown."""
@@ -73,7 +81,7 @@ class RemoteHelper:
 
     def argument(self, call: cst.Call, name: str) -> cst.BaseExpression | None:
         call = self.direct(call)
-        position = _positions(self.func).get(name)
+        position = self.positions().get(name)
         for index, arg in enumerate(call.args):
             if arg.keyword is not None and arg.keyword.value == name:
                 return arg.value
@@ -101,12 +109,45 @@ def remote_helpers(facts: Facts, server: ServerCheck) -> dict[str, RemoteHelper]
         if blocks:
             helpers[name] = _describe(name, func, blocks, facts, server)
             helpers[name].wrappers = wrappers
+    for name, method in self_methods(facts).items():
+        blocks = [
+            b for b in facts.blocks
+            if b.parent is None and b.stmt.function is method and b.remote.state is not Remote.NO
+        ]
+        if blocks:
+            helpers[name] = _describe(name, method, blocks, facts, server, bound=True)
+            helpers[name].wrappers = wrappers
     return helpers
+
+
+def self_methods(facts: Facts) -> dict[str, cst.FunctionDef]:
+    """`self.name` -> the method, for the plain methods of the file's top-level classes
+    whose name no other class (or function) of the file also uses."""
+    found: dict[str, cst.FunctionDef] = {}
+    seen: set[str] = set()
+    for stmt in facts.module.body:
+        if not isinstance(stmt, cst.ClassDef) or not isinstance(stmt.body, cst.IndentedBlock):
+            continue
+        for member in stmt.body.body:
+            if not isinstance(member, cst.FunctionDef) or member.decorators:
+                continue
+            params = member.params.params
+            if not params or params[0].name.value != "self":
+                continue
+            key = f"self.{member.name.value}"
+            if key in seen:
+                found.pop(key, None)  # two classes: `self.name` could be either
+                continue
+            seen.add(key)
+            found[key] = member
+    return found
 
 
 def called_helper(call: cst.Call, helpers: dict[str, RemoteHelper]) -> RemoteHelper | None:
     """The helper a call runs: `run(x)`, or `run` through a retry wrapper: `with_retries(run, x)`."""
     func = call.func
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        return helpers.get(f"self.{func.attr.value}")
     if not isinstance(func, cst.Name):
         return None
     helper = helpers.get(func.value)
@@ -120,7 +161,7 @@ def called_helper(call: cst.Call, helpers: dict[str, RemoteHelper]) -> RemoteHel
     return None
 
 
-def _describe(name, func, blocks, facts: Facts, server: ServerCheck) -> RemoteHelper:
+def _describe(name, func, blocks, facts: Facts, server: ServerCheck, bound: bool = False) -> RemoteHelper:
     first = blocks[0]
     flag_code = first.remote.code
     params = _positions(func)
@@ -131,6 +172,7 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck) -> RemoteHe
         model=first.model,
         flag_param=flag_code if flag_code in params else None,
         flag_code=flag_code or "True",
+        bound=bound,
     )
     if any(b.method == "session" for b in blocks):
         helper.problems.append(f"`{name}` opens its own session")
@@ -138,8 +180,10 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck) -> RemoteHe
         helper.problems.append(f"`{name}` mixes models or remote flags")
     if any(b.remote.via_kwargs for b in blocks):
         helper.problems.append(f"`{name}` passes `remote=` inside `**kwargs`")
-    if first.model in params:
+    if first.model in params and not (bound and first.model == "self"):
         helper.model_param = first.model  # the caller hands the model over
+    elif bound and first.model.startswith("self."):
+        pass  # the instance's model: the caller's `self` holds the same one
     elif first.model not in facts.models:
         helper.problems.append(f"`{name}` traces `{first.model}`, which is not a model defined in this file")
     contexts = [_context_of(d.decorator, facts) for d in func.decorators]
@@ -155,18 +199,37 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck) -> RemoteHe
         helper.context_decorators = contexts
     helper.retry = function_guard(func, facts)
     use = collect(func.body)
+    # what the function changes outside its blocks (inside them it intervenes on the model)
+    outside = collect(func.body.visit(_BlankBlocks({id(b.node) for b in blocks})))
     for kind, _node in use.control:
         if kind in ("global", "nonlocal", "yield", "await"):
             helper.problems.append(f"`{name}` uses `{kind}`")
     for problem in server.problems(func.body, skip=tuple(b.node.body for b in blocks)):
         if problem.kind != "control":
             helper.problems.append(f"`{name}` {problem.message}")
-    for mutated in use.mutates:
-        if mutated in params:
+    for mutated in outside.mutates:
+        if bound and mutated == "self":
+            helper.problems.append(
+                f"`{name}` changes `self`, and in a session the change would happen to the server's copy of it"
+            )
+        elif mutated in params:
             helper.mutated_params[mutated] = params[mutated]
         elif mutated not in use.binds and mutated not in facts.models:
             helper.problems.append(f"`{name}` changes `{mutated}`, which lives on your machine")
     return helper
+
+
+class _BlankBlocks(cst.CSTTransformer):
+    """The code with the bodies of the given blocks emptied."""
+
+    def __init__(self, blocks: set[int]) -> None:
+        super().__init__()
+        self.blocks = blocks
+
+    def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
+        if id(original) not in self.blocks:
+            return updated
+        return updated.with_changes(body=cst.IndentedBlock(body=[cst.SimpleStatementLine([cst.Pass()])]))
 
 
 def _context_of(decorator: cst.BaseExpression, facts: Facts) -> cst.BaseExpression | None:
@@ -277,7 +340,7 @@ class CallWithRemoteOff(cst.CSTTransformer):
         name = helper.new_parameter
         off = cst.Name("False")
         args = list(updated.args)
-        position = _positions(helper.func).get(name)
+        position = helper.positions().get(name)
         for index, arg in enumerate(args):
             if (arg.keyword is not None and arg.keyword.value == name) or (
                 arg.keyword is None and not arg.star and position is not None and index == position
@@ -328,6 +391,14 @@ def with_flag_parameter(helper: RemoteHelper) -> cst.FunctionDef:
         return helper.func
     name = helper.new_parameter
     default = cst.parse_expression(helper.flag_code)
+    local = set(collect(default).reads) & (set(_positions(helper.func)) | set(collect(helper.func.body).binds))
+    flag: cst.BaseExpression = cst.Name(name)
+    if local:
+        # `remote=self.remote`: a default cannot read `self` (it is evaluated when the
+        # function is defined), so the blocks take `self.remote and remote`, which is
+        # the old flag for every call that does not pass `remote=False`
+        flag = cst.parse_expression(f"{helper.flag_code} and {name}")
+        default = cst.Name("True")
     param = cst.Param(
         name=cst.Name(name),
         default=default,
@@ -344,17 +415,17 @@ def with_flag_parameter(helper: RemoteHelper) -> cst.FunctionDef:
             existing[-1] = existing[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         params = params.with_changes(params=[*existing, param])
     targets = {id(b.node) for b in helper.blocks}
-    return helper.func.with_changes(params=params).visit(_FlagInBlocks(targets, name))
+    return helper.func.with_changes(params=params).visit(_FlagInBlocks(targets, flag))
 
 
 class _FlagInBlocks(cst.CSTTransformer):
     """Sets ``remote=<name>`` in the target blocks (a class per call would be a reference
     cycle each time, left to the garbage collector)."""
 
-    def __init__(self, targets: set[int], name: str) -> None:
+    def __init__(self, targets: set[int], flag: cst.BaseExpression) -> None:
         super().__init__()
         self.targets = targets
-        self.name = name
+        self.flag = flag
 
     def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
         if id(original) not in self.targets:
@@ -362,7 +433,7 @@ class _FlagInBlocks(cst.CSTTransformer):
         item = updated.items[0]
         call = item.item
         args = [
-            a.with_changes(value=cst.Name(self.name)) if a.keyword is not None and a.keyword.value == "remote" else a
+            a.with_changes(value=self.flag) if a.keyword is not None and a.keyword.value == "remote" else a
             for a in call.args
         ]
         return updated.with_changes(items=[item.with_changes(item=call.with_changes(args=args))])

@@ -27,7 +27,7 @@ FAMILIES = {
 def check(template: str, family: str, requests_after: int = 1):
     repo, layers = FAMILIES[family]
     source = textwrap.dedent(template).replace("REPO", repo).replace("LMLAYERS", "lm" + layers[len("model"):])
-    source = source.replace("LAYERS", layers)
+    source = source.replace("SELFLAYERS", "self." + layers).replace("LAYERS", layers)
     result = optimize(source)
     report = verify_result(source, result, filename="script.py")
     assert report.intended_ok, report.to_text() + "\n" + result.code
@@ -534,3 +534,56 @@ def test_a_library_function_whose_helper_takes_the_model_as_a_parameter(family):
     )
     assert "with lm.session(remote=remote):" in result.code
     assert result.code.index("import nnsight") < result.code.index("def _extract")
+
+
+@both
+def test_traces_in_methods_called_from_a_loop_in_another_method(family):
+    # `self.remote` cannot be a default (it is read when the method is defined): the
+    # method's block takes `self.remote and remote`; the clean run stores on `self`
+    # and stays out of the session (its change would happen to the server's copy)
+    result, report = check(
+        '''
+        import torch
+        from nnsight import LanguageModel
+
+
+        class Patching:
+            def __init__(self, model, clean, corrupt, remote=True):
+                self.model = model
+                self.clean, self.corrupt = clean, corrupt
+                self.remote = remote
+                self.n_layers = 2
+
+            def run_clean(self):
+                with self.model.trace(self.clean, remote=self.remote):
+                    hidden = torch.stack([SELFLAYERS[i].output for i in range(self.n_layers)]).save()
+                self.clean_hidden = hidden
+
+            def patch(self, layer, pos):
+                vec = self.clean_hidden[layer, 0, pos]
+                with self.model.trace(self.corrupt, remote=self.remote):
+                    SELFLAYERS[layer].output[0, pos, :] = vec
+                    logits = self.model.lm_head.output.save()
+                return (logits[0, -1, 5] - logits[0, -1, 7]).item()
+
+            def sweep(self, positions):
+                self.run_clean()
+                grid = torch.zeros(self.n_layers, len(positions))
+                for layer in range(self.n_layers):
+                    for j, pos in enumerate(positions):
+                        grid[layer, j] = self.patch(layer, pos)
+                    print(f"layer {layer}: " + " ".join(f"{v:+.3f}" for v in grid[layer].tolist()))
+                return grid
+
+
+        model = LanguageModel("REPO")
+        exp = Patching(model, "The cat sat on the mat", "The dog sat on the mat")
+        grid = exp.sweep([0, 1, 2])
+        print(grid.abs().argmax().item())
+        ''',
+        family,
+        requests_after=2,
+    )
+    assert "remote=self.remote and remote" in result.code
+    assert "self.patch(layer, pos, remote=False)" in result.code
+    assert report.before.requests == 7

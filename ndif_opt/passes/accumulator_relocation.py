@@ -43,7 +43,8 @@ from ndif_opt.analysis import Block, Facts, Remote
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.session_hoisting import _is_model_like
 from ndif_opt.regions import Accumulator, carried_container, find_accumulator
-from ndif_opt.rewrite import DropElementSaves, SuitePlan, saved_container, with_module_import
+from ndif_opt.walk import find_nodes
+from ndif_opt.rewrite import code_of, DropElementSaves, SuitePlan, saved_container, with_module_import
 
 
 class AccumulatorRelocation(Pass):
@@ -71,6 +72,8 @@ class AccumulatorRelocation(Pass):
         for name, node in names.mutates.items():
             if name in names.binds or _is_model_like(name, facts):
                 continue
+            if "." in block.model and _intervenes_only(block, name):
+                continue  # `self.model.layers[0].output[:] = x`: an intervention, not `self` filled
             where = "session" if block.method == "session" else "remote trace"
             bug = (
                 f"`{name}` lives on your machine but is filled inside this {where}: "
@@ -221,3 +224,19 @@ with model.trace("hello"):
 """,
     ),
 )
+
+
+def _intervenes_only(block: Block, name: str) -> bool:
+    """Is every change the block makes to ``name`` a change through its model
+    (`self.model...` when the model is `self.model`)?"""
+    if block.model.split(".")[0] != name:
+        return False
+    prefix = block.model
+    for node in find_nodes(block.node.body, lambda n: isinstance(n, (cst.AssignTarget, cst.AugAssign, cst.Call))):
+        target = node.target if not isinstance(node, cst.Call) else node.func
+        code = code_of(target)
+        if code.split(".")[0].split("[")[0] != name:
+            continue
+        if not (code.startswith(prefix + ".") or code.startswith(prefix + "[")):
+            return False
+    return True
