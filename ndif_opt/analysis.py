@@ -41,6 +41,13 @@ MODEL_CLASSES = frozenset(
 )
 MODEL_CLASS_NAMES = frozenset(path.rsplit(".", 1)[1] for path in MODEL_CLASSES)
 BLOCK_METHODS = ("trace", "session", "generate")
+# torch's grad-mode context managers: `@torch.no_grad()` on a plain function is its body
+# run inside `with torch.no_grad():`, and `with torch.no_grad(), model.trace(...)` is a
+# block under one (they run the same on the server)
+CONTEXT_DECORATORS = frozenset(
+    {"torch.no_grad", "torch.inference_mode", "torch.enable_grad", "torch.autograd.no_grad",
+     "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}
+)
 LOOP_TYPES = (cst.For, cst.While)
 
 
@@ -132,7 +139,7 @@ class Block:
 
     @property
     def tracer_name(self) -> str | None:
-        asname = self.node.items[0].asname
+        asname = next(i for i in self.node.items if i.item is self.call).asname
         if asname is not None and isinstance(asname.name, cst.Name):
             return asname.name.value
         return None
@@ -547,9 +554,9 @@ def _blocks(withs: list[StmtInfo], facts: Facts) -> list[Block]:
     by_node: dict[int, Block] = {}
     for info in withs:
         stmt = info.node
-        if len(stmt.items) != 1:
+        call = _block_item(stmt, facts)
+        if call is None:
             continue
-        call = stmt.items[0].item
         if type(call) is not cst.Call or type(call.func) is not cst.Attribute:
             continue
         method = call.func.attr.value
@@ -578,6 +585,17 @@ def _blocks(withs: list[StmtInfo], facts: Facts) -> list[Block]:
                 block.parent = parent
                 break
     return blocks
+
+
+def _block_item(stmt: cst.With, facts: Facts) -> cst.BaseExpression | None:
+    """The item of a `with` that may open an nnsight block: its only item, or the last
+    one after grad-mode contexts (`with torch.no_grad(), model.trace(...)`)."""
+    items = stmt.items
+    for other in items[:-1]:
+        call = other.item
+        if not (type(call) is cst.Call and qualify(call.func, facts.imports) in CONTEXT_DECORATORS) or other.asname:
+            return None
+    return items[-1].item
 
 
 def remote_arg(call: cst.Call) -> cst.Arg | None:

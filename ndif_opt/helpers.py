@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ndif_opt.analysis import Block, Facts, Remote, qualify
+from ndif_opt.analysis import CONTEXT_DECORATORS, Block, Facts, Remote, qualify
 from ndif_opt.effects import ServerCheck
 from ndif_opt.names import collect
 from ndif_opt.positions import code_for_node
@@ -22,12 +22,6 @@ from ndif_opt.walk import walk
 
 FLAG_PARAMETER = "remote"
 
-# torch's grad-mode decorators: on a plain function, `@torch.no_grad()` is the function's
-# body run inside `with torch.no_grad():`, so the rewrite can say it that way
-CONTEXT_DECORATORS = frozenset(
-    {"torch.no_grad", "torch.inference_mode", "torch.enable_grad", "torch.autograd.no_grad",
-     "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}
-)
 
 
 @dataclass
@@ -430,10 +424,10 @@ class _FlagInBlocks(cst.CSTTransformer):
     def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
         if id(original) not in self.targets:
             return updated
-        item = updated.items[0]
+        item = updated.items[-1]  # the block's call (grad-mode contexts come before it)
         call = item.item
         args = [
             a.with_changes(value=self.flag) if a.keyword is not None and a.keyword.value == "remote" else a
             for a in call.args
         ]
-        return updated.with_changes(items=[item.with_changes(item=call.with_changes(args=args))])
+        return updated.with_changes(items=[*updated.items[:-1], item.with_changes(item=call.with_changes(args=args))])

@@ -271,8 +271,8 @@ class StripRemote(cst.CSTTransformer):
     def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
         if id(original) not in self.targets:
             return updated
-        item = updated.items[0]
-        return updated.with_changes(items=[item.with_changes(item=without_remote(item.item))])
+        # (a grad-mode context before the block's call has no `remote=` to remove)
+        return updated.with_changes(items=[i.with_changes(item=without_remote(i.item)) for i in updated.items])
 
 
 class DropElementSaves(cst.CSTTransformer):

@@ -587,3 +587,28 @@ def test_traces_in_methods_called_from_a_loop_in_another_method(family):
     assert "remote=self.remote and remote" in result.code
     assert "self.patch(layer, pos, remote=False)" in result.code
     assert report.before.requests == 7
+
+
+@both
+def test_blocks_opened_under_no_grad_in_the_same_with(family):
+    # `with torch.no_grad(), model.trace(...)` is a block under a grad-mode context
+    result, _ = check(
+        '''
+        import torch
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        kl = {}
+        for n in [0, 3, 5]:
+            with torch.no_grad(), model.trace("The cat sat on the", remote=True):
+                clean = model.lm_head.output.save()
+            with torch.no_grad(), model.trace("The cat sat on the", remote=True):
+                LAYERS[0].mlp.output[:, :, n] = 0
+                ablated = model.lm_head.output.save()
+            kl[n] = (clean[0, -1].softmax(-1) - ablated[0, -1].softmax(-1)).abs().sum().item()
+            print(n, f"{kl[n]:.3e}")
+        print(max(kl, key=kl.get))
+        ''',
+        family,
+    )
+    assert "with torch.no_grad(), model.trace(" in result.code

@@ -122,10 +122,9 @@ class InvokeBatching(Pass):
                 continue
             problem, unsaved = found
             after = _after(trips, batch)
-            message = (
-                f"this loop runs {passes_text(trips)}, one per iteration; as invokes of one "
-                f"trace it would run {after}"
-            )
+            # (an unknown count reads "one forward pass per iteration" already)
+            runs = passes_text(trips) + (", one per iteration" if trips is not None else "")
+            message = f"this loop runs {runs}; as invokes of one trace it would run {after}"
             if problem:
                 context.skipped(sweep.loop, message, f"not batched: {problem}")
                 continue

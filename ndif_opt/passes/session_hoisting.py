@@ -306,7 +306,7 @@ class SessionHoisting(Pass):
                         stmt,
                         f"this loop calls `{helper.name}`, which sends a remote request each time; "
                         f"one `{helper.model}.session(remote=...)` would send one",
-                        f"not hoisted: {helper.problems[0]}, which must run on your machine",
+                        f"not hoisted: {helper.problems[0]}",
                     )
                 return Kind("barrier", why=helper.problems[0])
             flag = helper.call_flag(call)
@@ -347,7 +347,7 @@ class SessionHoisting(Pass):
         blocking = [p for p in region.unsafe if not _is_unsafe_only(p)]
         if blocking:
             context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)),
-                            refusal or _plain(blocking[0].message))
+                            refusal or _plain(blocking[0]))
             return False
         return self._plan_checked(region, facts, context, plan)
 
@@ -895,8 +895,10 @@ def _count(requests: int) -> str:
     return str(requests) if requests != 2 else "2 or more"
 
 
-def _plain(message: str) -> str:
-    return f"not hoisted: the code {message}, which must run on your machine"
+def _plain(problem: Problem) -> str:
+    if problem.kind == "control":  # its message says why already
+        return f"not hoisted: the code {problem.message}"
+    return f"not hoisted: the code {problem.message}, which must run on your machine"
 
 
 def _unsafe_reason(problem: Problem) -> str:
