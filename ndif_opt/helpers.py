@@ -168,8 +168,9 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck, bound: bool
         flag_code=flag_code or "True",
         bound=bound,
     )
-    if any(b.method == "session" for b in blocks):
-        helper.problems.append(f"`{name}` opens its own session")
+    # a helper that opens its own session joins the caller's like one that traces: called
+    # with `remote=False` its session runs inside the caller's (measured: a local session
+    # nested in a remote one runs on the server)
     if len({b.model for b in blocks}) != 1 or len({b.remote.code for b in blocks}) != 1:
         helper.problems.append(f"`{name}` mixes models or remote flags")
     if any(b.remote.via_kwargs for b in blocks):

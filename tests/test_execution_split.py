@@ -612,3 +612,35 @@ def test_blocks_opened_under_no_grad_in_the_same_with(family):
         family,
     )
     assert "with torch.no_grad(), model.trace(" in result.code
+
+
+@both
+def test_a_helper_that_opens_its_own_session_joins_the_callers(family):
+    # called with remote=False, its session runs inside the caller's, on the server
+    result, _ = check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+
+
+        def effect(prompt, remote=True):
+            with model.session(remote=remote):
+                with model.trace(prompt):
+                    a = model.lm_head.output[0, -1].argmax().save()
+                with model.trace(prompt):
+                    LAYERS[0].mlp.output[:] = 0
+                    b = model.lm_head.output[0, -1].argmax().save()
+            return int(a), int(b)
+
+
+        changed = []
+        for p in ["The cat", "A dog runs", "Hello there"]:
+            a, b = effect(p)
+            print(p, a, b)
+            changed.append(a != b)
+        print(sum(changed))
+        ''',
+        family,
+    )
+    assert "effect(p, remote=False)" in result.code
