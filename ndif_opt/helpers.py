@@ -139,18 +139,23 @@ def self_methods(facts: Facts) -> dict[str, cst.FunctionDef]:
 
 def called_helper(call: cst.Call, helpers: dict[str, RemoteHelper]) -> RemoteHelper | None:
     """The helper a call runs: `run(x)`, or `run` through a retry wrapper: `with_retries(run, x)`."""
+    # exact classes (libcst's have no subclasses): this runs for every call of a statement,
+    # and an ABC isinstance costs more than the answer
     func = call.func
-    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-        return helpers.get(f"self.{func.attr.value}")
-    if not isinstance(func, cst.Name):
+    kind = type(func)
+    if kind is cst.Attribute:
+        if type(func.value) is cst.Name and func.value.value == "self":
+            return helpers.get(f"self.{func.attr.value}")
+        return None
+    if kind is not cst.Name:
         return None
     helper = helpers.get(func.value)
     if helper is not None:
         return helper
-    if not helpers or call.func.value not in next(iter(helpers.values())).wrappers or not call.args:
+    if not helpers or func.value not in next(iter(helpers.values())).wrappers or not call.args:
         return None
     first = call.args[0]
-    if first.keyword is None and not first.star and isinstance(first.value, cst.Name):
+    if first.keyword is None and not first.star and type(first.value) is cst.Name:
         return helpers.get(first.value.value)
     return None
 
@@ -305,18 +310,19 @@ def _calls_in_expressions(node: cst.CSTNode, helpers: dict[str, RemoteHelper], f
 
     if not helpers:
         return 0
-    if isinstance(node, cst.Call):
+    kind = type(node)
+    if kind is cst.Call:
         helper = called_helper(node, helpers)
         own = len(helper.blocks) if helper is not None else 0
         return own + sum(_calls_in_expressions(c, helpers, facts, unknown) for c in node.children)
-    if isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+    if kind in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
         trips, clause, header = 1, node.for_in, 0
         while clause is not None:
             header += _calls_in_expressions(clause.iter, helpers, facts, unknown) * trips
             length = iterable_length(clause.iter, facts)
             trips *= unknown if length is None else length
             clause = clause.inner_for_in
-        elements = (node.key, node.value) if isinstance(node, cst.DictComp) else (node.elt,)
+        elements = (node.key, node.value) if kind is cst.DictComp else (node.elt,)
         return header + trips * sum(_calls_in_expressions(e, helpers, facts, unknown) for e in elements)
     return sum(_calls_in_expressions(c, helpers, facts, unknown) for c in node.children)
 
