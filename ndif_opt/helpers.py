@@ -36,6 +36,7 @@ class RemoteHelper:
     context_decorators: list[cst.BaseExpression] = field(default_factory=list)  # as `with` items
     retry: RetryGuard | None = None  # the retry around its trace, if any
     model_param: str | None = None  # the parameter that holds the model, when it is one
+    self_stores: tuple[str, ...] = ()  # a method's `self.x = ...` attributes (outside its blocks)
     mutated_params: dict[str, int | None] = field(default_factory=dict)  # name -> position
     bound: bool = False  # a method of a same-file class, called as `self.name(...)`
 
@@ -199,8 +200,11 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck, bound: bool
         helper.context_decorators = contexts
     helper.retry = function_guard(func, facts)
     use = collect(func.body)
-    # what the function changes outside its blocks (inside them it intervenes on the model)
-    outside = collect(func.body.visit(_BlankBlocks({id(b.node) for b in blocks})))
+    # what the function changes outside its blocks (inside them it intervenes on the model);
+    # a method's plain `self.x = value` is a store the session can bring back
+    blank = _BlankBlocks({id(b.node) for b in blocks}, self_stores=bound)
+    outside = collect(func.body.visit(blank))
+    helper.self_stores = tuple(sorted(set(blank.stores)))
     for kind, _node in use.control:
         if kind in ("global", "nonlocal", "yield", "await"):
             helper.problems.append(f"`{name}` uses `{kind}`")
@@ -210,7 +214,8 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck, bound: bool
     for mutated in outside.mutates:
         if bound and mutated == "self":
             helper.problems.append(
-                f"`{name}` changes `self`, and in a session the change would happen to the server's copy of it"
+                f"`{name}` changes `self` in place (not only `self.x = ...`), and in a session the change "
+                "would happen to the server's copy of it"
             )
         elif mutated in params:
             helper.mutated_params[mutated] = params[mutated]
@@ -220,11 +225,23 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck, bound: bool
 
 
 class _BlankBlocks(cst.CSTTransformer):
-    """The code with the bodies of the given blocks emptied."""
+    """The code with the bodies of the given blocks emptied; with ``self_stores``, each
+    `self.x = value` said as `value` alone, and `x` noted in ``stores``."""
 
-    def __init__(self, blocks: set[int]) -> None:
+    def __init__(self, blocks: set[int], self_stores: bool = False) -> None:
         super().__init__()
         self.blocks = blocks
+        self.self_stores = self_stores
+        self.stores: list[str] = []
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.BaseSmallStatement:
+        if not self.self_stores or len(updated.targets) != 1:
+            return updated
+        target = updated.targets[0].target
+        if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == "self":
+            self.stores.append(target.attr.value)
+            return cst.Expr(value=updated.value)
+        return updated
 
     def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
         if id(original) not in self.blocks:

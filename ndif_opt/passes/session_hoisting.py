@@ -404,10 +404,16 @@ class SessionHoisting(Pass):
         """Plan a region whose code may all move (its client part, if any, split off)."""
         anchor = region.statements[0]
         reason, accumulators, lost = _liveness(region, facts)
+        # what the methods it calls store on `self` comes back to your `self` after it
+        stores = sorted({f"self.{a}" for call, h in region.helper_calls if h.bound for a in h.self_stores})
+        if stores and not reason:
+            lost = [*lost, *stores]
         if lost and not reason:
             # values the moved code computes and the script reads afterwards: the
             # replay brings them back
             reason = self._split(region, facts, context, carry=lost)
+            if not reason and stores:
+                reason = _replay_reads(region.split, stores)
             if not reason:
                 reason, accumulators, lost = _liveness(region, facts)
                 if lost:
@@ -1215,6 +1221,27 @@ print(total)
 """,
     ),
     Case(
+        name="a line replayed on your machine reads what a method stores on self in the session",
+        before="""\
+from nnsight import LanguageModel
+
+
+class Probe:
+    def __init__(self, model):
+        self.model = model
+
+    def run(self, prompt):
+        with self.model.trace(prompt, remote=True):
+            self.last = self.model.lm_head.output.save()
+
+    def sweep(self, prompts):
+        for prompt in prompts:
+            self.run(prompt)
+            print(self.last.shape)
+""",
+        reason="reads `self.last`, which the session sets on its own copy of `self`",
+    ),
+    Case(
         name="a failure handled per request is not a retry",
         before="""\
 import time
@@ -1339,6 +1366,19 @@ with model.session(remote=True):
 """,
     ),
 )
+
+
+def _replay_reads(split: Split, stores: list[str]) -> str:
+    """Why the replay cannot run: a line of it reads an attribute of `self` that the
+    session sets, which your `self` gets back only at the replay's end."""
+    for stmt in split.replay[:-1]:  # (the last line brings the attributes back)
+        for node in find_nodes(stmt, lambda n: type(n) is cst.Attribute):
+            if code_of(node) in stores:
+                return (
+                    f"a line that must run on your machine reads `{code_of(node)}`, which the session sets "
+                    "on its own copy of `self`"
+                )
+    return ""
 
 
 def _fresh_name(base: str, taken: set[str]) -> str:
