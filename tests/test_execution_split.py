@@ -644,3 +644,22 @@ def test_a_helper_that_opens_its_own_session_joins_the_callers(family):
         family,
     )
     assert "effect(p, remote=False)" in result.code
+
+
+@both
+def test_a_replayed_line_that_reads_parts_of_a_value_gets_only_those_parts(family):
+    # the print needs the shape and the top token, not the [1, seq, vocab] logits
+    result, report = check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        for p in ["The cat sat", "A dog runs fast"]:
+            with model.trace(p, remote=True):
+                logits = model.lm_head.output.save()
+            print(p, tuple(logits.shape), logits[0, -1].argmax().item())
+        ''',
+        family,
+    )
+    assert "logits.shape" in result.code.split("with model.session")[1].split("\nfor ")[0]
+    assert report.after.download_raw_bytes * 5 < report.before.download_raw_bytes

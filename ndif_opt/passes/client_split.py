@@ -97,6 +97,7 @@ class _Item:
     rows: str = ""  # mixed: the name of its record list
     body: list["_Item"] = field(default_factory=list)  # mixed: its body's items
     unsaved: set[str] = field(default_factory=set)  # mixed: names its rows bring home instead of a save
+    reduced: set[str] = field(default_factory=set)  # client: names it reads only parts of, recorded
     events: bool = False  # mixed: its body branches or jumps, so each local statement records itself
     it_name: str = ""  # mixed with events: the list of one iteration's records
     items_name: str = ""  # ... and the replay's iterator over it
@@ -475,6 +476,17 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
                 item.values[fresh] = name
                 replacements.update((id(node), cst.Name(fresh)) for node in _loads_of(item.stmt, name))
                 continue
+            reduced = None if still_changing else _reduced_reads(item.stmt, name, splitter)
+            if reduced:
+                # the line reads only parts of it (`logits.shape`, `x[0].argmax()`): the
+                # session records those parts, not the whole value
+                item.reduced.add(name)
+                for node, code in reduced:
+                    fresh = splitter.fresh_value(name)
+                    item.recorded.append(fresh)
+                    item.values[fresh] = code
+                    replacements[id(node)] = cst.Name(fresh)
+                continue
             if not still_changing:
                 item.recorded.append(name)
                 item.values[name] = name
@@ -522,6 +534,35 @@ def _find_snapshots(node: cst.CSTNode, name: str, splitter: "_Splitter", found: 
         return
     for child in node.children:
         _find_snapshots(child, name, splitter, found)
+
+
+def _reduced_reads(stmt: cst.BaseStatement, name: str, splitter: "_Splitter") -> list[tuple[cst.CSTNode, str]] | None:
+    """The parts of ``name`` that ``stmt`` reads, when it reads nothing of it but those
+    parts and each is computed from ``name`` alone by code the server may run: the
+    outermost attribute, index and method chains (`logits.shape`, `x[0, -1].argmax()`)."""
+    found: list[cst.CSTNode] = []
+    _outermost_chains(stmt, name, found)
+    if not found or len(found) != len(_loads_of(stmt, name)):
+        return None  # `name` is also read whole somewhere
+    for node in found:
+        if any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value.endswith("_")
+               for n in _chain(node)):
+            return None  # an in-place method changes it: not a read
+        if set(collect(node).reads) - {name} or splitter.server_check.problems(node):
+            return None
+    return [(node, code_of(node)) for node in found]
+
+
+def _outermost_chains(node: cst.CSTNode, name: str, found: list) -> None:
+    chain = _chain(node) if isinstance(node, cst.BaseExpression) else []
+    if len(chain) > 1 and isinstance(chain[-1], cst.Name) and chain[-1].value == name:
+        found.append(node)
+        return
+    if isinstance(node, cst.Attribute):
+        _outermost_chains(node.value, name, found)  # (its attribute name is not a read)
+        return
+    for child in node.children:
+        _outermost_chains(child, name, found)
 
 
 def _chain(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -654,6 +695,9 @@ def _split_loop(item: _Item, facts: Facts, later: set[str]):
     names = list(row)
     # a value the row carries home needs no `.save()` of its own (it would download twice)
     item.unsaved = {n for n, code in row.items() if n == code and n not in later}
+    # ... and one whose parts the rows carry home, when nothing reads it whole
+    whole = set(row.values())
+    item.unsaved |= {n for child in item.body for n in child.reduced if n not in later and n not in whole}
     # a loop whose only local part is its progress bar records one empty row an iteration
     last = max((i for i, child in enumerate(item.body) if child.role != "server"), default=len(item.body) - 1)
     server_body: list[cst.BaseStatement] = []

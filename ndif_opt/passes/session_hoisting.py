@@ -441,6 +441,8 @@ class SessionHoisting(Pass):
         context.unreturned |= _unreturned(region, facts, accumulators)
         if region.split is not None:
             context.introduced |= region.split.record_names
+            # a value whose parts the records bring home stays on the server itself
+            context.unreturned |= region.split.unsaved - set(collect_all(region.split.replay).binds)
         safety = Safety.UNSAFE if unsafe else Safety.SAFE
         context.applied(anchor, _hoisted_message(region, facts, accumulators, self._requests(region, facts)), safety)
         return True
@@ -1156,9 +1158,9 @@ with open("out.txt", "w") as f:
         for prompt in ["a", "b"]:
             with model.trace(prompt):
                 out = model.lm_head.output
-            _ndif_rows.append(out)
-    for out in _ndif_rows:
-        f.write(str(out.shape))
+            _ndif_rows.append(out.shape)
+    for out_then in _ndif_rows:
+        f.write(str(out_then))
         f.flush()
 """,
     ),
@@ -1186,11 +1188,11 @@ with open("out.txt", "w") as f:
         for prompt in ["a", "b"]:
             with model.trace(prompt):
                 out = model.lm_head.output
-            _ndif_rows.append(out)
+            _ndif_rows.append(out.shape)
             with model.trace(prompt):
                 out2 = model.lm_head.output.save()
-    for out in _ndif_rows:
-        f.write(str(out.shape))
+    for out_then in _ndif_rows:
+        f.write(str(out_then))
 """,
     ),
     Case(
