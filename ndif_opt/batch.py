@@ -96,6 +96,15 @@ def optimize_source(source: SourceFile, options: Options, *, prefiltered: bool =
         raise InputError(f"{source.path}: too deeply nested to analyse") from None
 
 
+def _check_syntax(source: SourceFile) -> None:
+    from ndif_opt.pipeline import check_syntax
+
+    try:
+        check_syntax(source.text, source.path)
+    except SyntaxError as error:
+        raise InputError(f"{source.path}: cannot parse: {error.msg}") from None
+
+
 def needs_pipeline(source: SourceFile) -> bool:
     """False when the result is known without the pipeline: a script without nnsight
     comes back untouched (what ``run_pipeline`` returns after the same prefilter)."""
@@ -250,6 +259,7 @@ def process(
             if needs_pipeline(source):
                 pending.append((index, source))
                 continue
+            _check_syntax(source)  # a file without nnsight still has to be Python
             outcomes[index] = Outcome(path, source, Result(source=source.text, code=source.text))
         except InputError as error:
             outcomes[index] = Outcome(path, error=str(error))

@@ -55,6 +55,11 @@ def _libcst_parse(source: str, filename: str | None = None) -> cst.Module:
         ) from None
 
 
+def check_syntax(source: str, filename: str | None = None) -> None:
+    """SyntaxError (with line and column) when ``source`` is not Python."""
+    _python_parse(source, filename)
+
+
 def _python_parse(source: str, filename: str | None = None) -> ast.Module:
     try:
         return ast.parse(source, filename or "<source>")
@@ -159,6 +164,7 @@ def run_pipeline(source: str, options: Options, filename: str | None = None,
     """Optimize ``source``: window by window when it splits into independent parts.
     ``prefiltered``: the caller has seen ``uses_nnsight(source)`` say yes."""
     if not prefiltered and not uses_nnsight(source):
+        check_syntax(source, filename)  # nothing to optimize, but bad input is still an error
         return Result(source=source, code=source)
     tree = _python_parse(source, filename)
     plan = None if _whole_module_only(source, options) else windows.plan(source, tree)

@@ -97,6 +97,17 @@ def test_syntax_error_is_one_line(tmp_path):
     assert not out.exists() and not temp_files(tmp_path)
 
 
+def test_a_file_without_nnsight_that_does_not_parse_is_an_error_too(tmp_path):
+    # nothing in it to optimize, but copying it to -o with exit 0 would hide the problem
+    source = "import numpy as np\ndef f(:\n    pass\n"
+    script = write(tmp_path / "plain.py", source)
+    out = tmp_path / "out.py"
+    done = run(script, "-o", out)
+    assert_one_line_error(done, "plain.py", "cannot parse", "line 2")
+    assert script.read_text() == source
+    assert not out.exists() and not temp_files(tmp_path)
+
+
 def test_every_kind_of_syntax_error_is_reported_per_file(tmp_path):
     """One run over a directory (a CLI start costs a second): each file its own line."""
     for name, source in SYNTAX_ERRORS.items():
