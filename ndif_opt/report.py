@@ -51,12 +51,16 @@ def totals(result: Result) -> tuple[Cost, Cost]:
 
 
 def _ratio(before: float, after: float) -> str:
+    """`32× fewer`, `1.02× more` or `=`: the direction in words (a bare before/after
+    ratio reads `0.984×` for an increase)."""
     if before == after:
         return "="
     if after == 0:
-        return "∞×" if before else "="
-    ratio = before / after
-    return f"{ratio:,.0f}×" if ratio >= 100 else f"{ratio:.3g}×"
+        return "all gone"
+    if before == 0:
+        return "new"
+    ratio, word = (before / after, "fewer") if after < before else (after / before, "more")
+    return (f"{ratio:,.0f}×" if ratio >= 100 else f"{ratio:.3g}×") + f" {word}"
 
 
 def cost_table(result: Result) -> str:

@@ -114,3 +114,21 @@ def test_a_finding_moved_keeps_every_other_field():
     assert moved == dataclasses.replace(finding, range=Range.of(3, 0, 3, 1))
     # every field but the range is copied: a field added to Finding must be added there too
     assert {f.name for f in dataclasses.fields(Finding)} == {"pass_id", "message", "range", "status", "safety", "reason"}
+
+
+def test_the_report_says_which_way_each_figure_went():
+    """A ratio alone reads `0.833×` for an increase: the table says `fewer` or `more`."""
+    from ndif_opt.report import cost_table
+
+    grows = optimize(
+        "from nnsight import LanguageModel\n\n"
+        'model = LanguageModel("openai-community/gpt2")\n'
+        "results = []\n"
+        'with model.trace("hello", remote=True):\n'
+        "    results.append(model.lm_head.output[0, -1].argmax())\n"
+        "print(results)\n"
+    )
+    # the client list filled on the server now comes back: a correctness fix that downloads more
+    assert "download 1.2× more" in cost_table(grows)
+    shrinks = optimize((ROOT / "examples" / "logit_lens.py").read_text())
+    assert "requests 32× fewer" in cost_table(shrinks)
