@@ -656,6 +656,8 @@ class _Walker:
     def suite(self, statements, times: float) -> None:
         for stmt in statements:
             self.statement(stmt, times)
+            if type(stmt) is cst.SimpleStatementLine and any(type(s) in _LEAVING for s in stmt.body):
+                break  # what follows `return`, `raise`, `break` or `continue` never runs
 
     def statement(self, stmt: cst.BaseStatement, times: float) -> None:
         # the usual kinds compared with `is` (libcst's node classes are final; isinstance
@@ -1931,6 +1933,7 @@ def _calls(node: cst.CSTNode, functions: frozenset[str]) -> tuple[tuple[cst.Call
 
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
+_LEAVING = (cst.Return, cst.Raise, cst.Break, cst.Continue)
 
 
 def _called_name(call: cst.Call) -> str | None:

@@ -700,3 +700,60 @@ def test_a_literal_assignment_binds_the_shape_of_its_value_and_shares_no_list(li
         # a list inside the value is the binding's own (a caller may change it)
         inner = [v for v in first.value if isinstance(v, list)]
         assert all(a is not b for a, b in zip(inner, [v for v in second.value if isinstance(v, list)]))
+
+
+def test_code_after_return_or_continue_is_not_counted():
+    source = script(
+        """
+        def check(prompt):
+            with model.trace(prompt, remote=True):
+                out = model.lm_head.output[0, -1].argmax().save()
+            return int(out)
+            with model.trace(prompt, remote=True):  # never runs
+                dead = model.lm_head.output.save()
+
+
+        for p in ["a", "b"]:
+            check(p)
+            continue
+            with model.trace(p, remote=True):  # never runs either
+                x = model.lm_head.output.save()
+        """
+    )
+    assert run(source).cost.requests == 2
+
+
+def test_a_retry_sends_its_request_once_and_a_wrapper_call_is_a_call():
+    source = script(
+        """
+        import time
+
+
+        def with_retries(fn, *args, tries=3):
+            for attempt in range(tries):
+                try:
+                    return fn(*args)
+                except Exception as err:
+                    print(err)
+                    time.sleep(1)
+            raise RuntimeError("gave up")
+
+
+        def top(prompt):
+            with model.trace(prompt, remote=True):
+                t = model.lm_head.output[0, -1].argmax().save()
+            return t
+
+
+        for p in ["a", "b", "c"]:
+            for attempt in range(5):
+                try:
+                    with model.trace(p, remote=True):
+                        x = model.lm_head.output[0, -1].argmax().save()
+                    break
+                except Exception:
+                    time.sleep(1)
+            with_retries(top, p)
+        """
+    )
+    assert run(source).cost.requests == 6
