@@ -87,23 +87,19 @@ SYNTAX_ERRORS = {
 }
 
 
-def test_syntax_error_is_one_line(tmp_path):
-    source = SYNTAX_ERRORS["unclosed-paren"]
-    script = write(tmp_path / "bad.py", source)
+@pytest.mark.parametrize(
+    "name, source",
+    [
+        ("bad.py", SYNTAX_ERRORS["unclosed-paren"]),
+        # nothing in it to optimize, but copying it to -o with exit 0 would hide the problem
+        ("plain.py", "import numpy as np\ndef f(:\n    pass\n"),
+    ],
+)
+def test_syntax_error_is_one_line(tmp_path, name, source):
+    script = write(tmp_path / name, source)
     out = tmp_path / "out.py"
     done = run(script, "-o", out)
-    assert_one_line_error(done, "bad.py", "cannot parse", "line 2")
-    assert script.read_text() == source
-    assert not out.exists() and not temp_files(tmp_path)
-
-
-def test_a_file_without_nnsight_that_does_not_parse_is_an_error_too(tmp_path):
-    # nothing in it to optimize, but copying it to -o with exit 0 would hide the problem
-    source = "import numpy as np\ndef f(:\n    pass\n"
-    script = write(tmp_path / "plain.py", source)
-    out = tmp_path / "out.py"
-    done = run(script, "-o", out)
-    assert_one_line_error(done, "plain.py", "cannot parse", "line 2")
+    assert_one_line_error(done, name, "cannot parse", "line 2")
     assert script.read_text() == source
     assert not out.exists() and not temp_files(tmp_path)
 
