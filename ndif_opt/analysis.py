@@ -753,12 +753,19 @@ def _parameter_truth(name: str, function: cst.FunctionDef, facts: Facts) -> tupl
 
 
 def _calls_of(module: cst.Module, name: str) -> list[cst.Call]:
-    found: list[cst.Call] = []
+    finder = _CallsOf(name)
+    walk(module, finder)
+    return finder.found
 
-    class Finder(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            if isinstance(node.func, cst.Name) and node.func.value == name:
-                found.append(node)
 
-    walk(module, Finder())
-    return found
+class _CallsOf(cst.CSTVisitor):
+    """Calls of one function by name (a class of its own: a class made per call is a
+    reference cycle each time, left to the garbage collector)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.found: list[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if type(node.func) is cst.Name and node.func.value == self.name:
+            self.found.append(node)

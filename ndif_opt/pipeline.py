@@ -672,6 +672,7 @@ def _line_map(current: str, original: str):
                     table[i] = (j, shift)
                 else:
                     table[i] = (min(j1 + b1 + k, max(j1 + b2 - 1, j1 + b1, j1)), None)
+    _by_occurrence(cur, org, table)
     last = max(0, len(org) - 1)
 
     def map_position(line: int, col: int) -> tuple[int, int]:
@@ -682,6 +683,27 @@ def _line_map(current: str, original: str):
         return j, max(0, min(col + shift, len(org[j])))
 
     return map_position
+
+
+def _by_occurrence(cur: list[str], org: list[str], table: dict) -> None:
+    """A line the diff could not pair (a session's rewrite moves lines past each other)
+    whose text stands as often in both versions is the same occurrence of it: the k-th
+    `logits = model.lm_head.output.save()` of the output is the k-th of the original."""
+    unpaired = [i for i in range(len(cur)) if table.get(i, (0, None))[1] is None and cur[i].strip()]
+    if not unpaired:
+        return
+    where_org: dict[str, list[int]] = {}
+    for j, line in enumerate(org):
+        where_org.setdefault(line.strip(), []).append(j)
+    where_cur: dict[str, list[int]] = {}
+    for i, line in enumerate(cur):
+        where_cur.setdefault(line.strip(), []).append(i)
+    for i in unpaired:
+        text = cur[i].strip()
+        mine, theirs = where_cur[text], where_org.get(text, [])
+        if len(mine) == len(theirs):
+            j = theirs[mine.index(i)]
+            table[i] = (j, _indent(org[j]) - _indent(cur[i]))
 
 
 def _opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:

@@ -1,0 +1,69 @@
+"""Every fixed finding describes the output: its range overlaps an edit of the result.
+
+A finding placed on the wrong line (a session's rewrite moves lines past each other, and
+a diff pairs identical lines the wrong way) points a user at code that did not change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ndif_opt import Status, optimize
+
+ROOT = Path(__file__).resolve().parent.parent
+DEVSET = ROOT.parent / "shared" / "devset"
+SCRIPTS = sorted((ROOT / "examples").glob("*.py")) + (sorted(DEVSET.glob("[0-9]*.py")) if DEVSET.is_dir() else [])
+
+# the same save line in two experiments, the first one's prints moved after its
+# session: the second experiment's detach-cpu finding must land on the second save
+REPEATED = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+prompt = "The capital of France is"
+drops = []
+for layer in range(3):
+    with model.trace(prompt, remote=True):
+        model.transformer.h[layer].mlp.output[:] = 0
+        logits = model.lm_head.output.save()
+    diff = (logits[0, -1, 5] - logits[0, -1, 7]).item()
+    drops.append(diff)
+    print(f"layer {layer}: {diff:+.4f}")
+print("swept", len(drops))
+top = sorted(range(3), key=lambda i: -abs(drops[i]))[:2]
+print("top:", top)
+
+for layer in top:
+    with model.trace(prompt, remote=True):
+        model.transformer.h[layer].attn.output[:] = 0
+        logits = model.lm_head.output.save()
+    diff = (logits[0, -1, 5] - logits[0, -1, 7]).item()
+    print(f"attn {layer}: {diff:+.4f}")
+'''
+
+
+def _overlaps(a, b) -> bool:
+    return (a.start.line, a.start.character) <= (b.end.line, b.end.character) and (
+        b.start.line, b.start.character) <= (a.end.line, a.end.character)
+
+
+def _misplaced(source: str) -> list[str]:
+    result = optimize(source)
+    return [
+        f"{f.pass_id} at line {f.range.start.line + 1}: {f.message[:80]}"
+        for f in result.findings
+        if f.status is Status.APPLIED and not any(_overlaps(f.range, e.range) for e in result.edits)
+    ]
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=[p.name for p in SCRIPTS])
+def test_every_fixed_finding_overlaps_an_edit(path):
+    assert _misplaced(path.read_text()) == []
+
+
+def test_identical_lines_moved_past_each_other_keep_their_findings():
+    assert _misplaced(REPEATED) == []
+    lines = [f.range.start.line for f in optimize(REPEATED).findings if f.pass_id == "detach-cpu"]
+    assert 19 in lines  # the second experiment's save (0-based line 19), not a print
