@@ -223,14 +223,19 @@ class MigrateApi(Pass):
                 f"{PRE_05_MESSAGE} ({summary}); ndif-opt left it unchanged",
                 "its rewrites are nnsight 0.5+ code; run with --migrate to migrate the script first",
             )
-        for item in found.legacy:
-            if item.kind == "layer-output" and item.fix is not None:
-                context.skipped(
-                    item.node,
-                    f"{item.what}: with transformers >= 5 (nnsight 0.8) a decoder layer's output is "
-                    "a tensor, so `[0]` selects the first batch row, not the hidden states",
-                    "run with --migrate to rewrite it to `.output`",
-                )
+        # one finding per file, at the first use, naming the others: the same advice on
+        # every `output[0]` of a sweep drowned the rest of the report
+        layer_outputs = [item for item in found.legacy if item.kind == "layer-output" and item.fix is not None]
+        if layer_outputs:
+            first, others = layer_outputs[0], layer_outputs[1:]
+            # (no line numbers: in a notebook they would be the joined cells', not yours)
+            more = f" (and {len(others)} more like it)" if others else ""
+            context.skipped(
+                first.node,
+                f"{first.what}{more}: with transformers >= 5 (nnsight 0.8) a decoder layer's output is "
+                "a tensor, so `[0]` selects the first batch row, not the hidden states",
+                "run with --migrate to rewrite it to `.output`",
+            )
 
 
 def _applied_message(item: Legacy) -> str:
