@@ -65,9 +65,15 @@ class RemoteHelper:
         return self.wrappers.get(call.func.value) if isinstance(call.func, cst.Name) else None
 
     def call_flag(self, call: cst.Call) -> str | None:
-        """The remote flag this call runs the helper with, as code; None if unknown."""
+        """The remote flag this call runs the helper with, as code; None if unknown (or
+        computed inside the helper: `remote = config.remote` means nothing at the call)."""
         if self.flag_param is None:
-            return self.flag_code
+            inside = set(collect(cst.parse_expression(self.flag_code)).reads) & (
+                set(_positions(self.func)) | set(collect(self.func.body).binds)
+            )
+            if self.bound:
+                inside.discard("self")  # called as `self.name(...)`: the caller's `self`
+            return None if inside else self.flag_code
         value = self.argument(call, self.flag_param)
         if value is not None:
             return code_for_node(value)

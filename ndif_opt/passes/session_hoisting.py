@@ -311,7 +311,15 @@ class SessionHoisting(Pass):
                 return Kind("barrier", why=helper.problems[0])
             flag = helper.call_flag(call)
             if flag is None:
-                return Kind("barrier", why=f"the remote flag `{helper.name}` runs with is unknown")
+                why = f"the remote flag `{helper.name}` runs with is computed inside it or not known here"
+                if isinstance(stmt, (cst.For, cst.While)):
+                    context.skipped(
+                        stmt,
+                        f"this loop calls `{helper.name}`, which sends a remote request each time; "
+                        f"one `{helper.model}.session(remote=...)` would send one",
+                        f"not hoisted: {why}, so a session around the calls cannot take the same flag",
+                    )
+                return Kind("barrier", why=why)
             flags.add(flag)
             model = helper.call_model(call)
             if model is None:
@@ -1242,6 +1250,27 @@ class Probe:
             print(self.last.shape)
 """,
         reason="reads `self.last`, which the session sets on its own copy of `self`",
+    ),
+    Case(
+        name="a helper computes its remote flag inside: no session can take it at the call",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+CONFIG = {"remote": True}
+
+
+def top(prompt):
+    remote = CONFIG["remote"]
+    with model.trace(prompt, remote=remote):
+        t = model.lm_head.output.save()
+    return t
+
+
+for p in ["a", "b"]:
+    print(top(p))
+""",
+        reason="the remote flag `top` runs with is computed inside it",
     ),
     Case(
         name="a failure handled per request is not a retry",
