@@ -490,11 +490,18 @@ def _run_module(source: str, options: Options, filename: str | None = None,
     last_round: list[Finding] = []
     unreturned: set[str] = set()
     introduced: set[str] = set()
+    migrated: list[Finding] | None = None  # migration's unapplied findings, once it has run
     for _round in range(MAX_ROUNDS):
         changed = False
         last_round = []
         for pass_ in passes:
             if pass_.id != MigrateApi.id and state.api == PRE_05:
+                continue
+            migrating = pass_.id == MigrateApi.id and not getattr(pass_, "detect_only", False)
+            if migrating and migrated is not None:
+                # migration runs once, on the code as written: on its own output it would
+                # take `h.output[0]` (a batch row) for a pre-0.5 tuple again
+                last_round.extend(migrated)
                 continue
             seen = stable.get(pass_.id)
             # reporting pre-0.5 idioms looks at the code as written: once is enough
@@ -526,6 +533,8 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 applied.extend(f for f in located if f.status is Status.APPLIED)
                 reported = [f for f in located if f.status is not Status.APPLIED]
                 last_round.extend(reported)
+            if migrating:
+                migrated = reported
             positions = None
             if new_module is state.module:
                 code = state.code

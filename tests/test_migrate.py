@@ -307,3 +307,17 @@ def test_output_0_of_a_layer_indexes_the_batch_on_08_and_migration_fixes_it(veri
     # migrated: the last position's hidden state of the (single) batch row
     assert tuple(fixed.namespace["last"].shape) == (1, hidden)
     assert bool((fixed.namespace["after"] == 0).all())
+
+
+def test_migration_runs_once_and_never_on_its_own_output():
+    """`h[3].output[0][0]` is the pre-0.5 tuple's first element, then the batch row: migrated,
+    `h[3].output[0]`. Migrating that output again would take the batch row for the tuple."""
+    source = (
+        "from nnsight import LanguageModel\nmodel = LanguageModel('openai-community/gpt2')\n"
+        "with model.trace('hello', remote=True):\n    h = model.transformer.h[3].output[0][0].save()\n"
+        "print(h.shape)\n"
+    )
+    result = optimize(source, options=Options(migrate=True))
+    assert "model.transformer.h[3].output[0]." in result.code
+    assert "model.transformer.h[3].output." not in result.code
+    assert len([f for f in result.findings if f.pass_id == "migrate-api"]) == 1
