@@ -64,7 +64,7 @@ from ndif_opt.names import dotted_name, target_names
 from ndif_opt.positions import top_level_code
 from ndif_opt.options import Options
 from ndif_opt.regions import arithmetic
-from ndif_opt.retries import retry_guard, retry_wrappers
+from ndif_opt.retries import retry_guard, retry_wrappers, unwrapped_call
 from ndif_opt.rewrite import code_of, unsave
 from ndif_opt.shapes import ModuleRef, Shape, literal_value, shape_of, value_of
 from ndif_opt.types import Cost
@@ -633,10 +633,9 @@ class _Walker:
         called_by_functions = set()
         for func in functions.values():
             for call, _loops in _calls(func.body, self._function_names):
-                name = _called_name(call)
-                called_by_functions.add(name.removeprefix("self."))
-                if name in wrappers and call.args and type(call.args[0].value) is cst.Name:
-                    called_by_functions.add(call.args[0].value.value)  # run through the wrapper
+                called_by_functions.add(_called_name(call).removeprefix("self."))
+                # (and the function a retry wrapper runs)
+                called_by_functions.add(_called_name(unwrapped_call(call, wrappers)))
         for name, func in functions.items():
             if name not in self._called and name not in called_by_functions:
                 saved = (dict(self.env), dict(self.storage))
@@ -1300,11 +1299,8 @@ class _Walker:
             calls = self._calls_memo[id(small)] = _calls(small, self._function_names)
         wrappers = retry_wrappers(self.facts)
         for call, loops in calls:
+            call = unwrapped_call(call, wrappers)  # `with_retries(run, x)` runs `run(x)` once when nothing fails
             name = _called_name(call)
-            if name in wrappers and call.args and type(call.args[0].value) is cst.Name:
-                # `with_retries(run, x)` runs `run(x)` once when nothing fails
-                call = call.with_changes(func=call.args[0].value, args=call.args[1:])
-                name = call.func.value
             bound = name in self._methods
             func = self._methods[name] if bound else self.facts.functions.get(name) if name else None
             if func is None or name in self._call_stack or len(self._call_stack) >= CALL_DEPTH:

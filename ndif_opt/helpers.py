@@ -17,11 +17,10 @@ from ndif_opt.analysis import CONTEXT_DECORATORS, Block, Facts, Remote, qualify
 from ndif_opt.effects import ServerCheck
 from ndif_opt.names import collect
 from ndif_opt.positions import code_for_node
-from ndif_opt.retries import RetryGuard, RetryWrapper, function_guard, retry_wrappers
+from ndif_opt.retries import RetryGuard, RetryWrapper, function_guard, retry_wrappers, unwrapped_call
 from ndif_opt.walk import walk
 
 FLAG_PARAMETER = "remote"
-
 
 
 @dataclass
@@ -39,6 +38,7 @@ class RemoteHelper:
     self_stores: tuple[str, ...] = ()  # a method's `self.x = ...` attributes (outside its blocks)
     mutated_params: dict[str, int | None] = field(default_factory=dict)  # name -> position
     bound: bool = False  # a method of a same-file class, called as `self.name(...)`
+    wrappers: dict[str, RetryWrapper] = field(default_factory=dict)  # the file's retry wrappers
 
     def positions(self) -> dict[str, int | None]:
         """The parameters a call's arguments fill, by position (`self` is not among them)."""
@@ -46,13 +46,16 @@ class RemoteHelper:
         if not self.bound:
             return found
         return {n: (None if i is None else i - 1) for n, i in found.items() if i != 0}
-    wrappers: dict[str, RetryWrapper] = field(default_factory=dict)  # the file's retry wrappers
 
     def direct(self, call: cst.Call) -> cst.Call:
         """The call as made without a retry wrapper: `with_retries(run, x)` → `run(x)`."""
-        if isinstance(call.func, cst.Name) and call.func.value in self.wrappers:
-            return call.with_changes(func=call.args[0].value, args=call.args[1:])
-        return call
+        return unwrapped_call(call, self.wrappers)
+
+    def flag_locals(self) -> set[str]:
+        """The names of the function itself (parameters, locals) that its flag reads:
+        `self` in `remote=self.remote`, `remote` after `remote = config.remote`."""
+        reads = set(collect(cst.parse_expression(self.flag_code)).reads)
+        return reads & (set(_positions(self.func)) | set(collect(self.func.body).binds))
 
     def call_model(self, call: cst.Call) -> str | None:
         """The model this call traces, as a name at the call site; None if not a plain name."""
@@ -68,9 +71,7 @@ class RemoteHelper:
         """The remote flag this call runs the helper with, as code; None if unknown (or
         computed inside the helper: `remote = config.remote` means nothing at the call)."""
         if self.flag_param is None:
-            inside = set(collect(cst.parse_expression(self.flag_code)).reads) & (
-                set(_positions(self.func)) | set(collect(self.func.body).binds)
-            )
+            inside = self.flag_locals()
             if self.bound:
                 inside.discard("self")  # called as `self.name(...)`: the caller's `self`
             return None if inside else self.flag_code
@@ -123,7 +124,11 @@ def remote_helpers(facts: Facts, server: ServerCheck) -> dict[str, RemoteHelper]
 
 def self_methods(facts: Facts) -> dict[str, cst.FunctionDef]:
     """`self.name` -> the method, for the plain methods of the file's top-level classes
-    whose name no other class (or function) of the file also uses."""
+    whose name no other class of the file also uses (once per version of the tree)."""
+    return facts.once("helpers:self-methods", lambda: _self_methods(facts))
+
+
+def _self_methods(facts: Facts) -> dict[str, cst.FunctionDef]:
     found: dict[str, cst.FunctionDef] = {}
     seen: set[str] = set()
     for stmt in facts.module.body:
@@ -157,14 +162,10 @@ def called_helper(call: cst.Call, helpers: dict[str, RemoteHelper]) -> RemoteHel
     if kind is not cst.Name:
         return None
     helper = helpers.get(func.value)
-    if helper is not None:
+    if helper is not None or not helpers:
         return helper
-    if not helpers or func.value not in next(iter(helpers.values())).wrappers or not call.args:
-        return None
-    first = call.args[0]
-    if first.keyword is None and not first.star and type(first.value) is cst.Name:
-        return helpers.get(first.value.value)
-    return None
+    direct = unwrapped_call(call, next(iter(helpers.values())).wrappers)  # (every helper holds them)
+    return helpers.get(direct.func.value) if direct is not call else None
 
 
 def _describe(name, func, blocks, facts: Facts, server: ServerCheck, bound: bool = False) -> RemoteHelper:
@@ -415,9 +416,8 @@ def with_flag_parameter(helper: RemoteHelper) -> cst.FunctionDef:
         return helper.func
     name = helper.new_parameter
     default = cst.parse_expression(helper.flag_code)
-    local = set(collect(default).reads) & (set(_positions(helper.func)) | set(collect(helper.func.body).binds))
     flag: cst.BaseExpression = cst.Name(name)
-    if local:
+    if helper.flag_locals():
         # `remote=self.remote`: a default cannot read `self` (it is evaluated when the
         # function is defined), so the blocks take `self.remote and remote`, which is
         # the old flag for every call that does not pass `remote=False`

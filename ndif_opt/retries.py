@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis import Facts, qualify
-from ndif_opt.names import collect, target_names
+from ndif_opt.names import all_params, collect, target_names
 from ndif_opt.positions import code_for_node
-from ndif_opt.walk import walk
+from ndif_opt.walk import find_nodes, walk
 
 # what a handler may do and stay a retry: report the failure, wait, and re-raise
 REPORTING_FUNCTIONS = frozenset({"print"})
@@ -167,6 +167,17 @@ def _is_logger(expr: cst.BaseExpression) -> bool:
     return name in ("logger", "log", "logging", "sys.stderr", "sys.stdout")
 
 
+def unwrapped_call(call: cst.Call, wrappers: dict[str, RetryWrapper]) -> cst.Call:
+    """The call a retry wrapper makes when nothing fails: `with_retries(run, x)` → `run(x)`;
+    any other call as it is."""
+    func = call.func
+    if type(func) is cst.Name and func.value in wrappers and call.args:
+        first = call.args[0]
+        if first.keyword is None and not first.star and type(first.value) is cst.Name:
+            return call.with_changes(func=first.value, args=call.args[1:])
+    return call
+
+
 def retry_wrappers(facts: Facts) -> dict[str, RetryWrapper]:
     """Same-file functions `def f(fn, *args, ...)` that call `fn(*args)` under a retry guard."""
     return facts.once("retries:wrappers", lambda: _find_wrappers(facts))
@@ -297,24 +308,12 @@ _BUILTINS = frozenset(dir(__import__("builtins")))
 
 
 def _parameters(func: cst.FunctionDef) -> dict[str, cst.BaseExpression | None]:
-    params = func.params
-    found: dict[str, cst.BaseExpression | None] = {}
-    for param in [*params.posonly_params, *params.params, *params.kwonly_params]:
-        found[param.name.value] = param.default
-    for star in (params.star_arg, params.star_kwarg):
-        if isinstance(star, cst.Param):
-            found[star.name.value] = None
-    return found
+    """Each parameter's default (None for none, and for `*args` and `**kwargs`)."""
+    return {p.name.value: p.default for p in all_params(func.params)}
 
 
 def _raises(handler: cst.ExceptHandler) -> bool:
-    return any(type(n) is cst.Raise for n in _walk_nodes(handler))
-
-
-def _walk_nodes(node: cst.CSTNode):
-    yield node
-    for child in node.children:
-        yield from _walk_nodes(child)
+    return bool(find_nodes(handler, lambda n: type(n) is cst.Raise))
 
 
 def _last_of_range(expr: cst.BaseExpression) -> int | None:

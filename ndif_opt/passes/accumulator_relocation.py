@@ -43,8 +43,8 @@ from ndif_opt.analysis import Block, Facts, Remote
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.session_hoisting import _is_model_like
 from ndif_opt.regions import Accumulator, carried_container, find_accumulator
+from ndif_opt.rewrite import DropElementSaves, SuitePlan, code_of, saved_container, with_module_import
 from ndif_opt.walk import find_nodes
-from ndif_opt.rewrite import code_of, DropElementSaves, SuitePlan, saved_container, with_module_import
 
 
 class AccumulatorRelocation(Pass):

@@ -383,7 +383,7 @@ class SessionHoisting(Pass):
     def _retry(self, region: Region, facts: Facts) -> PortableRetry | str | None:
         """The retry that guarded the region's requests, rewritten to go around the
         session (a failure then retries the whole session); the reason it cannot be."""
-        module_names = set(collect(facts.module).binds)
+        module_names = facts.once("session-hoisting:module-binds", lambda: set(collect(facts.module).binds))
         attempt = _fresh_name("_ndif_attempt", self._taken(facts))
         for call, helper in region.helper_calls:
             wrapper = helper.wrapper_of(call)
@@ -392,7 +392,7 @@ class SessionHoisting(Pass):
                 return portable_retry(wrapper.guard, wrapper.func, passed, module_names, attempt)
             if helper.retry is not None:
                 passed = {}
-                for name in _parameter_names(helper.func):
+                for name in helper.positions():
                     value = helper.argument(call, name)
                     if value is not None:
                         passed[name] = value
@@ -1418,7 +1418,3 @@ def _fresh_name(base: str, taken: set[str]) -> str:
         name, n = f"{base}_{n}", n + 1
     return name
 
-
-def _parameter_names(func: cst.FunctionDef) -> list[str]:
-    params = func.params
-    return [p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]]
