@@ -311,13 +311,51 @@ def test_output_0_of_a_layer_indexes_the_batch_on_08_and_migration_fixes_it(veri
 
 def test_migration_runs_once_and_never_on_its_own_output():
     """`h[3].output[0][0]` is the pre-0.5 tuple's first element, then the batch row: migrated,
-    `h[3].output[0]`. Migrating that output again would take the batch row for the tuple."""
+    `h[3].output[0, :]`. Migrating that output again must not take the batch row for the tuple."""
     source = (
         "from nnsight import LanguageModel\nmodel = LanguageModel('openai-community/gpt2')\n"
         "with model.trace('hello', remote=True):\n    h = model.transformer.h[3].output[0][0].save()\n"
         "print(h.shape)\n"
     )
     result = optimize(source, options=Options(migrate=True))
-    assert "model.transformer.h[3].output[0]." in result.code
-    assert "model.transformer.h[3].output." not in result.code
+    assert "model.transformer.h[3].output[0, :]." in result.code
+    assert optimize(result.code, options=Options(migrate=True)).code == result.code
     assert len([f for f in result.findings if f.pass_id == "migrate-api"]) == 1
+
+
+# shaped like a causal-tracing script: every layer's first batch row stacked in a
+# comprehension, one row read by index, and a full layer output
+ROW_STACK = '''\
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("{model}")
+with model.trace("The Eiffel Tower is in the city of"):
+    full = {layers}[0].output[0].save()
+    last_row = {layers}[0].output[0][-1].save()
+    stack = torch.stack([layer.output[0][0] for layer in {layers}]).save()
+'''
+
+
+@pytest.mark.parametrize("model, layers", [
+    ("openai-community/gpt2", "model.transformer.h"),
+    ("meta-llama/Llama-3.1-8B", "model.model.layers"),
+])
+def test_a_migrated_batch_row_stays_the_row_when_migrated_again(verify_pkg, model, layers):
+    source = ROW_STACK.format(model=model, layers=layers)
+    once = migrate_only(source).code
+    twice = migrate_only(once).code
+    assert twice == once
+    run = verify_pkg.run_script(twice, filename="rows.py", mode="local")
+    assert run.error is None, run.error
+    ns = run.namespace
+    full = ns["full"]
+    assert full.dim() == 3 and full.shape[0] == 1  # [batch, seq, hidden]
+    assert ns["stack"].shape[1:] == full.shape[1:]  # [layers, seq, hidden]: rows, not batches
+    assert torch_equal(ns["stack"][0], full[0]) and torch_equal(ns["last_row"], full[-1])
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))

@@ -243,7 +243,8 @@ def _applied_message(item: Legacy) -> str:
         "value": f"{item.what} → the saved value itself (nnsight 0.5+ `.save()` returns it)",
         "builtin": f"{item.what} → plain Python (nnsight 0.5+ traces builtins directly)",
         "import": f"{item.what}: removed from the import (gone in nnsight 0.5+)",
-        "layer-output": f"{item.what} → `.output` (a decoder layer returns a tensor with transformers >= 5)",
+        "layer-output": f"{item.what} → `{code_of(item.fix(item.node))}` "
+                        "(a decoder layer returns a tensor with transformers >= 5)",
         "old-kwarg": f"{item.what}: removed (gone in nnsight 0.5+)",
     }.get(item.kind, item.what)
 
@@ -687,6 +688,13 @@ def _is_layer(expr, lists: set[str], layers: set[str]) -> bool:
     return False
 
 
+def _batch_row(updated: cst.Subscript) -> cst.Subscript:
+    """`x.output[0][k]` → `x.output[k, :]` (the same rows of the hidden states)."""
+    pick = updated.slice[0].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return updated.with_changes(value=updated.value.value,
+                                slice=[pick, cst.SubscriptElement(cst.Slice(lower=None, upper=None))])
+
+
 def _index_value(node: cst.Subscript) -> int | None:
     """The integer of `x[<int>]` (also negative), else None."""
     if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
@@ -727,6 +735,9 @@ class _Visitor:
             self.visit_Attribute(node)
         for node in self.walk.calls:
             self.visit_Call(node)
+        # `h.output[0][k]`: the outer index picks a batch row once the tuple is gone
+        self.row_picks = {id(node.value): node for node in self.walk.subscripts
+                          if isinstance(node.value, cst.Subscript) and _index_value(node) is not None}
         for node in self.walk.subscripts:
             self.visit_Subscript(node)
         for node in self.walk.imports:
@@ -871,7 +882,12 @@ class _Visitor:
             return
         index = _index_value(node)
         layer = code_of(base)
-        if index == 0:
+        if index == 0 and id(node) in self.row_picks:
+            # `output[0][k]` → `output[k, :]`, not `output[k]`: the second index would read
+            # as the old tuple's element again, and migrating the output would change it
+            row = self.row_picks[id(node)]
+            self.add("layer-output", row, f"`{code_of(row)}`", False, _batch_row)
+        elif index == 0:
             self.add("layer-output", node, f"`{layer}[0]`", False, lambda updated: updated.value)
         elif index is not None:
             self.add("layer-output", node, f"`{layer}[{index}]`", False, None,
