@@ -346,6 +346,10 @@ class SessionHoisting(Pass):
         anchor = region.statements[0]
         if not context.allows(anchor, _not_hoisted(region, facts, self._requests(region, facts))):
             return False
+        changing = _header_rebound(region)
+        if changing:
+            context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)), changing)
+            return False
         refusal = ""
         if region.unsafe and all(_deferrable_only(p) for p in region.unsafe):
             # code that must stay on your machine: split it off and replay it afterwards
@@ -855,6 +859,25 @@ def _kind_label(region: Region) -> str:
     if len(region.statements) == 1 and isinstance(first, cst.While):
         return "this while loop"
     return "this run of remote work"
+
+
+def _header_rebound(region: Region) -> str:
+    """Why one session opened before the region cannot stand for its traces: a name its
+    `model.session(remote=flag)` reads is assigned inside the region, so the traces may
+    run on another model, or with another flag, than the one the session was opened with."""
+    bound = set(collect_all(region.statements).binds)
+    stores = {code_of(t.target) for stmt in region.statements
+              for t in find_nodes(stmt, lambda n: isinstance(n, cst.AssignTarget))
+              if isinstance(t.target, cst.Attribute)}
+    if region.model in stores or region.model.split(".")[0] in bound:
+        return (f"`{region.model}` is assigned inside it, so its requests may go to different models, "
+                "and a session runs one model that must exist before it opens")
+    flag_reads = set(collect(region.flag).reads) if region.flag is not None else set()
+    rebound = sorted(flag_reads & bound)
+    if rebound:
+        return (f"`{rebound[0]}` is assigned inside it and decides `remote=`, so its requests may not all "
+                "run remotely; one session takes one flag, read before it opens")
+    return ""
 
 
 def _not_hoisted(region: Region, facts: Facts, requests: int) -> str:

@@ -1,0 +1,93 @@
+"""Execution checks for rewrites that must not happen: a session opened before a loop
+stands for every trace in it, so the model and the `remote=` flag its header reads must
+be the same in every iteration.
+
+Each script runs on tiny models (the original locally, original and optimized through
+the NDIF emulation): results must match, and the declined rewrite must say why.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+pytest.importorskip("nnsight")
+
+from ndif_opt import Status, optimize  # noqa: E402
+from ndif_opt.verify import verify_result  # noqa: E402
+
+REPOS = {"gpt2": "openai-community/gpt2", "llama": "meta-llama/Llama-3.1-8B"}
+both = pytest.mark.parametrize("first, second", [("gpt2", "llama"), ("llama", "gpt2")])
+
+
+def run_both(template: str, first: str, second: str):
+    source = textwrap.dedent(template).replace("FIRST", REPOS[first]).replace("SECOND", REPOS[second])
+    result = optimize(source)
+    report = verify_result(source, result, filename="script.py")
+    assert report.intended_ok, report.to_text() + "\n" + result.code
+    assert not report.errors["optimized"], report.errors
+    return result
+
+
+def declined(result, words: str) -> bool:
+    return any(f.pass_id == "session-hoisting" and f.status is not Status.APPLIED and words in (f.reason or "")
+               for f in result.findings)
+
+
+@both
+def test_a_helper_given_a_model_loaded_in_each_iteration_is_not_hoisted(first, second):
+    result = run_both(
+        '''
+        from nnsight import LanguageModel
+
+        def top_token(model, prompt, remote):
+            with model.trace(prompt, remote=remote):
+                top = model.lm_head.output[0, -1].argmax().save()
+            return int(top)
+
+        REPOS = {"first": "FIRST", "second": "SECOND"}
+        tops = []
+        for name, repo in REPOS.items():
+            model = LanguageModel(repo)  # a different model each time
+            tops.append(top_token(model, "The capital of France is", True))
+        print(tops)
+        ''', first, second)
+    assert declined(result, "`model` is assigned inside it")
+
+
+@both
+def test_a_loop_over_models_with_its_own_traces_is_not_hoisted(first, second):
+    result = run_both(
+        '''
+        from nnsight import LanguageModel
+
+        lm = LanguageModel("FIRST")
+        shapes = []
+        for repo in ["SECOND", "FIRST"]:
+            with lm.trace("The capital of France is", remote=True):
+                logits = lm.lm_head.output.save()
+            shapes.append(tuple(logits.shape))
+            lm = LanguageModel(repo)  # the next iteration traces another model
+        print(shapes)
+        ''', first, second)
+    assert declined(result, "`lm` is assigned inside it")
+
+
+@both
+def test_a_flag_that_changes_inside_the_loop_is_not_hoisted(first, second):
+    result = run_both(
+        '''
+        from nnsight import LanguageModel
+
+        lm = LanguageModel("FIRST")
+        remote = True
+        tops = []
+        for prompt in ["The capital of France is", "One, two, three,"]:
+            with lm.trace(prompt, remote=remote):
+                top = lm.lm_head.output[0, -1].argmax().save()
+            tops.append(int(top))
+            remote = False  # only the first prompt goes to NDIF
+        print(tops)
+        ''', first, second)
+    assert declined(result, "`remote` is assigned inside it and decides `remote=`")
