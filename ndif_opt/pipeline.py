@@ -27,7 +27,7 @@ from ndif_opt.joined import Part, joined, parse_part
 from ndif_opt.options import Options
 from ndif_opt.parsing import parse_module
 from ndif_opt.passes import PASSES, Context, RawFinding
-from ndif_opt.passes.migrate_api import PRE_05, PRE_05_MESSAGE, MigrateApi, api_generation
+from ndif_opt.passes.migrate_api import PRE_05, PRE_05_MESSAGE, MigrateApi, api_generation, legacy_summary
 from ndif_opt.positions import Positions, code_and_positions
 from ndif_opt.prefilter import uses_nnsight
 from ndif_opt.suppression import IGNORE_FILE, Suppressions
@@ -550,6 +550,8 @@ def _run_module(source: str, options: Options, filename: str | None = None,
             deltas[pass_.id] = _add(deltas[pass_.id], _diff(state.cost, before))
         if not changed:
             break
+    if migrated is not None and state.api == PRE_05 and any(p.id != MigrateApi.id for p in passes):
+        last_round.append(_partial_migration(state.facts, migrated))
     code = state.code
     findings = tuple(sorted(applied + last_round, key=lambda f: (f.range.start, f.pass_id)))
     return Result(
@@ -561,6 +563,20 @@ def _run_module(source: str, options: Options, filename: str | None = None,
         assumptions=tuple(assumptions(options) + notes),
         unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),
         introduced=tuple(sorted(introduced)) if code != source else (),
+    )
+
+
+def _partial_migration(facts, not_migrated: list[Finding]) -> Finding:
+    """The other passes did not run: what migration left is still pre-0.5 code."""
+    where = not_migrated[0].range if not_migrated else Range.of(0, 0, 0, 0)
+    return Finding(
+        MigrateApi.id,
+        f"migration was partial: the script still uses the pre-0.5 nnsight API ({legacy_summary(facts)}), "
+        "so no other pass ran",
+        where,
+        Status.SKIPPED,
+        reason="their rewrites are nnsight 0.5+ code; finish the migration by hand where it says "
+               "\"not migrated\", then run ndif-opt again",
     )
 
 

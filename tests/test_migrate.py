@@ -145,8 +145,9 @@ def test_detect_only_explains_why_nothing_else_runs():
     summary = findings[0]
     assert summary.status is Status.SKIPPED
     assert "pre-0.5 nnsight API" in summary.message
-    assert "`.value` on line 23" in summary.message  # norms.append(per_layer.value)
-    assert "`nnsight.list()` on line 20" in summary.message
+    # kinds, not lines: in a notebook the lines would be the joined cells'
+    assert "`.value` (5 uses)" in summary.message
+    assert "`nnsight.list()`" in summary.message and " on line " not in summary.message
     assert "--migrate" in summary.reason
     layer_findings = [f for f in findings if "first batch row" in f.message]
     # one finding for the file, naming the other uses
@@ -359,3 +360,59 @@ def torch_equal(a, b) -> bool:
     import torch
 
     return bool(torch.equal(a, b))
+
+
+# shaped like a patching utility written for nnsight 0.4: a type check against the old
+# graph's Proxy, in a loop of remote traces
+OLD_PROXY_IMPORT = '''\
+from nnsight import LanguageModel
+from nnsight.tracing.graph import Proxy  # the graph's value type
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def describe(value):
+    return "proxy" if isinstance(value, Proxy) else type(value).__name__
+
+
+for prompt in ["The Eiffel Tower is in", "The capital of Japan is"]:
+    with model.trace(prompt, remote=True):
+        hidden = model.transformer.h[0].output.save()
+    print(describe(hidden))
+'''
+
+
+def test_an_import_of_a_removed_module_marks_the_script_pre_05():
+    assert _generation(OLD_PROXY_IMPORT) == PRE_05
+    inside = OLD_PROXY_IMPORT.replace("from nnsight.tracing.graph import Proxy  # the graph's value type\n", "")
+    inside = inside.replace("def describe(value):\n", "def describe(value):\n    from nnsight.tracing.graph import Proxy\n")
+    assert _generation(inside) == PRE_05
+    assert _generation("import nnsight.intervention.graph\n") == PRE_05
+    # 0.5+ modules are no evidence
+    assert _generation("from nnsight.intervention.envoy import Envoy\nimport nnsight.modeling.language\n") == UNKNOWN
+    result = optimize(OLD_PROXY_IMPORT)
+    assert result.code == OLD_PROXY_IMPORT
+    (finding,) = [f for f in result.findings if f.pass_id == "migrate-api"]
+    assert "an import of a module removed in nnsight 0.5" in finding.message
+
+
+def test_a_partial_migration_says_the_other_passes_did_not_run():
+    result = migrate(OLD_PROXY_IMPORT)
+    messages = [f.message for f in result.findings if f.pass_id == "migrate-api"]
+    assert any("not migrated" in m for m in messages)
+    assert any(m.startswith("migration was partial") and "no other pass ran" in m for m in messages)
+    assert "session" not in result.code
+
+
+def test_every_removed_module_is_gone_from_the_installed_nnsight(verify_pkg):
+    """The table is true of the nnsight the tests run: each module fails to import, and
+    the script that imports one fails before any trace."""
+    import importlib
+
+    from ndif_opt.passes.migrate_api import REMOVED_MODULES
+
+    for module in REMOVED_MODULES:
+        with pytest.raises(ImportError):
+            importlib.import_module(module)
+    run = verify_pkg.run_script(OLD_PROXY_IMPORT, filename="proxy.py", mode="local")
+    assert run.error is not None and "nnsight.tracing.graph" in run.error

@@ -79,7 +79,6 @@ import libcst as cst
 from ndif_opt.analysis import Block, Facts, is_save_call, qualify
 from ndif_opt.names import collect, collect_all, dotted_name
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.positions import code_and_positions
 from ndif_opt.rewrite import code_of, method_call, reindentable, without_remote
 from ndif_opt.walk import find_nodes, walk as walk_tree
 
@@ -95,6 +94,24 @@ NNSIGHT_RENAMED = {"log": "print"}
 # Pre-0.5 helpers with no mechanical 0.5+ equivalent.
 NNSIGHT_UNSUPPORTED = frozenset({"cond", "iter", "local", "stop", "trace", "apply_async"})
 OLD_KWARGS = frozenset({"scan", "validate"})
+# Modules of nnsight < 0.5 that 0.5 removed (the graph-based tracing): importing one is
+# pre-0.5 code, and the import itself fails on 0.5+.
+REMOVED_MODULES = (
+    "nnsight.tracing.graph", "nnsight.tracing.contexts", "nnsight.tracing.hacks", "nnsight.tracing.protocols",
+    "nnsight.tracing.protocol", "nnsight.tracing.Graph", "nnsight.tracing.Node", "nnsight.tracing.Proxy",
+    "nnsight.tracing.Bridge", "nnsight.tracing.backends", "nnsight.tracing.compiler",
+    "nnsight.intervention.graph", "nnsight.intervention.protocols", "nnsight.intervention.contexts",
+    "nnsight.contexts", "nnsight.models", "nnsight.envoy", "nnsight.fx", "nnsight.Module",
+    "nnsight.alteration", "nnsight.alterations", "nnsight.edit", "nnsight.editing",
+)
+
+
+def removed_module(path: str) -> str | None:
+    """The removed pre-0.5 module `path` (a dotted import path) lies in, if any."""
+    for module in REMOVED_MODULES:
+        if path == module or path.startswith(module + "."):
+            return module
+    return None
 LAYER_LISTS = frozenset({"layers", "h", "layer", "blocks"})
 # Methods of pre-0.5 tracers/sessions that 0.5+ replaced by plain Python.
 OLD_TRACER_METHODS = frozenset({"cond", "iter", "apply", "log", "exit"})  # apply, log: migrated
@@ -152,20 +169,16 @@ def api_generation(facts: Facts) -> str:
     return UNKNOWN
 
 
-def legacy_summary(facts: Facts, module: cst.Module | None = None) -> str:
-    """`.value` on line 12, `nnsight.list()` on line 8 — the first pre-0.5 uses, by kind."""
-    found = [item for item in scan(facts).legacy if item.pre05]
-    if not found:
-        return ""
-    positions = code_and_positions(module or facts.module)[1]
-    seen: dict[str, str] = {}
-    for item in found:
-        label = _LABELS.get(item.kind, item.what)
-        if label in seen:
-            continue
-        pos = positions.get(item.node)
-        seen[label] = f"{label} on line {pos.start.line}" if pos is not None else label
-    return ", ".join(seen.values())
+def legacy_summary(facts: Facts) -> str:
+    """`.value` (3 uses), `nnsight.list()` — the pre-0.5 idioms, by kind, in order of
+    first use. No line numbers: in a notebook they would be the joined cells', not the
+    user's; the finding itself sits at the first use."""
+    counts: dict[str, int] = {}
+    for item in scan(facts).legacy:
+        if item.pre05:
+            label = _LABELS.get(item.kind, item.what)
+            counts[label] = counts.get(label, 0) + 1
+    return ", ".join(label + (f" ({n} uses)" if n > 1 else "") for label, n in counts.items())
 
 
 _LABELS = {
@@ -173,6 +186,7 @@ _LABELS = {
     "import": "`from nnsight import <builtin>`",
     "old-kwarg": "`scan=`/`validate=`",
     "after-invokes": "code after `tracer.invoke` blocks",
+    "removed-module": "an import of a module removed in nnsight 0.5",
 }
 
 
@@ -217,7 +231,7 @@ class MigrateApi(Pass):
     def _report(self, module: cst.Module, facts: Facts, found: Scan, context: Context) -> None:
         pre05 = [item for item in found.legacy if item.pre05]
         if pre05:
-            summary = legacy_summary(facts, module)
+            summary = legacy_summary(facts)
             context.skipped(
                 pre05[0].node,
                 f"{PRE_05_MESSAGE} ({summary}); ndif-opt left it unchanged",
@@ -241,7 +255,7 @@ class MigrateApi(Pass):
 def _applied_message(item: Legacy) -> str:
     return {
         "value": f"{item.what} → the saved value itself (nnsight 0.5+ `.save()` returns it)",
-        "builtin": f"{item.what} → plain Python (nnsight 0.5+ traces builtins directly)",
+        "builtin": f"{item.what} → `{code_of(item.fix(item.node))}` (nnsight 0.5+ traces builtins directly)",
         "import": f"{item.what}: removed from the import (gone in nnsight 0.5+)",
         "layer-output": f"{item.what} → `{code_of(item.fix(item.node))}` "
                         "(a decoder layer returns a tensor with transformers >= 5)",
@@ -416,6 +430,10 @@ class _IdiomHints(cst.CSTVisitor):
         if node.attr.value == "value":
             self.flagged = True
 
+    def visit_Import(self, node: cst.Import) -> None:
+        if any(removed_module(dotted_name(alias.name) or "") for alias in node.names):
+            self.flagged = True
+
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if type(func) is cst.Attribute:
@@ -435,8 +453,13 @@ class _IdiomHints(cst.CSTVisitor):
             self.flagged = True
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        # `from nnsight import list` (the condition of _Visitor.visit_ImportFrom)
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+        # `from nnsight import list`, `from nnsight.tracing.graph import Proxy` (the
+        # conditions of _Visitor.visit_ImportFrom)
+        if node.relative or node.module is None:
+            return
+        if removed_module(dotted_name(node.module) or ""):
+            self.flagged = True
+        if isinstance(node.names, cst.ImportStar):
             return
         if dotted_name(node.module) == "nnsight" and any(
             isinstance(a.name, cst.Name) and a.name.value in _OLD_IMPORTS for a in node.names
@@ -454,7 +477,7 @@ class _Collect(cst.CSTVisitor):
         self.loops: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []  # (target, iterable)
         self.attributes: list[cst.Attribute] = []  # `.value` / `.result`
         self.subscripts: list[cst.Subscript] = []
-        self.imports: list[cst.ImportFrom] = []
+        self.imports: list[cst.ImportFrom | cst.Import] = []
         self.targets: set[int] = set()  # nodes assigned to
         self.outside: set[str] = set()  # names used outside nnsight blocks
         self.guarded: set[int] = set()  # `.value` read only where `hasattr(x, "value")` holds
@@ -504,6 +527,9 @@ class _Collect(cst.CSTVisitor):
         self.subscripts.append(node)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.imports.append(node)
+
+    def visit_Import(self, node: cst.Import) -> None:
         self.imports.append(node)
 
     def visit_With(self, node: cst.With) -> None:
@@ -746,6 +772,21 @@ class _Visitor:
     def add(self, *args, **kwargs) -> None:
         self.s.legacy.append(Legacy(*args, **kwargs))
 
+    def _removed_import(self, node: cst.ImportFrom | cst.Import) -> bool:
+        if isinstance(node, cst.Import):
+            paths = [dotted_name(alias.name) or "" for alias in node.names]
+        elif node.relative or node.module is None:
+            return False
+        else:
+            paths = [dotted_name(node.module) or ""]
+        removed = next((m for m in map(removed_module, paths) if m), None)
+        if removed is None:
+            return False
+        self.add("removed-module", node, f"`{code_of(node)}`", True, None,
+                 f"`{removed}` is gone in nnsight 0.5+ (its graph-based tracing was replaced); "
+                 "rewrite what uses it by hand")
+        return True
+
     # --- `.value` ---------------------------------------------------------------------
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value == "result" and dotted_name(node.value) in self._tracer_names():
@@ -894,8 +935,12 @@ class _Visitor:
                      "with transformers >= 5 a decoder layer returns only its hidden states (a tensor); "
                      "take attention weights or caches from the attention module instead")
 
-    # --- `from nnsight import list` -----------------------------------------------------
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+    # --- `from nnsight import list`, `from nnsight.tracing.graph import Proxy` -------------
+    def visit_ImportFrom(self, node: cst.ImportFrom | cst.Import) -> None:
+        if self._removed_import(node):
+            return
+        if isinstance(node, cst.Import):
+            return
         if node.relative or node.module is None or dotted_name(node.module) != "nnsight":
             return
         if isinstance(node.names, cst.ImportStar):
