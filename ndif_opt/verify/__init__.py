@@ -11,6 +11,9 @@ files written), whether (b) already differed from (a) (the original was wrong
 remotely, e.g. a client-side list appended to inside a remote trace), and what (b)
 and (c) cost: requests, upload/download bytes, forward passes, layer evaluations.
 
+Equal results count only when the runs got somewhere: a script that raises locally,
+or that opens remote blocks but makes no request, is FAILED (:mod:`.verdict`).
+
 Needs the ``verify`` extra (torch, nnsight, zstandard). Importing this package does
 not import torch or nnsight; the submodules are loaded on first use.
 """
@@ -31,6 +34,16 @@ if _MISSING:
         "pip install torch==2.13.0 'ndif-opt[verify]'"
     )
 
+from .verdict import (  # plain Python: imports neither torch nor nnsight
+    RunFacts,
+    Status,
+    error_kind,
+    first_remote_block_line,
+    headline,
+    judge,
+)
+from .verdict import reason as verdict_reason
+
 if TYPE_CHECKING:  # pragma: no cover
     from .compare import compare_namespaces
     from .emulation import EmulatedNDIF, RequestRecord
@@ -42,6 +55,7 @@ __all__ = [
     "RequestRecord",
     "RunMetrics",
     "RunResult",
+    "Status",
     "VerifyReport",
     "build_tokenizer",
     "compare_namespaces",
@@ -113,7 +127,9 @@ class RunMetrics:
 class VerifyReport:
     """The outcome of :func:`verify_sources`."""
 
-    intended_ok: bool  # optimized-emulated == original-local (values, stdout, files)
+    # the verdict: optimized-emulated == original-local (values, stdout, files), and the
+    # runs got far enough for that to mean something (never true for a FAILED run)
+    intended_ok: bool
     mismatches: list[str]  # why not, (a) vs (c)
     original_remote_differs: bool  # original-emulated != original-local
     original_remote_mismatches: list[str]  # (a) vs (b)
@@ -124,13 +140,22 @@ class VerifyReport:
     errors: dict[str, Optional[str]]  # "local" / "original" / "optimized" -> error
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    status: Status = Status.OK  # ok | same-error | mismatch | failed
+    reason: Optional[str] = None  # one line: why FAILED, or what OK (same error) accepted
 
     @property
     def ok(self) -> bool:
         return self.intended_ok
 
+    @property
+    def failed(self) -> bool:
+        """Nothing, or not enough, ran to compare (exit 2 on the command line)."""
+        return self.status is Status.FAILED
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        found = asdict(self)
+        found["status"] = self.status.value
+        return found
 
     def to_text(self) -> str:
         b, a = self.before, self.after
@@ -145,8 +170,7 @@ class VerifyReport:
         width = max(len(r[0]) for r in rows)
         left = max(len(r[1]) for r in rows)
         lines = [
-            f"verify: {'OK' if self.intended_ok else 'MISMATCH'}"
-            + ("" if self.intended_ok else " (optimized, remote != original, local)"),
+            headline(self.status, self.reason),
             f"  {'':{width}}  {'before':>{left}}    after",
         ]
         for name, before, after in rows:
@@ -232,7 +256,7 @@ def _run_mismatches(
     if (expected.error is None) != (actual.error is None):
         problems.append(f"error: expected {expected.error or 'none'}, got {actual.error or 'none'}")
     elif expected.error and actual.error:
-        if expected.error.split(":")[0] != actual.error.split(":")[0]:
+        if error_kind(expected.error) != error_kind(actual.error):
             problems.append(f"error: expected {expected.error}, got {actual.error}")
     return problems
 
@@ -263,12 +287,16 @@ def verify_sources(
     ignore_missing: Iterable[str] = frozenset(),
     ignore: Iterable[str] = (),
     ignore_extra: bool = False,
+    allow_same_error: bool = False,
 ) -> VerifyReport:
     """Run (a) original local, (b) original emulated, (c) optimized emulated; compare.
 
     ``intended_ok`` holds when (c) leaves the same comparable module-level values as
     (a) (tensors exactly equal unless ``atol``/``rtol`` are given), prints the same
-    client stdout, writes the same files and fails (or not) alike.
+    client stdout and writes the same files — and (a) did not raise, and each script
+    that opens ``remote=True`` blocks made a request (else ``status`` is FAILED).
+    ``allow_same_error``: accept (a) and (c) raising the same exception type (status
+    ``same-error``) when their requests ran.
 
     ``ignore_missing``: names the optimized script may no longer define (compared if
     it does). ``ignore``: names left out of every comparison. ``ignore_extra``: accept
@@ -288,8 +316,15 @@ def verify_sources(
         local, after, atol, rtol, frozenset(ignore_missing), ignore=ignore, ignore_extra=ignore_extra
     )
     remote_mismatches = _run_mismatches(local, before, atol, rtol, ignore=ignore)
+    verdict = judge(
+        RunFacts(local.error, requests=0),  # every `remote=` ignored: no request by design
+        RunFacts(before.error, len(before.requests), first_remote_block_line(original)),
+        RunFacts(after.error, len(after.requests), first_remote_block_line(optimized)),
+        mismatches=mismatches,
+        allow_same_error=allow_same_error,
+    )
     return VerifyReport(
-        intended_ok=not mismatches,
+        intended_ok=verdict.accepted,
         mismatches=mismatches,
         original_remote_differs=bool(remote_mismatches),
         original_remote_mismatches=remote_mismatches,
@@ -300,6 +335,8 @@ def verify_sources(
         errors={"local": local.error, "original": before.error, "optimized": after.error},
         warnings=sorted(set(local.warnings) | set(before.warnings) | set(after.warnings)),
         seconds=time.perf_counter() - started,
+        status=verdict.status,
+        reason=verdict_reason(verdict),
     )
 
 
