@@ -42,24 +42,13 @@ from ndif_opt import Status, optimize  # noqa: E402
 from ndif_opt.config import load_options  # noqa: E402
 from ndif_opt.files import read_source  # noqa: E402
 from ndif_opt.notebook import is_notebook, optimize_notebook  # noqa: E402
+from ndif_opt.wording import broken_template  # noqa: E402
 
 CORPUS = PROJECT.parent / "shared" / "corpus"
 #: mode -> the options it overrides
 MODES = {"default": {}, "unsafe": {"unsafe_fixes": True}, "migrate": {"migrate": True}}
 CLI_MODE = "report-json"
 
-#: message shapes that are always a rendering mistake
-BROKEN_TEMPLATES = {
-    "zero of a plural": re.compile(r"\bthese 0\b|\b0 consecutive\b"),
-    "1 with a plural": re.compile(
-        r"\b(?:these )?1 (?:requests|blocks|consecutive remote blocks|forward passes|iterations|"
-        r"traces|sessions|invokes|layers|tokens|values|calls|times)\b"),
-    "a plural verb after 1": re.compile(r"\bthese 1 .*?\b(?:blocks|traces) sends\b"),
-    "a phrase said twice": re.compile(r"\b((?:\w+ ){2,}\w+), \1\b"),
-    "an unrendered value": re.compile(r"\{[a-z_]+\}|\bNone\b(?! of)|``"),
-    "doubled punctuation": re.compile(r"(?<!\.)\.\.(?!\.)|,,|, ,|;;|: :"),
-    "a reason completed twice": re.compile(r"your machine[^.;]*, which must run on your machine"),
-}
 REQUESTS_CLAIM = re.compile(r"(\d+)(?: or more)? requests? → (\d+)")
 
 
@@ -106,10 +95,8 @@ def fixed_without_edit(result) -> list[str]:
 
 
 def broken_templates(result) -> list[str]:
-    return [f"{name}: {f.message[:90]}"
-            for f in result.findings
-            for name, pattern in BROKEN_TEMPLATES.items()
-            if pattern.search(f.message) or (f.reason and pattern.search(f.reason))]
+    found = [(broken_template(f.message) or broken_template(f.reason or ""), f) for f in result.findings]
+    return [f"{name}: {f.message[:90]}" for name, f in found if name]
 
 
 def report_disagreements(result) -> list[str]:

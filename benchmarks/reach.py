@@ -9,7 +9,7 @@ Two sets of scripts outside the project (see their README.md files):
   (<= expert). Files 17 ("already optimal") and 18 ("must stay a loop") are negative
   controls: they are not "improvable" and are checked to stay as they are. With
   ``--verify`` each file also runs through ``ndif-opt verify --format json`` (original and
-  optimized script on a tiny model through the NDIF emulation), which gives OK / MISMATCH /
+  optimized script on a tiny model through the NDIF emulation), which gives OK / MISMATCH / FAILED /
   ERROR and the *measured* requests before -> after; a verified count replaces the static
   one, and a verified file reaches the expert count only when verify said OK. A static
   count of 0 (the cost model found no request) never counts as reaching it.
@@ -163,8 +163,12 @@ def verify_outcome(returncode: int, stdout: str, stderr: str) -> dict:
     if report["original_remote_differs"]:
         notes.insert(0, "original differs remotely")
     notes += [f"mismatch: {m}" for m in report["mismatches"][:3]]
+    if report.get("reason"):
+        notes.insert(0, report["reason"])
+    status = report.get("status", "ok" if report["intended_ok"] else "mismatch")
     return {
-        "outcome": "OK" if report["intended_ok"] else "MISMATCH",
+        # "FAILED": the script did not run far enough to compare (verify exits 2)
+        "outcome": {"ok": "OK", "same-error": "OK", "failed": "FAILED"}.get(status, "MISMATCH"),
         "requests_before": report["before"]["requests"],
         "requests_after": report["after"]["requests"],
         "detail": "; ".join(notes),
@@ -385,7 +389,8 @@ def devset_summary(rows: list[dict], verify_modes: list[str]) -> str:
         label = "verify" if mode == "default" else "verify --unsafe-fixes"
         text += f"; {label} OK {outcomes.count('OK')}/{len(outcomes)}"
         if len(outcomes) != outcomes.count("OK"):
-            text += f" ({outcomes.count('MISMATCH')} MISMATCH, {outcomes.count('ERROR')} ERROR)"
+            text += (f" ({outcomes.count('MISMATCH')} MISMATCH, {outcomes.count('FAILED')} FAILED, "
+                     f"{outcomes.count('ERROR')} ERROR)")
     if not verify_modes:
         text += "; not verified (--verify)"
     return text

@@ -78,6 +78,7 @@ from ndif_opt.rewrite import DropElementSaves, SuitePlan, code_of, reindentable
 from ndif_opt.tensors import TENSOR_MODULES
 from ndif_opt.types import Safety
 from ndif_opt.walk import children, walk
+from ndif_opt.wording import counted, per
 
 # How a loop may fill a container made before it.
 FILLING_METHODS = frozenset({"append", "extend", "update", "add", "insert"})
@@ -151,14 +152,14 @@ class InvokeBatching(Pass):
                 f"{passes_text(trips)} → {after}"
             )
             if chunked:
-                text += f" (in chunks of {batch} invokes)"
+                text += f" (in chunks of {counted(batch, 'invoke')})"
             context.applied(sweep.loop, text, Safety.UNSAFE)
         return plan.apply(module, facts) if plan else module
 
 
 def _after(trips: int | None, batch: int) -> str:
     if trips is None:
-        return f"one per {batch} iterations"
+        return per(batch, "iteration")
     return str(-(-trips // batch))
 
 

@@ -73,6 +73,7 @@ from ndif_opt.names import collect, collect_all, target_names
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.rewrite import SuitePlan, code_of, empty_container_kind
 from ndif_opt.walk import walk
+from ndif_opt.wording import counted
 
 # how the loop may fill a saved container so that per-session copies merge exactly:
 # appended/extended in order (lists), keys set or updated (dicts; a later key wins, as a
@@ -106,7 +107,7 @@ class SessionChunking(Pass):
             plan.replace(info.suite, info.index, info.index + 1, lambda _old, new=replacement: new)
             context.applied(
                 block.node,
-                f"{message}: split into {chunks} back-to-back sessions of {size} iterations "
+                f"{message}: split into {counted(chunks, 'back-to-back session')} of {counted(size, 'iteration')} "
                 f"(about {_seconds(request.profile.prefix_seconds + size * request.profile.iteration_seconds)} each)",
             )
         return plan.apply(module, facts) if plan else module

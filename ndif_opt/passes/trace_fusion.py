@@ -58,6 +58,7 @@ from ndif_opt.positions import code_and_positions
 from ndif_opt.regions import int_value, trip_count
 from ndif_opt.rewrite import SuitePlan, code_of, reindentable
 from ndif_opt.walk import walk_content
+from ndif_opt.wording import counted
 
 # ---------------------------------------------------------------------------------------
 # One walk per statement and version of the tree
@@ -587,7 +588,7 @@ def introduce(context: Context, *names: str) -> None:
 
 
 def passes_text(trips: int | None) -> str:
-    return f"{trips} forward passes" if trips is not None else "one forward pass per iteration"
+    return counted(trips, "forward pass") if trips is not None else "one forward pass per iteration"
 
 
 def with_leading(stmt: cst.BaseStatement, lines) -> cst.BaseStatement:
