@@ -35,9 +35,11 @@ def optimize(
     given, overrides the keyword arguments (it is what configuration files produce).
     ``cache``, a :class:`ndif_opt.pipeline.WindowCache` kept across calls on edits of one
     file, makes a re-run cost only the independent parts of the file that changed; the
-    result is the same as without it. Raises ``SyntaxError`` for source that does not parse.
+    result is the same as without it. IPython lines (``!pip install ...``, ``%time ...``)
+    are kept as they are, as in a notebook (:func:`ndif_opt.notebook.optimize_script`).
+    Raises ``SyntaxError`` for source that does not parse.
     """
-    from ndif_opt.pipeline import run_pipeline
+    from ndif_opt.notebook import optimize_script
 
     if options is None:
         options = Options(
@@ -47,4 +49,4 @@ def optimize(
             assume_remote=assume_remote,
             max_batch=max_batch,
         )
-    return run_pipeline(source, options, filename=filename, cache=cache)
+    return optimize_script(source, options, filename=filename, cache=cache)

@@ -73,8 +73,9 @@ def local_modules(source: SourceFile) -> dict[str, str]:
 
 def optimize_source(source: SourceFile, options: Options, *, prefiltered: bool = False) -> Result:
     """Run the pipeline (or the notebook pipeline) on one input; InputError names the
-    file when it does not parse. ``prefiltered``: ``needs_pipeline`` said yes already."""
-    from ndif_opt.pipeline import run_pipeline
+    file when it does not parse. ``prefiltered``: ``needs_pipeline`` said yes already.
+    A script's IPython lines (``!pip install``) are kept as they are."""
+    from ndif_opt.notebook import optimize_script
 
     modules = local_modules(source)
     if modules:
@@ -89,7 +90,7 @@ def optimize_source(source: SourceFile, options: Options, *, prefiltered: bool =
         except SyntaxError as error:
             raise InputError(f"{source.path}: cannot parse: {error.msg}") from None
     try:
-        return run_pipeline(source.text, options, filename=source.path, prefiltered=prefiltered)
+        return optimize_script(source.text, options, filename=source.path, prefiltered=prefiltered)
     except SyntaxError as error:
         raise InputError(f"{source.path}: cannot parse: {error.msg}") from None
     except RecursionError:
@@ -97,10 +98,10 @@ def optimize_source(source: SourceFile, options: Options, *, prefiltered: bool =
 
 
 def _check_syntax(source: SourceFile) -> None:
-    from ndif_opt.pipeline import check_syntax
+    from ndif_opt.notebook import check_script_syntax
 
     try:
-        check_syntax(source.text, source.path)
+        check_script_syntax(source.text, source.path)
     except SyntaxError as error:
         raise InputError(f"{source.path}: cannot parse: {error.msg}") from None
 

@@ -4,10 +4,16 @@
     ndif-opt verify FILE        run original and optimized script and compare
     ndif-opt rules              list the passes
 
+Output: stdout carries only what was asked for (code, diff, report or --format
+document), so it can be piped (`ndif-opt f.py --diff | patch -p0`); findings, errors,
+the progress bar and the summary go to stderr.
+
 Exit codes: 0 — success (and, with --check, nothing to change); 1 — with --check,
 some file would change; with `verify`, results differ; 2 — usage error, or an input
 that cannot be read, decoded or parsed (one line on stderr names the file and why);
-130 — interrupted (Ctrl-C), 143 — terminated (SIGTERM): nothing more is written.
+with `verify`, the script did not run far enough to compare (it raised, or made no
+request from its remote blocks); 130 — interrupted (Ctrl-C), 143 — terminated
+(SIGTERM): nothing more is written.
 """
 
 from __future__ import annotations
@@ -93,9 +99,13 @@ def optimize(
     paths: List[str] = typer.Argument(..., help="Python files or directories; '-' reads stdin."),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the result here (one input only)."),
     in_place: bool = typer.Option(False, "--in-place", "-i", help="Rewrite the input files."),
-    diff: bool = typer.Option(False, "--diff", help="Print a unified diff instead of the code."),
+    diff: bool = typer.Option(
+        False, "--diff", help="Print a unified diff instead of the code (findings: stderr)."
+    ),
     check: bool = typer.Option(False, "--check", help="Exit 1 if any file would change; write nothing."),
-    report: bool = typer.Option(False, "--report", help="Print the per-pass cost table, then the diff."),
+    report: bool = typer.Option(
+        False, "--report", help="Print the per-pass cost table, then the diff (findings: stderr)."
+    ),
     select: Optional[List[str]] = typer.Option(None, "--select", help="Run only these passes."),
     ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Skip these passes."),
     unsafe_fixes: Optional[bool] = typer.Option(
@@ -129,7 +139,11 @@ def optimize(
         None, "--model-config", help="Cost model: a Hugging Face config.json for every model (its torch_dtype too)."
     ),
 ) -> None:
-    """Rewrite nnsight scripts for fewer NDIF requests and smaller downloads."""
+    """Rewrite nnsight scripts for fewer NDIF requests and smaller downloads.
+
+    stdout carries only the code, the diff (--diff), the report (--report) or the --format
+    document; findings, errors and the summary go to stderr. IPython lines in a .py file
+    (`!pip install`, `%time`) are kept as they are."""
     cost = {k: v for k, v in {"seq-len": seq_len, "latency": latency, "bandwidth": bandwidth,
                               "throughput": throughput, "session-limit": session_limit}.items() if v is not None}
     if model_config is not None:
@@ -243,23 +257,33 @@ def _write_code(source: SourceFile, code: str) -> None:
 
 def _print_text(results, diff: bool, report: bool, check: bool, code_to_stdout: bool, quiet: bool,
                 wrote: bool = True) -> None:
+    """Per file, on stdout only what was asked for (code, report, diff), so that it can be
+    piped (`--diff | patch -p0`); findings and notes on stderr."""
     for path, result, source in results:
         if code_to_stdout:
             _write_code(source, result.code)
         if report:
-            typer.echo(f"{path}:")
-            typer.echo(cost_table(result))
-            for line in result.assumptions:
-                typer.echo(f"  assumption: {line}")
+            _print_report(path, result)
         if diff or report:
             notebook = getattr(result, "notebook", None)
             sys.stdout.write(notebook.diff() if notebook is not None else unified_diff(path, result.source, result.code))
         if not quiet:
-            stream_err = code_to_stdout  # keep stdout clean when it carries the code
-            for finding in result.findings:
-                typer.echo(finding_line(path, finding, written=wrote), err=stream_err)
+            _print_findings(path, result, wrote)
         if check and result.changed:
             typer.echo(f"would rewrite {path}", err=True)
+
+
+def _print_report(path: str, result: Result) -> None:
+    typer.echo(f"{path}:")
+    typer.echo(cost_table(result))
+    for line in result.assumptions:
+        typer.echo(f"  assumption: {line}")
+
+
+def _print_findings(path: str, result: Result, wrote: bool) -> None:
+    sys.stdout.flush()  # on a terminal, a file's findings come after its code or diff
+    for finding in result.findings:
+        typer.echo(finding_line(path, finding, written=wrote), err=True)
 
 
 @app.command()
@@ -281,9 +305,18 @@ def verify(
     rtol: float = typer.Option(0.0, "--rtol", help="Relative tolerance for tensors."),
     fmt: Format = typer.Option(Format.text, "--format"),
     migrate: Optional[bool] = typer.Option(None, "--migrate/--no-migrate"),
+    allow_same_error: bool = typer.Option(
+        False, "--allow-same-error",
+        help="Accept a script that raises locally when the optimized script raises the same "
+             "exception, after its remote blocks ran (reported as OK (same error)).",
+    ),
 ) -> None:
     """Run the original and the optimized script on a tiny local model through an
-    emulation of NDIF, compare every result, and print measured requests and bytes."""
+    emulation of NDIF, compare every result, and print measured requests and bytes.
+
+    Exit 0: OK. 1: MISMATCH (the results differ). 2: FAILED, nothing to compare — the
+    original script raised locally (unless --allow-same-error and the optimized script
+    raised the same), or a script that opens remote=True blocks made no request."""
     from ndif_opt.batch import optimize_source
 
     try:
@@ -299,15 +332,19 @@ def verify(
     if getattr(result, "notebook", None) is not None:
         from ndif_opt.notebook import verify_notebook
 
-        report = verify_notebook(source.text, result, filename=path, atol=atol, rtol=rtol)
+        report = verify_notebook(source.text, result, filename=path, atol=atol, rtol=rtol,
+                                 allow_same_error=allow_same_error)
     else:
-        report = verify_result(source.text, result, filename=path, atol=atol, rtol=rtol)
+        report = verify_result(source.text, result, filename=path, atol=atol, rtol=rtol,
+                               allow_same_error=allow_same_error)
     if fmt is Format.json:
         import json
 
         typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
     else:
         typer.echo(report.to_text())
+    if report.failed:  # like a script that cannot be parsed: there was nothing to compare
+        raise typer.Exit(EXIT_ERROR)
     if not report.intended_ok:
         raise typer.Exit(EXIT_CHANGES)
 

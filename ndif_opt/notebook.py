@@ -16,6 +16,10 @@ moves it to the server or drops a value it uses. A cell whose magic does not run
 Python (``%%bash``, ``%%writefile``...) is masked whole. ``get_ipython()`` calls in your
 own code are plain Python.
 
+A ``.py`` script with such lines (a notebook exported or pasted) is masked the same way
+by :func:`optimize_script`, for lines that start with ``!`` or ``%`` where a statement
+starts; the findings keep the script's own line numbers.
+
 Rewrites that span cells: a rewrite may move code from one cell into another (e.g. a
 reduction in a later cell pushed into the trace of an earlier one) as long as every
 cell still parses on its own; running the cells in order then does what the module
@@ -41,11 +45,15 @@ import json
 import keyword
 import re
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from ndif_opt.options import Options
 from ndif_opt.types import Finding, PassCost, Position, Range, Result, Safety, Status
+
+if TYPE_CHECKING:
+    from ndif_opt.pipeline import WindowCache
 
 NOTEBOOK_ID = "notebook"  # pass id of the findings about the notebook itself
 PROLOGUE = "from IPython import get_ipython\n"
@@ -55,6 +63,7 @@ PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})
 _HELP = re.compile(r"^\s*[\w.\[\]()'\"]+\s*\?{1,2}\s*$")
 _ASSIGN_MAGIC = re.compile(r"^\s*[A-Za-z_][\w.]*(\s*,\s*[A-Za-z_][\w.]*)*\s*=\s*[%!]")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,10 @@ class NotebookResult:
             f = item.finding
             start = locate(item.cell, f.range.start)
             end = locate(item.cell, f.range.end) if f.range.end >= f.range.start else start
+            if f.range.start == f.range.end and f.range.start.character == 0:
+                # a point between lines (where lines were inserted) is the JSON line's start,
+                # where the file's edit inserts them, not the cell text's first character
+                start = end = Position(start.line, 0)
             message = f"[cell {item.cell + 1}, line {f.range.start.line + 1}] {f.message}"
             findings.append(replace(f, message=message, range=Range(start, max(start, end))))
         return NotebookFileResult(
@@ -274,10 +287,12 @@ def _is_magic(line: str) -> bool:
     return bool(_HELP.match(stripped) or _ASSIGN_MAGIC.match(stripped))
 
 
-def _mask_cell(cell: _Cell, nonce: str, magics: list[_Magic], line_map: list[int] | None = None) -> str:
+def _mask_cell(cell: _Cell, nonce: str, magics: list[_Magic], line_map: list[int] | None = None,
+               is_magic=_is_magic) -> str:
     """The cell's code with IPython syntax replaced by placeholder lines. ``line_map``, when
-    given, receives for each line of the result the line of the cell it comes from."""
-    lines = cell.code.splitlines(keepends=True)
+    given, receives for each line of the result the line of the cell it comes from;
+    ``is_magic`` tells a magic line (checked only where a statement starts)."""
+    lines = _python_lines(cell.code)
     out: list[str] = []
     origin: list[int] = [] if line_map is None else line_map
     first = 0
@@ -288,11 +303,11 @@ def _mask_cell(cell: _Cell, nonce: str, magics: list[_Magic], line_map: list[int
             placeholder = _placeholder(nonce, number, "")
             magics.append(_Magic(number, cell.index, lines, placeholder, "", "opaque"))
             origin.append(0)
-            return placeholder + "\n"
+            return placeholder + _line_end(lines[-1])
         number = len(magics)
         placeholder = _placeholder(nonce, number, lines[0][2:])
         magics.append(_Magic(number, cell.index, [lines[0]], placeholder, "", "cell"))
-        out.append(placeholder + "\n")
+        out.append(placeholder + _line_end(lines[0]))
         origin.append(0)
         lines, first = lines[1:], 1
     string: str | None = None  # the open quote of a string spanning lines
@@ -301,7 +316,7 @@ def _mask_cell(cell: _Cell, nonce: str, magics: list[_Magic], line_map: list[int
     i = 0
     while i < len(lines):
         line = lines[i]
-        if string is None and depth == 0 and not continued and _is_magic(line):
+        if string is None and depth == 0 and not continued and is_magic(line):
             group = [line]
             while group[-1].rstrip("\r\n").endswith("\\") and i + 1 < len(lines):
                 i += 1
@@ -313,7 +328,7 @@ def _mask_cell(cell: _Cell, nonce: str, magics: list[_Magic], line_map: list[int
             prefix = stripped[: stripped.index("=") + 1] + " " if _ASSIGN_MAGIC.match(stripped) else ""
             placeholder = prefix + _placeholder(nonce, number, text)
             magics.append(_Magic(number, cell.index, group, placeholder, indent, "line"))
-            out.append(indent + placeholder + "\n")
+            out.append(indent + placeholder + _line_end(group[-1]))
             origin.append(first + i - len(group) + 1)
             i += 1
             continue
@@ -322,6 +337,18 @@ def _mask_cell(cell: _Cell, nonce: str, magics: list[_Magic], line_map: list[int
         origin.append(first + i)
         i += 1
     return "".join(out)
+
+
+def _python_lines(text: str) -> list[str]:
+    """The lines of ``text`` with their endings, as Python counts them: CR LF, CR or LF
+    ends a line; a form feed (or another break ``str.splitlines`` knows) does not."""
+    return _LINE.findall(text)
+
+
+def _line_end(line: str) -> str:
+    """The line's own ending, so a placeholder keeps the file's newlines (LF for a last
+    line without one: restoring drops it again)."""
+    return line[len(line.rstrip("\r\n")):] or "\n"
 
 
 def _advance(line: str, string: str | None, depth: int) -> tuple[str | None, int, bool]:
@@ -597,17 +624,18 @@ def _barrier_notes(barriers: set[int]) -> list[CellFinding]:
 def _unchanged(text: str, result: Result, joined: _Joined, notes: list[CellFinding], refused: bool = False,
                barriers: set[int] = frozenset()) -> NotebookResult:
     if refused:
-        reason = "the rewrite could not be cut back into the notebook's cells"
-        findings = tuple(
-            replace(f, status=Status.SKIPPED, reason=reason) if f.applied else f for f in result.findings
-        )
-        first = result.costs[0].before if result.costs else None
-        costs = tuple(PassCost(pc.pass_id, first, first) for pc in result.costs) if first else ()
-        result = replace(result, code=result.source, findings=findings, costs=costs, edits=(),
-                         unreturned=(), introduced=())
+        result = _declined(result, "the rewrite could not be cut back into the notebook's cells")
     located = tuple(notes) + tuple(_locate(result, joined))
     located = tuple(sorted(located, key=lambda f: (f.cell, f.finding.range.start, f.finding.pass_id)))
     return NotebookResult(text, text, result, (), located, (), tuple(sorted(barriers)))
+
+
+def _declined(result: Result, reason: str) -> Result:
+    """``result`` with its rewrite undone: the applied fixes become skipped ones that say why."""
+    findings = tuple(replace(f, status=Status.SKIPPED, reason=reason) if f.applied else f for f in result.findings)
+    first = result.costs[0].before if result.costs else None
+    costs = tuple(PassCost(pc.pass_id, first, first) for pc in result.costs) if first else ()
+    return replace(result, code=result.source, findings=findings, costs=costs, edits=(), unreturned=(), introduced=())
 
 
 def _notebook_finding(cell: int, message: str, reason: str, status: Status = Status.SKIPPED) -> CellFinding:
@@ -762,6 +790,143 @@ def _cell_diff(name: str, cell: _Cell, new: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------
+# IPython syntax in a .py script
+# ---------------------------------------------------------------------------------------
+
+# a line that may start with `!` or `%`: a cheap test before the lexical scan
+_MAYBE_SCRIPT_MAGIC = re.compile(r"(?:^|[\r\n])[ \t]*[!%]")
+# an operator that starts a continued line, not a magic: `% x`, `!= y`
+_OPERATOR_START = re.compile(r"(?:%|!=?)[\s=]")
+_CELL_MAGIC_LINE = re.compile(r"%%(\w+)")
+# the line number ndif_opt.pipeline writes in a SyntaxError's message
+_MESSAGE_LINE = re.compile(r"\(line \d+(?=, column -?\d+\)$)")
+
+
+def _is_script_magic(line: str) -> bool:
+    """A magic or shell line of a script: ``!cmd``, ``%magic``, ``%%magic``. Narrower than a
+    cell's: ``x = !ls`` and ``obj?`` stay syntax errors in a .py file (saying so)."""
+    return line.lstrip()[:1] in ("!", "%")
+
+
+@dataclass(frozen=True)
+class _MaskedScript:
+    source: str  # the script as given
+    code: str  # the prologue, then the script with a placeholder line for each magic
+    prologue: str  # PROLOGUE ending as the script's first line does
+    origin: tuple[int, ...]  # for each line of ``code`` after the prologue, its line in ``source``
+    nonce: str
+    magics: tuple[_Magic, ...]
+
+    def source_line(self, line: int) -> int:
+        """A line of ``code`` -> its line in ``source`` (0-based; the prologue gets line 0)."""
+        if line <= 0 or not self.origin:
+            return 0
+        return self.origin[min(line - 1, len(self.origin) - 1)]
+
+    def located(self, finding: Finding) -> Finding:
+        start = Position(self.source_line(finding.range.start.line), finding.range.start.character)
+        end = Position(self.source_line(finding.range.end.line), finding.range.end.character)
+        return finding.with_range(Range(start, max(start, end)))
+
+    def restore(self, result: Result) -> Result:
+        """``result`` (of ``code``) as the script's: magics back, findings on its lines."""
+        from ndif_opt.pipeline import text_edits
+
+        try:
+            code = self._unmasked(result.code) if result.changed else self.source
+        except _SplitError as error:
+            result, code = _declined(result, f"the script was left unchanged: {error}"), self.source
+        findings = tuple(self.located(f) for f in result.findings)
+        return replace(result, source=self.source, code=code, findings=findings,
+                       edits=tuple(text_edits(self.source, code)))
+
+    def _unmasked(self, code: str) -> str:
+        lines = _python_lines(code)
+        if self.prologue not in lines:
+            raise _SplitError("a rewrite changed the line that imports get_ipython")
+        lines.remove(self.prologue)  # the first: ours, or the script's own (the same text)
+        script = _Cell(0, "code", self.source, "str", None)
+        return _restore({0: "".join(lines)}, [script], list(self.magics), self.nonce)[0]
+
+
+def _mask_script(text: str) -> _MaskedScript | None:
+    """``text`` with its magic and shell lines masked by a notebook cell's rules (only
+    where a statement starts); None when it has none."""
+    if not _MAYBE_SCRIPT_MAGIC.search(text):
+        return None
+    # the same nonce on every edit, so that an editor's window cache keeps its windows
+    nonce = "py" if "ndif_opt_py" not in text else _nonce(text)
+    magics: list[_Magic] = []
+    origin: list[int] = []
+    masked = _mask_cell(_Cell(0, "code", text, "str", None), nonce, magics, origin, is_magic=_is_script_magic)
+    if not magics:
+        return None
+    # the file's own newline: libcst takes the first one for the lines the passes write
+    prologue = PROLOGUE[:-1] + _line_end(_python_lines(text)[0])
+    return _MaskedScript(text, prologue + masked, prologue, tuple(origin), nonce, tuple(magics))
+
+
+def _script_syntax_error(error: SyntaxError, text: str, masked: _MaskedScript | None) -> SyntaxError:
+    """``error`` (of ``masked.code``, when given) on the script's own line, saying so when
+    IPython syntax there is the cause."""
+    line = masked.source_line(error.lineno - 1) + 1 if masked is not None and error.lineno else error.lineno
+    hint = _magic_hint(_python_lines(text), line) if line else ""
+    if line == error.lineno and not hint:
+        return error
+    message = _MESSAGE_LINE.sub(f"(line {line}", error.msg) + hint
+    return SyntaxError(message, (error.filename, line, error.offset, None))
+
+
+def _magic_hint(lines: list[str], line: int) -> str:
+    """Why ``line`` (1-based) does not parse when IPython syntax is the cause, else ""."""
+    if not 0 < line <= len(lines):
+        return ""
+    text = lines[line - 1]
+    if _is_magic(text) and not _OPERATOR_START.match(text.strip()):
+        shown = text.strip() if len(text.strip()) <= 40 else text.strip()[:39] + "…"
+        return (f"; line {line} is an IPython magic (`{shown}`): ndif-opt sets a magic aside only "
+                "when it is a statement of its own that starts with ! or %")
+    for number in range(line - 1, 0, -1):
+        match = _CELL_MAGIC_LINE.match(lines[number - 1])
+        if match is not None:
+            if match.group(1) in PYTHON_CELL_MAGICS:
+                return ""
+            name = match.group(1)
+            return f"; line {line} follows the cell magic `%%{name}` (line {number}), whose body is not Python"
+    return ""
+
+
+def optimize_script(text: str, options: Options, *, filename: str | None = None,
+                    cache: "WindowCache | None" = None, prefiltered: bool = False) -> Result:
+    """:func:`ndif_opt.pipeline.run_pipeline` on a .py script that may hold IPython lines (a
+    notebook exported or pasted): ``!pip install ...``, ``%time ...``, a ``%%capture`` first
+    line. They are masked as a notebook cell's are, and put back byte for byte; a rewrite
+    that would move one leaves the script unchanged (its findings say why). The
+    ``SyntaxError`` for a magic that cannot be masked (inside brackets, ``x = !ls``) says so."""
+    from ndif_opt.pipeline import run_pipeline
+
+    masked = _mask_script(text)
+    try:
+        result = run_pipeline(text if masked is None else masked.code, options, filename, cache,
+                              prefiltered=prefiltered)
+    except SyntaxError as error:
+        raise _script_syntax_error(error, text, masked) from None
+    return result if masked is None else masked.restore(result)
+
+
+def check_script_syntax(text: str, filename: str | None = None) -> None:
+    """SyntaxError (with line and column) when ``text`` is not Python once its IPython
+    lines are masked as :func:`optimize_script` masks them."""
+    from ndif_opt.pipeline import check_syntax
+
+    masked = _mask_script(text)
+    try:
+        check_syntax(text if masked is None else masked.code, filename)
+    except SyntaxError as error:
+        raise _script_syntax_error(error, text, masked) from None
+
+
+# ---------------------------------------------------------------------------------------
 # The notebook as a script
 # ---------------------------------------------------------------------------------------
 
@@ -825,8 +990,10 @@ __all__ = [
     "NotebookFileResult",
     "NotebookResult",
     "NOTEBOOK_ID",
+    "check_script_syntax",
     "is_notebook",
     "notebook_script",
     "optimize_notebook",
+    "optimize_script",
     "verify_notebook",
 ]

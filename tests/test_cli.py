@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -160,3 +162,145 @@ def test_helper_module_beside_the_script(tmp_path, import_first):
     assert done.returncode == 0
     # shipped by value only when imported before the first remote request
     assert ("gap = margin(logits[0, -1], 3, 4).save()" in done.stdout) is import_first
+
+
+# --- IPython lines in a .py script (a notebook exported or pasted) ---------------------
+
+MAGIC_LOOP = (
+    "!pip install nnsight\n"
+    "from nnsight import LanguageModel\n"
+    'model = LanguageModel("gpt2")\n'
+    'for p in ["a","b"]:\n'
+    "    with model.trace(p, remote=True):\n"
+    "        h = model.transformer.h[0].output[0].save()\n"
+    "    print(h.shape)\n"
+)
+
+
+def test_magics_in_a_script_are_kept_and_the_loop_optimized(tmp_path):
+    script = tmp_path / "magic.py"
+    script.write_text(MAGIC_LOOP)
+    done = run(script)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("!pip install nnsight\nfrom nnsight import LanguageModel\n")
+    assert "with model.session(remote=True):" in done.stdout
+    # findings name the lines of the file as written (the loop is on line 4)
+    assert f"{script}:4:1: session-hoisting" in done.stderr
+
+
+def test_magics_in_a_script_come_back_byte_for_byte(tmp_path):
+    source = (
+        "%%capture\n"
+        "%load_ext autoreload\n"
+        "!pip install -q nnsight  \\\n"
+        "    transformers\n"
+        "from nnsight import LanguageModel\n"
+        'model = LanguageModel("gpt2")\n'
+        "if True:\n"
+        "    %time x = 1\n"
+        "    !nvidia-smi\n"
+        'for p in ["a","b"]:\n'
+        "    with model.trace(p, remote=True):\n"
+        "        h = model.transformer.h[0].output[0].save()\n"
+        "    print(h.shape)\n"
+        "%env\n"
+    )
+    script = tmp_path / "cells.py"
+    script.write_text(source)
+    done = run(script, "-q")
+    assert done.returncode == 0, done.stderr
+    assert "with model.session(remote=True):" in done.stdout
+    for line in source.splitlines(keepends=True):
+        if line.lstrip().startswith(("%", "!")) or line == "    transformers\n":
+            assert line in done.stdout, line
+    assert done.stdout.index("    %time x = 1\n") < done.stdout.index("with model.session")
+    assert done.stdout.endswith("%env\n")
+
+
+def test_a_rewrite_that_would_move_a_magic_leaves_the_script_unchanged(tmp_path):
+    script = tmp_path / "traced.py"
+    source = MAGIC_LOOP.replace("        h = model", "        %time x = 1\n        h = model")
+    script.write_text(source)
+    done = run(script)
+    assert done.returncode == 0 and done.stdout == source, done.stderr
+    assert "session-hoisting [not fixed]" in done.stderr
+    assert "the script was left unchanged: a rewrite moved an IPython magic or shell line" in done.stderr
+
+
+def test_a_script_with_magics_and_no_nnsight_passes_through(tmp_path):
+    script = tmp_path / "plain.py"
+    source = "%matplotlib inline\n!ls\nprint(1)\n"
+    script.write_text(source)
+    done = run(script)
+    assert done.returncode == 0 and done.stdout == source, done.stderr
+
+
+@pytest.mark.parametrize("source, line, hint", [
+    ("from nnsight import LanguageModel\nx = (1,\n%time f()\n)\n", 3, "line 3 is an IPython magic (`%time f()`)"),
+    ("from nnsight import LanguageModel\nfiles = !ls\n", 2, "line 2 is an IPython magic (`files = !ls`)"),
+    ("from nnsight import LanguageModel\nx = 1\n%%bash\necho hi\n", 4,
+     "line 4 follows the cell magic `%%bash` (line 3), whose body is not Python"),
+], ids=["in-brackets", "assigned", "cell-body"])
+def test_a_magic_that_cannot_be_set_aside_is_a_parse_error_that_says_so(tmp_path, source, line, hint):
+    script = tmp_path / "bad.py"
+    script.write_text(source)
+    done = run(script)
+    assert done.returncode == 2 and done.stdout == ""
+    [message] = done.stderr.strip().splitlines()
+    assert message.startswith(f"ndif-opt: {script}: cannot parse: ") and f"(line {line}, column" in message
+    assert hint in message, message
+
+
+def test_library_and_editor_keep_the_magics_too():
+    from ndif_opt import optimize
+    from ndif_opt.lsp import analyze
+    from ndif_opt.options import Options
+
+    result = optimize(MAGIC_LOOP, filename="magic.py")
+    assert result.source == MAGIC_LOOP and result.code.startswith("!pip install nnsight\n")
+    assert "with model.session(remote=True):" in result.code
+    assert ("session-hoisting", 3) in [(f.pass_id, f.range.start.line) for f in result.findings]
+    assert apply_edits(MAGIC_LOOP, result.edits) == result.code
+    analysed, error = analyze(MAGIC_LOOP, Options(), "magic.py")
+    assert error is None and analysed.code == result.code
+
+
+def apply_edits(text: str, edits) -> str:
+    lines = text.splitlines(keepends=True)
+    for edit in sorted(edits, key=lambda e: e.range.start, reverse=True):
+        lines[edit.range.start.line : edit.range.end.line] = [edit.new_text]
+    return "".join(lines)
+
+
+# --- stdout carries only the requested output; findings go to stderr -------------------
+
+FINDING = "session-hoisting ["
+
+
+def test_diff_is_a_patch_and_findings_go_to_stderr(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text(MAGIC_LOOP.split("\n", 1)[1])
+    done = run("plain.py", "--diff", cwd=tmp_path)
+    assert done.returncode == 0
+    assert FINDING in done.stderr and FINDING not in done.stdout
+    assert all(line[:1] in "-+ @\\" for line in done.stdout.splitlines()), done.stdout
+    source, expected = script.read_text(), run("plain.py", "-q", cwd=tmp_path).stdout
+    if shutil.which("patch") is None:  # the diff of the two texts, then
+        lines = difflib.unified_diff(source.splitlines(True), expected.splitlines(True),
+                                     "plain.py (original)", "plain.py (optimized)")
+        assert done.stdout == "".join(lines)
+        return
+    (tmp_path / "change.patch").write_text(done.stdout)
+    patched = subprocess.run(["patch", "-p0", "-i", "change.patch"], cwd=tmp_path, capture_output=True, text=True)
+    assert patched.returncode == 0, patched.stdout + patched.stderr
+    assert script.read_text() == expected
+
+
+@pytest.mark.parametrize("flags", [[], ["--report"], ["--check"], ["--format", "json"], ["-o", "out.py"]],
+                         ids=["code", "report", "check", "json", "output-file"])
+def test_findings_never_go_to_stdout(tmp_path, flags):
+    (tmp_path / "plain.py").write_text(MAGIC_LOOP.split("\n", 1)[1])
+    done = run("plain.py", *flags, cwd=tmp_path)
+    assert FINDING not in done.stdout
+    if flags[:1] != ["--format"]:  # the JSON document holds them
+        assert FINDING in done.stderr

@@ -67,3 +67,39 @@ def test_identical_lines_moved_past_each_other_keep_their_findings():
     assert _misplaced(REPEATED) == []
     lines = [f.range.start.line for f in optimize(REPEATED).findings if f.pass_id == "detach-cpu"]
     assert 19 in lines  # the second experiment's save (0-based line 19), not a print
+
+
+def _notebook(*cells: str) -> str:
+    import json
+
+    return json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "execution_count": None,
+                                  "outputs": [], "source": cell.splitlines(keepends=True)}
+                                 for cell in cells],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1)
+
+
+# a line inserted between lines (the slice saved in the trace): its finding is a point
+# at the start of a line, which in the notebook's JSON is the start of the JSON line
+NOTEBOOK_CELL = '''\
+with llm.trace("The Eiffel Tower is in the city of", remote=True):
+
+    # reach inside the model
+    hidden_states = llm.model.layers[-1].output.save()
+    output = llm.output.save()
+
+# after the trace, the saved values are here
+print("hidden:", hidden_states[0])
+print("logits:", output["logits"][0])
+'''
+
+
+def test_a_notebooks_fixed_findings_overlap_the_files_edits():
+    from ndif_opt.notebook import optimize_notebook
+    from ndif_opt.options import Options
+
+    text = _notebook('from nnsight import LanguageModel\nllm = LanguageModel("meta-llama/Llama-3.1-70B")\n',
+                     NOTEBOOK_CELL)
+    result = optimize_notebook(text, options=Options(unsafe_fixes=True)).as_result()
+    assert any(f.pass_id == "detach-cpu" and f.status is Status.APPLIED for f in result.findings)
+    assert [f.message for f in result.findings
+            if f.status is Status.APPLIED and not any(_overlaps(f.range, e.range) for e in result.edits)] == []

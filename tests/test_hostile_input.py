@@ -214,6 +214,19 @@ def test_line_endings_are_kept(tmp_path, newline):
     assert script.read_bytes() == data
 
 
+@pytest.mark.parametrize("newline", ["\r\n", "\r"], ids=["crlf", "cr"])
+def test_ipython_lines_keep_the_line_endings(tmp_path, newline):
+    source = "!pip install nnsight\n" + NAIVE.replace("\nfor prompt", "\n%time x = 1\nfor prompt") + "%env"
+    data = source.replace("\n", newline).encode()
+    script = write(tmp_path / "magic.py", data)
+    done = run(script, "-q")
+    assert done.returncode == 0, err(done)
+    assert b"model.session(remote=True)" in done.stdout
+    assert done.stdout.startswith(f"!pip install nnsight{newline}".encode())
+    assert f"{newline}%time x = 1{newline}".encode() in done.stdout and done.stdout.endswith(b"%env")
+    assert done.stdout.replace(newline.encode(), b"").count(b"\n" if newline == "\r\n" else b"\r") == 0
+
+
 def test_mixed_line_endings_are_kept_line_by_line(tmp_path):
     lines = NAIVE.split("\n")[:-1]
     data = "".join(line + ("\r\n" if i % 2 else "\n") for i, line in enumerate(lines)).encode()
