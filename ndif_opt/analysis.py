@@ -176,6 +176,19 @@ def is_save_call(expr: cst.BaseExpression) -> bool:
     return name in ("nnsight.save", "save") and len(expr.args) >= 1
 
 
+def opens_invoke(node: cst.CSTNode, tracer: str | None = None) -> bool:
+    """`with tracer.invoke(...):` — of ``tracer`` when it is given."""
+    if type(node) is not cst.With or len(node.items) != 1:
+        return False
+    call = node.items[0].item
+    return (
+        type(call) is cst.Call
+        and type(call.func) is cst.Attribute
+        and call.func.attr.value == "invoke"
+        and (tracer is None or dotted_name(call.func.value) == tracer)
+    )
+
+
 def is_saved_expr(expr: cst.BaseExpression) -> bool:
     return is_save_call(expr)
 

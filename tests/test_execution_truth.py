@@ -91,3 +91,30 @@ def test_a_flag_that_changes_inside_the_loop_is_not_hoisted(first, second):
         print(tops)
         ''', first, second)
     assert declined(result, "`remote` is assigned inside it and decides `remote=`")
+
+
+@pytest.mark.parametrize("family", sorted(REPOS))
+def test_a_list_filled_after_the_invokes_is_not_claimed_fixed(family):
+    """Code in a trace's body after its invokes runs before them (nnsight 0.5+): a list
+    filled there would not come back filled if it were created in the trace, so the
+    relocation is not made and no correctness fix is claimed."""
+    from ndif_opt.verify import run_script
+
+    source = textwrap.dedent('''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        tops = []
+        with model.trace(remote=True) as tracer:
+            for prompt in ["The Eiffel Tower is in", "The capital of Japan is"]:
+                with tracer.invoke(prompt):
+                    top = model.lm_head.output[0, -1].argmax().save()
+            tops.extend([top])  # after the invokes: runs before them
+        print(tops)
+        ''').replace("REPO", REPOS[family])
+    result = optimize(source)
+    assert result.code == source
+    assert not any(f.status is Status.APPLIED for f in result.findings)
+    assert any("after its `.invoke` blocks" in (f.reason or "") for f in result.findings)
+    run = run_script(source, filename="late_fill.py", mode="local")
+    assert run.error is not None and "NameError" in run.error  # `top` did not exist yet

@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ndif_opt.analysis import Block, Facts, Remote
+from ndif_opt.analysis import Block, Facts, Remote, opens_invoke
+from ndif_opt.names import collect
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.session_hoisting import _is_model_like
 from ndif_opt.regions import Accumulator, carried_container, find_accumulator
@@ -81,6 +82,16 @@ class AccumulatorRelocation(Pass):
             )
             if any(name in other.names.mutates for other in remote_blocks if other is not block):
                 context.skipped(node, bug, f"not moved: other remote blocks also fill `{name}`")
+                continue
+            late = _filled_after_invokes(block, name)
+            if late is not None:
+                # moving the list in would not make it come back filled: claim no fix
+                context.skipped(
+                    late, bug,
+                    f"not moved: `{name}` is filled in the trace's own body after its `.invoke` blocks, "
+                    "which nnsight 0.5+ runs before them (the invokes' values do not exist yet); "
+                    "fill it inside the last invoke, or after the trace",
+                )
                 continue
             acc, why = find_accumulator(facts, name, block.stmt.suite, block.stmt.index)
             if acc is None:
@@ -224,6 +235,21 @@ with model.trace("hello"):
 """,
     ),
 )
+
+
+def _filled_after_invokes(block: Block, name: str) -> cst.CSTNode | None:
+    """The statement of the trace body, after an invoke, that fills ``name`` outside any
+    invoke; None if there is none."""
+    tracer = block.tracer_name
+    if tracer is None:
+        return None
+    seen_invoke = False
+    for stmt in block.node.body.body:
+        if find_nodes(stmt, lambda n: opens_invoke(n, tracer)):
+            seen_invoke = True
+        elif seen_invoke and name in collect(stmt).mutates:
+            return stmt
+    return None
 
 
 def _intervenes_only(block: Block, name: str) -> bool:

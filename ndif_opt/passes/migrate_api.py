@@ -76,7 +76,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ndif_opt.analysis import Block, Facts, is_save_call, qualify
+from ndif_opt.analysis import Block, Facts, is_save_call, opens_invoke, qualify
 from ndif_opt.names import collect, collect_all, dotted_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.rewrite import code_of, method_call, reindentable, without_remote
@@ -559,15 +559,7 @@ def _walk_order(module: cst.Module) -> dict[int, int]:
 
 
 def _is_invoke(stmt: cst.BaseStatement, tracer: str) -> bool:
-    if not isinstance(stmt, cst.With) or len(stmt.items) != 1:
-        return False
-    call = stmt.items[0].item
-    return (
-        isinstance(call, cst.Call)
-        and isinstance(call.func, cst.Attribute)
-        and call.func.attr.value == "invoke"
-        and dotted_name(call.func.value) == tracer
-    )
+    return opens_invoke(stmt, tracer)
 
 
 def _saved_names(facts: Facts, walk: "_Collect"):
