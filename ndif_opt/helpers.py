@@ -18,7 +18,7 @@ from ndif_opt.effects import ServerCheck
 from ndif_opt.names import collect
 from ndif_opt.positions import code_for_node
 from ndif_opt.retries import RetryGuard, RetryWrapper, function_guard, retry_wrappers, unwrapped_call
-from ndif_opt.walk import walk
+from ndif_opt.walk import find_nodes, walk
 
 FLAG_PARAMETER = "remote"
 
@@ -38,6 +38,9 @@ class RemoteHelper:
     self_stores: tuple[str, ...] = ()  # a method's `self.x = ...` attributes (outside its blocks)
     mutated_params: dict[str, int | None] = field(default_factory=dict)  # name -> position
     bound: bool = False  # a method of a same-file class, called as `self.name(...)`
+    # a module name its flag reads is assigned again after the function is defined (a
+    # later cell sets `REMOTE = True`): a default would freeze the first value
+    flag_changes_later: bool = False
     wrappers: dict[str, RetryWrapper] = field(default_factory=dict)  # the file's retry wrappers
 
     def positions(self) -> dict[str, int | None]:
@@ -111,6 +114,7 @@ def remote_helpers(facts: Facts, server: ServerCheck) -> dict[str, RemoteHelper]
         if blocks:
             helpers[name] = _describe(name, func, blocks, facts, server)
             helpers[name].wrappers = wrappers
+            helpers[name].flag_changes_later = _rebound_after(helpers[name], facts)
     for name, method in self_methods(facts).items():
         blocks = [
             b for b in facts.blocks
@@ -120,6 +124,23 @@ def remote_helpers(facts: Facts, server: ServerCheck) -> dict[str, RemoteHelper]
             helpers[name] = _describe(name, method, blocks, facts, server, bound=True)
             helpers[name].wrappers = wrappers
     return helpers
+
+
+def _rebound_after(helper: RemoteHelper, facts: Facts) -> bool:
+    """Is a module name the helper's flag reads assigned after the helper's `def` (or
+    declared `global` in a function, which may assign it at any time)?"""
+    try:
+        names = set(collect(cst.parse_expression(helper.flag_code)).reads) - helper.flag_locals()
+    except cst.ParserSyntaxError:
+        return True
+    if not names:
+        return False
+    body = facts.module.body
+    top = next((i for i, stmt in enumerate(body) if find_nodes(stmt, lambda n: n is helper.func)), len(body))
+    if any(names & set(collect(stmt).binds) for stmt in body[top + 1:]):
+        return True
+    return any(names & {n.name.value for n in g.names}
+               for g in find_nodes(facts.module, lambda n: type(n) is cst.Global))
 
 
 def self_methods(facts: Facts) -> dict[str, cst.FunctionDef]:
@@ -417,11 +438,12 @@ def with_flag_parameter(helper: RemoteHelper) -> cst.FunctionDef:
     name = helper.new_parameter
     default = cst.parse_expression(helper.flag_code)
     flag: cst.BaseExpression = cst.Name(name)
-    if helper.flag_locals():
+    if helper.flag_locals() or helper.flag_changes_later:
         # `remote=self.remote`: a default cannot read `self` (it is evaluated when the
-        # function is defined), so the blocks take `self.remote and remote`, which is
-        # the old flag for every call that does not pass `remote=False`
-        flag = cst.parse_expression(f"{helper.flag_code} and {name}")
+        # function is defined), nor a module flag set again later (it would keep the
+        # first value), so the blocks take `remote and self.remote`: the old flag, read
+        # when the call runs, for every call that does not pass `remote=False`
+        flag = cst.parse_expression(f"{name} and {helper.flag_code}")
         default = cst.Name("True")
     param = cst.Param(
         name=cst.Name(name),

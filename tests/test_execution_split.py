@@ -539,7 +539,7 @@ def test_a_library_function_whose_helper_takes_the_model_as_a_parameter(family):
 @both
 def test_traces_in_methods_called_from_a_loop_in_another_method(family):
     # `self.remote` cannot be a default (it is read when the method is defined): the
-    # method's block takes `self.remote and remote`; what the clean run stores on the
+    # method's block takes `remote and self.remote`; what the clean run stores on the
     # server's copy of `self` comes back to yours after the session
     result, report = check(
         '''
@@ -583,7 +583,7 @@ def test_traces_in_methods_called_from_a_loop_in_another_method(family):
         ''',
         family,
     )
-    assert "remote=self.remote and remote" in result.code
+    assert "remote=remote and self.remote" in result.code
     assert "self.patch(layer, pos, remote=False)" in result.code
     assert "self.clean_hidden = _ndif_log[-1]" in result.code
     assert report.before.requests == 7

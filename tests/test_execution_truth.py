@@ -118,3 +118,75 @@ def test_a_list_filled_after_the_invokes_is_not_claimed_fixed(family):
     assert any("after its `.invoke` blocks" in (f.reason or "") for f in result.findings)
     run = run_script(source, filename="late_fill.py", mode="local")
     assert run.error is not None and "NameError" in run.error  # `top` did not exist yet
+
+
+@pytest.mark.parametrize("family", sorted(REPOS))
+def test_a_flag_the_helper_computes_itself_is_not_moved_to_module_level(family):
+    """`remote = config.remote` inside the helper: a session at the call site cannot take
+    that name (it raised NameError there), so the loop is declined."""
+    source = textwrap.dedent('''
+        from nnsight import LanguageModel
+
+
+        class Config:
+            remote = True
+
+
+        config = Config()
+        model = LanguageModel("REPO")
+
+
+        def top_token(prompt):
+            remote = config.remote
+            with model.trace(prompt, remote=remote):
+                top = model.lm_head.output[0, -1].argmax().save()
+            return int(top)
+
+
+        tops = []
+        for prompt in ["The Eiffel Tower is in", "The capital of Japan is"]:
+            tops.append(top_token(prompt))
+        print(tops)
+        ''').replace("REPO", REPOS[family])
+    result = optimize(source)
+    report = verify_result(source, result, filename="script.py")
+    assert report.intended_ok, report.to_text() + "\n" + result.code
+    assert any("computed inside it" in (f.reason or "") for f in result.findings)
+
+
+@pytest.mark.parametrize("family", sorted(REPOS))
+def test_a_module_flag_set_again_later_is_read_when_the_helper_runs(family):
+    """A later cell turns NDIF on: a new default `remote=REMOTE` would keep the first
+    value (False) for calls outside the session, so the helper reads the flag when it
+    runs (`remote and REMOTE`)."""
+    source = textwrap.dedent('''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        REMOTE = False
+
+
+        def top_token(prompt):
+            with model.trace(prompt, remote=REMOTE):
+                top = model.lm_head.output[0, -1].argmax().save()
+            return int(top)
+
+
+        REMOTE = True  # a later cell
+        tops = []
+        for prompt in ["The Eiffel Tower is in", "The capital of Japan is"]:
+            tops.append(top_token(prompt))
+        print(tops)
+
+
+
+        def shout(text):  # a definition: the call after it stays outside the session
+            return text.upper()
+
+
+        print(shout("last"), top_token("One, two, three,"))
+        ''').replace("REPO", REPOS[family])
+    result = optimize(source)
+    report = verify_result(source, result, filename="script.py")
+    assert report.intended_ok, report.to_text() + "\n" + result.code
+    assert report.after.requests == 2, report.to_text() + "\n" + result.code  # the loop's session + the last call
