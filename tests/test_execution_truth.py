@@ -18,6 +18,7 @@ from ndif_opt import Status, optimize  # noqa: E402
 from ndif_opt.verify import verify_result  # noqa: E402
 
 REPOS = {"gpt2": "openai-community/gpt2", "llama": "meta-llama/Llama-3.1-8B"}
+LAYER_LISTS = {"gpt2": "model.transformer.h", "llama": "model.model.layers"}
 both = pytest.mark.parametrize("first, second", [("gpt2", "llama"), ("llama", "gpt2")])
 
 
@@ -190,3 +191,26 @@ def test_a_module_flag_set_again_later_is_read_when_the_helper_runs(family):
     report = verify_result(source, result, filename="script.py")
     assert report.intended_ok, report.to_text() + "\n" + result.code
     assert report.after.requests == 2, report.to_text() + "\n" + result.code  # the loop's session + the last call
+
+
+@pytest.mark.parametrize("family", sorted(REPOS))
+def test_a_value_fallback_under_hasattr_is_not_pre_05_and_is_optimized(family):
+    """`x.value if hasattr(x, "value") else x` runs on every nnsight: the script is not
+    taken for pre-0.5 code, and its loop becomes one session with equal results."""
+    source = textwrap.dedent('''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        norms = []
+        for prompt in ["The Eiffel Tower is in", "The capital of Japan is"]:
+            with model.trace(prompt, remote=True):
+                hidden = LAYERS[1].output.save()
+            hidden = hidden.value if hasattr(hidden, "value") else hidden  # nnsight < 0.5 too
+            norms.append(round(float(hidden[0, -1].norm()), 4))
+        print(norms)
+        ''').replace("REPO", REPOS[family]).replace("LAYERS", LAYER_LISTS[family])
+    result = optimize(source)
+    assert not any("pre-0.5" in f.message for f in result.findings)
+    report = verify_result(source, result, filename="script.py")
+    assert report.intended_ok, report.to_text() + "\n" + result.code
+    assert report.before.requests == 2 and report.after.requests == 1, report.to_text()
