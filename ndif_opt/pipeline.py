@@ -553,6 +553,7 @@ def _run_module(source: str, options: Options, filename: str | None = None,
     if migrated is not None and state.api == PRE_05 and any(p.id != MigrateApi.id for p in passes):
         last_round.append(_partial_migration(state.facts, migrated))
     code = state.code
+    applied = [f for f in applied if f.evidence is None or f.evidence in code]  # not undone later
     findings = tuple(sorted(applied + last_round, key=lambda f: (f.range.start, f.pass_id)))
     return Result(
         source=source,
@@ -666,7 +667,7 @@ def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -
             end = Position(*line_map(pos.end.line - 1, pos.end.column))
             rng = Range(start, max(start, end))
         found.append(
-            Finding(pass_id, item.message, rng, item.status, item.safety, item.reason)
+            Finding(pass_id, item.message, rng, item.status, item.safety, item.reason, item.evidence)
         )
     return found
 

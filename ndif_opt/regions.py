@@ -337,8 +337,9 @@ def arithmetic(expr: cst.BinaryOperation, integer) -> int | None:
     return None
 
 
-def requests_in(blocks: list[Block], region: list[cst.CSTNode], facts: Facts) -> int:
-    """How many requests the outermost ``blocks`` of a region issue, loops counted."""
+def requests_in(blocks: list[Block], region: list[cst.CSTNode], facts: Facts, unknown: int = UNKNOWN_TRIPS) -> int:
+    """How many requests the outermost ``blocks`` of a region issue, loops counted (a loop
+    of unknown length as ``unknown`` iterations)."""
     inside = {id(n) for n in region}
     total = 0
     for block in blocks:
@@ -350,6 +351,6 @@ def requests_in(blocks: list[Block], region: list[cst.CSTNode], facts: Facts) ->
                 entered = True
             if entered and (type(node) is cst.For or type(node) is cst.While):
                 trips = trip_count(node, facts)
-                count *= UNKNOWN_TRIPS if trips is None else trips
+                count *= unknown if trips is None else trips
         total += count
     return total

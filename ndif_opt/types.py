@@ -62,6 +62,9 @@ class Finding:
     status: Status
     safety: Safety = Safety.SAFE
     reason: str | None = None  # for SKIPPED: the precondition that failed, in plain words
+    # for APPLIED: text the final code holds while the fix stands (a later pass may undo
+    # it: a `.detach().cpu()` goes with the save reduction-pushdown drops); not reported
+    evidence: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def applied(self) -> bool:
@@ -70,10 +73,11 @@ class Finding:
     def with_range(self, range: Range) -> "Finding":
         """This finding at ``range``: ``dataclasses.replace`` without its per-call cost (a
         long file's windows move every finding they make); keep it to every field."""
-        return Finding(self.pass_id, self.message, range, self.status, self.safety, self.reason)
+        return Finding(self.pass_id, self.message, range, self.status, self.safety, self.reason, self.evidence)
 
     def to_dict(self) -> dict:
         data = asdict(self)
+        del data["evidence"]
         data["status"] = self.status.value
         data["safety"] = self.safety.value
         return data

@@ -103,3 +103,28 @@ def test_a_notebooks_fixed_findings_overlap_the_files_edits():
     assert any(f.pass_id == "detach-cpu" and f.status is Status.APPLIED for f in result.findings)
     assert [f.message for f in result.findings
             if f.status is Status.APPLIED and not any(_overlaps(f.range, e.range) for e in result.edits)] == []
+
+
+# a save that detach-cpu moves to the CPU in one round and reduction-pushdown drops in
+# the next (it pushes one value per run): the `.detach().cpu()` went with it, and so must its finding
+SUPERSEDED = '''\
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in the city of", remote=True):
+    hidden = model.transformer.h[-1].output.save()
+    logits = model.lm_head.output.save()
+top = logits[0, -1].argmax().item()
+spread = torch.softmax(logits[0, -1], dim=-1).max().item()
+norm = hidden[0, -1].norm().item()
+print(top, spread, norm)
+'''
+
+
+def test_a_fix_a_later_pass_undid_is_not_reported():
+    result = optimize(SUPERSEDED)
+    assert "logits[0, -1].argmax().item()" in result.code and ".detach().cpu()" not in result.code
+    claimed = [f.message for f in result.findings if f.pass_id == "detach-cpu" and f.status is Status.APPLIED]
+    assert claimed == []
+    assert all("evidence" not in f.to_dict() for f in result.findings)

@@ -109,11 +109,13 @@ def test_a_finding_moved_keeps_every_other_field():
 
     from ndif_opt.types import Finding, Range, Safety, Status
 
-    finding = Finding("p", "m", Range.of(0, 0, 0, 1), Status.SKIPPED, Safety.UNSAFE, "why")
+    finding = Finding("p", "m", Range.of(0, 0, 0, 1), Status.SKIPPED, Safety.UNSAFE, "why", "x.cpu()")
     moved = finding.with_range(Range.of(3, 0, 3, 1))
     assert moved == dataclasses.replace(finding, range=Range.of(3, 0, 3, 1))
+    assert moved.evidence == "x.cpu()"  # (not compared by ==)
     # every field but the range is copied: a field added to Finding must be added there too
-    assert {f.name for f in dataclasses.fields(Finding)} == {"pass_id", "message", "range", "status", "safety", "reason"}
+    assert {f.name for f in dataclasses.fields(Finding)} == {
+        "pass_id", "message", "range", "status", "safety", "reason", "evidence"}
 
 
 def test_the_report_says_which_way_each_figure_went():

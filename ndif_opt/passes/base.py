@@ -41,6 +41,7 @@ class RawFinding:
     status: Status
     safety: Safety = Safety.SAFE
     reason: str | None = None
+    evidence: str | None = None  # see Finding.evidence
 
 
 @dataclass
@@ -68,8 +69,11 @@ class Context:
             return False
         return True
 
-    def applied(self, node: cst.CSTNode, message: str, safety: Safety = Safety.SAFE) -> None:
-        self.findings.append(RawFinding(node, message, Status.APPLIED, safety))
+    def applied(self, node: cst.CSTNode, message: str, safety: Safety = Safety.SAFE,
+                evidence: str | None = None) -> None:
+        """``evidence``: text the final code holds while this fix stands; the finding is
+        dropped when a later pass undoes the fix."""
+        self.findings.append(RawFinding(node, message, Status.APPLIED, safety, evidence=evidence))
 
     def skipped(self, node: cst.CSTNode, message: str, reason: str) -> None:
         self.findings.append(RawFinding(node, message, Status.SKIPPED, Safety.SAFE, reason))

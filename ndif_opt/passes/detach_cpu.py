@@ -71,7 +71,8 @@ class DetachCpu(Pass):
                             )
                         elif context.allows(small, "saved tensor not moved to the CPU"):
                             targets[id(value)] = value
-                            context.applied(small, f"added `.detach().cpu()` before saving `{code_of(inner)}`")
+                            context.applied(small, f"added `.detach().cpu()` before saving `{code_of(inner)}`",
+                                            evidence=f"{code_of(inner)}.detach().cpu()")
                     if isinstance(target, cst.Name) and is_tensor(inner if inner is not None else value, models, tensors):
                         tensors.add(target.value)
         if not targets:

@@ -95,6 +95,7 @@ class Region:
     helper_calls: list = field(default_factory=list)  # (call, RemoteHelper) moved along
     saved_here: dict = field(default_factory=dict)  # id(stmt) -> name given `.save()`
     requests: int | None = None  # remote requests it sends, once counted
+    requests_exact: bool = True  # False: loops of unknown length make it a lower bound
     split: Split | None = None  # the client/server split, when code must stay on the client
     remote_statements: list = field(default_factory=list)  # its statements that do remote work
     retry: PortableRetry | None = None  # the retry the session stands under, if its work had one
@@ -186,9 +187,14 @@ class SessionHoisting(Pass):
         """The remote requests the region sends now (counted once: asked for each message)."""
         from ndif_opt.regions import UNKNOWN_TRIPS
 
+        def count(unknown: int) -> int:
+            calls = call_multiplicity(region.statements, self.helpers, facts, unknown) if region.helper_calls else 0
+            return requests_in(region.blocks, region.statements, facts, unknown) + calls
+
         if region.requests is None:
-            calls = call_multiplicity(region.statements, self.helpers, facts, UNKNOWN_TRIPS) if region.helper_calls else 0
-            region.requests = requests_in(region.blocks, region.statements, facts) + calls
+            region.requests = count(UNKNOWN_TRIPS)
+            # a count that changes with the assumed length of unknown loops is a lower bound
+            region.requests_exact = region.requests >= 2 and count(UNKNOWN_TRIPS + 1) == region.requests
         return region.requests
 
     # -- finding regions ---------------------------------------------------------------
@@ -881,16 +887,14 @@ def _header_rebound(region: Region) -> str:
 
 
 def _not_hoisted(region: Region, facts: Facts, requests: int) -> str:
-    requests = max(2, requests)
     return (
-        f"{_kind_label(region)} sends {_count(requests)} separate remote requests "
+        f"{_kind_label(region)} sends {_count(requests, region.requests_exact)} separate remote requests "
         f"to `{region.model}`; one `{region.model}.session(remote=...)` would send one"
     )
 
 
 def _hoisted_message(region: Region, facts: Facts, accumulators, requests: int) -> str:
-    requests = max(2, requests)
-    text = f"wrapped {_kind_label(region)} in one session: {_count(requests)} requests → 1"
+    text = f"wrapped {_kind_label(region)} in one session: {_count(requests, region.requests_exact)} requests → 1"
     if region.helper_calls:
         names = sorted({h.name for _, h in region.helper_calls})
         text += "; " + ", ".join(f"`{n}`" for n in names) + " now called with remote=False inside it"
@@ -930,8 +934,10 @@ def _split_note(split: Split | None) -> str:
     return text
 
 
-def _count(requests: int) -> str:
-    return str(requests) if requests != 2 else "2 or more"
+def _count(requests: int, exact: bool) -> str:
+    """`6` when the count is known, `6 or more` when loops of unknown length make it a
+    lower bound (never fewer than 2: the region is planned only when it sends two)."""
+    return str(requests) if exact else f"{max(2, requests)} or more"
 
 
 def _plain(problem: Problem) -> str:
