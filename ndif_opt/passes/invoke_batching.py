@@ -190,7 +190,7 @@ def _problem(sweep: Sweep, facts: Facts, unsafe: bool):
     if accesses.model_writes:
         return f"the loop changes the model (`{code_of(accesses.model_writes[0])}`), which every invoke shares", set()
     if accesses.unknown:
-        return f"it reads `{code_of(accesses.unknown[0])}`, which is not a module of `{sweep.model}`", set()
+        return accesses.unknown_reason(sweep.model), set()
     if not accesses.found:
         return None
     problem = (

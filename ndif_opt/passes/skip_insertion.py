@@ -267,7 +267,7 @@ def _analyse(sweep: Sweep, facts: Facts):
     if reason:
         return reason
     if accesses.unknown:
-        return f"it reads `{code_of(accesses.unknown[0])}`, which is not a module of `{sweep.model}`"
+        return accesses.unknown_reason(sweep.model)
     if accesses.skips:
         return "the trace already skips modules"
     if accesses.model_writes:

@@ -324,6 +324,14 @@ class Accesses:
     skips: list[cst.Call] = field(default_factory=list)
     model_writes: list[cst.CSTNode] = field(default_factory=list)  # weights, attributes
 
+    def unknown_reason(self, model: str) -> str:
+        """Why the first `.output`/`.input` of a value not known to be a module blocks a
+        rewrite (it may well be one — a loop variable over `model.layers` is — but which
+        module, and so in what order the model reaches it, is not known before running)."""
+        read = self.unknown[0]
+        return (f"it reads `{code_of(read)}`, and which module of `{model}` `{code_of(read.value)}` is "
+                "cannot be told before running")
+
 
 def module_accesses(nodes, facts: Facts) -> Accesses:
     """Every `.output`/`.input` of a module, `.skip()` and write to the model in ``nodes``."""
@@ -461,7 +469,7 @@ def in_place_problem(nodes, derived: set[str], facts: Facts) -> str:
 def layer_order_problem(sweep: Sweep, accesses: Accesses, facts: Facts) -> str:
     """Whether one trace can serve every iteration's reads in the model's order."""
     if accesses.unknown:
-        return f"it reads `{code_of(accesses.unknown[0])}`, which is not a module of `{sweep.model}`"
+        return accesses.unknown_reason(sweep.model)
     if not accesses.found:
         return "the trace reads no module value"
     if len(sweep.targets) != 1:
