@@ -314,6 +314,16 @@ for _family in ("gpt2", "llama"):
             f"[{_family}]:{_version}"
         ] = "cost model gap: the model a helper receives as a parameter is not resolved (sizes of another model)"
 
+for _pair in ("gpt2-llama", "llama-gpt2"):
+    for _version in ("original", "optimized"):
+        NOT_PREDICTED[
+            f"test_execution_truth::test_a_helper_given_a_model_loaded_in_each_iteration_is_not_hoisted"
+            f"[{_pair}]:{_version}"
+        ] = "cost model gap: a loop over `DICT.items()` of a module-level dict literal is assumed 8 long (2)"
+        NOT_PREDICTED[
+            f"test_execution_truth::test_a_loop_over_models_with_its_own_traces_is_not_hoisted[{_pair}]:{_version}"
+        ] = ("cost model gap: a model bound again inside the loop keeps the sizes of the registry model its "
+             "name first held (the tiny models' vocabularies differ from the real ones)")
 
 # ---------------------------------------------------------------------------------------
 # The scripts of the execution tests

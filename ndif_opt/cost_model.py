@@ -9,22 +9,26 @@ The model walks the script once, in order, as an abstract interpreter:
   ``len()`` of literal lists and of module containers (``len(model.model.layers)``),
   ``enumerate``/``zip``, nested loops; a loop over literal strings (prompts) is unrolled so
   every prompt has its own length; a loop whose length is unknown runs a stated default
-  and is flagged in :attr:`Estimate.notes`;
+  and is flagged in :attr:`Estimate.notes`; a list the script fills in place
+  (``prompts.append(p)``) has the length of what it adds where that is known;
 * a call of a function of the same file is walked at the call (its requests count once per
   call); a function never called at module level is walked once;
 * every **outermost remote block** is one request: its upload (request base, the module
   tree's references, the block's code, every client tensor the block reads), its
   download (``torch.save`` of the saved values), its forward passes (one per trace however
-  many invokes; ``max_new_tokens`` per generate), its decoder-layer evaluations (every
-  layer of every forward pass, less the layers replaced by ``.skip()`` and those after a
-  ``tracer.stop()``), its compute (2 × parameters × tokens per pass — the tokens of every
-  invoke, padded to the longest — less the parameters of the layers not evaluated) and
-  its server time.
+  many invokes; ``max_new_tokens`` per generate; a session's are its traces', also those
+  of a model the analysis cannot tell is one, such as a parameter), its decoder-layer
+  evaluations (every layer of every forward pass, less the layers replaced by ``.skip()``
+  and those after a ``tracer.stop()``), its compute (2 × parameters × tokens per pass —
+  the tokens of every invoke, padded to the longest — less the parameters of the layers
+  not evaluated) and its server time.
 
 What the download counts — the server's ``torch.save`` of ``{name: value}`` for every
 *name* bound to a saved value in the block's frame (a saved value appended to a client
 list is not a name there and is not returned) — and the framing it adds (about 1.3 KB a
-result, 225 B a tensor) were measured against nnsight 0.8 / torch 2.13.
+result, 225 B a tensor) were measured against nnsight 0.8 / torch 2.13. A value whose size
+the shapes cannot tell adds its framing only and is listed, with the code that computes it
+and why, in ``Cost.download_unknown``: the report shows such a download as a lower bound.
 
 **Views.** NDIF's server runs on GPU and moves each saved tensor with ``.to("cpu")``, which
 copies only the view: ``logits[0, -1].save()`` downloads ``vocab`` elements. A CPU server
@@ -48,6 +52,7 @@ exceed NDIF's one-hour limit); :func:`estimate` only the totals.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
@@ -57,17 +62,17 @@ from typing import Any
 
 import libcst as cst
 
-from ndif_opt.analysis import Block, Facts, is_save_call
+from ndif_opt.analysis import Block, Facts, Remote, RemoteFlag, is_save_call
 from ndif_opt.helpers import self_methods
 from ndif_opt.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size, estimate_n_params
-from ndif_opt.names import dotted_name, target_names
+from ndif_opt.names import collect, dotted_name, target_names
 from ndif_opt.positions import top_level_code
 from ndif_opt.options import Options
 from ndif_opt.regions import arithmetic
 from ndif_opt.retries import retry_guard, retry_wrappers, unwrapped_call
 from ndif_opt.rewrite import code_of, unsave
 from ndif_opt.shapes import ModuleRef, Shape, literal_value, shape_of, value_of
-from ndif_opt.types import Cost
+from ndif_opt.types import Cost, UnknownDownload, UnknownDownloads
 from ndif_opt.walk import content_children
 
 __all__ = [
@@ -116,6 +121,12 @@ CLIENT_TENSOR_OVERHEAD = 400  # pickling one client tensor into the request
 UNROLL_LIMIT = 256  # loops over at most this many literal strings are unrolled
 UNROLL_BUDGET = 4096  # iterations a walk unrolls for loops whose cost varies by iteration
 CALL_DEPTH = 3  # same-file functions are followed this deep
+TRACKED_LENGTH = 4 * UNROLL_LIMIT  # the longest list built in place whose length the walk follows
+# methods that change a list, set or dict in place
+_IN_PLACE = frozenset(
+    {"append", "extend", "insert", "add", "clear", "sort", "reverse", "pop", "remove", "discard",
+     "update", "setdefault", "popitem"}
+)
 
 _PY_SIZES = {"float": 9, "number": 9, "int": 5, "bool": 2, "none": 1, "dtype": 20, "device": 20}
 _VIEW_METHODS = frozenset(
@@ -181,6 +192,9 @@ class RequestEstimate:
     max_server_seconds: float = 0.0  # the longest single request
     saved: dict[str, int] = field(default_factory=dict)  # name -> bytes (last request)
     profile: SessionProfile | None = None
+    # values of unknown size (download_bytes counts their framing), with how many times
+    # they are downloaded over ``count`` requests
+    unknown_downloads: dict[UnknownDownload, int] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
@@ -232,7 +246,10 @@ def _explain(facts: Facts, options: Options) -> Estimate:
         walker.note(f"the cost model could not follow this script ({type(error).__name__}): its cost is partial")
     requests = walker.requests
     total = dict(requests=0, upload=0, download=0, forward=0, layers=0, flops=0.0, server=0.0)
+    unknown: dict[UnknownDownload, int] = {}
     for r in requests:
+        for value, n in r.unknown_downloads.items():
+            unknown[value] = unknown.get(value, 0) + n
         total["requests"] += r.count
         total["upload"] += r.upload_bytes
         total["download"] += r.download_bytes
@@ -254,6 +271,7 @@ def _explain(facts: Facts, options: Options) -> Estimate:
         layer_evaluations=total["layers"],
         compute_flops=total["flops"],
         seconds=round(seconds, 3),
+        download_unknown=UnknownDownloads.of(unknown),
     )
     warnings = []
     limit = _setting(options, "session-limit")
@@ -496,13 +514,15 @@ def _fingerprint(node: cst.BaseExpression, names: dict[str, None]) -> Any:
 
 def _exact(value: Any) -> tuple:
     """``value`` as a key part equal only to an identical value: a Shape compares its
-    Python value with ==, which holds between 1, 1.0 and True."""
+    Python value with ==, which holds between 1, 1.0 and True, and not its reason, which
+    a value of unknown size carries into the report."""
     return (value, _types_in(value)) if isinstance(value, Shape) else (value, None)
 
 
 def _types_in(shape: Shape) -> tuple:
     elements = shape.elements
-    return (_value_types(shape.value), tuple([_types_in(e) for e in elements]) if elements else ())
+    return (_value_types(shape.value), tuple([_types_in(e) for e in elements]) if elements else (),
+            shape.reason if shape.kind == "unknown" else None)
 
 
 def _value_types(value: Any) -> Any:
@@ -516,7 +536,8 @@ def _value_types(value: Any) -> Any:
 @functools.lru_cache(maxsize=4096)
 def _value_in(expr, dims, model_names, seq, batch, max_new_tokens, read) -> Shape | ModuleRef:
     """:func:`value_of` in an env of the names it reads (a pure function of its key, cached;
-    the result is immutable and the cost model reads no Shape's reason or notes)."""
+    the result is immutable; the cost model reads no Shape's notes, and a reason only of
+    the expression evaluated, whose nodes and names' values are the key)."""
     env = {name: value for name, (value, _) in read if value is not _UNBOUND}
     return value_of(expr, dims, model_name=model_names, seq_len=seq, batch=batch, env=env,
                     max_new_tokens=max_new_tokens)
@@ -599,6 +620,7 @@ class _Walker:
         self._code_memo: dict[int, str] = {}
         self._call_stack: list[str] = []
         self._unrolled = 0  # iterations unrolled so far (see UNROLL_BUDGET)
+        self._guesses = 0  # how deep in code run an assumed number of times (see _guessing)
         self._default_dims = self.dims_of(self.model_names[0])
 
     # -- setup ---------------------------------------------------------------------------
@@ -678,20 +700,13 @@ class _Walker:
                     f"the `while {_short(stmt.test)}` loop runs an unknown number of times: "
                     f"assumed {self.unknown_trips}"
                 )
-            self.suite(stmt.body.body, times * self.unknown_trips)
+            with self._guessing():
+                self.suite(stmt.body.body, times * self.unknown_trips)
             return
         if type(stmt) is cst.If:
-            orelse = stmt.orelse
-            if orelse is not None and self._has_work(orelse) and not self._has_work(stmt.body):
-                self.note(f"`if {_short(stmt.test)}` is assumed false: the branch that sends requests is counted")
-                if type(orelse) is cst.If:
-                    self.statement(orelse, times)
-                else:
-                    self.suite(orelse.body.body, times)
-                return
-            self.suite(stmt.body.body, times)
-            if orelse is not None and self._has_work(orelse):
-                self.note(f"`if {_short(stmt.test)}` is assumed true: its other branch is not counted")
+            # the test is not evaluated: a branch may not run (but a script's main does)
+            with contextlib.nullcontext() if _is_main_guard(stmt) else self._guessing():
+                self._if_statement(stmt, times)
             return
         if type(stmt) in (cst.Try, cst.TryStar):
             self.suite(stmt.body.body, times)
@@ -703,6 +718,30 @@ class _Walker:
         body = getattr(stmt, "body", None)
         if type(body) is cst.IndentedBlock:
             self.suite(body.body, times)
+
+    def _if_statement(self, stmt: cst.If, times: float) -> None:
+        orelse = stmt.orelse
+        if orelse is not None and self._has_work(orelse) and not self._has_work(stmt.body):
+            self.note(f"`if {_short(stmt.test)}` is assumed false: the branch that sends requests is counted")
+            if type(orelse) is cst.If:
+                self.statement(orelse, times)
+            else:
+                self.suite(orelse.body.body, times)
+            return
+        self.suite(stmt.body.body, times)
+        if orelse is not None and self._has_work(orelse):
+            self.note(f"`if {_short(stmt.test)}` is assumed true: its other branch is not counted")
+
+    @contextlib.contextmanager
+    def _guessing(self):
+        """Code the walk runs an assumed number of times (a loop of unknown length, a
+        branch whose test it does not evaluate): what it adds to a list leaves the
+        list's length unknown."""
+        self._guesses += 1
+        try:
+            yield
+        finally:
+            self._guesses -= 1
 
     def _is_remote(self, block: Block) -> bool:
         if self.facts.is_remote(block.remote.state):
@@ -741,6 +780,8 @@ class _Walker:
 
     def with_statement(self, stmt: cst.With, times: float) -> None:
         block = self.facts.block_of(stmt)
+        if block is None and self.request is not None:
+            block = self._unlisted_trace(stmt)
         if block is None:
             forward = self.forward
             invoke = _invoke_call(stmt)
@@ -764,6 +805,29 @@ class _Walker:
             return
         self.inner_block(block, times)
 
+    def _unlisted_trace(self, stmt: cst.With) -> Block | None:
+        """``with lm.trace(...)`` inside a request that the analysis does not list as a
+        block — the model is a parameter or an attribute it cannot tell is a model, and
+        inside a session the trace takes no ``remote=`` — when ``lm`` is the request's
+        model or bound to a model: one of the request's traces all the same."""
+        call = stmt.items[-1].item if stmt.items else None
+        if type(call) is not cst.Call or type(call.func) is not cst.Attribute:
+            return None
+        method = call.func.attr.value
+        if method not in ("trace", "generate"):
+            return None
+        receiver = call.func.value
+        request = self.request
+        if dotted_name(receiver) != request.block.model:
+            bound = self.value(receiver)
+            if not (isinstance(bound, ModuleRef) and not bound.path):  # the root of a model
+                return None
+        return Block(
+            node=stmt, call=call, model=request.block.model, method=method,
+            remote=RemoteFlag(Remote.NO, None, "inside a remote request"),
+            stmt=self.facts.statements.get(id(stmt)), parent=request.block,
+        )
+
     # -- loops -------------------------------------------------------------------------------
     def for_loop(self, stmt: cst.For, times: float) -> None:
         if retry_guard(stmt, self.facts) is not None:
@@ -783,7 +847,8 @@ class _Walker:
                 self.suite(stmt.body.body, times)
             return
         trips = len(elements) if elements is not None else self.length(stmt.iter)
-        if trips is None:
+        assumed = trips is None
+        if assumed:
             trips = self.unknown_trips
             if self._has_work(stmt):
                 self.note(
@@ -795,7 +860,8 @@ class _Walker:
         else:
             for name in names:
                 self._bind(name, self._element_shape(stmt.iter))
-        self.suite(stmt.body.body, times * trips)
+        with self._guessing() if assumed else contextlib.nullcontext():
+            self.suite(stmt.body.body, times * trips)
 
     def _varies(self, loop: cst.For) -> bool:
         """Does what an iteration costs depend on the loop variable? — a nested loop whose
@@ -1221,7 +1287,7 @@ class _Walker:
                 storage = self._bound_storage(inner)
                 if storage is not None:
                     self.storage[name] = storage
-                request.save(name, size, self)
+                request.save(name, size, None if size is not None else _unknown_download(name, inner, shape))
                 return
             if request is not None and _is_old_api_container(value):
                 self._bind(name, Shape.container([]))
@@ -1257,8 +1323,7 @@ class _Walker:
             if name in request.containers:
                 key = target.slice[0].slice if len(target.slice) == 1 else None
                 key_shape = self.value(key.value) if type(key) is cst.Index else None
-                size, _, storage = self.sent(unsave(value))
-                request.add(name, size, _key_size(key_shape) if key_shape is not None else 9, times, storage)
+                self._add_to(request, name, unsave(value), _key_size(key_shape) if key_shape is not None else 9, times)
 
     def call_statement(self, call: cst.Call, times: float) -> None:
         func = call.func
@@ -1270,25 +1335,73 @@ class _Walker:
         ):
             self.forward.skipped += times  # one layer evaluation less
             return
-        request = self._frame_request()
-        if request is None or type(func) is not cst.Attribute or type(func.value) is not cst.Name:
+        if type(func) is not cst.Attribute or type(func.value) is not cst.Name:
             return
         name, method = func.value.value, func.attr.value
+        if method in _IN_PLACE and _is_container(self.env.get(name)):
+            self.env[name] = self._changed_container(name, self.env[name], method, call, times)
+        request = self._frame_request()
+        if request is None:
+            return
         if name not in request.containers or method not in _CONTAINER_METHODS or not call.args:
             return
         args = [a.value for a in call.args]
         if method == "append" or method == "add":
-            size, _, storage = self.sent(unsave(args[0]))
-            request.add(name, size, 0, times, storage)
+            self._add_to(request, name, unsave(args[0]), 0, times)
         elif method == "insert" and len(args) >= 2:
-            size, _, storage = self.sent(unsave(args[1]))
-            request.add(name, size, 0, times, storage)
+            self._add_to(request, name, unsave(args[1]), 0, times)
         elif method == "setdefault" and len(args) >= 2:
-            size, _, storage = self.sent(unsave(args[1]))
-            request.add(name, size, _key_size(self.value(args[0])), times, storage)
+            self._add_to(request, name, unsave(args[1]), _key_size(self.value(args[0])), times)
         elif method in ("extend", "update"):
-            size, shape = self.sent_size(unsave(args[0]))
-            request.add(name, None if size is None else max(size - 4, 0), 0, times)
+            values = unsave(args[0])
+            size, shape = self.sent_size(values)
+            if size is None:
+                request.add(name, None, 0, times, unknown=_unknown_download(name, values, shape))
+            else:  # the elements of a container, without its own framing
+                request.add(name, max(size - 4, 0), 0, times)
+
+    def _changed_container(self, name: str, bound: Shape, method: str, call: cst.Call, times: float) -> Shape:
+        """What ``name`` holds after ``times`` calls ``name.<method>(...)`` that change it
+        in place (``prompts = []``, then ``prompts.append(p)`` in a loop): its length
+        follows what is added where the walk knows how often that runs, and its values
+        where they are constants; else it is unknown, and a loop over it runs an assumed
+        number of times (with a note) rather than none."""
+        unknown = Shape.unknown(f"`{name}` is changed in place by code run an unknown number of times")
+        if method == "clear":
+            return _python_shape([], True)
+        if method in ("sort", "reverse"):  # the same elements in another order
+            return Shape.container(bound.elements)
+        args = [a.value for a in call.args if a.keyword is None and not a.star]
+        if self._guesses or len(args) != (2 if method == "insert" else 1):
+            return unknown
+        if method == "extend":
+            added, count = self.elements(args[0]), self.length(args[0])
+        elif method in ("append", "add", "insert"):
+            constant = self.constant_value(args[-1])
+            added, count = (None if constant is NO_VALUE else [constant]), 1
+        else:  # pop, remove, update, ...: what goes is not followed
+            return unknown
+        if count is None or len(bound.elements) + times * count > TRACKED_LENGTH:
+            return unknown
+        if method != "insert" and added is not None and times == 1 and isinstance(bound.value, tuple):
+            return _python_shape([*bound.value, *added], True)  # constants: `for p in prompts` unrolls them
+        return Shape.container(bound.elements + self._added_shapes(method, args[-1], count) * _round(times))
+
+    def _added_shapes(self, method: str, value: cst.BaseExpression, count: int) -> tuple[Shape, ...]:
+        """The shapes of the ``count`` elements one call ``<list>.<method>(value)`` adds
+        (so that the list's size is known where they are: a list saved whole)."""
+        shape = self.shape(unsave(value))
+        if method != "extend":
+            return (shape,)
+        if shape.kind == "container" and len(shape.elements) == count:
+            return shape.elements
+        return (Shape.unknown("an element of a value the list was extended with"),) * count
+
+    def _add_to(self, request: _Request, name: str, value: cst.BaseExpression, key: int, times: float) -> None:
+        """``times`` values of ``value`` go into the saved container ``name``."""
+        size, shape, storage = self.sent(value)
+        unknown = None if size is not None else _unknown_download(name, value, shape)
+        request.add(name, size, key, times, storage, unknown)
 
     def _follow_calls(self, small: cst.CSTNode, times: float) -> None:
         """Walk same-file functions called by this statement, at the call."""
@@ -1309,18 +1422,44 @@ class _Walker:
             saved = (dict(self.env), dict(self.storage))
             self._bind_arguments(func, call, bound)
             self._call_stack.append(name)
-            self.suite(func.body.body, times * self._comprehension_trips(loops))
+            trips = self._comprehension_trips(loops)
+            with self._guessing() if trips is None else contextlib.nullcontext():
+                self.suite(func.body.body, times * (self.unknown_trips if trips is None else trips))
             self._call_stack.pop()
             if self.request is None:
-                self.env, self.storage = saved
+                self._restore_after_call(func, *saved)
 
-    def _comprehension_trips(self, loops: tuple[cst.BaseExpression, ...]) -> float:
-        """How often a call inside comprehensions over ``loops`` (their iterables) runs."""
+    def _comprehension_trips(self, loops: tuple[cst.BaseExpression, ...]) -> float | None:
+        """How often a call inside comprehensions over ``loops`` (their iterables) runs;
+        None when one of their lengths is not known."""
         trips = 1.0
         for iterable in loops:
             length = self.length(iterable)
-            trips *= self.unknown_trips if length is None else length
+            if length is None:
+                return None
+            trips *= length
         return trips
+
+    def _restore_after_call(self, func: cst.FunctionDef, env: dict, storage: dict) -> None:
+        """The caller's names again after a call of ``func``: its locals go, but a list
+        of the caller's that it changed in place (``prompts.append(...)``) stays changed."""
+        local = self._locals_of(func)
+        for name, value in self.env.items():
+            before = env.get(name)
+            if value is not before and name not in local and _is_container(before):
+                env[name] = value
+        self.env, self.storage = env, storage
+
+    def _locals_of(self, func: cst.FunctionDef) -> frozenset[str]:
+        known = self._work_memo.get(("locals", id(func)))
+        if known is None:
+            params = {p.name.value for p in (*func.params.posonly_params, *func.params.params,
+                                            *func.params.kwonly_params)}
+            for star in (func.params.star_arg, func.params.star_kwarg):
+                if isinstance(star, cst.Param):
+                    params.add(star.name.value)
+            known = self._work_memo[("locals", id(func))] = frozenset(params | set(collect(func.body).binds))
+        return known
 
     def _bind_arguments(self, func: cst.FunctionDef, call: cst.Call, bound: bool = False) -> None:
         params = [p for p in func.params.params][1 if bound else 0 :]  # a method's `self` is not an argument
@@ -1376,6 +1515,8 @@ class _Walker:
         entry.server_seconds += count * request.seconds
         entry.max_server_seconds = max(entry.max_server_seconds, request.seconds)
         entry.saved = sizes
+        for value, n in request.unknown.items():
+            entry.unknown_downloads[value] = entry.unknown_downloads.get(value, 0) + _round(count * n)
         if request.profile is not None:
             entry.profile = request.profile
         # what comes back: saved names hold their values on the client
@@ -1386,10 +1527,10 @@ class _Walker:
         for name in list(self.storage):
             if name not in env:
                 self.storage.pop(name, None)
-        if request.unknown:
+        if not request.forward_passes and count:
             self.note(
-                "the size of " + ", ".join(f"`{n}`" for n in sorted(request.unknown)[:5])
-                + " is not known statically: counted as framing only"
+                f"`{_short(block.call)}` runs no trace or generate the cost model can follow (a function "
+                "of another file, say): its forward passes are not counted"
             )
 
     def _session_body(self, block: Block) -> SessionProfile:
@@ -1626,7 +1767,8 @@ class _Request:
         self.saved: dict[str, int] = {}
         self.containers: dict[str, float] = {}
         self.storages: set[tuple] = set()  # module outputs whose storage a container holds
-        self.unknown: set[str] = set()
+        # values of unknown size it downloads, with how many times (one run of the request)
+        self.unknown: dict[UnknownDownload, float] = {}
         self.forward_passes = 0.0
         self.layer_evaluations = 0.0
         self.flops = 0.0
@@ -1650,22 +1792,35 @@ class _Request:
         self.flops += times * flops
         self.seconds += times * seconds
 
-    def save(self, name: str, size: int | None, walker: _Walker) -> None:
+    def save(self, name: str, size: int | None, unknown: UnknownDownload | None = None) -> None:
+        """``name`` comes back holding a value of ``size`` bytes; None: a size not known
+        statically, of the value ``unknown`` describes (its framing is counted)."""
         self.containers.pop(name, None)
+        self._forget_unknown(name)
         if size is None:
-            self.unknown.add(name)
+            self.unknown[unknown] = 1.0
             size = 0
-        else:
-            self.unknown.discard(name)
         self.saved[name] = size
 
     def unsave(self, name: str) -> None:
         self.saved.pop(name, None)
         self.containers.pop(name, None)
+        self._forget_unknown(name)
 
-    def add(self, name: str, size: int | None, key: int, times: float, storage: _Storage | None = None) -> None:
+    def _forget_unknown(self, name: str) -> None:
+        """``name`` is bound anew: what it held before does not come back."""
+        if self.unknown:
+            for value in [value for value in self.unknown if value.name == name]:
+                del self.unknown[value]
+
+    def add(
+        self, name: str, size: int | None, key: int, times: float, storage: _Storage | None = None,
+        unknown: UnknownDownload | None = None,
+    ) -> None:
+        """``times`` values of ``size`` bytes (None: not known statically, the value
+        ``unknown`` describes) go into the saved container ``name``, under keys of ``key`` bytes."""
         if size is None:
-            self.unknown.add(name)
+            self.unknown[unknown] = self.unknown.get(unknown, 0.0) + times
             size = 0
         if storage is not None and storage.key is not None:
             # a view of one module output: its storage is written once per run of the
@@ -1783,6 +1938,23 @@ def _compound(block: cst.BaseSuite):
                 stack.extend(handler.body.body)
 
 
+def _is_container(value: Shape | ModuleRef | None) -> bool:
+    return isinstance(value, Shape) and value.kind == "container"
+
+
+def _is_main_guard(stmt: cst.If) -> bool:
+    """``if __name__ == "__main__":`` — the branch a script run as a script takes."""
+    test = stmt.test
+    return (
+        type(test) is cst.Comparison
+        and len(test.comparisons) == 1
+        and type(test.comparisons[0].operator) is cst.Equal
+        and {code_of(test.left), code_of(test.comparisons[0].comparator)} in (
+            {"__name__", '"__main__"'}, {"__name__", "'__main__'"}
+        )
+    )
+
+
 def _has_skip(node: cst.CSTNode) -> bool:
     return any(
         type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value == "skip"
@@ -1792,6 +1964,23 @@ def _has_skip(node: cst.CSTNode) -> bool:
 
 def _names_in(node: cst.CSTNode) -> set[str]:
     return {n.value for n in _walk(node) if type(n) is cst.Name}
+
+
+def _unknown_download(name: str, expr: cst.BaseExpression, shape: Shape) -> UnknownDownload:
+    """What the report says of a value ``name`` downloads whose size is not known (its
+    code whole: it tells two such values apart)."""
+    return UnknownDownload(name, " ".join(code_of(expr).split()), _unknown_reason(shape))
+
+
+def _unknown_reason(shape: Shape) -> str:
+    """Why :func:`serialized_size` has no size for ``shape``: its first part without one."""
+    if shape.kind == "unknown":
+        return shape.reason or "its value is not known"
+    if shape.kind == "container":
+        for element in shape.elements:
+            if serialized_size(element) is None:
+                return _unknown_reason(element)
+    return "its dimensions are not known"
 
 
 def _tensor_bytes(shape: Shape) -> int:

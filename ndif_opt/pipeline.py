@@ -31,7 +31,7 @@ from ndif_opt.passes.migrate_api import PRE_05, PRE_05_MESSAGE, MigrateApi, api_
 from ndif_opt.positions import Positions, code_and_positions
 from ndif_opt.prefilter import uses_nnsight
 from ndif_opt.suppression import IGNORE_FILE, Suppressions
-from ndif_opt.types import Cost, Edit, Finding, PassCost, Position, Range, Result, Status
+from ndif_opt.types import Cost, Edit, Finding, PassCost, Position, Range, Result, Status, UnknownDownloads
 
 MAX_ROUNDS = 16  # passes enable each other (and push one value per run) until stable
 
@@ -422,6 +422,8 @@ def _column_sum(values: tuple) -> int | float:
     value is an int that is just ``sum``: no rounding, and order does not matter."""
     if set(map(type, values)) == {int}:
         return sum(values)
+    if type(values[0]) is UnknownDownloads:  # a multiset of values: nothing to round
+        return functools.reduce(operator.add, values)
     exact = _exact_sum(values)
     if exact is not None:
         return exact
@@ -595,7 +597,8 @@ def _untouched(source: str, stage: str, error: Exception) -> Result:
     return Result(source=source, code=source, findings=(_internal_error(stage, error),))
 
 
-_COST_FIELDS = tuple(f.name for f in dataclasses.fields(Cost))  # every field is a number that adds up
+# every field adds up: numbers, and the multiset of downloads of unknown size
+_COST_FIELDS = tuple(f.name for f in dataclasses.fields(Cost))
 _fields_of = operator.attrgetter(*_COST_FIELDS)
 
 

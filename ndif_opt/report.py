@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 
-from ndif_opt.types import Cost, Finding, Result, Status
+from ndif_opt.types import Cost, Finding, Result, Status, UnknownDownload, UnknownDownloads
 
 
 def human_bytes(count: float) -> str:
@@ -63,30 +63,133 @@ def _ratio(before: float, after: float) -> str:
     return (f"{ratio:,.0f}×" if ratio >= 100 else f"{ratio:.3g}×") + f" {word}"
 
 
+# ---------------------------------------------------------------------------------------
+# Downloads of unknown size, and why a download grew
+# ---------------------------------------------------------------------------------------
+
+
+def download_text(cost: Cost) -> str:
+    """``279.6 KB``, or ``279.6 KB + ?`` when the download holds values of a size not
+    known statically (the number counts only their framing)."""
+    text = human_bytes(cost.download_bytes)
+    return f"{text} + ?" if cost.download_unknown else text
+
+
+def downloads_comparable(before: Cost, after: Cost) -> bool:
+    """Do the two downloads differ by their known parts only — the same values of unknown
+    size on both sides, each downloaded as many times?"""
+    return before.download_unknown == after.download_unknown
+
+
+def download_change(before: Cost, after: Cost) -> str:
+    """``download 4.46× fewer``; where part of a download is of unknown size, the change
+    of the known part when the unknown parts are the same, else ``download unknown``."""
+    if not downloads_comparable(before, after):
+        return "download unknown"
+    if not before.download_unknown:
+        return f"download {_ratio(before.download_bytes, after.download_bytes)}"
+    change = after.download_bytes - before.download_bytes
+    if change == 0:
+        return "download ="
+    # a ratio of the known parts is not the ratio of the downloads: their difference is
+    return f"download {human_bytes(abs(change))} {'more' if change > 0 else 'less'} (the same unknown part)"
+
+
+def _download_grew(before: Cost, after: Cost) -> bool:
+    grew = after.download_unknown - before.download_unknown  # the values downloaded more often
+    return after.download_bytes > before.download_bytes or bool(grew)
+
+
+# a pass marks a finding whose rewrite makes the script correct on NDIF (not only
+# cheaper) with these words in its message
+CORRECTNESS_MARK = "(a correctness fix)"
+
+
+def growth_reason(result: Result, pass_id: str | None, before: Cost, after: Cost) -> str | None:
+    """Why the download of a pass's row (``None``: the total's) grew, from the fixes the
+    pass applied: a correctness fix brings back data that stayed on the server. None when
+    it did not grow, or no fix says why."""
+    if not _download_grew(before, after):
+        return None
+    fixes = [
+        f for f in result.findings
+        if f.applied and CORRECTNESS_MARK in f.message and pass_id in (None, f.pass_id)
+    ]
+    if not fixes:
+        return None
+    what = "a correctness fix" if len(fixes) == 1 else f"{len(fixes)} correctness fixes"
+    return f"{what}: the data now comes back"
+
+
+def _download_column(result: Result, pass_id: str | None, before: Cost, after: Cost) -> str:
+    text = download_change(before, after)
+    reason = growth_reason(result, pass_id, before, after)
+    return f"{text} ({reason})" if reason else text
+
+
+def unknown_downloads(result: Result) -> list[UnknownDownload]:
+    """Every value of unknown size some row of the cost table downloads, in order."""
+    seen: dict[UnknownDownload, None] = {}
+    for pc in result.costs:
+        for cost in (pc.before, pc.after):
+            seen.update(dict.fromkeys(cost.download_unknown.values))
+    return list(seen)
+
+
+def unknown_download_notes(result: Result) -> list[str]:
+    """One line per value of unknown size: its name, what computes it, how many times the
+    original and the optimized script download it, and why its size is not known."""
+    before, after = totals(result)
+    return [
+        f"`{value.name}` ← `{_shortened(value.source)}` "
+        f"({_downloads(before.download_unknown.count(value))} → {after.download_unknown.count(value)}): "
+        f"{value.reason}"
+        for value in unknown_downloads(result)
+    ]
+
+
+def _shortened(code: str, limit: int = 60) -> str:
+    return code if len(code) <= limit else code[: limit - 1] + "…"
+
+
+def _downloads(count: int) -> str:
+    return "1 download" if count == 1 else f"{count:,} downloads"
+
+
+# ---------------------------------------------------------------------------------------
+# The text table
+# ---------------------------------------------------------------------------------------
+
+
 def cost_table(result: Result) -> str:
     rows = [("pass", "requests", "download", "forward passes", "layer evals", "est. time", "")]
     for pc in result.costs:
-        rows.append(_row(pc.pass_id, pc.before, pc.after))
+        rows.append(_row(result, pc.pass_id, pc.before, pc.after))
     before, after = totals(result)
-    rows.append(_row("total", before, after))
+    rows.append(_row(result, None, before, after))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
     for index, row in enumerate(rows):
         out.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
         if index == 0 or index == len(rows) - 2:
             out.append("  ".join("-" * w for w in widths))
+    notes = unknown_download_notes(result)
+    if notes:
+        out += ["", "  + ? = values of a size not known statically (the download counts their framing only):"]
+        out += [f"    {note}" for note in notes]
     return "\n".join(out) + "\n"
 
 
-def _row(name: str, before: Cost, after: Cost) -> tuple[str, ...]:
+def _row(result: Result, pass_id: str | None, before: Cost, after: Cost) -> tuple[str, ...]:
+    """A row of the table: a pass's (``pass_id``) or the total (None)."""
     return (
-        name,
+        pass_id or "total",
         f"{before.requests} → {after.requests}",
-        f"{human_bytes(before.download_bytes)} → {human_bytes(after.download_bytes)}",
+        f"{download_text(before)} → {download_text(after)}",
         f"{before.forward_passes} → {after.forward_passes}",
         f"{before.layer_evaluations} → {after.layer_evaluations}",
         f"{before.seconds:.1f} s → {after.seconds:.1f} s",
-        f"requests {_ratio(before.requests, after.requests)}, download {_ratio(before.download_bytes, after.download_bytes)}",
+        f"requests {_ratio(before.requests, after.requests)}, {_download_column(result, pass_id, before, after)}",
     )
 
 
@@ -109,15 +212,26 @@ def _cost_pair(before: Cost, after: Cost) -> dict:
     ):
         pair[f"{key}_before"] = getattr(before, key)
         pair[f"{key}_after"] = getattr(after, key)
+    # the values download_bytes counts the framing of only: a download is a lower bound
+    # while either list holds one
+    pair["download_unknown_before"] = _unknown_list(before)
+    pair["download_unknown_after"] = _unknown_list(after)
     return pair
+
+
+def _unknown_list(cost: Cost) -> list[dict]:
+    return [
+        {"name": value.name, "source": value.source, "reason": value.reason, "count": n}
+        for value, n in cost.download_unknown.counts
+        if n > 0
+    ]
 
 
 def to_json(entries: list[tuple[str, Result]], errors: list[dict]) -> str:
     files = [result_dict(path, result) for path, result in entries]
-    total = {}
+    total: dict = {}
     for entry in files:
-        for key, value in entry["totals"].items():
-            total[key] = total.get(key, 0) + value
+        _add_into(total, entry["totals"], entry["path"])
     payload = {
         "version": 1,
         "totals": total,
@@ -128,14 +242,22 @@ def to_json(entries: list[tuple[str, Result]], errors: list[dict]) -> str:
     return json.dumps(payload, indent=2, ensure_ascii=False)
 
 
+def _add_into(target: dict, costs: dict, path: str) -> None:
+    """Add one file's cost fields to totals over files: numbers add up, and the values of
+    unknown size are listed with the file they belong to."""
+    for key, value in costs.items():
+        if isinstance(value, list):
+            target[key] = target.get(key, []) + [{**item, "path": path} for item in value]
+        else:
+            target[key] = target.get(key, 0) + value
+
+
 def _merge_passes(files: list[dict]) -> list[dict]:
     merged: dict[str, dict] = {}
     for entry in files:
         for p in entry["passes"]:
             target = merged.setdefault(p["id"], {"id": p["id"]})
-            for key, value in p.items():
-                if key != "id":
-                    target[key] = target.get(key, 0) + value
+            _add_into(target, {key: value for key, value in p.items() if key != "id"}, entry["path"])
     return list(merged.values())
 
 
@@ -164,7 +286,7 @@ def summary_line(result: Result) -> str:
     before, after = totals(result)
     return (
         f"{before.requests} → {after.requests} requests · "
-        f"{human_bytes(before.download_bytes)} → {human_bytes(after.download_bytes)} download · "
+        f"{download_text(before)} → {download_text(after)} download · "
         f"{_seconds_text(before.seconds)} → {_seconds_text(after.seconds)} estimated"
     )
 
@@ -180,7 +302,7 @@ def cost_table_markdown(result: Result) -> str:
         return (
             f"| {name} | {b.requests} → {a.requests} "
             f"| {human_bytes(b.upload_bytes)} → {human_bytes(a.upload_bytes)} "
-            f"| {human_bytes(b.download_bytes)} → {human_bytes(a.download_bytes)} "
+            f"| {download_text(b)} → {download_text(a)} "
             f"| {b.forward_passes} → {a.forward_passes} "
             f"| {b.layer_evaluations} → {a.layer_evaluations} "
             f"| {_seconds_text(b.seconds)} → {_seconds_text(a.seconds)} |"
@@ -201,6 +323,11 @@ def markdown_report(path: str, result: Result, *, diff: bool = True) -> str:
         out += ["No nnsight code to optimize.", ""]
         return "\n".join(out)
     out += [f"**{summary_line(result)}**", "", cost_table_markdown(result)]
+    notes = unknown_download_notes(result)
+    if notes:
+        out += ["+ ? = values of a size not known statically (the download counts their framing only):", ""]
+        out += [f"- {_md_cell(note)}" for note in notes]
+        out.append("")
     if result.findings:
         out += [f"<details><summary>Findings ({len(result.findings)})</summary>", ""]
         for finding in result.findings:
@@ -221,19 +348,28 @@ def markdown_report(path: str, result: Result, *, diff: bool = True) -> str:
     return "\n".join(out)
 
 
+def _download_sum(costs) -> Cost:
+    """The download of several files: their bytes and their values of unknown size."""
+    download, unknown = 0, UnknownDownloads()
+    for cost in costs:
+        download += cost.download_bytes
+        unknown += cost.download_unknown
+    return Cost(download_bytes=download, download_unknown=unknown)
+
+
 def markdown_many(entries: list[tuple[str, Result]], errors: list[dict] | None = None) -> str:
     """Several files: a totals line first, then each file's report."""
     out = []
     if len(entries) > 1:
         before = sum((totals(r)[0].requests for _, r in entries))
         after = sum((totals(r)[1].requests for _, r in entries))
-        down_b = sum((totals(r)[0].download_bytes for _, r in entries))
-        down_a = sum((totals(r)[1].download_bytes for _, r in entries))
+        down_b = _download_sum(totals(r)[0] for _, r in entries)
+        down_a = _download_sum(totals(r)[1] for _, r in entries)
         changed = sum(1 for _, r in entries if r.changed)
         out += [
             f"## ndif-opt: {len(entries)} files, {changed} would change",
             "",
-            f"**{before} → {after} requests · {human_bytes(down_b)} → {human_bytes(down_a)} download**",
+            f"**{before} → {after} requests · {download_text(down_b)} → {download_text(down_a)} download**",
             "",
         ]
     for path, result in entries:

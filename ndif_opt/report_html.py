@@ -14,7 +14,10 @@ import difflib
 import html
 import math
 
-from ndif_opt.report import human_bytes, summary_line, totals
+from ndif_opt.report import (
+    download_change, download_text, downloads_comparable, growth_reason, human_bytes, summary_line, totals,
+    unknown_download_notes,
+)
 from ndif_opt.types import Cost, Result, Status
 
 __all__ = ["render_html", "cost_chart_svg"]
@@ -43,7 +46,7 @@ table.costs th, table.costs td { border: 1px solid var(--line); padding: 4px 8px
 table.costs th:first-child, table.costs td:first-child { text-align: left; }
 table.costs thead th { background: var(--soft); }
 table.costs tr.total td { font-weight: 600; background: var(--soft); }
-td.better { color: #1a7f37; } td.worse { color: #cf222e; }
+td.better { color: #1a7f37; } td.worse { color: #cf222e; } td.unknown { font-style: italic; }
 svg.chart { display: block; margin: 8px 0; max-width: 100%; height: auto; }
 svg.chart text { font: 11px -apple-system, "Segoe UI", Arial, sans-serif; fill: var(--fg); }
 svg.chart .axis { stroke: var(--line); } svg.chart .grid { stroke: #eef1f4; }
@@ -97,6 +100,11 @@ def _file_section(index: int, path: str, result: Result) -> str:
     out.append(f'<p class="summary">{_e(summary_line(result))}</p>')
     out.append("<h3>Cost per pass</h3>")
     out.append(_cost_table(index, result))
+    notes = unknown_download_notes(result)
+    if notes:
+        out.append('<p class="muted">+ ? = values of a size not known statically '
+                   "(the download counts their framing only):</p>")
+        out.append('<ul class="unknown-downloads">' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
     out.append('<h3>Requests, download and estimated time after each pass <span class="muted">(log scales)</span></h3>')
     out.append(cost_chart_svg(result, element_id=f"cost-chart-{index}"))
     if result.findings:
@@ -127,27 +135,48 @@ def _cost_table(index: int, result: Result) -> str:
     )
     rows = [head]
 
-    def cells(b: Cost, a: Cost) -> str:
+    def cells(pass_id: str | None, b: Cost, a: Cost) -> str:
         pairs = [
             (b.requests, a.requests, str),
             (b.upload_bytes, a.upload_bytes, human_bytes),
-            (b.download_bytes, a.download_bytes, human_bytes),
             (b.forward_passes, a.forward_passes, str),
             (b.layer_evaluations, a.layer_evaluations, str),
             (b.seconds, a.seconds, _time),
         ]
         out = []
         for before, after, fmt in pairs:
-            css = "better" if after < before else "worse" if after > before else ""
-            out.append(f'<td class="{css}">{_e(fmt(before))} → {_e(fmt(after))}</td>')
+            out.append(f'<td class="{_direction(before, after)}">{_e(fmt(before))} → {_e(fmt(after))}</td>')
+        out.insert(2, _download_cell(result, pass_id, b, a))
         return "".join(out)
 
     for pc in result.costs:
-        rows.append(f'<tr data-pass="{_e(pc.pass_id)}"><td><code>{_e(pc.pass_id)}</code></td>{cells(pc.before, pc.after)}</tr>')
+        rows.append(
+            f'<tr data-pass="{_e(pc.pass_id)}"><td><code>{_e(pc.pass_id)}</code></td>'
+            f"{cells(pc.pass_id, pc.before, pc.after)}</tr>"
+        )
     before, after = totals(result)
-    rows.append(f'<tr class="total"><td>total</td>{cells(before, after)}</tr>')
+    rows.append(f'<tr class="total"><td>total</td>{cells(None, before, after)}</tr>')
     rows.append("</tbody></table>")
     return "".join(rows)
+
+
+def _direction(before: float, after: float) -> str:
+    return "better" if after < before else "worse" if after > before else ""
+
+
+def _download_cell(result: Result, pass_id: str | None, before: Cost, after: Cost) -> str:
+    """Better or worse only where the downloads compare (the same values of unknown size
+    on both sides); the reason a download grew, where a fix says."""
+    comparable = downloads_comparable(before, after)
+    css = _direction(before.download_bytes, after.download_bytes) if comparable else "unknown"
+    text = f"{download_text(before)} → {download_text(after)}"
+    # with values of unknown size, the words say how the downloads compare, if they do
+    notes = [download_change(before, after)] if before.download_unknown or after.download_unknown else []
+    reason = growth_reason(result, pass_id, before, after)
+    if reason:
+        notes.append(reason)
+    note = f' <span class="muted">({_e("; ".join(notes))})</span>' if notes else ""
+    return f'<td class="{css}">{_e(text)}{note}</td>'
 
 
 def _time(seconds: float) -> str:
@@ -158,10 +187,11 @@ def _time(seconds: float) -> str:
 # The chart
 # ---------------------------------------------------------------------------------------
 
+# (css class, label, the number a bar shows, the text of a cost's figure)
 _METRICS = (
-    ("requests", "requests", lambda c: c.requests, lambda v: f"{v:,.0f}"),
-    ("download", "download", lambda c: c.download_bytes, human_bytes),
-    ("time", "est. time", lambda c: c.seconds, _time),
+    ("requests", "requests", lambda c: c.requests, lambda c: f"{c.requests:,.0f}"),
+    ("download", "download", lambda c: c.download_bytes, download_text),  # its known part, then `+ ?`
+    ("time", "est. time", lambda c: c.seconds, lambda c: _time(c.seconds)),
 )
 
 
@@ -179,7 +209,7 @@ def cost_chart_svg(result: Result, *, element_id: str = "cost-chart") -> str:
         f'viewBox="0 0 {width} {panel_h}" width="{width}" height="{panel_h}" role="img" '
         f'aria-label="requests, download and estimated time after each pass, log scales">'
     ]
-    for m, (css, label, get, fmt) in enumerate(_METRICS):
+    for m, (css, label, get, text) in enumerate(_METRICS):
         x0 = m * (panel_w + gap)
         values = [max(float(get(cost)), 0.0) for _, cost in stages]
         low, high = _log_range(values)
@@ -196,23 +226,22 @@ def cost_chart_svg(result: Result, *, element_id: str = "cost-chart") -> str:
         out.append(f'<line class="axis" x1="{left}" x2="{left + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}"/>')
         slot = plot_w / max(len(stages), 1)
         bar = max(min(slot * 0.7, 36), 2)
-        for i, ((stage, _), value) in enumerate(zip(stages, values)):
+        for i, ((stage, cost), value) in enumerate(zip(stages, values)):
             height = _bar_height(value, low, high, plot_h)
             x = left + i * slot + (slot - bar) / 2
             y = top + plot_h - height
             out.append(
                 f'<rect class="{css}" data-stage="{_e(stage)}" x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" '
-                f'height="{height:.1f}"><title>{_e(stage)}: {_e(fmt(value))}</title></rect>'
+                f'height="{height:.1f}"><title>{_e(stage)}: {_e(text(cost))}</title></rect>'
             )
             cx = left + i * slot + slot / 2
             out.append(
                 f'<text x="{cx:.1f}" y="{top + plot_h + 8:.1f}" text-anchor="end" '
                 f'transform="rotate(-45 {cx:.1f} {top + plot_h + 8:.1f})">{_e(_short_stage(stage))}</text>'
             )
-        first, last = values[0], values[-1]
         out.append(
             f'<text x="{left + plot_w}" y="16" text-anchor="end" class="muted">'
-            f"{_e(fmt(first))} → {_e(fmt(last))}</text>"
+            f"{_e(text(stages[0][1]))} → {_e(text(stages[-1][1]))}</text>"
         )
         out.append("</g>")
     out.append("</svg>")

@@ -8,6 +8,7 @@ them, with an exclusive end.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
@@ -83,19 +84,70 @@ class Finding:
         return data
 
 
+@dataclass(frozen=True, order=True)
+class UnknownDownload:
+    """A value a request downloads whose size the cost model cannot work out statically."""
+
+    name: str  # the name it comes back as: a saved name, or the saved list it is added to
+    source: str  # the code that computes it
+    reason: str  # why its size is not known, in the shape model's words
+
+
+@dataclass(frozen=True)
+class UnknownDownloads:
+    """The downloads of unknown size, each with how many times the script downloads it:
+    the part of a download that ``Cost.download_bytes`` counts as framing only.
+
+    Adds and subtracts as a multiset, so that it chains and sums like the numbers of a
+    :class:`Cost` (the pipeline chains per-pass costs by differences: a difference may
+    hold negative counts)."""
+
+    counts: tuple[tuple[UnknownDownload, int], ...] = ()
+
+    @staticmethod
+    def of(counts: Mapping[UnknownDownload, int]) -> UnknownDownloads:
+        return UnknownDownloads(tuple(sorted((value, n) for value, n in counts.items() if n)))
+
+    def __add__(self, other: UnknownDownloads) -> UnknownDownloads:
+        return self._combined(other, 1)
+
+    def __sub__(self, other: UnknownDownloads) -> UnknownDownloads:
+        return self._combined(other, -1)
+
+    def _combined(self, other: UnknownDownloads, sign: int) -> UnknownDownloads:
+        if not other.counts:
+            return self
+        merged = dict(self.counts)
+        for value, n in other.counts:
+            merged[value] = merged.get(value, 0) + sign * n
+        return UnknownDownloads.of(merged)
+
+    @property
+    def values(self) -> tuple[UnknownDownload, ...]:
+        """The values downloaded at least once (a difference's negative counts are not)."""
+        return tuple(value for value, n in self.counts if n > 0)
+
+    def count(self, value: UnknownDownload) -> int:
+        return dict(self.counts).get(value, 0)
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+
 @dataclass(frozen=True)
 class Cost:
     """Static estimate of what running a script on NDIF costs."""
 
     requests: int = 0
     upload_bytes: int = 0
-    download_bytes: int = 0
+    download_bytes: int = 0  # of a value of unknown size, its framing only: see download_unknown
     forward_passes: int = 0
     # decoder-layer evaluations on the server: per forward pass, the model's layers less
     # those replaced by `.skip()` (and those after a `tracer.stop()`)
     layer_evaluations: int = 0
     compute_flops: float = 0.0
     seconds: float = 0.0
+    download_unknown: UnknownDownloads = UnknownDownloads()  # what download_bytes leaves out
 
     def to_dict(self) -> dict:
         return asdict(self)

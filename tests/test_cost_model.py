@@ -757,3 +757,185 @@ def test_a_retry_sends_its_request_once_and_a_wrapper_call_is_a_call():
         """
     )
     assert run(source).cost.requests == 6
+
+
+# -- downloads of unknown size: their own part of the cost, not a number --------------------
+
+TOPK_OF_UNKNOWN_K = script(
+    """
+    import sys
+
+    k = int(sys.argv[1])
+    for prompt in ["The cat sat on", "A dog ran to", "Birds fly over"]:
+        with model.trace(prompt, remote=True):
+            top = model.lm_head.output[0, -1].topk(k).indices.save()
+    """
+)
+
+
+def test_a_download_of_unknown_size_is_listed_with_what_computes_it_and_why():
+    cost = run(TOPK_OF_UNKNOWN_K).cost
+    [(value, count)] = cost.download_unknown.counts
+    assert (value.name, value.source, count) == ("top", "model.lm_head.output[0, -1].topk(k).indices", 3)
+    assert "'k' is not a literal" in value.reason  # the shape model's words
+    assert cost.download_bytes == 3 * (RESULT_BASE + len("top") + 5)  # of it, the framing only
+
+
+def test_values_of_unknown_size_added_to_a_saved_list_count_once_per_addition():
+    source = script(
+        """
+        import sys
+
+        k = int(sys.argv[1])
+        with model.trace("The cat sat on the", remote=True):
+            tops = list().save()
+            for i in range(4):
+                tops.append(model.model.layers[i].output[0, -1].topk(k).indices)
+                tops.append(model.model.layers[i].output[0, -1].norm())
+        """
+    )
+    [(value, count)] = run(source).cost.download_unknown.counts
+    assert (value.name, value.source, count) == ("tops", "model.model.layers[i].output[0, -1].topk(k).indices", 4)
+
+
+def test_a_name_saved_again_with_a_known_size_is_no_longer_unknown():
+    source = script(
+        """
+        import sys
+
+        k = int(sys.argv[1])
+        with model.trace("The cat sat on the", remote=True):
+            top = model.lm_head.output[0, -1].topk(k).indices.save()
+            top = model.lm_head.output[0, -1].argmax().save()
+        """
+    )
+    assert not run(source).cost.download_unknown
+
+
+# -- forward passes: every block that sends a request runs its traces -----------------------
+
+
+def _passes_by_request(source: str) -> list[tuple[str, int, int]]:
+    return [(r.kind, r.count, r.forward_passes) for r in run(source).requests]
+
+
+def test_traces_of_a_model_the_analysis_does_not_know_run_their_forward_passes():
+    # the model is a parameter (or an attribute) and the traces inside the session take
+    # no remote=: the analysis lists only the session; its traces run all the same
+    source = script(
+        """
+        def sweep(lm, prompts):
+            with lm.session(remote=True):
+                out = list().save()
+                for p in prompts:
+                    with lm.trace(p):
+                        out.append(lm.lm_head.output[:, -1].argmax(dim=-1))
+                with lm.generate("Once upon a time", max_new_tokens=5):
+                    text = lm.generator.output.save()
+            return out
+
+
+        sweep(model, ["a b c", "d e f", "g h i"])
+        """
+    )
+    assert _passes_by_request(source) == [("session", 1, 3 + 5)]
+
+
+def test_a_helper_tracing_the_model_it_is_given_inside_a_session_counts_its_pass():
+    source = script(
+        """
+        def logits_of(lm, prompt):
+            with lm.trace(prompt):
+                return lm.lm_head.output.save()
+
+
+        with model.session(remote=True):
+            a = logits_of(model, "hello there")
+            b = logits_of(model, "general kenobi")
+        """
+    )
+    assert _passes_by_request(source) == [("session", 1, 2)]
+
+
+def test_a_loop_over_a_list_the_script_fills_runs_once_per_element():
+    # `prompts = []` then appends: the loop over it ran 0 times (0 requests, a session of
+    # 0 forward passes); its length follows the appends, its values where they are constants
+    source = script(
+        """
+        prompts = []
+        for name in ["Mary", "John", "Ann"]:
+            prompts.append(f"Hello {name}, how are you")
+
+
+        def load(rows):
+            for row in rows:
+                examples.append({"text": row})
+
+
+        examples = []
+        load(["x", "y"])
+
+        for p in prompts:
+            with model.trace(p, remote=True):
+                h = model.lm_head.output[0, -1].save()
+        with model.session(remote=True):
+            for ex in examples:
+                with model.trace(ex["text"]):
+                    g = model.lm_head.output[0, -1].save()
+        """
+    )
+    estimate_ = run(source)
+    assert _passes_by_request(source) == [("trace", 3, 3), ("session", 1, 2)]
+    assert not [n for n in estimate_.notes if "Hello" in n]  # the prompts' texts are known
+
+
+def test_a_list_filled_an_unknown_number_of_times_has_an_assumed_length_with_a_note():
+    source = script(
+        """
+        import sys
+
+        prompts = []
+        for line in open(sys.argv[1]):
+            if line.strip():
+                prompts.append(line.strip())
+        for p in prompts:
+            with model.trace(p, remote=True):
+                h = model.lm_head.output[0, -1].save()
+        """
+    )
+    estimate_ = run(source)
+    assert estimate_.cost.requests == estimate_.cost.forward_passes == UNKNOWN_TRIPS
+    assert any("for p in prompts" in note and f"assumed {UNKNOWN_TRIPS}" in note for note in estimate_.notes)
+
+
+def test_a_session_whose_traces_are_out_of_sight_says_so():
+    source = script(
+        """
+        from helpers import run_probe
+
+        with model.session(remote=True):
+            result = run_probe(model, "hello").save()
+        """
+    )
+    estimate_ = run(source)
+    assert estimate_.cost.forward_passes == 0
+    assert any("runs no trace or generate the cost model can follow" in n for n in estimate_.notes)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # a trace with input, one with invokes only, invokes in a loop, generate
+        'with model.trace("a b", remote=True):\n    h = model.lm_head.output.save()\n',
+        'with model.trace(remote=True) as t:\n    with t.invoke("a"):\n        h = model.lm_head.output.save()\n',
+        'with model.trace(remote=True) as t:\n    for p in ["a", "b"]:\n        with t.invoke(p):\n'
+        "            h = model.lm_head.output.save()\n",
+        'with model.generate("a", max_new_tokens=3, remote=True):\n    h = model.generator.output.save()\n',
+        'with model.session(remote=True):\n    with model.trace() as t:\n        with t.invoke("a"):\n'
+        "            h = model.lm_head.output.save()\n",
+    ],
+    ids=["trace", "invokes", "invoke-loop", "generate", "session"],
+)
+def test_every_kind_of_block_runs_at_least_one_forward_pass(body):
+    [(kind, count, passes)] = _passes_by_request(script(body))
+    assert count == 1 and passes == (3 if kind == "generate" else 1)

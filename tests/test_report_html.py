@@ -106,6 +106,26 @@ def test_chart_is_log_scaled(result):
     assert all(h > 0 for values in heights.values() for h in values)
 
 
+def test_a_download_of_unknown_size_is_neither_better_nor_worse_and_has_a_footnote():
+    from test_report import UNKNOWN_SIZE
+
+    html = render_html([("probe.py", optimize(UNKNOWN_SIZE))])
+    cells = re.findall(r'<tr data-pass="session-hoisting">(?:<td.*?</td>){3}(<td.*?</td>)', html)
+    assert cells == [
+        '<td class="unknown">3.8 KB + ? → 1.3 KB + ? <span class="muted">(download unknown)</span></td>'
+    ]
+    assert '<ul class="unknown-downloads"><li>`top` ← `model.lm_head.output[0, -1].topk(k).indices`' in html
+    assert "<title>original: 3.8 KB + ?</title>" in html  # the chart's download bar
+
+
+def test_a_download_a_correctness_fix_grows_says_why():
+    from test_report import EMPTY_ON_THE_CLIENT
+
+    html = render_html([("norms.py", optimize(EMPTY_ON_THE_CLIENT))])
+    row = re.search(r'<tr data-pass="accumulator-relocation">(.*?)</tr>', html).group(1)
+    assert '<span class="muted">(a correctness fix: the data now comes back)</span>' in row
+
+
 def test_page_for_a_file_without_nnsight():
     html = render_html([("plain.py", optimize("print(1)\n"))])
     assert "No nnsight code to optimize." in html and not EXTERNAL.search(html)
