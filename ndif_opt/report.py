@@ -32,16 +32,18 @@ def finding_line(path: str, finding: Finding, written: bool = True) -> str:
 
 
 def unified_diff(path: str, before: str, after: str) -> str:
+    """A diff that `patch -p0` and `git apply` take: the file names are the path itself
+    (the "(original)"/"(optimized)" labels go where a date would, after a tab), and a
+    last line without a newline is marked as such."""
     lines = difflib.unified_diff(
         before.splitlines(keepends=True),
         after.splitlines(keepends=True),
-        fromfile=f"{path} (original)",
-        tofile=f"{path} (optimized)",
+        fromfile=path,
+        tofile=path,
+        fromfiledate="(original)",
+        tofiledate="(optimized)",
     )
-    text = "".join(lines)
-    if text and not text.endswith("\n"):
-        text += "\n"
-    return text
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
 def totals(result: Result) -> tuple[Cost, Cost]:

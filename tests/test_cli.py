@@ -287,12 +287,27 @@ def test_diff_is_a_patch_and_findings_go_to_stderr(tmp_path):
     source, expected = script.read_text(), run("plain.py", "-q", cwd=tmp_path).stdout
     if shutil.which("patch") is None:  # the diff of the two texts, then
         lines = difflib.unified_diff(source.splitlines(True), expected.splitlines(True),
-                                     "plain.py (original)", "plain.py (optimized)")
+                                     "plain.py", "plain.py", "(original)", "(optimized)")
         assert done.stdout == "".join(lines)
         return
     (tmp_path / "change.patch").write_text(done.stdout)
     patched = subprocess.run(["patch", "-p0", "-i", "change.patch"], cwd=tmp_path, capture_output=True, text=True)
     assert patched.returncode == 0, patched.stdout + patched.stderr
+    assert script.read_text() == expected
+
+
+def test_diff_applies_with_git_and_without_a_final_newline(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    script = tmp_path / "plain.py"
+    script.write_text(MAGIC_LOOP.split("\n", 1)[1].rstrip("\n"))  # no newline at the end
+    expected = run("plain.py", "-q", cwd=tmp_path).stdout
+    done = run("plain.py", "--diff", cwd=tmp_path)
+    assert done.stdout.endswith("\\ No newline at end of file\n")
+    (tmp_path / "change.patch").write_text(done.stdout)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    applied = subprocess.run(["git", "apply", "-p0", "change.patch"], cwd=tmp_path, capture_output=True, text=True)
+    assert applied.returncode == 0, applied.stderr
     assert script.read_text() == expected
 
 

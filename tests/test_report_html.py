@@ -43,7 +43,7 @@ def test_markdown_report_has_summary_table_findings_and_diff(result):
         assert f"| `{pc.pass_id}` | {pc.before.requests} → {pc.after.requests} |" in text
     assert "| **total** | 8 → 1 |" in text
     assert "<summary>Findings (" in text and "session-hoisting" in text
-    assert "```diff\n--- examples/steering_sweep.py (original)" in text
+    assert "```diff\n--- examples/steering_sweep.py\t(original)" in text
     assert text.count("<details>") == text.count("</details>") == 3
 
 
