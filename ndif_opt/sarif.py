@@ -104,7 +104,7 @@ def _options_for(result: Result, options: Options | None, pass_id: str) -> Optio
 
 def _fixes(path: str, result: Result, options: Options | None) -> dict[int, list[Edit]]:
     """Edits per applied finding (by index in ``result.findings``)."""
-    from ndif_opt.pipeline import run_pipeline
+    from ndif_opt.notebook import optimize_script  # a script's IPython lines masked, as the CLI does
 
     out: dict[int, list[Edit]] = {}
     by_pass: dict[str, list[int]] = {}
@@ -113,7 +113,7 @@ def _fixes(path: str, result: Result, options: Options | None) -> dict[int, list
             by_pass.setdefault(finding.pass_id, []).append(index)
     for pass_id, indices in by_pass.items():
         try:
-            alone = run_pipeline(result.source, _options_for(result, options, pass_id), filename=path)
+            alone = optimize_script(result.source, _options_for(result, options, pass_id), filename=path)
         except (SyntaxError, RecursionError, ValueError):
             continue
         for edit in alone.edits:

@@ -210,3 +210,12 @@ def test_errors_become_notifications():
     assert note["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "bad.py"
     ok = to_sarif([], [])
     assert ok["runs"][0]["invocations"][0]["executionSuccessful"] is True
+
+
+def test_a_script_with_ipython_lines_gets_its_fixes():
+    source = "!pip install nnsight\n" + PROMPT_LOOP
+    result = optimize(source)
+    assert result.changed
+    run = to_sarif([("sweep.py", result)])["runs"][0]
+    (entry,) = [r for r in run["results"] if r["ruleId"] == "session-hoisting"]
+    assert entry.get("fixes"), "the fix of a script with a magic line was left out"
