@@ -19,6 +19,7 @@ request from its remote blocks); 130 — interrupted (Ctrl-C), 143 — terminate
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from enum import Enum
 from typing import List, Optional
 
@@ -335,7 +336,11 @@ def verify(
         report = verify_notebook(source.text, result, filename=path, atol=atol, rtol=rtol,
                                  allow_same_error=allow_same_error)
     else:
-        report = verify_result(source.text, result, filename=path, atol=atol, rtol=rtol,
+        from ndif_opt.notebook import script_without_magics
+
+        # a script's `!pip install` lines are not Python: run it as a notebook would
+        runnable = replace(result, code=script_without_magics(result.code))
+        report = verify_result(script_without_magics(source.text), runnable, filename=path, atol=atol, rtol=rtol,
                                allow_same_error=allow_same_error)
     if fmt is Format.json:
         import json

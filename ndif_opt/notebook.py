@@ -962,6 +962,16 @@ def notebook_script(text: str) -> str:
     return "".join(parts)
 
 
+def script_without_magics(text: str) -> str:
+    """A .py script with its IPython lines dropped as :func:`notebook_script` drops a
+    cell's (a line magic becomes ``pass``): what `verify` can run."""
+    if _mask_script(text) is None:
+        return text
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+            "source": text.splitlines(keepends=True)}
+    return notebook_script(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+
+
 def verify_notebook(source: str, result, **kwargs):
     """:func:`ndif_opt.verify.verify_sources` on a notebook and its optimized form (a
     :class:`NotebookResult` or :meth:`NotebookResult.as_result`): the code cells joined,
@@ -995,5 +1005,6 @@ __all__ = [
     "notebook_script",
     "optimize_notebook",
     "optimize_script",
+    "script_without_magics",
     "verify_notebook",
 ]

@@ -173,3 +173,23 @@ def test_a_script_without_remote_blocks_may_make_no_request():
     report = verify(LOCAL_ONLY)
     assert report.ok and report.status == "ok", report.to_text()
     assert (report.before.requests, report.after.requests) == (0, 0)
+
+
+MAGIC_SCRIPT = '''\
+!pip install nnsight
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+shapes = []
+for prompt in ["The Eiffel Tower is in", "The capital of Japan is"]:
+    with model.trace(prompt, remote=True):
+        hidden = model.transformer.h[0].output.save()
+    shapes.append(tuple(hidden.shape))
+print(shapes)
+'''
+
+
+def test_a_script_with_ipython_lines_is_verified_as_a_notebook_runs_it(tmp_path):
+    done = cli_verify(tmp_path, MAGIC_SCRIPT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("verify: OK") and "2 -> 1" in done.stdout
