@@ -462,7 +462,8 @@ class SessionHoisting(Pass):
             # a value whose parts the records bring home stays on the server itself
             context.unreturned |= region.split.unsaved - set(collect_all(region.split.replay).binds)
         safety = Safety.UNSAFE if unsafe else Safety.SAFE
-        context.applied(anchor, _hoisted_message(region, facts, accumulators, self._requests(region, facts)), safety)
+        context.applied(anchor, _hoisted_message(region, facts, accumulators, self._requests(region, facts)), safety,
+                        evidence=f"{region.model}.session(")
         return True
 
     def _rewrite(self, region: Region, accumulators, facts, plan: SuitePlan, context) -> None:
