@@ -68,7 +68,7 @@ from ndif_opt.model_registry import ModelDims, dims_for, dims_from_hf_config, dt
 from ndif_opt.names import collect, dotted_name, target_names
 from ndif_opt.positions import top_level_code
 from ndif_opt.options import Options
-from ndif_opt.regions import arithmetic
+from ndif_opt.regions import arithmetic, dict_view_length
 from ndif_opt.retries import retry_guard, retry_wrappers, unwrapped_call
 from ndif_opt.rewrite import code_of, unsave
 from ndif_opt.shapes import ModuleRef, Shape, literal_value, shape_of, value_of
@@ -981,6 +981,9 @@ class _Walker:
         items = self.elements(expr, depth + 1)
         if items is not None:
             return len(items)
+        entries = dict_view_length(expr, self.facts)
+        if entries is not None and not (type(expr) is cst.Name and expr.value in self.env):
+            return entries
         if type(expr) is cst.Call:
             func = dotted_name(expr.func) or ""
             args = [a.value for a in expr.args if a.keyword is None and not a.star]

@@ -272,9 +272,25 @@ def trip_count(loop: cst.CSTNode, facts: Facts) -> int | None:
     return iterable_length(loop.iter, facts)
 
 
+def dict_view_length(expr: cst.BaseExpression, facts: Facts) -> int | None:
+    """Entries of `D.items()` / `.keys()` / `.values()` (or `for k in D`) when `D` is a
+    dict literal, or a name bound once to one: `{"a": ..., "b": ...}` has 2."""
+    if type(expr) is cst.Call and type(expr.func) is cst.Attribute and not expr.args \
+            and expr.func.attr.value in ("items", "keys", "values"):
+        expr = expr.func.value
+    if type(expr) is cst.Name:
+        expr = facts.constant(expr.value)
+    if type(expr) is not cst.Dict or any(type(e) is not cst.DictElement for e in expr.elements):
+        return None
+    return len(expr.elements)
+
+
 def iterable_length(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> int | None:
     if depth > 5:
         return None
+    entries = dict_view_length(expr, facts)
+    if entries is not None:
+        return entries
     # exact classes (libcst's have no subclasses): an ABC isinstance costs more than the answer
     kind = type(expr)
     if kind is cst.List or kind is cst.Tuple or kind is cst.Set:

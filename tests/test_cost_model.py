@@ -101,6 +101,9 @@ def test_64_prompts_on_70b_go_from_64_requests_of_full_logits_to_one_small_resul
         ("for layer in model.model.layers:", 32),
         ("for i in range(model.config.num_hidden_layers):", 32),
         ("for i in range(0, len(model.model.layers), 8):", 4),
+        ("for name, prompt in PROMPTS.items():", 2),
+        ("for name in PROMPTS:", 2),
+        ("for prompt in PROMPTS.values():", 2),
     ],
 )
 def test_trip_counts(loop, trips):
@@ -108,6 +111,7 @@ def test_trip_counts(loop, trips):
         f"""\
         N = 7
         ITEMS = [1.0, 2.0, 3.0, 4.0]
+        PROMPTS = {{"paris": "The Eiffel Tower is in", "rome": "The Colosseum is in"}}
         {loop}
             with model.trace("Hello world", remote=True):
                 h = model.model.layers[0].output.save()
