@@ -952,7 +952,7 @@ def notebook_script(text: str) -> str:
             if 'get_ipython().run_line_magic("ndif_opt_script"' in line:
                 magic = magics[int(re.search(r'"ndif_opt_script", "(\d+)"', line).group(1))]
                 if magic.kind == "line":
-                    out.append(magic.indent + "pass\n")
+                    out.append(magic.indent + _line_magic_as_python(magic) + "\n")
                 continue
             out.append(line)
         code = "".join(out)
@@ -970,6 +970,25 @@ def script_without_magics(text: str) -> str:
     cell = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
             "source": text.splitlines(keepends=True)}
     return notebook_script(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+
+
+# line magics whose argument is a Python statement run in the user's namespace (%timeit runs
+# it in a function of its own: its names do not persist)
+_PYTHON_LINE_MAGIC = re.compile(r"^%(?:time|prun)\b(?:\s+-\S+(?:\s+\d+)?)*\s+(?P<code>\S.*)$")
+
+
+def _line_magic_as_python(magic: _Magic) -> str:
+    """What a line magic does to the namespace, as Python: `%time x = f()` runs `x = f()`;
+    any other (a shell line, `%pip`) does nothing the script can see: `pass`."""
+    text = "".join(magic.lines).strip()
+    found = _PYTHON_LINE_MAGIC.match(text) if len(magic.lines) == 1 else None
+    if found is not None:
+        try:
+            compile(found.group("code"), "<magic>", "exec")
+        except SyntaxError:
+            return "pass"
+        return found.group("code")
+    return "pass"
 
 
 def verify_notebook(source: str, result, **kwargs):

@@ -236,7 +236,10 @@ def test_a_magic_reading_a_saved_value_keeps_it_downloaded():
 
 def test_notebook_script_drops_ipython_syntax():
     text = notebook("!pip install x", "%%bash\necho hi", "%%time\nx = 1", "if x:\n    %time y = 2", "x?")
-    assert notebook_script(text) == "pass\nx = 1\nif x:\n    pass\npass\n"
+    # `%time y = 2` runs `y = 2` in the notebook's namespace: the script keeps the statement
+    assert notebook_script(text) == "pass\nx = 1\nif x:\n    y = 2\npass\n"
+    timed = notebook("%timeit y = 2", "%prun -s cumulative z = 3", "%time q = (1 +")
+    assert notebook_script(timed) == "pass\npass\npass\n"  # timeit's names do not persist
 
 
 # ---------------------------------------------------------------------------------------
