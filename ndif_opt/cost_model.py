@@ -65,7 +65,7 @@ import libcst as cst
 from ndif_opt.analysis import Block, Facts, Remote, RemoteFlag, is_save_call
 from ndif_opt.helpers import self_methods
 from ndif_opt.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size, estimate_n_params
-from ndif_opt.names import collect, dotted_name, target_names
+from ndif_opt.names import all_params, collect, dotted_name, target_names
 from ndif_opt.positions import top_level_code
 from ndif_opt.options import Options
 from ndif_opt.regions import arithmetic, dict_view_length
@@ -1456,11 +1456,7 @@ class _Walker:
     def _locals_of(self, func: cst.FunctionDef) -> frozenset[str]:
         known = self._work_memo.get(("locals", id(func)))
         if known is None:
-            params = {p.name.value for p in (*func.params.posonly_params, *func.params.params,
-                                            *func.params.kwonly_params)}
-            for star in (func.params.star_arg, func.params.star_kwarg):
-                if isinstance(star, cst.Param):
-                    params.add(star.name.value)
+            params = {p.name.value for p in all_params(func.params)}
             known = self._work_memo[("locals", id(func))] = frozenset(params | set(collect(func.body).binds))
         return known
 

@@ -54,10 +54,14 @@ class RemoteHelper:
         """The call as made without a retry wrapper: `with_retries(run, x)` → `run(x)`."""
         return unwrapped_call(call, self.wrappers)
 
-    def flag_locals(self) -> set[str]:
+    def flag_reads(self) -> set[str]:
+        """The names its flag expression reads."""
+        return set(collect(cst.parse_expression(self.flag_code)).reads)
+
+    def flag_locals(self, reads: set[str] | None = None) -> set[str]:
         """The names of the function itself (parameters, locals) that its flag reads:
         `self` in `remote=self.remote`, `remote` after `remote = config.remote`."""
-        reads = set(collect(cst.parse_expression(self.flag_code)).reads)
+        reads = self.flag_reads() if reads is None else reads
         return reads & (set(_positions(self.func)) | set(collect(self.func.body).binds))
 
     def call_model(self, call: cst.Call) -> str | None:
@@ -130,14 +134,15 @@ def _rebound_after(helper: RemoteHelper, facts: Facts) -> bool:
     """Is a module name the helper's flag reads assigned after the helper's `def` (or
     declared `global` in a function, which may assign it at any time)?"""
     try:
-        names = set(collect(cst.parse_expression(helper.flag_code)).reads) - helper.flag_locals()
+        reads = helper.flag_reads()
     except cst.ParserSyntaxError:
         return True
+    names = reads - helper.flag_locals(reads)
     if not names:
         return False
-    body = facts.module.body
-    top = next((i for i, stmt in enumerate(body) if find_nodes(stmt, lambda n: n is helper.func)), len(body))
-    if any(names & set(collect(stmt).binds) for stmt in body[top + 1:]):
+    info = facts.stmt(helper.func)
+    top = facts.stmt(info.ancestors[0]).index if info.ancestors else info.index  # its top-level statement
+    if any(names & set(collect(stmt).binds) for stmt in facts.module.body[top + 1:]):
         return True
     return any(names & {n.name.value for n in g.names}
                for g in find_nodes(facts.module, lambda n: type(n) is cst.Global))

@@ -945,31 +945,33 @@ def notebook_script(text: str) -> str:
         if cell.kind != "code":
             continue
         magics: list[_Magic] = []
-        masked = _mask_cell(cell, "script", magics)
-        lines = masked.splitlines(keepends=True)
-        out = []
-        for line in lines:
-            if 'get_ipython().run_line_magic("ndif_opt_script"' in line:
-                magic = magics[int(re.search(r'"ndif_opt_script", "(\d+)"', line).group(1))]
-                if magic.kind == "line":
-                    out.append(magic.indent + _line_magic_as_python(magic) + "\n")
-                continue
-            out.append(line)
-        code = "".join(out)
-        if code and not code.endswith("\n"):
-            code += "\n"
-        parts.append(code)
+        parts.append(_with_magics_run(_mask_cell(cell, "script", magics), magics, "script"))
     return "".join(parts)
 
 
 def script_without_magics(text: str) -> str:
     """A .py script with its IPython lines dropped as :func:`notebook_script` drops a
     cell's (a line magic becomes ``pass``): what `verify` can run."""
-    if _mask_script(text) is None:
+    masked = _mask_script(text)
+    if masked is None:
         return text
-    cell = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-            "source": text.splitlines(keepends=True)}
-    return notebook_script(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return _with_magics_run(masked.code[len(masked.prologue):], list(masked.magics), masked.nonce)
+
+
+def _with_magics_run(masked: str, magics: list[_Magic], nonce: str) -> str:
+    """Masked code with each placeholder replaced by what its magic does that Python can
+    see (:func:`_line_magic_as_python`; a cell magic's first line goes), ending in a newline."""
+    marker = f'get_ipython().run_line_magic("ndif_opt_{nonce}", "'
+    out = []
+    for line in masked.splitlines(keepends=True):
+        if marker in line:
+            magic = magics[int(line.split(marker, 1)[1].split('"', 1)[0])]
+            if magic.kind == "line":
+                out.append(magic.indent + _line_magic_as_python(magic) + "\n")
+            continue
+        out.append(line)
+    code = "".join(out)
+    return code if not code or code.endswith("\n") else code + "\n"
 
 
 # line magics whose argument is a Python statement run in the user's namespace (%timeit runs

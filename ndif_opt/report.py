@@ -6,6 +6,7 @@ import difflib
 import json
 
 from ndif_opt.types import Cost, Finding, Result, Status, UnknownDownload, UnknownDownloads
+from ndif_opt.wording import counted
 
 
 def human_bytes(count: float) -> str:
@@ -144,7 +145,7 @@ def unknown_download_notes(result: Result) -> list[str]:
     before, after = totals(result)
     return [
         f"`{value.name}` ← `{_shortened(value.source)}` "
-        f"({_downloads(before.download_unknown.count(value))} → {after.download_unknown.count(value)}): "
+        f"({counted(before.download_unknown.count(value), 'download')} → {after.download_unknown.count(value)}): "
         f"{value.reason}"
         for value in unknown_downloads(result)
     ]
@@ -152,10 +153,6 @@ def unknown_download_notes(result: Result) -> list[str]:
 
 def _shortened(code: str, limit: int = 60) -> str:
     return code if len(code) <= limit else code[: limit - 1] + "…"
-
-
-def _downloads(count: int) -> str:
-    return "1 download" if count == 1 else f"{count:,} downloads"
 
 
 # ---------------------------------------------------------------------------------------

@@ -6,8 +6,10 @@ A message is a function of typed data; its numbers can be 0, 1 or many (a settin
 
 from __future__ import annotations
 
+import re
+
 # nouns whose plural is not the singular + "s"
-_IRREGULAR = {"forward pass": "forward passes", "batch": "batches", "is": "are", "runs": "run"}
+_IRREGULAR = {"forward pass": "forward passes", "batch": "batches"}
 
 
 def plural(noun: str) -> str:
@@ -40,8 +42,6 @@ BROKEN_TEMPLATES = {
 
 def broken_template(message: str) -> str | None:
     """The name of the broken template ``message`` matches, if any."""
-    import re
-
     for name, pattern in BROKEN_TEMPLATES.items():
         if re.search(pattern, message):
             return name

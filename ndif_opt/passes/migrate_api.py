@@ -321,7 +321,7 @@ class _Scanner:
             if tracer is None:
                 continue
             body = list(block.node.body.body)
-            invokes = [i for i, stmt in enumerate(body) if _is_invoke(stmt, tracer)]
+            invokes = [i for i, stmt in enumerate(body) if opens_invoke(stmt, tracer)]
             if not invokes:
                 continue
             bound: set[str] = set()
@@ -556,10 +556,6 @@ def _walk_order(module: cst.Module) -> dict[int, int]:
 
     walk_tree(module, Order())
     return order
-
-
-def _is_invoke(stmt: cst.BaseStatement, tracer: str) -> bool:
-    return opens_invoke(stmt, tracer)
 
 
 def _saved_names(facts: Facts, walk: "_Collect"):
