@@ -291,6 +291,9 @@ for _family in ("gpt2", "llama"):
         NOT_PREDICTED[
             f"test_execution_split::test_greedy_decoding_that_stops_early_runs_in_one_session[{_family}]:{_version}"
         ] = "requests depend on the model's outputs (`break` on a remote result)"
+        NOT_PREDICTED[
+            f"test_execution_handled::test_a_failing_request_is_still_handled_on_its_own[{_family}]:{_version}"
+        ] = "a request fails by design: the cost model counts a run without failures"
     NOT_PREDICTED[f"test_execution_split::test_trace_in_a_helper_called_from_nested_loops_with_prints[{_family}]:optimized"] = (
         "cost model gap: values saved in a helper called inside a session are downloaded once per call "
         "(measured ~18 KB), predicted not downloaded (~1.3 KB)"

@@ -284,6 +284,11 @@ class Facts:
         """nnsight blocks inside ``node`` (the statement itself included)."""
         return [b for b in self.blocks if b.node is node or node in b.stmt.ancestors]
 
+    def in_session_fallback(self, suite: cst.CSTNode) -> bool:
+        """Is the suite inside the handler of a session fallback (:func:`in_session_fallback`)?"""
+        body = getattr(suite, "body", ())
+        return bool(body) and in_session_fallback(body[0], self.stmt(body[0]).ancestors)
+
     def uses_nnsight(self) -> bool:
         return bool(self.blocks)
 
@@ -562,11 +567,51 @@ def _models(lines: list["LineFacts"], imports: dict[str, str]) -> dict[str, Mode
     return models
 
 
+def in_session_fallback(stmt: cst.CSTNode, ancestors: tuple[cst.CSTNode, ...]) -> bool:
+    """Does ``stmt`` sit in the handler of a session fallback, `try: <session> except
+    Exception: <the code as written>` (then `else: <the replay>`, if any)? That code runs only when the
+    session failed, as its author wrote it: no pass rewrites it and it sends no request
+    in a run without failures."""
+    inner = stmt
+    for ancestor in reversed(ancestors):
+        if type(ancestor) is cst.Try and _is_session_fallback(ancestor):
+            if any(inner in handler.body.body for handler in ancestor.handlers):
+                return True
+        inner = ancestor
+    return False
+
+
+def _is_session_fallback(node: cst.Try) -> bool:
+    if node.finalbody is not None or len(node.handlers) != 1:
+        return False
+    handler = node.handlers[0]
+    if handler.name is not None or not (type(handler.type) is cst.Name and handler.type.value == "Exception"):
+        return False
+    return any(_opens_session(w) for w in _withs_in(node.body))
+
+
+def _withs_in(node: cst.CSTNode):
+    if type(node) is cst.With:
+        yield node
+    for child in node.children:
+        if isinstance(child, (cst.BaseCompoundStatement, cst.BaseSuite)):
+            yield from _withs_in(child)
+
+
+def _opens_session(node: cst.With) -> bool:
+    return any(
+        type(item.item) is cst.Call and type(item.item.func) is cst.Attribute and item.item.func.attr.value == "session"
+        for item in node.items
+    )
+
+
 def _blocks(withs: list[StmtInfo], facts: Facts) -> list[Block]:
     blocks: list[Block] = []
     by_node: dict[int, Block] = {}
     for info in withs:
         stmt = info.node
+        if any(type(a) is cst.Try for a in info.ancestors) and in_session_fallback(stmt, info.ancestors):
+            continue  # the code as written, run only should the session fail
         call = _block_item(stmt, facts)
         if call is None:
             continue

@@ -709,7 +709,10 @@ class _Walker:
                 self._if_statement(stmt, times)
             return
         if type(stmt) in (cst.Try, cst.TryStar):
+            # a run without failures: the body, its `else:`, its `finally:`; no handler
             self.suite(stmt.body.body, times)
+            if stmt.orelse is not None:
+                self.suite(stmt.orelse.body.body, times)
             if stmt.finalbody is not None:
                 self.suite(stmt.finalbody.body.body, times)
             return

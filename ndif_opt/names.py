@@ -530,4 +530,13 @@ def definite_binds(stmt: cst.CSTNode) -> set[str]:
         else:
             rest = set().union(*(definite_binds(s) for s in other.body.body)) if other.body.body else set()
         return body & rest
+    if kind is cst.Try:
+        # completed normally: the body (and `else:`) ran to its end, or one handler did
+        def suite_binds(statements) -> set[str]:
+            return set().union(*(definite_binds(s) for s in statements))
+
+        ends = [suite_binds(stmt.body.body) | (suite_binds(stmt.orelse.body.body) if stmt.orelse else set())]
+        ends += [suite_binds(handler.body.body) for handler in stmt.handlers]
+        final = suite_binds(stmt.finalbody.body.body) if stmt.finalbody else set()
+        return set.intersection(*ends) | final
     return set()

@@ -384,6 +384,31 @@ def session_statement(
     return cst.With(items=[cst.WithItem(item=call)], body=cst.IndentedBlock(body=body), leading_lines=list(leading_lines))
 
 
+FALLBACK_COMMENT = "# the session failed: run the code as written, each failure handled on its own"
+
+
+def with_fallback(
+    attempt: cst.BaseStatement,
+    fallback: Statements,
+    then: Statements,
+    leading_lines: Sequence[cst.EmptyLine] = (),
+) -> cst.Try:
+    """`try: <attempt> except Exception: <fallback> else: <then>`: the session, the code
+    as written should it fail, and the replay of its results when it does not."""
+    def block(body: Statements, comment: str = "") -> cst.IndentedBlock:
+        header = cst.TrailingWhitespace()
+        if comment:
+            header = cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(comment))
+        return cst.IndentedBlock(body=[reindentable(stmt) for stmt in body], header=header)
+
+    return cst.Try(
+        body=block([attempt]),
+        handlers=[cst.ExceptHandler(body=block(fallback, FALLBACK_COMMENT), type=cst.Name("Exception"))],
+        orelse=cst.Else(body=block(then)) if then else None,
+        leading_lines=list(leading_lines),
+    )
+
+
 def _dotted(name: str) -> cst.BaseExpression:
     """The expression `a.b.c` (as parsed) for a dotted name."""
     return dotted_expression(name) or cst.parse_expression(name)

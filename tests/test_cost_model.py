@@ -172,6 +172,27 @@ def test_a_same_file_function_counts_once_per_call():
     assert run(source).cost.requests == 6 + 1  # six calls, and the function never called once
 
 
+def test_a_try_counts_what_a_run_without_failures_runs():
+    source = script(
+        """\
+        try:
+            with model.session(remote=True):
+                for layer in range(4):
+                    with model.trace("Hello world"):
+                        h = model.model.layers[layer].output.save()
+        except Exception:
+            for layer in range(4):
+                with model.trace("Hello world", remote=True):
+                    h = model.model.layers[layer].output.save()
+        else:
+            with model.trace("Hello world", remote=True):
+                last = model.model.layers[0].output.save()
+        """
+    )
+    # the session and the `else:`; the handler runs only should the session fail
+    assert run(source).cost.requests == 2
+
+
 def test_a_session_is_one_request_and_local_traces_are_free():
     source = script(
         """\

@@ -69,3 +69,15 @@ def test_a_comprehension_keeps_its_targets_to_itself():
     assert _use("[log.append(i) for i in range(3)]") == (["log", "range"], [], ["log"])
     # a name read after the comprehension is the enclosing one
     assert _use("a = [i for i in range(3)]\nb = i") == (["range", "i"], ["a", "b"], [])
+
+
+def test_a_try_binds_for_sure_what_its_body_and_every_handler_bind():
+    from ndif_opt.names import definite_binds
+
+    stmt = cst.parse_module(
+        "try:\n    x = f()\n    y = g(x)\nexcept ValueError:\n    x = None\nexcept Exception as e:\n    x = 0\n"
+        "finally:\n    z = 1\n"
+    ).body[0]
+    assert definite_binds(stmt) == {"x", "z"}  # `y` only when nothing failed
+    bare = cst.parse_module("try:\n    x = f()\nexcept Exception:\n    pass\n").body[0]
+    assert definite_binds(bare) == set()

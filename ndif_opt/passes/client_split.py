@@ -68,6 +68,25 @@ def _deferrable(problem, remote: bool) -> bool:
     return problem.kind in DEFERRABLE_KINDS or (not remote and isinstance(problem.node, cst.Try))
 
 
+def splittable(problem) -> bool:
+    """May a region with this problem be split? Code that must stay on the client is
+    replayed; a `try` around remote work is split by :meth:`_Splitter.split_try`,
+    which says why when it cannot be."""
+    return problem.kind in DEFERRABLE_KINDS or isinstance(problem.node, cst.Try)
+
+
+def _ends_early(node: cst.CSTNode, inner_loop: bool = False) -> bool:
+    """Does ``node`` leave the loop or function around it (`break`, `continue`, `return`)?"""
+    if isinstance(node, cst.Return):
+        return True
+    if isinstance(node, (cst.Break, cst.Continue)):
+        return not inner_loop
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        return False
+    inner_loop = inner_loop or isinstance(node, (cst.For, cst.While))
+    return any(_ends_early(child, inner_loop) for child in node.children)
+
+
 @dataclass
 class Split:
     """The session's statements and the replay after it."""
@@ -79,6 +98,10 @@ class Split:
     record_names: set[str] = field(default_factory=set)  # names of the record lists
     unsaved: set[str] = field(default_factory=set)  # saved names the records bring home instead
     dropped_bars: int = 0  # progress bars dropped (an unsafe fix) instead of replayed
+    # a `try` around remote work was split: its handler runs in the replay, and the
+    # session needs the code as written to fall back on (a failure in one session
+    # would otherwise end every iteration's work, where each was handled on its own)
+    fallback: bool = False
 
 
 class Refused(Exception):
@@ -116,17 +139,80 @@ class _Splitter:
         self.record_names: set[str] = set()
         self.deferred = 0
         self.taken_functions = set(facts.functions)  # a same-file `len` is not the builtin
+        self.client_names: set[str] = set()  # names the client part has bound or changed so far
+        self.handled_failures = 0  # `try` statements split around their remote work
 
     # -- classification ------------------------------------------------------------
     def classify(self, stmts) -> list[_Item]:
         items: list[_Item] = []
         for stmt in stmts:
             parts = self._split_call_statement(stmt)
-            if parts is not None:
-                items += parts
-            else:
-                items.append(self._classify(stmt))
+            if parts is None and isinstance(stmt, cst.Try) and self.remote_work(stmt)[0]:
+                parts = self.split_try(stmt)
+            if parts is None:
+                parts = [self._classify(stmt)]
+            items += [self._settle(item) for item in parts]
+        _check_early_ends(items)
         return items
+
+    def _settle(self, item: _Item) -> _Item:
+        """Code without remote work that reads what the client part computed runs on the
+        client too, after it (the data decides the split, not the kind of statement)."""
+        stmt = item.stmt
+        if item.role == "server" and self.client_names:
+            # (what it reads before binding it itself: `for n in ...` reads no earlier `n`)
+            used = self.client_names & (set(exposed_reads([stmt])) | set(collect(stmt).mutates))
+            if used and self.remote_work(stmt)[0]:
+                raise Refused(
+                    f"`{sorted(used)[0]}` is computed by code that must run on your machine and is also used "
+                    "by the remote part"
+                )
+            if used:
+                self.deferred += 1
+                item = _Item(stmt, "client")
+        elif item.role in ("mixed", "if") and self.client_names:
+            header = item.stmt.iter if item.role == "mixed" else item.stmt.test
+            used = self.client_names & set(collect(header).reads)
+            if used:
+                raise Refused(
+                    f"`{sorted(used)[0]}` is computed by code that must run on your machine and decides how the "
+                    "remote part runs"
+                )
+        if item.role == "client":
+            use = collect(stmt)
+            self.client_names |= set(use.binds) | set(use.mutates)
+        elif item.role == "server":
+            self.client_names -= set(collect(stmt).binds)
+        return item
+
+    def split_try(self, stmt: cst.Try) -> list[_Item]:
+        """`try: <remote work> <local work> except: <handler>`: the remote work runs in
+        the session; the local work and the handler are replayed as a `try` of their
+        own. The session falls back on the code as written when it fails, so a remote
+        failure is still handled per iteration."""
+        if stmt.orelse is not None or stmt.finalbody is not None:
+            raise Refused("a `try` around remote work has an `else:` or `finally:` clause")
+        if not isinstance(stmt.body, cst.IndentedBlock):
+            raise Refused("a one-line `try` around remote work")
+        for handler in stmt.handlers:
+            if self.remote_work(handler)[0]:
+                raise Refused("an `except` handler sends remote requests of its own")
+        body = list(stmt.body.body)
+        last = max(i for i, s in enumerate(body) if self.remote_work(s)[0])
+        head = self.classify(body[: last + 1])
+        local = [item for item in head if item.role != "server"]
+        if local:
+            raise Refused(
+                f"`{_first_line(local[0].stmt)}` runs inside a `try` before remote work: if it failed, "
+                "that work would not have run, and a session cannot tell"
+            )
+        tail = body[last + 1 :]
+        self.handled_failures += 1
+        if not tail:
+            return head  # the remote work cannot fail on the client: its handler never runs here
+        replayed = stmt.with_changes(body=stmt.body.with_changes(body=tail or [cst.SimpleStatementLine([cst.Pass()])]))
+        self.deferred += 1
+        return [*head, _Item(replayed, "client")]
 
     def _split_call_statement(self, stmt) -> list[_Item] | None:
         """`print(x, helper(p))` where `helper` sends a request: the session computes the
@@ -169,7 +255,8 @@ class _Splitter:
             return self._mixed_if(stmt)
         if not problems:
             return _Item(stmt, "server")
-        control = [p for p in problems if not _deferrable(p, remote)]
+        # (a `try` around remote work is split where the loop's body is classified)
+        control = [p for p in problems if not (_deferrable(p, remote) or remote and splittable(p))]
         if control:
             raise Refused(f"the code {control[0].message}")
         if not remote:
@@ -188,6 +275,7 @@ class _Splitter:
         if header:
             raise Refused(f"the loop's header {header[0].message}")
         outer, self.in_loop = self.in_loop, True
+        self.client_names -= set(target_names(stmt.target))  # the server's loop binds them
         try:
             item = _Item(stmt, "mixed", body=self.classify(stmt.body.body))
         finally:
@@ -291,7 +379,24 @@ def split_region(statements, facts: Facts, server_check, remote_work, taken: set
         server_stmts.insert(0, cst.parse_statement(f"{log} = list().save()\n"))
     unsaved = set().union(*(i.unsaved for i in _mixed(items)))
     return Split(server_stmts, replay, splitter.deferred, carry, splitter.record_names, unsaved,
-                 splitter.dropped_bars)
+                 splitter.dropped_bars, fallback=splitter.handled_failures > 0)
+
+
+def _first_line(stmt: cst.CSTNode) -> str:
+    return code_of(stmt).strip().splitlines()[0]
+
+
+def _check_early_ends(items: list[_Item]) -> None:
+    """A replayed `try` whose handler leaves the iteration (`continue`, `break`,
+    `return`) would have skipped the remote work after it; the session runs that work
+    whatever the replay does."""
+    for index, item in enumerate(items):
+        if item.role == "client" and isinstance(item.stmt, cst.Try) and _ends_early(item.stmt):
+            if any(later.role != "client" for later in items[index + 1 :]):
+                raise Refused(
+                    f"`{_first_line(item.stmt)}` may end the iteration early, before remote work that "
+                    "follows it; a session runs that work either way"
+                )
 
 
 def _mixed(items: list[_Item]):
@@ -652,14 +757,14 @@ def _needs_log(items: list[_Item]) -> bool:
     return any(item.role == "client" and item.recorded for item in items)
 
 
-def _row(item: _Item) -> dict[str, str]:
+def _row(item: _Item, facts: Facts) -> dict[str, str]:
     """What one iteration's row holds: the name the replay binds -> the server's code."""
     row: dict[str, str] = {}
     for child in item.body:
         if child.role == "client":
             for name in child.recorded:
                 row.setdefault(name, child.values[name])
-        elif child.role == "mixed":
+        elif child.role == "mixed" and not _silent(child, facts):
             row[child.rows] = child.rows
     return row
 
@@ -678,6 +783,8 @@ def _build(items: list[_Item], log: str, splitter: _Splitter, facts: Facts):
                 replay.append(cst.parse_statement(f"{_target_code(item.recorded)} = {log}[{entry}]\n"))
                 entry += 1
             replay.append(item.replayed)
+        elif _silent(item, facts):
+            server.append(_server_loop(item, facts))
         else:
             server.append(cst.parse_statement(f"{item.rows} = list().save()\n"))
             loop, client_loop = _split_loop(item, facts, splitter.later)
@@ -686,12 +793,28 @@ def _build(items: list[_Item], log: str, splitter: _Splitter, facts: Facts):
     return server, replay
 
 
+def _silent(item: _Item, facts: Facts) -> bool:
+    """A split loop with nothing to replay: a `try` split around its remote work left
+    only server statements, and no progress bar shows the iterations."""
+    return (
+        item.role == "mixed"
+        and _progress_call(item.stmt.iter, facts) is None
+        and all(child.role == "server" or _silent(child, facts) for child in item.body)
+    )
+
+
+def _server_loop(item: _Item, facts: Facts) -> cst.For:
+    """The server half of a silent loop: its body's server statements, in order."""
+    body = [child.stmt if child.role == "server" else _server_loop(child, facts) for child in item.body]
+    return item.stmt.with_changes(body=item.stmt.body.with_changes(body=body))
+
+
 def _split_loop(item: _Item, facts: Facts, later: set[str]):
     """The server loop (records a row per iteration) and the client loop over the rows."""
     if item.events:
         return _split_loop_events(item, facts, later)
     loop: cst.For = item.stmt
-    row = _row(item)
+    row = _row(item, facts)
     names = list(row)
     # a value the row carries home needs no `.save()` of its own (it would download twice)
     item.unsaved = {n for n, code in row.items() if n == code and n not in later}
@@ -707,6 +830,8 @@ def _split_loop(item: _Item, facts: Facts, later: set[str]):
             server_body.append(child.stmt)
         elif child.role == "client":
             client_body.append(child.replayed)
+        elif _silent(child, facts):
+            server_body.append(_server_loop(child, facts))
         else:
             server_body.append(cst.parse_statement(f"{child.rows} = list()\n"))
             inner, inner_client = _split_loop(child, facts, later)
@@ -766,6 +891,8 @@ def _event_parts(children: list[_Item], it: str, items: str, facts: Facts, later
             taken = f"{_target_code(child.recorded)} = next({items})" if child.recorded else f"next({items})"
             client.append(cst.parse_statement(taken + "\n"))
             client.append(child.replayed)
+        elif child.role == "mixed" and _silent(child, facts):
+            server.append(_server_loop(child, facts))
         elif child.role == "mixed":
             server.append(cst.parse_statement(f"{child.rows} = list()\n"))
             server.append(cst.parse_statement(f"{it}.append({child.rows})\n"))

@@ -35,8 +35,13 @@ Safe when applied: the pass only moves code that NDIF can run, replays what must
 on your machine in its order over recorded values, and brings back every value the
 rest of the script reads. It is not applied (and says why) when the code that must stay
 on your machine feeds the remote part, when a record could not hold what a line would
-have seen, when the moved code retries on exceptions, declares ``global``, or calls a
-helper that cannot run in a session. With ``--unsafe-fixes`` a ``tqdm`` bar alone is
+have seen, when the moved code declares ``global`` or calls a helper that cannot run in
+a session. A retry around a request goes around the whole session. A ``try`` that
+handles each request's failure on its own also guards the session: should the session
+fail, the code runs as written (``except Exception:`` around the session), so a failing
+request is still handled per iteration; the ``try`` is refused when code inside it runs
+before the remote work, or its handler ends the iteration before remote work that
+follows. With ``--unsafe-fixes`` a ``tqdm`` bar alone is
 dropped instead of replayed, and a ``print`` the split cannot replay becomes a server
 log line.
 """
@@ -61,7 +66,7 @@ from ndif_opt.helpers import (
 from ndif_opt.analysis import qualify
 from ndif_opt.names import NameUse, all_params, collect, collect_all, root_name
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.passes.client_split import DEFERRABLE_KINDS, Refused, Split, names_in, split_region, unwrap_progress
+from ndif_opt.passes.client_split import Refused, Split, names_in, split_region, splittable, unwrap_progress
 from ndif_opt.retries import PortableRetry, portable_retry, retry_guard
 from ndif_opt.regions import Accumulator, carried_container, find_accumulator, reads_after, requests_in
 from ndif_opt.rewrite import (
@@ -72,6 +77,7 @@ from ndif_opt.rewrite import (
     method_call,
     saved_container,
     session_statement,
+    with_fallback,
     with_module_import,
     without_leading_blank_lines,
 )
@@ -501,10 +507,19 @@ class SessionHoisting(Pass):
                     break
             created = [_taken_along(a, nnsight_name) if a.kind == "carried" else saved_container(a.name, a.kind, a.stmt)
                        for a in before]
-            session = session_statement(region.model, region.flag, created + moved, leading)
+            split = region.split
+            fallback = split is not None and split.fallback
+            session = session_statement(region.model, region.flag, created + moved, () if fallback else leading)
             if region.retry is not None:
                 session = region.retry.around(session)
-            return [session, *(region.split.replay if region.split is not None else ())]
+            if fallback:
+                # the code as written, should the session fail: the containers it fills
+                # are made again where it starts (fresh nodes: a node is in one place)
+                as_written = [a.stmt for a in before if a.kind != "carried"] + region.statements
+                as_written = [s.deep_clone() for s in as_written]
+                as_written[0] = as_written[0].with_changes(leading_lines=[])
+                return [with_fallback(session, as_written, split.replay, leading)]
+            return [session, *(split.replay if split is not None else ())]
 
         nnsight_module = next((local for local, path in facts.imports.items() if path == "nnsight"), "")
         nnsight_name = nnsight_module or "nnsight"
@@ -634,7 +649,7 @@ def _suites_outermost_first(facts: Facts):
 def _inside(facts: Facts, suite, claimed: set[int]) -> bool:
     """Is the suite inside a statement already planned, or inside an nnsight block?"""
     body = suite.body
-    if not body:
+    if not body or facts.in_session_fallback(suite):
         return True
     info = facts.stmt(body[0])
     for ancestor in info.ancestors:
@@ -670,8 +685,9 @@ def _is_unsafe_only(problem: Problem) -> bool:
 
 
 def _deferrable_only(problem: Problem) -> bool:
-    """Code with this problem may be replayed on the client after the session."""
-    return problem.kind in DEFERRABLE_KINDS
+    """Code with this problem may be replayed on the client after the session (a `try`
+    around remote work: split, the split says when it cannot be)."""
+    return splittable(problem)
 
 
 def _iteration_problems(stmt, facts: Facts) -> list[Problem]:
@@ -932,6 +948,11 @@ def _split_note(split: Split | None) -> str:
     if split.carried:
         names = ", ".join(f"`{n}`" for n in split.carried)
         text += f"; {names} brought back from the session for the code after it"
+    if split.fallback:
+        text += (
+            "; its `try` now also guards the session: should the session fail, the code runs as written, "
+            "each failure handled on its own (a run without failures is unchanged)"
+        )
     return text
 
 
@@ -1303,7 +1324,7 @@ for p in ["a", "b"]:
         reason="the remote flag `top` runs with is computed inside it",
     ),
     Case(
-        name="a failure handled per request is not a retry",
+        name="a failure handled per request: the session falls back on the loop as written",
         before="""\
 import time
 from nnsight import LanguageModel
@@ -1316,7 +1337,107 @@ for prompt in ["a", "b"]:
     except Exception:
         time.sleep(1)
 """,
-        reason="each failure is handled on its own",
+        after="""\
+import time
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+try:
+    with model.session(remote=True):
+        for prompt in ["a", "b"]:
+            with model.trace(prompt):
+                out = model.lm_head.output.save()
+except Exception:  # the session failed: run the code as written, each failure handled on its own
+    for prompt in ["a", "b"]:
+        try:
+            with model.trace(prompt, remote=True):
+                out = model.lm_head.output.save()
+        except Exception:
+            time.sleep(1)
+""",
+    ),
+    Case(
+        name="an error record per request: the decoding and the record are replayed in the same `try`",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+records = []
+for prompt in ["a", "b"]:
+    try:
+        with model.trace(prompt, remote=True):
+            logits = model.lm_head.output.save()
+        word = model.tokenizer.decode(logits[0, -1].argmax())
+        record = {"prompt": prompt, "word": word}
+    except Exception as err:
+        record = {"prompt": prompt, "error": str(err)}
+    records.append(record)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+records = []
+try:
+    with model.session(remote=True):
+        _ndif_rows = list().save()
+        for prompt in ["a", "b"]:
+            with model.trace(prompt):
+                logits = model.lm_head.output
+            _ndif_rows.append((logits[0, -1].argmax(), prompt))
+except Exception:  # the session failed: run the code as written, each failure handled on its own
+    for prompt in ["a", "b"]:
+        try:
+            with model.trace(prompt, remote=True):
+                logits = model.lm_head.output.save()
+            word = model.tokenizer.decode(logits[0, -1].argmax())
+            record = {"prompt": prompt, "word": word}
+        except Exception as err:
+            record = {"prompt": prompt, "error": str(err)}
+        records.append(record)
+else:
+    for logits_then, prompt in _ndif_rows:
+        try:
+            word = model.tokenizer.decode(logits_then)
+            record = {"prompt": prompt, "word": word}
+        except Exception as err:
+            record = {"prompt": prompt, "error": str(err)}
+        records.append(record)
+""",
+    ),
+    Case(
+        name="a `try` whose local code runs before its remote work",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+for prompt in ["a", "b"]:
+    try:
+        print("sending", prompt)
+        with model.trace(prompt, remote=True):
+            out = model.lm_head.output.save()
+    except Exception:
+        print("failed")
+""",
+        reason="`print(\"sending\", prompt)` runs inside a `try` before remote work",
+    ),
+    Case(
+        name="a handler that skips the rest of the iteration, before remote work",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+for prompt in ["a", "b"]:
+    try:
+        with model.trace(prompt, remote=True):
+            out = model.lm_head.output.save()
+        print(out.shape)
+    except Exception:
+        continue
+    with model.trace(prompt, remote=True):
+        more = model.lm_head.output.save()
+""",
+        reason="may end the iteration early, before remote work that follows it",
     ),
     Case(
         name="retry loop: the same retry goes around the session",

@@ -1,0 +1,141 @@
+"""Execution checks for loops that handle each request's failure on their own
+(`try: <trace> <decoding> except Exception: <an error record>`), and for the data flow
+that decides which part of a loop body runs on the client.
+
+The session takes the remote work of every iteration; the decoding and the handler are
+replayed in the same `try` after it; and should the session fail, the loop runs as
+written (`except Exception:` around the session), so a request that fails is still
+handled on its own. Each script runs on a tiny model of each family: the original
+locally, the original and the optimized script through the NDIF emulation; stdout and
+every module-level value must match.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+pytest.importorskip("nnsight")
+
+from ndif_opt import optimize  # noqa: E402
+from ndif_opt.verify import verify_result  # noqa: E402
+
+FAMILIES = {
+    "gpt2": ("openai-community/gpt2", "model.transformer.h"),
+    "llama": ("meta-llama/Llama-3.1-8B", "model.model.layers"),
+}
+both = pytest.mark.parametrize("family", sorted(FAMILIES))
+
+
+def run(template: str, family: str):
+    repo, layers = FAMILIES[family]
+    source = textwrap.dedent(template).replace("REPO", repo).replace("LAYERS", layers)
+    result = optimize(source)
+    report = verify_result(source, result, filename="script.py")
+    assert report.intended_ok, report.to_text() + "\n" + result.code
+    assert not report.errors["optimized"], report.errors
+    return result, report
+
+
+ERROR_RECORDS = '''
+    import traceback
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    tok = model.tokenizer
+
+
+    def classify(prompts, layers):
+        results = []
+        for i, prompt in enumerate(prompts):
+            print(f"example {i + 1}/{len(prompts)}: {prompt[:12]}...")
+            try:
+                with model.trace(prompt, remote=True):
+                    hidden = LAYERS[layers[i]].output.save()
+                    logits = model.lm_head.output.save()
+                top = logits[0, -1].argmax().item()
+                word = tok.decode(top)
+                print(f"  predicted {word!r}")
+                result = {"prompt": prompt, "top": top, "norm": round(hidden.norm().item(), 3), "ok": True}
+            except Exception as e:
+                print("  failed")
+                result = {"prompt": prompt, "ok": False}
+            results.append(result)
+        ok = sum(r["ok"] for r in results)
+        print(f"{ok}/{len(results)} answered")
+        return results
+
+
+    out = classify(["The cat sat on the", "Paris is the capital of", "One two three four"], LAYER_INDICES)
+'''
+
+
+@both
+def test_error_records_run_in_one_session(family):
+    result, report = run(ERROR_RECORDS.replace("LAYER_INDICES", "[0, 1, 0]"), family)
+    assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
+    assert "except Exception:  # the session failed" in result.code
+
+
+@both
+def test_a_failing_request_is_still_handled_on_its_own(family):
+    # layer 99 does not exist: the third request fails on the server. The session fails
+    # with it, and the loop as written runs: the same records, the same lines printed
+    result, report = run(ERROR_RECORDS.replace("LAYER_INDICES", "[0, 1, 99]"), family)
+    assert report.after.requests == report.before.requests + 1, report.to_text()
+    assert "model.session(" in result.code
+
+
+@both
+def test_what_reads_the_clients_values_runs_on_the_client_too(family):
+    # `entry` is built from `line`, which only the client computes (json): it was built
+    # in the session, where `line` does not exist (NameError), and must be replayed
+    result, report = run(
+        '''
+        import json
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        rows = []
+        for prompt in ["The cat sat on the", "One two three"]:
+            with model.trace(prompt, remote=True):
+                logits = model.lm_head.output.save()
+            line = json.dumps({"prompt": prompt, "top": logits[0, -1].argmax().item()})
+            entry = {"line": line, "size": len(line)}
+            rows.append(entry)
+        print(rows)
+        ''',
+        family,
+    )
+    assert report.before.requests == 2 and report.after.requests == 1, report.to_text() + result.code
+
+
+@both
+def test_a_trace_that_reads_what_only_the_client_computed_stays_a_request_per_iteration(family):
+    # `shifted` comes from json on the client; `steer` is built from it and steers the
+    # trace. The session ran `steer = torch.from_numpy(shifted)` without `shifted`
+    # (NameError); it must not be hoisted until the client part can run first
+    result, report = run(
+        '''
+        import json
+        import numpy as np
+        import torch
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        base = np.linspace(-1, 1, model.config.hidden_size).astype(np.float32)
+        outs = []
+        for k in range(3):
+            shifted = np.roll(base, json.loads(json.dumps(k)))
+            steer = torch.from_numpy(shifted)
+            with model.trace("The cat sat", remote=True):
+                LAYERS[0].output[:, -1, :] = steer
+                logits = model.lm_head.output[:, -1].save()
+            outs.append(logits.argmax().item())
+        print(outs)
+        ''',
+        family,
+    )
+    assert "model.session(" not in result.code
+    assert report.after.requests == report.before.requests == 3
