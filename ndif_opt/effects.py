@@ -16,7 +16,7 @@ from functools import cached_property
 import libcst as cst
 
 from ndif_opt.analysis import Facts, line_facts, qualify, qualify_dotted
-from ndif_opt.names import BODY_KINDS, dotted_name, root_name, target_names
+from ndif_opt.names import BODY_KINDS, dotted_name, function_locals, root_name, target_names
 from ndif_opt.retries import retry_guard
 from ndif_opt.walk import find_nodes, paths_to, walk
 
@@ -100,14 +100,17 @@ class ServerCheck:
         self._module_checks[module] = check
         return check
 
-    def problems(self, node: cst.CSTNode, *, skip: tuple[cst.CSTNode, ...] = ()) -> list[Problem]:
-        """Why ``node`` cannot run on the server; nnsight blocks in ``skip`` are not inspected."""
+    def problems(self, node: cst.CSTNode, *, skip: tuple[cst.CSTNode, ...] = (),
+                 local: frozenset[str] = frozenset()) -> list[Problem]:
+        """Why ``node`` cannot run on the server; nnsight blocks in ``skip`` are not inspected.
+        ``local``: the names of the function ``node`` is the body of (its parameters and
+        what it binds), which are not the client's objects of the same name."""
         if all(type(s) in BODY_KINDS for s in skip):
             # one walk over content, no per-node hook: the suites to skip are refused
             # by their own visit methods
-            visitor = _Checker(self, skip)
+            visitor = _Checker(self, skip, local)
         else:
-            visitor = _HookedChecker(self, skip)
+            visitor = _HookedChecker(self, skip, local)
             # the walk enters only the subtrees that hold a node that may object, and so
             # finds the same problems in the same order
             visitor.enter = paths_to(node, visitor.may_object, skip={id(s) for s in skip}, kinds=_MAY_OBJECT)
@@ -132,7 +135,7 @@ class ServerCheck:
         # the function's own nnsight blocks run on the server already
         own = tuple(b.node.body for b in self.facts.blocks if b.stmt.function is func)
         try:
-            found = [p for p in self.problems(func.body, skip=own) if p.kind != "control"]
+            found = [p for p in self.problems(func.body, skip=own, local=function_locals(func)) if p.kind != "control"]
         finally:
             relied_on = self._looking_at.pop(name) - {name}
         if not relied_on:
@@ -267,11 +270,15 @@ class _Checker(cst.CSTVisitor):
     """Finds the problems of the code it walks, but inside the suites in ``skip``
     (which must be of :data:`ndif_opt.names.BODY_KINDS`: their visit methods refuse them)."""
 
-    def __init__(self, check: ServerCheck, skip: tuple[cst.CSTNode, ...]) -> None:
+    def __init__(self, check: ServerCheck, skip: tuple[cst.CSTNode, ...], local: frozenset[str] = frozenset()) -> None:
         self.check = check
         self.facts = check.facts
         self.skip = skip
+        self.local = local  # a function's own names: not the client's objects of that name
         self.problems: list[Problem] = []
+
+    def _client_object(self, name: str) -> bool:
+        return name not in self.local and self.check.is_client_object(name)
 
     def _add(self, kind: str, message: str, node: cst.CSTNode) -> None:
         self.problems.append(Problem(kind, message, node))
@@ -288,12 +295,12 @@ class _Checker(cst.CSTVisitor):
         their checks recurse, and are remembered in the order they are first asked."""
         kind = type(node)
         if kind is cst.Name:
-            return self.check.is_client_object(node.value)
+            return self._client_object(node.value)
         if kind is cst.Call:
             name = dotted_name(node.func)
             if (name in self.facts.functions) or self.check.local_modules:
                 return True
-            trial = _Checker(self.check, ())
+            trial = _Checker(self.check, (), self.local)
             trial.visit_Call(node)
             return bool(trial.problems)
         return kind in _OBJECTING
@@ -324,7 +331,7 @@ class _Checker(cst.CSTVisitor):
                 )
         elif path is not None and path != name:  # imported: `from x import f`
             self._check_module_path(path, node)
-        elif self.check.is_client_object(name):
+        elif self._client_object(name):
             self._add("client-object", f"calls `{name}`, which exists only on your machine", node)
 
     def _check_attribute_call(self, func: cst.Attribute, path: str | None, node: cst.Call) -> None:
@@ -332,7 +339,7 @@ class _Checker(cst.CSTVisitor):
         if root is not None and root in self.facts.imports:
             self._check_module_path(path or self.facts.imports[root], node)
             return
-        if root is not None and self.check.is_client_object(root):
+        if root is not None and self._client_object(root):
             self._add("client-object", f"uses `{root}`, which exists only on your machine", node)
             return
         if func.attr.value in EFFECT_METHODS:
@@ -361,7 +368,7 @@ class _Checker(cst.CSTVisitor):
             )
 
     def visit_Name(self, node: cst.Name) -> None:
-        if self.check.is_client_object(node.value):
+        if self._client_object(node.value):
             self._add("client-object", f"uses `{node.value}`, which exists only on your machine", node)
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
@@ -417,7 +424,7 @@ class _Checker(cst.CSTVisitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         # a function defined inside moving code moves with it; its body must obey the
         # same rules but may return
-        inner = self.check.problems(node.body)
+        inner = self.check.problems(node.body, local=self.local | function_locals(node))
         self.problems.extend(p for p in inner if p.kind != "control")
         return False
 
@@ -425,8 +432,8 @@ class _Checker(cst.CSTVisitor):
 class _HookedChecker(_Checker):
     """:class:`_Checker` for any nodes to skip, entering only the nodes in ``enter``."""
 
-    def __init__(self, check: ServerCheck, skip: tuple[cst.CSTNode, ...]) -> None:
-        super().__init__(check, skip)
+    def __init__(self, check: ServerCheck, skip: tuple[cst.CSTNode, ...], local: frozenset[str] = frozenset()) -> None:
+        super().__init__(check, skip, local)
         self.enter: set[int] | None = None  # ids of the nodes worth entering; None: all
 
     def on_visit(self, node: cst.CSTNode) -> bool:

@@ -379,6 +379,20 @@ def _target_names(target: cst.BaseExpression) -> list[str]:
     return []
 
 
+def function_locals(func: cst.FunctionDef) -> frozenset[str]:
+    """The names local to a function: its parameters and what its body binds, but those
+    it declares `global` or `nonlocal`."""
+    use = collect(func.body)
+    declared = {
+        name.name.value
+        for kind, node in use.control
+        if kind in ("global", "nonlocal")
+        for name in node.names
+    }
+    params = {p.name.value for p in all_params(func.params)}
+    return frozenset((params | set(use.binds)) - declared)
+
+
 def all_params(params: cst.Parameters) -> list[cst.Param]:
     """Every parameter of a signature, `*args` and `**kwargs` included."""
     found = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)

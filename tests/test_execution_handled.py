@@ -139,3 +139,37 @@ def test_a_trace_that_reads_what_only_the_client_computed_stays_a_request_per_it
     )
     assert "model.session(" not in result.code
     assert report.after.requests == report.before.requests == 3
+
+
+@both
+def test_a_helpers_parameter_is_not_the_clients_object_of_the_same_name(family):
+    # `log` is a file at module level; in `scaled` it is a number. The helper may run in
+    # the session (it was taken for a user of the file, and the loop was not hoisted)
+    result, report = run(
+        '''
+        import os
+        import torch
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        log = open(os.devnull, "w")
+
+
+        def scaled(base, log):
+            return base * log
+
+
+        base = torch.linspace(-1, 1, model.config.hidden_size)
+        tops = []
+        for k in range(3):
+            vec = scaled(base, k + 1)
+            with model.trace("The cat sat", remote=True):
+                LAYERS[0].output[:, -1, :] += vec
+                logits = model.lm_head.output[:, -1].save()
+            tops.append(logits.argmax().item())
+            print(k, tops[-1], file=log)
+        print(tops)
+        ''',
+        family,
+    )
+    assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
