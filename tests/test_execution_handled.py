@@ -112,10 +112,10 @@ def test_what_reads_the_clients_values_runs_on_the_client_too(family):
 
 
 @both
-def test_a_trace_that_reads_what_only_the_client_computed_stays_a_request_per_iteration(family):
-    # `shifted` comes from json on the client; `steer` is built from it and steers the
-    # trace. The session ran `steer = torch.from_numpy(shifted)` without `shifted`
-    # (NameError); it must not be hoisted until the client part can run first
+def test_a_trace_that_reads_what_the_client_computed_from_the_last_result_stays_a_request_per_iteration(family):
+    # `shifted` comes from json on the client, from the previous request's answer: it can
+    # neither run in the session (it ran `steer = torch.from_numpy(shifted)` there
+    # without `shifted`: NameError) nor before it
     result, report = run(
         '''
         import json
@@ -125,9 +125,9 @@ def test_a_trace_that_reads_what_only_the_client_computed_stays_a_request_per_it
 
         model = LanguageModel("REPO")
         base = np.linspace(-1, 1, model.config.hidden_size).astype(np.float32)
-        outs = []
+        outs = [1]
         for k in range(3):
-            shifted = np.roll(base, json.loads(json.dumps(k)))
+            shifted = np.roll(base, json.loads(json.dumps(outs[-1] % 7)))
             steer = torch.from_numpy(shifted)
             with model.trace("The cat sat", remote=True):
                 LAYERS[0].output[:, -1, :] = steer
@@ -169,6 +169,84 @@ def test_a_helpers_parameter_is_not_the_clients_object_of_the_same_name(family):
             tops.append(logits.argmax().item())
             print(k, tops[-1], file=log)
         print(tops)
+        ''',
+        family,
+    )
+    assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
+
+
+@both
+def test_inputs_computed_on_your_machine_run_before_the_session(family):
+    # `shifted` needs json (not on NDIF) and nothing remote: it runs before the session,
+    # once per item, and the session takes each value where the line stood. The loop
+    # goes over a generator: it is listed once, so both loops see the same items
+    result, report = run(
+        '''
+        import json
+        import numpy as np
+        import torch
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        base = np.linspace(-1, 1, model.config.hidden_size).astype(np.float32)
+        outs = []
+        for k in (n * 2 for n in range(3)):
+            shifted = np.roll(base, json.loads(json.dumps(k)))
+            steer = torch.from_numpy(shifted)
+            with model.trace("The cat sat", remote=True):
+                LAYERS[0].output[:, -1, :] = steer
+                logits = model.lm_head.output[:, -1].save()
+            outs.append(logits.argmax().item())
+            print(k, outs[-1], float(shifted[0]))
+        print(outs)
+        ''',
+        family,
+    )
+    assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
+    assert result.code.index("json.loads") < result.code.index("model.session(")
+
+
+@both
+def test_a_random_generator_the_client_draws_from_after_the_trace_stays_in_order(family):
+    # `rng` picks each prompt's word (before the trace) and a threshold (after it): run
+    # before the session, the first draws would all come first and every value differ
+    result, report = run(
+        '''
+        import random
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        rng = random.Random(7)
+        WORDS = ["cat", "dog", "tree", "house"]
+        kept = []
+        for i in range(3):
+            prompt = "The " + rng.choice(WORDS) + " sat"
+            with model.trace(prompt, remote=True):
+                best = model.lm_head.output[0, -1].max().item().save()
+            if best > rng.random():
+                kept.append(prompt)
+        print(kept)
+        ''',
+        family,
+    )
+    assert "model.session(" not in result.code
+
+
+@both
+def test_a_prompt_formatted_on_your_machine_is_sent_with_the_session(family):
+    # the trace's own input is the value json formats on your machine
+    result, report = run(
+        '''
+        import json
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        rows = [{"q": "The cat", "a": "sat"}, {"q": "Paris is", "a": "nice"}, {"q": "One", "a": "two"}]
+        for row in rows:
+            prompt = json.dumps(row)
+            with model.trace(prompt, remote=True):
+                top = model.lm_head.output[0, -1].argmax().item().save()
+            print(row["q"], top)
         ''',
         family,
     )

@@ -45,6 +45,9 @@ from ndif_opt.walk import walk
 # Problems a client statement may have and still be replayed after the session.
 DEFERRABLE_KINDS = frozenset({"print", "effect", "progress", "module", "forbidden", "client-object"})
 RECORD_PREFIX = "_ndif_"
+# Problems a client statement may have and still run before the session: it computes on
+# your machine (a module NDIF does not allow, an object only you have) and acts on nothing.
+PREPARABLE_KINDS = frozenset({"module", "client-object"})
 
 
 def _jumps(node: cst.CSTNode) -> bool:
@@ -102,6 +105,10 @@ class Split:
     # session needs the code as written to fall back on (a failure in one session
     # would otherwise end every iteration's work, where each was handled on its own)
     fallback: bool = False
+    # client code the session's remote work reads and that needs nothing remote: it runs
+    # before the session, and the session takes its values in order
+    prelude: list[cst.BaseStatement] = field(default_factory=list)
+    prepared: int = 0  # statements moved into the prelude
 
 
 class Refused(Exception):
@@ -125,6 +132,10 @@ class _Item:
     it_name: str = ""  # mixed with events: the list of one iteration's records
     items_name: str = ""  # ... and the replay's iterator over it
     orelse: list["_Item"] = field(default_factory=list)  # if: its `else`/`elif` items
+    loops: tuple = ()  # the region's `for` statements around it, outermost first
+    branch: bool = False  # inside an `if` or a `try` of the region: it may not run
+    after_jump: bool = False  # an earlier statement of its loop body may end the iteration
+    session_iter: cst.BaseExpression | None = None  # mixed: what the session's loop goes over
 
 
 class _Splitter:
@@ -140,7 +151,12 @@ class _Splitter:
         self.deferred = 0
         self.taken_functions = set(facts.functions)  # a same-file `len` is not the builtin
         self.client_names: set[str] = set()  # names the client part has bound or changed so far
+        self.binder: dict[str, _Item] = {}  # a client name -> the client statement that bound it last
         self.handled_failures = 0  # `try` statements split around their remote work
+        self.loop_stack: list[cst.For] = []  # the loops being classified, outermost first
+        self.jumped: list[bool] = []  # per loop being classified: has its body met a jump yet?
+        self.branch_depth = 0
+        self.pre: list[_Item] = []  # client statements moved before the session, in the order found
 
     # -- classification ------------------------------------------------------------
     def classify(self, stmts) -> list[_Item]:
@@ -151,7 +167,13 @@ class _Splitter:
                 parts = self.split_try(stmt)
             if parts is None:
                 parts = [self._classify(stmt)]
-            items += [self._settle(item) for item in parts]
+            for item in parts:
+                item.loops = tuple(self.loop_stack)
+                item.branch = self.branch_depth > 0
+                item.after_jump = bool(self.jumped) and self.jumped[-1]
+                items.append(self._settle(item))
+            if self.jumped and _jumps(stmt):
+                self.jumped[-1] = True
         _check_early_ends(items)
         return items
 
@@ -163,13 +185,15 @@ class _Splitter:
             # (what it reads before binding it itself: `for n in ...` reads no earlier `n`)
             used = self.client_names & (set(exposed_reads([stmt])) | set(collect(stmt).mutates))
             if used and self.remote_work(stmt)[0]:
-                raise Refused(
-                    f"`{sorted(used)[0]}` is computed by code that must run on your machine and is also used "
-                    "by the remote part"
-                )
-            if used:
+                for name in sorted(used):
+                    if not self._prepare(name, item):
+                        raise Refused(
+                            f"`{name}` is computed by code that must run on your machine and is also used "
+                            "by the remote part"
+                        )
+            elif used:
                 self.deferred += 1
-                item = _Item(stmt, "client")
+                item = _Item(stmt, "client", loops=item.loops, branch=item.branch, after_jump=item.after_jump)
         elif item.role in ("mixed", "if") and self.client_names:
             header = item.stmt.iter if item.role == "mixed" else item.stmt.test
             used = self.client_names & set(collect(header).reads)
@@ -181,9 +205,52 @@ class _Splitter:
         if item.role == "client":
             use = collect(stmt)
             self.client_names |= set(use.binds) | set(use.mutates)
+            self.binder.update((name, item) for name in use.binds)
         elif item.role == "server":
-            self.client_names -= set(collect(stmt).binds)
+            bound = set(collect(stmt).binds)
+            self.client_names -= bound
+            for name in bound:
+                self.binder.pop(name, None)
         return item
+
+    def _fed(self, problems) -> bool:
+        """Are the problems of remote work only values it reads that the region computed
+        on your machine (`prompt = json.dumps(...)`), each of which can be prepared
+        before the session? It only reads them whole: a value, not an object it uses."""
+        names = []
+        for problem in problems:
+            if problem.kind != "client-object" or type(problem.node) is not cst.Name:
+                return False
+            names.append(problem.node.value)
+        return all(name in self.binder and self._prepare(name) for name in names)
+
+    def _prepare(self, name: str, consumer: _Item | None = None) -> bool:
+        """Move the client statement that computed ``name`` (and those it reads from)
+        before the session, if it can run there: no effect but computing on your
+        machine, nothing remote among its inputs, one loop deep at most, and run in
+        every iteration up to it."""
+        producer = self.binder.get(name)
+        if producer is None:
+            return False
+        if producer.role == "pre":
+            return True
+        stmt = producer.stmt
+        if (
+            producer.role != "client" or type(stmt) is not cst.SimpleStatementLine
+            or len(producer.loops) > 1 or producer.branch or producer.after_jump
+        ):
+            return False
+        if any(p.kind not in PREPARABLE_KINDS for p in self.server_check.problems(stmt)):
+            return False
+        use = collect(stmt)
+        if set(use.mutates) - set(use.binds):
+            return False  # it changes something of yours: its order with the rest matters
+        producer.role = "pre"
+        self.deferred -= 1
+        self.pre.append(producer)
+        for bound in use.binds:
+            self.client_names.discard(bound)
+        return all(self._prepare(read, producer) for read in exposed_reads([stmt]) if read in self.client_names)
 
     def split_try(self, stmt: cst.Try) -> list[_Item]:
         """`try: <remote work> <local work> except: <handler>`: the remote work runs in
@@ -199,7 +266,11 @@ class _Splitter:
                 raise Refused("an `except` handler sends remote requests of its own")
         body = list(stmt.body.body)
         last = max(i for i, s in enumerate(body) if self.remote_work(s)[0])
-        head = self.classify(body[: last + 1])
+        self.branch_depth += 1
+        try:
+            head = self.classify(body[: last + 1])
+        finally:
+            self.branch_depth -= 1
         local = [item for item in head if item.role != "server"]
         if local:
             raise Refused(
@@ -262,6 +333,8 @@ class _Splitter:
         if not remote:
             self.deferred += 1
             return _Item(stmt, "client")
+        if self._fed(problems):
+            return _Item(stmt, "server")
         if isinstance(stmt, cst.If) and self.in_loop:
             return self._mixed_if(stmt)
         if not (isinstance(stmt, cst.For) and stmt.orelse is None and isinstance(stmt.body, cst.IndentedBlock)):
@@ -276,10 +349,14 @@ class _Splitter:
             raise Refused(f"the loop's header {header[0].message}")
         outer, self.in_loop = self.in_loop, True
         self.client_names -= set(target_names(stmt.target))  # the server's loop binds them
+        self.loop_stack.append(stmt)
+        self.jumped.append(False)
         try:
             item = _Item(stmt, "mixed", body=self.classify(stmt.body.body))
         finally:
             self.in_loop = outer
+            self.loop_stack.pop()
+            self.jumped.pop()
         item.events = _branches(item.body)
         if self.drop_bars and all(child.role == "server" for child in item.body):
             # only its progress bar must stay here: with unsafe fixes the bar is dropped
@@ -295,14 +372,18 @@ class _Splitter:
             raise Refused(f"the test of an `if` around remote work {self.server_check.problems(stmt.test)[0].message}")
         if not isinstance(stmt.body, cst.IndentedBlock):
             raise Refused("a one-line `if` around remote work")
-        item = _Item(stmt, "if", body=self.classify(stmt.body.body))
-        other = stmt.orelse
-        if isinstance(other, cst.If):
-            item.orelse = [self._classify(other)]
-        elif isinstance(other, cst.Else):
-            if not isinstance(other.body, cst.IndentedBlock):
-                raise Refused("a one-line `else` around remote work")
-            item.orelse = self.classify(other.body.body)
+        self.branch_depth += 1
+        try:
+            item = _Item(stmt, "if", body=self.classify(stmt.body.body))
+            other = stmt.orelse
+            if isinstance(other, cst.If):
+                item.orelse = [self._classify(other)]
+            elif isinstance(other, cst.Else):
+                if not isinstance(other.body, cst.IndentedBlock):
+                    raise Refused("a one-line `else` around remote work")
+                item.orelse = self.classify(other.body.body)
+        finally:
+            self.branch_depth -= 1
         return item
 
     # -- names -------------------------------------------------------------------
@@ -361,6 +442,7 @@ def split_region(statements, facts: Facts, server_check, remote_work, taken: set
     splitter = _Splitter(facts, server_check, remote_work, taken, drop_bars)
     splitter.later = set(later) | set(carry)
     items = splitter.classify(statements)
+    prelude = _prelude(items, splitter, facts) if splitter.pre else []
     server = splitter.uses(items, "server")
     client = splitter.uses(items, "client")
     server_exposed = exposed_reads([item.stmt for item in items if item.role != "client"])
@@ -379,7 +461,136 @@ def split_region(statements, facts: Facts, server_check, remote_work, taken: set
         server_stmts.insert(0, cst.parse_statement(f"{log} = list().save()\n"))
     unsaved = set().union(*(i.unsaved for i in _mixed(items)))
     return Split(server_stmts, replay, splitter.deferred, carry, splitter.record_names, unsaved,
-                 splitter.dropped_bars, fallback=splitter.handled_failures > 0)
+                 splitter.dropped_bars, fallback=splitter.handled_failures > 0, prelude=prelude,
+                 prepared=len(splitter.pre))
+
+
+def _prelude(items: list[_Item], splitter: _Splitter, facts: Facts) -> list[cst.BaseStatement]:
+    """The code that runs before the session: the region's prepared statements, and for
+    a loop with prepared statements a loop over the same items that runs them and
+    keeps their values (`_ndif_inputs`), which the session's loop takes in turn
+    (`next(_ndif_feed)`) where each statement stood."""
+    needed = _check_prelude(items, splitter)
+    prelude: list[cst.BaseStatement] = []
+    kept: list[_Item] = []
+    for item in items:
+        if item.role == "pre":
+            prelude.append(item.stmt)
+        elif item.role == "mixed" and any(child.role == "pre" for child in item.body):
+            before, feed = _loop_prelude(item, needed, splitter, facts)
+            prelude += before
+            kept += [feed, item]
+        else:
+            kept.append(item)
+    items[:] = kept
+    return prelude
+
+
+def _loop_prelude(item: _Item, needed: set[str], splitter: _Splitter, facts: Facts):
+    loop: cst.For = item.stmt
+    listed, inputs, feed = splitter.fresh("items"), splitter.fresh("inputs"), splitter.fresh("feed")
+    body: list[cst.BaseStatement] = []
+    children: list[_Item] = []
+    for child in item.body:
+        if child.role != "pre":
+            children.append(child)
+            continue
+        body.append(child.stmt.with_changes(leading_lines=[]))
+        fed = [n for n in collect(child.stmt).binds if n in needed]
+        if fed:
+            body.append(cst.parse_statement(f"{inputs}.append({_tuple_code(fed)})\n"))
+            taken = cst.parse_statement(f"{_target_code(fed)} = next({feed})\n")
+            children.append(_Item(taken, "server", loops=child.loops))
+    item.body = children
+    item.session_iter = cst.Name(listed)
+    # the items are listed once: the prelude and the session go over the same ones
+    iterable = code_of(unwrap_progress(loop.iter, facts))
+    before = [
+        cst.parse_statement(f"{listed} = list({iterable})\n"),
+        cst.parse_statement(f"{inputs} = []\n"),
+        cst.For(target=loop.target, iter=cst.Name(listed), body=cst.IndentedBlock(body=body)),
+    ]
+    return before, _Item(cst.parse_statement(f"{feed} = iter({inputs})\n"), "server")
+
+
+def _check_prelude(items: list[_Item], splitter: _Splitter) -> set[str]:
+    """Refuse the split unless each prepared statement computes before the session what
+    it computed where it stood: nothing else in the region binds or changes what it
+    reads, and nothing else uses the modules and objects of yours it calls (a random
+    generator drawn from in another order). The names others read of what it binds."""
+    parts = [_other_uses(item) for item in items]
+    everything = NameUse()
+    for part in parts:
+        everything.merge(part)
+    needed = set(everything.reads) | splitter.later
+    changed = set(everything.binds) | set(everything.mutates)
+    for index, item in enumerate(items):
+        earlier = NameUse()
+        for part in parts[:index]:
+            earlier.merge(part)
+        if item.role == "pre":
+            _check_prepared(item, set(), set(earlier.binds) | set(earlier.mutates), set(earlier.reads), splitter)
+        elif item.role == "mixed" and any(child.role == "pre" for child in item.body):
+            iterable = set(collect(unwrap_progress(item.stmt.iter, splitter.facts)).reads)
+            moved = iterable & (set(earlier.binds) | set(earlier.mutates))
+            if moved:
+                raise Refused(
+                    f"the loop goes over `{sorted(moved)[0]}`, which the remote part computes, and code that must "
+                    "run on your machine before it needs each item"
+                )
+            known = set(target_names(item.stmt.target))
+            for child in item.body:
+                if child.role == "pre":
+                    _check_prepared(child, known, changed, set(), splitter)
+                    known |= set(collect(child.stmt).binds)
+    for item in splitter.pre:
+        used = _yours(item, splitter) & set(everything.reads)
+        if used:
+            raise Refused(
+                f"`{sorted(used)[0]}` is used on your machine both by code the remote part needs first and by code "
+                "after it; run in another order, it could give other values"
+            )
+    return needed
+
+
+def _check_prepared(item: _Item, known: set[str], changed: set[str], read_before: set[str], splitter) -> None:
+    reads = set(exposed_reads([item.stmt])) - known
+    moved = reads & changed
+    if moved:
+        raise Refused(
+            f"`{_first_line(item.stmt)}` must run on your machine, the remote part needs what it computes, and it "
+            f"reads `{sorted(moved)[0]}`, which changes in the remote part"
+        )
+    early = set(collect(item.stmt).binds) & read_before
+    if early:
+        raise Refused(f"`{sorted(early)[0]}` is read before the line that must run on your machine first binds it")
+
+
+def _yours(item: _Item, splitter: _Splitter) -> set[str]:
+    """The modules and objects only your machine has that the statement uses."""
+    reads = set(collect(item.stmt).reads)
+    return {n for n in reads if n in splitter.facts.imports or splitter.server_check.is_client_object(n)}
+
+
+def _other_uses(item: _Item) -> NameUse:
+    """Names used by the item's parts that are not prepared (a mixed loop: its header
+    and its body's parts)."""
+    if item.role == "pre":
+        return NameUse()
+    if item.role == "mixed":
+        total = NameUse(binds={n: item.stmt.target for n in target_names(item.stmt.target)})
+        total.merge(collect(item.stmt.iter))
+        for child in item.body:
+            total.merge(_other_uses(child))
+        return total
+    if item.role == "if":
+        total = collect(item.stmt.test)
+        merged = NameUse()
+        merged.merge(total)
+        for child in item.body + item.orelse:
+            merged.merge(_other_uses(child))
+        return merged
+    return collect(item.stmt)
 
 
 def _first_line(stmt: cst.CSTNode) -> str:
@@ -806,7 +1017,8 @@ def _silent(item: _Item, facts: Facts) -> bool:
 def _server_loop(item: _Item, facts: Facts) -> cst.For:
     """The server half of a silent loop: its body's server statements, in order."""
     body = [child.stmt if child.role == "server" else _server_loop(child, facts) for child in item.body]
-    return item.stmt.with_changes(body=item.stmt.body.with_changes(body=body))
+    loop = item.stmt.with_changes(body=item.stmt.body.with_changes(body=body))
+    return loop.with_changes(iter=item.session_iter) if item.session_iter is not None else loop
 
 
 def _split_loop(item: _Item, facts: Facts, later: set[str]):
@@ -840,7 +1052,7 @@ def _split_loop(item: _Item, facts: Facts, later: set[str]):
         if index == last:
             server_body.append(cst.parse_statement(f"{item.rows}.append({_tuple_code(list(row.values())) or 'None'})\n"))
     server_loop = loop.with_changes(
-        iter=unwrap_progress(loop.iter, facts),
+        iter=item.session_iter or unwrap_progress(loop.iter, facts),
         body=loop.body.with_changes(body=server_body),
         leading_lines=[],
     )
@@ -865,7 +1077,7 @@ def _split_loop_events(item: _Item, facts: Facts, later: set[str]):
     ]
     body, client_body = _event_parts(item.body, it, items, facts, later)
     server_loop = loop.with_changes(
-        iter=unwrap_progress(loop.iter, facts),
+        iter=item.session_iter or unwrap_progress(loop.iter, facts),
         body=loop.body.with_changes(body=server_body + body),
         leading_lines=[],
     )

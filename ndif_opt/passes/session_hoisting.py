@@ -8,7 +8,11 @@ fills are created inside the session as saved containers, or sent into it and sa
 there. Code that must stay on your machine (``print``, files, ``tqdm``, ``json``,
 logging) is split off: it records the values it reads where it stood, and a replay
 after the session runs it in the same order with the same values (branches and early
-exits included). Values the script reads after the loop come back.
+exits included). Code that must run on your machine but needs nothing remote, and whose
+values the remote work reads (a steering vector built with numpy and json, a prompt
+formatted by a library NDIF lacks), runs before the session instead, in the same order,
+and the session takes its values in turn. Values the script reads after the loop come
+back.
 
 ## Why is this bad?
 Every remote trace is a network round trip plus a wait in NDIF's queue. A loop of 32
@@ -509,6 +513,10 @@ class SessionHoisting(Pass):
                        for a in before]
             split = region.split
             fallback = split is not None and split.fallback
+            prelude = list(split.prelude) if split is not None else []
+            if prelude:
+                prelude[0] = prelude[0].with_changes(leading_lines=leading)
+                leading = ()
             session = session_statement(region.model, region.flag, created + moved, () if fallback else leading)
             if region.retry is not None:
                 session = region.retry.around(session)
@@ -518,8 +526,8 @@ class SessionHoisting(Pass):
                 as_written = [a.stmt for a in before if a.kind != "carried"] + region.statements
                 as_written = [s.deep_clone() for s in as_written]
                 as_written[0] = as_written[0].with_changes(leading_lines=[])
-                return [with_fallback(session, as_written, split.replay, leading)]
-            return [session, *(split.replay if split is not None else ())]
+                return [*prelude, with_fallback(session, as_written, split.replay, leading)]
+            return [*prelude, session, *(split.replay if split is not None else ())]
 
         nnsight_module = next((local for local, path in facts.imports.items() if path == "nnsight"), "")
         nnsight_name = nnsight_module or "nnsight"
@@ -785,6 +793,8 @@ def _results_to_save(
         name = target.value
         if name in relocated or not (name in lost or module_level):
             continue
+        if region.split is not None and name in region.split.record_names and name not in lost:
+            continue  # the split's own bookkeeping (a feed of the prelude's values), not a result
         if sum(1 for other in region.moved if name in collect(other).binds) != 1:
             continue  # bound again elsewhere in the region: which value comes back is unclear
         found[id(stmt)] = name
@@ -945,6 +955,11 @@ def _split_note(split: Split | None) -> str:
         if split.deferred != 1:
             lines = "statements that must run on your machine (prints, files, progress bars) now run"
         text += f"; {split.deferred} {lines} after it, in the same order, over values the session records"
+    if split.prepared:
+        lines = "statement that computes on your machine what the remote part reads now runs"
+        if split.prepared != 1:
+            lines = "statements that compute on your machine what the remote part reads now run"
+        text += f"; {split.prepared} {lines} before it, in the same order, and the session takes the values in turn"
     if split.carried:
         names = ", ".join(f"`{n}`" for n in split.carried)
         text += f"; {names} brought back from the session for the code after it"
@@ -1404,6 +1419,55 @@ else:
             record = {"prompt": prompt, "error": str(err)}
         records.append(record)
 """,
+    ),
+    Case(
+        name="inputs computed on your machine run before the session, which takes them in turn",
+        before="""\
+import json
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+for name in ["a", "b"]:
+    scale = json.loads(json.dumps(len(name)))
+    with model.trace(name, remote=True):
+        model.transformer.h[0].output[:] *= scale
+        out = model.lm_head.output.save()
+""",
+        after="""\
+import json
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+_ndif_items = list(["a", "b"])
+_ndif_inputs = []
+for name in _ndif_items:
+    scale = json.loads(json.dumps(len(name)))
+    _ndif_inputs.append(scale)
+with model.session(remote=True):
+    _ndif_feed = iter(_ndif_inputs)
+    for name in _ndif_items:
+        scale = next(_ndif_feed)
+        with model.trace(name):
+            model.transformer.h[0].output[:] *= scale
+            out = model.lm_head.output.save()
+""",
+    ),
+    Case(
+        name="an input computed on your machine from a remote result stays a request per iteration",
+        before="""\
+import json
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+prompt = "a"
+for step in range(3):
+    with model.trace(prompt, remote=True):
+        top = model.lm_head.output[0, -1].argmax().item().save()
+    prompt = json.dumps([prompt, top])
+""",
+        reason="uses `prompt`, which exists only on your machine",
     ),
     Case(
         name="a `try` whose local code runs before its remote work",
