@@ -306,6 +306,12 @@ for _family in ("gpt2", "llama"):
         f"test_execution_split::test_a_helper_under_a_grad_mode_decorator_joins_the_session[{_family}]:original"
     ] = "cost model gap: a full hidden state saved in a helper and sliced on return is over-estimated (~2.7x)"
     for _version in ("original", "optimized"):
+        for _name in ("test_a_method_that_stores_its_results_on_self_runs_in_one_session",
+                      "test_a_method_that_reads_what_the_loop_stored_on_self_keeps_its_requests"):
+            NOT_PREDICTED[f"test_execution_handled::{_name}[{_family}]:{_version}"] = (
+                "cost model gap: a method's loop over its parameter is assumed 8 long (the caller's list of 3, "
+                "passed to a method of an object, is not followed)"
+            )
         NOT_PREDICTED[
             f"test_execution_split::test_traces_in_methods_called_from_a_loop_in_another_method[{_family}]:{_version}"
         ] = (

@@ -251,3 +251,81 @@ def test_a_prompt_formatted_on_your_machine_is_sent_with_the_session(family):
         family,
     )
     assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
+
+
+PROBER = '''
+    from nnsight import LanguageModel
+
+
+    class Prober:
+        def __init__(self, model):
+            self.model = model
+            self.cache = {}
+            self.calls = 0
+
+        def run(self, prompt):
+            with self.model.trace(prompt, remote=True):
+                norm = LAYERS[1].output[0, -1].norm().save()
+            return round(norm.item(), 4)READS_CACHE
+
+        def sweep(self, prompts):
+            for p in prompts:
+                self.cache[p] = self.run(p)
+                self.calls += 1
+                print(p, self.cache[p], self.calls)
+            return self.cache
+
+
+    model = LanguageModel("REPO")
+    prober = Prober(model)
+    res = prober.sweep(["a b c", "d e f", "g h i"])
+    print(res, prober.calls)
+'''
+
+
+@both
+def test_a_method_that_stores_its_results_on_self_runs_in_one_session(family):
+    # `self` stays on your machine: the session computes each value, the replay stores
+    # it (`self.cache[p] = ...`, `self.calls += 1`) and prints, in order
+    source = PROBER.replace("LAYERS", "self." + FAMILIES[family][1]).replace("READS_CACHE", "")
+    result, report = run(source, family)
+    assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
+
+
+@both
+def test_a_method_that_reads_what_the_loop_stored_on_self_keeps_its_requests(family):
+    # `run` reads `self.cache`, which each iteration's replayed store changes: in one
+    # session every call would see it empty
+    source = PROBER.replace("LAYERS", "self." + FAMILIES[family][1]).replace("READS_CACHE", " + len(self.cache)")
+    result, report = run(source, family)
+    assert "session(" not in result.code
+
+
+@both
+def test_a_dict_the_caller_passes_in_is_filled_on_your_machine(family):
+    result, report = run(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+
+
+        def probe(prompt):
+            with model.trace(prompt, remote=True):
+                top = model.lm_head.output[0, -1].argmax().item().save()
+            return top
+
+
+        def sweep(prompts, results):
+            for p in prompts:
+                results[p] = probe(p)
+                print(p, results[p])
+
+
+        found = {}
+        sweep(["a b", "c d", "e f"], found)
+        print(found)
+        ''',
+        family,
+    )
+    assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code

@@ -33,14 +33,15 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import libcst as cst
 
 from ndif_opt.analysis import Facts, qualify
 from ndif_opt.effects import PROGRESS_BARS
-from ndif_opt.names import MUTATING_METHODS, NameUse, collect, exposed_reads, target_names
+from ndif_opt.names import MUTATING_METHODS, NameUse, all_params, collect, exposed_reads, target_names
 from ndif_opt.rewrite import code_of
-from ndif_opt.walk import walk
+from ndif_opt.walk import find_nodes, walk
 
 # Problems a client statement may have and still be replayed after the session.
 DEFERRABLE_KINDS = frozenset({"print", "effect", "progress", "module", "forbidden", "client-object"})
@@ -157,12 +158,19 @@ class _Splitter:
         self.jumped: list[bool] = []  # per loop being classified: has its body met a jump yet?
         self.branch_depth = 0
         self.pre: list[_Item] = []  # client statements moved before the session, in the order found
+        # names whose objects stay on your machine (`self`, a parameter the caller sees):
+        # what stores into them is replayed; `(name, ".attr")` paths the replay changes
+        self.client_roots: frozenset[str] = frozenset()
+        self.anchor: cst.CSTNode | None = None  # the region's first statement
+        self.client_paths: set[tuple[str, str]] = set()
 
     # -- classification ------------------------------------------------------------
     def classify(self, stmts) -> list[_Item]:
         items: list[_Item] = []
         for stmt in stmts:
             parts = self._split_call_statement(stmt)
+            if parts is None and self.client_roots:
+                parts = self._split_store(stmt)
             if parts is None and isinstance(stmt, cst.Try) and self.remote_work(stmt)[0]:
                 parts = self.split_try(stmt)
             if parts is None:
@@ -178,8 +186,10 @@ class _Splitter:
         return items
 
     def _settle(self, item: _Item) -> _Item:
-        """Code without remote work that reads what the client part computed runs on the
+        """Code without remote work that reads what the client computed runs on the
         client too, after it (the data decides the split, not the kind of statement)."""
+        if self.client_roots:
+            item = self._settle_roots(item)
         stmt = item.stmt
         if item.role == "server" and self.client_names:
             # (what it reads before binding it itself: `for n in ...` reads no earlier `n`)
@@ -204,7 +214,8 @@ class _Splitter:
                 )
         if item.role == "client":
             use = collect(stmt)
-            self.client_names |= set(use.binds) | set(use.mutates)
+            # (a store into an object that stays here is followed by its path)
+            self.client_names |= set(use.binds) | (set(use.mutates) - self.client_roots)
             self.binder.update((name, item) for name in use.binds)
         elif item.role == "server":
             bound = set(collect(stmt).binds)
@@ -212,6 +223,86 @@ class _Splitter:
             for name in bound:
                 self.binder.pop(name, None)
         return item
+
+    def _settle_roots(self, item: _Item) -> _Item:
+        """A statement that changes an object that stays on your machine, or reads what
+        the replay changed in it, is replayed too; with remote work it cannot be."""
+        stmt = item.stmt
+        if item.role == "client":
+            self.client_paths |= _root_paths_changed(stmt, self.client_roots)
+            return item
+        if item.role != "server":
+            return item
+        changed = _root_paths_changed(stmt, self.client_roots)
+        read = self._paths_read(stmt)
+        clash = {path for path in read if _overlaps(path, self.client_paths)}
+        if not changed and not clash:
+            return item
+        if self.remote_work(stmt)[0]:
+            root = sorted(changed or clash)[0][0]
+            raise Refused(
+                f"`{_first_line(stmt)}` changes or reads `{root}`, which stays on your machine, in the same "
+                "statement as remote work"
+            )
+        self.deferred += 1
+        self.client_paths |= changed
+        return _Item(stmt, "client", loops=item.loops, branch=item.branch, after_jump=item.after_jump)
+
+    def _paths_read(self, stmt: cst.CSTNode) -> set[tuple[str, str]]:
+        """What the statement reads of the objects that stay here, with what the methods
+        of `self` it calls read of it (a method the class does not show: all of it)."""
+        found = _root_paths_read(stmt, self.client_roots)
+        for root, attr in list(found):
+            if root == "self" and attr != "*":
+                found |= self._method_reads(attr[1:], set())
+        return found
+
+    def _method_reads(self, name: str, seen: set[str]) -> set[tuple[str, str]]:
+        if name in seen:
+            return set()
+        seen.add(name)
+        method = self.methods.get(name)
+        if method is None:
+            return set()  # an attribute, not a method of the class (read itself, above)
+        params = all_params(method.params)
+        if not params or params[0].name.value != "self":
+            return {("self", "*")}
+        found = _root_paths_read(method.body, frozenset({"self"}))
+        for _root_name, attr in list(found):
+            if attr != "*":
+                found |= self._method_reads(attr[1:], seen)
+        return found
+
+    @cached_property
+    def methods(self) -> dict[str, cst.FunctionDef]:
+        """The methods of the class whose method holds the region."""
+        ancestors = self.facts.stmt(self.anchor).ancestors if self.anchor is not None else ()
+        for node in reversed(ancestors):
+            if isinstance(node, cst.ClassDef):
+                return {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}
+        return {}
+
+    def _split_store(self, stmt) -> list[_Item] | None:
+        """`self.cache[p] = self.run(p)`, `self` staying on your machine: the session
+        computes the value (`run_value = self.run(p)`), the replay stores it."""
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+            return None
+        assign = stmt.body[0]
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+            return None
+        target = assign.targets[0].target
+        if not isinstance(target, (cst.Subscript, cst.Attribute)) or _root(target) not in self.client_roots:
+            return None
+        if not self.remote_work(assign.value)[0] or self.remote_work(target)[0]:
+            return None
+        if self.server_check.problems(assign.value):
+            return None
+        attributes = [token for token in _path(target) if token.startswith(".")]
+        name = self.fresh_plain(f"{attributes[-1][1:] if attributes else _root(target)}_value")
+        value = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], assign.value)])
+        store = stmt.with_changes(body=[assign.with_changes(value=cst.Name(name))], leading_lines=[])
+        self.deferred += 1
+        return [_Item(value.with_changes(leading_lines=stmt.leading_lines), "server"), _Item(store, "client")]
 
     def _fed(self, problems) -> bool:
         """Are the problems of remote work only values it reads that the region computed
@@ -324,7 +415,11 @@ class _Splitter:
         if self.in_loop and isinstance(stmt, cst.If) and _jumps(stmt):
             # it may end the iteration early: the replay must take the same branch
             return self._mixed_if(stmt)
-        if not problems:
+        # a loop that stores into an object staying here is split even with nothing else local
+        keeps = bool(self.client_roots) and remote and isinstance(stmt, (cst.For, cst.If)) and bool(
+            _root_paths_changed(stmt, self.client_roots)
+        )
+        if not problems and not keeps:
             return _Item(stmt, "server")
         # (a `try` around remote work is split where the loop's body is classified)
         control = [p for p in problems if not (_deferrable(p, remote) or remote and splittable(p))]
@@ -333,7 +428,7 @@ class _Splitter:
         if not remote:
             self.deferred += 1
             return _Item(stmt, "client")
-        if self._fed(problems):
+        if problems and self._fed(problems):
             return _Item(stmt, "server")
         if isinstance(stmt, cst.If) and self.in_loop:
             return self._mixed_if(stmt)
@@ -435,18 +530,22 @@ class _Splitter:
 
 def split_region(statements, facts: Facts, server_check, remote_work, taken: set[str],
                  carry: list[str] = (), later: set[str] = frozenset(), is_model=lambda name: False,
-                 drop_bars: bool = False) -> Split:
+                 drop_bars: bool = False, client_roots: frozenset[str] = frozenset()) -> Split:
     """Split ``statements``; ``carry``: names read after the region that the server part
     computes and nothing else brings back (the replay ends by binding them to their
     values at the end of the session)."""
     splitter = _Splitter(facts, server_check, remote_work, taken, drop_bars)
+    splitter.client_roots = frozenset(client_roots)
+    splitter.anchor = statements[0] if statements else None
     splitter.later = set(later) | set(carry)
     items = splitter.classify(statements)
+    if splitter.client_paths:
+        _check_kept_paths(items, splitter)
     prelude = _prelude(items, splitter, facts) if splitter.pre else []
     server = splitter.uses(items, "server")
     client = splitter.uses(items, "client")
     server_exposed = exposed_reads([item.stmt for item in items if item.role != "client"])
-    _check_independence(server, client, server_exposed, splitter.later)
+    _check_independence(server, client, server_exposed, splitter.later, splitter.client_roots)
     # a model is changed in place only by interventions inside traces: not a value to record
     defined = {n for n in set(server.binds) | set(server.mutates) if not is_model(n)}
     splitter.containers, splitter.changed_paths = _shallow_containers(items, splitter, facts)
@@ -463,6 +562,70 @@ def split_region(statements, facts: Facts, server_check, remote_work, taken: set
     return Split(server_stmts, replay, splitter.deferred, carry, splitter.record_names, unsaved,
                  splitter.dropped_bars, fallback=splitter.handled_failures > 0, prelude=prelude,
                  prepared=len(splitter.pre))
+
+
+def _check_kept_paths(items: list[_Item], splitter: _Splitter) -> None:
+    """No part of the session may read what the replay changes in an object that stays
+    on your machine: in a loop, a later iteration would have seen the change."""
+    for item in items:
+        if item.role == "server":
+            parts = [item.stmt]
+        elif item.role == "mixed":
+            parts = [item.stmt.iter]
+            _check_kept_paths(item.body, splitter)
+        elif item.role == "if":
+            parts = [item.stmt.test]
+            _check_kept_paths(item.body + item.orelse, splitter)
+        else:
+            continue
+        for part in parts:
+            for root, attr in splitter._paths_read(part):
+                if _overlaps((root, attr), splitter.client_paths):
+                    what = root if attr == "*" else root + attr
+                    raise Refused(
+                        f"the remote part reads `{what}`, which code that must run on your machine changes as the "
+                        "loop goes on"
+                    )
+
+
+def _root_paths_changed(stmt: cst.CSTNode, roots: frozenset[str]) -> set[tuple[str, str]]:
+    """The `(root, ".attr")` paths of ``roots`` the statement changes (`self.cache[k] = v`,
+    `self.seen.append(x)`, `self.n += 1`); `(root, "*")` when it changes the root itself
+    (`results[k] = v`, `results.append(x)`)."""
+    targets: list[cst.BaseExpression] = []
+    for node in find_nodes(stmt, lambda n: isinstance(n, (cst.AssignTarget, cst.AugAssign))):
+        targets.append(node.target)
+    for node in find_nodes(stmt, lambda n: isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)):
+        if node.func.attr.value in MUTATING_METHODS:
+            targets.append(cst.Subscript(value=node.func.value, slice=[]))  # (changes what it is called on)
+    found: set[tuple[str, str]] = set()
+    for target in targets:
+        if not isinstance(target, (cst.Attribute, cst.Subscript)):
+            continue  # a name bound anew: not a change of an object
+        path = _path(target)
+        if path and path[0] in roots:
+            found.add((path[0], path[1] if path[1].startswith(".") else "*"))
+    return found
+
+
+def _root_paths_read(stmt: cst.CSTNode, roots: frozenset[str]) -> set[tuple[str, str]]:
+    """The `(root, ".attr")` paths of ``roots`` the statement reads; `(root, "*")` when it
+    reads the root whole (passes `self` on)."""
+    found: set[tuple[str, str]] = set()
+    under_attribute = set()
+    for node in find_nodes(stmt, lambda n: isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name)):
+        if node.value.value in roots:
+            found.add((node.value.value, "." + node.attr.value))
+            under_attribute.add(id(node.value))
+    for node in find_nodes(stmt, lambda n: isinstance(n, cst.Name) and n.value in roots):
+        if id(node) not in under_attribute:
+            found.add((node.value, "*"))
+    return found
+
+
+def _overlaps(path: tuple[str, str], paths: set[tuple[str, str]]) -> bool:
+    """Does ``path`` reach what one of ``paths`` is (the same attribute, or the root whole)?"""
+    return any(p[0] == path[0] and (p[1] == path[1] or "*" in (p[1], path[1])) for p in paths)
 
 
 def _prelude(items: list[_Item], splitter: _Splitter, facts: Facts) -> list[cst.BaseStatement]:
@@ -725,7 +888,8 @@ def _server_statements(items: list[_Item]):
             yield from _server_statements(item.body)
 
 
-def _check_independence(server: NameUse, client: NameUse, server_exposed, later: set[str]) -> None:
+def _check_independence(server: NameUse, client: NameUse, server_exposed, later: set[str],
+                        kept: frozenset[str] = frozenset()) -> None:
     """The replay runs after the session: nothing the client part computes or changes
     may be read or changed by the server part. A name both parts bind is fine when the
     server part always binds it before reading it and nothing after the region reads it."""
@@ -737,6 +901,8 @@ def _check_independence(server: NameUse, client: NameUse, server_exposed, later:
                 f"`{name}` is computed by code that must run on your machine and is also used by the remote part"
             )
     for name in client.mutates:
+        if name in kept:
+            continue  # an object that stays here: its paths were checked as the code was split
         if name in set(server.reads) | set(server.mutates):
             raise Refused(
                 f"`{name}` is changed by code that must run on your machine and is also used by the remote part"

@@ -11,8 +11,9 @@ after the session runs it in the same order with the same values (branches and e
 exits included). Code that must run on your machine but needs nothing remote, and whose
 values the remote work reads (a steering vector built with numpy and json, a prompt
 formatted by a library NDIF lacks), runs before the session instead, in the same order,
-and the session takes its values in turn. Values the script reads after the loop come
-back.
+and the session takes its values in turn. An object the session cannot take (``self``,
+a dict the caller passed in) stays on your machine: the session computes the values,
+the replay stores them. Values the script reads after the loop come back.
 
 ## Why is this bad?
 Every remote trace is a network round trip plus a wait in NDIF's queue. A loop of 32
@@ -109,6 +110,7 @@ class Region:
     split: Split | None = None  # the client/server split, when code must stay on the client
     remote_statements: list = field(default_factory=list)  # its statements that do remote work
     retry: PortableRetry | None = None  # the retry the session stands under, if its work had one
+    client_roots: frozenset = frozenset()  # objects it changes that stay on your machine (replayed)
 
     @property
     def statements(self) -> list[cst.BaseStatement]:
@@ -394,6 +396,7 @@ class SessionHoisting(Pass):
             region.split = split_region(
                 region.statements, facts, context.server, remote_work, taken, list(carry), later,
                 is_model=lambda name: _is_model_like(name, facts), drop_bars=context.options.unsafe_fixes,
+                client_roots=region.client_roots,
             )
         except Refused as refused:
             region.split = None
@@ -432,6 +435,18 @@ class SessionHoisting(Pass):
         """Plan a region whose code may all move (its client part, if any, split off)."""
         anchor = region.statements[0]
         reason, accumulators, lost = _liveness(region, facts)
+        stuck = _unmovable(region, facts) if reason else []
+        if stuck:
+            # objects the session cannot take (`self`, a parameter): what changes them is
+            # replayed on your machine, over the values the session computes for it
+            before = region.split
+            region.client_roots = frozenset(stuck)
+            refusal = self._split(region, facts, context, carry=region.split.carried if region.split else ())
+            if refusal:
+                region.split, region.client_roots = before, frozenset()
+                reason = f"{reason}; {refusal}"
+            else:
+                reason, accumulators, lost = _liveness(region, facts)
         # what the methods it calls store on `self` comes back to your `self` after it
         stores = sorted({f"self.{a}" for call, h in region.helper_calls if h.bound for a in h.self_stores})
         if stores and not reason:
@@ -746,6 +761,19 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator], lis
     if lost:
         return "", [], lost
     return "", accumulators + in_place, []
+
+
+def _unmovable(region: Region, facts: Facts) -> list[str]:
+    """The names the region changes in place that no container of the session can stand
+    for (an object of `self`, a parameter): they must stay on your machine."""
+    stuck = []
+    for name in _client_mutations(region, facts, collect_all(region.moved)):
+        acc, _why = find_accumulator(facts, name, region.suite, region.start)
+        if acc is None:
+            acc, _why = carried_container(facts, name, region.suite, region.end)
+        if acc is None:
+            stuck.append(name)
+    return stuck
 
 
 def _lost_reason(name: str) -> str:
@@ -1452,6 +1480,46 @@ with model.session(remote=True):
         with model.trace(name):
             model.transformer.h[0].output[:] *= scale
             out = model.lm_head.output.save()
+""",
+    ),
+    Case(
+        name="results stored into a dict the caller passes in: the replay stores them",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def probe(prompt):
+    with model.trace(prompt, remote=True):
+        top = model.lm_head.output[0, -1].argmax().item().save()
+    return top
+
+
+def sweep(prompts, results):
+    for p in prompts:
+        results[p] = probe(p)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def probe(prompt, remote=True):
+    with model.trace(prompt, remote=remote):
+        top = model.lm_head.output[0, -1].argmax().item().save()
+    return top
+
+
+def sweep(prompts, results):
+    with model.session(remote=True):
+        _ndif_rows = list().save()
+        for p in prompts:
+            results_value = probe(p, remote=False)
+            _ndif_rows.append((p, results_value))
+    for p, results_value in _ndif_rows:
+        results[p] = results_value
 """,
     ),
     Case(
