@@ -329,3 +329,52 @@ def test_a_dict_the_caller_passes_in_is_filled_on_your_machine(family):
         family,
     )
     assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
+
+
+@both
+def test_prompts_read_from_files_are_read_before_the_session(family, tmp_path):
+    for i in range(3):
+        (tmp_path / f"p{i}.txt").write_text(f"The cat number {i} sat on the\n")
+    result, report = run(
+        f'''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        tops = []
+        for i in range(3):
+            with open(f"{tmp_path}/p{{i}}.txt") as fh:
+                prompt = fh.read().strip()
+            with model.trace(prompt, remote=True):
+                top = model.lm_head.output[0, -1].argmax().item().save()
+            tops.append(top)
+            print(i, prompt, top)
+        print(tops)
+        ''',
+        family,
+    )
+    assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
+
+
+@both
+def test_a_file_the_loop_writes_and_reads_again_keeps_its_requests(family, tmp_path):
+    # each iteration reads the prompt the last one wrote: read before the session, every
+    # read would see the first
+    result, report = run(
+        f'''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        with open("{tmp_path}/state.txt", "w") as fh:  # each run starts from the same text
+            fh.write("The cat sat on the")
+        for i in range(3):
+            with open("{tmp_path}/state.txt") as fh:
+                prompt = fh.read()
+            with model.trace(prompt, remote=True):
+                top = model.lm_head.output[0, -1].argmax().item().save()
+            with open("{tmp_path}/state.txt", "a") as out:
+                out.write(" x" + str(top % 3))
+            print(i, prompt)
+        ''',
+        family,
+    )
+    assert "session(" not in result.code

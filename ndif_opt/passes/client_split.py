@@ -196,7 +196,7 @@ class _Splitter:
             used = self.client_names & (set(exposed_reads([stmt])) | set(collect(stmt).mutates))
             if used and self.remote_work(stmt)[0]:
                 for name in sorted(used):
-                    if not self._prepare(name, item):
+                    if not self._prepare(name):
                         raise Refused(
                             f"`{name}` is computed by code that must run on your machine and is also used "
                             "by the remote part"
@@ -315,33 +315,43 @@ class _Splitter:
             names.append(problem.node.value)
         return all(name in self.binder and self._prepare(name) for name in names)
 
-    def _prepare(self, name: str, consumer: _Item | None = None) -> bool:
-        """Move the client statement that computed ``name`` (and those it reads from)
-        before the session, if it can run there: no effect but computing on your
-        machine, nothing remote among its inputs, one loop deep at most, and run in
-        every iteration up to it."""
+    def _prepare(self, name: str) -> bool:
+        """Move the client statement that computed ``name``, and those it reads from,
+        before the session, if each can run there: nothing but computing (or reading a
+        file) on your machine, nothing remote among its inputs, one loop deep at most, and
+        run in every iteration up to it. All of them, or none."""
+        closure: list[_Item] = []
+        if not self._preparable(name, closure, set()):
+            return False
+        for producer in closure:
+            producer.role = "pre"
+            self.deferred -= 1
+            self.pre.append(producer)
+            self.client_names -= set(collect(producer.stmt).binds)
+        return True
+
+    def _preparable(self, name: str, closure: list[_Item], seen: set[int]) -> bool:
         producer = self.binder.get(name)
         if producer is None:
             return False
-        if producer.role == "pre":
+        if producer.role == "pre" or id(producer) in seen:
             return True
         stmt = producer.stmt
-        if (
-            producer.role != "client" or type(stmt) is not cst.SimpleStatementLine
-            or len(producer.loops) > 1 or producer.branch or producer.after_jump
-        ):
+        if producer.role != "client" or len(producer.loops) > 1 or producer.branch or producer.after_jump:
             return False
-        if any(p.kind not in PREPARABLE_KINDS for p in self.server_check.problems(stmt)):
+        if not _simple_or_reading(stmt):
+            return False
+        problems = self.server_check.problems(stmt)
+        if any(p.kind not in PREPARABLE_KINDS and not _reads_a_file(p.node) for p in problems):
             return False
         use = collect(stmt)
         if set(use.mutates) - set(use.binds):
             return False  # it changes something of yours: its order with the rest matters
-        producer.role = "pre"
-        self.deferred -= 1
-        self.pre.append(producer)
-        for bound in use.binds:
-            self.client_names.discard(bound)
-        return all(self._prepare(read, producer) for read in exposed_reads([stmt]) if read in self.client_names)
+        seen.add(id(producer))
+        closure.append(producer)
+        return all(
+            self._preparable(read, closure, seen) for read in exposed_reads([stmt]) if read in self.client_names
+        )
 
     def split_try(self, stmt: cst.Try) -> list[_Item]:
         """`try: <remote work> <local work> except: <handler>`: the remote work runs in
@@ -588,6 +598,37 @@ def _check_kept_paths(items: list[_Item], splitter: _Splitter) -> None:
                     )
 
 
+def _simple_or_reading(stmt: cst.CSTNode) -> bool:
+    """A line, or `with open(path) as f:` around lines (a file read in one place)."""
+    if type(stmt) is cst.SimpleStatementLine:
+        return True
+    return (
+        type(stmt) is cst.With
+        and all(_reads_a_file(item.item) for item in stmt.items)
+        and isinstance(stmt.body, cst.IndentedBlock)
+        and all(type(inner) is cst.SimpleStatementLine for inner in stmt.body.body)
+    )
+
+
+READ_MODES = frozenset({"r", "rb", "rt", "br", "tr"})
+
+
+def _reads_a_file(node: cst.CSTNode) -> bool:
+    """Is ``node`` `open(path)` in a mode that only reads?"""
+    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "open"):
+        return False
+    mode = None
+    positional = [a for a in node.args if a.keyword is None and not a.star]
+    if len(positional) >= 2:
+        mode = positional[1].value
+    for arg in node.args:
+        if arg.keyword is not None and arg.keyword.value == "mode":
+            mode = arg.value
+    if mode is None:
+        return True
+    return isinstance(mode, cst.SimpleString) and mode.evaluated_value in READ_MODES
+
+
 def _root_paths_changed(stmt: cst.CSTNode, roots: frozenset[str]) -> set[tuple[str, str]]:
     """The `(root, ".attr")` paths of ``roots`` the statement changes (`self.cache[k] = v`,
     `self.seen.append(x)`, `self.n += 1`); `(root, "*")` when it changes the root itself
@@ -706,6 +747,13 @@ def _check_prelude(items: list[_Item], splitter: _Splitter) -> set[str]:
                 if child.role == "pre":
                     _check_prepared(child, known, changed, set(), splitter)
                     known |= set(collect(child.stmt).binds)
+    if any(find_nodes(item.stmt, _reads_a_file) for item in splitter.pre):
+        writes = _writes_files(items, splitter)
+        if writes is not None:
+            raise Refused(
+                f"a file is read before the session, where it was read in the loop, and `{_first_line(writes)}` "
+                "acts on files on your machine in the same loop"
+            )
     for item in splitter.pre:
         used = _yours(item, splitter) & set(everything.reads)
         if used:
@@ -714,6 +762,21 @@ def _check_prelude(items: list[_Item], splitter: _Splitter) -> set[str]:
                 "after it; run in another order, it could give other values"
             )
     return needed
+
+
+def _writes_files(items: list[_Item], splitter: _Splitter) -> cst.CSTNode | None:
+    """The first statement of the region, other than the prepared ones, that acts on
+    files (writes one, sleeps...), or None."""
+    for item in items:
+        if item.role in ("mixed", "if"):
+            found = _writes_files(item.body + item.orelse, splitter)
+            if found is not None:
+                return found
+        elif item.role == "client":
+            problems = splitter.server_check.problems(item.stmt)
+            if any(p.kind == "effect" or p.kind == "forbidden" for p in problems):
+                return item.stmt
+    return None
 
 
 def _check_prepared(item: _Item, known: set[str], changed: set[str], read_before: set[str], splitter) -> None:

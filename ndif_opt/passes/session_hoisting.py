@@ -10,8 +10,8 @@ logging) is split off: it records the values it reads where it stood, and a repl
 after the session runs it in the same order with the same values (branches and early
 exits included). Code that must run on your machine but needs nothing remote, and whose
 values the remote work reads (a steering vector built with numpy and json, a prompt
-formatted by a library NDIF lacks), runs before the session instead, in the same order,
-and the session takes its values in turn. An object the session cannot take (``self``,
+formatted by a library NDIF lacks or read from a file), runs before the session instead,
+in the same order, and the session takes its values in turn. An object the session cannot take (``self``,
 a dict the caller passed in) stays on your machine: the session computes the values,
 the replay stores them. Values the script reads after the loop come back.
 
