@@ -41,11 +41,20 @@ FILE_FUNCTIONS = frozenset(
         "pandas.read_excel",
     }
 )
+# File functions that read: the call stays on the client, its result (an array, a
+# tensor, a table) is data that may travel.
+LOADING_FUNCTIONS = frozenset(
+    {
+        "torch.load", "numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile",
+        "pandas.read_csv", "pandas.read_json", "pandas.read_parquet", "pandas.read_pickle",
+        "pandas.read_excel",
+    }
+)
 # Calls of modules NDIF does not allow whose result is plain data (lists, dicts,
 # numbers, strings): the call stays on the client, but what it returns may travel.
 VALUE_FUNCTIONS = frozenset(
     {
-        "json.load", "json.loads", "pickle.load", "pickle.loads", "yaml.safe_load",
+        "json.load", "json.loads", "json.dumps", "pickle.load", "pickle.loads", "yaml.safe_load",
         "ast.literal_eval", "copy.copy", "copy.deepcopy", "random.sample", "random.choice",
         "random.random", "random.randint", "random.uniform", "os.getenv", "os.environ.get",
         "os.path.join", "os.path.basename", "os.path.dirname", "os.path.exists",
@@ -185,7 +194,7 @@ class ServerCheck:
     def _dotted_call_is_client(self, func: str) -> bool:
         """Does a call of the dotted name ``func`` give something only the client has?"""
         path = qualify_dotted(func, self.facts.imports)
-        if path in VALUE_FUNCTIONS:
+        if path in VALUE_FUNCTIONS or path in LOADING_FUNCTIONS:
             return False
         if path in FORBIDDEN_BUILTINS or path in PROGRESS_BARS or path in FILE_FUNCTIONS:
             return True

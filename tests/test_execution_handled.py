@@ -378,3 +378,31 @@ def test_a_file_the_loop_writes_and_reads_again_keeps_its_requests(family, tmp_p
         family,
     )
     assert "session(" not in result.code
+
+
+@both
+def test_an_array_loaded_from_a_file_travels_into_the_session(family, tmp_path):
+    # `np.load` runs on your machine, but what it returns is data the session may take
+    import numpy as np
+
+    np.save(tmp_path / "dirs.npy", np.linspace(-1, 1, 3 * 64, dtype=np.float32).reshape(3, 64))
+    result, report = run(
+        f'''
+        import numpy as np
+        import torch
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        dirs = np.load("{tmp_path}/dirs.npy")
+        tops = []
+        for k in range(3):
+            steer = torch.from_numpy(dirs[k])
+            with model.trace("The cat sat", remote=True):
+                LAYERS[0].output[:, -1, :64] += steer
+                tops.append(model.lm_head.output[0, -1].argmax().item().save())
+        print(tops)
+        ''',
+        family,
+    )
+    assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
+    assert "_ndif_feed" not in result.code  # the session computes `steer` itself

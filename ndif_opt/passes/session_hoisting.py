@@ -1535,7 +1535,7 @@ for step in range(3):
         top = model.lm_head.output[0, -1].argmax().item().save()
     prompt = json.dumps([prompt, top])
 """,
-        reason="uses `prompt`, which exists only on your machine",
+        reason="`prompt` is computed by code that must run on your machine and is also used by the remote part",
     ),
     Case(
         name="a `try` whose local code runs before its remote work",
