@@ -20,7 +20,7 @@ import libcst as cst
 from ndif_opt.names import NameUse, collect, dotted_name
 from ndif_opt.positions import code_for_node
 from ndif_opt.shapes import literal_value  # the model's repo id, read in every version
-from ndif_opt.walk import walk
+from ndif_opt.walk import find_nodes, walk
 
 # Classes whose instances are nnsight models, by their public import paths.
 MODEL_CLASSES = frozenset(
@@ -587,15 +587,7 @@ def _is_session_fallback(node: cst.Try) -> bool:
     handler = node.handlers[0]
     if handler.name is not None or not (type(handler.type) is cst.Name and handler.type.value == "Exception"):
         return False
-    return any(_opens_session(w) for w in _withs_in(node.body))
-
-
-def _withs_in(node: cst.CSTNode):
-    if type(node) is cst.With:
-        yield node
-    for child in node.children:
-        if isinstance(child, (cst.BaseCompoundStatement, cst.BaseSuite)):
-            yield from _withs_in(child)
+    return any(_opens_session(w) for w in find_nodes(node.body, lambda n: type(n) is cst.With))
 
 
 def _opens_session(node: cst.With) -> bool:
@@ -610,7 +602,7 @@ def _blocks(withs: list[StmtInfo], facts: Facts) -> list[Block]:
     by_node: dict[int, Block] = {}
     for info in withs:
         stmt = info.node
-        if any(type(a) is cst.Try for a in info.ancestors) and in_session_fallback(stmt, info.ancestors):
+        if in_session_fallback(stmt, info.ancestors):
             continue  # the code as written, run only should the session fail
         call = _block_item(stmt, facts)
         if call is None:

@@ -533,24 +533,19 @@ def definite_binds(stmt: cst.CSTNode) -> set[str]:
         for item in stmt.items:
             if item.asname is not None:
                 found |= set(target_names(item.asname.name))
-        for inner in stmt.body.body:
-            found |= definite_binds(inner)
-        return found
+        return found | _definite_in(stmt.body.body)
     if kind is cst.If and stmt.orelse is not None:
-        body = set().union(*(definite_binds(s) for s in stmt.body.body)) if stmt.body.body else set()
         other = stmt.orelse
-        if isinstance(other, cst.If):
-            rest = definite_binds(other)
-        else:
-            rest = set().union(*(definite_binds(s) for s in other.body.body)) if other.body.body else set()
-        return body & rest
+        rest = definite_binds(other) if isinstance(other, cst.If) else _definite_in(other.body.body)
+        return _definite_in(stmt.body.body) & rest
     if kind is cst.Try:
         # completed normally: the body (and `else:`) ran to its end, or one handler did
-        def suite_binds(statements) -> set[str]:
-            return set().union(*(definite_binds(s) for s in statements))
-
-        ends = [suite_binds(stmt.body.body) | (suite_binds(stmt.orelse.body.body) if stmt.orelse else set())]
-        ends += [suite_binds(handler.body.body) for handler in stmt.handlers]
-        final = suite_binds(stmt.finalbody.body.body) if stmt.finalbody else set()
-        return set.intersection(*ends) | final
+        ends = [_definite_in(stmt.body.body) | (_definite_in(stmt.orelse.body.body) if stmt.orelse else set())]
+        ends += [_definite_in(handler.body.body) for handler in stmt.handlers]
+        return set.intersection(*ends) | (_definite_in(stmt.finalbody.body.body) if stmt.finalbody else set())
     return set()
+
+
+def _definite_in(statements) -> set[str]:
+    """Names a run of statements binds whenever it completes normally."""
+    return set().union(*(definite_binds(s) for s in statements))

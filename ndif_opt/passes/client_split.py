@@ -32,7 +32,7 @@ a tensor written into), or the client part computes something the server part re
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import libcst as cst
@@ -66,16 +66,11 @@ def _branches(items: list["_Item"]) -> bool:
     return any(item.role == "if" or (item.role == "server" and _jumps(item.stmt)) for item in items)
 
 
-def _deferrable(problem, remote: bool) -> bool:
-    """May code with this problem be replayed on the client? A `try` may, when no
-    remote work runs inside it (its failures are the client's own)."""
-    return problem.kind in DEFERRABLE_KINDS or (not remote and isinstance(problem.node, cst.Try))
-
-
 def splittable(problem) -> bool:
     """May a region with this problem be split? Code that must stay on the client is
-    replayed; a `try` around remote work is split by :meth:`_Splitter.split_try`,
-    which says why when it cannot be."""
+    replayed; so is a `try` without remote work (its failures are the client's own); a
+    `try` around remote work is split by :meth:`_Splitter.split_try`, which says why
+    when it cannot be."""
     return problem.kind in DEFERRABLE_KINDS or isinstance(problem.node, cst.Try)
 
 
@@ -133,7 +128,7 @@ class _Item:
     it_name: str = ""  # mixed with events: the list of one iteration's records
     items_name: str = ""  # ... and the replay's iterator over it
     orelse: list["_Item"] = field(default_factory=list)  # if: its `else`/`elif` items
-    loops: tuple = ()  # the region's `for` statements around it, outermost first
+    depth: int = 0  # how many of the region's `for` loops are around it
     branch: bool = False  # inside an `if` or a `try` of the region: it may not run
     after_jump: bool = False  # an earlier statement of its loop body may end the iteration
     session_iter: cst.BaseExpression | None = None  # mixed: what the session's loop goes over
@@ -154,8 +149,7 @@ class _Splitter:
         self.client_names: set[str] = set()  # names the client part has bound or changed so far
         self.binder: dict[str, _Item] = {}  # a client name -> the client statement that bound it last
         self.handled_failures = 0  # `try` statements split around their remote work
-        self.loop_stack: list[cst.For] = []  # the loops being classified, outermost first
-        self.jumped: list[bool] = []  # per loop being classified: has its body met a jump yet?
+        self.jumped: list[bool] = []  # per loop being classified, outermost first: has its body met a jump yet?
         self.branch_depth = 0
         self.pre: list[_Item] = []  # client statements moved before the session, in the order found
         # names whose objects stay on your machine (`self`, a parameter the caller sees):
@@ -176,7 +170,7 @@ class _Splitter:
             if parts is None:
                 parts = [self._classify(stmt)]
             for item in parts:
-                item.loops = tuple(self.loop_stack)
+                item.depth = len(self.jumped)
                 item.branch = self.branch_depth > 0
                 item.after_jump = bool(self.jumped) and self.jumped[-1]
                 items.append(self._settle(item))
@@ -202,8 +196,7 @@ class _Splitter:
                             "by the remote part"
                         )
             elif used:
-                self.deferred += 1
-                item = _Item(stmt, "client", loops=item.loops, branch=item.branch, after_jump=item.after_jump)
+                item = self._replayed(item)
         elif item.role in ("mixed", "if") and self.client_names:
             header = item.stmt.iter if item.role == "mixed" else item.stmt.test
             used = self.client_names & set(collect(header).reads)
@@ -244,9 +237,13 @@ class _Splitter:
                 f"`{_first_line(stmt)}` changes or reads `{root}`, which stays on your machine, in the same "
                 "statement as remote work"
             )
-        self.deferred += 1
         self.client_paths |= changed
-        return _Item(stmt, "client", loops=item.loops, branch=item.branch, after_jump=item.after_jump)
+        return self._replayed(item)
+
+    def _replayed(self, item: _Item) -> _Item:
+        """The server line ``item``, replayed on the client instead."""
+        self.deferred += 1
+        return replace(item, role="client")
 
     def _paths_read(self, stmt: cst.CSTNode) -> set[tuple[str, str]]:
         """What the statement reads of the objects that stay here, with what the methods
@@ -337,7 +334,7 @@ class _Splitter:
         if producer.role == "pre" or id(producer) in seen:
             return True
         stmt = producer.stmt
-        if producer.role != "client" or len(producer.loops) > 1 or producer.branch or producer.after_jump:
+        if producer.role != "client" or producer.depth > 1 or producer.branch or producer.after_jump:
             return False
         if not _simple_or_reading(stmt):
             return False
@@ -382,7 +379,7 @@ class _Splitter:
         self.handled_failures += 1
         if not tail:
             return head  # the remote work cannot fail on the client: its handler never runs here
-        replayed = stmt.with_changes(body=stmt.body.with_changes(body=tail or [cst.SimpleStatementLine([cst.Pass()])]))
+        replayed = stmt.with_changes(body=stmt.body.with_changes(body=tail))
         self.deferred += 1
         return [*head, _Item(replayed, "client")]
 
@@ -432,7 +429,7 @@ class _Splitter:
         if not problems and not keeps:
             return _Item(stmt, "server")
         # (a `try` around remote work is split where the loop's body is classified)
-        control = [p for p in problems if not (_deferrable(p, remote) or remote and splittable(p))]
+        control = [p for p in problems if not splittable(p)]
         if control:
             raise Refused(f"the code {control[0].message}")
         if not remote:
@@ -454,13 +451,11 @@ class _Splitter:
             raise Refused(f"the loop's header {header[0].message}")
         outer, self.in_loop = self.in_loop, True
         self.client_names -= set(target_names(stmt.target))  # the server's loop binds them
-        self.loop_stack.append(stmt)
         self.jumped.append(False)
         try:
             item = _Item(stmt, "mixed", body=self.classify(stmt.body.body))
         finally:
             self.in_loop = outer
-            self.loop_stack.pop()
             self.jumped.pop()
         item.events = _branches(item.body)
         if self.drop_bars and all(child.role == "server" for child in item.body):
@@ -704,7 +699,7 @@ def _loop_prelude(item: _Item, needed: set[str], splitter: _Splitter, facts: Fac
         if fed:
             body.append(cst.parse_statement(f"{inputs}.append({_tuple_code(fed)})\n"))
             taken = cst.parse_statement(f"{_target_code(fed)} = next({feed})\n")
-            children.append(_Item(taken, "server", loops=child.loops))
+            children.append(_Item(taken, "server", depth=child.depth))
     item.body = children
     item.session_iter = cst.Name(listed)
     # the items are listed once: the prelude and the session go over the same ones
@@ -722,16 +717,14 @@ def _check_prelude(items: list[_Item], splitter: _Splitter) -> set[str]:
     it computed where it stood: nothing else in the region binds or changes what it
     reads, and nothing else uses the modules and objects of yours it calls (a random
     generator drawn from in another order). The names others read of what it binds."""
-    parts = [_other_uses(item) for item in items]
+    parts = [_unprepared_uses(item, splitter) for item in items]
     everything = NameUse()
     for part in parts:
         everything.merge(part)
     needed = set(everything.reads) | splitter.later
     changed = set(everything.binds) | set(everything.mutates)
-    for index, item in enumerate(items):
-        earlier = NameUse()
-        for part in parts[:index]:
-            earlier.merge(part)
+    earlier = NameUse()  # what the items before the current one use
+    for item, part in zip(items, parts):
         if item.role == "pre":
             _check_prepared(item, set(), set(earlier.binds) | set(earlier.mutates), set(earlier.reads), splitter)
         elif item.role == "mixed" and any(child.role == "pre" for child in item.body):
@@ -747,6 +740,7 @@ def _check_prelude(items: list[_Item], splitter: _Splitter) -> set[str]:
                 if child.role == "pre":
                     _check_prepared(child, known, changed, set(), splitter)
                     known |= set(collect(child.stmt).binds)
+        earlier.merge(part)
     if any(find_nodes(item.stmt, _reads_a_file) for item in splitter.pre):
         writes = _writes_files(items, splitter)
         if writes is not None:
@@ -798,25 +792,11 @@ def _yours(item: _Item, splitter: _Splitter) -> set[str]:
     return {n for n in reads if n in splitter.facts.imports or splitter.server_check.is_client_object(n)}
 
 
-def _other_uses(item: _Item) -> NameUse:
-    """Names used by the item's parts that are not prepared (a mixed loop: its header
-    and its body's parts)."""
-    if item.role == "pre":
-        return NameUse()
-    if item.role == "mixed":
-        total = NameUse(binds={n: item.stmt.target for n in target_names(item.stmt.target)})
-        total.merge(collect(item.stmt.iter))
-        for child in item.body:
-            total.merge(_other_uses(child))
-        return total
-    if item.role == "if":
-        total = collect(item.stmt.test)
-        merged = NameUse()
-        merged.merge(total)
-        for child in item.body + item.orelse:
-            merged.merge(_other_uses(child))
-        return merged
-    return collect(item.stmt)
+def _unprepared_uses(item: _Item, splitter: _Splitter) -> NameUse:
+    """Names used by the item's parts that are not prepared: its server and client parts."""
+    found = splitter.uses([item], "server")
+    found.merge(splitter.uses([item], "client"))
+    return found
 
 
 def _first_line(stmt: cst.CSTNode) -> str:

@@ -742,10 +742,7 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator], lis
         lost = [n for n in outside_blocks.binds if n in later and n not in saved]
     accumulators: list[Accumulator] = []
     for name in _client_mutations(region, facts, everything):
-        acc, why = find_accumulator(facts, name, region.suite, region.start)
-        if acc is None:
-            # any new container can travel to the session and back
-            acc, why = carried_container(facts, name, region.suite, region.end)
+        acc, why = _container_for(region, facts, name)
         if acc is None:
             return f"it changes `{name}`, which lives on your machine: {why}", [], []
         accumulators.append(acc)
@@ -766,14 +763,18 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator], lis
 def _unmovable(region: Region, facts: Facts) -> list[str]:
     """The names the region changes in place that no container of the session can stand
     for (an object of `self`, a parameter): they must stay on your machine."""
-    stuck = []
-    for name in _client_mutations(region, facts, collect_all(region.moved)):
-        acc, _why = find_accumulator(facts, name, region.suite, region.start)
-        if acc is None:
-            acc, _why = carried_container(facts, name, region.suite, region.end)
-        if acc is None:
-            stuck.append(name)
-    return stuck
+    names = _client_mutations(region, facts, collect_all(region.moved))
+    return [name for name in names if _container_for(region, facts, name)[0] is None]
+
+
+def _container_for(region: Region, facts: Facts, name: str) -> tuple[Accumulator | None, str]:
+    """The container the session takes over for ``name``, which the region fills: one
+    created above it, or any new container, which can travel to the session and back;
+    else None and why not."""
+    acc, why = find_accumulator(facts, name, region.suite, region.start)
+    if acc is None:
+        acc, why = carried_container(facts, name, region.suite, region.end)
+    return acc, why
 
 
 def _lost_reason(name: str) -> str:
