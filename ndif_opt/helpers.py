@@ -488,3 +488,25 @@ class _FlagInBlocks(cst.CSTTransformer):
             for a in call.args
         ]
         return updated.with_changes(items=[*updated.items[:-1], item.with_changes(item=call.with_changes(args=args))])
+
+
+def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+    return cst.Arg(value=value, keyword=cst.Name(name), equal=tight)
+
+
+def with_keyword_parameters(func: cst.FunctionDef, names: tuple[str, ...]) -> cst.FunctionDef:
+    """`def f(x):` → `def f(x, *, vec):` — keyword-only parameters without defaults, for
+    module names a session computes and hands the function at each call."""
+    params = func.params
+    added = [cst.Param(name=cst.Name(n)) for n in names]
+    star = params.star_arg if isinstance(params.star_arg, (cst.Param, cst.ParamStar)) else cst.ParamStar()
+    return func.with_changes(params=params.with_changes(star_arg=star, kwonly_params=[*params.kwonly_params, *added]))
+
+
+def with_keyword_arguments(call: cst.Call, names: tuple[str, ...]) -> cst.Call:
+    """`f(x)` → `f(x, vec=vec)`."""
+    args = list(call.args)
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(args=[*args, *(_keyword(n, cst.Name(n)) for n in names)])

@@ -38,7 +38,9 @@ with model.session(remote=True):
 ## Fix safety
 Safe when applied: the pass only moves code that NDIF can run, replays what must run
 on your machine in its order over recorded values, and brings back every value the
-rest of the script reads. It is not applied (and says why) when the code that must stay
+rest of the script reads. A same-file function the session calls that reads
+a module name the session computes gets it as an argument (`def f(x, *, vec)`), when
+every call of it in the file is one the session makes after binding the name. It is not applied (and says why) when the code that must stay
 on your machine feeds the remote part, when a record could not hold what a line would
 have seen, when the moved code declares ``global`` or calls a helper that cannot run in
 a session. A retry around a request goes around the whole session. A ``try`` that
@@ -62,6 +64,8 @@ from ndif_opt.effects import PROGRESS_BARS, Problem
 from ndif_opt.helpers import (
     CallWithRemoteOff,
     RemoteHelper,
+    with_keyword_arguments,
+    with_keyword_parameters,
     call_multiplicity,
     called_helper,
     helper_calls,
@@ -69,7 +73,7 @@ from ndif_opt.helpers import (
     rewritten_helper,
 )
 from ndif_opt.analysis import qualify
-from ndif_opt.names import NameUse, all_params, collect, collect_all, root_name
+from ndif_opt.names import NameUse, all_params, collect, collect_all, definite_binds, root_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.client_split import Refused, Split, names_in, split_region, splittable, unwrap_progress
 from ndif_opt.retries import PortableRetry, portable_retry, retry_guard
@@ -111,6 +115,10 @@ class Region:
     remote_statements: list = field(default_factory=list)  # its statements that do remote work
     retry: PortableRetry | None = None  # the retry the session stands under, if its work had one
     client_roots: frozenset = frozenset()  # objects it changes that stay on your machine (replayed)
+    # module names the session computes that functions it calls read: handed over as
+    # arguments (function -> names; id of each call -> names)
+    passed_functions: dict = field(default_factory=dict)
+    passed_calls: dict = field(default_factory=dict)
 
     @property
     def statements(self) -> list[cst.BaseStatement]:
@@ -145,16 +153,24 @@ class SessionHoisting(Pass):
         claimed: set[int] = set()
         self.helpers = remote_helpers(facts, context.server)
         self.rewritten_helpers: dict[str, RemoteHelper] = {}
+        self.passed_functions: dict[str, tuple[str, ...]] = {}  # function -> module names it now takes
         self.needs_nnsight_import = False
         for suite in _suites_outermost_first(facts):
             if _inside(facts, suite, claimed):
                 continue
             for region in self._regions(suite, facts, context):
                 self._plan_or_parts(region, facts, context, plan, claimed)
-        for helper in self.rewritten_helpers.values():
-            if helper.flag_param is None or helper.context_decorators:
-                info = facts.stmt(helper.func)
-                plan.replace(info.suite, info.index, info.index + 1, lambda _s, h=helper: [rewritten_helper(h)])
+        for name in {*self.rewritten_helpers, *self.passed_functions}:
+            helper = self.rewritten_helpers.get(name)
+            passed = self.passed_functions.get(name, ())
+            if helper is not None and (helper.flag_param is not None and not helper.context_decorators):
+                helper = None  # called as it is: it takes the flag already
+            if helper is None and not passed:
+                continue
+            func = helper.func if helper is not None else facts.functions[name]
+            info = facts.stmt(func)
+            plan.replace(info.suite, info.index, info.index + 1,
+                         lambda _s, h=helper, f=func, p=passed: [_as_the_session_calls(h, f, p)])
         if not plan:
             return module
         module = plan.apply(module, facts)
@@ -497,6 +513,7 @@ class SessionHoisting(Pass):
         calls_off = CallWithRemoteOff({id(call): helper for call, helper in region.helper_calls})
         for _call, helper in region.helper_calls:
             self.rewritten_helpers[helper.name] = helper
+        self.passed_functions.update(region.passed_functions)
         drop = DropElementSaves(names, rebinds=region.split.unsaved if region.split is not None else frozenset())
         unwrap = _UnwrapProgress(facts) if context.options.unsafe_fixes else None
 
@@ -517,7 +534,7 @@ class SessionHoisting(Pass):
                     continue
                 if id(stmt) in region.saved_here:
                     stmt = _saving(stmt)
-                moved.append(transform(stmt, _MoveEdits(stmt, strip, calls_off, drop, unwrap)))
+                moved.append(transform(stmt, _MoveEdits(stmt, strip, calls_off, drop, unwrap, region.passed_calls)))
             leading = first_leading
             for index, stmt in enumerate(moved):
                 if stmt.leading_lines is leading or (index == 0 and stmt.leading_lines):
@@ -567,9 +584,11 @@ class _MoveEdits(cst.CSTTransformer):
     The walk enters only the subtrees that hold a node to edit, and rebuilds only the
     nodes above an edit (:func:`transform`): most of the moved code has nothing to change."""
 
-    def __init__(self, stmt, strip: StripRemote, calls: CallWithRemoteOff, drop: DropElementSaves, unwrap) -> None:
+    def __init__(self, stmt, strip: StripRemote, calls: CallWithRemoteOff, drop: DropElementSaves, unwrap,
+                 passed: dict[int, tuple[str, ...]]) -> None:
         self.strip = strip
         self.calls = calls
+        self.passed = passed  # calls that hand module names over as arguments
         self.drop = drop
         self.unwrap = unwrap
         self.on_path = paths_to(stmt, self._may_edit, kinds=_EDITED_KINDS)
@@ -580,7 +599,7 @@ class _MoveEdits(cst.CSTTransformer):
             return id(node) in self.strip.targets
         if kind is cst.Call:
             # DropElementSaves edits `acc.append(...)`-like calls on a relocated `acc`
-            return id(node) in self.calls.calls or _names_root(node.func, self.drop.names)
+            return id(node) in self.calls.calls or id(node) in self.passed or _names_root(node.func, self.drop.names)
         if kind is cst.Assign:
             # ... and `acc[k] = ...` (and `x = ...` for the names it rebinds)
             return any(_names_root(t.target, self.drop.names | self.drop.rebinds) for t in node.targets)
@@ -593,7 +612,10 @@ class _MoveEdits(cst.CSTTransformer):
         return self.strip.leave_With(original, updated)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
-        return self.drop.leave_Call(original, self.calls.leave_Call(original, updated))
+        updated = self.calls.leave_Call(original, updated)
+        if id(original) in self.passed:
+            updated = with_keyword_arguments(updated, self.passed[id(original)])
+        return self.drop.leave_Call(original, updated)
 
     def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
         return self.drop.leave_Assign(original, updated)
@@ -835,24 +857,115 @@ def _saving(stmt: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
     return stmt.with_changes(body=[small.with_changes(value=method_call(small.value, "save"))])
 
 
+def _as_the_session_calls(helper: RemoteHelper | None, func: cst.FunctionDef, passed: tuple[str, ...]) -> cst.FunctionDef:
+    """The function as the session calls it: with its flag parameter (a remote helper)
+    and the module names the session hands it."""
+    func = rewritten_helper(helper) if helper is not None else func
+    return with_keyword_parameters(func, passed) if passed else func
+
+
 def _globals_the_session_would_hide(region: Region, facts: Facts) -> str:
     """A same-file function called in the session reads the module's names: one the
     moved code binds is a name of the session's own scope there, which the function's
-    copy on NDIF cannot see (NameError, or an old value)."""
-    moved = collect_all(region.moved)
-    bound = set(moved.binds)
-    called = [name for name in moved.reads if name in facts.functions]
-    for name in called:
-        func = facts.functions[name]
-        body = collect(func.body)
-        local = set(body.binds) | {p.name.value for p in all_params(func.params)}
-        for read in body.reads:
-            if read in bound and read not in local:
-                return (
-                    f"`{name}` reads `{read}`, which the session would compute: inside the session the "
-                    f"function's copy cannot see it (compute `{read}` before the loop, or pass it as an argument)"
-                )
+    copy on NDIF cannot see (NameError, or an old value). A function the session calls
+    itself gets such names as arguments (`def f(x, *, vec)`, `f(x, vec=vec)`) when
+    every call of it is one the session makes after binding them (see
+    :func:`_passable`); otherwise the session would hide them, and the region stays."""
+    moved = region.moved
+    bound = set(collect_all(moved).binds)
+    region.passed_calls, region.passed_functions = {}, {}
+    if not bound:
+        return ""
+    direct = _calls_by_function(moved, facts)
+    callers = {name: "" for name in direct}  # function -> the function of the session that calls it
+    queue = list(direct)
+    while queue:  # what the functions the session calls call in turn run there too
+        name = queue.pop()
+        for read in collect(facts.functions[name].body).reads:
+            if read in facts.functions and read not in callers:
+                callers[read] = callers[name] or name
+                queue.append(read)
+    for name, via in callers.items():
+        hidden = _module_names_read(facts.functions[name], bound)
+        if not hidden:
+            continue
+        why = _passable(name, hidden, region, direct.get(name, []), facts) if not via else (
+            f"it is called by `{via}`, not by the session itself")
+        if why:
+            read = hidden[0]
+            return (
+                f"`{name}` reads `{read}`, which the session would compute: inside the session the "
+                f"function's copy cannot see it, and it cannot be handed over as an argument ({why}); "
+                f"compute `{read}` before the loop, or pass it as an argument"
+            )
+        region.passed_functions[name] = hidden
+        for call in direct[name]:
+            region.passed_calls[id(call)] = hidden
     return ""
+
+
+def _calls_by_function(stmts: list[cst.BaseStatement], facts: Facts) -> dict[str, list[cst.Call]]:
+    """The calls of same-file functions by plain name in ``stmts``, by function."""
+    found: dict[str, list[cst.Call]] = {}
+    for stmt in stmts:
+        for call in find_nodes(stmt, lambda n: type(n) is cst.Call):
+            if isinstance(call.func, cst.Name) and call.func.value in facts.functions:
+                found.setdefault(call.func.value, []).append(call)
+    return found
+
+
+def _module_names_read(func: cst.FunctionDef, names: set[str]) -> tuple[str, ...]:
+    """Which of ``names`` the function reads as module names (not its own)."""
+    body = collect(func.body)
+    local = set(body.binds) | {p.name.value for p in all_params(func.params)}
+    return tuple(sorted(n for n in set(body.reads) & names if n not in local))
+
+
+def _passable(name: str, hidden: tuple[str, ...], region: Region, calls: list[cst.Call], facts: Facts) -> str:
+    """Why the session cannot hand ``hidden`` to function ``name`` as arguments ("" if
+    it can). It can when the region is module code (its names are the module's, which
+    the function reads), the function is a plain one no decorator wraps, nothing declares
+    the names `global` (the function reads each when it runs: an argument read at the
+    call must be the same value), every use of the function in the file is a direct call
+    the session makes, and each such call comes after the session has bound the names
+    (the argument is read where the function might never have read it)."""
+    func = facts.functions[name]
+    if facts.stmt(region.statements[0]).function is not None or not isinstance(region.suite, cst.Module):
+        return "the session would run inside a function, whose names the function does not read"
+    helper = next((h for _, h in region.helper_calls if h.name == name), None)
+    if func.decorators and (helper is None or len(helper.context_decorators) != len(func.decorators)):
+        return f"`{name}` is decorated"
+    if any(n.value in hidden for g in find_nodes(facts.module, lambda n: type(n) is cst.Global) for n in (x.name for x in g.names)):
+        return "it is declared `global` somewhere, so it may change while the function runs"
+    split = region.split
+    if split is not None and split.fallback:
+        return "the code as written runs again should the session fail"
+    elsewhere = [*split.replay, *split.prelude] if split is not None else []
+    if _calls_by_function(elsewhere, facts).get(name):
+        return f"`{name}` is also called on your machine"
+    made = {id(c.func) for c in calls}
+    uses = find_nodes(facts.module, lambda n: type(n) is cst.Name and n.value == name and n is not func.name)
+    if len(uses) != len(made) or any(id(n) not in made for n in uses):
+        return f"`{name}` is used elsewhere in the file, where it would miss the argument"
+    if any(_nested_call(stmt, made) for stmt in region.moved):
+        return f"`{name}` is called inside a nested function"
+    earlier: set[str] = set()
+    first = {id(c) for c in calls}
+    for stmt in region.moved:
+        if any(id(c) in first for c in find_nodes(stmt, lambda n: type(n) is cst.Call)) and not set(hidden) <= earlier:
+            missing = next(n for n in hidden if n not in earlier)
+            return f"it is called before the session has surely bound `{missing}`"
+        earlier |= definite_binds(stmt)
+    return ""
+
+
+def _nested_call(stmt: cst.CSTNode, funcs: set[int]) -> bool:
+    """Is one of the calls (by the id of their `func`) inside a `def`, `lambda` or class
+    within ``stmt``?"""
+    for scope in find_nodes(stmt, lambda n: isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef))):
+        if find_nodes(scope, lambda n: id(n) in funcs):
+            return True
+    return False
 
 
 def _helper_argument_problem(region: Region, facts: Facts) -> str:
@@ -954,7 +1067,7 @@ def _hoisted_message(region: Region, facts: Facts, accumulators, requests: int) 
     if region.helper_calls:
         names = sorted({h.name for _, h in region.helper_calls})
         text += "; " + ", ".join(f"`{n}`" for n in names) + " now called with remote=False inside it"
-        return text + _split_note(region.split) + _retry_note(region.retry)
+        return text + _passed_note(region) + _split_note(region.split) + _retry_note(region.retry)
     flag = region.blocks[0].remote
     if flag.state is Remote.MAYBE:
         text += f" (remote-ness unknown: {flag.reason}; the session takes the same flag, so this holds either way)"
@@ -963,7 +1076,21 @@ def _hoisted_message(region: Region, facts: Facts, accumulators, requests: int) 
     if accumulators:
         names = ", ".join(f"`{a.name}`" for a in accumulators)
         text += f"; {names} now created in the session and saved"
-    return text + _split_note(region.split) + _retry_note(region.retry)
+    return text + _passed_note(region) + _split_note(region.split) + _retry_note(region.retry)
+
+
+def _passed_note(region: Region) -> str:
+    """`; `steered` now takes `vec` as an argument (...)`."""
+    notes = [
+        f"`{name}` now takes " + ", ".join(f"`{n}`" for n in names)
+        for name, names in sorted(region.passed_functions.items())
+    ]
+    if not notes:
+        return ""
+    return "; " + ", ".join(notes) + (
+        " as an argument (the session computes it, and the copy of a function a session carries cannot see "
+        "the session's names)"
+    )
 
 
 def _retry_note(retry: PortableRetry | None) -> str:
@@ -1571,6 +1698,70 @@ for prompt in ["a", "b"]:
         more = model.lm_head.output.save()
 """,
         reason="may end the iteration early, before remote work that follows it",
+    ),
+    Case(
+        name="a function reading a name the session computes takes it as an argument",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def steered_top(prompt, alpha):
+    with model.trace(prompt, remote=True):
+        model.transformer.h[6].output[0, -1] += alpha * vec
+        top = model.lm_head.output[0, -1].argmax().item().save()
+    return top
+
+
+with model.trace("I love it", remote=True):
+    vec = model.transformer.h[6].output[0, -1].save()
+tops = [steered_top("The movie was", alpha) for alpha in (1.0, 2.0, 4.0)]
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def steered_top(prompt, alpha, remote=True, *, vec):
+    with model.trace(prompt, remote=remote):
+        model.transformer.h[6].output[0, -1] += alpha * vec
+        top = model.lm_head.output[0, -1].argmax().item().save()
+    return top
+
+
+with model.session(remote=True):
+    with model.trace("I love it"):
+        vec = model.transformer.h[6].output[0, -1].save()
+    tops = [steered_top("The movie was", alpha, remote=False, vec=vec) for alpha in (1.0, 2.0, 4.0)].save()
+""",
+    ),
+    Case(
+        name="a function the session's functions call reads a name the session computes",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def push(alpha):
+    return alpha * vec
+
+
+def steered_top(prompt, alpha):
+    with model.trace(prompt, remote=True):
+        model.transformer.h[6].output[0, -1] += push(alpha)
+        top = model.lm_head.output[0, -1].argmax().item().save()
+    return top
+
+
+for alpha in (1.0, 2.0):
+    with model.trace("I love it", remote=True):
+        vec = model.transformer.h[6].output[0, -1].save()
+    print(steered_top("The movie was", alpha))
+""",
+        reason="it is called by `steered_top`, not by the session itself",
     ),
     Case(
         name="retry loop: the same retry goes around the session",
