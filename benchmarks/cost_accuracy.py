@@ -294,6 +294,13 @@ for _family in ("gpt2", "llama"):
         NOT_PREDICTED[
             f"test_execution_handled::test_a_failing_request_is_still_handled_on_its_own[{_family}]:{_version}"
         ] = "a request fails by design: the cost model counts a run without failures"
+    for _test in ("test_values_only_the_session_reads_are_not_downloaded",
+                  "test_a_module_name_read_after_the_session_still_comes_back"):
+        for _version in ("original", "optimized"):
+            NOT_PREDICTED[f"test_execution_dead_results::{_test}[{_family}]:{_version}"] = (
+                "cost model gap: a prompt of token ids the loop grows (greedy decoding) is assumed 16 tokens "
+                "(~5 to 8 measured with the tiny tokenizer): download over-predicted ~1.6-1.8x"
+            )
     NOT_PREDICTED[f"test_execution_split::test_trace_in_a_helper_called_from_nested_loops_with_prints[{_family}]:optimized"] = (
         "cost model gap: values saved in a helper called inside a session are downloaded once per call "
         "(measured ~18 KB), predicted not downloaded (~1.3 KB)"

@@ -41,7 +41,8 @@ def test_trace_inside_a_helper_called_from_a_loop():
         tops = []
         for prompt in PROMPTS:
             tops.append(top_token(prompt))
-        single = top_token("another prompt")  # other callers keep their remote request
+        single = top_token("another prompt")
+        print(single)
         '''
     )
     assert "top_token(prompt, remote=False)" in result.code

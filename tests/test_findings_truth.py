@@ -41,6 +41,7 @@ for layer in top:
         logits = model.lm_head.output.save()
     diff = (logits[0, -1, 5] - logits[0, -1, 7]).item()
     print(f"attn {layer}: {diff:+.4f}")
+print("last logits", tuple(logits.shape))  # read after the session: both saves stay
 '''
 
 

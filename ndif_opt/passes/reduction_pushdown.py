@@ -52,7 +52,7 @@ import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, Remote, is_save_call, qualify
 from ndif_opt.describe import saved_shape
-from ndif_opt.names import NameUse, all_params, collect, comprehension_targets
+from ndif_opt.names import NameUse, all_params, collect, comprehension_targets, definite_binds
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, method_call, unsave
@@ -115,9 +115,12 @@ class ReductionPushdown(Pass):
         session = save.block.outermost
         if session is save.block or session.method != "session":
             return
-        if save.name in reads_after(facts, session.stmt.suite, session.stmt.index + 1):
-            return
-        if _binding_count_within(facts, save.name, session) != 1:
+        # nothing after the session reads this value: the name is not read there, or the
+        # session binds it again for sure before it ends; the session's code reads each
+        # value where it is bound, saved or not
+        if save.name in reads_after(facts, session.stmt.suite, session.stmt.index + 1) and not any(
+            save.name in definite_binds(stmt) for stmt in _later_in_session(save, session)
+        ):
             return
         if not context.allows(save.stmt, f"`{save.name}` need not be downloaded"):
             return
@@ -188,6 +191,9 @@ class ChainPushdown:
         if not any(self._grow(node)[1] for node in uses):
             return None  # as below, without a word (no use reduces): no index of the module
         if x in self._after_use(x).binds:
+            return None
+        if self.request is not self.save.block and not _last_value_in_session(self.save, self.request, self.facts):
+            # bound again in the session: the code after it may read another value
             return None
         if self.index.read_outside(x, [self.request.node, *self.after]):
             return None  # read elsewhere too (before the request, in a function, ...)
@@ -750,6 +756,37 @@ class _TreeIndex:
 
     def module_use(self) -> NameUse:
         return self.use_of(self.module)
+
+
+def _session_statement(save: _Save, session: Block) -> int | None:
+    """The index of the statement of the session's body that holds the save's block."""
+    body = session.node.body.body
+    for node in (*save.block.stmt.ancestors, save.block.node):
+        for index, stmt in enumerate(body):
+            if stmt is node:
+                return index
+    return None
+
+
+def _later_in_session(save: _Save, session: Block) -> list[cst.BaseStatement]:
+    """The statements of the session's body after the one that holds the save."""
+    index = _session_statement(save, session)
+    return [] if index is None else list(session.node.body.body[index + 1 :])
+
+
+def _last_value_in_session(save: _Save, session: Block, facts: Facts) -> bool:
+    """Is the saved value the one the name holds when the session ends? It is when the
+    session binds the name once, or when the save's block is a statement of the
+    session's own body (it runs for sure), binds the name once, and nothing after it in
+    the session binds the name again."""
+    name = save.name
+    if _binding_count_within(facts, name, session) == 1:
+        return True
+    if _session_statement(save, session) is None or save.block.stmt.ancestors[-1] is not session.node:
+        return False
+    if _binding_count_in(save.block.node, name) != 1:
+        return False
+    return not any(name in collect(stmt).binds for stmt in _later_in_session(save, session))
 
 
 def _binding_count_within(facts: Facts, name: str, block: Block) -> int:

@@ -38,7 +38,8 @@ with model.session(remote=True):
 ## Fix safety
 Safe when applied: the pass only moves code that NDIF can run, replays what must run
 on your machine in its order over recorded values, and brings back every value the
-rest of the script reads. A same-file function the session calls that reads
+rest of the script reads (in a notebook, also every module name the session binds: the
+kernel keeps them for cells to come). A same-file function the session calls that reads
 a module name the session computes gets it as an argument (`def f(x, *, vec)`), when
 every call of it in the file is one the session makes after binding the name. It is not applied (and says why) when the code that must stay
 on your machine feeds the remote part, when a record could not hold what a line would
@@ -119,6 +120,10 @@ class Region:
     # arguments (function -> names; id of each call -> names)
     passed_functions: dict = field(default_factory=dict)
     passed_calls: dict = field(default_factory=dict)
+    # a notebook's kernel keeps the module's names after the last cell, where a cell added
+    # later may read them: there, a name the session binds at module level comes back
+    # even when no cell reads it (in a script the file's reads are all there are)
+    kernel_keeps_names: bool = False
 
     @property
     def statements(self) -> list[cst.BaseStatement]:
@@ -380,6 +385,7 @@ class SessionHoisting(Pass):
         anchor = region.statements[0]
         if not context.allows(anchor, _not_hoisted(region, facts, self._requests(region, facts))):
             return False
+        region.kernel_keeps_names = context.options.notebook
         changing = _header_rebound(region)
         if changing:
             context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)), changing)
@@ -829,8 +835,9 @@ def _results_to_save(
     region: Region, facts: Facts, lost: set[str], relocated: set[str]
 ) -> dict[int, str]:
     """Top-level `name = value` statements of the region whose value must come back:
-    read later, or a module-level result the user may look at. They get `.save()`."""
-    module_level = not facts.stmt(region.statements[0]).ancestors
+    read later, or, in a notebook, a module-level result the kernel keeps for cells to
+    come. They get `.save()`."""
+    module_level = region.kernel_keeps_names and not facts.stmt(region.statements[0]).ancestors
     found: dict[int, str] = {}
     for stmt in region.moved:
         if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
@@ -1734,7 +1741,7 @@ def steered_top(prompt, alpha, remote=True, *, vec):
 with model.session(remote=True):
     with model.trace("I love it"):
         vec = model.transformer.h[6].output[0, -1].save()
-    tops = [steered_top("The movie was", alpha, remote=False, vec=vec) for alpha in (1.0, 2.0, 4.0)].save()
+    tops = [steered_top("The movie was", alpha, remote=False, vec=vec) for alpha in (1.0, 2.0, 4.0)]
 """,
     ),
     Case(
@@ -1762,6 +1769,63 @@ for alpha in (1.0, 2.0):
     print(steered_top("The movie was", alpha))
 """,
         reason="it is called by `steered_top`, not by the session itself",
+    ),
+    Case(
+        name="a module name only the session reads does not come back (a script)",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("the cat sat on the", remote=True):
+    clean = model.transformer.h[1].output.save()
+shift = clean[0, -1] - clean[0, 0]
+with model.trace("one two three", remote=True):
+    model.transformer.h[1].output[0, -1] += shift
+    top = model.lm_head.output[0, -1].argmax().save()
+print("patched top", top.item())
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    with model.trace("the cat sat on the"):
+        clean = model.transformer.h[1].output.save()
+    shift = clean[0, -1] - clean[0, 0]
+    with model.trace("one two three"):
+        model.transformer.h[1].output[0, -1] += shift
+        top = model.lm_head.output[0, -1].argmax().save()
+print("patched top", top.item())
+""",
+    ),
+    Case(
+        name="a notebook's kernel keeps the module names the session binds",
+        notebook=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("the cat sat on the", remote=True):
+    clean = model.transformer.h[1].output.save()
+shift = clean[0, -1] - clean[0, 0]
+with model.trace("one two three", remote=True):
+    model.transformer.h[1].output[0, -1] += shift
+    top = model.lm_head.output[0, -1].argmax().save()
+print("patched top", top.item())
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    with model.trace("the cat sat on the"):
+        clean = model.transformer.h[1].output.save()
+    shift = (clean[0, -1] - clean[0, 0]).save()
+    with model.trace("one two three"):
+        model.transformer.h[1].output[0, -1] += shift
+        top = model.lm_head.output[0, -1].argmax().save()
+print("patched top", top.item())
+""",
     ),
     Case(
         name="retry loop: the same retry goes around the session",

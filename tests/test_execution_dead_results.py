@@ -1,0 +1,99 @@
+"""Execution checks for what a session no longer downloads in a script.
+
+A script's module names that nothing after the session reads are not results: when
+the script ends they are gone, and every reader is in the file. So a name the session
+binds at module level comes back only when the code after it reads it, and a value
+saved in a trace inside the session, which only the session's code reads, is not
+downloaded however often the name is bound there (a greedy loop's `logits` and the
+scoring trace's `logits` after it). In a notebook the kernel keeps the names for cells
+to come, and they still come back (a case of session-hoisting). Each script runs on a
+tiny model of each family: the original locally, the original and the optimized script
+through the NDIF emulation; stdout and the values the script still reads must match.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+pytest.importorskip("nnsight")
+
+from ndif_opt import optimize  # noqa: E402
+from ndif_opt.verify import verify_result  # noqa: E402
+
+FAMILIES = {
+    "gpt2": ("openai-community/gpt2", "model.transformer.h"),
+    "llama": ("meta-llama/Llama-3.1-8B", "model.model.layers"),
+}
+both = pytest.mark.parametrize("family", sorted(FAMILIES))
+
+
+def run(template: str, family: str):
+    repo, layers = FAMILIES[family]
+    source = textwrap.dedent(template).replace("REPO", repo).replace("LAYERS", layers)
+    result = optimize(source)
+    report = verify_result(source, result, filename="script.py")
+    assert report.intended_ok, report.to_text() + "\n" + result.code
+    assert not report.errors["optimized"], report.errors
+    return result, report
+
+
+GREEDY = '''
+    import torch
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    ids = model.tokenizer("Once upon a time", return_tensors="pt")["input_ids"]
+    start = ids.shape[1]
+    for step in range(3):
+        with model.trace(ids, remote=True):
+            logits = model.lm_head.output.save()
+        next_id = logits[0, -1].argmax()
+        ids = torch.cat([ids, next_id.view(1, 1)], dim=1)
+        print(f"step {step}: {model.tokenizer.decode(next_id)!r}")
+    with model.trace(ids, remote=True):
+        logits = model.lm_head.output.save()
+    logprobs = torch.log_softmax(logits[0, :-1], dim=-1)
+    chosen = logprobs.gather(-1, ids[0, 1:, None])[:, 0]
+    print("continuation log-prob", round(chosen[start - 1:].sum().item(), 3))
+'''
+
+
+@both
+def test_values_only_the_session_reads_are_not_downloaded(family):
+    result, report = run(GREEDY, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    # neither value of `logits` (the loop's, and the scoring trace's after it) comes
+    # back whole: the session reads the first, the second is reduced in its trace
+    assert "logits = model.lm_head.output.save()" not in result.code, result.code
+    assert "logits = model.lm_head.output\n" in result.code, result.code
+
+
+PATCH = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("the cat sat on the", remote=True):
+        clean = LAYERS[1].output.save()
+    shift = clean[0, -1] - clean[0, 0]
+    with model.trace("one two three", remote=True):
+        LAYERS[1].output[0, -1] += shift
+        top = model.lm_head.output[0, -1].argmax().save()
+    print("patched top", top.item())
+'''
+
+
+@both
+def test_a_module_name_only_the_session_reads_is_not_downloaded(family):
+    result, report = run(PATCH, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "    shift = clean[0, -1] - clean[0, 0]\n" in result.code, result.code
+
+
+@both
+def test_a_module_name_read_after_the_session_still_comes_back(family):
+    result, report = run(GREEDY + '    print("shape", tuple(logprobs.shape))\n', family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "logprobs = torch.log_softmax(logits[0, :-1], dim=-1).save()" in result.code, result.code
+
