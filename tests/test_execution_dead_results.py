@@ -97,3 +97,29 @@ def test_a_module_name_read_after_the_session_still_comes_back(family):
     assert report.after.requests == 1, report.to_text() + result.code
     assert "logprobs = torch.log_softmax(logits[0, :-1], dim=-1).save()" in result.code, result.code
 
+
+REFINE = '''
+    import torch
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("the cat sat on the", remote=True):
+        goal = LAYERS[-1].output[0, -1].save()
+    vec = torch.zeros_like(goal)
+    for rnd in range(3):
+        with model.trace("one two three", remote=True):
+            LAYERS[0].output[0, -1] += vec
+            now = LAYERS[-1].output[0, -1].save()
+        cos = torch.cosine_similarity(now, goal, dim=0).item()
+        print(f"round {rnd}: cos={cos:.4f} |vec|={vec.norm().item():.3f}")
+        vec = vec + 0.5 * (goal - now)
+'''
+
+
+@both
+def test_a_print_of_a_value_the_loop_changes_later_records_only_what_it_prints(family):
+    # `vec` is bound again after the print: its record is what the print reads of it
+    # (`vec.norm().item()`, a number), not a copy of the whole vector every round
+    result, report = run(REFINE, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "vec.norm().item()))" in result.code, result.code

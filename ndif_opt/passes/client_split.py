@@ -993,6 +993,17 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
                 still_changing = name in changed_after
             else:  # recorded at the iteration's end: later iterations may change it too
                 still_changing = name in mutated and not _fresh_in_iteration(name, items[:index], loop)
+            reduced = None if still_changing else _reduced_reads(item.stmt, name, splitter)
+            if reduced:
+                # the line reads only parts of it (`logits.shape`, `x[0].argmax()`): the
+                # session records those parts, where the line stood, not the whole value
+                item.reduced.add(name)
+                for node, code in reduced:
+                    fresh = splitter.fresh_value(name)
+                    item.recorded.append(fresh)
+                    item.values[fresh] = code
+                    replacements[id(node)] = cst.Name(fresh)
+                continue
             if not still_changing and name in server_after.binds:
                 # the remote part binds the name again later: the replay reads the record
                 # under a name of its own, so the name ends with the value it had at the end
@@ -1000,17 +1011,6 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
                 item.recorded.append(fresh)
                 item.values[fresh] = name
                 replacements.update((id(node), cst.Name(fresh)) for node in _loads_of(item.stmt, name))
-                continue
-            reduced = None if still_changing else _reduced_reads(item.stmt, name, splitter)
-            if reduced:
-                # the line reads only parts of it (`logits.shape`, `x[0].argmax()`): the
-                # session records those parts, not the whole value
-                item.reduced.add(name)
-                for node, code in reduced:
-                    fresh = splitter.fresh_value(name)
-                    item.recorded.append(fresh)
-                    item.values[fresh] = code
-                    replacements[id(node)] = cst.Name(fresh)
                 continue
             if not still_changing:
                 item.recorded.append(name)
