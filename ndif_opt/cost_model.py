@@ -56,7 +56,7 @@ import contextlib
 import functools
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -619,6 +619,10 @@ class _Walker:
         self._block_ids: set[int] | None = None  # the nnsight blocks' nodes, for _has_work
         self._code_memo: dict[int, str] = {}
         self._call_stack: list[str] = []
+        # inside a request, what the functions it calls save in their own frames (name ->
+        # size, as `_Request.save` takes it), and per call what the function returns of it
+        self._inner_saves: dict[str, tuple[int | None, UnknownDownload | None]] = {}
+        self._returned_saves: dict[int, tuple[int | None, UnknownDownload | None]] = {}
         self._unrolled = 0  # iterations unrolled so far (see UNROLL_BUDGET)
         self._guesses = 0  # how deep in code run an assumed number of times (see _guessing)
         self._default_dims = self.dims_of(self.model_names[0])
@@ -1282,6 +1286,14 @@ class _Walker:
         request = self._frame_request()
         if type(target) is cst.Name:
             name = target.value
+            if request is None and self.request is not None and is_save_call(value):
+                # saved in a called function's frame: comes back only if returned (see _follow_calls)
+                size, shape = self.sent_size(unsave(value))
+                self._inner_saves[name] = (size, None if size is not None else _unknown_download(name, unsave(value), shape))
+            if request is not None and type(value) is cst.Call and id(value) in self._returned_saves:
+                self._bind(name, self.value(value))
+                request.save(name, *self._returned_saves[id(value)])
+                return
             if request is not None and is_save_call(value):
                 inner = unsave(value)
                 if _is_empty_container(inner):
@@ -1417,8 +1429,8 @@ class _Walker:
         if calls is None:
             calls = self._calls_memo[id(small)] = _calls(small, self._function_names)
         wrappers = retry_wrappers(self.facts)
-        for call, loops in calls:
-            call = unwrapped_call(call, wrappers)  # `with_retries(run, x)` runs `run(x)` once when nothing fails
+        for written, loops in calls:
+            call = unwrapped_call(written, wrappers)  # `with_retries(run, x)` runs `run(x)` once when nothing fails
             name = _called_name(call)
             bound = name in self._methods
             func = self._methods[name] if bound else self.facts.functions.get(name) if name else None
@@ -1429,8 +1441,15 @@ class _Walker:
             self._bind_arguments(func, call, bound)
             self._call_stack.append(name)
             trips = self._comprehension_trips(loops)
+            outer, self._inner_saves = self._inner_saves, {}
             with self._guessing() if trips is None else contextlib.nullcontext():
                 self.suite(func.body.body, times * (self.unknown_trips if trips is None else trips))
+            returned = _returned_name(func)
+            if returned in self._inner_saves:
+                # a value the function saved and returns: in the request's frame, the name
+                # bound to it comes back with the request (see assign)
+                self._returned_saves[id(written)] = self._inner_saves[returned]
+            self._inner_saves = outer
             self._call_stack.pop()
             if self.request is None:
                 self._restore_after_call(func, *saved)
@@ -2121,6 +2140,21 @@ def _calls(node: cst.CSTNode, functions: frozenset[str]) -> tuple[tuple[cst.Call
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
 _LEAVING = (cst.Return, cst.Raise, cst.Break, cst.Continue)
+
+
+def _returned_name(func: cst.FunctionDef) -> str | None:
+    """The name every `return` of the function's own body returns, if one."""
+    names = {stmt.value.value if type(stmt.value) is cst.Name else None for stmt in _own_returns(func.body)}
+    return names.pop() if len(names) == 1 else None
+
+
+def _own_returns(node: cst.CSTNode) -> Iterator[cst.Return]:
+    """The `return` statements of a function body, not of functions defined in it."""
+    for child in content_children(node):
+        if type(child) is cst.Return:
+            yield child
+        elif type(child) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            yield from _own_returns(child)
 
 
 def _called_name(call: cst.Call) -> str | None:

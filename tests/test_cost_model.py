@@ -964,3 +964,24 @@ def test_a_session_whose_traces_are_out_of_sight_says_so():
 def test_every_kind_of_block_runs_at_least_one_forward_pass(body):
     [(kind, count, passes)] = _passes_by_request(script(body))
     assert count == 1 and passes == (3 if kind == "generate" else 1)
+
+
+def test_what_a_helper_saves_and_returns_comes_back_with_the_name_the_session_binds_it_to():
+    # the session's frame ends holding the last value the helper returned: it downloads
+    # (once, however often the loop ran), unless the session lets the name go
+    body = """
+        def logits_of(prompt):
+            with model.trace(prompt):
+                logits = model.lm_head.output.save()
+            return logits
+
+
+        with model.session(remote=True):
+            for prompt in ["a b c", "d e f"]:
+                logits = logits_of(prompt)
+        """
+    kept = run(script(body)).cost.download_bytes
+    released = run(script(body + "        logits = None\n")).cost.download_bytes
+    vocab = dims_for("meta-llama/Llama-3.1-8B").vocab_size
+    assert kept - released >= vocab * 2  # at least one full row of bf16 logits
+    assert released < kept / 100
