@@ -58,7 +58,7 @@ from ndif_opt import Status, optimize  # noqa: E402
 from ndif_opt.config import load_options  # noqa: E402
 from ndif_opt.files import read_source  # noqa: E402
 from ndif_opt.notebook import is_notebook, notebook_script, optimize_notebook  # noqa: E402
-from ndif_opt.report import totals  # noqa: E402
+from ndif_opt.report import human_bytes, totals  # noqa: E402
 
 SHARED = PROJECT.parent / "shared"
 MODES = ("default", "unsafe")
@@ -175,6 +175,8 @@ def verify_outcome(returncode: int, stdout: str, stderr: str) -> dict:
         "outcome": {"ok": "OK", "same-error": "OK", "failed": "FAILED"}.get(status, "MISMATCH"),
         "requests_before": report["before"]["requests"],
         "requests_after": report["after"]["requests"],
+        "download_before": report["before"]["download_bytes"],
+        "download_after": report["after"]["download_bytes"],
         "detail": "; ".join(notes),
     }
 
@@ -330,6 +332,13 @@ def verify_cell(outcome: dict | None) -> str:
     return f"{outcome['outcome']} {outcome['requests_before']} → {outcome['requests_after']}"
 
 
+def download_cell(outcome: dict | None) -> str:
+    """What the original and the optimized script downloaded, as measured by verify."""
+    if outcome is None or outcome.get("download_before") is None:
+        return "—"
+    return f"{human_bytes(outcome['download_before'])} → {human_bytes(outcome['download_after'])}"
+
+
 def reach_cell(row: dict, mode: str) -> str:
     if row["control"]:
         return f"control ({row['control']}): {'held' if row['control_holds'] else 'BROKEN'}"
@@ -342,11 +351,13 @@ def reach_cell(row: dict, mode: str) -> str:
 def devset_table(rows: list[dict], verify_modes: list[str]) -> str:
     head = ["file", "expert", "static", "static unsafe"]
     head += [f"verify{' unsafe' if mode == 'unsafe' else ''}" for mode in verify_modes]
+    head += ["download (verify)"] if verify_modes else []
     head += ["reaches", "reaches unsafe"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [row["file"], str(row["expert"]), arrow(row["static"]["default"]), arrow(row["static"]["unsafe"])]
         cells += [verify_cell(row["verify"].get(mode)) for mode in verify_modes]
+        cells += [download_cell(row["verify"].get("default"))] if verify_modes else []
         cells += [reach_cell(row, "default"), reach_cell(row, "unsafe")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
