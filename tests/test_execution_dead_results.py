@@ -123,3 +123,37 @@ def test_a_print_of_a_value_the_loop_changes_later_records_only_what_it_prints(f
     result, report = run(REFINE, family)
     assert report.after.requests == 1, report.to_text() + result.code
     assert "vec.norm().item()))" in result.code, result.code
+
+
+LENS = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def lens(prompt, layer):
+        with model.trace(prompt, remote=True):
+            logits = model.lm_head(model.MODEL_NORM(LAYERS[layer].output)).save()
+        return logits
+
+
+    for prompt in ["the cat sat on the", "one two three"]:
+        for layer in range(2):
+            logits = lens(prompt, layer)
+            print(prompt, layer, logits[0, -1].argmax().item())
+'''
+NORMS = {"gpt2": "transformer.ln_f", "llama": "model.norm"}
+
+
+@both
+def test_what_a_function_saved_and_returned_is_let_go_when_nothing_reads_it_after(family):
+    # the last `logits` a helper saved and returned would come back with the session;
+    # nothing after it reads the name, so the session ends by letting it go
+    script = LENS.replace("MODEL_NORM", NORMS[family])
+    result, report = run(script, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "    logits = None  # nothing after the session reads it" in result.code, result.code
+    kept, kept_report = run(script + '    print("last", tuple(logits.shape))\n', family)
+    assert "logits = None" not in kept.code, kept.code
+    # the full logits of the last call are what the first run does not download
+    assert report.after.download_bytes < kept_report.after.download_bytes, (report.to_text(), kept_report.to_text())

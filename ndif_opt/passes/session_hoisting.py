@@ -39,7 +39,8 @@ with model.session(remote=True):
 Safe when applied: the pass only moves code that NDIF can run, replays what must run
 on your machine in its order over recorded values, and brings back every value the
 rest of the script reads (in a notebook, also every module name the session binds: the
-kernel keeps them for cells to come). A same-file function the session calls that reads
+kernel keeps them for cells to come). What a same-file function saved and returned, that
+nothing after the session reads, is let go at its end (`logits = None`), not downloaded. A same-file function the session calls that reads
 a module name the session computes gets it as an argument (`def f(x, *, vec)`), when
 every call of it in the file is one the session makes after binding the name. It is not applied (and says why) when the code that must stay
 on your machine feeds the remote part, when a record could not hold what a line would
@@ -124,6 +125,7 @@ class Region:
     # later may read them: there, a name the session binds at module level comes back
     # even when no cell reads it (in a script the file's reads are all there are)
     kernel_keeps_names: bool = False
+    released: list = field(default_factory=list)  # names let go at the session's end (see _released)
 
     @property
     def statements(self) -> list[cst.BaseStatement]:
@@ -502,6 +504,7 @@ class SessionHoisting(Pass):
         if unsafe and not context.options.unsafe_fixes:
             context.needs_unsafe(anchor, _not_hoisted(region, facts, self._requests(region, facts)), _unsafe_reason(unsafe[0]))
             return False
+        region.released = _released(region, facts, accumulators)
         self._rewrite(region, accumulators, facts, plan, context)
         context.unreturned |= _unreturned(region, facts, accumulators)
         if region.split is not None:
@@ -555,7 +558,9 @@ class SessionHoisting(Pass):
             if prelude:
                 prelude[0] = prelude[0].with_changes(leading_lines=leading)
                 leading = ()
-            session = session_statement(region.model, region.flag, created + moved, () if fallback else leading)
+            released = [cst.parse_statement(f"{name} = None  {RELEASE_COMMENT}\n") for name in region.released]
+            session = session_statement(region.model, region.flag, created + moved + released,
+                                        () if fallback else leading)
             if region.retry is not None:
                 session = region.retry.around(session)
             if fallback:
@@ -983,6 +988,35 @@ def _helper_argument_problem(region: Region, facts: Facts) -> str:
             if value is not None and not isinstance(value, cst.Name):
                 return f"`{helper.name}` changes its argument `{param}`, which is not a plain name here"
     return ""
+
+
+RELEASE_COMMENT = "# nothing after the session reads it: let go here, not downloaded"
+
+
+def _released(region: Region, facts: Facts, accumulators) -> list[str]:
+    """Names the session binds to what a same-file function with a trace returns —
+    usually a value that function saved, which the session would download with the
+    names it ends with — and that nothing after the session reads. They are bound to
+    None at the session's end. Not in a notebook's module code: the kernel keeps names
+    for cells to come."""
+    if region.kernel_keeps_names and not facts.stmt(region.statements[0]).ancestors:
+        return []
+    calls = {id(call) for call, _ in region.helper_calls}
+    if not calls:
+        return []
+    later = reads_after(facts, region.suite, region.end)
+    kept = set(region.saved_here.values()) | {a.name for a in accumulators}
+    if region.split is not None:
+        kept |= set(region.split.carried) | region.split.record_names
+    found: list[str] = []
+    for stmt in region.moved:
+        for assign in find_nodes(stmt, lambda n: type(n) is cst.Assign and id(n.value) in calls):
+            if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+                continue
+            name = assign.targets[0].target.value
+            if name not in later and name not in kept and name not in found:
+                found.append(name)
+    return found
 
 
 def _unreturned(region: Region, facts: Facts, accumulators) -> set[str]:
@@ -1825,6 +1859,47 @@ with model.session(remote=True):
         model.transformer.h[1].output[0, -1] += shift
         top = model.lm_head.output[0, -1].argmax().save()
 print("patched top", top.item())
+""",
+    ),
+    Case(
+        name="what a function saved and returned is let go when nothing after reads it",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def lens(prompt, layer):
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head(model.transformer.ln_f(model.transformer.h[layer].output)).save()
+    return logits
+
+
+best = []
+for layer in range(12):
+    logits = lens("The Eiffel Tower is in", layer)
+    best.append(logits[0, -1].argmax().item())
+print(best)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def lens(prompt, layer, remote=True):
+    with model.trace(prompt, remote=remote):
+        logits = model.lm_head(model.transformer.ln_f(model.transformer.h[layer].output)).save()
+    return logits
+
+
+with model.session(remote=True):
+    best = list().save()
+    for layer in range(12):
+        logits = lens("The Eiffel Tower is in", layer, remote=False)
+        best.append(logits[0, -1].argmax().item())
+    logits = None  # nothing after the session reads it: let go here, not downloaded
+print(best)
 """,
     ),
     Case(
