@@ -56,7 +56,7 @@ import contextlib
 import functools
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -65,7 +65,7 @@ import libcst as cst
 from ndif_opt.analysis import Block, Facts, Remote, RemoteFlag, is_save_call
 from ndif_opt.helpers import self_methods
 from ndif_opt.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size, estimate_n_params
-from ndif_opt.names import all_params, collect, dotted_name, target_names
+from ndif_opt.names import all_params, collect, dotted_name, returned_name, target_names
 from ndif_opt.positions import top_level_code
 from ndif_opt.options import Options
 from ndif_opt.regions import arithmetic, dict_view_length
@@ -1444,7 +1444,7 @@ class _Walker:
             outer, self._inner_saves = self._inner_saves, {}
             with self._guessing() if trips is None else contextlib.nullcontext():
                 self.suite(func.body.body, times * (self.unknown_trips if trips is None else trips))
-            returned = _returned_name(func)
+            returned = returned_name(func)
             if returned in self._inner_saves:
                 # a value the function saved and returns: in the request's frame, the name
                 # bound to it comes back with the request (see assign)
@@ -2140,21 +2140,6 @@ def _calls(node: cst.CSTNode, functions: frozenset[str]) -> tuple[tuple[cst.Call
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
 _LEAVING = (cst.Return, cst.Raise, cst.Break, cst.Continue)
-
-
-def _returned_name(func: cst.FunctionDef) -> str | None:
-    """The name every `return` of the function's own body returns, if one."""
-    names = {stmt.value.value if type(stmt.value) is cst.Name else None for stmt in _own_returns(func.body)}
-    return names.pop() if len(names) == 1 else None
-
-
-def _own_returns(node: cst.CSTNode) -> Iterator[cst.Return]:
-    """The `return` statements of a function body, not of functions defined in it."""
-    for child in content_children(node):
-        if type(child) is cst.Return:
-            yield child
-        elif type(child) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
-            yield from _own_returns(child)
 
 
 def _called_name(call: cst.Call) -> str | None:

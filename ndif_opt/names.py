@@ -9,6 +9,7 @@ approximating reads and binds only makes a pass refuse more often, never miscomp
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -549,3 +550,19 @@ def definite_binds(stmt: cst.CSTNode) -> set[str]:
 def _definite_in(statements) -> set[str]:
     """Names a run of statements binds whenever it completes normally."""
     return set().union(*(definite_binds(s) for s in statements))
+
+
+def returned_name(func: cst.FunctionDef) -> str | None:
+    """The name every `return` of the function's own body returns, if one (`return
+    logits` everywhere); None when a return gives anything else, or there is none."""
+    names = {stmt.value.value if type(stmt.value) is cst.Name else None for stmt in _own_returns(func.body)}
+    return names.pop() if len(names) == 1 else None
+
+
+def _own_returns(node: cst.CSTNode) -> Iterator[cst.Return]:
+    """The `return` statements of a function body, not of functions defined in it."""
+    for child in node.children:
+        if type(child) is cst.Return:
+            yield child
+        elif type(child) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            yield from _own_returns(child)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import libcst as cst
@@ -81,3 +82,17 @@ def test_a_try_binds_for_sure_what_its_body_and_every_handler_bind():
     assert definite_binds(stmt) == {"x", "z"}  # `y` only when nothing failed
     bare = cst.parse_module("try:\n    x = f()\nexcept Exception:\n    pass\n").body[0]
     assert definite_binds(bare) == set()
+
+
+def test_returned_name_is_the_one_name_every_own_return_gives():
+    from ndif_opt.names import returned_name
+
+    def func(source: str) -> cst.FunctionDef:
+        return cst.parse_module(textwrap.dedent(source)).body[0]
+
+    assert returned_name(func("def f(p):\n    if p:\n        return x\n    return x\n")) == "x"
+    assert returned_name(func("def f(p):\n    if p:\n        return x\n    return y\n")) is None
+    assert returned_name(func("def f(p):\n    return x[0]\n")) is None
+    # a nested function's return is its own
+    assert returned_name(func("def f(p):\n    def g():\n        return y\n    return x\n")) == "x"
+    assert returned_name(func("def f(p):\n    print(p)\n")) is None

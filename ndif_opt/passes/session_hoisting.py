@@ -75,7 +75,7 @@ from ndif_opt.helpers import (
     rewritten_helper,
 )
 from ndif_opt.analysis import qualify
-from ndif_opt.names import NameUse, all_params, collect, collect_all, definite_binds, root_name
+from ndif_opt.names import NameUse, all_params, collect, collect_all, definite_binds, returned_name, root_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.client_split import Refused, Split, names_in, split_region, splittable, unwrap_progress
 from ndif_opt.retries import PortableRetry, portable_retry, retry_guard
@@ -994,14 +994,15 @@ RELEASE_COMMENT = "# nothing after the session reads it: let go here, not downlo
 
 
 def _released(region: Region, facts: Facts, accumulators) -> list[str]:
-    """Names the session binds to what a same-file function with a trace returns —
-    usually a value that function saved, which the session would download with the
-    names it ends with — and that nothing after the session reads. They are bound to
+    """Names the session binds to what a same-file function returns of what its trace
+    saved — a value the session would download with the names it ends with — and that
+    nothing after the session reads. They are bound to
     None at the session's end. Not in a notebook's module code: the kernel keeps names
     for cells to come."""
     if region.kernel_keeps_names and not facts.stmt(region.statements[0]).ancestors:
         return []
-    calls = {id(call) for call, _ in region.helper_calls}
+    # the calls of functions that return what their trace saved
+    calls = {id(call) for call, helper in region.helper_calls if _returns_a_save(helper)}
     if not calls:
         return []
     later = reads_after(facts, region.suite, region.end)
@@ -1017,6 +1018,12 @@ def _released(region: Region, facts: Facts, accumulators) -> list[str]:
             if name not in later and name not in kept and name not in found:
                 found.append(name)
     return found
+
+
+def _returns_a_save(helper: RemoteHelper) -> bool:
+    """Does the function return a name its trace binds to a saved value?"""
+    returned = returned_name(helper.func)
+    return returned is not None and any(returned in block.saved_names for block in helper.blocks)
 
 
 def _unreturned(region: Region, facts: Facts, accumulators) -> set[str]:
