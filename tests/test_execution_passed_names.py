@@ -133,3 +133,31 @@ def test_a_name_read_by_a_function_the_sessions_functions_call_is_not_hidden(fam
     # session cannot hand it over, so `vec` is computed in a session of its own first
     result, report = run(NESTED, family)
     assert report.after.requests == 2, report.to_text() + result.code
+
+
+MAIN_GUARD = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def steered_top(prompt, alpha):
+        with model.trace(prompt, remote=True):
+            LAYERS[1].output[0, -1] += alpha * vec
+            top = model.lm_head.output[0, -1].argmax().item().save()
+        return top
+
+
+    if __name__ == "__main__":
+        with model.trace("the cat sat", remote=True):
+            vec = LAYERS[1].output[0, -1].save()
+        print([steered_top("one two three", alpha) for alpha in (1.0, 8.0)])
+'''
+
+
+@both
+def test_names_bound_under_a_main_guard_are_the_modules_too(family):
+    # code under `if __name__ == "__main__":` binds module names: the function reads them
+    result, report = run(MAIN_GUARD, family)
+    assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
+    assert "def steered_top(prompt, alpha, remote=True, *, vec):" in result.code

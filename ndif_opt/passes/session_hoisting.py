@@ -942,8 +942,9 @@ def _passable(name: str, hidden: tuple[str, ...], region: Region, calls: list[cs
     the session makes, and each such call comes after the session has bound the names
     (the argument is read where the function might never have read it)."""
     func = facts.functions[name]
-    if facts.stmt(region.statements[0]).function is not None or not isinstance(region.suite, cst.Module):
-        return "the session would run inside a function, whose names the function does not read"
+    where = facts.stmt(region.statements[0])
+    if where.function is not None or any(isinstance(node, cst.ClassDef) for node in where.ancestors):
+        return "the session would run inside a function or class, whose names the function does not read"
     helper = next((h for _, h in region.helper_calls if h.name == name), None)
     if func.decorators and (helper is None or len(helper.context_decorators) != len(func.decorators)):
         return f"`{name}` is decorated"
@@ -1202,6 +1203,20 @@ class _UnwrapProgress(cst.CSTTransformer):
     def leave_For(self, original: cst.For, updated: cst.For) -> cst.For:
         return updated.with_changes(iter=unwrap_progress(updated.iter, self.facts))
 
+
+# a value the session computes at module level and only the session reads (`shift`)
+_PATCHED_TOP = """\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("the cat sat on the", remote=True):
+    clean = model.transformer.h[1].output.save()
+shift = clean[0, -1] - clean[0, 0]
+with model.trace("one two three", remote=True):
+    model.transformer.h[1].output[0, -1] += shift
+    top = model.lm_head.output[0, -1].argmax().save()
+print("patched top", top.item())
+"""
 
 SessionHoisting.cases = (
     Case(
@@ -1813,18 +1828,7 @@ for alpha in (1.0, 2.0):
     ),
     Case(
         name="a module name only the session reads does not come back (a script)",
-        before="""\
-from nnsight import LanguageModel
-
-model = LanguageModel("openai-community/gpt2")
-with model.trace("the cat sat on the", remote=True):
-    clean = model.transformer.h[1].output.save()
-shift = clean[0, -1] - clean[0, 0]
-with model.trace("one two three", remote=True):
-    model.transformer.h[1].output[0, -1] += shift
-    top = model.lm_head.output[0, -1].argmax().save()
-print("patched top", top.item())
-""",
+        before=_PATCHED_TOP,
         after="""\
 from nnsight import LanguageModel
 
@@ -1842,18 +1846,7 @@ print("patched top", top.item())
     Case(
         name="a notebook's kernel keeps the module names the session binds",
         notebook=True,
-        before="""\
-from nnsight import LanguageModel
-
-model = LanguageModel("openai-community/gpt2")
-with model.trace("the cat sat on the", remote=True):
-    clean = model.transformer.h[1].output.save()
-shift = clean[0, -1] - clean[0, 0]
-with model.trace("one two three", remote=True):
-    model.transformer.h[1].output[0, -1] += shift
-    top = model.lm_head.output[0, -1].argmax().save()
-print("patched top", top.item())
-""",
+        before=_PATCHED_TOP,
         after="""\
 from nnsight import LanguageModel
 
