@@ -1010,6 +1010,7 @@ def _released(region: Region, facts: Facts, accumulators) -> list[str]:
     kept = set(region.saved_here.values()) | {a.name for a in accumulators}
     if region.split is not None:
         kept |= set(region.split.carried) | region.split.record_names
+        kept |= set(collect_all(region.split.replay).reads)  # (read from the records, but be sure)
     found: list[str] = []
     for stmt in region.moved:
         for assign in find_nodes(stmt, lambda n: type(n) is cst.Assign and id(n.value) in calls):
