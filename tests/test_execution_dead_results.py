@@ -157,3 +157,30 @@ def test_what_a_function_saved_and_returned_is_let_go_when_nothing_reads_it_afte
     assert "logits = None" not in kept.code, kept.code
     # the full logits of the last call are what the first run does not download
     assert report.after.download_bytes < kept_report.after.download_bytes, (report.to_text(), kept_report.to_text())
+
+
+COUNT = '''
+    import torch
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    states = []
+    for p in ["the cat sat", "one two three", "a b c d"]:
+        with model.trace(p, remote=True):
+            h = LAYERS[1].output.save()
+        states.append(h[0, -1])
+    mean = torch.stack(states).mean(dim=0)
+    print(f"{len(states)} states, mean norm {mean.norm().item():.3f}")
+    with model.trace("the cat", remote=True):
+        LAYERS[1].output[0, -1] += mean
+        top = model.lm_head.output[0, -1].argmax().item().save()
+    print("steered top", top)
+'''
+
+
+@both
+def test_a_print_of_how_many_values_a_list_holds_records_the_count(family):
+    # the print reads `len(states)` only: its record is the number, not the list of vectors
+    result, report = run(COUNT, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "_ndif_log.append((len(states), mean.norm().item()))" in result.code, result.code

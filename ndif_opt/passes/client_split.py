@@ -1066,28 +1066,43 @@ def _reduced_reads(stmt: cst.BaseStatement, name: str, splitter: "_Splitter") ->
     parts and each is computed from ``name`` alone by code the server may run: the
     outermost attribute, index and method chains (`logits.shape`, `x[0, -1].argmax()`)."""
     found: list[cst.CSTNode] = []
-    _outermost_chains(stmt, name, found)
+    _outermost_chains(stmt, name, found, splitter.taken_functions)
     if not found or len(found) != len(_loads_of(stmt, name)):
         return None  # `name` is also read whole somewhere
     for node in found:
         if any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value.endswith("_")
                for n in _chain(node)):
             return None  # an in-place method changes it: not a read
-        if set(collect(node).reads) - {name} or splitter.server_check.problems(node):
+        builtin = {node.func.value} if _builtin_of(node, name, splitter.taken_functions) else set()
+        if set(collect(node).reads) - {name} - builtin or splitter.server_check.problems(node):
             return None
     return [(node, code_of(node)) for node in found]
 
 
-def _outermost_chains(node: cst.CSTNode, name: str, found: list) -> None:
+def _outermost_chains(node: cst.CSTNode, name: str, found: list, taken: set[str]) -> None:
     chain = _chain(node) if isinstance(node, cst.BaseExpression) else []
     if len(chain) > 1 and isinstance(chain[-1], cst.Name) and chain[-1].value == name:
         found.append(node)
         return
+    if _builtin_of(node, name, taken):
+        found.append(node)  # `len(x)`, `max(x)`: a new value made of `x` alone
+        return
     if isinstance(node, cst.Attribute):
-        _outermost_chains(node.value, name, found)  # (its attribute name is not a read)
+        _outermost_chains(node.value, name, found, taken)  # (its attribute name is not a read)
         return
     for child in node.children:
-        _outermost_chains(child, name, found)
+        _outermost_chains(child, name, found, taken)
+
+
+def _builtin_of(node: cst.CSTNode, name: str, taken: set[str]) -> bool:
+    """Is ``node`` a call of a builtin that makes a new value of ``name`` alone
+    (`len(x)`), the builtin not shadowed by a same-file function?"""
+    return (
+        isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in SNAPSHOT_FUNCTIONS
+        and node.func.value not in taken and len(node.args) == 1 and not node.args[0].star
+        and node.args[0].keyword is None and isinstance(node.args[0].value, cst.Name)
+        and node.args[0].value.value == name
+    )
 
 
 def _chain(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
