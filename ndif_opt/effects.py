@@ -32,23 +32,18 @@ SERVER_MODULES = frozenset(
 FORBIDDEN_BUILTINS = frozenset(
     {"open", "input", "exec", "eval", "compile", "breakpoint", "help", "__import__", "exit", "quit"}
 )
-# Functions of allowed modules that still act on the client's files.
-FILE_FUNCTIONS = frozenset(
-    {
-        "torch.save", "torch.load", "numpy.save", "numpy.savez", "numpy.savez_compressed",
-        "numpy.savetxt", "numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile",
-        "pandas.read_csv", "pandas.read_json", "pandas.read_parquet", "pandas.read_pickle",
-        "pandas.read_excel",
-    }
-)
-# File functions that read: the call stays on the client, its result (an array, a
-# tensor, a table) is data that may travel.
+# File functions of allowed modules that read: the call stays on the client, its result
+# (an array, a tensor, a table) is data that may travel.
 LOADING_FUNCTIONS = frozenset(
     {
         "torch.load", "numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile",
         "pandas.read_csv", "pandas.read_json", "pandas.read_parquet", "pandas.read_pickle",
         "pandas.read_excel",
     }
+)
+# Functions of allowed modules that still act on the client's files.
+FILE_FUNCTIONS = LOADING_FUNCTIONS | frozenset(
+    {"torch.save", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt"}
 )
 # Calls of modules NDIF does not allow whose result is plain data (lists, dicts,
 # numbers, strings): the call stays on the client, but what it returns may travel.

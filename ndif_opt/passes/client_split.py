@@ -32,6 +32,7 @@ a tensor written into), or the client part computes something the server part re
 from __future__ import annotations
 
 import ast
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -178,6 +179,15 @@ class _Splitter:
                 self.jumped[-1] = True
         _check_early_ends(items)
         return items
+
+    @contextmanager
+    def _in_branch(self):
+        """Classify code that may not run (an `if` body, a `try` body)."""
+        self.branch_depth += 1
+        try:
+            yield
+        finally:
+            self.branch_depth -= 1
 
     def _settle(self, item: _Item) -> _Item:
         """Code without remote work that reads what the client computed runs on the
@@ -364,11 +374,8 @@ class _Splitter:
                 raise Refused("an `except` handler sends remote requests of its own")
         body = list(stmt.body.body)
         last = max(i for i, s in enumerate(body) if self.remote_work(s)[0])
-        self.branch_depth += 1
-        try:
+        with self._in_branch():
             head = self.classify(body[: last + 1])
-        finally:
-            self.branch_depth -= 1
         local = [item for item in head if item.role != "server"]
         if local:
             raise Refused(
@@ -472,8 +479,7 @@ class _Splitter:
             raise Refused(f"the test of an `if` around remote work {self.server_check.problems(stmt.test)[0].message}")
         if not isinstance(stmt.body, cst.IndentedBlock):
             raise Refused("a one-line `if` around remote work")
-        self.branch_depth += 1
-        try:
+        with self._in_branch():
             item = _Item(stmt, "if", body=self.classify(stmt.body.body))
             other = stmt.orelse
             if isinstance(other, cst.If):
@@ -482,8 +488,6 @@ class _Splitter:
                 if not isinstance(other.body, cst.IndentedBlock):
                     raise Refused("a one-line `else` around remote work")
                 item.orelse = self.classify(other.body.body)
-        finally:
-            self.branch_depth -= 1
         return item
 
     # -- names -------------------------------------------------------------------
@@ -1046,8 +1050,7 @@ def _snapshots(stmt: cst.BaseStatement, name: str, splitter: "_Splitter") -> lis
 
 def _find_snapshots(node: cst.CSTNode, name: str, splitter: "_Splitter", found: list) -> None:
     if (
-        isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in SNAPSHOT_FUNCTIONS
-        and node.func.value not in splitter.taken_functions
+        _is_snapshot_builtin(node, splitter.taken_functions)
         and name in collect(node).reads
         and not splitter.server_check.problems(node)
     ):
@@ -1073,8 +1076,9 @@ def _reduced_reads(stmt: cst.BaseStatement, name: str, splitter: "_Splitter") ->
         if any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value.endswith("_")
                for n in _chain(node)):
             return None  # an in-place method changes it: not a read
-        builtin = {node.func.value} if _builtin_of(node, name, splitter.taken_functions) else set()
-        if set(collect(node).reads) - {name} - builtin or splitter.server_check.problems(node):
+        # (a builtin of `name` alone reads nothing else)
+        others = () if _builtin_of(node, name, splitter.taken_functions) else set(collect(node).reads) - {name}
+        if others or splitter.server_check.problems(node):
             return None
     return [(node, code_of(node)) for node in found]
 
@@ -1098,10 +1102,18 @@ def _builtin_of(node: cst.CSTNode, name: str, taken: set[str]) -> bool:
     """Is ``node`` a call of a builtin that makes a new value of ``name`` alone
     (`len(x)`), the builtin not shadowed by a same-file function?"""
     return (
-        isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in SNAPSHOT_FUNCTIONS
-        and node.func.value not in taken and len(node.args) == 1 and not node.args[0].star
+        _is_snapshot_builtin(node, taken) and len(node.args) == 1 and not node.args[0].star
         and node.args[0].keyword is None and isinstance(node.args[0].value, cst.Name)
         and node.args[0].value.value == name
+    )
+
+
+def _is_snapshot_builtin(node: cst.CSTNode, taken: set[str]) -> bool:
+    """Is ``node`` a call of a builtin whose result is a new value (`len(...)`), not of a
+    same-file function of that name?"""
+    return (
+        isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in SNAPSHOT_FUNCTIONS
+        and node.func.value not in taken
     )
 
 

@@ -75,7 +75,15 @@ from ndif_opt.helpers import (
     rewritten_helper,
 )
 from ndif_opt.analysis import qualify
-from ndif_opt.names import NameUse, all_params, collect, collect_all, definite_binds, returned_name, root_name
+from ndif_opt.names import (
+    NameUse,
+    collect,
+    collect_all,
+    definite_binds,
+    function_locals,
+    returned_name,
+    root_name,
+)
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.client_split import Refused, Split, names_in, split_region, splittable, unwrap_progress
 from ndif_opt.retries import PortableRetry, portable_retry, retry_guard
@@ -121,9 +129,9 @@ class Region:
     # arguments (function -> names; id of each call -> names)
     passed_functions: dict = field(default_factory=dict)
     passed_calls: dict = field(default_factory=dict)
-    # a notebook's kernel keeps the module's names after the last cell, where a cell added
-    # later may read them: there, a name the session binds at module level comes back
-    # even when no cell reads it (in a script the file's reads are all there are)
+    # the region is a notebook's module code: the kernel keeps its names after the last
+    # cell, where a cell added later may read them, so a name the session binds comes
+    # back even when no cell reads it (in a script the file's reads are all there are)
     kernel_keeps_names: bool = False
     released: list = field(default_factory=list)  # names let go at the session's end (see _released)
 
@@ -167,7 +175,7 @@ class SessionHoisting(Pass):
                 continue
             for region in self._regions(suite, facts, context):
                 self._plan_or_parts(region, facts, context, plan, claimed)
-        for name in {*self.rewritten_helpers, *self.passed_functions}:
+        for name in dict.fromkeys([*self.rewritten_helpers, *self.passed_functions]):
             helper = self.rewritten_helpers.get(name)
             passed = self.passed_functions.get(name, ())
             if helper is not None and (helper.flag_param is not None and not helper.context_decorators):
@@ -387,7 +395,7 @@ class SessionHoisting(Pass):
         anchor = region.statements[0]
         if not context.allows(anchor, _not_hoisted(region, facts, self._requests(region, facts))):
             return False
-        region.kernel_keeps_names = context.options.notebook
+        region.kernel_keeps_names = context.options.notebook and not facts.stmt(anchor).ancestors
         changing = _header_rebound(region)
         if changing:
             context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)), changing)
@@ -842,7 +850,7 @@ def _results_to_save(
     """Top-level `name = value` statements of the region whose value must come back:
     read later, or, in a notebook, a module-level result the kernel keeps for cells to
     come. They get `.save()`."""
-    module_level = region.kernel_keeps_names and not facts.stmt(region.statements[0]).ancestors
+    module_level = region.kernel_keeps_names
     found: dict[int, str] = {}
     for stmt in region.moved:
         if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
@@ -928,9 +936,8 @@ def _calls_by_function(stmts: list[cst.BaseStatement], facts: Facts) -> dict[str
 
 def _module_names_read(func: cst.FunctionDef, names: set[str]) -> tuple[str, ...]:
     """Which of ``names`` the function reads as module names (not its own)."""
-    body = collect(func.body)
-    local = set(body.binds) | {p.name.value for p in all_params(func.params)}
-    return tuple(sorted(n for n in set(body.reads) & names if n not in local))
+    local = function_locals(func)
+    return tuple(sorted(n for n in set(collect(func.body).reads) & names if n not in local))
 
 
 def _passable(name: str, hidden: tuple[str, ...], region: Region, calls: list[cst.Call], facts: Facts) -> str:
@@ -1000,7 +1007,7 @@ def _released(region: Region, facts: Facts, accumulators) -> list[str]:
     nothing after the session reads. They are bound to
     None at the session's end. Not in a notebook's module code: the kernel keeps names
     for cells to come."""
-    if region.kernel_keeps_names and not facts.stmt(region.statements[0]).ancestors:
+    if region.kernel_keeps_names:
         return []
     # the calls of functions that return what their trace saved
     calls = {id(call) for call, helper in region.helper_calls if _returns_a_save(helper)}
