@@ -184,3 +184,16 @@ def test_a_print_of_how_many_values_a_list_holds_records_the_count(family):
     result, report = run(COUNT, family)
     assert report.after.requests == 1, report.to_text() + result.code
     assert "_ndif_log.append((len(states), mean.norm().item()))" in result.code, result.code
+
+
+@both
+def test_a_list_only_the_session_reads_is_made_there_and_not_downloaded(family):
+    # `states` is filled by the loop and read by the session's code only (the mean, and
+    # the print's count, which the replay records): the session makes it and keeps it
+    result, report = run(COUNT, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "    states = []\n" in result.code and "states = list().save()" not in result.code, result.code
+    kept, kept_report = run(COUNT + '    print("kept", len(states))\n', family)
+    assert "states = list().save()" in kept.code, kept.code
+    # the vectors it holds are what the first run does not download
+    assert report.after.download_bytes < kept_report.after.download_bytes, (report.to_text(), kept_report.to_text())

@@ -262,3 +262,26 @@ def test_a_module_level_list_comprehension_is_sliced():
     result = optimize(source)
     assert "for _ndif_chunk in range(0, len(LAYERS), 63):" in result.code
     assert "for layer in LAYERS[_ndif_chunk:_ndif_chunk + 63]:" in result.code
+
+
+def test_a_list_nothing_reads_after_is_left_in_each_session():
+    # `norms` is filled and never read: the session makes it and does not download it,
+    # and each chunk's session fills its own (nothing to merge)
+    source = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+PROMPTS = ["The cat sat on the", "One two three", "Paris is the capital of",
+           "The quick brown fox", "Once upon a time", "In the beginning"]
+top = {}
+norms = []
+for prompt in PROMPTS:
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output.save()
+    norms.append(logits[0, -1].norm())
+    top[prompt] = logits[0, -1].argmax().item()
+print(top)
+'''
+    result, report = _verify_chunked("left.py", source, 2)
+    assert "        norms = []\n" in result.code, result.code
+    assert "_ndif_norms" not in result.code and "_ndif_top.update(top)" in result.code, result.code

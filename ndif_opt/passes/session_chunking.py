@@ -191,10 +191,13 @@ def _plan(request: RequestEstimate, facts: Facts, budget: float, module: cst.Mod
 
 
 def _accumulators(prefix, loop: cst.For, facts: Facts) -> tuple[dict[str, str], str]:
-    """Saved lists/dicts created before the loop that the loop fills: name -> kind."""
+    """Lists/dicts created before the loop that the loop fills: name -> kind ("list" or
+    "dict" for a saved one, merged on your machine; ``LEFT`` + kind for one not saved:
+    nothing reads what it holds after the loop, the last thing in the session, so each
+    session fills its own)."""
     created: dict[str, str] = {}
     for stmt in prefix:
-        kind = _saved_container(stmt)
+        kind = _saved_container(stmt) or _unsaved_container(stmt)
         if kind is not None:
             created[kind[0]] = kind[1]
     prefix_use = collect_all(prefix)
@@ -207,13 +210,33 @@ def _accumulators(prefix, loop: cst.For, facts: Facts) -> tuple[dict[str, str], 
         return {}, f"the loop changes `{name}` from one iteration to the next"
     filled = {}
     for name, kind in created.items():
+        if kind.startswith(LEFT):
+            if name not in loop_use.mutates:
+                continue  # (made again by each session's copy of the code before the loop)
+            if name in prefix_use.reads:
+                # another name may hold it, and what that one holds is seen
+                return {}, f"the loop changes `{name}`, which the code before it also reads"
         if name in prefix_use.mutates:
             return {}, f"`{name}` is filled before the loop too, which each session would repeat"
         if name in loop_use.mutates or name in loop_use.reads:
-            if not _only_filled(loop.body, name, kind):
+            if not _only_filled(loop.body, name, kind.removeprefix(LEFT)):
                 return {}, f"the loop reads `{name}` while filling it, or fills it out of order"
             filled[name] = kind
     return filled, ""
+
+
+LEFT = "left "  # before the kind of a container no session downloads
+
+
+def _unsaved_container(stmt) -> tuple[str, str] | None:
+    """`name = []` / `name = dict()` (not saved) → (name, "left list" | "left dict")."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return None
+    small = stmt.body[0]
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1 or not isinstance(small.targets[0].target, cst.Name):
+        return None
+    kind = empty_container_kind(small.value)
+    return (small.targets[0].target.value, LEFT + kind) if kind else None
 
 
 def _saved_container(stmt) -> tuple[str, str] | None:
@@ -379,6 +402,8 @@ def _fresh_name(module: cst.Module, base: str, reserved=frozenset()) -> str:
 def _build(block: Block, prefix, loop: cst.For, accumulators, iterable: str, length: str, size: int, chunk: str):
     """The statements that replace the session: merged containers, the chunk loop."""
     session = block.node
+    # what each session fills and nothing reads after stays there: nothing to merge
+    accumulators = {name: kind for name, kind in accumulators.items() if not kind.startswith(LEFT)}
     sliced = cst.parse_expression(f"{_paren(iterable)}[{chunk}:{chunk} + {size}]")
     new_loop = loop.with_changes(iter=sliced)
     inner = session.with_changes(
@@ -482,6 +507,64 @@ for _ndif_chunk in range(0, 126, 63):
     del top
 top = _ndif_top
 """,
+    ),
+    Case(
+        name="a list the session fills and nothing reads is made again by each session, not merged",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-405B")
+SCALES = [0.25 * i for i in range(64)]
+with model.session(remote=True):
+    top = list().save()
+    norms = []
+    for layer in range(126):
+        for scale in SCALES:
+            with model.trace("Hello"):
+                model.model.layers[layer].output[:] = model.model.layers[layer].output * scale
+                logits = model.lm_head.output[0, -1]
+            norms.append(logits.norm())
+            top.append(logits.argmax().item())
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-405B")
+SCALES = [0.25 * i for i in range(64)]
+_ndif_top = []
+for _ndif_chunk in range(0, 126, 63):
+    with model.session(remote=True):
+        top = list().save()
+        norms = []
+        for layer in range(126)[_ndif_chunk:_ndif_chunk + 63]:
+            for scale in SCALES:
+                with model.trace("Hello"):
+                    model.model.layers[layer].output[:] = model.model.layers[layer].output * scale
+                    logits = model.lm_head.output[0, -1]
+                norms.append(logits.norm())
+                top.append(logits.argmax().item())
+    _ndif_top.extend(top)
+    del top
+top = _ndif_top
+""",
+    ),
+    Case(
+        name="a list the loop fills that another name holds is reported, not split",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-405B")
+SCALES = [0.25 * i for i in range(64)]
+with model.session(remote=True):
+    norms = []
+    seen = {"norms": norms}.save()
+    for layer in range(126):
+        for scale in SCALES:
+            with model.trace("Hello"):
+                model.model.layers[layer].output[:] = model.model.layers[layer].output * scale
+                norms.append(model.lm_head.output[0, -1].norm())
+""",
+        reason="the loop changes `norms`, which the code before it also reads",
     ),
     Case(
         name="a short session is left alone",

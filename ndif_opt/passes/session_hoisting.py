@@ -134,6 +134,9 @@ class Region:
     # back even when no cell reads it (in a script the file's reads are all there are)
     kernel_keeps_names: bool = False
     released: list = field(default_factory=list)  # names let go at the session's end (see _released)
+    # containers the session takes over that nothing after it reads: made in the
+    # session, filled there and not downloaded (see _left_on_server)
+    left_on_server: frozenset = frozenset()
 
     @property
     def statements(self) -> list[cst.BaseStatement]:
@@ -513,8 +516,9 @@ class SessionHoisting(Pass):
             context.needs_unsafe(anchor, _not_hoisted(region, facts, self._requests(region, facts)), _unsafe_reason(unsafe[0]))
             return False
         region.released = _released(region, facts, accumulators)
+        region.left_on_server = _left_on_server(region, facts, accumulators)
         self._rewrite(region, accumulators, facts, plan, context)
-        context.unreturned |= _unreturned(region, facts, accumulators)
+        context.unreturned |= _unreturned(region, facts, accumulators) | region.left_on_server
         if region.split is not None:
             context.introduced |= region.split.record_names
             # a value whose parts the records bring home stays on the server itself
@@ -558,8 +562,8 @@ class SessionHoisting(Pass):
                     # (most have none: no node rebuilt for nothing)
                     moved[index] = stmt.with_changes(leading_lines=[])
                     break
-            created = [_taken_along(a, nnsight_name) if a.kind == "carried" else saved_container(a.name, a.kind, a.stmt)
-                       for a in before]
+            created = [_made_in_session(a, nnsight_name, a.name in region.left_on_server) for a in before]
+            created = [stmt for stmt in created if stmt is not None]
             split = region.split
             fallback = split is not None and split.fallback
             prelude = list(split.prelude) if split is not None else []
@@ -759,6 +763,18 @@ def _iteration_problems(stmt, facts: Facts) -> list[Problem]:
     if isinstance(stmt, (cst.For, cst.While)) and stmt.orelse is not None:
         return [Problem("control", "has an `else:` clause", stmt)]
     return []
+
+
+def _made_in_session(acc: Accumulator, nnsight_name: str, left_on_server: bool) -> cst.SimpleStatementLine | None:
+    """The statement that gives the session the container ``acc`` created above it:
+    made there and saved, or taken along and saved; when nothing after the session
+    reads it, made there as written (a carried one the session just reads: nothing)."""
+    if acc.kind == "carried":
+        return None if left_on_server else _taken_along(acc, nnsight_name)
+    if left_on_server:
+        comments = [line for line in acc.stmt.leading_lines if line.comment is not None]
+        return acc.stmt.with_changes(leading_lines=comments)
+    return saved_container(acc.name, acc.kind, acc.stmt)
 
 
 def _taken_along(acc: Accumulator, nnsight_name: str) -> cst.SimpleStatementLine:
@@ -1035,9 +1051,25 @@ def _returns_a_save(helper: RemoteHelper) -> bool:
     return returned is not None and any(returned in block.saved_names for block in helper.blocks)
 
 
+def _left_on_server(region: Region, facts: Facts, accumulators) -> frozenset[str]:
+    """The containers created above the region that it fills and that nothing after the
+    session reads: the session makes them and does not download them. In a notebook's
+    module code every one comes back (the kernel keeps names for cells to come)."""
+    if region.kernel_keeps_names:
+        return frozenset()
+    candidates = [a.name for a in accumulators if not region.start <= a.index < region.end]
+    if not candidates:
+        return frozenset()
+    needed = set(reads_after(facts, region.suite, region.end))
+    if region.split is not None:
+        needed |= set(region.split.carried) | set(collect_all(region.split.replay).reads)
+    return frozenset(name for name in candidates if name not in needed)
+
+
 def _unreturned(region: Region, facts: Facts, accumulators) -> set[str]:
     """Client names the moved code bound that stay on the server (none is read later)."""
-    kept = _saved(region) | {a.name for a in accumulators} | set(region.saved_here.values())
+    kept = _saved(region) | {a.name for a in accumulators if a.name not in region.left_on_server}
+    kept |= set(region.saved_here.values())
     if region.split is not None:
         kept |= set(region.split.carried) | region.split.record_names
         # what the client part reads comes back in the records
@@ -1130,9 +1162,13 @@ def _hoisted_message(region: Region, facts: Facts, accumulators, requests: int) 
         text += f" (remote-ness unknown: {flag.reason}; the session takes the same flag, so this holds either way)"
     elif flag.expr is not None and not (isinstance(flag.expr, cst.Name) and flag.expr.value == "True"):
         text += f" ({flag.reason})"
-    if accumulators:
-        names = ", ".join(f"`{a.name}`" for a in accumulators)
-        text += f"; {names} now created in the session and saved"
+    saved = [a.name for a in accumulators if a.name not in region.left_on_server]
+    if saved:
+        text += "; " + ", ".join(f"`{n}`" for n in saved) + " now created in the session and saved"
+    kept = [a.name for a in accumulators if a.name in region.left_on_server]
+    if kept:
+        text += "; " + ", ".join(f"`{n}`" for n in kept) + " now created in the session and left there " \
+            "(nothing after it reads it: not downloaded)"
     return text + _passed_note(region) + _split_note(region.split) + _retry_note(region.retry)
 
 
@@ -1330,6 +1366,7 @@ def top_token(prompt):
 tops = []
 for prompt in ["a b", "c d"]:
     tops.append(top_token(prompt))
+print(tops)
 """,
         after="""\
 from nnsight import LanguageModel
@@ -1347,6 +1384,7 @@ with model.session(remote=True):
     tops = list().save()
     for prompt in ["a b", "c d"]:
         tops.append(top_token(prompt, remote=False))
+print(tops)
 """,
     ),
     Case(
@@ -1927,6 +1965,7 @@ for prompt in ["a", "b"]:
         except Exception as err:
             print(f"{prompt}: attempt {attempt} failed: {err}")
             time.sleep(2 ** attempt)
+print(len(outs))
 """,
         after="""\
 import time
@@ -1952,6 +1991,7 @@ for _ndif_attempt in range(3):
         time.sleep(2 ** _ndif_attempt)
         if _ndif_attempt == 2:
             raise
+print(len(outs))
 """,
     ),
     Case(
@@ -1976,6 +2016,7 @@ outs = []
 for prompt in tqdm(["a", "b"]):
     with model.trace(prompt, remote=True):
         outs.append(model.lm_head.output.save())
+print(len(outs))
 """,
         after="""\
 from tqdm import tqdm
@@ -1991,6 +2032,7 @@ with model.session(remote=True):
         _ndif_rows.append(None)
 for _ndif_row in tqdm(_ndif_rows):
     pass
+print(len(outs))
 """,
     ),
     Case(
@@ -2005,6 +2047,7 @@ outs = []
 for prompt in tqdm(["a", "b"]):
     with model.trace(prompt, remote=True):
         outs.append(model.lm_head.output.save())
+print(len(outs))
 """,
         after="""\
 from tqdm import tqdm
@@ -2016,6 +2059,41 @@ with model.session(remote=True):
     for prompt in ["a", "b"]:
         with model.trace(prompt):
             outs.append(model.lm_head.output)
+print(len(outs))
+""",
+    ),
+    Case(
+        name="a list only the session reads is made there and not downloaded",
+        before="""\
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+states = []
+for prompt in ["a b", "c d"]:
+    with model.trace(prompt, remote=True):
+        states.append(model.transformer.h[6].output[0, -1].save())
+mean = torch.stack(states).mean(dim=0)
+with model.trace("e f", remote=True):
+    model.transformer.h[6].output[0, -1] += mean
+    top = model.lm_head.output[0, -1].argmax().save()
+print(top)
+""",
+        after="""\
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    states = []
+    for prompt in ["a b", "c d"]:
+        with model.trace(prompt):
+            states.append(model.transformer.h[6].output[0, -1])
+    mean = torch.stack(states).mean(dim=0)
+    with model.trace("e f"):
+        model.transformer.h[6].output[0, -1] += mean
+        top = model.lm_head.output[0, -1].argmax().save()
+print(top)
 """,
     ),
 )
