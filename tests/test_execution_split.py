@@ -490,10 +490,11 @@ def test_an_inline_retry_around_a_trace_goes_around_the_session(family):
                     else:
                         raise
             print(i, tops[-1])
+        print(len(tops))
         ''',
         family,
     )
-    assert "tops = []" not in result.code  # created in the session, saved
+    assert "tops = []" not in result.code  # created in the session, saved (read after it)
     assert "for _ndif_attempt in range(3):" in result.code
 
 
