@@ -10,6 +10,13 @@ name, or under the name of the assignment that computed it), and the full value 
 longer saved. Inside a session, a value that only code in the session reads is not
 saved at all: the session's code can read an inner trace's values without it.
 
+The same holds for the elements of a saved list or dict that a loop of traces fills
+(`logits_by_prompt.append(model.lm_head.output)`): when the code after the request reads
+every element through one reduction (`[l[0, -1].argmax().item() for l in
+logits_by_prompt]`, `for layer, logits in ablated.items(): ...`), each element is reduced
+where the block stores it, in a container of a new name (`logits_by_prompt_argmax`), and
+the client's loop reads the reduced values under a new name too.
+
 ## Why is this bad?
 Every ``.save()`` is a download. Full logits of a 70B-class model are
 ``seq × 128,256 × 2`` bytes per prompt; the argmax you take from them is 8 bytes.
@@ -32,7 +39,14 @@ with model.trace(prompt, remote=True):
 Safe: the client reads the same names with the same values. Not applied when any use
 needs the full value (it is plotted, written to disk, returned, passed to a function
 NDIF cannot run), when the reduction reads a value the client changes after the
-request, or when the saved name is bound more than once.
+request, or when the saved name is bound more than once. For the elements of a list or
+dict, the old names (the container's, the loop's variable) are gone after the change:
+nothing read them but these reductions. Not applied when the block fills the container
+at more than one place or reads it, when the client reads the elements in different
+ways, when no loop over the whole container applies the reduction to every element
+unconditionally (with a condition or a jump in front of it the reduction is not known to
+work on each element), or when the request changes the stored value in place after
+storing it.
 
 Unsafe in a notebook, applied only with ``--unsafe-fixes``, for a value saved outside a
 function: the kernel keeps it after the last cell, and a cell added later may read it
@@ -52,10 +66,10 @@ import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, Remote, is_save_call, qualify
 from ndif_opt.describe import saved_shape
-from ndif_opt.names import NameUse, all_params, collect, comprehension_targets, definite_binds
+from ndif_opt.names import NameUse, all_params, collect, comprehension_targets, definite_binds, target_names
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
-from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, method_call, unsave
+from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, empty_container_kind, method_call, unsave
 from ndif_opt.types import Safety
 from ndif_opt.walk import IS_NODE_TYPE, content_children, content_fields, find_nodes, transform
 
@@ -82,6 +96,8 @@ TORCH_KEEPERS = frozenset(
      "torch.nn.functional.log_softmax", "F.softmax", "F.log_softmax", "torch.exp", "torch.log"}
 )
 
+COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
 
 @dataclass
 class _Save:
@@ -106,6 +122,10 @@ class ReductionPushdown(Pass):
         # pipeline runs the passes again until nothing changes
         for save in saves:
             edits = ChainPushdown(save, facts, context).plan()
+            if edits:
+                return transform(module, edits)
+        for container in _containers(facts):
+            edits = ElementPushdown(container, facts, context).plan()
             if edits:
                 return transform(module, edits)
         return module
@@ -400,6 +420,453 @@ class ChainPushdown:
         return None, None
 
 
+@dataclass
+class _Container:
+    """`C = list().save()` / `C = dict().save()` at the top level of a request's block."""
+
+    block: Block  # the request (an outermost block)
+    stmt: cst.SimpleStatementLine
+    name: str
+    kind: str  # list | dict
+
+
+def _containers(facts: Facts) -> list[_Container]:
+    found = []
+    for block in facts.blocks:
+        if block.parent is not None or block.effective_remote is Remote.NO:
+            continue
+        for stmt in block.node.body.body:
+            if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+                continue
+            small = stmt.body[0]
+            if not (isinstance(small, cst.Assign) and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name) and is_save_call(small.value)):
+                continue
+            kind = empty_container_kind(unsave(small.value))
+            if kind is not None:
+                found.append(_Container(block, stmt, small.targets[0].target.value, kind))
+    return found
+
+
+ELEMENT = "_ndif_element"  # stands for one element while reductions are compared
+_JUMPS = (cst.Break, cst.Continue, cst.Return, cst.Raise)
+_NEW_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+_CONDITIONAL = (cst.IfExp, cst.BooleanOperation, cst.Lambda, *COMPREHENSIONS)
+_ITERATED_WHOLE = {"list": ("",), "dict": ("items", "values")}
+
+
+@dataclass
+class _ElementUse:
+    """A place the code after the request reads one element of the container."""
+
+    root: cst.CSTNode  # the element: the loop variable's name, or `C[k]`
+    loop: cst.CSTNode | None  # the loop or comprehension that binds it (None: `C[k]`)
+
+
+class ElementPushdown:
+    """Move the reduction client code applies to every element of a saved list or dict
+    into the block that fills it, so that each element is downloaded reduced.
+
+    Applied when the block fills the container at one place (`C.append(E)` or
+    `C[k] = E`) and reads it nowhere else; the code after the request reads it only by
+    iterating over it (`for x in C`, `for k, x in C.items()`, a comprehension), by
+    `C[k]`, or through `len(C)` / `C.keys()`; every element it reads goes through the
+    same reduction R, which a loop over the whole container applies to every element
+    (no jump, no condition in front of it: R is known to work on each); and nothing in
+    the request changes the element in place after it is stored. Then `C.append(R(E))`
+    and the client's `R(x)` becomes `x`."""
+
+    def __init__(self, container: _Container, facts: Facts, context: Context) -> None:
+        self.container = container
+        self.facts = facts
+        self.context = context
+        self.index = _index(facts)
+        self.request = container.block
+        suite = self.request.stmt.suite
+        self.after = list(suite.body[self.request.stmt.index + 1 :])
+
+    def plan(self) -> NodeEdits | None:
+        name = self.container.name
+        if not any(name in _statement_index(stmt).spelled for stmt in self.after):
+            return None
+        if self.index.binding_count(name) != 1:
+            return None
+        fill = self._fill()
+        if fill is None:
+            return None
+        receiver, value = fill
+        if self.index.read_outside(name, [self.request.node, *self.after]):
+            return None
+        after_use = self.index.use_naming(name, self.after)
+        if name in after_use.binds or name in after_use.mutates:
+            return None
+        uses = self._element_uses()
+        if not uses:
+            return None
+        found = self._reductions(uses)
+        if isinstance(found, str):
+            if found:
+                self.context.skipped(self.container.stmt, f"the elements of `{name}` are still downloaded whole", found)
+            return None
+        chains, reduction = found
+        why = self._changed_after_fill(value)
+        if why:
+            self.context.skipped(self.container.stmt, f"the elements of `{name}` are still downloaded whole", why)
+            return None
+        if not self.context.allows(self.container.stmt, f"the elements of `{name}` could be reduced on the server"):
+            return None
+        save = _Save(self.request, self.container.stmt, name)
+        safety = _kernel_safety(save, self.context, lambda: (
+            f"the elements of `{name}` need not be downloaded whole: `{reduction}` could be computed in the block "
+            "for each one"))
+        if safety is None:
+            return None
+        return self._edits(receiver, value, uses, chains, reduction, safety)
+
+    # -- the block's side ------------------------------------------------------------------
+    def _fill(self) -> tuple[cst.Name, cst.BaseExpression] | None:
+        """The one place the request stores a value in the container: the container's
+        name there and the value (`E` of `C.append(E)` or `C[k] = E`), when the request
+        does nothing else with it."""
+        name = self.container.name
+        creation = self.container.stmt.body[0].targets[0].target
+        found = self.index.occurrences_under(name, [self.request.node]).get(id(self.request.node), [])
+        fills = []
+        for node in found:
+            if node is creation:
+                continue
+            value = self._stored_value(node)
+            if value is None:
+                return None
+            fills.append((node, value))
+        return fills[0] if len(fills) == 1 else None
+
+    def _stored_value(self, node: cst.Name) -> cst.BaseExpression | None:
+        parents = self.index.parents
+        parent = parents.get(id(node))
+        if self.container.kind == "list":
+            call = parents.get(id(parent))
+            if (isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "append"
+                    and isinstance(call, cst.Call) and call.func is parent and len(call.args) == 1
+                    and call.args[0].keyword is None and not call.args[0].star
+                    and isinstance(parents.get(id(call)), cst.Expr)):
+                return call.args[0].value
+            return None
+        target = parents.get(id(parent))
+        assign = parents.get(id(target))
+        if (isinstance(parent, cst.Subscript) and parent.value is node and len(parent.slice) == 1
+                and isinstance(target, cst.AssignTarget) and target.target is parent
+                and isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+            return assign.value
+        return None
+
+    def _changed_after_fill(self, value: cst.BaseExpression) -> str:
+        """Why the element the client reads may differ from the value when it is stored:
+        a change in place after it in the block that stores it, or, anywhere in the
+        request, a change in place of a name of the value or of a name bound to a view
+        of one (a later iteration would change an element stored earlier)."""
+        block = self._innermost_block(value)
+        seen = False
+        for node in _in_order(block.node.body):
+            if node is value:
+                seen = True
+            elif seen and _changes_in_place(node) and not self._is_the_fill(node):
+                return f"`{code_of(node).strip()}` changes a value in place after the block stores it"
+        aliases = set(collect(value).reads) - set(self.facts.models)
+        assignments = find_nodes(self.request.node.body, lambda n: isinstance(n, cst.Assign))
+        grew = True
+        while grew:
+            grew = False
+            for assign in assignments:
+                if isinstance(assign.value, (cst.Name, cst.Subscript, cst.Attribute)) \
+                        and set(collect(assign.value).reads) & aliases:
+                    for target in assign.targets:
+                        for bound in target_names(target.target):
+                            if bound not in aliases:
+                                aliases.add(bound)
+                                grew = True
+        for node in _in_order(self.request.node.body):
+            if (_changes_in_place(node) or _fills_in_place(node)) and not self._is_the_fill(node):
+                changed = _changed_roots(node) & aliases
+                if changed:
+                    return (f"`{sorted(changed)[0]}` is changed in place in the request "
+                            f"(`{code_of(node).strip()}`), and the stored value may be it or a view of it")
+        return ""
+
+    def _is_the_fill(self, node: cst.CSTNode) -> bool:
+        return isinstance(node, cst.Assign) and any(
+            isinstance(t.target, cst.Subscript) and isinstance(t.target.value, cst.Name)
+            and t.target.value.value == self.container.name for t in node.targets)
+
+    def _innermost_block(self, node: cst.CSTNode) -> Block:
+        blocks = {id(b.node): b for b in self.facts.blocks}
+        parent = self.index.parents.get(id(node))
+        while parent is not None:
+            if id(parent) in blocks:
+                return blocks[id(parent)]
+            parent = self.index.parents.get(id(parent))
+        return self.request
+
+    # -- the client's side -----------------------------------------------------------------
+    def _element_uses(self) -> list[_ElementUse] | None:
+        """Where the code after the request reads elements; None when it uses the
+        container another way (whole), or no loop goes over all of it."""
+        name = self.container.name
+        parents = self.index.parents
+        uses: list[_ElementUse] = []
+        whole = False
+        self.mentions: list[cst.Name] = []  # the container's name after the request
+        for stmt_nodes in self.index.occurrences_under(name, self.after).values():
+            for node in stmt_nodes:
+                self.mentions.append(node)
+                parent = parents.get(id(node))
+                if isinstance(parent, cst.Subscript) and parent.value is node:
+                    uses.append(_ElementUse(parent, None))
+                    continue
+                if isinstance(parent, cst.Arg) and self._is_len(parents.get(id(parent))):
+                    continue
+                iterated, holder = self._iterated(node)
+                if iterated is None:
+                    return None
+                if holder == "keys":
+                    continue
+                target = self._element_target(iterated, holder)
+                if target is None:
+                    return None
+                uses.append(_ElementUse(target, iterated))
+                whole = True
+        return uses if whole else None
+
+    def _is_len(self, call: cst.CSTNode | None) -> bool:
+        return (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == "len"
+                and len(call.args) == 1 and "len" not in self.facts.functions)
+
+    def _iterated(self, node: cst.Name) -> tuple[cst.CSTNode | None, str]:
+        """The `for` or comprehension `for` whose iterable is the container (or its
+        `.items()`/`.values()`/`.keys()`), and which of those."""
+        parents = self.index.parents
+        iterable, holder = node, ""
+        parent = parents.get(id(node))
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            call = parents.get(id(parent))
+            if not (isinstance(call, cst.Call) and call.func is parent and not call.args):
+                return None, ""
+            holder = parent.attr.value
+            if self.container.kind == "dict" and holder == "keys":
+                return node, "keys"
+            iterable = call
+        if holder not in _ITERATED_WHOLE[self.container.kind]:
+            return None, ""
+        loop = parents.get(id(iterable))
+        if isinstance(loop, (cst.For, cst.CompFor)) and loop.iter is iterable:
+            return loop, holder
+        return None, ""
+
+    def _element_target(self, loop: cst.CSTNode, holder: str) -> cst.Name | None:
+        target = loop.target
+        if holder == "items":
+            if not (isinstance(target, cst.Tuple) and len(target.elements) == 2):
+                return None
+            target = target.elements[1].value
+        if not isinstance(target, cst.Name):
+            return None
+        if isinstance(loop, cst.For):
+            if loop.orelse is not None or find_nodes(loop.body, lambda n: isinstance(n, _JUMPS)):
+                return None
+            if target.value in collect(loop.body).binds:
+                return None
+            where = self.facts.statements.get(id(loop))
+            if where is None or target.value in reads_after(self.facts, where.suite, where.index + 1):
+                return None  # the loop's variable keeps the last element
+        elif loop.inner_for_in is not None or loop.ifs or isinstance(self.index.parents.get(id(loop)), cst.CompFor):
+            return None
+        return target
+
+    def _reductions(self, uses: list[_ElementUse]):
+        """The chains that reduce each element read and the one reduction they share
+        (with ELEMENT for the element); or why not, once some read reduces an element
+        ("" when none does: nothing to offer)."""
+        name = self.container.name
+        chains: list[tuple[cst.CSTNode, _ElementUse]] = []  # (chain, the use it reduces)
+        codes: dict[str, cst.CSTNode] = {}
+        witnessed = False
+        whole = None  # a read that takes an element whole
+        for use in uses:
+            reads = [use.root] if use.loop is None else self._reads_of(use)
+            if not reads:
+                return "" if not chains else f"a loop over `{name}` reads its elements in a function or lambda"
+            for read in reads:
+                grown = self._grow(read, name if use.loop is None else use.root.value)
+                if grown is None:
+                    whole = whole or read
+                    continue
+                chains.append((grown[0], use))
+                codes.setdefault(grown[1], grown[0])
+                if use.loop is not None:
+                    witnessed = witnessed or self._unconditional(grown[0], use.loop)
+        if not chains:
+            return ""
+        if whole is not None:
+            parent = self.index.parents.get(id(whole), whole)
+            return f"`{code_of(parent).strip()}` uses an element whole, on your machine"
+        if len(codes) != 1:
+            return "its elements are reduced in different ways (" + ", ".join(
+                f"`{code_of(c)}`" for c in codes.values()) + ")"
+        if not witnessed:
+            return ("no loop over all of it reduces every element: the reduction is not known to work on "
+                    "each one (a condition or a jump stands in front of it)")
+        return chains, next(iter(codes))
+
+    def _grow(self, root: cst.CSTNode, variable: str) -> tuple[cst.CSTNode, str] | None:
+        """The reduction grown from ``root`` and its code with ELEMENT for the element,
+        when it narrows and reads the element only there."""
+        pushdown = ChainPushdown(_Save(self.request, self.container.stmt, variable), self.facts, self.context)
+        chain, reduced = pushdown._grow(root)
+        if not reduced:
+            return None
+        general = chain.deep_replace(root, cst.Name(ELEMENT)) if chain is not root else cst.Name(ELEMENT)
+        reads = collect(general).reads
+        if variable in reads or self.container.name in reads:
+            return None
+        return chain, code_of(general)
+
+    def _reads_of(self, use: _ElementUse) -> list[cst.Name] | None:
+        """The loop variable's reads in the loop's body (or the comprehension's
+        expression); None when a function or lambda inside mentions it."""
+        variable = use.root.value
+        loop = use.loop
+        if isinstance(loop, cst.For):
+            scopes = [loop.body]
+        else:
+            comprehension = self.index.parents.get(id(loop))
+            scopes = [comprehension.key, comprehension.value] if isinstance(comprehension, cst.DictComp) \
+                else [comprehension.elt]
+        reads = []
+        for scope in scopes:
+            for node in find_nodes(scope, lambda n: isinstance(n, (cst.Name, *_NEW_SCOPES))):
+                if isinstance(node, _NEW_SCOPES):
+                    if variable in _statement_index_spelled(node):
+                        return None
+                    continue
+                if node.value == variable and self._is_read(node):
+                    reads.append(node)
+        return reads
+
+    def _is_read(self, node: cst.Name) -> bool:
+        parent = self.index.parents.get(id(node))
+        if isinstance(parent, cst.Attribute) and parent.attr is node:
+            return False
+        return not (isinstance(parent, cst.Arg) and parent.keyword is node)
+
+    def _unconditional(self, chain: cst.CSTNode, loop: cst.CSTNode) -> bool:
+        """Does the loop evaluate ``chain`` for every element: in a simple statement of
+        its body (a comprehension's expression), with no condition or new scope between?"""
+        stop = loop.body if isinstance(loop, cst.For) else self.index.parents.get(id(loop))
+        node = self.index.parents.get(id(chain))
+        while node is not None and node is not stop:
+            if isinstance(node, _CONDITIONAL) or isinstance(node, cst.BaseCompoundStatement):
+                return False
+            node = self.index.parents.get(id(node))
+        return node is stop
+
+    # -- the rewrite -----------------------------------------------------------------------
+    def _edits(self, receiver: cst.Name, fill: cst.BaseExpression, uses: list[_ElementUse], chains,
+               reduction: str, safety: Safety) -> NodeEdits:
+        """The block stores R(E) in a container of a new name, and the client's loops read
+        it under new names: no name ends up holding another value than it did (the old
+        names are gone, and nothing read them but these reductions)."""
+        edits = _EditsAlongPaths(self.index.parents)
+        taken = _TakenNames(self.index, self.context.options.reserved_names)
+        name = self.container.name
+        sample = chains[0][0]
+        renamed = self._fresh(name, sample, taken)
+        stored = unsave(fill)
+        if not isinstance(stored, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+            stored = stored.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        general = cst.parse_expression(reduction)
+        element = next(n for n in find_nodes(general, lambda n: isinstance(n, cst.Name) and n.value == ELEMENT))
+        edits.replace[id(fill)] = general.deep_replace(element, stored)
+        creation = self.container.stmt.body[0].targets[0].target
+        for node in (creation, receiver, *self.mentions):
+            edits.replace[id(node)] = cst.Name(renamed)
+        variables: dict[int, str] = {}  # id(loop) -> the new name of its variable
+        for use in uses:
+            if use.loop is not None:
+                variables[id(use.loop)] = self._fresh(use.root.value, sample, taken)
+                edits.replace[id(use.root)] = cst.Name(variables[id(use.loop)])
+                if isinstance(use.loop, cst.For):
+                    self.context.unreturned.add(use.root.value)
+        for chain, use in chains:
+            if use.loop is not None:
+                edits.replace[id(chain)] = cst.Name(variables[id(use.loop)])
+            else:  # `C[k]`
+                edits.replace[id(chain)] = use.root.with_changes(value=cst.Name(renamed))
+        self.context.unreturned.add(name)
+        self.context.introduced.add(renamed)
+        self.context.introduced.update(variables.values())
+        self.context.applied(
+            self.container.stmt,
+            f"the elements of `{name}` are no longer downloaded whole: "
+            f"`{reduction.replace(ELEMENT, code_of(stored))}` is now computed in the block for each one "
+            f"(the {self.container.kind} of those is `{renamed}`)",
+            safety,
+        )
+        return edits
+
+    def _fresh(self, base: str, chain: cst.CSTNode, taken: _TakenNames) -> str:
+        name = _fresh_name(base, chain, taken)
+        taken.add(name)
+        return name
+
+
+def _statement_index_spelled(node: cst.CSTNode) -> set[str]:
+    return {n.value for n in find_nodes(node, lambda n: isinstance(n, cst.Name))}
+
+
+def _in_order(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The nodes under ``node`` in the order of the code (pre-order)."""
+    return find_nodes(node, lambda n: True)
+
+
+_FILLING_METHODS = frozenset({"append", "extend", "insert", "update", "pop", "clear", "remove", "setdefault"})
+
+
+def _fills_in_place(node: cst.CSTNode) -> bool:
+    """A call of a method that changes a list or dict (`x.append(...)`)."""
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+        and node.func.attr.value in _FILLING_METHODS
+
+
+def _changes_in_place(node: cst.CSTNode) -> bool:
+    """An assignment to a subscript or attribute, an augmented assignment, or an
+    in-place tensor method (`x.add_(...)`)."""
+    if isinstance(node, cst.AugAssign):
+        return True
+    if isinstance(node, cst.Assign):
+        return any(isinstance(t.target, (cst.Subscript, cst.Attribute)) for t in node.targets)
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        method = node.func.attr.value
+        return method.endswith("_") and not method.endswith("__")
+    return False
+
+
+def _changed_roots(node: cst.CSTNode) -> set[str]:
+    """The names whose values an in-place change changes."""
+    if isinstance(node, cst.AugAssign):
+        targets = [node.target]
+    elif isinstance(node, cst.Assign):
+        targets = [t.target for t in node.targets]
+    else:
+        targets = [node.func.value]
+    roots = set()
+    for target in targets:
+        while isinstance(target, (cst.Subscript, cst.Attribute)):
+            target = target.value
+        if isinstance(target, cst.Name):
+            roots.add(target.value)
+    return roots
+
+
 NOTEBOOK_REASON = (
     "in a notebook the kernel keeps it after the last cell, where a cell you add later may read "
     "it; use --unsafe-fixes to stop downloading it"
@@ -561,7 +1028,6 @@ def _is_method_call(expr: cst.BaseExpression, name: str) -> bool:
 BINDING_SITES = (cst.AssignTarget, cst.For, cst.AugAssign)  # what `_bindings_in` counted
 # The only nodes inside an expression that `collect` finds a binding in.
 EXPRESSION_BINDERS = (cst.NamedExpr, cst.CompFor)
-COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 @dataclass(frozen=True)
 class _NodeKind:
@@ -1233,5 +1699,95 @@ with model.session(remote=True):
             logits = model.lm_head.output.save()
 print(logits.shape)
 """,
+    ),
+    Case(
+        name="the elements of a saved list, read through one reduction, are reduced where the block stores them",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    logits_by_prompt = list().save()
+    for prompt in ["The cat sat on the", "Paris is the capital of"]:
+        with model.trace(prompt):
+            logits_by_prompt.append(model.lm_head.output)
+tops = [logits[0, -1].argmax().item() for logits in logits_by_prompt]
+print(tops)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    logits_by_prompt_argmax = list().save()
+    for prompt in ["The cat sat on the", "Paris is the capital of"]:
+        with model.trace(prompt):
+            logits_by_prompt_argmax.append(model.lm_head.output[0, -1].argmax().item())
+tops = [logits_argmax for logits_argmax in logits_by_prompt_argmax]
+print(tops)
+""",
+    ),
+    Case(
+        name="the elements of a saved dict, read by a loop over its items",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    ablated = dict().save()
+    for layer in range(12):
+        with model.trace("The Eiffel Tower is in the city of"):
+            model.transformer.h[layer].mlp.output[:] = 0
+            ablated[layer] = model.lm_head.output
+for layer, logits in ablated.items():
+    print(layer, logits[0, -1].softmax(-1).max().item())
+print(len(ablated), "layers")
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    ablated_max = dict().save()
+    for layer in range(12):
+        with model.trace("The Eiffel Tower is in the city of"):
+            model.transformer.h[layer].mlp.output[:] = 0
+            ablated_max[layer] = model.lm_head.output[0, -1].softmax(-1).max().item()
+for layer, logits_max in ablated_max.items():
+    print(layer, logits_max)
+print(len(ablated_max), "layers")
+""",
+    ),
+    Case(
+        name="an element also used whole keeps the list whole",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    logits_by_prompt = list().save()
+    for prompt in ["The cat sat on the", "Paris is the capital of"]:
+        with model.trace(prompt):
+            logits_by_prompt.append(model.lm_head.output)
+for logits in logits_by_prompt:
+    print(logits[0, -1].argmax().item(), logits.shape)
+""",
+        reason="`logits.shape` uses an element whole, on your machine",
+    ),
+    Case(
+        name="an element the block changes in place after storing it is downloaded whole",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    hidden = list().save()
+    for prompt in ["The cat sat on the", "Paris is the capital of"]:
+        with model.trace(prompt):
+            hidden.append(model.transformer.h[6].output)
+            model.transformer.h[6].output[:] = 0
+print([h[0, -1].norm().item() for h in hidden])
+""",
+        reason="changes a value in place after the block stores it",
     ),
 )

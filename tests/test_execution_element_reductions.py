@@ -1,0 +1,112 @@
+"""Execution checks for reductions moved into the block that fills a saved list or dict.
+
+A loop of traces fills a list or dict with whole tensors (full logits, a layer's whole
+output), and the code after the request reads every element through the same reduction
+(`logits[0, -1].argmax().item()`, a norm): each element is reduced where the block
+stores it, and only the reduced values are downloaded. Each script runs on a tiny model
+of each family: the original locally, the original and the optimized script through the
+NDIF emulation; stdout and the values the script reads must match.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+pytest.importorskip("nnsight")
+
+from ndif_opt import optimize  # noqa: E402
+from ndif_opt.verify import verify_result  # noqa: E402
+
+FAMILIES = {
+    "gpt2": ("openai-community/gpt2", "model.transformer.h"),
+    "llama": ("meta-llama/Llama-3.1-8B", "model.model.layers"),
+}
+both = pytest.mark.parametrize("family", sorted(FAMILIES))
+
+
+def run(template: str, family: str):
+    repo, layers = FAMILIES[family]
+    source = textwrap.dedent(template).replace("REPO", repo).replace("LAYERS", layers)
+    result = optimize(source)
+    report = verify_result(source, result, filename="script.py")
+    assert report.intended_ok, report.to_text() + "\n" + result.code
+    assert not report.errors["optimized"], report.errors
+    return result, report
+
+
+ABLATIONS = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    results = {}
+    for layer in range(2):
+        with model.trace("The Eiffel Tower is in the city of", remote=True):
+            LAYERS[layer].mlp.output[:] = 0
+            results[layer] = model.lm_head.output.save()
+    for layer, logits in results.items():
+        print(layer, logits[0, -1].argmax().item())
+'''
+
+
+@both
+def test_a_dict_of_logits_read_through_one_reduction_downloads_the_reduced_values(family):
+    result, report = run(ABLATIONS, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "results_argmax[layer] = model.lm_head.output[0, -1].argmax().item()" in result.code, result.code
+    assert "    print(layer, logits_argmax)\n" in result.code, result.code
+    # read whole once more, the logits come back whole: what the first run does not download
+    kept, kept_report = run(ABLATIONS + "    print(tuple(results[0].shape))\n", family)
+    assert "results_argmax" not in kept.code, kept.code
+    assert report.after.download_bytes * 10 < kept_report.after.download_bytes, (report.to_text(), kept_report.to_text())
+
+
+NORMS = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    states = []
+    for prompt in ["The cat sat on the", "One two three", "Hello there"]:
+        with model.trace(prompt, remote=True):
+            states.append(LAYERS[1].output.save())
+    norms = [s[0, -1].norm().item() for s in states]
+    print([round(n, 4) for n in norms], len(states))
+'''
+
+
+@both
+def test_a_list_read_by_a_comprehension_downloads_the_reduced_values(family):
+    result, report = run(NORMS, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "states_norm.append(LAYERS[1].output[0, -1].norm().item())".replace("LAYERS", FAMILIES[family][1]) \
+        in result.code, result.code
+    assert "norms = [s_norm for s_norm in states_norm]" in result.code, result.code
+
+
+@both
+def test_an_element_changed_in_place_after_it_is_stored_is_downloaded_whole(family):
+    # the block zeroes the stored tensor after storing it: the client reads the zeros,
+    # a reduction at the store would read the values before
+    script = NORMS.replace(
+        "            states.append(LAYERS[1].output.save())\n",
+        "            states.append(LAYERS[1].output.save())\n            LAYERS[1].output[:] = 0\n",
+    )
+    result, report = run(script, family)
+    assert "norm().item())" not in result.code.split("norms =")[0], result.code
+    reasons = [f.reason or "" for f in result.findings if f.pass_id == "reduction-pushdown" and not f.applied]
+    assert any("changes a value in place after the block stores it" in r for r in reasons), reasons
+
+
+@both
+def test_elements_read_only_behind_a_condition_are_downloaded_whole(family):
+    # the client reduces an element only when a condition holds: the reduction is not
+    # known to work on every element, so it is not moved
+    script = NORMS.replace(
+        "    norms = [s[0, -1].norm().item() for s in states]\n",
+        "    SHOW = True\n    norms = [s[0, -1].norm().item() if SHOW else 0.0 for s in states]\n",
+    )
+    result, report = run(script, family)
+    assert "norm().item())" not in result.code.split("norms =")[0], result.code
+    reasons = [f.reason or "" for f in result.findings if f.pass_id == "reduction-pushdown" and not f.applied]
+    assert any("no loop over all of it reduces every element" in r for r in reasons), reasons
