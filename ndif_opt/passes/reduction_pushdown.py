@@ -14,8 +14,8 @@ The same holds for the elements of a saved list or dict that a loop of traces fi
 (`logits_by_prompt.append(model.lm_head.output)`): when the code after the request reads
 every element through one reduction (`[l[0, -1].argmax().item() for l in
 logits_by_prompt]`, `for layer, logits in ablated.items(): ...`), each element is reduced
-where the block stores it, in a container of a new name (`logits_by_prompt_argmax`), and
-the client's loop reads the reduced values under a new name too.
+where the block stores it, and the client's loop reads the reduced values (the container
+and the loop's variable now hold those).
 
 ## Why is this bad?
 Every ``.save()`` is a download. Full logits of a 70B-class model are
@@ -40,8 +40,8 @@ Safe: the client reads the same names with the same values. Not applied when any
 needs the full value (it is plotted, written to disk, returned, passed to a function
 NDIF cannot run), when the reduction reads a value the client changes after the
 request, or when the saved name is bound more than once. For the elements of a list or
-dict, the old names (the container's, the loop's variable) are gone after the change:
-nothing read them but these reductions. Not applied when the block fills the container
+dict, the container and the loop's variable hold the reduced values after the change:
+nothing read them but through these reductions. Not applied when the block fills the container
 at more than one place or reads it, when the client reads the elements in different
 ways, when no loop over the whole container applies the reduction to every element
 unconditionally (with a condition or a jump in front of it the reduction is not known to
@@ -124,10 +124,12 @@ class ReductionPushdown(Pass):
             edits = ChainPushdown(save, facts, context).plan()
             if edits:
                 return transform(module, edits)
+        # the containers' edits touch nodes of their own: all of them in one run
+        edits = _EditsAlongPaths(_index(facts).parents)
         for container in _containers(facts):
-            edits = ElementPushdown(container, facts, context).plan()
-            if edits:
-                return transform(module, edits)
+            ElementPushdown(container, facts, context).plan(edits)
+        if edits:
+            return transform(module, edits)
         return module
 
     def _unneeded_in_session(self, save: _Save, facts: Facts, context: Context, plan: SuitePlan) -> None:
@@ -474,7 +476,8 @@ class ElementPushdown:
     same reduction R, which a loop over the whole container applies to every element
     (no jump, no condition in front of it: R is known to work on each); and nothing in
     the request changes the element in place after it is stored. Then `C.append(R(E))`
-    and the client's `R(x)` becomes `x`."""
+    and the client's `R(x)` becomes `x`: the names keep the reduced values, which
+    nothing else reads."""
 
     def __init__(self, container: _Container, facts: Facts, context: Context) -> None:
         self.container = container
@@ -485,7 +488,8 @@ class ElementPushdown:
         suite = self.request.stmt.suite
         self.after = list(suite.body[self.request.stmt.index + 1 :])
 
-    def plan(self) -> NodeEdits | None:
+    def plan(self, edits: "_EditsAlongPaths") -> None:
+        """Add this container's edits to ``edits`` (shared by the run's containers)."""
         name = self.container.name
         if not any(name in _statement_index(stmt).spelled for stmt in self.after):
             return None
@@ -494,7 +498,7 @@ class ElementPushdown:
         fill = self._fill()
         if fill is None:
             return None
-        receiver, value = fill
+        _, value = fill
         if self.index.read_outside(name, [self.request.node, *self.after]):
             return None
         after_use = self.index.use_naming(name, self.after)
@@ -521,7 +525,7 @@ class ElementPushdown:
             "for each one"))
         if safety is None:
             return None
-        return self._edits(receiver, value, uses, chains, reduction, safety)
+        self._edits(edits, value, uses, chains, reduction, safety)
 
     # -- the block's side ------------------------------------------------------------------
     def _fill(self) -> tuple[cst.Name, cst.BaseExpression] | None:
@@ -615,10 +619,8 @@ class ElementPushdown:
         parents = self.index.parents
         uses: list[_ElementUse] = []
         whole = False
-        self.mentions: list[cst.Name] = []  # the container's name after the request
         for stmt_nodes in self.index.occurrences_under(name, self.after).values():
             for node in stmt_nodes:
-                self.mentions.append(node)
                 parent = parents.get(id(node))
                 if isinstance(parent, cst.Subscript) and parent.value is node:
                     uses.append(_ElementUse(parent, None))
@@ -770,53 +772,32 @@ class ElementPushdown:
         return node is stop
 
     # -- the rewrite -----------------------------------------------------------------------
-    def _edits(self, receiver: cst.Name, fill: cst.BaseExpression, uses: list[_ElementUse], chains,
-               reduction: str, safety: Safety) -> NodeEdits:
-        """The block stores R(E) in a container of a new name, and the client's loops read
-        it under new names: no name ends up holding another value than it did (the old
-        names are gone, and nothing read them but these reductions)."""
-        edits = _EditsAlongPaths(self.index.parents)
-        taken = _TakenNames(self.index, self.context.options.reserved_names)
+    def _edits(self, edits: "_EditsAlongPaths", fill: cst.BaseExpression, uses: list[_ElementUse], chains,
+               reduction: str, safety: Safety) -> None:
+        """The block stores R(E), and the client's reductions read what it stored. The
+        container and the loops' variables keep their names and now hold the reduced
+        values (nothing read them any other way): they are no longer what the script
+        had, and are named so (`unreturned`). New names would be numbered by what else
+        the run renamed, which a window of the file does not see."""
         name = self.container.name
-        sample = chains[0][0]
-        renamed = self._fresh(name, sample, taken)
         stored = unsave(fill)
         if not isinstance(stored, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
             stored = stored.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         general = cst.parse_expression(reduction)
         element = next(n for n in find_nodes(general, lambda n: isinstance(n, cst.Name) and n.value == ELEMENT))
         edits.replace[id(fill)] = general.deep_replace(element, stored)
-        creation = self.container.stmt.body[0].targets[0].target
-        for node in (creation, receiver, *self.mentions):
-            edits.replace[id(node)] = cst.Name(renamed)
-        variables: dict[int, str] = {}  # id(loop) -> the new name of its variable
-        for use in uses:
-            if use.loop is not None:
-                variables[id(use.loop)] = self._fresh(use.root.value, sample, taken)
-                edits.replace[id(use.root)] = cst.Name(variables[id(use.loop)])
-                if isinstance(use.loop, cst.For):
-                    self.context.unreturned.add(use.root.value)
         for chain, use in chains:
-            if use.loop is not None:
-                edits.replace[id(chain)] = cst.Name(variables[id(use.loop)])
-            else:  # `C[k]`
-                edits.replace[id(chain)] = use.root.with_changes(value=cst.Name(renamed))
+            edits.replace[id(chain)] = cst.Name(use.root.value) if use.loop is not None else use.root
+            if isinstance(use.loop, cst.For):
+                self.context.unreturned.add(use.root.value)
         self.context.unreturned.add(name)
-        self.context.introduced.add(renamed)
-        self.context.introduced.update(variables.values())
         self.context.applied(
             self.container.stmt,
             f"the elements of `{name}` are no longer downloaded whole: "
-            f"`{reduction.replace(ELEMENT, code_of(stored))}` is now computed in the block for each one "
-            f"(the {self.container.kind} of those is `{renamed}`)",
+            f"`{reduction.replace(ELEMENT, code_of(stored))}` is now computed in the block for each one, "
+            f"and `{name}` holds those",
             safety,
         )
-        return edits
-
-    def _fresh(self, base: str, chain: cst.CSTNode, taken: _TakenNames) -> str:
-        name = _fresh_name(base, chain, taken)
-        taken.add(name)
-        return name
 
 
 def _statement_index_spelled(node: cst.CSTNode) -> set[str]:
@@ -1719,11 +1700,11 @@ from nnsight import LanguageModel
 
 model = LanguageModel("openai-community/gpt2")
 with model.session(remote=True):
-    logits_by_prompt_argmax = list().save()
+    logits_by_prompt = list().save()
     for prompt in ["The cat sat on the", "Paris is the capital of"]:
         with model.trace(prompt):
-            logits_by_prompt_argmax.append(model.lm_head.output[0, -1].argmax().item())
-tops = [logits_argmax for logits_argmax in logits_by_prompt_argmax]
+            logits_by_prompt.append(model.lm_head.output[0, -1].argmax().item())
+tops = [logits for logits in logits_by_prompt]
 print(tops)
 """,
     ),
@@ -1748,14 +1729,14 @@ from nnsight import LanguageModel
 
 model = LanguageModel("openai-community/gpt2")
 with model.session(remote=True):
-    ablated_max = dict().save()
+    ablated = dict().save()
     for layer in range(12):
         with model.trace("The Eiffel Tower is in the city of"):
             model.transformer.h[layer].mlp.output[:] = 0
-            ablated_max[layer] = model.lm_head.output[0, -1].softmax(-1).max().item()
-for layer, logits_max in ablated_max.items():
-    print(layer, logits_max)
-print(len(ablated_max), "layers")
+            ablated[layer] = model.lm_head.output[0, -1].softmax(-1).max().item()
+for layer, logits in ablated.items():
+    print(layer, logits)
+print(len(ablated), "layers")
 """,
     ),
     Case(
