@@ -370,3 +370,114 @@ def requests_in(blocks: list[Block], region: list[cst.CSTNode], facts: Facts, un
                 count *= unknown if trips is None else trips
         total += count
     return total
+
+
+# Names through which code reads an object's attributes without spelling them.
+_REFLECTION = frozenset({
+    "getattr", "hasattr", "vars", "setattr", "__dict__", "pickle", "dill", "cloudpickle", "deepcopy",
+    "asdict", "astuple", "__getstate__", "__reduce__", "__reduce_ex__", "__getattr__", "__getattribute__",
+})
+
+
+def self_attribute_read_after(facts: Facts, region: list[cst.BaseStatement], attr: str, moved: frozenset[str]) -> str:
+    """Why code may read ``self.<attr>`` after ``region`` (statements of a method) has
+    run, or "" when no code can: only methods of the class that only the session runs
+    read it (``moved``: the methods the region calls inside the session, and those only
+    they call; not the region's own lines, some of which may stay on your machine); the class has no bases or decorators; neither
+    ``self`` nor an instance of the class is handed to other code (an argument, a return
+    value, an alias, a bound method); and nothing reads attributes by reflection."""
+    info = facts.statements.get(id(region[0]))
+    method = info.function if info is not None else None
+    at = info.ancestors.index(method) if method is not None else 0
+    cls = info.ancestors[at - 1] if at > 0 else None
+    if not isinstance(cls, cst.ClassDef):
+        return "the code is not in a method of a class"
+    if cls.decorators or any(code_of(b.value) != "object" for b in cls.bases):
+        return f"`{cls.name.value}` has bases or decorators, which may read it"
+    nodes = _find(facts.module, lambda n: True)
+    reflection = sorted({n.value for n in nodes if type(n) is cst.Name} & _REFLECTION)
+    if reflection:
+        return f"the script reads attributes by name (`{reflection[0]}`)"
+    parents = {id(child): node for node in nodes for child in node.children}
+    methods = {m.name.value: m for m in cls.body.body if isinstance(m, cst.FunctionDef)}
+    escape = _escaping_instance(facts.module, nodes, parents, cls, methods)
+    if escape:
+        return escape
+    inside = {id(n) for stmt in region for n in _find(stmt, lambda n: True)}
+
+    def owner(node: cst.CSTNode) -> cst.FunctionDef | None:
+        while node is not None:
+            if type(node) is cst.FunctionDef and methods.get(node.name.value) is node:
+                return node
+            node = parents.get(id(node))
+        return None
+
+    live: dict[str, bool] = {}
+
+    def runs_after(function: cst.FunctionDef) -> bool:
+        """May this method of the class run after the region?"""
+        name = function.name.value
+        if function is method or name.startswith("__"):
+            return True  # (the region's own method: its code after the region, or a second call)
+        if name not in live:
+            live[name] = False  # (a method that calls itself)
+            live[name] = any(
+                name not in moved if id(ref) in inside else owner(ref) is None or runs_after(owner(ref))
+                for ref in nodes if type(ref) is cst.Attribute and ref.attr.value == name
+            )
+        return live[name]
+
+    for read in nodes:
+        if type(read) is not cst.Attribute or read.attr.value != attr:
+            continue
+        target = parents.get(id(read))
+        if type(target) is cst.AssignTarget and target.target is read:
+            continue  # `self.x = ...` stores it
+        if id(read) in inside:
+            # the region's own code: a line of it may stay on your machine and run after
+            return f"`{code_of(read)}` reads it in the code that moves"
+        function = owner(read)
+        if function is None:
+            return f"`{code_of(read)}` reads it outside `{cls.name.value}`"
+        if runs_after(function):
+            return f"`{code_of(read)}` in `{function.name.value}` may read it after"
+    return ""
+
+
+def _find(node: cst.CSTNode, wanted) -> list[cst.CSTNode]:
+    from ndif_opt.walk import find_nodes
+
+    return find_nodes(node, wanted)
+
+
+def _escaping_instance(module, nodes, parents, cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> str:
+    """Why an instance of ``cls`` may reach code that reads its attributes, or ""."""
+    name = cls.name.value
+    holders: set[str] = set()
+    for method in methods.values():
+        if method.params.params:
+            holders.add(method.params.params[0].name.value)
+    for node in nodes:
+        if type(node) is cst.Call and code_of(node.func) == name:
+            parent = parents.get(id(node))
+            if type(parent) is cst.Assign:
+                for target in parent.targets:
+                    holders.update(target_names(target.target))
+            elif not (type(parent) is cst.Attribute and parent.value is node):
+                return f"an instance of `{name}` is handed to other code"
+    for node in nodes:
+        if type(node) is not cst.Name or node.value not in holders:
+            continue
+        parent = parents.get(id(node))
+        kind = type(parent)
+        if kind is cst.Attribute:
+            if parent.attr is node:
+                continue
+            grand = parents.get(id(parent))
+            if parent.attr.value in methods and not (type(grand) is cst.Call and grand.func is parent):
+                return f"`{code_of(parent)}` hands a method of `{name}` to other code"
+            continue
+        if kind in (cst.Param, cst.AssignTarget) or (kind is cst.Arg and parent.keyword is node):
+            continue
+        return f"`{node.value}` (an instance of `{name}`) is handed to other code"
+    return ""

@@ -541,7 +541,7 @@ def test_a_library_function_whose_helper_takes_the_model_as_a_parameter(family):
 def test_traces_in_methods_called_from_a_loop_in_another_method(family):
     # `self.remote` cannot be a default (it is read when the method is defined): the
     # method's block takes `remote and self.remote`; what the clean run stores on the
-    # server's copy of `self` comes back to yours after the session
+    # server's copy of `self` comes back to yours after the session (the script reads it)
     result, report = check(
         '''
         import torch
@@ -581,12 +581,13 @@ def test_traces_in_methods_called_from_a_loop_in_another_method(family):
         exp = Patching(model, "The cat sat on the mat", "The dog sat on the mat")
         grid = exp.sweep([0, 1, 2])
         print(grid.abs().argmax().item())
+        print(tuple(exp.clean_hidden.shape))
         ''',
         family,
     )
     assert "remote=remote and self.remote" in result.code
     assert "self.patch(layer, pos, remote=False)" in result.code
-    assert "self.clean_hidden = _ndif_log[-1]" in result.code
+    assert "self.clean_hidden = _ndif_log[-1]" in result.code  # read after the session
     assert report.before.requests == 7
 
 

@@ -13,7 +13,10 @@ values the remote work reads (a steering vector built with numpy and json, a pro
 formatted by a library NDIF lacks or read from a file), runs before the session instead,
 in the same order, and the session takes its values in turn. An object the session cannot take (``self``,
 a dict the caller passed in) stays on your machine: the session computes the values,
-the replay stores them. Values the script reads after the loop come back.
+the replay stores them. Values the script reads after the loop come back; what the
+methods it calls store on ``self`` comes back too, unless only methods the session runs
+read it (the class has no bases or decorators, and neither ``self`` nor an instance is
+handed to other code): then it stays on the server.
 
 ## Why is this bad?
 Every remote trace is a network round trip plus a wait in NDIF's queue. A loop of 32
@@ -87,7 +90,14 @@ from ndif_opt.names import (
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.client_split import Refused, Split, names_in, split_region, splittable, unwrap_progress
 from ndif_opt.retries import PortableRetry, portable_retry, retry_guard
-from ndif_opt.regions import Accumulator, carried_container, find_accumulator, reads_after, requests_in
+from ndif_opt.regions import (
+    Accumulator,
+    carried_container,
+    find_accumulator,
+    reads_after,
+    requests_in,
+    self_attribute_read_after,
+)
 from ndif_opt.rewrite import (
     DropElementSaves,
     StripRemote,
@@ -134,6 +144,8 @@ class Region:
     # back even when no cell reads it (in a script the file's reads are all there are)
     kernel_keeps_names: bool = False
     released: list = field(default_factory=list)  # names let go at the session's end (see _released)
+    # what methods it calls store on `self` that no code reads after it: not brought back
+    left_attributes: list = field(default_factory=list)
     # containers the session takes over that nothing after it reads: made in the
     # session, filled there and not downloaded (see _left_on_server)
     left_on_server: frozenset = frozenset()
@@ -482,16 +494,23 @@ class SessionHoisting(Pass):
                 reason = f"{reason}; {refusal}"
             else:
                 reason, accumulators, lost = _liveness(region, facts)
-        # what the methods it calls store on `self` comes back to your `self` after it
+        # what the methods it calls store on `self` comes back to your `self` after it,
+        # unless no code can read it after the session (then it stays there)
         stores = sorted({f"self.{a}" for call, h in region.helper_calls if h.bound for a in h.self_stores})
+        moved = frozenset(h.func.name.value for _, h in region.helper_calls if h.bound)
+        left = [s for s in stores
+                if not self_attribute_read_after(facts, region.statements, s.split(".", 1)[1], moved)]
+        region.left_attributes = left
         if stores and not reason:
-            lost = [*lost, *stores]
+            lost = [*lost, *(s for s in stores if s not in left)]
         if lost and not reason:
             # values the moved code computes and the script reads afterwards: the
             # replay brings them back
             reason = self._split(region, facts, context, carry=lost)
             if not reason and stores:
-                reason = _replay_reads(region.split, stores)
+                kept = [s for s in stores if s not in left]
+                reason = _replay_reads(region.split, kept, every_line=False) or \
+                    _replay_reads(region.split, left, every_line=True)
             if not reason:
                 reason, accumulators, lost = _liveness(region, facts)
                 if lost:
@@ -1156,7 +1175,7 @@ def _hoisted_message(region: Region, facts: Facts, accumulators, requests: int) 
     if region.helper_calls:
         names = sorted({h.name for _, h in region.helper_calls})
         text += "; " + ", ".join(f"`{n}`" for n in names) + " now called with remote=False inside it"
-        return text + _passed_note(region) + _split_note(region.split) + _retry_note(region.retry)
+        return text + _passed_note(region) + _left_note(region) + _split_note(region.split) + _retry_note(region.retry)
     flag = region.blocks[0].remote
     if flag.state is Remote.MAYBE:
         text += f" (remote-ness unknown: {flag.reason}; the session takes the same flag, so this holds either way)"
@@ -1170,6 +1189,15 @@ def _hoisted_message(region: Region, facts: Facts, accumulators, requests: int) 
         text += "; " + ", ".join(f"`{n}`" for n in kept) + " now created in the session and left there " \
             "(nothing after it reads it: not downloaded)"
     return text + _passed_note(region) + _split_note(region.split) + _retry_note(region.retry)
+
+
+def _left_note(region: Region) -> str:
+    """`; `self.cache` stays in the session (...)`."""
+    if not region.left_attributes:
+        return ""
+    names = ", ".join(f"`{n}`" for n in region.left_attributes)
+    return (f"; {names}, which the methods set, stays on the server: no code can read it after the session "
+            "(not downloaded)")
 
 
 def _passed_note(region: Region) -> str:
@@ -1559,6 +1587,74 @@ with model.session(remote=True):
     _ndif_log.append(total)
 total = _ndif_log[-1]
 print(total)
+""",
+    ),
+    Case(
+        name="what methods store on self that only the session's methods read stays on the server",
+        before="""\
+import torch
+from nnsight import LanguageModel
+
+
+class Patching:
+    def __init__(self, model, clean, corrupt):
+        self.model = model
+        self.clean, self.corrupt = clean, corrupt
+
+    def run_clean(self):
+        with self.model.trace(self.clean, remote=True):
+            hidden = torch.stack([self.model.transformer.h[i].output for i in range(12)]).save()
+        self.clean_hidden = hidden
+
+    def patch(self, layer):
+        with self.model.trace(self.corrupt, remote=True):
+            self.model.transformer.h[layer].output[0, -1] = self.clean_hidden[layer, 0, -1]
+            top = self.model.lm_head.output[0, -1].argmax().item().save()
+        return top
+
+    def sweep(self):
+        self.run_clean()
+        tops = []
+        for layer in range(12):
+            tops.append(self.patch(layer))
+        return tops
+
+
+experiment = Patching(LanguageModel("openai-community/gpt2"), "The cat sat on the", "One two three four")
+print(experiment.sweep())
+""",
+        after="""\
+import torch
+from nnsight import LanguageModel
+
+
+class Patching:
+    def __init__(self, model, clean, corrupt):
+        self.model = model
+        self.clean, self.corrupt = clean, corrupt
+
+    def run_clean(self, remote=True):
+        with self.model.trace(self.clean, remote=remote):
+            hidden = torch.stack([self.model.transformer.h[i].output for i in range(12)]).save()
+        self.clean_hidden = hidden
+
+    def patch(self, layer, remote=True):
+        with self.model.trace(self.corrupt, remote=remote):
+            self.model.transformer.h[layer].output[0, -1] = self.clean_hidden[layer, 0, -1]
+            top = self.model.lm_head.output[0, -1].argmax().item().save()
+        return top
+
+    def sweep(self):
+        with self.model.session(remote=True):
+            self.run_clean(remote=False)
+            tops = list().save()
+            for layer in range(12):
+                tops.append(self.patch(layer, remote=False))
+        return tops
+
+
+experiment = Patching(LanguageModel("openai-community/gpt2"), "The cat sat on the", "One two three four")
+print(experiment.sweep())
 """,
     ),
     Case(
@@ -2099,10 +2195,14 @@ print(top)
 )
 
 
-def _replay_reads(split: Split, stores: list[str]) -> str:
+def _replay_reads(split: Split, stores: list[str], every_line: bool = False) -> str:
     """Why the replay cannot run: a line of it reads an attribute of `self` that the
-    session sets, which your `self` gets back only at the replay's end."""
-    for stmt in split.replay[:-1]:  # (the last line brings the attributes back)
+    session sets, which your `self` gets back only at the replay's end (or, for one
+    that stays on the server, never)."""
+    if not stores:
+        return ""
+    # (the last line brings the attributes that come back)
+    for stmt in split.replay if every_line else split.replay[:-1]:
         for node in find_nodes(stmt, lambda n: type(n) is cst.Attribute):
             if code_of(node) in stores:
                 return (
