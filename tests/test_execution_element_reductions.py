@@ -110,3 +110,35 @@ def test_elements_read_only_behind_a_condition_are_downloaded_whole(family):
     assert "norm().item())" not in result.code.split("norms =")[0], result.code
     reasons = [f.reason or "" for f in result.findings if f.pass_id == "reduction-pushdown" and not f.applied]
     assert any("no loop over all of it reduces every element" in r for r in reasons), reasons
+
+
+PAIR = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in the city of", remote=True):
+        clean = model.lm_head.output.save()
+    with model.trace("The Colosseum is in the city of", remote=True):
+        LAYERS[0].output[0, -1] = 0
+        patched = model.lm_head.output.save()
+    for name, logits in [("clean", clean), ("patched", patched)]:
+        top = logits[0, -1].softmax(-1).topk(3)
+        print(name, top.indices.tolist(), [round(p, 4) for p in top.values.tolist()])
+    overlap = set(clean[0, -1].topk(3).indices.tolist()) & set(patched[0, -1].topk(3).indices.tolist())
+    print(sorted(overlap))
+'''
+
+
+@both
+def test_saved_values_a_loop_goes_over_in_a_written_out_list_are_reduced_in_their_blocks(family):
+    # the loop reads each logits tensor through one reduction, the line after through
+    # another: both come back reduced, neither whole
+    result, report = run(PAIR, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert 'for name, logits in [("clean", clean_topk), ("patched", patched_topk)]:' in result.code, result.code
+    assert "clean = model.lm_head.output\n" in result.code, result.code
+    kept, kept_report = run(PAIR + "    print(tuple(clean.shape))\n", family)
+    clean_line = next(line for line in kept.code.splitlines() if line.strip().startswith("clean = "))
+    assert clean_line.endswith(".save()"), kept.code  # read whole: its own save stays
+    assert 'for name, logits in [("clean", clean_topk), ("patched", patched_topk)]:' in kept.code, kept.code
+    assert report.after.download_bytes < kept_report.after.download_bytes, (report.to_text(), kept_report.to_text())

@@ -15,7 +15,9 @@ The same holds for the elements of a saved list or dict that a loop of traces fi
 every element through one reduction (`[l[0, -1].argmax().item() for l in
 logits_by_prompt]`, `for layer, logits in ablated.items(): ...`), each element is reduced
 where the block stores it, and the client's loop reads the reduced values (the container
-and the loop's variable now hold those).
+and the loop's variable now hold those). A loop over saved values written out in a list
+(`for name, logits in [("clean", clean), ("patched", patched)]`) is treated alike: each
+value's reduction is computed and saved in its own block, and the list holds those.
 
 ## Why is this bad?
 Every ``.save()`` is a download. Full logits of a 70B-class model are
@@ -128,6 +130,15 @@ class ReductionPushdown(Pass):
         edits = _EditsAlongPaths(_index(facts).parents)
         for container in _containers(facts):
             ElementPushdown(container, facts, context).plan(edits)
+        if edits:
+            return transform(module, edits)
+        # loops over lists of saved values written out in the code: those that share no
+        # saved value, in one run
+        taken: set[str] = set()
+        for literal in LiteralPushdown.candidates(facts, context):
+            names = {save.name for save in literal.saves}
+            if not names & taken and literal.plan(edits):
+                taken |= names
         if edits:
             return transform(module, edits)
         return module
@@ -670,19 +681,22 @@ class ElementPushdown:
             if not (isinstance(target, cst.Tuple) and len(target.elements) == 2):
                 return None
             target = target.elements[1].value
-        if not isinstance(target, cst.Name):
-            return None
-        if isinstance(loop, cst.For):
-            if loop.orelse is not None or find_nodes(loop.body, lambda n: isinstance(n, _JUMPS)):
-                return None
-            if target.value in collect(loop.body).binds:
-                return None
-            where = self.facts.statements.get(id(loop))
-            if where is None or target.value in reads_after(self.facts, where.suite, where.index + 1):
-                return None  # the loop's variable keeps the last element
-        elif loop.inner_for_in is not None or loop.ifs or isinstance(self.index.parents.get(id(loop)), cst.CompFor):
+        if not isinstance(target, cst.Name) or not self._variable_ok(loop, target.value):
             return None
         return target
+
+    def _variable_ok(self, loop: cst.CSTNode, variable: str) -> bool:
+        """Does every iteration of ``loop`` run its whole body, with ``variable`` bound only
+        by the loop and read by nothing after it?"""
+        if isinstance(loop, cst.For):
+            if loop.orelse is not None or find_nodes(loop.body, lambda n: isinstance(n, _JUMPS)):
+                return False
+            if variable in collect(loop.body).binds:
+                return False
+            where = self.facts.statements.get(id(loop))
+            # (the loop's variable keeps the last element)
+            return where is not None and variable not in reads_after(self.facts, where.suite, where.index + 1)
+        return not (loop.inner_for_in is not None or loop.ifs or isinstance(self.index.parents.get(id(loop)), cst.CompFor))
 
     def _reductions(self, uses: list[_ElementUse]):
         """The chains that reduce each element read and the one reduction they share
@@ -694,7 +708,7 @@ class ElementPushdown:
         witnessed = False
         whole = None  # a read that takes an element whole
         for use in uses:
-            reads = [use.root] if use.loop is None else self._reads_of(use)
+            reads = [use.root] if use.loop is None else self._reads_of(use.root.value, use.loop)
             if not reads:
                 return "" if not chains else f"a loop over `{name}` reads its elements in a function or lambda"
             for read in reads:
@@ -732,11 +746,9 @@ class ElementPushdown:
             return None
         return chain, code_of(general)
 
-    def _reads_of(self, use: _ElementUse) -> list[cst.Name] | None:
+    def _reads_of(self, variable: str, loop: cst.CSTNode) -> list[cst.Name] | None:
         """The loop variable's reads in the loop's body (or the comprehension's
         expression); None when a function or lambda inside mentions it."""
-        variable = use.root.value
-        loop = use.loop
         if isinstance(loop, cst.For):
             scopes = [loop.body]
         else:
@@ -798,6 +810,165 @@ class ElementPushdown:
             f"and `{name}` holds those",
             safety,
         )
+
+
+class LiteralPushdown(ElementPushdown):
+    """Reduce the saved values a client loop goes over in a list written out in the code:
+    `for name, logits in [("clean", clean), ("patched", patched)]: print(logits[0, -1].argmax())`.
+
+    Each saved value the list holds at the loop variable's place gets its reduction
+    computed in its own block (`clean_argmax = clean[0, -1].argmax().save()`, as for a
+    value read through one reduction), the list holds those, and the loop's reads take
+    them as they are. Applied under the conditions of the elements of a container (one
+    reduction, applied unconditionally on each value, the variable read by nothing
+    after the loop) and those of a saved value's own reductions (the value not bound
+    again after its request, not read before it or in a function). A value that the
+    code after its request also reads another way keeps its own save."""
+
+    def __init__(self, loop: cst.CSTNode, place: int | None, saves: list[_Save], facts: Facts, context: Context) -> None:
+        self.loop = loop
+        self.place = place  # the variable's place in a tuple target (None: the target is a name)
+        self.saves = saves  # the saved value at that place of each item of the list
+        self.facts = facts
+        self.context = context
+        self.index = _index(facts)
+
+    @staticmethod
+    def candidates(facts: Facts, context: Context) -> list["LiteralPushdown"]:
+        """The loops over a list (or tuple) display whose items hold, at one place of the
+        loop's target, only names bound to saved values."""
+        index = _index(facts)
+        saves = {s.name: s for s in _saves(facts)}
+        loops: dict[int, cst.CSTNode] = {}
+        for name in saves:
+            for node, _ in index.occurrences.get(name, ()):
+                loop = _display_loop(node, index.parents)
+                if loop is not None:
+                    loops.setdefault(id(loop), loop)
+        found = []
+        for loop in loops.values():
+            target, items = loop.target, loop.iter.elements
+            if isinstance(target, cst.Name):
+                places = [None]
+            elif isinstance(target, cst.Tuple) and all(isinstance(e.value, cst.Name) for e in target.elements):
+                places = list(range(len(target.elements)))
+            else:
+                continue
+            for place in places:
+                held = [_item_at(item.value, place, len(target.elements) if place is not None else 0)
+                        for item in items]
+                if held and all(isinstance(h, cst.Name) and h.value in saves for h in held):
+                    found.append(LiteralPushdown(loop, place, [saves[h.value] for h in held], facts, context))
+        return found
+
+    def variable(self) -> str:
+        target = self.loop.target
+        return (target if self.place is None else target.elements[self.place].value).value
+
+    def plan(self, edits: "_EditsAlongPaths") -> bool:  # type: ignore[override]
+        variable = self.variable()
+        names = [s.name for s in self.saves]
+        if len(set(names)) != len(names) or not self._variable_ok(self.loop, variable):
+            return False
+        reads = self._reads_of(variable, self.loop)
+        if not reads:
+            return False
+        chains, codes, witnessed = [], set(), False
+        for read in reads:
+            grown = [self._grown(save, read, variable) for save in self.saves]
+            if any(g is None for g in grown) or len({id(g[0]) for g in grown}) != 1:
+                return False
+            chain, code = grown[0]
+            chains.append(chain)
+            codes.add(code)
+            witnessed = witnessed or self._unconditional(chain, self.loop)
+        if len(codes) != 1 or not witnessed:
+            return False
+        for save in self.saves:
+            pushdown = ChainPushdown(save, self.facts, self.context)
+            if save.name in pushdown._after_use(save.name).binds:
+                return False
+            if pushdown.request is not save.block and not _last_value_in_session(save, pushdown.request, self.facts):
+                return False
+            if self.index.read_outside(save.name, [pushdown.request.node, *pushdown.after]):
+                return False
+        if not self.context.allows(self.saves[0].stmt, "the values the loop goes over could be reduced on the server"):
+            return False
+        self._edits_for(edits, chains, codes.pop(), variable)
+        return True
+
+    def _grown(self, save: _Save, root: cst.CSTNode, variable: str) -> tuple[cst.CSTNode, str] | None:
+        pushdown = ChainPushdown(_Save(save.block, save.stmt, variable), self.facts, self.context)
+        chain, reduced = pushdown._grow(root)
+        if not reduced:
+            return None
+        general = chain.deep_replace(root, cst.Name(ELEMENT))
+        if variable in collect(general).reads:
+            return None
+        return chain, code_of(general)
+
+    def _edits_for(self, edits: "_EditsAlongPaths", chains, reduction: str, variable: str) -> None:
+        taken = _TakenNames(self.index, self.context.options.reserved_names)
+        general = cst.parse_expression(reduction)
+        element = next(n for n in find_nodes(general, lambda n: isinstance(n, cst.Name) and n.value == ELEMENT))
+        held = [_item_at(item.value, self.place, len(self.loop.target.elements) if self.place is not None else 0)
+                for item in self.loop.iter.elements]
+        reduced_names = []
+        for save, name_node in zip(self.saves, held):
+            name = _fresh_name(save.name, chains[0], taken)
+            taken.add(name)
+            self.context.introduced.add(name)
+            reduced_names.append(name)
+            added = edits.append.setdefault(id(save.block.node.body), [])
+            added.append(_saved_assignment(name, general.deep_replace(element, cst.Name(save.name))))
+            edits.replace[id(name_node)] = cst.Name(name)
+            if not self._read_elsewhere(save, name_node):
+                edits.replace[id(save.stmt)] = _without_save(save.stmt)
+                self.context.unreturned.add(save.name)
+        for chain in chains:
+            edits.replace[id(chain)] = cst.Name(variable)
+        if isinstance(self.loop, cst.For):
+            self.context.unreturned.add(variable)
+        for save, name in zip(self.saves, reduced_names):
+            self.context.applied(
+                save.stmt,
+                f"`{save.name}` is no longer downloaded whole for the loop over it: "
+                f"`{reduction.replace(ELEMENT, save.name)}` now computed in the block and saved (as `{name}`)",
+                Safety.SAFE,
+            )
+
+    def _read_elsewhere(self, save: _Save, here: cst.Name) -> bool:
+        """Does the code after the request read the saved value elsewhere than ``here``?"""
+        pushdown = ChainPushdown(save, self.facts, self.context)
+        return any(node is not here for node in pushdown._uses())
+
+
+def _display_loop(node: cst.Name, parents: dict[int, cst.CSTNode]) -> cst.CSTNode | None:
+    """The `for` (or comprehension `for`) whose iterable is a list or tuple display that
+    holds ``node`` as an item, or as an item of a tuple item."""
+    display = None
+    current = node
+    for _ in range(2):
+        element = parents.get(id(current))
+        holder = parents.get(id(element))
+        if not (isinstance(element, cst.Element) and element.value is current
+                and isinstance(holder, (cst.List, cst.Tuple))):
+            break
+        display, current = holder, holder
+        loop = parents.get(id(display))
+        if isinstance(loop, (cst.For, cst.CompFor)) and loop.iter is display:
+            return loop
+    return None
+
+
+def _item_at(item: cst.BaseExpression, place: int | None, width: int) -> cst.BaseExpression | None:
+    """The part of a display's item the loop binds at ``place`` of its tuple target."""
+    if place is None:
+        return item
+    if isinstance(item, cst.Tuple) and len(item.elements) == width and \
+            all(isinstance(e, cst.Element) for e in item.elements):
+        return item.elements[place].value
+    return None
 
 
 def _statement_index_spelled(node: cst.CSTNode) -> set[str]:
@@ -1770,5 +1941,50 @@ with model.session(remote=True):
 print([h[0, -1].norm().item() for h in hidden])
 """,
         reason="changes a value in place after the block stores it",
+    ),
+    Case(
+        name="saved values a loop goes over in a written-out list are reduced in their blocks",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in the city of", remote=True):
+    clean = model.lm_head.output.save()
+with model.trace("The Colosseum is in the city of", remote=True):
+    model.transformer.h[0].output[0, -1] = 0
+    patched = model.lm_head.output.save()
+for name, logits in [("clean", clean), ("patched", patched)]:
+    print(name, logits[0, -1].argmax().item())
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in the city of", remote=True):
+    clean = model.lm_head.output
+    clean_argmax = clean[0, -1].argmax().item().save()
+with model.trace("The Colosseum is in the city of", remote=True):
+    model.transformer.h[0].output[0, -1] = 0
+    patched = model.lm_head.output
+    patched_argmax = patched[0, -1].argmax().item().save()
+for name, logits in [("clean", clean_argmax), ("patched", patched_argmax)]:
+    print(name, logits)
+""",
+    ),
+    Case(
+        name="a loop variable read after the loop keeps the values whole",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in the city of", remote=True):
+    clean = model.lm_head.output.save()
+with model.trace("The Colosseum is in the city of", remote=True):
+    model.transformer.h[0].output[0, -1] = 0
+    patched = model.lm_head.output.save()
+for name, logits in [("clean", clean), ("patched", patched)]:
+    print(name, logits[0, -1].argmax().item())
+print(logits.shape)
+""",
     ),
 )
