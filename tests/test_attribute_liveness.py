@@ -71,3 +71,45 @@ def test_the_regions_own_lines_reading_it_keep_it():
     source = CLASS.replace("        out = [self.patch(layer) for layer in range(2)]\n",
                            "        out = [self.cache[layer] for layer in range(2)]\n")
     assert "in the code that moves" in _answer(source)
+
+
+def test_in_a_notebook_what_methods_store_on_self_comes_back():
+    # the kernel keeps the object: a cell added later may read any of its attributes
+    from ndif_opt import optimize
+    from ndif_opt.options import Options
+
+    source = '''\
+import torch
+from nnsight import LanguageModel
+
+
+class Patching:
+    def __init__(self, model):
+        self.model = model
+
+    def run_clean(self):
+        with self.model.trace("a b", remote=True):
+            hidden = self.model.transformer.h[0].output.save()
+        self.clean_hidden = hidden
+
+    def patch(self, layer):
+        with self.model.trace("c d", remote=True):
+            self.model.transformer.h[layer].output[0, -1] = self.clean_hidden[0, -1]
+            top = self.model.lm_head.output[0, -1].argmax().item().save()
+        return top
+
+    def sweep(self):
+        self.run_clean()
+        tops = []
+        for layer in range(2):
+            tops.append(self.patch(layer))
+        return tops
+
+
+experiment = Patching(LanguageModel("openai-community/gpt2"))
+print(experiment.sweep())
+'''
+    script = optimize(source, options=Options(select=frozenset({"session-hoisting"})))
+    notebook = optimize(source, options=Options(select=frozenset({"session-hoisting"}), notebook=True))
+    assert "self.clean_hidden = _ndif" not in script.code, script.code
+    assert "self.clean_hidden = _ndif" in notebook.code, notebook.code

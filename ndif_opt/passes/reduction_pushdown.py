@@ -894,7 +894,19 @@ class LiteralPushdown(ElementPushdown):
                 return False
         if not self.context.allows(self.saves[0].stmt, "the values the loop goes over could be reduced on the server"):
             return False
-        self._edits_for(edits, chains, codes.pop(), variable)
+        reduction = codes.pop()
+        safety = Safety.SAFE
+        for save in self.saves:
+            if self._read_elsewhere(save, None):
+                continue  # its own save stays: the kernel keeps what it kept
+            kept = _kernel_safety(save, self.context, lambda save=save: (
+                f"`{save.name}` need not be downloaded whole for the loop over it: "
+                f"`{reduction.replace(ELEMENT, save.name)}` could be computed in the block"))
+            if kept is None:
+                return False
+            if kept is Safety.UNSAFE:
+                safety = Safety.UNSAFE
+        self._edits_for(edits, chains, reduction, variable, safety)
         return True
 
     def _grown(self, save: _Save, root: cst.CSTNode, variable: str) -> tuple[cst.CSTNode, str] | None:
@@ -907,7 +919,7 @@ class LiteralPushdown(ElementPushdown):
             return None
         return chain, code_of(general)
 
-    def _edits_for(self, edits: "_EditsAlongPaths", chains, reduction: str, variable: str) -> None:
+    def _edits_for(self, edits: "_EditsAlongPaths", chains, reduction: str, variable: str, safety: Safety) -> None:
         taken = _TakenNames(self.index, self.context.options.reserved_names)
         general = cst.parse_expression(reduction)
         element = next(n for n in find_nodes(general, lambda n: isinstance(n, cst.Name) and n.value == ELEMENT))
@@ -934,13 +946,15 @@ class LiteralPushdown(ElementPushdown):
                 save.stmt,
                 f"`{save.name}` is no longer downloaded whole for the loop over it: "
                 f"`{reduction.replace(ELEMENT, save.name)}` now computed in the block and saved (as `{name}`)",
-                Safety.SAFE,
+                safety,
             )
 
-    def _read_elsewhere(self, save: _Save, here: cst.Name) -> bool:
-        """Does the code after the request read the saved value elsewhere than ``here``?"""
+    def _read_elsewhere(self, save: _Save, here: cst.Name | None) -> bool:
+        """Does the code after the request read the saved value elsewhere than ``here``
+        (None: than in the loop's list)?"""
         pushdown = ChainPushdown(save, self.facts, self.context)
-        return any(node is not here for node in pushdown._uses())
+        return any(node is not here and (here is not None or _display_loop(node, self.index.parents) is not self.loop)
+                   for node in pushdown._uses())
 
 
 def _display_loop(node: cst.Name, parents: dict[int, cst.CSTNode]) -> cst.CSTNode | None:
@@ -1986,5 +2000,22 @@ for name, logits in [("clean", clean), ("patched", patched)]:
     print(name, logits[0, -1].argmax().item())
 print(logits.shape)
 """,
+    ),
+    Case(
+        name="in a notebook the values a loop goes over still come back whole without --unsafe-fixes",
+        notebook=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in the city of", remote=True):
+    clean = model.lm_head.output.save()
+with model.trace("The Colosseum is in the city of", remote=True):
+    model.transformer.h[0].output[0, -1] = 0
+    patched = model.lm_head.output.save()
+for name, logits in [("clean", clean), ("patched", patched)]:
+    print(name, logits[0, -1].argmax().item())
+""",
+        reason="the kernel keeps it after the last cell",
     ),
 )

@@ -498,8 +498,9 @@ class SessionHoisting(Pass):
         # unless no code can read it after the session (then it stays there)
         stores = sorted({f"self.{a}" for call, h in region.helper_calls if h.bound for a in h.self_stores})
         moved = frozenset(h.func.name.value for _, h in region.helper_calls if h.bound)
-        left = [s for s in stores
-                if not self_attribute_read_after(facts, region.statements, s.split(".", 1)[1], moved)]
+        # (in a notebook the kernel keeps the objects: a cell to come may read any attribute)
+        left = [] if context.options.notebook else [
+            s for s in stores if not self_attribute_read_after(facts, region.statements, s.split(".", 1)[1], moved)]
         region.left_attributes = left
         if stores and not reason:
             lost = [*lost, *(s for s in stores if s not in left)]
