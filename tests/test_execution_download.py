@@ -160,3 +160,22 @@ def test_a_comprehension_variable_of_the_same_name_is_not_a_use():
     assert "top = logits[0, -1].argmax().item().save()" in result.code
     assert not any("still downloaded whole" in f.message for f in result.findings)
     assert report.after.download_raw_bytes < report.before.download_raw_bytes / 10, report.to_text()
+
+
+@pytest.mark.parametrize("repo", ["openai-community/gpt2", "meta-llama/Llama-3.1-8B"])
+def test_a_number_taken_with_float_or_int_is_computed_in_the_block(repo):
+    # `float(x)` / `int(x)` of a one-element tensor reduce it to a number, as `.item()` does
+    result, report = check(
+        f'''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("{repo}")
+        with model.trace("The Eiffel Tower is in the city of", remote=True):
+            logits = model.lm_head.output.save()
+        diff = float(logits[0, -1, 5] - logits[0, -1, 7])
+        top = int(logits[0, -1].argmax())
+        print(round(diff, 5), top)
+        '''
+    )
+    assert "diff = float(logits[0, -1, 5] - logits[0, -1, 7]).save()" in result.code, result.code
+    assert "top = int(logits[0, -1].argmax()).save()" in result.code, result.code

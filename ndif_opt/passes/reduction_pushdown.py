@@ -4,7 +4,7 @@
 For every value saved in a remote block, looks at how the code after the request
 uses it. When every use reads only a reduced form of it — an index or slice, an
 ``argmax``/``max``/``topk``/``sum``/``mean``/``norm``, a softmax followed by indexing,
-``.item()``, arithmetic with values the server has, a same-file function that NDIF can
+``.item()`` (or ``float(x)``, ``int(x)``), arithmetic with values the server has, a same-file function that NDIF can
 run — that reduced form is computed inside the block and saved instead (under a new
 name, or under the name of the assignment that computed it), and the full value is no
 longer saved. Inside a session, a value that only code in the session reads is not
@@ -93,6 +93,7 @@ TORCH_REDUCERS = frozenset(
     {"torch.argmax", "torch.argmin", "torch.max", "torch.min", "torch.topk", "torch.sum",
      "torch.mean", "torch.norm", "torch.linalg.norm"}
 )
+SCALAR_BUILTINS = frozenset({"float", "int", "bool"})  # a one-element tensor as a Python number
 TORCH_KEEPERS = frozenset(
     {"torch.softmax", "torch.log_softmax", "torch.nn.functional.softmax",
      "torch.nn.functional.log_softmax", "F.softmax", "F.log_softmax", "torch.exp", "torch.log"}
@@ -304,6 +305,9 @@ class ChainPushdown:
             first = call.args and call.args[0] is parent
             if first and path in TORCH_REDUCERS:
                 return call, True
+            if first and len(call.args) == 1 and path in SCALAR_BUILTINS and path not in self.facts.functions \
+                    and path not in self.facts.bindings:
+                return call, True  # `float(x)`: a number, like `x.item()`
             if first and path in TORCH_KEEPERS:
                 return call, False
             name = code_of(call.func)
@@ -1052,6 +1056,8 @@ def _kernel_safety(save: _Save, context: Context, message: Callable[[], str]) ->
 
 
 def _is_scalar_end(call: cst.Call) -> bool:
+    if isinstance(call.func, cst.Name):
+        return call.func.value in SCALAR_BUILTINS
     return isinstance(call.func, cst.Attribute) and call.func.attr.value in ("item", "tolist")
 
 
@@ -2017,5 +2023,25 @@ for name, logits in [("clean", clean), ("patched", patched)]:
     print(name, logits[0, -1].argmax().item())
 """,
         reason="the kernel keeps it after the last cell",
+    ),
+    Case(
+        name="a number taken with float() is computed in the block",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in the city of", remote=True):
+    logits = model.lm_head.output.save()
+print(float(logits[0, -1, 5] - logits[0, -1, 7]))
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in the city of", remote=True):
+    logits = model.lm_head.output
+    logits_float = float(logits[0, -1, 5] - logits[0, -1, 7]).save()
+print(logits_float)
+""",
     ),
 )
