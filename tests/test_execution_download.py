@@ -179,3 +179,22 @@ def test_a_number_taken_with_float_or_int_is_computed_in_the_block(repo):
     )
     assert "diff = float(logits[0, -1, 5] - logits[0, -1, 7]).save()" in result.code, result.code
     assert "top = int(logits[0, -1].argmax()).save()" in result.code, result.code
+
+
+@pytest.mark.parametrize("repo", ["openai-community/gpt2", "meta-llama/Llama-3.1-8B"])
+def test_a_value_the_session_changes_after_its_trace_is_downloaded_as_changed(repo):
+    # the session's code zeroes part of the saved hidden states after the trace: the
+    # client reads the changed values, a reduction at the trace's end would not
+    result, report = check(
+        f'''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("{repo}")
+        with model.session(remote=True):
+            with model.trace("The cat sat on the mat"):
+                hidden = model.lm_head.input.save()
+            hidden[0, -1] = 0
+        print(round(hidden[0, -1].norm().item(), 4), round(hidden[0, 0].norm().item(), 4))
+        '''
+    )
+    assert "hidden = model.lm_head.input" in result.code and "hidden_norm" not in result.code, result.code

@@ -142,3 +142,25 @@ def test_saved_values_a_loop_goes_over_in_a_written_out_list_are_reduced_in_thei
     assert clean_line.endswith(".save()"), kept.code  # read whole: its own save stays
     assert 'for name, logits in [("clean", clean_topk), ("patched", patched_topk)]:' in kept.code, kept.code
     assert report.after.download_bytes < kept_report.after.download_bytes, (report.to_text(), kept_report.to_text())
+
+
+@both
+def test_an_element_a_later_iteration_changes_in_place_is_downloaded_whole(family):
+    # each iteration doubles the input of its layer — the output stored by the iteration
+    # before: the client reads the doubled values, a reduction at the store would not
+    script = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The cat sat on the mat", remote=True):
+        acts = list().save()
+        for layer in range(3):
+            if layer > 0:
+                LAYERS[layer].input[:] = LAYERS[layer].input * 2
+            acts.append(LAYERS[layer].output)
+    print([round(a[0, -1].norm().item(), 4) for a in acts])
+'''
+    result, report = run(script, family)
+    assert "acts.append(LAYERS[layer].output)".replace("LAYERS", FAMILIES[family][1]) in result.code, result.code
+    reasons = [f.reason or "" for f in result.findings if f.pass_id == "reduction-pushdown" and not f.applied]
+    assert any("in the loop that stores it" in r for r in reasons), reasons

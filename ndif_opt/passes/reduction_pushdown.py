@@ -229,6 +229,8 @@ class ChainPushdown:
         if self.request is not self.save.block and not _last_value_in_session(self.save, self.request, self.facts):
             # bound again in the session: the code after it may read another value
             return None
+        if self.request is not self.save.block and _changed_in_place_outside(x, self.request, self.save.block):
+            return None  # the session changes the value after its block: the reduction would miss it
         if self.index.read_outside(x, [self.request.node, *self.after]):
             return None  # read elsewhere too (before the request, in a function, ...)
         chains = []
@@ -591,6 +593,15 @@ class ElementPushdown:
                 seen = True
             elif seen and _changes_in_place(node) and not self._is_the_fill(node):
                 return f"`{code_of(node).strip()}` changes a value in place after the block stores it"
+        # a loop of the block around the store runs what comes before it again, after it
+        loop = self.index.parents.get(id(value))
+        while loop is not None and loop is not block.node:
+            if isinstance(loop, (cst.For, cst.While)):
+                for node in _in_order(loop.body):
+                    if _changes_in_place(node) and not self._is_the_fill(node):
+                        return (f"`{code_of(node).strip()}` changes a value in place in the loop that stores it "
+                                "(a later iteration runs it after the store)")
+            loop = self.index.parents.get(id(loop))
         aliases = set(collect(value).reads) - set(self.facts.models)
         assignments = find_nodes(self.request.node.body, lambda n: isinstance(n, cst.Assign))
         grew = True
@@ -894,6 +905,8 @@ class LiteralPushdown(ElementPushdown):
                 return False
             if pushdown.request is not save.block and not _last_value_in_session(save, pushdown.request, self.facts):
                 return False
+            if pushdown.request is not save.block and _changed_in_place_outside(save.name, pushdown.request, save.block):
+                return False
             if self.index.read_outside(save.name, [pushdown.request.node, *pushdown.after]):
                 return False
         if not self.context.allows(self.saves[0].stmt, "the values the loop goes over could be reduced on the server"):
@@ -987,6 +1000,26 @@ def _item_at(item: cst.BaseExpression, place: int | None, width: int) -> cst.Bas
             all(isinstance(e, cst.Element) for e in item.elements):
         return item.elements[place].value
     return None
+
+
+def _changed_in_place_outside(name: str, session: Block, block: Block) -> bool:
+    """Does the session's code outside ``block`` change ``name``'s value in place (or a
+    name bound to it or to a view of it)?"""
+    inside = {id(n) for n in _in_order(block.node)}
+    nodes = [n for n in _in_order(session.node.body) if id(n) not in inside]
+    aliases = {name}
+    grew = True
+    while grew:
+        grew = False
+        for node in nodes:
+            if isinstance(node, cst.Assign) and isinstance(node.value, (cst.Name, cst.Subscript, cst.Attribute)) \
+                    and set(collect(node.value).reads) & aliases:
+                for target in node.targets:
+                    for bound in target_names(target.target):
+                        if bound not in aliases:
+                            aliases.add(bound)
+                            grew = True
+    return any((_changes_in_place(n) or _fills_in_place(n)) and _changed_roots(n) & aliases for n in nodes)
 
 
 def _statement_index_spelled(node: cst.CSTNode) -> set[str]:
