@@ -198,3 +198,24 @@ def test_a_value_the_session_changes_after_its_trace_is_downloaded_as_changed(re
         '''
     )
     assert "hidden = model.lm_head.input" in result.code and "hidden_norm" not in result.code, result.code
+
+
+@pytest.mark.parametrize("repo", ["openai-community/gpt2", "meta-llama/Llama-3.1-8B"])
+def test_a_value_the_client_changes_in_place_is_downloaded_whole(repo):
+    # the client zeroes the last row before reducing it: a reduction on the server would
+    # read the row as the model left it
+    result, report = check(
+        f'''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("{repo}")
+        with model.trace("The Eiffel Tower is in the city of", remote=True):
+            logits = model.lm_head.output.save()
+        top = logits[0, -1].argmax().item()
+        logits[0, -1] = 0
+        print(top, logits[0, -1].abs().sum().item())
+        '''
+    )
+    assert "logits = model.lm_head.output.detach().cpu().save()" in result.code, result.code
+    reasons = [f.reason or "" for f in result.findings if f.pass_id == "reduction-pushdown" and not f.applied]
+    assert any("`logits[0, -1] = 0` changes it in place" in r for r in reasons), reasons

@@ -41,7 +41,9 @@ with model.trace(prompt, remote=True):
 Safe: the client reads the same names with the same values. Not applied when any use
 needs the full value (it is plotted, written to disk, returned, passed to a function
 NDIF cannot run), when the reduction reads a value the client changes after the
-request, or when the saved name is bound more than once. For the elements of a list or
+request, when the client or the rest of the session changes the saved value in place
+(`logits[0, -1] = 0`, `logits.mul_(2)`: the reductions read what it becomes), or when
+the saved name is bound more than once. For the elements of a list or
 dict, the container and the loop's variable hold the reduced values after the change:
 nothing read them but through these reductions. Not applied when the block fills the container
 at more than one place or reads it, when the client reads the elements in different
@@ -233,6 +235,12 @@ class ChainPushdown:
             return None  # the session changes the value after its block: the reduction would miss it
         if self.index.read_outside(x, [self.request.node, *self.after]):
             return None  # read elsewhere too (before the request, in a function, ...)
+        changed = next((node for node in uses if _changed_through(node, self.parents)), None)
+        if changed is not None:
+            self.context.skipped(self.save.stmt, f"`{x}` is still downloaded whole",
+                                 f"`{code_of(_mutating_code(changed, self.parents)).strip()}` changes it in place "
+                                 "on your machine, so the reductions read what it becomes")
+            return None
         chains = []
         for node in uses:
             chain, reduced = self._grow(node)
@@ -751,6 +759,8 @@ class ElementPushdown:
     def _grow(self, root: cst.CSTNode, variable: str) -> tuple[cst.CSTNode, str] | None:
         """The reduction grown from ``root`` and its code with ELEMENT for the element,
         when it narrows and reads the element only there."""
+        if _changed_through(root, self.index.parents):
+            return None
         pushdown = ChainPushdown(_Save(self.request, self.container.stmt, variable), self.facts, self.context)
         chain, reduced = pushdown._grow(root)
         if not reduced:
@@ -927,6 +937,8 @@ class LiteralPushdown(ElementPushdown):
         return True
 
     def _grown(self, save: _Save, root: cst.CSTNode, variable: str) -> tuple[cst.CSTNode, str] | None:
+        if _changed_through(root, self.index.parents):
+            return None
         pushdown = ChainPushdown(_Save(save.block, save.stmt, variable), self.facts, self.context)
         chain, reduced = pushdown._grow(root)
         if not reduced:
@@ -1000,6 +1012,44 @@ def _item_at(item: cst.BaseExpression, place: int | None, width: int) -> cst.Bas
             all(isinstance(e, cst.Element) for e in item.elements):
         return item.elements[place].value
     return None
+
+
+def _mutation_site(node: cst.CSTNode, parents: dict[int, cst.CSTNode]) -> cst.CSTNode:
+    """What ``node`` is read through: the largest `x[...]` / `x.attr` around it."""
+    while True:
+        parent = parents.get(id(node))
+        if isinstance(parent, (cst.Subscript, cst.Attribute)) and parent.value is node:
+            node = parent
+            continue
+        return node
+
+
+def _mutating_code(node: cst.CSTNode, parents: dict[int, cst.CSTNode]) -> cst.CSTNode:
+    """The assignment or call that changes ``node``'s value in place (see _changed_through)."""
+    site = _mutation_site(node, parents)
+    parent = parents.get(id(site))
+    if isinstance(parent, cst.AssignTarget):
+        return parents.get(id(parent), site)
+    if isinstance(parent, (cst.AugAssign, cst.Call)):
+        return parent
+    return site
+
+
+def _changed_through(node: cst.CSTNode, parents: dict[int, cst.CSTNode]) -> bool:
+    """Is the value of ``node`` (a name) changed in place there: assigned through
+    (`x[0] = v`, `x[0] += v`), deleted from, or given to an in-place method
+    (`x.mul_(2)`, `x[0].zero_()`, `x.append(v)`)?"""
+    site = _mutation_site(node, parents)
+    parent = parents.get(id(site))
+    if isinstance(parent, (cst.AssignTarget, cst.AugAssign)) and parent.target is site and site is not node:
+        return True
+    if isinstance(parent, cst.Del) or isinstance(parents.get(id(parent)), cst.Del):
+        return site is not node
+    if isinstance(site, cst.Attribute) and isinstance(parents.get(id(site)), cst.Call) \
+            and parents.get(id(site)).func is site:
+        method = site.attr.value
+        return (method.endswith("_") and not method.endswith("__")) or method in _FILLING_METHODS
+    return False
 
 
 def _changed_in_place_outside(name: str, session: Block, block: Block) -> bool:
@@ -2076,5 +2126,18 @@ with model.trace("The Eiffel Tower is in the city of", remote=True):
     logits_float = float(logits[0, -1, 5] - logits[0, -1, 7]).save()
 print(logits_float)
 """,
+    ),
+    Case(
+        name="a value the client changes in place is downloaded whole",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in the city of", remote=True):
+    logits = model.lm_head.output.save()
+logits[0, -1, 50256] = float("-inf")
+print(logits[0, -1].argmax().item())
+""",
+        reason="changes it in place on your machine",
     ),
 )
