@@ -610,20 +610,9 @@ class ElementPushdown:
                         return (f"`{code_of(node).strip()}` changes a value in place in the loop that stores it "
                                 "(a later iteration runs it after the store)")
             loop = self.index.parents.get(id(loop))
-        aliases = set(collect(value).reads) - set(self.facts.models)
-        assignments = find_nodes(self.request.node.body, lambda n: isinstance(n, cst.Assign))
-        grew = True
-        while grew:
-            grew = False
-            for assign in assignments:
-                if isinstance(assign.value, (cst.Name, cst.Subscript, cst.Attribute)) \
-                        and set(collect(assign.value).reads) & aliases:
-                    for target in assign.targets:
-                        for bound in target_names(target.target):
-                            if bound not in aliases:
-                                aliases.add(bound)
-                                grew = True
-        for node in _in_order(self.request.node.body):
+        nodes = _in_order(self.request.node.body)
+        aliases = _aliases(set(collect(value).reads) - set(self.facts.models), nodes)
+        for node in nodes:
             if (_changes_in_place(node) or _fills_in_place(node)) and not self._is_the_fill(node):
                 changed = _changed_roots(node) & aliases
                 if changed:
@@ -1057,19 +1046,27 @@ def _changed_in_place_outside(name: str, session: Block, block: Block) -> bool:
     name bound to it or to a view of it)?"""
     inside = {id(n) for n in _in_order(block.node)}
     nodes = [n for n in _in_order(session.node.body) if id(n) not in inside]
-    aliases = {name}
+    aliases = _aliases({name}, nodes)
+    return any((_changes_in_place(n) or _fills_in_place(n)) and _changed_roots(n) & aliases for n in nodes)
+
+
+def _aliases(names: set[str], nodes: list[cst.CSTNode]) -> set[str]:
+    """``names`` and the names the assignments among ``nodes`` bind to them or to a view
+    of them (`y = x`, `y = x[0]`, `y = x.T`), over and over."""
+    aliases = set(names)
+    assignments = [n for n in nodes if isinstance(n, cst.Assign)
+                   and isinstance(n.value, (cst.Name, cst.Subscript, cst.Attribute))]
     grew = True
     while grew:
         grew = False
-        for node in nodes:
-            if isinstance(node, cst.Assign) and isinstance(node.value, (cst.Name, cst.Subscript, cst.Attribute)) \
-                    and set(collect(node.value).reads) & aliases:
-                for target in node.targets:
+        for assign in assignments:
+            if set(collect(assign.value).reads) & aliases:
+                for target in assign.targets:
                     for bound in target_names(target.target):
                         if bound not in aliases:
                             aliases.add(bound)
                             grew = True
-    return any((_changes_in_place(n) or _fills_in_place(n)) and _changed_roots(n) & aliases for n in nodes)
+    return aliases
 
 
 def _statement_index_spelled(node: cst.CSTNode) -> set[str]:
