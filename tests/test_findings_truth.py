@@ -129,3 +129,23 @@ def test_a_fix_a_later_pass_undid_is_not_reported():
     claimed = [f.message for f in result.findings if f.pass_id == "detach-cpu" and f.status is Status.APPLIED]
     assert claimed == []
     assert all("evidence" not in f.to_dict() for f in result.findings)
+
+
+def test_a_container_the_client_made_is_not_said_to_stay_on_the_server():
+    # a dict the client made and the session fills is the client's object, taken along:
+    # it comes back (accumulator-relocation would otherwise take it along anyway, and the
+    # hoisting finding would say something the output does not do)
+    source = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+PROMPTS = ["a b", "c d"]
+acc = {p: [] for p in PROMPTS}
+for p in PROMPTS:
+    with model.trace(p, remote=True):
+        acc[p].append(model.lm_head.output[0, -1].argmax().save())
+    print("done", p)
+'''
+    result = optimize(source)
+    assert "acc = nnsight.save(acc)" in result.code, result.code
+    assert not any("left there" in f.message for f in result.findings), [f.message for f in result.findings]

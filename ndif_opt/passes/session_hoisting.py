@@ -583,7 +583,6 @@ class SessionHoisting(Pass):
                     moved[index] = stmt.with_changes(leading_lines=[])
                     break
             created = [_made_in_session(a, nnsight_name, a.name in region.left_on_server) for a in before]
-            created = [stmt for stmt in created if stmt is not None]
             split = region.split
             fallback = split is not None and split.fallback
             prelude = list(split.prelude) if split is not None else []
@@ -785,12 +784,12 @@ def _iteration_problems(stmt, facts: Facts) -> list[Problem]:
     return []
 
 
-def _made_in_session(acc: Accumulator, nnsight_name: str, left_on_server: bool) -> cst.SimpleStatementLine | None:
+def _made_in_session(acc: Accumulator, nnsight_name: str, left_on_server: bool) -> cst.SimpleStatementLine:
     """The statement that gives the session the container ``acc`` created above it:
     made there and saved, or taken along and saved; when nothing after the session
-    reads it, made there as written (a carried one the session just reads: nothing)."""
+    reads it, made there as written."""
     if acc.kind == "carried":
-        return None if left_on_server else _taken_along(acc, nnsight_name)
+        return _taken_along(acc, nnsight_name)
     if left_on_server:
         comments = [line for line in acc.stmt.leading_lines if line.comment is not None]
         return acc.stmt.with_changes(leading_lines=comments)
@@ -1077,7 +1076,9 @@ def _left_on_server(region: Region, facts: Facts, accumulators) -> frozenset[str
     module code every one comes back (the kernel keeps names for cells to come)."""
     if region.kernel_keeps_names:
         return frozenset()
-    candidates = [a.name for a in accumulators if not region.start <= a.index < region.end]
+    # (one the client made and the session takes along is the client's object: it stays
+    # as it was on your machine, which is what a later pass would see and "fix")
+    candidates = [a.name for a in accumulators if a.kind != "carried" and not region.start <= a.index < region.end]
     if not candidates:
         return frozenset()
     needed = set(reads_after(facts, region.suite, region.end))
