@@ -490,7 +490,82 @@ class _ElementUse:
     loop: cst.CSTNode | None  # the loop or comprehension that binds it (None: `C[k]`)
 
 
-class ElementPushdown:
+class _LoopReads:
+    """What a client loop over several saved values does with each one: its variable's
+    reads, whether every iteration runs them, whether the variable outlives the loop."""
+
+    def __init__(self, facts: Facts, context: Context) -> None:
+        self.facts = facts
+        self.context = context
+        self.index = _index(facts)
+
+    def _variable_ok(self, loop: cst.CSTNode, variable: str) -> bool:
+        """Does every iteration of ``loop`` run its whole body, with ``variable`` bound only
+        by the loop and read by nothing after it?"""
+        if isinstance(loop, cst.For):
+            if loop.orelse is not None or find_nodes(loop.body, lambda n: isinstance(n, _JUMPS)):
+                return False
+            if variable in collect(loop.body).binds:
+                return False
+            where = self.facts.statements.get(id(loop))
+            # (the loop's variable keeps the last element)
+            return where is not None and variable not in reads_after(self.facts, where.suite, where.index + 1)
+        return not (loop.inner_for_in is not None or loop.ifs or isinstance(self.index.parents.get(id(loop)), cst.CompFor))
+
+    def _reads_of(self, variable: str, loop: cst.CSTNode) -> list[cst.Name] | None:
+        """The loop variable's reads in the loop's body (or the comprehension's
+        expression); None when a function or lambda inside mentions it."""
+        if isinstance(loop, cst.For):
+            scopes = [loop.body]
+        else:
+            comprehension = self.index.parents.get(id(loop))
+            scopes = [comprehension.key, comprehension.value] if isinstance(comprehension, cst.DictComp) \
+                else [comprehension.elt]
+        reads = []
+        for scope in scopes:
+            for node in find_nodes(scope, lambda n: isinstance(n, (cst.Name, *_NEW_SCOPES))):
+                if isinstance(node, _NEW_SCOPES):
+                    if variable in _statement_index_spelled(node):
+                        return None
+                    continue
+                if node.value == variable and self._is_read(node):
+                    reads.append(node)
+        return reads
+
+    def _is_read(self, node: cst.Name) -> bool:
+        parent = self.index.parents.get(id(node))
+        if isinstance(parent, cst.Attribute) and parent.attr is node:
+            return False
+        return not (isinstance(parent, cst.Arg) and parent.keyword is node)
+
+    def _reduction(self, save: _Save, root: cst.CSTNode, once: set[str]) -> tuple[cst.CSTNode, str] | None:
+        """The reduction grown from ``root`` (one value of the loop) as the block of
+        ``save`` can compute it, and its code with ELEMENT for the value; None when it
+        does not narrow, changes the value in place, or reads a name of ``once`` anywhere
+        but at ``root``."""
+        if _changed_through(root, self.index.parents):
+            return None
+        chain, reduced = ChainPushdown(save, self.facts, self.context)._grow(root)
+        if not reduced:
+            return None
+        general = chain.deep_replace(root, cst.Name(ELEMENT))
+        if set(collect(general).reads) & once:
+            return None
+        return chain, code_of(general)
+
+    def _unconditional(self, chain: cst.CSTNode, loop: cst.CSTNode) -> bool:
+        """Does the loop evaluate ``chain`` for every element: in a simple statement of
+        its body (a comprehension's expression), with no condition or new scope between?"""
+        stop = loop.body if isinstance(loop, cst.For) else self.index.parents.get(id(loop))
+        node = self.index.parents.get(id(chain))
+        while node is not None and node is not stop:
+            if isinstance(node, _CONDITIONAL) or isinstance(node, cst.BaseCompoundStatement):
+                return False
+            node = self.index.parents.get(id(node))
+        return node is stop
+
+
+class ElementPushdown(_LoopReads):
     """Move the reduction client code applies to every element of a saved list or dict
     into the block that fills it, so that each element is downloaded reduced.
 
@@ -505,10 +580,8 @@ class ElementPushdown:
     nothing else reads."""
 
     def __init__(self, container: _Container, facts: Facts, context: Context) -> None:
+        super().__init__(facts, context)
         self.container = container
-        self.facts = facts
-        self.context = context
-        self.index = _index(facts)
         self.request = container.block
         suite = self.request.stmt.suite
         self.after = list(suite.body[self.request.stmt.index + 1 :])
@@ -697,19 +770,6 @@ class ElementPushdown:
             return None
         return target
 
-    def _variable_ok(self, loop: cst.CSTNode, variable: str) -> bool:
-        """Does every iteration of ``loop`` run its whole body, with ``variable`` bound only
-        by the loop and read by nothing after it?"""
-        if isinstance(loop, cst.For):
-            if loop.orelse is not None or find_nodes(loop.body, lambda n: isinstance(n, _JUMPS)):
-                return False
-            if variable in collect(loop.body).binds:
-                return False
-            where = self.facts.statements.get(id(loop))
-            # (the loop's variable keeps the last element)
-            return where is not None and variable not in reads_after(self.facts, where.suite, where.index + 1)
-        return not (loop.inner_for_in is not None or loop.ifs or isinstance(self.index.parents.get(id(loop)), cst.CompFor))
-
     def _reductions(self, uses: list[_ElementUse]):
         """The chains that reduce each element read and the one reduction they share
         (with ELEMENT for the element); or why not, once some read reduces an element
@@ -746,56 +806,8 @@ class ElementPushdown:
         return chains, next(iter(codes))
 
     def _grow(self, root: cst.CSTNode, variable: str) -> tuple[cst.CSTNode, str] | None:
-        """The reduction grown from ``root`` and its code with ELEMENT for the element,
-        when it narrows and reads the element only there."""
-        if _changed_through(root, self.index.parents):
-            return None
-        pushdown = ChainPushdown(_Save(self.request, self.container.stmt, variable), self.facts, self.context)
-        chain, reduced = pushdown._grow(root)
-        if not reduced:
-            return None
-        general = chain.deep_replace(root, cst.Name(ELEMENT)) if chain is not root else cst.Name(ELEMENT)
-        reads = collect(general).reads
-        if variable in reads or self.container.name in reads:
-            return None
-        return chain, code_of(general)
-
-    def _reads_of(self, variable: str, loop: cst.CSTNode) -> list[cst.Name] | None:
-        """The loop variable's reads in the loop's body (or the comprehension's
-        expression); None when a function or lambda inside mentions it."""
-        if isinstance(loop, cst.For):
-            scopes = [loop.body]
-        else:
-            comprehension = self.index.parents.get(id(loop))
-            scopes = [comprehension.key, comprehension.value] if isinstance(comprehension, cst.DictComp) \
-                else [comprehension.elt]
-        reads = []
-        for scope in scopes:
-            for node in find_nodes(scope, lambda n: isinstance(n, (cst.Name, *_NEW_SCOPES))):
-                if isinstance(node, _NEW_SCOPES):
-                    if variable in _statement_index_spelled(node):
-                        return None
-                    continue
-                if node.value == variable and self._is_read(node):
-                    reads.append(node)
-        return reads
-
-    def _is_read(self, node: cst.Name) -> bool:
-        parent = self.index.parents.get(id(node))
-        if isinstance(parent, cst.Attribute) and parent.attr is node:
-            return False
-        return not (isinstance(parent, cst.Arg) and parent.keyword is node)
-
-    def _unconditional(self, chain: cst.CSTNode, loop: cst.CSTNode) -> bool:
-        """Does the loop evaluate ``chain`` for every element: in a simple statement of
-        its body (a comprehension's expression), with no condition or new scope between?"""
-        stop = loop.body if isinstance(loop, cst.For) else self.index.parents.get(id(loop))
-        node = self.index.parents.get(id(chain))
-        while node is not None and node is not stop:
-            if isinstance(node, _CONDITIONAL) or isinstance(node, cst.BaseCompoundStatement):
-                return False
-            node = self.index.parents.get(id(node))
-        return node is stop
+        save = _Save(self.request, self.container.stmt, variable)
+        return self._reduction(save, root, {variable, self.container.name})
 
     # -- the rewrite -----------------------------------------------------------------------
     def _edits(self, edits: "_EditsAlongPaths", fill: cst.BaseExpression, uses: list[_ElementUse], chains,
@@ -826,7 +838,7 @@ class ElementPushdown:
         )
 
 
-class LiteralPushdown(ElementPushdown):
+class LiteralPushdown(_LoopReads):
     """Reduce the saved values a client loop goes over in a list written out in the code:
     `for name, logits in [("clean", clean), ("patched", patched)]: print(logits[0, -1].argmax())`.
 
@@ -840,12 +852,10 @@ class LiteralPushdown(ElementPushdown):
     code after its request also reads another way keeps its own save."""
 
     def __init__(self, loop: cst.CSTNode, place: int | None, saves: list[_Save], facts: Facts, context: Context) -> None:
+        super().__init__(facts, context)
         self.loop = loop
         self.place = place  # the variable's place in a tuple target (None: the target is a name)
         self.saves = saves  # the saved value at that place of each item of the list
-        self.facts = facts
-        self.context = context
-        self.index = _index(facts)
 
     @staticmethod
     def candidates(facts: Facts, context: Context) -> list["LiteralPushdown"]:
@@ -879,7 +889,7 @@ class LiteralPushdown(ElementPushdown):
         target = self.loop.target
         return (target if self.place is None else target.elements[self.place].value).value
 
-    def plan(self, edits: "_EditsAlongPaths") -> bool:  # type: ignore[override]
+    def plan(self, edits: "_EditsAlongPaths") -> bool:
         variable = self.variable()
         names = [s.name for s in self.saves]
         if len(set(names)) != len(names) or not self._variable_ok(self.loop, variable):
@@ -926,16 +936,7 @@ class LiteralPushdown(ElementPushdown):
         return True
 
     def _grown(self, save: _Save, root: cst.CSTNode, variable: str) -> tuple[cst.CSTNode, str] | None:
-        if _changed_through(root, self.index.parents):
-            return None
-        pushdown = ChainPushdown(_Save(save.block, save.stmt, variable), self.facts, self.context)
-        chain, reduced = pushdown._grow(root)
-        if not reduced:
-            return None
-        general = chain.deep_replace(root, cst.Name(ELEMENT))
-        if variable in collect(general).reads:
-            return None
-        return chain, code_of(general)
+        return self._reduction(_Save(save.block, save.stmt, variable), root, {variable})
 
     def _edits_for(self, edits: "_EditsAlongPaths", chains, reduction: str, variable: str, safety: Safety) -> None:
         taken = _TakenNames(self.index, self.context.options.reserved_names)
