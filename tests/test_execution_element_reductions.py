@@ -164,3 +164,26 @@ def test_an_element_a_later_iteration_changes_in_place_is_downloaded_whole(famil
     assert "acts.append(LAYERS[layer].output)".replace("LAYERS", FAMILIES[family][1]) in result.code, result.code
     reasons = [f.reason or "" for f in result.findings if f.pass_id == "reduction-pushdown" and not f.applied]
     assert any("in the loop that stores it" in r for r in reasons), reasons
+
+
+CACHE = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    cache = {}
+    for prompt in ["The cat sat on the", "Paris is the capital of"]:
+        with model.trace(prompt, remote=True):
+            cache[prompt] = model.lm_head.output.save()
+    for prompt in cache:
+        print(prompt, cache[prompt][0, -1].argmax().item())
+'''
+
+
+@both
+def test_a_dict_read_by_key_in_a_loop_over_its_keys_downloads_the_reduced_values(family):
+    result, report = run(CACHE, family)
+    assert "cache[prompt] = model.lm_head.output[0, -1].argmax().item()" in result.code, result.code
+    assert "    print(prompt, cache[prompt])\n" in result.code, result.code
+    # handed on whole, the dict keeps its elements whole
+    kept, _ = run(CACHE + "    snapshot = dict(cache)\n", family)
+    assert "cache[prompt] = model.lm_head.output\n" in kept.code, kept.code

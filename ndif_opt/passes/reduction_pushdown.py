@@ -572,7 +572,8 @@ class ElementPushdown(_LoopReads):
     Applied when the block fills the container at one place (`C.append(E)` or
     `C[k] = E`) and reads it nowhere else; the code after the request reads it only by
     iterating over it (`for x in C`, `for k, x in C.items()`, a comprehension), by
-    `C[k]`, or through `len(C)` / `C.keys()`; every element it reads goes through the
+    `C[k]` (a loop over a dict's keys that reads `C[k]` goes over every element), or
+    through `len(C)`, `C.keys()`, `k in C`; every element it reads goes through the
     same reduction R, which a loop over the whole container applies to every element
     (no jump, no condition in front of it: R is known to work on each); and nothing in
     the request changes the element in place after it is stored. Then `C.append(R(E))`
@@ -727,6 +728,7 @@ class ElementPushdown(_LoopReads):
                 if iterated is None:
                     return None
                 if holder == "keys":
+                    whole = whole or self._keys_loop_here(node)
                     continue
                 target = self._element_target(iterated, holder)
                 if target is None:
@@ -734,6 +736,53 @@ class ElementPushdown(_LoopReads):
                 uses.append(_ElementUse(target, iterated))
                 whole = True
         return uses if whole else None
+
+    def _membership(self, node: cst.Name) -> bool:
+        """Is ``node`` what `k in C` / `k not in C` looks in?"""
+        target = self.index.parents.get(id(node))
+        return isinstance(target, cst.ComparisonTarget) and target.comparator is node \
+            and isinstance(target.operator, (cst.In, cst.NotIn))
+
+    def _keys_loop_here(self, node: cst.Name) -> bool:
+        """Is ``node`` (the container) what a loop over its keys goes over?"""
+        iterable = node
+        parent = self.index.parents.get(id(node))
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            iterable = self.index.parents.get(id(parent))
+        loop = self.index.parents.get(id(iterable))
+        return isinstance(loop, (cst.For, cst.CompFor)) and loop.iter is iterable
+
+    def _keys_loop(self, subscript: cst.Subscript) -> cst.CSTNode | None:
+        """The loop over the dict's keys whose variable ``subscript`` (`C[k]`) reads, when
+        every iteration runs its whole body (then it reads every element)."""
+        if self.container.kind != "dict" or len(subscript.slice) != 1:
+            return None
+        key = subscript.slice[0].slice
+        if not (isinstance(key, cst.Index) and isinstance(key.value, cst.Name)):
+            return None
+        node = self.index.parents.get(id(subscript))
+        while node is not None and not isinstance(node, _NEW_SCOPES):
+            loop = node.for_in if isinstance(node, COMPREHENSIONS) else node
+            if isinstance(loop, (cst.For, cst.CompFor)) and isinstance(loop.target, cst.Name) \
+                    and loop.target.value == key.value.value and self._over_keys(loop.iter):
+                return loop if self._runs_whole(loop, key.value.value) else None
+            node = self.index.parents.get(id(node))
+        return None
+
+    def _over_keys(self, iterable: cst.BaseExpression) -> bool:
+        """`C` or `C.keys()`."""
+        if isinstance(iterable, cst.Call) and not iterable.args and isinstance(iterable.func, cst.Attribute) \
+                and iterable.func.attr.value == "keys":
+            iterable = iterable.func.value
+        return isinstance(iterable, cst.Name) and iterable.value == self.container.name
+
+    def _runs_whole(self, loop: cst.CSTNode, variable: str) -> bool:
+        """Does every iteration of ``loop`` run all its body, with ``variable`` bound only
+        by the loop?"""
+        if isinstance(loop, cst.For):
+            return loop.orelse is None and not find_nodes(loop.body, lambda n: isinstance(n, _JUMPS)) \
+                and variable not in collect(loop.body).binds
+        return not (loop.inner_for_in is not None or loop.ifs or isinstance(self.index.parents.get(id(loop)), cst.CompFor))
 
     def _is_len(self, call: cst.CSTNode | None) -> bool:
         return (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == "len"
@@ -753,6 +802,8 @@ class ElementPushdown(_LoopReads):
             if self.container.kind == "dict" and holder == "keys":
                 return node, "keys"
             iterable = call
+        elif self.container.kind == "dict" and (self._keys_loop_here(node) or self._membership(node)):
+            return node, "keys"  # `for k in C`, `k in C`: its keys
         if holder not in _ITERATED_WHOLE[self.container.kind]:
             return None, ""
         loop = parents.get(id(iterable))
@@ -790,8 +841,9 @@ class ElementPushdown(_LoopReads):
                     continue
                 chains.append((grown[0], use))
                 codes.setdefault(grown[1], grown[0])
-                if use.loop is not None:
-                    witnessed = witnessed or self._unconditional(grown[0], use.loop)
+                loop = use.loop if use.loop is not None else self._keys_loop(use.root)
+                if loop is not None:
+                    witnessed = witnessed or self._unconditional(grown[0], loop)
         if not chains:
             return ""
         if whole is not None:
@@ -2137,5 +2189,32 @@ logits[0, -1, 50256] = float("-inf")
 print(logits[0, -1].argmax().item())
 """,
         reason="changes it in place on your machine",
+    ),
+    Case(
+        name="a dict read by key in a loop over its keys",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    cache = dict().save()
+    for prompt in ["The cat sat on the", "Paris is the capital of"]:
+        with model.trace(prompt):
+            cache[prompt] = model.lm_head.output
+for prompt in cache:
+    print(prompt, cache[prompt][0, -1].argmax().item())
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    cache = dict().save()
+    for prompt in ["The cat sat on the", "Paris is the capital of"]:
+        with model.trace(prompt):
+            cache[prompt] = model.lm_head.output[0, -1].argmax().item()
+for prompt in cache:
+    print(prompt, cache[prompt])
+""",
     ),
 )
