@@ -187,3 +187,25 @@ def test_a_dict_read_by_key_in_a_loop_over_its_keys_downloads_the_reduced_values
     # handed on whole, the dict keeps its elements whole
     kept, _ = run(CACHE + "    snapshot = dict(cache)\n", family)
     assert "cache[prompt] = model.lm_head.output\n" in kept.code, kept.code
+
+
+@both
+def test_a_list_read_by_index_in_a_loop_over_its_range_downloads_the_reduced_values(family):
+    script = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    acts = []
+    for layer in range(2):
+        with model.trace("The cat sat on the", remote=True):
+            acts.append(LAYERS[layer].output.save())
+    for i in range(len(acts)):
+        print(i, round(acts[i][0, -1].norm().item(), 4))
+'''
+    result, report = run(script, family)
+    assert "acts.append(LAYERS[layer].output[0, -1].norm().item())".replace("LAYERS", FAMILIES[family][1]) \
+        in result.code, result.code
+    # a loop over part of it does not read every element: the reduction stays on your machine
+    part, _ = run(script.replace("range(len(acts))", "range(len(acts) - 1)"), family)
+    assert "norm().item())\n    for i" not in part.code and "acts.append(LAYERS[layer].output)".replace(
+        "LAYERS", FAMILIES[family][1]) in part.code, part.code

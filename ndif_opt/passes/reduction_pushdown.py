@@ -572,8 +572,8 @@ class ElementPushdown(_LoopReads):
     Applied when the block fills the container at one place (`C.append(E)` or
     `C[k] = E`) and reads it nowhere else; the code after the request reads it only by
     iterating over it (`for x in C`, `for k, x in C.items()`, a comprehension), by
-    `C[k]` (a loop over a dict's keys that reads `C[k]` goes over every element), or
-    through `len(C)`, `C.keys()`, `k in C`; every element it reads goes through the
+    `C[k]` (a loop over a dict's keys, or over a list's `range(len(C))`, that reads
+    `C[k]` goes over every element), or through `len(C)`, `C.keys()`, `k in C`; every element it reads goes through the
     same reduction R, which a loop over the whole container applies to every element
     (no jump, no condition in front of it: R is known to work on each); and nothing in
     the request changes the element in place after it is stored. Then `C.append(R(E))`
@@ -721,6 +721,7 @@ class ElementPushdown(_LoopReads):
                 parent = parents.get(id(node))
                 if isinstance(parent, cst.Subscript) and parent.value is node:
                     uses.append(_ElementUse(parent, None))
+                    whole = whole or self._keys_loop(parent) is not None
                     continue
                 if isinstance(parent, cst.Arg) and self._is_len(parents.get(id(parent))):
                     continue
@@ -753,9 +754,10 @@ class ElementPushdown(_LoopReads):
         return isinstance(loop, (cst.For, cst.CompFor)) and loop.iter is iterable
 
     def _keys_loop(self, subscript: cst.Subscript) -> cst.CSTNode | None:
-        """The loop over the dict's keys whose variable ``subscript`` (`C[k]`) reads, when
-        every iteration runs its whole body (then it reads every element)."""
-        if self.container.kind != "dict" or len(subscript.slice) != 1:
+        """The loop over the container's keys (a dict's keys, a list's `range(len(C))`)
+        whose variable ``subscript`` (`C[k]`) reads, when every iteration runs its whole
+        body (then it reads every element)."""
+        if len(subscript.slice) != 1:
             return None
         key = subscript.slice[0].slice
         if not (isinstance(key, cst.Index) and isinstance(key.value, cst.Name)):
@@ -770,7 +772,10 @@ class ElementPushdown(_LoopReads):
         return None
 
     def _over_keys(self, iterable: cst.BaseExpression) -> bool:
-        """`C` or `C.keys()`."""
+        """`C` or `C.keys()` for a dict; `range(len(C))` for a list (the builtins)."""
+        if self.container.kind == "list":
+            return (isinstance(iterable, cst.Call) and code_of(iterable.func) == "range" and len(iterable.args) == 1
+                    and "range" not in self.facts.bindings and self._is_len(iterable.args[0].value))
         if isinstance(iterable, cst.Call) and not iterable.args and isinstance(iterable.func, cst.Attribute) \
                 and iterable.func.attr.value == "keys":
             iterable = iterable.func.value
@@ -785,8 +790,10 @@ class ElementPushdown(_LoopReads):
         return not (loop.inner_for_in is not None or loop.ifs or isinstance(self.index.parents.get(id(loop)), cst.CompFor))
 
     def _is_len(self, call: cst.CSTNode | None) -> bool:
+        """`len(C)` (the builtin)."""
         return (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == "len"
-                and len(call.args) == 1 and "len" not in self.facts.functions)
+                and len(call.args) == 1 and "len" not in self.facts.functions and "len" not in self.facts.bindings
+                and isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == self.container.name)
 
     def _iterated(self, node: cst.Name) -> tuple[cst.CSTNode | None, str]:
         """The `for` or comprehension `for` whose iterable is the container (or its
