@@ -552,6 +552,16 @@ def _definite_in(statements) -> set[str]:
     return set().union(*(definite_binds(s) for s in statements))
 
 
+def name_assignment(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
+    """`name = value` alone on its line → (name, value); else None."""
+    if type(stmt) is not cst.SimpleStatementLine or len(stmt.body) != 1:
+        return None
+    small = stmt.body[0]
+    if type(small) is not cst.Assign or len(small.targets) != 1 or type(small.targets[0].target) is not cst.Name:
+        return None
+    return small.targets[0].target.value, small.value
+
+
 def returned_name(func: cst.FunctionDef) -> str | None:
     """The name every `return` of the function's own body returns, if one (`return
     logits` everywhere); None when a return gives anything else, or there is none."""

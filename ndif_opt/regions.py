@@ -13,9 +13,19 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, StmtInfo
-from ndif_opt.names import NameUse, all_params, collect, collect_all, definite_binds, exposed_reads, target_names
+from ndif_opt.names import (
+    NameUse,
+    all_params,
+    collect,
+    collect_all,
+    definite_binds,
+    exposed_reads,
+    name_assignment,
+    target_names,
+)
 from ndif_opt.retries import retry_guard
 from ndif_opt.rewrite import code_of, empty_container_kind
+from ndif_opt.walk import all_nodes
 
 UNKNOWN_TRIPS = 2  # a loop of unknown length issues "many" requests: at least two
 
@@ -242,7 +252,7 @@ def find_accumulator(
         stmt = body[index]
         use = collect(stmt)
         if name in use.binds:
-            kind = _empty_container_binding(stmt, name)
+            kind = empty_container_binding(stmt, name)
             if kind is None:
                 return None, f"`{name}` is not created as an empty list or dict right before"
             return Accumulator(name, kind, stmt, index), ""
@@ -251,16 +261,10 @@ def find_accumulator(
     return None, f"`{name}` is not created in the same block of code as the loop (it comes from an enclosing block or function)"
 
 
-def _empty_container_binding(stmt: cst.BaseStatement, name: str) -> str | None:
-    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
-        return None
-    small = stmt.body[0]
-    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
-        return None
-    target = small.targets[0].target
-    if not isinstance(target, cst.Name) or target.value != name:
-        return None
-    return empty_container_kind(small.value)
+def empty_container_binding(stmt: cst.BaseStatement, name: str) -> str | None:
+    """"list" / "dict" when ``stmt`` is `name = []` / `name = {}` (or `list()`, `dict()`)."""
+    found = name_assignment(stmt)
+    return empty_container_kind(found[1]) if found is not None and found[0] == name else None
 
 
 def trip_count(loop: cst.CSTNode, facts: Facts) -> int | None:
@@ -379,31 +383,35 @@ _REFLECTION = frozenset({
 })
 
 
-def self_attribute_read_after(facts: Facts, region: list[cst.BaseStatement], attr: str, moved: frozenset[str]) -> str:
-    """Why code may read ``self.<attr>`` after ``region`` (statements of a method) has
-    run, or "" when no code can: only methods of the class that only the session runs
-    read it (``moved``: the methods the region calls inside the session, and those only
-    they call; not the region's own lines, some of which may stay on your machine); the class has no bases or decorators; neither
-    ``self`` nor an instance of the class is handed to other code (an argument, a return
-    value, an alias, a bound method); and nothing reads attributes by reflection."""
+def self_attributes_read_after(
+    facts: Facts, region: list[cst.BaseStatement], attrs: list[str], moved: frozenset[str]
+) -> dict[str, str]:
+    """For each of ``attrs``, why code may read ``self.<attr>`` after ``region``
+    (statements of a method) has run, or "" when no code can: only methods of the class
+    that only the session runs read it (``moved``: the methods the region calls inside the
+    session, and those only they call; not the region's own lines, some of which may stay
+    on your machine); the class has no bases or decorators; neither ``self`` nor an
+    instance of the class is handed to other code (an argument, a return value, an alias,
+    a bound method); and nothing reads attributes by reflection. The module is read once
+    for all of them."""
     info = facts.statements.get(id(region[0]))
     method = info.function if info is not None else None
     at = info.ancestors.index(method) if method is not None else 0
     cls = info.ancestors[at - 1] if at > 0 else None
     if not isinstance(cls, cst.ClassDef):
-        return "the code is not in a method of a class"
+        return dict.fromkeys(attrs, "the code is not in a method of a class")
     if cls.decorators or any(code_of(b.value) != "object" for b in cls.bases):
-        return f"`{cls.name.value}` has bases or decorators, which may read it"
-    nodes = _find(facts.module, lambda n: True)
+        return dict.fromkeys(attrs, f"`{cls.name.value}` has bases or decorators, which may read it")
+    nodes = all_nodes(facts.module)
     reflection = sorted({n.value for n in nodes if type(n) is cst.Name} & _REFLECTION)
     if reflection:
-        return f"the script reads attributes by name (`{reflection[0]}`)"
+        return dict.fromkeys(attrs, f"the script reads attributes by name (`{reflection[0]}`)")
     parents = {id(child): node for node in nodes for child in node.children}
     methods = {m.name.value: m for m in cls.body.body if isinstance(m, cst.FunctionDef)}
-    escape = _escaping_instance(facts.module, nodes, parents, cls, methods)
+    escape = _escaping_instance(nodes, parents, cls, methods)
     if escape:
-        return escape
-    inside = {id(n) for stmt in region for n in _find(stmt, lambda n: True)}
+        return dict.fromkeys(attrs, escape)
+    inside = {id(n) for stmt in region for n in all_nodes(stmt)}
 
     def owner(node: cst.CSTNode) -> cst.FunctionDef | None:
         while node is not None:
@@ -427,12 +435,11 @@ def self_attribute_read_after(facts: Facts, region: list[cst.BaseStatement], att
             )
         return live[name]
 
-    for read in nodes:
-        if type(read) is not cst.Attribute or read.attr.value != attr:
-            continue
+    def read_after(read: cst.Attribute) -> str:
+        """Why this read of the attribute may come after the region, or ""."""
         target = parents.get(id(read))
         if type(target) is cst.AssignTarget and target.target is read:
-            continue  # `self.x = ...` stores it
+            return ""  # `self.x = ...` stores it
         if id(read) in inside:
             # the region's own code: a line of it may stay on your machine and run after
             return f"`{code_of(read)}` reads it in the code that moves"
@@ -441,16 +448,16 @@ def self_attribute_read_after(facts: Facts, region: list[cst.BaseStatement], att
             return f"`{code_of(read)}` reads it outside `{cls.name.value}`"
         if runs_after(function):
             return f"`{code_of(read)}` in `{function.name.value}` may read it after"
-    return ""
+        return ""
+
+    reasons = dict.fromkeys(attrs, "")
+    for read in nodes:
+        if type(read) is cst.Attribute and reasons.get(read.attr.value) == "":
+            reasons[read.attr.value] = read_after(read)
+    return reasons
 
 
-def _find(node: cst.CSTNode, wanted) -> list[cst.CSTNode]:
-    from ndif_opt.walk import find_nodes
-
-    return find_nodes(node, wanted)
-
-
-def _escaping_instance(module, nodes, parents, cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> str:
+def _escaping_instance(nodes, parents, cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> str:
     """Why an instance of ``cls`` may reach code that reads its attributes, or ""."""
     name = cls.name.value
     holders: set[str] = set()

@@ -364,4 +364,12 @@ def find_nodes(root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool]) -> list
     return found
 
 
-__all__ = ["IS_NODE_TYPE", "children", "content_children", "content_fields", "find_nodes", "paths_to", "transform", "walk", "walk_content"]
+def all_nodes(root: cst.CSTNode) -> list[cst.CSTNode]:
+    """Every node of ``root`` (itself included, layout left out), in the order of the code."""
+    return find_nodes(root, lambda node: True)
+
+
+__all__ = [
+    "IS_NODE_TYPE", "all_nodes", "children", "content_children", "content_fields", "find_nodes", "paths_to",
+    "transform", "walk", "walk_content",
+]

@@ -1,4 +1,4 @@
-"""May code read `self.<attr>` after a run of a method's statements? (regions.self_attribute_read_after)"""
+"""May code read `self.<attr>` after a run of a method's statements? (regions.self_attributes_read_after)"""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import libcst as cst
 import pytest
 
 from ndif_opt.analysis import analyze
-from ndif_opt.regions import self_attribute_read_after
+from ndif_opt.regions import self_attributes_read_after
 
 CLASS = '''\
 class Patching:
@@ -35,7 +35,7 @@ def _answer(source: str, attr: str = "cache", moved=frozenset({"run_clean", "pat
     facts = analyze(module)
     sweep = next(n for n in module.body[0].body.body if isinstance(n, cst.FunctionDef) and n.name.value == "sweep")
     region = list(sweep.body.body[:2])
-    return self_attribute_read_after(facts, region, attr, moved)
+    return self_attributes_read_after(facts, region, [attr], moved)[attr]
 
 
 def test_only_the_sessions_methods_read_it():

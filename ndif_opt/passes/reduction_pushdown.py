@@ -70,12 +70,20 @@ import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, Remote, is_save_call, qualify
 from ndif_opt.describe import saved_shape
-from ndif_opt.names import NameUse, all_params, collect, comprehension_targets, definite_binds, target_names
+from ndif_opt.names import (
+    NameUse,
+    all_params,
+    collect,
+    comprehension_targets,
+    definite_binds,
+    name_assignment,
+    target_names,
+)
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, empty_container_kind, method_call, unsave
 from ndif_opt.types import Safety
-from ndif_opt.walk import IS_NODE_TYPE, content_children, content_fields, find_nodes, transform
+from ndif_opt.walk import IS_NODE_TYPE, all_nodes, content_children, content_fields, find_nodes, transform
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -463,15 +471,12 @@ def _containers(facts: Facts) -> list[_Container]:
         if block.parent is not None or block.effective_remote is Remote.NO:
             continue
         for stmt in block.node.body.body:
-            if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            assigned = name_assignment(stmt)
+            if assigned is None or not is_save_call(assigned[1]):
                 continue
-            small = stmt.body[0]
-            if not (isinstance(small, cst.Assign) and len(small.targets) == 1
-                    and isinstance(small.targets[0].target, cst.Name) and is_save_call(small.value)):
-                continue
-            kind = empty_container_kind(unsave(small.value))
+            kind = empty_container_kind(unsave(assigned[1]))
             if kind is not None:
-                found.append(_Container(block, stmt, small.targets[0].target.value, kind))
+                found.append(_Container(block, stmt, assigned[0], kind))
     return found
 
 
@@ -499,18 +504,24 @@ class _LoopReads:
         self.context = context
         self.index = _index(facts)
 
+    def _runs_whole(self, loop: cst.CSTNode, variable: str) -> bool:
+        """Does every iteration of ``loop`` run all its body, with ``variable`` bound only
+        by the loop?"""
+        if isinstance(loop, cst.For):
+            return loop.orelse is None and not find_nodes(loop.body, lambda n: isinstance(n, _JUMPS)) \
+                and variable not in collect(loop.body).binds
+        return not (loop.inner_for_in is not None or loop.ifs or isinstance(self.index.parents.get(id(loop)), cst.CompFor))
+
     def _variable_ok(self, loop: cst.CSTNode, variable: str) -> bool:
         """Does every iteration of ``loop`` run its whole body, with ``variable`` bound only
         by the loop and read by nothing after it?"""
-        if isinstance(loop, cst.For):
-            if loop.orelse is not None or find_nodes(loop.body, lambda n: isinstance(n, _JUMPS)):
-                return False
-            if variable in collect(loop.body).binds:
-                return False
-            where = self.facts.statements.get(id(loop))
-            # (the loop's variable keeps the last element)
-            return where is not None and variable not in reads_after(self.facts, where.suite, where.index + 1)
-        return not (loop.inner_for_in is not None or loop.ifs or isinstance(self.index.parents.get(id(loop)), cst.CompFor))
+        if not self._runs_whole(loop, variable):
+            return False
+        if isinstance(loop, cst.CompFor):
+            return True  # (a comprehension's variable is its own)
+        where = self.facts.statements.get(id(loop))
+        # (the loop's variable keeps the last element)
+        return where is not None and variable not in reads_after(self.facts, where.suite, where.index + 1)
 
     def _reads_of(self, variable: str, loop: cst.CSTNode) -> list[cst.Name] | None:
         """The loop variable's reads in the loop's body (or the comprehension's
@@ -525,7 +536,7 @@ class _LoopReads:
         for scope in scopes:
             for node in find_nodes(scope, lambda n: isinstance(n, (cst.Name, *_NEW_SCOPES))):
                 if isinstance(node, _NEW_SCOPES):
-                    if variable in _statement_index_spelled(node):
+                    if variable in _spelled_names(node):
                         return None
                     continue
                 if node.value == variable and self._is_read(node):
@@ -670,7 +681,7 @@ class ElementPushdown(_LoopReads):
         of one (a later iteration would change an element stored earlier)."""
         block = self._innermost_block(value)
         seen = False
-        for node in _in_order(block.node.body):
+        for node in all_nodes(block.node.body):
             if node is value:
                 seen = True
             elif seen and _changes_in_place(node) and not self._is_the_fill(node):
@@ -679,12 +690,12 @@ class ElementPushdown(_LoopReads):
         loop = self.index.parents.get(id(value))
         while loop is not None and loop is not block.node:
             if isinstance(loop, (cst.For, cst.While)):
-                for node in _in_order(loop.body):
+                for node in all_nodes(loop.body):
                     if _changes_in_place(node) and not self._is_the_fill(node):
                         return (f"`{code_of(node).strip()}` changes a value in place in the loop that stores it "
                                 "(a later iteration runs it after the store)")
             loop = self.index.parents.get(id(loop))
-        nodes = _in_order(self.request.node.body)
+        nodes = all_nodes(self.request.node.body)
         aliases = _aliases(set(collect(value).reads) - set(self.facts.models), nodes)
         for node in nodes:
             if (_changes_in_place(node) or _fills_in_place(node)) and not self._is_the_fill(node):
@@ -780,14 +791,6 @@ class ElementPushdown(_LoopReads):
                 and iterable.func.attr.value == "keys":
             iterable = iterable.func.value
         return isinstance(iterable, cst.Name) and iterable.value == self.container.name
-
-    def _runs_whole(self, loop: cst.CSTNode, variable: str) -> bool:
-        """Does every iteration of ``loop`` run all its body, with ``variable`` bound only
-        by the loop?"""
-        if isinstance(loop, cst.For):
-            return loop.orelse is None and not find_nodes(loop.body, lambda n: isinstance(n, _JUMPS)) \
-                and variable not in collect(loop.body).binds
-        return not (loop.inner_for_in is not None or loop.ifs or isinstance(self.index.parents.get(id(loop)), cst.CompFor))
 
     def _is_len(self, call: cst.CSTNode | None) -> bool:
         """`len(C)` (the builtin)."""
@@ -913,8 +916,11 @@ class LiteralPushdown(_LoopReads):
     def __init__(self, loop: cst.CSTNode, place: int | None, saves: list[_Save], facts: Facts, context: Context) -> None:
         super().__init__(facts, context)
         self.loop = loop
-        self.place = place  # the variable's place in a tuple target (None: the target is a name)
         self.saves = saves  # the saved value at that place of each item of the list
+        target = loop.target
+        self.variable = (target if place is None else target.elements[place].value).value
+        # the name at that place of each item (the list's own nodes)
+        self.held = _held_at(loop, place)
 
     @staticmethod
     def candidates(facts: Facts, context: Context) -> list["LiteralPushdown"]:
@@ -930,7 +936,7 @@ class LiteralPushdown(_LoopReads):
                     loops.setdefault(id(loop), loop)
         found = []
         for loop in loops.values():
-            target, items = loop.target, loop.iter.elements
+            target = loop.target
             if isinstance(target, cst.Name):
                 places = [None]
             elif isinstance(target, cst.Tuple) and all(isinstance(e.value, cst.Name) for e in target.elements):
@@ -938,18 +944,13 @@ class LiteralPushdown(_LoopReads):
             else:
                 continue
             for place in places:
-                held = [_item_at(item.value, place, len(target.elements) if place is not None else 0)
-                        for item in items]
+                held = _held_at(loop, place)
                 if held and all(isinstance(h, cst.Name) and h.value in saves for h in held):
                     found.append(LiteralPushdown(loop, place, [saves[h.value] for h in held], facts, context))
         return found
 
-    def variable(self) -> str:
-        target = self.loop.target
-        return (target if self.place is None else target.elements[self.place].value).value
-
     def plan(self, edits: "_EditsAlongPaths") -> bool:
-        variable = self.variable()
+        variable = self.variable
         names = [s.name for s in self.saves]
         if len(set(names)) != len(names) or not self._variable_ok(self.loop, variable):
             return False
@@ -958,7 +959,7 @@ class LiteralPushdown(_LoopReads):
             return False
         chains, codes, witnessed = [], set(), False
         for read in reads:
-            grown = [self._grown(save, read, variable) for save in self.saves]
+            grown = [self._reduction(_Save(save.block, save.stmt, variable), read, {variable}) for save in self.saves]
             if any(g is None for g in grown) or len({id(g[0]) for g in grown}) != 1:
                 return False
             chain, code = grown[0]
@@ -980,9 +981,11 @@ class LiteralPushdown(_LoopReads):
         if not self.context.allows(self.saves[0].stmt, "the values the loop goes over could be reduced on the server"):
             return False
         reduction = codes.pop()
+        # a value the code after its request also reads another way keeps its own save
+        whole_too = {save.name for save in self.saves if self._read_elsewhere(save)}
         safety = Safety.SAFE
         for save in self.saves:
-            if self._read_elsewhere(save, None):
+            if save.name in whole_too:
                 continue  # its own save stays: the kernel keeps what it kept
             kept = _kernel_safety(save, self.context, lambda save=save: (
                 f"`{save.name}` need not be downloaded whole for the loop over it: "
@@ -991,20 +994,16 @@ class LiteralPushdown(_LoopReads):
                 return False
             if kept is Safety.UNSAFE:
                 safety = Safety.UNSAFE
-        self._edits_for(edits, chains, reduction, variable, safety)
+        self._edits_for(edits, chains, reduction, whole_too, safety)
         return True
 
-    def _grown(self, save: _Save, root: cst.CSTNode, variable: str) -> tuple[cst.CSTNode, str] | None:
-        return self._reduction(_Save(save.block, save.stmt, variable), root, {variable})
-
-    def _edits_for(self, edits: "_EditsAlongPaths", chains, reduction: str, variable: str, safety: Safety) -> None:
+    def _edits_for(self, edits: "_EditsAlongPaths", chains, reduction: str, whole_too: set[str],
+                   safety: Safety) -> None:
         taken = _TakenNames(self.index, self.context.options.reserved_names)
         general = cst.parse_expression(reduction)
         element = next(n for n in find_nodes(general, lambda n: isinstance(n, cst.Name) and n.value == ELEMENT))
-        held = [_item_at(item.value, self.place, len(self.loop.target.elements) if self.place is not None else 0)
-                for item in self.loop.iter.elements]
         reduced_names = []
-        for save, name_node in zip(self.saves, held):
+        for save, name_node in zip(self.saves, self.held):
             name = _fresh_name(save.name, chains[0], taken)
             taken.add(name)
             self.context.introduced.add(name)
@@ -1012,13 +1011,13 @@ class LiteralPushdown(_LoopReads):
             added = edits.append.setdefault(id(save.block.node.body), [])
             added.append(_saved_assignment(name, general.deep_replace(element, cst.Name(save.name))))
             edits.replace[id(name_node)] = cst.Name(name)
-            if not self._read_elsewhere(save, name_node):
+            if save.name not in whole_too:
                 edits.replace[id(save.stmt)] = _without_save(save.stmt)
                 self.context.unreturned.add(save.name)
         for chain in chains:
-            edits.replace[id(chain)] = cst.Name(variable)
+            edits.replace[id(chain)] = cst.Name(self.variable)
         if isinstance(self.loop, cst.For):
-            self.context.unreturned.add(variable)
+            self.context.unreturned.add(self.variable)
         for save, name in zip(self.saves, reduced_names):
             self.context.applied(
                 save.stmt,
@@ -1027,12 +1026,11 @@ class LiteralPushdown(_LoopReads):
                 safety,
             )
 
-    def _read_elsewhere(self, save: _Save, here: cst.Name | None) -> bool:
-        """Does the code after the request read the saved value elsewhere than ``here``
-        (None: than in the loop's list)?"""
+    def _read_elsewhere(self, save: _Save) -> bool:
+        """Does the code after the request read the saved value elsewhere than in the
+        loop's list?"""
         pushdown = ChainPushdown(save, self.facts, self.context)
-        return any(node is not here and (here is not None or _display_loop(node, self.index.parents) is not self.loop)
-                   for node in pushdown._uses())
+        return any(_display_loop(node, self.index.parents) is not self.loop for node in pushdown._uses())
 
 
 def _display_loop(node: cst.Name, parents: dict[int, cst.CSTNode]) -> cst.CSTNode | None:
@@ -1051,6 +1049,13 @@ def _display_loop(node: cst.Name, parents: dict[int, cst.CSTNode]) -> cst.CSTNod
         if isinstance(loop, (cst.For, cst.CompFor)) and loop.iter is display:
             return loop
     return None
+
+
+def _held_at(loop: cst.CSTNode, place: int | None) -> list[cst.BaseExpression | None]:
+    """What each item of the loop's list display holds at ``place`` of its tuple target
+    (None: the target is a name, the item itself)."""
+    width = len(loop.target.elements) if place is not None else 0
+    return [_item_at(item.value, place, width) for item in loop.iter.elements]
 
 
 def _item_at(item: cst.BaseExpression, place: int | None, width: int) -> cst.BaseExpression | None:
@@ -1104,8 +1109,8 @@ def _changed_through(node: cst.CSTNode, parents: dict[int, cst.CSTNode]) -> bool
 def _changed_in_place_outside(name: str, session: Block, block: Block) -> bool:
     """Does the session's code outside ``block`` change ``name``'s value in place (or a
     name bound to it or to a view of it)?"""
-    inside = {id(n) for n in _in_order(block.node)}
-    nodes = [n for n in _in_order(session.node.body) if id(n) not in inside]
+    inside = {id(n) for n in all_nodes(block.node)}
+    nodes = [n for n in all_nodes(session.node.body) if id(n) not in inside]
     aliases = _aliases({name}, nodes)
     return any((_changes_in_place(n) or _fills_in_place(n)) and _changed_roots(n) & aliases for n in nodes)
 
@@ -1129,13 +1134,8 @@ def _aliases(names: set[str], nodes: list[cst.CSTNode]) -> set[str]:
     return aliases
 
 
-def _statement_index_spelled(node: cst.CSTNode) -> set[str]:
+def _spelled_names(node: cst.CSTNode) -> set[str]:
     return {n.value for n in find_nodes(node, lambda n: isinstance(n, cst.Name))}
-
-
-def _in_order(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The nodes under ``node`` in the order of the code (pre-order)."""
-    return find_nodes(node, lambda n: True)
 
 
 _FILLING_METHODS = frozenset({"append", "extend", "insert", "update", "pop", "clear", "remove", "setdefault"})

@@ -69,7 +69,7 @@ import libcst as cst
 
 from ndif_opt.analysis import Block, Facts
 from ndif_opt.cost_model import RequestEstimate, explain, session_budget
-from ndif_opt.names import collect, collect_all, target_names
+from ndif_opt.names import collect, collect_all, name_assignment, target_names
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.rewrite import SuitePlan, code_of, empty_container_kind
 from ndif_opt.walk import walk
@@ -230,31 +230,22 @@ LEFT = "left "  # before the kind of a container no session downloads
 
 def _unsaved_container(stmt) -> tuple[str, str] | None:
     """`name = []` / `name = dict()` (not saved) → (name, "left list" | "left dict")."""
-    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
-        return None
-    small = stmt.body[0]
-    if not isinstance(small, cst.Assign) or len(small.targets) != 1 or not isinstance(small.targets[0].target, cst.Name):
-        return None
-    kind = empty_container_kind(small.value)
-    return (small.targets[0].target.value, LEFT + kind) if kind else None
+    found = name_assignment(stmt)
+    kind = empty_container_kind(found[1]) if found is not None else None
+    return (found[0], LEFT + kind) if kind else None
 
 
 def _saved_container(stmt) -> tuple[str, str] | None:
     """`name = list().save()` / `dict().save()` → (name, "list" | "dict")."""
-    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+    found = name_assignment(stmt)
+    if found is None:
         return None
-    small = stmt.body[0]
-    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+    name, value = found
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "save" and not value.args):
         return None
-    target = small.targets[0].target
-    value = small.value
-    if not isinstance(target, cst.Name) or not isinstance(value, cst.Call):
-        return None
-    func = value.func
-    if not (isinstance(func, cst.Attribute) and func.attr.value == "save" and not value.args):
-        return None
-    kind = empty_container_kind(func.value)
-    return (target.value, kind) if kind else None
+    kind = empty_container_kind(value.func.value)
+    return (name, kind) if kind else None
 
 
 def _only_filled(node: cst.CSTNode, name: str, kind: str) -> bool:

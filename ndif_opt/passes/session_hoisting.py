@@ -60,6 +60,8 @@ log line.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -93,10 +95,11 @@ from ndif_opt.retries import PortableRetry, portable_retry, retry_guard
 from ndif_opt.regions import (
     Accumulator,
     carried_container,
+    empty_container_binding,
     find_accumulator,
     reads_after,
     requests_in,
-    self_attribute_read_after,
+    self_attributes_read_after,
 )
 from ndif_opt.rewrite import (
     DropElementSaves,
@@ -496,11 +499,13 @@ class SessionHoisting(Pass):
                 reason, accumulators, lost = _liveness(region, facts)
         # what the methods it calls store on `self` comes back to your `self` after it,
         # unless no code can read it after the session (then it stays there)
-        stores = sorted({f"self.{a}" for call, h in region.helper_calls if h.bound for a in h.self_stores})
+        attrs = sorted({a for call, h in region.helper_calls if h.bound for a in h.self_stores})
+        stores = [f"self.{a}" for a in attrs]
         moved = frozenset(h.func.name.value for _, h in region.helper_calls if h.bound)
         # (in a notebook the kernel keeps the objects: a cell to come may read any attribute)
-        left = [] if context.options.notebook else [
-            s for s in stores if not self_attribute_read_after(facts, region.statements, s.split(".", 1)[1], moved)]
+        why = {} if context.options.notebook or not attrs else \
+            self_attributes_read_after(facts, region.statements, attrs, moved)
+        left = [f"self.{a}" for a in attrs if why.get(a) == ""]
         region.left_attributes = left
         if stores and not reason:
             lost = [*lost, *(s for s in stores if s not in left)]
@@ -535,8 +540,10 @@ class SessionHoisting(Pass):
         if unsafe and not context.options.unsafe_fixes:
             context.needs_unsafe(anchor, _not_hoisted(region, facts, self._requests(region, facts)), _unsafe_reason(unsafe[0]))
             return False
-        region.released = _released(region, facts, accumulators)
-        region.left_on_server = _left_on_server(region, facts, accumulators)
+        # what the code after the session may read, asked of both once at most
+        needed = functools.cache(lambda: _needed_after(region, facts))
+        region.released = _released(region, accumulators, needed)
+        region.left_on_server = _left_on_server(region, accumulators, needed)
         self._rewrite(region, accumulators, facts, plan, context)
         context.unreturned |= _unreturned(region, facts, accumulators) | region.left_on_server
         if region.split is not None:
@@ -1036,7 +1043,16 @@ def _helper_argument_problem(region: Region, facts: Facts) -> str:
 RELEASE_COMMENT = "# nothing after the session reads it: let go here, not downloaded"
 
 
-def _released(region: Region, facts: Facts, accumulators) -> list[str]:
+def _needed_after(region: Region, facts: Facts) -> frozenset[str]:
+    """The names the code after the session may read: the script's reads after the
+    region, and what the replay reads and brings back."""
+    needed = set(reads_after(facts, region.suite, region.end))
+    if region.split is not None:
+        needed |= set(region.split.carried) | set(collect_all(region.split.replay).reads)
+    return frozenset(needed)
+
+
+def _released(region: Region, accumulators, needed: Callable[[], frozenset[str]]) -> list[str]:
     """Names the session binds to what a same-file function returns of what its trace
     saved — a value the session would download with the names it ends with — and that
     nothing after the session reads. They are bound to
@@ -1048,18 +1064,16 @@ def _released(region: Region, facts: Facts, accumulators) -> list[str]:
     calls = {id(call) for call, helper in region.helper_calls if _returns_a_save(helper)}
     if not calls:
         return []
-    later = reads_after(facts, region.suite, region.end)
-    kept = set(region.saved_here.values()) | {a.name for a in accumulators}
+    kept = needed() | set(region.saved_here.values()) | {a.name for a in accumulators}
     if region.split is not None:
-        kept |= set(region.split.carried) | region.split.record_names
-        kept |= set(collect_all(region.split.replay).reads)  # (read from the records, but be sure)
+        kept |= region.split.record_names
     found: list[str] = []
     for stmt in region.moved:
         for assign in find_nodes(stmt, lambda n: type(n) is cst.Assign and id(n.value) in calls):
             if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
                 continue
             name = assign.targets[0].target.value
-            if name not in later and name not in kept and name not in found:
+            if name not in kept and name not in found:
                 found.append(name)
     return found
 
@@ -1070,7 +1084,7 @@ def _returns_a_save(helper: RemoteHelper) -> bool:
     return returned is not None and any(returned in block.saved_names for block in helper.blocks)
 
 
-def _left_on_server(region: Region, facts: Facts, accumulators) -> frozenset[str]:
+def _left_on_server(region: Region, accumulators, needed: Callable[[], frozenset[str]]) -> frozenset[str]:
     """The containers created above the region that it fills and that nothing after the
     session reads: the session makes them and does not download them. In a notebook's
     module code every one comes back (the kernel keeps names for cells to come)."""
@@ -1081,10 +1095,7 @@ def _left_on_server(region: Region, facts: Facts, accumulators) -> frozenset[str
     candidates = [a.name for a in accumulators if a.kind != "carried" and not region.start <= a.index < region.end]
     if not candidates:
         return frozenset()
-    needed = set(reads_after(facts, region.suite, region.end))
-    if region.split is not None:
-        needed |= set(region.split.carried) | set(collect_all(region.split.replay).reads)
-    return frozenset(name for name in candidates if name not in needed)
+    return frozenset(name for name in candidates if name not in needed())
 
 
 def _unreturned(region: Region, facts: Facts, accumulators) -> set[str]:
@@ -1109,13 +1120,11 @@ def _unreturned(region: Region, facts: Facts, accumulators) -> set[str]:
 def _accumulator_inside(region: Region, name: str) -> Accumulator | None:
     """An empty list/dict created by a top-level statement of the region itself: it
     becomes a saved container in place."""
-    from ndif_opt.regions import _empty_container_binding
-
     found = None
     for offset, stmt in enumerate(region.statements):
         if name not in collect(stmt).binds:
             continue
-        kind = _empty_container_binding(stmt, name)
+        kind = empty_container_binding(stmt, name)
         if kind is None or found is not None:
             return None
         found = Accumulator(name, kind, stmt, region.start + offset)
