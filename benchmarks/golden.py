@@ -6,7 +6,9 @@
 The corpus: every example (with and without unsafe fixes), the examples one after another,
 a dense 300-line script, a dense 700-line one (its windows in two processes, where the
 pipeline can fork), every pass case (that pass alone, and all passes), and 200 Hypothesis
-scripts (derandomized: the same ones every time). Compared: code, findings with their
+scripts (derandomized: the same ones every time), and, when they are next to the checkout,
+the .py files of ../shared/devset and ../shared/corpus (default, unsafe, and --migrate for the
+corpus; read only). Compared: code, findings with their
 ranges, per-pass costs, edits, notes, unreturned and introduced names. About 15 s.
 """
 
@@ -45,6 +47,11 @@ def corpus() -> list[tuple[str, str, dict]]:
                 flags["notebook"] = True
             items.append((f"case:{cls.id}:{key}", case.before, {"select": [cls.id], **flags}))
             items.append((f"case-all:{cls.id}:{key}", case.before, flags))
+    for folder, modes in (("devset", ("", "unsafe")), ("corpus", ("", "unsafe", "migrate"))):
+        for path in sorted((ROOT.parent / "shared" / folder).glob("*.py")):
+            for mode in modes:
+                flags = {"unsafe": UNSAFE, "migrate": {"migrate": True}}.get(mode, {})
+                items.append((f"{folder}:{path.name}:{mode}", path.read_text(), flags))
     for i, text in enumerate(_generated_scripts(200)):
         items.append((f"hyp:{i}", text, {}))
         if i % 3 == 0:
@@ -103,6 +110,8 @@ def _arguments(options: dict) -> dict:
     jobs = options.pop("jobs", 1)
     if jobs > 1 and "jobs" in Options.__dataclass_fields__:
         options["options"] = Options(jobs=jobs)
+    if options.pop("migrate", False):
+        options["options"] = Options(migrate=True)
     if options.pop("notebook", False):
         select = options.pop("select", None)
         options["options"] = Options(select=frozenset(select) if select else None, notebook=True,
