@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
-import math
 import operator
 import threading
 from collections import OrderedDict
@@ -417,51 +416,13 @@ def _summed_all(rows: list[tuple[tuple[str, ...], tuple]]) -> list[PassCost]:
                      Cost(*totals[(2 * i + 1) * size:(2 * i + 2) * size])) for i in range(width)]
 
 
-def _column_sum(values: tuple) -> int | float:
-    """The values added up one after another, each sum rounded like ``_add``'s. Where every
-    value is an int that is just ``sum``: no rounding, and order does not matter."""
-    if set(map(type, values)) == {int}:
-        return sum(values)
-    if type(values[0]) is UnknownDownloads:  # a multiset of values: nothing to round
-        return functools.reduce(operator.add, values)
-    exact = _exact_sum(values)
-    if exact is not None:
-        return exact
+def _column_sum(values: tuple) -> int | float | UnknownDownloads:
+    """The values added up one after another, each sum rounded like ``_add``'s (so the
+    file's costs are what adding its windows' costs pass by pass gives)."""
     total = values[0]
     for value in values[1:]:
-        total += value
-        if isinstance(total, float):  # _round, inline: this loop runs per window
-            total = round(total, 6)
+        total = _round(total + value)
     return total
-
-
-_EXACT_INTEGERS = 2.0 ** 53  # a float holds every integer below this exactly
-_EXACT_MILLIONTHS = 1e9  # below this a float is within far less than a millionth of a decimal
-
-
-def _exact_sum(values: tuple) -> float | None:
-    """What ``_column_sum``'s loop gives, from an exact sum; None where that is not sure.
-
-    Integral values add up exactly while the sums stay below 2**53, so each rounding
-    leaves them as they are. Values of at most 6 decimals (each the float nearest its
-    decimal) are whole millionths: while the sums stay below 1e9 a float sum misses the
-    decimal sum by far less than half a millionth, so each rounding gives the float
-    nearest the decimal sum, and the last one is the exact count of millionths over a
-    million. A zero sum is left to the loop (its sign depends on the order)."""
-    distinct = set(values)
-    for value in distinct:
-        if type(value) is float and not math.isfinite(value):
-            return None
-    bound = max(map(abs, distinct)) * len(values)  # no partial sum gets larger
-    if bound < _EXACT_INTEGERS and all(value == int(value) for value in distinct):
-        scale = 1
-    elif bound < _EXACT_MILLIONTHS and all(round(value, 6) == value for value in distinct):
-        scale = 10 ** 6
-    else:
-        return None
-    units = {value: round(value * scale) for value in distinct}
-    total = sum(map(units.__getitem__, values))
-    return total / scale if total else None
 
 
 def _run_module(source: str, options: Options, filename: str | None = None,
