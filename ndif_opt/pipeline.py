@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import functools
 import operator
 import threading
@@ -697,69 +698,8 @@ def _by_occurrence(cur: list[str], org: list[str], table: dict) -> None:
 
 
 def _opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
-    """``difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()``, in less time:
-    difflib's algorithm without its junk handling, which without junk does nothing (its
-    loops that extend a longest match over junk never run, nor do the ones that extend it
-    over equal lines: a longest match found is already as long as it gets), and without
-    its objects (a line map on dense code makes ~200 of these pairs of matches)."""
-    b2j: dict[str, list[int]] = {}
-    for j, line in enumerate(b):
-        b2j.setdefault(line, []).append(j)
-    nothing: list[int] = []
-    blocks = []
-    queue = [(0, len(a), 0, len(b))]
-    while queue:
-        alo, ahi, blo, bhi = queue.pop()
-        # the longest match: earliest in a, then earliest in b (find_longest_match)
-        best_i, best_j, best_size = alo, blo, 0
-        run_ending_at: dict[int, int] = {}
-        for i in range(alo, ahi):
-            previous = run_ending_at.get
-            run_ending_at = {}
-            for j in b2j.get(a[i], nothing):
-                if j < blo:
-                    continue
-                if j >= bhi:
-                    break
-                k = run_ending_at[j] = previous(j - 1, 0) + 1
-                if k > best_size:
-                    best_i, best_j, best_size = i - k + 1, j - k + 1, k
-        if best_size:
-            blocks.append((best_i, best_j, best_size))
-            if alo < best_i and blo < best_j:
-                queue.append((alo, best_i, blo, best_j))
-            if best_i + best_size < ahi and best_j + best_size < bhi:
-                queue.append((best_i + best_size, ahi, best_j + best_size, bhi))
-    blocks.sort()
-    opcodes = []
-    i = j = 0
-    for block_i, block_j, size in _merged(blocks) + [(len(a), len(b), 0)]:
-        if i < block_i and j < block_j:
-            opcodes.append(("replace", i, block_i, j, block_j))
-        elif i < block_i:
-            opcodes.append(("delete", i, block_i, j, block_j))
-        elif j < block_j:
-            opcodes.append(("insert", i, block_i, j, block_j))
-        i, j = block_i + size, block_j + size
-        if size:
-            opcodes.append(("equal", block_i, i, block_j, j))
-    return opcodes
-
-
-def _merged(blocks: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-    """Sorted matching blocks with the adjacent ones joined (get_matching_blocks)."""
-    merged = []
-    i1 = j1 = k1 = 0
-    for i2, j2, k2 in blocks:
-        if i1 + k1 == i2 and j1 + k1 == j2:
-            k1 += k2
-        else:
-            if k1:
-                merged.append((i1, j1, k1))
-            i1, j1, k1 = i2, j2, k2
-    if k1:
-        merged.append((i1, j1, k1))
-    return merged
+    # no junk: every line counts, however often it repeats (a session's lines do)
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
 
 
 def _indent(line: str) -> int:

@@ -73,37 +73,6 @@ def test_source_without_nnsight_is_untouched_and_fast_path():
     assert result.code == source and not result.findings and not result.costs
 
 
-def test_opcodes_are_difflibs():
-    """The line maps' and text edits' diff is difflib's (no junk), on varied line lists:
-    repeated lines (where ties decide), empty sides, and edits of the examples."""
-    import difflib
-    import random
-
-    from ndif_opt.pipeline import _opcodes
-
-    def check(a: list[str], b: list[str]) -> None:
-        assert _opcodes(a, b) == difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
-
-    rnd = random.Random(7)
-    for _ in range(3000):
-        alphabet = "abcd"[: rnd.randint(1, 4)]
-        a = [rnd.choice(alphabet) for _ in range(rnd.randint(0, 12))]
-        b = [rnd.choice(alphabet) for _ in range(rnd.randint(0, 12))]
-        if rnd.random() < 0.5:  # mostly equal, as versions of a file are
-            b = a[: rnd.randint(0, len(a))] + b[:3] + a[rnd.randint(0, len(a)):]
-        check(a, b)
-    for path in sorted((Path(__file__).parent.parent / "examples").rglob("*.py"))[:40]:
-        lines = path.read_text().split("\n")
-        edited = lines[:]
-        for _ in range(rnd.randint(1, 6)):
-            at = rnd.randrange(len(edited) + 1)
-            edited[at: at + rnd.randint(0, 3)] = [rnd.choice(["", ")", "    pass", "    " + rnd.choice(lines)])
-                                                   for _ in range(rnd.randint(0, 3))]
-        check(lines, edited)
-        check(edited, lines)
-        check([line.strip() for line in lines], [line.strip() for line in edited])
-
-
 def test_a_finding_moved_keeps_every_other_field():
     import dataclasses
 
