@@ -27,8 +27,6 @@ from functools import cached_property
 
 import libcst as cst
 
-from ndif_opt.parsing import parse_module
-
 
 @dataclass(frozen=True, eq=False)
 class Part:
@@ -51,7 +49,7 @@ class Part:
 
 
 def parse_part(text: str) -> Part:
-    return Part(text, parse_module(text))
+    return Part(text, cst.parse_module(text))
 
 
 def joined(parts: Sequence[Part]) -> cst.Module | None:

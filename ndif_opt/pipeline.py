@@ -25,7 +25,6 @@ from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.effects import ServerCheck
 from ndif_opt.joined import Part, joined, parse_part
 from ndif_opt.options import Options
-from ndif_opt.parsing import parse_module
 from ndif_opt.passes import PASSES, Context, RawFinding
 from ndif_opt.passes.migrate_api import PRE_05, PRE_05_MESSAGE, MigrateApi, api_generation, legacy_summary
 from ndif_opt.positions import Positions, code_and_positions
@@ -47,7 +46,7 @@ def parse(source: str, filename: str | None = None) -> cst.Module:
 
 def _libcst_parse(source: str, filename: str | None = None) -> cst.Module:
     try:
-        return parse_module(source)
+        return cst.parse_module(source)
     except cst.ParserSyntaxError as error:
         raise SyntaxError(
             f"{error.message} (line {error.raw_line}, column {error.raw_column})",
