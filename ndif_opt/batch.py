@@ -5,8 +5,7 @@ the prefilter — a substring test, then an ast-grep parse — takes about a mil
 a file without nnsight is its own result. The files that need the pipeline run in a
 process pool, one task per file, largest first so a big file does not start last. With
 one job, or only one file to optimize, there is no pool: the pipeline runs in this
-process (what tests and debuggers want); a single file may then use the processes for
-its independent windows (``Options.jobs``, ndif_opt/forking.py). Outcomes come back in
+process (what tests and debuggers want). Outcomes come back in
 input order whatever order the workers finish in, so output is deterministic. Nothing
 here writes files or prints: the caller does, after every outcome is in.
 
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 
 from ndif_opt.files import InputError, SourceFile, decode, read_source, same_file
 from ndif_opt.options import Options
-from ndif_opt.runtime import collect_garbage_rarely, collector_paused
+from ndif_opt.runtime import collector_paused, init_worker
 from ndif_opt.types import Result
 
 
@@ -127,25 +126,6 @@ def work(source: SourceFile, options: Options) -> tuple[Result | None, str | Non
         return None, str(error)
 
 
-def _worker_init(parent: int | None = None) -> None:
-    # Ctrl-C on a terminal reaches the whole process group: the parent handles it and
-    # stops the workers, which must not each print a KeyboardInterrupt traceback.
-    collect_garbage_rarely()  # inherited when forked; set again where workers are spawned
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler, if inherited
-    if sys.platform.startswith("linux"):
-        # a parent killed outright (SIGKILL) cannot stop its workers: have the kernel
-        # end a worker whose parent is gone, instead of leaving it computing, then asleep
-        try:
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-        if parent is not None and os.getppid() != parent:  # it died before the prctl
-            os._exit(1)
-
-
 class Terminated(BaseException):
     """SIGTERM arrived while a pool was running (the workers have been stopped)."""
 
@@ -175,7 +155,7 @@ def _pool(workers: int):
         import ndif_opt.pipeline  # noqa: F401
     sys.stdout.flush()  # a forked child flushes its copy of unflushed output when it exits
     sys.stderr.flush()
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_init,
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=init_worker,
                                initargs=(os.getpid(),))
 
 
@@ -206,11 +186,6 @@ def _catch_sigterm():
 def _restore_sigterm(previous) -> None:
     if previous is not None:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _one_file_jobs(options: Options, jobs: int, files: int) -> Options:
-    """A single file to optimize may use the processes itself, for its windows."""
-    return dataclasses.replace(options, jobs=jobs) if files == 1 and jobs > 1 else options
 
 
 def _isolated(task: Callable, source: SourceFile, options: Options) -> tuple[Result | None, str | None]:
@@ -280,7 +255,7 @@ def process(
             pool = None
     if pool is None:
         for index, source in pending:
-            settle(index, source, *task(source, _one_file_jobs(options[paths[index]], jobs, len(pending))))
+            settle(index, source, *task(source, options[paths[index]]))
         return outcomes  # type: ignore[return-value]
 
     from concurrent.futures import FIRST_COMPLETED, wait

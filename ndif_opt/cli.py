@@ -122,7 +122,7 @@ def optimize(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no findings (and no progress bar)."),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j",
-        help="Worker processes for several files, or for the independent parts of one long file (default: one per CPU); 1 runs everything in this process.",
+        help="Worker processes for several files (default: one per CPU); 1 runs everything in this process.",
     ),
     config: Optional[str] = typer.Option(None, "--config", help="A pyproject.toml with [tool.ndif-opt]."),
     migrate: Optional[bool] = typer.Option(

@@ -23,9 +23,6 @@ class Options:
     local_modules: dict = field(default_factory=dict)
     # names a fresh name must not take: the whole file's, when a part of it is optimized
     reserved_names: frozenset[str] = frozenset()
-    # processes one long file's independent windows may use (forked, on Linux); results
-    # do not depend on it. The command line sets it for a single file; 1: this process only
-    jobs: int = 1
     # the code is a notebook's code cells, joined: the kernel keeps every module-level name
     # after the last cell, where a cell not yet written may read it
     notebook: bool = False

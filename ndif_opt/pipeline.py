@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
-import functools
 import operator
 import threading
 from collections import OrderedDict
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ndif_opt import forking, windows
+from ndif_opt import windows
 from ndif_opt.analysis import Facts, analyze
 from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.effects import ServerCheck
@@ -198,9 +197,9 @@ def _run_windows(plan: windows.Plan, source: str, options: Options, filename: st
 
     Fresh names a pass introduces avoid every name of the file, not only the window's."""
     reserved = options.reserved_names | plan.names
-    window_options = dataclasses.replace(options, reserved_names=reserved, jobs=1)
+    window_options = dataclasses.replace(options, reserved_names=reserved)
     active = [window for window in plan.windows if window.active]
-    placed = _window_results(plan, active, window_options, filename, cache, options.jobs)
+    placed = _placed_all(plan, active, window_options, filename, cache)
     parts: list[str] = []
     results: list[_Placed] = []
     position = 0
@@ -217,57 +216,6 @@ def _run_windows(plan: windows.Plan, source: str, options: Options, filename: st
         results.append(done)
     parts.append(plan.text(position, len(plan.lines)))
     return _combined(source, "".join(parts), results, options)
-
-
-# windows of fewer lines than this in all are not worth a process: forking and sending
-# the results back cost more than the share of the work it takes over (measured with the
-# windows shared out as they go: dense-150, ~135 lines of windows, 83 -> 66 ms on two
-# processes, dense-300 176 -> 119 ms; dense-100, split at 40 lines a process, was slower)
-_LINES_PER_PROCESS = 60
-# from this many lines of windows, children compute them all and this process only
-# gathers: what the work leaves in memory (caches of the nodes of the last windows, some
-# 350,000 objects after dense-5k) exits with them, where here the garbage collector would
-# walk it once the file is done (0.10-0.18 s after dense-5k, 0.46-0.84 s after dense-20k)
-# and the interpreter free it at exit; for fewer lines one more child costs more (its
-# start, the memory it copies as it touches it) than that walk (dense-200: 117-151 ms
-# with this process computing, 125-190 ms without)
-_LINES_FOR_CHILDREN_ONLY = 2500
-
-
-def _window_results(plan: windows.Plan, active: list[windows.Window], options: Options,
-                    filename: str | None, cache: WindowCache | None, jobs: int) -> Iterator[_Placed | None]:
-    """The results of the active windows placed in the file, in order (None: the windowed
-    run must give up): computed as they are asked for, or, with ``jobs`` > 1 and enough
-    work, shared out window by window between processes, each starting on a run of
-    neighbouring windows (forking.map_shared; for a long file, all of them children). A
-    window a process could not finish (it raised, or the process died) is computed here
-    when its turn comes, so it fails as it would have without processes."""
-    groups = _groups(plan, active, jobs) if cache is None and forking.can_fork() else [active]
-    if len(groups) < 2:
-        yield from _placed_all(plan, active, options, filename, cache)
-        return
-    here = sum(window.end - window.start for window in active) < _LINES_FOR_CHILDREN_ONLY
-    yield from forking.map_shared(functools.partial(_placed_all, plan, options=options, filename=filename), groups,
-                                  here=here)
-
-
-def _groups(plan: windows.Plan, active: list[windows.Window], jobs: int) -> list[list[windows.Window]]:
-    """At most ``jobs`` runs of neighbouring windows (neighbours share preludes) of about
-    equal size, each with at least _LINES_PER_PROCESS lines of window text: where each
-    process starts."""
-    sizes = [window.end - window.start for window in active]
-    count = min(jobs, sum(sizes) // _LINES_PER_PROCESS)
-    if count < 2:
-        return [active]
-    share = sum(sizes) / count
-    groups: list[list[windows.Window]] = [[]]
-    filled = 0
-    for window, size in zip(active, sizes):
-        if filled >= share * len(groups) and len(groups) < count:
-            groups.append([])
-        groups[-1].append(window)
-        filled += size
-    return groups
 
 
 @dataclass(frozen=True)

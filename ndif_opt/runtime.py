@@ -1,5 +1,8 @@
 """Settings of the processes ndif-opt owns: the command line, its workers, the editor server.
 
+Workers (:func:`init_worker`) ignore Ctrl-C, which their parent handles, and end when
+their parent dies.
+
 Garbage collection. The pipeline allocates millions of short-lived objects (libcst nodes,
 rebuilt trees, shapes) while the parsed file and the caches keyed by node stay alive, so
 with Python's default thresholds (a collection every 700 net allocations) the collector
@@ -21,6 +24,9 @@ alive anyway: 7% of a 5,000-line dense run and 11% of a 20,000-line one (timed w
 from __future__ import annotations
 
 import gc
+import os
+import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -44,3 +50,24 @@ def collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def init_worker(parent: int | None = None) -> None:
+    """Settings of a worker process of directory mode's pool (``parent``: the pid of the
+    process that started it)."""
+    collect_garbage_rarely()  # inherited when forked; set again where workers are spawned
+    # Ctrl-C on a terminal reaches the whole process group: the parent handles it and
+    # stops the workers, which must not each print a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler, if inherited
+    if sys.platform.startswith("linux"):
+        # a parent killed outright (SIGKILL) cannot stop its workers: have the kernel
+        # end a worker whose parent is gone, instead of leaving it computing, then asleep
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+        if parent is not None and os.getppid() != parent:  # it died before the prctl
+            os._exit(1)

@@ -25,6 +25,13 @@ def test_the_command_line_collects_garbage_rarely():
     assert _thresholds_after("pass") == gc.get_threshold() != runtime.THRESHOLDS
 
 
+def test_a_worker_collects_rarely_and_leaves_ctrl_c_to_its_parent():
+    script = ("import gc, os, signal\nfrom ndif_opt import runtime\nruntime.init_worker(os.getppid())\n"
+              "print(gc.get_threshold() == runtime.THRESHOLDS, signal.getsignal(signal.SIGINT) is signal.SIG_IGN)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "True"]
+
+
 def test_a_library_call_keeps_the_callers_settings():
     before = gc.get_threshold()
     optimize(DENSE_HEAD)
