@@ -16,36 +16,27 @@ import itertools
 import re
 
 import libcst as cst
-from libcst._position import CodePosition, CodeRange
+from libcst.metadata import CodePosition, CodeRange
 
-from ndif_opt.codegen import RecordingState, generate, spans_of
+from ndif_opt.codegen import RecordingState, generate
 
 _NEWLINE = re.compile(r"\r\n?|\n")  # libcst's own definition of a line break
 
 
 class _Generated:
     """The tokens of a code generation, their text, and where each node is among them
-    (by id: whoever holds a ``_Generated`` holds the tree it was generated from).
-    ``in_one_piece``: the generation without statements' code reused, for a node at more
-    than one place (which of its spans a generation keeps depends on the node's class)."""
+    (by id: whoever holds a ``_Generated`` holds the tree it was generated from)."""
 
-    __slots__ = ("tokens", "state", "text", "_offsets", "_in_one_piece")
+    __slots__ = ("tokens", "spans", "text", "_offsets")
 
-    def __init__(self, state: RecordingState, in_one_piece=None) -> None:
-        self.tokens, self.state = state.tokens, state
+    def __init__(self, state: RecordingState) -> None:
+        self.tokens, self.spans = state.tokens, state.spans
         self.text = "".join(self.tokens)
         self._offsets: list[int] | None = None
-        self._in_one_piece = in_one_piece
 
     def span(self, node: cst.CSTNode) -> tuple[int, int] | None:
         """Where ``node`` is in the text, in characters."""
-        if not self.state.nested:
-            span = self.state.spans.get(id(node))
-        else:
-            found = spans_of(node, self.state)
-            if len(found) > 1:  # where its generation in one piece (its own tokens) has it
-                return _Generated(self._in_one_piece()).span(node)
-            span = found[0] if found else None
+        span = self.spans.get(id(node))
         return None if span is None else (self.offset(span[0]), self.offset(span[1]))
 
     def offset(self, token_count: int) -> int:
@@ -56,8 +47,8 @@ class _Generated:
 
 
 def code_for_node(node: cst.CSTNode, indent: str = "    ", newline: str = "\n") -> str:
-    """``cst.Module([]).code_for_node(node)`` (the node's code, indented from column 0), faster."""
-    state = RecordingState(indent, newline, reuse_statements=True)
+    """``cst.Module([]).code_for_node(node)``: the node's code, indented from column 0."""
+    state = RecordingState(indent, newline)
     generate(node, state)
     return "".join(state.tokens)
 
@@ -203,16 +194,9 @@ def top_level_code(node: cst.CSTNode, module: cst.Module) -> str | None:
 def _statement_code(statement: cst.BaseStatement, indent: str, newline: str) -> _Generated:
     """A top-level statement's code generation (a pure function of an immutable node,
     hashed by identity and kept alive while cached)."""
-    state = RecordingState(indent, newline, reuse_statements=True)
-    generate(statement, state)
-    return _Generated(state, functools.partial(_generation_in_one_piece, statement, indent, newline))
-
-
-def _generation_in_one_piece(statement: cst.BaseStatement, indent: str, newline: str) -> RecordingState:
-    """A statement's code generation in one piece (no statement's code reused)."""
     state = RecordingState(indent, newline)
     generate(statement, state)
-    return state
+    return _Generated(state)
 
 
 __all__ = ["Positions", "code_and_positions", "code_for_node", "top_level_code"]

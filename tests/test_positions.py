@@ -58,9 +58,9 @@ def test_top_level_code_is_code_of_or_nothing(name):
     assert all(top_level_code(node, module) is None for node in nested)
 
 
-def test_reused_statement_lines_keep_the_positions():
-    # a new version re-indents a block whose statement lines it shares with the one before;
-    # a node at two places (one in a reused line) takes its one-piece generation's span
+def test_shared_statements_keep_the_positions():
+    # a new version re-indents a block whose statement lines it shares with the one before,
+    # and a node at two places takes the span libcst gives it
     before = cst.parse_module("for i in r:\n    x = f(i)  # c\n    y = [\n        x]\n")
     loop = before.body[0]
     shared = loop.body.body[0].body[0].value.args[0].value  # the i in f(i)
