@@ -7,9 +7,9 @@ visitor methods on the same nodes in the same order (``visit_<Node>``, children 
 it returned False, ``leave_<Node>``; a visitor that overrides ``on_visit``/``on_leave``
 gets those called instead), without building anything.
 
-The order of a node's children is libcst's own: read once per node class from the field
-names its ``_visit_and_replace_children`` visits, in order (the test suite checks it
-against libcst's ``children`` on every node of a large corpus). Attribute hooks
+The order of a node's children is libcst's own, learned once per node class through
+libcst's public visitor API (:func:`visiting_order`; the test suite checks it against
+libcst's ``children`` on every node of a large corpus). Attribute hooks
 (``visit_<Node>_<field>``) and metadata are not supported: no analysis uses them.
 
 :func:`paths_to` and :func:`find_nodes` go further for searches: they read only the fields
@@ -21,14 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
-import re
 import typing
 from collections.abc import Callable
 
 import libcst as cst
-
-_VISITED_FIELD = re.compile(r'visit_\w+\(\s*self,\s*"(\w+)"')
 
 
 # whitespace, comments, punctuation and operators: nodes that hold nothing else
@@ -66,8 +62,7 @@ class _Fields:
     def of(self, cls: type) -> tuple[str, ...]:
         fields = self._by_class.get(cls)
         if fields is None:
-            source = inspect.getsource(cls._visit_and_replace_children)
-            fields = self._by_class[cls] = tuple(dict.fromkeys(_VISITED_FIELD.findall(source)))
+            fields = self._by_class[cls] = visiting_order(cls)
         return fields
 
     def content(self, cls: type) -> tuple[str, ...]:
@@ -85,6 +80,51 @@ class _Fields:
 
 
 _FIELDS = _Fields()  # a fact about the installed libcst, the same for every tree
+
+
+class _StandIn:
+    """The value of every field of the node :func:`visiting_order` makes: visited, it
+    stays itself; as a sequence, it is empty."""
+
+    def visit(self, visitor: cst.CSTVisitor) -> "_StandIn":
+        return self
+
+    def __iter__(self):
+        return iter(())
+
+
+class _FieldOrder(cst.CSTVisitor):
+    """Records the fields of one node in the order libcst visits them."""
+
+    def __init__(self, node: cst.CSTNode) -> None:
+        super().__init__()
+        self.node = node
+        self.fields: list[str] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return node is self.node  # its children are stand-ins: nothing below to visit
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        self.fields.append(attribute)
+
+
+def visiting_order(cls: type) -> tuple[str, ...]:
+    """The child fields of a node class, in the order libcst visits them (the order of
+    the code). libcst has no public table of it; its visitor API announces each field,
+    in that order, as it visits it (``on_visit_attribute``), whatever the field holds.
+    So one visit of a node of the class, every field a stand-in, announces them all: the
+    node is made without its constructor (stand-ins are no valid values) and the copy
+    libcst builds from the visited fields, which its checks refuse, is not wanted."""
+    node = object.__new__(cls)
+    stand_in = _StandIn()
+    for field in dataclasses.fields(cls):
+        object.__setattr__(node, field.name, stand_in)  # frozen: set as its constructor does
+    recorder = _FieldOrder(node)
+    try:
+        node.visit(recorder)
+    except Exception:  # noqa: BLE001 - the copy made of stand-ins, after every field was announced
+        pass
+    return tuple(dict.fromkeys(recorder.fields))
 
 
 def content_fields(cls: type) -> tuple[str, ...]:
