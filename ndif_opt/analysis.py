@@ -17,8 +17,8 @@ from functools import cached_property
 
 import libcst as cst
 
-from ndif_opt.names import NameUse, collect, dotted_name
-from ndif_opt.positions import code_for_node
+from ndif_opt.names import NameUse, collect, dotted_name, root_name
+from ndif_opt.positions import code_of
 from ndif_opt.shapes import literal_value  # the model's repo id, read in every version
 from ndif_opt.walk import find_nodes, walk
 
@@ -71,7 +71,6 @@ class RemoteFlag:
         if self.expr is None:
             return ""
         # asked of every block in every version: the code is kept by node
-        from ndif_opt.rewrite import code_of  # rewrite imports this module
 
         return code_of(self.expr)
 
@@ -308,6 +307,16 @@ class Facts:
                 return None  # `xs = []` then `xs.append(...)`: its value is not the literal
             return value
         return None
+
+    def is_model_like(self, name: str) -> bool:
+        """A model, or an alias of one of its modules (`layers = model.model.layers`)."""
+        if name in self.models:
+            return True
+        for block in self.blocks:
+            if block.tracer_name == name or block.model == name:
+                return True
+        value = self.constant(name)
+        return value is not None and root_name(value) in self.models
 
     def _mutated_names(self) -> frozenset[str]:
         """Names whose object the module changes in place anywhere (functions included)."""
@@ -668,7 +677,7 @@ def _remote_flag(call: cst.Call, arg: cst.Arg | None, info: StmtInfo, facts: Fac
 
 def _kwargs_remote(expr: cst.BaseExpression, facts: Facts) -> tuple[Remote, str]:
     """`**kw` where `kw` is a module-level dict with a literal "remote" key."""
-    code = code_for_node(expr)
+    code = code_of(expr)
     value = facts.constant(expr.value) if isinstance(expr, cst.Name) else None
     entry = _dict_entry(value, "remote") if value is not None else None
     if entry is None:
@@ -721,7 +730,7 @@ def _truth(expr: cst.BaseExpression, facts: Facts, seen: set[str], info: StmtInf
         return (Remote.YES if expr.evaluated_value else Remote.NO), expr, "a string host"
     if kind is cst.Integer:
         return (Remote.YES if int(expr.value) else Remote.NO), expr, "an integer flag"
-    code = code_for_node(expr)
+    code = code_of(expr)
     entry = _config_entry(expr, facts)
     if entry is not None and code not in seen:
         state, _, _ = _truth(entry, facts, seen | {code})

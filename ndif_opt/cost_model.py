@@ -66,11 +66,11 @@ from ndif_opt.analysis import Block, Facts, Remote, RemoteFlag, is_save_call
 from ndif_opt.helpers import self_methods
 from ndif_opt.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size, estimate_n_params
 from ndif_opt.names import all_params, collect, dotted_name, returned_name, target_names
-from ndif_opt.positions import top_level_code
+from ndif_opt.positions import code_of, top_level_code
 from ndif_opt.options import Options
 from ndif_opt.regions import arithmetic, dict_view_length
 from ndif_opt.retries import retry_guard, retry_wrappers, unwrapped_call
-from ndif_opt.rewrite import code_of, unsave
+from ndif_opt.rewrite import unsave
 from ndif_opt.shapes import ModuleRef, Shape, literal_value, shape_of, value_of
 from ndif_opt.types import Cost, UnknownDownload, UnknownDownloads
 from ndif_opt.walk import content_children

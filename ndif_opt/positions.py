@@ -55,7 +55,7 @@ class _Generated:
         return self._offsets[token_count]
 
 
-def code_for_node(node: cst.CSTNode, indent: str = "    ", newline: str = "\n") -> str:
+def code_of(node: cst.CSTNode, indent: str = "    ", newline: str = "\n") -> str:
     """``cst.Module([]).code_for_node(node)`` (the node's code, indented from column 0), faster."""
     state = RecordingState(indent, newline, reuse_statements=True)
     generate(node, state)
@@ -215,4 +215,4 @@ def _generation_in_one_piece(statement: cst.BaseStatement, indent: str, newline:
     return state
 
 
-__all__ = ["Positions", "code_and_positions", "code_for_node", "top_level_code"]
+__all__ = ["Positions", "code_and_positions", "code_of", "top_level_code"]

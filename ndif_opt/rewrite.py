@@ -18,7 +18,7 @@ import libcst as cst
 
 from ndif_opt.analysis import is_save_call, remote_arg
 from ndif_opt.names import root_name
-from ndif_opt.positions import code_for_node
+from ndif_opt.positions import code_of
 from ndif_opt.walk import transform
 
 Statements = list[cst.BaseStatement]
@@ -221,13 +221,6 @@ _BLANK_LINE_FIELDS = _BlankLineFields()  # a fact about the installed libcst
 
 
 @functools.lru_cache(maxsize=8192)
-def code_of(node: cst.CSTNode) -> str:
-    # a pure function of an immutable node (hashed by identity and kept alive while
-    # cached): the passes and the cost model ask for the code of the same nodes, in
-    # every version of the tree that shares them
-    return code_for_node(node)
-
-
 def without_remote(call: cst.Call) -> cst.Call:
     """The call with its `remote=` argument removed (and a dangling comma fixed)."""
     arg = remote_arg(call)

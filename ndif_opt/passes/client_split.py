@@ -41,7 +41,7 @@ import libcst as cst
 from ndif_opt.analysis import Facts, qualify
 from ndif_opt.effects import PROGRESS_BARS
 from ndif_opt.names import MUTATING_METHODS, NameUse, all_params, collect, exposed_reads, target_names
-from ndif_opt.rewrite import code_of
+from ndif_opt.positions import code_of
 from ndif_opt.walk import find_nodes, walk
 
 # Problems a client statement may have and still be replayed after the session.

@@ -39,7 +39,8 @@ import libcst as cst
 from ndif_opt.analysis import Facts, Remote, is_save_call
 from ndif_opt.names import dotted_name
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.rewrite import code_of, method_call
+from ndif_opt.positions import code_of
+from ndif_opt.rewrite import method_call
 from ndif_opt.tensors import has_detach_cpu, is_tensor
 from ndif_opt.walk import paths_to, transform, walk
 

@@ -79,7 +79,8 @@ import libcst as cst
 from ndif_opt.analysis import Block, Facts, is_save_call, opens_invoke, qualify
 from ndif_opt.names import collect, collect_all, dotted_name
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.rewrite import code_of, method_call, reindentable, without_remote
+from ndif_opt.positions import code_of
+from ndif_opt.rewrite import method_call, reindentable, without_remote
 from ndif_opt.walk import find_nodes, walk as walk_tree
 
 PRE_05 = "pre-0.5"

@@ -81,7 +81,8 @@ from ndif_opt.names import (
 )
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.regions import reads_after
-from ndif_opt.rewrite import NodeEdits, SuitePlan, code_of, empty_container_kind, method_call, unsave
+from ndif_opt.positions import code_of
+from ndif_opt.rewrite import NodeEdits, SuitePlan, empty_container_kind, method_call, unsave
 from ndif_opt.types import Safety
 from ndif_opt.walk import IS_NODE_TYPE, all_nodes, content_children, content_fields, find_nodes, transform
 

@@ -71,7 +71,8 @@ from ndif_opt.analysis import Block, Facts
 from ndif_opt.cost_model import RequestEstimate, explain, session_budget
 from ndif_opt.names import collect, collect_all, name_assignment, target_names
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.rewrite import SuitePlan, code_of, empty_container_kind
+from ndif_opt.positions import code_of
+from ndif_opt.rewrite import SuitePlan, empty_container_kind
 from ndif_opt.walk import walk
 from ndif_opt.wording import counted
 
@@ -203,7 +204,7 @@ def _accumulators(prefix, loop: cst.For, facts: Facts) -> tuple[dict[str, str], 
     prefix_use = collect_all(prefix)
     loop_use = collect(loop.body)
     for name in loop_use.mutates:
-        if name in created or _model_like(name, facts, loop):
+        if name in created or facts.is_model_like(name):
             continue
         if name in loop_use.binds:
             continue  # created inside each iteration
@@ -281,12 +282,6 @@ def _only_filled(node: cst.CSTNode, name: str, kind: str) -> bool:
 
     walk(node, Finder())
     return all(id(n) in allowed for n in seen)
-
-
-def _model_like(name: str, facts: Facts, loop: cst.For) -> bool:
-    from ndif_opt.passes.session_hoisting import _is_model_like
-
-    return _is_model_like(name, facts)
 
 
 def _carried(loop: cst.For, accumulators: dict[str, str], facts: Facts) -> str:

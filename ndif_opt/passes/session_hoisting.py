@@ -445,7 +445,7 @@ class SessionHoisting(Pass):
             later = set(reads_after(facts, region.suite, region.end))
             region.split = split_region(
                 region.statements, facts, context.server, remote_work, taken, list(carry), later,
-                is_model=lambda name: _is_model_like(name, facts), drop_bars=context.options.unsafe_fixes,
+                is_model=facts.is_model_like, drop_bars=context.options.unsafe_fixes,
                 client_roots=region.client_roots,
             )
         except Refused as refused:
@@ -878,7 +878,7 @@ def _client_mutations(region: Region, facts: Facts, everything: NameUse) -> list
             value = helper.argument(call, param)
             if isinstance(value, cst.Name):
                 mutated.setdefault(value.value)
-    return [name for name in mutated if name not in everything.binds and not _is_model_like(name, facts)]
+    return [name for name in mutated if name not in everything.binds and not facts.is_model_like(name)]
 
 
 def _saved(region: Region) -> set[str]:
@@ -1129,21 +1129,6 @@ def _accumulator_inside(region: Region, name: str) -> Accumulator | None:
             return None
         found = Accumulator(name, kind, stmt, region.start + offset)
     return found
-
-
-def _is_model_like(name: str, facts: Facts) -> bool:
-    """A model, or an alias of one of its modules (`layers = model.model.layers`)."""
-    if name in facts.models:
-        return True
-    for block in facts.blocks:
-        if block.tracer_name == name or block.model == name:
-            return True
-    value = facts.constant(name)
-    if value is not None:
-        from ndif_opt.names import root_name
-
-        return root_name(value) in facts.models
-    return False
 
 
 def _kind_label(region: Region) -> str:

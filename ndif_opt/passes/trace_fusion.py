@@ -53,10 +53,9 @@ import libcst as cst
 from ndif_opt.analysis import Block, Facts, StmtInfo
 from ndif_opt.names import NameUse, collect, collect_all, root_name, target_names
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.passes.session_hoisting import _is_model_like
-from ndif_opt.positions import code_and_positions
+from ndif_opt.positions import code_and_positions, code_of
 from ndif_opt.regions import int_value, trip_count
-from ndif_opt.rewrite import SuitePlan, code_of, reindentable
+from ndif_opt.rewrite import SuitePlan, reindentable
 from ndif_opt.walk import walk_content
 from ndif_opt.wording import counted
 
@@ -364,12 +363,12 @@ def _module_accesses(node: cst.CSTNode, facts: Facts) -> Accesses:
                     writes_value = True
                 expr = expr.value
             root = root_name(target)
-            if not writes_value and root is not None and _is_model_like(root, facts) and target is not expr:
+            if not writes_value and root is not None and facts.is_model_like(root) and target is not expr:
                 result.model_writes.append(target)
     for n in found:
         if type(n) is cst.Attribute and n.attr.value in MODULE_VALUES:
             root = root_name(n.value)
-            if root is None or not _is_model_like(root, facts):
+            if root is None or not facts.is_model_like(root):
                 result.unknown.append(n)
                 continue
             layers, index, sub = _split_envoy(n.value)
@@ -378,7 +377,7 @@ def _module_accesses(node: cst.CSTNode, facts: Facts) -> Accesses:
             func = n.func
             if type(func) is cst.Attribute and func.attr.value == "skip":
                 root = root_name(func.value)
-                if root is not None and _is_model_like(root, facts):
+                if root is not None and facts.is_model_like(root):
                     result.skips.append(n)
     return result
 
