@@ -5,10 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-# passes that run only when asked for (`--migrate`, or selected by id)
-OPT_IN_PASSES = frozenset({"migrate-api"})
-
-
 @dataclass(frozen=True)
 class Options:
     select: frozenset[str] | None = None  # None: every pass
@@ -34,9 +30,11 @@ class Options:
     # could become one session does not cross them, as it cannot across windows
     window_edges: frozenset[int] = frozenset()
 
-    def wants(self, pass_id: str) -> bool:
+    def wants(self, pass_id: str, opt_in: bool = False) -> bool:
+        """Does the run include this pass? An ``opt_in`` pass (``Pass.opt_in``) only when
+        asked for: ``migrate``, or selected by id."""
         if pass_id in self.ignore:
             return False
-        if pass_id in OPT_IN_PASSES:
+        if opt_in:
             return self.migrate or (self.select is not None and pass_id in self.select)
         return self.select is None or pass_id in self.select

@@ -50,7 +50,7 @@ from ndif_opt.walk import find_nodes
 
 class AccumulatorRelocation(Pass):
     __doc__ = __doc__
-    id = "accumulator-relocation"
+    fix_safety = "safe"
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()

@@ -106,7 +106,7 @@ UNSAFE_REASON = (
 
 class InvokeBatching(Pass):
     __doc__ = __doc__
-    id = "invoke-batching"
+    fix_safety = "unsafe (batching changes floats by ~1e-7)"
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()

@@ -122,7 +122,7 @@ class _Save:
 
 class ReductionPushdown(Pass):
     __doc__ = __doc__
-    id = "reduction-pushdown"
+    fix_safety = "safe"
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()

@@ -85,7 +85,7 @@ CHUNK = "_ndif_chunk"
 
 class SessionChunking(Pass):
     __doc__ = __doc__
-    id = "session-chunking"
+    fix_safety = "safe"
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         options = context.options

@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, Remote, is_save_call
-from ndif_opt.effects import PROGRESS_BARS, Problem
+from ndif_opt.effects import Problem
 from ndif_opt.helpers import (
     CallWithRemoteOff,
     RemoteHelper,
@@ -79,7 +79,6 @@ from ndif_opt.helpers import (
     remote_helpers,
     rewritten_helper,
 )
-from ndif_opt.analysis import qualify
 from ndif_opt.names import (
     NameUse,
     collect,
@@ -111,7 +110,6 @@ from ndif_opt.rewrite import (
     session_statement,
     with_fallback,
     with_module_import,
-    without_leading_blank_lines,
 )
 from ndif_opt.types import Safety
 from ndif_opt.walk import find_nodes, paths_to, transform
@@ -179,7 +177,8 @@ class Kind:
 
 class SessionHoisting(Pass):
     __doc__ = __doc__
-    id = "session-hoisting"
+    fix_safety = ("safe; dropping a `tqdm` bar (instead of replaying it) or moving a `print` to the server "
+                  "log is unsafe")
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()

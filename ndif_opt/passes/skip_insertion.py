@@ -93,7 +93,7 @@ CACHE = "_ndif_cache"
 
 class SkipInsertion(Pass):
     __doc__ = __doc__
-    id = "skip-insertion"
+    fix_safety = "safe, exact"
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()

@@ -661,7 +661,7 @@ def _fusion_problem(sweep: Sweep, facts: Facts) -> tuple[str, bool]:
 
 class TraceFusion(Pass):
     __doc__ = __doc__
-    id = "trace-fusion"
+    fix_safety = "safe, exact"
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
