@@ -55,7 +55,7 @@ import libcst as cst
 from ndif_opt.analysis import Facts, qualify
 from ndif_opt.names import collect, dotted_name, root_name
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.passes.trace_fusion import (
+from ndif_opt.passes.common.sweeps import (
     MODULE_VALUES,
     Sweep,
     TakenNames,

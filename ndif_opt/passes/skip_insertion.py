@@ -65,7 +65,7 @@ from ndif_opt.analysis import Facts
 from ndif_opt.model_registry import dims_for
 from ndif_opt.names import collect, root_name
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.passes.trace_fusion import (
+from ndif_opt.passes.common.sweeps import (
     HARMLESS_TRACE_KWARGS,
     Accesses,
     Sweep,
