@@ -9,7 +9,7 @@ approximating reads and binds only makes a pass refuse more often, never miscomp
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -25,6 +25,20 @@ MUTATING_METHODS = frozenset(
         "__setitem__",
     }
 )
+
+
+def fresh_name(base: str, taken: Container[str], *, first: int = 2, separator: str = "_") -> str:
+    """``base``, or else ``base_2``, ``base_3``...: the first that is not in ``taken``. The
+    one way the passes name what they add to a script (``taken``: the names the code uses
+    and those given out already; each pass knows which those are).
+
+    ``first``/``separator``: trace-fusion's sweeps number from ``_1``, reduction-pushdown
+    and session-chunking write ``x_argmax2``/``_ndif_chunk2``. Kept, so that ndif-opt
+    optimizes a script as it did before; one numbering for all is an output change."""
+    name, number = base, first
+    while name in taken:
+        name, number = f"{base}{separator}{number}", number + 1
+    return name
 
 
 @dataclass

@@ -40,7 +40,7 @@ import libcst as cst
 
 from ndif_opt.analysis import Facts, qualify
 from ndif_opt.effects import PROGRESS_BARS
-from ndif_opt.names import MUTATING_METHODS, NameUse, all_params, collect, exposed_reads, target_names
+from ndif_opt.names import MUTATING_METHODS, NameUse, all_params, collect, exposed_reads, fresh_name, target_names
 from ndif_opt.positions import code_of
 from ndif_opt.walk import find_nodes, walk
 
@@ -511,30 +511,17 @@ class _Splitter:
 
     def fresh_plain(self, base: str) -> str:
         """``base`` itself, or ``base_2``... when the file uses it."""
-        candidate, n = base, 2
-        while candidate in self.taken:
-            candidate, n = f"{base}_{n}", n + 1
-        self.taken.add(candidate)
-        self.record_names.add(candidate)
-        return candidate
-
-    def fresh_value(self, name: str) -> str:
-        """A readable name for a recorded part of ``name``."""
-        base, n = f"{name}_then", 2
-        candidate = base
-        while candidate in self.taken:
-            candidate, n = f"{base}_{n}", n + 1
-        self.taken.add(candidate)
-        self.record_names.add(candidate)
-        return candidate
-
-    def fresh(self, base: str) -> str:
-        name, n = f"{RECORD_PREFIX}{base}", 2
-        while name in self.taken:
-            name, n = f"{RECORD_PREFIX}{base}_{n}", n + 1
+        name = fresh_name(base, self.taken)
         self.taken.add(name)
         self.record_names.add(name)
         return name
+
+    def fresh_value(self, name: str) -> str:
+        """A readable name for a recorded part of ``name``."""
+        return self.fresh_plain(f"{name}_then")
+
+    def fresh(self, base: str) -> str:
+        return self.fresh_plain(f"{RECORD_PREFIX}{base}")
 
 
 def split_region(statements, facts: Facts, server_check, remote_work, taken: set[str],

@@ -76,6 +76,7 @@ from ndif_opt.names import (
     collect,
     comprehension_targets,
     definite_binds,
+    fresh_name,
     name_assignment,
     target_names,
 )
@@ -410,7 +411,7 @@ class ChainPushdown:
                 edits.remove.add(id(stmt))
                 moved.append(target)
                 continue
-            name = _fresh_name(x, chain, taken)
+            name = _reduced_name(x, chain, taken)
             taken.add(name)
             self.context.introduced.add(name)
             by_code[code] = name
@@ -1005,7 +1006,7 @@ class LiteralPushdown(_LoopReads):
         element = next(n for n in find_nodes(general, lambda n: isinstance(n, cst.Name) and n.value == ELEMENT))
         reduced_names = []
         for save, name_node in zip(self.saves, self.held):
-            name = _fresh_name(save.name, chains[0], taken)
+            name = _reduced_name(save.name, chains[0], taken)
             taken.add(name)
             self.context.introduced.add(name)
             reduced_names.append(name)
@@ -1211,7 +1212,7 @@ def _narrows(element: cst.SubscriptElement) -> bool:
     return False
 
 
-def _fresh_name(base: str, chain: cst.CSTNode, taken: _TakenNames) -> str:
+def _reduced_name(base: str, chain: cst.CSTNode, taken: _TakenNames) -> str:
     suffix = "reduced"
     node = chain
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
@@ -1224,12 +1225,7 @@ def _fresh_name(base: str, chain: cst.CSTNode, taken: _TakenNames) -> str:
         suffix = "slice"
     elif isinstance(node, cst.BinaryOperation):
         suffix = "diff" if isinstance(node.operator, cst.Subtract) else "value"
-    name = f"{base}_{suffix}"
-    counter = 2
-    while name in taken:
-        name = f"{base}_{suffix}{counter}"
-        counter += 1
-    return name
+    return fresh_name(f"{base}_{suffix}", taken, separator="")
 
 
 def _saved_assignment(name: str, chain: cst.BaseExpression, like: cst.SimpleStatementLine | None = None):

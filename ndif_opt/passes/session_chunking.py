@@ -69,7 +69,7 @@ import libcst as cst
 
 from ndif_opt.analysis import Block, Facts
 from ndif_opt.cost_model import RequestEstimate, explain, session_budget
-from ndif_opt.names import collect, collect_all, name_assignment, target_names
+from ndif_opt.names import collect, collect_all, fresh_name, name_assignment, target_names
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.positions import code_of
 from ndif_opt.rewrite import SuitePlan, empty_container_kind
@@ -187,7 +187,7 @@ def _plan(request: RequestEstimate, facts: Facts, budget: float, module: cst.Mod
     iterable, length = _slicing(loop.iter, facts, trips)
     if iterable is None:
         return None, length
-    chunk = _fresh_name(module, CHUNK, reserved)
+    chunk = _unused_name(module, CHUNK, reserved)
     return (_build(block, prefix, loop, accumulators, iterable, length, per_chunk, chunk), chunks, per_chunk), ""
 
 
@@ -376,13 +376,9 @@ def _reiterable(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> bool:
     return False
 
 
-def _fresh_name(module: cst.Module, base: str, reserved=frozenset()) -> str:
-    taken = set(collect(module).binds) | set(collect(module).reads) | set(reserved)
-    name, index = base, 1
-    while name in taken:
-        index += 1
-        name = f"{base}{index}"
-    return name
+def _unused_name(module: cst.Module, base: str, reserved=frozenset()) -> str:
+    use = collect(module)
+    return fresh_name(base, set(use.binds) | set(use.reads) | set(reserved), separator="")
 
 
 def _build(block: Block, prefix, loop: cst.For, accumulators, iterable: str, length: str, size: int, chunk: str):

@@ -84,6 +84,7 @@ from ndif_opt.names import (
     collect,
     collect_all,
     definite_binds,
+    fresh_name,
     function_locals,
     returned_name,
     root_name,
@@ -456,7 +457,7 @@ class SessionHoisting(Pass):
         """The retry that guarded the region's requests, rewritten to go around the
         session (a failure then retries the whole session); the reason it cannot be."""
         module_names = facts.once("session-hoisting:module-binds", lambda: set(collect(facts.module).binds))
-        attempt = _fresh_name("_ndif_attempt", self._taken(facts))
+        attempt = fresh_name("_ndif_attempt", self._taken(facts))
         for call, helper in region.helper_calls:
             wrapper = helper.wrapper_of(call)
             if wrapper is not None:
@@ -2207,9 +2208,4 @@ def _replay_reads(split: Split, stores: list[str], every_line: bool = False) -> 
     return ""
 
 
-def _fresh_name(base: str, taken: set[str]) -> str:
-    name, n = base, 2
-    while name in taken:
-        name, n = f"{base}_{n}", n + 1
-    return name
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, StmtInfo
+from ndif_opt import names
 from ndif_opt.names import NameUse, collect, collect_all, root_name, target_names
 from ndif_opt.passes.base import Context
 from ndif_opt.positions import code_and_positions, code_of
@@ -513,8 +514,18 @@ def nonnegative_ints(expr: cst.BaseExpression, facts: Facts) -> bool:
     return values is not None and all(v >= 0 for v in values)
 
 
+class _Either:
+    """In any of some collections (looked up where they are, not copied)."""
+
+    def __init__(self, *collections) -> None:
+        self.collections = collections
+
+    def __contains__(self, name: str) -> bool:
+        return any(name in collection for collection in self.collections)
+
+
 def fresh_name(base: str, facts: Facts, taken=frozenset()) -> str:
-    """``base``, or ``base_<n>``: a name the module of ``facts`` does not use, nor
+    """``base``, or ``base_<n>`` (:func:`ndif_opt.names.fresh_name`): a name the module of ``facts`` does not use, nor
     ``taken`` (a set, or :class:`TakenNames`)."""
     # the pipeline generated this version's code statement by statement: reuse it
     code = facts.once("trace-fusion:code", lambda: code_and_positions(facts.module)[0])
@@ -522,15 +533,7 @@ def fresh_name(base: str, facts: Facts, taken=frozenset()) -> str:
         return base  # every name the module uses is in its code: quicker than its names
     use = collect(facts.module)
 
-    def used(name: str) -> bool:
-        return name in use.reads or name in use.binds or name in taken
-
-    if not used(base):
-        return base
-    index = 1
-    while used(f"{base}_{index}"):
-        index += 1
-    return f"{base}_{index}"
+    return names.fresh_name(base, _Either(use.reads, use.binds, taken), first=1)
 
 
 class TakenNames:
