@@ -20,6 +20,7 @@ import libcst as cst
 from ndif_opt.names import NameUse, collect, dotted_name, root_name
 from ndif_opt.positions import code_of
 from ndif_opt.shapes import literal_value  # the model's repo id, read in every version
+from ndif_opt.vocabulary import MODEL_BLOCK_METHODS
 from ndif_opt.walk import find_nodes, walk
 
 # Classes whose instances are nnsight models, by their public import paths.
@@ -40,7 +41,6 @@ MODEL_CLASSES = frozenset(
     }
 )
 MODEL_CLASS_NAMES = frozenset(path.rsplit(".", 1)[1] for path in MODEL_CLASSES)
-BLOCK_METHODS = ("trace", "session", "generate")
 # torch's grad-mode context managers: `@torch.no_grad()` on a plain function is its body
 # run inside `with torch.no_grad():`, and `with torch.no_grad(), model.trace(...)` is a
 # block under one (they run the same on the server)
@@ -619,7 +619,7 @@ def _blocks(withs: list[StmtInfo], facts: Facts) -> list[Block]:
         if type(call) is not cst.Call or type(call.func) is not cst.Attribute:
             continue
         method = call.func.attr.value
-        if method not in BLOCK_METHODS:
+        if method not in MODEL_BLOCK_METHODS:
             continue
         receiver = dotted_name(call.func.value)
         if receiver is None:

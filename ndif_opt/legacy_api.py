@@ -19,6 +19,7 @@ from ndif_opt.analysis import Block, Facts, is_save_call, opens_invoke, qualify
 from ndif_opt.names import collect, collect_all, dotted_name
 from ndif_opt.positions import code_of
 from ndif_opt.rewrite import method_call
+from ndif_opt.vocabulary import LAYER_LISTS
 from ndif_opt.walk import find_nodes, walk as walk_tree
 
 PRE_05 = "pre-0.5"
@@ -51,7 +52,8 @@ def removed_module(path: str) -> str | None:
         if path == module or path.startswith(module + "."):
             return module
     return None
-LAYER_LISTS = frozenset({"layers", "h", "layer", "blocks"})
+
+
 # Methods of pre-0.5 tracers/sessions that 0.5+ replaced by plain Python.
 OLD_TRACER_METHODS = frozenset({"cond", "iter", "apply", "log", "exit"})  # apply, log: migrated
 

@@ -14,17 +14,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from ndif_opt.vocabulary import CONTAINER_MUTATORS
 from ndif_opt.walk import walk
 
-# Methods that change the object they are called on (lists, dicts, sets, deques).
-MUTATING_METHODS = frozenset(
-    {
-        "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
-        "update", "setdefault", "popitem", "add", "discard", "appendleft", "extendleft",
-        "difference_update", "intersection_update", "symmetric_difference_update",
-        "__setitem__",
-    }
-)
 
 
 def fresh_name(base: str, taken: Container[str], *, first: int = 2, separator: str = "_") -> str:
@@ -304,7 +296,7 @@ class _Collector(cst.CSTVisitor):
     # -- effects ---------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if type(func) is cst.Attribute and func.attr.value in MUTATING_METHODS:
+        if type(func) is cst.Attribute and func.attr.value in CONTAINER_MUTATORS:
             name = root_name(func.value)
             if name is not None:
                 self.use.mutates.setdefault(name, node)

@@ -40,8 +40,9 @@ import libcst as cst
 
 from ndif_opt.analysis import Facts, qualify
 from ndif_opt.effects import PROGRESS_BARS
-from ndif_opt.names import MUTATING_METHODS, NameUse, all_params, collect, exposed_reads, fresh_name, target_names
+from ndif_opt.names import NameUse, all_params, collect, exposed_reads, fresh_name, target_names
 from ndif_opt.positions import code_of
+from ndif_opt.vocabulary import CONTAINER_MUTATORS
 from ndif_opt.walk import find_nodes, walk
 
 # Problems a client statement may have and still be replayed after the session.
@@ -623,7 +624,7 @@ def _root_paths_changed(stmt: cst.CSTNode, roots: frozenset[str]) -> set[tuple[s
     for node in find_nodes(stmt, lambda n: isinstance(n, (cst.AssignTarget, cst.AugAssign))):
         targets.append(node.target)
     for node in find_nodes(stmt, lambda n: isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)):
-        if node.func.attr.value in MUTATING_METHODS:
+        if node.func.attr.value in CONTAINER_MUTATORS:
             targets.append(cst.Subscript(value=node.func.value, slice=[]))  # (changes what it is called on)
     found: set[tuple[str, str]] = set()
     for target in targets:
@@ -851,7 +852,7 @@ class _Mutations(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in MUTATING_METHODS:
+        if isinstance(func, cst.Attribute) and func.attr.value in CONTAINER_MUTATORS:
             self.paths.add(_path(func.value))
             self.stored.extend(a.value for a in node.args)
 

@@ -81,10 +81,11 @@ from ndif_opt.names import (
     target_names,
 )
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.regions import reads_after
 from ndif_opt.positions import code_of
+from ndif_opt.regions import reads_after
 from ndif_opt.rewrite import NodeEdits, SuitePlan, empty_container_kind, method_call, unsave
 from ndif_opt.types import Safety
+from ndif_opt.vocabulary import FILLING_METHODS
 from ndif_opt.walk import IS_NODE_TYPE, all_nodes, content_children, content_fields, find_nodes, transform
 
 BUILTIN_NAMES = frozenset(dir(builtins))
@@ -1104,7 +1105,7 @@ def _changed_through(node: cst.CSTNode, parents: dict[int, cst.CSTNode]) -> bool
     if isinstance(site, cst.Attribute) and isinstance(parents.get(id(site)), cst.Call) \
             and parents.get(id(site)).func is site:
         method = site.attr.value
-        return (method.endswith("_") and not method.endswith("__")) or method in _FILLING_METHODS
+        return (method.endswith("_") and not method.endswith("__")) or method in FILLING_METHODS
     return False
 
 
@@ -1140,13 +1141,12 @@ def _spelled_names(node: cst.CSTNode) -> set[str]:
     return {n.value for n in find_nodes(node, lambda n: isinstance(n, cst.Name))}
 
 
-_FILLING_METHODS = frozenset({"append", "extend", "insert", "update", "pop", "clear", "remove", "setdefault"})
 
 
 def _fills_in_place(node: cst.CSTNode) -> bool:
     """A call of a method that changes a list or dict (`x.append(...)`)."""
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
-        and node.func.attr.value in _FILLING_METHODS
+        and node.func.attr.value in FILLING_METHODS
 
 
 def _changes_in_place(node: cst.CSTNode) -> bool:
