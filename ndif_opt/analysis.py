@@ -14,6 +14,7 @@ import functools
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
+from typing import Any
 
 import libcst as cst
 
@@ -251,7 +252,7 @@ class Facts:
     bindings: dict[str, list[tuple[StmtInfo, cst.BaseExpression]]]  # simple `x = value`
     assume_remote: bool = False
     # answers several passes ask about this version of the tree, computed once
-    memo: dict = field(default_factory=dict, repr=False, compare=False)
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def once(self, key, compute):
         """``compute()``, once for this version of the tree."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -13,10 +14,10 @@ class Options:
     assume_remote: bool = False  # a `remote=` flag of unknown value counts as remote
     max_batch: int = 32
     migrate: bool = False  # first rewrite pre-0.5 nnsight code for nnsight 0.5+
-    cost: dict = field(default_factory=dict)  # cost-model assumption overrides
+    cost: dict[str, Any] = field(default_factory=dict)  # cost-model assumption overrides (numbers, names)
     # the user's own modules beside the script (name -> source), so helpers imported
     # from them can be checked; the CLI reads them, the library takes them as given
-    local_modules: dict = field(default_factory=dict)
+    local_modules: dict[str, str] = field(default_factory=dict)
     # names a fresh name must not take: the whole file's, when a part of it is optimized
     reserved_names: frozenset[str] = frozenset()
     # processes one long file's independent windows may use (forked, on Linux); results

@@ -14,7 +14,7 @@ import math
 import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import libcst as cst
@@ -84,7 +84,7 @@ class _State:
     _server: ServerCheck | None = None
     _positions: Positions | None = None
     _api: str | None = None
-    _mapping: tuple | None = None  # (original, its line map)
+    _mapping: tuple[str, Callable[[int, int], tuple[int, int]]] | None = None  # (original, its line map)
 
     @property
     def api(self) -> str:

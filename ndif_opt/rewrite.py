@@ -28,7 +28,7 @@ Statements = list[cst.BaseStatement]
 class SuitePlan:
     """Replacements of ``[start, end)`` statement ranges in suites, by suite identity."""
 
-    edits: dict[int, list[tuple[int, int, Callable[[Statements], Statements]]]] = field(
+    edits: dict[int, list[tuple[int, int, Callable[[Statements], Statements] | _Removal]]] = field(
         default_factory=dict
     )
 
@@ -37,7 +37,7 @@ class SuitePlan:
 
     def remove(self, suite: cst.CSTNode, index: int) -> None:
         """Delete one statement; its blank lines pass to the statement after it."""
-        self.edits.setdefault(id(suite), []).append((index, index + 1, REMOVE))
+        self.edits.setdefault(id(suite), []).append((index, index + 1, REMOVED))
 
     def __bool__(self) -> bool:
         return bool(self.edits)
@@ -107,7 +107,7 @@ class _SuiteRewriter(cst.CSTTransformer):
         body = list(updated.body)
         # apply from the end so earlier indices stay valid
         for start, end, build in sorted(edits, key=lambda e: e[0], reverse=True):
-            if build is REMOVE:
+            if build is REMOVED:
                 blanks = _leading_blank_lines(body[start])
                 del body[start:end]
                 if start < len(body) and blanks and not _leading_blank_lines(body[start]):
@@ -125,8 +125,15 @@ class _SuiteRewriter(cst.CSTTransformer):
         return self._rewrite(original, updated)
 
 
-def REMOVE(stmts):  # marker for SuitePlan.remove
-    return []
+class _Removal:
+    """What :meth:`SuitePlan.remove` puts where a build function goes: the statement is
+    deleted and its blank lines pass to the statement after it."""
+
+    def __repr__(self) -> str:
+        return "REMOVED"
+
+
+REMOVED = _Removal()
 
 
 def _leading_blank_lines(stmt: cst.BaseStatement) -> list[cst.EmptyLine]:
@@ -449,8 +456,8 @@ class NodeEdits(cst.CSTTransformer):
         if id(original) in self.replace:
             return self.replace[id(original)]
         if isinstance(original, (cst.Module, cst.IndentedBlock)):
-            body: list = []
-            carried: list = []
+            body: list[cst.BaseStatement] = []
+            carried: list[cst.EmptyLine] = []
             for old, new in zip(original.body, updated.body):
                 if id(old) in self.remove:
                     carried = carried or _leading_blank_lines(new)
