@@ -17,6 +17,9 @@ import libcst as cst
 from ndif_opt.vocabulary import CONTAINER_MUTATORS
 from ndif_opt.walk import walk
 
+#: The comprehensions: each has its own scope for the names its `for` binds.
+COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
 
 
 def fresh_name(base: str, taken: Container[str], *, first: int = 2, separator: str = "_") -> str:
