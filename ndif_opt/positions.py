@@ -55,8 +55,13 @@ class _Generated:
         return self._offsets[token_count]
 
 
+@functools.lru_cache(maxsize=8192)
 def code_of(node: cst.CSTNode, indent: str = "    ", newline: str = "\n") -> str:
-    """``cst.Module([]).code_for_node(node)`` (the node's code, indented from column 0), faster."""
+    """``cst.Module([]).code_for_node(node)`` (the node's code, indented from column 0), faster.
+
+    A pure function of an immutable node (hashed by identity and kept alive while cached):
+    the passes and the cost model ask for the code of the same nodes, in every version of
+    the tree that shares them."""
     state = RecordingState(indent, newline, reuse_statements=True)
     generate(node, state)
     return "".join(state.tokens)

@@ -8,7 +8,6 @@ applied in one transform. Everything not replaced keeps its exact text.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -227,7 +226,6 @@ class _BlankLineFields(dict):
 _BLANK_LINE_FIELDS = _BlankLineFields()  # a fact about the installed libcst
 
 
-@functools.lru_cache(maxsize=8192)
 def without_remote(call: cst.Call) -> cst.Call:
     """The call with its `remote=` argument removed (and a dangling comma fixed)."""
     arg = remote_arg(call)

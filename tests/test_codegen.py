@@ -15,7 +15,7 @@ import pytest
 from libcst._nodes.base import CSTCodegenError
 
 from generators import dense_nnsight_script, plain_python
-from ndif_opt import codegen, positions, rewrite
+from ndif_opt import codegen, positions
 from ndif_opt.codegen import RecordingState, generate
 from ndif_opt.passes import PASSES
 
@@ -187,7 +187,7 @@ def test_the_pipeline_generates_as_libcst(monkeypatch):
     for source in _golden_sources()[::3]:
         positions._statement_code.cache_clear()
         codegen._nested_code.cache_clear()
-        rewrite.code_of.cache_clear()
+        positions.code_of.cache_clear()
         optimize(source)
     assert asked
     assert codegen.generate is generate
