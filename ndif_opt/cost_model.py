@@ -62,7 +62,7 @@ from typing import Any
 
 import libcst as cst
 
-from ndif_opt.analysis import Block, Facts, Remote, RemoteFlag, is_save_call
+from ndif_opt.analysis import Block, Facts, Remote, RemoteFlag, config_entry, is_save_call
 from ndif_opt.helpers import self_methods
 from ndif_opt.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size, estimate_n_params
 from ndif_opt.names import all_params, collect, dotted_name, returned_name, target_names
@@ -1129,9 +1129,7 @@ class _Walker:
                     return self.constant_value(constant)
         if type(expr) in (cst.Attribute, cst.Subscript):
             # `cfg.prompt` / `CONFIG["prompt"]`: a config object spelled out in the script
-            from ndif_opt.analysis import _config_entry
-
-            entry = _config_entry(expr, self.facts)
+            entry = config_entry(expr, self.facts)
             if entry is not None:
                 return self.constant_value(entry)
         if type(expr) is cst.Subscript and len(expr.slice) == 1:
