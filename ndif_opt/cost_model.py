@@ -64,6 +64,7 @@ import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, Remote, RemoteFlag, config_entry, is_save_call
 from ndif_opt.helpers import self_methods
+from ndif_opt.literals import literal_value
 from ndif_opt.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size, estimate_n_params
 from ndif_opt.names import all_params, collect, dotted_name, returned_name, target_names
 from ndif_opt.positions import code_of, top_level_code
@@ -71,7 +72,8 @@ from ndif_opt.options import Options
 from ndif_opt.regions import arithmetic, dict_view_length
 from ndif_opt.retries import retry_guard, retry_wrappers, unwrapped_call
 from ndif_opt.rewrite import unsave
-from ndif_opt.shapes import ModuleRef, Shape, literal_value, shape_of, value_of
+from ndif_opt.shape_values import ModuleRef, Shape
+from ndif_opt.shapes import value_of
 from ndif_opt.types import Cost, UnknownDownload, UnknownDownloads
 from ndif_opt.walk import content_children
 

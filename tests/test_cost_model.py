@@ -705,7 +705,7 @@ def test_shared_values_are_keyed_by_exact_values_not_equal_ones():
     # the walker shares an expression's value between tree versions when the names it
     # spells hold the same values: 1, 1.0 and True are equal in Python but not the same
     from ndif_opt.cost_model import _exact
-    from ndif_opt.shapes import Shape
+    from ndif_opt.shape_values import Shape
 
     keys = {_exact(Shape(kind="python", value=v)) for v in (1, 1.0, True, 0.0, -0.0, (1,), (1.0,))}
     assert len(keys) == 7
