@@ -56,6 +56,7 @@ from ndif_opt.rewrite import unsave
 from ndif_opt.shape_values import ModuleRef, Shape
 from ndif_opt.shapes import value_of
 from ndif_opt.types import UnknownDownload
+from ndif_opt.vocabulary import LAYER_LISTS
 from ndif_opt.walk import content_children
 
 __all__ = ["RequestEstimate", "SessionProfile", "Walker", "serialized_size"]
@@ -76,7 +77,6 @@ _VIEW_METHODS = frozenset(
     }
 )  # fmt: skip
 _CONTAINER_METHODS = frozenset({"append", "extend", "insert", "update", "setdefault", "add"})
-_LAYER_CONTAINERS = frozenset({"layers", "h", "blocks", "layer"})
 _LAYER_COUNT_ATTRS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
 # modules the model runs before its first decoder layer
 _BEFORE_LAYERS = frozenset({"embed_tokens", "wte", "wpe", "embed_in", "embed_positions", "rotary_emb", "drop"})
@@ -833,13 +833,13 @@ class Walker:
             isinstance(ref, ModuleRef)
             and len(ref.path) >= 2
             and not isinstance(ref.path[-1], str)
-            and ref.path[-2] in _LAYER_CONTAINERS
+            and ref.path[-2] in LAYER_LISTS
         )
 
     def _module_list_length(self, expr: cst.BaseExpression) -> int | None:
         """``model.model.layers`` / ``model.transformer.h``: the model's layer count."""
         value = self.value(expr)
-        if isinstance(value, ModuleRef) and value.path and value.path[-1] in _LAYER_CONTAINERS:
+        if isinstance(value, ModuleRef) and value.path and value.path[-1] in LAYER_LISTS:
             return self.dims_of(self._model_of(expr)).n_layers
         return None
 
@@ -1681,7 +1681,7 @@ def _layer_position(ref: ModuleRef, attr: str, n: int) -> int:
     input comes before it, anything inside it or its output after it."""
     path = ref.path
     for index, item in enumerate(path[:-1]):
-        if isinstance(item, str) and item in _LAYER_CONTAINERS and not isinstance(path[index + 1], str):
+        if isinstance(item, str) and item in LAYER_LISTS and not isinstance(path[index + 1], str):
             layer = path[index + 1]
             if layer is None:
                 return n

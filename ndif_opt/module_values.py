@@ -26,6 +26,7 @@ from ndif_opt.shape_values import (
     evaluate_shape,
     promote,
 )
+from ndif_opt.vocabulary import LAYER_LISTS
 
 __all__ = [
     "PASSTHROUGH_CALLS",
@@ -43,7 +44,6 @@ __all__ = [
 # Modules: what .output / .input of each module is
 # ---------------------------------------------------------------------------------------
 
-_LAYER_LISTS = {"layers", "h", "blocks", "layer"}
 _ATTN = {"self_attn", "attn", "attention", "self_attention"}
 _MLP = {"mlp", "feed_forward", "ffn"}
 _NORMS = {
@@ -77,14 +77,14 @@ def role_of(ref: ModuleRef, ev: Evaluation) -> ModuleRole | None:
     names = [p for p in path if isinstance(p, str)]
     last = path[-1]
     if not isinstance(last, str):
-        if len(path) >= 2 and path[-2] in _LAYER_LISTS:
+        if len(path) >= 2 and path[-2] in LAYER_LISTS:
             idx = last
             if isinstance(idx, int) and not (-d.n_layers <= idx < d.n_layers):
                 ev.note(f"layer index {idx} is out of range for {d.n_layers} layers")
             return ModuleRole("hidden", h, h, label="decoder layer")
         return None
     in_layer = any(isinstance(p, int) or p is None for p in path[:-1]) and any(
-        p in _LAYER_LISTS for p in path[:-1] if isinstance(p, str)
+        p in LAYER_LISTS for p in path[:-1] if isinstance(p, str)
     )
     parent = names[-2] if len(names) >= 2 else None
     if last in _LM_HEADS:
