@@ -237,7 +237,8 @@ class ShapeContext:
 
 
 class UnknownShape(Exception):
-    """Raised inside the evaluator; turned into ``Shape.unknown(reason)`` at the top."""
+    """Raised by the evaluator and its rules where they cannot follow a value;
+    :func:`ndif_opt.shapes.value_of` turns it into ``Shape.unknown(reason)``."""
 
 
 class Evaluation:
