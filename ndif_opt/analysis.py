@@ -377,7 +377,7 @@ def _resolve_repo(info: ModelInfo, facts: Facts) -> ModelInfo:
         if isinstance(value, cst.Name):
             value = facts.constant(value.value)
         elif isinstance(value, (cst.Attribute, cst.Subscript)):
-            value = _config_entry(value, facts)
+            value = config_entry(value, facts)
         else:
             return info
         if value is None:
@@ -732,7 +732,7 @@ def _truth(expr: cst.BaseExpression, facts: Facts, seen: set[str], info: StmtInf
     if kind is cst.Integer:
         return (Remote.YES if int(expr.value) else Remote.NO), expr, "an integer flag"
     code = code_of(expr)
-    entry = _config_entry(expr, facts)
+    entry = config_entry(expr, facts)
     if entry is not None and code not in seen:
         state, _, _ = _truth(entry, facts, seen | {code})
         if state is not Remote.MAYBE:
@@ -740,7 +740,7 @@ def _truth(expr: cst.BaseExpression, facts: Facts, seen: set[str], info: StmtInf
     return Remote.MAYBE, expr, f"the value of `{code}` is not known before running"
 
 
-def _config_entry(expr: cst.BaseExpression, facts: Facts) -> cst.BaseExpression | None:
+def config_entry(expr: cst.BaseExpression, facts: Facts) -> cst.BaseExpression | None:
     """`cfg.remote` / `CONFIG["remote"]` / `Config.REMOTE` resolved through module code."""
     if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
         owner, key = expr.value.value, expr.attr.value
