@@ -20,7 +20,7 @@ import libcst as cst
 
 from ndif_opt.names import NameUse, collect, dotted_name, root_name
 from ndif_opt.positions import code_of
-from ndif_opt.shapes import literal_value  # the model's repo id, read in every version
+from ndif_opt.literals import literal_value  # the model's repo id, read in every version
 from ndif_opt.vocabulary import MODEL_BLOCK_METHODS
 from ndif_opt.walk import find_nodes, walk
 
