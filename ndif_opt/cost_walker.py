@@ -47,7 +47,7 @@ from ndif_opt.cost_constants import (
 from ndif_opt.helpers import self_methods
 from ndif_opt.literals import literal_value
 from ndif_opt.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size, estimate_n_params
-from ndif_opt.names import all_params, collect, dotted_name, returned_name, target_names
+from ndif_opt.names import COMPREHENSIONS, all_params, collect, dotted_name, returned_name, target_names
 from ndif_opt.positions import code_of, top_level_code
 from ndif_opt.options import Options
 from ndif_opt.regions import arithmetic, dict_view_length
@@ -451,7 +451,6 @@ class Walker:
         functions = self._functions()
         # functions no code calls (entry points, callbacks) run once each; a function
         # called by another is walked at its calls
-        names = frozenset(functions)
         wrappers = retry_wrappers(self.facts)
         called_by_functions = set()
         for func in functions.values():
@@ -1926,7 +1925,6 @@ def _calls(node: cst.CSTNode, functions: frozenset[str]) -> tuple[tuple[cst.Call
     return tuple(found)
 
 
-_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
 _LEAVING = (cst.Return, cst.Raise, cst.Break, cst.Continue)
 
 
@@ -1948,7 +1946,7 @@ def _find_calls(node: cst.CSTNode, functions: frozenset[str], found: list, loops
         return
     if kind is cst.Call and _called_name(node) in functions:
         found.append((node, loops))
-    if kind in _COMPREHENSIONS:
+    if kind in COMPREHENSIONS:
         clause, inner = node.for_in, loops
         while clause is not None:
             _find_calls(clause.iter, functions, found, inner)
