@@ -14,12 +14,14 @@ import functools
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
+from typing import Any
 
 import libcst as cst
 
-from ndif_opt.names import NameUse, collect, dotted_name
-from ndif_opt.positions import code_for_node
-from ndif_opt.shapes import literal_value  # the model's repo id, read in every version
+from ndif_opt.names import NameUse, collect, dotted_name, root_name
+from ndif_opt.positions import code_of
+from ndif_opt.literals import literal_value  # the model's repo id, read in every version
+from ndif_opt.vocabulary import MODEL_BLOCK_METHODS
 from ndif_opt.walk import find_nodes, walk
 
 # Classes whose instances are nnsight models, by their public import paths.
@@ -40,7 +42,6 @@ MODEL_CLASSES = frozenset(
     }
 )
 MODEL_CLASS_NAMES = frozenset(path.rsplit(".", 1)[1] for path in MODEL_CLASSES)
-BLOCK_METHODS = ("trace", "session", "generate")
 # torch's grad-mode context managers: `@torch.no_grad()` on a plain function is its body
 # run inside `with torch.no_grad():`, and `with torch.no_grad(), model.trace(...)` is a
 # block under one (they run the same on the server)
@@ -71,7 +72,6 @@ class RemoteFlag:
         if self.expr is None:
             return ""
         # asked of every block in every version: the code is kept by node
-        from ndif_opt.rewrite import code_of  # rewrite imports this module
 
         return code_of(self.expr)
 
@@ -252,7 +252,7 @@ class Facts:
     bindings: dict[str, list[tuple[StmtInfo, cst.BaseExpression]]]  # simple `x = value`
     assume_remote: bool = False
     # answers several passes ask about this version of the tree, computed once
-    memo: dict = field(default_factory=dict, repr=False, compare=False)
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def once(self, key, compute):
         """``compute()``, once for this version of the tree."""
@@ -308,6 +308,16 @@ class Facts:
                 return None  # `xs = []` then `xs.append(...)`: its value is not the literal
             return value
         return None
+
+    def is_model_like(self, name: str) -> bool:
+        """A model, or an alias of one of its modules (`layers = model.model.layers`)."""
+        if name in self.models:
+            return True
+        for block in self.blocks:
+            if block.tracer_name == name or block.model == name:
+                return True
+        value = self.constant(name)
+        return value is not None and root_name(value) in self.models
 
     def _mutated_names(self) -> frozenset[str]:
         """Names whose object the module changes in place anywhere (functions included)."""
@@ -367,7 +377,7 @@ def _resolve_repo(info: ModelInfo, facts: Facts) -> ModelInfo:
         if isinstance(value, cst.Name):
             value = facts.constant(value.value)
         elif isinstance(value, (cst.Attribute, cst.Subscript)):
-            value = _config_entry(value, facts)
+            value = config_entry(value, facts)
         else:
             return info
         if value is None:
@@ -610,7 +620,7 @@ def _blocks(withs: list[StmtInfo], facts: Facts) -> list[Block]:
         if type(call) is not cst.Call or type(call.func) is not cst.Attribute:
             continue
         method = call.func.attr.value
-        if method not in BLOCK_METHODS:
+        if method not in MODEL_BLOCK_METHODS:
             continue
         receiver = dotted_name(call.func.value)
         if receiver is None:
@@ -668,7 +678,7 @@ def _remote_flag(call: cst.Call, arg: cst.Arg | None, info: StmtInfo, facts: Fac
 
 def _kwargs_remote(expr: cst.BaseExpression, facts: Facts) -> tuple[Remote, str]:
     """`**kw` where `kw` is a module-level dict with a literal "remote" key."""
-    code = code_for_node(expr)
+    code = code_of(expr)
     value = facts.constant(expr.value) if isinstance(expr, cst.Name) else None
     entry = _dict_entry(value, "remote") if value is not None else None
     if entry is None:
@@ -721,8 +731,8 @@ def _truth(expr: cst.BaseExpression, facts: Facts, seen: set[str], info: StmtInf
         return (Remote.YES if expr.evaluated_value else Remote.NO), expr, "a string host"
     if kind is cst.Integer:
         return (Remote.YES if int(expr.value) else Remote.NO), expr, "an integer flag"
-    code = code_for_node(expr)
-    entry = _config_entry(expr, facts)
+    code = code_of(expr)
+    entry = config_entry(expr, facts)
     if entry is not None and code not in seen:
         state, _, _ = _truth(entry, facts, seen | {code})
         if state is not Remote.MAYBE:
@@ -730,7 +740,7 @@ def _truth(expr: cst.BaseExpression, facts: Facts, seen: set[str], info: StmtInf
     return Remote.MAYBE, expr, f"the value of `{code}` is not known before running"
 
 
-def _config_entry(expr: cst.BaseExpression, facts: Facts) -> cst.BaseExpression | None:
+def config_entry(expr: cst.BaseExpression, facts: Facts) -> cst.BaseExpression | None:
     """`cfg.remote` / `CONFIG["remote"]` / `Config.REMOTE` resolved through module code."""
     if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
         owner, key = expr.value.value, expr.attr.value

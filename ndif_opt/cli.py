@@ -27,10 +27,10 @@ import typer
 
 from ndif_opt.files import InputError, SourceFile, python_files, read_source, same_file, write_atomic
 from ndif_opt.options import Options
-from ndif_opt.passes import PASS_IDS, PASS_TABLE
+from ndif_opt.passes import PASS_IDS
 from ndif_opt.report import cost_table, finding_line, to_json, unified_diff
 from ndif_opt.runtime import collect_garbage_rarely
-from ndif_opt.types import Result, Status
+from ndif_opt.types import Result
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -290,8 +290,10 @@ def _print_findings(path: str, result: Result, wrote: bool) -> None:
 @app.command()
 def rules() -> None:
     """List the passes in pipeline order."""
-    for pass_id, summary in PASS_TABLE:  # the classes' first docstring lines, without importing them
-        typer.echo(f"{pass_id}: {summary}")
+    from ndif_opt.passes import PASSES
+
+    for cls in PASSES:
+        typer.echo(f"{cls.id}: {cls.summary()}")
 
 
 verify_app = typer.Typer(add_completion=False, rich_markup_mode=None)

@@ -18,15 +18,17 @@ def render() -> str:
         "The pipeline runs them in this order and repeats until nothing changes.",
         "",
     ]
+    out += ["| pass | what | fix safety |", "|---|---|---|"]
     for cls in PASSES:
-        out.append(f"- [`{cls.id}`](#{cls.id})")
+        opt_in = " (opt-in)" if cls.opt_in else ""
+        out.append(f"| [`{cls.id}`](#{cls.id}){opt_in} | {cls.summary()} | {cls.fix_safety} |")
     out.append("")
     for cls in PASSES:
         doc = inspect.cleandoc(cls.__doc__ or "")
         title, _, body = doc.partition("\n")
         out.append(f"## {cls.id}")
         out.append("")
-        out.append(f"*{title.split(':', 1)[-1].strip()}*")
+        out.append(f"*{cls.summary()}*")
         out.append(body.replace("\n## ", "\n### ").rstrip())
         out.append("")
         out.append("### Cases")

@@ -16,7 +16,7 @@ import libcst as cst
 from ndif_opt.analysis import CONTEXT_DECORATORS, Block, Facts, Remote, qualify
 from ndif_opt.effects import ServerCheck
 from ndif_opt.names import collect
-from ndif_opt.positions import code_for_node
+from ndif_opt.positions import code_of
 from ndif_opt.retries import RetryGuard, RetryWrapper, function_guard, retry_wrappers, unwrapped_call
 from ndif_opt.walk import find_nodes, walk
 
@@ -84,9 +84,9 @@ class RemoteHelper:
             return None if inside else self.flag_code
         value = self.argument(call, self.flag_param)
         if value is not None:
-            return code_for_node(value)
+            return code_of(value)
         default = _param(self.func, self.flag_param)
-        return None if default is None or default.default is None else code_for_node(default.default)
+        return None if default is None or default.default is None else code_of(default.default)
 
     def argument(self, call: cst.Call, name: str) -> cst.BaseExpression | None:
         call = self.direct(call)
@@ -226,7 +226,7 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck, bound: bool
         # the names of its module (NameError on the model) inside a session
         other = func.decorators[contexts.index(None)].decorator
         helper.problems.append(
-            f"`{name}` is decorated (`@{code_for_node(other)}`), and the copy of it that a "
+            f"`{name}` is decorated (`@{code_of(other)}`), and the copy of it that a "
             "session carries to NDIF cannot see this file's names"
         )
     else:

@@ -9,22 +9,31 @@ approximating reads and binds only makes a pass refuse more often, never miscomp
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
 
+from ndif_opt.vocabulary import CONTAINER_MUTATORS
 from ndif_opt.walk import walk
 
-# Methods that change the object they are called on (lists, dicts, sets, deques).
-MUTATING_METHODS = frozenset(
-    {
-        "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
-        "update", "setdefault", "popitem", "add", "discard", "appendleft", "extendleft",
-        "difference_update", "intersection_update", "symmetric_difference_update",
-        "__setitem__",
-    }
-)
+#: The comprehensions: each has its own scope for the names its `for` binds.
+COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+
+def fresh_name(base: str, taken: Container[str], *, first: int = 2, separator: str = "_") -> str:
+    """``base``, or else ``base_2``, ``base_3``...: the first that is not in ``taken``. The
+    one way the passes name what they add to a script (``taken``: the names the code uses
+    and those given out already; each pass knows which those are).
+
+    ``first``/``separator``: trace-fusion's sweeps number from ``_1``, reduction-pushdown
+    and session-chunking write ``x_argmax2``/``_ndif_chunk2``. Kept, so that ndif-opt
+    optimizes a script as it did before; one numbering for all is an output change."""
+    name, number = base, first
+    while name in taken:
+        name, number = f"{base}{separator}{number}", number + 1
+    return name
 
 
 @dataclass
@@ -290,7 +299,7 @@ class _Collector(cst.CSTVisitor):
     # -- effects ---------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if type(func) is cst.Attribute and func.attr.value in MUTATING_METHODS:
+        if type(func) is cst.Attribute and func.attr.value in CONTAINER_MUTATORS:
             name = root_name(func.value)
             if name is not None:
                 self.use.mutates.setdefault(name, node)

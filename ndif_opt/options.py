@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-
-# passes that run only when asked for (`--migrate`, or selected by id)
-OPT_IN_PASSES = frozenset({"migrate-api"})
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -17,10 +14,10 @@ class Options:
     assume_remote: bool = False  # a `remote=` flag of unknown value counts as remote
     max_batch: int = 32
     migrate: bool = False  # first rewrite pre-0.5 nnsight code for nnsight 0.5+
-    cost: dict = field(default_factory=dict)  # cost-model assumption overrides
+    cost: dict[str, Any] = field(default_factory=dict)  # cost-model assumption overrides (numbers, names)
     # the user's own modules beside the script (name -> source), so helpers imported
     # from them can be checked; the CLI reads them, the library takes them as given
-    local_modules: dict = field(default_factory=dict)
+    local_modules: dict[str, str] = field(default_factory=dict)
     # names a fresh name must not take: the whole file's, when a part of it is optimized
     reserved_names: frozenset[str] = frozenset()
     # the code is a notebook's code cells, joined: the kernel keeps every module-level name
@@ -31,9 +28,11 @@ class Options:
     # could become one session does not cross them, as it cannot across windows
     window_edges: frozenset[int] = frozenset()
 
-    def wants(self, pass_id: str) -> bool:
+    def wants(self, pass_id: str, opt_in: bool = False) -> bool:
+        """Does the run include this pass? An ``opt_in`` pass (``Pass.opt_in``) only when
+        asked for: ``migrate``, or selected by id."""
         if pass_id in self.ignore:
             return False
-        if pass_id in OPT_IN_PASSES:
+        if opt_in:
             return self.migrate or (self.select is not None and pass_id in self.select)
         return self.select is None or pass_id in self.select

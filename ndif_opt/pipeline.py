@@ -13,7 +13,7 @@ import difflib
 import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import libcst as cst
@@ -24,8 +24,8 @@ from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.effects import ServerCheck
 from ndif_opt.joined import Part, joined, parse_part
 from ndif_opt.options import Options
-from ndif_opt.passes import PASSES, Context, RawFinding
-from ndif_opt.passes.migrate_api import PRE_05, PRE_05_MESSAGE, MigrateApi, api_generation, legacy_summary
+from ndif_opt.legacy_api import PRE_05, PRE_05_MESSAGE, api_generation, legacy_summary
+from ndif_opt.passes import PASSES, Context, Pass, RawFinding
 from ndif_opt.positions import Positions, code_and_positions
 from ndif_opt.prefilter import uses_nnsight
 from ndif_opt.suppression import IGNORE_FILE, Suppressions
@@ -82,7 +82,7 @@ class _State:
     _server: ServerCheck | None = None
     _positions: Positions | None = None
     _api: str | None = None
-    _mapping: tuple | None = None  # (original, its line map)
+    _mapping: tuple[str, Callable[[int, int], tuple[int, int]]] | None = None  # (original, its line map)
 
     @property
     def api(self) -> str:
@@ -188,7 +188,8 @@ def whole_module(source: str, options: Options, filename: str | None = None) -> 
 
 def _whole_module_only(source: str, options: Options) -> bool:
     """Migration rewrites imports and file-wide suppressions need the whole file."""
-    return options.wants(MigrateApi.id) or IGNORE_FILE.search(source) is not None
+    return any(cls.runs_first_once and options.wants(cls.id, cls.opt_in) for cls in PASSES) \
+        or IGNORE_FILE.search(source) is not None
 
 
 def _run_windows(plan: windows.Plan, source: str, options: Options, filename: str | None,
@@ -310,7 +311,8 @@ def _window_module(plan: windows.Plan, window: windows.Window, text: str,
 
 
 def _pre_05(result: Result) -> bool:
-    return any(f.pass_id == MigrateApi.id and PRE_05_MESSAGE in f.message for f in result.findings)
+    first = {cls.id for cls in PASSES if cls.runs_first_once}
+    return any(f.pass_id in first and PRE_05_MESSAGE in f.message for f in result.findings)
 
 
 def _combined(source: str, code: str, results: list[_Placed], options: Options) -> Result:
@@ -328,7 +330,7 @@ def _combined(source: str, code: str, results: list[_Placed], options: Options) 
         introduced.update(done.introduced)
     costs = _summed_all([(done.passes, done.costs) for done in results])
     if not results:  # nothing to optimize in any window
-        costs = [PassCost(cls.id, Cost(), Cost()) for cls in PASSES if options.wants(cls.id)]
+        costs = [PassCost(cls.id, Cost(), Cost()) for cls in PASSES if options.wants(cls.id, cls.opt_in)]
     return Result(
         source=source,
         code=code,
@@ -386,10 +388,7 @@ def _run_module(source: str, options: Options, filename: str | None = None,
         raise
     except Exception as error:  # never crash on code we do not understand
         return _untouched(source, "analysis", error)
-    passes = [cls() for cls in PASSES if options.wants(cls.id)]
-    if not any(p.id == MigrateApi.id for p in passes) and MigrateApi.id not in options.ignore:
-        # without --migrate, pre-0.5 code is only reported: 0.5+ idioms would break it
-        passes.insert(0, MigrateApi(detect_only=True))
+    passes = _passes_for(options)
     suppressions = Suppressions.from_source(source)
     suppressing = bool(suppressions)  # asked once per pass run: the answer never changes
     initial_cost = state.cost
@@ -406,9 +405,9 @@ def _run_module(source: str, options: Options, filename: str | None = None,
         changed = False
         last_round = []
         for pass_ in passes:
-            if pass_.id != MigrateApi.id and state.api == PRE_05:
-                continue
-            migrating = pass_.id == MigrateApi.id and not getattr(pass_, "detect_only", False)
+            if not pass_.runs_first_once and state.api == PRE_05:
+                continue  # their rewrites are nnsight 0.5+ code: they would break it
+            migrating = pass_.runs_first_once and not pass_.report_only
             if migrating and migrated is not None:
                 # migration runs once, on the code as written: on its own output it would
                 # take `h.output[0]` (a batch row) for a pre-0.5 tuple again
@@ -416,7 +415,7 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 continue
             seen = stable.get(pass_.id)
             # reporting pre-0.5 idioms looks at the code as written: once is enough
-            if seen is not None and (seen[0] is state.module or getattr(pass_, "detect_only", False)):
+            if seen is not None and (seen[0] is state.module or pass_.report_only):
                 last_round.extend(seen[1])
                 continue
             before = state.cost
@@ -455,14 +454,15 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 stable[pass_.id] = (state.module, reported)
                 continue
             changed = True
-            api = None if pass_.id == MigrateApi.id else state.api  # only migration changes it
+            api = None if pass_.runs_first_once else state.api  # only migration changes it
             state = _State(new_module, analyze(new_module, assume_remote=options.assume_remote), code, options,
                            _positions=positions, _api=api)
             deltas[pass_.id] = _add(deltas[pass_.id], _diff(state.cost, before))
         if not changed:
             break
-    if migrated is not None and state.api == PRE_05 and any(p.id != MigrateApi.id for p in passes):
-        last_round.append(_partial_migration(state.facts, migrated))
+    if migrated is not None and state.api == PRE_05 and any(not p.runs_first_once for p in passes):
+        migration = next(p for p in passes if p.runs_first_once)
+        last_round.append(_partial_migration(migration.id, state.facts, migrated))
     code = state.code
     applied = [f for f in applied if f.evidence is None or f.evidence in code]  # not undone later
     findings = tuple(sorted(applied + last_round, key=lambda f: (f.range.start, f.pass_id)))
@@ -470,7 +470,7 @@ def _run_module(source: str, options: Options, filename: str | None = None,
         source=source,
         code=code,
         findings=findings,
-        costs=tuple(_chain(initial_cost, [p for p in passes if not getattr(p, "detect_only", False)], deltas)),
+        costs=tuple(_chain(initial_cost, [p for p in passes if not p.report_only], deltas)),
         edits=tuple(text_edits(source, code)) if with_edits else (),
         assumptions=tuple(assumptions(options) + notes),
         unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),
@@ -478,11 +478,23 @@ def _run_module(source: str, options: Options, filename: str | None = None,
     )
 
 
-def _partial_migration(facts, not_migrated: list[Finding]) -> Finding:
+def _passes_for(options: Options) -> list[Pass]:
+    """The passes of a run, in pipeline order: those asked for, and, not asked for but not
+    ignored, those that then report only (without --migrate, pre-0.5 code is reported)."""
+    passes = []
+    for cls in PASSES:
+        if options.wants(cls.id, cls.opt_in):
+            passes.append(cls())
+        elif cls.reports_when_off and cls.id not in options.ignore:
+            passes.append(cls(report_only=True))
+    return passes
+
+
+def _partial_migration(pass_id: str, facts, not_migrated: list[Finding]) -> Finding:
     """The other passes did not run: what migration left is still pre-0.5 code."""
     where = not_migrated[0].range if not_migrated else Range.of(0, 0, 0, 0)
     return Finding(
-        MigrateApi.id,
+        pass_id,
         f"migration was partial: the script still uses the pre-0.5 nnsight API ({legacy_summary(facts)}), "
         "so no other pass ran",
         where,

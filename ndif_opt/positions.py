@@ -46,8 +46,13 @@ class _Generated:
         return self._offsets[token_count]
 
 
-def code_for_node(node: cst.CSTNode, indent: str = "    ", newline: str = "\n") -> str:
-    """``cst.Module([]).code_for_node(node)``: the node's code, indented from column 0."""
+@functools.lru_cache(maxsize=8192)
+def code_of(node: cst.CSTNode, indent: str = "    ", newline: str = "\n") -> str:
+    """``cst.Module([]).code_for_node(node)``: the node's code, indented from column 0.
+
+    A pure function of an immutable node (hashed by identity and kept alive while cached):
+    the passes and the cost model ask for the code of the same nodes, in every version of
+    the tree that shares them."""
     state = RecordingState(indent, newline)
     generate(node, state)
     return "".join(state.tokens)
@@ -199,4 +204,4 @@ def _statement_code(statement: cst.BaseStatement, indent: str, newline: str) -> 
     return _Generated(state)
 
 
-__all__ = ["Positions", "code_and_positions", "code_for_node", "top_level_code"]
+__all__ = ["Positions", "code_and_positions", "code_of", "top_level_code"]

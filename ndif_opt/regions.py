@@ -14,17 +14,16 @@ import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, StmtInfo
 from ndif_opt.names import (
-    NameUse,
     all_params,
     collect,
-    collect_all,
     definite_binds,
     exposed_reads,
     name_assignment,
     target_names,
 )
+from ndif_opt.positions import code_of
 from ndif_opt.retries import retry_guard
-from ndif_opt.rewrite import code_of, empty_container_kind
+from ndif_opt.rewrite import empty_container_kind
 from ndif_opt.walk import all_nodes
 
 UNKNOWN_TRIPS = 2  # a loop of unknown length issues "many" requests: at least two

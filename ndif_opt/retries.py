@@ -21,7 +21,7 @@ import libcst as cst
 
 from ndif_opt.analysis import Facts, qualify
 from ndif_opt.names import all_params, collect, target_names
-from ndif_opt.positions import code_for_node
+from ndif_opt.positions import code_of
 from ndif_opt.walk import find_nodes, walk
 
 # what a handler may do and stay a retry: report the failure, wait, and re-raise
@@ -42,7 +42,7 @@ class RetryGuard:
 
     @property
     def header(self) -> str:
-        return f"for {code_for_node(self.loop.target)} in {code_for_node(self.loop.iter)}"
+        return f"for {code_of(self.loop.target)} in {code_of(self.loop.iter)}"
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ def _reports(call: cst.Call, facts: Facts) -> bool:
 
 
 def _is_logger(expr: cst.BaseExpression) -> bool:
-    name = code_for_node(expr)
+    name = code_of(expr)
     return name in ("logger", "log", "logging", "sys.stderr", "sys.stdout")
 
 
@@ -321,7 +321,7 @@ def _last_of_range(expr: cst.BaseExpression) -> int | None:
     import ast
 
     try:
-        tree = ast.parse(code_for_node(expr), mode="eval")
+        tree = ast.parse(code_of(expr), mode="eval")
     except SyntaxError:
         return None
     call = tree.body

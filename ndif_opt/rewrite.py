@@ -8,7 +8,6 @@ applied in one transform. Everything not replaced keeps its exact text.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ import libcst as cst
 
 from ndif_opt.analysis import is_save_call, remote_arg
 from ndif_opt.names import root_name
-from ndif_opt.positions import code_for_node
+from ndif_opt.positions import code_of
 from ndif_opt.walk import transform
 
 Statements = list[cst.BaseStatement]
@@ -28,7 +27,7 @@ Statements = list[cst.BaseStatement]
 class SuitePlan:
     """Replacements of ``[start, end)`` statement ranges in suites, by suite identity."""
 
-    edits: dict[int, list[tuple[int, int, Callable[[Statements], Statements]]]] = field(
+    edits: dict[int, list[tuple[int, int, Callable[[Statements], Statements] | _Removal]]] = field(
         default_factory=dict
     )
 
@@ -37,7 +36,7 @@ class SuitePlan:
 
     def remove(self, suite: cst.CSTNode, index: int) -> None:
         """Delete one statement; its blank lines pass to the statement after it."""
-        self.edits.setdefault(id(suite), []).append((index, index + 1, REMOVE))
+        self.edits.setdefault(id(suite), []).append((index, index + 1, REMOVED))
 
     def __bool__(self) -> bool:
         return bool(self.edits)
@@ -107,7 +106,7 @@ class _SuiteRewriter(cst.CSTTransformer):
         body = list(updated.body)
         # apply from the end so earlier indices stay valid
         for start, end, build in sorted(edits, key=lambda e: e[0], reverse=True):
-            if build is REMOVE:
+            if build is REMOVED:
                 blanks = _leading_blank_lines(body[start])
                 del body[start:end]
                 if start < len(body) and blanks and not _leading_blank_lines(body[start]):
@@ -125,8 +124,15 @@ class _SuiteRewriter(cst.CSTTransformer):
         return self._rewrite(original, updated)
 
 
-def REMOVE(stmts):  # marker for SuitePlan.remove
-    return []
+class _Removal:
+    """What :meth:`SuitePlan.remove` puts where a build function goes: the statement is
+    deleted and its blank lines pass to the statement after it."""
+
+    def __repr__(self) -> str:
+        return "REMOVED"
+
+
+REMOVED = _Removal()
 
 
 def _leading_blank_lines(stmt: cst.BaseStatement) -> list[cst.EmptyLine]:
@@ -218,14 +224,6 @@ class _BlankLineFields(dict):
 
 
 _BLANK_LINE_FIELDS = _BlankLineFields()  # a fact about the installed libcst
-
-
-@functools.lru_cache(maxsize=8192)
-def code_of(node: cst.CSTNode) -> str:
-    # a pure function of an immutable node (hashed by identity and kept alive while
-    # cached): the passes and the cost model ask for the code of the same nodes, in
-    # every version of the tree that shares them
-    return code_for_node(node)
 
 
 def without_remote(call: cst.Call) -> cst.Call:
@@ -456,8 +454,8 @@ class NodeEdits(cst.CSTTransformer):
         if id(original) in self.replace:
             return self.replace[id(original)]
         if isinstance(original, (cst.Module, cst.IndentedBlock)):
-            body: list = []
-            carried: list = []
+            body: list[cst.BaseStatement] = []
+            carried: list[cst.EmptyLine] = []
             for old, new in zip(original.body, updated.body):
                 if id(old) in self.remove:
                     carried = carried or _leading_blank_lines(new)

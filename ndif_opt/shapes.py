@@ -14,6 +14,11 @@ raises: whatever it cannot follow gives ``Shape(kind="unknown", reason=...)``. D
 it had to take on the way (an index whose length it cannot see, a slice bound it cannot
 evaluate) are recorded in ``Shape.notes``.
 
+This module is the evaluator: names, literals, attributes, indexing, operators and the
+dispatch of calls. The values it computes and the helpers every rule shares are in
+:mod:`ndif_opt.shape_values`; what each module of the model outputs in
+:mod:`ndif_opt.module_values`; the rules of torch operations in :mod:`ndif_opt.torch_ops`.
+
 Conventions (what the server holds, transformers ≥ 5, nnsight 0.8):
 
 * the model runs in ``dims.dtype`` (bfloat16 for NDIF's large models);
@@ -34,237 +39,44 @@ Conventions (what the server holds, transformers ≥ 5, nnsight 0.8):
 
 from __future__ import annotations
 
-import functools
-import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import libcst as cst
 
-from ndif_opt.model_registry import ModelDims, canonical_dtype, dtype_size
-from ndif_opt.names import target_names
+from ndif_opt.literals import literal_value
+from ndif_opt.model_registry import ModelDims
+from ndif_opt.module_values import (
+    PASSTHROUGH_CALLS,
+    call_module,
+    causal_lm_output,
+    generate_output,
+    module_attr,
+    module_subscript,
+    role_of,
+)
+from ndif_opt.names import dotted_name, target_names
+from ndif_opt.shape_values import (
+    DEFAULT_INDEX_LENGTH,
+    DEFAULT_SEQ_LEN,
+    DTYPE_ATTRS,
+    NOT_CONST,
+    Evaluation,
+    ModuleRef,
+    Shape,
+    ShapeContext,
+    UnknownShape,
+    as_shape,
+    broadcast,
+    const_int,
+    const_value,
+    evaluate,
+    evaluate_shape,
+    literal_dims,
+)
+from ndif_opt.torch_ops import FUNCTION_NAMESPACES, binary, builtin_call, function_call, matmul, method_call
 
-__all__ = [
-    "DEFAULT_INDEX_LENGTH",
-    "DEFAULT_MAX_NEW_TOKENS",
-    "DEFAULT_SEQ_LEN",
-    "ModuleRef",
-    "Shape",
-    "ShapeContext",
-    "shape_of",
-    "value_of",
-]
-
-#: Prompt length assumed when the caller does not know it.
-DEFAULT_SEQ_LEN = 16
-#: Length assumed for an index whose size cannot be seen (an unbound name, a mask).
-DEFAULT_INDEX_LENGTH = 1
-#: New tokens assumed for ``generate`` when ``max_new_tokens`` is not given (transformers'
-#: own default ``max_length`` is 20 tokens in all).
-DEFAULT_MAX_NEW_TOKENS = 20
-
-_PY_SIZE = 8  # bytes torch.save is charged for a Python number or a 0-d tensor
-
-
-# ---------------------------------------------------------------------------------------
-# Values
-# ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Shape:
-    """The static shape of a value.
-
-    ``kind`` is one of
-
-    * ``"tensor"`` — ``dims`` and ``dtype`` (a key of ``DTYPE_SIZES``) are known;
-    * ``"scalar"`` — a 0-d tensor (``dims == ()``);
-    * ``"python"`` — a Python value: ``dtype`` is ``"int"``, ``"float"``, ``"bool"``,
-      ``"number"``, ``"str"``, ``"none"``, ``"list"`` (a ``.tolist()``, ``dims`` its
-      nesting) or ``"tuple"`` (a ``.shape``); ``value`` holds it when statically known;
-    * ``"container"`` — a tuple, list, dict or ModelOutput of ``elements`` (``names`` for
-      the named ones: ``("values", "indices")`` of ``topk``, ``("logits", …)``);
-    * ``"unknown"`` — ``reason`` says why.
-
-    ``notes`` lists the defaults taken to get here (shown in reports).
-    """
-
-    dims: tuple[int, ...] | None = None
-    dtype: str = "unknown"
-    kind: str = "unknown"
-    elements: tuple[Shape, ...] = ()
-    names: tuple[str, ...] = ()
-    value: Any = None
-    reason: str | None = field(default=None, compare=False)
-    notes: tuple[str, ...] = field(default=(), compare=False)
-
-    # constructors -------------------------------------------------------------------
-    @staticmethod
-    def tensor(dims: Iterable[int], dtype: str) -> Shape:
-        dims = tuple(map(int, dims))
-        return Shape(dims=dims, dtype=dtype, kind="scalar" if not dims else "tensor")
-
-    @staticmethod
-    def python(dtype: str = "number", value: Any = None, dims: tuple[int, ...] = ()) -> Shape:
-        return Shape(dims=tuple(dims), dtype=dtype, kind="python", value=value)
-
-    @staticmethod
-    def container(elements: Iterable[Shape], names: Iterable[str] = ()) -> Shape:
-        return Shape(kind="container", elements=tuple(elements), names=tuple(names), dtype="container")
-
-    @staticmethod
-    def unknown(reason: str) -> Shape:
-        return Shape(kind="unknown", reason=reason)
-
-    # properties ---------------------------------------------------------------------
-    @property
-    def known(self) -> bool:
-        if self.kind == "unknown":
-            return False
-        if self.kind == "container":
-            return all(e.known for e in self.elements)
-        return self.dims is not None
-
-    @property
-    def is_tensor(self) -> bool:
-        return self.kind in ("tensor", "scalar")
-
-    @property
-    def ndim(self) -> int | None:
-        return None if self.dims is None else len(self.dims)
-
-    @property
-    def numel(self) -> int | None:
-        if self.dims is None or self.kind in ("unknown", "container"):
-            return None
-        return math.prod(self.dims)
-
-    @property
-    def nbytes(self) -> int | None:
-        """Bytes ``torch.save`` stores for the value (None when unknown)."""
-        if self.kind == "unknown" or (self.dims is None and self.kind != "container"):
-            return None
-        if self.kind == "container":
-            total = 0
-            for element in self.elements:
-                size = element.nbytes
-                if size is None:
-                    return None
-                total += size
-            return total
-        if self.kind == "scalar":
-            return _PY_SIZE
-        if self.kind == "python":
-            if self.dtype == "none":
-                return 0
-            if self.dtype == "str":
-                return len(self.value) if isinstance(self.value, str) else _PY_SIZE
-            return _PY_SIZE * max(math.prod(self.dims), 1) if self.dims else _PY_SIZE
-        return math.prod(self.dims) * dtype_size(self.dtype)
-
-    def describe(self) -> str:
-        """``[1, 7, 128256] bfloat16``, ``scalar int64``, ``python int``, ``(values: …, indices: …)``."""
-        if self.kind == "unknown":
-            return f"unknown ({self.reason})" if self.reason else "unknown"
-        if self.kind == "scalar":
-            return f"scalar {self.dtype}"
-        if self.kind == "tensor":
-            return f"[{', '.join(map(str, self.dims or ()))}] {self.dtype}"
-        if self.kind == "python":
-            if self.dims:
-                return f"python {self.dtype}[{', '.join(map(str, self.dims))}]"
-            return f"python {self.dtype}"
-        parts: list[str] = []
-        i = 0
-        while i < len(self.elements):
-            element = self.elements[i]
-            label = self.names[i] if i < len(self.names) and self.names[i] else ""
-            run = 1
-            while (
-                not label
-                and i + run < len(self.elements)
-                and self.elements[i + run] == element
-                and not (i + run < len(self.names) and self.names[i + run])
-            ):
-                run += 1
-            text = element.describe()
-            if run > 1:
-                text = f"{run} × {text}"
-            parts.append(f"{label}: {text}" if label else text)
-            i += run
-        if len(parts) > 8:
-            parts = parts[:8] + [f"… {len(parts) - 8} more"]
-        return "(" + ", ".join(parts) + ")"
-
-    def with_notes(self, notes: Iterable[str]) -> Shape:
-        if not self.notes and not notes:  # the usual case: nothing to merge
-            return self
-        merged = tuple(dict.fromkeys((*self.notes, *notes)))
-        return replace(self, notes=merged) if merged != self.notes else self
-
-
-@dataclass(frozen=True)
-class ModuleRef:
-    """A module of the model (an nnsight Envoy), not a value: ``path`` from the model root.
-
-    Path items are attribute names (str) and ModuleList indices (int; None when the index
-    is not a literal).
-    """
-
-    path: tuple[str | int | None, ...] = ()
-
-    def child(self, item: str | int | None) -> ModuleRef:
-        return ModuleRef(self.path + (item,))
-
-    def dotted(self) -> str:
-        out = ""
-        for item in self.path:
-            if isinstance(item, str):
-                out += ("." if out else "") + item
-            else:
-                out += f"[{'?' if item is None else item}]"
-        return out
-
-
-@dataclass(frozen=True)
-class ShapeContext:
-    """What :func:`shape_of` needs besides the expression."""
-
-    dims: ModelDims
-    model_names: frozenset[str] = frozenset({"model"})
-    seq_len: int = DEFAULT_SEQ_LEN
-    batch: int = 1
-    env: Mapping[str, Shape | ModuleRef] = field(default_factory=dict)
-    max_new_tokens: int | None = None
-
-
-class _Unknown(Exception):
-    """Raised inside the evaluator; turned into ``Shape.unknown(reason)`` at the top."""
-
-
-class _Eval:
-    """One evaluation: the context plus the notes gathered on the way."""
-
-    def __init__(self, ctx: ShapeContext, extra_env: Mapping[str, Any] | None = None):
-        self.ctx = ctx
-        self.dims = ctx.dims
-        self.b = max(int(ctx.batch), 1)
-        self.s = max(int(ctx.seq_len), 1)
-        if extra_env is None:  # the evaluation of value_of: its env is only read
-            self.env: dict[str, Any] = ctx.env
-        else:  # a nested scope binds names of its own
-            self.env = dict(ctx.env)
-            self.env.update(extra_env)
-        self.notes: list[str] = []
-
-    def note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
-
-    @property
-    def act_dtype(self) -> str:
-        return canonical_dtype(self.dims.dtype)
+__all__ = ["shape_of", "value_of"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -303,11 +115,11 @@ def value_of(
     """Like :func:`shape_of`, but a module expression (``model.model.layers[3]``) gives a
     :class:`ModuleRef`, so that ``layer = model.model.layers[3]`` can be put in ``env``."""
     ctx = _make_context(dims, model_name, seq_len, batch, env, max_new_tokens)
-    ev = _Eval(ctx)
+    ev = Evaluation(ctx, _DISPATCH)
     try:
         node = cst.parse_expression(expr) if isinstance(expr, str) else expr
-        result = _eval(node, ev)
-    except _Unknown as exc:
+        result = evaluate(node, ev)
+    except UnknownShape as exc:
         result = Shape.unknown(str(exc))
     except Exception as exc:  # never raise on odd input
         result = Shape.unknown(f"could not analyse the expression ({type(exc).__name__}: {_safe_str(exc)})")
@@ -352,141 +164,100 @@ def shape_of(
 # ---------------------------------------------------------------------------------------
 
 
-def _eval(node: cst.BaseExpression, ev: _Eval) -> Shape | ModuleRef:
-    handler = _DISPATCH.get(type(node))
-    if handler is None:
-        raise _Unknown(f"unsupported expression ({type(node).__name__})")
-    return handler(node, ev)
-
-
-def _eval_shape(node: cst.BaseExpression, ev: _Eval) -> Shape:
-    value = _eval(node, ev)
-    if isinstance(value, ModuleRef):
-        raise _Unknown(f"'{value.dotted() or 'model'}' is a module, not a value")
-    if value.kind == "unknown":
-        raise _Unknown(value.reason or "unknown value")
-    return value
-
-
-def _eval_name(node: cst.Name, ev: _Eval) -> Shape | ModuleRef:
+def _eval_name(node: cst.Name, ev: Evaluation) -> Shape | ModuleRef:
     name = node.value
     if name in ev.env:
         value = ev.env[name]
         if isinstance(value, (Shape, ModuleRef)):
             return value
-        raise _Unknown(f"'{name}' is bound to something that is not a Shape")
+        raise UnknownShape(f"'{name}' is bound to something that is not a Shape")
     if name in ev.ctx.model_names:
         return ModuleRef()
     if name == "None":
         return Shape.python("none", None)
     if name in ("True", "False"):
         return Shape.python("bool", name == "True")
-    raise _Unknown(f"name '{name}' is not bound in this block")
+    raise UnknownShape(f"name '{name}' is not bound in this block")
 
 
-@functools.lru_cache(maxsize=8192)
-def literal_value(node: cst.Integer | cst.Float | cst.SimpleString | cst.ConcatenatedString) -> Any:
-    """``node.evaluated_value``: libcst compiles the literal with ``ast.literal_eval`` at
-    every read. A pure function of an immutable node (hashed by identity and kept alive
-    while cached); the cost model reads the same literals in every version of a tree."""
-    kind = type(node)
-    if kind is cst.Integer or kind is cst.SimpleString:
-        plain = _plain_literal(node.value)
-        if plain is not None:
-            return plain
-    return node.evaluated_value
-
-
-def _plain_literal(text: str) -> int | str | None:
-    """The value of a decimal integer (``12``) or a string without prefix, escape or
-    carriage return (``"The cat"``), read without compiling it; None for any other."""
-    if text.isdigit() and text.isascii():
-        return int(text)
-    first = text[:1]
-    if (first == '"' or first == "'") and "\\" not in text and "\r" not in text:
-        quote = text[:3] if text[:3] == first * 3 and len(text) >= 6 else first
-        return text[len(quote) : len(text) - len(quote)]
-    return None
-
-
-def _eval_integer(node: cst.Integer, ev: _Eval) -> Shape:
+def _eval_integer(node: cst.Integer, ev: Evaluation) -> Shape:
     return Shape.python("int", int(literal_value(node)))
 
 
-def _eval_float(node: cst.Float, ev: _Eval) -> Shape:
+def _eval_float(node: cst.Float, ev: Evaluation) -> Shape:
     return Shape.python("float", float(literal_value(node)))
 
 
-def _eval_string(node: cst.BaseExpression, ev: _Eval) -> Shape:
+def _eval_string(node: cst.BaseExpression, ev: Evaluation) -> Shape:
     value = None if isinstance(node, cst.FormattedString) else literal_value(node)  # an f-string has none
     return Shape.python("str", value if isinstance(value, str) else None)
 
 
-def _eval_sequence(node: cst.BaseExpression, ev: _Eval) -> Shape:
+def _eval_sequence(node: cst.BaseExpression, ev: Evaluation) -> Shape:
     elements = []
     for element in node.elements:
         if isinstance(element, cst.StarredElement):
-            raise _Unknown("a starred element in a literal")
-        elements.append(_as_shape(_eval(element.value, ev)))
+            raise UnknownShape("a starred element in a literal")
+        elements.append(as_shape(evaluate(element.value, ev)))
     return Shape.container(elements)
 
 
-def _eval_dict(node: cst.Dict, ev: _Eval) -> Shape:
+def _eval_dict(node: cst.Dict, ev: Evaluation) -> Shape:
     elements, names = [], []
     for element in node.elements:
         if not isinstance(element, cst.DictElement):
-            raise _Unknown("a ** expansion in a dict literal")
-        key = _const(element.key, ev)
-        names.append(str(key) if key is not _NOT_CONST else "")
-        elements.append(_as_shape(_eval(element.value, ev)))
+            raise UnknownShape("a ** expansion in a dict literal")
+        key = const_value(element.key, ev)
+        names.append(str(key) if key is not NOT_CONST else "")
+        elements.append(as_shape(evaluate(element.value, ev)))
     return Shape.container(elements, names)
 
 
-def _eval_ifexp(node: cst.IfExp, ev: _Eval) -> Shape:
-    a = _eval_shape(node.body, ev)
-    b = _eval_shape(node.orelse, ev)
+def _eval_ifexp(node: cst.IfExp, ev: Evaluation) -> Shape:
+    a = evaluate_shape(node.body, ev)
+    b = evaluate_shape(node.orelse, ev)
     if a == b:
         return a
     ev.note("conditional expression: the larger branch is assumed")
     return a if (a.nbytes or 0) >= (b.nbytes or 0) else b
 
 
-def _eval_named_expr(node: cst.NamedExpr, ev: _Eval) -> Shape | ModuleRef:
-    return _eval(node.value, ev)
+def _eval_named_expr(node: cst.NamedExpr, ev: Evaluation) -> Shape | ModuleRef:
+    return evaluate(node.value, ev)
 
 
-def _eval_ellipsis(node: cst.Ellipsis, ev: _Eval) -> Shape:
+def _eval_ellipsis(node: cst.Ellipsis, ev: Evaluation) -> Shape:
     return Shape.python("ellipsis", Ellipsis)
 
 
-def _eval_listcomp(node: cst.BaseExpression, ev: _Eval) -> Shape:
+def _eval_listcomp(node: cst.BaseExpression, ev: Evaluation) -> Shape:
     # [elt for x in range(n)] (one for, no if): n copies of elt's shape.
     comp = node.for_in
     if comp.inner_for_in is not None or comp.ifs or getattr(comp, "asynchronous", None):
-        raise _Unknown("a comprehension with several for/if clauses")
+        raise UnknownShape("a comprehension with several for/if clauses")
     count = _iter_length(comp.iter, ev)
     if count is None:
-        raise _Unknown("a comprehension over an iterable of unknown length")
-    sub = _Eval(ev.ctx, ev.env)
+        raise UnknownShape("a comprehension over an iterable of unknown length")
+    sub = Evaluation(ev.ctx, ev.dispatch, ev.env)
     for name in target_names(comp.target):
         sub.env[name] = Shape.python("int")
-    element = _as_shape(_eval(node.elt, sub))
+    element = as_shape(evaluate(node.elt, sub))
     for text in sub.notes:
         ev.note(text)
     return Shape.container([element] * count)
 
 
-def _iter_length(node: cst.BaseExpression, ev: _Eval) -> int | None:
-    if isinstance(node, cst.Call) and _dotted(node.func) == "range":
-        args = [_const(a.value, ev) for a in node.args]
+def _iter_length(node: cst.BaseExpression, ev: Evaluation) -> int | None:
+    if isinstance(node, cst.Call) and dotted_name(node.func) == "range":
+        args = [const_value(a.value, ev) for a in node.args]
         if args and all(isinstance(a, int) for a in args):
             return len(range(*args))
         return None
     if isinstance(node, (cst.List, cst.Tuple)):
         return len(node.elements)
     try:
-        value = _eval(node, ev)
-    except _Unknown:
+        value = evaluate(node, ev)
+    except UnknownShape:
         return None
     if isinstance(value, Shape):
         if value.kind == "container":
@@ -496,408 +267,49 @@ def _iter_length(node: cst.BaseExpression, ev: _Eval) -> int | None:
     return None
 
 
-def _as_shape(value: Shape | ModuleRef) -> Shape:
-    if isinstance(value, ModuleRef):
-        raise _Unknown(f"'{value.dotted() or 'model'}' is a module, not a value")
-    return value
-
-
-# ---------------------------------------------------------------------------------------
-# Constants
-# ---------------------------------------------------------------------------------------
-
-
-class _NotConst:
-    def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return "<not const>"
-
-
-_NOT_CONST: Any = _NotConst()
-
-
-def _const(node: cst.BaseExpression | None, ev: _Eval) -> Any:
-    """The statically known Python value of ``node``, or ``_NOT_CONST``."""
-    # node classes compared with `is`: libcst's are final, and isinstance against them is
-    # an ABC check (several times slower)
-    kind = type(node)
-    if kind is cst.Integer:
-        return int(literal_value(node))
-    if kind is cst.Name:
-        if node.value in ("True", "False"):
-            return node.value == "True"
-        if node.value == "None":
-            return None
-        bound = ev.env.get(node.value)
-        if isinstance(bound, Shape) and bound.kind == "python" and bound.value is not None:
-            return bound.value
-        return _NOT_CONST
-    if kind is cst.Float:
-        return float(literal_value(node))
-    if kind is cst.SimpleString or kind is cst.ConcatenatedString:
-        value = literal_value(node)
-        return value if isinstance(value, str) else _NOT_CONST
-    if kind is cst.UnaryOperation:
-        inner = _const(node.expression, ev)
-        if isinstance(inner, (int, float)) and not isinstance(inner, bool):
-            operator = type(node.operator)
-            if operator is cst.Minus:
-                return -inner
-            if operator is cst.Plus:
-                return inner
-        return _NOT_CONST
-    if kind is cst.Tuple or kind is cst.List:
-        values = []
-        for element in node.elements:
-            if type(element) is cst.StarredElement:
-                return _NOT_CONST
-            value = _const(element.value, ev)
-            if value is _NOT_CONST:
-                return _NOT_CONST
-            values.append(value)
-        return tuple(values) if kind is cst.Tuple else values
-    if kind is cst.BinaryOperation:
-        left, right = _const(node.left, ev), _const(node.right, ev)
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (left, right)):
-            return _NOT_CONST
-        op = _ARITH.get(type(node.operator))
-        if op is None:
-            return _NOT_CONST
-        try:
-            return op(left, right)
-        except (ArithmeticError, ValueError):
-            return _NOT_CONST
-    if kind is cst.Call and _dotted(node.func) == "len" and len(node.args) == 1:
-        try:
-            value = _eval(node.args[0].value, ev)
-        except _Unknown:
-            return _NOT_CONST
-        if isinstance(value, Shape):
-            if value.kind == "container":
-                return len(value.elements)
-            if value.dims:
-                return value.dims[0]
-        return _NOT_CONST
-    if kind is cst.Attribute or kind is cst.Subscript:
-        try:
-            value = _eval(node, ev)
-        except _Unknown:
-            return _NOT_CONST
-        if isinstance(value, Shape) and value.kind == "python" and value.value is not None:
-            return value.value
-    return _NOT_CONST
-
-
-_ARITH: dict[type, Callable[[Any, Any], Any]] = {
-    cst.Add: lambda a, b: a + b,
-    cst.Subtract: lambda a, b: a - b,
-    cst.Multiply: lambda a, b: a * b,
-    cst.FloorDivide: lambda a, b: a // b,
-    cst.Divide: lambda a, b: a / b,
-    cst.Modulo: lambda a, b: a % b,
-    cst.Power: lambda a, b: a**b if abs(b) < 64 else _NOT_CONST,
-}
-
-
-def _const_int(node: cst.BaseExpression | None, ev: _Eval) -> int | None:
-    value = _const(node, ev)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _dotted(node: cst.BaseExpression) -> str | None:
-    """``torch.nn.functional.softmax`` → that string; None for anything but names and dots."""
-    kind = type(node)  # `is`: see _const
-    if kind is cst.Name:
-        return node.value
-    if kind is cst.Attribute:
-        base = _dotted(node.value)
-        return f"{base}.{node.attr.value}" if base else None
-    return None
-
-
-_DTYPE_ATTRS = {
-    "float32": "float32", "float": "float32", "float64": "float64", "double": "float64",
-    "float16": "float16", "half": "float16", "bfloat16": "bfloat16", "int64": "int64",
-    "long": "int64", "int32": "int32", "int": "int32", "int16": "int16", "short": "int16",
-    "int8": "int8", "uint8": "uint8", "bool": "bool", "float8_e4m3fn": "float8_e4m3fn",
-    "float8_e5m2": "float8_e5m2", "complex64": "complex64", "cfloat": "complex64",
-    "complex128": "complex128",
-}  # fmt: skip
-
-
-def _dtype_from(node: cst.BaseExpression | None, ev: _Eval) -> str | None:
-    """``torch.float32`` / ``t.float16`` / ``x.dtype`` → canonical dtype, else None."""
-    if node is None:
-        return None
-    dotted = _dotted(node)
-    if dotted and "." in dotted:
-        root, attr = dotted.rsplit(".", 1)
-        if attr in _DTYPE_ATTRS and root.split(".")[0] not in ev.env:
-            return _DTYPE_ATTRS[attr]
-        if attr == "dtype":
-            try:
-                value = _eval(node.value, ev)  # type: ignore[attr-defined]
-            except _Unknown:
-                return None
-            if isinstance(value, Shape) and value.is_tensor:
-                return value.dtype
-    return None
-
-
-# ---------------------------------------------------------------------------------------
-# Modules: what .output / .input of each module is
-# ---------------------------------------------------------------------------------------
-
-_LAYER_LISTS = {"layers", "h", "blocks", "layer"}
-_ATTN = {"self_attn", "attn", "attention", "self_attention"}
-_MLP = {"mlp", "feed_forward", "ffn"}
-_NORMS = {
-    "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-    "post_feedforward_layernorm", "ln_1", "ln_2", "ln", "layernorm", "norm",
-}  # fmt: skip
-_FINAL_NORMS = {"norm", "ln_f", "final_layernorm", "final_layer_norm", "ln_final"}
-_EMBEDS = {"embed_tokens", "wte", "embed_in", "word_embeddings"}
-_BASES = {"model", "transformer", "gpt_neox", "language_model", "base_model"}
-_LM_HEADS = {"lm_head", "embed_out", "unembed"}
-_GENERATORS = {"generator"}
-_PASSTHROUGH_CALLS = {"next", "all", "iter", "skip_next"}  # envoy methods returning the envoy
-
-
-@dataclass(frozen=True)
-class _Role:
-    """What a module computes: ``in_last`` → ``out_last`` on the last dim of ``[b, s, ·]``."""
-
-    kind: str  # "hidden" | "logits" | "embed" | "attn" | "base" | "root" | "generator" | "proj"
-    in_last: int | None = None
-    out_last: int | None = None
-    label: str = ""
-
-
-def _role(ref: ModuleRef, ev: _Eval) -> _Role | None:
-    d = ev.dims
-    h, v, i_dim = d.hidden_size, d.vocab_size, d.intermediate_size
-    path = list(ref.path)
-    if not path:
-        return _Role("root", label="the model")
-    names = [p for p in path if isinstance(p, str)]
-    last = path[-1]
-    if not isinstance(last, str):
-        if len(path) >= 2 and path[-2] in _LAYER_LISTS:
-            idx = last
-            if isinstance(idx, int) and not (-d.n_layers <= idx < d.n_layers):
-                ev.note(f"layer index {idx} is out of range for {d.n_layers} layers")
-            return _Role("hidden", h, h, label="decoder layer")
-        return None
-    in_layer = any(isinstance(p, int) or p is None for p in path[:-1]) and any(
-        p in _LAYER_LISTS for p in path[:-1] if isinstance(p, str)
-    )
-    parent = names[-2] if len(names) >= 2 else None
-    if last in _LM_HEADS:
-        return _Role("logits", h, v, label=last)
-    if last in _GENERATORS:
-        return _Role("generator", label=last)
-    if not in_layer:
-        if last in _BASES and len(names) == 1:
-            return _Role("base", label=last)
-        if last in _FINAL_NORMS:
-            return _Role("hidden", h, h, label=last)
-        if last in _EMBEDS:
-            return _Role("embed", None, h, label=last)
-        if last == "wpe":
-            return _Role("embed", None, h, label=last)
-        return None
-    # inside a decoder layer
-    if last in _ATTN:
-        return _Role("attn", h, h, label=last)
-    if last in _MLP:
-        return _Role("hidden", h, h, label=last)
-    if last in _NORMS:
-        return _Role("hidden", h, h, label=last)
-    if parent in _ATTN:
-        if last == "q_proj":
-            return _Role("proj", h, d.q_dim, label=last)
-        if last in ("k_proj", "v_proj"):
-            return _Role("proj", h, d.kv_dim, label=last)
-        if last in ("o_proj", "out_proj", "dense"):
-            return _Role("proj", d.q_dim, h, label=last)
-        if last in ("c_attn", "query_key_value"):
-            return _Role("proj", h, d.q_dim + 2 * d.kv_dim, label=last)
-        if last == "c_proj":
-            return _Role("proj", h, h, label=last)
-        return None
-    if parent in _MLP:
-        if last in ("gate_proj", "up_proj", "c_fc", "fc_in", "dense_h_to_4h", "fc1", "w1", "w3"):
-            return _Role("proj", h, i_dim, label=last)
-        if last in ("act_fn", "act", "activation_fn"):
-            return _Role("proj", i_dim, i_dim, label=last)
-        if last in ("down_proj", "c_proj", "fc_out", "dense_4h_to_h", "fc2", "w2"):
-            return _Role("proj", i_dim, h, label=last)
-        return None
-    return None
-
-
-def _hidden(ev: _Eval, last: int) -> Shape:
-    return Shape.tensor((ev.b, ev.s, last), ev.act_dtype)
-
-
-def _cache_shape(ev: _Eval) -> Shape:
-    d = ev.dims
-    kv = Shape.tensor((ev.b, d.n_kv_heads, ev.s, d.attn_head_dim), ev.act_dtype)
-    return Shape.container([kv] * (2 * d.n_layers))
-
-
-def _generated(ev: _Eval) -> Shape:
-    new = ev.ctx.max_new_tokens
-    if new is None:
-        new = DEFAULT_MAX_NEW_TOKENS
-        ev.note(f"max_new_tokens not given: {DEFAULT_MAX_NEW_TOKENS} new tokens assumed")
-    return Shape.tensor((ev.b, ev.s + int(new)), "int64")
-
-
-_CACHE_NOTE = "a ModelOutput includes the KV cache (use_cache is on by default): slice what you need"
-
-
-def _causal_lm_output(ev: _Eval) -> Shape:
-    logits = _hidden(ev, ev.dims.vocab_size)
-    return Shape.container([logits, _cache_shape(ev)], ("logits", "cache")).with_notes([_CACHE_NOTE])
-
-
-def _module_output(ref: ModuleRef, ev: _Eval) -> Shape:
-    role = _role(ref, ev)
-    if role is None:
-        raise _Unknown(f"no known output shape for module '{ref.dotted()}'")
-    if role.kind == "root":
-        return _causal_lm_output(ev)
-    if role.kind == "base":
-        return Shape.container(
-            [_hidden(ev, ev.dims.hidden_size), _cache_shape(ev)], ("last_hidden_state", "cache")
-        ).with_notes([_CACHE_NOTE])
-    if role.kind == "generator":
-        return _generated(ev)
-    if role.kind == "attn":
-        return Shape.container([_hidden(ev, ev.dims.hidden_size), Shape.python("none")], ("", "attn_weights"))
-    if role.kind == "embed" and role.label == "wpe":
-        return Shape.tensor((1, ev.s, ev.dims.hidden_size), ev.act_dtype)
-    assert role.out_last is not None
-    return _hidden(ev, role.out_last)
-
-
-def _module_input(ref: ModuleRef, ev: _Eval) -> Shape:
-    role = _role(ref, ev)
-    if role is None:
-        raise _Unknown(f"no known input shape for module '{ref.dotted()}'")
-    if role.kind in ("root", "embed", "base"):
-        return Shape.tensor((ev.b, ev.s), "int64")
-    if role.kind == "generator":
-        raise _Unknown("the generator has no input")
-    return _hidden(ev, role.in_last if role.in_last is not None else ev.dims.hidden_size)
-
-
-def _call_module(ref: ModuleRef, args: Sequence[cst.Arg], ev: _Eval) -> Shape:
-    """``model.lm_head(h)``, ``model.model.norm(h)``: map the last dim of the argument."""
-    role = _role(ref, ev)
-    if role is None or role.kind not in ("hidden", "logits", "proj", "embed") or not args:
-        raise _Unknown(f"calling module '{ref.dotted() or 'model'}' directly")
-    x = _eval_shape(args[0].value, ev)
-    if not x.is_tensor or x.dims is None:
-        raise _Unknown("calling a module on a value of unknown shape")
-    if role.kind == "embed":
-        return Shape.tensor(x.dims + (role.out_last,), ev.act_dtype)
-    if not x.dims:
-        raise _Unknown("calling a module on a 0-d tensor")
-    return Shape.tensor(x.dims[:-1] + (role.out_last,), _promote(x.dtype, ev.act_dtype))
-
-
-# nnterp StandardizedTransformer accessors -----------------------------------------------
-
-_NNTERP_ROOT_LISTS = {
-    "layers_output": "hidden", "layers_input": "hidden", "attentions_output": "hidden",
-    "attentions_input": "hidden", "mlps_output": "hidden", "mlps_input": "hidden",
-    "attention_probabilities": "probs",
-}  # fmt: skip
-_NNTERP_MODULE_VALUES = {
-    "layer_output": "hidden", "layer_input": "hidden", "mlp_output": "hidden",
-    "mlp_input": "hidden", "attention_output": "hidden", "attention_input": "hidden",
-    "attention_probabilities": "probs",
-}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class _NnterpList:
-    """``model.layers_output`` before it is indexed."""
-
-    what: str
-
-
-def _nnterp_value(what: str, ev: _Eval) -> Shape:
-    if what == "probs":
-        return Shape.tensor((ev.b, ev.dims.n_heads, ev.s, ev.s), ev.act_dtype)
-    return _hidden(ev, ev.dims.hidden_size)
-
-
 # ---------------------------------------------------------------------------------------
 # Attribute access
 # ---------------------------------------------------------------------------------------
 
 
-def _eval_attribute(node: cst.Attribute, ev: _Eval) -> Shape | ModuleRef:
+def _eval_attribute(node: cst.Attribute, ev: Evaluation) -> Shape | ModuleRef:
     attr = node.attr.value
     if (
         attr == "result"
-        and type(node.value) is cst.Name  # `is`: see _const
+        and type(node.value) is cst.Name  # `is`: see const_value
         and node.value.value not in ev.env
         and node.value.value not in ev.ctx.model_names
     ):
         # `tracer.result`: the generated ids of a generate tracer, else the forward's output.
         if ev.ctx.max_new_tokens is not None:
-            return _generated(ev)
+            return generate_output(ev)
         ev.note("'.result' of a tracer read as the forward's ModelOutput (no max_new_tokens given)")
-        return _causal_lm_output(ev)
+        return causal_lm_output(ev)
     # `torch.float16`: the dotted name is worked out only for a dtype's attribute name
-    dotted = _dotted(node) if attr in _DTYPE_ATTRS else None
+    dotted = dotted_name(node) if attr in DTYPE_ATTRS else None
     if dotted and dotted.split(".")[0] not in ev.env and dotted.split(".")[0] not in ev.ctx.model_names:
         if dotted.startswith("torch."):
-            return Shape.python("dtype", _DTYPE_ATTRS[attr])
-    base = _eval(node.value, ev)
+            return Shape.python("dtype", DTYPE_ATTRS[attr])
+    base = evaluate(node.value, ev)
     if isinstance(base, ModuleRef):
-        return _module_attr(base, attr, ev)
+        return module_attr(base, attr, ev)
     return _value_attr(base, attr, ev)
-
-
-def _module_attr(ref: ModuleRef, attr: str, ev: _Eval) -> Shape | ModuleRef:
-    if attr == "output":
-        return _module_output(ref, ev)
-    if attr == "input":
-        return _module_input(ref, ev)
-    if attr == "inputs":
-        raise _Unknown("'.inputs' holds keyword arguments of unknown size; read '.input'")
-    if not ref.path:
-        if attr == "logits":
-            return _hidden(ev, ev.dims.vocab_size)
-        if attr == "next_token_probs":
-            return Shape.tensor((ev.b, ev.dims.vocab_size), ev.act_dtype)
-        if attr in _NNTERP_ROOT_LISTS:
-            return ModuleRef(("__nnterp__", attr))
-    if ref.path and ref.path[-1] is not None and attr in _NNTERP_MODULE_VALUES and _role(ref, ev) is not None:
-        return _nnterp_value(_NNTERP_MODULE_VALUES[attr], ev)
-    if attr in ("source", "_module"):
-        raise _Unknown(f"'.{attr}' of a module")
-    return ref.child(attr)
 
 
 _SAME_VALUE_ATTRS = {"data", "value", "real"}
 _FIELD_ALIASES = {"past_key_values": "cache", "cache_params": "cache"}
 
 
-def _value_attr(value: Shape, attr: str, ev: _Eval) -> Shape:
+def _value_attr(value: Shape, attr: str, ev: Evaluation) -> Shape:
     if attr in _SAME_VALUE_ATTRS:
         return value
     if value.kind == "container":
         key = _FIELD_ALIASES.get(attr, attr) if attr not in value.names else attr
         if key in value.names:
             return value.elements[value.names.index(key)]
-        raise _Unknown(f"no field '{attr}' in {value.describe()}")
+        raise UnknownShape(f"no field '{attr}' in {value.describe()}")
     if value.kind == "unknown":
-        raise _Unknown(value.reason or "unknown value")
+        raise UnknownShape(value.reason or "unknown value")
     if value.is_tensor and value.dims is not None:
         dims = value.dims
         if attr == "shape":
@@ -910,15 +322,15 @@ def _value_attr(value: Shape, attr: str, ev: _Eval) -> Shape:
             return Shape.tensor(tuple(reversed(dims)), value.dtype)
         if attr in ("mT", "mH"):
             if len(dims) < 2:
-                raise _Unknown(f"'.{attr}' of a tensor with fewer than 2 dims")
+                raise UnknownShape(f"'.{attr}' of a tensor with fewer than 2 dims")
             return Shape.tensor(dims[:-2] + (dims[-1], dims[-2]), value.dtype)
         if attr == "H":
             return Shape.tensor(tuple(reversed(dims)), value.dtype)
         if attr in ("grad", "grad_fn"):
-            raise _Unknown(f"'.{attr}' is None in a forward-only trace")
+            raise UnknownShape(f"'.{attr}' is None in a forward-only trace")
         if attr == "is_cuda":
             return Shape.python("bool")
-    raise _Unknown(f"attribute '.{attr}' of {value.describe()}")
+    raise UnknownShape(f"attribute '.{attr}' of {value.describe()}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -930,28 +342,28 @@ def _index_nodes(node: cst.Subscript) -> list[cst.BaseSlice]:
     items: list[cst.BaseSlice] = []
     for element in node.slice:
         sl = element.slice
-        if len(node.slice) == 1 and type(sl) is cst.Index and type(sl.value) is cst.Tuple:  # see _const
+        if len(node.slice) == 1 and type(sl) is cst.Index and type(sl.value) is cst.Tuple:  # see const_value
             # x[(0, 1)] is x[0, 1]
             return [cst.Index(value=e.value) for e in sl.value.elements]
         items.append(sl)
     return items
 
 
-def _eval_subscript(node: cst.Subscript, ev: _Eval) -> Shape | ModuleRef:
-    base = _eval(node.value, ev)
+def _eval_subscript(node: cst.Subscript, ev: Evaluation) -> Shape | ModuleRef:
+    base = evaluate(node.value, ev)
     items = _index_nodes(node)
     if isinstance(base, ModuleRef):
-        return _module_subscript(base, items, ev)
+        return module_subscript(base, items, ev)
     first = items[0] if len(items) == 1 else None
     if (
-        type(node.value) is cst.Attribute  # `is`: see _const
+        type(node.value) is cst.Attribute  # `is`: see const_value
         and node.value.attr.value == "output"
         and type(first) is cst.Index
-        and _const(first.value, ev) == 0
+        and const_value(first.value, ev) == 0
     ):
-        ref = _eval(node.value.value, ev)
+        ref = evaluate(node.value.value, ev)
         if isinstance(ref, ModuleRef):
-            role = _role(ref, ev)
+            role = role_of(ref, ev)
             if role is not None and role.label == "decoder layer":
                 ev.note(
                     "a decoder layer's .output is a Tensor in transformers 5: .output[0] selects "
@@ -963,63 +375,48 @@ def _eval_subscript(node: cst.Subscript, ev: _Eval) -> Shape | ModuleRef:
         return _python_subscript(base, items, ev)
     if base.is_tensor:
         return _tensor_index(base, items, ev)
-    raise _Unknown(f"indexing {base.describe()}")
+    raise UnknownShape(f"indexing {base.describe()}")
 
 
-def _module_subscript(ref: ModuleRef, items: list[cst.BaseSlice], ev: _Eval) -> Shape | ModuleRef:
-    if len(items) != 1 or not isinstance(items[0], cst.Index):
-        raise _Unknown(f"slicing module list '{ref.dotted()}'")
-    index = _const_int(items[0].value, ev)
-    if ref.path and ref.path[0] == "__nnterp__":
-        what = _NNTERP_ROOT_LISTS[str(ref.path[1])]
-        return _nnterp_value(what, ev)
-    if index is None:
-        try:
-            _eval_shape(items[0].value, ev)
-        except _Unknown:
-            pass
-    return ref.child(index)
-
-
-def _container_subscript(base: Shape, items: list[cst.BaseSlice], ev: _Eval) -> Shape:
+def _container_subscript(base: Shape, items: list[cst.BaseSlice], ev: Evaluation) -> Shape:
     if len(items) != 1:
-        raise _Unknown("multi-dimensional index into a tuple or list")
+        raise UnknownShape("multi-dimensional index into a tuple or list")
     item = items[0]
     n = len(base.elements)
     if isinstance(item, cst.Slice):
-        bounds = [_const(x, ev) if x is not None else None for x in (item.lower, item.upper, item.step)]
-        if any(b is _NOT_CONST for b in bounds):
-            raise _Unknown("slice of a tuple with non-literal bounds")
+        bounds = [const_value(x, ev) if x is not None else None for x in (item.lower, item.upper, item.step)]
+        if any(b is NOT_CONST for b in bounds):
+            raise UnknownShape("slice of a tuple with non-literal bounds")
         picked = range(n)[slice(*bounds)]
         return Shape.container(
             [base.elements[i] for i in picked], [base.names[i] for i in picked] if base.names else ()
         )
-    key = _const(item.value, ev)
+    key = const_value(item.value, ev)
     if isinstance(key, int) and not isinstance(key, bool):
         if not -n <= key < n:
-            raise _Unknown(f"index {key} out of range for a tuple of {n}")
+            raise UnknownShape(f"index {key} out of range for a tuple of {n}")
         return base.elements[key]
     if isinstance(key, str):
         key = key if key in base.names else _FIELD_ALIASES.get(key, key)
         if key in base.names:
             return base.elements[base.names.index(key)]
-        raise _Unknown(f"no key {key!r} in {base.describe()}")
+        raise UnknownShape(f"no key {key!r} in {base.describe()}")
     if base.elements and all(e == base.elements[0] for e in base.elements):
         ev.note("a non-literal index into a list of equal elements")
         return base.elements[0]
-    raise _Unknown("a non-literal index into a tuple or list")
+    raise UnknownShape("a non-literal index into a tuple or list")
 
 
-def _python_subscript(base: Shape, items: list[cst.BaseSlice], ev: _Eval) -> Shape:
+def _python_subscript(base: Shape, items: list[cst.BaseSlice], ev: Evaluation) -> Shape:
     if base.dtype == "tuple" and isinstance(base.value, tuple) and len(items) == 1:
         item = items[0]
         if isinstance(item, cst.Index):
-            key = _const_int(item.value, ev)
+            key = const_int(item.value, ev)
             if key is not None and -len(base.value) <= key < len(base.value):
                 return Shape.python("int", base.value[key])
             return Shape.python("int")
-        bounds = [_const(x, ev) if x is not None else None for x in (item.lower, item.upper, item.step)]
-        if not any(b is _NOT_CONST for b in bounds):
+        bounds = [const_value(x, ev) if x is not None else None for x in (item.lower, item.upper, item.step)]
+        if not any(b is NOT_CONST for b in bounds):
             sub = base.value[slice(*bounds)]
             return Shape.python("tuple", sub, dims=(len(sub),))
     if base.dtype == "list" and base.dims:
@@ -1027,23 +424,23 @@ def _python_subscript(base: Shape, items: list[cst.BaseSlice], ev: _Eval) -> Sha
         if indexed.dims == ():
             return Shape.python("number")
         return Shape.python("list", dims=indexed.dims or ())
-    raise _Unknown(f"indexing {base.describe()}")
+    raise UnknownShape(f"indexing {base.describe()}")
 
 
-def _tensor_index(base: Shape, items: list[cst.BaseSlice], ev: _Eval) -> Shape:
+def _tensor_index(base: Shape, items: list[cst.BaseSlice], ev: Evaluation) -> Shape:
     """torch indexing: ints select first; slices/None/...; lists and tensors are advanced."""
     dims = list(base.dims or ())
     # Classify each index item.
     parsed: list[tuple[str, Any]] = []
     for item in items:
-        if type(item) is cst.Slice:  # `is`: see _const
+        if type(item) is cst.Slice:  # `is`: see const_value
             parsed.append(("slice", item))
             continue
         expr = item.value
         if type(expr) is cst.Ellipsis:
             parsed.append(("ellipsis", None))
             continue
-        const = _const(expr, ev)
+        const = const_value(expr, ev)
         if const is None:
             parsed.append(("none", None))
             continue
@@ -1054,7 +451,7 @@ def _tensor_index(base: Shape, items: list[cst.BaseSlice], ev: _Eval) -> Shape:
             parsed.append(("int", const))
             continue
         if isinstance(const, (list, tuple)):
-            parsed.append(("adv", _literal_dims(const)))
+            parsed.append(("adv", literal_dims(const)))
             continue
         if type(expr) is cst.Name and expr.value not in ev.env and expr.value not in ev.ctx.model_names:
             ev.note(
@@ -1064,8 +461,8 @@ def _tensor_index(base: Shape, items: list[cst.BaseSlice], ev: _Eval) -> Shape:
             parsed.append(("adv", (DEFAULT_INDEX_LENGTH,)))
             continue
         try:
-            value = _eval_shape(expr, ev)
-        except _Unknown as exc:
+            value = evaluate_shape(expr, ev)
+        except UnknownShape as exc:
             ev.note(f"an index of unknown shape ({exc}): length {DEFAULT_INDEX_LENGTH} assumed")
             parsed.append(("adv", (DEFAULT_INDEX_LENGTH,)))
             continue
@@ -1080,16 +477,16 @@ def _tensor_index(base: Shape, items: list[cst.BaseSlice], ev: _Eval) -> Shape:
             parsed.append(("mask", len(value.dims or ())))
         elif value.is_tensor:
             if value.dtype.startswith("float") or value.dtype == "bfloat16":
-                raise _Unknown("indexing with a floating-point tensor")
+                raise UnknownShape("indexing with a floating-point tensor")
             parsed.append(("adv", value.dims or ()))
         else:
-            raise _Unknown(f"indexing with {value.describe()}")
+            raise UnknownShape(f"indexing with {value.describe()}")
 
     consumed = sum(1 if k in ("int", "slice", "adv") else (v if k == "mask" else 0) for k, v in parsed)
     if sum(1 for k, _ in parsed if k == "ellipsis") > 1:
-        raise _Unknown("more than one ellipsis in an index")
+        raise UnknownShape("more than one ellipsis in an index")
     if consumed > len(dims):
-        raise _Unknown(f"too many indices ({consumed}) for a tensor of {len(dims)} dims")
+        raise UnknownShape(f"too many indices ({consumed}) for a tensor of {len(dims)} dims")
     # Expand the ellipsis (or pad with full slices at the end).
     expanded: list[tuple[str, Any]] = []
     for kind, val in parsed:
@@ -1111,7 +508,7 @@ def _tensor_index(base: Shape, items: list[cst.BaseSlice], ev: _Eval) -> Shape:
             pos += 1
         elif kind == "int":
             if isinstance(val, int) and not -dims[pos] <= val < dims[pos]:
-                raise _Unknown(f"index {val} is out of range for a dim of {dims[pos]}")
+                raise UnknownShape(f"index {val} is out of range for a dim of {dims[pos]}")
             pos += 1
         elif kind == "slice":
             out.append(_slice_length(val, dims[pos], ev))
@@ -1125,35 +522,24 @@ def _tensor_index(base: Shape, items: list[cst.BaseSlice], ev: _Eval) -> Shape:
     adv_positions = [i for i, x in enumerate(out) if isinstance(x, tuple)]
     if not adv_positions:
         return Shape.tensor(out, base.dtype)
-    broadcast = _broadcast(*[out[i][1] for i in adv_positions])
+    joint = broadcast(*[out[i][1] for i in adv_positions])
     contiguous = adv_positions == list(range(adv_positions[0], adv_positions[-1] + 1))
     rest = [x for x in out if not isinstance(x, tuple)]
     if contiguous:
         first = adv_positions[0]
-        result = rest[:first] + list(broadcast) + rest[first:]
+        result = rest[:first] + list(joint) + rest[first:]
     else:
-        result = list(broadcast) + rest
+        result = list(joint) + rest
     return Shape.tensor(result, base.dtype)
 
 
-def _literal_dims(value: Any) -> tuple[int, ...]:
-    if isinstance(value, (list, tuple)):
-        if not value:
-            return (0,)
-        inner = {_literal_dims(v) for v in value}
-        if len(inner) != 1:
-            raise _Unknown("a ragged list used as an index")
-        return (len(value),) + inner.pop()
-    return ()
-
-
-def _slice_length(item: cst.Slice, size: int, ev: _Eval) -> int:
+def _slice_length(item: cst.Slice, size: int, ev: Evaluation) -> int:
     bounds = []
     for part in (item.lower, item.upper, item.step):
         if part is None:
             bounds.append(None)
             continue
-        value = _const(part, ev)
+        value = const_value(part, ev)
         if isinstance(value, int) and not isinstance(value, bool):
             bounds.append(value)
         elif value is None:
@@ -1162,63 +548,8 @@ def _slice_length(item: cst.Slice, size: int, ev: _Eval) -> int:
             ev.note(f"a slice bound is not a literal: the whole dim ({size}) is assumed (an upper bound)")
             return size
     if bounds[2] == 0:
-        raise _Unknown("slice step cannot be zero")
+        raise UnknownShape("slice step cannot be zero")
     return len(range(*slice(*bounds).indices(size)))
-
-
-# ---------------------------------------------------------------------------------------
-# dtype promotion and broadcasting
-# ---------------------------------------------------------------------------------------
-
-_FLOATS = ("float16", "bfloat16", "float32", "float64")
-_INTS = ("bool", "uint8", "int8", "int16", "int32", "int64")
-
-
-def _category(dtype: str) -> int:
-    if dtype == "bool":
-        return 0
-    if dtype in _INTS:
-        return 1
-    if dtype.startswith("complex"):
-        return 3
-    return 2
-
-
-def _promote(a: str, b: str) -> str:
-    if a == b:
-        return a
-    ca, cb = _category(a), _category(b)
-    if ca != cb:
-        return a if ca > cb else b
-    if {a, b} == {"float16", "bfloat16"}:
-        return "float32"
-    order = _INTS + _FLOATS + ("complex64", "complex128")
-    ia = order.index(a) if a in order else 0
-    ib = order.index(b) if b in order else 0
-    return a if ia >= ib else b
-
-
-def _promote_shapes(a: Shape, b: Shape) -> str:
-    """torch's result dtype for a binary op on two tensors (0-d tensors act as scalars)."""
-    a_zero, b_zero = a.dims == (), b.dims == ()
-    if a_zero != b_zero:
-        dim_t, zero_t = (b, a) if a_zero else (a, b)
-        if _category(zero_t.dtype) <= _category(dim_t.dtype):
-            return dim_t.dtype
-        return "float32" if _category(zero_t.dtype) == 2 else zero_t.dtype
-    return _promote(a.dtype, b.dtype)
-
-
-def _broadcast(*shapes: Sequence[int]) -> tuple[int, ...]:
-    ndim = max((len(s) for s in shapes), default=0)
-    out = []
-    for i in range(ndim):
-        sizes = {s[len(s) - ndim + i] for s in shapes if len(s) - ndim + i >= 0}
-        sizes.discard(1)
-        if len(sizes) > 1:
-            raise _Unknown(f"shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast")
-        out.append(sizes.pop() if sizes else 1)
-    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1226,72 +557,17 @@ def _broadcast(*shapes: Sequence[int]) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------------------
 
 
-def _eval_binary(node: cst.BinaryOperation, ev: _Eval) -> Shape:
-    a = _eval_shape(node.left, ev)
-    b = _eval_shape(node.right, ev)
+def _eval_binary(node: cst.BinaryOperation, ev: Evaluation) -> Shape:
+    a = evaluate_shape(node.left, ev)
+    b = evaluate_shape(node.right, ev)
     op = type(node.operator)
     if op is cst.MatrixMultiply:
-        return _matmul(a, b)
-    return _binary(a, b, op, ev)
+        return matmul(a, b)
+    return binary(a, b, op, ev)
 
 
-def _binary(a: Shape, b: Shape, op: type, ev: _Eval, comparison: bool = False) -> Shape:
-    if a.kind == "python" and b.kind == "python":
-        if a.dtype in ("list", "tuple", "str") or b.dtype in ("list", "tuple", "str"):
-            raise _Unknown("arithmetic on Python sequences")
-        if comparison:
-            return Shape.python("bool")
-        value = None
-        fn = _ARITH.get(op)
-        if fn and isinstance(a.value, (int, float)) and isinstance(b.value, (int, float)):
-            try:
-                value = fn(a.value, b.value)
-            except (ArithmeticError, ValueError):
-                value = None
-            value = None if value is _NOT_CONST else value
-        dtype = "float" if "float" in (a.dtype, b.dtype) or op is cst.Divide else a.dtype
-        return Shape.python(dtype if dtype in ("int", "float", "bool") else "number", value)
-    if a.is_tensor and b.kind == "python" or a.kind == "python" and b.is_tensor:
-        t, p = (a, b) if a.is_tensor else (b, a)
-        if p.dtype not in ("int", "float", "bool", "number"):
-            raise _Unknown(f"arithmetic between a tensor and {p.describe()}")
-        if comparison:
-            return Shape.tensor(t.dims or (), "bool")
-        dtype = t.dtype
-        if _category(dtype) < 2 and (p.dtype == "float" or op is cst.Divide):
-            dtype = "float32"
-        elif dtype == "bool" and p.dtype == "int" and op is not cst.BitAnd and op is not cst.BitOr:
-            dtype = "int64"
-        return Shape.tensor(t.dims or (), dtype)
-    if a.is_tensor and b.is_tensor:
-        dims = _broadcast(a.dims or (), b.dims or ())
-        if comparison:
-            return Shape.tensor(dims, "bool")
-        dtype = _promote_shapes(a, b)
-        if op is cst.Divide and _category(dtype) < 2:
-            dtype = "float32"
-        return Shape.tensor(dims, dtype)
-    raise _Unknown(f"operator on {a.describe()} and {b.describe()}")
-
-
-def _matmul(a: Shape, b: Shape) -> Shape:
-    if not (a.is_tensor and b.is_tensor) or not a.dims or not b.dims:
-        raise _Unknown("matrix product of values of unknown or 0-d shape")
-    da, db = list(a.dims), list(b.dims)
-    squeeze_a = squeeze_b = False
-    if len(da) == 1:
-        da, squeeze_a = [1] + da, True
-    if len(db) == 1:
-        db, squeeze_b = db + [1], True
-    if da[-1] != db[-2]:
-        raise _Unknown(f"matrix product of {list(a.dims)} and {list(b.dims)}")
-    batch = _broadcast(da[:-2], db[:-2])
-    out = list(batch) + ([] if squeeze_a else [da[-2]]) + ([] if squeeze_b else [db[-1]])
-    return Shape.tensor(out, _promote_shapes(a, b))
-
-
-def _eval_unary(node: cst.UnaryOperation, ev: _Eval) -> Shape:
-    value = _eval_shape(node.expression, ev)
+def _eval_unary(node: cst.UnaryOperation, ev: Evaluation) -> Shape:
+    value = evaluate_shape(node.expression, ev)
     if isinstance(node.operator, cst.Not):
         return Shape.python("bool")
     if value.kind == "python":
@@ -1300,30 +576,30 @@ def _eval_unary(node: cst.UnaryOperation, ev: _Eval) -> Shape:
         return Shape.python(value.dtype)
     if value.is_tensor:
         return value
-    raise _Unknown(f"unary operator on {value.describe()}")
+    raise UnknownShape(f"unary operator on {value.describe()}")
 
 
-def _eval_comparison(node: cst.Comparison, ev: _Eval) -> Shape:
-    left = _eval_shape(node.left, ev)
+def _eval_comparison(node: cst.Comparison, ev: Evaluation) -> Shape:
+    left = evaluate_shape(node.left, ev)
     result = None
     for target in node.comparisons:
         if isinstance(target.operator, (cst.In, cst.NotIn, cst.Is, cst.IsNot)):
             return Shape.python("bool")
-        right = _eval_shape(target.comparator, ev)
-        part = _binary(left, right, type(target.operator), ev, comparison=True)
-        result = part if result is None else _binary(result, part, cst.BitAnd, ev)
+        right = evaluate_shape(target.comparator, ev)
+        part = binary(left, right, type(target.operator), ev, comparison=True)
+        result = part if result is None else binary(result, part, cst.BitAnd, ev)
         left = right
     if result is None:
-        raise _Unknown("empty comparison")
+        raise UnknownShape("empty comparison")
     return result
 
 
-def _eval_boolean(node: cst.BooleanOperation, ev: _Eval) -> Shape:
-    left = _eval_shape(node.left, ev)
-    right = _eval_shape(node.right, ev)
+def _eval_boolean(node: cst.BooleanOperation, ev: Evaluation) -> Shape:
+    left = evaluate_shape(node.left, ev)
+    right = evaluate_shape(node.right, ev)
     if left == right:
         return left
-    raise _Unknown("'and'/'or' of values of different shapes")
+    raise UnknownShape("'and'/'or' of values of different shapes")
 
 
 # ---------------------------------------------------------------------------------------
@@ -1331,882 +607,36 @@ def _eval_boolean(node: cst.BooleanOperation, ev: _Eval) -> Shape:
 # ---------------------------------------------------------------------------------------
 
 
-class _Args:
-    """Positional and keyword argument nodes of a call, with constant helpers."""
-
-    def __init__(self, args: Sequence[cst.Arg], ev: _Eval):
-        self.ev = ev
-        self.pos: list[cst.BaseExpression] = []
-        self.kw: dict[str, cst.BaseExpression] = {}
-        for arg in args:
-            if arg.star:
-                raise _Unknown("a call with *args or **kwargs")
-            if arg.keyword is not None:
-                self.kw[arg.keyword.value] = arg.value
-            else:
-                self.pos.append(arg.value)
-
-    def node(self, index: int | None, name: str | None) -> cst.BaseExpression | None:
-        if name is not None and name in self.kw:
-            return self.kw[name]
-        if index is not None and index < len(self.pos):
-            return self.pos[index]
-        return None
-
-    def const(self, index: int | None, name: str | None, default: Any = None) -> Any:
-        node = self.node(index, name)
-        if node is None:
-            return default
-        value = _const(node, self.ev)
-        if value is _NOT_CONST:
-            raise _Unknown(f"argument '{name or index}' is not a literal")
-        return value
-
-    def dim(self, index: int | None, name: str | None = "dim") -> Any:
-        """A dim argument: None, an int, or a tuple of ints."""
-        value = self.const(index, name, None)
-        if value is None or isinstance(value, int):
-            return value
-        if isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
-            return tuple(value)
-        raise _Unknown(f"dim argument {value!r}")
-
-    def flag(self, index: int | None, name: str, default: bool = False) -> bool:
-        value = self.const(index, name, default)
-        return bool(value)
-
-    def sizes(self, start: int = 0, name: str | None = None) -> list[int]:
-        """``view(2, 3)``, ``view((2, 3))``, ``view(size=(2, 3))``."""
-        if name and name in self.kw:
-            values = _const(self.kw[name], self.ev)
-        elif len(self.pos) == start + 1:
-            values = _const(self.pos[start], self.ev)
-            if isinstance(values, int):
-                values = [values]
-        else:
-            values = [_const(p, self.ev) for p in self.pos[start:]]
-        if values is _NOT_CONST or not isinstance(values, (list, tuple)):
-            raise _Unknown("shape arguments are not literals")
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            raise _Unknown("shape arguments are not literal ints")
-        return list(values)
-
-
-def _norm_dim(dim: int, ndim: int) -> int:
-    size = max(ndim, 1)
-    if not -size <= dim < size:
-        raise _Unknown(f"dim {dim} out of range for {ndim} dims")
-    return dim % size
-
-
-def _require_tensor(value: Shape, what: str) -> tuple[int, ...]:
-    if not value.is_tensor or value.dims is None:
-        raise _Unknown(f"'{what}' on {value.describe()}")
-    return value.dims
-
-
-_NAMESPACES = {"torch", "F", "nn", "functional", "np", "numpy", "math", "nnsight", "einops", "operator"}
-
-
-def _eval_call(node: cst.Call, ev: _Eval) -> Shape | ModuleRef:
+def _eval_call(node: cst.Call, ev: Evaluation) -> Shape | ModuleRef:
     func = node.func
-    dotted = _dotted(func)
+    dotted = dotted_name(func)
     root = dotted.split(".")[0] if dotted else None
     # Functions: torch.*, F.*, nnsight.*, builtins.
     if dotted and root not in ev.env and root not in ev.ctx.model_names:
         if "." not in dotted:
-            return _builtin_call(dotted, node.args, ev)
-        if root in _NAMESPACES or dotted.startswith("torch."):
-            return _function_call(dotted, node.args, ev)
-    if type(func) is cst.Attribute:  # `is`: see _const
-        receiver = _eval(func.value, ev)
+            return builtin_call(dotted, node.args, ev)
+        if root in FUNCTION_NAMESPACES or dotted.startswith("torch."):
+            return function_call(dotted, node.args, ev)
+    if type(func) is cst.Attribute:  # `is`: see const_value
+        receiver = evaluate(func.value, ev)
         method = func.attr.value
         if isinstance(receiver, ModuleRef):
-            if method in _PASSTHROUGH_CALLS:
+            if method in PASSTHROUGH_CALLS:
                 return receiver
             if method in ("save", "value"):
-                raise _Unknown("saving a module")
-            target = _module_attr(receiver, method, ev)
-            if isinstance(target, ModuleRef) and _role(target, ev) is not None:
-                return _call_module(target, node.args, ev)
-            raise _Unknown(f"method '.{method}()' of module '{receiver.dotted() or 'model'}'")
-        return _method_call(receiver, method, node.args, ev)
-    target = _eval(func, ev)
+                raise UnknownShape("saving a module")
+            target = module_attr(receiver, method, ev)
+            if isinstance(target, ModuleRef) and role_of(target, ev) is not None:
+                return call_module(target, node.args, ev)
+            raise UnknownShape(f"method '.{method}()' of module '{receiver.dotted() or 'model'}'")
+        return method_call(receiver, method, node.args, ev)
+    target = evaluate(func, ev)
     if isinstance(target, ModuleRef):
-        return _call_module(target, node.args, ev)
-    raise _Unknown("a call of a value")
+        return call_module(target, node.args, ev)
+    raise UnknownShape("a call of a value")
 
 
-def _method_call(value: Shape, method: str, call_args: Sequence[cst.Arg], ev: _Eval) -> Shape:
-    if value.kind == "unknown":
-        raise _Unknown(value.reason or "unknown value")
-    if method in ("save", "value", "detach", "cpu", "cuda", "clone", "contiguous", "requires_grad_", "numpy",
-                  "retain_grad", "pin_memory", "detach_", "coalesce"):  # fmt: skip
-        if method in ("numpy",) and not value.is_tensor:
-            raise _Unknown(".numpy() of a non-tensor")
-        return value
-    args = _Args(call_args, ev)
-    if value.kind == "container":
-        raise _Unknown(f"method '.{method}()' of {value.describe()}")
-    if value.kind == "python":
-        return _python_method(value, method, args)
-    handler = _METHODS.get(method)
-    if handler is None:
-        if method.endswith("_") and method[:-1] in _METHODS:
-            handler = _METHODS[method[:-1]]
-        else:
-            raise _Unknown(f"tensor method '.{method}()' is not modelled")
-    _require_tensor(value, method)
-    return handler(value, args, ev)
-
-
-def _python_method(value: Shape, method: str, args: _Args) -> Shape:
-    if method in ("item", "__int__", "__float__", "bit_length", "is_integer"):
-        return Shape.python(value.dtype if value.dtype in ("int", "float") else "number")
-    if method == "tolist" and value.dtype == "list":
-        return value
-    if method in ("copy", "index", "count") and value.dtype in ("list", "tuple"):
-        return value if method == "copy" else Shape.python("int")
-    raise _Unknown(f"method '.{method}()' of {value.describe()}")
-
-
-# tensor methods -----------------------------------------------------------------------
-
-
-def _m_same(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    return value
-
-
-def _m_float_result(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    """exp, sqrt, sigmoid …: ints become float32."""
-    return Shape.tensor(value.dims or (), value.dtype if _category(value.dtype) >= 2 else "float32")
-
-
-def _m_binary(op: type, comparison: bool = False) -> Callable[[Shape, _Args, _Eval], Shape]:
-    def handler(value: Shape, args: _Args, ev: _Eval) -> Shape:
-        other_node = args.node(0, "other")
-        if other_node is None:
-            raise _Unknown("binary tensor method without an operand")
-        other = _eval_shape(other_node, ev)
-        return _binary(value, other, op, ev, comparison)
-
-    return handler
-
-
-def _m_cast(dtype: str) -> Callable[[Shape, _Args, _Eval], Shape]:
-    def handler(value: Shape, args: _Args, ev: _Eval) -> Shape:
-        return Shape.tensor(value.dims or (), dtype)
-
-    return handler
-
-
-def _m_to(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    if "dtype" in args.kw:
-        dtype = _dtype_from(args.kw["dtype"], ev)
-        if dtype is None:
-            raise _Unknown("'.to(dtype=...)' with a dtype that is not a literal")
-        return Shape.tensor(value.dims or (), dtype)
-    for node in args.pos:
-        dtype = _dtype_from(node, ev)
-        if dtype is not None:
-            return Shape.tensor(value.dims or (), dtype)
-        const = _const(node, ev)
-        if isinstance(const, str) or const is None:
-            continue  # a device
-        try:
-            other = _eval(node, ev)
-        except _Unknown:
-            other = None
-        if isinstance(other, Shape) and other.is_tensor:
-            return Shape.tensor(value.dims or (), other.dtype)
-        if isinstance(other, Shape) and other.kind == "python" and other.dtype == "dtype" and other.value:
-            return Shape.tensor(value.dims or (), other.value)
-        if not (isinstance(other, Shape) and other.dtype == "device"):
-            ev.note("'.to(...)' with an argument that is not a literal: dtype kept")
-    return value
-
-
-def _m_type(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    if not args.pos and "dtype" not in args.kw:
-        return Shape.python("str")
-    dtype = _dtype_from(args.node(0, "dtype"), ev)
-    if dtype is None:
-        raise _Unknown("'.type(...)' with a dtype that is not a literal")
-    return Shape.tensor(value.dims or (), dtype)
-
-
-def _reduced(value: Shape, dim: Any, keepdim: bool, dtype: str) -> Shape:
-    dims = list(value.dims or ())
-    if dim is None:
-        return Shape.tensor([1] * len(dims) if keepdim else [], dtype)
-    targets = {_norm_dim(d, len(dims)) for d in (dim if isinstance(dim, tuple) else (dim,))}
-    if not dims:
-        return Shape.tensor([], dtype)
-    out = (
-        [1 if i in targets else n for i, n in enumerate(dims)]
-        if keepdim
-        else [n for i, n in enumerate(dims) if i not in targets]
-    )
-    return Shape.tensor(out, dtype)
-
-
-def _m_reduce(kind: str, dim_pos: int | None = 0) -> Callable[[Shape, _Args, _Eval], Shape]:
-    """sum/mean/…: ``kind`` picks the result dtype; ``dim_pos`` where a positional dim sits."""
-
-    def handler(value: Shape, args: _Args, ev: _Eval) -> Shape:
-        dim = args.dim(dim_pos, "dim")
-        if dim is None and "axis" in args.kw:
-            dim = args.dim(None, "axis")
-        keepdim = args.flag(None if dim_pos is None else dim_pos + 1, "keepdim")
-        dtype = value.dtype
-        explicit = _dtype_from(args.kw.get("dtype"), ev) if "dtype" in args.kw else None
-        if explicit:
-            dtype = explicit
-        elif kind == "sum" and _category(dtype) < 2:
-            dtype = "int64"
-        elif kind == "bool":
-            dtype = "bool"
-        elif kind == "count":
-            dtype = "int64"
-        elif kind == "float" and _category(dtype) < 2:
-            dtype = "float32"
-        return _reduced(value, dim, keepdim, dtype)
-
-    return handler
-
-
-def _m_norm(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dim = args.dim(1, "dim")
-    keepdim = args.flag(2, "keepdim")
-    dtype = value.dtype if _category(value.dtype) >= 2 else "float32"
-    return _reduced(value, dim, keepdim, dtype)
-
-
-def _m_arg(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dim = args.dim(0, "dim")
-    return _reduced(value, dim, args.flag(1, "keepdim"), "int64")
-
-
-def _m_maxmin(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    first = args.node(0, "dim")
-    if first is not None and "dim" not in args.kw and _const(first, ev) is _NOT_CONST:
-        other = _eval_shape(first, ev)  # max(other): elementwise
-        return _binary(value, other, cst.Add, ev)
-    dim = args.dim(0, "dim")
-    if dim is None:
-        return Shape.tensor([], value.dtype)
-    keepdim = args.flag(1, "keepdim")
-    values = _reduced(value, dim, keepdim, value.dtype)
-    indices = _reduced(value, dim, keepdim, "int64")
-    return Shape.container([values, indices], ("values", "indices"))
-
-
-def _m_median(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dim = args.dim(0, "dim")
-    if dim is None:
-        return Shape.tensor([], value.dtype)
-    return _m_maxmin(value, args, ev)
-
-
-def _m_topk(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    k = args.const(0, "k")
-    if not isinstance(k, int):
-        raise _Unknown("topk with a k that is not a literal")
-    dim = args.const(1, "dim", -1)
-    dims = list(value.dims or ())
-    d = _norm_dim(dim, len(dims))
-    if dims:
-        if k > dims[d]:
-            raise _Unknown(f"topk k={k} is larger than the dim ({dims[d]})")
-        dims[d] = k
-    return Shape.container([Shape.tensor(dims, value.dtype), Shape.tensor(dims, "int64")], ("values", "indices"))
-
-
-def _m_kthvalue(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dim = args.const(1, "dim", -1)
-    keepdim = args.flag(2, "keepdim")
-    vals = _reduced(value, dim, keepdim, value.dtype)
-    return Shape.container([vals, _reduced(value, dim, keepdim, "int64")], ("values", "indices"))
-
-
-def _m_sort(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dims = value.dims or ()
-    return Shape.container([Shape.tensor(dims, value.dtype), Shape.tensor(dims, "int64")], ("values", "indices"))
-
-
-def _m_argsort(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    return Shape.tensor(value.dims or (), "int64")
-
-
-def _m_softmax(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dim = args.const(0, "dim", None)
-    if dim is not None:
-        _norm_dim(dim, len(value.dims or ()))
-    dtype = _dtype_from(args.kw.get("dtype"), ev) if "dtype" in args.kw else None
-    if dtype is None:
-        dtype = value.dtype if _category(value.dtype) >= 2 else "float32"
-    return Shape.tensor(value.dims or (), dtype)
-
-
-def _m_cum(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dim = args.const(0, "dim", None)
-    if dim is not None:
-        _norm_dim(dim, len(value.dims or ()))
-    dtype = "int64" if _category(value.dtype) < 2 else value.dtype
-    return Shape.tensor(value.dims or (), dtype)
-
-
-def _m_item(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    if value.numel != 1:
-        raise _Unknown(f".item() of a tensor of {value.numel} elements")
-    return Shape.python("int" if _category(value.dtype) == 1 else "bool" if value.dtype == "bool" else "float")
-
-
-def _m_tolist(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    if not value.dims:
-        return _m_item(value, args, ev)
-    return Shape.python("list", dims=value.dims)
-
-
-def _m_size(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dims = value.dims or ()
-    dim = args.const(0, "dim", None)
-    if dim is None:
-        return Shape.python("tuple", tuple(dims), dims=(len(dims),))
-    return Shape.python("int", dims[_norm_dim(dim, len(dims))])
-
-
-def _m_int_of(fn: Callable[[tuple[int, ...]], int]) -> Callable[[Shape, _Args, _Eval], Shape]:
-    def handler(value: Shape, args: _Args, ev: _Eval) -> Shape:
-        return Shape.python("int", fn(value.dims or ()))
-
-    return handler
-
-
-def _m_squeeze(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dims = list(value.dims or ())
-    dim = args.dim(0, "dim")
-    if dim is None:
-        return Shape.tensor([n for n in dims if n != 1], value.dtype)
-    targets = {_norm_dim(d, len(dims)) for d in (dim if isinstance(dim, tuple) else (dim,))}
-    return Shape.tensor([n for i, n in enumerate(dims) if not (i in targets and n == 1)], value.dtype)
-
-
-def _m_unsqueeze(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dims = list(value.dims or ())
-    dim = args.const(0, "dim")
-    if not isinstance(dim, int):
-        raise _Unknown("unsqueeze without a literal dim")
-    d = _norm_dim(dim, len(dims) + 1)
-    return Shape.tensor(dims[:d] + [1] + dims[d:], value.dtype)
-
-
-def _m_flatten(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dims = list(value.dims or ())
-    if not dims:
-        return Shape.tensor([1], value.dtype)
-    start = _norm_dim(args.const(0, "start_dim", 0), len(dims))
-    end = _norm_dim(args.const(1, "end_dim", -1), len(dims))
-    if start > end:
-        raise _Unknown("flatten with start_dim after end_dim")
-    return Shape.tensor(dims[:start] + [math.prod(dims[start : end + 1])] + dims[end + 1 :], value.dtype)
-
-
-def _reshaped(value: Shape, sizes: list[int]) -> Shape:
-    numel = math.prod(value.dims or ())
-    if sizes.count(-1) > 1:
-        raise _Unknown("more than one -1 in a view")
-    if -1 in sizes:
-        known = math.prod(s for s in sizes if s != -1)
-        if known == 0 or numel % known:
-            raise _Unknown(f"cannot view {numel} elements as {sizes}")
-        sizes = [numel // known if s == -1 else s for s in sizes]
-    if math.prod(sizes) != numel:
-        raise _Unknown(f"cannot view {list(value.dims or ())} as {sizes}")
-    return Shape.tensor(sizes, value.dtype)
-
-
-def _m_view(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    if len(args.pos) == 1:
-        dtype = _dtype_from(args.pos[0], ev)
-        if dtype is not None:
-            raise _Unknown("a dtype view")
-    return _reshaped(value, args.sizes(0, "shape" if "shape" in args.kw else "size"))
-
-
-def _m_view_as(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    other = _eval_shape(args.node(0, "other"), ev)
-    _require_tensor(other, "view_as")
-    return _reshaped(value, list(other.dims or ()))
-
-
-def _m_expand_as(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    other = _eval_shape(args.node(0, "other"), ev)
-    _require_tensor(other, "expand_as")
-    return Shape.tensor(other.dims or (), value.dtype)
-
-
-def _m_permute(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dims = list(value.dims or ())
-    order = args.sizes(0, "dims")
-    if sorted(_norm_dim(d, len(dims)) for d in order) != list(range(len(dims))):
-        raise _Unknown(f"permute {order} of a tensor of {len(dims)} dims")
-    return Shape.tensor([dims[_norm_dim(d, len(dims))] for d in order], value.dtype)
-
-
-def _m_transpose(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dims = list(value.dims or ())
-    a, b = args.const(0, "dim0"), args.const(1, "dim1")
-    if not (isinstance(a, int) and isinstance(b, int)):
-        raise _Unknown("transpose without literal dims")
-    a, b = _norm_dim(a, len(dims)), _norm_dim(b, len(dims))
-    dims[a], dims[b] = dims[b], dims[a]
-    return Shape.tensor(dims, value.dtype)
-
-
-def _m_t(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dims = value.dims or ()
-    if len(dims) > 2:
-        raise _Unknown(".t() of a tensor with more than 2 dims")
-    return Shape.tensor(tuple(reversed(dims)), value.dtype)
-
-
-def _m_expand(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    sizes = args.sizes(0, "size")
-    dims = list(value.dims or ())
-    if len(sizes) < len(dims):
-        raise _Unknown("expand to fewer dims")
-    pad = [1] * (len(sizes) - len(dims)) + dims
-    return Shape.tensor([p if s == -1 else s for s, p in zip(sizes, pad, strict=False)], value.dtype)
-
-
-def _m_repeat(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    sizes = args.sizes(0, "repeats")
-    dims = list(value.dims or ())
-    if len(sizes) < len(dims):
-        raise _Unknown("repeat with fewer sizes than dims")
-    pad = [1] * (len(sizes) - len(dims)) + dims
-    return Shape.tensor([s * p for s, p in zip(sizes, pad, strict=False)], value.dtype)
-
-
-def _m_narrow(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dims = list(value.dims or ())
-    dim, length = args.const(0, "dim"), args.const(2, "length")
-    if not (isinstance(dim, int) and isinstance(length, int)):
-        raise _Unknown("narrow without literal arguments")
-    dims[_norm_dim(dim, len(dims))] = length
-    return Shape.tensor(dims, value.dtype)
-
-
-def _m_select(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dims = list(value.dims or ())
-    dim = args.const(0, "dim")
-    if not isinstance(dim, int):
-        raise _Unknown("select without a literal dim")
-    del dims[_norm_dim(dim, len(dims))]
-    return Shape.tensor(dims, value.dtype)
-
-
-def _m_index_select(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    dims = list(value.dims or ())
-    dim = args.const(0, "dim")
-    index = _eval_shape(args.node(1, "index"), ev)
-    if not isinstance(dim, int) or not index.dims or len(index.dims) != 1:
-        raise _Unknown("index_select needs a literal dim and a 1-d index of known length")
-    dims[_norm_dim(dim, len(dims))] = index.dims[0]
-    return Shape.tensor(dims, value.dtype)
-
-
-def _m_gather(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    index = _eval_shape(args.node(1, "index"), ev)
-    _require_tensor(index, "gather")
-    return Shape.tensor(index.dims or (), value.dtype)
-
-
-def _m_chunk(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    chunks = args.const(0, "chunks")
-    dim = args.const(1, "dim", 0)
-    dims = list(value.dims or ())
-    if not isinstance(chunks, int) or chunks <= 0:
-        raise _Unknown("chunk without a literal count")
-    d = _norm_dim(dim, len(dims))
-    size = -(-dims[d] // chunks)
-    parts = []
-    remaining = dims[d]
-    while remaining > 0:
-        part = dims.copy()
-        part[d] = min(size, remaining)
-        parts.append(Shape.tensor(part, value.dtype))
-        remaining -= size
-    return Shape.container(parts)
-
-
-def _m_split(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    size = args.const(0, "split_size")
-    if size is None:
-        size = args.const(None, "split_size_or_sections")
-    dim = args.const(1, "dim", 0)
-    dims = list(value.dims or ())
-    d = _norm_dim(dim, len(dims))
-    if isinstance(size, int) and size > 0:
-        sections = [min(size, dims[d] - start) for start in range(0, dims[d], size)]
-    elif isinstance(size, (list, tuple)) and sum(size) == dims[d]:
-        sections = list(size)
-    else:
-        raise _Unknown("split without literal sizes")
-    parts = []
-    for n in sections:
-        part = dims.copy()
-        part[d] = n
-        parts.append(Shape.tensor(part, value.dtype))
-    return Shape.container(parts)
-
-
-def _m_where(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    cond = _eval_shape(args.node(0, "condition"), ev)
-    other = _eval_shape(args.node(1, "other"), ev)
-    shape = _binary(value, other, cst.Add, ev)
-    return Shape.tensor(_broadcast(shape.dims or (), cond.dims or ()), shape.dtype)
-
-
-def _m_matmul(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    return _matmul(value, _eval_shape(args.node(0, "other"), ev))
-
-
-def _m_masked_fill(value: Shape, args: _Args, ev: _Eval) -> Shape:
-    return value
-
-
-_METHODS: dict[str, Callable[[Shape, _Args, _Eval], Shape]] = {
-    # elementwise, shape and dtype kept
-    **{name: _m_same for name in (
-        "abs", "neg", "negative", "relu", "clamp", "clip", "clamp_min", "clamp_max", "round",
-        "floor", "ceil", "trunc", "sign", "fill_", "zero_", "nan_to_num", "square", "masked_fill",
-        "masked_scatter", "flip", "roll", "fliplr", "flipud", "tril", "triu", "copy_", "normal_",
-        "uniform_", "index_fill", "scatter", "scatter_add", "index_add", "index_copy", "lerp",
-        "logit", "positive", "conj", "resolve_conj", "resolve_neg", "bernoulli",
-    )},
-    **{name: _m_float_result for name in (
-        "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sigmoid",
-        "tanh", "sin", "cos", "tan", "erf", "reciprocal", "pow", "float_power", "softplus",
-        "gelu", "silu", "atan", "asin", "acos", "sinh", "cosh", "frac",
-    )},
-    "float_power": _m_cast("float64"),
-    # binary
-    "add": _m_binary(cst.Add), "sub": _m_binary(cst.Subtract), "subtract": _m_binary(cst.Subtract),
-    "mul": _m_binary(cst.Multiply), "multiply": _m_binary(cst.Multiply),
-    "div": _m_binary(cst.Divide), "divide": _m_binary(cst.Divide), "true_divide": _m_binary(cst.Divide),
-    "floor_divide": _m_binary(cst.FloorDivide), "remainder": _m_binary(cst.Modulo),
-    "fmod": _m_binary(cst.Modulo), "maximum": _m_binary(cst.Add), "minimum": _m_binary(cst.Add),
-    "eq": _m_binary(cst.Add, True), "ne": _m_binary(cst.Add, True), "gt": _m_binary(cst.Add, True),
-    "lt": _m_binary(cst.Add, True), "ge": _m_binary(cst.Add, True), "le": _m_binary(cst.Add, True),
-    "greater": _m_binary(cst.Add, True), "less": _m_binary(cst.Add, True),
-    "isclose": _m_binary(cst.Add, True), "logical_and": _m_binary(cst.BitAnd, True),
-    "logical_or": _m_binary(cst.BitOr, True), "isnan": _m_cast("bool"), "isinf": _m_cast("bool"),
-    "isfinite": _m_cast("bool"), "logical_not": _m_cast("bool"),
-    "matmul": _m_matmul, "mm": _m_matmul, "bmm": _m_matmul, "dot": _m_matmul, "where": _m_where,
-    # dtype
-    "float": _m_cast("float32"), "double": _m_cast("float64"), "half": _m_cast("float16"),
-    "bfloat16": _m_cast("bfloat16"), "long": _m_cast("int64"), "int": _m_cast("int32"),
-    "short": _m_cast("int16"), "char": _m_cast("int8"), "byte": _m_cast("uint8"),
-    "bool": _m_cast("bool"), "to": _m_to, "type": _m_type, "type_as": lambda v, a, e: Shape.tensor(
-        v.dims or (), _eval_shape(a.node(0, "other"), e).dtype),
-    # reductions
-    "sum": _m_reduce("sum"), "nansum": _m_reduce("sum"), "prod": _m_reduce("sum"),
-    "mean": _m_reduce("float"), "nanmean": _m_reduce("float"), "std": _m_reduce("float"),
-    "var": _m_reduce("float"), "logsumexp": _m_reduce("float"), "amax": _m_reduce("same"),
-    "amin": _m_reduce("same"), "all": _m_reduce("bool"), "any": _m_reduce("bool"),
-    "count_nonzero": _m_reduce("count"), "norm": _m_norm, "vector_norm": _m_norm,
-    "argmax": _m_arg, "argmin": _m_arg, "max": _m_maxmin, "min": _m_maxmin,
-    "median": _m_median, "nanmedian": _m_median, "mode": _m_maxmin,
-    "topk": _m_topk, "kthvalue": _m_kthvalue, "sort": _m_sort, "argsort": _m_argsort,
-    "softmax": _m_softmax, "log_softmax": _m_softmax, "cumsum": _m_cum, "cumprod": _m_cum,
-    "cummax": lambda v, a, e: Shape.container(
-        [Shape.tensor(v.dims or (), v.dtype), Shape.tensor(v.dims or (), "int64")], ("values", "indices")),
-    # Python conversions
-    "item": _m_item, "tolist": _m_tolist, "size": _m_size,
-    "dim": _m_int_of(len), "ndimension": _m_int_of(len), "numel": _m_int_of(math.prod),
-    "nelement": _m_int_of(math.prod), "element_size": lambda v, a, e: Shape.python("int", dtype_size(v.dtype)),
-    "__len__": lambda v, a, e: Shape.python("int", (v.dims or (0,))[0]),
-    # shape
-    "squeeze": _m_squeeze, "unsqueeze": _m_unsqueeze, "flatten": _m_flatten, "ravel": _m_flatten,
-    "view": _m_view, "reshape": _m_view, "view_as": _m_view_as, "reshape_as": _m_view_as,
-    "expand_as": _m_expand_as, "permute": _m_permute, "transpose": _m_transpose,
-    "swapaxes": _m_transpose, "swapdims": _m_transpose, "t": _m_t, "expand": _m_expand,
-    "repeat": _m_repeat, "narrow": _m_narrow, "select": _m_select, "index_select": _m_index_select,
-    "gather": _m_gather, "take_along_dim": _m_gather, "chunk": _m_chunk, "split": _m_split,
-}  # fmt: skip
-
-
-# functions ------------------------------------------------------------------------------
-
-_FUNCTIONAL_PREFIXES = (
-    "torch.nn.functional.",
-    "nn.functional.",
-    "F.",
-    "functional.",
-    "torch.special.",
-    "torch.linalg.",
-    "torch.",
-)
-_SAVE_FUNCS = {"nnsight.save", "save"}
-
-
-def _strip_namespace(dotted: str) -> str | None:
-    for prefix in _FUNCTIONAL_PREFIXES:
-        if dotted.startswith(prefix):
-            return dotted[len(prefix) :]
-    return None
-
-
-def _function_call(dotted: str, call_args: Sequence[cst.Arg], ev: _Eval) -> Shape:
-    if dotted in _SAVE_FUNCS:
-        if not call_args:
-            raise _Unknown("save() without an argument")
-        return _as_shape(_eval(call_args[0].value, ev))
-    if dotted in ("nnsight.list", "nnsight.dict"):
-        raise _Unknown("an accumulator created empty; its size depends on what is appended")
-    name = _strip_namespace(dotted)
-    if name is None:
-        if dotted.startswith("math."):
-            return Shape.python("float")
-        raise _Unknown(f"function '{dotted}' is not modelled")
-    args = _Args(call_args, ev)
-    special = _FUNCTIONS.get(name)
-    if special is not None:
-        return special(args, ev)
-    if name in _METHODS and args.pos:
-        receiver = _eval_shape(args.pos[0], ev)
-        _require_tensor(receiver, name)
-        rest = _Args([], ev)
-        rest.pos, rest.kw = args.pos[1:], {k: v for k, v in args.kw.items() if k != "input"}
-        return _METHODS[name](receiver, rest, ev)
-    if name in _METHODS and "input" in args.kw:
-        receiver = _eval_shape(args.kw["input"], ev)
-        _require_tensor(receiver, name)
-        rest = _Args([], ev)
-        rest.kw = {k: v for k, v in args.kw.items() if k != "input"}
-        return _METHODS[name](receiver, rest, ev)
-    raise _Unknown(f"function '{dotted}' is not modelled")
-
-
-def _seq_elements(node: cst.BaseExpression | None, ev: _Eval) -> list[Shape]:
-    if node is None:
-        raise _Unknown("stack/cat without tensors")
-    value = _eval_shape(node, ev)
-    if value.kind != "container" or not value.elements:
-        raise _Unknown("stack/cat of a sequence of unknown length")
-    for element in value.elements:
-        _require_tensor(element, "stack/cat")
-    return list(value.elements)
-
-
-def _f_stack(args: _Args, ev: _Eval) -> Shape:
-    elements = _seq_elements(args.node(0, "tensors"), ev)
-    first = elements[0]
-    if any(e.dims != first.dims for e in elements):
-        raise _Unknown("stack of tensors of different shapes")
-    dims = list(first.dims or ())
-    d = _norm_dim(args.const(1, "dim", 0), len(dims) + 1)
-    dtype = first.dtype
-    for e in elements[1:]:
-        dtype = _promote(dtype, e.dtype)
-    return Shape.tensor(dims[:d] + [len(elements)] + dims[d:], dtype)
-
-
-def _f_cat(args: _Args, ev: _Eval) -> Shape:
-    elements = _seq_elements(args.node(0, "tensors"), ev)
-    first = list(elements[0].dims or ())
-    d = _norm_dim(args.const(1, "dim", 0), len(first))
-    total = 0
-    dtype = elements[0].dtype
-    for e in elements:
-        dims = list(e.dims or ())
-        if len(dims) != len(first) or any(a != b for i, (a, b) in enumerate(zip(dims, first, strict=False)) if i != d):
-            raise _Unknown("cat of tensors whose other dims differ")
-        total += dims[d]
-        dtype = _promote(dtype, e.dtype)
-    out = first.copy()
-    out[d] = total
-    return Shape.tensor(out, dtype)
-
-
-def _f_tensor(args: _Args, ev: _Eval) -> Shape:
-    data = args.const(0, "data")
-    dims = _literal_dims(data)
-    explicit = _dtype_from(args.kw.get("dtype"), ev) if "dtype" in args.kw else None
-    if explicit:
-        return Shape.tensor(dims, explicit)
-    flat = _flatten_literal(data)
-    if flat and all(isinstance(v, bool) for v in flat):
-        dtype = "bool"
-    elif all(isinstance(v, int) for v in flat):
-        dtype = "int64"
-    else:
-        dtype = "float32"
-    return Shape.tensor(dims, dtype)
-
-
-def _flatten_literal(value: Any) -> list[Any]:
-    if isinstance(value, (list, tuple)):
-        return [x for v in value for x in _flatten_literal(v)]
-    return [value]
-
-
-def _f_factory(args: _Args, ev: _Eval) -> Shape:
-    sizes = args.sizes(0, "size")
-    dtype = _dtype_from(args.kw.get("dtype"), ev) if "dtype" in args.kw else None
-    return Shape.tensor(sizes, dtype or "float32")
-
-
-def _f_full(args: _Args, ev: _Eval) -> Shape:
-    sizes = args.const(0, "size")
-    if not isinstance(sizes, (list, tuple)):
-        raise _Unknown("full() without a literal size")
-    dtype = _dtype_from(args.kw.get("dtype"), ev) if "dtype" in args.kw else None
-    if dtype is None:
-        fill = args.const(1, "fill_value", 0.0)
-        dtype = "bool" if isinstance(fill, bool) else "int64" if isinstance(fill, int) else "float32"
-    return Shape.tensor(list(sizes), dtype)
-
-
-def _f_like(args: _Args, ev: _Eval) -> Shape:
-    other = _eval_shape(args.node(0, "input"), ev)
-    _require_tensor(other, "*_like")
-    dtype = _dtype_from(args.kw.get("dtype"), ev) if "dtype" in args.kw else None
-    return Shape.tensor(other.dims or (), dtype or other.dtype)
-
-
-def _f_arange(args: _Args, ev: _Eval) -> Shape:
-    values = [args.const(i, None) for i in range(min(len(args.pos), 3))]
-    if "end" in args.kw:
-        values = [args.const(0, "start", 0), args.const(None, "end")]
-    if not values or not all(isinstance(v, (int, float)) for v in values):
-        raise _Unknown("arange without literal bounds")
-    if len(values) == 1:
-        values = [0, values[0]]
-    start, end = values[0], values[1]
-    step = values[2] if len(values) > 2 else 1
-    n = max(math.ceil((end - start) / step), 0)
-    dtype = _dtype_from(args.kw.get("dtype"), ev) if "dtype" in args.kw else None
-    return Shape.tensor([n], dtype or ("int64" if all(isinstance(v, int) for v in values) else "float32"))
-
-
-def _f_where(args: _Args, ev: _Eval) -> Shape:
-    if len(args.pos) < 3:
-        raise _Unknown("torch.where(cond) returns indices of unknown count")
-    cond = _eval_shape(args.pos[0], ev)
-    a = _eval_shape(args.pos[1], ev)
-    b = _eval_shape(args.pos[2], ev)
-    shape = _binary(a, b, cst.Add, ev)
-    return Shape.tensor(_broadcast(shape.dims or (), cond.dims or ()), shape.dtype)
-
-
-def _f_binary(op: type, comparison: bool = False) -> Callable[[_Args, _Eval], Shape]:
-    def handler(args: _Args, ev: _Eval) -> Shape:
-        a = _eval_shape(args.node(0, "input"), ev)
-        b = _eval_shape(args.node(1, "other"), ev)
-        return _binary(a, b, op, ev, comparison)
-
-    return handler
-
-
-def _f_cosine_similarity(args: _Args, ev: _Eval) -> Shape:
-    a = _eval_shape(args.node(0, "x1"), ev)
-    b = _eval_shape(args.node(1, "x2"), ev)
-    dims = _broadcast(a.dims or (), b.dims or ())
-    dim = args.const(2, "dim", 1)
-    return _reduced(Shape.tensor(dims, _promote_shapes(a, b)), dim, False, _promote_shapes(a, b))
-
-
-def _f_loss(args: _Args, ev: _Eval) -> Shape:
-    a = _eval_shape(args.node(0, "input"), ev)
-    reduction = args.const(None, "reduction", "mean")
-    dtype = a.dtype if _category(a.dtype) >= 2 else "float32"
-    if reduction == "none":
-        raise _Unknown("a loss with reduction='none'")
-    return Shape.tensor([], dtype)
-
-
-def _f_normalize(args: _Args, ev: _Eval) -> Shape:
-    return _eval_shape(args.node(0, "input"), ev)
-
-
-def _f_einsum(args: _Args, ev: _Eval) -> Shape:
-    spec = args.const(0, "equation")
-    if not isinstance(spec, str) or "->" not in spec or "..." in spec:
-        raise _Unknown("einsum without an explicit literal equation")
-    inputs, output = spec.replace(" ", "").split("->")
-    operands = [_eval_shape(n, ev) for n in args.pos[1:]]
-    if len(operands) == 1 and operands[0].kind == "container":
-        operands = list(operands[0].elements)
-    letters = inputs.split(",")
-    if len(letters) != len(operands):
-        raise _Unknown("einsum operand count does not match the equation")
-    sizes: dict[str, int] = {}
-    dtype = None
-    for subs, op in zip(letters, operands, strict=False):
-        dims = _require_tensor(op, "einsum")
-        if len(subs) != len(dims):
-            raise _Unknown("einsum subscripts do not match an operand's dims")
-        for ch, n in zip(subs, dims, strict=False):
-            if sizes.get(ch, n) != n and 1 not in (n, sizes[ch]):
-                raise _Unknown("einsum sizes disagree")
-            sizes[ch] = max(sizes.get(ch, 1), n)
-        dtype = op.dtype if dtype is None else _promote(dtype, op.dtype)
-    return Shape.tensor([sizes[ch] for ch in output], dtype or "float32")
-
-
-_FUNCTIONS: dict[str, Callable[[_Args, _Eval], Shape]] = {
-    "stack": _f_stack, "vstack": _f_stack, "cat": _f_cat, "concat": _f_cat, "concatenate": _f_cat,
-    "tensor": _f_tensor, "as_tensor": _f_tensor, "LongTensor": _f_tensor,
-    "zeros": _f_factory, "ones": _f_factory, "empty": _f_factory, "randn": _f_factory,
-    "rand": _f_factory, "full": _f_full,
-    "zeros_like": _f_like, "ones_like": _f_like, "empty_like": _f_like, "randn_like": _f_like,
-    "rand_like": _f_like, "full_like": _f_like, "arange": _f_arange, "where": _f_where,
-    "maximum": _f_binary(cst.Add), "minimum": _f_binary(cst.Add), "add": _f_binary(cst.Add),
-    "sub": _f_binary(cst.Subtract), "mul": _f_binary(cst.Multiply), "div": _f_binary(cst.Divide),
-    "eq": _f_binary(cst.Add, True), "ne": _f_binary(cst.Add, True), "gt": _f_binary(cst.Add, True),
-    "lt": _f_binary(cst.Add, True), "ge": _f_binary(cst.Add, True), "le": _f_binary(cst.Add, True),
-    "matmul": lambda a, e: _matmul(_eval_shape(a.node(0, "input"), e), _eval_shape(a.node(1, "other"), e)),
-    "cosine_similarity": _f_cosine_similarity, "normalize": _f_normalize, "layer_norm": _f_normalize,
-    "dropout": _f_normalize, "relu": _f_normalize, "gelu": _f_normalize, "silu": _f_normalize,
-    "cross_entropy": _f_loss, "mse_loss": _f_loss, "kl_div": _f_loss, "nll_loss": _f_loss,
-    "l1_loss": _f_loss, "binary_cross_entropy_with_logits": _f_loss, "einsum": _f_einsum,
-}  # fmt: skip
-
-
-def _builtin_call(name: str, call_args: Sequence[cst.Arg], ev: _Eval) -> Shape:
-    if name in _SAVE_FUNCS:
-        return _function_call(name, call_args, ev)
-    args = _Args(call_args, ev)
-    if name == "len":
-        value = _const(cst.Call(func=cst.Name("len"), args=tuple(call_args)), ev)
-        return Shape.python("int", value if isinstance(value, int) else None)
-    if name in ("int", "float", "bool", "round"):
-        if args.pos:
-            inner = _eval_shape(args.pos[0], ev)
-            if inner.is_tensor and inner.numel != 1:
-                raise _Unknown(f"{name}() of a tensor of {inner.numel} elements")
-        dtype = {"round": "int" if len(args.pos) < 2 else "float"}.get(name, name)
-        return Shape.python(dtype)
-    if name == "abs" and args.pos:
-        return _eval_shape(args.pos[0], ev)
-    if name in ("list", "dict", "set", "tuple") and not args.pos:
-        raise _Unknown("an accumulator created empty; its size depends on what is appended")
-    if name in ("list", "tuple") and args.pos:
-        inner = _eval_shape(args.pos[0], ev)
-        if inner.kind == "container":
-            return inner
-        if inner.kind == "python" and inner.dtype == "tuple":
-            return inner
-        raise _Unknown(f"{name}() of {inner.describe()}")
-    if name == "str":
-        return Shape.python("str")
-    raise _Unknown(f"call of '{name}' is not modelled")
-
-
-_DISPATCH: dict[type, Callable[[Any, _Eval], Any]] = {
+_DISPATCH: dict[type, Callable[[Any, Evaluation], Any]] = {
     cst.Name: _eval_name,
     cst.Attribute: _eval_attribute,
     cst.Subscript: _eval_subscript,

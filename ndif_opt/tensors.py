@@ -9,6 +9,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.names import dotted_name
+from ndif_opt.vocabulary import LAYER_LISTS
 
 # Modules whose `.output` is a single tensor (transformers >= 5, which nnsight 0.8 uses).
 TENSOR_MODULES = frozenset(
@@ -19,8 +20,6 @@ TENSOR_MODULES = frozenset(
         "final_layernorm", "embed_out", "unembed",
     }
 )
-# Containers of decoder layers: `layers[i].output` is a tensor with transformers >= 5.
-LAYER_LISTS = frozenset({"layers", "h", "layer", "blocks"})
 # Methods that take a tensor to a tensor.
 TENSOR_METHODS = frozenset(
     {

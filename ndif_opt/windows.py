@@ -31,19 +31,13 @@ import builtins
 import re
 from dataclasses import dataclass, field
 
+from ndif_opt.vocabulary import BLOCK_METHODS, MUTATING_METHODS, SAVE_METHODS
+
 #: Text that marks nnsight code: a chunk containing any of these is never context.
 NNSIGHT_MARKERS = (
     "nnsight", "nnterp", "remote", ".trace(", ".session(", ".generate(", ".invoke(",
     ".scan(", ".edit(", ".save(", ".skip(", ".iter", ".all(", ".next(", ".stop(",
 )
-#: Methods that change the object they are called on (a receiver is then not context).
-MUTATING_METHODS = frozenset({
-    "append", "extend", "insert", "pop", "popitem", "remove", "clear", "update",
-    "setdefault", "add", "discard", "sort", "reverse", "__setitem__", "__delitem__",
-    "write", "writelines", "close", "seek", "truncate", "send", "put",
-})
-SAVE_METHODS = frozenset({"save", "skip", "stop"})
-BLOCK_METHODS = frozenset({"trace", "session", "generate", "invoke", "scan", "edit", "iter"})
 _BUILTINS = frozenset(dir(builtins)) | {"__name__", "__file__", "__doc__", "__builtins__", "__spec__"}
 _DYNAMIC_NAMES = re.compile(r"\b(?:globals|locals|vars|exec|eval|__import__|setattr|delattr)\s*\(|__dict__|sys\.modules")
 #: Words one of which every match of _DYNAMIC_NAMES holds: looking for them is ten times faster.

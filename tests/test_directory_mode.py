@@ -397,7 +397,7 @@ def test_stopping_the_run_stops_the_workers(tmp_path, how):
 def test_importing_the_command_line_imports_no_heavy_module():
     code = (
         "import sys, ndif_opt.cli, ndif_opt.batch, ndif_opt.progress\n"
-        "from ndif_opt.passes import PASS_IDS, PASS_TABLE\n"
+        "from ndif_opt.passes import PASS_IDS\n"
         "heavy = [m for m in ('libcst', 'ast_grep_py', 'pygls', 'ndif_opt.pipeline', 'ndif_opt.cost_model',\n"
         "                     'ndif_opt.analysis', 'ndif_opt.passes.base', 'ndif_opt.notebook') if m in sys.modules]\n"
         "print(heavy)\n"
@@ -405,19 +405,3 @@ def test_importing_the_command_line_imports_no_heavy_module():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
-
-
-def test_pass_table_matches_the_passes():
-    from ndif_opt.passes import PASS_IDS, PASS_TABLE, PASSES, get_pass
-
-    assert tuple(cls.id for cls in PASSES) == PASS_IDS
-    for cls, (pass_id, summary) in zip(PASSES, PASS_TABLE):
-        assert (cls.__doc__ or "").strip().splitlines()[0] == f"{pass_id}: {summary}"
-        assert get_pass(pass_id) is cls
-
-
-def test_rules_lists_the_passes_without_the_pipeline():
-    code = "import sys\nfrom ndif_opt.cli import main\nmain(['rules'])\nprint('libcst' in sys.modules)\n"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    lines = done.stdout.splitlines()
-    assert lines[0].startswith("migrate-api: ") and lines[-1] == "False", done.stdout + done.stderr

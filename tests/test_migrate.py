@@ -20,26 +20,19 @@ from ndif_opt import Status, optimize
 from ndif_opt.analysis import analyze
 from ndif_opt.effects import ServerCheck
 from ndif_opt.options import Options
-from ndif_opt.passes import PASS_IDS, PASSES, Context
-from ndif_opt.passes.migrate_api import MODERN, PRE_05, UNKNOWN, MigrateApi, api_generation
+from ndif_opt.passes import Context
+from ndif_opt.legacy_api import MODERN, PRE_05, UNKNOWN, api_generation
+from ndif_opt.passes.migrate_api import MigrateApi
 
 ROOT = Path(__file__).resolve().parent.parent
 LEGACY = ROOT / "examples" / "legacy_api.py"
 MODERN_EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if p.name != "legacy_api.py")
 UPDATE = os.environ.get("NDIF_OPT_UPDATE") == "1"
-INTEGRATED = "migrate-api" in PASS_IDS and "migrate" in getattr(Options, "__dataclass_fields__", {})
 
 
 def migrate(source: str, **options) -> "pipeline.Result":
     """The pipeline with migrate-api on, first."""
-    if INTEGRATED:
-        return pipeline.run_pipeline(source, Options(migrate=True, **options))
-    saved = pipeline.PASSES
-    pipeline.PASSES = (MigrateApi, *PASSES)
-    try:
-        return pipeline.run_pipeline(source, Options(**options))
-    finally:
-        pipeline.PASSES = saved
+    return pipeline.run_pipeline(source, Options(migrate=True, **options))
 
 
 def migrate_only(source: str):
@@ -50,7 +43,7 @@ def detect(source: str) -> list:
     module = cst.parse_module(source)
     facts = analyze(module)
     context = Context(Options(), ServerCheck(facts))
-    assert MigrateApi(detect_only=True).run(module, facts, context) is module
+    assert MigrateApi(report_only=True).run(module, facts, context) is module
     return context.findings
 
 
@@ -186,7 +179,6 @@ def test_legacy_example_in_sync_and_stable():
     assert (before.requests, after.requests) == (6, 2)
 
 
-@pytest.mark.skipif(not INTEGRATED, reason="the pipeline does not know Options.migrate yet")
 def test_without_migrate_the_pipeline_leaves_pre_05_code_alone():
     source = LEGACY.read_text()
     result = optimize(source)
@@ -409,7 +401,7 @@ def test_every_removed_module_is_gone_from_the_installed_nnsight(verify_pkg):
     the script that imports one fails before any trace."""
     import importlib
 
-    from ndif_opt.passes.migrate_api import REMOVED_MODULES
+    from ndif_opt.legacy_api import REMOVED_MODULES
 
     for module in REMOVED_MODULES:
         with pytest.raises(ImportError):

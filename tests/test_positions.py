@@ -9,7 +9,7 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from generators import dense_nnsight_script
-from ndif_opt.positions import code_and_positions, code_for_node, top_level_code
+from ndif_opt.positions import code_and_positions, code_of, top_level_code
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ def test_code_for_node_is_libcsts(name):
     module = cst.parse_module(TEXTS[name])
     nodes = [module, *module.body] + [s.body for s in module.body if isinstance(s, (cst.FunctionDef, cst.If, cst.For))]
     for node in nodes:
-        assert code_for_node(node) == cst.Module([]).code_for_node(node)
+        assert code_of(node) == cst.Module([]).code_for_node(node)
 
 
 @pytest.mark.parametrize("name", sorted(TEXTS))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ndif_opt import optimize
-from ndif_opt.passes.trace_fusion import passes_text
+from ndif_opt.passes.common.sweeps import passes_text
 from ndif_opt.wording import broken_template, counted, per
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,61 +1,51 @@
 """The passes, in pipeline order. Each lives in its own module with its docs and cases.
 
-Importing this package is cheap: the pass ids and their one-line summaries are a table
-here, so the command line can validate ``--select``/``--ignore`` and list the rules
-without importing libcst. ``PASSES``, ``get_pass`` and the base classes are loaded on
-first use (module ``__getattr__``); a test checks the table against the classes.
+``PASS_MODULES`` is the one list of the passes: their order in the pipeline, the CLI's ids
+(a pass's id is its module's name, ``migrate_api`` -> ``migrate-api``), the docs. Importing
+this package is cheap: the command line validates ``--select``/``--ignore`` from
+``PASS_IDS`` without importing libcst. ``PASSES`` (the classes, which declare everything
+else the pipeline needs: ``Pass.opt_in``, ``Pass.runs_first_once``...) and the base
+classes are loaded on first use (module ``__getattr__``).
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from ndif_opt.passes.base import Case, Context, Pass, RawFinding
 
-# (id, summary) in pipeline order; the summary is the first line of the pass class's
-# docstring without the "id: " prefix. Keep in step with `_load` below.
-PASS_TABLE: tuple[tuple[str, str], ...] = (
-    ("migrate-api", "rewrite code written for the pre-0.5 nnsight API (and transformers < 5)."),
-    ("session-hoisting", "one remote request for a loop (or run) of remote traces."),
-    ("accumulator-relocation", "create containers filled in a remote block inside it."),
-    ("reduction-pushdown", "download the reduced value, not the tensor it came from."),
-    ("detach-cpu", "`.detach().cpu()` before saving a tensor in a remote block."),
-    ("invoke-batching", "the iterations of a loop of traces as invokes of one trace."),
-    ("trace-fusion", "one trace for a loop that only reads activations of the same input."),
-    ("skip-insertion", "compute the layers before a patched layer once, then `.skip()` them."),
-    ("session-chunking", "keep every request under NDIF's one-hour limit."),
+PASS_MODULES: tuple[str, ...] = (
+    # opt-in (`--migrate`): brings pre-0.5 code to the current API before anything else looks at it
+    "migrate_api",
+    "session_hoisting",
+    "accumulator_relocation",
+    "reduction_pushdown",
+    "detach_cpu",
+    "invoke_batching",
+    "trace_fusion",
+    "skip_insertion",
+    "session_chunking",  # last: it sizes each chunk by the work the other passes leave
 )
-PASS_IDS: tuple[str, ...] = tuple(pass_id for pass_id, _ in PASS_TABLE)
+PASS_IDS: tuple[str, ...] = tuple(module.replace("_", "-") for module in PASS_MODULES)
 _LAZY = ("PASSES", "Case", "Context", "Pass", "RawFinding")
 
 
 def _load() -> dict:
-    from ndif_opt.passes.accumulator_relocation import AccumulatorRelocation
     from ndif_opt.passes.base import Case, Context, Pass, RawFinding
-    from ndif_opt.passes.detach_cpu import DetachCpu
-    from ndif_opt.passes.invoke_batching import InvokeBatching
-    from ndif_opt.passes.migrate_api import MigrateApi
-    from ndif_opt.passes.reduction_pushdown import ReductionPushdown
-    from ndif_opt.passes.session_chunking import SessionChunking
-    from ndif_opt.passes.session_hoisting import SessionHoisting
-    from ndif_opt.passes.skip_insertion import SkipInsertion
-    from ndif_opt.passes.trace_fusion import TraceFusion
 
-    # The fixed order of the pipeline. migrate-api is opt-in (`--migrate`): it brings
-    # pre-0.5 code to the current API before anything else looks at it.
-    passes: tuple[type[Pass], ...] = (
-        MigrateApi,
-        SessionHoisting,
-        AccumulatorRelocation,
-        ReductionPushdown,
-        DetachCpu,
-        InvokeBatching,
-        TraceFusion,
-        SkipInsertion,
-        SessionChunking,  # last: it sizes each chunk by the work the other passes leave
-    )
+    passes = tuple(_pass_of(importlib.import_module(f"{__name__}.{module}"), Pass) for module in PASS_MODULES)
     return {"PASSES": passes, "Case": Case, "Context": Context, "Pass": Pass, "RawFinding": RawFinding}
+
+
+def _pass_of(module, base: type) -> type:
+    """The one Pass class a pass module defines."""
+    found = [value for value in vars(module).values()
+             if isinstance(value, type) and issubclass(value, base) and value.__module__ == module.__name__]
+    if len(found) != 1:
+        raise ImportError(f"{module.__name__} must define one Pass class, not {len(found)}")
+    return found[0]
 
 
 def __getattr__(name: str):
@@ -74,4 +64,4 @@ def get_pass(pass_id: str) -> type[Pass]:
     raise KeyError(pass_id)
 
 
-__all__ = ["PASSES", "PASS_IDS", "PASS_TABLE", "Case", "Context", "Pass", "RawFinding", "get_pass"]
+__all__ = ["PASSES", "PASS_IDS", "PASS_MODULES", "Case", "Context", "Pass", "RawFinding", "get_pass"]

@@ -42,15 +42,15 @@ import libcst as cst
 from ndif_opt.analysis import Block, Facts, Remote, opens_invoke
 from ndif_opt.names import collect
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.passes.session_hoisting import _is_model_like
 from ndif_opt.regions import Accumulator, carried_container, find_accumulator
-from ndif_opt.rewrite import DropElementSaves, SuitePlan, code_of, saved_container, with_module_import
+from ndif_opt.positions import code_of
+from ndif_opt.rewrite import DropElementSaves, SuitePlan, saved_container, with_module_import
 from ndif_opt.walk import find_nodes
 
 
 class AccumulatorRelocation(Pass):
     __doc__ = __doc__
-    id = "accumulator-relocation"
+    fix_safety = "safe"
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
@@ -71,7 +71,7 @@ class AccumulatorRelocation(Pass):
         found: list[Accumulator] = []
         names = block.names
         for name, node in names.mutates.items():
-            if name in names.binds or _is_model_like(name, facts):
+            if name in names.binds or facts.is_model_like(name):
                 continue
             if "." in block.model and _intervenes_only(block, name):
                 continue  # `self.model.layers[0].output[:] = x`: an intervention, not `self` filled

@@ -85,10 +85,34 @@ class Context:
 
 
 class Pass:
-    """Base class: subclasses set ``id``, a ruff-style docstring and ``cases``."""
+    """Base class: a subclass has a ruff-style docstring and ``cases``, and says here what
+    the pipeline must know about it. Its ``id`` is its module's name (``migrate_api`` is
+    ``migrate-api``): the registry (``ndif_opt/passes/__init__.py``) lists modules."""
 
     id: ClassVar[str]
     cases: ClassVar[tuple[Case, ...]] = ()
+    #: one line on the safety of its fixes (the docs' table)
+    fix_safety: ClassVar[str] = "safe"
+    #: runs only when asked for: ``--migrate`` (``Options.migrate``), or selected by id
+    opt_in: ClassVar[bool] = False
+    #: when not asked for (and not ignored) it still runs, to report only
+    reports_when_off: ClassVar[bool] = False
+    #: runs first and once, on the code as written; the only pass that runs on code for
+    #: the pre-0.5 nnsight API, and the only one that changes which API the code targets
+    runs_first_once: ClassVar[bool] = False
+
+    def __init__(self, report_only: bool = False) -> None:
+        self.report_only = report_only
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "id" not in cls.__dict__:
+            cls.id = cls.__module__.rpartition(".")[2].replace("_", "-")
+
+    @classmethod
+    def summary(cls) -> str:
+        """The first line of its docstring, without the ``id: `` in front."""
+        return (cls.__doc__ or "").strip().splitlines()[0].partition(": ")[2]
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         raise NotImplementedError

@@ -34,14 +34,16 @@ from __future__ import annotations
 import ast
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from functools import cached_property
 
 import libcst as cst
 
 from ndif_opt.analysis import Facts, qualify
 from ndif_opt.effects import PROGRESS_BARS
-from ndif_opt.names import MUTATING_METHODS, NameUse, all_params, collect, exposed_reads, target_names
-from ndif_opt.rewrite import code_of
+from ndif_opt.names import NameUse, all_params, collect, exposed_reads, fresh_name, target_names
+from ndif_opt.positions import code_of
+from ndif_opt.vocabulary import CONTAINER_MUTATORS
 from ndif_opt.walk import find_nodes, walk
 
 # Problems a client statement may have and still be replayed after the session.
@@ -64,7 +66,7 @@ def _jumps(node: cst.CSTNode) -> bool:
 def _branches(items: list["_Item"]) -> bool:
     """Does a loop body need each local statement to record itself (a branch or a jump
     decides which of them run)?"""
-    return any(item.role == "if" or (item.role == "server" and _jumps(item.stmt)) for item in items)
+    return any(item.role is Part.IF or (item.role is Part.SERVER and _jumps(item.stmt)) for item in items)
 
 
 def splittable(problem) -> bool:
@@ -112,12 +114,22 @@ class Refused(Exception):
     """Why the region cannot be split, in words a researcher can act on."""
 
 
+class Part(Enum):
+    """Where a statement of a split scope runs."""
+
+    SERVER = "server"  # in the session
+    CLIENT = "client"  # on your machine, replayed after the session over what it recorded
+    MIXED = "mixed"  # a loop with both: its header and server statements in the session
+    IF = "if"  # a branch inside a loop with both
+    PRE = "pre"  # on your machine, before the session (its inputs: tokenizing, reading files)
+
+
 @dataclass
 class _Item:
     """One statement of a scope, classified."""
 
     stmt: cst.BaseStatement
-    role: str  # server | client | mixed (a loop) | if (a branch inside a loop)
+    role: Part
     recorded: list[str] = field(default_factory=list)  # client: names its row holds (as the replay reads them)
     values: dict[str, str] = field(default_factory=dict)  # client: recorded name -> the server's code for it
     replayed: cst.BaseStatement | None = None  # client: the statement as the replay runs it
@@ -195,7 +207,7 @@ class _Splitter:
         if self.client_roots:
             item = self._settle_roots(item)
         stmt = item.stmt
-        if item.role == "server" and self.client_names:
+        if item.role is Part.SERVER and self.client_names:
             # (what it reads before binding it itself: `for n in ...` reads no earlier `n`)
             used = self.client_names & (set(exposed_reads([stmt])) | set(collect(stmt).mutates))
             if used and self.remote_work(stmt)[0]:
@@ -207,20 +219,20 @@ class _Splitter:
                         )
             elif used:
                 item = self._replayed(item)
-        elif item.role in ("mixed", "if") and self.client_names:
-            header = item.stmt.iter if item.role == "mixed" else item.stmt.test
+        elif item.role in (Part.MIXED, Part.IF) and self.client_names:
+            header = item.stmt.iter if item.role is Part.MIXED else item.stmt.test
             used = self.client_names & set(collect(header).reads)
             if used:
                 raise Refused(
                     f"`{sorted(used)[0]}` is computed by code that must run on your machine and decides how the "
                     "remote part runs"
                 )
-        if item.role == "client":
+        if item.role is Part.CLIENT:
             use = collect(stmt)
             # (a store into an object that stays here is followed by its path)
             self.client_names |= set(use.binds) | (set(use.mutates) - self.client_roots)
             self.binder.update((name, item) for name in use.binds)
-        elif item.role == "server":
+        elif item.role is Part.SERVER:
             bound = set(collect(stmt).binds)
             self.client_names -= bound
             for name in bound:
@@ -231,10 +243,10 @@ class _Splitter:
         """A statement that changes an object that stays on your machine, or reads what
         the replay changed in it, is replayed too; with remote work it cannot be."""
         stmt = item.stmt
-        if item.role == "client":
+        if item.role is Part.CLIENT:
             self.client_paths |= _root_paths_changed(stmt, self.client_roots)
             return item
-        if item.role != "server":
+        if item.role is not Part.SERVER:
             return item
         changed = _root_paths_changed(stmt, self.client_roots)
         read = self._paths_read(stmt)
@@ -253,7 +265,7 @@ class _Splitter:
     def _replayed(self, item: _Item) -> _Item:
         """The server line ``item``, replayed on the client instead."""
         self.deferred += 1
-        return replace(item, role="client")
+        return replace(item, role=Part.CLIENT)
 
     def _paths_read(self, stmt: cst.CSTNode) -> set[tuple[str, str]]:
         """What the statement reads of the objects that stay here, with what the methods
@@ -309,7 +321,7 @@ class _Splitter:
         value = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], assign.value)])
         store = stmt.with_changes(body=[assign.with_changes(value=cst.Name(name))], leading_lines=[])
         self.deferred += 1
-        return [_Item(value.with_changes(leading_lines=stmt.leading_lines), "server"), _Item(store, "client")]
+        return [_Item(value.with_changes(leading_lines=stmt.leading_lines), Part.SERVER), _Item(store, Part.CLIENT)]
 
     def _fed(self, problems) -> bool:
         """Are the problems of remote work only values it reads that the region computed
@@ -331,7 +343,7 @@ class _Splitter:
         if not self._preparable(name, closure, set()):
             return False
         for producer in closure:
-            producer.role = "pre"
+            producer.role = Part.PRE
             self.deferred -= 1
             self.pre.append(producer)
             self.client_names -= set(collect(producer.stmt).binds)
@@ -341,10 +353,10 @@ class _Splitter:
         producer = self.binder.get(name)
         if producer is None:
             return False
-        if producer.role == "pre" or id(producer) in seen:
+        if producer.role is Part.PRE or id(producer) in seen:
             return True
         stmt = producer.stmt
-        if producer.role != "client" or producer.depth > 1 or producer.branch or producer.after_jump:
+        if producer.role is not Part.CLIENT or producer.depth > 1 or producer.branch or producer.after_jump:
             return False
         if not _simple_or_reading(stmt):
             return False
@@ -376,7 +388,7 @@ class _Splitter:
         last = max(i for i, s in enumerate(body) if self.remote_work(s)[0])
         with self._in_branch():
             head = self.classify(body[: last + 1])
-        local = [item for item in head if item.role != "server"]
+        local = [item for item in head if item.role is not Part.SERVER]
         if local:
             raise Refused(
                 f"`{_first_line(local[0].stmt)}` runs inside a `try` before remote work: if it failed, "
@@ -388,7 +400,7 @@ class _Splitter:
             return head  # the remote work cannot fail on the client: its handler never runs here
         replayed = stmt.with_changes(body=stmt.body.with_changes(body=tail))
         self.deferred += 1
-        return [*head, _Item(replayed, "client")]
+        return [*head, _Item(replayed, Part.CLIENT)]
 
     def _split_call_statement(self, stmt) -> list[_Item] | None:
         """`print(x, helper(p))` where `helper` sends a request: the session computes the
@@ -415,13 +427,13 @@ class _Splitter:
             base = f"{callee.value}_result" if isinstance(callee, cst.Name) else "remote_result"
             name = self.fresh_plain(base)
             assign = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], arg.value)])
-            server.append(_Item(assign, "server"))
+            server.append(_Item(assign, Part.SERVER))
             args.append(arg.with_changes(value=cst.Name(name)))
         if not server or any(self.remote_work(a.value)[0] for a in args):
             return None
         client = stmt.with_changes(body=[expr.with_changes(value=call.with_changes(args=args))])
         self.deferred += 1
-        return [*server, _Item(client, "client")]
+        return [*server, _Item(client, Part.CLIENT)]
 
     def _classify(self, stmt) -> _Item:
         remote, skip = self.remote_work(stmt)
@@ -434,16 +446,16 @@ class _Splitter:
             _root_paths_changed(stmt, self.client_roots)
         )
         if not problems and not keeps:
-            return _Item(stmt, "server")
+            return _Item(stmt, Part.SERVER)
         # (a `try` around remote work is split where the loop's body is classified)
         control = [p for p in problems if not splittable(p)]
         if control:
             raise Refused(f"the code {control[0].message}")
         if not remote:
             self.deferred += 1
-            return _Item(stmt, "client")
+            return _Item(stmt, Part.CLIENT)
         if problems and self._fed(problems):
-            return _Item(stmt, "server")
+            return _Item(stmt, Part.SERVER)
         if isinstance(stmt, cst.If) and self.in_loop:
             return self._mixed_if(stmt)
         if not (isinstance(stmt, cst.For) and stmt.orelse is None and isinstance(stmt.body, cst.IndentedBlock)):
@@ -460,16 +472,16 @@ class _Splitter:
         self.client_names -= set(target_names(stmt.target))  # the server's loop binds them
         self.jumped.append(False)
         try:
-            item = _Item(stmt, "mixed", body=self.classify(stmt.body.body))
+            item = _Item(stmt, Part.MIXED, body=self.classify(stmt.body.body))
         finally:
             self.in_loop = outer
             self.jumped.pop()
         item.events = _branches(item.body)
-        if self.drop_bars and all(child.role == "server" for child in item.body):
+        if self.drop_bars and all(child.role is Part.SERVER for child in item.body):
             # only its progress bar must stay here: with unsafe fixes the bar is dropped
             # (the session's loop runs without it) instead of replayed over finished work
             self.dropped_bars += 1
-            return _Item(stmt, "server")
+            return _Item(stmt, Part.SERVER)
         return item
 
     def _mixed_if(self, stmt: cst.If) -> _Item:
@@ -480,7 +492,7 @@ class _Splitter:
         if not isinstance(stmt.body, cst.IndentedBlock):
             raise Refused("a one-line `if` around remote work")
         with self._in_branch():
-            item = _Item(stmt, "if", body=self.classify(stmt.body.body))
+            item = _Item(stmt, Part.IF, body=self.classify(stmt.body.body))
             other = stmt.orelse
             if isinstance(other, cst.If):
                 item.orelse = [self._classify(other)]
@@ -491,17 +503,17 @@ class _Splitter:
         return item
 
     # -- names -------------------------------------------------------------------
-    def uses(self, items, role_filter) -> NameUse:
+    def uses(self, items, role_filter: Part) -> NameUse:
         """Names used by the items' parts of one role (mixed loops: their header and
         server statements count as server)."""
         total = NameUse()
         for item in items:
-            if item.role == "if":
-                if role_filter == "server":
+            if item.role is Part.IF:
+                if role_filter is Part.SERVER:
                     total.merge(collect(item.stmt.test))
                 total.merge(self.uses(item.body + item.orelse, role_filter))
-            elif item.role == "mixed":
-                if role_filter == "server":
+            elif item.role is Part.MIXED:
+                if role_filter is Part.SERVER:
                     total.merge(NameUse(binds={n: item.stmt.target for n in target_names(item.stmt.target)}))
                     total.merge(collect(item.stmt.iter))
                 total.merge(self.uses(item.body, role_filter))
@@ -511,30 +523,17 @@ class _Splitter:
 
     def fresh_plain(self, base: str) -> str:
         """``base`` itself, or ``base_2``... when the file uses it."""
-        candidate, n = base, 2
-        while candidate in self.taken:
-            candidate, n = f"{base}_{n}", n + 1
-        self.taken.add(candidate)
-        self.record_names.add(candidate)
-        return candidate
-
-    def fresh_value(self, name: str) -> str:
-        """A readable name for a recorded part of ``name``."""
-        base, n = f"{name}_then", 2
-        candidate = base
-        while candidate in self.taken:
-            candidate, n = f"{base}_{n}", n + 1
-        self.taken.add(candidate)
-        self.record_names.add(candidate)
-        return candidate
-
-    def fresh(self, base: str) -> str:
-        name, n = f"{RECORD_PREFIX}{base}", 2
-        while name in self.taken:
-            name, n = f"{RECORD_PREFIX}{base}_{n}", n + 1
+        name = fresh_name(base, self.taken)
         self.taken.add(name)
         self.record_names.add(name)
         return name
+
+    def fresh_value(self, name: str) -> str:
+        """A readable name for a recorded part of ``name``."""
+        return self.fresh_plain(f"{name}_then")
+
+    def fresh(self, base: str) -> str:
+        return self.fresh_plain(f"{RECORD_PREFIX}{base}")
 
 
 def split_region(statements, facts: Facts, server_check, remote_work, taken: set[str],
@@ -551,9 +550,9 @@ def split_region(statements, facts: Facts, server_check, remote_work, taken: set
     if splitter.client_paths:
         _check_kept_paths(items, splitter)
     prelude = _prelude(items, splitter, facts) if splitter.pre else []
-    server = splitter.uses(items, "server")
-    client = splitter.uses(items, "client")
-    server_exposed = exposed_reads([item.stmt for item in items if item.role != "client"])
+    server = splitter.uses(items, Part.SERVER)
+    client = splitter.uses(items, Part.CLIENT)
+    server_exposed = exposed_reads([item.stmt for item in items if item.role is not Part.CLIENT])
     _check_independence(server, client, server_exposed, splitter.later, splitter.client_roots)
     # a model is changed in place only by interventions inside traces: not a value to record
     defined = {n for n in set(server.binds) | set(server.mutates) if not is_model(n)}
@@ -577,12 +576,12 @@ def _check_kept_paths(items: list[_Item], splitter: _Splitter) -> None:
     """No part of the session may read what the replay changes in an object that stays
     on your machine: in a loop, a later iteration would have seen the change."""
     for item in items:
-        if item.role == "server":
+        if item.role is Part.SERVER:
             parts = [item.stmt]
-        elif item.role == "mixed":
+        elif item.role is Part.MIXED:
             parts = [item.stmt.iter]
             _check_kept_paths(item.body, splitter)
-        elif item.role == "if":
+        elif item.role is Part.IF:
             parts = [item.stmt.test]
             _check_kept_paths(item.body + item.orelse, splitter)
         else:
@@ -636,7 +635,7 @@ def _root_paths_changed(stmt: cst.CSTNode, roots: frozenset[str]) -> set[tuple[s
     for node in find_nodes(stmt, lambda n: isinstance(n, (cst.AssignTarget, cst.AugAssign))):
         targets.append(node.target)
     for node in find_nodes(stmt, lambda n: isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)):
-        if node.func.attr.value in MUTATING_METHODS:
+        if node.func.attr.value in CONTAINER_MUTATORS:
             targets.append(cst.Subscript(value=node.func.value, slice=[]))  # (changes what it is called on)
     found: set[tuple[str, str]] = set()
     for target in targets:
@@ -677,9 +676,9 @@ def _prelude(items: list[_Item], splitter: _Splitter, facts: Facts) -> list[cst.
     prelude: list[cst.BaseStatement] = []
     kept: list[_Item] = []
     for item in items:
-        if item.role == "pre":
+        if item.role is Part.PRE:
             prelude.append(item.stmt)
-        elif item.role == "mixed" and any(child.role == "pre" for child in item.body):
+        elif item.role is Part.MIXED and any(child.role is Part.PRE for child in item.body):
             before, feed = _loop_prelude(item, needed, splitter, facts)
             prelude += before
             kept += [feed, item]
@@ -695,7 +694,7 @@ def _loop_prelude(item: _Item, needed: set[str], splitter: _Splitter, facts: Fac
     body: list[cst.BaseStatement] = []
     children: list[_Item] = []
     for child in item.body:
-        if child.role != "pre":
+        if child.role is not Part.PRE:
             children.append(child)
             continue
         body.append(child.stmt.with_changes(leading_lines=[]))
@@ -703,7 +702,7 @@ def _loop_prelude(item: _Item, needed: set[str], splitter: _Splitter, facts: Fac
         if fed:
             body.append(cst.parse_statement(f"{inputs}.append({_tuple_code(fed)})\n"))
             taken = cst.parse_statement(f"{_target_code(fed)} = next({feed})\n")
-            children.append(_Item(taken, "server", depth=child.depth))
+            children.append(_Item(taken, Part.SERVER, depth=child.depth))
     item.body = children
     item.session_iter = cst.Name(listed)
     # the items are listed once: the prelude and the session go over the same ones
@@ -713,7 +712,7 @@ def _loop_prelude(item: _Item, needed: set[str], splitter: _Splitter, facts: Fac
         cst.parse_statement(f"{inputs} = []\n"),
         cst.For(target=loop.target, iter=cst.Name(listed), body=cst.IndentedBlock(body=body)),
     ]
-    return before, _Item(cst.parse_statement(f"{feed} = iter({inputs})\n"), "server")
+    return before, _Item(cst.parse_statement(f"{feed} = iter({inputs})\n"), Part.SERVER)
 
 
 def _check_prelude(items: list[_Item], splitter: _Splitter) -> set[str]:
@@ -729,9 +728,9 @@ def _check_prelude(items: list[_Item], splitter: _Splitter) -> set[str]:
     changed = set(everything.binds) | set(everything.mutates)
     earlier = NameUse()  # what the items before the current one use
     for item, part in zip(items, parts):
-        if item.role == "pre":
+        if item.role is Part.PRE:
             _check_prepared(item, set(), set(earlier.binds) | set(earlier.mutates), set(earlier.reads), splitter)
-        elif item.role == "mixed" and any(child.role == "pre" for child in item.body):
+        elif item.role is Part.MIXED and any(child.role is Part.PRE for child in item.body):
             iterable = set(collect(unwrap_progress(item.stmt.iter, splitter.facts)).reads)
             moved = iterable & (set(earlier.binds) | set(earlier.mutates))
             if moved:
@@ -741,7 +740,7 @@ def _check_prelude(items: list[_Item], splitter: _Splitter) -> set[str]:
                 )
             known = set(target_names(item.stmt.target))
             for child in item.body:
-                if child.role == "pre":
+                if child.role is Part.PRE:
                     _check_prepared(child, known, changed, set(), splitter)
                     known |= set(collect(child.stmt).binds)
         earlier.merge(part)
@@ -766,11 +765,11 @@ def _writes_files(items: list[_Item], splitter: _Splitter) -> cst.CSTNode | None
     """The first statement of the region, other than the prepared ones, that acts on
     files (writes one, sleeps...), or None."""
     for item in items:
-        if item.role in ("mixed", "if"):
+        if item.role in (Part.MIXED, Part.IF):
             found = _writes_files(item.body + item.orelse, splitter)
             if found is not None:
                 return found
-        elif item.role == "client":
+        elif item.role is Part.CLIENT:
             problems = splitter.server_check.problems(item.stmt)
             if any(p.kind == "effect" or p.kind == "forbidden" for p in problems):
                 return item.stmt
@@ -798,8 +797,8 @@ def _yours(item: _Item, splitter: _Splitter) -> set[str]:
 
 def _unprepared_uses(item: _Item, splitter: _Splitter) -> NameUse:
     """Names used by the item's parts that are not prepared: its server and client parts."""
-    found = splitter.uses([item], "server")
-    found.merge(splitter.uses([item], "client"))
+    found = splitter.uses([item], Part.SERVER)
+    found.merge(splitter.uses([item], Part.CLIENT))
     return found
 
 
@@ -812,8 +811,8 @@ def _check_early_ends(items: list[_Item]) -> None:
     `return`) would have skipped the remote work after it; the session runs that work
     whatever the replay does."""
     for index, item in enumerate(items):
-        if item.role == "client" and isinstance(item.stmt, cst.Try) and _ends_early(item.stmt):
-            if any(later.role != "client" for later in items[index + 1 :]):
+        if item.role is Part.CLIENT and isinstance(item.stmt, cst.Try) and _ends_early(item.stmt):
+            if any(later.role is not Part.CLIENT for later in items[index + 1 :]):
                 raise Refused(
                     f"`{_first_line(item.stmt)}` may end the iteration early, before remote work that "
                     "follows it; a session runs that work either way"
@@ -822,7 +821,7 @@ def _check_early_ends(items: list[_Item]) -> None:
 
 def _mixed(items: list[_Item]):
     for item in items:
-        if item.role == "mixed":
+        if item.role is Part.MIXED:
             yield item
             yield from _mixed(item.body)
 
@@ -834,7 +833,7 @@ def _shallow_containers(items: list[_Item], splitter: "_Splitter", facts: Facts)
     mutations = _Mutations()
     for item in _server_statements(items):
         item.stmt.visit(mutations)
-    mutated = splitter.uses(items, "server").mutates
+    mutated = splitter.uses(items, Part.SERVER).mutates
     aliased = {e.value for e in mutations.stored if isinstance(e, cst.Name) and e.value in mutated}
     containers = set()
     for name in mutated:
@@ -864,7 +863,7 @@ class _Mutations(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in MUTATING_METHODS:
+        if isinstance(func, cst.Attribute) and func.attr.value in CONTAINER_MUTATORS:
             self.paths.add(_path(func.value))
             self.stored.extend(a.value for a in node.args)
 
@@ -929,9 +928,9 @@ def _root(expr: cst.BaseExpression) -> str:
 
 def _server_statements(items: list[_Item]):
     for item in items:
-        if item.role == "server":
+        if item.role is Part.SERVER:
             yield item
-        elif item.role == "mixed":
+        elif item.role is Part.MIXED:
             yield from _server_statements(item.body)
 
 
@@ -962,15 +961,15 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
     row is appended still holds what the statement would have read. In a loop with
     ``events`` each client item records itself where it stands."""
     events = loop is not None and loop.events
-    last = max((i for i, item in enumerate(items) if item.role != "server"), default=-1)
+    last = max((i for i, item in enumerate(items) if item.role is not Part.SERVER), default=-1)
     for index, item in enumerate(items):
-        if item.role == "server":
+        if item.role is Part.SERVER:
             continue
-        if item.role == "if":
+        if item.role is Part.IF:
             _plan_records(item.body, defined, mutated, splitter, loop)
             _plan_records(item.orelse, defined, mutated, splitter, loop)
             continue
-        if item.role == "mixed":
+        if item.role is Part.MIXED:
             item.rows = splitter.fresh("rows")
             if item.events:
                 item.it_name, item.items_name = splitter.fresh("it"), splitter.fresh("items")
@@ -982,8 +981,8 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
         # the row is appended right after the statement (region level) or after the
         # iteration's last client statement (in a loop): nothing in between may change it
         between = items[index + 1 : last + 1] if loop is not None and not events else []
-        later_use = splitter.uses(between, "server")
-        server_after = splitter.uses(items[index + 1 :], "server")
+        later_use = splitter.uses(between, Part.SERVER)
+        server_after = splitter.uses(items[index + 1 :], Part.SERVER)
         changed_after = server_after.mutates if loop is None else {}
         item.replayed = item.stmt
         replacements: dict[int, cst.CSTNode] = {}
@@ -1197,21 +1196,21 @@ def _fresh_in_iteration(name: str, before: list[_Item], loop: _Item | None) -> b
         return False
     if name in target_names(loop.stmt.target):
         return True
-    return any(item.role == "server" and name in collect(item.stmt).binds for item in before)
+    return any(item.role is Part.SERVER and name in collect(item.stmt).binds for item in before)
 
 
 def _needs_log(items: list[_Item]) -> bool:
-    return any(item.role == "client" and item.recorded for item in items)
+    return any(item.role is Part.CLIENT and item.recorded for item in items)
 
 
 def _row(item: _Item, facts: Facts) -> dict[str, str]:
     """What one iteration's row holds: the name the replay binds -> the server's code."""
     row: dict[str, str] = {}
     for child in item.body:
-        if child.role == "client":
+        if child.role is Part.CLIENT:
             for name in child.recorded:
                 row.setdefault(name, child.values[name])
-        elif child.role == "mixed" and not _silent(child, facts):
+        elif child.role is Part.MIXED and not _silent(child, facts):
             row[child.rows] = child.rows
     return row
 
@@ -1221,9 +1220,9 @@ def _build(items: list[_Item], log: str, splitter: _Splitter, facts: Facts):
     replay: list[cst.BaseStatement] = []
     entry = 0
     for item in items:
-        if item.role == "server":
+        if item.role is Part.SERVER:
             server.append(item.stmt)
-        elif item.role == "client":
+        elif item.role is Part.CLIENT:
             if item.recorded:
                 values = [item.values[n] for n in item.recorded]
                 server.append(cst.parse_statement(f"{log}.append({_tuple_code(values)})\n"))
@@ -1244,15 +1243,15 @@ def _silent(item: _Item, facts: Facts) -> bool:
     """A split loop with nothing to replay: a `try` split around its remote work left
     only server statements, and no progress bar shows the iterations."""
     return (
-        item.role == "mixed"
+        item.role is Part.MIXED
         and _progress_call(item.stmt.iter, facts) is None
-        and all(child.role == "server" or _silent(child, facts) for child in item.body)
+        and all(child.role is Part.SERVER or _silent(child, facts) for child in item.body)
     )
 
 
 def _server_loop(item: _Item, facts: Facts) -> cst.For:
     """The server half of a silent loop: its body's server statements, in order."""
-    body = [child.stmt if child.role == "server" else _server_loop(child, facts) for child in item.body]
+    body = [child.stmt if child.role is Part.SERVER else _server_loop(child, facts) for child in item.body]
     loop = item.stmt.with_changes(body=item.stmt.body.with_changes(body=body))
     return loop.with_changes(iter=item.session_iter) if item.session_iter is not None else loop
 
@@ -1270,13 +1269,13 @@ def _split_loop(item: _Item, facts: Facts, later: set[str]):
     whole = set(row.values())
     item.unsaved |= {n for child in item.body for n in child.reduced if n not in later and n not in whole}
     # a loop whose only local part is its progress bar records one empty row an iteration
-    last = max((i for i, child in enumerate(item.body) if child.role != "server"), default=len(item.body) - 1)
+    last = max((i for i, child in enumerate(item.body) if child.role is not Part.SERVER), default=len(item.body) - 1)
     server_body: list[cst.BaseStatement] = []
     client_body: list[cst.BaseStatement] = []
     for index, child in enumerate(item.body):
-        if child.role == "server":
+        if child.role is Part.SERVER:
             server_body.append(child.stmt)
-        elif child.role == "client":
+        elif child.role is Part.CLIENT:
             client_body.append(child.replayed)
         elif _silent(child, facts):
             server_body.append(_server_loop(child, facts))
@@ -1329,19 +1328,19 @@ def _event_parts(children: list[_Item], it: str, items: str, facts: Facts, later
     server: list[cst.BaseStatement] = []
     client: list[cst.BaseStatement] = []
     for child in children:
-        if child.role == "server":
+        if child.role is Part.SERVER:
             server.append(child.stmt)
             if _jumps(child.stmt):  # a bare `break`/`continue`: the replay jumps too
                 client.append(child.stmt)
-        elif child.role == "client":
+        elif child.role is Part.CLIENT:
             values = [child.values[n] for n in child.recorded]
             server.append(cst.parse_statement(f"{it}.append({_tuple_code(values) or 'None'})\n"))
             taken = f"{_target_code(child.recorded)} = next({items})" if child.recorded else f"next({items})"
             client.append(cst.parse_statement(taken + "\n"))
             client.append(child.replayed)
-        elif child.role == "mixed" and _silent(child, facts):
+        elif child.role is Part.MIXED and _silent(child, facts):
             server.append(_server_loop(child, facts))
-        elif child.role == "mixed":
+        elif child.role is Part.MIXED:
             server.append(cst.parse_statement(f"{child.rows} = list()\n"))
             server.append(cst.parse_statement(f"{it}.append({child.rows})\n"))
             inner, inner_client = _split_loop(child, facts, later)

@@ -37,16 +37,16 @@ import functools
 import libcst as cst
 
 from ndif_opt.analysis import Facts, Remote, is_save_call
-from ndif_opt.names import dotted_name
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.rewrite import code_of, method_call
+from ndif_opt.positions import code_of
+from ndif_opt.rewrite import method_call
 from ndif_opt.tensors import has_detach_cpu, is_tensor
 from ndif_opt.walk import paths_to, transform, walk
 
 
 class DetachCpu(Pass):
     __doc__ = __doc__
-    id = "detach-cpu"
+    fix_safety = "safe"
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         targets: dict[int, cst.Call] = {}

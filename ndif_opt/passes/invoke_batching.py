@@ -55,8 +55,7 @@ import libcst as cst
 from ndif_opt.analysis import Facts, qualify
 from ndif_opt.names import collect, dotted_name, root_name
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.passes.session_hoisting import _is_model_like
-from ndif_opt.passes.trace_fusion import (
+from ndif_opt.passes.common.sweeps import (
     MODULE_VALUES,
     Sweep,
     TakenNames,
@@ -74,7 +73,8 @@ from ndif_opt.passes.trace_fusion import (
     with_leading,
 )
 from ndif_opt.regions import reads_after
-from ndif_opt.rewrite import DropElementSaves, SuitePlan, code_of, reindentable
+from ndif_opt.positions import code_of
+from ndif_opt.rewrite import DropElementSaves, SuitePlan, reindentable
 from ndif_opt.tensors import TENSOR_MODULES
 from ndif_opt.types import Safety
 from ndif_opt.walk import children, walk
@@ -106,7 +106,7 @@ UNSAFE_REASON = (
 
 class InvokeBatching(Pass):
     __doc__ = __doc__
-    id = "invoke-batching"
+    fix_safety = "unsafe (batching changes floats by ~1e-7)"
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
@@ -425,7 +425,7 @@ def _shared_objects(sweep: Sweep, facts: Facts) -> str:
     moved = sweep.moved
     use = moved_names(sweep, facts)
     bound = set(use.binds) | set(sweep.targets)
-    shared = [n for n in use.mutates if n not in bound and not _is_model_like(n, facts)]
+    shared = [n for n in use.mutates if n not in bound and not facts.is_model_like(n)]
     found = [n for stmt in moved for n in index_of(stmt).nodes]
     # the receivers of filling calls and item assignments: `acts.append(...)`, `top[p] = ...`
     allowed: set[int] = set()
@@ -462,7 +462,7 @@ def _fill_order(sweep: Sweep, facts: Facts) -> str:
     moved = sweep.moved
     use = moved_names(sweep, facts)
     bound = set(use.binds) | set(sweep.targets)
-    shared = {n for n in use.mutates if n not in bound and not _is_model_like(n, facts)}
+    shared = {n for n in use.mutates if n not in bound and not facts.is_model_like(n)}
     if not shared:
         return ""
     last_read = -1
@@ -645,7 +645,7 @@ class _Padding:
     def attribute(self, expr: cst.Attribute) -> int | None:
         if expr.attr.value in MODULE_VALUES:
             root = root_name(expr.value)
-            if root is not None and _is_model_like(root, self.facts):
+            if root is not None and self.facts.is_model_like(root):
                 self._index_expressions_of_envoy(expr.value)
                 return self._layout(expr)
         base = self.value(expr.value)
@@ -723,7 +723,7 @@ class _Padding:
         if isinstance(func, cst.Attribute):
             root = root_name(func.value)
             module_call = dotted_name(func) is not None and func.attr.value not in MODULE_VALUES
-            if module_call and root is not None and _is_model_like(root, self.facts):
+            if module_call and root is not None and self.facts.is_model_like(root):
                 # a module called as a function (`model.lm_head(h)`): per position
                 state = None
                 for arg in args:

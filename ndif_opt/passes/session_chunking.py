@@ -69,9 +69,10 @@ import libcst as cst
 
 from ndif_opt.analysis import Block, Facts
 from ndif_opt.cost_model import RequestEstimate, explain, session_budget
-from ndif_opt.names import collect, collect_all, name_assignment, target_names
+from ndif_opt.names import collect, collect_all, fresh_name, name_assignment, target_names
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.rewrite import SuitePlan, code_of, empty_container_kind
+from ndif_opt.positions import code_of
+from ndif_opt.rewrite import SuitePlan, empty_container_kind
 from ndif_opt.walk import walk
 from ndif_opt.wording import counted
 
@@ -84,7 +85,7 @@ CHUNK = "_ndif_chunk"
 
 class SessionChunking(Pass):
     __doc__ = __doc__
-    id = "session-chunking"
+    fix_safety = "safe"
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         options = context.options
@@ -186,7 +187,7 @@ def _plan(request: RequestEstimate, facts: Facts, budget: float, module: cst.Mod
     iterable, length = _slicing(loop.iter, facts, trips)
     if iterable is None:
         return None, length
-    chunk = _fresh_name(module, CHUNK, reserved)
+    chunk = _unused_name(module, CHUNK, reserved)
     return (_build(block, prefix, loop, accumulators, iterable, length, per_chunk, chunk), chunks, per_chunk), ""
 
 
@@ -203,7 +204,7 @@ def _accumulators(prefix, loop: cst.For, facts: Facts) -> tuple[dict[str, str], 
     prefix_use = collect_all(prefix)
     loop_use = collect(loop.body)
     for name in loop_use.mutates:
-        if name in created or _model_like(name, facts, loop):
+        if name in created or facts.is_model_like(name):
             continue
         if name in loop_use.binds:
             continue  # created inside each iteration
@@ -281,12 +282,6 @@ def _only_filled(node: cst.CSTNode, name: str, kind: str) -> bool:
 
     walk(node, Finder())
     return all(id(n) in allowed for n in seen)
-
-
-def _model_like(name: str, facts: Facts, loop: cst.For) -> bool:
-    from ndif_opt.passes.session_hoisting import _is_model_like
-
-    return _is_model_like(name, facts)
 
 
 def _carried(loop: cst.For, accumulators: dict[str, str], facts: Facts) -> str:
@@ -381,13 +376,9 @@ def _reiterable(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> bool:
     return False
 
 
-def _fresh_name(module: cst.Module, base: str, reserved=frozenset()) -> str:
-    taken = set(collect(module).binds) | set(collect(module).reads) | set(reserved)
-    name, index = base, 1
-    while name in taken:
-        index += 1
-        name = f"{base}{index}"
-    return name
+def _unused_name(module: cst.Module, base: str, reserved=frozenset()) -> str:
+    use = collect(module)
+    return fresh_name(base, set(use.binds) | set(use.reads) | set(reserved), separator="")
 
 
 def _build(block: Block, prefix, loop: cst.For, accumulators, iterable: str, length: str, size: int, chunk: str):

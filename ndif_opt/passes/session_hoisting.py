@@ -63,11 +63,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 
 import libcst as cst
 
 from ndif_opt.analysis import Block, Facts, Remote, is_save_call
-from ndif_opt.effects import PROGRESS_BARS, Problem
+from ndif_opt.effects import Problem
 from ndif_opt.helpers import (
     CallWithRemoteOff,
     RemoteHelper,
@@ -79,12 +80,12 @@ from ndif_opt.helpers import (
     remote_helpers,
     rewritten_helper,
 )
-from ndif_opt.analysis import qualify
 from ndif_opt.names import (
     NameUse,
     collect,
     collect_all,
     definite_binds,
+    fresh_name,
     function_locals,
     returned_name,
     root_name,
@@ -111,7 +112,6 @@ from ndif_opt.rewrite import (
     session_statement,
     with_fallback,
     with_module_import,
-    without_leading_blank_lines,
 )
 from ndif_opt.types import Safety
 from ndif_opt.walk import find_nodes, paths_to, transform
@@ -130,28 +130,28 @@ class Region:
     flag: cst.BaseExpression | None
     blocks: list[Block]
     unsafe: list[Problem] = field(default_factory=list)
-    helper_calls: list = field(default_factory=list)  # (call, RemoteHelper) moved along
-    saved_here: dict = field(default_factory=dict)  # id(stmt) -> name given `.save()`
+    helper_calls: list[tuple[cst.Call, RemoteHelper]] = field(default_factory=list)  # moved along
+    saved_here: dict[int, str] = field(default_factory=dict)  # id(stmt) -> name given `.save()`
     requests: int | None = None  # remote requests it sends, once counted
     requests_exact: bool = True  # False: loops of unknown length make it a lower bound
     split: Split | None = None  # the client/server split, when code must stay on the client
-    remote_statements: list = field(default_factory=list)  # its statements that do remote work
+    remote_statements: list[cst.BaseStatement] = field(default_factory=list)  # those that do remote work
     retry: PortableRetry | None = None  # the retry the session stands under, if its work had one
-    client_roots: frozenset = frozenset()  # objects it changes that stay on your machine (replayed)
+    client_roots: frozenset[str] = frozenset()  # objects it changes that stay on your machine (replayed)
     # module names the session computes that functions it calls read: handed over as
     # arguments (function -> names; id of each call -> names)
-    passed_functions: dict = field(default_factory=dict)
-    passed_calls: dict = field(default_factory=dict)
+    passed_functions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    passed_calls: dict[int, tuple[str, ...]] = field(default_factory=dict)
     # the region is a notebook's module code: the kernel keeps its names after the last
     # cell, where a cell added later may read them, so a name the session binds comes
     # back even when no cell reads it (in a script the file's reads are all there are)
     kernel_keeps_names: bool = False
-    released: list = field(default_factory=list)  # names let go at the session's end (see _released)
+    released: list[str] = field(default_factory=list)  # names let go at the session's end (see _released)
     # what methods it calls store on `self` that no code reads after it: not brought back
-    left_attributes: list = field(default_factory=list)
+    left_attributes: list[str] = field(default_factory=list)
     # containers the session takes over that nothing after it reads: made in the
     # session, filled there and not downloaded (see _left_on_server)
-    left_on_server: frozenset = frozenset()
+    left_on_server: frozenset[str] = frozenset()
 
     @property
     def statements(self) -> list[cst.BaseStatement]:
@@ -163,23 +163,32 @@ class Region:
         return self.split.server if self.split is not None else self.statements
 
 
+class Role(Enum):
+    """How one statement of a suite relates to remote work."""
+
+    REMOTE = "remote"  # runs remote work: goes into the session
+    NEUTRAL = "neutral"  # no remote work; may go into the session between remote statements
+    BARRIER = "barrier"  # cannot go into a session: a run of remote work ends before it
+
+
 @dataclass
 class Kind:
     """How one statement of a suite relates to remote work."""
 
-    role: str  # remote | neutral | barrier
+    role: Role
     model: str = ""
     flag_code: str = ""
     flag: cst.BaseExpression | None = None
     blocks: list[Block] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     why: str = ""
-    helper_calls: list = field(default_factory=list)
+    helper_calls: list[tuple[cst.Call, RemoteHelper]] = field(default_factory=list)
 
 
 class SessionHoisting(Pass):
     __doc__ = __doc__
-    id = "session-hoisting"
+    fix_safety = ("safe; dropping a `tqdm` bar (instead of replaying it) or moving a `print` to the server "
+                  "log is unsafe")
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
@@ -273,20 +282,20 @@ class SessionHoisting(Pass):
         kinds: list[Kind | None] = [
             self._kind(stmt, facts, context, lazy, wide)
             if span is None or span[0] <= index < span[1]
-            else Kind("barrier", why="outside the region")
+            else Kind(Role.BARRIER, why="outside the region")
             for index, stmt in enumerate(suite.body)
         ]
         regions: list[Region] = []
         run: list[int] = []
 
         def close() -> None:
-            while run and kinds[run[-1]].role != "remote":
+            while run and kinds[run[-1]].role is not Role.REMOTE:
                 run.pop()
             if run:
                 first = kinds[run[0]]
                 blocks = [b for i in run for b in kinds[i].blocks]
                 region = Region(suite, run[0], run[-1] + 1, first.model, first.flag, blocks)
-                region.remote_statements = [suite.body[i] for i in run if kinds[i].role == "remote"]
+                region.remote_statements = [suite.body[i] for i in run if kinds[i].role is Role.REMOTE]
                 region.unsafe = [p for i in run for p in kinds[i].problems]
                 region.helper_calls = [c for i in run for c in kinds[i].helper_calls]
                 regions.append(region)
@@ -299,16 +308,16 @@ class SessionHoisting(Pass):
                 if not run:
                     continue  # before a run opens, neither a barrier nor neutral code matters
                 kind = kinds[index] = self._plain_kind(suite.body[index], context, wide)
-            if kind.role == "barrier":
+            if kind.role is Role.BARRIER:
                 close()
-            elif kind.role == "remote" and _blocking(kind.problems, context) and not (
+            elif kind.role is Role.REMOTE and _blocking(kind.problems, context) and not (
                 wide and all(_deferrable_only(p) for p in kind.problems)
             ):
                 close()  # it may still be split on its own, but moves with nothing else
                 run.append(index)
                 close()
-            elif kind.role == "remote":
-                if run and kinds[run[0]].role == "remote":
+            elif kind.role is Role.REMOTE:
+                if run and kinds[run[0]].role is Role.REMOTE:
                     head = kinds[run[0]]
                     if (head.model, head.flag_code) != (kind.model, kind.flag_code):
                         close()
@@ -322,30 +331,30 @@ class SessionHoisting(Pass):
         """How the statement relates to remote work; with ``lazy``, None for code
         without any (see :meth:`_plain_kind`)."""
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-            return Kind("barrier", why="defines a function or class")
+            return Kind(Role.BARRIER, why="defines a function or class")
         outer = _outer_blocks(facts, stmt)
         calls = helper_calls(stmt, self.helpers) if _may_call(stmt, self.helpers) else []
         if calls and outer:
-            return Kind("barrier", why="mixes remote blocks and calls of functions that run them")
+            return Kind(Role.BARRIER, why="mixes remote blocks and calls of functions that run them")
         if calls:
             return self._helper_kind(stmt, calls, facts, context)
         if not outer:
             return None if lazy else self._plain_kind(stmt, context, wide)
         first = outer[0]
         if any(b.method == "session" for b in outer):
-            return Kind("barrier", why="already a session")
+            return Kind(Role.BARRIER, why="already a session")
         if any(b.remote.state is Remote.NO for b in outer):
-            return Kind("barrier", why="runs a local trace")
+            return Kind(Role.BARRIER, why="runs a local trace")
         if any(b.remote.via_kwargs for b in outer):
-            return Kind("barrier", why="passes `remote=` inside `**kwargs`, which cannot move to a session")
+            return Kind(Role.BARRIER, why="passes `remote=` inside `**kwargs`, which cannot move to a session")
         flag_codes = {b.remote.code for b in outer}
         models = {b.model for b in outer}
         if len(flag_codes) != 1 or len(models) != 1:
-            return Kind("barrier", why="mixes models or remote flags")
+            return Kind(Role.BARRIER, why="mixes models or remote flags")
         problems = context.server.problems(stmt, skip=tuple(b.node.body for b in outer))
         problems += _iteration_problems(stmt, facts)
         return Kind(
-            "remote",
+            Role.REMOTE,
             model=first.model,
             flag_code=first.remote.code,
             flag=first.remote.expr,
@@ -358,10 +367,10 @@ class SessionHoisting(Pass):
         a wide run (it is replayed after the session) and ends a narrow one."""
         problems = context.server.problems(stmt)
         if wide and problems and all(_deferrable_only(p) for p in problems):
-            return Kind("neutral", problems=problems)
+            return Kind(Role.NEUTRAL, problems=problems)
         if _blocking(problems, context):
-            return Kind("barrier", why=problems[0].message)
-        return Kind("neutral", problems=[p for p in problems if p.kind in UNSAFE_KINDS])
+            return Kind(Role.BARRIER, why=problems[0].message)
+        return Kind(Role.NEUTRAL, problems=[p for p in problems if p.kind in UNSAFE_KINDS])
 
     def _helper_kind(self, stmt, calls, facts: Facts, context: Context) -> Kind:
         """A statement whose remote work happens in same-file functions it calls."""
@@ -375,7 +384,7 @@ class SessionHoisting(Pass):
                         f"one `{helper.model}.session(remote=...)` would send one",
                         f"not hoisted: {helper.problems[0]}",
                     )
-                return Kind("barrier", why=helper.problems[0])
+                return Kind(Role.BARRIER, why=helper.problems[0])
             flag = helper.call_flag(call)
             if flag is None:
                 why = f"the remote flag `{helper.name}` runs with is computed inside it or not known here"
@@ -386,20 +395,20 @@ class SessionHoisting(Pass):
                         f"one `{helper.model}.session(remote=...)` would send one",
                         f"not hoisted: {why}, so a session around the calls cannot take the same flag",
                     )
-                return Kind("barrier", why=why)
+                return Kind(Role.BARRIER, why=why)
             flags.add(flag)
             model = helper.call_model(call)
             if model is None:
-                return Kind("barrier", why=f"the model `{helper.name}` traces is not a plain name at this call")
+                return Kind(Role.BARRIER, why=f"the model `{helper.name}` traces is not a plain name at this call")
             models.add(model)
         if len(flags) != 1 or len(models) != 1:
-            return Kind("barrier", why="calls functions with different models or remote flags")
+            return Kind(Role.BARRIER, why="calls functions with different models or remote flags")
         flag_code = flags.pop()
         if flag_code == "False":
-            return Kind("barrier", why="runs its traces locally")
+            return Kind(Role.BARRIER, why="runs its traces locally")
         problems = context.server.problems(stmt) + _iteration_problems(stmt, facts)
         return Kind(
-            "remote",
+            Role.REMOTE,
             model=models.pop(),
             flag_code=flag_code,
             flag=cst.parse_expression(flag_code),
@@ -445,7 +454,7 @@ class SessionHoisting(Pass):
             later = set(reads_after(facts, region.suite, region.end))
             region.split = split_region(
                 region.statements, facts, context.server, remote_work, taken, list(carry), later,
-                is_model=lambda name: _is_model_like(name, facts), drop_bars=context.options.unsafe_fixes,
+                is_model=facts.is_model_like, drop_bars=context.options.unsafe_fixes,
                 client_roots=region.client_roots,
             )
         except Refused as refused:
@@ -457,7 +466,7 @@ class SessionHoisting(Pass):
         """The retry that guarded the region's requests, rewritten to go around the
         session (a failure then retries the whole session); the reason it cannot be."""
         module_names = facts.once("session-hoisting:module-binds", lambda: set(collect(facts.module).binds))
-        attempt = _fresh_name("_ndif_attempt", self._taken(facts))
+        attempt = fresh_name("_ndif_attempt", self._taken(facts))
         for call, helper in region.helper_calls:
             wrapper = helper.wrapper_of(call)
             if wrapper is not None:
@@ -878,7 +887,7 @@ def _client_mutations(region: Region, facts: Facts, everything: NameUse) -> list
             value = helper.argument(call, param)
             if isinstance(value, cst.Name):
                 mutated.setdefault(value.value)
-    return [name for name in mutated if name not in everything.binds and not _is_model_like(name, facts)]
+    return [name for name in mutated if name not in everything.binds and not facts.is_model_like(name)]
 
 
 def _saved(region: Region) -> set[str]:
@@ -1129,21 +1138,6 @@ def _accumulator_inside(region: Region, name: str) -> Accumulator | None:
             return None
         found = Accumulator(name, kind, stmt, region.start + offset)
     return found
-
-
-def _is_model_like(name: str, facts: Facts) -> bool:
-    """A model, or an alias of one of its modules (`layers = model.model.layers`)."""
-    if name in facts.models:
-        return True
-    for block in facts.blocks:
-        if block.tracer_name == name or block.model == name:
-            return True
-    value = facts.constant(name)
-    if value is not None:
-        from ndif_opt.names import root_name
-
-        return root_name(value) in facts.models
-    return False
 
 
 def _kind_label(region: Region) -> str:
@@ -2223,9 +2217,4 @@ def _replay_reads(split: Split, stores: list[str], every_line: bool = False) -> 
     return ""
 
 
-def _fresh_name(base: str, taken: set[str]) -> str:
-    name, n = base, 2
-    while name in taken:
-        name, n = f"{base}_{n}", n + 1
-    return name
 

@@ -65,8 +65,7 @@ from ndif_opt.analysis import Facts
 from ndif_opt.model_registry import dims_for
 from ndif_opt.names import collect, root_name
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.passes.session_hoisting import _is_model_like
-from ndif_opt.passes.trace_fusion import (
+from ndif_opt.passes.common.sweeps import (
     HARMLESS_TRACE_KWARGS,
     Accesses,
     Sweep,
@@ -86,14 +85,15 @@ from ndif_opt.passes.trace_fusion import (
     split_leading,
 )
 from ndif_opt.regions import int_value, iterable_length
-from ndif_opt.rewrite import SuitePlan, code_of, dotted_expression
+from ndif_opt.positions import code_of
+from ndif_opt.rewrite import SuitePlan, dotted_expression
 
 CACHE = "_ndif_cache"
 
 
 class SkipInsertion(Pass):
     __doc__ = __doc__
-    id = "skip-insertion"
+    fix_safety = "safe, exact"
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
@@ -333,7 +333,7 @@ def _in_place_on_cache(moved, facts: Facts, accesses) -> str:
     for change in in_place_changes(moved):
         code, root = code_of(change.target), root_name(change.target)
         if change.kind == "method":
-            if root is not None and (root in derived or _is_model_like(root, facts)):
+            if root is not None and (root in derived or facts.is_model_like(root)):
                 return f"it changes `{code}` in place"
         elif change.kind == "augmented" and root in derived:
             return f"it changes `{code}` in place, a cached value"

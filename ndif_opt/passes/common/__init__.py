@@ -1,0 +1,1 @@
+"""What several passes share: no pass imports another pass."""

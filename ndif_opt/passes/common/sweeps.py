@@ -1,0 +1,619 @@
+"""Sweeps: loops of traces over layers, positions or inputs, as trace-fusion, invoke-batching
+and skip-insertion see them — the loop, what its traces read and write of the model, and why
+their traces could not become one trace or one batch; with the node index the three passes
+ask their questions of, and the helpers they build new code with.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ndif_opt.analysis import Block, Facts, StmtInfo
+from ndif_opt import names
+from ndif_opt.names import NameUse, collect, collect_all, root_name, target_names
+from ndif_opt.passes.base import Context
+from ndif_opt.positions import code_and_positions, code_of
+from ndif_opt.regions import int_value, trip_count
+from ndif_opt.walk import walk_content
+from ndif_opt.wording import counted
+
+# ---------------------------------------------------------------------------------------
+# One walk per statement and version of the tree
+# ---------------------------------------------------------------------------------------
+# The three sweep passes ask many questions about the same few statements (a loop body,
+# its trace's body), and a libcst walk is slow. So each statement is walked at most twice:
+# by `collect` for its names and by `_Indexer` for the nodes the questions look at, both
+# cached by node (so shared by the versions of the tree that keep the statement). The
+# answers that depend on the whole version live in `facts.memo` (`Facts.once_for`), next
+# to their node (which keeps the node's id from being reused while the answer is kept).
+
+
+@dataclass
+class NodeIndex:
+    """What one walk of a node finds, in the order a libcst visitor meets it."""
+
+    nodes: list[cst.CSTNode]  # calls, attributes, assignments, names (not an `.attr`)
+    jump: str  # the first `break`/`continue` outside a nested loop or function, or ""
+    spans: dict[int, tuple[int, int]]  # id(an assigned value) -> its slice of `nodes`
+
+
+INDEXED = frozenset(
+    {cst.Call, cst.Attribute, cst.Name, cst.Assign, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.AssignTarget}
+)
+# A `break`/`continue` inside these is not the enclosing loop's business.
+OWN_JUMPS = frozenset({cst.For, cst.While, cst.FunctionDef})
+
+
+class _Indexer(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.index = NodeIndex([], "", {})
+        self.attr_names: set[int] = set()  # `.attr` names are not names in the code
+        self.values: set[int] = set()  # assigned values, whose span is wanted
+        self.starts: dict[int, int] = {}
+        self.nesting = 0
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        kind = type(node)
+        nodes = self.index.nodes
+        if id(node) in self.values:
+            self.starts[id(node)] = len(nodes)
+        if kind in INDEXED:
+            if kind is cst.Attribute:
+                self.attr_names.add(id(node.attr))
+            elif kind is cst.Assign or kind is cst.NamedExpr:
+                self.values.add(id(node.value))
+            elif kind is cst.AnnAssign and node.value is not None:
+                self.values.add(id(node.value))
+            if kind is not cst.Name or id(node) not in self.attr_names:
+                nodes.append(node)
+        elif kind in OWN_JUMPS:
+            self.nesting += 1
+        elif (kind is cst.Break or kind is cst.Continue) and not self.nesting and not self.index.jump:
+            self.index.jump = "break" if kind is cst.Break else "continue"
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if type(original_node) in OWN_JUMPS:
+            self.nesting -= 1
+        start = self.starts.pop(id(original_node), None)
+        if start is not None:
+            self.index.spans[id(original_node)] = (start, len(self.index.nodes))
+
+
+@functools.lru_cache(maxsize=4096)
+def index_of(node: cst.CSTNode) -> NodeIndex:
+    """What a walk of ``node`` finds; not to be changed (it is shared). A pure function of
+    an immutable node (kept alive while cached, so the ids in ``spans`` stay its nodes'):
+    shared by the versions of the tree and by the passes."""
+    indexer = _Indexer()
+    walk_content(node, indexer)  # its hooks do nothing at layout
+    return indexer.index
+
+
+def calls_in(nodes) -> list[cst.Call]:
+    """Every call in ``nodes``, in order."""
+    return [n for node in nodes for n in index_of(node).nodes if isinstance(n, cst.Call)]
+
+
+# ---------------------------------------------------------------------------------------
+# Shared analysis of "sweeps" (also used by invoke-batching and skip-insertion)
+# ---------------------------------------------------------------------------------------
+
+MODULE_VALUES = frozenset({"output", "input", "inputs"})
+# Modules that run after every decoder layer (and the model's own output).
+AFTER_LAYERS = frozenset(
+    {"lm_head", "ln_f", "norm", "final_layernorm", "final_layer_norm", "embed_out", "unembed"}
+)
+# Keyword arguments of a trace that do not change what the forward pass computes.
+HARMLESS_TRACE_KWARGS = frozenset({"scan", "validate"})
+
+
+@dataclass
+class Sweep:
+    """A ``for`` loop inside a session whose body runs exactly one trace of the model."""
+
+    loop: cst.For
+    info: StmtInfo  # where the loop sits
+    block: Block  # the trace (or generate) in the loop body
+    position: int  # the trace's index in the loop body
+    targets: frozenset[str]  # names bound by the loop header
+    bound: frozenset[str] = frozenset()  # names bound anywhere in the body, and the targets
+
+    @property
+    def pre(self) -> list[cst.BaseStatement]:
+        return list(self.loop.body.body[: self.position])
+
+    @property
+    def post(self) -> list[cst.BaseStatement]:
+        return list(self.loop.body.body[self.position + 1 :])
+
+    @property
+    def inner(self) -> list[cst.BaseStatement]:
+        return list(self.block.node.body.body)
+
+    @property
+    def moved(self) -> list[cst.BaseStatement]:
+        """The statements of one iteration, in order, without the trace's header."""
+        return self.pre + self.inner + self.post
+
+    @property
+    def model(self) -> str:
+        return self.block.model
+
+    def trips(self, facts: Facts) -> int | None:
+        return trip_count(self.loop, facts)
+
+
+def moved_names(sweep: Sweep, facts: Facts) -> NameUse:
+    """``collect_all(sweep.moved)``, once per version of the tree (do not change it)."""
+    return facts.once_for("trace-fusion:moved names", sweep.loop, lambda _loop: collect_all(sweep.moved))
+
+
+def find_sweeps(facts: Facts) -> list[Sweep]:
+    """The sweeps of this version of the tree (the three sweep passes share them)."""
+    return list(facts.once("trace-fusion:sweeps", lambda: tuple(_find_sweeps(facts))))
+
+
+def _find_sweeps(facts: Facts) -> list[Sweep]:
+    found = []
+    for block in facts.blocks:
+        parent = block.parent
+        if parent is None or parent.method != "session" or parent.model != block.model:
+            continue
+        if block.method not in ("trace", "generate") or not block.stmt.ancestors:
+            continue
+        loop = block.stmt.ancestors[-1]
+        if not isinstance(loop, cst.For) or block.stmt.suite is not loop.body:
+            continue
+        if len(facts.blocks_within(loop)) != 1:
+            continue
+        targets = frozenset(target_names(loop.target))
+        index = block.stmt.index
+        others = loop.body.body[:index] + loop.body.body[index + 1 :]
+        # the names the body binds: the trace's own statements are walked once, as the
+        # statements of `moved`, not again as part of the trace
+        bound = (
+            set(collect_all(others).binds)
+            | set(collect_all(block.node.items).binds)
+            | set(collect_all(block.node.body.body).binds)
+        )
+        found.append(
+            Sweep(loop, facts.stmt(loop), block, index, targets, frozenset(bound) | targets)
+        )
+    return found
+
+
+def structure_problem(sweep: Sweep, facts: Facts) -> str:
+    """Why the loop's shape forbids moving its iterations around ("" when it does not)."""
+    return facts.once_for("trace-fusion:structure", sweep.loop, lambda _loop: _structure_problem(sweep, facts))
+
+
+def _structure_problem(sweep: Sweep, facts: Facts) -> str:
+    loop = sweep.loop
+    if loop.orelse is not None:
+        return "the loop has an `else:` clause"
+    if loop.asynchronous is not None:
+        return "the loop is asynchronous"
+    # the trace is no loop: its body's jumps are those of its statements
+    jump = next((j for j in (index_of(s).jump for s in sweep.moved) if j), "")
+    if jump:
+        return f"the loop body uses `{jump}`"
+    control = moved_names(sweep, facts).control
+    if control:
+        return f"the loop body uses `{control[0][0]}`"
+    call = sweep.block.call
+    if not any(a.keyword is None and not a.star for a in call.args):
+        return "the trace has no input of its own (it already uses invokes)"
+    for arg in call.args:
+        if arg.star:
+            return "the trace takes `*args`/`**kwargs`"
+        if arg.keyword is not None and arg.keyword.value not in HARMLESS_TRACE_KWARGS:
+            return f"the trace takes `{arg.keyword.value}=`, which applies to the whole forward pass"
+    tracer = sweep.block.tracer_name
+    if tracer is not None and tracer in collect_all(sweep.inner).reads:
+        return f"the trace body uses its tracer `{tracer}`"
+    for node in calls_in(sweep.inner):
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("invoke", "stop", "next", "all", "iter"):
+            return f"the trace body calls `.{node.func.attr.value}()`"
+    return ""
+
+
+def input_dependence(sweep: Sweep, facts: Facts) -> str:
+    """How the trace's input changes between iterations ("" when it cannot)."""
+    return facts.once_for("trace-fusion:input dependence", sweep.loop, lambda _loop: _input_dependence(sweep, facts))
+
+
+def _input_dependence(sweep: Sweep, facts: Facts) -> str:
+    args = [a.value for a in sweep.block.call.args]
+    use = collect_all(args)
+    varying = sorted(n for n in use.reads if n in sweep.bound)
+    if varying:
+        return f"the trace's input depends on `{varying[0]}`, which changes every iteration"
+    changed = moved_names(sweep, facts).mutates
+    touched = sorted(n for n in use.reads if n in changed)
+    if touched:
+        return f"the loop changes `{touched[0]}`, which the trace's input reads"
+    for arg in args:
+        for call in calls_in([arg]):
+            name = code_of(call.func)
+            if name not in ("str", "len", "int", "list", "tuple"):
+                return f"the trace's input calls `{name}` in every iteration"
+    return ""
+
+
+@dataclass(frozen=True)
+class Access:
+    """A module value read or written in a trace: `<envoy>.output` / `.input`."""
+
+    node: cst.Attribute
+    kind: str  # output | input | inputs
+    envoy: cst.BaseExpression
+    layers: str | None  # `model.transformer.h` when the envoy is `<layers>[index]...`
+    index: cst.BaseExpression | None
+    sub: tuple[str, ...]  # attributes after the index (`mlp`, `c_fc`)
+    write: bool
+
+    @property
+    def code(self) -> str:
+        return code_of(self.node)
+
+    @property
+    def envoy_code(self) -> str:
+        return code_of(self.envoy)
+
+    @property
+    def after_layers(self) -> bool:
+        """The model's own output, or a module that runs after every decoder layer."""
+        if self.layers is not None:
+            return False
+        if isinstance(self.envoy, cst.Name):
+            return True  # `model.output`
+        return isinstance(self.envoy, cst.Attribute) and self.envoy.attr.value in AFTER_LAYERS
+
+    def indexed_by(self, name: str) -> bool:
+        return isinstance(self.index, cst.Name) and self.index.value == name
+
+
+@dataclass
+class Accesses:
+    found: list[Access] = field(default_factory=list)
+    unknown: list[cst.Attribute] = field(default_factory=list)  # `.output` of non-model values
+    skips: list[cst.Call] = field(default_factory=list)
+    model_writes: list[cst.CSTNode] = field(default_factory=list)  # weights, attributes
+
+    def unknown_reason(self, model: str) -> str:
+        """Why the first `.output`/`.input` of a value not known to be a module blocks a
+        rewrite (it may well be one — a loop variable over `model.layers` is — but which
+        module, and so in what order the model reaches it, is not known before running)."""
+        read = self.unknown[0]
+        return (f"it reads `{code_of(read)}`, and which module of `{model}` `{code_of(read.value)}` is "
+                "cannot be told before running")
+
+
+def module_accesses(nodes, facts: Facts) -> Accesses:
+    """Every `.output`/`.input` of a module, `.skip()` and write to the model in ``nodes``."""
+    result = Accesses()
+    for node in nodes:
+        part = facts.once_for("trace-fusion:accesses", node, lambda n: _module_accesses(n, facts))
+        result.found += part.found
+        result.unknown += part.unknown
+        result.skips += part.skips
+        result.model_writes += part.model_writes
+    return result
+
+
+def _module_accesses(node: cst.CSTNode, facts: Facts) -> Accesses:
+    result = Accesses()
+    found = index_of(node).nodes
+    written: set[int] = set()
+    for assignment in found:
+        if type(assignment) is cst.Assign:
+            targets = [t.target for t in assignment.targets]
+        elif type(assignment) is cst.AugAssign or type(assignment) is cst.AnnAssign:
+            targets = [assignment.target]
+        else:
+            continue
+        for target in targets:
+            expr, writes_value = target, False
+            while isinstance(expr, (cst.Subscript, cst.Attribute)):
+                if type(expr) is cst.Attribute and expr.attr.value in MODULE_VALUES:
+                    written.add(id(expr))
+                    writes_value = True
+                expr = expr.value
+            root = root_name(target)
+            if not writes_value and root is not None and facts.is_model_like(root) and target is not expr:
+                result.model_writes.append(target)
+    for n in found:
+        if type(n) is cst.Attribute and n.attr.value in MODULE_VALUES:
+            root = root_name(n.value)
+            if root is None or not facts.is_model_like(root):
+                result.unknown.append(n)
+                continue
+            layers, index, sub = _split_envoy(n.value)
+            result.found.append(Access(n, n.attr.value, n.value, layers, index, sub, id(n) in written))
+        elif type(n) is cst.Call:
+            func = n.func
+            if type(func) is cst.Attribute and func.attr.value == "skip":
+                root = root_name(func.value)
+                if root is not None and facts.is_model_like(root):
+                    result.skips.append(n)
+    return result
+
+
+def _split_envoy(expr: cst.BaseExpression):
+    sub: list[str] = []
+    while type(expr) is cst.Attribute:
+        sub.append(expr.attr.value)
+        expr = expr.value
+    if (
+        type(expr) is cst.Subscript
+        and len(expr.slice) == 1
+        and isinstance(expr.slice[0].slice, cst.Index)
+    ):
+        return code_of(expr.value), expr.slice[0].slice.value, tuple(reversed(sub))
+    return None, None, tuple(reversed(sub))
+
+
+def derived_names(nodes, accesses: Accesses) -> set[str]:
+    """Names bound (in ``nodes``) to values computed from module values."""
+    access_ids = {id(a.node) for a in accesses.found}
+    derived: set[str] = set()
+    # (the names an assignment binds, its value, whether the value reads a module value)
+    assigns: list[tuple[list[cst.BaseExpression], cst.BaseExpression, bool]] = []
+    for node in nodes:
+        index = index_of(node)
+        for n in index.nodes:
+            if type(n) is cst.Assign:
+                targets, value = [t.target for t in n.targets], n.value
+            elif type(n) is cst.AnnAssign and n.value is not None:
+                targets, value = [n.target], n.value
+            elif type(n) is cst.NamedExpr:
+                targets, value = [n.target], n.value
+            else:
+                continue
+            start, end = index.spans[id(value)]
+            reads_module = any(id(inside) in access_ids for inside in index.nodes[start:end])
+            assigns.append((targets, value, reads_module))
+    for _ in range(3):
+        for targets, value, reads_module in assigns:
+            if reads_module or (derived and set(collect(value).reads) & derived):
+                for target in targets:
+                    derived |= set(target_names(target))
+    return derived
+
+
+@dataclass(frozen=True)
+class InPlace:
+    """A place where code may change a value in place."""
+
+    kind: str  # "method" (`x.add_(1)`), "gradient" (`.backward()`), "augmented" (`x += 1`), "write" (`x[0] = 1`)
+    target: cst.BaseExpression  # what changes: `x`, `x[0]`
+    method: str = ""  # for "method" and "gradient"
+
+
+def in_place_changes(nodes):
+    """The places in ``nodes`` that may change a value in place, in the order of the code."""
+    for node in nodes:
+        for n in index_of(node).nodes:
+            if type(n) is cst.Call:
+                if type(n.func) is cst.Attribute:
+                    name = n.func.attr.value
+                    if name.endswith("_") and not name.startswith("_"):
+                        yield InPlace("method", n.func.value, name)
+                    elif name in ("backward", "retain_grad"):
+                        yield InPlace("gradient", n.func.value, name)
+            elif type(n) is cst.AugAssign:
+                yield InPlace("augmented", n.target)
+            elif type(n) is cst.Assign:
+                for target in n.targets:
+                    if isinstance(target.target, (cst.Subscript, cst.Attribute)):
+                        yield InPlace("write", target.target)
+
+
+def in_place_problem(nodes, derived: set[str], facts: Facts) -> str:
+    """An in-place change of an activation (or of a value computed from one)."""
+    for change in in_place_changes(nodes):
+        code = code_of(change.target)
+        if change.kind == "method":
+            return f"changes `{code}` in place (`.{change.method}()`)"
+        if change.kind == "gradient":
+            return f"calls `.{change.method}()`"
+        if root_name(change.target) in derived:
+            return f"changes `{code}` in place" if change.kind == "augmented" else f"writes into `{code}` in place"
+    return ""
+
+
+def layer_order_problem(sweep: Sweep, accesses: Accesses, facts: Facts) -> str:
+    """Whether one trace can serve every iteration's reads in the model's order."""
+    if accesses.unknown:
+        return accesses.unknown_reason(sweep.model)
+    if not accesses.found:
+        return "the trace reads no module value"
+    if len(sweep.targets) != 1:
+        return "the loop has more than one loop variable"
+    (target,) = sweep.targets
+    paths = set()
+    for access in accesses.found:
+        if access.layers is None or not access.indexed_by(target):
+            return (
+                f"every iteration reads `{access.code}`, which does not follow the loop's layer: "
+                "one forward pass would have run past it after the first iteration"
+            )
+        paths.add((access.layers, access.sub))
+    if len(paths) != 1:
+        return "each iteration reads several modules of a layer, whose order I cannot check"
+    kinds = [a.kind for a in accesses.found]
+    rank = {"input": 0, "inputs": 0, "output": 1}
+    if any(rank[a] > rank[b] for a, b in zip(kinds, kinds[1:])):
+        return "each iteration reads a layer's output before its input"
+    if not strictly_ascending(sweep.loop.iter, facts):
+        return (
+            f"the loop does not visit layers in increasing order (`{code_of(sweep.loop.iter)}`): "
+            "one trace must read earlier layers first"
+        )
+    return ""
+
+
+def int_sequence(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> list[int] | None:
+    """The integers a literal list/tuple (or a constant bound to one) holds."""
+    if depth > 5:
+        return None
+    if isinstance(expr, cst.Name):
+        value = facts.constant(expr.value)
+        return None if value is None else int_sequence(value, facts, depth + 1)
+    if isinstance(expr, (cst.List, cst.Tuple)):
+        values = []
+        for element in expr.elements:
+            if isinstance(element, cst.StarredElement):
+                return None
+            value = int_value(element.value, facts)
+            if value is None:
+                return None
+            values.append(value)
+        return values
+    return None
+
+
+def range_args(expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
+    if (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Name)
+        and expr.func.value == "range"
+        and 1 <= len(expr.args) <= 3
+        and all(a.keyword is None and not a.star for a in expr.args)
+    ):
+        return [a.value for a in expr.args]
+    return None
+
+
+def strictly_ascending(expr: cst.BaseExpression, facts: Facts) -> bool:
+    args = range_args(expr)
+    if args is not None:
+        if len(args) == 3:
+            step = int_value(args[2], facts)
+            return step is not None and step > 0
+        return True
+    values = int_sequence(expr, facts)
+    if values is None:
+        return False
+    return all(v >= 0 for v in values) and all(a < b for a, b in zip(values, values[1:]))
+
+
+def nonnegative_ints(expr: cst.BaseExpression, facts: Facts) -> bool:
+    """Does the loop iterate over integers that are all >= 0 (known statically)?"""
+    args = range_args(expr)
+    if args is not None:
+        if len(args) == 1:
+            return True
+        start = int_value(args[0], facts)
+        return start is not None and start >= 0
+    values = int_sequence(expr, facts)
+    return values is not None and all(v >= 0 for v in values)
+
+
+class _Either:
+    """In any of some collections (looked up where they are, not copied)."""
+
+    def __init__(self, *collections) -> None:
+        self.collections = collections
+
+    def __contains__(self, name: str) -> bool:
+        return any(name in collection for collection in self.collections)
+
+
+def fresh_name(base: str, facts: Facts, taken=frozenset()) -> str:
+    """``base``, or ``base_<n>`` (:func:`ndif_opt.names.fresh_name`): a name the module of ``facts`` does not use, nor
+    ``taken`` (a set, or :class:`TakenNames`)."""
+    # the pipeline generated this version's code statement by statement: reuse it
+    code = facts.once("trace-fusion:code", lambda: code_and_positions(facts.module)[0])
+    if base not in code and base not in taken:
+        return base  # every name the module uses is in its code: quicker than its names
+    use = collect(facts.module)
+
+    return names.fresh_name(base, _Either(use.reads, use.binds, taken), first=1)
+
+
+class TakenNames:
+    """The names a pass run gave out, and the reserved ones (for a window of a long
+    file, every name of the file: looked up where they are, not copied on each run)."""
+
+    def __init__(self, reserved: frozenset[str]) -> None:
+        self.reserved = reserved
+        self.given: set[str] = set()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.given or name in self.reserved
+
+    def update(self, names) -> None:
+        self.given.update(names)
+
+
+def introduce(context: Context, *names: str) -> None:
+    introduced = getattr(context, "introduced", None)
+    if introduced is not None:
+        introduced.update(names)
+
+
+def passes_text(trips: int | None) -> str:
+    return counted(trips, "forward pass") if trips is not None else "one forward pass per iteration"
+
+
+def with_leading(stmt: cst.BaseStatement, lines) -> cst.BaseStatement:
+    """``stmt`` with ``lines`` put before its own leading lines."""
+    if not lines:
+        return stmt
+    return stmt.with_changes(leading_lines=list(lines) + list(stmt.leading_lines))
+
+
+def split_leading(lines) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
+    """Leading blank lines, and the rest (comments and what follows them)."""
+    lines = list(lines)
+    index = 0
+    while index < len(lines) and lines[index].comment is None:
+        index += 1
+    return lines[:index], lines[index:]
+
+
+
+
+def fusion_problem(sweep: Sweep, facts: Facts) -> tuple[str, bool]:
+    """Why the loop's traces cannot become one trace ("" when they can), and whether
+    the loop is a fusion candidate at all (same input in every iteration).
+
+    Asked by trace-fusion and invoke-batching of the same tree: answered once."""
+    return facts.once_for("trace-fusion:fusion problem", sweep.loop, lambda _loop: _fusion_problem(sweep, facts))
+
+
+def _fusion_problem(sweep: Sweep, facts: Facts) -> tuple[str, bool]:
+    if sweep.block.method != "trace":
+        return "it runs `.generate()`", False
+    problem = structure_problem(sweep, facts)
+    if problem:
+        return problem, False
+    dependence = input_dependence(sweep, facts)
+    if dependence:
+        return dependence, False
+    accesses = module_accesses(sweep.moved, facts)
+    # an intervention sweep needs a forward pass per iteration: not a fusion candidate
+    # (invoke-batching and skip-insertion deal with it)
+    writes = [a for a in accesses.found if a.write]
+    if writes:
+        return (
+            f"each iteration writes to `{writes[0].code}`, so each needs its own forward pass",
+            False,
+        )
+    if accesses.skips:
+        return "each iteration skips a module, so each needs its own forward pass", False
+    if accesses.model_writes:
+        return f"the loop changes the model (`{code_of(accesses.model_writes[0])}`)", False
+    derived = derived_names(sweep.moved, accesses)
+    problem = in_place_problem(sweep.moved, derived, facts)
+    if problem:
+        return f"each iteration {problem}", True
+    problem = layer_order_problem(sweep, accesses, facts)
+    if problem:
+        return problem, True
+    return "", True

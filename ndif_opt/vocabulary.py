@@ -1,0 +1,36 @@
+"""The words of nnsight and of Python that the analyses recognise, each defined once.
+
+Which methods open an nnsight block, which mark a value to come back, which lists hold a
+model's decoder layers, and which methods change the object they are called on. The
+analyses (facts, def-use, windows, the cost model) and the passes read them from here.
+"""
+
+from __future__ import annotations
+
+#: Model methods that open a block of deferred work: `with model.trace(...):`.
+MODEL_BLOCK_METHODS = ("trace", "session", "generate")
+#: Every method that opens an nnsight block: the model's, and a tracer's (`tracer.invoke`,
+#: `tracer.iter`), including the pre-0.5 ones (`scan`, `edit`).
+BLOCK_METHODS = frozenset({*MODEL_BLOCK_METHODS, "invoke", "scan", "edit", "iter"})
+#: Methods of a value in a block that say what becomes of it (`.save()`), or of the run.
+SAVE_METHODS = frozenset({"save", "skip", "stop"})
+
+#: Attributes that hold a model's decoder layers (`model.model.layers`, `model.transformer.h`):
+#: with transformers >= 5 `layers[i].output` is a tensor.
+LAYER_LISTS = frozenset({"layers", "h", "layer", "blocks"})
+
+#: Methods that change the list, dict, set or deque they are called on.
+CONTAINER_MUTATORS = frozenset(
+    {
+        "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
+        "update", "setdefault", "popitem", "add", "discard", "appendleft", "extendleft",
+        "difference_update", "intersection_update", "symmetric_difference_update",
+        "__setitem__", "__delitem__",
+    }
+)  # fmt: skip
+#: Of those, the ones that put into or take out of a list or dict: what filling one looks like.
+FILLING_METHODS = frozenset({"append", "extend", "insert", "update", "pop", "clear", "remove", "setdefault"})
+#: Methods that change the file, stream or queue they are called on.
+STREAM_MUTATORS = frozenset({"write", "writelines", "close", "seek", "truncate", "send", "put"})
+#: Methods that change the object they are called on, whatever it is.
+MUTATING_METHODS = CONTAINER_MUTATORS | STREAM_MUTATORS
