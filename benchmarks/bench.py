@@ -5,7 +5,7 @@
     python benchmarks/bench.py --profile 300   # cProfile of the pipeline on a 300-line dense script
 
 Inputs are measured with the command line's process settings (fewer garbage collections,
-none while a file is optimized: ndif_opt/runtime.py), the bare parse too (no collection
+none while a file is optimized: ndif_opt/engine/runtime.py), the bare parse too (no collection
 while it parses); ``--library-gc`` keeps Python's defaults for both.
 Absolute times drift with the machine and its load; the ratios measured in the same run
 (tool time / bare ``libcst.parse_module`` time of the same text) hold better: the parse and
@@ -61,7 +61,7 @@ def _worker(path: str, repeat: int, smaller: str | None = None) -> None:
     import libcst
 
     from ndif_opt import optimize
-    from ndif_opt.prefilter import uses_nnsight
+    from ndif_opt.engine.prefilter import uses_nnsight
 
     _process_settings()  # for the tool and the bare parse alike
     optimize(dense_nnsight_script(40))  # import and warm every module first
@@ -106,18 +106,18 @@ def _editor_worker(path: str, repeat: int, at: float) -> None:
     """The editor's re-run after a one-line edit: the document is optimized once with a
     ``WindowCache`` (as the editor server does when it opens it), then ``repeat`` times
     after a one-line edit, each a new one (its window is not in the cache; every other
-    window is), in this process, with the editor server's settings (ndif_opt/lsp.py:
+    window is), in this process, with the editor server's settings (ndif_opt/frontends/lsp.py:
     fewer collections, none paused). The edited line is the first ``print(`` line from
     ``at`` (a fraction of the file) on: a comment appended to it."""
     import libcst
 
     from ndif_opt import optimize
     from ndif_opt.options import Options
-    from ndif_opt.pipeline import WindowCache
-    from ndif_opt.runtime import collect_garbage_rarely
+    from ndif_opt.engine.pipeline import WindowCache
+    from ndif_opt.engine.runtime import collect_garbage_rarely
 
     if not os.environ.get("NDIF_OPT_BENCH_LIBRARY_GC"):
-        collect_garbage_rarely()  # what ndif_opt.lsp.main sets
+        collect_garbage_rarely()  # what ndif_opt.frontends.lsp.main sets
     optimize(dense_nnsight_script(40))  # import and warm every module first
     source = Path(path).read_text()
     lines = source.splitlines(keepends=True)
@@ -241,7 +241,7 @@ def directory_mode(tree: Path, timeout: float) -> dict:
     phases = [_phase(tree, jobs) for jobs in (1, None)]
     return {**every, "wall_one_job": one["wall"], "phase_one_job": phases[0], "phase": phases[1],
             "cores": os.cpu_count() or 1,
-            "startup": _timed([PYTHON, "-m", "ndif_opt.cli", "--help"])}
+            "startup": _timed([PYTHON, "-m", "ndif_opt.frontends.cli", "--help"])}
 
 
 def _phase(tree: Path, jobs: int | None) -> dict:
@@ -251,9 +251,9 @@ def _phase(tree: Path, jobs: int | None) -> dict:
 
 
 def _process_settings() -> None:
-    """The settings of the command line's process (garbage collection: ndif_opt/runtime.py);
+    """The settings of the command line's process (garbage collection: ndif_opt/engine/runtime.py);
     with --library-gc, Python's defaults, as a library caller's process has them."""
-    from ndif_opt.runtime import collect_garbage_rarely
+    from ndif_opt.engine.runtime import collect_garbage_rarely
 
     if not os.environ.get("NDIF_OPT_BENCH_LIBRARY_GC"):
         collect_garbage_rarely()
@@ -261,8 +261,8 @@ def _process_settings() -> None:
 
 def _as_one_file(function):
     """``function`` run as the command line runs one file: without garbage collection
-    (ndif_opt/runtime.py); with --library-gc, as is."""
-    from ndif_opt.runtime import collector_paused
+    (ndif_opt/engine/runtime.py); with --library-gc, as is."""
+    from ndif_opt.engine.runtime import collector_paused
 
     if os.environ.get("NDIF_OPT_BENCH_LIBRARY_GC"):
         return function
@@ -281,8 +281,8 @@ def _directory_worker(tree: str, jobs: int) -> None:
     _process_settings()  # what cli.main sets before it runs
     from ndif_opt.options import Options
 
-    import ndif_opt.notebook  # noqa: F401  (imported before the fork, as batch does)
-    import ndif_opt.pipeline  # noqa: F401
+    import ndif_opt.frontends.notebook  # noqa: F401  (imported before the fork, as batch does)
+    import ndif_opt.engine.pipeline  # noqa: F401
 
     paths = sorted(str(p) for p in Path(tree).rglob("*.py"))
     options = {path: Options() for path in paths}
@@ -296,7 +296,7 @@ def _directory_worker(tree: str, jobs: int) -> None:
 def _directory_run(tree: Path, timeout: float, jobs: int | None) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    command = [PYTHON, "-m", "ndif_opt.cli", str(tree), "--check", "-q"]
+    command = [PYTHON, "-m", "ndif_opt.frontends.cli", str(tree), "--check", "-q"]
     if jobs is not None:
         command += ["-j", str(jobs)]
     try:
@@ -427,7 +427,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--library-gc", action="store_true",
                         help="measure with Python's default garbage collection (as optimize() called from a "
-                             "library caller's process), not the command line's (ndif_opt/runtime.py)")
+                             "library caller's process), not the command line's (ndif_opt/engine/runtime.py)")
     parser.add_argument("--growth", action="store_true",
                         help="time dense scripts of 50..800 lines: how time grows with size")
     parser.add_argument("--growth-pairs", type=int, metavar="ROUNDS",
@@ -548,7 +548,7 @@ def _targets(rows: dict) -> None:
         checks.append(("directory mode uses all cores", busy > 0.8 * d["cores"],
                        f"CPU/wall {busy:.2f} of {d['cores']} while processing "
                        f"({d['cpu'] / d['wall']:.2f} with start-up and import)"))
-        checks.append(("progress bar on a terminal", True, "ndif_opt/progress.py (tests/test_directory_mode.py)"))
+        checks.append(("progress bar on a terminal", True, "ndif_opt/frontends/progress.py (tests/test_directory_mode.py)"))
     print("target                                   met   measured")
     for label, ok, measured in checks:
         print(f"{label:40} {'' if ok is None else 'yes' if ok else 'NO ':5} {measured}")

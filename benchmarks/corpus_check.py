@@ -40,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reach import output_parses  # noqa: E402
 
 from ndif_opt import Status, optimize  # noqa: E402
-from ndif_opt.config import load_options  # noqa: E402
-from ndif_opt.files import read_source  # noqa: E402
-from ndif_opt.notebook import is_notebook, optimize_notebook  # noqa: E402
-from ndif_opt.wording import broken_template  # noqa: E402
+from ndif_opt.frontends.config import load_options  # noqa: E402
+from ndif_opt.frontends.files import read_source  # noqa: E402
+from ndif_opt.frontends.notebook import is_notebook, optimize_notebook  # noqa: E402
+from ndif_opt.output.wording import broken_template  # noqa: E402
 
 CORPUS = PROJECT.parent / "shared" / "corpus"
 #: mode -> the options it overrides

@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
 from ndif_opt import optimize  # noqa: E402
-from ndif_opt.analysis import analyze  # noqa: E402
+from ndif_opt.analysis.facts import analyze  # noqa: E402
 from ndif_opt.cost_model import explain  # noqa: E402
 from ndif_opt.options import Options  # noqa: E402
 

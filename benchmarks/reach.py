@@ -55,10 +55,10 @@ PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))  # measure this checkout
 
 from ndif_opt import Status, optimize  # noqa: E402
-from ndif_opt.config import load_options  # noqa: E402
-from ndif_opt.files import read_source  # noqa: E402
-from ndif_opt.notebook import is_notebook, notebook_script, optimize_notebook  # noqa: E402
-from ndif_opt.report import human_bytes, totals  # noqa: E402
+from ndif_opt.frontends.config import load_options  # noqa: E402
+from ndif_opt.frontends.files import read_source  # noqa: E402
+from ndif_opt.frontends.notebook import is_notebook, notebook_script, optimize_notebook  # noqa: E402
+from ndif_opt.output.text import human_bytes, totals  # noqa: E402
 
 SHARED = PROJECT.parent / "shared"
 MODES = ("default", "unsafe")
@@ -132,7 +132,7 @@ def static_runs(path: Path, checks: bool = False) -> dict:
 
 def verify_command(path: Path, unsafe: bool) -> list[str]:
     script = Path(sys.executable).with_name("ndif-opt")
-    base = [str(script)] if script.exists() else [sys.executable, "-m", "ndif_opt.cli"]
+    base = [str(script)] if script.exists() else [sys.executable, "-m", "ndif_opt.frontends.cli"]
     # unsafe fixes may change results in the last bits (invoke batching: ~1e-7 in fp32, as
     # its finding says): compared with that tolerance, safe ones exactly
     unsafe_flags = ["--unsafe-fixes", "--atol", UNSAFE_ATOL] if unsafe else []

@@ -10,7 +10,7 @@ from ndif_opt.options import Options
 from ndif_opt.types import Result
 
 if TYPE_CHECKING:
-    from ndif_opt.pipeline import WindowCache
+    from ndif_opt.engine.pipeline import WindowCache
 
 
 def optimize(
@@ -33,13 +33,13 @@ def optimize(
     client effects (see each pass's "Fix safety"); ``assume_remote`` treats a
     ``remote=`` flag whose value cannot be determined as true. ``options``, when
     given, overrides the keyword arguments (it is what configuration files produce).
-    ``cache``, a :class:`ndif_opt.pipeline.WindowCache` kept across calls on edits of one
+    ``cache``, a :class:`ndif_opt.engine.pipeline.WindowCache` kept across calls on edits of one
     file, makes a re-run cost only the independent parts of the file that changed; the
     result is the same as without it. IPython lines (``!pip install ...``, ``%time ...``)
-    are kept as they are, as in a notebook (:func:`ndif_opt.notebook.optimize_script`).
+    are kept as they are, as in a notebook (:func:`ndif_opt.frontends.notebook.optimize_script`).
     Raises ``SyntaxError`` for source that does not parse.
     """
-    from ndif_opt.notebook import optimize_script
+    from ndif_opt.frontends.notebook import optimize_script
 
     if options is None:
         options = Options(

@@ -2,7 +2,7 @@
 
 The model walks the script once, in order, as an abstract interpreter:
 
-* **client code** binds names to shapes (:mod:`ndif_opt.shapes`) and constants, so that a
+* **client code** binds names to shapes (:mod:`ndif_opt.cost.shapes`) and constants, so that a
   tensor computed on the client (``steering = positive - negative``) is known when a later
   request reads it (and re-uploads it), and a prompt in a variable is still a known string;
 * **loops** multiply what they contain by their trip count — ``range`` with constants,
@@ -49,8 +49,8 @@ Every assumption is stated by :func:`assumptions` and can be overridden through
 breakdown, the script-specific notes and the warnings (a request whose server time may
 exceed NDIF's one-hour limit); :func:`estimate` only the totals.
 
-The walk is :class:`ndif_opt.cost_walker.Walker`; the numbers are in
-:mod:`ndif_opt.cost_constants`; this module totals the walk's requests into a
+The walk is :class:`ndif_opt.cost.walker.Walker`; the numbers are in
+:mod:`ndif_opt.cost.constants`; this module totals the walk's requests into a
 :class:`Cost`, and states the assumptions.
 """
 
@@ -61,9 +61,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ndif_opt.analysis import Facts
-from ndif_opt.cost_constants import DEFAULTS, UNKNOWN_TRIPS, session_budget, setting, view_mode
-from ndif_opt.cost_walker import RequestEstimate, SessionProfile, Walker
+from ndif_opt.analysis.facts import Facts
+from ndif_opt.cost.constants import DEFAULTS, UNKNOWN_TRIPS, session_budget, setting, view_mode
+from ndif_opt.cost.walker import RequestEstimate, SessionProfile, Walker
 from ndif_opt.options import Options
 from ndif_opt.types import Cost, UnknownDownload, UnknownDownloads
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from ndif_opt.analysis import analyze
-from ndif_opt.regions import self_attributes_read_after
+from ndif_opt.analysis.facts import analyze
+from ndif_opt.analysis.regions import self_attributes_read_after
 
 CLASS = '''\
 class Patching:

@@ -18,7 +18,7 @@ NAIVE = (ROOT / "examples" / "prompt_loop.py").read_text()
 
 def run(*args, stdin: str | None = None, cwd=None):
     return subprocess.run(
-        [sys.executable, "-m", "ndif_opt.cli", *map(str, args)],
+        [sys.executable, "-m", "ndif_opt.frontends.cli", *map(str, args)],
         input=stdin, capture_output=True, text=True, cwd=cwd, timeout=120,
     )
 
@@ -253,7 +253,7 @@ def test_a_magic_that_cannot_be_set_aside_is_a_parse_error_that_says_so(tmp_path
 
 def test_library_and_editor_keep_the_magics_too():
     from ndif_opt import optimize
-    from ndif_opt.lsp import analyze
+    from ndif_opt.frontends.lsp import analyze
     from ndif_opt.options import Options
 
     result = optimize(MAGIC_LOOP, filename="magic.py")

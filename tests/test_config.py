@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ndif_opt.config import ConfigError, find_config, load_options, parse_table
+from ndif_opt.frontends.config import ConfigError, find_config, load_options, parse_table
 from ndif_opt.options import Options
 
 FULL = """\
@@ -186,7 +186,7 @@ def test_bad_cli_override(repo):
 
 
 def test_model_overrides_are_checked_by_the_registry(repo):
-    pytest.importorskip("ndif_opt.model_registry")
+    pytest.importorskip("ndif_opt.cost.model_registry")
     write(repo / "pyproject.toml", '[tool.ndif-opt.models."openai-community/gpt2"]\nbogus = 1\n')
     with pytest.raises(ConfigError, match="tool.ndif-opt.models"):
         load_options(repo / "a.py")

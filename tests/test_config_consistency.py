@@ -7,14 +7,14 @@ import sys
 from pathlib import Path
 
 from ndif_opt import optimize
-from ndif_opt.config import load_options
+from ndif_opt.frontends.config import load_options
 
 ROOT = Path(__file__).resolve().parent.parent
 NAIVE = (ROOT / "examples" / "prompt_loop.py").read_text()
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "ndif_opt.cli", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "ndif_opt.frontends.cli", *map(str, args)],
                           capture_output=True, text=True, timeout=120)
 
 

@@ -117,7 +117,7 @@ def test_within_tolerance_rules():
 
 def test_tiny_options_describe_the_tiny_models():
     from ndif_opt.cost_model import explain
-    from ndif_opt.analysis import analyze
+    from ndif_opt.analysis.facts import analyze
     import libcst as cst
 
     source = 'from nnsight import LanguageModel\nmodel = LanguageModel("meta-llama/Llama-3.1-70B")\n'

@@ -11,9 +11,9 @@ import libcst as cst
 import pytest
 
 from ndif_opt import optimize
-from ndif_opt.analysis import analyze
-from ndif_opt.config import ConfigError, load_model_config, load_options
-from ndif_opt.cost_constants import RESULT_BASE, TENSOR_OVERHEAD
+from ndif_opt.analysis.facts import analyze
+from ndif_opt.frontends.config import ConfigError, load_model_config, load_options
+from ndif_opt.cost.constants import RESULT_BASE, TENSOR_OVERHEAD
 from ndif_opt.cost_model import (
     UNKNOWN_TRIPS,
     assumptions,
@@ -21,7 +21,7 @@ from ndif_opt.cost_model import (
     explain,
     session_budget,
 )
-from ndif_opt.model_registry import dims_for
+from ndif_opt.cost.model_registry import dims_for
 from ndif_opt.options import Options
 
 HEAD = 'from nnsight import LanguageModel\nimport torch\nmodel = LanguageModel("{repo}")\n'
@@ -379,7 +379,7 @@ def test_skipped_layers_and_layers_after_stop_are_not_evaluated():
 
 
 def test_compute_scales_with_the_layers_evaluated():
-    from ndif_opt.model_registry import estimate_n_params
+    from ndif_opt.cost.model_registry import estimate_n_params
 
     dims = dims_for("meta-llama/Llama-3.1-8B")
     per_layer = (estimate_n_params(dims) - estimate_n_params(dims.replace(n_layers=0))) / 32
@@ -703,8 +703,8 @@ def test_the_cost_model_follows_every_example_and_the_dense_script_to_the_end():
 def test_shared_values_are_keyed_by_exact_values_not_equal_ones():
     # the walker shares an expression's value between tree versions when the names it
     # spells hold the same values: 1, 1.0 and True are equal in Python but not the same
-    from ndif_opt.cost_walker import _exact
-    from ndif_opt.shape_values import Shape
+    from ndif_opt.cost.walker import _exact
+    from ndif_opt.cost.shape_values import Shape
 
     keys = {_exact(Shape(kind="python", value=v)) for v in (1, 1.0, True, 0.0, -0.0, (1,), (1.0,))}
     assert len(keys) == 7
@@ -713,7 +713,7 @@ def test_shared_values_are_keyed_by_exact_values_not_equal_ones():
 
 @pytest.mark.parametrize("literal", ['["a", "b"]', "(1, 2.0, True)", "[[1, 2], [3]]", "([1], 2)", "-3", "'x'", "f(1)"])
 def test_a_literal_assignment_binds_the_shape_of_its_value_and_shares_no_list(literal):
-    from ndif_opt.cost_walker import NO_VALUE, _literal, _literal_shape, _python_shape
+    from ndif_opt.cost.walker import NO_VALUE, _literal, _literal_shape, _python_shape
 
     expr = cst.parse_expression(literal)
     value = _literal(expr)

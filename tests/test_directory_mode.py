@@ -27,10 +27,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generators import dense_nnsight_script, plain_python  # noqa: E402
 
-from ndif_opt import batch  # noqa: E402
-from ndif_opt.files import SourceFile  # noqa: E402
+from ndif_opt.frontends import batch  # noqa: E402
+from ndif_opt.frontends.files import SourceFile  # noqa: E402
 from ndif_opt.options import Options  # noqa: E402
-from ndif_opt.progress import Progress  # noqa: E402
+from ndif_opt.frontends.progress import Progress  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # the quicker examples (each well under a second); legacy_api is pre-0.5: findings only
@@ -41,7 +41,7 @@ BAD = {"broken.py": "cannot parse", "latin.py": "not valid utf-8"}
 
 def run(*args, cwd=None, timeout: float = 120, **kwargs):
     return subprocess.run(
-        [sys.executable, "-m", "ndif_opt.cli", *map(str, args)],
+        [sys.executable, "-m", "ndif_opt.frontends.cli", *map(str, args)],
         capture_output=True, text=True, cwd=cwd, timeout=timeout, **kwargs,
     )
 
@@ -302,7 +302,7 @@ def run_on_a_terminal(args, on_start=None, timeout: float = 120):
     """The CLI with stderr on a pseudo-terminal (stdout piped); what each received."""
     master, slave = pty.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "ndif_opt.cli", *map(str, args)],
+        [sys.executable, "-m", "ndif_opt.frontends.cli", *map(str, args)],
         stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL, start_new_session=True,
         preexec_fn=_as_from_a_terminal,
     )
@@ -396,10 +396,10 @@ def test_stopping_the_run_stops_the_workers(tmp_path, how):
 
 def test_importing_the_command_line_imports_no_heavy_module():
     code = (
-        "import sys, ndif_opt.cli, ndif_opt.batch, ndif_opt.progress\n"
+        "import sys, ndif_opt.frontends.cli, ndif_opt.frontends.batch, ndif_opt.frontends.progress\n"
         "from ndif_opt.passes import PASS_IDS\n"
-        "heavy = [m for m in ('libcst', 'ast_grep_py', 'pygls', 'ndif_opt.pipeline', 'ndif_opt.cost_model',\n"
-        "                     'ndif_opt.analysis', 'ndif_opt.passes.base', 'ndif_opt.notebook') if m in sys.modules]\n"
+        "heavy = [m for m in ('libcst', 'ast_grep_py', 'pygls', 'ndif_opt.engine.pipeline', 'ndif_opt.cost_model',\n"
+        "                     'ndif_opt.analysis.facts', 'ndif_opt.passes.base', 'ndif_opt.frontends.notebook') if m in sys.modules]\n"
         "print(heavy)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -12,7 +12,7 @@ import libcst as cst
 import pytest
 
 from ndif_opt import optimize
-from ndif_opt.docs import render
+from ndif_opt.output.docs import render
 from ndif_opt.options import Options
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -95,7 +95,7 @@ print("logits:", output["logits"][0])
 
 
 def test_a_notebooks_fixed_findings_overlap_the_files_edits():
-    from ndif_opt.notebook import optimize_notebook
+    from ndif_opt.frontends.notebook import optimize_notebook
     from ndif_opt.options import Options
 
     text = _notebook('from nnsight import LanguageModel\nllm = LanguageModel("meta-llama/Llama-3.1-70B")\n',

@@ -32,7 +32,7 @@ IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 def run(*args, cwd=None, timeout: float = 120, stdin: bytes | None = None, umask: int | None = None):
     """The CLI as a subprocess; stdout and stderr as bytes (encodings are under test)."""
     return subprocess.run(
-        [sys.executable, "-m", "ndif_opt.cli", *map(str, args)],
+        [sys.executable, "-m", "ndif_opt.frontends.cli", *map(str, args)],
         input=stdin,
         capture_output=True,
         cwd=cwd,
@@ -383,7 +383,7 @@ def test_reading_fails(tmp_path):
 
 def test_read_errors_are_named(tmp_path, monkeypatch):
     """The message mapping of files.read_source, for errors root cannot provoke."""
-    from ndif_opt import files
+    from ndif_opt.frontends import files
 
     def denied(self):
         raise PermissionError(13, "Permission denied")
@@ -504,7 +504,7 @@ def test_messages_name_the_file_first(tmp_path):
 
 
 def test_prefilter_skips_mentions_in_comments_without_parsing():
-    from ndif_opt.prefilter import uses_nnsight
+    from ndif_opt.engine.prefilter import uses_nnsight
 
     assert not uses_nnsight("# the nnsight version runs remote=True\nx = 1\n")
     assert not uses_nnsight("x = 1  # nnsight, in a trailing comment: ast-grep decides\n")

@@ -1,4 +1,4 @@
-"""Modules joined from separately parsed parts (ndif_opt/joined.py) are the modules libcst
+"""Modules joined from separately parsed parts (ndif_opt/syntax/joined.py) are the modules libcst
 parses from the joint text, node for node — or the join declines.
 
 Checked on every way the pipeline joins (each window after its prelude), on every file
@@ -18,8 +18,8 @@ import libcst as cst
 import pytest
 
 from generators import dense_nnsight_script
-from ndif_opt import windows
-from ndif_opt.joined import joined, parse_part
+from ndif_opt.engine import windows
+from ndif_opt.syntax.joined import joined, parse_part
 from ndif_opt.passes import PASSES
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -33,7 +33,7 @@ class Client:
     def __init__(self, cwd: Path, debounce: float = 0.05):
         env = dict(os.environ, NDIF_OPT_LSP_DEBOUNCE=str(debounce), PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ndif_opt.lsp"],
+            [sys.executable, "-m", "ndif_opt.frontends.lsp"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -415,7 +415,7 @@ def test_a_notebook_cell_keeps_its_saved_values_and_its_notebooks_configuration(
 
 
 def test_text_index_converts_positions_and_edits():
-    from ndif_opt.lsp import TextIndex
+    from ndif_opt.frontends.lsp import TextIndex
 
     text = "x = '😀'; y = 1\n\x0cz = 2\r\nw = 3"
     index = TextIndex(text)  # UTF-16

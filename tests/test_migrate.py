@@ -15,13 +15,13 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-import ndif_opt.pipeline as pipeline
+import ndif_opt.engine.pipeline as pipeline
 from ndif_opt import Status, optimize
-from ndif_opt.analysis import analyze
-from ndif_opt.effects import ServerCheck
+from ndif_opt.analysis.facts import analyze
+from ndif_opt.analysis.effects import ServerCheck
 from ndif_opt.options import Options
 from ndif_opt.passes import Context
-from ndif_opt.legacy_api import MODERN, PRE_05, UNKNOWN, api_generation
+from ndif_opt.analysis.legacy_api import MODERN, PRE_05, UNKNOWN, api_generation
 from ndif_opt.passes.migrate_api import MigrateApi
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -401,7 +401,7 @@ def test_every_removed_module_is_gone_from_the_installed_nnsight(verify_pkg):
     the script that imports one fails before any trace."""
     import importlib
 
-    from ndif_opt.legacy_api import REMOVED_MODULES
+    from ndif_opt.analysis.legacy_api import REMOVED_MODULES
 
     for module in REMOVED_MODULES:
         with pytest.raises(ImportError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ndif_opt.model_registry import (
+from ndif_opt.cost.model_registry import (
     DTYPE_SIZES,
     FAMILIES,
     REGISTRY,

@@ -8,7 +8,7 @@ from pathlib import Path
 import libcst as cst
 
 from generators import dense_nnsight_script
-from ndif_opt import names
+from ndif_opt.analysis import names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,7 @@ def _as_lists(use: names.NameUse):
 
 
 def test_cached_collect_equals_a_plain_walk():
-    sources = [dense_nnsight_script(80)] + [(ROOT / "ndif_opt" / f).read_text() for f in ("names.py", "windows.py")]
+    sources = [dense_nnsight_script(80)] + [(ROOT / "ndif_opt" / f).read_text() for f in ("analysis/names.py", "engine/windows.py")]
     for source in sources:
         module = cst.parse_module(source)
         nodes = [module, *module.body]
@@ -73,7 +73,7 @@ def test_a_comprehension_keeps_its_targets_to_itself():
 
 
 def test_a_try_binds_for_sure_what_its_body_and_every_handler_bind():
-    from ndif_opt.names import definite_binds
+    from ndif_opt.analysis.names import definite_binds
 
     stmt = cst.parse_module(
         "try:\n    x = f()\n    y = g(x)\nexcept ValueError:\n    x = None\nexcept Exception as e:\n    x = 0\n"
@@ -85,7 +85,7 @@ def test_a_try_binds_for_sure_what_its_body_and_every_handler_bind():
 
 
 def test_returned_name_is_the_one_name_every_own_return_gives():
-    from ndif_opt.names import returned_name
+    from ndif_opt.analysis.names import returned_name
 
     def func(source: str) -> cst.FunctionDef:
         return cst.parse_module(textwrap.dedent(source)).body[0]

@@ -15,7 +15,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from ndif_opt.notebook import NOTEBOOK_ID, notebook_script, optimize_notebook
+from ndif_opt.frontends.notebook import NOTEBOOK_ID, notebook_script, optimize_notebook
 from ndif_opt.options import Options
 from ndif_opt.types import Status
 
@@ -329,7 +329,7 @@ def test_a_rewrite_that_cannot_be_cut_back_leaves_the_notebook_unchanged(monkeyp
     import dataclasses
     import re
 
-    import ndif_opt.pipeline as pipeline
+    import ndif_opt.engine.pipeline as pipeline
 
     real = pipeline.run_pipeline
 

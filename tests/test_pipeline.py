@@ -89,7 +89,7 @@ def test_a_finding_moved_keeps_every_other_field():
 
 def test_the_report_says_which_way_each_figure_went():
     """A ratio alone reads `0.833×` for an increase: the table says `fewer` or `more`."""
-    from ndif_opt.report import cost_table
+    from ndif_opt.output.text import cost_table
 
     grows = optimize(
         "from nnsight import LanguageModel\n\n"

@@ -9,7 +9,7 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from generators import dense_nnsight_script
-from ndif_opt.positions import code_and_positions, code_of, top_level_code
+from ndif_opt.syntax.positions import code_and_positions, code_of, top_level_code
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,7 +23,7 @@ TEXTS = {
     "only-a-comment": "# nothing else",
     "only-newlines": "\n\n",
     "strings-with-newlines": 's = """a\nb"""\nt = f"{s!r}\\n"  # c\n',
-    "pipeline-source": (ROOT / "ndif_opt" / "pipeline.py").read_text(),
+    "pipeline-source": (ROOT / "ndif_opt" / "engine" / "pipeline.py").read_text(),
 }
 
 

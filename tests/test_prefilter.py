@@ -3,7 +3,7 @@ parser, gives the answer ast-grep would."""
 
 import pytest
 
-from ndif_opt.prefilter import _imports_nnsight_first, uses_nnsight
+from ndif_opt.engine.prefilter import _imports_nnsight_first, uses_nnsight
 
 
 @pytest.mark.parametrize("source", [

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ndif_opt import optimize
-from ndif_opt.docs import render
+from ndif_opt.output.docs import render
 from ndif_opt.passes import PASS_IDS, PASS_MODULES, PASSES, get_pass
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +62,7 @@ def test_the_docs_follow_the_list():
     text = render()
     sections = re.findall(r"^## ([a-z-]+)$", text, re.M)
     assert sections == list(PASS_IDS)
-    assert (ROOT / "docs" / "passes.md").read_text() == text, "run: python -m ndif_opt.docs > docs/passes.md"
+    assert (ROOT / "docs" / "passes.md").read_text() == text, "run: python -m ndif_opt.output.docs > docs/passes.md"
 
 
 def test_the_readme_table_has_every_pass_with_its_safety():

@@ -7,8 +7,10 @@ import ast
 import json
 import textwrap
 
-from ndif_opt import optimize, windows
-from ndif_opt.report import cost_table, download_change, markdown_report, to_json
+from ndif_opt import optimize
+
+from ndif_opt.engine import windows
+from ndif_opt.output.text import cost_table, download_change, markdown_report, to_json
 from ndif_opt.types import Cost, Finding, PassCost, Range, Result, Status, UnknownDownload, UnknownDownloads
 
 HEAD = 'from nnsight import LanguageModel\nmodel = LanguageModel("openai-community/gpt2")\n'

@@ -1,4 +1,4 @@
-"""Building blocks the passes share (ndif_opt/rewrite.py)."""
+"""Building blocks the passes share (ndif_opt/syntax/rewrite.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import ast
 import libcst as cst
 import pytest
 
-from ndif_opt.rewrite import method_call
+from ndif_opt.syntax.rewrite import method_call
 
 RECEIVERS = [
     "x", "x.y", "f(x)", "x[0]", "[1]", "{1: 2}", "{1}", "[a for a in b]", "(a for a in b)",
@@ -51,7 +51,7 @@ class _BlankLineOracle(cst.CSTVisitor):
 
 
 def _statements_and_suites(module: cst.Module) -> list[cst.CSTNode]:
-    from ndif_opt.walk import find_nodes
+    from ndif_opt.syntax.walk import find_nodes
 
     return find_nodes(module, lambda n: isinstance(n, (cst.BaseStatement, cst.BaseSuite, cst.Module)))
 
@@ -69,11 +69,11 @@ INDENTED_BLANKS = [
 def test_the_indented_blank_line_check_finds_what_a_full_walk_finds():
     from pathlib import Path
 
-    from ndif_opt.rewrite import _holds_indented_blank_line
+    from ndif_opt.syntax.rewrite import _holds_indented_blank_line
 
     root = Path(__file__).resolve().parent.parent
     texts = INDENTED_BLANKS + [p.read_text() for p in sorted(root.glob("examples/*.py"))]
-    texts += [p.read_text() for p in sorted(root.glob("ndif_opt/*.py"))]
+    texts += [p.read_text() for p in sorted(root.glob("ndif_opt/**/*.py"))]
     found = checked = 0
     for text in texts:
         for node in _statements_and_suites(cst.parse_module(text)):

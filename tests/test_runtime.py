@@ -1,4 +1,4 @@
-"""The processes ndif-opt owns collect garbage rarely (ndif_opt/runtime.py); a library
+"""The processes ndif-opt owns collect garbage rarely (ndif_opt/engine/runtime.py); a library
 caller's process keeps its own settings."""
 
 from __future__ import annotations
@@ -7,11 +7,13 @@ import gc
 import subprocess
 import sys
 
-from ndif_opt import optimize, runtime
+from ndif_opt import optimize
+
+from ndif_opt.engine import runtime
 
 DENSE_HEAD = ("from nnsight import LanguageModel\nmodel = LanguageModel('gpt2')\n"
               "for i in range(3):\n    with model.trace('x', remote=True):\n        h = model.lm_head.output.save()\n")
-SCRIPT = "import gc\nfrom ndif_opt import cli\n{call}\nprint(gc.get_threshold())\n"
+SCRIPT = "import gc\nfrom ndif_opt.frontends import cli\n{call}\nprint(gc.get_threshold())\n"
 
 
 def _thresholds_after(call: str) -> tuple[int, ...]:
@@ -26,7 +28,7 @@ def test_the_command_line_collects_garbage_rarely():
 
 
 def test_a_worker_collects_rarely_and_leaves_ctrl_c_to_its_parent():
-    script = ("import gc, os, signal\nfrom ndif_opt import runtime\nruntime.init_worker(os.getppid())\n"
+    script = ("import gc, os, signal\nfrom ndif_opt.engine import runtime\nruntime.init_worker(os.getppid())\n"
               "print(gc.get_threshold() == runtime.THRESHOLDS, signal.getsignal(signal.SIGINT) is signal.SIG_IGN)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["True", "True"]
@@ -39,8 +41,9 @@ def test_a_library_call_keeps_the_callers_settings():
 
 
 def test_a_file_is_optimized_with_the_collector_paused(monkeypatch):
-    from ndif_opt import batch, pipeline
-    from ndif_opt.files import SourceFile
+    from ndif_opt.frontends import batch
+    from ndif_opt.engine import pipeline
+    from ndif_opt.frontends.files import SourceFile
     from ndif_opt.options import Options
 
     seen = []
@@ -58,7 +61,7 @@ def test_a_file_is_optimized_with_the_collector_paused(monkeypatch):
 
 
 def test_a_library_call_leaves_the_collector_running(monkeypatch):
-    from ndif_opt import pipeline
+    from ndif_opt.engine import pipeline
 
     seen = []
     real = pipeline.run_pipeline

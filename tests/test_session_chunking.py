@@ -8,9 +8,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-import ndif_opt.pipeline as pipeline
+import ndif_opt.engine.pipeline as pipeline
 from ndif_opt import Status, optimize
-from ndif_opt.analysis import analyze
+from ndif_opt.analysis.facts import analyze
 from ndif_opt.cost_model import explain, session_budget
 from ndif_opt.options import Options
 from ndif_opt.passes.session_chunking import SessionChunking

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ndif_opt.model_registry import dims_for
-from ndif_opt.shape_values import DEFAULT_MAX_NEW_TOKENS, ModuleRef, Shape
-from ndif_opt.shapes import shape_of, value_of
+from ndif_opt.cost.model_registry import dims_for
+from ndif_opt.cost.shape_values import DEFAULT_MAX_NEW_TOKENS, ModuleRef, Shape
+from ndif_opt.cost.shapes import shape_of, value_of
 
 L70 = dims_for("meta-llama/Llama-3.1-70B")  # 80 layers, hidden 8192, vocab 128256, 8 kv heads, bf16
 L8 = dims_for("meta-llama/Llama-3.1-8B")  # hidden 4096, intermediate 14336

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ndif_opt.suppression import Suppression, Suppressions
+from ndif_opt.engine.suppression import Suppression, Suppressions
 
 ALL = None
 

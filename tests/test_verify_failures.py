@@ -99,7 +99,7 @@ def cli_verify(tmp_path: Path, source: str, *args: str) -> subprocess.CompletedP
     path = tmp_path / "script.py"
     path.write_text(source)
     return subprocess.run(
-        [sys.executable, "-m", "ndif_opt.cli", "verify", str(path), *args],
+        [sys.executable, "-m", "ndif_opt.frontends.cli", "verify", str(path), *args],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
     )
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import libcst as cst
 
 from generators import dense_nnsight_script
-from ndif_opt.walk import children, find_nodes, paths_to, transform, walk, walk_content
+from ndif_opt.syntax.walk import children, find_nodes, paths_to, transform, walk, walk_content
 
 ROOT = Path(__file__).resolve().parent.parent
 # (a larger corpus, 519,293 nodes of ndif_opt's and libcst's own sources, was checked once)
-CORPUS = [dense_nnsight_script(60), (ROOT / "ndif_opt" / "names.py").read_text()] + [
+CORPUS = [dense_nnsight_script(60), (ROOT / "ndif_opt" / "analysis" / "names.py").read_text()] + [
     "async def f(*a, b=1, **k):\n    async with x as (y, z):\n        await g(lambda q, /, r: q)\n"
     "    match v:\n        case [1, *rest] | {'k': _} if rest:\n            pass\n"
     "x: int = (yield)\ndel a[1:2, ::3]\nglobal q\nprint(f'{a!r:>{w}}', *b, **c)\n"
@@ -21,7 +21,7 @@ CORPUS = [dense_nnsight_script(60), (ROOT / "ndif_opt" / "names.py").read_text()
 ]
 
 
-from ndif_opt.walk import _LAYOUT_BASES as LAYOUT  # noqa: E402
+from ndif_opt.syntax.walk import _LAYOUT_BASES as LAYOUT  # noqa: E402
 
 
 def test_children_in_libcst_order_on_every_node():

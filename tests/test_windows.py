@@ -1,4 +1,4 @@
-"""Windows: independent parts of a module optimized one at a time (ndif_opt/windows.py).
+"""Windows: independent parts of a module optimized one at a time (ndif_opt/engine/windows.py).
 
 The plan is checked on small scripts whose def-use is known; the pipeline is checked to
 give the whole-module result where the parts are independent, to map findings and
@@ -19,7 +19,8 @@ import pytest
 from hypothesis import given, settings
 
 from generators import HEADER, dense_nnsight_script
-from ndif_opt import optimize, pipeline, windows
+from ndif_opt import optimize
+from ndif_opt.engine import pipeline, windows
 from ndif_opt.options import Options
 from test_pipeline import apply_edits
 

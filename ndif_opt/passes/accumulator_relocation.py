@@ -39,13 +39,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ndif_opt.analysis import Block, Facts, Remote, opens_invoke
-from ndif_opt.names import collect
+from ndif_opt.analysis.facts import Block, Facts, Remote, opens_invoke
+from ndif_opt.analysis.names import collect
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.regions import Accumulator, carried_container, find_accumulator
-from ndif_opt.positions import code_of
-from ndif_opt.rewrite import DropElementSaves, SuitePlan, saved_container, with_module_import
-from ndif_opt.walk import find_nodes
+from ndif_opt.analysis.regions import Accumulator, carried_container, find_accumulator
+from ndif_opt.syntax.positions import code_of
+from ndif_opt.syntax.rewrite import DropElementSaves, SuitePlan, saved_container, with_module_import
+from ndif_opt.syntax.walk import find_nodes
 
 
 class AccumulatorRelocation(Pass):

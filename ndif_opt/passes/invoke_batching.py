@@ -52,8 +52,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ndif_opt.analysis import Facts, qualify
-from ndif_opt.names import collect, dotted_name, root_name
+from ndif_opt.analysis.facts import Facts, qualify
+from ndif_opt.analysis.names import collect, dotted_name, root_name
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.sweeps import (
     MODULE_VALUES,
@@ -72,13 +72,13 @@ from ndif_opt.passes.common.sweeps import (
     structure_problem,
     with_leading,
 )
-from ndif_opt.regions import reads_after
-from ndif_opt.positions import code_of
-from ndif_opt.rewrite import DropElementSaves, SuitePlan, reindentable
-from ndif_opt.tensors import TENSOR_MODULES
+from ndif_opt.analysis.regions import reads_after
+from ndif_opt.syntax.positions import code_of
+from ndif_opt.syntax.rewrite import DropElementSaves, SuitePlan, reindentable
+from ndif_opt.analysis.tensors import TENSOR_MODULES
 from ndif_opt.types import Safety
-from ndif_opt.walk import children, walk
-from ndif_opt.wording import counted, per
+from ndif_opt.syntax.walk import children, walk
+from ndif_opt.output.wording import counted, per
 
 # How a loop may fill a container made before it.
 FILLING_METHODS = frozenset({"append", "extend", "update", "add", "insert"})
@@ -266,7 +266,7 @@ def _is_skip_insertion(call: cst.Call) -> bool:
 
 
 def _saved_names(stmts) -> set[str]:
-    from ndif_opt.analysis import is_saved_expr
+    from ndif_opt.analysis.facts import is_saved_expr
 
     found = set()
     for stmt in stmts:

@@ -74,11 +74,11 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from ndif_opt.analysis import Facts
-from ndif_opt.legacy_api import PRE_05_MESSAGE, Legacy, Move, Scan, legacy_summary, scan
+from ndif_opt.analysis.facts import Facts
+from ndif_opt.analysis.legacy_api import PRE_05_MESSAGE, Legacy, Move, Scan, legacy_summary, scan
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.positions import code_of
-from ndif_opt.rewrite import reindentable, without_remote
+from ndif_opt.syntax.positions import code_of
+from ndif_opt.syntax.rewrite import reindentable, without_remote
 
 class MigrateApi(Pass):
     __doc__ = __doc__

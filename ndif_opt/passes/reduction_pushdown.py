@@ -67,9 +67,9 @@ from functools import cached_property
 
 import libcst as cst
 
-from ndif_opt.analysis import Block, Facts, Remote, is_save_call, qualify
-from ndif_opt.describe import saved_shape
-from ndif_opt.names import (
+from ndif_opt.analysis.facts import Block, Facts, Remote, is_save_call, qualify
+from ndif_opt.output.describe import saved_shape
+from ndif_opt.analysis.names import (
     COMPREHENSIONS,
     NameUse,
     collect,
@@ -79,13 +79,13 @@ from ndif_opt.names import (
     target_names,
 )
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.positions import code_of
-from ndif_opt.regions import reads_after
-from ndif_opt.rewrite import NodeEdits, SuitePlan, empty_container_kind, method_call, unsave
-from ndif_opt.scopes import INDEX_KEY, ScopeIndex, TakenNames, binding_count_in, scope_index, statement_index
+from ndif_opt.syntax.positions import code_of
+from ndif_opt.analysis.regions import reads_after
+from ndif_opt.syntax.rewrite import NodeEdits, SuitePlan, empty_container_kind, method_call, unsave
+from ndif_opt.analysis.scopes import INDEX_KEY, ScopeIndex, TakenNames, binding_count_in, scope_index, statement_index
 from ndif_opt.types import Safety
-from ndif_opt.vocabulary import FILLING_METHODS
-from ndif_opt.walk import all_nodes, find_nodes, transform
+from ndif_opt.analysis.vocabulary import FILLING_METHODS
+from ndif_opt.syntax.walk import all_nodes, find_nodes, transform
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 

@@ -67,14 +67,14 @@ import math
 
 import libcst as cst
 
-from ndif_opt.analysis import Block, Facts
+from ndif_opt.analysis.facts import Block, Facts
 from ndif_opt.cost_model import RequestEstimate, explain, session_budget
-from ndif_opt.names import collect, collect_all, fresh_name, name_assignment, target_names
+from ndif_opt.analysis.names import collect, collect_all, fresh_name, name_assignment, target_names
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.positions import code_of
-from ndif_opt.rewrite import SuitePlan, empty_container_kind
-from ndif_opt.walk import walk
-from ndif_opt.wording import counted
+from ndif_opt.syntax.positions import code_of
+from ndif_opt.syntax.rewrite import SuitePlan, empty_container_kind
+from ndif_opt.syntax.walk import walk
+from ndif_opt.output.wording import counted
 
 # how the loop may fill a saved container so that per-session copies merge exactly:
 # appended/extended in order (lists), keys set or updated (dicts; a later key wins, as a
@@ -413,7 +413,7 @@ def _build(block: Block, prefix, loop: cst.For, accumulators, iterable: str, len
 
 
 def _indent(stmt: cst.BaseStatement) -> cst.BaseStatement:
-    from ndif_opt.rewrite import reindentable
+    from ndif_opt.syntax.rewrite import reindentable
 
     return reindentable(stmt)
 

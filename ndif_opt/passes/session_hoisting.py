@@ -67,9 +67,9 @@ from enum import Enum
 
 import libcst as cst
 
-from ndif_opt.analysis import Block, Facts, Remote, is_save_call
-from ndif_opt.effects import Problem
-from ndif_opt.helpers import (
+from ndif_opt.analysis.facts import Block, Facts, Remote, is_save_call
+from ndif_opt.analysis.effects import Problem
+from ndif_opt.analysis.remote_functions import (
     CallWithRemoteOff,
     RemoteHelper,
     with_keyword_arguments,
@@ -80,7 +80,7 @@ from ndif_opt.helpers import (
     remote_helpers,
     rewritten_helper,
 )
-from ndif_opt.names import (
+from ndif_opt.analysis.names import (
     NameUse,
     collect,
     collect_all,
@@ -91,9 +91,9 @@ from ndif_opt.names import (
     root_name,
 )
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.passes.client_split import Refused, Split, names_in, split_region, splittable, unwrap_progress
-from ndif_opt.retries import PortableRetry, portable_retry, retry_guard
-from ndif_opt.regions import (
+from ndif_opt.passes.common.client_split import Refused, Split, names_in, split_region, splittable, unwrap_progress
+from ndif_opt.analysis.retries import PortableRetry, portable_retry, retry_guard
+from ndif_opt.analysis.regions import (
     Accumulator,
     carried_container,
     empty_container_binding,
@@ -102,7 +102,7 @@ from ndif_opt.regions import (
     requests_in,
     self_attributes_read_after,
 )
-from ndif_opt.rewrite import (
+from ndif_opt.syntax.rewrite import (
     DropElementSaves,
     StripRemote,
     SuitePlan,
@@ -114,7 +114,7 @@ from ndif_opt.rewrite import (
     with_module_import,
 )
 from ndif_opt.types import Safety
-from ndif_opt.walk import find_nodes, paths_to, transform
+from ndif_opt.syntax.walk import find_nodes, paths_to, transform
 
 UNSAFE_KINDS = frozenset({"print", "progress"})
 
@@ -255,7 +255,7 @@ class SessionHoisting(Pass):
 
     def _requests(self, region: Region, facts: Facts) -> int:
         """The remote requests the region sends now (counted once: asked for each message)."""
-        from ndif_opt.regions import UNKNOWN_TRIPS
+        from ndif_opt.analysis.regions import UNKNOWN_TRIPS
 
         def count(unknown: int) -> int:
             calls = call_multiplicity(region.statements, self.helpers, facts, unknown) if region.helper_calls else 0

@@ -47,10 +47,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ndif_opt.analysis import Facts
+from ndif_opt.analysis.facts import Facts
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.sweeps import Sweep, find_sweeps, fusion_problem, passes_text, with_leading
-from ndif_opt.rewrite import SuitePlan, reindentable
+from ndif_opt.syntax.rewrite import SuitePlan, reindentable
 
 # ---------------------------------------------------------------------------------------
 # The pass

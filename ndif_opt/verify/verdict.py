@@ -191,7 +191,7 @@ def first_remote_block_line(source: str) -> Optional[int]:
     import libcst as cst
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    from ndif_opt.analysis import Remote, analyze
+    from ndif_opt.analysis.facts import Remote, analyze
 
     try:
         wrapper = MetadataWrapper(cst.parse_module(source))

@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ndif_opt.analysis import Block, Facts, StmtInfo
-from ndif_opt import names
-from ndif_opt.names import NameUse, collect, collect_all, root_name, target_names
+from ndif_opt.analysis.facts import Block, Facts, StmtInfo
+from ndif_opt.analysis import names
+from ndif_opt.analysis.names import NameUse, collect, collect_all, root_name, target_names
 from ndif_opt.passes.base import Context
-from ndif_opt.positions import code_and_positions, code_of
-from ndif_opt.regions import int_value, trip_count
-from ndif_opt.walk import walk_content
-from ndif_opt.wording import counted
+from ndif_opt.syntax.positions import code_and_positions, code_of
+from ndif_opt.analysis.regions import int_value, trip_count
+from ndif_opt.syntax.walk import walk_content
+from ndif_opt.output.wording import counted
 
 # ---------------------------------------------------------------------------------------
 # One walk per statement and version of the tree
@@ -525,7 +525,7 @@ class _Either:
 
 
 def fresh_name(base: str, facts: Facts, taken=frozenset()) -> str:
-    """``base``, or ``base_<n>`` (:func:`ndif_opt.names.fresh_name`): a name the module of ``facts`` does not use, nor
+    """``base``, or ``base_<n>`` (:func:`ndif_opt.analysis.names.fresh_name`): a name the module of ``facts`` does not use, nor
     ``taken`` (a set, or :class:`TakenNames`)."""
     # the pipeline generated this version's code statement by statement: reuse it
     code = facts.once("trace-fusion:code", lambda: code_and_positions(facts.module)[0])

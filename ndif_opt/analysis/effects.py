@@ -1,0 +1,448 @@
+"""May this code run on an NDIF server instead of the user's machine?
+
+Code that moves into a session runs on the server. NDIF only allows imports from a
+whitelist, forbids `open`, and anything the code does to the user's machine — writing
+files, plotting, progress bars, logging, asking for input — would happen on the server
+instead, or not at all. :func:`server_problems` lists why a piece of code must stay on
+the client, in words a researcher understands; an empty list means it may move.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from functools import cached_property
+
+import libcst as cst
+
+from ndif_opt.analysis.facts import Facts, line_facts, qualify, qualify_dotted
+from ndif_opt.analysis.names import BODY_KINDS, dotted_name, function_locals, root_name, target_names
+from ndif_opt.analysis.retries import retry_guard
+from ndif_opt.syntax.walk import find_nodes, paths_to, walk
+
+# Roots of modules whose code the NDIF server runs (../shared/NNSIGHT_NOTES.md).
+SERVER_MODULES = frozenset(
+    {
+        "torch", "numpy", "einops", "collections", "math", "time", "sympy", "typing",
+        "operator", "enum", "pandas", "nnterp", "nnsight", "builtins", "functools",
+        "itertools",
+    }
+)
+# Builtins that touch the machine or the interpreter itself.
+FORBIDDEN_BUILTINS = frozenset(
+    {"open", "input", "exec", "eval", "compile", "breakpoint", "help", "__import__", "exit", "quit"}
+)
+# File functions of allowed modules that read: the call stays on the client, its result
+# (an array, a tensor, a table) is data that may travel.
+LOADING_FUNCTIONS = frozenset(
+    {
+        "torch.load", "numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile",
+        "pandas.read_csv", "pandas.read_json", "pandas.read_parquet", "pandas.read_pickle",
+        "pandas.read_excel",
+    }
+)
+# Functions of allowed modules that still act on the client's files.
+FILE_FUNCTIONS = LOADING_FUNCTIONS | frozenset(
+    {"torch.save", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt"}
+)
+# Calls of modules NDIF does not allow whose result is plain data (lists, dicts,
+# numbers, strings): the call stays on the client, but what it returns may travel.
+VALUE_FUNCTIONS = frozenset(
+    {
+        "json.load", "json.loads", "json.dumps", "pickle.load", "pickle.loads", "yaml.safe_load",
+        "ast.literal_eval", "copy.copy", "copy.deepcopy", "random.sample", "random.choice",
+        "random.random", "random.randint", "random.uniform", "os.getenv", "os.environ.get",
+        "os.path.join", "os.path.basename", "os.path.dirname", "os.path.exists",
+    }
+)
+# Methods that write files or draw: on an unknown object they mean a client effect.
+EFFECT_METHODS = frozenset(
+    {
+        "write", "writelines", "savefig", "show", "to_csv", "to_json", "to_parquet",
+        "to_pickle", "to_excel", "to_html", "flush", "close", "set_description",
+        "set_postfix", "refresh",
+    }
+)
+PROGRESS_BARS = frozenset({"tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange", "trange"})
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a piece of code must stay on the client."""
+
+    kind: str  # effect | print | progress | forbidden | module | control | client-object
+    message: str
+    node: cst.CSTNode
+
+
+class ServerCheck:
+    """Answers 'may this code run on the server?' for one module, memoized."""
+
+    def __init__(self, facts: Facts, local_modules: dict[str, str] | None = None) -> None:
+        self.facts = facts
+        self._functions: dict[str, list[Problem]] = {}
+        self._looking_at: dict[str, set[str]] = {}  # functions in progress -> placeholders used
+        # the user's own modules next to the script (name -> source), read by the CLI
+        self.local_modules = dict(local_modules or {})
+        self._module_checks: dict[str, "ServerCheck | None"] = {}
+
+    def shipped_module(self, module: str) -> "ServerCheck | None":
+        """A check for one of the user's modules that a remote request ships by value:
+        nnsight registers local modules imported before the first request (`pull_env`),
+        or those passed to `nnsight.register`. None when it would not be shipped."""
+        if module in self._module_checks:
+            return self._module_checks[module]
+        check = None
+        source = self.local_modules.get(module)
+        if source is not None and (_imported_before_first_request(self.facts, module) or _registered(self.facts, module)):
+            from ndif_opt.analysis.facts import analyze
+
+            try:
+                check = ServerCheck(analyze(cst.parse_module(source)))
+            except cst.ParserSyntaxError:
+                check = None
+        self._module_checks[module] = check
+        return check
+
+    def problems(self, node: cst.CSTNode, *, skip: tuple[cst.CSTNode, ...] = (),
+                 local: frozenset[str] = frozenset()) -> list[Problem]:
+        """Why ``node`` cannot run on the server; nnsight blocks in ``skip`` are not inspected.
+        ``local``: the names of the function ``node`` is the body of (its parameters and
+        what it binds), which are not the client's objects of the same name."""
+        if all(type(s) in BODY_KINDS for s in skip):
+            # one walk over content, no per-node hook: the suites to skip are refused
+            # by their own visit methods
+            visitor = _Checker(self, skip, local)
+        else:
+            visitor = _HookedChecker(self, skip, local)
+            # the walk enters only the subtrees that hold a node that may object, and so
+            # finds the same problems in the same order
+            visitor.enter = paths_to(node, visitor.may_object, skip={id(s) for s in skip}, kinds=_MAY_OBJECT)
+        walk(node, visitor)
+        return visitor.problems
+
+    def function_problems(self, name: str) -> list[Problem]:
+        """Problems of a same-file function's body and of what it calls.
+
+        A call back into a function still being looked at counts as safe for now (its
+        own problems are found where it is looked at); an answer that relied on that is
+        not remembered, since it lacks those problems: with `f` (printing) and `g`
+        calling each other, `g` asked after `f` must still report the print."""
+        if name in self._functions:
+            return self._functions[name]
+        if name in self._looking_at:
+            for frame in self._looking_at.values():
+                frame.add(name)  # every answer in progress relies on `name`'s placeholder
+            return []
+        self._looking_at[name] = set()
+        func = self.facts.functions[name]
+        # the function's own nnsight blocks run on the server already
+        own = tuple(b.node.body for b in self.facts.blocks if b.stmt.function is func)
+        try:
+            found = [p for p in self.problems(func.body, skip=own, local=function_locals(func)) if p.kind != "control"]
+        finally:
+            relied_on = self._looking_at.pop(name) - {name}
+        if not relied_on:
+            self._functions[name] = found
+        return found
+
+    @cached_property
+    def asking_order_matters(self) -> bool:
+        """May an answer depend on which questions were asked before? Only when the
+        script's functions call each other in a cycle (:meth:`function_problems` breaks
+        a cycle where it is entered first, and remembers what it found), or when the
+        user's own modules are checked too. Otherwise questions may be skipped freely."""
+        if self.local_modules:
+            return True
+        names = self.facts.functions
+        calls = {
+            name: {called for called in _names_called(func) if called in names and called != name}
+            for name, func in names.items()
+        }
+        for name in names:
+            reached, todo = set(), list(calls[name])
+            while todo:
+                other = todo.pop()
+                if other == name:
+                    return True
+                if other not in reached:
+                    reached.add(other)
+                    todo.extend(calls[other])
+        return False
+
+    def is_client_object(self, name: str) -> bool:
+        return name in self._client_objects
+
+    @cached_property
+    def _client_objects(self) -> set[str]:
+        """Names bound to things that only exist on the client: files, figures, bars.
+
+        Only statements bind such names (`f = open(...)`, `with open(...) as f`), so
+        the statement table suffices. (Found on first use: many versions never ask.)"""
+        found: set[str] = set()
+        for info in self.facts.statements.values():
+            for func, names in _names_bound_to_calls(info.node):
+                if self._dotted_call_is_client(func):
+                    found.update(names)
+        return found
+
+    def _dotted_call_is_client(self, func: str) -> bool:
+        """Does a call of the dotted name ``func`` give something only the client has?"""
+        path = qualify_dotted(func, self.facts.imports)
+        if path in VALUE_FUNCTIONS or path in LOADING_FUNCTIONS:
+            return False
+        if path in FORBIDDEN_BUILTINS or path in PROGRESS_BARS or path in FILE_FUNCTIONS:
+            return True
+        root = path.split(".")[0]
+        head = func.split(".")[0]
+        return head in self.facts.imports and root not in SERVER_MODULES
+
+
+@functools.lru_cache(maxsize=8192)
+def _names_bound_to_calls(stmt: cst.BaseStatement) -> tuple[tuple[str, list[str]], ...]:
+    """(the dotted function name, the names bound) of each `x = f(...)` and
+    `with f(...) as x` of the statement: a pure function of the (immutable) statement,
+    read in every version of the tree that shares it."""
+    found = []
+    if type(stmt) is cst.SimpleStatementLine:
+        for small, call, func in line_facts(stmt).assigned_calls:
+            if type(small) is cst.Assign:
+                found.append((func, [name for target in small.targets for name in target_names(target.target)]))
+    elif isinstance(stmt, cst.With):
+        for item in stmt.items:
+            if item.asname is not None and isinstance(item.item, cst.Call):
+                func = dotted_name(item.item.func)
+                if func is not None:
+                    found.append((func, target_names(item.asname.name)))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=1024)
+def _names_called(func: cst.FunctionDef) -> frozenset[str]:
+    """The plain names `f` that ``func``'s body calls as `f(...)`: a pure function of
+    the (immutable) function, asked in every version of the tree, and in every window of
+    a long file for the functions of its shared prelude."""
+    calls = find_nodes(func.body, lambda n: type(n) is cst.Call and type(n.func) is cst.Name)
+    return frozenset(node.func.value for node in calls)
+
+
+def _imported_before_first_request(facts: Facts, module: str) -> bool:
+    """Is `module` imported at the top level before the first remote block starts?"""
+    first = min(
+        (facts.stmt(b.stmt.ancestors[0] if b.stmt.ancestors else b.node).index for b in facts.blocks),
+        default=None,
+    )
+    for index, stmt in enumerate(facts.module.body):
+        if first is not None and index >= first:
+            return False
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+                    if dotted_name(small.module) == module:
+                        return True
+                if isinstance(small, cst.Import) and any(dotted_name(a.name) == module for a in small.names):
+                    return True
+    return False
+
+
+def _registered(facts: Facts, module: str) -> bool:
+    """`nnsight.register(module)` somewhere in the script."""
+    found = False
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            nonlocal found
+            if qualify(node.func, facts.imports) == "nnsight.register" and node.args:
+                arg = node.args[0].value
+                found = found or (qualify(arg, facts.imports) == module)
+
+    walk(facts.module, Finder())
+    return found
+
+
+# statements and expressions whose visit_* adds a problem (nearly) whatever they hold
+_OBJECTING = frozenset(
+    {cst.Global, cst.Nonlocal, cst.Return, cst.Yield, cst.Await, cst.Try, cst.Import, cst.ImportFrom, cst.FunctionDef}
+)
+
+
+# the node classes that _Checker.may_object may accept
+_MAY_OBJECT = _OBJECTING | {cst.Name, cst.Call}
+
+
+class _Checker(cst.CSTVisitor):
+    """Finds the problems of the code it walks, but inside the suites in ``skip``
+    (which must be of :data:`ndif_opt.analysis.names.BODY_KINDS`: their visit methods refuse them)."""
+
+    def __init__(self, check: ServerCheck, skip: tuple[cst.CSTNode, ...], local: frozenset[str] = frozenset()) -> None:
+        self.check = check
+        self.facts = check.facts
+        self.skip = skip
+        self.local = local  # a function's own names: not the client's objects of that name
+        self.problems: list[Problem] = []
+
+    def _client_object(self, name: str) -> bool:
+        return name not in self.local and self.check.is_client_object(name)
+
+    def _add(self, kind: str, message: str, node: cst.CSTNode) -> None:
+        self.problems.append(Problem(kind, message, node))
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
+        return not any(node is s for s in self.skip)
+
+    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> bool:
+        return not any(node is s for s in self.skip)
+
+    def may_object(self, node: cst.CSTNode) -> bool:
+        """Could the visit of ``node`` itself add a problem? Never False when it would.
+        Calls of the script's own functions (or of a module of the user's) are not tried:
+        their checks recurse, and are remembered in the order they are first asked."""
+        kind = type(node)
+        if kind is cst.Name:
+            return self._client_object(node.value)
+        if kind is cst.Call:
+            name = dotted_name(node.func)
+            if (name in self.facts.functions) or self.check.local_modules:
+                return True
+            trial = _Checker(self.check, (), self.local)
+            trial.visit_Call(node)
+            return bool(trial.problems)
+        return kind in _OBJECTING
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        path = qualify(func, self.facts.imports)
+        name = dotted_name(func)
+        if name is not None and "." not in name:
+            self._check_plain_call(name, path, node)
+            return
+        if isinstance(func, cst.Attribute):
+            self._check_attribute_call(func, path, node)
+
+    def _check_plain_call(self, name: str, path: str | None, node: cst.Call) -> None:
+        if name == "print":
+            self._add("print", "calls `print`, which would print on the server, not on your machine", node)
+        elif name in FORBIDDEN_BUILTINS:
+            self._add("forbidden", f"calls `{name}`, which NDIF does not allow", node)
+        elif path in PROGRESS_BARS or name in PROGRESS_BARS:
+            self._add("progress", f"shows a progress bar (`{name}`) on your machine", node)
+        elif name in self.facts.functions:
+            for problem in self.check.function_problems(name):
+                self._add(
+                    problem.kind,
+                    f"calls `{name}`, which {problem.message}",
+                    node,
+                )
+        elif path is not None and path != name:  # imported: `from x import f`
+            self._check_module_path(path, node)
+        elif self._client_object(name):
+            self._add("client-object", f"calls `{name}`, which exists only on your machine", node)
+
+    def _check_attribute_call(self, func: cst.Attribute, path: str | None, node: cst.Call) -> None:
+        root = root_name(func)
+        if root is not None and root in self.facts.imports:
+            self._check_module_path(path or self.facts.imports[root], node)
+            return
+        if root is not None and self._client_object(root):
+            self._add("client-object", f"uses `{root}`, which exists only on your machine", node)
+            return
+        if func.attr.value in EFFECT_METHODS:
+            self._add("effect", f"calls `.{func.attr.value}()`, which acts on your machine", node)
+
+    def _check_module_path(self, path: str, node: cst.Call) -> None:
+        root = path.split(".")[0]
+        module, _, function = path.rpartition(".")
+        shipped = self.check.shipped_module(module) if module else None
+        if shipped is not None and function in shipped.facts.functions:
+            for problem in shipped.function_problems(function):
+                self._add(problem.kind, f"calls `{path}`, which {problem.message}", node)
+            return
+        if path in FILE_FUNCTIONS:
+            self._add("effect", f"calls `{path}`, which reads or writes files on your machine", node)
+        elif path == "time.sleep":
+            # a pause between requests (rate limiting): it belongs with the client's code
+            self._add("effect", "waits with `time.sleep` between requests, on your machine", node)
+        elif path in PROGRESS_BARS:
+            self._add("progress", f"shows a progress bar (`{path}`) on your machine", node)
+        elif root not in SERVER_MODULES:
+            self._add(
+                "module",
+                f"calls `{path}`; `{root}` is not among the modules NDIF allows, so it must run on your machine",
+                node,
+            )
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if self._client_object(node.value):
+            self._add("client-object", f"uses `{node.value}`, which exists only on your machine", node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        walk(node.value, self)
+        return False
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self._add("control", "declares a `global`", node)
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        self._add("control", "declares a `nonlocal`", node)
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self._add("control", "returns from the function", node)
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        self._add("control", "yields", node)
+
+    def visit_Await(self, node: cst.Await) -> None:
+        self._add("control", "awaits", node)
+
+    def visit_For(self, node: cst.For) -> bool:
+        guard = retry_guard(node, self.facts)
+        if guard is None:
+            return True
+        # a retry: in a run where the request succeeds its handlers never run, and the
+        # rewrite puts the same retry around the session
+        walk(node.iter, self)
+        walk(guard.guarded.body, self)
+        return False
+
+    def visit_Try(self, node: cst.Try) -> None:
+        self._add(
+            "control",
+            "catches exceptions: in one session a failure would end the whole request, where here each "
+            "failure is handled on its own",
+            node,
+        )
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for alias in node.names:
+            root = (dotted_name(alias.name) or "").split(".")[0]
+            if root not in SERVER_MODULES:
+                self._add("module", f"imports `{root}`, which NDIF does not allow", node)
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        root = (dotted_name(node.module) or "").split(".")[0] if node.module else ""
+        if node.relative or root not in SERVER_MODULES:
+            self._add("module", f"imports from `{root or '.'}`, which NDIF does not allow", node)
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        # a function defined inside moving code moves with it; its body must obey the
+        # same rules but may return
+        inner = self.check.problems(node.body, local=self.local | function_locals(node))
+        self.problems.extend(p for p in inner if p.kind != "control")
+        return False
+
+
+class _HookedChecker(_Checker):
+    """:class:`_Checker` for any nodes to skip, entering only the nodes in ``enter``."""
+
+    def __init__(self, check: ServerCheck, skip: tuple[cst.CSTNode, ...], local: frozenset[str] = frozenset()) -> None:
+        super().__init__(check, skip, local)
+        self.enter: set[int] | None = None  # ids of the nodes worth entering; None: all
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.enter is not None and id(node) not in self.enter:
+            return False
+        if any(node is s for s in self.skip):
+            return False
+        return super().on_visit(node)

@@ -1,0 +1,831 @@
+"""Facts about what a script does with nnsight, computed once per tree and shared.
+
+The facts are statement-level: every statement knows the suite (list of statements)
+it sits in and its enclosing compound statements; every nnsight with-block
+(``model.trace/.session/.generate``) knows its model, whether it is remote, its
+enclosing loops and blocks. Expression-level questions (which names a region reads,
+which objects it mutates, whether its code may run on the server) are answered on
+demand by :mod:`ndif_opt.analysis.names` and :mod:`ndif_opt.analysis.effects`, memoized per node.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import cached_property
+from typing import Any
+
+import libcst as cst
+
+from ndif_opt.analysis.names import NameUse, collect, dotted_name, root_name
+from ndif_opt.syntax.positions import code_of
+from ndif_opt.syntax.literals import literal_value  # the model's repo id, read in every version
+from ndif_opt.analysis.vocabulary import MODEL_BLOCK_METHODS
+from ndif_opt.syntax.walk import find_nodes, walk
+
+# Classes whose instances are nnsight models, by their public import paths.
+MODEL_CLASSES = frozenset(
+    {
+        "nnsight.LanguageModel",
+        "nnsight.TransformersModel",
+        "nnsight.NNsight",
+        "nnsight.VisionLanguageModel",
+        "nnsight.DiffusionModel",
+        "nnsight.modeling.language.LanguageModel",
+        "nnsight.modeling.transformers.TransformersModel",
+        "nnsight.modeling.base.NNsight",
+        "nnsight.models.LanguageModel.LanguageModel",
+        "nnsight.models.NNsightModel.NNsight",
+        "nnterp.StandardizedTransformer",
+        "nnterp.standardized_transformer.StandardizedTransformer",
+    }
+)
+MODEL_CLASS_NAMES = frozenset(path.rsplit(".", 1)[1] for path in MODEL_CLASSES)
+# torch's grad-mode context managers: `@torch.no_grad()` on a plain function is its body
+# run inside `with torch.no_grad():`, and `with torch.no_grad(), model.trace(...)` is a
+# block under one (they run the same on the server)
+CONTEXT_DECORATORS = frozenset(
+    {"torch.no_grad", "torch.inference_mode", "torch.enable_grad", "torch.autograd.no_grad",
+     "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}
+)
+LOOP_TYPES = (cst.For, cst.While)
+
+
+class Remote(str, Enum):
+    """Whether a block's ``remote=`` flag is on."""
+
+    YES = "yes"
+    NO = "no"
+    MAYBE = "maybe"  # a variable or expression whose value is not known statically
+
+
+@dataclass(frozen=True)
+class RemoteFlag:
+    state: Remote
+    expr: cst.BaseExpression | None = None  # the argument's value, None when absent
+    reason: str = ""  # how the state was decided, for findings
+    via_kwargs: bool = False  # passed inside `**kwargs`: cannot be removed from the call
+
+    @property
+    def code(self) -> str:
+        if self.expr is None:
+            return ""
+        # asked of every block in every version: the code is kept by node
+
+        return code_of(self.expr)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str  # the variable bound to the model
+    class_path: str  # e.g. nnsight.LanguageModel
+    repo_id: str | None  # the first argument when it is a string literal
+    node: cst.CSTNode
+
+
+@dataclass(eq=False, slots=True)  # one per statement per version of the tree
+class StmtInfo:
+    """Where a statement sits: its suite, its index there, and what encloses it."""
+
+    node: cst.BaseStatement
+    suite: cst.CSTNode  # Module or IndentedBlock owning the statement list
+    index: int
+    ancestors: tuple[cst.CSTNode, ...]  # enclosing compound statements, outermost first
+
+    @property
+    def function(self) -> cst.FunctionDef | None:
+        for node in reversed(self.ancestors):
+            if isinstance(node, cst.FunctionDef):
+                return node
+        return None
+
+    def loops(self) -> tuple[cst.CSTNode, ...]:
+        """Enclosing loops inside the statement's own function, outermost first."""
+        found = []
+        for node in reversed(self.ancestors):
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if isinstance(node, LOOP_TYPES):
+                found.append(node)
+        return tuple(reversed(found))
+
+
+@dataclass(eq=False)
+class Block:
+    """A ``with <model>.trace/.session/.generate(...)`` statement."""
+
+    node: cst.With
+    call: cst.Call
+    model: str  # the receiver's code, e.g. `model` or `self.llm`
+    method: str  # trace | session | generate
+    remote: RemoteFlag
+    stmt: StmtInfo
+    # the innermost enclosing nnsight block (no link back to the children: a cycle would
+    # leave every version's blocks to the garbage collector)
+    parent: "Block | None" = None
+
+    @property
+    def outermost(self) -> "Block":
+        block = self
+        while block.parent is not None:
+            block = block.parent
+        return block
+
+    @property
+    def effective_remote(self) -> Remote:
+        """Remote-ness of the request this block belongs to (sessions pass it down)."""
+        return self.outermost.remote.state
+
+    @property
+    def tracer_name(self) -> str | None:
+        asname = next(i for i in self.node.items if i.item is self.call).asname
+        if asname is not None and isinstance(asname.name, cst.Name):
+            return asname.name.value
+        return None
+
+    @cached_property
+    def names(self) -> NameUse:
+        return collect(self.node.body)
+
+    @cached_property
+    def saved_names(self) -> frozenset[str]:
+        """Names bound in the block to a value marked with `.save()`/`nnsight.save()`."""
+        saved = set()
+        for assign in _assignments(self.node.body):
+            if is_saved_expr(assign.value):
+                for target in assign.targets:
+                    if type(target.target) is cst.Name:
+                        saved.add(target.target.value)
+        return frozenset(saved)
+
+
+# literal containers whose contents in-place changes make unknown
+_CONTAINER_DISPLAYS = (cst.List, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp)
+
+
+def is_save_call(expr: cst.BaseExpression) -> bool:
+    """`x.save()` or `nnsight.save(x)` / `save(x)`."""
+    # exact classes (libcst's have no subclasses): an ABC isinstance costs more than the answer
+    if type(expr) is not cst.Call:
+        return False
+    func = expr.func
+    if type(func) is cst.Attribute and func.attr.value == "save" and not expr.args:
+        return True
+    name = dotted_name(func)
+    return name in ("nnsight.save", "save") and len(expr.args) >= 1
+
+
+def opens_invoke(node: cst.CSTNode, tracer: str | None = None) -> bool:
+    """`with tracer.invoke(...):` — of ``tracer`` when it is given."""
+    if type(node) is not cst.With or len(node.items) != 1:
+        return False
+    call = node.items[0].item
+    return (
+        type(call) is cst.Call
+        and type(call.func) is cst.Attribute
+        and call.func.attr.value == "invoke"
+        and (tracer is None or dotted_name(call.func.value) == tracer)
+    )
+
+
+def is_saved_expr(expr: cst.BaseExpression) -> bool:
+    return is_save_call(expr)
+
+
+def _assignments(node: cst.CSTNode) -> list[cst.Assign]:
+    """The assignments outside nested functions, in the order of the code. An assignment
+    is a (small) statement and no expression holds one: only statements are read, not
+    the expressions a walk of every node would enter."""
+    found: list[cst.Assign] = []
+    _gather_assignments(node, found)
+    return found
+
+
+# the fields of a node that hold statements, in the order of the code (a function's body
+# is left out: its assignments are not the enclosing code's)
+_STATEMENT_FIELDS = {
+    cst.Module: ("body",),
+    cst.IndentedBlock: ("body",),
+    cst.SimpleStatementLine: ("body",),
+    cst.SimpleStatementSuite: ("body",),
+    cst.For: ("body", "orelse"),
+    cst.While: ("body", "orelse"),
+    cst.If: ("body", "orelse"),
+    cst.Else: ("body",),
+    cst.Try: ("body", "handlers", "orelse", "finalbody"),
+    cst.TryStar: ("body", "handlers", "orelse", "finalbody"),
+    cst.ExceptHandler: ("body",),
+    cst.ExceptStarHandler: ("body",),
+    cst.Finally: ("body",),
+    cst.With: ("body",),
+    cst.ClassDef: ("body",),
+    cst.Match: ("cases",),
+    cst.MatchCase: ("body",),
+}
+
+
+def _gather_assignments(node: cst.CSTNode, found: list[cst.Assign]) -> None:
+    kind = type(node)
+    if kind is cst.Assign:
+        found.append(node)
+        return
+    for name in _STATEMENT_FIELDS.get(kind, ()):
+        value = getattr(node, name)
+        if type(value) is tuple or type(value) is list:
+            for item in value:
+                _gather_assignments(item, found)
+        elif value is not None:
+            _gather_assignments(value, found)
+
+
+@dataclass(eq=False)
+class Facts:
+    """Everything the passes and the cost model know about one module."""
+
+    module: cst.Module
+    imports: dict[str, str]  # local name -> qualified name (`np` -> `numpy`)
+    models: dict[str, ModelInfo]
+    functions: dict[str, cst.FunctionDef]  # module-level functions by name
+    statements: dict[int, StmtInfo]  # id(statement) -> where it sits
+    blocks: list[Block]
+    bindings: dict[str, list[tuple[StmtInfo, cst.BaseExpression]]]  # simple `x = value`
+    assume_remote: bool = False
+    # answers several passes ask about this version of the tree, computed once
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def once(self, key, compute):
+        """``compute()``, once for this version of the tree."""
+        try:
+            return self.memo[key]
+        except KeyError:
+            found = self.memo[key] = compute()
+            return found
+
+    def once_for(self, kind: str, node: cst.CSTNode, compute):
+        """``compute(node)``, once for this version of the tree. The node is kept with its
+        answer, so its id (the key) is not reused while the answer is."""
+        key = (kind, id(node))
+        entry = self.memo.get(key)
+        if entry is None:
+            entry = self.memo[key] = (node, compute(node))
+        return entry[1]
+
+    def stmt(self, node: cst.CSTNode) -> StmtInfo:
+        return self.statements[id(node)]
+
+    def block_of(self, node: cst.With) -> Block | None:
+        for block in self.blocks:
+            if block.node is node:
+                return block
+        return None
+
+    def blocks_within(self, node: cst.CSTNode) -> list[Block]:
+        """nnsight blocks inside ``node`` (the statement itself included)."""
+        return [b for b in self.blocks if b.node is node or node in b.stmt.ancestors]
+
+    def in_session_fallback(self, suite: cst.CSTNode) -> bool:
+        """Is the suite inside the handler of a session fallback (:func:`in_session_fallback`)?"""
+        body = getattr(suite, "body", ())
+        return bool(body) and in_session_fallback(body[0], self.stmt(body[0]).ancestors)
+
+    def uses_nnsight(self) -> bool:
+        return bool(self.blocks)
+
+    def is_remote(self, state: Remote) -> bool:
+        return state is Remote.YES or (state is Remote.MAYBE and self.assume_remote)
+
+    def suite_body(self, suite: cst.CSTNode) -> tuple[cst.BaseStatement, ...]:
+        return tuple(suite.body)
+
+    def constant(self, name: str) -> cst.BaseExpression | None:
+        """The value of a module-level name assigned exactly once, else None."""
+        values = self.bindings.get(name, [])
+        module_level = [v for s, v in values if not s.ancestors]
+        if len(values) == 1 and len(module_level) == 1:
+            value = module_level[0]
+            if type(value) in _CONTAINER_DISPLAYS and name in self._mutated_names():
+                return None  # `xs = []` then `xs.append(...)`: its value is not the literal
+            return value
+        return None
+
+    def is_model_like(self, name: str) -> bool:
+        """A model, or an alias of one of its modules (`layers = model.model.layers`)."""
+        if name in self.models:
+            return True
+        for block in self.blocks:
+            if block.tracer_name == name or block.model == name:
+                return True
+        value = self.constant(name)
+        return value is not None and root_name(value) in self.models
+
+    def _mutated_names(self) -> frozenset[str]:
+        """Names whose object the module changes in place anywhere (functions included)."""
+        return self.once("analysis:mutated names", lambda: frozenset(collect(self.module).mutates))
+
+
+# ---------------------------------------------------------------------------------------
+# Building the facts
+# ---------------------------------------------------------------------------------------
+
+
+def analyze(module: cst.Module, *, assume_remote: bool = False) -> Facts:
+    table = _Table()
+    _walk_suite(module, (), table)
+    statements = table.statements
+    if table.count == len(statements):  # each statement in one place: the walk's order is the table's
+        lines, withs = table.lines, table.withs
+    else:  # a statement node in two places: its last place counts, at its first's turn
+        lines = [line_facts(i.node) for i in statements.values() if type(i.node) is cst.SimpleStatementLine]
+        withs = [i for i in statements.values() if type(i.node) is cst.With]
+    imports: dict[str, str] = {}
+    for facts in lines:
+        if facts.imports:
+            imports.update(facts.imports)
+    functions = {
+        stmt.name.value: stmt for stmt in module.body if type(stmt) is cst.FunctionDef
+    }
+    models = _models(lines, imports)
+    facts = Facts(
+        module=module,
+        imports=imports,
+        models=models,
+        functions=functions,
+        statements=statements,
+        blocks=[],
+        bindings=table.bindings,
+        assume_remote=assume_remote,
+    )
+    facts.models = {name: _resolve_repo(info, facts) for name, info in models.items()}
+    facts.blocks = _blocks(withs, facts)
+    return facts
+
+
+def _resolve_repo(info: ModelInfo, facts: Facts) -> ModelInfo:
+    """`LanguageModel(MODEL_NAME)` / `LanguageModel(cfg.model_name)`: the repo id through
+    module constants and config objects, when the script spells it out."""
+    if info.repo_id is not None or not isinstance(getattr(info.node, "value", None), cst.Call):
+        return info
+    args = info.node.value.args
+    if not args:
+        return info
+    value = args[0].value
+    for _ in range(4):
+        if isinstance(value, cst.SimpleString):
+            text = literal_value(value)
+            return ModelInfo(info.name, info.class_path, text if isinstance(text, str) else None, info.node)
+        if isinstance(value, cst.Name):
+            value = facts.constant(value.value)
+        elif isinstance(value, (cst.Attribute, cst.Subscript)):
+            value = config_entry(value, facts)
+        else:
+            return info
+        if value is None:
+            return info
+    return info
+
+
+class _Table:
+    """What one walk over a module's statements gathers (one walk, and one look-up of each
+    line's facts: the analysis runs after every change of the tree)."""
+
+    __slots__ = ("statements", "bindings", "lines", "withs", "count")
+
+    def __init__(self) -> None:
+        self.statements: dict[int, StmtInfo] = {}  # id(statement) -> where it sits
+        self.bindings: dict[str, list[tuple[StmtInfo, cst.BaseExpression]]] = {}
+        self.lines: list[LineFacts] = []  # of the simple statement lines, in the walk's order
+        self.withs: list[StmtInfo] = []  # the with statements, in the walk's order
+        self.count = 0  # statements walked: more than the table holds when one is in two places
+
+
+def _walk_suite(suite, ancestors, table: _Table) -> None:
+    statements, bindings, lines, withs = table.statements, table.bindings, table.lines, table.withs
+    body = suite.body
+    table.count += len(body)
+    index = 0
+    for stmt in body:
+        info = StmtInfo(stmt, suite, index, ancestors)
+        index += 1
+        statements[id(stmt)] = info
+        kind = type(stmt)
+        if kind is cst.SimpleStatementLine:
+            facts = line_facts(stmt)
+            lines.append(facts)
+            for name, value in facts.bindings:
+                found = bindings.get(name)
+                if found is None:
+                    bindings[name] = [(info, value)]
+                else:
+                    found.append((info, value))
+            continue
+        if kind is cst.With:
+            withs.append(info)
+            inner = stmt.body
+            if type(inner) is cst.IndentedBlock:  # (the one suite of a with, as _child_suites finds)
+                _walk_suite(inner, ancestors + (stmt,), table)
+            continue
+        suites = _child_suites(stmt)
+        if suites:
+            inner_ancestors = ancestors + (stmt,)
+            for child in suites:
+                _walk_suite(child, inner_ancestors, table)
+
+
+def _child_suites(stmt: cst.CSTNode) -> list[cst.CSTNode]:
+    """The indented blocks directly owned by a compound statement."""
+    # exact classes, not isinstance (an ABC check): libcst's statement classes have no
+    # subclasses, and every version of every window asks this of every compound statement
+    kind = type(stmt)
+    if kind is cst.For or kind is cst.While:
+        bodies = [stmt.body] if stmt.orelse is None else [stmt.body, stmt.orelse.body]
+    elif kind is cst.If:
+        bodies = [stmt.body]
+        orelse = stmt.orelse
+        if type(orelse) is cst.If:
+            return [body for body in bodies if type(body) is cst.IndentedBlock] + _child_suites_if_chain(orelse)
+        if type(orelse) is cst.Else:
+            bodies.append(orelse.body)
+    elif kind is cst.Try or kind is cst.TryStar:
+        bodies = [stmt.body]
+        bodies.extend(handler.body for handler in stmt.handlers)
+        if stmt.orelse is not None:
+            bodies.append(stmt.orelse.body)
+        if stmt.finalbody is not None:
+            bodies.append(stmt.finalbody.body)
+    elif kind is cst.With or kind is cst.FunctionDef or kind is cst.ClassDef:
+        bodies = [stmt.body]
+    elif kind is cst.Match:
+        bodies = [case.body for case in stmt.cases]
+    else:
+        return []
+    return [body for body in bodies if type(body) is cst.IndentedBlock]
+
+
+def _child_suites_if_chain(stmt: cst.If) -> list[cst.CSTNode]:
+    # an `elif` is an If node nested in orelse, not a statement of its own: its suites
+    # belong to the outer `if` statement
+    return _child_suites(stmt)
+
+
+@dataclass(frozen=True)
+class LineFacts:
+    """What the analysis reads from one simple statement line: a function of the
+    (immutable) line alone, kept across the versions of the tree that share it."""
+
+    bindings: tuple[tuple[str, cst.BaseExpression | None], ...]  # `x = v`, `x: T = v`, `x += v` (None)
+    imports: tuple[tuple[str, str], ...]  # local name -> qualified name, in order
+    # (statement, call, the call's dotted function name) for `x = f(...)` and `x: T = f(...)`
+    # with `f` a (dotted) name
+    assigned_calls: tuple[tuple[cst.BaseSmallStatement, cst.Call, str], ...]
+
+
+@functools.lru_cache(maxsize=8192)
+def line_facts(stmt: cst.SimpleStatementLine) -> LineFacts:
+    # exact classes, not isinstance (an ABC check, several per line): libcst's node
+    # classes have no subclasses, and every new line of every version is read here
+    bindings, imports, calls = [], [], []
+    for small in stmt.body:
+        kind = type(small)
+        if kind is cst.Assign:
+            if len(small.targets) == 1:
+                target = small.targets[0].target
+                if type(target) is cst.Name:
+                    bindings.append((target.value, small.value))
+        elif kind is cst.AnnAssign or kind is cst.AugAssign:
+            target = small.target
+            if type(target) is cst.Name:
+                bindings.append((target.value, small.value if kind is cst.AnnAssign else None))
+        elif kind is cst.Import or kind is cst.ImportFrom:
+            imports.extend(_imported_names(small))
+            continue
+        else:
+            continue  # no binding, call or import
+        if kind is not cst.AugAssign and type(small.value) is cst.Call:
+            func = dotted_name(small.value.func)
+            if func is not None:
+                calls.append((small, small.value, func))
+    return LineFacts(tuple(bindings), tuple(imports), tuple(calls))
+
+
+def _imported_names(node: cst.BaseSmallStatement) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    if type(node) is cst.Import:
+        for alias in node.names:
+            full = dotted_name(alias.name) or ""
+            if alias.asname is not None and type(alias.asname.name) is cst.Name:
+                found.append((alias.asname.name.value, full))
+            else:
+                root = full.split(".")[0]
+                found.append((root, root))
+    elif type(node) is cst.ImportFrom:
+        if node.relative or node.module is None or type(node.names) is cst.ImportStar:
+            return found
+        base = dotted_name(node.module) or ""
+        for alias in node.names:
+            name = alias.name.value if type(alias.name) is cst.Name else None
+            if name is None:
+                continue
+            local = name
+            if alias.asname is not None and type(alias.asname.name) is cst.Name:
+                local = alias.asname.name.value
+            found.append((local, f"{base}.{name}"))
+    return found
+
+
+def qualify(expr: cst.BaseExpression, imports: dict[str, str]) -> str | None:
+    """The qualified name an expression refers to through imports, e.g. `np.save`."""
+    name = dotted_name(expr)
+    if name is None:
+        return None
+    return qualify_dotted(name, imports)
+
+
+def qualify_dotted(name: str, imports: dict[str, str]) -> str:
+    """:func:`qualify` for the code of a dotted name."""
+    head, _, rest = name.partition(".")
+    if head in imports:
+        return imports[head] + ("." + rest if rest else "")
+    return name
+
+
+def _is_model_class(path: str | None) -> bool:
+    if path is None:
+        return False
+    if path in MODEL_CLASSES:
+        return True
+    root = path.split(".")[0]
+    return root in ("nnsight", "nnterp") and path.rsplit(".", 1)[-1] in MODEL_CLASS_NAMES
+
+
+def _models(lines: list["LineFacts"], imports: dict[str, str]) -> dict[str, ModelInfo]:
+    models: dict[str, ModelInfo] = {}
+    for facts in lines:
+        for small, value, func in facts.assigned_calls:
+            if not _is_model_class(qualify_dotted(func, imports)):
+                continue
+            targets = (
+                [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            )
+            repo = None
+            if value.args and isinstance(value.args[0].value, cst.SimpleString):
+                repo = literal_value(value.args[0].value)
+            for target in targets:
+                name = dotted_name(target)
+                if name is not None:
+                    models[name] = ModelInfo(name, qualify(value.func, imports) or "", repo, small)
+    return models
+
+
+def in_session_fallback(stmt: cst.CSTNode, ancestors: tuple[cst.CSTNode, ...]) -> bool:
+    """Does ``stmt`` sit in the handler of a session fallback, `try: <session> except
+    Exception: <the code as written>` (then `else: <the replay>`, if any)? That code runs only when the
+    session failed, as its author wrote it: no pass rewrites it and it sends no request
+    in a run without failures."""
+    inner = stmt
+    for ancestor in reversed(ancestors):
+        if type(ancestor) is cst.Try and _is_session_fallback(ancestor):
+            if any(inner in handler.body.body for handler in ancestor.handlers):
+                return True
+        inner = ancestor
+    return False
+
+
+def _is_session_fallback(node: cst.Try) -> bool:
+    if node.finalbody is not None or len(node.handlers) != 1:
+        return False
+    handler = node.handlers[0]
+    if handler.name is not None or not (type(handler.type) is cst.Name and handler.type.value == "Exception"):
+        return False
+    return any(_opens_session(w) for w in find_nodes(node.body, lambda n: type(n) is cst.With))
+
+
+def _opens_session(node: cst.With) -> bool:
+    return any(
+        type(item.item) is cst.Call and type(item.item.func) is cst.Attribute and item.item.func.attr.value == "session"
+        for item in node.items
+    )
+
+
+def _blocks(withs: list[StmtInfo], facts: Facts) -> list[Block]:
+    blocks: list[Block] = []
+    by_node: dict[int, Block] = {}
+    for info in withs:
+        stmt = info.node
+        if in_session_fallback(stmt, info.ancestors):
+            continue  # the code as written, run only should the session fail
+        call = _block_item(stmt, facts)
+        if call is None:
+            continue
+        if type(call) is not cst.Call or type(call.func) is not cst.Attribute:
+            continue
+        method = call.func.attr.value
+        if method not in MODEL_BLOCK_METHODS:
+            continue
+        receiver = dotted_name(call.func.value)
+        if receiver is None:
+            continue
+        arg = remote_arg(call)  # looked up once: it says whether there is one, and gives it
+        if arg is None and receiver not in facts.models:
+            continue
+        block = Block(
+            node=stmt,
+            call=call,
+            model=receiver,
+            method=method,
+            remote=_remote_flag(call, arg, info, facts),
+            stmt=info,
+        )
+        blocks.append(block)
+        by_node[id(stmt)] = block
+    for block in blocks:
+        for ancestor in reversed(block.stmt.ancestors):
+            parent = by_node.get(id(ancestor))
+            if parent is not None:
+                block.parent = parent
+                break
+    return blocks
+
+
+def _block_item(stmt: cst.With, facts: Facts) -> cst.BaseExpression | None:
+    """The item of a `with` that may open an nnsight block: its only item, or the last
+    one after grad-mode contexts (`with torch.no_grad(), model.trace(...)`)."""
+    items = stmt.items
+    for other in items[:-1]:
+        call = other.item
+        if not (type(call) is cst.Call and qualify(call.func, facts.imports) in CONTEXT_DECORATORS) or other.asname:
+            return None
+    return items[-1].item
+
+
+def remote_arg(call: cst.Call) -> cst.Arg | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "remote":
+            return arg
+    return None
+
+
+def _remote_flag(call: cst.Call, arg: cst.Arg | None, info: StmtInfo, facts: Facts) -> RemoteFlag:
+    """The flag of a block's call, whose `remote=` argument is ``arg`` (None: none)."""
+    if arg is None:
+        for star in (a for a in call.args if a.star == "**"):
+            state, reason = _kwargs_remote(star.value, facts)
+            return RemoteFlag(state, None, reason, via_kwargs=True)
+        return RemoteFlag(Remote.NO, None, "no `remote=` argument")
+    state, _, reason = _truth(arg.value, facts, set(), info)
+    return RemoteFlag(state, arg.value, reason)
+
+
+def _kwargs_remote(expr: cst.BaseExpression, facts: Facts) -> tuple[Remote, str]:
+    """`**kw` where `kw` is a module-level dict with a literal "remote" key."""
+    code = code_of(expr)
+    value = facts.constant(expr.value) if isinstance(expr, cst.Name) else None
+    entry = _dict_entry(value, "remote") if value is not None else None
+    if entry is None:
+        return Remote.MAYBE, f"`**{code}` may carry `remote=`"
+    state, _, _ = _truth(entry, facts, set(), None)
+    return state, f"`{code}[\"remote\"]` is {_said(state)}"
+
+
+def _dict_entry(value: cst.BaseExpression, key: str) -> cst.BaseExpression | None:
+    """The value of ``key`` in a dict literal, `dict(key=...)` or `Namespace(key=...)` call."""
+    if isinstance(value, cst.Dict):
+        for element in value.elements:
+            if (
+                isinstance(element, cst.DictElement)
+                and isinstance(element.key, cst.SimpleString)
+                and element.key.evaluated_value == key
+            ):
+                return element.value
+        return None
+    if isinstance(value, cst.Call):
+        for arg in value.args:
+            if arg.keyword is not None and arg.keyword.value == key:
+                return arg.value
+    return None
+
+
+def _said(state: Remote) -> str:
+    return {Remote.YES: "true", Remote.NO: "false", Remote.MAYBE: "unknown"}[state]
+
+
+def _truth(expr: cst.BaseExpression, facts: Facts, seen: set[str], info: StmtInfo | None = None) -> tuple:
+    # exact classes (libcst's have no subclasses): an ABC isinstance costs more than the answer
+    kind = type(expr)
+    if kind is cst.Name:
+        if expr.value == "True":
+            return Remote.YES, expr, "`remote=True`"
+        if expr.value in ("False", "None"):
+            return Remote.NO, expr, f"`remote={expr.value}`"
+        if info is not None and info.function is not None:
+            resolved = _parameter_truth(expr.value, info.function, facts)
+            if resolved is not None:
+                return resolved[0], expr, resolved[1]
+        value = facts.constant(expr.value)
+        if value is not None and expr.value not in seen:
+            state, _, _ = _truth(value, facts, seen | {expr.value})
+            if state is not Remote.MAYBE:
+                return state, expr, f"`{expr.value}` is set to {state is Remote.YES} at module level"
+        return Remote.MAYBE, expr, f"the value of `{expr.value}` is not known before running"
+    if kind is cst.SimpleString:
+        return (Remote.YES if expr.evaluated_value else Remote.NO), expr, "a string host"
+    if kind is cst.Integer:
+        return (Remote.YES if int(expr.value) else Remote.NO), expr, "an integer flag"
+    code = code_of(expr)
+    entry = config_entry(expr, facts)
+    if entry is not None and code not in seen:
+        state, _, _ = _truth(entry, facts, seen | {code})
+        if state is not Remote.MAYBE:
+            return state, expr, f"`{code}` is set to {state is Remote.YES} in the script"
+    return Remote.MAYBE, expr, f"the value of `{code}` is not known before running"
+
+
+def config_entry(expr: cst.BaseExpression, facts: Facts) -> cst.BaseExpression | None:
+    """`cfg.remote` / `CONFIG["remote"]` / `Config.REMOTE` resolved through module code."""
+    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
+        owner, key = expr.value.value, expr.attr.value
+        value = facts.constant(owner)
+        if value is not None:
+            entry = _dict_entry(value, key)
+            if entry is not None:
+                return entry
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+                owner = value.func.value  # an instance of a class defined here
+        return _class_attribute(facts.module, owner, key)
+    if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name) and len(expr.slice) == 1:
+        index = expr.slice[0].slice
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+            value = facts.constant(expr.value.value)
+            if value is not None:
+                return _dict_entry(value, index.value.evaluated_value)
+    return None
+
+
+def _class_attribute(module: cst.Module, cls: str, attr: str) -> cst.BaseExpression | None:
+    for stmt in module.body:
+        if isinstance(stmt, cst.ClassDef) and stmt.name.value == cls:
+            for item in stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else ():
+                if isinstance(item, cst.SimpleStatementLine):
+                    for small in item.body:
+                        target = None
+                        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                            target, value = small.targets[0].target, small.value
+                        elif isinstance(small, cst.AnnAssign) and small.value is not None:
+                            target, value = small.target, small.value
+                        if isinstance(target, cst.Name) and target.value == attr:
+                            return value
+    return None
+
+
+def _parameter_truth(name: str, function: cst.FunctionDef, facts: Facts) -> tuple[Remote, str] | None:
+    """A `remote` parameter: its default and what every call site in the file passes."""
+    params = list(function.params.posonly_params) + list(function.params.params)
+    kwonly = list(function.params.kwonly_params)
+    param = next((p for p in params + kwonly if p.name.value == name), None)
+    if param is None:
+        return None
+    position = params.index(param) if param in params else None
+    calls = _calls_of(facts.module, function.name.value)
+    states: set[Remote] = set()
+    for call in calls:
+        passed = None
+        for index, arg in enumerate(call.args):
+            if arg.star:
+                return Remote.MAYBE, f"`{function.name.value}` is called with `*args`/`**kwargs`"
+            if arg.keyword is not None and arg.keyword.value == name:
+                passed = arg.value
+            elif arg.keyword is None and position is not None and index == position:
+                passed = arg.value
+        if passed is None:
+            passed = param.default
+        if passed is None:
+            return Remote.MAYBE, f"`{name}` has no default"
+        states.add(_truth(passed, facts, set(), None)[0])
+    if not calls:
+        if param.default is None:
+            return Remote.MAYBE, f"`{name}` is a parameter without a default"
+        states.add(_truth(param.default, facts, set(), None)[0])
+    if len(states) == 1:
+        state = states.pop()
+        where = f"every call of `{function.name.value}` in this file" if calls else "its default"
+        return state, f"`{name}` is {_said(state)} by {where}"
+    return Remote.MAYBE, f"`{function.name.value}` is called with `{name}` both true and false"
+
+
+def _calls_of(module: cst.Module, name: str) -> list[cst.Call]:
+    finder = _CallsOf(name)
+    walk(module, finder)
+    return finder.found
+
+
+class _CallsOf(cst.CSTVisitor):
+    """Calls of one function by name (a class of its own: a class made per call is a
+    reference cycle each time, left to the garbage collector)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.found: list[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if type(node.func) is cst.Name and node.func.value == self.name:
+            self.found.append(node)

@@ -1,0 +1,587 @@
+"""Which names a piece of code reads, binds and mutates — a light def-use analysis.
+
+libcst's ScopeProvider is exact but costs several seconds on a large file; ndif-opt only
+needs conservative answers to three questions about a region of code: which names it
+reads, which it binds, and which objects bound elsewhere it mutates in place. Over-
+approximating reads and binds only makes a pass refuse more often, never miscompile.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Container, Iterator
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS
+from ndif_opt.syntax.walk import walk
+
+#: The comprehensions: each has its own scope for the names its `for` binds.
+COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+
+def fresh_name(base: str, taken: Container[str], *, first: int = 2, separator: str = "_") -> str:
+    """``base``, or else ``base_2``, ``base_3``...: the first that is not in ``taken``. The
+    one way the passes name what they add to a script (``taken``: the names the code uses
+    and those given out already; each pass knows which those are).
+
+    ``first``/``separator``: trace-fusion's sweeps number from ``_1``, reduction-pushdown
+    and session-chunking write ``x_argmax2``/``_ndif_chunk2``. Kept, so that ndif-opt
+    optimizes a script as it did before; one numbering for all is an output change."""
+    name, number = base, first
+    while name in taken:
+        name, number = f"{base}{separator}{number}", number + 1
+    return name
+
+
+@dataclass
+class NameUse:
+    """Names read, bound and mutated by some code; each maps to the first node seen."""
+
+    reads: dict[str, cst.CSTNode] = field(default_factory=dict)
+    binds: dict[str, cst.CSTNode] = field(default_factory=dict)
+    mutates: dict[str, cst.CSTNode] = field(default_factory=dict)
+    # `global`/`nonlocal`/`return`/`yield`/`await` seen: code that cannot move as a unit
+    control: list[tuple[str, cst.CSTNode]] = field(default_factory=list)
+
+    def merge(self, other: "NameUse") -> None:
+        for mine, theirs in (
+            (self.reads, other.reads),
+            (self.binds, other.binds),
+            (self.mutates, other.mutates),
+        ):
+            if not mine:
+                mine.update(theirs)  # (the same as the loop below, in one call)
+            elif theirs and not theirs.keys() <= mine.keys():
+                for name, node in theirs.items():
+                    mine.setdefault(name, node)
+        if other.control:
+            self.control.extend(other.control)
+
+
+# (type checks, not isinstance: libcst's node classes are final, and isinstance against
+# them is an ABC check, several times slower; these two are asked everywhere)
+
+
+def root_name(expr: cst.BaseExpression) -> str | None:
+    """`a` for `a`, `a.b.c`, `a[0].b`, `a.b(...).c`; None when the root is not a name."""
+    while True:
+        kind = type(expr)
+        if kind is cst.Name:
+            return expr.value
+        if kind is cst.Attribute or kind is cst.Subscript:
+            expr = expr.value
+        elif kind is cst.Call:
+            expr = expr.func
+        else:
+            return None
+
+
+def dotted_name(expr: cst.BaseExpression) -> str | None:
+    """`a.b.c` for an attribute chain of names; None for anything else."""
+    if type(expr) is cst.Name:
+        return expr.value
+    parts: list[str] = []
+    while type(expr) is cst.Attribute:
+        parts.append(expr.attr.value)
+        expr = expr.value
+    if type(expr) is not cst.Name:
+        return None
+    parts.append(expr.value)
+    return ".".join(reversed(parts))
+
+
+class _Collector(cst.CSTVisitor):
+    def __init__(self, whole_statements: bool = False) -> None:
+        self.use = NameUse()
+        # the statements of a suite are collected (and cached) one by one and merged:
+        # the result is the same, names in the order first seen
+        self.whole_statements = whole_statements
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        return self._suite(node.body)
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
+        return self._suite(node.body)  # (statements sit only in modules and indented blocks)
+
+    def _suite(self, statements) -> bool:
+        if not self.whole_statements:
+            return True
+        for statement in statements:
+            self.use.merge(_collect_whole(statement))
+        return False
+
+    def _walk_value(self, expr: cst.BaseExpression) -> None:
+        """``walk(expr, self)``, without a walk for the commonest values: an attribute
+        chain is walked from its root (visit_Attribute walks only the value), and a name
+        is just read (it holds only layout)."""
+        kind = type(expr)
+        while kind is cst.Attribute:
+            expr = expr.value
+            kind = type(expr)
+        if kind is cst.Name:
+            self.use.reads.setdefault(expr.value, expr)
+        else:
+            walk(expr, self)
+
+    # -- binding forms -------------------------------------------------------------
+    def _bind_target(self, target: cst.BaseExpression) -> None:
+        kind = type(target)  # (final classes: see root_name)
+        if kind is cst.Name:
+            self.use.binds.setdefault(target.value, target)
+        elif kind is cst.Tuple or kind is cst.List:
+            for element in target.elements:
+                self._bind_target(element.value)
+        elif kind is cst.StarredElement:
+            self._bind_target(target.value)
+        elif kind is cst.Subscript or kind is cst.Attribute:
+            # `x[i] = v` / `x.a = v` mutate the object bound to `x`
+            name = root_name(target)
+            if name is not None:
+                self.use.mutates.setdefault(name, target)
+            self._walk_value(target)  # the index and the base are read
+
+    def visit_Assign(self, node: cst.Assign) -> bool:
+        for target in node.targets:
+            self._bind_target(target.target)
+        self._walk_value(node.value)
+        return False
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
+        self._bind_target(node.target)
+        if node.value is not None:
+            self._walk_value(node.value)
+        return False
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> bool:
+        target = node.target
+        if isinstance(target, cst.Name):
+            # `acc += [x]` both reads and rebinds; for a list it also mutates in place
+            self.use.reads.setdefault(target.value, target)
+            self.use.binds.setdefault(target.value, target)
+            self.use.mutates.setdefault(target.value, target)
+        else:
+            self._bind_target(target)
+        self._walk_value(node.value)
+        return False
+
+    def visit_For(self, node: cst.For) -> bool:
+        self._bind_target(node.target)
+        self._walk_value(node.iter)
+        walk(node.body, self)
+        if node.orelse is not None:
+            walk(node.orelse, self)
+        return False
+
+    def visit_CompFor(self, node: cst.CompFor) -> bool:
+        self._bind_target(node.target)
+        self._walk_value(node.iter)
+        for condition in node.ifs:
+            walk(condition, self)
+        if node.inner_for_in is not None:
+            walk(node.inner_for_in, self)
+        return False
+
+    # a comprehension's targets are its own (Python 3): `[a.sum() for a in acts]` reads
+    # `acts` and binds nothing outside; a walrus in it binds where the comprehension is
+    def visit_ListComp(self, node: cst.ListComp) -> bool:
+        return self._comprehension(node.for_in, (node.elt,))
+
+    def visit_SetComp(self, node: cst.SetComp) -> bool:
+        return self._comprehension(node.for_in, (node.elt,))
+
+    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> bool:
+        return self._comprehension(node.for_in, (node.elt,))
+
+    def visit_DictComp(self, node: cst.DictComp) -> bool:
+        return self._comprehension(node.for_in, (node.key, node.value))
+
+    def _comprehension(self, for_in: cst.CompFor, elements: tuple[cst.BaseExpression, ...]) -> bool:
+        outer, inner = self.use, NameUse()
+        self.use = inner
+        try:
+            for element in elements:
+                walk(element, self)
+            walk(for_in, self)  # visit_CompFor: its targets, iterables and conditions
+        finally:
+            self.use = outer
+        own = comprehension_targets(for_in)
+        # the first iterable is evaluated outside the comprehension: its names are the
+        # enclosing scope's even where a target has the same name (`[x for x in x]`)
+        first = _Collector()
+        first._walk_value(for_in.iter)
+        for mine, theirs in ((outer.reads, inner.reads), (outer.binds, inner.binds), (outer.mutates, inner.mutates)):
+            for name, node in theirs.items():
+                if name not in own or (mine is outer.reads and name in first.use.reads):
+                    mine.setdefault(name, node)
+        if inner.control:
+            outer.control.extend(inner.control)
+        return False
+
+    def visit_WithItem(self, node: cst.WithItem) -> bool:
+        self._walk_value(node.item)
+        if node.asname is not None:
+            self._bind_target(node.asname.name)
+        return False
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> bool:
+        self._bind_target(node.target)
+        self._walk_value(node.value)
+        return False
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> bool:
+        if node.type is not None:
+            walk(node.type, self)
+        if node.name is not None:
+            self._bind_target(node.name.name)
+        walk(node.body, self)
+        return False
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for alias in node.names:
+            if alias.asname is not None:
+                self._bind_target(alias.asname.name)
+            else:
+                self.use.binds.setdefault(dotted_name(alias.name).split(".")[0], alias)
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if isinstance(node.names, cst.ImportStar):
+            self.use.control.append(("import *", node))
+            return False
+        for alias in node.names:
+            bound = alias.asname.name if alias.asname is not None else alias.name
+            if isinstance(bound, cst.Name):
+                self._bind_target(bound)
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.use.binds.setdefault(node.name.value, node.name)
+        for decorator in node.decorators:
+            walk(decorator, self)
+        # the body's free names are read when the function runs: count them as reads,
+        # but the body's own bindings and returns are its own business
+        inner = collect(node.body)
+        params = {p.name.value for p in all_params(node.params)}
+        for name, n in inner.reads.items():
+            if name not in params:
+                self.use.reads.setdefault(name, n)
+        for name, n in inner.mutates.items():
+            if name not in params and name not in inner.binds:
+                self.use.mutates.setdefault(name, n)
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        self.use.binds.setdefault(node.name.value, node.name)
+        inner = collect(node.body)
+        for name, n in inner.reads.items():
+            self.use.reads.setdefault(name, n)
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        params = {p.name.value for p in all_params(node.params)}
+        inner = collect(node.body)
+        for name, n in inner.reads.items():
+            if name not in params:
+                self.use.reads.setdefault(name, n)
+        return False
+
+    def visit_Del(self, node: cst.Del) -> bool:
+        target = node.target
+        if isinstance(target, cst.Name):
+            self.use.binds.setdefault(target.value, target)
+        else:
+            self._bind_target(target)
+        return False
+
+    # -- effects ---------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if type(func) is cst.Attribute and func.attr.value in CONTAINER_MUTATORS:
+            name = root_name(func.value)
+            if name is not None:
+                self.use.mutates.setdefault(name, node)
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.use.control.append(("global", node))
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        self.use.control.append(("nonlocal", node))
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self.use.control.append(("return", node))
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        self.use.control.append(("yield", node))
+
+    def visit_Await(self, node: cst.Await) -> None:
+        self.use.control.append(("await", node))
+
+    # -- reads -----------------------------------------------------------------------
+    def visit_Name(self, node: cst.Name) -> None:
+        self.use.reads.setdefault(node.value, node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        self._walk_value(node.value)  # `.attr` is not a name read
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        self._walk_value(node.value)  # a keyword is not a name read
+        return False
+
+
+class _SkippingCollector(_Collector):
+    """Leaves out the subtrees in ``skip``."""
+
+    def __init__(self, skip: tuple[cst.CSTNode, ...]) -> None:
+        super().__init__()
+        self.skip = {id(node) for node in skip}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) not in self.skip and super().on_visit(node)
+
+    def _walk_value(self, expr: cst.BaseExpression) -> None:
+        walk(expr, self)  # every node passes the hook (a name may be left out)
+
+
+#: The node classes of a block's body: a walk that leaves bodies out can refuse them in
+#: the visit methods of these two classes, with no ``on_visit`` hook (which would see
+#: every node, layout included).
+BODY_KINDS = frozenset({cst.IndentedBlock, cst.SimpleStatementSuite})
+
+
+class _BodySkippingCollector(_Collector):
+    """:class:`_SkippingCollector` for the usual ``skip``, bodies of blocks
+    (:data:`BODY_KINDS`)."""
+
+    def __init__(self, skip: tuple[cst.CSTNode, ...]) -> None:
+        super().__init__()
+        self.skip = {id(node) for node in skip}
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
+        return id(node) not in self.skip and super().visit_IndentedBlock(node)
+
+    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> bool:
+        return id(node) not in self.skip
+
+
+def comprehension_targets(for_in: cst.CompFor) -> set[str]:
+    """The names the `for` clauses of a comprehension bind: its own variables."""
+    own: set[str] = set()
+    comp: cst.CompFor | None = for_in
+    while comp is not None:
+        own.update(_target_names(comp.target))
+        comp = comp.inner_for_in
+    return own
+
+
+def _target_names(target: cst.BaseExpression) -> list[str]:
+    """The names a `for` target binds (`x`, `i, (a, b)`, `*rest`); none for `x.a` or `x[i]`."""
+    kind = type(target)
+    if kind is cst.Name:
+        return [target.value]
+    if kind is cst.Tuple or kind is cst.List:
+        return [name for element in target.elements for name in _target_names(element.value)]
+    if kind is cst.StarredElement:
+        return _target_names(target.value)
+    return []
+
+
+def function_locals(func: cst.FunctionDef) -> frozenset[str]:
+    """The names local to a function: its parameters and what its body binds, but those
+    it declares `global` or `nonlocal`."""
+    use = collect(func.body)
+    declared = {
+        name.name.value
+        for kind, node in use.control
+        if kind in ("global", "nonlocal")
+        for name in node.names
+    }
+    params = {p.name.value for p in all_params(func.params)}
+    return frozenset((params | set(use.binds)) - declared)
+
+
+def all_params(params: cst.Parameters) -> list[cst.Param]:
+    """Every parameter of a signature, `*args` and `**kwargs` included."""
+    found = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            found.append(star)
+    return found
+
+
+def target_names(target: cst.BaseExpression) -> list[str]:
+    """Names an assignment or loop target binds, in order (`i`, `(i, prompt)`, `*rest`)."""
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in target_names(element.value)]
+    if isinstance(target, cst.StarredElement):
+        return target_names(target.value)
+    return []
+
+
+def collect(node: cst.CSTNode, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
+    """Names read, bound and mutated anywhere in ``node`` (nested functions included),
+    leaving out the subtrees in ``skip``. The result is shared: do not change it."""
+    return _collect_skipping(node, tuple(skip)) if skip else _collect_whole(node)
+
+
+@functools.lru_cache(maxsize=4096)
+def _collect_skipping(node: cst.CSTNode, skip: tuple[cst.CSTNode, ...]) -> NameUse:
+    # cached like _collect_whole: a pure function of immutable nodes
+    bodies = all(type(s) in BODY_KINDS for s in skip)
+    collector = _BodySkippingCollector(skip) if bodies else _SkippingCollector(skip)
+    walk(node, collector)
+    return collector.use
+
+
+@functools.lru_cache(maxsize=8192)
+def _collect_whole(node: cst.CSTNode) -> NameUse:
+    # A pure function of an immutable node (libcst nodes hash by identity, and the
+    # cache keeps them alive, so an id is never reused while cached). Passes ask about
+    # the same statements again and again, and a new version of the tree shares every
+    # statement a pass did not touch: the names of those are not walked again.
+    collector = _Collector(whole_statements=True)
+    walk(node, collector)
+    return collector.use
+
+
+def collect_all(nodes, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
+    use = NameUse()
+    for node in nodes:
+        use.merge(collect(node, skip))
+    return use
+
+
+# -- liveness: reads that a rebinding kills ------------------------------------------
+
+
+def exposed_reads(stmts) -> dict[str, cst.CSTNode]:
+    """Names the statements may read before binding them for sure: a name read only
+    after an assignment, a `for` target, a `with ... as` or an import that always runs
+    first is not among them (its earlier value is dead there)."""
+    reads: dict[str, cst.CSTNode] = {}
+    bound: set[str] = set()
+    for stmt in stmts:
+        for name, node in _exposed_in(stmt).items():
+            if name not in bound:
+                reads.setdefault(name, node)
+        bound |= definite_binds(stmt)
+    return reads
+
+
+def _exposed_in(stmt: cst.CSTNode) -> dict[str, cst.CSTNode]:
+    kind = type(stmt)
+    if kind is cst.For and stmt.orelse is None:
+        found = dict(collect(stmt.iter).reads)
+        targets = set(target_names(stmt.target))
+        for name, node in exposed_reads(stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else stmt.body.body).items():
+            if name not in targets:
+                found.setdefault(name, node)
+        return found
+    if kind is cst.If:
+        found = dict(collect(stmt.test).reads)
+        for suite in (stmt.body, stmt.orelse):
+            if suite is None:
+                continue
+            inner = [suite] if isinstance(suite, cst.If) else list(suite.body.body) if isinstance(suite, cst.Else) else list(suite.body)
+            for name, node in exposed_reads(inner).items():
+                found.setdefault(name, node)
+        return found
+    if kind is cst.With:
+        found: dict[str, cst.CSTNode] = {}
+        bound: set[str] = set()
+        for item in stmt.items:
+            for name, node in collect(item.item).reads.items():
+                found.setdefault(name, node)
+            if item.asname is not None:
+                bound |= set(target_names(item.asname.name))
+        for name, node in exposed_reads(list(stmt.body.body)).items():
+            if name not in bound:
+                found.setdefault(name, node)
+        return found
+    if kind is cst.Try:
+        # a handler's `as e` binds `e` before its body reads it
+        found = dict(exposed_reads(list(stmt.body.body)))
+        for handler in stmt.handlers:
+            if handler.type is not None:
+                for name, node in collect(handler.type).reads.items():
+                    found.setdefault(name, node)
+            own = set(target_names(handler.name.name)) if handler.name is not None else set()
+            for name, node in exposed_reads(list(handler.body.body)).items():
+                if name not in own:
+                    found.setdefault(name, node)
+        for suite in (stmt.orelse, stmt.finalbody):
+            if suite is not None:
+                for name, node in exposed_reads(list(suite.body.body)).items():
+                    found.setdefault(name, node)
+        return found
+    return collect(stmt).reads  # anything else: every read counts (conservative)
+
+
+def definite_binds(stmt: cst.CSTNode) -> set[str]:
+    """Names the statement binds whenever it completes normally."""
+    kind = type(stmt)
+    if kind is cst.SimpleStatementLine:
+        found: set[str] = set()
+        for small in stmt.body:
+            if type(small) is cst.Assign:
+                for target in small.targets:
+                    found |= set(target_names(target.target))
+            elif type(small) is cst.AnnAssign and small.value is not None:
+                found |= set(target_names(small.target))
+            elif type(small) in (cst.Import, cst.ImportFrom):
+                found |= set(collect(small).binds)
+        return found
+    if kind in (cst.FunctionDef, cst.ClassDef):
+        return {stmt.name.value}
+    if kind is cst.With:
+        found = set()
+        for item in stmt.items:
+            if item.asname is not None:
+                found |= set(target_names(item.asname.name))
+        return found | _definite_in(stmt.body.body)
+    if kind is cst.If and stmt.orelse is not None:
+        other = stmt.orelse
+        rest = definite_binds(other) if isinstance(other, cst.If) else _definite_in(other.body.body)
+        return _definite_in(stmt.body.body) & rest
+    if kind is cst.Try:
+        # completed normally: the body (and `else:`) ran to its end, or one handler did
+        ends = [_definite_in(stmt.body.body) | (_definite_in(stmt.orelse.body.body) if stmt.orelse else set())]
+        ends += [_definite_in(handler.body.body) for handler in stmt.handlers]
+        return set.intersection(*ends) | (_definite_in(stmt.finalbody.body.body) if stmt.finalbody else set())
+    return set()
+
+
+def _definite_in(statements) -> set[str]:
+    """Names a run of statements binds whenever it completes normally."""
+    return set().union(*(definite_binds(s) for s in statements))
+
+
+def name_assignment(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
+    """`name = value` alone on its line → (name, value); else None."""
+    if type(stmt) is not cst.SimpleStatementLine or len(stmt.body) != 1:
+        return None
+    small = stmt.body[0]
+    if type(small) is not cst.Assign or len(small.targets) != 1 or type(small.targets[0].target) is not cst.Name:
+        return None
+    return small.targets[0].target.value, small.value
+
+
+def returned_name(func: cst.FunctionDef) -> str | None:
+    """The name every `return` of the function's own body returns, if one (`return
+    logits` everywhere); None when a return gives anything else, or there is none."""
+    names = {stmt.value.value if type(stmt.value) is cst.Name else None for stmt in _own_returns(func.body)}
+    return names.pop() if len(names) == 1 else None
+
+
+def _own_returns(node: cst.CSTNode) -> Iterator[cst.Return]:
+    """The `return` statements of a function body, not of functions defined in it."""
+    for child in node.children:
+        if type(child) is cst.Return:
+            yield child
+        elif type(child) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            yield from _own_returns(child)

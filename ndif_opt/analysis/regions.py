@@ -1,0 +1,489 @@
+"""Questions about a run of statements that might move into one remote request.
+
+A *region* is a slice ``suite.body[start:end]``. Moving it into a session means: its
+client code runs on the server, and only saved values come back. These helpers say
+what the rest of the script would miss (names read after the region), which client
+objects the region mutates, and how many requests it issues.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ndif_opt.analysis.facts import Block, Facts, StmtInfo
+from ndif_opt.analysis.names import (
+    all_params,
+    collect,
+    definite_binds,
+    exposed_reads,
+    name_assignment,
+    target_names,
+)
+from ndif_opt.syntax.positions import code_of
+from ndif_opt.analysis.retries import retry_guard
+from ndif_opt.syntax.rewrite import empty_container_kind
+from ndif_opt.syntax.walk import all_nodes
+
+UNKNOWN_TRIPS = 2  # a loop of unknown length issues "many" requests: at least two
+
+
+def owner_statement(facts: Facts, suite: cst.CSTNode) -> StmtInfo | None:
+    """The compound statement whose indented block is ``suite`` (None for the module)."""
+    if isinstance(suite, cst.Module):
+        return None
+    for info in facts.statements.values():
+        if info.suite is suite:
+            if not info.ancestors:
+                return None
+            owner = info.ancestors[-1]
+            return facts.statements.get(id(owner))
+    return None
+
+
+def reads_after(facts: Facts, suite: cst.CSTNode, end: int) -> dict[str, cst.CSTNode]:
+    """Names the script may read after ``suite.body[:end]`` has run (conservative)."""
+    reads: dict[str, cst.CSTNode] = {}
+    killed: set[str] = set()  # bound for sure before any read still to come
+
+    def add(found: dict[str, cst.CSTNode]) -> None:
+        for name, node in found.items():
+            if name not in killed:
+                reads.setdefault(name, node)
+
+    def run(stmts) -> None:
+        add(exposed_reads(stmts))
+        for stmt in stmts:
+            killed.update(definite_binds(stmt))
+
+    run(suite.body[end:])
+    info = owner_statement(facts, suite)
+    in_function = False
+    while info is not None:
+        node = info.node
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            in_function = isinstance(node, cst.FunctionDef)
+            break
+        if isinstance(node, cst.For):
+            # the loop runs its body again, its target bound anew first
+            targets = set(target_names(node.target))
+            add({n: v for n, v in exposed_reads(node.body.body).items() if n not in targets})
+            if node.orelse is not None:
+                add(collect(node.orelse).reads)
+        elif isinstance(node, cst.While):
+            add(collect(node).reads)  # the loop runs its test and body again
+        run(info.suite.body[info.index + 1 :])
+        info = facts.statements.get(id(info.ancestors[-1])) if info.ancestors else None
+        if info is None:
+            break
+    if not in_function:
+        # module-level names are also read by functions called later (their own
+        # parameters and locals are other variables)
+        for func in facts.functions.values():
+            body = collect(func.body)
+            local = set(body.binds) | {p.name.value for p in all_params(func.params)}
+            for name, node in body.reads.items():
+                if name not in local:
+                    reads.setdefault(name, node)
+    return reads
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    name: str
+    kind: str  # list | dict | carried (any fresh object, sent to the session and saved there)
+    stmt: cst.SimpleStatementLine | None  # the `name = []` statement (None: carried)
+    index: int  # its index in the suite (-1: carried)
+
+
+# Calls that return a new object nothing else refers to.
+FRESH_OBJECT_CALLS = frozenset(
+    {
+        "list", "dict", "set", "collections.defaultdict", "collections.OrderedDict", "collections.Counter",
+        "collections.deque", "torch.zeros", "torch.ones", "torch.full", "torch.empty", "torch.zeros_like",
+        "torch.ones_like", "torch.full_like", "torch.empty_like", "torch.tensor", "numpy.zeros", "numpy.ones",
+        "numpy.full", "numpy.empty",
+    }
+)
+
+
+def carried_container(
+    facts: Facts, name: str, suite: cst.CSTNode, end: int | None = None
+) -> tuple[Accumulator | None, str]:
+    """A container the region may take with it into the session (``name =
+    nnsight.save(name)`` at its start) and bring back: bound only to new objects that
+    no other name refers to, in the scope of ``suite``, and never aliased there. With
+    ``end`` (the region ends before ``suite.body[end]``), a second name given after the
+    region is given to what came back, and counts only when a loop runs the region again."""
+    info = owner_statement(facts, suite)
+    func = None
+    if info is not None:
+        func = next((a for a in reversed((*info.ancestors, info.node)) if isinstance(a, cst.FunctionDef)), None)
+    scope = func.body if func is not None else facts.module
+    if func is not None and name in {p.name.value for p in all_params(func.params)}:
+        return None, f"`{name}` is a parameter: the caller's object would not see the changes"
+    bindings = [value for stmt, value in facts.bindings.get(name, ()) if stmt.function is func]
+    bindings += _unpacked_bindings(scope, name)
+    if not bindings:
+        return None, f"`{name}` is not created in this function or module by a plain assignment"
+    for value in bindings:
+        if not _fresh_object(value, facts):
+            return None, (
+                f"`{name}` is bound to `{_short(value)}`, which may be shared with other names; "
+                "only a new list, dict, set or tensor can travel to the session and back"
+            )
+    later: list[cst.CSTNode] = []
+    if end is not None and not _in_loop(info, func):
+        later = list(suite.body[end:])
+        owner = info
+        while owner is not None and owner.node is not func:
+            later += owner.suite.body[owner.index + 1 :]  # what follows the enclosing blocks
+            owner = facts.statements.get(id(owner.ancestors[-1])) if owner.ancestors else None
+    if _aliased(name, scope, later):
+        return None, f"`{name}` is also reachable through another name, which would not see the session's changes"
+    return Accumulator(name, "carried", None, -1), ""
+
+
+def _unpacked_bindings(scope: cst.CSTNode, name: str) -> list[cst.BaseExpression]:
+    """The values ``name`` gets from `a, b = {}, []` statements directly in ``scope``."""
+    found = []
+    for stmt in getattr(scope, "body", ()):
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.Tuple)):
+                continue
+            for target in small.targets:
+                if isinstance(target.target, cst.Tuple) and len(target.target.elements) == len(small.value.elements):
+                    for element, value in zip(target.target.elements, small.value.elements):
+                        if isinstance(element.value, cst.Name) and element.value.value == name:
+                            found.append(value.value)
+    return found
+
+
+def _fresh_object(expr: cst.BaseExpression, facts: Facts) -> bool:
+    if isinstance(expr, (cst.List, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp)):
+        return True
+    if isinstance(expr, cst.Call):
+        from ndif_opt.analysis.facts import qualify
+
+        path = qualify(expr.func, facts.imports) or ""
+        return path in FRESH_OBJECT_CALLS or path.split(".")[-1] in ("defaultdict",)
+    return False
+
+
+def _in_loop(info: StmtInfo | None, func: cst.FunctionDef | None) -> bool:
+    """Is the suite whose owner is ``info`` run more than once inside its scope?"""
+    if info is None:
+        return False
+    chain = (*info.ancestors, info.node)
+    start = chain.index(func) + 1 if func is not None and func in chain else 0
+    return any(isinstance(node, (cst.For, cst.While)) for node in chain[start:])
+
+
+def _aliased(name: str, scope: cst.CSTNode, later=()) -> bool:
+    """Does ``name``'s object get a second name anywhere in ``scope`` but ``later``?"""
+    finder = _AliasFinder(name, {id(n) for n in later})
+    scope.visit(finder)
+    return finder.found
+
+
+class _AliasFinder(cst.CSTVisitor):
+    """Finds where a name's object gets a second name: `other = name`, `x.attr = name`,
+    `container.append(name)`, `{"k": name}`, `return name`, `global name`."""
+
+    def __init__(self, name: str, skip: set[int] = frozenset()) -> None:
+        self.name = name
+        self.skip = skip
+        self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) not in self.skip and super().on_visit(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.found |= _is_name(node.value, self.name)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        return False  # `a, b = ...` binds names, it does not store them
+
+    def visit_For(self, node: cst.For) -> bool:
+        node.iter.visit(self)
+        node.body.visit(self)
+        if node.orelse is not None:
+            node.orelse.visit(self)
+        return False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("append", "extend", "insert", "add", "update", "setdefault"):
+            self.found |= any(_is_name(a.value, self.name) for a in node.args)
+
+    def visit_Element(self, node: cst.Element) -> None:
+        self.found |= _is_name(node.value, self.name)
+
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        self.found |= _is_name(node.value, self.name)
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self.found |= node.value is not None and _is_name(node.value, self.name)
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.found |= any(n.name.value == self.name for n in node.names)
+
+
+def _is_name(expr: cst.BaseExpression | None, name: str) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == name
+
+
+def _short(expr: cst.BaseExpression) -> str:
+    text = code_of(expr)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def find_accumulator(
+    facts: Facts, name: str, suite: cst.CSTNode, start: int
+) -> tuple[Accumulator | None, str]:
+    """The `name = []`-like statement before ``suite.body[start]`` that the region may
+    take over, or None and the reason it cannot."""
+    body = suite.body
+    for index in range(start - 1, -1, -1):
+        stmt = body[index]
+        use = collect(stmt)
+        if name in use.binds:
+            kind = empty_container_binding(stmt, name)
+            if kind is None:
+                return None, f"`{name}` is not created as an empty list or dict right before"
+            return Accumulator(name, kind, stmt, index), ""
+        if name in use.reads or name in use.mutates:
+            return None, f"`{name}` is used on your machine before the remote code runs"
+    return None, f"`{name}` is not created in the same block of code as the loop (it comes from an enclosing block or function)"
+
+
+def empty_container_binding(stmt: cst.BaseStatement, name: str) -> str | None:
+    """"list" / "dict" when ``stmt`` is `name = []` / `name = {}` (or `list()`, `dict()`)."""
+    found = name_assignment(stmt)
+    return empty_container_kind(found[1]) if found is not None and found[0] == name else None
+
+
+def trip_count(loop: cst.CSTNode, facts: Facts) -> int | None:
+    """Iterations of a `for` loop when they are known statically, else None."""
+    if type(loop) is not cst.For:
+        return None
+    if retry_guard(loop, facts) is not None:
+        return 1  # a retry sends its request once when it succeeds
+    return iterable_length(loop.iter, facts)
+
+
+def dict_view_length(expr: cst.BaseExpression, facts: Facts) -> int | None:
+    """Entries of `D.items()` / `.keys()` / `.values()` (or `for k in D`) when `D` is a
+    dict literal, or a name bound once to one: `{"a": ..., "b": ...}` has 2."""
+    if type(expr) is cst.Call and type(expr.func) is cst.Attribute and not expr.args \
+            and expr.func.attr.value in ("items", "keys", "values"):
+        expr = expr.func.value
+    if type(expr) is cst.Name:
+        expr = facts.constant(expr.value)
+    if type(expr) is not cst.Dict or any(type(e) is not cst.DictElement for e in expr.elements):
+        return None
+    return len(expr.elements)
+
+
+def iterable_length(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> int | None:
+    if depth > 5:
+        return None
+    entries = dict_view_length(expr, facts)
+    if entries is not None:
+        return entries
+    # exact classes (libcst's have no subclasses): an ABC isinstance costs more than the answer
+    kind = type(expr)
+    if kind is cst.List or kind is cst.Tuple or kind is cst.Set:
+        if any(type(e) is cst.StarredElement for e in expr.elements):
+            return None
+        return len(expr.elements)
+    if kind is cst.Name:
+        value = facts.constant(expr.value)
+        return None if value is None else iterable_length(value, facts, depth + 1)
+    if kind is cst.Call and type(expr.func) is cst.Name:
+        func = expr.func.value
+        args = [a.value for a in expr.args if a.keyword is None and not a.star]
+        if func == "range" and 1 <= len(args) <= 3:
+            values = [int_value(a, facts) for a in args]
+            if any(v is None for v in values):
+                return None
+            return len(range(*values))
+        if func in ("enumerate", "list", "tuple", "reversed", "sorted", "tqdm") and args:
+            return iterable_length(args[0], facts, depth + 1)
+        if func == "zip" and args:
+            lengths = [iterable_length(a, facts, depth + 1) for a in args]
+            return None if any(n is None for n in lengths) else min(lengths)
+    return None
+
+
+def int_value(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> int | None:
+    if depth > 5:
+        return None
+    if isinstance(expr, cst.Integer):
+        return int(expr.value, 0)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        value = int_value(expr.expression, facts, depth + 1)
+        return None if value is None else -value
+    if isinstance(expr, cst.Name):
+        value = facts.constant(expr.value)
+        return None if value is None else int_value(value, facts, depth + 1)
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "len":
+        if len(expr.args) == 1:
+            return iterable_length(expr.args[0].value, facts, depth + 1)
+    if isinstance(expr, cst.BinaryOperation):
+        return arithmetic(expr, lambda operand: int_value(operand, facts, depth + 1))
+    return None
+
+
+def arithmetic(expr: cst.BinaryOperation, integer) -> int | None:
+    """``a + b``, ``a - b``, ``a * b``, ``a // b`` of integers, the operands valued by
+    ``integer`` (None when one is unknown, or for any other operator)."""
+    left, right = integer(expr.left), integer(expr.right)
+    if left is None or right is None:
+        return None
+    op = type(expr.operator)
+    if op is cst.Add:
+        return left + right
+    if op is cst.Subtract:
+        return left - right
+    if op is cst.Multiply:
+        return left * right
+    if op is cst.FloorDivide and right:
+        return left // right
+    return None
+
+
+def requests_in(blocks: list[Block], region: list[cst.CSTNode], facts: Facts, unknown: int = UNKNOWN_TRIPS) -> int:
+    """How many requests the outermost ``blocks`` of a region issue, loops counted (a loop
+    of unknown length as ``unknown`` iterations)."""
+    inside = {id(n) for n in region}
+    total = 0
+    for block in blocks:
+        count = 1
+        chain = block.stmt.ancestors + (block.node,)
+        entered = False
+        for node in chain:
+            if id(node) in inside:
+                entered = True
+            if entered and (type(node) is cst.For or type(node) is cst.While):
+                trips = trip_count(node, facts)
+                count *= unknown if trips is None else trips
+        total += count
+    return total
+
+
+# Names through which code reads an object's attributes without spelling them.
+_REFLECTION = frozenset({
+    "getattr", "hasattr", "vars", "setattr", "__dict__", "pickle", "dill", "cloudpickle", "deepcopy",
+    "asdict", "astuple", "__getstate__", "__reduce__", "__reduce_ex__", "__getattr__", "__getattribute__",
+})
+
+
+def self_attributes_read_after(
+    facts: Facts, region: list[cst.BaseStatement], attrs: list[str], moved: frozenset[str]
+) -> dict[str, str]:
+    """For each of ``attrs``, why code may read ``self.<attr>`` after ``region``
+    (statements of a method) has run, or "" when no code can: only methods of the class
+    that only the session runs read it (``moved``: the methods the region calls inside the
+    session, and those only they call; not the region's own lines, some of which may stay
+    on your machine); the class has no bases or decorators; neither ``self`` nor an
+    instance of the class is handed to other code (an argument, a return value, an alias,
+    a bound method); and nothing reads attributes by reflection. The module is read once
+    for all of them."""
+    info = facts.statements.get(id(region[0]))
+    method = info.function if info is not None else None
+    at = info.ancestors.index(method) if method is not None else 0
+    cls = info.ancestors[at - 1] if at > 0 else None
+    if not isinstance(cls, cst.ClassDef):
+        return dict.fromkeys(attrs, "the code is not in a method of a class")
+    if cls.decorators or any(code_of(b.value) != "object" for b in cls.bases):
+        return dict.fromkeys(attrs, f"`{cls.name.value}` has bases or decorators, which may read it")
+    nodes = all_nodes(facts.module)
+    reflection = sorted({n.value for n in nodes if type(n) is cst.Name} & _REFLECTION)
+    if reflection:
+        return dict.fromkeys(attrs, f"the script reads attributes by name (`{reflection[0]}`)")
+    parents = {id(child): node for node in nodes for child in node.children}
+    methods = {m.name.value: m for m in cls.body.body if isinstance(m, cst.FunctionDef)}
+    escape = _escaping_instance(nodes, parents, cls, methods)
+    if escape:
+        return dict.fromkeys(attrs, escape)
+    inside = {id(n) for stmt in region for n in all_nodes(stmt)}
+
+    def owner(node: cst.CSTNode) -> cst.FunctionDef | None:
+        while node is not None:
+            if type(node) is cst.FunctionDef and methods.get(node.name.value) is node:
+                return node
+            node = parents.get(id(node))
+        return None
+
+    live: dict[str, bool] = {}
+
+    def runs_after(function: cst.FunctionDef) -> bool:
+        """May this method of the class run after the region?"""
+        name = function.name.value
+        if function is method or name.startswith("__"):
+            return True  # (the region's own method: its code after the region, or a second call)
+        if name not in live:
+            live[name] = False  # (a method that calls itself)
+            live[name] = any(
+                name not in moved if id(ref) in inside else owner(ref) is None or runs_after(owner(ref))
+                for ref in nodes if type(ref) is cst.Attribute and ref.attr.value == name
+            )
+        return live[name]
+
+    def read_after(read: cst.Attribute) -> str:
+        """Why this read of the attribute may come after the region, or ""."""
+        target = parents.get(id(read))
+        if type(target) is cst.AssignTarget and target.target is read:
+            return ""  # `self.x = ...` stores it
+        if id(read) in inside:
+            # the region's own code: a line of it may stay on your machine and run after
+            return f"`{code_of(read)}` reads it in the code that moves"
+        function = owner(read)
+        if function is None:
+            return f"`{code_of(read)}` reads it outside `{cls.name.value}`"
+        if runs_after(function):
+            return f"`{code_of(read)}` in `{function.name.value}` may read it after"
+        return ""
+
+    reasons = dict.fromkeys(attrs, "")
+    for read in nodes:
+        if type(read) is cst.Attribute and reasons.get(read.attr.value) == "":
+            reasons[read.attr.value] = read_after(read)
+    return reasons
+
+
+def _escaping_instance(nodes, parents, cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> str:
+    """Why an instance of ``cls`` may reach code that reads its attributes, or ""."""
+    name = cls.name.value
+    holders: set[str] = set()
+    for method in methods.values():
+        if method.params.params:
+            holders.add(method.params.params[0].name.value)
+    for node in nodes:
+        if type(node) is cst.Call and code_of(node.func) == name:
+            parent = parents.get(id(node))
+            if type(parent) is cst.Assign:
+                for target in parent.targets:
+                    holders.update(target_names(target.target))
+            elif not (type(parent) is cst.Attribute and parent.value is node):
+                return f"an instance of `{name}` is handed to other code"
+    for node in nodes:
+        if type(node) is not cst.Name or node.value not in holders:
+            continue
+        parent = parents.get(id(node))
+        kind = type(parent)
+        if kind is cst.Attribute:
+            if parent.attr is node:
+                continue
+            grand = parents.get(id(parent))
+            if parent.attr.value in methods and not (type(grand) is cst.Call and grand.func is parent):
+                return f"`{code_of(parent)}` hands a method of `{name}` to other code"
+            continue
+        if kind in (cst.Param, cst.AssignTarget) or (kind is cst.Arg and parent.keyword is node):
+            continue
+        return f"`{node.value}` (an instance of `{name}`) is handed to other code"
+    return ""

@@ -1,0 +1,512 @@
+"""Same-file functions that run remote traces: `def run(prompt): with model.trace(...)`.
+
+Real scripts put the trace in a helper and call it from a loop. Such a call can move
+into a session like an inline trace, provided the helper is called there with remote
+disabled (its trace then joins the session's request) and its own code may run on the
+server. This module finds those helpers and says, per call, which session flag the call
+implies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ndif_opt.analysis.facts import CONTEXT_DECORATORS, Block, Facts, Remote, qualify
+from ndif_opt.analysis.effects import ServerCheck
+from ndif_opt.analysis.names import collect
+from ndif_opt.syntax.positions import code_of
+from ndif_opt.analysis.retries import RetryGuard, RetryWrapper, function_guard, retry_wrappers, unwrapped_call
+from ndif_opt.syntax.walk import find_nodes, walk
+
+FLAG_PARAMETER = "remote"
+
+
+@dataclass
+class RemoteHelper:
+    name: str
+    func: cst.FunctionDef
+    blocks: list[Block]
+    model: str
+    flag_param: str | None  # the parameter the blocks use as their flag, if any
+    flag_code: str  # the blocks' flag expression
+    problems: list[str] = field(default_factory=list)  # why calls cannot move (empty: they can)
+    context_decorators: list[cst.BaseExpression] = field(default_factory=list)  # as `with` items
+    retry: RetryGuard | None = None  # the retry around its trace, if any
+    model_param: str | None = None  # the parameter that holds the model, when it is one
+    self_stores: tuple[str, ...] = ()  # a method's `self.x = ...` attributes (outside its blocks)
+    mutated_params: dict[str, int | None] = field(default_factory=dict)  # name -> position
+    bound: bool = False  # a method of a same-file class, called as `self.name(...)`
+    # a module name its flag reads is assigned again after the function is defined (a
+    # later cell sets `REMOTE = True`): a default would freeze the first value
+    flag_changes_later: bool = False
+    wrappers: dict[str, RetryWrapper] = field(default_factory=dict)  # the file's retry wrappers
+
+    def positions(self) -> dict[str, int | None]:
+        """The parameters a call's arguments fill, by position (`self` is not among them)."""
+        found = _positions(self.func)
+        if not self.bound:
+            return found
+        return {n: (None if i is None else i - 1) for n, i in found.items() if i != 0}
+
+    def direct(self, call: cst.Call) -> cst.Call:
+        """The call as made without a retry wrapper: `with_retries(run, x)` → `run(x)`."""
+        return unwrapped_call(call, self.wrappers)
+
+    def flag_reads(self) -> set[str]:
+        """The names its flag expression reads."""
+        return set(collect(cst.parse_expression(self.flag_code)).reads)
+
+    def flag_locals(self, reads: set[str] | None = None) -> set[str]:
+        """The names of the function itself (parameters, locals) that its flag reads:
+        `self` in `remote=self.remote`, `remote` after `remote = config.remote`."""
+        reads = self.flag_reads() if reads is None else reads
+        return reads & (set(_positions(self.func)) | set(collect(self.func.body).binds))
+
+    def call_model(self, call: cst.Call) -> str | None:
+        """The model this call traces, as a name at the call site; None if not a plain name."""
+        if self.model_param is None:
+            return self.model
+        value = self.argument(call, self.model_param)
+        return value.value if isinstance(value, cst.Name) else None
+
+    def wrapper_of(self, call: cst.Call) -> RetryWrapper | None:
+        return self.wrappers.get(call.func.value) if isinstance(call.func, cst.Name) else None
+
+    def call_flag(self, call: cst.Call) -> str | None:
+        """The remote flag this call runs the helper with, as code; None if unknown (or
+        computed inside the helper: `remote = config.remote` means nothing at the call)."""
+        if self.flag_param is None:
+            inside = self.flag_locals()
+            if self.bound:
+                inside.discard("self")  # called as `self.name(...)`: the caller's `self`
+            return None if inside else self.flag_code
+        value = self.argument(call, self.flag_param)
+        if value is not None:
+            return code_of(value)
+        default = _param(self.func, self.flag_param)
+        return None if default is None or default.default is None else code_of(default.default)
+
+    def argument(self, call: cst.Call, name: str) -> cst.BaseExpression | None:
+        call = self.direct(call)
+        position = self.positions().get(name)
+        for index, arg in enumerate(call.args):
+            if arg.keyword is not None and arg.keyword.value == name:
+                return arg.value
+            if arg.keyword is None and not arg.star and position is not None and index == position:
+                return arg.value
+        return None
+
+    @property
+    def new_parameter(self) -> str:
+        """The flag parameter to add when the blocks use a literal or a global flag."""
+        if self.flag_param is not None:
+            return self.flag_param
+        taken = set(collect(self.func.body).binds) | set(_positions(self.func)) | set(collect(self.func.body).reads)
+        return FLAG_PARAMETER if FLAG_PARAMETER not in taken else "ndif_remote"
+
+
+def remote_helpers(facts: Facts, server: ServerCheck) -> dict[str, RemoteHelper]:
+    helpers: dict[str, RemoteHelper] = {}
+    wrappers = retry_wrappers(facts)
+    for name, func in facts.functions.items():
+        blocks = [
+            b for b in facts.blocks
+            if b.parent is None and b.stmt.function is func and b.remote.state is not Remote.NO
+        ]
+        if blocks:
+            helpers[name] = _describe(name, func, blocks, facts, server)
+            helpers[name].wrappers = wrappers
+            helpers[name].flag_changes_later = _rebound_after(helpers[name], facts)
+    for name, method in self_methods(facts).items():
+        blocks = [
+            b for b in facts.blocks
+            if b.parent is None and b.stmt.function is method and b.remote.state is not Remote.NO
+        ]
+        if blocks:
+            helpers[name] = _describe(name, method, blocks, facts, server, bound=True)
+            helpers[name].wrappers = wrappers
+    return helpers
+
+
+def _rebound_after(helper: RemoteHelper, facts: Facts) -> bool:
+    """Is a module name the helper's flag reads assigned after the helper's `def` (or
+    declared `global` in a function, which may assign it at any time)?"""
+    try:
+        reads = helper.flag_reads()
+    except cst.ParserSyntaxError:
+        return True
+    names = reads - helper.flag_locals(reads)
+    if not names:
+        return False
+    info = facts.stmt(helper.func)
+    top = facts.stmt(info.ancestors[0]).index if info.ancestors else info.index  # its top-level statement
+    if any(names & set(collect(stmt).binds) for stmt in facts.module.body[top + 1:]):
+        return True
+    return any(names & {n.name.value for n in g.names}
+               for g in find_nodes(facts.module, lambda n: type(n) is cst.Global))
+
+
+def self_methods(facts: Facts) -> dict[str, cst.FunctionDef]:
+    """`self.name` -> the method, for the plain methods of the file's top-level classes
+    whose name no other class of the file also uses (once per version of the tree)."""
+    return facts.once("helpers:self-methods", lambda: _self_methods(facts))
+
+
+def _self_methods(facts: Facts) -> dict[str, cst.FunctionDef]:
+    found: dict[str, cst.FunctionDef] = {}
+    seen: set[str] = set()
+    for stmt in facts.module.body:
+        if not isinstance(stmt, cst.ClassDef) or not isinstance(stmt.body, cst.IndentedBlock):
+            continue
+        for member in stmt.body.body:
+            if not isinstance(member, cst.FunctionDef) or member.decorators:
+                continue
+            params = member.params.params
+            if not params or params[0].name.value != "self":
+                continue
+            key = f"self.{member.name.value}"
+            if key in seen:
+                found.pop(key, None)  # two classes: `self.name` could be either
+                continue
+            seen.add(key)
+            found[key] = member
+    return found
+
+
+def called_helper(call: cst.Call, helpers: dict[str, RemoteHelper]) -> RemoteHelper | None:
+    """The helper a call runs: `run(x)`, or `run` through a retry wrapper: `with_retries(run, x)`."""
+    # exact classes (libcst's have no subclasses): this runs for every call of a statement,
+    # and an ABC isinstance costs more than the answer
+    func = call.func
+    kind = type(func)
+    if kind is cst.Attribute:
+        if type(func.value) is cst.Name and func.value.value == "self":
+            return helpers.get(f"self.{func.attr.value}")
+        return None
+    if kind is not cst.Name:
+        return None
+    helper = helpers.get(func.value)
+    if helper is not None or not helpers:
+        return helper
+    direct = unwrapped_call(call, next(iter(helpers.values())).wrappers)  # (every helper holds them)
+    return helpers.get(direct.func.value) if direct is not call else None
+
+
+def _describe(name, func, blocks, facts: Facts, server: ServerCheck, bound: bool = False) -> RemoteHelper:
+    first = blocks[0]
+    flag_code = first.remote.code
+    params = _positions(func)
+    helper = RemoteHelper(
+        name=name,
+        func=func,
+        blocks=blocks,
+        model=first.model,
+        flag_param=flag_code if flag_code in params else None,
+        flag_code=flag_code or "True",
+        bound=bound,
+    )
+    # a helper that opens its own session joins the caller's like one that traces: called
+    # with `remote=False` its session runs inside the caller's (measured: a local session
+    # nested in a remote one runs on the server)
+    if len({b.model for b in blocks}) != 1 or len({b.remote.code for b in blocks}) != 1:
+        helper.problems.append(f"`{name}` mixes models or remote flags")
+    if any(b.remote.via_kwargs for b in blocks):
+        helper.problems.append(f"`{name}` passes `remote=` inside `**kwargs`")
+    if first.model in params and not (bound and first.model == "self"):
+        helper.model_param = first.model  # the caller hands the model over
+    elif bound and first.model.startswith("self."):
+        pass  # the instance's model: the caller's `self` holds the same one
+    elif first.model not in facts.models:
+        helper.problems.append(f"`{name}` traces `{first.model}`, which is not a model defined in this file")
+    contexts = [_context_of(d.decorator, facts) for d in func.decorators]
+    if None in contexts:
+        # measured: the copy of a decorated function that a request carries runs without
+        # the names of its module (NameError on the model) inside a session
+        other = func.decorators[contexts.index(None)].decorator
+        helper.problems.append(
+            f"`{name}` is decorated (`@{code_of(other)}`), and the copy of it that a "
+            "session carries to NDIF cannot see this file's names"
+        )
+    else:
+        helper.context_decorators = contexts
+    helper.retry = function_guard(func, facts)
+    use = collect(func.body)
+    # what the function changes outside its blocks (inside them it intervenes on the model);
+    # a method's plain `self.x = value` is a store the session can bring back
+    blank = _BlankBlocks({id(b.node) for b in blocks}, self_stores=bound)
+    outside = collect(func.body.visit(blank))
+    helper.self_stores = tuple(sorted(set(blank.stores)))
+    for kind, _node in use.control:
+        if kind in ("global", "nonlocal", "yield", "await"):
+            helper.problems.append(f"`{name}` uses `{kind}`")
+    for problem in server.problems(func.body, skip=tuple(b.node.body for b in blocks)):
+        if problem.kind != "control":
+            helper.problems.append(f"`{name}` {problem.message}")
+    for mutated in outside.mutates:
+        if bound and mutated == "self":
+            helper.problems.append(
+                f"`{name}` changes `self` in place (not only `self.x = ...`), and in a session the change "
+                "would happen to the server's copy of it"
+            )
+        elif mutated in params:
+            helper.mutated_params[mutated] = params[mutated]
+        elif mutated not in use.binds and mutated not in facts.models:
+            helper.problems.append(f"`{name}` changes `{mutated}`, which lives on your machine")
+    return helper
+
+
+class _BlankBlocks(cst.CSTTransformer):
+    """The code with the bodies of the given blocks emptied; with ``self_stores``, each
+    `self.x = value` said as `value` alone, and `x` noted in ``stores``."""
+
+    def __init__(self, blocks: set[int], self_stores: bool = False) -> None:
+        super().__init__()
+        self.blocks = blocks
+        self.self_stores = self_stores
+        self.stores: list[str] = []
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.BaseSmallStatement:
+        if not self.self_stores or len(updated.targets) != 1:
+            return updated
+        target = updated.targets[0].target
+        if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == "self":
+            self.stores.append(target.attr.value)
+            return cst.Expr(value=updated.value)
+        return updated
+
+    def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
+        if id(original) not in self.blocks:
+            return updated
+        return updated.with_changes(body=cst.IndentedBlock(body=[cst.SimpleStatementLine([cst.Pass()])]))
+
+
+def _context_of(decorator: cst.BaseExpression, facts: Facts) -> cst.BaseExpression | None:
+    """The context manager a grad-mode decorator stands for (`@torch.no_grad` and
+    `@torch.no_grad()` both give `torch.no_grad()`); None for any other decorator."""
+    func = decorator.func if isinstance(decorator, cst.Call) else decorator
+    if qualify(func, facts.imports) not in CONTEXT_DECORATORS:
+        return None
+    return decorator if isinstance(decorator, cst.Call) else cst.Call(func=decorator)
+
+
+def _positions(func: cst.FunctionDef) -> dict[str, int | None]:
+    found: dict[str, int | None] = {}
+    for index, param in enumerate(list(func.params.posonly_params) + list(func.params.params)):
+        found[param.name.value] = index
+    for param in func.params.kwonly_params:
+        found[param.name.value] = None
+    return found
+
+
+def _param(func: cst.FunctionDef, name: str) -> cst.Param | None:
+    for param in list(func.params.posonly_params) + list(func.params.params) + list(func.params.kwonly_params):
+        if param.name.value == name:
+            return param
+    return None
+
+
+def helper_calls(node: cst.CSTNode, helpers: dict[str, RemoteHelper]) -> list[tuple[cst.Call, RemoteHelper]]:
+    if not helpers:
+        return []  # most scripts have none: no need to walk the tree
+    finder = _HelperCallFinder(helpers)
+    walk(node, finder)
+    return finder.found
+
+
+class _HelperCallFinder(cst.CSTVisitor):
+    """The calls of the given helpers, outside nested functions (a class of its own, not
+    one per call: a walk learns a visitor class's methods once)."""
+
+    def __init__(self, helpers: dict[str, RemoteHelper]) -> None:
+        self.helpers = helpers
+        self.found: list[tuple[cst.Call, RemoteHelper]] = []
+
+    def visit_Call(self, call: cst.Call) -> None:
+        helper = called_helper(call, self.helpers)
+        if helper is not None:
+            self.found.append((call, helper))
+
+    def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
+        return False
+
+
+def call_multiplicity(stmts, helpers: dict[str, RemoteHelper], facts: Facts, unknown: int) -> int:
+    """Remote requests the helper calls in ``stmts`` issue, loops counted."""
+    from ndif_opt.analysis.regions import trip_count
+
+    total = 0
+    for stmt in stmts:
+        if isinstance(stmt, (cst.For, cst.While)):
+            trips = trip_count(stmt, facts)
+            inner = call_multiplicity(stmt.body.body, helpers, facts, unknown)
+            total += (unknown if trips is None else trips) * inner
+            header = stmt.iter if isinstance(stmt, cst.For) else stmt.test
+            total += _calls_in_expressions(header, helpers, facts, unknown)
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            total += _calls_in_expressions(stmt, helpers, facts, unknown)
+        else:
+            body = getattr(stmt, "body", None)
+            if isinstance(body, cst.IndentedBlock):
+                total += call_multiplicity(body.body, helpers, facts, unknown)
+    return total
+
+
+def _calls_in_expressions(node: cst.CSTNode, helpers: dict[str, RemoteHelper], facts: Facts, unknown: int) -> int:
+    """Requests of the helper calls in ``node``; a call inside a comprehension counts once
+    per element (`[run(p) for p in prompts]` is a loop too)."""
+    from ndif_opt.analysis.regions import iterable_length
+
+    if not helpers:
+        return 0
+    kind = type(node)
+    if kind is cst.Call:
+        helper = called_helper(node, helpers)
+        own = len(helper.blocks) if helper is not None else 0
+        return own + sum(_calls_in_expressions(c, helpers, facts, unknown) for c in node.children)
+    if kind in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
+        trips, clause, header = 1, node.for_in, 0
+        while clause is not None:
+            header += _calls_in_expressions(clause.iter, helpers, facts, unknown) * trips
+            length = iterable_length(clause.iter, facts)
+            trips *= unknown if length is None else length
+            clause = clause.inner_for_in
+        elements = (node.key, node.value) if kind is cst.DictComp else (node.elt,)
+        return header + trips * sum(_calls_in_expressions(e, helpers, facts, unknown) for e in elements)
+    return sum(_calls_in_expressions(c, helpers, facts, unknown) for c in node.children)
+
+
+class CallWithRemoteOff(cst.CSTTransformer):
+    """`helper(x)` → `helper(x, remote=False)` for the given calls (by identity)."""
+
+    def __init__(self, calls: dict[int, RemoteHelper]) -> None:
+        self.calls = calls
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        helper = self.calls.get(id(original))
+        if helper is None:
+            return updated
+        updated = helper.direct(updated)  # inside the session, the retry goes around it
+        name = helper.new_parameter
+        off = cst.Name("False")
+        args = list(updated.args)
+        position = helper.positions().get(name)
+        for index, arg in enumerate(args):
+            if (arg.keyword is not None and arg.keyword.value == name) or (
+                arg.keyword is None and not arg.star and position is not None and index == position
+            ):
+                args[index] = arg.with_changes(value=off)
+                return updated.with_changes(args=args)
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        args.append(cst.Arg(value=off, keyword=cst.Name(name), equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
+        return updated.with_changes(args=args)
+
+
+def rewritten_helper(helper: RemoteHelper) -> cst.FunctionDef:
+    """The helper as a session can call it: with a flag parameter, and with its grad-mode
+    decorators said as a `with` around its body (the copy of a decorated function that a
+    session carries cannot see the module's names)."""
+    func = with_flag_parameter(helper)
+    if not helper.context_decorators:
+        return func
+    body = func.body
+    statements = list(body.body)
+    docstring = statements[:1] if statements and _is_docstring(statements[0]) else []
+    inner = statements[len(docstring):] or [cst.SimpleStatementLine([cst.Pass()])]
+    wrapped = cst.With(
+        items=[cst.WithItem(item=c) for c in helper.context_decorators],
+        body=cst.IndentedBlock(body=inner),
+    )
+    return func.with_changes(
+        decorators=[],
+        leading_lines=[*func.decorators[0].leading_lines, *func.leading_lines],
+        body=body.with_changes(body=[*docstring, wrapped]),
+    )
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def with_flag_parameter(helper: RemoteHelper) -> cst.FunctionDef:
+    """The helper with a flag parameter (default: its old flag) that its blocks use."""
+    if helper.flag_param is not None:
+        return helper.func
+    name = helper.new_parameter
+    default = cst.parse_expression(helper.flag_code)
+    flag: cst.BaseExpression = cst.Name(name)
+    if helper.flag_locals() or helper.flag_changes_later:
+        # `remote=self.remote`: a default cannot read `self` (it is evaluated when the
+        # function is defined), nor a module flag set again later (it would keep the
+        # first value), so the blocks take `remote and self.remote`: the old flag, read
+        # when the call runs, for every call that does not pass `remote=False`
+        flag = cst.parse_expression(f"{name} and {helper.flag_code}")
+        default = cst.Name("True")
+    param = cst.Param(
+        name=cst.Name(name),
+        default=default,
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+    params = helper.func.params
+    if isinstance(params.star_arg, cst.Param) or params.kwonly_params or isinstance(params.star_kwarg, cst.Param):
+        if not isinstance(params.star_arg, (cst.Param, cst.ParamStar)):
+            params = params.with_changes(star_arg=cst.ParamStar())
+        params = params.with_changes(kwonly_params=[*params.kwonly_params, param])
+    else:
+        existing = list(params.params)
+        if existing:
+            existing[-1] = existing[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        params = params.with_changes(params=[*existing, param])
+    targets = {id(b.node) for b in helper.blocks}
+    return helper.func.with_changes(params=params).visit(_FlagInBlocks(targets, flag))
+
+
+class _FlagInBlocks(cst.CSTTransformer):
+    """Sets ``remote=<name>`` in the target blocks (a class per call would be a reference
+    cycle each time, left to the garbage collector)."""
+
+    def __init__(self, targets: set[int], flag: cst.BaseExpression) -> None:
+        super().__init__()
+        self.targets = targets
+        self.flag = flag
+
+    def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
+        if id(original) not in self.targets:
+            return updated
+        item = updated.items[-1]  # the block's call (grad-mode contexts come before it)
+        call = item.item
+        args = [
+            a.with_changes(value=self.flag) if a.keyword is not None and a.keyword.value == "remote" else a
+            for a in call.args
+        ]
+        return updated.with_changes(items=[*updated.items[:-1], item.with_changes(item=call.with_changes(args=args))])
+
+
+def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+    return cst.Arg(value=value, keyword=cst.Name(name), equal=tight)
+
+
+def with_keyword_parameters(func: cst.FunctionDef, names: tuple[str, ...]) -> cst.FunctionDef:
+    """`def f(x):` → `def f(x, *, vec):` — keyword-only parameters without defaults, for
+    module names a session computes and hands the function at each call."""
+    params = func.params
+    added = [cst.Param(name=cst.Name(n)) for n in names]
+    star = params.star_arg if isinstance(params.star_arg, (cst.Param, cst.ParamStar)) else cst.ParamStar()
+    return func.with_changes(params=params.with_changes(star_arg=star, kwonly_params=[*params.kwonly_params, *added]))
+
+
+def with_keyword_arguments(call: cst.Call, names: tuple[str, ...]) -> cst.Call:
+    """`f(x)` → `f(x, vec=vec)`."""
+    args = list(call.args)
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(args=[*args, *(_keyword(n, cst.Name(n)) for n in names)])

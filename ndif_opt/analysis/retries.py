@@ -1,0 +1,363 @@
+"""Retry guards: the `for attempt in range(3): try: ... except: sleep` around a request.
+
+A retry guard protects one remote request against transient failures (a dropped
+connection, a busy queue). In a run where the request succeeds, the guard is the body of
+its `try` run once: its handler never runs. So a session may take the guarded work in,
+provided the same retry then wraps the whole session.
+
+Two shapes are recognised, each with the guard as data:
+
+- a loop over attempts whose body is one `try`; the `try` ends with `break` (or, in a
+  function, with `return`), and its handlers only report, wait and re-raise;
+- a retry wrapper: a function `def with_retries(fn, *args, ...)` whose guard's `try` is
+  `return fn(*args)`. A call `with_retries(run, x)` is then `run(x)` with a retry around it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ndif_opt.analysis.facts import Facts, qualify
+from ndif_opt.analysis.names import all_params, collect, target_names
+from ndif_opt.syntax.positions import code_of
+from ndif_opt.syntax.walk import find_nodes, walk
+
+# what a handler may do and stay a retry: report the failure, wait, and re-raise
+REPORTING_FUNCTIONS = frozenset({"print"})
+REPORTING_PATHS = frozenset(
+    {"time.sleep", "traceback.print_exc", "warnings.warn", "logging.info", "logging.warning",
+     "logging.error", "logging.exception", "logging.debug"}
+)
+REPORTING_METHODS = frozenset({"info", "warning", "error", "exception", "debug", "write"})
+
+
+@dataclass(frozen=True)
+class RetryGuard:
+    loop: cst.For  # `for attempt in range(3):`
+    attempt: str  # the loop's variable
+    guarded: cst.Try  # its one statement
+    exit: str  # "break" or "return": how the `try` ends when the request succeeds
+
+    @property
+    def header(self) -> str:
+        return f"for {code_of(self.loop.target)} in {code_of(self.loop.iter)}"
+
+
+@dataclass(frozen=True)
+class RetryWrapper:
+    name: str  # the function: `with_retries`
+    func: cst.FunctionDef
+    guard: RetryGuard
+
+
+def retry_guard(loop: cst.CSTNode, facts: Facts) -> RetryGuard | None:
+    """The guard ``loop`` is, or None when it is any other loop."""
+    if type(loop) is not cst.For or loop.orelse is not None or loop.asynchronous is not None:
+        return None
+    body = loop.body.body
+    if len(body) != 1 or type(body[0]) is not cst.Try:
+        return None
+    guarded = body[0]
+    names = target_names(loop.target)
+    if len(names) != 1 or guarded.orelse is not None or guarded.finalbody is not None:
+        return None
+    exit_kind = _success_exit(guarded.body.body)
+    if exit_kind is None or names[0] in collect(guarded.body).reads:
+        return None  # the work depends on the attempt: not the same request each time
+    if not all(_only_reports(_statements(h.body), facts) for h in guarded.handlers):
+        return None
+    for handler in guarded.handlers:
+        binds = set(collect(handler.body).binds)
+        if binds:
+            return None  # the handler computes something (an error record): not a retry
+    return RetryGuard(loop=loop, attempt=names[0], guarded=guarded, exit=exit_kind)
+
+
+def _success_exit(statements) -> str | None:
+    """`break` or `return` when the `try` body ends with it and never moves on to the
+    next attempt by itself."""
+    if not statements or type(statements[-1]) is not cst.SimpleStatementLine:
+        return None
+    last = statements[-1].body[-1]
+    kind = "break" if type(last) is cst.Break else "return" if type(last) is cst.Return else None
+    if kind is None:
+        return None
+    finder = _ExitFinder()
+    for stmt in statements[:-1]:
+        walk(stmt, finder)
+    return None if finder.found else kind
+
+
+class _ExitFinder(cst.CSTVisitor):
+    """Finds a `continue` of the attempts loop (an early `break` or `return` leaves it
+    as the last statement does; nested loops and functions keep their own)."""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Continue(self, node: cst.Continue) -> None:
+        self.found = True  # the next attempt would run the work again
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        self.found = True
+
+    def visit_For(self, node: cst.For) -> bool:
+        walk(node.iter, self)
+        for stmt in (node.orelse.body.body if node.orelse is not None else ()):
+            walk(stmt, self)
+        return False  # its body's break and continue are its own
+
+    def visit_While(self, node: cst.While) -> bool:
+        walk(node.test, self)
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+def _only_reports(statements, facts: Facts) -> bool:
+    for stmt in statements:
+        if type(stmt) is cst.If:
+            branches = [_statements(stmt.body)]
+            orelse = stmt.orelse
+            while orelse is not None:
+                branches.append(_statements(orelse.body))
+                orelse = orelse.orelse if type(orelse) is cst.If else None
+            if not all(_only_reports(b, facts) for b in branches):
+                return False
+            continue
+        if type(stmt) is not cst.SimpleStatementLine:
+            return False
+        for small in stmt.body:
+            kind = type(small)
+            if kind in (cst.Pass, cst.Continue):
+                continue
+            if kind is cst.Raise and small.exc is None:
+                continue  # a bare `raise`: the original error goes on
+            if kind is cst.Expr and type(small.value) is cst.Call and _reports(small.value, facts):
+                continue
+            return False
+    return True
+
+
+def _statements(suite: cst.BaseSuite) -> list[cst.BaseStatement]:
+    """A suite's statements; `if x: a; b` on one line counts as one line of them."""
+    if type(suite) is cst.SimpleStatementSuite:
+        return [cst.SimpleStatementLine(body=suite.body)]
+    return list(suite.body)
+
+
+def _reports(call: cst.Call, facts: Facts) -> bool:
+    func = call.func
+    if type(func) is cst.Name and func.value in REPORTING_FUNCTIONS:
+        return True
+    path = qualify(func, facts.imports)
+    if path in REPORTING_PATHS:
+        return True
+    return type(func) is cst.Attribute and func.attr.value in REPORTING_METHODS and _is_logger(func.value)
+
+
+def _is_logger(expr: cst.BaseExpression) -> bool:
+    name = code_of(expr)
+    return name in ("logger", "log", "logging", "sys.stderr", "sys.stdout")
+
+
+def unwrapped_call(call: cst.Call, wrappers: dict[str, RetryWrapper]) -> cst.Call:
+    """The call a retry wrapper makes when nothing fails: `with_retries(run, x)` → `run(x)`;
+    any other call as it is."""
+    func = call.func
+    if type(func) is cst.Name and func.value in wrappers and call.args:
+        first = call.args[0]
+        if first.keyword is None and not first.star and type(first.value) is cst.Name:
+            return call.with_changes(func=first.value, args=call.args[1:])
+    return call
+
+
+def retry_wrappers(facts: Facts) -> dict[str, RetryWrapper]:
+    """Same-file functions `def f(fn, *args, ...)` that call `fn(*args)` under a retry guard."""
+    return facts.once("retries:wrappers", lambda: _find_wrappers(facts))
+
+
+def _find_wrappers(facts: Facts) -> dict[str, RetryWrapper]:
+    found: dict[str, RetryWrapper] = {}
+    for name, func in facts.functions.items():
+        params = func.params
+        star = params.star_arg
+        if not params.params or not isinstance(star, cst.Param):
+            continue
+        fn, args = params.params[0].name.value, star.name.value
+        loops = [s for s in func.body.body if type(s) is cst.For]
+        guard = retry_guard(loops[0], facts) if len(loops) == 1 else None
+        if guard is None or guard.exit != "return" or not _calls_through(guard.guarded, fn, args):
+            continue
+        found[name] = RetryWrapper(name=name, func=func, guard=guard)
+    return found
+
+
+def _calls_through(guarded: cst.Try, fn: str, args: str) -> bool:
+    """Is the `try` body exactly `return fn(*args)`?"""
+    body = guarded.body.body
+    if len(body) != 1 or type(body[0]) is not cst.SimpleStatementLine:
+        return False
+    ret = body[0].body[0]
+    call = ret.value if type(ret) is cst.Return else None
+    return (
+        type(call) is cst.Call
+        and type(call.func) is cst.Name
+        and call.func.value == fn
+        and len(call.args) == 1
+        and call.args[0].star == "*"
+        and type(call.args[0].value) is cst.Name
+        and call.args[0].value.value == args
+    )
+
+
+def function_guard(func: cst.FunctionDef, facts: Facts) -> RetryGuard | None:
+    """The retry guard at the top level of a function's body, if there is one."""
+    for stmt in func.body.body:
+        guard = retry_guard(stmt, facts)
+        if guard is not None:
+            return guard
+    return None
+
+
+@dataclass(frozen=True)
+class PortableRetry:
+    """A guard rewritten to stand at a session's place: the function's parameters it read
+    replaced by the values the call gave them, its attempt variable renamed."""
+
+    guard: RetryGuard
+    attempt: str
+    iter: cst.BaseExpression
+    handlers: tuple[cst.ExceptHandler, ...]
+    last: int | None  # the last attempt's value, when it can be computed
+
+    def around(self, session: cst.BaseStatement) -> cst.For:
+        """``session`` under this retry: the next attempt runs it again from the start."""
+        handlers = self.handlers
+        if not any(_raises(h) for h in handlers):
+            # the original gave up after its loop; here the last failure goes on
+            give_up = cst.parse_statement(f"if {self.attempt} == {self.last}:\n    raise\n")
+            handlers = tuple(h.with_changes(body=h.body.with_changes(body=[*h.body.body, give_up])) for h in handlers)
+        guarded = self.guard.guarded.with_changes(
+            body=cst.IndentedBlock(body=[session.with_changes(leading_lines=[]), cst.parse_statement("break\n")]),
+            handlers=handlers,
+        )
+        return self.guard.loop.with_changes(
+            target=cst.Name(self.attempt),
+            iter=self.iter,
+            body=self.guard.loop.body.with_changes(body=[guarded]),
+            leading_lines=session.leading_lines,
+        )
+
+
+def portable_retry(
+    guard: RetryGuard,
+    func: cst.FunctionDef | None,
+    passed: dict[str, cst.BaseExpression],
+    available: set[str],
+    attempt: str,
+) -> PortableRetry | str:
+    """The guard as it can stand around a session, or why it cannot. ``func`` is the
+    function the guard is in (None: the guard is in the moved code itself); ``passed``
+    holds the arguments the call gave its parameters; ``available`` the names the
+    session's place can read. A handler line that reads anything else (the prompt of
+    the failed request, say) is left out: the session has no single request to name."""
+    params = {} if func is None else _parameters(func)
+    exception_names = {h.name.name.value for h in guard.guarded.handlers
+                       if h.name is not None and isinstance(h.name.name, cst.Name)}
+    values: dict[str, cst.BaseExpression] = {guard.attempt: cst.Name(attempt)}
+    missing: set[str] = set()
+    used = set(collect(guard.loop.iter).reads)
+    for handler in guard.guarded.handlers:
+        used |= set(collect(handler).reads)
+    for name in sorted(used - exception_names - {guard.attempt}):
+        value = passed.get(name, params.get(name)) if name in params else None
+        if value is not None and not collect(value).reads:
+            values[name] = value  # a parameter with a constant value: `tries=3`
+        elif name in params or name not in available and name not in _BUILTINS:
+            missing.add(name)
+        elif func is not None and name in collect(func.body).binds:
+            missing.add(name)
+    if missing & set(collect(guard.loop.iter).reads):
+        where = f" in `{func.name.value}`" if func is not None else ""
+        return f"the retry{where} counts its attempts with `{sorted(missing)[0]}`, which the session's place cannot read"
+    handlers = []
+    for handler in guard.guarded.handlers:
+        lines = _statements(handler.body)
+        kept = [stmt for stmt in lines if not (set(collect(stmt).reads) & missing)]
+        dropped = [stmt for stmt in lines if set(collect(stmt).reads) & missing]
+        if any(_raises(stmt) for stmt in dropped):
+            return f"the retry gives up with a line that reads `{sorted(missing)[0]}`, which the session's place cannot read"
+        if dropped:
+            error = handler.name.name.value if handler.name is not None else None
+            said = f"attempt {{{attempt}}} of the session failed" + (f": {{{error}!r}}" if error else "")
+            kept.insert(0, cst.parse_statement(f'print(f"{said}")\n'))
+        handlers.append(handler.with_changes(body=cst.IndentedBlock(body=kept or [cst.parse_statement("pass\n")])))
+    iterable = guard.loop.iter.visit(_Substitute(values))
+    handlers = tuple(h.visit(_Substitute(values)) for h in handlers)
+    return PortableRetry(guard=guard, attempt=attempt, iter=iterable, handlers=handlers, last=_last_of_range(iterable))
+
+
+_BUILTINS = frozenset(dir(__import__("builtins")))
+
+
+def _parameters(func: cst.FunctionDef) -> dict[str, cst.BaseExpression | None]:
+    """Each parameter's default (None for none, and for `*args` and `**kwargs`)."""
+    return {p.name.value: p.default for p in all_params(func.params)}
+
+
+def _raises(handler: cst.ExceptHandler) -> bool:
+    return bool(find_nodes(handler, lambda n: type(n) is cst.Raise))
+
+
+def _last_of_range(expr: cst.BaseExpression) -> int | None:
+    """The last value of `range(...)` with constant arguments (`range(1, 3 + 1)` → 3)."""
+    import ast
+
+    try:
+        tree = ast.parse(code_of(expr), mode="eval")
+    except SyntaxError:
+        return None
+    call = tree.body
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "range"):
+        return None
+    allowed = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.USub, ast.FloorDiv)
+    for arg in call.args:
+        if not all(isinstance(n, allowed) for n in ast.walk(arg)):
+            return None
+    try:
+        values = range(*[eval(compile(ast.Expression(a), "<retry>", "eval"), {"__builtins__": {}}) for a in call.args])
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    return values[-1] if len(values) else None
+
+
+class _Substitute(cst.CSTTransformer):
+    """Replaces names that are read (not attributes, not keywords) by the given values."""
+
+    def __init__(self, values: dict[str, cst.BaseExpression]) -> None:
+        super().__init__()
+        self.values = values
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        return True
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
+        return updated.with_changes(attr=original.attr)  # `x.name` keeps its attribute
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+        return updated.with_changes(keyword=original.keyword)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        value = self.values.get(original.value)
+        if value is None:
+            return updated
+        if isinstance(value, (cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation)):
+            return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return value

@@ -1,0 +1,1 @@
+"""Running the passes: the pipeline, windows of a long file, processes, the prefilter."""

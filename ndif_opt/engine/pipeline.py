@@ -1,0 +1,684 @@
+"""The pass pipeline: parse once, analyse, run the passes in order until stable.
+
+Facts are recomputed only after a pass changed the tree. Findings of a pass are
+located in the tree that pass saw and mapped back to lines of the original source,
+so editors can show them on the text the user has.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import operator
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ndif_opt.engine import windows
+from ndif_opt.analysis.facts import Facts, analyze
+from ndif_opt.cost_model import Estimate, assumptions, explain
+from ndif_opt.analysis.effects import ServerCheck
+from ndif_opt.syntax.joined import Part, joined, parse_part
+from ndif_opt.options import Options
+from ndif_opt.analysis.legacy_api import PRE_05, PRE_05_MESSAGE, api_generation, legacy_summary
+from ndif_opt.passes import PASSES, Context, Pass, RawFinding
+from ndif_opt.syntax.positions import Positions, code_and_positions
+from ndif_opt.engine.prefilter import uses_nnsight
+from ndif_opt.engine.suppression import IGNORE_FILE, Suppressions
+from ndif_opt.types import Cost, Edit, Finding, PassCost, Position, Range, Result, Status, UnknownDownloads
+
+MAX_ROUNDS = 16  # passes enable each other (and push one value per run) until stable
+
+
+def parse(source: str, filename: str | None = None) -> cst.Module:
+    """Parse with libcst, turning its parser error into a plain SyntaxError.
+
+    Python's own parser looks first: it rejects what Python rejects (absurd nesting
+    among it, on which libcst's native parser would overflow its stack)."""
+    _python_parse(source, filename)
+    return _libcst_parse(source, filename)
+
+
+def _libcst_parse(source: str, filename: str | None = None) -> cst.Module:
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        raise SyntaxError(
+            f"{error.message} (line {error.raw_line}, column {error.raw_column})",
+            (filename or "<source>", error.raw_line, error.raw_column + 1, None),
+        ) from None
+
+
+def check_syntax(source: str, filename: str | None = None) -> None:
+    """SyntaxError (with line and column) when ``source`` is not Python."""
+    _python_parse(source, filename)
+
+
+def _python_parse(source: str, filename: str | None = None) -> ast.Module:
+    try:
+        return ast.parse(source, filename or "<source>")
+    except SyntaxError as error:
+        raise SyntaxError(
+            f"{error.msg} (line {error.lineno}, column {error.offset})",
+            (filename or "<source>", error.lineno, error.offset, None),
+        ) from None
+    except (ValueError, MemoryError, RecursionError) as error:  # NUL bytes, huge input
+        raise SyntaxError(str(error), (filename or "<source>", 1, 1, None)) from None
+
+
+@dataclass
+class _State:
+    """One version of the tree, with what is computed about it at most once."""
+
+    module: cst.Module
+    facts: Facts
+    code: str
+    options: Options
+    _estimate: Estimate | None = None
+    _server: ServerCheck | None = None
+    _positions: Positions | None = None
+    _api: str | None = None
+    _mapping: tuple[str, Callable[[int, int], tuple[int, int]]] | None = None  # (original, its line map)
+
+    @property
+    def api(self) -> str:
+        """The nnsight API generation this version of the tree targets."""
+        if self._api is None:
+            self._api = api_generation(self.facts)
+        return self._api
+
+    @property
+    def positions(self) -> Positions:
+        if self._positions is None:  # the first version's code is the source: no generation yet
+            self._positions = Positions(self.module)
+        return self._positions
+
+    def line_map(self, original: str):
+        """(line, column) here -> the closest position in ``original`` (one diff per version)."""
+        if self._mapping is None or self._mapping[0] is not original:
+            self._mapping = (original, _line_map(self.code, original))
+        return self._mapping[1]
+
+    @property
+    def estimate(self) -> Estimate:
+        if self._estimate is None:
+            self._estimate = explain(self.facts, self.options)
+        return self._estimate
+
+    @property
+    def cost(self) -> Cost:
+        return self.estimate.cost
+
+    @property
+    def server(self) -> ServerCheck:
+        if self._server is None:
+            self._server = ServerCheck(self.facts, self.options.local_modules)
+        return self._server
+
+
+class WindowCache:
+    """Results of windows from earlier runs, for re-optimizing a file after an edit.
+
+    An editor keeps one per document: after an edit only the windows whose text (with
+    their prelude) changed run again. Bounded; safe to share between threads; a change
+    of options empties it."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._results: OrderedDict[str, _Optimized] = OrderedDict()
+        self._options: Options | None = None
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def get(self, text: str, options: Options) -> _Optimized | None:
+        with self._lock:
+            self._use(options)
+            result = self._results.get(text)
+            if result is not None:
+                self._results.move_to_end(text)
+                self.hits += 1
+            return result
+
+    def put(self, text: str, options: Options, result: _Optimized) -> None:
+        with self._lock:
+            self._use(options)
+            self._results[text] = result
+            while len(self._results) > self.size:
+                self._results.popitem(last=False)
+
+    def _use(self, options: Options) -> None:
+        """Results of other options do not apply: forget them (the lock is held)."""
+        if self._options != options:
+            self._results.clear()
+            self._options = options
+
+
+def run_pipeline(source: str, options: Options, filename: str | None = None,
+                 cache: WindowCache | None = None, *, prefiltered: bool = False) -> Result:
+    """Optimize ``source``: window by window when it splits into independent parts.
+    ``prefiltered``: the caller has seen ``uses_nnsight(source)`` say yes."""
+    if not prefiltered and not uses_nnsight(source):
+        check_syntax(source, filename)  # nothing to optimize, but bad input is still an error
+        return Result(source=source, code=source)
+    tree = _python_parse(source, filename)
+    plan = None if _whole_module_only(source, options) else windows.plan(source, tree)
+    if plan is not None:
+        result = _run_windows(plan, source, options, filename, cache)
+        if result is not None:
+            return result
+    return _run_module(source, options, filename)
+
+
+def whole_module(source: str, options: Options, filename: str | None = None) -> Result:
+    """The whole file optimized at once, with the windows' edges as the only trace of
+    them: what the windowed run of :func:`run_pipeline` must give (a property test checks
+    it; windows are a speed device and must not change what is optimized)."""
+    if not uses_nnsight(source):
+        return Result(source=source, code=source)
+    plan = None if _whole_module_only(source, options) else windows.plan(source, _python_parse(source, filename))
+    if plan is not None:
+        edges = frozenset(line for w in plan.windows if w.active for line in (w.start, w.end))
+        options = dataclasses.replace(options, window_edges=edges)
+    return _run_module(source, options, filename)
+
+
+def _whole_module_only(source: str, options: Options) -> bool:
+    """Migration rewrites imports and file-wide suppressions need the whole file."""
+    return any(cls.runs_first_once and options.wants(cls.id, cls.opt_in) for cls in PASSES) \
+        or IGNORE_FILE.search(source) is not None
+
+
+def _run_windows(plan: windows.Plan, source: str, options: Options, filename: str | None,
+                 cache: WindowCache | None = None) -> Result | None:
+    """Each window optimized after its prelude; None when the whole module must run.
+
+    Fresh names a pass introduces avoid every name of the file, not only the window's."""
+    reserved = options.reserved_names | plan.names
+    window_options = dataclasses.replace(options, reserved_names=reserved)
+    active = [window for window in plan.windows if window.active]
+    placed = _placed_all(plan, active, window_options, filename, cache)
+    parts: list[str] = []
+    results: list[_Placed] = []
+    position = 0
+    for window in plan.windows:
+        parts.append(plan.text(position, window.start))
+        position = window.end
+        if not window.active:
+            parts.append(plan.text(window.start, window.end))
+            continue
+        done = next(placed)
+        if done is None:
+            return None  # a pass changed shared context, or the file is pre-0.5 nnsight
+        parts.append(done.code)
+        results.append(done)
+    parts.append(plan.text(position, len(plan.lines)))
+    return _combined(source, "".join(parts), results, options)
+
+
+@dataclass(frozen=True)
+class _Optimized:
+    """A window optimized as a module of its own."""
+
+    result: Result  # of the module (its prelude, then the window's text); no edits
+    edits: tuple[Edit, ...]  # turn the window's text into its new text (ranges in the window)
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """What the file's result takes of a window's: its new text, and its findings and
+    edits moved to the file's lines."""
+
+    code: str  # the window's new text
+    findings: tuple[Finding, ...]
+    edits: tuple[Edit, ...]
+    assumptions: tuple[str, ...]
+    unreturned: tuple[str, ...]
+    introduced: tuple[str, ...]
+    passes: tuple[str, ...]  # of its per-pass costs
+    costs: tuple[int | float, ...]  # each pass's cost before, then after, field by field
+
+
+def _placed_all(plan: windows.Plan, active: Iterable[windows.Window], options: Options,
+                filename: str | None, cache: WindowCache | None = None) -> Iterator[_Placed | None]:
+    """Each window's result in the file, each window taken when its result is asked for;
+    none after one that gives up (the caller gives up there)."""
+    for window, done in _optimized(plan, active, options, filename, cache):
+        placed = _placed(plan, window, done)
+        yield placed
+        if placed is None:
+            return
+
+
+def _placed(plan: windows.Plan, window: windows.Window, done: _Optimized) -> _Placed | None:
+    """The window's result in the file; None when a pass changed the shared context or
+    the file is pre-0.5 nnsight (then the whole module must run)."""
+    prelude = plan.prelude_text(window)
+    result = done.result
+    if not result.code.startswith(prelude) or _pre_05(result):
+        return None
+    start = window.start
+    shift = start - prelude.count("\n")
+    return _Placed(
+        result.code[len(prelude):],
+        tuple(finding.with_range(_shifted(finding.range, shift, start)) for finding in result.findings),
+        tuple(Edit(_shifted(edit.range, start, start), edit.new_text) for edit in done.edits),
+        result.assumptions, result.unreturned, result.introduced,
+        tuple(cost.pass_id for cost in result.costs),
+        tuple(field for cost in result.costs for field in (*_fields_of(cost.before), *_fields_of(cost.after))),
+    )
+
+
+def _optimized(plan: windows.Plan, active: Iterable[windows.Window], options: Options,
+               filename: str | None, cache: WindowCache | None = None) -> Iterator[tuple[windows.Window, _Optimized]]:
+    """Each window with its result, computed when asked for (a caller that stops early
+    saves the rest; the next window is taken only then)."""
+    context: dict[int, Part] = {}  # context chunks parsed once, shared by the windows they open
+    for window in active:
+        text = plan.text(window.start, window.end)
+        prelude = plan.prelude_text(window)
+        module_text = prelude + text
+        done = cache.get(module_text, options) if cache is not None else None
+        if done is None:
+            module = _window_module(plan, window, text, context)
+            result = _run_module(module_text, options, filename, module, with_edits=False)
+            code = result.code
+            edits = text_edits(text, code[len(prelude):]) if code.startswith(prelude) else []
+            done = _Optimized(result, tuple(edits))
+            if cache is not None:
+                cache.put(module_text, options, done)
+        yield window, done
+
+
+def _window_module(plan: windows.Plan, window: windows.Window, text: str,
+                   context: dict[int, Part]) -> cst.Module | None:
+    """The window's module (prelude, then text) from parses of its parts: the prelude's
+    statements are the nodes every window it opens shares. None: parse the whole text."""
+    if not window.prelude:
+        return None
+    try:
+        prelude = []
+        for index in window.prelude:
+            if index not in context:
+                context[index] = parse_part(plan.chunks[index].text)
+            prelude.append(context[index])
+        return joined([*prelude, parse_part(text)])
+    except cst.ParserSyntaxError:
+        return None  # the joint parse reports it, as for any module
+
+
+def _pre_05(result: Result) -> bool:
+    first = {cls.id for cls in PASSES if cls.runs_first_once}
+    return any(f.pass_id in first and PRE_05_MESSAGE in f.message for f in result.findings)
+
+
+def _combined(source: str, code: str, results: list[_Placed], options: Options) -> Result:
+    """One result for the file from the results of its windows."""
+    findings: list[Finding] = []
+    edits: list[Edit] = []
+    notes: list[str] = []
+    unreturned: set[str] = set()
+    introduced: set[str] = set()
+    for done in results:
+        findings.extend(done.findings)
+        edits.extend(done.edits)
+        notes.extend(n for n in done.assumptions if n not in notes)
+        unreturned.update(done.unreturned)
+        introduced.update(done.introduced)
+    costs = _summed_all([(done.passes, done.costs) for done in results])
+    if not results:  # nothing to optimize in any window
+        costs = [PassCost(cls.id, Cost(), Cost()) for cls in PASSES if options.wants(cls.id, cls.opt_in)]
+    return Result(
+        source=source,
+        code=code,
+        findings=tuple(sorted(findings, key=lambda f: (f.range.start, f.pass_id))),
+        costs=tuple(costs),
+        edits=tuple(edits) if code != source else (),
+        assumptions=tuple(notes) or tuple(assumptions(options)),
+        unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),
+        introduced=tuple(sorted(introduced)) if code != source else (),
+    )
+
+
+def _shifted(rng: Range, shift: int, floor: int) -> Range:
+    """A range of a window's module moved to the file; inside the prelude: the window start."""
+    def move(p: Position) -> Position:
+        line = p.line + shift
+        return Position(line, p.character) if line >= floor else Position(floor, 0)
+    return Range(move(rng.start), move(rng.end))
+
+
+def _summed_all(rows: list[tuple[tuple[str, ...], tuple]]) -> list[PassCost]:
+    """Per-pass costs of the windows (pass ids, numbers as _Placed has them) added up, in
+    order; a window whose result has none (nothing for the passes to do, or the analysis
+    gave up) adds nothing."""
+    rows = [row for row in rows if row[0]]
+    if not rows:
+        return []
+    width = min(len(passes) for passes, _ in rows)
+    numbers = [costs for _, costs in rows]
+    totals = numbers[0] if len(rows) == 1 else [_column_sum(column) for column in zip(*numbers)]
+    size = len(_COST_FIELDS)
+    return [PassCost(rows[0][0][i], Cost(*totals[2 * i * size:(2 * i + 1) * size]),
+                     Cost(*totals[(2 * i + 1) * size:(2 * i + 2) * size])) for i in range(width)]
+
+
+def _column_sum(values: tuple) -> int | float | UnknownDownloads:
+    """The values added up one after another, each sum rounded like ``_add``'s (so the
+    file's costs are what adding its windows' costs pass by pass gives)."""
+    total = values[0]
+    for value in values[1:]:
+        total = _round(total + value)
+    return total
+
+
+def _run_module(source: str, options: Options, filename: str | None = None,
+                module: cst.Module | None = None, with_edits: bool = True) -> Result:
+    """The passes over one module: a whole file, or a window's prelude and text (``module``:
+    its parse, when the caller has it; a window's edits are taken of its own text, not
+    here). Python's parser and the prefilter have looked at the file already (run_pipeline)."""
+    if module is None:
+        module = _libcst_parse(source, filename)
+    try:
+        state = _State(module, analyze(module, assume_remote=options.assume_remote), source, options)
+    except RecursionError:
+        raise
+    except Exception as error:  # never crash on code we do not understand
+        return _untouched(source, "analysis", error)
+    passes = _passes_for(options)
+    suppressions = Suppressions.from_source(source)
+    suppressing = bool(suppressions)  # asked once per pass run: the answer never changes
+    initial_cost = state.cost
+    notes = list(state.estimate.notes)  # what the cost model had to assume about this script
+    deltas: dict[str, Cost] = {p.id: Cost() for p in passes}
+    # a pass that left a version of the tree unchanged would do so again: keep its findings
+    stable: dict[str, tuple[cst.Module, list[Finding]]] = {}
+    applied: list[Finding] = []
+    last_round: list[Finding] = []
+    unreturned: set[str] = set()
+    introduced: set[str] = set()
+    migrated: list[Finding] | None = None  # migration's unapplied findings, once it has run
+    for _round in range(MAX_ROUNDS):
+        changed = False
+        last_round = []
+        for pass_ in passes:
+            if not pass_.runs_first_once and state.api == PRE_05:
+                continue  # their rewrites are nnsight 0.5+ code: they would break it
+            migrating = pass_.runs_first_once and not pass_.report_only
+            if migrating and migrated is not None:
+                # migration runs once, on the code as written: on its own output it would
+                # take `h.output[0]` (a batch row) for a pre-0.5 tuple again
+                last_round.extend(migrated)
+                continue
+            seen = stable.get(pass_.id)
+            # reporting pre-0.5 idioms looks at the code as written: once is enough
+            if seen is not None and (seen[0] is state.module or pass_.report_only):
+                last_round.extend(seen[1])
+                continue
+            before = state.cost
+            context = Context(options, state.server)
+            if suppressing:
+                context.suppressed = _suppression_check(suppressions, state, source, pass_.id)
+            try:
+                new_module = pass_.run(state.module, state.facts, context)
+                located = _locate(context.findings, state, source, pass_.id) if context.findings else []
+            except RecursionError:
+                raise
+            except Exception as error:  # a pass that fails leaves the code as it was
+                last_round.append(_internal_error(pass_.id, error))
+                continue
+            if suppressing:
+                located, keep = _enforce_suppressions(suppressions, located)
+                if not keep:
+                    new_module, context.unreturned, context.introduced = state.module, set(), set()
+            if context.unreturned:
+                unreturned |= context.unreturned
+            if context.introduced:
+                introduced |= context.introduced
+            reported = located  # the findings not applied (most pass runs have none at all)
+            if located:
+                applied.extend(f for f in located if f.status is Status.APPLIED)
+                reported = [f for f in located if f.status is not Status.APPLIED]
+                last_round.extend(reported)
+            if migrating:
+                migrated = reported
+            positions = None
+            if new_module is state.module:
+                code = state.code
+            else:  # the code of the new version, and where its nodes are, in one generation
+                code, positions = code_and_positions(new_module)
+            if code == state.code:
+                stable[pass_.id] = (state.module, reported)
+                continue
+            changed = True
+            api = None if pass_.runs_first_once else state.api  # only migration changes it
+            state = _State(new_module, analyze(new_module, assume_remote=options.assume_remote), code, options,
+                           _positions=positions, _api=api)
+            deltas[pass_.id] = _add(deltas[pass_.id], _diff(state.cost, before))
+        if not changed:
+            break
+    if migrated is not None and state.api == PRE_05 and any(not p.runs_first_once for p in passes):
+        migration = next(p for p in passes if p.runs_first_once)
+        last_round.append(_partial_migration(migration.id, state.facts, migrated))
+    code = state.code
+    applied = [f for f in applied if f.evidence is None or f.evidence in code]  # not undone later
+    findings = tuple(sorted(applied + last_round, key=lambda f: (f.range.start, f.pass_id)))
+    return Result(
+        source=source,
+        code=code,
+        findings=findings,
+        costs=tuple(_chain(initial_cost, [p for p in passes if not p.report_only], deltas)),
+        edits=tuple(text_edits(source, code)) if with_edits else (),
+        assumptions=tuple(assumptions(options) + notes),
+        unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),
+        introduced=tuple(sorted(introduced)) if code != source else (),
+    )
+
+
+def _passes_for(options: Options) -> list[Pass]:
+    """The passes of a run, in pipeline order: those asked for, and, not asked for but not
+    ignored, those that then report only (without --migrate, pre-0.5 code is reported)."""
+    passes = []
+    for cls in PASSES:
+        if options.wants(cls.id, cls.opt_in):
+            passes.append(cls())
+        elif cls.reports_when_off and cls.id not in options.ignore:
+            passes.append(cls(report_only=True))
+    return passes
+
+
+def _partial_migration(pass_id: str, facts, not_migrated: list[Finding]) -> Finding:
+    """The other passes did not run: what migration left is still pre-0.5 code."""
+    where = not_migrated[0].range if not_migrated else Range.of(0, 0, 0, 0)
+    return Finding(
+        pass_id,
+        f"migration was partial: the script still uses the pre-0.5 nnsight API ({legacy_summary(facts)}), "
+        "so no other pass ran",
+        where,
+        Status.SKIPPED,
+        reason="their rewrites are nnsight 0.5+ code; finish the migration by hand where it says "
+               "\"not migrated\", then run ndif-opt again",
+    )
+
+
+def _internal_error(pass_id: str, error: Exception) -> Finding:
+    return Finding(
+        pass_id,
+        f"{pass_id} could not handle this file and left it unchanged",
+        Range.of(0, 0, 0, 0),
+        Status.SKIPPED,
+        reason=f"internal error: {type(error).__name__}: {error} (please report it)",
+    )
+
+
+def _untouched(source: str, stage: str, error: Exception) -> Result:
+    return Result(source=source, code=source, findings=(_internal_error(stage, error),))
+
+
+# every field adds up: numbers, and the multiset of downloads of unknown size
+_COST_FIELDS = tuple(f.name for f in dataclasses.fields(Cost))
+_fields_of = operator.attrgetter(*_COST_FIELDS)
+
+
+def _diff(a: Cost, b: Cost) -> Cost:
+    return Cost(*[x - y for x, y in zip(_fields_of(a), _fields_of(b))])
+
+
+def _add(a: Cost, b: Cost) -> Cost:
+    return Cost(*[_round(x + y) for x, y in zip(_fields_of(a), _fields_of(b))])
+
+
+def _round(value):
+    return round(value, 6) if isinstance(value, float) else value
+
+
+def _chain(initial: Cost, passes, deltas: dict[str, Cost]) -> list[PassCost]:
+    """Per-pass costs that chain: each pass starts where the previous one ended, and its
+    change is what it saved over all rounds of the fixed point."""
+    rows, running = [], initial
+    for pass_ in passes:
+        after = _add(running, deltas[pass_.id])
+        rows.append(PassCost(pass_.id, running, after))
+        running = after
+    return rows
+
+
+def _suppression_check(suppressions: Suppressions, state: "_State", original: str, pass_id: str):
+    """A node -> bool check of `# ndif-opt: ignore` comments (the version's positions and
+    line map are computed on first use, and once)."""
+
+    def check(node: cst.CSTNode) -> bool:
+        pos = state.positions.get(node)
+        if pos is None:
+            return False
+        line_map = state.line_map(original)
+        start, _ = line_map(pos.start.line - 1, pos.start.column)
+        end, _ = line_map(pos.end.line - 1, pos.end.column)
+        return suppressions.covers(pass_id, start, end)
+
+    return check
+
+
+def _enforce_suppressions(suppressions: Suppressions, located: list[Finding]) -> tuple[list[Finding], bool]:
+    """Safety net for passes that do not ask ``context.allows``: if a rewrite they
+    applied is covered by a suppression, the whole rewrite of that pass is dropped."""
+    marked = [suppressions.mark(f) if f.status is Status.APPLIED else f for f in located]
+    if not any(m.status is Status.SUPPRESSED and f.status is Status.APPLIED for f, m in zip(located, marked)):
+        return marked, True
+    reason = "another rewrite of this pass in this file is suppressed"
+    return [
+        Finding(m.pass_id, m.message, m.range, Status.SKIPPED, m.safety, reason)
+        if m.status is Status.APPLIED else m
+        for m in marked
+    ], False
+
+
+def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -> list[Finding]:
+    if not raw:
+        return []
+    positions = state.positions
+    line_map = state.line_map(original)
+    found = []
+    for item in raw:
+        pos = positions.get(item.node)
+        if pos is None:
+            rng = Range.of(0, 0, 0, 0)
+        else:
+            start = Position(*line_map(pos.start.line - 1, pos.start.column))
+            end = Position(*line_map(pos.end.line - 1, pos.end.column))
+            rng = Range(start, max(start, end))
+        found.append(
+            Finding(pass_id, item.message, rng, item.status, item.safety, item.reason, item.evidence)
+        )
+    return found
+
+
+def _line_map(current: str, original: str):
+    """Map (line, column) of ``current`` to the closest position in ``original``.
+
+    Lines equal up to indentation map exactly, the column shifted by the change in
+    indentation (code moved into a session is indented one level deeper); other
+    lines map to the nearest line of their diff hunk.
+    """
+    if current == original:
+        return lambda line, col: (line, col)
+    cur, org = current.split("\n"), original.split("\n")
+    table: dict[int, tuple[int, int | None]] = {}
+    for tag, i1, i2, j1, j2 in _opcodes(cur, org):
+        if tag == "equal":
+            for k in range(i2 - i1):
+                table[i1 + k] = (j1 + k, 0)
+            continue
+        inner = _opcodes([line.strip() for line in cur[i1:i2]], [line.strip() for line in org[j1:j2]])
+        for t, a1, a2, b1, b2 in inner:
+            for k in range(a2 - a1):
+                i = i1 + a1 + k
+                if t == "equal":
+                    j = j1 + b1 + k
+                    shift = _indent(org[j]) - _indent(cur[i])
+                    table[i] = (j, shift)
+                else:
+                    table[i] = (min(j1 + b1 + k, max(j1 + b2 - 1, j1 + b1, j1)), None)
+    _by_occurrence(cur, org, table)
+    last = max(0, len(org) - 1)
+
+    def map_position(line: int, col: int) -> tuple[int, int]:
+        j, shift = table.get(line, (min(line, last), None))
+        j = min(j, last)
+        if shift is None:
+            return j, min(col, len(org[j]))
+        return j, max(0, min(col + shift, len(org[j])))
+
+    return map_position
+
+
+def _by_occurrence(cur: list[str], org: list[str], table: dict) -> None:
+    """A line the diff could not pair (a session's rewrite moves lines past each other)
+    whose text stands as often in both versions is the same occurrence of it: the k-th
+    `logits = model.lm_head.output.save()` of the output is the k-th of the original."""
+    unpaired = [i for i in range(len(cur)) if table.get(i, (0, None))[1] is None and cur[i].strip()]
+    if not unpaired:
+        return
+    where_org: dict[str, list[int]] = {}
+    for j, line in enumerate(org):
+        where_org.setdefault(line.strip(), []).append(j)
+    where_cur: dict[str, list[int]] = {}
+    for i, line in enumerate(cur):
+        where_cur.setdefault(line.strip(), []).append(i)
+    for i in unpaired:
+        text = cur[i].strip()
+        mine, theirs = where_cur[text], where_org.get(text, [])
+        if len(mine) == len(theirs):
+            j = theirs[mine.index(i)]
+            table[i] = (j, _indent(org[j]) - _indent(cur[i]))
+
+
+def _opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
+    # no junk: every line counts, however often it repeats (a session's lines do)
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def text_edits(source: str, code: str) -> list[Edit]:
+    """Line-based edits that turn ``source`` into ``code`` (ranges in ``source``)."""
+    if source == code:
+        return []
+    old = source.splitlines(keepends=True)
+    new = code.splitlines(keepends=True)
+    edits = []
+    for tag, i1, i2, j1, j2 in _opcodes(old, new):
+        if tag == "equal":
+            continue
+        edits.append(
+            Edit(Range(Position(i1, 0), Position(i2, 0)), "".join(new[j1:j2]))
+        )
+    return edits
+
+
+__all__ = ["WindowCache", "run_pipeline", "parse", "text_edits"]

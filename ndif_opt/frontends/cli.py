@@ -1,0 +1,377 @@
+"""The `ndif-opt` command line.
+
+    ndif-opt FILE... [-o OUT] [--diff] [--check] [--report] [--in-place] ...
+    ndif-opt verify FILE        run original and optimized script and compare
+    ndif-opt rules              list the passes
+
+Output: stdout carries only what was asked for (code, diff, report or --format
+document), so it can be piped (`ndif-opt f.py --diff | patch -p0`); findings, errors,
+the progress bar and the summary go to stderr.
+
+Exit codes: 0 — success (and, with --check, nothing to change); 1 — with --check,
+some file would change; with `verify`, results differ; 2 — usage error, or an input
+that cannot be read, decoded or parsed (one line on stderr names the file and why);
+with `verify`, the script did not run far enough to compare (it raised, or made no
+request from its remote blocks); 130 — interrupted (Ctrl-C), 143 — terminated
+(SIGTERM): nothing more is written.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from enum import Enum
+from typing import List, Optional
+
+import typer
+
+from ndif_opt.frontends.files import InputError, SourceFile, python_files, read_source, same_file, write_atomic
+from ndif_opt.options import Options
+from ndif_opt.passes import PASS_IDS
+from ndif_opt.output.text import cost_table, finding_line, to_json, unified_diff
+from ndif_opt.engine.runtime import collect_garbage_rarely
+from ndif_opt.types import Result
+
+EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+SUBCOMMANDS = ("verify", "rules", "lsp")
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+    markdown = "markdown"
+    html = "html"
+
+
+app = typer.Typer(add_completion=False, help=__doc__, rich_markup_mode=None)
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"ndif-opt: {message}", err=True)
+    raise typer.Exit(EXIT_ERROR)
+
+
+def _interrupted() -> None:
+    typer.echo("ndif-opt: interrupted", err=True)
+    raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _options(select, ignore, unsafe_fixes, assume_remote, max_batch, *, path=None, config=None, cost=None,
+             migrate=None) -> Options:
+    """Options for one input: its pyproject `[tool.ndif-opt]`, command-line flags on top."""
+    from ndif_opt.frontends.config import ConfigError, load_options
+
+    for pass_id in list(select or []) + list(ignore or []):
+        if pass_id not in PASS_IDS:
+            _fail(f"unknown pass id {pass_id!r} (known: {', '.join(PASS_IDS)})")
+    try:
+        return load_options(
+            None if path in (None, "-") else path,
+            config=config,
+            select=list(select) if select else None,
+            ignore=list(ignore) if ignore else None,
+            unsafe_fixes=unsafe_fixes,
+            assume_remote=assume_remote,
+            max_batch=max_batch,
+            cost=cost or None,
+            migrate=migrate,
+        )
+    except ConfigError as error:
+        _fail(str(error))
+
+
+def _expand(paths: list[str]) -> list[str]:
+    expanded: list[str] = []
+    import os
+
+    for path in paths:
+        if path != "-" and os.path.isdir(path):
+            expanded.extend(python_files(path, suffixes=(".py", ".ipynb")))
+        else:
+            expanded.append(path)
+    return expanded
+
+
+@app.command()
+def optimize(
+    paths: List[str] = typer.Argument(..., help="Python files or directories; '-' reads stdin."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the result here (one input only)."),
+    in_place: bool = typer.Option(False, "--in-place", "-i", help="Rewrite the input files."),
+    diff: bool = typer.Option(
+        False, "--diff", help="Print a unified diff instead of the code (findings: stderr)."
+    ),
+    check: bool = typer.Option(False, "--check", help="Exit 1 if any file would change; write nothing."),
+    report: bool = typer.Option(
+        False, "--report", help="Print the per-pass cost table, then the diff (findings: stderr)."
+    ),
+    select: Optional[List[str]] = typer.Option(None, "--select", help="Run only these passes."),
+    ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Skip these passes."),
+    unsafe_fixes: Optional[bool] = typer.Option(
+        None, "--unsafe-fixes/--no-unsafe-fixes", help="Also apply unsafe fixes."
+    ),
+    assume_remote: Optional[bool] = typer.Option(
+        None, "--assume-remote/--no-assume-remote", help="Treat `remote=` flags of unknown value as remote."
+    ),
+    max_batch: Optional[int] = typer.Option(None, "--max-batch", help="Most invokes batched into one trace (32)."),
+    fmt: Format = typer.Option(
+        Format.text, "--format", help="text, json, sarif, markdown (a pull-request comment) or html (one page)."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no findings (and no progress bar)."),
+    jobs: Optional[int] = typer.Option(
+        None, "--jobs", "-j",
+        help="Worker processes for several files (default: one per CPU); 1 runs everything in this process.",
+    ),
+    config: Optional[str] = typer.Option(None, "--config", help="A pyproject.toml with [tool.ndif-opt]."),
+    migrate: Optional[bool] = typer.Option(
+        None, "--migrate/--no-migrate",
+        help="First rewrite pre-0.5 nnsight code (`.value`, `nnsight.list()`, layer `output[0]`) for nnsight 0.5+.",
+    ),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Cost model: tokens of a non-literal prompt."),
+    latency: Optional[float] = typer.Option(None, "--latency", help="Cost model: seconds per request."),
+    bandwidth: Optional[float] = typer.Option(None, "--bandwidth", help="Cost model: download bytes/s."),
+    throughput: Optional[float] = typer.Option(None, "--throughput", help="Cost model: server FLOP/s."),
+    session_limit: Optional[float] = typer.Option(
+        None, "--session-limit", help="Cost model: seconds NDIF allows one request (3600)."
+    ),
+    model_config: Optional[str] = typer.Option(
+        None, "--model-config", help="Cost model: a Hugging Face config.json for every model (its torch_dtype too)."
+    ),
+) -> None:
+    """Rewrite nnsight scripts for fewer NDIF requests and smaller downloads.
+
+    stdout carries only the code, the diff (--diff), the report (--report) or the --format
+    document; findings, errors and the summary go to stderr. IPython lines in a .py file
+    (`!pip install`, `%time`) are kept as they are."""
+    cost = {k: v for k, v in {"seq-len": seq_len, "latency": latency, "bandwidth": bandwidth,
+                              "throughput": throughput, "session-limit": session_limit}.items() if v is not None}
+    if model_config is not None:
+        from ndif_opt.frontends.config import ConfigError, load_model_config
+
+        try:
+            cost["model-config"] = load_model_config(model_config)
+        except ConfigError as error:
+            _fail(str(error))
+    if jobs is not None and jobs < 1:
+        _fail(f"--jobs must be at least 1, not {jobs}")
+    files = _expand(paths)
+    option_sets = {
+        path: _options(select, ignore, unsafe_fixes, assume_remote, max_batch, path=path, config=config, cost=cost,
+                       migrate=migrate)
+        for path in files
+    }
+    writes_code = not (diff or check or report or in_place or fmt is not Format.text)
+    if output is not None and len(files) != 1:
+        _fail("-o/--output takes exactly one input file")
+    if output is not None and files[0] != "-" and same_file(files[0], output):
+        _fail(f"{output}: the output path is the input file; use --in-place to rewrite it")
+    if writes_code and output is None and len(files) > 1:
+        _fail("several inputs: use --in-place, --diff, --check or --report")
+
+    from ndif_opt.frontends.batch import Terminated, default_jobs, process
+    from ndif_opt.frontends.progress import Progress
+
+    try:
+        # the bar only on a terminal, for several files, without -q; erased before any output
+        with Progress(len(files), sys.stderr, tty=None if not quiet else False) as progress:
+            outcomes = process(files, option_sets, jobs=jobs or default_jobs(), progress=progress)
+    except KeyboardInterrupt:  # the workers are stopped; nothing has been written
+        _interrupted()
+    except Terminated:  # SIGTERM while workers ran: they are stopped too
+        typer.echo("ndif-opt: terminated", err=True)
+        raise typer.Exit(EXIT_TERMINATED) from None
+
+    results: list[tuple[str, Result, SourceFile]] = []
+    errors: list[dict] = []
+    options_by_path: dict[str, Options] = {}
+    for outcome in outcomes:
+        if outcome.error is not None:
+            errors.append({"path": outcome.path, "message": outcome.error})
+            typer.echo(f"ndif-opt: {outcome.error}", err=True)
+        else:
+            results.append((outcome.source.path, outcome.result, outcome.source))
+            options_by_path[outcome.source.path] = option_sets[outcome.path]
+
+    changed = [entry for entry in results if entry[1].changed]
+    try:
+        for path, result, source in results:
+            if in_place and result.changed:
+                try:
+                    write_atomic(path, source.encode(result.code))
+                except InputError as error:
+                    errors.append({"path": path, "message": str(error)})
+                    typer.echo(f"ndif-opt: {error}", err=True)
+        if output is not None and results:
+            path, result, source = results[0]
+            try:
+                write_atomic(output, source.encode(result.code))
+            except InputError as error:
+                _fail(str(error))
+    except KeyboardInterrupt:  # each write is atomic: a file is either old or new
+        _interrupted()
+
+    if fmt is Format.json:
+        typer.echo(to_json([(p, r) for p, r, _ in results], errors))
+    elif fmt is Format.markdown:
+        from ndif_opt.output.text import markdown_many
+
+        typer.echo(markdown_many([(p, r) for p, r, _ in results], errors), nl=False)
+    elif fmt is Format.html:
+        from ndif_opt.output.html import render_html
+
+        typer.echo(render_html([(p, r) for p, r, _ in results], errors=errors), nl=False)
+    elif fmt is Format.sarif:
+        import json
+
+        from ndif_opt.output.sarif import to_sarif
+
+        log = to_sarif([(p, r) for p, r, _ in results], errors, options=options_by_path)
+        typer.echo(json.dumps(log, indent=2, ensure_ascii=False))
+    else:
+        _print_text(results, diff, report, check, writes_code and output is None, quiet,
+                    wrote=in_place or output is not None or writes_code)
+        if len(files) > 1:
+            typer.echo(
+                f"{len(files)} file(s): {len(changed)} would change, "
+                f"{len(results) - len(changed)} unchanged, {len(errors)} error(s)",
+                err=True,
+            )
+    if errors:
+        raise typer.Exit(EXIT_ERROR)
+    if check and changed:
+        raise typer.Exit(EXIT_CHANGES)
+
+
+def _write_code(source: SourceFile, code: str) -> None:
+    """The code on stdout as bytes in the input's own encoding and byte-order mark, so
+    `ndif-opt f.py > g.py` gives what `-o g.py` writes (a latin-1 file stays latin-1)."""
+    try:
+        data = source.encode(code)
+    except InputError as error:
+        _fail(str(error))
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+def _print_text(results, diff: bool, report: bool, check: bool, code_to_stdout: bool, quiet: bool,
+                wrote: bool = True) -> None:
+    """Per file, on stdout only what was asked for (code, report, diff), so that it can be
+    piped (`--diff | patch -p0`); findings and notes on stderr."""
+    for path, result, source in results:
+        if code_to_stdout:
+            _write_code(source, result.code)
+        if report:
+            _print_report(path, result)
+        if diff or report:
+            notebook = getattr(result, "notebook", None)
+            sys.stdout.write(notebook.diff() if notebook is not None else unified_diff(path, result.source, result.code))
+        if not quiet:
+            _print_findings(path, result, wrote)
+        if check and result.changed:
+            typer.echo(f"would rewrite {path}", err=True)
+
+
+def _print_report(path: str, result: Result) -> None:
+    typer.echo(f"{path}:")
+    typer.echo(cost_table(result))
+    for line in result.assumptions:
+        typer.echo(f"  assumption: {line}")
+
+
+def _print_findings(path: str, result: Result, wrote: bool) -> None:
+    sys.stdout.flush()  # on a terminal, a file's findings come after its code or diff
+    for finding in result.findings:
+        typer.echo(finding_line(path, finding, written=wrote), err=True)
+
+
+@app.command()
+def rules() -> None:
+    """List the passes in pipeline order."""
+    from ndif_opt.passes import PASSES
+
+    for cls in PASSES:
+        typer.echo(f"{cls.id}: {cls.summary()}")
+
+
+verify_app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+
+@verify_app.command()
+def verify(
+    path: str = typer.Argument(..., help="The script to check."),
+    unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes"),
+    assume_remote: bool = typer.Option(False, "--assume-remote"),
+    atol: float = typer.Option(0.0, "--atol", help="Absolute tolerance for tensors."),
+    rtol: float = typer.Option(0.0, "--rtol", help="Relative tolerance for tensors."),
+    fmt: Format = typer.Option(Format.text, "--format"),
+    migrate: Optional[bool] = typer.Option(None, "--migrate/--no-migrate"),
+    allow_same_error: bool = typer.Option(
+        False, "--allow-same-error",
+        help="Accept a script that raises locally when the optimized script raises the same "
+             "exception, after its remote blocks ran (reported as OK (same error)).",
+    ),
+) -> None:
+    """Run the original and the optimized script on a tiny local model through an
+    emulation of NDIF, compare every result, and print measured requests and bytes.
+
+    Exit 0: OK. 1: MISMATCH (the results differ). 2: FAILED, nothing to compare — the
+    original script raised locally (unless --allow-same-error and the optimized script
+    raised the same), or a script that opens remote=True blocks made no request."""
+    from ndif_opt.frontends.batch import optimize_source
+
+    try:
+        source = read_source(path)
+        options = _options(None, None, unsafe_fixes, assume_remote, None, path=path, migrate=migrate)
+        result = optimize_source(source, options)
+    except InputError as error:
+        _fail(str(error))
+    try:
+        from ndif_opt.verify import verify_result
+    except ImportError as error:
+        _fail(str(error))
+    if getattr(result, "notebook", None) is not None:
+        from ndif_opt.frontends.notebook import verify_notebook
+
+        report = verify_notebook(source.text, result, filename=path, atol=atol, rtol=rtol,
+                                 allow_same_error=allow_same_error)
+    else:
+        from ndif_opt.frontends.notebook import script_without_magics
+
+        # a script's `!pip install` lines are not Python: run it as a notebook would
+        runnable = replace(result, code=script_without_magics(result.code))
+        report = verify_result(script_without_magics(source.text), runnable, filename=path, atol=atol, rtol=rtol,
+                               allow_same_error=allow_same_error)
+    if fmt is Format.json:
+        import json
+
+        typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        typer.echo(report.to_text())
+    if report.failed:  # like a script that cannot be parsed: there was nothing to compare
+        raise typer.Exit(EXIT_ERROR)
+    if not report.intended_ok:
+        raise typer.Exit(EXIT_CHANGES)
+
+
+def main(argv: list[str] | None = None) -> None:
+    collect_garbage_rarely()  # this process is ours (forked workers inherit it): ndif_opt/engine/runtime.py
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "verify":
+        verify_app(args[1:], prog_name="ndif-opt verify")
+    elif args and args[0] == "lsp":
+        from ndif_opt.frontends.lsp import serve
+
+        serve()
+    elif args == ["rules"]:
+        rules()  # a table: no need to build the command line (typer imports pydantic)
+    elif args and args[0] == "rules":
+        app(args, prog_name="ndif-opt")
+    else:
+        app(["optimize", *args], prog_name="ndif-opt")
+
+
+if __name__ == "__main__":
+    main()

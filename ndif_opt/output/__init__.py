@@ -1,0 +1,1 @@
+"""What ndif-opt prints and writes: text reports, HTML, SARIF, generated docs, wording."""

@@ -1,0 +1,1 @@
+"""Reading and writing code: libcst parses, code generation, positions, walks, tree edits."""

@@ -1,0 +1,207 @@
+"""Code and node positions from one code generation.
+
+libcst's ``PositionProvider`` costs about twice a parse: it creates a ``CodeRange`` for
+every node and splits every token on newlines. The pipeline generates the code of every
+new version of the tree anyway (per top-level statement, cached by statement), so it
+records there where each node starts and ends, as counts of tokens (two integers per
+node), and turns only the spans of nodes it asks about into lines and columns. The
+positions are the same as ``PositionProvider``'s (syntactic, 1-based lines).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import itertools
+import re
+
+import libcst as cst
+from libcst.metadata import CodePosition, CodeRange
+
+from ndif_opt.syntax.codegen import RecordingState, generate
+
+_NEWLINE = re.compile(r"\r\n?|\n")  # libcst's own definition of a line break
+
+
+class _Generated:
+    """The tokens of a code generation, their text, and where each node is among them
+    (by id: whoever holds a ``_Generated`` holds the tree it was generated from)."""
+
+    __slots__ = ("tokens", "spans", "text", "_offsets")
+
+    def __init__(self, state: RecordingState) -> None:
+        self.tokens, self.spans = state.tokens, state.spans
+        self.text = "".join(self.tokens)
+        self._offsets: list[int] | None = None
+
+    def span(self, node: cst.CSTNode) -> tuple[int, int] | None:
+        """Where ``node`` is in the text, in characters."""
+        span = self.spans.get(id(node))
+        return None if span is None else (self.offset(span[0]), self.offset(span[1]))
+
+    def offset(self, token_count: int) -> int:
+        """Where the text of the first ``token_count`` tokens ends."""
+        if self._offsets is None:
+            self._offsets = list(itertools.accumulate(map(len, self.tokens), initial=0))
+        return self._offsets[token_count]
+
+
+@functools.lru_cache(maxsize=8192)
+def code_of(node: cst.CSTNode, indent: str = "    ", newline: str = "\n") -> str:
+    """``cst.Module([]).code_for_node(node)``: the node's code, indented from column 0.
+
+    A pure function of an immutable node (hashed by identity and kept alive while cached):
+    the passes and the cost model ask for the code of the same nodes, in every version of
+    the tree that shares them."""
+    state = RecordingState(indent, newline)
+    generate(node, state)
+    return "".join(state.tokens)
+
+
+class Positions:
+    """Node -> ``CodeRange`` of one version of a tree, computed on demand (the module's
+    code is generated on first use when :func:`code_and_positions` did not)."""
+
+    def __init__(self, module: cst.Module, layout: "_Layout | None" = None) -> None:
+        self._module = module
+        self._layout = layout
+        self._line_ends: list[int] | None = None
+        self._ends: "_Ends | None" = None
+
+    def get(self, node: cst.CSTNode) -> CodeRange | None:
+        if self._layout is None:
+            found = self._in_statements_so_far(node)
+            if found is not None:
+                return found
+            self._layout = _Layout(self._module)
+        layout = self._layout
+        span = layout.generated.span(node)  # the module, its header and footer lines
+        if span is not None:
+            return self._range(0, span)
+        for generated, token in zip(layout.statement_codes, layout.statement_tokens):  # the first holding it wins
+            span = generated.span(node)
+            if span is not None:
+                return self._range(layout.generated.offset(token), span)
+        return None
+
+    def _in_statements_so_far(self, node: cst.CSTNode) -> CodeRange | None:
+        """Without the module's whole code: the node's range when it is in a top-level
+        statement, from the code of the statements up to the one holding it (the first
+        version of a tree: its findings are located before any pass generated its code,
+        and the statements after the one holding them may never be needed). None when
+        the whole code decides: the node in the header or footer lines, or in no
+        statement; a statement's code ending in a carriage return (a line break that the
+        next statement's newline may complete)."""
+        module = self._module
+        if self._ends is None:
+            self._ends = _Ends(module)
+        if node is module or id(node) in self._ends.spans:
+            return None
+        indent, newline = module.default_indent, module.default_newline
+        texts = [self._ends.header]
+        for statement in module.body:  # the first holding it wins
+            generated = _statement_code(statement, indent, newline)
+            texts.append(generated.text)
+            span = generated.span(node)
+            if span is None:
+                continue
+            text = "".join(texts)
+            if text.endswith("\r"):
+                return None
+            base = len(text) - len(generated.text)
+            line_ends = [match.end() for match in _NEWLINE.finditer(text)]
+            return CodeRange(_position(line_ends, base + span[0]), _position(line_ends, base + span[1]))
+        return None
+
+    def _range(self, base: int, span: tuple[int, int]) -> CodeRange:
+        return CodeRange(self._position(base + span[0]), self._position(base + span[1]))
+
+    def _position(self, offset: int) -> CodePosition:
+        if self._line_ends is None:
+            self._line_ends = [match.end() for match in _NEWLINE.finditer(self._layout.generated.text)]
+        return _position(self._line_ends, offset)
+
+
+def _position(line_ends: list[int], offset: int) -> CodePosition:
+    """The position of a character offset, from where the text's lines end."""
+    line = bisect.bisect_right(line_ends, offset)
+    line_start = line_ends[line - 1] if line else 0
+    return CodePosition(line + 1, offset - line_start)
+
+
+class _Ends:
+    """A module's header and footer lines: the code of the header (the text before the
+    first statement) and the spans of the nodes of both."""
+
+    def __init__(self, module: cst.Module) -> None:
+        state = RecordingState(module.default_indent, module.default_newline)
+        for line in module.header:
+            generate(line, state)
+        self.header = "".join(state.tokens)
+        for line in module.footer:
+            generate(line, state)
+        self.spans = state.spans
+
+
+class _Layout:
+    """A module's code, as ``Module._codegen`` generates it, with the code of each top-level
+    statement taken from a cache (a new version of a tree shares most statements with the
+    one before) as one token. Offsets count the newline libcst pops off the end of a
+    module without a trailing newline, as libcst's do: the generated text keeps it."""
+
+    def __init__(self, module: cst.Module) -> None:
+        indent, newline = module.default_indent, module.default_newline
+        state = RecordingState(indent, newline)
+        state.before_codegen(module)
+        for line in module.header:
+            generate(line, state)
+        self.statement_tokens: list[int] = []  # where each top-level statement is among the tokens
+        self.statement_codes: list[_Generated] = []  # and its code generation
+        last_token = None  # the last token, when a statement's code ends the text so far
+        for statement in module.body:
+            generated = _statement_code(statement, indent, newline)
+            self.statement_tokens.append(len(state.tokens))
+            self.statement_codes.append(generated)
+            state.tokens.append(generated.text)
+            last_token = generated.tokens[-1] if generated.tokens else None
+        for line in module.footer:
+            generate(line, state)
+            last_token = None
+        popped = ""
+        if module.has_trailing_newline:
+            if not state.tokens:  # nothing in the header, body or footer
+                state.add_token(newline)
+        elif state.tokens:  # libcst pops the last token, a newline: it may end a statement's code
+            popped = last_token if last_token is not None else state.tokens[-1]
+        state.after_codegen(module)
+        self.generated = _Generated(state)
+        self.code = self.generated.text[: len(self.generated.text) - len(popped)]
+
+
+def code_and_positions(module: cst.Module) -> tuple[str, Positions]:
+    """The module's code (equal to ``module.code``) and the positions of its nodes."""
+    layout = _Layout(module)
+    return layout.code, Positions(module, layout)
+
+
+def top_level_code(node: cst.CSTNode, module: cst.Module) -> str | None:
+    """``code_of(node)`` for a top-level statement of ``module``, from the code generated
+    for the module (:func:`code_and_positions`); None for any other node. Equal only when
+    the module's indentation and newline are code_of's own (4 spaces, ``\\n``)."""
+    if module.default_indent != "    " or module.default_newline != "\n":
+        return None
+    if not isinstance(node, cst.BaseStatement) or not any(s is node for s in module.body):
+        return None
+    return _statement_code(node, "    ", "\n").text
+
+
+@functools.lru_cache(maxsize=4096)
+def _statement_code(statement: cst.BaseStatement, indent: str, newline: str) -> _Generated:
+    """A top-level statement's code generation (a pure function of an immutable node,
+    hashed by identity and kept alive while cached)."""
+    state = RecordingState(indent, newline)
+    generate(statement, state)
+    return _Generated(state)
+
+
+__all__ = ["Positions", "code_and_positions", "code_of", "top_level_code"]
