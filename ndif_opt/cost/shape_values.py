@@ -370,12 +370,8 @@ def const_value(node: cst.BaseExpression | None, ev: Evaluation) -> Any:
             value = evaluate(node.args[0].value, ev)
         except UnknownShape:
             return NOT_CONST
-        if isinstance(value, Shape):
-            if value.kind == "container":
-                return len(value.elements)
-            if value.dims:
-                return value.dims[0]
-        return NOT_CONST
+        length = length_of(value)
+        return NOT_CONST if length is None else length
     if kind is cst.Attribute or kind is cst.Subscript:
         try:
             value = evaluate(node, ev)
@@ -574,3 +570,13 @@ def broadcast(*shapes: Sequence[int]) -> tuple[int, ...]:
             raise UnknownShape(f"shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast")
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
+
+
+def length_of(value: "Shape | ModuleRef") -> int | None:
+    """``len(value)`` when it is known: a container's count of elements, a tensor's first dimension."""
+    if isinstance(value, Shape):
+        if value.kind == "container":
+            return len(value.elements)
+        if value.dims:
+            return value.dims[0]
+    return None

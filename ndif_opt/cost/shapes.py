@@ -72,6 +72,7 @@ from ndif_opt.cost.shape_values import (
     const_value,
     evaluate,
     evaluate_shape,
+    length_of,
     literal_dims,
 )
 from ndif_opt.cost.torch_ops import FUNCTION_NAMESPACES, binary, builtin_call, function_call, matmul, method_call
@@ -259,12 +260,7 @@ def _iter_length(node: cst.BaseExpression, ev: Evaluation) -> int | None:
         value = evaluate(node, ev)
     except UnknownShape:
         return None
-    if isinstance(value, Shape):
-        if value.kind == "container":
-            return len(value.elements)
-        if value.dims:
-            return value.dims[0]
-    return None
+    return length_of(value)
 
 
 # ---------------------------------------------------------------------------------------
