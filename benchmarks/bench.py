@@ -112,9 +112,9 @@ def _editor_worker(path: str, repeat: int, at: float) -> None:
     import libcst
 
     from ndif_opt import optimize
-    from ndif_opt.options import Options
     from ndif_opt.engine.pipeline import WindowCache
     from ndif_opt.engine.runtime import collect_garbage_rarely
+    from ndif_opt.options import Options
 
     if not os.environ.get("NDIF_OPT_BENCH_LIBRARY_GC"):
         collect_garbage_rarely()  # what ndif_opt.frontends.lsp.main sets
@@ -279,10 +279,9 @@ def _directory_worker(tree: str, jobs: int) -> None:
     from ndif_opt import batch, cli  # noqa: F401  (what the command line has imported)
 
     _process_settings()  # what cli.main sets before it runs
-    from ndif_opt.options import Options
-
-    import ndif_opt.frontends.notebook  # noqa: F401  (imported before the fork, as batch does)
     import ndif_opt.engine.pipeline  # noqa: F401
+    import ndif_opt.frontends.notebook  # noqa: F401  (imported before the fork, as batch does)
+    from ndif_opt.options import Options
 
     paths = sorted(str(p) for p in Path(tree).rglob("*.py"))
     options = {path: Options() for path in paths}

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from generators import dense_nnsight_script  # noqa: E402
+
 from ndif_opt import optimize  # noqa: E402
 from ndif_opt.passes import PASSES  # noqa: E402
 

@@ -9,7 +9,6 @@ from ndif_opt.api import optimize
 from ndif_opt.types import Cost, Edit, Finding, PassCost, Position, Range, Result, Safety, Status
 
 
-
 def load_ipython_extension(ipython):
     """``%load_ext ndif_opt``: see :mod:`ndif_opt.frontends.jupyter` (imported only here)."""
     from ndif_opt.frontends.jupyter import load_ipython_extension as load

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-
 from typing import TYPE_CHECKING
 
 from ndif_opt.options import Options

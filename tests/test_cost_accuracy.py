@@ -116,9 +116,10 @@ def test_within_tolerance_rules():
 
 
 def test_tiny_options_describe_the_tiny_models():
-    from ndif_opt.cost_model import explain
-    from ndif_opt.analysis.facts import analyze
     import libcst as cst
+
+    from ndif_opt.analysis.facts import analyze
+    from ndif_opt.cost_model import explain
 
     source = 'from nnsight import LanguageModel\nmodel = LanguageModel("meta-llama/Llama-3.1-70B")\n'
     source += 'with model.trace("Hello world", remote=True):\n    h = model.model.layers[3].output.save()\n'

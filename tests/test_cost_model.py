@@ -12,8 +12,8 @@ import pytest
 
 from ndif_opt import optimize
 from ndif_opt.analysis.facts import analyze
-from ndif_opt.frontends.config import ConfigError, load_model_config, load_options
 from ndif_opt.cost.constants import RESULT_BASE, TENSOR_OVERHEAD
+from ndif_opt.cost.model_registry import dims_for
 from ndif_opt.cost_model import (
     UNKNOWN_TRIPS,
     assumptions,
@@ -21,7 +21,7 @@ from ndif_opt.cost_model import (
     explain,
     session_budget,
 )
-from ndif_opt.cost.model_registry import dims_for
+from ndif_opt.frontends.config import ConfigError, load_model_config, load_options
 from ndif_opt.options import Options
 
 HEAD = 'from nnsight import LanguageModel\nimport torch\nmodel = LanguageModel("{repo}")\n'
@@ -703,8 +703,8 @@ def test_the_cost_model_follows_every_example_and_the_dense_script_to_the_end():
 def test_shared_values_are_keyed_by_exact_values_not_equal_ones():
     # the walker shares an expression's value between tree versions when the names it
     # spells hold the same values: 1, 1.0 and True are equal in Python but not the same
-    from ndif_opt.cost.walker import _exact
     from ndif_opt.cost.shape_values import Shape
+    from ndif_opt.cost.walker import _exact
 
     keys = {_exact(Shape(kind="python", value=v)) for v in (1, 1.0, True, 0.0, -0.0, (1,), (1.0,))}
     assert len(keys) == 7

@@ -29,8 +29,8 @@ from generators import dense_nnsight_script, plain_python  # noqa: E402
 
 from ndif_opt.frontends import batch  # noqa: E402
 from ndif_opt.frontends.files import SourceFile  # noqa: E402
-from ndif_opt.options import Options  # noqa: E402
 from ndif_opt.frontends.progress import Progress  # noqa: E402
+from ndif_opt.options import Options  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # the quicker examples (each well under a second); legacy_api is pre-0.5: findings only

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from ndif_opt.analysis.facts import analyze
 from ndif_opt.analysis.effects import ServerCheck
+from ndif_opt.analysis.facts import analyze
 
 MUTUAL = '''
 def f(n):

@@ -12,8 +12,8 @@ import libcst as cst
 import pytest
 
 from ndif_opt import optimize
-from ndif_opt.output.docs import render
 from ndif_opt.options import Options
+from ndif_opt.output.docs import render
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
-
 from generators import dense_nnsight_script
+
 from ndif_opt.engine import windows
-from ndif_opt.syntax.joined import joined, parse_part
 from ndif_opt.passes import PASSES
+from ndif_opt.syntax.joined import joined, parse_part
 
 ROOT = Path(__file__).resolve().parent.parent
 

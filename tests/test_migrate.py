@@ -17,11 +17,11 @@ import pytest
 
 import ndif_opt.engine.pipeline as pipeline
 from ndif_opt import Status, optimize
-from ndif_opt.analysis.facts import analyze
 from ndif_opt.analysis.effects import ServerCheck
+from ndif_opt.analysis.facts import analyze
+from ndif_opt.analysis.legacy_api import MODERN, PRE_05, UNKNOWN, api_generation
 from ndif_opt.options import Options
 from ndif_opt.passes import Context
-from ndif_opt.analysis.legacy_api import MODERN, PRE_05, UNKNOWN, api_generation
 from ndif_opt.passes.migrate_api import MigrateApi
 
 ROOT = Path(__file__).resolve().parent.parent

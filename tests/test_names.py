@@ -6,8 +6,8 @@ import textwrap
 from pathlib import Path
 
 import libcst as cst
-
 from generators import dense_nnsight_script
+
 from ndif_opt.analysis import names
 
 ROOT = Path(__file__).resolve().parent.parent

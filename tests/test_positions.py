@@ -6,9 +6,9 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from generators import dense_nnsight_script
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from generators import dense_nnsight_script
 from ndif_opt.syntax.positions import code_and_positions, code_of, top_level_code
 
 ROOT = Path(__file__).resolve().parent.parent

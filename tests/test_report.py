@@ -8,7 +8,6 @@ import json
 import textwrap
 
 from ndif_opt import optimize
-
 from ndif_opt.engine import windows
 from ndif_opt.output.text import cost_table, download_change, markdown_report, to_json
 from ndif_opt.types import Cost, Finding, PassCost, Range, Result, Status, UnknownDownload, UnknownDownloads

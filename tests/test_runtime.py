@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 from ndif_opt import optimize
-
 from ndif_opt.engine import runtime
 
 DENSE_HEAD = ("from nnsight import LanguageModel\nmodel = LanguageModel('gpt2')\n"
@@ -41,8 +40,8 @@ def test_a_library_call_keeps_the_callers_settings():
 
 
 def test_a_file_is_optimized_with_the_collector_paused(monkeypatch):
-    from ndif_opt.frontends import batch
     from ndif_opt.engine import pipeline
+    from ndif_opt.frontends import batch
     from ndif_opt.frontends.files import SourceFile
     from ndif_opt.options import Options
 

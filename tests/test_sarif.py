@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 from ndif_opt import optimize
-from ndif_opt.passes import PASS_IDS
 from ndif_opt.output.sarif import artifact_uri, to_sarif
+from ndif_opt.passes import PASS_IDS
 from ndif_opt.types import Finding, Range, Result, Status
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import libcst as cst
-
 from generators import dense_nnsight_script
+
 from ndif_opt.syntax.walk import children, find_nodes, paths_to, transform, walk, walk_content
 
 ROOT = Path(__file__).resolve().parent.parent

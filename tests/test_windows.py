@@ -16,13 +16,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-
 from generators import HEADER, dense_nnsight_script
+from hypothesis import given, settings
+from test_pipeline import apply_edits
+
 from ndif_opt import optimize
 from ndif_opt.engine import pipeline, windows
 from ndif_opt.options import Options
-from test_pipeline import apply_edits
 
 ROOT = Path(__file__).resolve().parent.parent
 

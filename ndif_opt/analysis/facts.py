@@ -19,9 +19,9 @@ from typing import Any
 import libcst as cst
 
 from ndif_opt.analysis.names import NameUse, collect, dotted_name, root_name
-from ndif_opt.syntax.positions import code_of
-from ndif_opt.syntax.literals import literal_value  # the model's repo id, read in every version
 from ndif_opt.analysis.vocabulary import MODEL_BLOCK_METHODS
+from ndif_opt.syntax.literals import literal_value  # the model's repo id, read in every version
+from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.walk import find_nodes, walk
 
 # Classes whose instances are nnsight models, by their public import paths.

@@ -17,10 +17,11 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, is_save_call, opens_invoke, qualify
 from ndif_opt.analysis.names import collect, collect_all, dotted_name
+from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import method_call
-from ndif_opt.analysis.vocabulary import LAYER_LISTS
-from ndif_opt.syntax.walk import find_nodes, walk as walk_tree
+from ndif_opt.syntax.walk import find_nodes
+from ndif_opt.syntax.walk import walk as walk_tree
 
 PRE_05 = "pre-0.5"
 MODERN = "0.5+"

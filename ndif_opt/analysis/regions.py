@@ -21,8 +21,8 @@ from ndif_opt.analysis.names import (
     name_assignment,
     target_names,
 )
-from ndif_opt.syntax.positions import code_of
 from ndif_opt.analysis.retries import retry_guard
+from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import empty_container_kind
 from ndif_opt.syntax.walk import all_nodes
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import CONTEXT_DECORATORS, Block, Facts, Remote, qualify
 from ndif_opt.analysis.effects import ServerCheck
+from ndif_opt.analysis.facts import CONTEXT_DECORATORS, Block, Facts, Remote, qualify
 from ndif_opt.analysis.names import collect
-from ndif_opt.syntax.positions import code_of
 from ndif_opt.analysis.retries import RetryGuard, RetryWrapper, function_guard, retry_wrappers, unwrapped_call
+from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.walk import find_nodes, walk
 
 FLAG_PARAMETER = "remote"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.shape_values import (
     DEFAULT_MAX_NEW_TOKENS,
     Evaluation,
@@ -26,7 +27,6 @@ from ndif_opt.cost.shape_values import (
     evaluate_shape,
     promote,
 )
-from ndif_opt.analysis.vocabulary import LAYER_LISTS
 
 __all__ = [
     "PASSTHROUGH_CALLS",

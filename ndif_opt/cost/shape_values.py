@@ -21,9 +21,9 @@ from typing import Any
 
 import libcst as cst
 
-from ndif_opt.syntax.literals import literal_value
-from ndif_opt.cost.model_registry import ModelDims, canonical_dtype, dtype_size
 from ndif_opt.analysis.names import dotted_name
+from ndif_opt.cost.model_registry import ModelDims, canonical_dtype, dtype_size
+from ndif_opt.syntax.literals import literal_value
 
 __all__ = [
     "ARITH",

@@ -23,6 +23,11 @@ from typing import Any
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, Remote, RemoteFlag, config_entry, is_save_call
+from ndif_opt.analysis.names import COMPREHENSIONS, all_params, collect, dotted_name, returned_name, target_names
+from ndif_opt.analysis.regions import arithmetic, dict_view_length
+from ndif_opt.analysis.remote_functions import self_methods
+from ndif_opt.analysis.retries import retry_guard, retry_wrappers, unwrapped_call
+from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.constants import (
     CALL_DEPTH,
     CLIENT_TENSOR_OVERHEAD,
@@ -44,20 +49,15 @@ from ndif_opt.cost.constants import (
     setting,
     view_mode,
 )
-from ndif_opt.analysis.remote_functions import self_methods
-from ndif_opt.syntax.literals import literal_value
 from ndif_opt.cost.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size, estimate_n_params
-from ndif_opt.analysis.names import COMPREHENSIONS, all_params, collect, dotted_name, returned_name, target_names
-from ndif_opt.syntax.positions import code_of, top_level_code
-from ndif_opt.options import Options
-from ndif_opt.analysis.regions import arithmetic, dict_view_length
-from ndif_opt.analysis.retries import retry_guard, retry_wrappers, unwrapped_call
-from ndif_opt.syntax.rewrite import unsave
 from ndif_opt.cost.shape_values import ModuleRef, Shape
 from ndif_opt.cost.shapes import value_of
-from ndif_opt.types import UnknownDownload
-from ndif_opt.analysis.vocabulary import LAYER_LISTS
+from ndif_opt.options import Options
+from ndif_opt.syntax.literals import literal_value
+from ndif_opt.syntax.positions import code_of, top_level_code
+from ndif_opt.syntax.rewrite import unsave
 from ndif_opt.syntax.walk import content_children
+from ndif_opt.types import UnknownDownload
 
 __all__ = ["RequestEstimate", "SessionProfile", "Walker", "serialized_size"]
 

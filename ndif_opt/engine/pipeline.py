@@ -18,17 +18,17 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ndif_opt.engine import windows
-from ndif_opt.analysis.facts import Facts, analyze
-from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.analysis.effects import ServerCheck
-from ndif_opt.syntax.joined import Part, joined, parse_part
-from ndif_opt.options import Options
+from ndif_opt.analysis.facts import Facts, analyze
 from ndif_opt.analysis.legacy_api import PRE_05, PRE_05_MESSAGE, api_generation, legacy_summary
-from ndif_opt.passes import PASSES, Context, Pass, RawFinding
-from ndif_opt.syntax.positions import Positions, code_and_positions
+from ndif_opt.cost_model import Estimate, assumptions, explain
+from ndif_opt.engine import windows
 from ndif_opt.engine.prefilter import uses_nnsight
 from ndif_opt.engine.suppression import IGNORE_FILE, Suppressions
+from ndif_opt.options import Options
+from ndif_opt.passes import PASSES, Context, Pass, RawFinding
+from ndif_opt.syntax.joined import Part, joined, parse_part
+from ndif_opt.syntax.positions import Positions, code_and_positions
 from ndif_opt.types import Cost, Edit, Finding, PassCost, Position, Range, Result, Status, UnknownDownloads
 
 MAX_ROUNDS = 16  # passes enable each other (and push one value per run) until stable

@@ -23,9 +23,9 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ndif_opt.engine.runtime import collector_paused, init_worker
 from ndif_opt.frontends.files import InputError, SourceFile, decode, read_source, same_file
 from ndif_opt.options import Options
-from ndif_opt.engine.runtime import collector_paused, init_worker
 from ndif_opt.types import Result
 
 
@@ -151,8 +151,8 @@ def _pool(workers: int):
     if context.get_start_method() == "fork":
         # import the pipeline once, here: every forked worker inherits it instead of
         # importing it again (the same wall time, a fraction of the CPU)
-        import ndif_opt.frontends.notebook  # noqa: F401
         import ndif_opt.engine.pipeline  # noqa: F401
+        import ndif_opt.frontends.notebook  # noqa: F401
     sys.stdout.flush()  # a forked child flushes its copy of unflushed output when it exits
     sys.stderr.flush()
     return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=init_worker,

@@ -25,11 +25,11 @@ from typing import List, Optional
 
 import typer
 
+from ndif_opt.engine.runtime import collect_garbage_rarely
 from ndif_opt.frontends.files import InputError, SourceFile, python_files, read_source, same_file, write_atomic
 from ndif_opt.options import Options
-from ndif_opt.passes import PASS_IDS
 from ndif_opt.output.text import cost_table, finding_line, to_json, unified_diff
-from ndif_opt.engine.runtime import collect_garbage_rarely
+from ndif_opt.passes import PASS_IDS
 from ndif_opt.types import Result
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2

@@ -46,9 +46,9 @@ except ImportError:  # pygls 1.x
 
     PYGLS_2 = False
 
+from ndif_opt.engine.runtime import collect_garbage_rarely
 from ndif_opt.frontends.config import ConfigError, load_options
 from ndif_opt.options import Options
-from ndif_opt.engine.runtime import collect_garbage_rarely
 from ndif_opt.types import Edit, Finding, Result, Status
 
 log = logging.getLogger("ndif_opt.frontends.lsp")

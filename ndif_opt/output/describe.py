@@ -30,11 +30,11 @@ class _Tools:
     passes' modules) and looked up once, not at every call."""
 
     def __init__(self) -> None:
-        from ndif_opt.cost_model import prompt_tokens
         from ndif_opt.cost.model_registry import dims_for
+        from ndif_opt.cost.shapes import shape_of
+        from ndif_opt.cost_model import prompt_tokens
         from ndif_opt.options import Options
         from ndif_opt.output.text import human_bytes
-        from ndif_opt.cost.shapes import shape_of
 
         self.prompt_tokens = prompt_tokens
         self.dims_for = dims_for

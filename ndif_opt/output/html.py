@@ -15,7 +15,13 @@ import html
 import math
 
 from ndif_opt.output.text import (
-    download_change, download_text, downloads_comparable, growth_reason, human_bytes, summary_line, totals,
+    download_change,
+    download_text,
+    downloads_comparable,
+    growth_reason,
+    human_bytes,
+    summary_line,
+    totals,
     unknown_download_notes,
 )
 from ndif_opt.types import Cost, Result, Status

@@ -5,8 +5,8 @@ from __future__ import annotations
 import difflib
 import json
 
-from ndif_opt.types import Cost, Finding, Result, Status, UnknownDownload, UnknownDownloads
 from ndif_opt.output.wording import counted
+from ndif_opt.types import Cost, Finding, Result, Status, UnknownDownload, UnknownDownloads
 
 
 def human_bytes(count: float) -> str:

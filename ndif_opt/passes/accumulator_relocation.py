@@ -41,8 +41,8 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, Remote, opens_invoke
 from ndif_opt.analysis.names import collect
-from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.analysis.regions import Accumulator, carried_container, find_accumulator
+from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import DropElementSaves, SuitePlan, saved_container, with_module_import
 from ndif_opt.syntax.walk import find_nodes

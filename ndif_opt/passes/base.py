@@ -8,8 +8,8 @@ from typing import ClassVar
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.effects import ServerCheck
+from ndif_opt.analysis.facts import Facts
 from ndif_opt.options import Options
 from ndif_opt.types import Safety, Status
 

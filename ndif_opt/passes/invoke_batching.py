@@ -54,6 +54,9 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import collect, dotted_name, root_name
+from ndif_opt.analysis.regions import reads_after
+from ndif_opt.analysis.tensors import TENSOR_MODULES
+from ndif_opt.output.wording import counted, per
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.sweeps import (
     MODULE_VALUES,
@@ -72,13 +75,10 @@ from ndif_opt.passes.common.sweeps import (
     structure_problem,
     with_leading,
 )
-from ndif_opt.analysis.regions import reads_after
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import DropElementSaves, SuitePlan, reindentable
-from ndif_opt.analysis.tensors import TENSOR_MODULES
-from ndif_opt.types import Safety
 from ndif_opt.syntax.walk import children, walk
-from ndif_opt.output.wording import counted, per
+from ndif_opt.types import Safety
 
 # How a loop may fill a container made before it.
 FILLING_METHODS = frozenset({"append", "extend", "update", "add", "insert"})

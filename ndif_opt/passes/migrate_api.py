@@ -80,6 +80,7 @@ from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import reindentable, without_remote
 
+
 class MigrateApi(Pass):
     __doc__ = __doc__
 

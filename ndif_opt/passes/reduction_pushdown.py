@@ -68,7 +68,6 @@ from functools import cached_property
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, Remote, is_save_call, qualify
-from ndif_opt.output.describe import saved_shape
 from ndif_opt.analysis.names import (
     COMPREHENSIONS,
     NameUse,
@@ -78,14 +77,15 @@ from ndif_opt.analysis.names import (
     name_assignment,
     target_names,
 )
+from ndif_opt.analysis.regions import reads_after
+from ndif_opt.analysis.scopes import INDEX_KEY, ScopeIndex, TakenNames, binding_count_in, scope_index, statement_index
+from ndif_opt.analysis.vocabulary import FILLING_METHODS
+from ndif_opt.output.describe import saved_shape
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
-from ndif_opt.analysis.regions import reads_after
 from ndif_opt.syntax.rewrite import NodeEdits, SuitePlan, empty_container_kind, method_call, unsave
-from ndif_opt.analysis.scopes import INDEX_KEY, ScopeIndex, TakenNames, binding_count_in, scope_index, statement_index
-from ndif_opt.types import Safety
-from ndif_opt.analysis.vocabulary import FILLING_METHODS
 from ndif_opt.syntax.walk import all_nodes, find_nodes, transform
+from ndif_opt.types import Safety
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 

@@ -67,19 +67,8 @@ from enum import Enum
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Facts, Remote, is_save_call
 from ndif_opt.analysis.effects import Problem
-from ndif_opt.analysis.remote_functions import (
-    CallWithRemoteOff,
-    RemoteHelper,
-    with_keyword_arguments,
-    with_keyword_parameters,
-    call_multiplicity,
-    called_helper,
-    helper_calls,
-    remote_helpers,
-    rewritten_helper,
-)
+from ndif_opt.analysis.facts import Block, Facts, Remote, is_save_call
 from ndif_opt.analysis.names import (
     NameUse,
     collect,
@@ -90,9 +79,6 @@ from ndif_opt.analysis.names import (
     returned_name,
     root_name,
 )
-from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.passes.common.client_split import Refused, Split, names_in, split_region, splittable, unwrap_progress
-from ndif_opt.analysis.retries import PortableRetry, portable_retry, retry_guard
 from ndif_opt.analysis.regions import (
     Accumulator,
     carried_container,
@@ -102,6 +88,20 @@ from ndif_opt.analysis.regions import (
     requests_in,
     self_attributes_read_after,
 )
+from ndif_opt.analysis.remote_functions import (
+    CallWithRemoteOff,
+    RemoteHelper,
+    call_multiplicity,
+    called_helper,
+    helper_calls,
+    remote_helpers,
+    rewritten_helper,
+    with_keyword_arguments,
+    with_keyword_parameters,
+)
+from ndif_opt.analysis.retries import PortableRetry, portable_retry, retry_guard
+from ndif_opt.passes.base import Case, Context, Pass
+from ndif_opt.passes.common.client_split import Refused, Split, names_in, split_region, splittable, unwrap_progress
 from ndif_opt.syntax.rewrite import (
     DropElementSaves,
     StripRemote,
@@ -113,8 +113,8 @@ from ndif_opt.syntax.rewrite import (
     with_fallback,
     with_module_import,
 )
-from ndif_opt.types import Safety
 from ndif_opt.syntax.walk import find_nodes, paths_to, transform
+from ndif_opt.types import Safety
 
 UNSAFE_KINDS = frozenset({"print", "progress"})
 

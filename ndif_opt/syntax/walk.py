@@ -26,7 +26,6 @@ from collections.abc import Callable
 
 import libcst as cst
 
-
 # whitespace, comments, punctuation and operators: nodes that hold nothing else
 _LAYOUT_BASES = (
     cst.BaseParenthesizableWhitespace, cst.TrailingWhitespace, cst.EmptyLine, cst.Newline,

@@ -39,11 +39,11 @@ from functools import cached_property
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.effects import PROGRESS_BARS
+from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import NameUse, all_params, collect, exposed_reads, fresh_name, target_names
-from ndif_opt.syntax.positions import code_of
 from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS
+from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.walk import find_nodes, walk
 
 # Problems a client statement may have and still be replayed after the session.

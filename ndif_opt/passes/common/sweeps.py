@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Facts, StmtInfo
 from ndif_opt.analysis import names
+from ndif_opt.analysis.facts import Block, Facts, StmtInfo
 from ndif_opt.analysis.names import NameUse, collect, collect_all, root_name, target_names
+from ndif_opt.analysis.regions import int_value, trip_count
+from ndif_opt.output.wording import counted
 from ndif_opt.passes.base import Context
 from ndif_opt.syntax.positions import code_and_positions, code_of
-from ndif_opt.analysis.regions import int_value, trip_count
 from ndif_opt.syntax.walk import walk_content
-from ndif_opt.output.wording import counted
 
 # ---------------------------------------------------------------------------------------
 # One walk per statement and version of the tree
