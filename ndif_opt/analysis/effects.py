@@ -15,7 +15,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts, line_facts, qualify, qualify_dotted
+from ndif_opt.analysis.facts import Facts, Remote, call_remote_flag, line_facts, qualify, qualify_dotted
 from ndif_opt.analysis.names import BODY_KINDS, dotted_name, function_locals, root_name, target_names
 from ndif_opt.analysis.retries import retry_guard
 from ndif_opt.syntax.walk import find_nodes, paths_to, walk
@@ -70,7 +70,7 @@ PROGRESS_BARS = frozenset({"tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook
 class Problem:
     """Why a piece of code must stay on the client."""
 
-    kind: str  # effect | print | progress | forbidden | module | control | client-object
+    kind: str  # effect | print | progress | forbidden | module | control | client-object | request
     message: str
     node: cst.CSTNode
 
@@ -357,7 +357,17 @@ class _Checker(cst.CSTVisitor):
             for problem in shipped.function_problems(function):
                 self._add(problem.kind, f"calls `{path}`, which {problem.message}", node)
             return
-        if path in FILE_FUNCTIONS:
+        flag = call_remote_flag(node, self.facts)
+        if flag.state is not Remote.NO:
+            # nnterp's `run_prompts(..., remote=True)` and the like open their own request:
+            # on the server that would be a request sent from inside a request
+            self._add(
+                "request",
+                f"calls `{path}` with `remote={flag.code or '...'}`, which sends a request of its own: "
+                "inside a session it would run on the server, where it cannot send one",
+                node,
+            )
+        elif path in FILE_FUNCTIONS:
             self._add("effect", f"calls `{path}`, which reads or writes files on your machine", node)
         elif path == "time.sleep":
             # a pause between requests (rate limiting): it belongs with the client's code

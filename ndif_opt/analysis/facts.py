@@ -665,7 +665,13 @@ def remote_arg(call: cst.Call) -> cst.Arg | None:
     return None
 
 
-def _remote_flag(call: cst.Call, arg: cst.Arg | None, info: StmtInfo, facts: Facts) -> RemoteFlag:
+def call_remote_flag(call: cst.Call, facts: Facts, info: StmtInfo | None = None) -> RemoteFlag:
+    """The `remote=` flag of any call (a block's, or a library function's that sends its
+    own requests, such as nnterp's `run_prompts(..., remote=True)`)."""
+    return _remote_flag(call, remote_arg(call), info, facts)
+
+
+def _remote_flag(call: cst.Call, arg: cst.Arg | None, info: StmtInfo | None, facts: Facts) -> RemoteFlag:
     """The flag of a block's call, whose `remote=` argument is ``arg`` (None: none)."""
     if arg is None:
         for star in (a for a in call.args if a.star == "**"):

@@ -1260,7 +1260,7 @@ def _count(requests: int, exact: bool) -> str:
 
 
 def _plain(problem: Problem) -> str:
-    if problem.kind == "control":  # its message says why already
+    if problem.kind in ("control", "request"):  # its message says why already
         return f"not hoisted: the code {problem.message}"
     return f"not hoisted: the code {problem.message}, which must run on your machine"
 
@@ -2162,6 +2162,49 @@ with model.session(remote=True):
             outs.append(model.lm_head.output)
 print(len(outs))
 """,
+    ),
+    Case(
+        name="nnterp: a loop of StandardizedTransformer traces that prints per prompt",
+        before="""\
+from nnterp import StandardizedTransformer
+
+model = StandardizedTransformer("meta-llama/Llama-3.1-8B")
+prompts = ["The Eiffel Tower is in", "The capital of Japan is"]
+for prompt in prompts:
+    with model.trace(prompt, remote=True):
+        resid = model.layers_output[20][:, -1].save()
+        probs = model.next_token_probs.save()
+    print(prompt, resid.norm().item(), probs[0].argmax().item())
+""",
+        after="""\
+from nnterp import StandardizedTransformer
+
+model = StandardizedTransformer("meta-llama/Llama-3.1-8B")
+prompts = ["The Eiffel Tower is in", "The capital of Japan is"]
+with model.session(remote=True):
+    _ndif_rows = list().save()
+    for prompt in prompts:
+        with model.trace(prompt):
+            resid = model.layers_output[20][:, -1]
+            probs = model.next_token_probs
+        _ndif_rows.append((prompt, resid.norm().item(), probs[0].argmax().item()))
+for prompt, resid_then, probs_then in _ndif_rows:
+    print(prompt, resid_then, probs_then)
+""",
+    ),
+    Case(
+        name="a library function that sends its own request stays out of a session",
+        before="""\
+from nnterp import StandardizedTransformer
+from nnterp.prompt_utils import run_prompts
+
+model = StandardizedTransformer("meta-llama/Llama-3.1-8B")
+for prompt in ["a b", "c d"]:
+    with model.trace(prompt, remote=True):
+        probs = model.next_token_probs[0].save()
+    targets = run_prompts(model, [prompt], remote=True)
+""",
+        reason="calls `nnterp.prompt_utils.run_prompts` with `remote=True`, which sends a request of its own",
     ),
     Case(
         name="a list only the session reads is made there and not downloaded",
