@@ -92,7 +92,7 @@ class Estimate:
 
     def request_for(self, node: cst.With) -> RequestEstimate | None:
         for request in self.requests:
-            if request.block.node is node:
+            if request.block is not None and request.block.node is node:
                 return request
         return None
 
@@ -157,7 +157,7 @@ def _explain(facts: Facts, options: Options) -> Estimate:
         if r.max_server_seconds > budget:
             what = "session" if r.kind == "session" else r.kind
             warnings.append(
-                f"a {what} of `{r.block.model}` is estimated at {_seconds(r.max_server_seconds)} "
+                f"a {what} of `{r.model}` is estimated at {_seconds(r.max_server_seconds)} "
                 f"of server time; NDIF stops a request after {_seconds(limit)}"
                 + (" (the estimate leaves a margin of "
                    f"{setting(options, 'session-margin'):.0%})" if r.max_server_seconds <= limit else "")

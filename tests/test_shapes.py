@@ -56,6 +56,12 @@ LLAMA_CASES = [
     ("model.layers[40].self_attn.attention_probabilities[0, :, -1]", (64, 10), "bfloat16", 64 * 10 * 2),
     ("model.logits", (1, 10, V), "bfloat16", 10 * V * 2),
     ("model.next_token_probs", (1, V), "bfloat16", V * 2),
+    ("model.layers_input[3]", (1, 10, H), "bfloat16", 10 * H * 2),
+    ("model.attentions_output[3][:, -1]", (1, H), "bfloat16", H * 2),
+    ("model.mlps_output[79]", (1, 10, H), "bfloat16", 10 * H * 2),
+    ("model.layers[2].mlp.mlp_output", (1, 10, H), "bfloat16", 10 * H * 2),
+    ("model.layers[2].mlp.mlp_output[0, -1].norm()", (), "bfloat16", 8),
+    ("model.next_token_probs[0].topk(5).indices", (5,), "int64", 40),
     # logit lens through module calls
     ("model.lm_head(model.model.norm(model.model.layers[3].output))[:, -1]", (1, V), "bfloat16", V * 2),
     # reductions and conversions

@@ -22,7 +22,7 @@ from typing import Any
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Facts, Remote, RemoteFlag, config_entry, is_save_call
+from ndif_opt.analysis.facts import Block, Facts, Remote, RemoteFlag, call_remote_flag, config_entry, is_save_call, qualify
 from ndif_opt.analysis.names import COMPREHENSIONS, all_params, collect, dotted_name, returned_name, target_names
 from ndif_opt.analysis.regions import arithmetic, dict_view_length
 from ndif_opt.analysis.remote_functions import self_methods
@@ -49,6 +49,13 @@ from ndif_opt.cost.constants import (
     setting,
     view_mode,
 )
+from ndif_opt.cost.library_requests import (
+    LibraryRequest,
+    Returns,
+    batch_count,
+    library_request,
+    request_count,
+)
 from ndif_opt.cost.model_registry import ModelDims, dims_for, dims_from_hf_config, dtype_size, estimate_n_params
 from ndif_opt.cost.shape_values import ModuleRef, Shape
 from ndif_opt.cost.shapes import value_of
@@ -56,7 +63,7 @@ from ndif_opt.options import Options
 from ndif_opt.syntax.literals import literal_value
 from ndif_opt.syntax.positions import code_of, top_level_code
 from ndif_opt.syntax.rewrite import unsave
-from ndif_opt.syntax.walk import content_children
+from ndif_opt.syntax.walk import content_children, find_nodes
 from ndif_opt.types import UnknownDownload
 
 __all__ = ["RequestEstimate", "SessionProfile", "Walker", "serialized_size"]
@@ -101,9 +108,13 @@ class SessionProfile:
 
 @dataclass(eq=False)
 class RequestEstimate:
-    """One outermost remote block, over every time the script sends it."""
+    """One outermost remote block, or one call of a library function that sends its own
+    requests (``library_call``, then ``block`` is None), over every time the script sends it."""
 
-    block: Block
+    block: Block | None
+    model: str = ""  # the receiver's code, e.g. `model`
+    method: str = ""  # trace | session | generate
+    library_call: cst.Call | None = None
     count: int = 0  # requests this block sends
     upload_bytes: int = 0  # totals over ``count`` requests
     upload_raw_bytes: int = 0
@@ -121,7 +132,7 @@ class RequestEstimate:
 
     @property
     def kind(self) -> str:
-        return self.block.method
+        return self.method
 
     def per_request(self, attribute: str) -> float:
         return getattr(self, attribute) / self.count if self.count else 0.0
@@ -423,6 +434,8 @@ class Walker:
         self._unrolled = 0  # iterations unrolled so far (see UNROLL_BUDGET)
         self._guesses = 0  # how deep in code run an assumed number of times (see _guessing)
         self._default_dims = self.dims_of(self.model_names[0])
+        # names imported from a library whose functions may send requests of their own
+        self._library_paths = any(path.split(".")[0] == "nnterp" for path in facts.imports.values())
 
     # -- setup ---------------------------------------------------------------------------
     def dims_of(self, model: str) -> ModelDims:
@@ -1045,6 +1058,8 @@ class Walker:
 
     # -- simple statements -----------------------------------------------------------------
     def small(self, small: cst.BaseSmallStatement, times: float) -> None:
+        if self._library_paths and self.request is None:
+            self._library_requests(small, times)
         self._follow_calls(small, times)
         if type(small) is cst.Assign:
             value = small.value
@@ -1293,6 +1308,88 @@ class Walker:
             literal = self.constant_value(arg)
             self.env[name] = _python_shape(literal, True) if literal is not NO_VALUE else self.value(arg)
 
+    # -- library functions that send requests ---------------------------------------------------
+    def _library_requests(self, small: cst.CSTNode, times: float) -> None:
+        """Calls of library functions that send requests of their own (nnterp's helpers),
+        outside any request: each is a request estimate of its own."""
+        imports = self.facts.imports
+        calls = find_nodes(small, lambda node: type(node) is cst.Call and library_request(qualify(node.func, imports)))
+        for call in calls:
+            spec = library_request(qualify(call.func, imports))
+            arguments = spec.arguments(call)
+            if arguments is None or call_remote_flag(call, self.facts).state is Remote.NO:
+                continue
+            self._library_request(call, spec, arguments, times)
+
+    def _library_request(self, call: cst.Call, spec: LibraryRequest, arguments: dict, times: float) -> None:
+        model = dotted_name(call.args[0].value) if call.args and not call.args[0].keyword else None
+        model = model if model in self.facts.models else self.model_names[0]
+        dims = self.dims_of(model)
+        prompts_arg = arguments.get("prompts", arguments.get("prompt"))
+        prompts = self._prompt_count(prompts_arg)
+        seq = self._prompt_tokens(prompts_arg)
+        batch_size = spec.batch_size
+        if "batch_size" in arguments:
+            batch_size = self.integer(arguments["batch_size"]) or batch_size
+        one_session = spec.session_default
+        if spec.session_flag in arguments:
+            one_session = self.constant_value(arguments[spec.session_flag]) is not False
+        layers = self._asked_layers(arguments.get("layers"), dims)
+        requests = request_count(prompts, batch_size, one_session)
+        passes = batch_count(prompts, batch_size)
+        reached = max(layers) + 1 if spec.stops_after_last_layer and layers else dims.n_layers
+        if spec.returns is Returns.LAST_TOKEN_ACTIVATIONS:
+            result = Shape.tensor((len(layers), prompts, dims.hidden_size), dims.dtype)
+        else:
+            result = Shape.tensor((prompts, dims.vocab_size), dims.dtype)
+        size = serialized_size(result) or 0
+        entry = self._by_block.get(id(call))
+        if entry is None:
+            method = "session" if one_session and spec.batch_size is not None else "trace"
+            entry = RequestEstimate(block=None, model=model, method=method, library_call=call)
+            self._by_block[id(call)] = entry
+            self.requests.append(entry)
+        rows = prompts / passes
+        flops, seconds = pass_cost(
+            dims, rows, seq, reached / dims.n_layers, setting(self.options, "throughput"),
+            setting(self.options, "memory-bandwidth"),
+        )
+        entry.count += _round(times * requests)
+        entry.download_bytes += _round(times * (RESULT_BASE * requests + size))
+        entry.forward_passes += _round(times * passes)
+        entry.layer_evaluations += _round(times * passes * reached)
+        entry.compute_flops += times * passes * flops
+        entry.server_seconds += times * passes * seconds
+        entry.max_server_seconds = max(entry.max_server_seconds, passes * seconds / requests)
+        entry.saved = {"result": size}
+
+    def _prompt_count(self, expr: cst.BaseExpression | None) -> int:
+        value = self.constant_value(expr) if expr is not None else NO_VALUE
+        if isinstance(value, str):
+            return 1
+        count = self.length(expr) if expr is not None else None
+        if count is None:
+            count = self.unknown_trips
+            self.note(f"`{_short(expr) if expr is not None else 'prompts'}` has an unknown length: {count} prompts assumed")
+        return max(count, 1)
+
+    def _prompt_tokens(self, expr: cst.BaseExpression | None) -> int:
+        value = self.constant_value(expr) if expr is not None else NO_VALUE
+        if isinstance(value, str):
+            return self.tokens(value)
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+            return max(self.tokens(v) for v in value)
+        return self._seq_len
+
+    def _asked_layers(self, expr: cst.BaseExpression | None, dims: ModelDims) -> list[int]:
+        """The layers a helper reads: its `layers` argument, or all of them."""
+        value = self.constant_value(expr) if expr is not None else None
+        if value is NO_VALUE and expr is not None and type(expr) is cst.Call:
+            value = self.elements(expr)  # list(range(0, 80, 10))
+        if isinstance(value, (list, tuple, range)) and value and all(isinstance(v, int) for v in value):
+            return [v % dims.n_layers for v in value]
+        return list(range(dims.n_layers))
+
     # -- blocks -------------------------------------------------------------------------------
     def local_block(self, block: Block) -> None:
         """A local trace: free, but the names it saves are bound on the client."""
@@ -1313,7 +1410,7 @@ class Walker:
             self.forward = None
         entry = self._by_block.get(id(block.node))
         if entry is None:
-            entry = RequestEstimate(block=block)
+            entry = RequestEstimate(block=block, model=block.model, method=block.method)
             self._by_block[id(block.node)] = entry
             self.requests.append(entry)
         upload, upload_raw = self._upload(block, saved_env)
@@ -1591,14 +1688,10 @@ class _Request:
     ) -> None:
         """``times`` runs of ``passes`` forward passes over ``rows`` × ``seq`` tokens, of
         which the share ``layers`` of the decoder-layer evaluations happen."""
-        params = dims.n_params * _parameter_share(dims, layers)
-        weights = params * dims.bytes_per_element / self.memory_bandwidth
-        prefill = 2.0 * params * rows * seq
-        step = 2.0 * params * rows
-        flops = prefill + (passes - 1) * step
-        seconds = max(prefill / self.throughput, weights) + (passes - 1) * max(step / self.throughput, weights)
-        self.flops += times * flops
-        self.seconds += times * seconds
+        prefill, prefill_seconds = pass_cost(dims, rows, seq, layers, self.throughput, self.memory_bandwidth)
+        step, step_seconds = pass_cost(dims, rows, 1, layers, self.throughput, self.memory_bandwidth)
+        self.flops += times * (prefill + (passes - 1) * step)
+        self.seconds += times * (prefill_seconds + (passes - 1) * step_seconds)
 
     def save(self, name: str, size: int | None, unknown: UnknownDownload | None = None) -> None:
         """``name`` comes back holding a value of ``size`` bytes; None: a size not known
@@ -1653,6 +1746,17 @@ class _Request:
 # ---------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------
+
+
+def pass_cost(
+    dims: ModelDims, rows: float, seq: float, layers: float, throughput: float, memory_bandwidth: float
+) -> tuple[float, float]:
+    """(FLOPs, seconds) of one forward pass over ``rows`` × ``seq`` tokens evaluating the
+    share ``layers`` of the decoder layers: the longer of its compute and of reading the
+    weights once."""
+    params = dims.n_params * _parameter_share(dims, layers)
+    flops = 2.0 * params * rows * seq
+    return flops, max(flops / throughput, params * dims.bytes_per_element / memory_bandwidth)
 
 
 def _round(value: float) -> int:

@@ -1397,6 +1397,32 @@ class _EditsAlongPaths(NodeEdits):
 
 ReductionPushdown.cases = (
     Case(
+        name="nnterp: reductions of StandardizedTransformer values move into the block",
+        before="""\
+from nnterp import StandardizedTransformer
+
+model = StandardizedTransformer("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in the city of", remote=True):
+    pattern = model.layers[3].self_attn.attention_probabilities.save()
+    mlp = model.layers[5].mlp.mlp_output.save()
+    attn = model.attentions_output[2].save()
+print(pattern[0, :, -1].max(dim=-1).values, mlp[0, -1].norm(), attn.mean())
+""",
+        after="""\
+from nnterp import StandardizedTransformer
+
+model = StandardizedTransformer("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in the city of", remote=True):
+    pattern = model.layers[3].self_attn.attention_probabilities
+    mlp = model.layers[5].mlp.mlp_output
+    attn = model.attentions_output[2]
+    pattern_reduced = pattern[0, :, -1].max(dim=-1).values.save()
+    mlp_norm = mlp[0, -1].norm().save()
+    attn_mean = attn.mean().save()
+print(pattern_reduced, mlp_norm, attn_mean)
+""",
+    ),
+    Case(
         name="saved value only read inside the session",
         before="""\
 from nnsight import LanguageModel

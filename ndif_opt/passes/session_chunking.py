@@ -90,7 +90,8 @@ class SessionChunking(Pass):
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         options = context.options
         budget = session_budget(options)
-        over = [r for r in _requests(facts, options) if r.max_server_seconds > budget]
+        # a library function's own session (nnterp's helpers) is not the script's to split
+        over = [r for r in _requests(facts, options) if r.max_server_seconds > budget and r.block is not None]
         if not over:
             return module
         plan = SuitePlan()
@@ -129,7 +130,7 @@ def _over_message(request: RequestEstimate, options) -> str:
     else:
         margin = float(options.cost.get("session-margin", DEFAULTS["session-margin"]))
         where = f"too close to NDIF's limit of {_seconds(limit)} per request (a {margin:.0%} margin is kept)"
-    return f"{what} is estimated at {estimate} of server time on `{request.block.model}`, {where}"
+    return f"{what} is estimated at {estimate} of server time on `{request.model}`, {where}"
 
 
 def _seconds(value: float) -> str:
