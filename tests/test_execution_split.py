@@ -665,3 +665,75 @@ def test_a_replayed_line_that_reads_parts_of_a_value_gets_only_those_parts(famil
     )
     assert "logits.shape" in result.code.split("with model.session")[1].split("\nfor ")[0]
     assert report.after.download_raw_bytes * 5 < report.before.download_raw_bytes
+
+
+@both
+def test_a_replayed_part_may_read_other_values_the_session_computes(family):
+    # `probs[0, -1, top]` reads `top`, computed in the session from the same trace: the
+    # session records the one probability, not the [1, seq, vocab] distribution
+    result, report = check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        k = 2
+        for p in ["The cat sat", "A dog runs fast"]:
+            with model.trace(p, remote=True):
+                probs = model.lm_head.output.softmax(-1).save()
+            top = probs[0, -1].argmax().item()
+            print(p, top, probs[0, -1, top].item(), probs[0, -k, top].item())
+        ''',
+        family,
+    )
+    assert "probs[0, -1, top].item()" in result.code.split("with model.session")[1].split("\nfor ")[0]
+    assert report.after.download_raw_bytes * 5 < report.before.download_raw_bytes
+
+
+@both
+def test_a_part_reading_a_value_bound_again_later_is_recorded_before_that(family):
+    # `top` is bound again after the print: the print's record is taken where it stands,
+    # before that, so it reads the first `top`
+    result, _ = check(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        seen = []
+        for p in ["The cat sat", "A dog runs fast"]:
+            with model.trace(p, remote=True):
+                probs = model.lm_head.output.softmax(-1).save()
+            top = probs[0, -1].argmax().item()
+            print(p, probs[0, -1, top].item())
+            top = probs[0, 0].argmax().item()
+            seen.append(top)
+        print(seen)
+        ''',
+        family,
+    )
+    session = result.code.split("with model.session")[1].split("\nfor ")[0]
+    assert session.index("probs[0, -1, top]") < session.index("top = probs[0, 0]")
+
+
+@both
+def test_a_part_reading_a_value_that_changes_before_the_iteration_ends_is_not_recorded_late(family):
+    # a later client line makes the row be appended at the iteration's end, after `top`
+    # is bound again: the part must not be recorded there (the split is refused or reads
+    # the right `top`; either way the results must match)
+    source = textwrap.dedent(
+        '''
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        for p in ["The cat sat", "A dog runs fast"]:
+            with model.trace(p, remote=True):
+                probs = model.lm_head.output.softmax(-1).save()
+            top = probs[0, -1].argmax().item()
+            print(p, probs[0, -1, top].item())
+            top = probs[0, 0].argmax().item()
+            print(p, top)
+        '''
+    ).replace("REPO", FAMILIES[family][0])
+    result = optimize(source)
+    report = verify_result(source, result, filename="script.py")
+    assert report.intended_ok, report.to_text() + "\n" + result.code
+    assert not report.errors["optimized"], report.errors

@@ -162,6 +162,7 @@ class _Splitter:
         self.client_names: set[str] = set()  # names the client part has bound or changed so far
         self.binder: dict[str, _Item] = {}  # a client name -> the client statement that bound it last
         self.handled_failures = 0  # `try` statements split around their remote work
+        self.readable: set[str] = set()  # names a recorded part may read (see split_region)
         self.jumped: list[bool] = []  # per loop being classified, outermost first: has its body met a jump yet?
         self.branch_depth = 0
         self.pre: list[_Item] = []  # client statements moved before the session, in the order found
@@ -557,6 +558,9 @@ def split_region(statements, facts: Facts, server_check, remote_work, taken: set
     # a model is changed in place only by interventions inside traces: not a value to record
     defined = {n for n in set(server.binds) | set(server.mutates) if not is_model(n)}
     splitter.containers, splitter.changed_paths = _shallow_containers(items, splitter, facts)
+    # names a recorded part may read besides its own value: the session's, or ones the region
+    # leaves alone (a module constant); never one the client statements bind
+    splitter.readable = (defined | (set(server_exposed) - set(server.binds))) - set(client.binds)
     _plan_records(items, defined, {n for n in server.mutates if n in defined}, splitter)
     carry = [n for n in carry if n not in client.binds]
     log = splitter.fresh("log") if _needs_log(items) or carry else ""
@@ -992,11 +996,12 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
                     f"`{name}` changes between the line that must run on your machine and the end of the "
                     "iteration, so a record of it taken for that line would be wrong"
                 )
-            if loop is None:  # recorded where it stands: only later changes matter
-                still_changing = name in changed_after
-            else:  # recorded at the iteration's end: later iterations may change it too
-                still_changing = name in mutated and not _fresh_in_iteration(name, items[:index], loop)
-            reduced = None if still_changing else _reduced_reads(item.stmt, name, splitter)
+            still_changing = _still_changing(name, index, items, loop, mutated, changed_after)
+            steady = frozenset(
+                n for n in exposed_reads([item.stmt])
+                if n != name and not (n in defined and _still_changing(n, index, items, loop, mutated, changed_after))
+            )
+            reduced = None if still_changing else _reduced_reads(item.stmt, name, splitter, steady)
             if reduced:
                 # the line reads only parts of it (`logits.shape`, `x[0].argmax()`): the
                 # session records those parts, where the line stood, not the whole value
@@ -1027,6 +1032,16 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
                 replacements[id(node)] = cst.Name(fresh)
         if replacements:
             item.replayed = item.stmt.visit(_Replace(replacements))
+
+
+def _still_changing(name: str, index: int, items: list[_Item], loop: _Item | None, mutated: set[str],
+                    changed_after) -> bool:
+    """May ``name`` hold another value when the record of item ``index`` is taken than when the
+    line reads it?"""
+    if loop is None:  # recorded where it stands: only later changes matter
+        return name in changed_after
+    # recorded at the iteration's end: later iterations may change it too
+    return name in mutated and not _fresh_in_iteration(name, items[:index], loop)
 
 
 # Methods whose result is a new object, a snapshot of what they are called on.
@@ -1063,10 +1078,13 @@ def _find_snapshots(node: cst.CSTNode, name: str, splitter: "_Splitter", found: 
         _find_snapshots(child, name, splitter, found)
 
 
-def _reduced_reads(stmt: cst.BaseStatement, name: str, splitter: "_Splitter") -> list[tuple[cst.CSTNode, str]] | None:
+def _reduced_reads(stmt: cst.BaseStatement, name: str, splitter: "_Splitter",
+                   steady: frozenset[str] = frozenset()) -> list[tuple[cst.CSTNode, str]] | None:
     """The parts of ``name`` that ``stmt`` reads, when it reads nothing of it but those
-    parts and each is computed from ``name`` alone by code the server may run: the
-    outermost attribute, index and method chains (`logits.shape`, `x[0, -1].argmax()`)."""
+    parts and each is computed by code the server may run from ``name`` and names that hold
+    the same value where the record is taken as where the line stands (``steady``) and that
+    the session can read: the outermost attribute, index and method chains (`logits.shape`,
+    `x[0, -1].argmax()`, `probs[0, top].item()` with `top` computed in the session)."""
     found: list[cst.CSTNode] = []
     _outermost_chains(stmt, name, found, splitter.taken_functions)
     if not found or len(found) != len(_loads_of(stmt, name)):
@@ -1077,7 +1095,8 @@ def _reduced_reads(stmt: cst.BaseStatement, name: str, splitter: "_Splitter") ->
             return None  # an in-place method changes it: not a read
         # (a builtin of `name` alone reads nothing else)
         others = () if _builtin_of(node, name, splitter.taken_functions) else set(collect(node).reads) - {name}
-        if others or splitter.server_check.problems(node):
+        if any(other not in steady or other not in splitter.readable for other in others) \
+                or splitter.server_check.problems(node):
             return None
     return [(node, code_of(node)) for node in found]
 
