@@ -49,9 +49,9 @@ import torch
 
 from .emulation_parts import (
     Patches,
+    deserialize_hidden,
     dicts_emptied,
     kind_of,
-    local_modules_hidden,
     zstd_compress,
     zstd_decompress,
 )
@@ -360,12 +360,8 @@ class Release08:
 
     def deserialize(self, model: Any, payload: bytes) -> Any:
         from nnsight.intervention.backends.local import LocalSimulationBackend
-        from nnsight.schema.request import RequestModel
 
-        hider = LocalSimulationBackend(model)
-        persistent = model._remoteable_persistent_objects()
-        with local_modules_hidden(hider._hide_local_modules, hider._restore):
-            return RequestModel.deserialize(payload, persistent, compress=False)
+        return deserialize_hidden(model, payload, LocalSimulationBackend, "_hide_local_modules", "_restore")
 
     def execute(self, restored: Any) -> dict:
         """Run the deserialized tracer; the saved values by name."""

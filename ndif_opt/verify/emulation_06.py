@@ -144,14 +144,10 @@ class Release06:
 
     def deserialize(self, model: Any, payload: bytes) -> Any:
         from nnsight.intervention.backends.local_simulation import LocalSimulationBackend
-        from nnsight.schema.request import RequestModel
 
-        from .emulation_parts import local_modules_hidden
+        from .emulation_parts import deserialize_hidden
 
-        hider = LocalSimulationBackend(model)
-        persistent = model._remoteable_persistent_objects()
-        with local_modules_hidden(hider._block_user_modules, hider._restore_modules):
-            return RequestModel.deserialize(payload, persistent, compress=False)
+        return deserialize_hidden(model, payload, LocalSimulationBackend, "_block_user_modules", "_restore_modules")
 
     def execute(self, restored: Any) -> dict:
         """What NDIF's 0.6 executor does with a request; the saved values by name."""

@@ -12,6 +12,7 @@ __all__ = [
     "Patches",
     "SERVER_INSTALLED",
     "ZSTD_LEVEL",
+    "deserialize_hidden",
     "dicts_emptied",
     "kind_of",
     "local_modules_hidden",
@@ -80,6 +81,18 @@ def local_modules_hidden(hide: Callable[[], dict], restore: Callable[[dict], Non
         yield hidden
     finally:
         restore(hidden)
+
+
+def deserialize_hidden(model: Any, payload: bytes, hider: type, hide: str, restore: str) -> Any:
+    """``RequestModel.deserialize(payload, persistent objects)`` with the user's local
+    modules hidden by nnsight's own simulation backend ``hider`` (its ``hide`` and
+    ``restore`` methods are named differently across releases)."""
+    from nnsight.schema.request import RequestModel
+
+    backend = hider(model)
+    persistent = model._remoteable_persistent_objects()
+    with local_modules_hidden(getattr(backend, hide), getattr(backend, restore)):
+        return RequestModel.deserialize(payload, persistent, compress=False)
 
 
 @contextlib.contextmanager
