@@ -43,25 +43,33 @@ import time
 import traceback
 import weakref
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
+from .emulation_parts import (
+    Patches,
+    deserialize_hidden,
+    dicts_emptied,
+    kind_of,
+    zstd_compress,
+    zstd_decompress,
+)
 from .tiny_models import decoder_layers, repo_id_of
 
 __all__ = [
     "CallCounter",
     "EmulatedNDIF",
     "NestedRemoteRequestError",
+    "Patches",
+    "Release08",
     "RequestRecord",
+    "nnsight_release",
     "count_calls",
     "instrument",
     "summarize",
     "uninstrument",
 ]
-
-ZSTD_LEVEL = 6  # what RequestModel.serialize / the NDIF server use
-
 
 # ---------------------------------------------------------------------------
 # Records
@@ -226,36 +234,26 @@ def count_calls(counter: Optional[CallCounter] = None) -> Iterator[CallCounter]:
 
 
 # ---------------------------------------------------------------------------
-# The emulated service
+# Which release
 # ---------------------------------------------------------------------------
 
-_server = threading.local()  # .active: True while a thread runs a request server-side
+
+def nnsight_release() -> Any:
+    """The request path of the installed nnsight: :class:`Release08` for 0.7 and later,
+    :class:`~ndif_opt.verify.emulation_06.Release06` for 0.6."""
+    import nnsight
+
+    version = str(getattr(nnsight, "__version__", ""))
+    if version.startswith("0.6."):
+        from .emulation_06 import Release06
+
+        return Release06()
+    return Release08()
 
 
-def _in_server() -> bool:
-    return getattr(_server, "active", False)
-
-
-def _kind(tracer: Any) -> str:
-    from nnsight.intervention.tracer import InterleavingTracer
-
-    if not isinstance(tracer, InterleavingTracer):
-        return "session"
-    fn = getattr(tracer, "fn", None)
-    name = fn if isinstance(fn, str) else getattr(fn, "__name__", "")
-    return "generate" if name == "generate" else "trace"
-
-
-def _zstd_compress(data: bytes) -> bytes:
-    import zstandard
-
-    return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data)
-
-
-def _zstd_decompress(data: bytes) -> bytes:
-    import zstandard
-
-    return zstandard.ZstdDecompressor().decompress(data)
+# ---------------------------------------------------------------------------
+# nnsight 0.8
+# ---------------------------------------------------------------------------
 
 
 def _make_backend_class():
@@ -291,6 +289,7 @@ def _make_backend_class():
             return result
 
         def request(self, request: Any, tracer: Any) -> Any:
+            from nnsight.intervention.tracer import InterleavingTracer
             from nnsight.ndif import pull_env
 
             # == RemoteBackend._serialize: pull_env + RequestModel.serialize(tracer,
@@ -298,94 +297,177 @@ def _make_backend_class():
             # (same zstd level) and also yields the raw size.
             pull_env()
             raw = RequestModel.serialize(tracer, compress=False)
-            blob = _zstd_compress(raw) if request.compress else raw
+            blob = zstd_compress(raw) if request.compress else raw
             self._log(f"payload: {len(blob):,} bytes")
-            record = RequestRecord(
-                kind=_kind(tracer),
-                model=self.repo_id,
-                upload_bytes=len(blob),
-                upload_raw_bytes=len(raw),
+            record = self.emulator.new_request(
+                kind_of(tracer, InterleavingTracer), self.repo_id, len(blob), len(raw)
             )
-            self.emulator.requests.append(record)
             filename = tracer.info.frame.f_code.co_filename
-            content = self.emulator._serve(
-                self.model, blob, request.compress, self.env, filename, record
+            content = self.emulator.serve(
+                self.model, blob, request.compress, filename, record, env=self.env
             )
             return self.finalize(content)
 
     return EmulatedRemoteBackend
 
 
-_BACKEND_CLASS = None
+class Release08:
+    """The parts of the request path that are nnsight 0.8's own."""
+
+    name = "0.8"
+    _backend: Any = None
+
+    def backend(self, model: Any, emulator: "EmulatedNDIF", verbose: bool = False) -> Any:
+        if Release08._backend is None:
+            Release08._backend = _make_backend_class()
+        return Release08._backend(model, emulator, verbose=verbose)
+
+    def install(self, patches: Patches, choose: Callable[..., Any]) -> None:
+        """Route ``remote=`` through ``choose(model, remote, verbose)``: a backend, or
+        None for nnsight's own (``remote="local"``: LocalSimulationBackend)."""
+        from nnsight.modeling.mixins.remotable import Remotable
+
+        original = Remotable.__dict__["_remote_backend"]
+
+        def _remote_backend(model, remote, blocking=True, job_id=None, verbose=False):
+            backend = choose(model, remote, verbose)
+            return original(model, remote, blocking, job_id, verbose) if backend is None else backend
+
+        _remote_backend.__wrapped__ = original  # type: ignore[attr-defined]
+        patches.set(Remotable, "_remote_backend", _remote_backend)
+
+    def local_only(self, patches: Patches) -> None:
+        """Every ``remote=`` ignored: the block runs locally."""
+        from nnsight.modeling.mixins.remotable import Remotable
+
+        def _remote_backend(self, remote, blocking=True, job_id=None, verbose=False):
+            # `if backend is None and remote: backend = self._remote_backend(...)`:
+            # returning None leaves the default (local) backend in place.
+            return None
+
+        patches.set(Remotable, "_remote_backend", _remote_backend)
+
+    def remote_error(self) -> type:
+        from nnsight.intervention.backends.remote import RemoteError
+
+        return RemoteError
+
+    def server_caches(self) -> Any:
+        """nnsight's process-wide source caches, emptied for the server side."""
+        from nnsight.tracing import globals as nnsight_globals
+
+        return dicts_emptied(nnsight_globals.SOURCES, nnsight_globals.BLOCKS)
+
+    def deserialize(self, model: Any, payload: bytes) -> Any:
+        from nnsight.intervention.backends.local import LocalSimulationBackend
+
+        return deserialize_hidden(model, payload, LocalSimulationBackend, "_hide_local_modules", "_restore")
+
+    def execute(self, restored: Any) -> dict:
+        """Run the deserialized tracer; the saved values by name."""
+        from nnsight.tracing.tracer import _saves, dec, inc
+
+        inc()
+        try:
+            restored.execute(restored.info.code)
+            saved_ids = _saves()
+            return {
+                name: value
+                for name, value in restored.info.frame.f_locals.items()
+                if id(value) in saved_ids
+            }
+        finally:
+            dec()
+
+    def env_holder(self) -> Any:
+        """The module whose ``_PULLED_ENV`` says pull_env() already ran."""
+        from nnsight import ndif
+
+        return ndif
+
+    def cache_keys(self) -> Any:
+        return None
+
+    def forget_sources(self, before: Any, belongs: Callable[[Any], bool]) -> None:
+        """Drop nnsight's cached sources of the run's files."""
+        from nnsight.tracing import globals as nnsight_globals
+
+        for key in [k for k in nnsight_globals.SOURCES if belongs(k)]:
+            del nnsight_globals.SOURCES[key]
+        for key in [k for k in nnsight_globals.BLOCKS if belongs(k[0])]:
+            del nnsight_globals.BLOCKS[key]
 
 
-def _backend_class():
-    global _BACKEND_CLASS
-    if _BACKEND_CLASS is None:
-        _BACKEND_CLASS = _make_backend_class()
-    return _BACKEND_CLASS
+# ---------------------------------------------------------------------------
+# The emulated service
+# ---------------------------------------------------------------------------
+
+_server = threading.local()  # .active: True while a thread runs a request server-side
+
+
+def _in_server() -> bool:
+    return getattr(_server, "active", False)
 
 
 class EmulatedNDIF:
     """Serve ``remote=True`` traces/sessions/generates in-process, as NDIF would.
 
     Use as a context manager; ``requests`` lists a :class:`RequestRecord` per request.
-    ``remote="local"`` keeps nnsight's own LocalSimulationBackend.
+    ``remote="local"`` keeps nnsight's own LocalSimulationBackend. The release-specific
+    parts (how ``remote=`` picks a backend, how the server deserializes, runs and
+    collects the saves) come from :func:`nnsight_release`.
     """
 
     def __init__(self) -> None:
         self.requests: list[RequestRecord] = []
-        self._saved_method: Any = None
-        self._active = False
+        self.release = nnsight_release()
+        self._patches: Optional[Patches] = None
 
     # -- patching -----------------------------------------------------------
 
     def __enter__(self) -> "EmulatedNDIF":
-        from nnsight.modeling.mixins.remotable import Remotable
-
-        if self._active:
+        if self._patches is not None:
             raise RuntimeError("this EmulatedNDIF is already active")
-        original = Remotable.__dict__["_remote_backend"]
-        emulator = self
-
-        def _remote_backend(model, remote, blocking=True, job_id=None, verbose=False):
-            if isinstance(remote, str) and remote == "local":
-                return original(model, remote, blocking, job_id, verbose)
-            if _in_server():
-                raise NestedRemoteRequestError(
-                    f"remote={remote!r} on a trace/session that is already running on "
-                    "NDIF: the inner call would open a second NDIF request from inside "
-                    "the server. Put remote=True on the outermost session only."
-                )
-            return _backend_class()(model, emulator, verbose=verbose)
-
-        _remote_backend.__wrapped__ = original  # type: ignore[attr-defined]
-        self._saved_method = original
-        Remotable._remote_backend = _remote_backend
-        self._active = True
+        self._patches = Patches()
+        self.release.install(self._patches, self.choose)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        from nnsight.modeling.mixins.remotable import Remotable
+        if self._patches is not None:
+            self._patches.undo()
+            self._patches = None
 
-        if self._active:
-            Remotable._remote_backend = self._saved_method
-            self._active = False
+    def choose(self, model: Any, remote: Any, verbose: bool = False) -> Any:
+        """The backend for ``remote=``: None for ``"local"`` (nnsight's own), else this
+        emulation's; a remote call made on the emulated server fails the request."""
+        if isinstance(remote, str) and remote == "local":
+            return None
+        if _in_server():
+            raise NestedRemoteRequestError(
+                f"remote={remote!r} on a trace/session that is already running on "
+                "NDIF: the inner call would open a second NDIF request from inside "
+                "the server. Put remote=True on the outermost session only."
+            )
+        return self.release.backend(model, self, verbose=verbose)
+
+    def new_request(self, kind: str, model: str, upload: int, upload_raw: int) -> RequestRecord:
+        """Record a request as it is sent."""
+        record = RequestRecord(kind=kind, model=model, upload_bytes=upload, upload_raw_bytes=upload_raw)
+        self.requests.append(record)
+        return record
 
     # -- server side --------------------------------------------------------
 
-    def _serve(
+    def serve(
         self,
         model: Any,
         blob: bytes,
         compress: bool,
-        env: dict,
         filename: str,
         record: RequestRecord,
+        env: Optional[dict] = None,
     ) -> bytes:
         """Run one request on a fresh 'server' thread; return the result blob."""
-        from nnsight.intervention.backends.remote import RemoteError
-
         box: dict[str, Any] = {}
         worker = threading.Thread(
             target=self._server_main,
@@ -396,7 +478,7 @@ class EmulatedNDIF:
         worker.start()
         worker.join()
         if "error" in box:
-            raise RemoteError(box["error"])
+            raise self.release.remote_error()(box["error"])
         return box["result"]
 
     def _server_main(
@@ -404,56 +486,32 @@ class EmulatedNDIF:
         model: Any,
         blob: bytes,
         compress: bool,
-        env: dict,
+        env: Optional[dict],
         filename: str,
         record: RequestRecord,
         box: dict,
     ) -> None:
-        from nnsight.intervention.backends.local import LocalSimulationBackend
-        from nnsight.schema.request import RequestModel
-        from nnsight.tracing import globals as nnsight_globals
-        from nnsight.tracing.tracer import _saves, dec, inc
-
         started = time.perf_counter()
         # A fresh server process holds none of the client's source caches.
-        sources = dict(nnsight_globals.SOURCES)
-        blocks = dict(nnsight_globals.BLOCKS)
-        nnsight_globals.SOURCES.clear()
-        nnsight_globals.BLOCKS.clear()
         client_lines = linecache.cache.pop(filename, None)
         logs = io.StringIO()
         counter = CallCounter()
         added_hooks = False
         _server.active = True
         try:
-            added_hooks = instrument(model)
-            persistent = model._remoteable_persistent_objects()
-            payload = _zstd_decompress(blob) if compress else blob
-            hider = LocalSimulationBackend(model)
-            hidden = hider._hide_local_modules()
-            try:
-                restored = RequestModel.deserialize(payload, persistent, compress=False)
-            finally:
-                hider._restore(hidden)
-            if env:
-                model._remoteable_set_env(env)
-            inc()
-            try:
+            with self.release.server_caches():
+                added_hooks = instrument(model)
+                payload = zstd_decompress(blob) if compress else blob
+                restored = self.release.deserialize(model, payload)
+                if env:
+                    model._remoteable_set_env(env)
                 with contextlib.redirect_stdout(logs), count_calls(counter):
-                    restored.execute(restored.info.code)
-                saved_ids = _saves()
-                saves = {
-                    name: value
-                    for name, value in restored.info.frame.f_locals.items()
-                    if id(value) in saved_ids
-                }
-            finally:
-                dec()
+                    saves = self.release.execute(restored)
             record.saved = {name: summarize(value) for name, value in saves.items()}
             buffer = io.BytesIO()
             torch.save({name: _to_cpu(value) for name, value in saves.items()}, buffer)
             raw = buffer.getvalue()
-            content = _zstd_compress(raw) if compress else raw
+            content = zstd_compress(raw) if compress else raw
             record.download_raw_bytes = len(raw)
             record.download_bytes = len(content)
             box["result"] = content
@@ -467,10 +525,6 @@ class EmulatedNDIF:
             _server.active = False
             if added_hooks:
                 uninstrument(model)
-            nnsight_globals.SOURCES.clear()
-            nnsight_globals.SOURCES.update(sources)
-            nnsight_globals.BLOCKS.clear()
-            nnsight_globals.BLOCKS.update(blocks)
             if client_lines is not None:
                 linecache.cache[filename] = client_lines
             else:

@@ -57,9 +57,11 @@ from .compare import comparable_namespace
 from .emulation import (
     CallCounter,
     EmulatedNDIF,
+    Patches,
     RequestRecord,
     count_calls,
     instrument,
+    nnsight_release,
     summarize,
     uninstrument,
 )
@@ -163,7 +165,7 @@ def _register(model: Any) -> None:
         state.built(model)
 
 
-def _intercept_init(patches: "_Patches", cls: type, build: Callable[..., None], *, exact: bool = False) -> None:
+def _intercept_init(patches: "Patches", cls: type, build: Callable[..., None], *, exact: bool = False) -> None:
     """Patch ``cls.__init__`` so that ``cls(repo_id: str, **load_kwargs)`` wraps a tiny
     model instead of loading ``repo_id``; any other call is passed through.
 
@@ -207,46 +209,24 @@ def _build_nnsight(original: Callable, self: Any, repo_id: str, kwargs: dict) ->
     original(self, tiny_module(repo_id))
 
 
+#: StandardizedTransformer options that are nnterp's own (not loading options): passed on.
+_NNTERP_OPTIONS = (
+    "check_renaming", "remote", "allow_dispatch", "enable_attention_probs",
+    "check_attn_probs_with_trace", "allow_multimodal", "rename_config", "rename",
+)
+
+
 def _build_standardized(original: Callable, self: Any, repo_id: str, kwargs: dict) -> None:
-    original(self, tiny_module(repo_id), tokenizer=tiny_tokenizer())
+    module = tiny_module(repo_id)
+    # attn_implementation="eager" (or enable_attention_probs, which implies it) loads an
+    # eager model; nnterp's attention-probabilities check needs one.
+    if kwargs.get("enable_attention_probs") or kwargs.get("attn_implementation") == "eager":
+        module.set_attn_implementation("eager")
+    options = {name: kwargs[name] for name in _NNTERP_OPTIONS if name in kwargs}
+    original(self, module, tokenizer=tiny_tokenizer(), **options)
 
 
-class _Patches:
-    """setattr with undo, in reverse order."""
-
-    def __init__(self) -> None:
-        self._undo: list[Callable[[], None]] = []
-
-    def set(self, owner: Any, name: str, value: Any) -> None:
-        missing = object()
-        if isinstance(owner, type):
-            previous = owner.__dict__.get(name, missing)
-        else:
-            previous = getattr(owner, "__dict__", {}).get(name, missing)
-            if previous is missing and hasattr(owner, name):
-                previous = getattr(owner, name)
-        setattr(owner, name, value)
-
-        def undo() -> None:
-            if previous is missing:
-                try:
-                    delattr(owner, name)
-                except AttributeError:
-                    pass
-            else:
-                setattr(owner, name, previous)
-
-        self._undo.append(undo)
-
-    def undo(self) -> None:
-        while self._undo:
-            try:
-                self._undo.pop()()
-            except Exception:  # pragma: no cover - defensive
-                pass
-
-
-def _patch_models(patches: _Patches) -> None:
+def _patch_models(patches: Patches) -> None:
     from nnsight.modeling.base import NNsight
     from nnsight.modeling.language import LanguageModel
     from nnsight.modeling.transformers import TransformersModel
@@ -282,11 +262,12 @@ def _patch_models(patches: _Patches) -> None:
             patches.set(auto, "from_pretrained", classmethod(_model_from_pretrained))
 
 
-def _patch_credentials(patches: _Patches) -> None:
-    from nnsight.schema.config import Config
+def _patch_credentials(patches: Patches) -> None:
+    from nnsight import CONFIG
 
-    # CONFIG.set_default_api_key(...) persists to ~/.config; make saving a no-op.
-    patches.set(Config, "save", lambda self: None)
+    # CONFIG.set_default_api_key(...) persists to ~/.config; make saving a no-op
+    # (the class is Config in nnsight 0.8, ConfigModel in 0.6).
+    patches.set(type(CONFIG), "save", lambda self: None)
     try:
         import huggingface_hub
     except Exception:
@@ -294,17 +275,6 @@ def _patch_credentials(patches: _Patches) -> None:
     noop = lambda *args, **kwargs: None  # noqa: E731
     patches.set(huggingface_hub, "login", noop)
     patches.set(huggingface_hub, "notebook_login", noop)
-
-
-def _patch_local_mode(patches: _Patches) -> None:
-    from nnsight.modeling.mixins.remotable import Remotable
-
-    def _remote_backend(self, remote, blocking=True, job_id=None, verbose=False):
-        # `if backend is None and remote: backend = self._remote_backend(...)`:
-        # returning None leaves the default (local) backend in place.
-        return None
-
-    patches.set(Remotable, "_remote_backend", _remote_backend)
 
 
 @contextlib.contextmanager
@@ -315,12 +285,12 @@ def patched_environment(mode: str = "local") -> Iterator[Optional[EmulatedNDIF]]
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    patches = _Patches()
+    patches = Patches()
     try:
         _patch_models(patches)
         _patch_credentials(patches)
         if mode == "local":
-            _patch_local_mode(patches)
+            nnsight_release().local_only(patches)
             yield None
         else:
             with EmulatedNDIF() as emulator:
@@ -338,9 +308,9 @@ class _Snapshot:
     def __init__(self, run_dir: str) -> None:
         import torch
         from cloudpickle.cloudpickle import _PICKLE_BY_VALUE_MODULES
-        from nnsight import ndif
-        from nnsight.schema.config import CONFIG
+        from nnsight import CONFIG
 
+        self.release = nnsight_release()
         self.run_dir = run_dir
         self.cwd = os.getcwd()
         self.argv = list(sys.argv)
@@ -354,15 +324,14 @@ class _Snapshot:
         self.dtype = torch.get_default_dtype()
         self.threads = torch.get_num_threads()
         self.config = CONFIG.model_dump()
-        self.pulled = ndif._PULLED_ENV
+        self.pulled = self.release.env_holder()._PULLED_ENV
         self.by_value = set(_PICKLE_BY_VALUE_MODULES)
+        self.cache_keys = self.release.cache_keys()
 
     def restore(self, script_path: str) -> None:
         import torch
         from cloudpickle.cloudpickle import _PICKLE_BY_VALUE_MODULES
-        from nnsight import ndif
-        from nnsight.schema.config import CONFIG
-        from nnsight.tracing import globals as nnsight_globals
+        from nnsight import CONFIG
 
         sys.settrace(self.trace)
         os.chdir(self.cwd)
@@ -393,14 +362,11 @@ class _Snapshot:
                     setattr(target, key, value)
                 except Exception:  # pragma: no cover - defensive
                     pass
-        ndif._PULLED_ENV = self.pulled
+        self.release.env_holder()._PULLED_ENV = self.pulled
         _PICKLE_BY_VALUE_MODULES.clear()
         _PICKLE_BY_VALUE_MODULES.update(self.by_value)
         # nnsight's per-file caches and linecache entries for this run's files.
-        for key in [k for k in nnsight_globals.SOURCES if _belongs(k, script_path, run_dir)]:
-            del nnsight_globals.SOURCES[key]
-        for key in [k for k in nnsight_globals.BLOCKS if _belongs(k[0], script_path, run_dir)]:
-            del nnsight_globals.BLOCKS[key]
+        self.release.forget_sources(self.cache_keys, lambda name: _belongs(name, script_path, run_dir))
         for key in [k for k in list(linecache.cache) if _belongs(k, script_path, run_dir)]:
             linecache.cache.pop(key, None)
 
@@ -527,9 +493,7 @@ def run_script(
     started = time.perf_counter()
     caught: list[warnings.WarningMessage] = []
     try:
-        from nnsight import ndif
-
-        ndif._PULLED_ENV = False  # a fresh client process
+        nnsight_release().env_holder()._PULLED_ENV = False  # a fresh client process
         os.chdir(run_dir)
         sys.argv[:] = [script_path, *(argv or [])]
         sys.path.insert(0, str(run_dir))

@@ -1,0 +1,131 @@
+"""What the NDIF emulation's release-specific parts share (:mod:`ndif_opt.verify.emulation`
+for nnsight 0.8, :mod:`ndif_opt.verify.emulation_06` for 0.6): patching with undo, the
+hiding of the user's local modules, emptied caches, the request's kind, zstd."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any, Callable, Iterator
+
+__all__ = [
+    "Patches",
+    "SERVER_INSTALLED",
+    "ZSTD_LEVEL",
+    "deserialize_hidden",
+    "dicts_emptied",
+    "kind_of",
+    "local_modules_hidden",
+    "zstd_compress",
+    "zstd_decompress",
+]
+
+ZSTD_LEVEL = 6  # what RequestModel.serialize / the NDIF server use
+
+
+# ---------------------------------------------------------------------------
+# Patching with undo
+# ---------------------------------------------------------------------------
+
+
+class Patches:
+    """setattr with undo (in reverse order): the runner's and the emulator's patches."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def set(self, owner: Any, name: str, value: Any) -> None:
+        missing = object()
+        if isinstance(owner, type):
+            previous = owner.__dict__.get(name, missing)
+        else:
+            previous = getattr(owner, "__dict__", {}).get(name, missing)
+            if previous is missing and hasattr(owner, name):
+                previous = getattr(owner, name)
+        setattr(owner, name, value)
+
+        def undo() -> None:
+            if previous is missing:
+                try:
+                    delattr(owner, name)
+                except AttributeError:
+                    pass
+            else:
+                setattr(owner, name, previous)
+
+        self._undo.append(undo)
+
+    def undo(self) -> None:
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except Exception:  # pragma: no cover - defensive
+                pass
+
+
+#: Packages installed on the NDIF server: they travel by reference and are not hidden
+#: while a request is deserialized (nnterp's envoy classes and descriptors).
+SERVER_INSTALLED = frozenset({"nnterp"})
+
+
+@contextlib.contextmanager
+def local_modules_hidden(hide: Callable[[], dict], restore: Callable[[dict], None]) -> Iterator[dict]:
+    """nnsight's own hiding of the user's local modules (``hide``/``restore`` are its
+    backend's methods: ``{"modules": {name: module}, "paths": [...]}``), except the
+    packages the server has installed (:data:`SERVER_INSTALLED`), which stay importable
+    as the very module objects the client uses."""
+    hidden = hide()
+    for name in [n for n in hidden["modules"] if n.split(".")[0] in SERVER_INSTALLED]:
+        sys.modules[name] = hidden["modules"].pop(name)
+    try:
+        yield hidden
+    finally:
+        restore(hidden)
+
+
+def deserialize_hidden(model: Any, payload: bytes, hider: type, hide: str, restore: str) -> Any:
+    """``RequestModel.deserialize(payload, persistent objects)`` with the user's local
+    modules hidden by nnsight's own simulation backend ``hider`` (its ``hide`` and
+    ``restore`` methods are named differently across releases)."""
+    from nnsight.schema.request import RequestModel
+
+    backend = hider(model)
+    persistent = model._remoteable_persistent_objects()
+    with local_modules_hidden(getattr(backend, hide), getattr(backend, restore)):
+        return RequestModel.deserialize(payload, persistent, compress=False)
+
+
+@contextlib.contextmanager
+def dicts_emptied(*caches: dict) -> Iterator[None]:
+    """Empty process-wide caches for the block (a fresh server process has none of the
+    client's) and put the client's entries back afterwards."""
+    kept = [dict(cache) for cache in caches]
+    for cache in caches:
+        cache.clear()
+    try:
+        yield
+    finally:
+        for cache, entries in zip(caches, kept):
+            cache.clear()
+            cache.update(entries)
+
+
+def kind_of(tracer: Any, interleaving: type) -> str:
+    """``"trace"`` | ``"generate"`` | ``"session"`` (a tracer that does not interleave)."""
+    if not isinstance(tracer, interleaving):
+        return "session"
+    fn = getattr(tracer, "fn", None)
+    name = fn if isinstance(fn, str) else getattr(fn, "__name__", "")
+    return "generate" if name == "generate" else "trace"
+
+
+def zstd_compress(data: bytes) -> bytes:
+    import zstandard
+
+    return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data)
+
+
+def zstd_decompress(data: bytes) -> bytes:
+    import zstandard
+
+    return zstandard.ZstdDecompressor().decompress(data)
