@@ -7,7 +7,7 @@ from nnterp import StandardizedTransformer
 from nnterp.nnsight_utils import collect_token_activations_batched
 
 REMOTE = True
-model = StandardizedTransformer("meta-llama/Llama-3.1-70B")
+model = StandardizedTransformer("meta-llama/Llama-3.1-70B", enable_attention_probs=True)
 
 prompts = [
     "The Eiffel Tower is in the city of",
@@ -18,9 +18,9 @@ prompts = [
 
 for prompt in prompts:
     with model.trace(prompt, remote=REMOTE):
+        pattern = model.attention_probabilities[40].save()  # [batch, heads, seq, seq]
         resid = model.layers_output[40].save()  # [batch, seq, hidden]
         probs = model.next_token_probs.save()  # [batch, vocab]
-        pattern = model.layers[40].self_attn.attention_probabilities.save()  # [batch, heads, seq, seq]
     top = probs[0].argmax().item()
     print(f"{prompt!r}: top token {top}, p={probs[0, top].item():.3f}, "
           f"|resid|={resid[0, -1].norm().item():.1f}, max attention {pattern[0, :, -1].max().item():.3f}")

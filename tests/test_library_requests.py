@@ -1,7 +1,7 @@
 """nnterp's helpers that send their own requests, as the cost model counts them.
 
 The counts are read from nnterp 1.3.0's source (``ndif_opt/cost/library_requests.py``);
-``tests/nnterp/`` measures them with the real nnterp under the emulation of NDIF.
+``tests/nnterp_env/`` measures them with the real nnterp under the emulation of NDIF.
 """
 
 from __future__ import annotations

@@ -1401,24 +1401,24 @@ ReductionPushdown.cases = (
         before="""\
 from nnterp import StandardizedTransformer
 
-model = StandardizedTransformer("openai-community/gpt2")
+model = StandardizedTransformer("meta-llama/Llama-3.1-8B", enable_attention_probs=True)
 with model.trace("The Eiffel Tower is in the city of", remote=True):
-    pattern = model.layers[3].self_attn.attention_probabilities.save()
-    mlp = model.layers[5].mlp.mlp_output.save()
     attn = model.attentions_output[2].save()
+    pattern = model.attention_probabilities[3].save()
+    mlp = model.mlps_output[5].save()
 print(pattern[0, :, -1].max(dim=-1).values, mlp[0, -1].norm(), attn.mean())
 """,
         after="""\
 from nnterp import StandardizedTransformer
 
-model = StandardizedTransformer("openai-community/gpt2")
+model = StandardizedTransformer("meta-llama/Llama-3.1-8B", enable_attention_probs=True)
 with model.trace("The Eiffel Tower is in the city of", remote=True):
-    pattern = model.layers[3].self_attn.attention_probabilities
-    mlp = model.layers[5].mlp.mlp_output
     attn = model.attentions_output[2]
+    pattern = model.attention_probabilities[3]
+    mlp = model.mlps_output[5]
+    attn_mean = attn.mean().save()
     pattern_reduced = pattern[0, :, -1].max(dim=-1).values.save()
     mlp_norm = mlp[0, -1].norm().save()
-    attn_mean = attn.mean().save()
 print(pattern_reduced, mlp_norm, attn_mean)
 """,
     ),

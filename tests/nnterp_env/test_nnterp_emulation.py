@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import textwrap
 
-import pytest
-import torch
+import pathlib
 
-from ndif_opt import optimize
-from ndif_opt.verify import run_script, verify_result
+import pytest
+
+# nnterp 1.3.0 imports only with nnsight 0.6.3: these tests run in the second venv of
+# .ci/run (requirements-nnterp.txt) and are skipped everywhere else
+pytest.importorskip("nnterp")
+
+import torch  # noqa: E402
+
+from ndif_opt import optimize  # noqa: E402
+from ndif_opt.passes import PASSES  # noqa: E402
+from ndif_opt.verify import run_script, verify_result  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 GPT2 = "openai-community/distilgpt2"  # 6 layers
 LLAMA = "meta-llama/Llama-3.2-1B"  # 16 layers
@@ -253,3 +263,35 @@ def test_session_hoisting_is_valid_on_nnsight_0_6(family):
     assert report.before.forward_passes == report.after.forward_passes == 3
     assert report.after.layer_calls == 3 * layers
     assert all(r["error"] is None for r in report.before.records + report.after.records)
+
+
+# -- the passes' own nnterp cases and the nnterp example, verified on nnsight 0.6.3 ---------
+
+NNTERP_CASES = [
+    pytest.param(case, id=f"{cls.id}:{case.name}")
+    for cls in PASSES
+    for case in cls.cases
+    if "from nnterp" in case.before and case.after is not None
+]
+
+
+@pytest.mark.parametrize("case", NNTERP_CASES)
+def test_each_nnterp_case_of_the_passes_keeps_its_results_on_nnsight_0_6(case):
+    result = optimize(case.before)
+    assert result.code == case.after
+    report = verify_result(case.before, result, filename="script.py")
+    assert report.ok, report.to_text()
+    assert report.after.requests <= report.before.requests
+    assert report.after.download_raw_bytes < report.before.download_raw_bytes
+
+
+def test_the_nnterp_example_verifies_on_nnsight_0_6():
+    source = (ROOT / "examples" / "nnterp_probe.py").read_text()
+    result = optimize(source)
+    assert result.code == (ROOT / "examples" / "optimized" / "nnterp_probe.py").read_text()
+    report = verify_result(source, result, filename="nnterp_probe.py")
+    assert report.ok, report.to_text()
+    # the loop of four traces becomes one session; nnterp's helper keeps its own session
+    assert (report.before.requests, report.after.requests) == (5, 2)
+    assert report.before.forward_passes == report.after.forward_passes == 6
+    assert report.after.download_raw_bytes * 5 < report.before.download_raw_bytes
