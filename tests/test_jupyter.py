@@ -144,3 +144,21 @@ def test_an_analysis_error_prints_nothing(shell, capsys, monkeypatch):
     # a cell that does not parse: IPython reports it, the extension says nothing
     _before_run(shell, "for x in :\n")
     assert capsys.readouterr().out == ""
+
+
+def test_a_rewrite_that_would_change_a_cell_that_ran_falls_back_to_the_cell_alone(shell, capsys):
+    # the trace ran in an earlier cell; this cell reduces its logits. Together, the reduction
+    # would move into the earlier cell's trace: that cell has run, so the cell is analysed
+    # alone, where `logits` is unknown and there is nothing to say
+    traced = (
+        'from nnsight import LanguageModel\nmodel = LanguageModel("openai-community/gpt2")\n'
+        'with model.trace("The cat sat on the", remote=True):\n    logits = model.lm_head.output.save()\n'
+    )
+    reducing = "top = logits[0, -1].argmax().item()\nprint(top)\n"
+    together = optimize(traced + reducing, options=Options(notebook=True)).code
+    assert not together.startswith(traced)  # the rewrite reaches into the earlier cell
+    _ran(shell, traced)
+    _before_run(shell, reducing)
+    assert capsys.readouterr().out == ""
+    last = _extension(shell).last
+    assert last.cell == reducing and last.code == reducing and last.requests == (0, 0)
