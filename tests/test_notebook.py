@@ -429,7 +429,7 @@ def test_a_finding_whose_reduction_is_in_a_later_cell_names_that_cell():
         assert located[0].finding.uses == ()  # (cell ranges are on the CellFinding)
     # the reduction in the same cell: no cell to name
     same = optimize_notebook(notebook(SETUP, TRACE + CONSUMER)).findings
-    assert [f.finding.message for f in same if f.finding.pass_id == "reduction-pushdown"][0].endswith(
+    assert next(f.finding.message for f in same if f.finding.pass_id == "reduction-pushdown").endswith(
         "could be computed in the block")
 
 

@@ -580,7 +580,7 @@ def optimize_notebook(text: str, *, options: Options | None = None, filename: st
                           run.barriers)
 
 
-def optimize_cells(sources: "list[str] | tuple[str, ...]", *, indices: "list[int] | tuple[int, ...] | None" = None,
+def optimize_cells(sources: list[str] | tuple[str, ...], *, indices: list[int] | tuple[int, ...] | None = None,
                    options: Options | None = None, filename: str | None = None) -> CellsResult:
     """Optimize code cells together, in order, as :func:`optimize_notebook` optimizes a
     notebook's (an editor's open notebook: its cells' texts). ``indices``: each cell's index
