@@ -186,8 +186,13 @@ def analyze(text: str, options: Options, path: str | None, cache=None) -> tuple[
     document's :class:`~ndif_opt.engine.pipeline.WindowCache`, so an edit re-runs only its window."""
     from ndif_opt.api import optimize
 
+    return guarded(lambda: optimize(text, filename=path, options=options, cache=cache), path)
+
+
+def guarded(run, path: str | None):
+    """``run()``, never raising: (its result, None) or (None, why)."""
     try:
-        return optimize(text, filename=path, options=options, cache=cache), None
+        return run(), None
     except SyntaxError as error:
         return None, f"cannot parse: {error.msg}"
     except RecursionError:
@@ -208,24 +213,27 @@ def diagnostic_message(finding: Finding) -> str:
 def diagnostics_for(analysis: Analysis, index: TextIndex) -> list[types.Diagnostic]:
     if analysis.result is None:
         return []
-    out = []
-    for finding in analysis.result.findings:
-        severity = SEVERITY.get(finding.status)
-        if severity is None:  # suppressed
-            continue
-        r = finding.range
-        out.append(
-            types.Diagnostic(
-                range=index.range(r.start.line, r.start.character, r.end.line, r.end.character),
-                severity=severity,
-                code=finding.pass_id,
-                source=SOURCE,
-                message=diagnostic_message(finding),
-                data={"pass_id": finding.pass_id, "status": finding.status.value},
-            )
-        )
+    out = [d for d in (finding_diagnostic(f, index) for f in analysis.result.findings) if d is not None]
     out.extend(_suppression_diagnostics(analysis.text, index))
     return out
+
+
+def finding_diagnostic(finding: Finding, index: TextIndex,
+                       related: list[types.DiagnosticRelatedInformation] | None = None) -> types.Diagnostic | None:
+    """The diagnostic of a finding (None for a suppressed one)."""
+    severity = SEVERITY.get(finding.status)
+    if severity is None:  # suppressed
+        return None
+    r = finding.range
+    return types.Diagnostic(
+        range=index.range(r.start.line, r.start.character, r.end.line, r.end.character),
+        severity=severity,
+        code=finding.pass_id,
+        source=SOURCE,
+        message=diagnostic_message(finding),
+        data={"pass_id": finding.pass_id, "status": finding.status.value},
+        related_information=related or None,
+    )
 
 
 def _suppression_diagnostics(text: str, index: TextIndex) -> list[types.Diagnostic]:
@@ -287,15 +295,7 @@ def analyze_cells(texts: tuple[str, ...], indices: tuple[int, ...], options: Opt
     """optimize_cells(), never raising: (result, None) or (None, why)."""
     from ndif_opt.frontends.notebook import optimize_cells
 
-    try:
-        return optimize_cells(texts, indices=indices, options=options, filename=path), None
-    except SyntaxError as error:
-        return None, f"cannot parse: {error.msg}"
-    except RecursionError:
-        return None, "too deeply nested to analyse"
-    except Exception as error:  # a bug in a pass must not take the editor down
-        log.exception("ndif-opt failed on %s", path)
-        return None, f"internal error: {type(error).__name__}: {error}"
+    return guarded(lambda: optimize_cells(texts, indices=indices, options=options, filename=path), path)
 
 
 def cell_diagnostics(analysis: NotebookAnalysis, position: int, index: TextIndex,
@@ -304,11 +304,6 @@ def cell_diagnostics(analysis: NotebookAnalysis, position: int, index: TextIndex
     related information of a finding whose client code is in another cell."""
     out = []
     for item in analysis.findings_in(position):
-        finding = item.finding
-        severity = SEVERITY.get(finding.status)
-        if severity is None:  # suppressed
-            continue
-        r = finding.range
         related = []
         for cell, use in item.uses:
             uri = analysis.uri_of(cell)
@@ -317,19 +312,11 @@ def cell_diagnostics(analysis: NotebookAnalysis, position: int, index: TextIndex
             related.append(types.DiagnosticRelatedInformation(
                 location=types.Location(uri=uri, range=indexes[uri].range(
                     use.start.line, use.start.character, use.end.line, use.end.character)),
-                message=f"`{finding.pass_id}`: used here",
+                message=f"`{item.finding.pass_id}`: used here",
             ))
-        out.append(
-            types.Diagnostic(
-                range=index.range(r.start.line, r.start.character, r.end.line, r.end.character),
-                severity=severity,
-                code=finding.pass_id,
-                source=SOURCE,
-                message=diagnostic_message(finding),
-                data={"pass_id": finding.pass_id, "status": finding.status.value},
-                related_information=related or None,
-            )
-        )
+        diagnostic = finding_diagnostic(item.finding, index, related)
+        if diagnostic is not None:
+            out.append(diagnostic)
     out.extend(_suppression_diagnostics(analysis.texts[position], index))
     return out
 
