@@ -66,19 +66,26 @@ class Finding:
     # for APPLIED: text the final code holds while the fix stands (a later pass may undo
     # it: a `.detach().cpu()` goes with the save reduction-pushdown drops); not reported
     evidence: str | None = field(default=None, compare=False, repr=False)
+    # where code outside ``range`` reads what the finding is about (the client code whose
+    # reductions of a saved value a fix moves to the server), in the coordinates of
+    # ``range``; a notebook names their cells. Not reported.
+    uses: tuple[Range, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def applied(self) -> bool:
         return self.status is Status.APPLIED
 
-    def with_range(self, range: Range) -> "Finding":
-        """This finding at ``range``: ``dataclasses.replace`` without its per-call cost (a
-        long file's windows move every finding they make); keep it to every field."""
-        return Finding(self.pass_id, self.message, range, self.status, self.safety, self.reason, self.evidence)
+    def with_range(self, range: Range, uses: tuple[Range, ...] | None = None) -> "Finding":
+        """This finding at ``range`` (and its ``uses`` at ``uses``, when given):
+        ``dataclasses.replace`` without its per-call cost (a long file's windows move every
+        finding they make); keep it to every field."""
+        return Finding(self.pass_id, self.message, range, self.status, self.safety, self.reason, self.evidence,
+                       self.uses if uses is None else uses)
 
     def to_dict(self) -> dict:
         data = asdict(self)
         del data["evidence"]
+        del data["uses"]
         data["status"] = self.status.value
         data["safety"] = self.safety.value
         return data

@@ -410,3 +410,39 @@ def test_with_unsafe_fixes_a_notebook_value_no_cell_reads_is_not_downloaded(veri
     )
     assert report.intended_ok, report.to_text()
     assert report.after.download_raw_bytes < report.before.download_raw_bytes
+
+
+TRACE = 'with model.trace("The Eiffel Tower is in", remote=True):\n    logits = model.lm_head.output.save()\n'
+CONSUMER = "top = logits[0, -1].argmax()\nprint(top)\n"
+
+
+def test_a_finding_whose_reduction_is_in_a_later_cell_names_that_cell():
+    text = notebook(SETUP, ("markdown", "## the request"), TRACE, CONSUMER)
+    for options in (Options(), Options(unsafe_fixes=True)):
+        located = [f for f in optimize_notebook(text, options=options).findings
+                   if f.finding.pass_id == "reduction-pushdown"]
+        assert len(located) == 1
+        assert located[0].cell == 2  # the save's cell, where the fix applies
+        assert located[0].finding.message.endswith("(used in cell 4)")  # 1-based, markdown counted
+        assert [cell for cell, _ in located[0].uses] == [3]
+        assert located[0].uses[0][1].start.line == 0  # `logits[0, -1].argmax()`, in its own cell
+        assert located[0].finding.uses == ()  # (cell ranges are on the CellFinding)
+    # the reduction in the same cell: no cell to name
+    same = optimize_notebook(notebook(SETUP, TRACE + CONSUMER)).findings
+    assert next(f.finding.message for f in same if f.finding.pass_id == "reduction-pushdown").endswith(
+        "could be computed in the block")
+
+
+def test_cells_given_as_texts_are_optimized_as_the_notebook_is():
+    from ndif_opt.frontends.notebook import optimize_cells
+
+    text = notebook(SETUP, ("markdown", "## the request"), TRACE, "!nvidia-smi\n" + CONSUMER)
+    options = Options(unsafe_fixes=True)
+    whole = optimize_notebook(text, options=options)
+    code = [s for s, c in zip(sources(text), json.loads(text)["cells"]) if c["cell_type"] == "code"]
+    cells = optimize_cells(code, indices=[0, 2, 3], options=options)
+    assert cells.findings == whole.findings
+    assert cells.changed_cells == whole.changed_cells == (2, 3)
+    new = [s for s, c in zip(sources(whole.text), json.loads(whole.text)["cells"]) if c["cell_type"] == "code"]
+    assert list(cells.new_sources) == new
+    assert cells.new_sources[2].startswith("!nvidia-smi\n")

@@ -78,13 +78,15 @@ def test_a_finding_moved_keeps_every_other_field():
 
     from ndif_opt.types import Finding, Range, Safety, Status
 
-    finding = Finding("p", "m", Range.of(0, 0, 0, 1), Status.SKIPPED, Safety.UNSAFE, "why", "x.cpu()")
+    uses = (Range.of(5, 2, 5, 4),)
+    finding = Finding("p", "m", Range.of(0, 0, 0, 1), Status.SKIPPED, Safety.UNSAFE, "why", "x.cpu()", uses)
     moved = finding.with_range(Range.of(3, 0, 3, 1))
     assert moved == dataclasses.replace(finding, range=Range.of(3, 0, 3, 1))
-    assert moved.evidence == "x.cpu()"  # (not compared by ==)
+    assert moved.evidence == "x.cpu()" and moved.uses == uses  # (not compared by ==)
+    assert finding.with_range(Range.of(3, 0, 3, 1), (Range.of(8, 2, 8, 4),)).uses == (Range.of(8, 2, 8, 4),)
     # every field but the range is copied: a field added to Finding must be added there too
     assert {f.name for f in dataclasses.fields(Finding)} == {
-        "pass_id", "message", "range", "status", "safety", "reason", "evidence"}
+        "pass_id", "message", "range", "status", "safety", "reason", "evidence", "uses"}
 
 
 def test_the_report_says_which_way_each_figure_went():

@@ -264,7 +264,9 @@ def _placed(plan: windows.Plan, window: windows.Window, done: _Optimized) -> _Pl
     shift = start - prelude.count("\n")
     return _Placed(
         result.code[len(prelude):],
-        tuple(finding.with_range(_shifted(finding.range, shift, start)) for finding in result.findings),
+        tuple(finding.with_range(_shifted(finding.range, shift, start),
+                                 tuple(_shifted(u, shift, start) for u in finding.uses) if finding.uses else None)
+              for finding in result.findings),
         tuple(Edit(_shifted(edit.range, start, start), edit.new_text) for edit in done.edits),
         result.assumptions, result.unreturned, result.introduced,
         tuple(cost.pass_id for cost in result.costs),
@@ -570,7 +572,7 @@ def _enforce_suppressions(suppressions: Suppressions, located: list[Finding]) ->
         return marked, True
     reason = "another rewrite of this pass in this file is suppressed"
     return [
-        Finding(m.pass_id, m.message, m.range, Status.SKIPPED, m.safety, reason)
+        Finding(m.pass_id, m.message, m.range, Status.SKIPPED, m.safety, reason, uses=m.uses)
         if m.status is Status.APPLIED else m
         for m in marked
     ], False
@@ -581,17 +583,21 @@ def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -
         return []
     positions = state.positions
     line_map = state.line_map(original)
+
+    def located(node: cst.CSTNode) -> Range | None:
+        pos = positions.get(node)
+        if pos is None:
+            return None
+        start = Position(*line_map(pos.start.line - 1, pos.start.column))
+        end = Position(*line_map(pos.end.line - 1, pos.end.column))
+        return Range(start, max(start, end))
+
     found = []
     for item in raw:
-        pos = positions.get(item.node)
-        if pos is None:
-            rng = Range.of(0, 0, 0, 0)
-        else:
-            start = Position(*line_map(pos.start.line - 1, pos.start.column))
-            end = Position(*line_map(pos.end.line - 1, pos.end.column))
-            rng = Range(start, max(start, end))
+        rng = located(item.node) or Range.of(0, 0, 0, 0)
+        uses = tuple(r for r in map(located, item.uses) if r is not None)
         found.append(
-            Finding(pass_id, item.message, rng, item.status, item.safety, item.reason, item.evidence)
+            Finding(pass_id, item.message, rng, item.status, item.safety, item.reason, item.evidence, uses)
         )
     return found
 

@@ -13,8 +13,15 @@ applicable fix, the quick fix "ndif-opt: <pass-id>" (that pass alone), and the s
 action "Optimize this file (ndif-opt)" (every pass). Hovering a line that a finding
 covers shows the file's per-pass cost estimate. Options come from the
 ``[tool.ndif-opt]`` table of the nearest ``pyproject.toml`` (see :mod:`ndif_opt.frontends.config`).
-A notebook's cell (``vscode-notebook-cell:`` URI) is analysed alone, with the notebook's
-configuration and ``Options.notebook``: the kernel keeps the values its cells save.
+Notebooks (LSP 3.17 ``notebookDocument/*``, advertised for the Python cells of any
+notebook): the code cells of an open notebook are analysed together, in order, as
+``ndif-opt nb.ipynb`` does (:func:`ndif_opt.frontends.notebook.optimize_cells`), with the
+notebook's configuration; each cell gets the diagnostics of the findings in it (a finding
+whose client code is in a later cell names that cell, and points there as related
+information), and quick fixes edit the cells they touch, never merging cells. A cell opened
+as a plain document (``vscode-notebook-cell:`` URI, a client without notebook sync) is
+analysed alone, with the notebook's configuration and ``Options.notebook``: the kernel
+keeps the values its cells save.
 
 Positions: ndif-opt counts columns in code points; the server converts to the
 position encoding it negotiated with the client (UTF-16 unless the client offers
@@ -33,6 +40,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.uris import to_fs_path, uri_scheme
@@ -48,6 +56,7 @@ except ImportError:  # pygls 1.x
 
 from ndif_opt.engine.runtime import collect_garbage_rarely
 from ndif_opt.frontends.config import ConfigError, load_options
+from ndif_opt.frontends.notebook import CellFinding, CellsResult
 from ndif_opt.options import Options
 from ndif_opt.types import Edit, Finding, Result, Status
 
@@ -57,6 +66,9 @@ DEBOUNCE = 0.3  # seconds of quiet before a document is analysed
 SOURCE = "ndif-opt"
 SOURCE_ACTION_KIND = "source.ndif-opt"
 SOURCE_ACTION_TITLE = "Optimize this file (ndif-opt)"
+NOTEBOOK_SOURCE_ACTION_TITLE = "Optimize this notebook (ndif-opt)"
+# the cells of an open notebook the server asks for (notebookDocument/* notifications)
+NOTEBOOK_CELL_LANGUAGES = ("python",)
 # URIs an editor gives the cells of an open notebook (VS Code's), each cell a document
 NOTEBOOK_CELL_SCHEMES = ("vscode-notebook-cell",)
 
@@ -174,8 +186,13 @@ def analyze(text: str, options: Options, path: str | None, cache=None) -> tuple[
     document's :class:`~ndif_opt.engine.pipeline.WindowCache`, so an edit re-runs only its window."""
     from ndif_opt.api import optimize
 
+    return guarded(lambda: optimize(text, filename=path, options=options, cache=cache), path)
+
+
+def guarded(run, path: str | None):
+    """``run()``, never raising: (its result, None) or (None, why)."""
     try:
-        return optimize(text, filename=path, options=options, cache=cache), None
+        return run(), None
     except SyntaxError as error:
         return None, f"cannot parse: {error.msg}"
     except RecursionError:
@@ -196,24 +213,27 @@ def diagnostic_message(finding: Finding) -> str:
 def diagnostics_for(analysis: Analysis, index: TextIndex) -> list[types.Diagnostic]:
     if analysis.result is None:
         return []
-    out = []
-    for finding in analysis.result.findings:
-        severity = SEVERITY.get(finding.status)
-        if severity is None:  # suppressed
-            continue
-        r = finding.range
-        out.append(
-            types.Diagnostic(
-                range=index.range(r.start.line, r.start.character, r.end.line, r.end.character),
-                severity=severity,
-                code=finding.pass_id,
-                source=SOURCE,
-                message=diagnostic_message(finding),
-                data={"pass_id": finding.pass_id, "status": finding.status.value},
-            )
-        )
+    out = [d for d in (finding_diagnostic(f, index) for f in analysis.result.findings) if d is not None]
     out.extend(_suppression_diagnostics(analysis.text, index))
     return out
+
+
+def finding_diagnostic(finding: Finding, index: TextIndex,
+                       related: list[types.DiagnosticRelatedInformation] | None = None) -> types.Diagnostic | None:
+    """The diagnostic of a finding (None for a suppressed one)."""
+    severity = SEVERITY.get(finding.status)
+    if severity is None:  # suppressed
+        return None
+    r = finding.range
+    return types.Diagnostic(
+        range=index.range(r.start.line, r.start.character, r.end.line, r.end.character),
+        severity=severity,
+        code=finding.pass_id,
+        source=SOURCE,
+        message=diagnostic_message(finding),
+        data={"pass_id": finding.pass_id, "status": finding.status.value},
+        related_information=related or None,
+    )
 
 
 def _suppression_diagnostics(text: str, index: TextIndex) -> list[types.Diagnostic]:
@@ -243,6 +263,75 @@ def _suppression_diagnostics(text: str, index: TextIndex) -> list[types.Diagnost
     return out
 
 
+@dataclass
+class NotebookAnalysis:
+    """One run of optimize_cells on one version of an open notebook's code cells."""
+
+    uris: tuple[str, ...]  # the code cells' URIs, in the notebook's order
+    indices: tuple[int, ...]  # each one's index in the notebook
+    texts: tuple[str, ...]
+    options: Options
+    path: str | None
+    result: CellsResult | None  # None: a cell does not parse (or analysis failed)
+    error: str | None = None
+    solo: dict[str, CellsResult] = field(default_factory=dict)  # pass id -> that pass alone
+
+    def position(self, uri: str) -> int | None:
+        """The cell's position among the analysed cells, None when it is not one."""
+        return self.uris.index(uri) if uri in self.uris else None
+
+    def findings_in(self, position: int) -> list[CellFinding]:
+        if self.result is None:
+            return []
+        index = self.indices[position]
+        return [item for item in self.result.findings if item.cell == index]
+
+    def uri_of(self, cell: int) -> str | None:
+        return self.uris[self.indices.index(cell)] if cell in self.indices else None
+
+
+def analyze_cells(texts: tuple[str, ...], indices: tuple[int, ...], options: Options,
+                  path: str | None) -> tuple[CellsResult | None, str | None]:
+    """optimize_cells(), never raising: (result, None) or (None, why)."""
+    from ndif_opt.frontends.notebook import optimize_cells
+
+    return guarded(lambda: optimize_cells(texts, indices=indices, options=options, filename=path), path)
+
+
+def cell_diagnostics(analysis: NotebookAnalysis, position: int, index: TextIndex,
+                     indexes: dict[str, TextIndex]) -> list[types.Diagnostic]:
+    """The diagnostics of one cell; ``indexes``: the TextIndex of each cell's URI, for the
+    related information of a finding whose client code is in another cell."""
+    out = []
+    for item in analysis.findings_in(position):
+        related = []
+        for cell, use in item.uses:
+            uri = analysis.uri_of(cell)
+            if uri is None or uri not in indexes:
+                continue
+            related.append(types.DiagnosticRelatedInformation(
+                location=types.Location(uri=uri, range=indexes[uri].range(
+                    use.start.line, use.start.character, use.end.line, use.end.character)),
+                message=f"`{item.finding.pass_id}`: used here",
+            ))
+        diagnostic = finding_diagnostic(item.finding, index, related)
+        if diagnostic is not None:
+            out.append(diagnostic)
+    out.extend(_suppression_diagnostics(analysis.texts[position], index))
+    return out
+
+
+def cell_edits(before: tuple[str, ...], after: CellsResult) -> list[tuple[int, list[Edit]]]:
+    """(position, edits of that cell) for each cell ``after`` changes: each cell's own text."""
+    from ndif_opt.engine.pipeline import text_edits
+
+    return [
+        (position, list(text_edits(old, new)))
+        for position, (old, new) in enumerate(zip(before, after.new_sources))
+        if old != new
+    ]
+
+
 # --------------------------------------------------------------------------- server
 
 
@@ -257,14 +346,28 @@ def _notebook_path(uri: str) -> str | None:
 
 class NdifOptServer(LanguageServer):
     def __init__(self, debounce: float = DEBOUNCE):
+        notebooks = {}
+        if PYGLS_2:
+            notebooks["notebook_document_sync"] = types.NotebookDocumentSyncOptions(
+                notebook_selector=[
+                    types.NotebookDocumentFilterWithCells(
+                        notebook="*",
+                        cells=[types.NotebookCellLanguage(language=lang) for lang in NOTEBOOK_CELL_LANGUAGES],
+                    )
+                ],
+                save=True,
+            )
         super().__init__(
             "ndif-opt",
             _version(),
             text_document_sync_kind=types.TextDocumentSyncKind.Full,
+            **notebooks,
         )
         self.debounce = debounce
-        self.pending: dict[str, asyncio.Task] = {}
+        self.pending: dict[str, asyncio.Task] = {}  # document or notebook URI -> its lint
         self.analyses: dict[str, Analysis] = {}
+        self.notebook_analyses: dict[str, NotebookAnalysis] = {}  # notebook URI ->
+        self.published_cells: dict[str, set[str]] = {}  # notebook URI -> cells given diagnostics
         self.window_caches: dict[str, object] = {}  # uri -> WindowCache of its windows
         self._shown_config_errors: set[str] = set()
         # One worker: analyses run one at a time, off the event loop, so the server
@@ -380,9 +483,175 @@ class NdifOptServer(LanguageServer):
             if self.pending.get(uri) is asyncio.current_task():
                 del self.pending[uri]
 
+    # -- notebooks -------------------------------------------------------------------
+
+    def notebook_of(self, cell_uri: str) -> str | None:
+        """The URI of the open notebook (notebookDocument/didOpen) the cell is in."""
+        if not PYGLS_2:
+            return None
+        notebook = self.workspace.get_notebook_document(cell_uri=cell_uri)
+        return notebook.uri if notebook is not None else None
+
+    def notebook_cells(self, notebook_uri: str) -> list[tuple[str, int, str, int | None]]:
+        """(URI, index in the notebook, text, version) of its Python code cells, in order."""
+        notebook = self.workspace.get_notebook_document(notebook_uri=notebook_uri)
+        if notebook is None:
+            return []
+        out = []
+        for index, cell in enumerate(notebook.cells):
+            if cell.kind != types.NotebookCellKind.Code:
+                continue
+            document = self.workspace.text_documents.get(unquote(cell.document))
+            if document is None or document.language_id not in (None, *NOTEBOOK_CELL_LANGUAGES):
+                continue
+            try:
+                text = document.source
+            except OSError:
+                continue
+            out.append((cell.document, index, text, document.version))
+        return out
+
+    def notebook_path(self, notebook_uri: str) -> str | None:
+        return self.path_of(notebook_uri) or _notebook_path(notebook_uri)
+
+    async def notebook_analysis(self, notebook_uri: str) -> NotebookAnalysis | None:
+        """The analysis of the notebook's current code cells, computing it if needed."""
+        cells = self.notebook_cells(notebook_uri)
+        if self.workspace.get_notebook_document(notebook_uri=notebook_uri) is None:
+            return None
+        uris = tuple(c[0] for c in cells)
+        indices = tuple(c[1] for c in cells)
+        texts = tuple(c[2] for c in cells)
+        options = self._configured(notebook_uri)
+        cached = self.notebook_analyses.get(notebook_uri)
+        if cached is not None and (cached.uris, cached.indices, cached.texts, cached.options) == (
+                uris, indices, texts, options):
+            return cached
+        path = self.notebook_path(notebook_uri)
+        result, error = await self.run(analyze_cells, texts, indices, options, path)
+        fresh = NotebookAnalysis(uris, indices, texts, options, path, result, error)
+        if self.current_texts(notebook_uri) == (uris, texts):
+            self.notebook_analyses[notebook_uri] = fresh
+        return fresh
+
+    def current_texts(self, notebook_uri: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        cells = self.notebook_cells(notebook_uri)
+        return tuple(c[0] for c in cells), tuple(c[2] for c in cells)
+
+    async def notebook_solo(self, analysis: NotebookAnalysis, pass_id: str) -> CellsResult | None:
+        if pass_id not in analysis.solo:
+            result, _ = await self.run(
+                analyze_cells, analysis.texts, analysis.indices, solo_options(analysis.options, pass_id),
+                analysis.path,
+            )
+            if result is None:
+                return None
+            analysis.solo[pass_id] = result
+        return analysis.solo[pass_id]
+
+    def schedule_notebook(self, notebook_uri: str) -> None:
+        task = self.pending.pop(notebook_uri, None)
+        if task is not None:
+            task.cancel()
+        self.pending[notebook_uri] = asyncio.get_running_loop().create_task(self._lint_notebook(notebook_uri))
+
+    async def _lint_notebook(self, notebook_uri: str) -> None:
+        try:
+            await asyncio.sleep(self.debounce)
+            analysis = await self.notebook_analysis(notebook_uri)
+            if analysis is None or self.current_texts(notebook_uri) != (analysis.uris, analysis.texts):
+                return  # changed meanwhile (or closed): a newer task is on its way
+            versions = {c[0]: c[3] for c in self.notebook_cells(notebook_uri)}
+            indexes = {uri: self.index(text) for uri, text in zip(analysis.uris, analysis.texts)}
+            for position, uri in enumerate(analysis.uris):
+                self.publish(uri, cell_diagnostics(analysis, position, indexes[uri], indexes), versions.get(uri))
+            # cells that left the notebook (or are no longer Python code): their old diagnostics go
+            for uri in self.published_cells.get(notebook_uri, set()) - set(analysis.uris):
+                self.publish(uri, [])
+            self.published_cells[notebook_uri] = set(analysis.uris)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("publishing diagnostics for %s", notebook_uri)
+        finally:
+            if self.pending.get(notebook_uri) is asyncio.current_task():
+                del self.pending[notebook_uri]
+
+    def close_notebook(self, notebook_uri: str, cell_uris: list[str]) -> None:
+        task = self.pending.pop(notebook_uri, None)
+        if task is not None:
+            task.cancel()
+        self.notebook_analyses.pop(notebook_uri, None)
+        for uri in sorted(set(cell_uris) | self.published_cells.pop(notebook_uri, set())):
+            self.publish(uri, [])
+
+    async def notebook_code_actions(self, notebook_uri: str, params: types.CodeActionParams) -> list[types.CodeAction]:
+        """Quick fixes for a cell of an open notebook: each edits the cells it touches."""
+        uri = params.text_document.uri
+        analysis = await self.notebook_analysis(notebook_uri)
+        position = analysis.position(uri) if analysis is not None else None
+        if analysis is None or analysis.result is None or position is None:
+            return []
+        versions = {c[0]: c[3] for c in self.notebook_cells(notebook_uri)}
+        index = self.index(analysis.texts[position])
+        indexes = {u: self.index(t) for u, t in zip(analysis.uris, analysis.texts)}
+        only = params.context.only if params.context else None
+        actions: list[types.CodeAction] = []
+
+        def edit_of(result: CellsResult) -> types.WorkspaceEdit:
+            return self.documents_edit([
+                (analysis.uris[p], versions.get(analysis.uris[p]), analysis.texts[p], edits)
+                for p, edits in cell_edits(analysis.texts, result)
+            ])
+
+        if _wants(only, types.CodeActionKind.QuickFix):
+            first = index.client_line(params.range.start)
+            last = index.client_line(params.range.end)
+            seen: set[str] = set()
+            for item in analysis.findings_in(position):
+                finding = item.finding
+                if finding.status is not Status.APPLIED or finding.pass_id in seen:
+                    continue
+                if not _overlaps(finding, first, last):
+                    continue
+                seen.add(finding.pass_id)
+                alone = await self.notebook_solo(analysis, finding.pass_id)
+                if alone is None or not alone.changed_cells:
+                    continue  # this pass does nothing on its own here
+                related = [
+                    d
+                    for d in cell_diagnostics(analysis, position, index, indexes)
+                    if d.code == finding.pass_id and _overlaps_diag(d, first, last)
+                ]
+                actions.append(
+                    types.CodeAction(
+                        title=f"ndif-opt: {finding.pass_id}",
+                        kind=types.CodeActionKind.QuickFix,
+                        diagnostics=related or None,
+                        is_preferred=True,
+                        edit=edit_of(alone),
+                    )
+                )
+        if analysis.result.changed_cells and _wants(only, SOURCE_ACTION_KIND):
+            actions.append(
+                types.CodeAction(
+                    title=NOTEBOOK_SOURCE_ACTION_TITLE, kind=SOURCE_ACTION_KIND, edit=edit_of(analysis.result)
+                )
+            )
+        if self.current_texts(notebook_uri) != (analysis.uris, analysis.texts):
+            return []  # the cells changed while we worked: offer nothing stale
+        return actions
+
+    # -- edits -----------------------------------------------------------------------
+
     def workspace_edit(self, uri: str, version: int | None, text: str, edits) -> types.WorkspaceEdit:
-        index = self.index(text)
-        text_edits = [index.text_edit(edit) for edit in edits]
+        return self.documents_edit([(uri, version, text, edits)])
+
+    def documents_edit(self, documents: list[tuple[str, int | None, str, list[Edit]]]) -> types.WorkspaceEdit:
+        """One WorkspaceEdit of ``Result.edits``-style edits to documents: (URI, version, the
+        text the edits are of, edits)."""
+        changes = [(uri, version, [self.index(text).text_edit(edit) for edit in edits])
+                   for uri, version, text, edits in documents]
         capabilities = self.client_capabilities
         workspace = capabilities.workspace if capabilities else None
         supports = bool(
@@ -399,9 +668,10 @@ class NdifOptServer(LanguageServer):
                         ),
                         edits=text_edits,
                     )
+                    for uri, version, text_edits in changes
                 ]
             )
-        return types.WorkspaceEdit(changes={uri: text_edits})
+        return types.WorkspaceEdit(changes={uri: text_edits for uri, _, text_edits in changes})
 
 
 def _wants(only: list[str] | None, kind: str) -> bool:
@@ -451,6 +721,24 @@ def create_server(debounce: float = DEBOUNCE) -> NdifOptServer:
         ls.window_caches.pop(uri, None)
         ls.publish(uri, [])
 
+    if PYGLS_2:
+
+        @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+        async def notebook_did_open(ls: NdifOptServer, params: types.DidOpenNotebookDocumentParams) -> None:
+            ls.schedule_notebook(params.notebook_document.uri)
+
+        @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+        async def notebook_did_change(ls: NdifOptServer, params: types.DidChangeNotebookDocumentParams) -> None:
+            ls.schedule_notebook(params.notebook_document.uri)
+
+        @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
+        async def notebook_did_save(ls: NdifOptServer, params: types.DidSaveNotebookDocumentParams) -> None:
+            ls.schedule_notebook(params.notebook_document.uri)
+
+        @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+        async def notebook_did_close(ls: NdifOptServer, params: types.DidCloseNotebookDocumentParams) -> None:
+            ls.close_notebook(params.notebook_document.uri, [c.uri for c in params.cell_text_documents])
+
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: NdifOptServer, *args) -> None:
         for task in list(ls.pending.values()):
@@ -468,6 +756,9 @@ def create_server(debounce: float = DEBOUNCE) -> NdifOptServer:
     async def code_action(ls: NdifOptServer, params: types.CodeActionParams) -> list[types.CodeAction]:
         uri = params.text_document.uri
         try:
+            notebook = ls.notebook_of(uri)
+            if notebook is not None:
+                return await ls.notebook_code_actions(notebook, params)
             document = ls.workspace.get_text_document(uri)
             version = document.version
             analysis = await ls.analysis(uri)
@@ -524,21 +815,30 @@ def create_server(debounce: float = DEBOUNCE) -> NdifOptServer:
     async def hover(ls: NdifOptServer, params: types.HoverParams) -> types.Hover | None:
         uri = params.text_document.uri
         try:
-            analysis = await ls.analysis(uri)
-            if analysis is None or analysis.result is None or not analysis.result.costs:
+            notebook = ls.notebook_of(uri)
+            if notebook is not None:
+                cells = await ls.notebook_analysis(notebook)
+                position = cells.position(uri) if cells is not None else None
+                if cells is None or cells.result is None or position is None:
+                    return None
+                result, findings = cells.result.result, [item.finding for item in cells.findings_in(position)]
+            else:
+                analysis = await ls.analysis(uri)
+                if analysis is None or analysis.result is None:
+                    return None
+                result, findings = analysis.result, list(analysis.result.findings)
+            if not result.costs:
                 return None
             line = params.position.line
             here = [
                 f
-                for f in analysis.result.findings
+                for f in findings
                 if f.status is not Status.SUPPRESSED and f.range.start.line <= line <= f.range.end.line
             ]
             if not here:
                 return None
             return types.Hover(
-                contents=types.MarkupContent(
-                    kind=types.MarkupKind.Markdown, value=_hover_text(analysis.result, here)
-                )
+                contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=_hover_text(result, here))
             )
         except Exception:
             log.exception("hover for %s", uri)

@@ -69,10 +69,13 @@ _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 @dataclass(frozen=True)
 class CellFinding:
     """A finding located in one cell: ``cell`` is the 0-based index in the notebook's
-    ``cells`` list; the finding's range is relative to that cell's source."""
+    ``cells`` list; the finding's range is relative to that cell's source. ``uses``: the
+    finding's :attr:`~ndif_opt.types.Finding.uses`, each as (cell, range in that cell); the
+    message names the cells other than ``cell`` ("(used in cell 3)")."""
 
     cell: int
     finding: Finding
+    uses: tuple[tuple[int, Range], ...] = ()
 
     def to_dict(self) -> dict:
         return {"cell": self.cell, **self.finding.to_dict()}
@@ -126,6 +129,23 @@ class NotebookResult:
             introduced=self.result.introduced if self.changed else (),
             notebook=self,
         )
+
+
+@dataclass(frozen=True)
+class CellsResult:
+    """:func:`optimize_cells`: code cells optimized together, as a notebook's are."""
+
+    sources: tuple[str, ...]  # the cells' code as given
+    indices: tuple[int, ...]  # each cell's index in its notebook (findings' ``cell``)
+    new_sources: tuple[str, ...]  # the optimized code of each cell (== sources when unchanged)
+    result: Result  # optimizing the joined cells (markers and placeholders included)
+    findings: tuple[CellFinding, ...] = ()
+    barriers: tuple[int, ...] = ()  # cells kept apart from the cell before them
+
+    @property
+    def changed_cells(self) -> tuple[int, ...]:
+        """Indices (in the notebook) of the cells whose code changed."""
+        return tuple(i for i, old, new in zip(self.indices, self.sources, self.new_sources) if old != new)
 
 
 @dataclass(frozen=True)
@@ -535,8 +555,6 @@ def optimize_notebook(text: str, *, options: Options | None = None, filename: st
     Raises ``ValueError`` for text that is not a notebook (the message says why) and
     ``SyntaxError`` (naming the cell) for a code cell that does not parse.
     """
-    from ndif_opt.engine.pipeline import run_pipeline
-
     options = dataclasses.replace(options or Options(), notebook=True)
     name = filename or "<notebook>"
     bom = text.startswith("\ufeff")
@@ -550,7 +568,51 @@ def optimize_notebook(text: str, *, options: Options | None = None, filename: st
             findings = (_notebook_finding(cells[0].index, f"not a Python notebook (kernel language {language!r})",
                                           "ndif-opt optimizes Python code only"),)
         return NotebookResult(text, text, Result(source="", code=""), findings=findings)
-    nonce = _nonce(body)
+    run = _optimize_cells(cells, _nonce(body), options, filename)
+    changed = [c for c in cells if run.pieces[c.index] != c.code]
+    if not changed:
+        return NotebookResult(text, text, run.result, (), run.findings, (), run.barriers)
+    new_text = _splice(text if not bom else body, all_cells, {c.index: run.pieces[c.index] for c in changed})
+    if bom:
+        new_text = "\ufeff" + new_text
+    diffs = tuple(_cell_diff(name, c, run.pieces[c.index]) for c in changed)
+    return NotebookResult(text, new_text, run.result, diffs, run.findings, tuple(c.index for c in changed),
+                          run.barriers)
+
+
+def optimize_cells(sources: list[str] | tuple[str, ...], *, indices: list[int] | tuple[int, ...] | None = None,
+                   options: Options | None = None, filename: str | None = None) -> CellsResult:
+    """Optimize code cells together, in order, as :func:`optimize_notebook` optimizes a
+    notebook's (an editor's open notebook: its cells' texts). ``indices``: each cell's index
+    in its notebook, which findings and messages use (default 0, 1, ...). Raises
+    ``SyntaxError`` (naming the cell) for a cell that does not parse."""
+    options = dataclasses.replace(options or Options(), notebook=True)
+    sources = tuple(sources)
+    indices = tuple(range(len(sources)) if indices is None else indices)
+    if len(indices) != len(sources):
+        raise ValueError("optimize_cells: one index per cell")
+    if not sources:
+        return CellsResult((), (), (), Result(source="", code=""))
+    cells = [_Cell(index, "code", code, "str", None) for index, code in zip(indices, sources)]
+    run = _optimize_cells(cells, _nonce("\n".join(sources)), options, filename)
+    return CellsResult(sources, indices, tuple(run.pieces[i] for i in indices), run.result, run.findings,
+                       run.barriers)
+
+
+@dataclass
+class _CellsRun:
+    result: Result
+    pieces: dict[int, str]  # each code cell's new code (its code when unchanged)
+    findings: tuple[CellFinding, ...]
+    barriers: tuple[int, ...]
+
+
+def _optimize_cells(cells: list[_Cell], nonce: str, options: Options, filename: str | None) -> _CellsRun:
+    """The code cells (in order) optimized as one module and cut back into cells; a
+    rewrite that would merge cells is run again with a barrier at that boundary."""
+    from ndif_opt.engine.pipeline import run_pipeline
+
+    name = filename or "<notebook>"
     magics: list[_Magic] = []
     line_maps: dict[int, list[int]] = {cell.index: [] for cell in cells}
     masked = {cell.index: _mask_cell(cell, nonce, magics, line_maps[cell.index]) for cell in cells}
@@ -570,7 +632,7 @@ def optimize_notebook(text: str, *, options: Options | None = None, filename: st
         joined = _join(cells, masked, nonce, barriers, prologue, line_maps)
         result = run_pipeline(joined.code, options, filename=filename)
         if not result.changed:
-            return _unchanged(text, result, joined, notes + _barrier_notes(barriers), barriers=barriers)
+            return _unchanged(cells, result, joined, notes + _barrier_notes(barriers), barriers=barriers)
         try:
             pieces = _split(result.code, cells, nonce, magics, prologue)
             failing = [i for i, piece in pieces.items() if not _parses(_mask_only(piece, i, cells, masked, magics, nonce))]
@@ -585,22 +647,17 @@ def optimize_notebook(text: str, *, options: Options | None = None, filename: st
                     cells[0].index, f"the notebook was left unchanged: {error}",
                     "optimize the exported script (`jupyter nbconvert --to script`) instead",
                 ))
-                return _unchanged(text, result, joined, notes, refused=True)
+                return _unchanged(cells, result, joined, notes, refused=True)
             barriers |= new
             continue
         break
     else:  # pragma: no cover - each attempt adds a barrier, so this ends before
-        return _unchanged(text, result, joined, notes, refused=True)
+        return _unchanged(cells, result, joined, notes, refused=True)
 
     notes.extend(_barrier_notes(barriers))
-    changed = [c for c in cells if pieces[c.index] != c.code]
-    new_text = _splice(text if not bom else body, all_cells, {c.index: pieces[c.index] for c in changed})
-    if bom:
-        new_text = "\ufeff" + new_text
-    diffs = tuple(_cell_diff(name, c, pieces[c.index]) for c in changed)
     findings = tuple(notes) + tuple(_locate(result, joined))
     findings = tuple(sorted(findings, key=lambda f: (f.cell, f.finding.range.start, f.finding.pass_id)))
-    return NotebookResult(text, new_text, result, diffs, findings, tuple(c.index for c in changed), tuple(sorted(barriers)))
+    return _CellsRun(result, {c.index: pieces[c.index] for c in cells}, findings, tuple(sorted(barriers)))
 
 
 def _mask_only(piece: str, index: int, cells, masked, magics: list[_Magic], nonce: str) -> str:
@@ -621,13 +678,13 @@ def _barrier_notes(barriers: set[int]) -> list[CellFinding]:
     ]
 
 
-def _unchanged(text: str, result: Result, joined: _Joined, notes: list[CellFinding], refused: bool = False,
-               barriers: set[int] = frozenset()) -> NotebookResult:
+def _unchanged(cells: list[_Cell], result: Result, joined: _Joined, notes: list[CellFinding],
+               refused: bool = False, barriers: set[int] = frozenset()) -> _CellsRun:
     if refused:
         result = _declined(result, "the rewrite could not be cut back into the notebook's cells")
     located = tuple(notes) + tuple(_locate(result, joined))
     located = tuple(sorted(located, key=lambda f: (f.cell, f.finding.range.start, f.finding.pass_id)))
-    return NotebookResult(text, text, result, (), located, (), tuple(sorted(barriers)))
+    return _CellsRun(result, {c.index: c.code for c in cells}, located, tuple(sorted(barriers)))
 
 
 def _declined(result: Result, reason: str) -> Result:
@@ -643,15 +700,33 @@ def _notebook_finding(cell: int, message: str, reason: str, status: Status = Sta
 
 
 def _locate(result: Result, joined: _Joined) -> list[CellFinding]:
-    located = []
+    """The findings of the joined module, each in its cell; a finding whose ``uses`` are in
+    other cells says which ("(used in cell 3)")."""
     last = len(joined.lines) - 1
+
+    def in_cell(rng: Range) -> tuple[int, Range]:
+        start_cell, start_line = joined.lines[min(rng.start.line, last)]
+        end_cell, end_line = joined.lines[min(rng.end.line, last)]
+        end = Position(end_line, rng.end.character) if end_cell == start_cell else Position(start_line, 0)
+        start = Position(start_line, rng.start.character)
+        return start_cell, Range(start, max(start, end))
+
+    located = []
     for finding in result.findings:
-        start_cell, start_line = joined.lines[min(finding.range.start.line, last)]
-        end_cell, end_line = joined.lines[min(finding.range.end.line, last)]
-        end = Position(end_line, finding.range.end.character) if end_cell == start_cell else Position(start_line, 0)
-        start = Position(start_line, finding.range.start.character)
-        located.append(CellFinding(start_cell, replace(finding, range=Range(start, max(start, end)))))
+        cell, rng = in_cell(finding.range)
+        uses = tuple(in_cell(use) for use in finding.uses)
+        message = finding.message + _used_in(sorted({c for c, _ in uses if c != cell}))
+        located.append(CellFinding(cell, replace(finding, message=message, range=rng, uses=()), uses))
     return located
+
+
+def _used_in(cells: list[int]) -> str:
+    """" (used in cell 3)", " (used in cells 3 and 5)": 0-based indices, named 1-based."""
+    if not cells:
+        return ""
+    names = [str(c + 1) for c in cells]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f" (used in cell{'s' if len(names) > 1 else ''} {listed})"
 
 
 def _file_positions(text: str):
@@ -824,9 +899,12 @@ class _MaskedScript:
         return self.origin[min(line - 1, len(self.origin) - 1)]
 
     def located(self, finding: Finding) -> Finding:
-        start = Position(self.source_line(finding.range.start.line), finding.range.start.character)
-        end = Position(self.source_line(finding.range.end.line), finding.range.end.character)
-        return finding.with_range(Range(start, max(start, end)))
+        return finding.with_range(self._moved(finding.range), tuple(self._moved(use) for use in finding.uses))
+
+    def _moved(self, rng: Range) -> Range:
+        start = Position(self.source_line(rng.start.line), rng.start.character)
+        end = Position(self.source_line(rng.end.line), rng.end.character)
+        return Range(start, max(start, end))
 
     def restore(self, result: Result) -> Result:
         """``result`` (of ``code``) as the script's: magics back, findings on its lines."""
@@ -1018,12 +1096,14 @@ def is_notebook(path: str) -> bool:
 
 __all__ = [
     "CellFinding",
+    "CellsResult",
     "NotebookFileResult",
     "NotebookResult",
     "NOTEBOOK_ID",
     "check_script_syntax",
     "is_notebook",
     "notebook_script",
+    "optimize_cells",
     "optimize_notebook",
     "optimize_script",
     "script_without_magics",

@@ -42,6 +42,7 @@ class RawFinding:
     safety: Safety = Safety.SAFE
     reason: str | None = None
     evidence: str | None = None  # see Finding.evidence
+    uses: tuple[cst.CSTNode, ...] = ()  # see Finding.uses
 
 
 @dataclass
@@ -70,17 +71,18 @@ class Context:
         return True
 
     def applied(self, node: cst.CSTNode, message: str, safety: Safety = Safety.SAFE,
-                evidence: str | None = None) -> None:
+                evidence: str | None = None, uses: tuple[cst.CSTNode, ...] = ()) -> None:
         """``evidence``: text the final code holds while this fix stands; the finding is
-        dropped when a later pass undoes the fix."""
-        self.findings.append(RawFinding(node, message, Status.APPLIED, safety, evidence=evidence))
+        dropped when a later pass undoes the fix. ``uses``: see Finding.uses."""
+        self.findings.append(RawFinding(node, message, Status.APPLIED, safety, evidence=evidence, uses=uses))
 
     def skipped(self, node: cst.CSTNode, message: str, reason: str) -> None:
         self.findings.append(RawFinding(node, message, Status.SKIPPED, Safety.SAFE, reason))
 
-    def needs_unsafe(self, node: cst.CSTNode, message: str, reason: str) -> None:
+    def needs_unsafe(self, node: cst.CSTNode, message: str, reason: str,
+                     uses: tuple[cst.CSTNode, ...] = ()) -> None:
         self.findings.append(
-            RawFinding(node, message, Status.UNSAFE_NOT_APPLIED, Safety.UNSAFE, reason)
+            RawFinding(node, message, Status.UNSAFE_NOT_APPLIED, Safety.UNSAFE, reason, uses=uses)
         )
 
 

@@ -267,7 +267,7 @@ class ChainPushdown:
             return None
         safety = _kernel_safety(self.save, self.context, lambda: (
             f"`{x}` need not be downloaded whole: {', '.join(dict.fromkeys(f'`{code_of(c)}`' for c in chains))} "
-            "could be computed in the block"))
+            "could be computed in the block"), tuple(chains))
         if safety is None:
             return None
         return self._edits(chains, safety)
@@ -432,6 +432,7 @@ class ChainPushdown:
                 for m in sorted(self.shipped)
             ),
             safety,
+            uses=tuple(chains),
         )
         return edits
 
@@ -633,7 +634,7 @@ class ElementPushdown(_LoopReads):
         save = _Save(self.request, self.container.stmt, name)
         safety = _kernel_safety(save, self.context, lambda: (
             f"the elements of `{name}` need not be downloaded whole: `{reduction}` could be computed in the block "
-            "for each one"))
+            "for each one"), tuple(chain for chain, _ in chains))
         if safety is None:
             return None
         self._edits(edits, value, uses, chains, reduction, safety)
@@ -898,6 +899,7 @@ class ElementPushdown(_LoopReads):
             f"`{reduction.replace(ELEMENT, code_of(stored))}` is now computed in the block for each one, "
             f"and `{name}` holds those",
             safety,
+            uses=tuple(chain for chain, _ in chains),
         )
 
 
@@ -990,7 +992,7 @@ class LiteralPushdown(_LoopReads):
                 continue  # its own save stays: the kernel keeps what it kept
             kept = _kernel_safety(save, self.context, lambda save=save: (
                 f"`{save.name}` need not be downloaded whole for the loop over it: "
-                f"`{reduction.replace(ELEMENT, save.name)}` could be computed in the block"))
+                f"`{reduction.replace(ELEMENT, save.name)}` could be computed in the block"), tuple(chains))
             if kept is None:
                 return False
             if kept is Safety.UNSAFE:
@@ -1025,6 +1027,7 @@ class LiteralPushdown(_LoopReads):
                 f"`{save.name}` is no longer downloaded whole for the loop over it: "
                 f"`{reduction.replace(ELEMENT, save.name)}` now computed in the block and saved (as `{name}`)",
                 safety,
+                uses=tuple(chains),
             )
 
     def _read_elsewhere(self, save: _Save) -> bool:
@@ -1183,15 +1186,17 @@ NOTEBOOK_REASON = (
 )
 
 
-def _kernel_safety(save: _Save, context: Context, message: Callable[[], str]) -> Safety | None:
+def _kernel_safety(save: _Save, context: Context, message: Callable[[], str],
+                   uses: tuple[cst.CSTNode, ...] = ()) -> Safety | None:
     """How safe it is to stop downloading ``save``'s value, or None (reported, with
-    ``message()``) when that needs --unsafe-fixes: in a notebook, a value saved outside
-    functions stays in the kernel, where the cells read so far are not all its readers."""
+    ``message()`` and the client code that reads it, ``uses``) when that needs
+    --unsafe-fixes: in a notebook, a value saved outside functions stays in the kernel,
+    where the cells read so far are not all its readers."""
     if not context.options.notebook or save.block.stmt.function is not None:
         return Safety.SAFE
     if context.options.unsafe_fixes:
         return Safety.UNSAFE
-    context.needs_unsafe(save.stmt, message(), NOTEBOOK_REASON)
+    context.needs_unsafe(save.stmt, message(), NOTEBOOK_REASON, uses=uses)
     return None
 
 
