@@ -27,6 +27,9 @@ class Options:
     # optimized at once to compare with the windowed run: a run of statements that
     # could become one session does not cross them, as it cannot across windows
     window_edges: frozenset[int] = frozenset()
+    # the nnsight release the rewritten code must run on: "0.8" or "0.6" (nnterp 1.3.0's);
+    # "" infers it: 0.6 for a script that imports nnterp (see analysis/releases.py)
+    nnsight: str = ""
 
     def wants(self, pass_id: str, opt_in: bool = False) -> bool:
         """Does the run include this pass? An ``opt_in`` pass (``Pass.opt_in``) only when

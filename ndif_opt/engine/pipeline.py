@@ -21,6 +21,7 @@ import libcst as cst
 from ndif_opt.analysis.effects import ServerCheck
 from ndif_opt.analysis.facts import Facts, analyze
 from ndif_opt.analysis.legacy_api import PRE_05, PRE_05_MESSAGE, api_generation, legacy_summary
+from ndif_opt.analysis.releases import NNSIGHT_06, target_release, unbound_on_server
 from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.engine import windows
 from ndif_opt.engine.prefilter import uses_nnsight
@@ -164,6 +165,7 @@ def run_pipeline(source: str, options: Options, filename: str | None = None,
     if not prefiltered and not uses_nnsight(source):
         check_syntax(source, filename)  # nothing to optimize, but bad input is still an error
         return Result(source=source, code=source)
+    options = _with_release(options, source)
     tree = _python_parse(source, filename)
     plan = None if _whole_module_only(source, options) else windows.plan(source, tree)
     if plan is not None:
@@ -179,11 +181,19 @@ def whole_module(source: str, options: Options, filename: str | None = None) -> 
     it; windows are a speed device and must not change what is optimized)."""
     if not uses_nnsight(source):
         return Result(source=source, code=source)
+    options = _with_release(options, source)
     plan = None if _whole_module_only(source, options) else windows.plan(source, _python_parse(source, filename))
     if plan is not None:
         edges = frozenset(line for w in plan.windows if w.active for line in (w.start, w.end))
         options = dataclasses.replace(options, window_edges=edges)
     return _run_module(source, options, filename)
+
+
+def _with_release(options: Options, source: str) -> Options:
+    """The options with the nnsight release the rewrite targets decided, for the whole file
+    (a window alone may not show the file's imports)."""
+    release = target_release(options.nnsight, source)
+    return options if release == options.nnsight else dataclasses.replace(options, nnsight=release)
 
 
 def _whole_module_only(source: str, options: Options) -> bool:
@@ -436,6 +446,11 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 located, keep = _enforce_suppressions(suppressions, located)
                 if not keep:
                     new_module, context.unreturned, context.introduced = state.module, set(), set()
+            if options.nnsight == NNSIGHT_06 and new_module is not state.module:
+                unbound = _newly_unbound(state, new_module)
+                if unbound:  # the rewrite would not run on nnsight 0.6: the code stays as it was
+                    located = [_not_on_06(f, unbound) for f in located]
+                    new_module, context.unreturned, context.introduced = state.module, set(), set()
             if context.unreturned:
                 unreturned |= context.unreturned
             if context.introduced:
@@ -477,6 +492,26 @@ def _run_module(source: str, options: Options, filename: str | None = None,
         assumptions=tuple(assumptions(options) + notes),
         unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),
         introduced=tuple(sorted(introduced)) if code != source else (),
+    )
+
+
+def _newly_unbound(state: "_State", new_module: cst.Module) -> list[str]:
+    """Names a rewrite makes an outermost remote block read before binding them (unbound
+    on an nnsight 0.6 server, see analysis/releases.py)."""
+    after = unbound_on_server(analyze(new_module))
+    return sorted(after - unbound_on_server(state.facts)) if after else []
+
+
+def _not_on_06(finding: Finding, unbound: list[str]) -> Finding:
+    if finding.status is not Status.APPLIED:
+        return finding
+    names = ", ".join(f"`{name}`" for name in unbound)
+    return dataclasses.replace(
+        finding,
+        message=f"left out for nnsight 0.6: {finding.message}",
+        status=Status.SKIPPED,
+        reason=f"the rewritten block would read {names} before binding it, and nnsight 0.6 (the release nnterp "
+               "1.3.0 needs) ships none of your local variables to the server, where it would be unbound",
     )
 
 

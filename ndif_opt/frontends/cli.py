@@ -60,7 +60,7 @@ def _interrupted() -> None:
 
 
 def _options(select, ignore, unsafe_fixes, assume_remote, max_batch, *, path=None, config=None, cost=None,
-             migrate=None) -> Options:
+             migrate=None, nnsight=None) -> Options:
     """Options for one input: its pyproject `[tool.ndif-opt]`, command-line flags on top."""
     from ndif_opt.frontends.config import ConfigError, load_options
 
@@ -78,6 +78,7 @@ def _options(select, ignore, unsafe_fixes, assume_remote, max_batch, *, path=Non
             max_batch=max_batch,
             cost=cost or None,
             migrate=migrate,
+            nnsight=nnsight,
         )
     except ConfigError as error:
         _fail(str(error))
@@ -129,6 +130,11 @@ def optimize(
         None, "--migrate/--no-migrate",
         help="First rewrite pre-0.5 nnsight code (`.value`, `nnsight.list()`, layer `output[0]`) for nnsight 0.5+.",
     ),
+    nnsight: Optional[str] = typer.Option(
+        None, "--nnsight",
+        help="The nnsight release the rewrite must run on: 0.8, or 0.6 (nnterp's; the default for a script "
+             "that imports nnterp).",
+    ),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Cost model: tokens of a non-literal prompt."),
     latency: Optional[float] = typer.Option(None, "--latency", help="Cost model: seconds per request."),
     bandwidth: Optional[float] = typer.Option(None, "--bandwidth", help="Cost model: download bytes/s."),
@@ -159,7 +165,7 @@ def optimize(
     files = _expand(paths)
     option_sets = {
         path: _options(select, ignore, unsafe_fixes, assume_remote, max_batch, path=path, config=config, cost=cost,
-                       migrate=migrate)
+                       migrate=migrate, nnsight=nnsight)
         for path in files
     }
     writes_code = not (diff or check or report or in_place or fmt is not Format.text)

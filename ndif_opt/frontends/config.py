@@ -57,6 +57,7 @@ TOP_KEYS = {
     "assume-remote": "assume_remote",
     "max-batch": "max_batch",
     "migrate": "migrate",
+    "nnsight": "nnsight",
     "cost": "cost",
     "models": "models",
 }
@@ -78,7 +79,7 @@ COST_KEYS: dict[str, tuple[str, type, str]] = {
 }
 
 #: Keyword arguments :func:`load_options` accepts as command-line overrides.
-OVERRIDES = ("select", "ignore", "unsafe_fixes", "assume_remote", "max_batch", "cost", "migrate")
+OVERRIDES = ("select", "ignore", "unsafe_fixes", "assume_remote", "max_batch", "cost", "migrate", "nnsight")
 
 
 class ConfigError(ValueError):
@@ -265,6 +266,14 @@ def _models(path, table: Any) -> dict:
     return dict(table)
 
 
+def _release(path, where: str, value: Any) -> str:
+    from ndif_opt.analysis.releases import RELEASES
+
+    if value not in RELEASES:
+        raise ConfigError(path, f"must be one of {', '.join(repr(r) for r in RELEASES)}, not {value!r}", where)
+    return value
+
+
 def parse_table(table: Mapping, path: str | os.PathLike | None = None) -> dict:
     """Validate a ``[tool.ndif-opt]`` table; return Options keyword arguments."""
     if not isinstance(table, Mapping):
@@ -281,6 +290,8 @@ def parse_table(table: Mapping, path: str | os.PathLike | None = None) -> dict:
             values[TOP_KEYS[key]] = _bool(path, f"{TABLE}.{raw}", value)
         elif key == "max-batch":
             values["max_batch"] = _positive(path, f"{TABLE}.{raw}", value, int)
+        elif key == "nnsight":
+            values["nnsight"] = _release(path, f"{TABLE}.{raw}", value)
         elif key == "cost":
             cost.update(_cost(path, value))
         elif key == "models":
@@ -344,6 +355,8 @@ def load_options(
             values["cost"] = merged
         elif key == "max_batch":
             values[key] = _positive(None, "--max-batch", value, int)
+        elif key == "nnsight":
+            values[key] = _release(None, "--nnsight", value)
         else:
             values[key] = bool(value)
     return Options(**values)

@@ -1,0 +1,93 @@
+"""Rewrites for nnsight 0.6 (the release nnterp 1.3.0 needs), run on nnsight 0.6.3.
+
+Two things 0.6 does differently from 0.8 (ndif_opt/analysis/releases.py): a remote block
+sees none of the frame's local variables on the server, and invokes of one trace do not
+each read their own row. Rewritten for 0.6 (``Options(nnsight="0.6")``, or any script that
+imports nnterp), a script must give on 0.6.3 what the original gives locally; the same
+rewrite made for 0.8 fails there, which is why the release matters.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+pytest.importorskip("nnterp")
+
+from ndif_opt import optimize  # noqa: E402
+from ndif_opt.options import Options  # noqa: E402
+from ndif_opt.verify import verify_result  # noqa: E402
+
+TAKEN_ALONG = """
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+results = {"layer": [], "norm": []}
+print("starting")
+for layer in range(3):
+    with model.trace("hello world", remote=True):
+        h = model.transformer.h[layer].output.save()
+    results["layer"].append(layer)
+    results["norm"].append(h.norm().item())
+print(results)
+"""
+
+GREEDY = """
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+ids = model.tokenizer("The cat sat on the", return_tensors="pt")["input_ids"]
+for step in range(3):
+    with model.trace(ids, remote=True):
+        logits = model.lm_head.output.save()
+    next_id = logits[0, -1].argmax()
+    ids = torch.cat([ids, next_id.reshape(1, 1)], dim=1)
+print(ids.tolist())
+"""
+
+BATCHABLE = """
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+scores = {}
+for review in ["The movie was wonderful and the acting was", "The food at this place is"]:
+    with model.trace(review, remote=True):
+        logits = model.lm_head.output.save()
+    scores[review] = (logits[0, -1, 11] - logits[0, -1, 22]).item()
+print(scores)
+"""
+
+
+def _verified(source: str, **options):
+    result = optimize(source, options=Options(**options))
+    return result, verify_result(source, result, filename="script.py")
+
+
+@pytest.mark.parametrize("source", [TAKEN_ALONG, GREEDY], ids=["taken-along", "greedy"])
+def test_a_rewrite_that_reads_a_local_before_binding_it_is_left_out_for_0_6(source):
+    for_08, report_08 = _verified(source)
+    assert not report_08.ok, "the 0.8 rewrite must fail on nnsight 0.6.3, or this test proves nothing"
+    assert "UnboundLocalError" in (report_08.errors["optimized"] or "")
+    result, report = _verified(source, nnsight="0.6")
+    assert report.ok, report.to_text() + "\n" + result.code
+    assert any("left out for nnsight 0.6" in f.message for f in result.findings)
+
+
+def test_a_script_that_imports_nnterp_is_rewritten_for_0_6():
+    source = "import nnterp  # noqa: F401\n" + TAKEN_ALONG
+    result, report = _verified(source)
+    assert report.ok, report.to_text()
+    assert any("left out for nnsight 0.6" in f.message for f in result.findings)
+
+
+def test_invokes_are_not_batched_for_0_6():
+    batched, report_08 = _verified(BATCHABLE, unsafe_fixes=True)
+    assert "tracer.invoke" in batched.code
+    assert not report_08.ok  # 0.6.3's batched invokes read other values
+    result, report = _verified(BATCHABLE, unsafe_fixes=True, nnsight="0.6")
+    assert "tracer.invoke" not in result.code
+    assert report.ok, report.to_text()
+    assert report.after.requests == 1
+    assert any("nnsight 0.6" in (f.reason or "") for f in result.findings if f.pass_id == "invoke-batching")
