@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import types
 from typing import Any, Callable, Iterator
 
 __all__ = [
@@ -77,9 +78,16 @@ def local_modules_hidden(hide: Callable[[], dict], restore: Callable[[dict], Non
     hidden = hide()
     for name in [n for n in hidden["modules"] if n.split(".")[0] in SERVER_INSTALLED]:
         sys.modules[name] = hidden["modules"].pop(name)
+    # a server process has a `__main__` of its own, without your names (dataclasses read
+    # `sys.modules[cls.__module__].__dict__` when a class of your script is rebuilt)
+    stand_in = "__main__" in hidden["modules"] and "__main__" not in sys.modules
+    if stand_in:
+        sys.modules["__main__"] = types.ModuleType("__main__")
     try:
         yield hidden
     finally:
+        if stand_in:
+            del sys.modules["__main__"]
         restore(hidden)
 
 
