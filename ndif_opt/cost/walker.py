@@ -22,7 +22,16 @@ from typing import Any
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Facts, Remote, RemoteFlag, call_remote_flag, config_entry, is_save_call, qualify
+from ndif_opt.analysis.facts import (
+    Block,
+    Facts,
+    Remote,
+    RemoteFlag,
+    call_remote_flag,
+    config_entry,
+    is_save_call,
+    qualify,
+)
 from ndif_opt.analysis.names import COMPREHENSIONS, all_params, collect, dotted_name, returned_name, target_names
 from ndif_opt.analysis.regions import arithmetic, dict_view_length
 from ndif_opt.analysis.remote_functions import self_methods

@@ -451,20 +451,28 @@ class NdifOptServer(LanguageServer):
         return self.window_caches.setdefault(uri, WindowCache())
 
     async def solo(self, analysis: Analysis, pass_id: str) -> Result | None:
-        if pass_id not in analysis.solo:
-            result, _ = await self.run(
-                analyze, analysis.text, solo_options(analysis.options, pass_id), analysis.path
-            )
+        options = solo_options(analysis.options, pass_id)
+        return await self._memo(analysis.solo, pass_id, analyze, analysis.text, options, analysis.path)
+
+    async def _memo(self, memo: dict, pass_id: str, function, *args):
+        """``function(*args)``'s result (run off the event loop) under ``pass_id`` in
+        ``memo``: a pass run alone, once per analysis."""
+        if pass_id not in memo:
+            result, _ = await self.run(function, *args)
             if result is None:
                 return None
-            analysis.solo[pass_id] = result
-        return analysis.solo[pass_id]
+            memo[pass_id] = result
+        return memo[pass_id]
 
     def schedule(self, uri: str) -> None:
-        task = self.pending.pop(uri, None)
+        self._schedule(uri, self._lint)
+
+    def _schedule(self, key: str, lint) -> None:
+        """Run ``lint(key)`` after the debounce, cancelling the one still waiting."""
+        task = self.pending.pop(key, None)
         if task is not None:
             task.cancel()
-        self.pending[uri] = asyncio.get_running_loop().create_task(self._lint(uri))
+        self.pending[key] = asyncio.get_running_loop().create_task(lint(key))
 
     async def _lint(self, uri: str) -> None:
         try:
@@ -539,21 +547,12 @@ class NdifOptServer(LanguageServer):
         return tuple(c[0] for c in cells), tuple(c[2] for c in cells)
 
     async def notebook_solo(self, analysis: NotebookAnalysis, pass_id: str) -> CellsResult | None:
-        if pass_id not in analysis.solo:
-            result, _ = await self.run(
-                analyze_cells, analysis.texts, analysis.indices, solo_options(analysis.options, pass_id),
-                analysis.path,
-            )
-            if result is None:
-                return None
-            analysis.solo[pass_id] = result
-        return analysis.solo[pass_id]
+        options = solo_options(analysis.options, pass_id)
+        return await self._memo(analysis.solo, pass_id, analyze_cells, analysis.texts, analysis.indices, options,
+                                analysis.path)
 
     def schedule_notebook(self, notebook_uri: str) -> None:
-        task = self.pending.pop(notebook_uri, None)
-        if task is not None:
-            task.cancel()
-        self.pending[notebook_uri] = asyncio.get_running_loop().create_task(self._lint_notebook(notebook_uri))
+        self._schedule(notebook_uri, self._lint_notebook)
 
     async def _lint_notebook(self, notebook_uri: str) -> None:
         try:

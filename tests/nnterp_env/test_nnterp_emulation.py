@@ -8,9 +8,8 @@ and nnterp kept by reference, only saved values shipped back).
 
 from __future__ import annotations
 
-import textwrap
-
 import pathlib
+import textwrap
 
 import pytest
 
