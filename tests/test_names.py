@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import libcst as cst
+import pytest
 from generators import dense_nnsight_script
 
 from ndif_opt.analysis import names
@@ -96,3 +97,25 @@ def test_returned_name_is_the_one_name_every_own_return_gives():
     # a nested function's return is its own
     assert returned_name(func("def f(p):\n    def g():\n        return y\n    return x\n")) == "x"
     assert returned_name(func("def f(p):\n    print(p)\n")) is None
+
+
+@pytest.mark.parametrize(
+    "loop,bound",
+    [
+        ("for i in range(3):\n    p = i\n", {"i", "p"}),
+        ("for i in range(1, 4):\n    p = i\n", {"i", "p"}),
+        ("for s in ['a', 'b']:\n    p = s\n", {"s", "p"}),
+        ("for i in range(0):\n    p = i\n", set()),  # never runs
+        ("for i in range(n):\n    p = i\n", set()),  # may not run
+        ("for i in []:\n    p = i\n", set()),
+        ("for i in range(3):\n    if i:\n        continue\n    p = i\n", set()),  # may skip the binding
+        ("for i in range(3):\n    if i:\n        break\n    p = i\n", set()),
+        ("for i in range(3):\n    p = i\nelse:\n    q = 1\n", set()),
+    ],
+)
+def test_a_loop_that_runs_at_least_once_binds_what_its_body_binds(loop, bound):
+    from ndif_opt.analysis.names import definite_binds, exposed_reads
+
+    assert definite_binds(cst.parse_statement(loop)) == bound
+    after = cst.parse_module(loop + "print(p)\n").body
+    assert ("p" in exposed_reads(after)) == ("p" not in bound)

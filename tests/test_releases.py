@@ -3,6 +3,8 @@ tests/nnterp_env/test_release_06.py runs the same shapes on nnsight 0.6.3."""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 import pytest
 
@@ -50,22 +52,60 @@ def test_names_a_remote_block_reads_before_binding(body, unbound):
     assert unbound_on_server(analyze(cst.parse_module(source))) == unbound
 
 
-def test_a_rewrite_that_would_be_unbound_on_0_6_is_left_out_with_the_reason():
+def test_a_session_that_reads_a_local_before_binding_it_works_on_a_copy_for_0_6():
     for_08 = optimize(TAKEN_ALONG)
     assert "results = nnsight.save(results)" in for_08.code
     result = optimize(TAKEN_ALONG, options=Options(nnsight="0.6"))
+    session = result.code.split("with model.session(remote=True):\n")[1].split("\nprint(results)")[0]
+    assert session.startswith("    results_2 = results\n    results_2 = nnsight.save(results_2)\n")
+    assert "results[" not in session.split("\nresults = results_2")[0]
+    assert session.endswith("\nresults = results_2")  # saved: it comes back under its own name
+    assert "results_2" in result.introduced
+    assert any(f.pass_id == "session-hoisting" and f.applied for f in result.findings)
+
+
+GREEDY = """\
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+ids = model.tokenizer("The cat sat on the", return_tensors="pt")["input_ids"]
+for step in range(3):
+    with model.trace(ids, remote=True):
+        logits = model.lm_head.output.save()
+    next_id = logits[0, -1].argmax()
+    ids = torch.cat([ids, next_id.reshape(1, 1)], dim=1)
+print(ids.tolist())
+"""
+
+
+def test_a_copy_whose_value_comes_back_otherwise_is_not_assigned_back():
+    result = optimize(GREEDY, options=Options(nnsight="0.6"))
+    assert "    ids_2 = ids\n" in result.code and "torch.cat([ids_2," in result.code
+    assert "ids = _ndif_log[-1]" in result.code and "ids = ids_2" not in result.code
+
+
+def test_a_local_that_may_be_unbound_before_the_session_is_left_out_with_the_reason():
+    source = GREEDY.replace("ids = model.tokenizer(", "if model is not None:\n    ids = model.tokenizer(")
+    result = optimize(source, options=Options(nnsight="0.6"))
     assert "model.session" not in result.code
     [finding] = [f for f in result.findings if f.pass_id == "session-hoisting"]
     assert finding.status is Status.SKIPPED and finding.message.startswith("left out for nnsight 0.6: ")
-    assert "`results`" in finding.reason and "nnsight 0.6" in finding.reason
-    # the other passes still apply
-    assert any(f.pass_id == "reduction-pushdown" and f.applied for f in result.findings)
+    assert "`ids`" in finding.reason and "nnsight 0.6" in finding.reason
+    assert any(f.pass_id == "reduction-pushdown" and f.applied for f in result.findings)  # the others still apply
+
+
+@pytest.mark.parametrize("inside", ["n = len(locals())", "global ids", "from torch import ids"])
+def test_a_block_that_names_the_local_in_other_ways_is_not_lowered(inside):
+    source = GREEDY.replace("    next_id = ", f"    {inside}\n    next_id = ")
+    result = optimize(source, options=Options(nnsight="0.6"))
+    assert "ids_2" not in result.code
 
 
 def test_the_release_is_decided_for_the_whole_file_not_per_window():
     source = "import nnterp  # noqa: F401\n" + TAKEN_ALONG + "\n" * 3 + TAKEN_ALONG.split("\n", 3)[3]
     result = optimize(source)
-    assert "model.session" not in result.code
+    assert len(re.findall(r"results_\d = results\n", result.code)) == 2  # both loops' sessions, in their windows
 
 
 def test_configuration_and_command_line():

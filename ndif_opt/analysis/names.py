@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS
-from ndif_opt.syntax.walk import walk
+from ndif_opt.syntax.walk import find_nodes, walk
 
 #: The comprehensions: each has its own scope for the names its `for` binds.
 COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -544,6 +544,9 @@ def definite_binds(stmt: cst.CSTNode) -> set[str]:
             if item.asname is not None:
                 found |= set(target_names(item.asname.name))
         return found | _definite_in(stmt.body.body)
+    if kind is cst.For and stmt.orelse is None and _runs_at_least_once(stmt.iter) and not _skips(stmt.body):
+        # every statement of the body runs in the first iteration, and there is one
+        return set(target_names(stmt.target)) | _definite_in(stmt.body.body)
     if kind is cst.If and stmt.orelse is not None:
         other = stmt.orelse
         rest = definite_binds(other) if isinstance(other, cst.If) else _definite_in(other.body.body)
@@ -554,6 +557,26 @@ def definite_binds(stmt: cst.CSTNode) -> set[str]:
         ends += [_definite_in(handler.body.body) for handler in stmt.handlers]
         return set.intersection(*ends) | (_definite_in(stmt.finalbody.body.body) if stmt.finalbody else set())
     return set()
+
+
+def _runs_at_least_once(iterable: cst.BaseExpression) -> bool:
+    """Is the loop's iterable plainly not empty: `range(3)`, `range(1, 4)`, `[a, b]`, `("x",)`?"""
+    if type(iterable) in (cst.List, cst.Tuple):
+        return bool(iterable.elements) and not any(type(e) is cst.StarredElement for e in iterable.elements)
+    if type(iterable) is cst.Call and type(iterable.func) is cst.Name and iterable.func.value == "range":
+        bounds = [a.value for a in iterable.args]
+        if not 1 <= len(bounds) <= 2 or any(a.keyword or a.star for a in iterable.args):
+            return False
+        if not all(type(b) is cst.Integer for b in bounds):
+            return False
+        values = [int(b.value, 0) for b in bounds]
+        return values[0] > 0 if len(values) == 1 else values[0] < values[1]
+    return False
+
+
+def _skips(body: cst.BaseSuite) -> bool:
+    """May an iteration end early (`break`, `continue`), leaving what follows unbound?"""
+    return bool(find_nodes(body, lambda node: type(node) in (cst.Break, cst.Continue)))
 
 
 def _definite_in(statements) -> set[str]:

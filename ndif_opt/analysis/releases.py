@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from ndif_opt.analysis.facts import Facts, Remote
+from ndif_opt.analysis.facts import Block, Facts, Remote
 from ndif_opt.analysis.names import collect, exposed_reads
 
 NNSIGHT_06 = "0.6"
@@ -42,15 +42,21 @@ def target_release(requested: str, source: str) -> str:
     return NNSIGHT_06 if _NNTERP_IMPORT.search(source) else NNSIGHT_08
 
 
+def outermost_remote_blocks(facts: Facts):
+    """The blocks whose code the server runs as a function of its own (0.6's request)."""
+    return [b for b in facts.blocks if b.parent is None and b.remote.state is not Remote.NO]
+
+
+def read_before_bound(block: Block) -> set[str]:
+    """Names the block reads before binding them and also binds."""
+    exposed = exposed_reads(list(block.node.body.body))
+    return {name for name in collect(block.node.body).binds if name in exposed} if exposed else set()
+
+
 def unbound_on_server(facts: Facts) -> frozenset[str]:
     """Names an outermost remote block reads before binding them and also binds: on
     nnsight 0.6 they are unbound when the server runs the block."""
     found: set[str] = set()
-    for block in facts.blocks:
-        if block.parent is not None or block.remote.state is Remote.NO:
-            continue
-        body = list(block.node.body.body)
-        exposed = exposed_reads(body)
-        if exposed:
-            found.update(name for name in collect(block.node.body).binds if name in exposed)
+    for block in outermost_remote_blocks(facts):
+        found |= read_before_bound(block)
     return frozenset(found)

@@ -25,6 +25,7 @@ from ndif_opt.analysis.releases import NNSIGHT_06, target_release, unbound_on_se
 from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.engine import windows
 from ndif_opt.engine.prefilter import uses_nnsight
+from ndif_opt.engine.release_lowering import lower_for_06
 from ndif_opt.engine.suppression import IGNORE_FILE, Suppressions
 from ndif_opt.options import Options
 from ndif_opt.passes import PASSES, Context, Pass, RawFinding
@@ -447,10 +448,13 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 if not keep:
                     new_module, context.unreturned, context.introduced = state.module, set(), set()
             if options.nnsight == NNSIGHT_06 and new_module is not state.module:
-                unbound = _newly_unbound(state, new_module)
+                lowered, copies, unbound = _for_06(state, new_module, options.reserved_names)
                 if unbound:  # the rewrite would not run on nnsight 0.6: the code stays as it was
                     located = [_not_on_06(f, unbound) for f in located]
                     new_module, context.unreturned, context.introduced = state.module, set(), set()
+                else:
+                    new_module = lowered
+                    context.introduced |= copies
             if context.unreturned:
                 unreturned |= context.unreturned
             if context.introduced:
@@ -495,11 +499,20 @@ def _run_module(source: str, options: Options, filename: str | None = None,
     )
 
 
-def _newly_unbound(state: "_State", new_module: cst.Module) -> list[str]:
-    """Names a rewrite makes an outermost remote block read before binding them (unbound
-    on an nnsight 0.6 server, see analysis/releases.py)."""
-    after = unbound_on_server(analyze(new_module))
-    return sorted(after - unbound_on_server(state.facts)) if after else []
+def _for_06(state: "_State", new_module: cst.Module,
+            reserved: frozenset[str]) -> tuple[cst.Module, frozenset[str], list[str]]:
+    """A pass's rewrite as nnsight 0.6 can run it, with the names of the copies it takes:
+    lowered when it makes an outermost remote block read a local before binding it
+    (engine/release_lowering.py); with the names still unbound on a 0.6 server when it
+    cannot be (analysis/releases.py)."""
+    facts = analyze(new_module)
+    before = unbound_on_server(state.facts)
+    if not unbound_on_server(facts) - before:
+        return new_module, frozenset(), []
+    lowered = lower_for_06(new_module, facts, reserved)
+    if lowered is not None and not unbound_on_server(analyze(lowered[0])) - before:
+        return lowered[0], lowered[1], []
+    return new_module, frozenset(), sorted(unbound_on_server(facts) - before)
 
 
 def _not_on_06(finding: Finding, unbound: list[str]) -> Finding:

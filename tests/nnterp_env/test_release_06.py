@@ -64,12 +64,22 @@ def _verified(source: str, **options):
 
 
 @pytest.mark.parametrize("source", [TAKEN_ALONG, GREEDY], ids=["taken-along", "greedy"])
-def test_a_rewrite_that_reads_a_local_before_binding_it_is_left_out_for_0_6(source):
+def test_a_session_that_reads_a_local_before_binding_it_is_lowered_for_0_6(source):
     for_08, report_08 = _verified(source)
     assert not report_08.ok, "the 0.8 rewrite must fail on nnsight 0.6.3, or this test proves nothing"
     assert "UnboundLocalError" in (report_08.errors["optimized"] or "")
     result, report = _verified(source, nnsight="0.6")
     assert report.ok, report.to_text() + "\n" + result.code
+    assert (report.before.requests, report.after.requests) == (3, 1)
+    assert "_2 = " in result.code.split("with model.session(remote=True):")[1]
+
+
+def test_a_session_that_cannot_be_lowered_is_left_out_for_0_6():
+    # `ids` may be unbound before the loop (bound under an `if`): a copy of it cannot be taken
+    source = GREEDY.replace('ids = model.tokenizer(', 'if model is not None:\n    ids = model.tokenizer(')
+    result, report = _verified(source, nnsight="0.6")
+    assert report.ok, report.to_text() + "\n" + result.code
+    assert "model.session" not in result.code
     assert any("left out for nnsight 0.6" in f.message for f in result.findings)
 
 
@@ -77,7 +87,7 @@ def test_a_script_that_imports_nnterp_is_rewritten_for_0_6():
     source = "import nnterp  # noqa: F401\n" + TAKEN_ALONG
     result, report = _verified(source)
     assert report.ok, report.to_text()
-    assert any("left out for nnsight 0.6" in f.message for f in result.findings)
+    assert "results_2 = results" in result.code and report.after.requests == 1
 
 
 def test_invokes_are_not_batched_for_0_6():

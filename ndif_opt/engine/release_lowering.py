@@ -1,0 +1,137 @@
+"""A rewrite lowered for nnsight 0.6: a remote block that reads a local before binding it.
+
+On nnsight 0.6 a remote block's code runs on the server as a function that sees your
+variables only as read-only copies: a name the block binds is a local of that function,
+unbound until the block binds it (``analysis/releases.py``). So a block that reads ``ids``
+and then binds it again (``ids = torch.cat([ids, ...])`` in a decoding loop the session
+took in) fails there. :func:`lower_for_06` gives each such name a copy of its own in the
+block: ``ids_2 = ids`` first, ``ids_2`` wherever the block said ``ids``, and, when the
+block sends that value back (it saves it), ``ids = ids_2`` after the block on your
+machine. The block then reads ``ids`` once, before binding anything of that name, as 0.6
+allows; every other line does what it did.
+
+A name is lowered only when that is plainly the same program: it is bound before the
+block wherever the block runs (so the copy reads a value), and the block neither
+declares it ``global``/``nonlocal``, imports it, nor reads its names dynamically
+(``locals()``, ``eval``...). Otherwise :func:`lower_for_06` gives up and the caller leaves
+the rewrite out.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ndif_opt.analysis.facts import Block, Facts, is_save_call
+from ndif_opt.analysis.names import all_params, collect, definite_binds, dotted_name, fresh_name
+from ndif_opt.analysis.releases import outermost_remote_blocks, read_before_bound
+from ndif_opt.syntax.walk import find_nodes
+
+# calls that read a scope's names by string: a renamed local would not be found
+_DYNAMIC = frozenset({"locals", "vars", "globals", "eval", "exec", "dir"})
+
+
+def lower_for_06(module: cst.Module, facts: Facts,
+                 reserved: frozenset[str] = frozenset()) -> tuple[cst.Module, frozenset[str]] | None:
+    """``module`` with every outermost remote block's read-before-bound locals copied (see
+    the module docstring), and the names of the copies; ``module`` itself when there are
+    none; None when one cannot be."""
+    taken = set(reserved) | {node.value for node in find_nodes(module, lambda n: type(n) is cst.Name)}
+    plans: dict[int, tuple[dict[str, str], list[str]]] = {}
+    for block in outermost_remote_blocks(facts):
+        names = read_before_bound(block)
+        if not names:
+            continue
+        if not all(_lowerable(block, name, facts) for name in names):
+            return None
+        renames = {}
+        for name in sorted(names):
+            renames[name] = fresh_name(name, taken)
+            taken.add(renames[name])
+        plans[id(block.node)] = (renames, sorted(n for n in names if _sends_back(block, n)))
+    if not plans:
+        return module, frozenset()
+    copies = frozenset(new for renames, _ in plans.values() for new in renames.values())
+    return module.visit(_Lowering(plans)), copies
+
+
+def _lowerable(block: Block, name: str, facts: Facts) -> bool:
+    body = block.node.body
+    for node in find_nodes(body, lambda n: type(n) in (cst.Global, cst.Nonlocal, cst.Import, cst.ImportFrom, cst.Call)):
+        kind = type(node)
+        if kind in (cst.Global, cst.Nonlocal) and any(item.name.value == name for item in node.names):
+            return False
+        if kind in (cst.Import, cst.ImportFrom) and name in collect(node).binds:
+            return False
+        if kind is cst.Call and dotted_name(node.func) in _DYNAMIC:
+            return False
+    return _bound_before(block, name, facts)
+
+
+def _bound_before(block: Block, name: str, facts: Facts) -> bool:
+    """Is ``name`` bound whenever the block starts: by an earlier statement of its suite or
+    of an enclosing one, or as a parameter of the function it is in?"""
+    info = block.stmt
+    while info is not None:
+        statements = info.suite.body if isinstance(info.suite, cst.Module) else info.suite.body
+        if any(name in definite_binds(stmt) for stmt in statements[: info.index]):
+            return True
+        if not info.ancestors:
+            return False
+        parent = info.ancestors[-1]
+        if isinstance(parent, cst.FunctionDef):
+            return name in {param.name.value for param in all_params(parent.params)}
+        if isinstance(parent, (cst.For, cst.While, cst.If, cst.With, cst.Try, cst.ClassDef)):
+            info = facts.statements.get(id(parent))
+        else:
+            return False
+    return False
+
+
+def _sends_back(block: Block, name: str) -> bool:
+    """Does the block save ``name``'s value, so that it comes back under its name?"""
+    if name in block.saved_names:
+        return True
+    for call in find_nodes(block.node.body, lambda n: type(n) is cst.Call):
+        if is_save_call(call) and any(type(n) is cst.Name and n.value == name for n in _save_receivers(call)):
+            return True
+    return False
+
+
+def _save_receivers(call: cst.Call) -> list[cst.CSTNode]:
+    func = call.func
+    if type(func) is cst.Attribute and func.attr.value == "save":
+        return [func.value]  # `x.save()`
+    return [arg.value for arg in call.args]  # `nnsight.save(x)`
+
+
+class _Lowering(cst.CSTTransformer):
+    def __init__(self, plans: dict[int, tuple[dict[str, str], list[str]]]) -> None:
+        self.plans = plans
+
+    def leave_With(self, original: cst.With, updated: cst.With):
+        plan = self.plans.get(id(original))
+        if plan is None:
+            return updated
+        renames, sent_back = plan
+        body = updated.body.visit(_Renaming(renames))
+        copies = [cst.parse_statement(f"{new} = {old}\n") for old, new in renames.items()]
+        lowered = updated.with_changes(body=body.with_changes(body=[*copies, *body.body]))
+        after = [cst.parse_statement(f"{name} = {renames[name]}\n") for name in sent_back]
+        return cst.FlattenSentinel([lowered, *after]) if after else lowered
+
+
+class _Renaming(cst.CSTTransformer):
+    """Every use of the names in the block, but attribute and keyword-argument names."""
+
+    def __init__(self, renames: dict[str, str]) -> None:
+        self.renames = renames
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+        new = self.renames.get(updated.value)
+        return updated.with_changes(value=new) if new else updated
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
+        return updated.with_changes(attr=original.attr)  # `x.ids` names no variable
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+        return updated.with_changes(keyword=original.keyword)  # `f(ids=...)` neither
