@@ -58,6 +58,8 @@ def test_there_are_scripts():
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=[f"{p.parent.name}/{p.stem}" for p in SCRIPTS])
 def test_prediction_matches_measurement(path):
+    if "from nnterp" in path.read_text():
+        pytest.importorskip("nnterp")  # nnterp needs nnsight 0.6.3: the nnterp venv runs it
     rows = accuracy.measure(path)  # the original runs once for both optimized forms
     ROWS[f"{path.parent.name}/{path.stem}"] = rows
     assert _check(rows)
