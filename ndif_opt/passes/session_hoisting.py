@@ -2193,7 +2193,7 @@ for prompt, resid_then, probs_then in _ndif_rows:
 """,
     ),
     Case(
-        name="a library function that sends its own request stays out of a session",
+        name="a library function that sends its own request runs on your machine, after the session",
         before="""\
 from nnterp import StandardizedTransformer
 from nnterp.prompt_utils import run_prompts
@@ -2204,7 +2204,35 @@ for prompt in ["a b", "c d"]:
         probs = model.next_token_probs[0].save()
     targets = run_prompts(model, [prompt], remote=True)
 """,
-        reason="calls `nnterp.prompt_utils.run_prompts` with `remote=True`, which sends a request of its own",
+        after="""\
+from nnterp import StandardizedTransformer
+from nnterp.prompt_utils import run_prompts
+
+model = StandardizedTransformer("meta-llama/Llama-3.1-8B")
+with model.session(remote=True):
+    _ndif_rows = list().save()
+    for prompt in ["a b", "c d"]:
+        with model.trace(prompt):
+            probs = model.next_token_probs[0].save()
+        _ndif_rows.append(prompt)
+for prompt in _ndif_rows:
+    targets = run_prompts(model, [prompt], remote=True)
+""",
+    ),
+    Case(
+        name="a library function that sends its own request, whose result the session needs",
+        before="""\
+from nnterp import StandardizedTransformer
+from nnterp.nnsight_utils import get_token_activations
+
+model = StandardizedTransformer("meta-llama/Llama-3.1-8B")
+for prompt in ["a b", "c d"]:
+    acts = get_token_activations(model, [prompt], layers=[3], remote=True)
+    with model.trace(prompt, remote=True):
+        model.layers_output[3][:, -1] += acts[0]
+        probs = model.next_token_probs[0].save()
+""",
+        reason="`acts` is computed by code that must run on your machine and is also used by the remote part",
     ),
     Case(
         name="a list only the session reads is made there and not downloaded",

@@ -99,3 +99,27 @@ def test_invokes_are_not_batched_for_0_6():
     assert report.ok, report.to_text()
     assert report.after.requests == 1
     assert any("nnsight 0.6" in (f.reason or "") for f in result.findings if f.pass_id == "invoke-batching")
+
+
+def test_a_helper_that_sends_its_own_request_runs_on_the_client_after_the_session():
+    # collect_token_activations_batched(..., remote=True) opens its own session: inside the
+    # loop's session it would run on the server; it is replayed on your machine instead
+    source = textwrap.dedent(
+        """
+        from nnterp import StandardizedTransformer
+        from nnterp.nnsight_utils import collect_token_activations_batched
+
+        model = StandardizedTransformer("meta-llama/Llama-3.2-1B")
+        prompts = ["The Eiffel Tower is in", "The capital of Japan is", "Water boils at"]
+        for prompt in prompts:
+            with model.trace(prompt, remote=True):
+                probs = model.next_token_probs.save()
+            acts = collect_token_activations_batched(model, [prompt], batch_size=1, layers=[0, 1], remote=True)
+            print(prompt, probs[0].argmax().item(), acts.shape, acts.sum().item())
+        """
+    )
+    result, report = _verified(source)
+    assert report.ok, report.to_text() + "\n" + result.code
+    assert (report.before.requests, report.after.requests) == (6, 4)  # three traces → one session
+    assert (result.costs[0].before.requests, result.costs[-1].after.requests) == (6, 4)  # as predicted
+    assert report.before.forward_passes == report.after.forward_passes

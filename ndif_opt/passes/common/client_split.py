@@ -47,7 +47,7 @@ from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.walk import find_nodes, walk
 
 # Problems a client statement may have and still be replayed after the session.
-DEFERRABLE_KINDS = frozenset({"print", "effect", "progress", "module", "forbidden", "client-object"})
+DEFERRABLE_KINDS = frozenset({"print", "effect", "progress", "module", "forbidden", "client-object", "request"})
 RECORD_PREFIX = "_ndif_"
 # Problems a client statement may have and still run before the session: it computes on
 # your machine (a module NDIF does not allow, an object only you have) and acts on nothing.
