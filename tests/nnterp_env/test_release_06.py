@@ -9,6 +9,8 @@ rewrite made for 0.8 fails there, which is why the release matters.
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 
 pytest.importorskip("nnterp")
