@@ -2196,17 +2196,17 @@ for prompt, resid_then, probs_then in _ndif_rows:
         name="a library function that sends its own request runs on your machine, after the session",
         before="""\
 from nnterp import StandardizedTransformer
-from nnterp.prompt_utils import run_prompts
+from nnterp.nnsight_utils import collect_token_activations_batched
 
 model = StandardizedTransformer("meta-llama/Llama-3.1-8B")
 for prompt in ["a b", "c d"]:
     with model.trace(prompt, remote=True):
         probs = model.next_token_probs[0].save()
-    targets = run_prompts(model, [prompt], remote=True)
+    acts = collect_token_activations_batched(model, [prompt], batch_size=1, layers=[3], remote=True)
 """,
         after="""\
 from nnterp import StandardizedTransformer
-from nnterp.prompt_utils import run_prompts
+from nnterp.nnsight_utils import collect_token_activations_batched
 
 model = StandardizedTransformer("meta-llama/Llama-3.1-8B")
 with model.session(remote=True):
@@ -2216,7 +2216,7 @@ with model.session(remote=True):
             probs = model.next_token_probs[0].save()
         _ndif_rows.append(prompt)
 for prompt in _ndif_rows:
-    targets = run_prompts(model, [prompt], remote=True)
+    acts = collect_token_activations_batched(model, [prompt], batch_size=1, layers=[3], remote=True)
 """,
     ),
     Case(
