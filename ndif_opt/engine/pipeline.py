@@ -448,7 +448,14 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 if not keep:
                     new_module, context.unreturned, context.introduced = state.module, set(), set()
             if options.nnsight == NNSIGHT_06 and new_module is not state.module:
-                lowered, copies, unbound = _for_06(state, new_module, options.reserved_names)
+                try:
+                    lowered, copies, unbound = _for_06(state, new_module, options.reserved_names)
+                except RecursionError:
+                    raise
+                except Exception as error:  # the rewrite cannot be shown to run on 0.6: left out
+                    lowered, copies, unbound = new_module, frozenset(), []
+                    located = [_internal_error(pass_.id, error)]
+                    new_module, context.unreturned, context.introduced = state.module, set(), set()
                 if unbound:  # the rewrite would not run on nnsight 0.6: the code stays as it was
                     located = [_not_on_06(f, unbound) for f in located]
                     new_module, context.unreturned, context.introduced = state.module, set(), set()
