@@ -30,6 +30,7 @@ by N, the 25 most common.
     python benchmarks/reach.py --verify --verify-unsafe # + verify with --unsafe-fixes too (--atol 1e-5)
     python benchmarks/reach.py --only 02_ --verify      # one file
     python benchmarks/reach.py --json reach.json        # also write the raw data
+    python benchmarks/reach.py --verify --nnsight 0.6   # rewritten for nnsight 0.6, verified in the nnterp venv
 
 Options: ``--devset DIR``, ``--corpus DIR``, ``--timeout S`` (per verify run, 300),
 ``--jobs N`` (verify runs at a time, 2). The report is markdown, to paste into the README.
@@ -66,6 +67,7 @@ MODES = ("default", "unsafe")
 CONTROLS = {"17": "already optimal", "18": "must stay a loop"}
 HISTOGRAM_SIZE = 25
 UNSAFE_ATOL = "1e-5"  # see verify_command
+NNSIGHT: str | None = None  # --nnsight: the release every rewrite targets (else each file's own)
 
 
 # -- running the optimizer ----------------------------------------------------------------
@@ -74,7 +76,7 @@ UNSAFE_ATOL = "1e-5"  # see verify_command
 def optimize_file(path: Path, text: str, unsafe: bool):
     """The optimizer's Result for one file, as the command line computes it (notebooks
     through the notebook pipeline, options from any pyproject.toml that applies)."""
-    options = load_options(path, unsafe_fixes=unsafe)
+    options = load_options(path, unsafe_fixes=unsafe, nnsight=NNSIGHT)
     if is_notebook(str(path)):
         return optimize_notebook(text, options=options, filename=str(path)).as_result()
     return optimize(text, filename=str(path), options=options)
@@ -136,7 +138,8 @@ def verify_command(path: Path, unsafe: bool) -> list[str]:
     # unsafe fixes may change results in the last bits (invoke batching: ~1e-7 in fp32, as
     # its finding says): compared with that tolerance, safe ones exactly
     unsafe_flags = ["--unsafe-fixes", "--atol", UNSAFE_ATOL] if unsafe else []
-    return base + ["verify", str(path), "--format", "json"] + unsafe_flags
+    release = ["--nnsight", NNSIGHT] if NNSIGHT else []
+    return base + ["verify", str(path), "--format", "json"] + unsafe_flags + release
 
 
 def run_verify(path: Path, unsafe: bool, timeout: float) -> dict:
@@ -495,11 +498,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per verify run (300)")
     parser.add_argument("--jobs", type=int, default=2, help="verify runs at a time (2)")
     parser.add_argument("--json", type=Path, help="write the raw data here")
+    parser.add_argument("--nnsight", choices=("0.8", "0.6"),
+                        help="rewrite every file for this nnsight release (run --verify where it is installed)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
+    global NNSIGHT
     args = parse_args(argv)
+    NNSIGHT = args.nnsight
     devset_files = list_files(args.devset, ("[0-9]*.py", "[0-9]*.ipynb"), args.only)
     corpus_files = list_files(args.corpus, ("*.py", "*.ipynb"), args.only)
     verify_modes = ["default"] if args.verify or args.verify_unsafe else []

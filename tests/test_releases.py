@@ -85,13 +85,24 @@ def test_a_copy_whose_value_comes_back_otherwise_is_not_assigned_back():
     assert "ids = _ndif_log[-1]" in result.code and "ids = ids_2" not in result.code
 
 
-def test_a_local_that_may_be_unbound_before_the_session_is_left_out_with_the_reason():
+def test_a_local_that_may_be_unbound_before_the_session_is_copied_only_if_bound():
     source = GREEDY.replace("ids = model.tokenizer(", "if model is not None:\n    ids = model.tokenizer(")
+    result = optimize(source, options=Options(nnsight="0.6"))
+    session = result.code.split("with model.session(remote=True):\n")[1]
+    # after the block's first statement: nnsight 0.6 cannot trace a block opening with `try`
+    assert session.startswith(
+        "    _ndif_log = list().save()\n    try:\n        ids_2 = ids\n    except NameError:\n        pass\n"
+    )
+    assert any(f.pass_id == "session-hoisting" and f.applied for f in result.findings)
+
+
+def test_a_block_that_would_open_with_the_guarded_copy_is_left_out_with_the_reason():
+    source = TAKEN_ALONG.replace('results = {"layer": [], "norm": []}', 'if model is not None:\n    results = {"layer": [], "norm": []}')
     result = optimize(source, options=Options(nnsight="0.6"))
     assert "model.session" not in result.code
     [finding] = [f for f in result.findings if f.pass_id == "session-hoisting"]
     assert finding.status is Status.SKIPPED and finding.message.startswith("left out for nnsight 0.6: ")
-    assert "`ids`" in finding.reason and "nnsight 0.6" in finding.reason
+    assert "`results`" in finding.reason and "nnsight 0.6" in finding.reason
     assert any(f.pass_id == "reduction-pushdown" and f.applied for f in result.findings)  # the others still apply
 
 

@@ -453,15 +453,15 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 except RecursionError:
                     raise
                 except Exception as error:  # the rewrite cannot be shown to run on 0.6: left out
-                    lowered, copies, unbound = new_module, frozenset(), []
                     located = [_internal_error(pass_.id, error)]
                     new_module, context.unreturned, context.introduced = state.module, set(), set()
-                if unbound:  # the rewrite would not run on nnsight 0.6: the code stays as it was
-                    located = [_not_on_06(f, unbound) for f in located]
-                    new_module, context.unreturned, context.introduced = state.module, set(), set()
                 else:
-                    new_module = lowered
-                    context.introduced |= copies
+                    if unbound:  # the rewrite would not run on nnsight 0.6: the code stays as it was
+                        located = [_not_on_06(f, unbound) for f in located]
+                        new_module, context.unreturned, context.introduced = state.module, set(), set()
+                    else:
+                        new_module = lowered
+                        context.introduced |= copies
             if context.unreturned:
                 unreturned |= context.unreturned
             if context.introduced:
@@ -517,7 +517,9 @@ def _for_06(state: "_State", new_module: cst.Module,
     if not unbound_on_server(facts) - before:
         return new_module, frozenset(), []
     lowered = lower_for_06(new_module, facts, reserved)
-    if lowered is not None and not unbound_on_server(analyze(lowered[0])) - before:
+    # a copy taken only if its name is bound (`try: ids_2 = ids`) is unbound exactly where
+    # the script's own name was: as the script is
+    if lowered is not None and not unbound_on_server(analyze(lowered[0])) - before - lowered[1]:
         return lowered[0], lowered[1], []
     return new_module, frozenset(), sorted(unbound_on_server(facts) - before)
 

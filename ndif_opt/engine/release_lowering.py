@@ -10,11 +10,16 @@ block sends that value back (it saves it), ``ids = ids_2`` after the block on yo
 machine. The block then reads ``ids`` once, before binding anything of that name, as 0.6
 allows; every other line does what it did.
 
-A name is lowered only when that is plainly the same program: it is bound before the
-block wherever the block runs (so the copy reads a value), and the block neither
-declares it ``global``/``nonlocal``, imports it, nor reads its names dynamically
-(``locals()``, ``eval``...). Otherwise :func:`lower_for_06` gives up and the caller leaves
-the rewrite out.
+A name that may be unbound before the block (a loop variable read after a loop that may
+not run) is copied only if it is bound (``try: ids_2 = ids`` / ``except NameError: pass``),
+and assigned back the same way: unbound exactly where the script's own name would be. Such
+a copy never opens the block: nnsight 0.6 cannot trace a block whose first statement is a
+``try``, so it follows the plain copies or the block's first statement, which must then be
+a simple one that does not touch the names.
+
+A name is lowered only when that is plainly the same program: the block neither declares
+it ``global``/``nonlocal``, imports it, nor reads its names dynamically (``locals()``,
+``eval``...). Otherwise :func:`lower_for_06` gives up and the caller leaves the rewrite out.
 """
 
 from __future__ import annotations
@@ -36,25 +41,29 @@ def lower_for_06(module: cst.Module, facts: Facts,
     the module docstring), and the names of the copies; ``module`` itself when there are
     none; None when one cannot be."""
     taken = set(reserved) | {node.value for node in find_nodes(module, lambda n: type(n) is cst.Name)}
-    plans: dict[int, tuple[dict[str, str], list[str]]] = {}
+    plans: dict[int, tuple[dict[str, str], set[str], list[str]]] = {}
     for block in outermost_remote_blocks(facts):
         names = read_before_bound(block)
         if not names:
             continue
-        if not all(_lowerable(block, name, facts) for name in names):
+        if not all(_lowerable(block, name) for name in names):
             return None
+        bound = {name for name in names if _bound_before(block, name, facts)}
+        sent_back = sorted(name for name in names if _sends_back(block, name))
+        if not bound and not _opens_plainly(block, names):
+            return None  # nothing may come before the guarded copies (see _copies)
         renames = {}
         for name in sorted(names):
             renames[name] = fresh_name(name, taken)
             taken.add(renames[name])
-        plans[id(block.node)] = (renames, sorted(n for n in names if _sends_back(block, n)))
+        plans[id(block.node)] = (renames, bound, sent_back)
     if not plans:
         return module, frozenset()
-    copies = frozenset(new for renames, _ in plans.values() for new in renames.values())
+    copies = frozenset(new for renames, _, _ in plans.values() for new in renames.values())
     return module.visit(_Lowering(plans)), copies
 
 
-def _lowerable(block: Block, name: str, facts: Facts) -> bool:
+def _lowerable(block: Block, name: str) -> bool:
     body = block.node.body
     for node in find_nodes(body, lambda n: type(n) in (cst.Global, cst.Nonlocal, cst.Import, cst.ImportFrom, cst.Call)):
         kind = type(node)
@@ -64,7 +73,7 @@ def _lowerable(block: Block, name: str, facts: Facts) -> bool:
             return False
         if kind is cst.Call and dotted_name(node.func) in _DYNAMIC:
             return False
-    return _bound_before(block, name, facts)
+    return True
 
 
 def _bound_before(block: Block, name: str, facts: Facts) -> bool:
@@ -105,19 +114,48 @@ def _save_receivers(call: cst.Call) -> list[cst.CSTNode]:
 
 
 class _Lowering(cst.CSTTransformer):
-    def __init__(self, plans: dict[int, tuple[dict[str, str], list[str]]]) -> None:
+    def __init__(self, plans: dict[int, tuple[dict[str, str], set[str], list[str]]]) -> None:
         self.plans = plans
 
     def leave_With(self, original: cst.With, updated: cst.With):
         plan = self.plans.get(id(original))
         if plan is None:
             return updated
-        renames, sent_back = plan
+        renames, bound, sent_back = plan
         body = updated.body.visit(_Renaming(renames))
-        copies = [cst.parse_statement(f"{new} = {old}\n") for old, new in renames.items()]
-        lowered = updated.with_changes(body=body.with_changes(body=[*copies, *body.body]))
-        after = [cst.parse_statement(f"{name} = {renames[name]}\n") for name in sent_back]
+        lowered = updated.with_changes(body=body.with_changes(body=_copies(renames, bound, list(body.body))))
+        # a copy that may be unbound comes back only if the block bound it: `ids` is then
+        # bound, or left as it was, as the script's own name would be
+        after = [_copy(renames[name], name, name in bound) for name in sent_back]
         return cst.FlattenSentinel([lowered, *after]) if after else lowered
+
+
+def _opens_plainly(block: Block, names: set[str]) -> bool:
+    """Does the block begin with a simple statement that neither reads nor binds ``names``?"""
+    first = block.node.body.body[0] if block.node.body.body else None
+    if type(first) is not cst.SimpleStatementLine:
+        return False
+    use = collect(first)
+    return not (names & (set(use.reads) | set(use.binds)))
+
+
+def _copies(renames: dict[str, str], bound: set[str], body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The block's statements with the copies in front; the guarded ones (a `try`) after the
+    plain copies, or after the block's first statement: nnsight 0.6 cannot trace a block
+    whose first statement is a `try` (ExitTracingException, locally too)."""
+    plain = [_copy(old, new, True) for old, new in renames.items() if old in bound]
+    guarded = [_copy(old, new, False) for old, new in renames.items() if old not in bound]
+    if plain or not guarded:
+        return [*plain, *guarded, *body]
+    return [body[0], *guarded, *body[1:]]
+
+
+def _copy(name: str, copy: str, bound: bool) -> cst.BaseStatement:
+    """`ids_2 = ids`; for a name that may be unbound (a loop variable read after a loop that
+    may not run), only when it is bound, as the script's first read of it would."""
+    if bound:
+        return cst.parse_statement(f"{copy} = {name}\n")
+    return cst.parse_statement(f"try:\n    {copy} = {name}\nexcept NameError:\n    pass\n")
 
 
 class _Renaming(cst.CSTTransformer):

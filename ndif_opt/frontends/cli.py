@@ -314,6 +314,9 @@ def verify(
     rtol: float = typer.Option(0.0, "--rtol", help="Relative tolerance for tensors."),
     fmt: Format = typer.Option(Format.text, "--format"),
     migrate: Optional[bool] = typer.Option(None, "--migrate/--no-migrate"),
+    nnsight: Optional[str] = typer.Option(
+        None, "--nnsight", help="The nnsight release the rewrite must run on: 0.8, or 0.6 (nnterp's)."
+    ),
     allow_same_error: bool = typer.Option(
         False, "--allow-same-error",
         help="Accept a script that raises locally when the optimized script raises the same "
@@ -330,7 +333,7 @@ def verify(
 
     try:
         source = read_source(path)
-        options = _options(None, None, unsafe_fixes, assume_remote, None, path=path, migrate=migrate)
+        options = _options(None, None, unsafe_fixes, assume_remote, None, path=path, migrate=migrate, nnsight=nnsight)
         result = optimize_source(source, options)
     except InputError as error:
         _fail(str(error))

@@ -188,21 +188,34 @@ def _intercept_init(patches: "Patches", cls: type, build: Callable[..., None], *
 
 
 def _build_language_model(original: Callable, self: Any, repo_id: str, kwargs: dict) -> None:
+    module = tiny_module(repo_id)
     original(
         self,
-        tiny_module(repo_id),
+        module,
         tokenizer=tiny_tokenizer(),
         tokenizer_kwargs=kwargs.get("tokenizer_kwargs"),
     )
+    _keep_config(self, module)
 
 
 def _build_transformers_model(original: Callable, self: Any, repo_id: str, kwargs: dict) -> None:
+    module = tiny_module(repo_id)
     original(
         self,
-        tiny_module(repo_id),
+        module,
         tokenizer=tiny_tokenizer(),
         task=kwargs.get("task") or "text-generation",
     )
+    _keep_config(self, module)
+
+
+def _keep_config(model: Any, module: Any) -> None:
+    """``model.config`` as a model loaded from its repo id has it. nnsight 0.6 sets it only
+    when it loads the config itself, not for a module it is given (0.8 takes the module's)."""
+    if getattr(model, "config", None) is None and getattr(module, "config", None) is not None:
+        # the wrapper's own attribute, as 0.6 sets it while loading (its __setattr__ would
+        # hand `config` to the module, which has one already)
+        vars(model)["config"] = module.config
 
 
 def _build_nnsight(original: Callable, self: Any, repo_id: str, kwargs: dict) -> None:

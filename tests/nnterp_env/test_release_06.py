@@ -76,9 +76,18 @@ def test_a_session_that_reads_a_local_before_binding_it_is_lowered_for_0_6(sourc
     assert "_2 = " in result.code.split("with model.session(remote=True):")[1]
 
 
-def test_a_session_that_cannot_be_lowered_is_left_out_for_0_6():
-    # `ids` may be unbound before the loop (bound under an `if`): a copy of it cannot be taken
+def test_a_local_that_may_be_unbound_is_copied_only_if_bound_on_0_6():
+    # `ids` is bound under an `if`: the copy is guarded (`try: ids_2 = ids`), and placed after
+    # the block's first statement (0.6 cannot trace a block that opens with `try`)
     source = GREEDY.replace('ids = model.tokenizer(', 'if model is not None:\n    ids = model.tokenizer(')
+    result, report = _verified(source, nnsight="0.6")
+    assert report.ok, report.to_text() + "\n" + result.code
+    assert "except NameError" in result.code and report.after.requests == 1
+
+
+def test_a_session_that_cannot_be_lowered_is_left_out_for_0_6():
+    # the guarded copy would open the block: left out, and still right
+    source = TAKEN_ALONG.replace('results = {', 'if model is not None:\n    results = {')
     result, report = _verified(source, nnsight="0.6")
     assert report.ok, report.to_text() + "\n" + result.code
     assert "model.session" not in result.code
