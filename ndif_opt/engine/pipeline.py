@@ -447,9 +447,10 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 located, keep = _enforce_suppressions(suppressions, located)
                 if not keep:
                     new_module, context.unreturned, context.introduced = state.module, set(), set()
+            new_facts = None  # of new_module, when the 0.6 check has analysed it already
             if options.nnsight == NNSIGHT_06 and new_module is not state.module:
                 try:
-                    lowered, copies, unbound = _for_06(state, new_module, options.reserved_names)
+                    lowered, new_facts, copies, unbound = _for_06(state, new_module, options)
                 except RecursionError:
                     raise
                 except Exception as error:  # the rewrite cannot be shown to run on 0.6: left out
@@ -458,7 +459,8 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 else:
                     if unbound:  # the rewrite would not run on nnsight 0.6: the code stays as it was
                         located = [_not_on_06(f, unbound) for f in located]
-                        new_module, context.unreturned, context.introduced = state.module, set(), set()
+                        new_module, new_facts = state.module, None
+                        context.unreturned, context.introduced = set(), set()
                     else:
                         new_module = lowered
                         context.introduced |= copies
@@ -483,8 +485,9 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 continue
             changed = True
             api = None if pass_.runs_first_once else state.api  # only migration changes it
-            state = _State(new_module, analyze(new_module, assume_remote=options.assume_remote), code, options,
-                           _positions=positions, _api=api)
+            if new_facts is None:
+                new_facts = analyze(new_module, assume_remote=options.assume_remote)
+            state = _State(new_module, new_facts, code, options, _positions=positions, _api=api)
             deltas[pass_.id] = _add(deltas[pass_.id], _diff(state.cost, before))
         if not changed:
             break
@@ -507,21 +510,25 @@ def _run_module(source: str, options: Options, filename: str | None = None,
 
 
 def _for_06(state: "_State", new_module: cst.Module,
-            reserved: frozenset[str]) -> tuple[cst.Module, frozenset[str], list[str]]:
-    """A pass's rewrite as nnsight 0.6 can run it, with the names of the copies it takes:
-    lowered when it makes an outermost remote block read a local before binding it
-    (engine/release_lowering.py); with the names still unbound on a 0.6 server when it
-    cannot be (analysis/releases.py)."""
-    facts = analyze(new_module)
+            options: Options) -> tuple[cst.Module, Facts, frozenset[str], list[str]]:
+    """A pass's rewrite as nnsight 0.6 can run it, with its facts and the names of the
+    copies it takes: lowered when it makes an outermost remote block read a local before
+    binding it (engine/release_lowering.py); with the names still unbound on a 0.6 server
+    when it cannot be (analysis/releases.py)."""
+    facts = analyze(new_module, assume_remote=options.assume_remote)
     before = unbound_on_server(state.facts)
-    if not unbound_on_server(facts) - before:
-        return new_module, frozenset(), []
-    lowered = lower_for_06(new_module, facts, reserved)
-    # a copy taken only if its name is bound (`try: ids_2 = ids`) is unbound exactly where
-    # the script's own name was: as the script is
-    if lowered is not None and not unbound_on_server(analyze(lowered[0])) - before - lowered[1]:
-        return lowered[0], lowered[1], []
-    return new_module, frozenset(), sorted(unbound_on_server(facts) - before)
+    unbound = unbound_on_server(facts) - before
+    if not unbound:
+        return new_module, facts, frozenset(), []
+    lowered = lower_for_06(new_module, facts, options.reserved_names)
+    if lowered is not None:
+        module, copies = lowered
+        lowered_facts = analyze(module, assume_remote=options.assume_remote)
+        # a copy taken only if its name is bound (`try: ids_2 = ids`) is unbound exactly where
+        # the script's own name was: as the script is
+        if not unbound_on_server(lowered_facts) - before - copies:
+            return module, lowered_facts, copies, []
+    return new_module, facts, frozenset(), sorted(unbound)
 
 
 def _not_on_06(finding: Finding, unbound: list[str]) -> Finding:
