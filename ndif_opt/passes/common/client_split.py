@@ -981,7 +981,8 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
             continue
         # what the statement reads before binding it itself (a `for i in ...` of its own
         # reads no earlier `i`)
-        names = [n for n in exposed_reads([item.stmt]) if n in defined]
+        exposed = exposed_reads([item.stmt])
+        names = [n for n in exposed if n in defined]
         # the row is appended right after the statement (region level) or after the
         # iteration's last client statement (in a loop): nothing in between may change it
         between = items[index + 1 : last + 1] if loop is not None and not events else []
@@ -990,17 +991,17 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
         changed_after = server_after.mutates if loop is None else {}
         item.replayed = item.stmt
         replacements: dict[int, cst.CSTNode] = {}
+        changing = {n for n in names if _still_changing(n, index, items, loop, mutated, changed_after)}
+        # what a recorded part may read besides its own value: names that hold the same value
+        # where the record is taken as where the line stands, and that the session can read
+        steady = (set(exposed) - changing) & splitter.readable
         for name in names:
             if name in later_use.binds or name in later_use.mutates:
                 raise Refused(
                     f"`{name}` changes between the line that must run on your machine and the end of the "
                     "iteration, so a record of it taken for that line would be wrong"
                 )
-            still_changing = _still_changing(name, index, items, loop, mutated, changed_after)
-            steady = frozenset(
-                n for n in exposed_reads([item.stmt])
-                if n != name and not (n in defined and _still_changing(n, index, items, loop, mutated, changed_after))
-            )
+            still_changing = name in changing
             reduced = None if still_changing else _reduced_reads(item.stmt, name, splitter, steady)
             if reduced:
                 # the line reads only parts of it (`logits.shape`, `x[0].argmax()`): the
@@ -1079,11 +1080,11 @@ def _find_snapshots(node: cst.CSTNode, name: str, splitter: "_Splitter", found: 
 
 
 def _reduced_reads(stmt: cst.BaseStatement, name: str, splitter: "_Splitter",
-                   steady: frozenset[str] = frozenset()) -> list[tuple[cst.CSTNode, str]] | None:
+                   steady: set[str]) -> list[tuple[cst.CSTNode, str]] | None:
     """The parts of ``name`` that ``stmt`` reads, when it reads nothing of it but those
-    parts and each is computed by code the server may run from ``name`` and names that hold
-    the same value where the record is taken as where the line stands (``steady``) and that
-    the session can read: the outermost attribute, index and method chains (`logits.shape`,
+    parts and each is computed by code the server may run from ``name`` and names in
+    ``steady`` (the same value where the record is taken as where the line stands, readable
+    by the session): the outermost attribute, index and method chains (`logits.shape`,
     `x[0, -1].argmax()`, `probs[0, top].item()` with `top` computed in the session)."""
     found: list[cst.CSTNode] = []
     _outermost_chains(stmt, name, found, splitter.taken_functions)
@@ -1095,8 +1096,7 @@ def _reduced_reads(stmt: cst.BaseStatement, name: str, splitter: "_Splitter",
             return None  # an in-place method changes it: not a read
         # (a builtin of `name` alone reads nothing else)
         others = () if _builtin_of(node, name, splitter.taken_functions) else set(collect(node).reads) - {name}
-        if any(other not in steady or other not in splitter.readable for other in others) \
-                or splitter.server_check.problems(node):
+        if any(other not in steady for other in others) or splitter.server_check.problems(node):
             return None
     return [(node, code_of(node)) for node in found]
 
