@@ -93,15 +93,13 @@ def library_request(path: str | None) -> LibraryRequest | None:
     return LIBRARY_REQUESTS.get(path) if path else None
 
 
-def request_count(prompts: int, batch_size: int | None, one_session: bool) -> int:
-    """Requests one call sends for ``prompts`` prompts."""
-    if one_session or not batch_size:
-        return 1
-    return max(1, -(-prompts // batch_size))
-
-
 def batch_count(prompts: int, batch_size: int | None) -> int:
     """Forward passes one call runs: one per batch."""
     if not batch_size:
         return 1
     return max(1, -(-prompts // batch_size))
+
+
+def request_count(prompts: int, batch_size: int | None, one_session: bool) -> int:
+    """Requests one call sends for ``prompts`` prompts: one session, or a trace per batch."""
+    return 1 if one_session else batch_count(prompts, batch_size)

@@ -1322,9 +1322,10 @@ class Walker:
         """Calls of library functions that send requests of their own (nnterp's helpers),
         outside any request: each is a request estimate of its own."""
         imports = self.facts.imports
-        calls = find_nodes(small, lambda node: type(node) is cst.Call and library_request(qualify(node.func, imports)))
-        for call in calls:
+        for call in find_nodes(small, lambda node: type(node) is cst.Call):
             spec = library_request(qualify(call.func, imports))
+            if spec is None:
+                continue
             arguments = spec.arguments(call)
             if arguments is None or call_remote_flag(call, self.facts).state is Remote.NO:
                 continue
@@ -1336,7 +1337,7 @@ class Walker:
         dims = self.dims_of(model)
         prompts_arg = arguments.get("prompts", arguments.get("prompt"))
         prompts = self._prompt_count(prompts_arg)
-        seq = self._prompt_tokens(prompts_arg)
+        seq = self.input_rows(prompts_arg, quiet=True)[1] if prompts_arg is not None else self._seq_len
         batch_size = spec.batch_size
         if "batch_size" in arguments:
             batch_size = self.integer(arguments["batch_size"]) or batch_size
@@ -1381,14 +1382,6 @@ class Walker:
             count = self.unknown_trips
             self.note(f"`{_short(expr) if expr is not None else 'prompts'}` has an unknown length: {count} prompts assumed")
         return max(count, 1)
-
-    def _prompt_tokens(self, expr: cst.BaseExpression | None) -> int:
-        value = self.constant_value(expr) if expr is not None else NO_VALUE
-        if isinstance(value, str):
-            return self.tokens(value)
-        if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
-            return max(self.tokens(v) for v in value)
-        return self._seq_len
 
     def _asked_layers(self, expr: cst.BaseExpression | None, dims: ModelDims) -> list[int]:
         """The layers a helper reads: its `layers` argument, or all of them."""
@@ -1615,14 +1608,18 @@ class Walker:
                     break
         if not args:
             return 0, 0
-        value = self.constant_value(args[0])
-        if value is NO_VALUE and type(args[0]) is cst.Call:
-            value = self.elements(args[0])  # list(PROMPTS), sorted(...)
+        return self.input_rows(args[0], quiet)
+
+    def input_rows(self, expr: cst.BaseExpression, quiet: bool = False) -> tuple[int, int]:
+        """(rows, tokens per row) of a model input: a prompt, a list of them, token ids."""
+        value = self.constant_value(expr)
+        if value is NO_VALUE and type(expr) is cst.Call:
+            value = self.elements(expr)  # list(PROMPTS), sorted(...)
         if isinstance(value, str):
             return 1, self.tokens(value)
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
             return len(value), max(self.tokens(v) for v in value)
-        shape = self.value(args[0])
+        shape = self.value(expr)
         if isinstance(shape, Shape):
             if shape.kind == "python" and shape.dtype == "str" and isinstance(shape.value, str):
                 return 1, self.tokens(shape.value)
@@ -1630,7 +1627,7 @@ class Walker:
                 return shape.dims[0], shape.dims[1]
         default = int(setting(self.options, "seq-len"))
         if not quiet:
-            self.note(f"the prompt `{_short(args[0])}` is not a literal string: {default} tokens assumed")
+            self.note(f"the prompt `{_short(expr)}` is not a literal string: {default} tokens assumed")
         return 1, default
 
     def tokens(self, text: str) -> int:

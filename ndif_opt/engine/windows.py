@@ -273,8 +273,7 @@ def _walk_uses(chunk: Chunk, stack: list[ast.AST], inside: bool, in_body: bool,
             pass
         elif kind is _Call:
             func = current.func
-            if current.keywords and _passes_remote(current):
-                chunk.active = True
+            _note_remote_argument(chunk, current)
             if type(func) is _Name and not in_body:
                 names.add(func.id)
                 chunk.called.add(func.id)
@@ -353,8 +352,8 @@ def _use(chunk: Chunk, current: ast.AST, inside: bool, in_body: bool,
         chunk.names.add(current.id)
         chunk.escaping.add(current.id)
         return
-    if isinstance(current, ast.Call) and current.keywords and _passes_remote(current):
-        chunk.active = True
+    if isinstance(current, ast.Call):
+        _note_remote_argument(chunk, current)
     if isinstance(current, ast.Call) and isinstance(current.func, ast.Name) and not in_body:
         chunk.names.add(current.func.id)
         chunk.called.add(current.func.id)
@@ -409,10 +408,11 @@ def _attach_calls(chunks: list[Chunk]) -> None:
             chunk.reads |= free_of[name]
 
 
-def _passes_remote(call: ast.Call) -> bool:
+def _note_remote_argument(chunk: Chunk, call: ast.Call) -> None:
     """``f(..., remote=...)``: a function that may send requests of its own (nnterp's
     ``run_prompts``): the cost model counts them, so the chunk is one for the passes."""
-    return any(keyword.arg == "remote" for keyword in call.keywords)
+    if call.keywords and any(keyword.arg == "remote" for keyword in call.keywords):
+        chunk.active = True
 
 
 def _block_call(node: ast.AST) -> bool:
@@ -720,8 +720,7 @@ def _gather_names_and_uses(node: ast.AST, bound: set[str], chunk: Chunk, inside:
             pass
         elif kind is _Call:
             func = current.func
-            if current.keywords and _passes_remote(current):
-                chunk.active = True
+            _note_remote_argument(chunk, current)
             if type(func) is _Name:  # called from top-level code: not escaping
                 name = func.id
                 names.add(name)
