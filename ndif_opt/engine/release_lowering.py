@@ -29,6 +29,7 @@ import libcst as cst
 from ndif_opt.analysis.facts import Block, Facts, is_save_call
 from ndif_opt.analysis.names import all_params, collect, definite_binds, dotted_name, fresh_name
 from ndif_opt.analysis.releases import outermost_remote_blocks, read_before_bound
+from ndif_opt.syntax.rewrite import unsave
 from ndif_opt.syntax.walk import find_nodes
 
 # calls that read a scope's names by string: a renamed local would not be found
@@ -46,10 +47,10 @@ def lower_for_06(module: cst.Module, facts: Facts,
         names = read_before_bound(block)
         if not names:
             continue
-        if not all(_lowerable(block, name) for name in names):
+        if not _lowerable(block, names):
             return None
         bound = {name for name in names if _bound_before(block, name, facts)}
-        sent_back = sorted(name for name in names if _sends_back(block, name))
+        sent_back = sorted(names & _saved_names(block))
         if not bound and not _opens_plainly(block, names):
             return None  # nothing may come before the guarded copies (see _copies)
         renames = {}
@@ -63,13 +64,13 @@ def lower_for_06(module: cst.Module, facts: Facts,
     return module.visit(_Lowering(plans)), copies
 
 
-def _lowerable(block: Block, name: str) -> bool:
+def _lowerable(block: Block, names: set[str]) -> bool:
     body = block.node.body
     for node in find_nodes(body, lambda n: type(n) in (cst.Global, cst.Nonlocal, cst.Import, cst.ImportFrom, cst.Call)):
         kind = type(node)
-        if kind in (cst.Global, cst.Nonlocal) and any(item.name.value == name for item in node.names):
+        if kind in (cst.Global, cst.Nonlocal) and any(item.name.value in names for item in node.names):
             return False
-        if kind in (cst.Import, cst.ImportFrom) and name in collect(node).binds:
+        if kind in (cst.Import, cst.ImportFrom) and names & set(collect(node).binds):
             return False
         if kind is cst.Call and dotted_name(node.func) in _DYNAMIC:
             return False
@@ -81,8 +82,7 @@ def _bound_before(block: Block, name: str, facts: Facts) -> bool:
     of an enclosing one, or as a parameter of the function it is in?"""
     info = block.stmt
     while info is not None:
-        statements = info.suite.body if isinstance(info.suite, cst.Module) else info.suite.body
-        if any(name in definite_binds(stmt) for stmt in statements[: info.index]):
+        if any(name in definite_binds(stmt) for stmt in info.suite.body[: info.index]):
             return True
         if not info.ancestors:
             return False
@@ -96,21 +96,14 @@ def _bound_before(block: Block, name: str, facts: Facts) -> bool:
     return False
 
 
-def _sends_back(block: Block, name: str) -> bool:
-    """Does the block save ``name``'s value, so that it comes back under its name?"""
-    if name in block.saved_names:
-        return True
-    for call in find_nodes(block.node.body, lambda n: type(n) is cst.Call):
-        if is_save_call(call) and any(type(n) is cst.Name and n.value == name for n in _save_receivers(call)):
-            return True
-    return False
-
-
-def _save_receivers(call: cst.Call) -> list[cst.CSTNode]:
-    func = call.func
-    if type(func) is cst.Attribute and func.attr.value == "save":
-        return [func.value]  # `x.save()`
-    return [arg.value for arg in call.args]  # `nnsight.save(x)`
+def _saved_names(block: Block) -> set[str]:
+    """Names whose values the block saves, so that they come back under those names."""
+    found = set(block.saved_names)
+    for call in find_nodes(block.node.body, is_save_call):  # `ids.save()`, `nnsight.save(ids)`
+        saved = unsave(call)
+        if type(saved) is cst.Name:
+            found.add(saved.value)
+    return found
 
 
 class _Lowering(cst.CSTTransformer):
