@@ -15,37 +15,11 @@ import pytest
 
 pytest.importorskip("nnterp")
 
+from test_releases import GREEDY, TAKEN_ALONG  # noqa: E402  (tests/ is on sys.path: pytest's rootdir)
+
 from ndif_opt import optimize  # noqa: E402
 from ndif_opt.options import Options  # noqa: E402
 from ndif_opt.verify import verify_result  # noqa: E402
-
-TAKEN_ALONG = """
-from nnsight import LanguageModel
-
-model = LanguageModel("openai-community/gpt2")
-results = {"layer": [], "norm": []}
-print("starting")
-for layer in range(3):
-    with model.trace("hello world", remote=True):
-        h = model.transformer.h[layer].output.save()
-    results["layer"].append(layer)
-    results["norm"].append(h.norm().item())
-print(results)
-"""
-
-GREEDY = """
-import torch
-from nnsight import LanguageModel
-
-model = LanguageModel("openai-community/gpt2")
-ids = model.tokenizer("The cat sat on the", return_tensors="pt")["input_ids"]
-for step in range(3):
-    with model.trace(ids, remote=True):
-        logits = model.lm_head.output.save()
-    next_id = logits[0, -1].argmax()
-    ids = torch.cat([ids, next_id.reshape(1, 1)], dim=1)
-print(ids.tolist())
-"""
 
 BATCHABLE = """
 from nnsight import LanguageModel
