@@ -35,7 +35,13 @@ process-wide, not per thread, so the server thread shares it with the client; th
 client's values are put aside while the server runs and restored after (the client is
 blocked in ``blocking_request`` meanwhile, so nothing else reads them). Asynchronous
 tracers (``tracer.asynchronous``) and non-blocking jobs are served blocking. The
-hybrid ``STREAM`` path (``session.local()``) is not emulated.
+hybrid ``STREAM`` path (``session.local()``) is not emulated. The block runs with
+``tracer.info.frame = None``: 0.6's ``push()`` hands the shipped ``SerializedFrame`` to
+``PyFrame_LocalsToFast`` through ctypes, which expects a real frame — undefined behaviour,
+measured as an occasional segfault of the emulation (1 in about 8 verify runs of a
+greedy-decoding script). With no frame, ``pull()`` has nothing to copy (as from the empty
+one) and ``push()`` writes into no frame but returns the same saved values, all the server
+sends back.
 """
 
 from __future__ import annotations
@@ -158,8 +164,15 @@ class Release06:
         Globals.stack = 0
         Globals.saves.clear()
         Globals.enter()
+        info = restored.tracer.info
+        # no frame while it runs: the empty SerializedFrame it shipped with would reach
+        # PyFrame_LocalsToFast through ctypes in push() (see the module docstring)
+        shipped_frame, info.frame = info.frame, None
         try:
-            saves = restored.tracer.execute(restored.interventions)
+            try:
+                saves = restored.tracer.execute(restored.interventions)
+            finally:
+                info.frame = shipped_frame
         except Exception as error:
             raise wrap_exception(error, restored.tracer.info) from None
         finally:
