@@ -279,7 +279,8 @@ def a1_names(readme: Path) -> set[str]:
     match = re.search(r"Files marked A1[^:]*:(.*)", text)
     if not match:
         return set()
-    return {Path(name.strip().rstrip(".")).stem for name in match.group(1).split(",") if name.strip()}
+    # "… and the added truthfulqa_mc_activations.py, …": a file's name is an item's last word
+    return {Path(name.split()[-1].rstrip(".")).stem for name in match.group(1).split(",") if name.strip()}
 
 
 def corpus_rows(files: list[Path], a1: set[str]) -> list[dict]:

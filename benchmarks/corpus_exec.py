@@ -1,0 +1,205 @@
+"""Does ndif-opt keep what real scripts compute? ``ndif-opt verify`` over the runnable corpus.
+
+``../shared/corpus-exec/*.py`` holds runnable adaptations of the public NDIF scripts with a
+loop of remote traces (third-party code: run from there, never copied; its README says what
+was changed). Each file goes through ``ndif-opt verify`` in the default mode and with
+``--unsafe-fixes`` (``--modes`` adds ``migrate``): the original locally (what its author
+meant), the original through the emulated NDIF, and the optimized script through it.
+
+A rewrite is **wrong** when the optimized run
+
+* raises where the original's remote run did not, or raises another exception type; or
+* differs from the local run in a value (a name, a stdout line, a file) that the original's
+  remote run got right.
+
+A difference the original already shows remotely (a client list left empty by a remote
+trace, a print that becomes a server log line) is the original's, not the rewrite's: it is
+counted apart ("original wrong remotely"). So is a file whose original fails on nnsight 0.5+
+(the pre-0.5 files): what ran before the failure is compared (``--allow-same-error``).
+
+    python benchmarks/corpus_exec.py                    # both modes, 2 runs at a time
+    python benchmarks/corpus_exec.py --only days_ --modes default
+    python benchmarks/corpus_exec.py --json exec.json
+
+Exit status 1 when any rewrite is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+CORPUS_EXEC = PROJECT.parent / "shared" / "corpus-exec"
+#: the adaptations write under /tmp/corpus-exec/out/<stem>/ (their README); runs start there
+WORKDIR = Path("/tmp/corpus-exec")
+MODE_FLAGS = {"default": [], "unsafe": ["--unsafe-fixes"], "migrate": ["--migrate"]}
+TOLERANCE = ["--atol", "1e-4", "--rtol", "1e-4"]  # the adaptations' README: bf16-free tiny models, fp32
+
+
+def verify_command(path: Path, mode: str) -> list[str]:
+    script = Path(sys.executable).with_name("ndif-opt")
+    base = [str(script)] if script.exists() else [sys.executable, "-m", "ndif_opt"]
+    return base + ["verify", str(path), "--format", "json", "--allow-same-error", *TOLERANCE, *MODE_FLAGS[mode]]
+
+
+def run_verify(path: Path, mode: str, timeout: float) -> dict:
+    """One verify run in its own process group (killed on timeout), from a work directory
+    of its own under WORKDIR so that two runs at a time do not share files."""
+    workdir = WORKDIR / f"run-{path.stem}-{mode}"
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    (WORKDIR / "out").mkdir(exist_ok=True)
+    started = time.monotonic()
+    process = subprocess.Popen(verify_command(path, mode), cwd=workdir, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        return {"outcome": "ERROR", "detail": f"timeout after {timeout:.0f} s", "seconds": timeout}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    try:
+        report = json.loads(stdout)
+    except json.JSONDecodeError:
+        last = (stderr.strip().splitlines() or [f"exit {process.returncode}, no JSON"])[-1]
+        return {"outcome": "ERROR", "detail": last[:300], "seconds": time.monotonic() - started}
+    judged = judge(report)
+    judged["seconds"] = time.monotonic() - started
+    return judged
+
+
+def subject(mismatch: str) -> str:
+    """What a mismatch line is about: a name (with its path), a stdout line, a file, the error."""
+    match = re.match(r"(stdout line \d+|stdout|file [^:]+|error|[^:]+):", mismatch)
+    return match.group(1) if match else mismatch
+
+
+def judge(report: dict) -> dict:
+    """The outcome of one verify report, by the rule in the module docstring."""
+    errors = report["errors"]
+    original_kind = error_kind(errors.get("original"))
+    optimized_kind = error_kind(errors.get("optimized"))
+    original_wrong = {subject(m) for m in report["original_remote_mismatches"]}
+    new = [m for m in report["mismatches"] if subject(m) not in original_wrong]
+    raised = optimized_kind is not None and optimized_kind != original_kind
+    wrong = raised or bool(new)
+    if wrong:
+        outcome = "WRONG"
+    elif report["status"] in ("ok", "same-error"):
+        outcome = "OK"
+    elif report["status"] == "failed":
+        outcome = "FAILED"
+    else:
+        outcome = "ORIGINAL-WRONG"  # every difference is one the original shows remotely too
+    detail = []
+    if raised:
+        detail.append(f"optimized raised {first_line(errors.get('optimized'))}"
+                      f" (original remotely: {first_line(errors.get('original')) or 'no error'})")
+    detail += [f"mismatch: {m}" for m in new[:4]]
+    if report.get("reason"):
+        detail.append(report["reason"])
+    if report["original_remote_differs"]:
+        detail.append(f"original wrong remotely: {len(report['original_remote_mismatches'])} differences")
+    return {
+        "outcome": outcome,
+        "status": report["status"],
+        "requests_before": report["before"]["requests"],
+        "requests_after": report["after"]["requests"],
+        "download_before": report["before"]["download_bytes"],
+        "download_after": report["after"]["download_bytes"],
+        "forward_before": report["before"]["forward_passes"],
+        "forward_after": report["after"]["forward_passes"],
+        "detail": "; ".join(detail),
+    }
+
+
+def first_line(error: str | None) -> str | None:
+    return error.splitlines()[0][:160] if error else None
+
+
+def error_kind(error: str | None) -> str | None:
+    if not error:
+        return None
+    first = error.splitlines()[0]
+    first = first.removeprefix("RemoteError: ")
+    return first.split(":")[0]
+
+
+def table(rows: list[dict], modes: list[str]) -> str:
+    head = ["file"] + [f"{mode}" for mode in modes] + ["detail"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row["file"]]
+        details = []
+        for mode in modes:
+            run = row[mode]
+            if run.get("requests_before") is None:
+                cells.append(run["outcome"])
+            else:
+                cells.append(f"{run['outcome']} {run['requests_before']} → {run['requests_after']}")
+            if run.get("detail"):
+                details.append(f"{mode}: {run['detail'][:400]}")
+        cells.append("<br>".join(details).replace("|", "/"))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def summary(rows: list[dict], modes: list[str]) -> str:
+    parts = []
+    for mode in modes:
+        outcomes = [row[mode]["outcome"] for row in rows]
+        fell = sum(1 for row in rows if (row[mode].get("requests_after") or 0) < (row[mode].get("requests_before") or 0)
+                   and row[mode]["outcome"] in ("OK", "ORIGINAL-WRONG"))
+        counts = ", ".join(f"{name} {outcomes.count(name)}" for name in
+                           ("OK", "ORIGINAL-WRONG", "FAILED", "WRONG", "ERROR") if outcomes.count(name))
+        parts.append(f"{mode}: {counts}; requests fall (measured, not wrong) in {fell}/{len(rows)}")
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", type=Path, default=CORPUS_EXEC, help="the runnable corpus")
+    parser.add_argument("--only", help="only files whose name contains this")
+    parser.add_argument("--modes", default="default,unsafe", help="comma list of default, unsafe, migrate")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--json", type=Path, help="write the raw data here")
+    args = parser.parse_args(argv)
+    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
+    unknown = [mode for mode in modes if mode not in MODE_FLAGS]
+    if unknown:
+        parser.error(f"unknown mode(s): {', '.join(unknown)}")
+    files = sorted(path for path in args.dir.glob("*.py") if args.only is None or args.only in path.name)
+    # mode by mode: two runs of one file at once would share its output directory
+    jobs = [(path, mode) for mode in modes for path in files]
+    results: dict[tuple[Path, str], dict] = {}
+
+    def one(job: tuple[Path, str]) -> None:
+        results[job] = run_verify(job[0], job[1], args.timeout)
+        print(f"{len(results)}/{len(jobs)} {job[0].name} [{job[1]}]: {results[job]['outcome']} "
+              f"({results[job]['seconds']:.0f} s)", file=sys.stderr, flush=True)
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        list(pool.map(one, jobs))
+    rows = [{"file": path.name, **{mode: results[(path, mode)] for mode in modes}} for path in files]
+    sys.stdout.write("# ndif-opt verify over the runnable corpus\n\n" + table(rows, modes) + "\n\n"
+                     + summary(rows, modes) + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    return 1 if any(row[mode]["outcome"] == "WRONG" for row in rows for mode in modes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
