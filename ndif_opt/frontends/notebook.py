@@ -422,7 +422,8 @@ def _nonce(text: str) -> str:
 
 def _marker(nonce: str, index: int, barrier: bool) -> str:
     if barrier:
-        return f'get_ipython().run_line_magic("ndif_opt_{nonce}", "cell {index}")'
+        # a statement no session may take (it declares a global): no rewrite moves code across it
+        return f"global ndif_opt_cell_{nonce}_{index}"
     return f'"ndif-opt cell {nonce} {index}"'
 
 
@@ -453,16 +454,14 @@ def _join(cells: list[_Cell], masked: dict[int, str], nonce: str, barriers: set[
 
 
 class _SplitError(Exception):
-    def __init__(self, message: str, boundaries: set[int] = frozenset()) -> None:
-        super().__init__(message)
-        self.boundaries = set(boundaries)  # cells to keep apart from the cell before them
+    """The rewrite cannot be cut back into the notebook's cells."""
 
 
 def _split(code: str, cells: list[_Cell], nonce: str, magics: list[_Magic], prologue: bool) -> dict[int, str]:
     """The optimized module cut back into cells (IPython syntax restored)."""
     pattern = re.compile(
-        r'^(?P<indent>[ \t]*)(?:"ndif-opt cell ' + nonce + r' (?P<a>\d+)"|get_ipython\(\)\.run_line_magic\('
-        r'"ndif_opt_' + nonce + r'", "cell (?P<b>\d+)"\))[ \t]*\r?\n?$'
+        r'^(?P<indent>[ \t]*)(?:"ndif-opt cell ' + nonce + r' (?P<a>\d+)"|global ndif_opt_cell_'
+        + nonce + r'_(?P<b>\d+))[ \t]*\r?\n?$'
     )
     lines = code.splitlines(keepends=True)
     found: dict[int, tuple[int, str]] = {}
@@ -480,7 +479,7 @@ def _split(code: str, cells: list[_Cell], nonce: str, magics: list[_Magic], prol
         if index not in found or found[index][1]:
             broken.add(index)
     if broken:
-        raise _SplitError("a rewrite spans cells", {_boundary(i, order) for i in broken})
+        raise _SplitError("a rewrite spans cells")
     positions = [found[i][0] for i in order]
     if positions != sorted(positions):
         raise _SplitError("a rewrite reordered cells")
@@ -496,13 +495,6 @@ def _split(code: str, cells: list[_Cell], nonce: str, magics: list[_Magic], prol
     if head.strip():
         pieces[order[0]] = head + pieces[order[0]]
     return _restore(pieces, cells, magics, nonce)
-
-
-def _boundary(index: int, order: list[int]) -> int:
-    """The cell to keep apart from its predecessor when ``index``'s marker moved."""
-    if index == order[0] and len(order) > 1:
-        return order[1]
-    return index
 
 
 def _restore(pieces: dict[int, str], cells: list[_Cell], magics: list[_Magic], nonce: str) -> dict[int, str]:
@@ -625,39 +617,101 @@ def _optimize_cells(cells: list[_Cell], nonce: str, options: Options, filename: 
                 (name, error.raw_line, error.raw_column + 1, None),
             ) from None
 
-    barriers: set[int] = set()
-    notes: list[CellFinding] = []
-    for _attempt in range(len(cells) + 1):
-        prologue = bool(magics or barriers)
-        joined = _join(cells, masked, nonce, barriers, prologue, line_maps)
-        result = run_pipeline(joined.code, options, filename=filename)
-        if not result.changed:
-            return _unchanged(cells, result, joined, notes + _barrier_notes(barriers), barriers=barriers)
-        try:
-            pieces = _split(result.code, cells, nonce, magics, prologue)
-            failing = [i for i, piece in pieces.items() if not _parses(_mask_only(piece, i, cells, masked, magics, nonce))]
-            if failing:
-                order = [c.index for c in cells]
-                raise _SplitError("a rewrite left a cell that does not parse on its own",
-                                  {_boundary(i, order) for i in failing})
-        except _SplitError as error:
-            new = error.boundaries - barriers
-            if not new:
-                notes.append(_notebook_finding(
-                    cells[0].index, f"the notebook was left unchanged: {error}",
-                    "optimize the exported script (`jupyter nbconvert --to script`) instead",
-                ))
-                return _unchanged(cells, result, joined, notes, refused=True)
-            barriers |= new
-            continue
-        break
-    else:  # pragma: no cover - each attempt adds a barrier, so this ends before
+    # every cell boundary is a barrier: no rewrite moves code across it (a session around
+    # statements of two cells would merge them); edits inside several cells still happen
+    barriers = {cell.index for cell in cells[1:]}
+    prologue = bool(magics or barriers)
+    joined = _join(cells, masked, nonce, barriers, prologue, line_maps)
+    result = run_pipeline(joined.code, options, filename=filename)
+    apart = _requests_kept_apart(cells, masked)
+    notes = _barrier_notes(apart)
+    if not result.changed:
+        return _unchanged(cells, result, joined, notes, barriers=apart)
+    try:
+        pieces = _split(result.code, cells, nonce, magics, prologue)
+        new_masked = {i: _mask_only(piece, i, cells, masked, magics, nonce) for i, piece in pieces.items()}
+        failing = [i for i, code in new_masked.items() if not _parses(code)]
+        if failing:
+            raise _SplitError(f"a rewrite left cell {failing[0] + 1} unable to parse on its own")
+        moved = statements_moved(masked, new_masked)
+        if moved:  # (barriers keep sessions apart; this says so for every other rewrite too)
+            raise _SplitError(f"a rewrite moved `{moved[0][2]}` from cell {moved[0][0] + 1} to cell {moved[0][1] + 1}")
+    except _SplitError as error:
+        notes.append(_notebook_finding(
+            cells[0].index, f"the notebook was left unchanged: {error}",
+            "optimize the exported script (`jupyter nbconvert --to script`) instead",
+        ))
         return _unchanged(cells, result, joined, notes, refused=True)
-
-    notes.extend(_barrier_notes(barriers))
     findings = tuple(notes) + tuple(_locate(result, joined))
     findings = tuple(sorted(findings, key=lambda f: (f.cell, f.finding.range.start, f.finding.pass_id)))
-    return _CellsRun(result, {c.index: pieces[c.index] for c in cells}, findings, tuple(sorted(barriers)))
+    return _CellsRun(result, {c.index: pieces[c.index] for c in cells}, findings, apart)
+
+
+def statements_moved(before: dict[int, str], after: dict[int, str]) -> list[tuple[int, int, str]]:
+    """Top-level statements of a cell of ``before`` (cell index -> code, IPython masked)
+    that are in another cell of ``after``, and no longer in their own: (from, to, the
+    statement's first line) each. Statements are compared with layout, `.save()`,
+    `.detach().cpu()` and `remote=` left out, so a statement a rewrite edited and moved is
+    still recognised; one that is in another cell already counts only if that cell now
+    holds it more often."""
+    old = {i: _statement_keys(code) for i, code in before.items()}
+    new = {i: _statement_keys(code) for i, code in after.items()}
+    moved = []
+    for i, code in before.items():
+        for key, line in _top_statements(code):
+            if new.get(i, {}).get(key, 0) >= old[i][key]:
+                continue
+            gained = [j for j in new if j != i and new[j].get(key, 0) > old.get(j, {}).get(key, 0)]
+            if gained:
+                moved.append((i, gained[0], line))
+    return moved
+
+
+_NEUTRAL_EDITS = re.compile(r"\.save\(\)|\.detach\(\)|\.cpu\(\)|,?remote=[A-Za-z_.]+|\s+")
+
+
+def _key(stmt: cst.CSTNode) -> str:
+    return _NEUTRAL_EDITS.sub("", cst.Module([]).code_for_node(stmt))
+
+
+def _top_statements(code: str) -> list[tuple[str, str]]:
+    try:
+        module = cst.parse_module(code)
+    except cst.ParserSyntaxError:
+        return []
+    return [(_key(stmt), cst.Module([]).code_for_node(stmt).strip().splitlines()[0])
+            for stmt in module.body if isinstance(stmt, cst.SimpleStatementLine)]
+
+
+def _statement_keys(code: str) -> dict[str, int]:
+    """How often each simple statement occurs anywhere in ``code`` (by :func:`_key`)."""
+    try:
+        module = cst.parse_module(code)
+    except cst.ParserSyntaxError:
+        return {}
+    counts: dict[str, int] = {}
+
+    class Count(cst.CSTVisitor):
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+            key = _key(node)
+            counts[key] = counts.get(key, 0) + 1
+            return False
+
+    module.visit(Count())
+    return counts
+
+
+def _requests_kept_apart(cells: list[_Cell], masked: dict[int, str]) -> tuple[int, ...]:
+    """The cells that send a remote request, as the cell before them does: requests one
+    session could bundle, which ndif-opt keeps apart because it does not merge cells."""
+    from ndif_opt.analysis.facts import Remote, analyze
+
+    def sends(cell: _Cell) -> bool:
+        facts = analyze(cst.parse_module(masked[cell.index]))
+        return any(b.parent is None and b.remote.state is not Remote.NO for b in facts.blocks)
+
+    sending = [sends(cell) for cell in cells]
+    return tuple(cells[k].index for k in range(1, len(cells)) if sending[k] and sending[k - 1])
 
 
 def _mask_only(piece: str, index: int, cells, masked, magics: list[_Magic], nonce: str) -> str:
@@ -666,11 +720,11 @@ def _mask_only(piece: str, index: int, cells, masked, magics: list[_Magic], nonc
     return _mask_cell(_Cell(index, "code", piece, cell.form, None), nonce + "x", [])
 
 
-def _barrier_notes(barriers: set[int]) -> list[CellFinding]:
+def _barrier_notes(barriers) -> list[CellFinding]:
     return [
         _notebook_finding(
             index,
-            "a rewrite would span this cell and the one before it (e.g. one session around both); "
+            "this cell and the one before it each send remote requests, which one session could bundle; "
             "the cells were optimized apart",
             "ndif-opt does not merge cells; merge them yourself to bundle their requests",
         )
