@@ -45,16 +45,20 @@ def script(template: str, family: str) -> str:
 
 
 def optimized_and_verified(template: str, family: str, *, unsafe: bool = False, options: Options | None = None,
-                           expect_ok: bool = True, **verify_options):
+                           expect_ok: bool = True, let_go: frozenset[str] | None = None, **verify_options):
     """The template optimized (default mode, or ``unsafe``) and verified; unless
     ``expect_ok`` is False, the verdict must be OK and the optimized run must not raise.
-    Returns (Result, VerifyReport)."""
+    ``let_go``: the only module-level names the optimized script may leave unbound (by
+    default those verify accepts: the optimizer's unreturned intermediates); every other
+    name the original leaves bound is compared. Returns (Result, VerifyReport)."""
     source = script(template, family)
     options = options or Options(unsafe_fixes=unsafe)
     result = optimize(source, options=options)
     if unsafe:
         verify_options.setdefault("atol", 1e-5)  # batching: ~1e-7 in fp32 (its finding says so)
-    report = verify_result(source, result, filename="script.py", **verify_options)
+    if let_go is not None:
+        verify_options["ignore_missing"] = let_go
+    report = verify_result(source, result, filename="script.py", unsafe_fixes=options.unsafe_fixes, **verify_options)
     if expect_ok:
         assert report.intended_ok, report.to_text() + "\n" + result.code
         assert not report.errors["optimized"], report.errors

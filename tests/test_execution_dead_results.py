@@ -1,14 +1,16 @@
 """Execution checks for what a session no longer downloads in a script.
 
-A script's module names that nothing after the session reads are not results: when
-the script ends they are gone, and every reader is in the file. So a name the session
-binds at module level comes back only when the code after it reads it, and a value
-saved in a trace inside the session, which only the session's code reads, is not
-downloaded however often the name is bound there (a greedy loop's `logits` and the
-scoring trace's `logits` after it). In a notebook the kernel keeps the names for cells
-to come, and they still come back (a case of session-hoisting). Each script runs on a
-tiny model of each family: the original locally, the original and the optimized script
-through the NDIF emulation; stdout and the values the script still reads must match.
+A script's module-level names are its results (`python -i`, `%run`, an import or a
+debugger sees them when it ends), except its intermediates: a name bound only to a
+saved model value, and a loop temporary that every iteration binds afresh. So a result
+the session binds at module level comes back whether or not the code after it reads it
+(verify compares it), while a value saved in a trace inside the session, which only the
+session's code reads, is not downloaded however often the name is bound there (a greedy
+loop's `logits` and the scoring trace's `logits` after it), nor is a function's local.
+In a notebook the kernel keeps the names for cells to come, and they still come back (a
+case of session-hoisting). Each script runs on a tiny model of each family: the original
+locally, the original and the optimized script through the NDIF emulation; stdout and
+every result must match.
 """
 
 from __future__ import annotations
@@ -85,10 +87,39 @@ PATCH = '''
 
 
 @both
-def test_a_module_name_only_the_session_reads_is_not_downloaded(family):
+def test_a_module_name_the_session_computes_comes_back_as_a_result(family):
+    # `shift` is read by the session only, but the script ends with it: it comes back
     result, report = run(PATCH, family)
     assert report.after.requests == 1, report.to_text() + result.code
-    assert "    shift = clean[0, -1] - clean[0, 0]\n" in result.code, result.code
+    assert "    shift = (clean[0, -1] - clean[0, 0]).save()\n" in result.code, result.code
+    assert "shift" not in result.unreturned
+
+
+PATCH_IN_FUNCTION = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def patched_top():
+        with model.trace("the cat sat on the", remote=True):
+            clean = LAYERS[1].output.save()
+        shift = clean[0, -1] - clean[0, 0]
+        with model.trace("one two three", remote=True):
+            LAYERS[1].output[0, -1] += shift
+            top = model.lm_head.output[0, -1].argmax().save()
+        return top.item()
+
+
+    print("patched top", patched_top())
+'''
+
+
+@both
+def test_a_function_local_only_the_session_reads_is_not_downloaded(family):
+    result, report = run(PATCH_IN_FUNCTION, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "shift = clean[0, -1] - clean[0, 0]\n" in result.code and "shift = (" not in result.code, result.code
 
 
 @both
@@ -187,13 +218,46 @@ def test_a_print_of_how_many_values_a_list_holds_records_the_count(family):
 
 
 @both
-def test_a_list_only_the_session_reads_is_made_there_and_not_downloaded(family):
+def test_a_module_level_list_the_session_fills_comes_back_as_a_result(family):
     # `states` is filled by the loop and read by the session's code only (the mean, and
-    # the print's count, which the replay records): the session makes it and keeps it
+    # the print's count, which the replay records), but the script ends with it
     result, report = run(COUNT, family)
     assert report.after.requests == 1, report.to_text() + result.code
-    assert "    states = []\n" in result.code and "states = list().save()" not in result.code, result.code
-    kept, kept_report = run(COUNT + '    print("kept", len(states))\n', family)
+    assert "states = list().save()" in result.code, result.code
+
+
+COUNT_IN_FUNCTION = '''
+    import torch
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def steered_top():
+        states = []
+        for p in ["the cat sat", "one two three", "a b c d"]:
+            with model.trace(p, remote=True):
+                h = LAYERS[1].output.save()
+            states.append(h[0, -1])
+        mean = torch.stack(states).mean(dim=0)
+        print(f"{len(states)} states, mean norm {mean.norm().item():.3f}")
+        with model.trace("the cat", remote=True):
+            LAYERS[1].output[0, -1] += mean
+            top = model.lm_head.output[0, -1].argmax().item().save()
+        return top
+
+
+    print("steered top", steered_top())
+'''
+
+
+@both
+def test_a_list_a_function_fills_for_the_session_only_is_made_there_and_not_downloaded(family):
+    result, report = run(COUNT_IN_FUNCTION, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "states = []\n" in result.code and "states = list().save()" not in result.code, result.code
+    kept_source = COUNT_IN_FUNCTION.replace("        return top", '        print("kept", len(states))\n        return top')
+    kept, kept_report = run(kept_source, family)
     assert "states = list().save()" in kept.code, kept.code
     # the vectors it holds are what the first run does not download
     assert report.after.download_bytes < kept_report.after.download_bytes, (report.to_text(), kept_report.to_text())

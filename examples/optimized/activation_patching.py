@@ -12,7 +12,7 @@ distractor = model.tokenizer(" Rome")["input_ids"][0]
 
 with model.session(remote=True):
     # cache the clean activations
-    clean_acts = {}
+    clean_acts = dict().save()
     with model.trace(CLEAN):
         for layer in range(N_LAYERS):
             clean_acts[layer] = model.transformer.h[layer].output[:, -1]

@@ -16,7 +16,7 @@ with model.session(remote=True):
             hidden = model.model.layers[layer].output
             # decode the residual stream through the final norm and the unembedding
             logits = model.lm_head(model.model.norm(hidden))
-            predictions.append(int(logits[0, -1].argmax(dim=-1)))
+            predictions.append(logits[0, -1].argmax(dim=-1))
 
-top_tokens = [p for p in predictions]
+top_tokens = [int(p) for p in predictions]
 print(top_tokens)

@@ -13,8 +13,8 @@ with model.session(remote=True):
     with model.trace("I hate this so much"):
         negative = model.model.layers[LAYER].output.mean(dim=1)
 
-    steering = positive - negative
-    good = model.tokenizer(" great")["input_ids"][0]
+    steering = (positive - negative).save()
+    good = model.tokenizer(" great")["input_ids"][0].save()
 
     probabilities = dict().save()
     # layers before the patched one are the same in every iteration: compute them once

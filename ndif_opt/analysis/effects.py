@@ -262,7 +262,8 @@ def _registered(facts: Facts, module: str) -> bool:
 
 # statements and expressions whose visit_* adds a problem (nearly) whatever they hold
 _OBJECTING = frozenset(
-    {cst.Global, cst.Nonlocal, cst.Return, cst.Yield, cst.Await, cst.Try, cst.Import, cst.ImportFrom, cst.FunctionDef}
+    {cst.Global, cst.Nonlocal, cst.Return, cst.Yield, cst.Await, cst.Try, cst.Import, cst.ImportFrom, cst.FunctionDef,
+     cst.Raise}
 )
 
 
@@ -280,6 +281,7 @@ class _Checker(cst.CSTVisitor):
         self.skip = skip
         self.local = local  # a function's own names: not the client's objects of that name
         self.problems: list[Problem] = []
+        self.handling = 0  # `except` handlers around the node visited
 
     def _client_object(self, name: str) -> bool:
         return name not in self.local and self.check.is_client_object(name)
@@ -403,6 +405,18 @@ class _Checker(cst.CSTVisitor):
 
     def visit_Await(self, node: cst.Await) -> None:
         self._add("control", "awaits", node)
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self.handling += 1
+
+    def leave_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self.handling -= 1
+
+    def visit_Raise(self, node: cst.Raise) -> None:
+        # (a handler's `raise` runs when the work it guards failed: the session had failed too)
+        if not self.handling:
+            self._add("control", "raises an exception: in one session it would end the whole request, "
+                      "and nothing computed before it would come back", node)
 
     def visit_For(self, node: cst.For) -> bool:
         guard = retry_guard(node, self.facts)

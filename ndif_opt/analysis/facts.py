@@ -251,6 +251,9 @@ class Facts:
     blocks: list[Block]
     bindings: dict[str, list[tuple[StmtInfo, cst.BaseExpression]]]  # simple `x = value`
     assume_remote: bool = False
+    # the script's results as the code was written (see analysis.regions.script_results):
+    # a rewritten version keeps the original's, None in the original's own facts
+    original_results: frozenset[str] | None = None
     # answers several passes ask about this version of the tree, computed once
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -329,7 +332,8 @@ class Facts:
 # ---------------------------------------------------------------------------------------
 
 
-def analyze(module: cst.Module, *, assume_remote: bool = False) -> Facts:
+def analyze(module: cst.Module, *, assume_remote: bool = False,
+            original_results: frozenset[str] | None = None) -> Facts:
     table = _Table()
     _walk_suite(module, (), table)
     statements = table.statements
@@ -355,6 +359,7 @@ def analyze(module: cst.Module, *, assume_remote: bool = False) -> Facts:
         blocks=[],
         bindings=table.bindings,
         assume_remote=assume_remote,
+        original_results=original_results,
     )
     facts.models = {name: _resolve_repo(info, facts) for name, info in models.items()}
     facts.blocks = _blocks(withs, facts)

@@ -8,6 +8,7 @@ objects the region mutates, and how many requests it issues.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import libcst as cst
@@ -21,6 +22,7 @@ from ndif_opt.analysis.names import (
     name_assignment,
     target_names,
 )
+from ndif_opt.analysis.results import script_result_names
 from ndif_opt.analysis.retries import retry_guard
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import empty_container_kind
@@ -43,7 +45,18 @@ def owner_statement(facts: Facts, suite: cst.CSTNode) -> StmtInfo | None:
 
 
 def reads_after(facts: Facts, suite: cst.CSTNode, end: int) -> dict[str, cst.CSTNode]:
-    """Names the script may read after ``suite.body[:end]`` has run (conservative)."""
+    """Names the script may read after ``suite.body[:end]`` has run (conservative); a
+    result of the script (:func:`script_results`) is read when it ends."""
+    return _after(facts, suite, end)[0]
+
+
+def results_kept(facts: Facts, suite: cst.CSTNode, end: int) -> frozenset[str]:
+    """The script's results whose values after ``suite.body[:end]`` the script may end
+    with: module-level results that the code after it does not bind again for sure."""
+    return _after(facts, suite, end)[1]
+
+
+def _after(facts: Facts, suite: cst.CSTNode, end: int) -> tuple[dict[str, cst.CSTNode], frozenset[str]]:
     reads: dict[str, cst.CSTNode] = {}
     killed: set[str] = set()  # bound for sure before any read still to come
 
@@ -86,7 +99,40 @@ def reads_after(facts: Facts, suite: cst.CSTNode, end: int) -> dict[str, cst.CST
             for name, node in body.reads.items():
                 if name not in local:
                     reads.setdefault(name, node)
-    return reads
+        # and the script's results are read when it ends (python -i, %run, runpy, an
+        # import, a debugger): each holds what it held, unless bound again for sure
+        kept = {name: node for name, node in script_results(facts).items() if name not in killed}
+        add(kept)
+        return reads, frozenset(kept)
+    return reads, frozenset()
+
+
+def script_results(facts: Facts) -> dict[str, cst.CSTNode]:
+    """The script's results (:mod:`ndif_opt.analysis.results`), each with its first binding
+    in this version of the tree (the module itself when this version binds it nowhere):
+    the names of the code as written, which the pipeline hands to every version
+    (``facts.original_results``)."""
+    return facts.once("regions:script-results", lambda: _results_here(facts))
+
+
+def result_names(facts: Facts) -> frozenset[str]:
+    """The names of :func:`script_results`."""
+    return frozenset(script_results(facts))
+
+
+def intermediates(facts: Facts) -> frozenset[str]:
+    """Module-level names that are not results of the script (see :func:`script_results`):
+    a rewrite may let them go when nothing reads them, saying so in a finding."""
+    results = script_results(facts)
+    return frozenset(name for name in collect(facts.module).binds if name not in results)
+
+
+def _results_here(facts: Facts) -> dict[str, cst.CSTNode]:
+    names = facts.original_results
+    if names is None:  # facts made outside the pipeline: the code is as written
+        names = script_result_names(ast.parse(facts.module.code))
+    bound = collect(facts.module).binds
+    return {name: bound.get(name, facts.module) for name in names}
 
 
 @dataclass(frozen=True)

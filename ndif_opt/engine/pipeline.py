@@ -21,6 +21,8 @@ import libcst as cst
 from ndif_opt.analysis.effects import ServerCheck
 from ndif_opt.analysis.facts import Facts, analyze
 from ndif_opt.analysis.legacy_api import PRE_05, PRE_05_MESSAGE, api_generation, legacy_summary
+from ndif_opt.analysis.regions import result_names
+from ndif_opt.analysis.results import script_result_names
 from ndif_opt.analysis.releases import NNSIGHT_06, target_release, unbound_on_server
 from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.engine import windows
@@ -168,12 +170,13 @@ def run_pipeline(source: str, options: Options, filename: str | None = None,
         return Result(source=source, code=source)
     options = _with_release(options, source)
     tree = _python_parse(source, filename)
+    results = script_result_names(tree)  # the file's, whatever window a name is bound in
     plan = None if _whole_module_only(source, options) else windows.plan(source, tree)
     if plan is not None:
-        result = _run_windows(plan, source, options, filename, cache)
+        result = _run_windows(plan, source, options, filename, cache, results)
         if result is not None:
             return result
-    return _run_module(source, options, filename)
+    return _run_module(source, options, filename, results=results)
 
 
 def whole_module(source: str, options: Options, filename: str | None = None) -> Result:
@@ -183,11 +186,12 @@ def whole_module(source: str, options: Options, filename: str | None = None) -> 
     if not uses_nnsight(source):
         return Result(source=source, code=source)
     options = _with_release(options, source)
-    plan = None if _whole_module_only(source, options) else windows.plan(source, _python_parse(source, filename))
+    tree = _python_parse(source, filename)
+    plan = None if _whole_module_only(source, options) else windows.plan(source, tree)
     if plan is not None:
         edges = frozenset(line for w in plan.windows if w.active for line in (w.start, w.end))
         options = dataclasses.replace(options, window_edges=edges)
-    return _run_module(source, options, filename)
+    return _run_module(source, options, filename, results=script_result_names(tree))
 
 
 def _with_release(options: Options, source: str) -> Options:
@@ -204,14 +208,14 @@ def _whole_module_only(source: str, options: Options) -> bool:
 
 
 def _run_windows(plan: windows.Plan, source: str, options: Options, filename: str | None,
-                 cache: WindowCache | None = None) -> Result | None:
+                 cache: WindowCache | None = None, results: frozenset[str] = frozenset()) -> Result | None:
     """Each window optimized after its prelude; None when the whole module must run.
 
     Fresh names a pass introduces avoid every name of the file, not only the window's."""
     reserved = options.reserved_names | plan.names
     window_options = dataclasses.replace(options, reserved_names=reserved)
     active = [window for window in plan.windows if window.active]
-    placed = _placed_all(plan, active, window_options, filename, cache)
+    placed = _placed_all(plan, active, window_options, filename, cache, results)
     parts: list[str] = []
     results: list[_Placed] = []
     position = 0
@@ -254,10 +258,11 @@ class _Placed:
 
 
 def _placed_all(plan: windows.Plan, active: Iterable[windows.Window], options: Options,
-                filename: str | None, cache: WindowCache | None = None) -> Iterator[_Placed | None]:
+                filename: str | None, cache: WindowCache | None = None,
+                results: frozenset[str] = frozenset()) -> Iterator[_Placed | None]:
     """Each window's result in the file, each window taken when its result is asked for;
     none after one that gives up (the caller gives up there)."""
-    for window, done in _optimized(plan, active, options, filename, cache):
+    for window, done in _optimized(plan, active, options, filename, cache, results):
         placed = _placed(plan, window, done)
         yield placed
         if placed is None:
@@ -286,23 +291,27 @@ def _placed(plan: windows.Plan, window: windows.Window, done: _Optimized) -> _Pl
 
 
 def _optimized(plan: windows.Plan, active: Iterable[windows.Window], options: Options,
-               filename: str | None, cache: WindowCache | None = None) -> Iterator[tuple[windows.Window, _Optimized]]:
+               filename: str | None, cache: WindowCache | None = None,
+               results: frozenset[str] = frozenset()) -> Iterator[tuple[windows.Window, _Optimized]]:
     """Each window with its result, computed when asked for (a caller that stops early
-    saves the rest; the next window is taken only then)."""
+    saves the rest; the next window is taken only then). ``results``: the file's results
+    (a name a window binds may be a result because of code in another window)."""
     context: dict[int, Part] = {}  # context chunks parsed once, shared by the windows they open
     for window in active:
         text = plan.text(window.start, window.end)
         prelude = plan.prelude_text(window)
         module_text = prelude + text
-        done = cache.get(module_text, options) if cache is not None else None
+        mine = results & plan.names_in(window)
+        key = module_text + "\0" + " ".join(sorted(mine))  # the same text may hold other results
+        done = cache.get(key, options) if cache is not None else None
         if done is None:
             module = _window_module(plan, window, text, context)
-            result = _run_module(module_text, options, filename, module, with_edits=False)
+            result = _run_module(module_text, options, filename, module, with_edits=False, results=mine)
             code = result.code
             edits = text_edits(text, code[len(prelude):]) if code.startswith(prelude) else []
             done = _Optimized(result, tuple(edits))
             if cache is not None:
-                cache.put(module_text, options, done)
+                cache.put(key, options, done)
         yield window, done
 
 
@@ -389,14 +398,17 @@ def _column_sum(values: tuple) -> int | float | UnknownDownloads:
 
 
 def _run_module(source: str, options: Options, filename: str | None = None,
-                module: cst.Module | None = None, with_edits: bool = True) -> Result:
+                module: cst.Module | None = None, with_edits: bool = True,
+                results: frozenset[str] | None = None) -> Result:
     """The passes over one module: a whole file, or a window's prelude and text (``module``:
     its parse, when the caller has it; a window's edits are taken of its own text, not
-    here). Python's parser and the prefilter have looked at the file already (run_pipeline)."""
+    here). Python's parser and the prefilter have looked at the file already (run_pipeline).
+    ``results``: the names of the file's results (analysis/results.py), read from the file."""
     if module is None:
         module = _libcst_parse(source, filename)
     try:
-        state = _State(module, analyze(module, assume_remote=options.assume_remote), source, options)
+        facts = analyze(module, assume_remote=options.assume_remote, original_results=results)
+        state = _State(module, facts, source, options)
     except RecursionError:
         raise
     except Exception as error:  # never crash on code we do not understand
@@ -486,7 +498,7 @@ def _run_module(source: str, options: Options, filename: str | None = None,
             changed = True
             api = None if pass_.runs_first_once else state.api  # only migration changes it
             if new_facts is None:
-                new_facts = analyze(new_module, assume_remote=options.assume_remote)
+                new_facts = _analyze_version(new_module, state.facts, options)
             state = _State(new_module, new_facts, code, options, _positions=positions, _api=api)
             deltas[pass_.id] = _add(deltas[pass_.id], _diff(state.cost, before))
         if not changed:
@@ -509,13 +521,19 @@ def _run_module(source: str, options: Options, filename: str | None = None,
     )
 
 
+def _analyze_version(module: cst.Module, first: Facts, options: Options) -> Facts:
+    """The facts of a version of the tree a pass made from one whose facts are ``first``:
+    the script's results stay those of the code as written."""
+    return analyze(module, assume_remote=options.assume_remote, original_results=result_names(first))
+
+
 def _for_06(state: "_State", new_module: cst.Module,
             options: Options) -> tuple[cst.Module, Facts, frozenset[str], list[str]]:
     """A pass's rewrite as nnsight 0.6 can run it, with its facts and the names of the
     copies it takes: lowered when it makes an outermost remote block read a local before
     binding it (engine/release_lowering.py); with the names still unbound on a 0.6 server
     when it cannot be (analysis/releases.py)."""
-    facts = analyze(new_module, assume_remote=options.assume_remote)
+    facts = _analyze_version(new_module, state.facts, options)
     before = unbound_on_server(state.facts)
     unbound = unbound_on_server(facts) - before
     if not unbound:
@@ -523,7 +541,7 @@ def _for_06(state: "_State", new_module: cst.Module,
     lowered = lower_for_06(new_module, facts, options.reserved_names)
     if lowered is not None:
         module, copies = lowered
-        lowered_facts = analyze(module, assume_remote=options.assume_remote)
+        lowered_facts = _analyze_version(module, state.facts, options)
         # a copy taken only if its name is bound (`try: ids_2 = ids`) is unbound exactly where
         # the script's own name was: as the script is
         if not unbound_on_server(lowered_facts) - before - copies:

@@ -92,6 +92,11 @@ class Plan:
         """Every identifier of the file."""
         return frozenset().union(*(c.names for c in self.chunks))
 
+    def names_in(self, window: "Window") -> frozenset[str]:
+        """Every identifier of the window's chunks and of its prelude."""
+        inside = [c for c in self.chunks if window.start <= c.start and c.end <= window.end]
+        return frozenset().union(*(c.names for c in inside), *(self.chunks[i].names for i in window.prelude))
+
     def text(self, start: int, end: int) -> str:
         return "".join(self.lines[start:end])
 

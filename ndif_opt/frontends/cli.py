@@ -352,7 +352,7 @@ def verify(
         # a script's `!pip install` lines are not Python: run it as a notebook would
         runnable = replace(result, code=script_without_magics(result.code))
         report = verify_result(script_without_magics(source.text), runnable, filename=path, atol=atol, rtol=rtol,
-                               allow_same_error=allow_same_error)
+                               allow_same_error=allow_same_error, unsafe_fixes=options.unsafe_fixes)
     if fmt is Format.json:
         import json
 

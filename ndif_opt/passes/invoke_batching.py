@@ -54,7 +54,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import collect, dotted_name, root_name
-from ndif_opt.analysis.regions import reads_after
+from ndif_opt.analysis.regions import reads_after, results_kept
 from ndif_opt.analysis.releases import NNSIGHT_06
 from ndif_opt.analysis.tensors import TENSOR_MODULES
 from ndif_opt.output.wording import counted, per
@@ -244,7 +244,8 @@ def _live_after(sweep: Sweep, facts: Facts, names: set[str]) -> set[str]:
     paths = _continuations(sweep.info, facts)
     if paths is None:
         return candidates
-    flagged: set[str] = set()
+    # the script's results are read when it ends, after every path
+    flagged: set[str] = candidates & results_kept(facts, sweep.info.suite, sweep.info.index + 1)
     for path in paths:
         order = _Order(candidates, set())
         for stmt in path:

@@ -77,7 +77,7 @@ from ndif_opt.analysis.names import (
     name_assignment,
     target_names,
 )
-from ndif_opt.analysis.regions import reads_after
+from ndif_opt.analysis.regions import reads_after, results_kept
 from ndif_opt.analysis.scopes import INDEX_KEY, ScopeIndex, TakenNames, binding_count_in, scope_index, statement_index
 from ndif_opt.analysis.vocabulary import FILLING_METHODS
 from ndif_opt.output.describe import saved_shape
@@ -171,7 +171,7 @@ class ReductionPushdown(Pass):
             return
         full = saved_shape(unsave(save.stmt.body[0].value), save.block, facts)
         value = f"`{save.name}`{f' ({full})' if full else ''}"
-        safety = _kernel_safety(save, context,
+        safety = _letting_go_safety(save, context, facts,
                                 lambda: f"{value} need not be downloaded: only code inside the session reads it")
         if safety is None:
             return
@@ -265,7 +265,7 @@ class ChainPushdown:
         chains = self._outermost(chains)
         if not self.context.allows(self.save.stmt, f"`{x}` could be reduced on the server"):
             return None
-        safety = _kernel_safety(self.save, self.context, lambda: (
+        safety = _letting_go_safety(self.save, self.context, self.facts, lambda: (
             f"`{x}` need not be downloaded whole: {', '.join(dict.fromkeys(f'`{code_of(c)}`' for c in chains))} "
             "could be computed in the block"), tuple(chains))
         if safety is None:
@@ -632,9 +632,9 @@ class ElementPushdown(_LoopReads):
         if not self.context.allows(self.container.stmt, f"the elements of `{name}` could be reduced on the server"):
             return None
         save = _Save(self.request, self.container.stmt, name)
-        safety = _kernel_safety(save, self.context, lambda: (
-            f"the elements of `{name}` need not be downloaded whole: `{reduction}` could be computed in the block "
-            "for each one"), tuple(chain for chain, _ in chains))
+        safety = _letting_go_safety(save, self.context, self.facts, lambda: (
+            f"the elements of `{name}` need not be downloaded whole: `{reduction.replace(ELEMENT, code_of(unsave(value)))}` "
+            "could be computed in the block for each one"), tuple(chain for chain, _ in chains))
         if safety is None:
             return None
         self._edits(edits, value, uses, chains, reduction, safety)
@@ -990,7 +990,7 @@ class LiteralPushdown(_LoopReads):
         for save in self.saves:
             if save.name in whole_too:
                 continue  # its own save stays: the kernel keeps what it kept
-            kept = _kernel_safety(save, self.context, lambda save=save: (
+            kept = _letting_go_safety(save, self.context, self.facts, lambda save=save: (
                 f"`{save.name}` need not be downloaded whole for the loop over it: "
                 f"`{reduction.replace(ELEMENT, save.name)}` could be computed in the block"), tuple(chains))
             if kept is None:
@@ -1186,17 +1186,32 @@ NOTEBOOK_REASON = (
 )
 
 
-def _kernel_safety(save: _Save, context: Context, message: Callable[[], str],
+RESULT_REASON = (
+    "`{name}` is a result of the script: it is bound at module level and still holds this value "
+    "when the script ends, where `python -i`, `%run` or an import sees it; use --unsafe-fixes to "
+    "stop downloading it"
+)
+
+
+def _letting_go_safety(save: _Save, context: Context, facts: Facts, message: Callable[[], str],
                    uses: tuple[cst.CSTNode, ...] = ()) -> Safety | None:
     """How safe it is to stop downloading ``save``'s value, or None (reported, with
     ``message()`` and the client code that reads it, ``uses``) when that needs
     --unsafe-fixes: in a notebook, a value saved outside functions stays in the kernel,
-    where the cells read so far are not all its readers."""
-    if not context.options.notebook or save.block.stmt.function is not None:
+    where the cells read so far are not all its readers; in a script, a result the script
+    ends with (:func:`ndif_opt.analysis.regions.results_kept`) is compared like any other."""
+    if save.block.stmt.function is not None:
         return Safety.SAFE
+    if context.options.notebook:
+        reason = NOTEBOOK_REASON
+    else:
+        request = save.block.outermost.stmt
+        if save.name not in results_kept(facts, request.suite, request.index + 1):
+            return Safety.SAFE
+        reason = RESULT_REASON.format(name=save.name)
     if context.options.unsafe_fixes:
         return Safety.UNSAFE
-    context.needs_unsafe(save.stmt, message(), NOTEBOOK_REASON, uses=uses)
+    context.needs_unsafe(save.stmt, message(), reason, uses=uses)
     return None
 
 
@@ -1695,7 +1710,8 @@ print(logits.shape)
 """,
     ),
     Case(
-        name="the elements of a saved list, read through one reduction, are reduced where the block stores them",
+        name="the elements of a saved list, read through one reduction, are reduced where the block stores them (a result of the script: unsafe)",
+        unsafe_fixes=True,
         before="""\
 from nnsight import LanguageModel
 
@@ -1722,7 +1738,24 @@ print(tops)
 """,
     ),
     Case(
-        name="the elements of a saved dict, read by a loop over its items",
+        name="the elements of a list the script ends with stay as they are",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    logits_by_prompt = list().save()
+    for prompt in ["The cat sat on the", "Paris is the capital of"]:
+        with model.trace(prompt):
+            logits_by_prompt.append(model.lm_head.output)
+tops = [logits[0, -1].argmax().item() for logits in logits_by_prompt]
+print(tops)
+""",
+        reason="`logits_by_prompt` is a result of the script",
+    ),
+    Case(
+        name="the elements of a saved dict, read by a loop over its items (a result of the script: unsafe)",
+        unsafe_fixes=True,
         before="""\
 from nnsight import LanguageModel
 
@@ -1880,7 +1913,8 @@ print(logits[0, -1].argmax().item())
         reason="changes it in place on your machine",
     ),
     Case(
-        name="a dict read by key in a loop over its keys",
+        name="a dict read by key in a loop over its keys (a result of the script: unsafe)",
+        unsafe_fixes=True,
         before="""\
 from nnsight import LanguageModel
 

@@ -84,6 +84,7 @@ from ndif_opt.analysis.regions import (
     carried_container,
     empty_container_binding,
     find_accumulator,
+    intermediates,
     reads_after,
     requests_in,
     self_attributes_read_after,
@@ -100,7 +101,9 @@ from ndif_opt.analysis.remote_functions import (
     with_keyword_parameters,
 )
 from ndif_opt.analysis.retries import PortableRetry, portable_retry, retry_guard
+from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.passes.base import Case, Context, Pass
+from ndif_opt.passes.common.definitions import definitions_in_the_way, without_statements
 from ndif_opt.passes.common.client_split import Refused, Split, names_in, split_region, splittable, unwrap_progress
 from ndif_opt.syntax.rewrite import (
     DropElementSaves,
@@ -427,6 +430,11 @@ class SessionHoisting(Pass):
         if changing:
             context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)), changing)
             return False
+        definitions = definitions_in_the_way(region.statements)
+        if definitions:
+            # out of the way first: the region becomes a session in the pipeline's next round
+            _move_definitions(region, definitions, context, plan)
+            return True
         refusal = ""
         if region.unsafe and all(_deferrable_only(p) for p in region.unsafe):
             # code that must stay on your machine: split it off and replay it afterwards
@@ -554,13 +562,15 @@ class SessionHoisting(Pass):
         region.released = _released(region, accumulators, needed)
         region.left_on_server = _left_on_server(region, accumulators, needed)
         self._rewrite(region, accumulators, facts, plan, context)
-        context.unreturned |= _unreturned(region, facts, accumulators) | region.left_on_server
+        let_go = _unreturned(region, facts, accumulators) | region.left_on_server
         if region.split is not None:
             context.introduced |= region.split.record_names
             # a value whose parts the records bring home stays on the server itself
-            context.unreturned |= region.split.unsaved - set(collect_all(region.split.replay).binds)
+            let_go |= region.split.unsaved - set(collect_all(region.split.replay).binds)
+        context.unreturned |= let_go
         safety = Safety.UNSAFE if unsafe else Safety.SAFE
-        context.applied(anchor, _hoisted_message(region, facts, accumulators, self._requests(region, facts)), safety,
+        message = _hoisted_message(region, facts, accumulators, self._requests(region, facts))
+        context.applied(anchor, message + _let_go_note(region, facts, let_go), safety,
                         evidence=f"{region.model}.session(")
         return True
 
@@ -832,6 +842,10 @@ def _liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator], lis
     if any(n in later and n not in saved for n in everything.binds):
         outside_blocks = collect_all(stmts, skip=tuple(b.node.body for b in region.blocks))
         lost = [n for n in outside_blocks.binds if n in later and n not in saved]
+    for name in lost:  # what comes back must be able to: data, not a module or a file
+        problem = wire_problem(name, stmts, facts)
+        if problem:
+            return f"{problem}, and the code after it needs it", [], []
     accumulators: list[Accumulator] = []
     for name in _client_mutations(region, facts, everything):
         acc, why = _container_for(region, facts, name)
@@ -1140,6 +1154,34 @@ def _accumulator_inside(region: Region, name: str) -> Accumulator | None:
     return found
 
 
+def _move_definitions(region: Region, definitions: list[cst.BaseStatement], context: Context,
+                      plan: SuitePlan) -> None:
+    """Plan the definitions' move before the region (see :mod:`.common.definitions`)."""
+    first = region.statements[0]
+
+    def build(_updated):
+        rest = without_statements(region.statements, definitions)
+        moved = [d.with_changes(leading_lines=[line for line in d.leading_lines if line.comment is not None])
+                 for d in definitions]
+        moved[0] = moved[0].with_changes(leading_lines=[*first.leading_lines, *moved[0].leading_lines])
+        rest[0] = rest[0].with_changes(leading_lines=[]) if rest[0] is first else rest[0]
+        return [*moved, *rest]
+
+    plan.replace(region.suite, region.start, region.end, build)
+    code = ", ".join(f"`{_first_line(d)}`" for d in definitions)
+    context.applied(
+        definitions[0],
+        f"{code} now {'run' if len(definitions) > 1 else 'runs'} once on your machine, before {_kind_label(region)}: "
+        "inside a session it would run on the server, and what it binds could not come back "
+        "(a module or a function of the script cannot be sent from NDIF)",
+        Safety.SAFE,
+    )
+
+
+def _first_line(stmt: cst.BaseStatement) -> str:
+    return code_of(stmt).strip().splitlines()[0].rstrip(":")
+
+
 def _kind_label(region: Region) -> str:
     first = region.statements[0]
     if len(region.statements) == 1 and isinstance(first, cst.For):
@@ -1194,6 +1236,18 @@ def _hoisted_message(region: Region, facts: Facts, accumulators, requests: int) 
         text += "; " + ", ".join(f"`{n}`" for n in kept) + " now created in the session and left there " \
             "(nothing after it reads it: not downloaded)"
     return text + _passed_note(region) + _split_note(region.split) + _retry_note(region.retry)
+
+
+def _let_go_note(region: Region, facts: Facts, let_go: set[str]) -> str:
+    """`; not brought back: `prompt`, `logits` (...)`: the script's intermediates the
+    session keeps (a function's locals go without a word, as they always do)."""
+    if facts.stmt(region.statements[0]).function is not None:
+        return ""
+    names = sorted(let_go & intermediates(facts))
+    if not names:
+        return ""
+    return ("; not brought back: " + ", ".join(f"`{n}`" for n in names)
+            + " (loop temporaries and saved values that only the session reads; nothing after it reads them)")
 
 
 def _left_note(region: Region) -> str:
@@ -1944,7 +1998,7 @@ def steered_top(prompt, alpha, remote=True, *, vec):
 with model.session(remote=True):
     with model.trace("I love it"):
         vec = model.transformer.h[6].output[0, -1].save()
-    tops = [steered_top("The movie was", alpha, remote=False, vec=vec) for alpha in (1.0, 2.0, 4.0)]
+    tops = [steered_top("The movie was", alpha, remote=False, vec=vec) for alpha in (1.0, 2.0, 4.0)].save()
 """,
     ),
     Case(
@@ -1974,7 +2028,7 @@ for alpha in (1.0, 2.0):
         reason="it is called by `steered_top`, not by the session itself",
     ),
     Case(
-        name="a module name only the session reads does not come back (a script)",
+        name="a module-level name the session computes comes back: it is a result of the script",
         before=_PATCHED_TOP,
         after="""\
 from nnsight import LanguageModel
@@ -1983,7 +2037,7 @@ model = LanguageModel("openai-community/gpt2")
 with model.session(remote=True):
     with model.trace("the cat sat on the"):
         clean = model.transformer.h[1].output.save()
-    shift = clean[0, -1] - clean[0, 0]
+    shift = (clean[0, -1] - clean[0, 0]).save()
     with model.trace("one two three"):
         model.transformer.h[1].output[0, -1] += shift
         top = model.lm_head.output[0, -1].argmax().save()
@@ -2235,7 +2289,47 @@ for prompt in ["a b", "c d"]:
         reason="`acts` is computed by code that must run on your machine and is also used by the remote part",
     ),
     Case(
-        name="a list only the session reads is made there and not downloaded",
+        name="a list only the session reads is made there and not downloaded (a function's local)",
+        before="""\
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def steered_top():
+    states = []
+    for prompt in ["a b", "c d"]:
+        with model.trace(prompt, remote=True):
+            states.append(model.transformer.h[6].output[0, -1].save())
+    mean = torch.stack(states).mean(dim=0)
+    with model.trace("e f", remote=True):
+        model.transformer.h[6].output[0, -1] += mean
+        top = model.lm_head.output[0, -1].argmax().save()
+    return top
+""",
+        after="""\
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def steered_top():
+    with model.session(remote=True):
+        states = []
+        for prompt in ["a b", "c d"]:
+            with model.trace(prompt):
+                states.append(model.transformer.h[6].output[0, -1])
+        mean = torch.stack(states).mean(dim=0)
+        with model.trace("e f"):
+            model.transformer.h[6].output[0, -1] += mean
+            top = model.lm_head.output[0, -1].argmax().save()
+    return top
+""",
+    ),
+    Case(
+        name="a module-level list the session fills comes back: it is a result of the script",
         before="""\
 import torch
 from nnsight import LanguageModel
@@ -2257,11 +2351,11 @@ from nnsight import LanguageModel
 
 model = LanguageModel("openai-community/gpt2")
 with model.session(remote=True):
-    states = []
+    states = list().save()
     for prompt in ["a b", "c d"]:
         with model.trace(prompt):
             states.append(model.transformer.h[6].output[0, -1])
-    mean = torch.stack(states).mean(dim=0)
+    mean = torch.stack(states).mean(dim=0).save()
     with model.trace("e f"):
         model.transformer.h[6].output[0, -1] += mean
         top = model.lm_head.output[0, -1].argmax().save()

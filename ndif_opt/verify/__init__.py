@@ -340,14 +340,36 @@ def verify_sources(
     )
 
 
-def verify_result(source: str, result, *, filename: str = "script.py", **kwargs) -> "VerifyReport":
-    """:func:`verify_sources` for an :class:`ndif_opt.Result`: names the optimizer says it
-    no longer brings back may be missing, names it introduced are not compared."""
+def verify_result(source: str, result, *, filename: str = "script.py", unsafe_fixes: bool = False,
+                  **kwargs) -> "VerifyReport":
+    """:func:`verify_sources` for an :class:`ndif_opt.Result`: of the names the optimizer
+    says it no longer brings back, the script's intermediates may be missing (a saved model
+    value, a loop temporary: :func:`ndif_opt.analysis.regions.intermediates`); its results
+    are compared like any other, unless the rewrite used ``unsafe_fixes``, which may let
+    results go (the user accepted that). Names it introduced are not compared."""
+    let_go = kwargs.pop("ignore_missing", None)
+    if let_go is None:
+        let_go = set(result.unreturned) if unsafe_fixes else set(result.unreturned) & script_intermediates(source)
     return verify_sources(
         source,
         result.code,
         filename=filename,
-        ignore_missing=kwargs.pop("ignore_missing", result.unreturned),
+        ignore_missing=let_go,
         ignore=tuple(kwargs.pop("ignore", ())) + tuple(result.introduced),
         **kwargs,
     )
+
+
+def script_intermediates(source: str) -> frozenset[str]:
+    """The module-level names of ``source`` that are no results of the script (none when
+    it does not parse)."""
+    import libcst as cst
+
+    from ndif_opt.analysis.facts import analyze
+    from ndif_opt.analysis.regions import intermediates
+
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError:
+        return frozenset()
+    return intermediates(analyze(module))

@@ -43,6 +43,7 @@ from ndif_opt.analysis.effects import PROGRESS_BARS
 from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import NameUse, all_params, collect, exposed_reads, fresh_name, target_names
 from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS
+from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.walk import find_nodes, walk
 
@@ -61,6 +62,12 @@ def _jumps(node: cst.CSTNode) -> bool:
     if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
         return False
     return any(_jumps(child) for child in node.children)
+
+
+def _is_jump(stmt: cst.CSTNode) -> bool:
+    """`break` or `continue` alone on its line."""
+    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(stmt.body[0], (cst.Break, cst.Continue)))
 
 
 def _branches(items: list["_Item"]) -> bool:
@@ -170,6 +177,7 @@ class _Splitter:
         # what stores into them is replayed; `(name, ".attr")` paths the replay changes
         self.client_roots: frozenset[str] = frozenset()
         self.anchor: cst.CSTNode | None = None  # the region's first statement
+        self.statements: list[cst.BaseStatement] = []  # the region's statements
         self.client_paths: set[tuple[str, str]] = set()
 
     # -- classification ------------------------------------------------------------
@@ -399,9 +407,20 @@ class _Splitter:
         self.handled_failures += 1
         if not tail:
             return head  # the remote work cannot fail on the client: its handler never runs here
+        if any(_jumps(s) for s in tail):
+            # `break`/`continue` after the remote work (a retry that stops on success): the
+            # session's loop must take it too, or it would run every attempt
+            if not _is_jump(tail[-1]) or any(_jumps(s) for s in tail[:-1]):
+                raise Refused(
+                    f"`{_first_line(next(s for s in tail if _jumps(s)))}` ends the loop's iteration inside a "
+                    "`try`, after code that must run on your machine: the session could not tell whether it ran"
+                )
+            jump = [_Item(tail[-1].deep_clone(), Part.SERVER)]
+        else:
+            jump = []
         replayed = stmt.with_changes(body=stmt.body.with_changes(body=tail))
         self.deferred += 1
-        return [*head, _Item(replayed, Part.CLIENT)]
+        return [*head, _Item(replayed, Part.CLIENT), *jump]
 
     def _split_call_statement(self, stmt) -> list[_Item] | None:
         """`print(x, helper(p))` where `helper` sends a request: the session computes the
@@ -544,6 +563,7 @@ def split_region(statements, facts: Facts, server_check, remote_work, taken: set
     computes and nothing else brings back (the replay ends by binding them to their
     values at the end of the session)."""
     splitter = _Splitter(facts, server_check, remote_work, taken, drop_bars)
+    splitter.statements = list(statements)
     splitter.client_roots = frozenset(client_roots)
     splitter.anchor = statements[0] if statements else None
     splitter.later = set(later) | set(carry)
@@ -816,7 +836,8 @@ def _check_early_ends(items: list[_Item]) -> None:
     whatever the replay does."""
     for index, item in enumerate(items):
         if item.role is Part.CLIENT and isinstance(item.stmt, cst.Try) and _ends_early(item.stmt):
-            if any(later.role is not Part.CLIENT for later in items[index + 1 :]):
+            # (a jump the session mirrors is no work: see split_try)
+            if any(later.role is not Part.CLIENT and not _is_jump(later.stmt) for later in items[index + 1 :]):
                 raise Refused(
                     f"`{_first_line(item.stmt)}` may end the iteration early, before remote work that "
                     "follows it; a session runs that work either way"
@@ -1013,6 +1034,9 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
                     item.values[fresh] = code
                     replacements[id(node)] = cst.Name(fresh)
                 continue
+            problem = wire_problem(name, splitter.statements, splitter.facts)
+            if problem:
+                raise Refused(f"{problem}, and `{_first_line(item.stmt)}` must run on your machine and reads it")
             if not still_changing and name in server_after.binds:
                 # the remote part binds the name again later: the replay reads the record
                 # under a name of its own, so the name ends with the value it had at the end

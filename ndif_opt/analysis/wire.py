@@ -1,0 +1,128 @@
+"""What may cross the wire from NDIF back to your machine, and what can stay behind.
+
+What a session saves, records for the replay or brings back for the code after it is
+`torch.save`d on the server and loaded on your machine. Data crosses (tensors, numbers,
+strings, lists and dicts of them, numpy arrays); some objects never do: a module
+(`cannot pickle 'module' object`), a function, lambda or class the script defines (the
+server's `__main__` is not the script's), an instance of such a class, an open file, a
+generator, a progress bar, a lock. :func:`wire_problem` is the one rule every pass asks
+before a value crosses, from how the code binds it (a conservative reading: a binding it
+cannot classify is data).
+
+A *definition* — an import, a `def`, a `class`, `f = lambda ...` — binds such an object
+but computes nothing: it can run on your machine before the session instead, once, and
+the session reads the name as it reads any other client name (modules by reference, your
+functions by value). :func:`hoistable_definition` says when that keeps what the script
+does: the statement runs whenever its place in the region is reached (not under an `if`
+or a `try`), and nothing it reads when it runs or when it is called is bound in the
+region.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ndif_opt.analysis.effects import PROGRESS_BARS
+from ndif_opt.analysis.facts import Facts, qualify
+from ndif_opt.analysis.names import all_params, collect, target_names
+from ndif_opt.syntax.walk import find_nodes
+
+# Calls that return an object which cannot be pickled.
+_UNPICKLABLE_CALLS = {
+    "open": "an open file",
+    "io.open": "an open file",
+    "threading.Lock": "a lock",
+    "threading.RLock": "a lock",
+    "multiprocessing.Lock": "a lock",
+    **{bar: "a progress bar" for bar in PROGRESS_BARS},
+}
+
+
+def wire_problem(name: str, statements, facts: Facts) -> str:
+    """Why a value ``statements`` bind to ``name`` cannot cross from NDIF to your machine
+    ("`torch` is a module"), or "" when every binding of it there is data as far as the
+    code shows."""
+    for stmt in statements:
+        for node in find_nodes(stmt, lambda n: isinstance(n, _BINDERS)):
+            what = _bound_object(node, name, facts)
+            if what:
+                return f"`{name}` is {what}, which cannot be sent back from NDIF"
+    return ""
+
+
+_BINDERS = (cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef, cst.Assign, cst.WithItem)
+
+
+def _bound_object(node: cst.CSTNode, name: str, facts: Facts) -> str:
+    """What kind of unpicklable object ``node`` binds to ``name`` ("" for data, or when
+    ``node`` does not bind it)."""
+    if isinstance(node, (cst.Import, cst.ImportFrom)):
+        return "a module or an object imported from one" if name in collect(node).binds else ""
+    if isinstance(node, cst.FunctionDef):
+        return "a function the script defines" if node.name.value == name else ""
+    if isinstance(node, cst.ClassDef):
+        return "a class the script defines" if node.name.value == name else ""
+    if isinstance(node, cst.WithItem):
+        bound = node.asname is not None and name in target_names(node.asname.name)
+        return _made_by(node.item, facts) if bound else ""
+    if not any(name in target_names(t.target) for t in node.targets):
+        return ""
+    if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+        return _made_by(node.value, facts)
+    return ""
+
+
+def _made_by(value: cst.BaseExpression, facts: Facts) -> str:
+    """The unpicklable object an expression makes, or ""."""
+    if isinstance(value, cst.Lambda):
+        return "a function the script defines"
+    if isinstance(value, cst.GeneratorExp):
+        return "a generator"
+    if not isinstance(value, cst.Call):
+        return ""
+    path = qualify(value.func, facts.imports) or ""
+    if path in _UNPICKLABLE_CALLS:
+        return _UNPICKLABLE_CALLS[path]
+    if isinstance(value.func, cst.Name):
+        local = value.func.value
+        if _defines_class(facts.module, local):
+            return "an instance of a class the script defines"
+        function = facts.functions.get(local)
+        if function is not None and find_nodes(function.body, lambda n: isinstance(n, (cst.Yield,))):
+            return "a generator"
+    return ""
+
+
+def _defines_class(module: cst.Module, name: str) -> bool:
+    return any(isinstance(stmt, cst.ClassDef) and stmt.name.value == name for stmt in module.body)
+
+
+def is_definition(stmt: cst.CSTNode) -> bool:
+    """An import, a `def`, a `class`, or `name = lambda ...`: a statement that binds an
+    object and computes nothing."""
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        return True
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    for small in stmt.body:
+        if isinstance(small, (cst.Import, cst.ImportFrom)):
+            continue
+        if (isinstance(small, cst.Assign) and isinstance(small.value, cst.Lambda) and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)):
+            continue
+        return False
+    return True
+
+
+def hoistable_definition(stmt: cst.CSTNode, bound_in_region) -> bool:
+    """May the definition ``stmt`` run once on your machine before the session instead of
+    where it stands? Only when nothing it reads — when it runs (decorators, defaults,
+    bases) or when its function is called (the free names of its body) — is bound by the
+    region (``bound_in_region``): then the object it makes behaves the same wherever it is
+    made. (That it runs whenever its place is reached is the caller's to check.)"""
+    if not is_definition(stmt):
+        return False
+    reads = set(collect(stmt).reads)  # a function's free names are among its reads
+    if isinstance(stmt, cst.FunctionDef):
+        reads -= {p.name.value for p in all_params(stmt.params)}
+    return not (reads & set(bound_in_region))

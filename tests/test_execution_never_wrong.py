@@ -1,0 +1,235 @@
+"""Never wrong on code written the way researchers write it (issue "Never wrong").
+
+Each script is one we wrote in a shape seen in public NDIF code; it runs on tiny GPT-2 and
+Llama models: the original locally, then the original and the optimized script through
+verify's emulation of NDIF. Results are compared strictly: every module-level name the
+original leaves bound must hold an equal value afterwards, except the intermediates each
+test names (a name bound only to a saved model value, a loop temporary).
+
+- results kept: a script's results, built at module level and read nowhere after, still
+  exist after the optimized script (they used to stay on the server);
+- nothing unpicklable crosses the wire: an import, or a lambda, inside a loop of traces
+  runs on your machine before the session (it used to be sent back: `cannot pickle
+  'module' object`), and where it cannot move the loop is left as it is, with the reason;
+- control flow keeps its meaning: a retry loop that stops at the first success still runs
+  one attempt per item (it used to run every attempt in the session), and `break`,
+  `continue` and `raise` keep what they do.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from execution import both, optimized_and_verified, script
+
+from ndif_opt import optimize  # noqa: E402
+
+modes = pytest.mark.parametrize("unsafe", [False, True], ids=["default", "unsafe"])
+
+# -- results kept ---------------------------------------------------------------------
+
+TOP_TOKEN_BY_PROMPT = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    prompts = ["The cat sat on the", "Paris is the capital of", "One two three"]
+
+    results = {}
+    for i, prompt in enumerate(prompts):
+        with model.trace(prompt, remote=True):
+            logits = model.lm_head.output.save()
+        results[prompt] = logits[0, -1].argmax().item()
+'''
+
+
+@both
+@modes
+def test_a_dict_of_results_filled_in_a_loop_is_there_after_the_script(family, unsafe):
+    result, report = optimized_and_verified(TOP_TOKEN_BY_PROMPT, family, unsafe=unsafe,
+                                            let_go=frozenset({"logits", "prompt", "i"}))
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "results" not in result.unreturned
+
+
+LOGIT_DIFFS = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    pairs = [("The cat sat on the", " mat", " dog"), ("One two three", " four", " five")]
+    logit_diffs = []
+    for prompt, good, bad in pairs:
+        good_id = model.tokenizer(good)["input_ids"][-1]
+        bad_id = model.tokenizer(bad)["input_ids"][-1]
+        with model.trace(prompt, remote=True):
+            last = model.lm_head.output[0, -1].save()
+        logit_diffs.append((last[good_id] - last[bad_id]).item())
+    mean_diff = sum(logit_diffs) / len(logit_diffs)
+'''
+
+
+@both
+@modes
+def test_a_list_of_logit_differences_and_their_mean_are_there_after_the_script(family, unsafe):
+    result, report = optimized_and_verified(
+        LOGIT_DIFFS, family, unsafe=unsafe,
+        let_go=frozenset({"last", "prompt", "good", "bad", "good_id", "bad_id"}))
+    assert report.after.requests == 1, report.to_text() + result.code
+
+
+STEERING_SHIFT = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("I love this", remote=True):
+        happy = LAYERS[1].output[0, -1].save()
+    with model.trace("I hate this", remote=True):
+        sad = LAYERS[1].output[0, -1].save()
+    direction = happy - sad
+    with model.trace("The weather today is", remote=True):
+        LAYERS[1].output[0, -1] += direction
+        steered = model.lm_head.output[0, -1].argmax().item().save()
+'''
+
+
+@both
+@modes
+def test_a_direction_computed_between_traces_is_there_after_the_script(family, unsafe):
+    result, report = optimized_and_verified(STEERING_SHIFT, family, unsafe=unsafe,
+                                            let_go=frozenset({"happy", "sad"}))
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "direction" not in result.unreturned
+
+
+# -- only data crosses the wire ----------------------------------------------------------
+
+IMPORT_IN_LOOP = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    prompts = ["The cat sat on the", "Paris is the capital of", "One two three"]
+    norms = []
+    for prompt in prompts:
+        import torch
+        fmt = lambda value: f"{value:.3f}"
+        with model.trace(prompt, remote=True):
+            h = LAYERS[1].output.save()
+        norm = torch.norm(h[0, -1])
+        norms.append(norm.item())
+        print(prompt, fmt(norms[-1]), torch.round(norm, decimals=1))
+    stacked = torch.tensor(norms)
+'''
+
+
+@both
+@modes
+def test_an_import_and_a_lambda_in_a_loop_of_traces_stay_on_your_machine(family, unsafe):
+    result, report = optimized_and_verified(IMPORT_IN_LOOP, family, unsafe=unsafe,
+                                            let_go=frozenset({"h", "norm", "prompt"}))
+    assert report.after.requests == 1, report.to_text() + result.code
+    code = result.code
+    assert code.index("import torch") < code.index("model.session("), code
+    assert code.index("fmt = lambda") < code.index("model.session("), code
+
+
+CONDITIONAL_IMPORT = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    prompts = ["The cat sat on the", "Paris is the capital of"]
+    for prompt in prompts:
+        if prompt:
+            import torch
+        with model.trace(prompt, remote=True):
+            h = LAYERS[1].output.save()
+        print(prompt, torch.norm(h[0, -1]).item())
+    print(torch.__name__)
+'''
+
+
+@both
+def test_a_module_that_would_have_to_come_back_from_a_session_leaves_the_loop_as_it_is(family):
+    result, report = optimized_and_verified(CONDITIONAL_IMPORT, family)
+    assert report.after.requests == report.before.requests, report.to_text() + result.code
+    reasons = [f.reason or "" for f in result.findings if f.pass_id == "session-hoisting"]
+    assert any("`torch` is a module" in reason for reason in reasons), reasons
+
+
+# -- control flow keeps its meaning ------------------------------------------------------
+
+RETRY_WITH_PRINT = '''
+    import time
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    prompts = ["The cat sat on the", "Paris is the capital of", "One two three"]
+    answers = []
+    for prompt in prompts:
+        for attempt in range(3):
+            try:
+                with model.trace(prompt, remote=True):
+                    top = model.lm_head.output[0, -1].argmax().save()
+                print(f"{prompt!r} -> {top.item()}")
+                answers.append(top.item())
+                break
+            except Exception as error:
+                print("attempt", attempt, "failed:", error)
+                time.sleep(0)
+'''
+
+
+@both
+@modes
+def test_a_retry_loop_that_stops_at_the_first_success_still_runs_one_attempt(family, unsafe):
+    result, report = optimized_and_verified(RETRY_WITH_PRINT, family, unsafe=unsafe,
+                                            let_go=frozenset({"top", "prompt", "attempt"}))
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert report.after.forward_passes == report.before.forward_passes == 3, report.to_text() + result.code
+
+
+EARLY_EXITS = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    prompts = ["The cat sat on the", "skip", "Paris is the capital of", "STOP", "One two three"]
+    tops = []
+    for prompt in prompts:
+        if prompt == "skip":
+            continue
+        if prompt == "STOP":
+            break
+        with model.trace(prompt, remote=True):
+            top = model.lm_head.output[0, -1].argmax().save()
+        tops.append(top.item())
+'''
+
+
+@both
+@modes
+def test_break_and_continue_keep_what_they_do_in_a_session(family, unsafe):
+    result, report = optimized_and_verified(EARLY_EXITS, family, unsafe=unsafe,
+                                            let_go=frozenset({"top", "prompt"}))
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert report.after.forward_passes == report.before.forward_passes == 2, report.to_text() + result.code
+
+
+RAISING = EARLY_EXITS + '''        if top.item() >= 0:
+                raise ValueError("a token id of the wrong kind")
+'''
+
+
+@both
+def test_a_loop_that_may_raise_keeps_what_it_computed_before_raising(family):
+    # in one session the `raise` would end the whole request: `tops` would not come back
+    result, report = optimized_and_verified(RAISING, family, expect_ok=False, allow_same_error=True,
+                                            let_go=frozenset({"top", "prompt"}))
+    assert report.intended_ok, report.to_text() + result.code
+    assert "ValueError" in (report.errors["optimized"] or ""), report.errors
+    reasons = [f.reason or "" for f in result.findings if f.pass_id == "session-hoisting"]
+    assert any("raises an exception" in reason for reason in reasons), reasons
+
+
+def test_the_scripts_parse_for_both_families():
+    for template in (TOP_TOKEN_BY_PROMPT, LOGIT_DIFFS, STEERING_SHIFT, IMPORT_IN_LOOP, CONDITIONAL_IMPORT,
+                     RETRY_WITH_PRINT, EARLY_EXITS):
+        for family in ("gpt2", "llama"):
+            optimize(script(template, family))
