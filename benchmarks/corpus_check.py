@@ -14,7 +14,12 @@ per file and mode:
   a phrase said twice in a row, an unrendered ``{name}`` or ``None``, …);
 * ``report``: fixed findings that claim ``N requests → M`` while the report's row for
   their pass falls by less (or a fall of session-hoisting or trace-fusion that no
-  finding claims).
+  finding claims);
+* ``cells merged``: a notebook's cells (or a ``# %%`` script's) whose count changed, or a
+  statement moved from one cell to another (:func:`statements_moved`);
+* ``unserializable``: a value the optimized code sends back from a session (a saved name,
+  a record appended to a ``_ndif_`` list) that is a module, a function, an open file... by
+  the analysis' one rule (:func:`ndif_opt.analysis.wire.wire_problem`).
 
     python benchmarks/corpus_check.py              # the table, markdown
     python benchmarks/corpus_check.py --only gptj  # files whose name contains "gptj"
@@ -39,10 +44,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from reach import output_parses  # noqa: E402
 
+import libcst as cst  # noqa: E402
+
 from ndif_opt import Status, optimize  # noqa: E402
+from ndif_opt.analysis.facts import Remote, analyze, is_save_call  # noqa: E402
+from ndif_opt.analysis.wire import wire_problem  # noqa: E402
 from ndif_opt.frontends.config import load_options  # noqa: E402
 from ndif_opt.frontends.files import read_source  # noqa: E402
-from ndif_opt.frontends.notebook import is_notebook, optimize_notebook  # noqa: E402
+from ndif_opt.frontends.notebook import is_notebook, notebook_script, optimize_notebook, statements_moved  # noqa: E402
+from ndif_opt.syntax.rewrite import unsave  # noqa: E402
+from ndif_opt.syntax.walk import find_nodes  # noqa: E402
 from ndif_opt.output.wording import broken_template  # noqa: E402
 
 CORPUS = PROJECT.parent / "shared" / "corpus"
@@ -63,6 +74,8 @@ class Cell:
     no_edit: list[str] = field(default_factory=list)
     templates: list[str] = field(default_factory=list)
     report: list[str] = field(default_factory=list)
+    cells_merged: list[str] = field(default_factory=list)
+    unserializable: list[str] = field(default_factory=list)
 
     def problems(self) -> list[str]:
         found = [f"crash: {self.crash}"] if self.crash else []
@@ -71,6 +84,8 @@ class Cell:
         found += [f"no edit under: {m}" for m in self.no_edit]
         found += [f"template: {m}" for m in self.templates]
         found += [f"report: {m}" for m in self.report]
+        found += [f"cells merged: {m}" for m in self.cells_merged]
+        found += [f"unserializable value returned: {m}" for m in self.unserializable]
         return found
 
 
@@ -121,13 +136,76 @@ def report_disagreements(result) -> list[str]:
     return disagreements
 
 
+def cells_of(path: Path, text: str) -> dict[int, str] | None:
+    """Cell index -> code of a notebook's code cells (IPython lines blanked), or of a
+    script's ``# %%`` cells; None for a script without cells."""
+    if is_notebook(str(path)):
+        found = {}
+        for index, cell in enumerate(json.loads(text)["cells"]):
+            if cell["cell_type"] == "code":
+                source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+                found[index] = "\n".join("" if line.lstrip().startswith(("!", "%")) else line
+                                         for line in source.splitlines())
+        return found
+    parts = re.split(r"^# ?%%.*$", text, flags=re.M)
+    return dict(enumerate(parts)) if len(parts) > 1 else None
+
+
+def merged_cells(path: Path, before: str, after: str) -> list[str]:
+    old, new = cells_of(path, before), cells_of(path, after)
+    if old is None:
+        return []
+    if new is None or len(new) != len(old):
+        return [f"{len(old)} cells became {0 if new is None else len(new)}"]
+    return [f"`{line[:60]}` from cell {a + 1} to cell {b + 1}" for a, b, line in statements_moved(old, new)]
+
+
+def unserializable_returns(path: Path, code: str) -> list[str]:
+    """Names the optimized code saves or records in a remote session whose value cannot
+    come back from NDIF."""
+    try:
+        module = cst.parse_module(notebook_script(code) if is_notebook(str(path)) else code)
+    except (cst.ParserSyntaxError, ValueError):
+        return []
+    facts = analyze(module)
+    found = []
+    for block in facts.blocks:
+        if block.parent is not None or block.method != "session" or block.remote.state is Remote.NO:
+            continue
+        for name in sorted(_sent_back(block.node)):
+            problem = wire_problem(name, [block.node], facts)
+            if problem:
+                found.append(problem)
+    return found
+
+
+def _sent_back(block: cst.With) -> set[str]:
+    """Names a session saves (`x = x.save()`-like, `nnsight.save(x)`) or appends to its
+    records (`_ndif_log.append((a, b))`)."""
+    names: set[str] = set()
+    for node in find_nodes(block, lambda n: isinstance(n, cst.Call)):
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "append" and isinstance(func.value, cst.Name) \
+                and func.value.value.startswith("_ndif_") and node.args:
+            value = node.args[0].value
+            items = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+            names |= {item.value for item in items if isinstance(item, cst.Name)}
+        elif is_save_call(node):
+            saved = unsave(node)
+            if isinstance(saved, cst.Name):
+                names.add(saved.value)
+    return names
+
+
 def check_mode(path: Path, text: str, mode: str) -> Cell:
     try:
         result = optimize_in(path, text, mode)
     except Exception as error:  # noqa: BLE001 - a crash is what we measure
         return Cell(crash=f"{type(error).__name__}: {error}"[:120])
     cell = Cell(parses=output_parses(path, result.code), no_edit=fixed_without_edit(result),
-                templates=broken_templates(result), report=report_disagreements(result))
+                templates=broken_templates(result), report=report_disagreements(result),
+                cells_merged=merged_cells(path, text, result.code),
+                unserializable=unserializable_returns(path, result.code))
     try:
         cell.idempotent = optimize_in(path, result.code, mode).code == result.code
     except Exception as error:  # noqa: BLE001
@@ -169,14 +247,20 @@ def mark(cell: Cell) -> str:
 
 def render(rows: dict[str, dict[str, Cell]]) -> str:
     modes = [*MODES, CLI_MODE]
-    lines = ["| file | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
-    lines += [f"| {name} | " + " | ".join(mark(cells[m]) for m in modes) + " |"
+    lines = ["| file | " + " | ".join(modes) + " | cells merged | unserializable returned |",
+             "|---|" + "---|" * (len(modes) + 2)]
+    lines += [f"| {name} | " + " | ".join(mark(cells[m]) for m in modes)
+              + f" | {sum(len(c.cells_merged) for c in cells.values())}"
+              + f" | {sum(len(c.unserializable) for c in cells.values())} |"
               for name, cells in rows.items()]
     details = [f"- {name} [{mode}] {problem}"
                for name, cells in rows.items() for mode, cell in cells.items()
                for problem in cell.problems()]
     total = sum(1 for cells in rows.values() for cell in cells.values() if cell.problems())
-    lines += ["", f"{len(rows)} files × {len(modes)} modes: {total} cells with problems"]
+    merged = sum(len(c.cells_merged) for cells in rows.values() for c in cells.values())
+    unserializable = sum(len(c.unserializable) for cells in rows.values() for c in cells.values())
+    lines += ["", f"{len(rows)} files × {len(modes)} modes: {total} cells with problems; "
+                  f"cells merged {merged}; unserializable values returned {unserializable}"]
     return "\n".join(lines + ([""] + details if details else []))
 
 
