@@ -286,20 +286,25 @@ with model.trace("The Eiffel Tower is in the city of"):
     model.transformer.h[4].output[0][:] = 0
     after = model.transformer.h[4].output[0].save()
 '''
+# the same, with one use that only the old tuple's hidden states [B, S, D] allow
+LAYER_INDEXING_3D = LAYER_INDEXING + "batch, seq, hidden = after.shape\n"
 
 
 def test_output_0_of_a_layer_indexes_the_batch_on_08_and_migration_fixes_it(verify_pkg):
-    wrong = verify_pkg.run_script(LAYER_INDEXING, filename="layers.py", mode="local")
-    fixed = verify_pkg.run_script(migrate_only(LAYER_INDEXING).code, filename="layers.py", mode="local")
-    assert wrong.error is None and fixed.error is None
-    seq = fixed.namespace["after"].shape[1]
-    hidden = fixed.namespace["after"].shape[2]
-    # unmigrated: `output[0]` is the first batch row [seq, hidden], `[:, -1]` one hidden unit per position
-    assert tuple(wrong.namespace["last"].shape) == (seq,)
-    assert tuple(wrong.namespace["after"].shape) == (seq, hidden)
+    # nothing in its uses says which `[0]` means: the row it is on 0.8, left as it is
+    assert migrate_only(LAYER_INDEXING).code == LAYER_INDEXING
+    row = verify_pkg.run_script(LAYER_INDEXING, filename="layers.py", mode="local")
+    assert row.error is None and row.namespace["after"].dim() == 2  # the first batch row [seq, hidden]
+    # `batch, seq, hidden = after.shape` shows the author's [B, S, D]: on 0.8 unmigrated it fails
+    wrong = verify_pkg.run_script(LAYER_INDEXING_3D, filename="layers.py", mode="local")
+    fixed = verify_pkg.run_script(migrate_only(LAYER_INDEXING_3D).code, filename="layers.py", mode="local")
+    assert wrong.error is not None and "ValueError" in wrong.error
+    assert fixed.error is None, fixed.error
+    ns = fixed.namespace
+    assert (ns["batch"], ns["seq"]) == (1, ns["after"].shape[1])
     # migrated: the last position's hidden state of the (single) batch row
-    assert tuple(fixed.namespace["last"].shape) == (1, hidden)
-    assert bool((fixed.namespace["after"] == 0).all())
+    assert tuple(ns["last"].shape) == (1, ns["hidden"])
+    assert bool((ns["after"] == 0).all())
 
 
 def test_migration_runs_once_and_never_on_its_own_output():
@@ -308,7 +313,7 @@ def test_migration_runs_once_and_never_on_its_own_output():
     source = (
         "from nnsight import LanguageModel\nmodel = LanguageModel('openai-community/gpt2')\n"
         "with model.trace('hello', remote=True):\n    h = model.transformer.h[3].output[0][0].save()\n"
-        "print(h.shape)\n"
+        "seq, hidden = h.shape\n"
     )
     result = optimize(source, options=Options(migrate=True))
     assert "model.transformer.h[3].output[0, :]." in result.code
@@ -317,7 +322,8 @@ def test_migration_runs_once_and_never_on_its_own_output():
 
 
 # shaped like a causal-tracing script: every layer's first batch row stacked in a
-# comprehension, one row read by index, and a full layer output
+# comprehension, one row read by index, and a full layer output whose three dimensions
+# show that `[0]` took it out of the old tuple
 ROW_STACK = '''\
 import torch
 from nnsight import LanguageModel
@@ -325,6 +331,7 @@ from nnsight import LanguageModel
 model = LanguageModel("{model}")
 with model.trace("The Eiffel Tower is in the city of"):
     full = {layers}[0].output[0].save()
+    last_position = {layers}[0].output[0][:, -1, :].save()
     last_row = {layers}[0].output[0][-1].save()
     stack = torch.stack([layer.output[0][0] for layer in {layers}]).save()
 '''
@@ -388,12 +395,12 @@ def test_an_import_of_a_removed_module_marks_the_script_pre_05():
     assert "an import of a module removed in nnsight 0.5" in finding.message
 
 
-def test_a_partial_migration_says_the_other_passes_did_not_run():
+def test_a_migration_that_cannot_be_finished_says_the_other_passes_did_not_run():
     result = migrate(OLD_PROXY_IMPORT)
     messages = [f.message for f in result.findings if f.pass_id == "migrate-api"]
     assert any("not migrated" in m for m in messages)
-    assert any(m.startswith("migration was partial") and "no other pass ran" in m for m in messages)
-    assert "session" not in result.code
+    assert any(m.startswith("migration not done") and "no other pass ran" in m for m in messages)
+    assert result.code == OLD_PROXY_IMPORT
 
 
 def test_every_removed_module_is_gone_from_the_installed_nnsight(verify_pkg):
