@@ -145,6 +145,7 @@ class VerifyReport:
     reason: Optional[str] = None  # one line: why FAILED, or what OK (same error) accepted
     # the nnsight (a) ran on when not this process's: "0.4" for a pre-0.5 original
     local_nnsight: Optional[str] = None
+    rewritten: bool = True  # the optimized script differs from the original
 
     @property
     def ok(self) -> bool:
@@ -364,6 +365,7 @@ def verify_sources(
         status=verdict.status,
         reason=missing or verdict_reason(verdict),
         local_nnsight=None if missing else original_nnsight,
+        rewritten=optimized != original,
     )
 
 
