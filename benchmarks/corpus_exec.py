@@ -88,6 +88,8 @@ def subject(mismatch: str) -> str:
 
 def judge(report: dict) -> dict:
     """The outcome of one verify report, by the rule in the module docstring."""
+    if report.get("local_nnsight"):
+        return judge_migration(report)
     errors = report["errors"]
     original_kind = error_kind(errors.get("original"))
     optimized_kind = error_kind(errors.get("optimized"))
@@ -122,6 +124,36 @@ def judge(report: dict) -> dict:
         "forward_before": report["before"]["forward_passes"],
         "forward_after": report["after"]["forward_passes"],
         "detail": "; ".join(detail),
+    }
+
+
+def judge_migration(report: dict) -> dict:
+    """A pre-0.5 file under --migrate: its original ran on nnsight 0.4 (and fails on 0.8 as
+    written, so its run there excuses nothing). NOT-MIGRATED: ndif-opt refused to migrate it
+    (all or nothing); FAILED: the original did not run on 0.4; else the migration is judged
+    against the 0.4 run alone: OK, or WRONG."""
+    errors = report["errors"]
+    if not report.get("rewritten", True):
+        outcome, detail = "NOT-MIGRATED", "left as it was (a migration that cannot be completed is not made)"
+    elif report["status"] == "failed":
+        outcome, detail = "FAILED", report.get("reason") or ""
+    elif report["status"] in ("ok", "same-error"):
+        outcome, detail = "OK", report.get("reason") or ""
+    else:
+        outcome = "WRONG"
+        detail = "; ".join([f"mismatch: {m}" for m in report["mismatches"][:4]]
+                           + ([f"optimized raised {first_line(errors.get('optimized'))}"] if errors.get("optimized") else []))
+    return {
+        "outcome": outcome,
+        "status": report["status"],
+        "requests_before": report["before"]["requests"],
+        "requests_after": report["after"]["requests"],
+        "download_before": report["before"]["download_bytes"],
+        "download_after": report["after"]["download_bytes"],
+        "forward_before": report["before"]["forward_passes"],
+        "forward_after": report["after"]["forward_passes"],
+        "detail": f"original on nnsight {report['local_nnsight']}"
+                  + (f" raised {first_line(errors.get('local'))}" if errors.get("local") else "") + f"; {detail}",
     }
 
 
@@ -163,7 +195,8 @@ def summary(rows: list[dict], modes: list[str]) -> str:
         fell = sum(1 for row in rows if (row[mode].get("requests_after") or 0) < (row[mode].get("requests_before") or 0)
                    and row[mode]["outcome"] in ("OK", "ORIGINAL-WRONG"))
         counts = ", ".join(f"{name} {outcomes.count(name)}" for name in
-                           ("OK", "ORIGINAL-WRONG", "FAILED", "WRONG", "ERROR") if outcomes.count(name))
+                           ("OK", "ORIGINAL-WRONG", "NOT-MIGRATED", "FAILED", "WRONG", "ERROR")
+                           if outcomes.count(name))
         parts.append(f"{mode}: {counts}; requests fall (measured, not wrong) in {fell}/{len(rows)}")
     return "\n".join(parts)
 

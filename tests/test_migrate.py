@@ -286,20 +286,25 @@ with model.trace("The Eiffel Tower is in the city of"):
     model.transformer.h[4].output[0][:] = 0
     after = model.transformer.h[4].output[0].save()
 '''
+# the same, with one use that only the old tuple's hidden states [B, S, D] allow
+LAYER_INDEXING_3D = LAYER_INDEXING + "batch, seq, hidden = after.shape\n"
 
 
 def test_output_0_of_a_layer_indexes_the_batch_on_08_and_migration_fixes_it(verify_pkg):
-    wrong = verify_pkg.run_script(LAYER_INDEXING, filename="layers.py", mode="local")
-    fixed = verify_pkg.run_script(migrate_only(LAYER_INDEXING).code, filename="layers.py", mode="local")
-    assert wrong.error is None and fixed.error is None
-    seq = fixed.namespace["after"].shape[1]
-    hidden = fixed.namespace["after"].shape[2]
-    # unmigrated: `output[0]` is the first batch row [seq, hidden], `[:, -1]` one hidden unit per position
-    assert tuple(wrong.namespace["last"].shape) == (seq,)
-    assert tuple(wrong.namespace["after"].shape) == (seq, hidden)
+    # nothing in its uses says which `[0]` means: the row it is on 0.8, left as it is
+    assert migrate_only(LAYER_INDEXING).code == LAYER_INDEXING
+    row = verify_pkg.run_script(LAYER_INDEXING, filename="layers.py", mode="local")
+    assert row.error is None and row.namespace["after"].dim() == 2  # the first batch row [seq, hidden]
+    # `batch, seq, hidden = after.shape` shows the author's [B, S, D]: on 0.8 unmigrated it fails
+    wrong = verify_pkg.run_script(LAYER_INDEXING_3D, filename="layers.py", mode="local")
+    fixed = verify_pkg.run_script(migrate_only(LAYER_INDEXING_3D).code, filename="layers.py", mode="local")
+    assert wrong.error is not None and "ValueError" in wrong.error
+    assert fixed.error is None, fixed.error
+    ns = fixed.namespace
+    assert (ns["batch"], ns["seq"]) == (1, ns["after"].shape[1])
     # migrated: the last position's hidden state of the (single) batch row
-    assert tuple(fixed.namespace["last"].shape) == (1, hidden)
-    assert bool((fixed.namespace["after"] == 0).all())
+    assert tuple(ns["last"].shape) == (1, ns["hidden"])
+    assert bool((ns["after"] == 0).all())
 
 
 def test_migration_runs_once_and_never_on_its_own_output():
@@ -308,7 +313,7 @@ def test_migration_runs_once_and_never_on_its_own_output():
     source = (
         "from nnsight import LanguageModel\nmodel = LanguageModel('openai-community/gpt2')\n"
         "with model.trace('hello', remote=True):\n    h = model.transformer.h[3].output[0][0].save()\n"
-        "print(h.shape)\n"
+        "seq, hidden = h.shape\n"
     )
     result = optimize(source, options=Options(migrate=True))
     assert "model.transformer.h[3].output[0, :]." in result.code
@@ -317,7 +322,8 @@ def test_migration_runs_once_and_never_on_its_own_output():
 
 
 # shaped like a causal-tracing script: every layer's first batch row stacked in a
-# comprehension, one row read by index, and a full layer output
+# comprehension, one row read by index, and a full layer output whose three dimensions
+# show that `[0]` took it out of the old tuple
 ROW_STACK = '''\
 import torch
 from nnsight import LanguageModel
@@ -325,6 +331,7 @@ from nnsight import LanguageModel
 model = LanguageModel("{model}")
 with model.trace("The Eiffel Tower is in the city of"):
     full = {layers}[0].output[0].save()
+    last_position = {layers}[0].output[0][:, -1, :].save()
     last_row = {layers}[0].output[0][-1].save()
     stack = torch.stack([layer.output[0][0] for layer in {layers}]).save()
 '''
@@ -388,12 +395,12 @@ def test_an_import_of_a_removed_module_marks_the_script_pre_05():
     assert "an import of a module removed in nnsight 0.5" in finding.message
 
 
-def test_a_partial_migration_says_the_other_passes_did_not_run():
+def test_a_migration_that_cannot_be_finished_says_the_other_passes_did_not_run():
     result = migrate(OLD_PROXY_IMPORT)
     messages = [f.message for f in result.findings if f.pass_id == "migrate-api"]
     assert any("not migrated" in m for m in messages)
-    assert any(m.startswith("migration was partial") and "no other pass ran" in m for m in messages)
-    assert "session" not in result.code
+    assert any(m.startswith("migration not done") and "no other pass ran" in m for m in messages)
+    assert result.code == OLD_PROXY_IMPORT
 
 
 def test_every_removed_module_is_gone_from_the_installed_nnsight(verify_pkg):
@@ -408,3 +415,112 @@ def test_every_removed_module_is_gone_from_the_installed_nnsight(verify_pkg):
             importlib.import_module(module)
     run = verify_pkg.run_script(OLD_PROXY_IMPORT, filename="proxy.py", mode="local")
     assert run.error is not None and "nnsight.tracing.graph" in run.error
+
+
+# ---------------------------------------------------------------------------------------
+# Migration right or not at all (issue 32): `output[0]` by its uses, groups, whole files
+# ---------------------------------------------------------------------------------------
+
+# written for nnsight 0.8 on transformers 5: `output[0]` is the only prompt's row [S, D]; the
+# code walks its positions and compares the two prompts' lengths
+BATCH_ROW = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+prompts = ["The Eiffel Tower is in the city of", "The cat sat on the"]
+rows = []
+for prompt in prompts:
+    with model.trace(prompt, remote=True):
+        row = LAYERS[2].output[0].save()
+    rows.append(row)
+shorter = min(rows[0].shape[0], rows[1].shape[0])
+drift = [round((rows[0][p] - rows[1][p]).norm().item(), 4) for p in range(shorter)]
+print(len(drift), rows[0].shape[0] > rows[1].shape[0])
+'''
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_an_output_0_meaning_the_batch_row_is_not_migrated(verify_pkg, family):
+    from execution import optimized_and_verified, script
+
+    result, report = optimized_and_verified(BATCH_ROW, family, options=Options(migrate=True))
+    assert ".output[0]" in result.code
+    assert not any(f.applied for f in result.findings if f.pass_id == "migrate-api")
+    assert "nothing in its uses shows" in " ".join(f.reason or "" for f in result.findings)
+    assert report.after.requests >= 1 and len(report.before.records) == 2
+    assert optimize(script(BATCH_ROW, family), options=Options(migrate=True)).code == result.code
+
+
+# pre-0.5 (`scan=`, `.value`), with one idiom that has no 0.5+ rewrite (`.next()`)
+UNFINISHED = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in", remote=True, scan=False):
+    hidden = model.transformer.h[3].output[0].save()
+    logits = model.lm_head.output.save()
+top = logits.value[0, -1].argmax()
+with model.generate("The Eiffel Tower is in", max_new_tokens=3, remote=True):
+    first = model.lm_head.output.save()
+    model.next()
+    second = model.lm_head.output.save()
+'''
+
+
+def test_a_migration_that_cannot_be_completed_leaves_the_file_as_it_was():
+    result = migrate(UNFINISHED)
+    assert result.code == UNFINISHED
+    findings = [f for f in result.findings if f.pass_id == "migrate-api"]
+    assert not any(f.applied for f in findings)
+    blocked = [f for f in findings if "not migrated" in f.message]
+    assert [f.message for f in blocked] == ["`model.next()`: not migrated"] and "tracer.iter" in blocked[0].reason
+    (summary,) = [f for f in findings if f.message.startswith("migration not done")]
+    assert "`.value`" in summary.message and "left the whole script as it was" in summary.message
+
+
+# pre-0.5 `.value` reached only through containers and a helper's return
+SAVES_IN_CONTAINERS = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+prompts = ["The Eiffel Tower is in", "The cat sat on the"]
+
+
+def last_token_logits(prompt):
+    with model.trace(prompt, remote=True):
+        out = model.lm_head.output[0, -1].save()
+    return out
+
+
+grid = []
+for prompt in prompts:
+    per_layer = []
+    with model.trace(prompt, remote=True):
+        for layer in LAYERS[:3]:
+            per_layer.append(layer.mlp.output[0, -1].norm().save())
+    grid.append(per_layer)
+norms = [[round(cell.value.item(), 5) for cell in row] for row in grid]
+results = {p: last_token_logits(p) for p in prompts}
+tops = [v.value.argmax().item() for v in results.values()]
+print(norms, tops)
+'''
+
+
+def test_value_through_containers_and_returns_marks_the_script_pre_05():
+    from execution import script
+
+    source = script(SAVES_IN_CONTAINERS, "gpt2")
+    assert _generation(source) == PRE_05
+    assert optimize(source).code == source  # the default mode leaves pre-0.5 code alone
+    migrated = migrate_only(source).code
+    assert ".value." not in migrated
+    assert "[[round(cell.item(), 5) for cell in row] for row in grid]" in migrated
+    assert "[v.argmax().item() for v in results.values()]" in migrated
+
+
+def test_verify_of_a_pre_05_original_without_the_nnsight_04_venv_says_so(verify_pkg, monkeypatch):
+    monkeypatch.setenv("NDIF_OPT_NNSIGHT04_PYTHON", "/nonexistent/python")
+    source = UNFINISHED.replace("    model.next()\n", "")
+    report = verify_pkg.verify_sources(source, migrate_only(source).code, filename="old.py", original_nnsight="0.4")
+    assert report.failed and ".venv-nnsight04" in report.reason and "requirements-nnsight04.txt" in report.reason
+    assert report.mismatches == [] and report.local_nnsight is None

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, is_save_call, opens_invoke, qualify
+from ndif_opt.analysis.layer_outputs import TUPLE, Evidence, layer_output_groups
+from ndif_opt.analysis.saved_values import SavedValues
+from ndif_opt.analysis.scopes import scope_index
 from ndif_opt.analysis.names import collect, collect_all, dotted_name
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.syntax.positions import code_of
@@ -76,6 +79,7 @@ class Legacy:
     fix: Callable[[cst.CSTNode], cst.CSTNode] | None = None
     reason: str = ""
     move: "Move | None" = None  # statements after invokes, moved out of their trace
+    evidence: str = ""  # what decided a layer output's meaning
 
 
 @dataclass
@@ -169,11 +173,13 @@ class _Scanner:
         facts = self.facts
         walk = _Collect(self.block_nodes)
         walk_tree(facts.module, walk)  # the only walk of the tree: everything else reads `walk`
-        saved, lists, elements, conflicted = _saved_names(facts, walk)
+        saved = SavedValues(facts, walk, scope_index(facts).parents,
+                            lambda call: _nnsight_call(call, facts) in ("list", "dict"))
         layer_lists, layers = _layer_aliases(walk)
-        visitor = _Visitor(self, walk, saved, lists, elements, conflicted, layer_lists, layers)
+        visitor = _Visitor(self, walk, saved, layer_lists, layers)
         visitor.run()
         self._invokes()
+        self._layer_outputs(walk, layer_lists, layers)
         for model in facts.models.values():
             if model.class_path.endswith("TransformersModel"):
                 self.modern.append((model.node, "TransformersModel"))
@@ -181,6 +187,23 @@ class _Scanner:
             order = _walk_order(facts.module)
             self.legacy.sort(key=lambda item: order.get(id(item.node), 0))
         return Scan(self.legacy, self.modern)
+
+    def _layer_outputs(self, walk: "_Collect", layer_lists: set[str], layers: set[str]) -> None:
+        """`output[0]` of decoder layers, migrated by group where the code shows the old
+        tuple was meant (:mod:`ndif_opt.analysis.layer_outputs`); a file written for the
+        pre-0.5 API was written for transformers < 5, which decides every group."""
+        era = next((item for item in self.legacy if item.pre05), None)
+        era_evidence = None if era is None else Evidence(
+            TUPLE, f"the script uses the pre-0.5 nnsight API ({_LABELS.get(era.kind, era.what)}), "
+                   "so it was written for transformers < 5")
+        is_layer = functools.partial(_is_layer, lists=layer_lists, layers=layers)
+        for group in layer_output_groups(self.facts, walk.subscripts, is_layer, era_evidence):
+            for site in group.sites:
+                if group.meaning == TUPLE:
+                    self.legacy.append(Legacy("layer-output", site.target, site.what, False, site.fix,
+                                              evidence=group.why))
+                elif group.meaning is None:
+                    self.legacy.append(Legacy("layer-output", site.node, site.what, False, None, group.why))
 
     def _invokes(self) -> None:
         for block in self.facts.blocks:
@@ -258,11 +281,15 @@ def _may_hold_idioms(facts: Facts) -> bool:
     if any(m.class_path.endswith("TransformersModel") for m in facts.models.values()):
         return True
     heads: set[str] = set()
+    outputs = zero_indexes = False  # `out = layer.output` in one place, `out[0]` in another
     for stmt in facts.module.body:
-        flagged, call_heads = _idiom_hints(stmt)
+        flagged, call_heads, output, zero_index = _idiom_hints(stmt)
         if flagged:
             return True
         heads |= call_heads
+        outputs, zero_indexes = outputs or output, zero_indexes or zero_index
+        if outputs and zero_indexes:
+            return True
     return any(_may_be_nnsight_call(facts.imports.get(head, head)) for head in heads)
 
 
@@ -275,11 +302,11 @@ def _may_be_nnsight_call(head_path: str) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _idiom_hints(stmt: cst.BaseStatement) -> tuple[bool, frozenset[str]]:
+def _idiom_hints(stmt: cst.BaseStatement) -> tuple[bool, frozenset[str], bool, bool]:
     # a pure function of an immutable node (kept alive while cached)
     hints = _IdiomHints()
     walk_tree(stmt, hints)
-    return hints.flagged, frozenset(hints.call_heads)
+    return hints.flagged, frozenset(hints.call_heads), hints.output, hints.zero_index
 
 
 def _is_new_container(expr: cst.BaseExpression) -> bool:
@@ -294,10 +321,14 @@ class _IdiomHints(cst.CSTVisitor):
     def __init__(self) -> None:
         self.flagged = False
         self.call_heads: set[str] = set()
+        self.output = False  # an `.output` (a layer's may reach a `[0]` through names)
+        self.zero_index = False  # an `x[0]`
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value == "value":
             self.flagged = True
+        elif node.attr.value == "output":
+            self.output = True
 
     def visit_Import(self, node: cst.Import) -> None:
         if any(removed_module(dotted_name(alias.name) or "") for alias in node.names):
@@ -318,8 +349,11 @@ class _IdiomHints(cst.CSTVisitor):
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         base = node.value
-        if type(base) is cst.Attribute and base.attr.value == "output" and _index_value(node) is not None:
+        index = _index_value(node)
+        if type(base) is cst.Attribute and base.attr.value == "output" and index is not None:
             self.flagged = True
+        elif index == 0:
+            self.zero_index = True
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         # `from nnsight import list`, `from nnsight.tracing.graph import Proxy` (the
@@ -344,6 +378,8 @@ class _Collect(cst.CSTVisitor):
         self.assigns: list[cst.Assign] = []
         self.calls: list[cst.Call] = []
         self.loops: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []  # (target, iterable)
+        self.for_loops: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []  # of `for` statements only
+        self.functions: list[cst.FunctionDef] = []
         self.attributes: list[cst.Attribute] = []  # `.value` / `.result`
         self.subscripts: list[cst.Subscript] = []
         self.imports: list[cst.ImportFrom | cst.Import] = []
@@ -384,6 +420,10 @@ class _Collect(cst.CSTVisitor):
 
     def visit_For(self, node: cst.For) -> None:
         self.loops.append((node.target, node.iter))
+        self.for_loops.append((node.target, node.iter))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.functions.append(node)
 
     def visit_CompFor(self, node: cst.CompFor) -> None:
         self.loops.append((node.target, node.iter))
@@ -425,95 +465,6 @@ def _walk_order(module: cst.Module) -> dict[int, int]:
 
     walk_tree(module, Order())
     return order
-
-
-def _saved_names(facts: Facts, walk: "_Collect"):
-    """Names whose every binding is a saved value (or an nnsight container); lists and
-    dicts filled with saved values; loop targets iterating over those."""
-
-    def saved_expr(expr) -> bool:
-        if expr is None:
-            return False
-        if is_save_call(expr):
-            return True
-        return isinstance(expr, cst.Call) and _nnsight_call(expr, facts) in ("list", "dict")
-
-    saved: set[str] = set()
-    conflicted: set[str] = set()
-    for name, bindings in facts.bindings.items():
-        if any(saved_expr(value) for _, value in bindings):
-            if all(saved_expr(value) for _, value in bindings):
-                saved.add(name)
-            else:
-                conflicted.add(name)
-    lists: set[str] = set()
-    for node in walk.calls:
-        func = node.func
-        if (
-            isinstance(func, cst.Attribute)
-            and func.attr.value in ("append", "insert", "extend", "setdefault")
-            and isinstance(func.value, cst.Name)
-            and any(saved_expr(a.value) or _comprehension_of_saves(a.value, saved_expr) for a in node.args)
-        ):
-            lists.add(func.value.value)
-    for node in walk.assigns:
-        for target in node.targets:
-            t = target.target
-            if isinstance(t, cst.Subscript) and isinstance(t.value, cst.Name) and saved_expr(node.value):
-                lists.add(t.value.value)
-            if isinstance(t, cst.Name) and _comprehension_of_saves(node.value, saved_expr):
-                lists.add(t.value)
-    lists |= {n for n in saved if _is_container_binding(facts, n)}
-    elements: set[str] = set()
-    for target, iterable in walk.loops:
-        source, position = _iteration_source(iterable)
-        if source not in lists:
-            continue
-        if position is None and isinstance(target, cst.Name):
-            elements.add(target.value)
-        elif position is not None and isinstance(target, cst.Tuple) and len(target.elements) > position:
-            inner = target.elements[position].value
-            if isinstance(inner, cst.Name):
-                elements.add(inner.value)
-    # a loop target that is also assigned elsewhere is not known to be saved
-    elements -= {n for n in elements if n in facts.bindings}
-    return saved, lists, elements, conflicted
-
-
-def _is_container_binding(facts: Facts, name: str) -> bool:
-    for _, value in facts.bindings.get(name, []):
-        inner = _strip_save(value) if value is not None else None
-        if isinstance(inner, cst.Call) and _nnsight_call(inner, facts) in ("list", "dict"):
-            return True
-    return False
-
-
-def _comprehension_of_saves(expr, saved_expr) -> bool:
-    if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
-        return saved_expr(expr.elt)
-    if isinstance(expr, cst.DictComp):
-        return saved_expr(expr.value)
-    if isinstance(expr, cst.List):
-        return bool(expr.elements) and all(saved_expr(e.value) for e in expr.elements)
-    return False
-
-
-def _iteration_source(iterable) -> tuple[str | None, int | None]:
-    """(`xs`, None) for `xs` / `xs.values()`; (`xs`, 1) for `enumerate(xs)` / `xs.items()`."""
-    if isinstance(iterable, cst.Name):
-        return iterable.value, None
-    if isinstance(iterable, cst.Call):
-        func = iterable.func
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and not iterable.args:
-            if func.attr.value == "values":
-                return func.value.value, None
-            if func.attr.value == "items":
-                return func.value.value, 1
-        if isinstance(func, cst.Name) and func.value == "enumerate" and iterable.args:
-            first = iterable.args[0].value
-            if isinstance(first, cst.Name):
-                return first.value, 1
-    return None, None
 
 
 def _layer_aliases(walk: "_Collect") -> tuple[set[str], set[str]]:
@@ -560,6 +511,7 @@ def _is_layer_list(expr, lists: set[str]) -> bool:
 
 
 def _is_layer(expr, lists: set[str], layers: set[str]) -> bool:
+    """`layers[3]`, `model.transformer.h[i]`, `layer` of `for layer in model.model.layers`."""
     if isinstance(expr, cst.Name):
         return expr.value in layers
     if isinstance(expr, cst.Subscript):
@@ -569,13 +521,6 @@ def _is_layer(expr, lists: set[str], layers: set[str]) -> bool:
             and _is_layer_list(expr.value, lists)
         )
     return False
-
-
-def _batch_row(updated: cst.Subscript) -> cst.Subscript:
-    """`x.output[0][k]` → `x.output[k, :]` (the same rows of the hidden states)."""
-    pick = updated.slice[0].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    return updated.with_changes(value=updated.value.value,
-                                slice=[pick, cst.SubscriptElement(cst.Slice(lower=None, upper=None))])
 
 
 def _index_value(node: cst.Subscript) -> int | None:
@@ -594,14 +539,11 @@ def _index_value(node: cst.Subscript) -> int | None:
 class _Visitor:
     """The idioms, found in what the walk gathered."""
 
-    def __init__(self, scanner: _Scanner, walk: _Collect, saved, lists, elements, conflicted, layer_lists, layers) -> None:
+    def __init__(self, scanner: _Scanner, walk: _Collect, saved: SavedValues, layer_lists, layers) -> None:
         self.s = scanner
         self.facts = scanner.facts
         self.walk = walk
         self.saved = saved
-        self.lists = lists
-        self.elements = elements
-        self.conflicted = conflicted
         self.outside = walk.outside
         self.layer_lists = layer_lists
         self.layers = layers
@@ -618,9 +560,6 @@ class _Visitor:
             self.visit_Attribute(node)
         for node in self.walk.calls:
             self.visit_Call(node)
-        # `h.output[0][k]`: the outer index picks a batch row once the tuple is gone
-        self.row_picks = {id(node.value): node for node in self.walk.subscripts
-                          if isinstance(node.value, cst.Subscript) and _index_value(node) is not None}
         for node in self.walk.subscripts:
             self.visit_Subscript(node)
         for node in self.walk.imports:
@@ -650,18 +589,12 @@ class _Visitor:
             self.s.modern.append((node, "`tracer.result`"))
         if node.attr.value != "value" or id(node) in self.targets or id(node) in self.walk.guarded:
             return
-        base = node.value
-        known = False
-        if isinstance(base, cst.Name):
-            if base.value in self.conflicted:
-                self.add("value", node, f"`{code_of(node)}`", True, None,
-                         f"`{base.value}` is also bound to values that are not saved")
-                return
-            known = base.value in self.saved or base.value in self.elements
-        elif isinstance(base, cst.Subscript) and isinstance(base.value, cst.Name):
-            known = base.value.value in self.lists
-        if known:
+        depths = self.saved.depth(node.value, self.saved.at(node))
+        if depths == {0}:
             self.add("value", node, f"`{code_of(node)}`", True, lambda updated: updated.value)
+        elif 0 in depths:
+            self.add("value", node, f"`{code_of(node)}`", True, None,
+                     f"`{code_of(node.value)}` is also bound to values that are not saved")
 
     # --- calls: nnsight.list(), .save(), removed helpers, scan=/validate= ---------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -778,16 +711,9 @@ class _Visitor:
             return
         if not _is_layer(base.value, self.layer_lists, self.layers):
             return
-        index = _index_value(node)
+        index = _index_value(node)  # `[0]`: read by Scanner._layer_outputs
         layer = code_of(base)
-        if index == 0 and id(node) in self.row_picks:
-            # `output[0][k]` → `output[k, :]`, not `output[k]`: the second index would read
-            # as the old tuple's element again, and migrating the output would change it
-            row = self.row_picks[id(node)]
-            self.add("layer-output", row, f"`{code_of(row)}`", False, _batch_row)
-        elif index == 0:
-            self.add("layer-output", node, f"`{layer}[0]`", False, lambda updated: updated.value)
-        elif index is not None:
+        if index is not None and index != 0:
             self.add("layer-output", node, f"`{layer}[{index}]`", False, None,
                      "with transformers >= 5 a decoder layer returns only its hidden states (a tensor); "
                      "take attention weights or caches from the attention module instead")

@@ -597,14 +597,14 @@ def name_assignment(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
 def returned_name(func: cst.FunctionDef) -> str | None:
     """The name every `return` of the function's own body returns, if one (`return
     logits` everywhere); None when a return gives anything else, or there is none."""
-    names = {stmt.value.value if type(stmt.value) is cst.Name else None for stmt in _own_returns(func.body)}
+    names = {stmt.value.value if type(stmt.value) is cst.Name else None for stmt in own_returns(func.body)}
     return names.pop() if len(names) == 1 else None
 
 
-def _own_returns(node: cst.CSTNode) -> Iterator[cst.Return]:
+def own_returns(node: cst.CSTNode) -> Iterator[cst.Return]:
     """The `return` statements of a function body, not of functions defined in it."""
     for child in node.children:
         if type(child) is cst.Return:
             yield child
         elif type(child) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
-            yield from _own_returns(child)
+            yield from own_returns(child)

@@ -575,16 +575,18 @@ def _passes_for(options: Options) -> list[Pass]:
 
 
 def _partial_migration(pass_id: str, facts, not_migrated: list[Finding]) -> Finding:
-    """The other passes did not run: what migration left is still pre-0.5 code."""
+    """Migration is all or nothing: a script it could not finish is left as it was, and
+    the other passes (whose rewrites are nnsight 0.5+ code) did not run on it."""
     where = not_migrated[0].range if not_migrated else Range.of(0, 0, 0, 0)
     return Finding(
         pass_id,
-        f"migration was partial: the script still uses the pre-0.5 nnsight API ({legacy_summary(facts)}), "
-        "so no other pass ran",
+        f"migration not done: the script uses the pre-0.5 nnsight API ({legacy_summary(facts)}) and "
+        f"{len(not_migrated) or 'some'} of its uses cannot be migrated safely, so ndif-opt left the whole "
+        "script as it was and no other pass ran",
         where,
         Status.SKIPPED,
-        reason="their rewrites are nnsight 0.5+ code; finish the migration by hand where it says "
-               "\"not migrated\", then run ndif-opt again",
+        reason="a half-migrated script runs on no nnsight release; rewrite by hand what the findings "
+               "\"not migrated\" name, then run ndif-opt again",
     )
 
 

@@ -351,8 +351,10 @@ def verify(
 
         # a script's `!pip install` lines are not Python: run it as a notebook would
         runnable = replace(result, code=script_without_magics(result.code))
-        report = verify_result(script_without_magics(source.text), runnable, filename=path, atol=atol, rtol=rtol,
-                               allow_same_error=allow_same_error, unsafe_fixes=options.unsafe_fixes)
+        original = script_without_magics(source.text)
+        report = verify_result(original, runnable, filename=path, atol=atol, rtol=rtol,
+                               allow_same_error=allow_same_error, unsafe_fixes=options.unsafe_fixes,
+                               original_nnsight=_original_nnsight(original, options))
     if fmt is Format.json:
         import json
 
@@ -363,6 +365,15 @@ def verify(
         raise typer.Exit(EXIT_ERROR)
     if not report.intended_ok:
         raise typer.Exit(EXIT_CHANGES)
+
+
+def _original_nnsight(source: str, options) -> str | None:
+    """With --migrate, a pre-0.5 original runs on nnsight 0.4 (its migration on 0.8)."""
+    if not options.migrate:
+        return None
+    from ndif_opt.verify.original_04 import original_nnsight
+
+    return original_nnsight(source)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,7 +11,11 @@ see nnsight 0.5+ code. It rewrites
   `nnsight.log(x)` → `print(x)`, `nnsight.int(x)` (and the other builtins) → `int(x)`;
 - `layers[i].output[0]` on a decoder layer → `layers[i].output`, in reads
   (`output[0][:, -1]` → `output[:, -1]`) and in interventions (`output[0][:] = v` →
-  `output[:] = v`);
+  `output[:] = v`), also through a name or a helper (`out = layer.output; out = out[0]`) —
+  where the code shows that `[0]` took the hidden states out of the old tuple: the script
+  uses the pre-0.5 API, or a use of the value needs three dimensions (`h[:, -1, :]`,
+  `b, s, d = h.shape`). The sites of one function, and those a helper's return links, are
+  decided together (ndif_opt/analysis/layer_outputs.py);
 - the `scan=` / `validate=` arguments of `.trace()` and `.invoke()` (removed in 0.5);
 - statements after the last `with tracer.invoke(...)` of a trace that read values of the
   invokes → after the trace, in a session (a session is added around a lone trace).
@@ -59,13 +63,16 @@ print(norms, logits[0, -1].argmax())
 ```
 
 ## Fix safety
-Safe for nnsight 0.5+ with transformers 5. `output[0]` is rewritten only on modules
-taken from a list of decoder layers (`layers`, `h`, `layer`, `blocks`); a custom module
-in such a list that still returns a tuple would be misread. Not migrated (reported
-instead): `.next()`, `nnsight.cond/iter/local`, `session.iter`, `tracer.cond`, a used
-`as invoker` target, `output[1]` of a decoder layer, `.value` on a name that is also
-bound to something other than a saved value, and statements after invokes that touch
-the model.
+Safe for nnsight 0.5+ with transformers 5. All or nothing: when a pre-0.5 script holds an
+idiom with no safe rewrite, nothing is rewritten (a half-migrated script runs on no nnsight
+release) and each such idiom is reported. Not migrated: `.next()`, `nnsight.cond/iter/local`,
+`session.iter`, `tracer.cond`, a used `as invoker` target, `output[1]` of a decoder layer,
+`.value` on a name that is also bound to something other than a saved value, statements
+after invokes that touch the model, and a decoder layer's `output[0]` whose uses do not
+show which it means (with transformers 5 it is the first batch row, `[S, D]`, which a
+script written for nnsight 0.8 may mean). `output[0]` is looked at only on modules taken
+from a list of decoder layers (`layers`, `h`, `layer`, `blocks`); a custom module in such a
+list that still returns a tuple would be misread.
 """
 
 from __future__ import annotations
@@ -96,26 +103,29 @@ class MigrateApi(Pass):
         if self.report_only:
             self._report(module, facts, found, context)
             return module
+        allowed = [item for item in found.legacy if context.allows(_anchor(item), f"{item.what}: old nnsight API")]
+        blockers = _blockers(found.legacy, allowed)
+        if blockers:
+            # a half-migrated script runs on no nnsight: the whole migration, or none of it
+            for item in blockers:
+                context.skipped(item.node, f"{item.what}: not migrated", item.reason or "its finding is suppressed")
+            return module
         edits: dict[int, Callable[[cst.CSTNode], cst.CSTNode]] = {}
         moves: list[Move] = []
-        for item in found.legacy:
+        for item in allowed:
             if item.move is not None:
-                if context.allows(item.move.trace.node, f"{item.what}: old nnsight API"):
-                    moves.append(item.move)
-                    context.applied(
-                        item.node,
-                        f"{item.what} moved out of the trace"
-                        + (" into a new session around it" if item.move.wrap else ", after it in the session")
-                        + ": in nnsight 0.5+ code after the invokes runs before them",
-                    )
-                continue
-            if item.fix is None:
+                moves.append(item.move)
+                context.applied(
+                    item.node,
+                    f"{item.what} moved out of the trace"
+                    + (" into a new session around it" if item.move.wrap else ", after it in the session")
+                    + ": in nnsight 0.5+ code after the invokes runs before them",
+                )
+            elif item.fix is None:  # (only in a 0.5+ script: a pre-0.5 one would be blocked)
                 context.skipped(item.node, f"{item.what}: not migrated", item.reason)
-                continue
-            if not context.allows(item.node, f"{item.what}: old nnsight API"):
-                continue
-            edits[id(item.node)] = item.fix
-            context.applied(item.node, _applied_message(item))
+            else:
+                edits[id(item.node)] = item.fix
+                context.applied(item.node, _applied_message(item))
         if not edits and not moves:
             return module
         return module.visit(_Edit(edits, moves))
@@ -129,30 +139,61 @@ class MigrateApi(Pass):
                 f"{PRE_05_MESSAGE} ({summary}); ndif-opt left it unchanged",
                 "its rewrites are nnsight 0.5+ code; run with --migrate to migrate the script first",
             )
-        # one finding per file, at the first use, naming the others: the same advice on
-        # every `output[0]` of a sweep drowned the rest of the report
-        layer_outputs = [item for item in found.legacy if item.kind == "layer-output" and item.fix is not None]
-        if layer_outputs:
-            first, others = layer_outputs[0], layer_outputs[1:]
-            # (no line numbers: in a notebook they would be the joined cells', not yours)
-            more = f" (and {len(others)} more like it)" if others else ""
+        # one finding per file and meaning, at the first use, naming the others: the same
+        # advice on every `output[0]` of a sweep drowned the rest of the report
+        layer_outputs = [item for item in found.legacy if item.kind == "layer-output"]
+        tuples = [item for item in layer_outputs if item.fix is not None]
+        undecided = [item for item in layer_outputs if item.fix is None and item.what.endswith("[0]`")]
+        if tuples:
             context.skipped(
-                first.node,
-                f"{first.what}{more}: with transformers >= 5 (nnsight 0.8) a decoder layer's output is "
-                "a tensor, so `[0]` selects the first batch row, not the hidden states",
-                "run with --migrate to rewrite it to `.output`",
+                tuples[0].node, _layer_output_message(tuples) + ", and the code reads the hidden states",
+                f"{tuples[0].evidence}; run with --migrate to rewrite it to `.output`",
+            )
+        if undecided:
+            context.skipped(
+                undecided[0].node, _layer_output_message(undecided),
+                f"{undecided[0].reason}: if it means the hidden states, write `.output` (--migrate leaves it)",
             )
 
 
+def _layer_output_message(items: list[Legacy]) -> str:
+    # (no line numbers: in a notebook they would be the joined cells', not yours)
+    more = f" (and {len(items) - 1} more like it)" if len(items) > 1 else ""
+    return (f"{items[0].what}{more}: with transformers >= 5 (nnsight 0.8) a decoder layer's output is a tensor, "
+            "so `[0]` selects the first batch row, not the hidden states")
+
+
+def _anchor(item: Legacy) -> cst.CSTNode:
+    """Where an item's suppression comment is looked for (a move: at its trace)."""
+    return item.move.trace.node if item.move is not None else item.node
+
+
+def _blockers(legacy: list[Legacy], allowed: list[Legacy]) -> list[Legacy]:
+    """What keeps a pre-0.5 script from being migrated whole: each idiom with no safe
+    rewrite, or whose finding is suppressed. A 0.5+ script has none (its rewrites are
+    independent: a layer output's group is decided as a whole, see layer_outputs)."""
+    if not any(item.pre05 for item in legacy):
+        return []
+    kept = {id(item) for item in allowed}
+    return [item for item in legacy if id(item) not in kept or (item.fix is None and item.move is None)]
+
+
 def _applied_message(item: Legacy) -> str:
-    return {
-        "value": f"{item.what} → the saved value itself (nnsight 0.5+ `.save()` returns it)",
-        "builtin": f"{item.what} → `{code_of(item.fix(item.node))}` (nnsight 0.5+ traces builtins directly)",
-        "import": f"{item.what}: removed from the import (gone in nnsight 0.5+)",
-        "layer-output": f"{item.what} → `{code_of(item.fix(item.node))}` "
-                        "(a decoder layer returns a tensor with transformers >= 5)",
-        "old-kwarg": f"{item.what}: removed (gone in nnsight 0.5+)",
-    }.get(item.kind, item.what)
+    # (lazy: only the item's own kind builds its replacement)
+    messages = {
+        "value": lambda: f"{item.what} → the saved value itself (nnsight 0.5+ `.save()` returns it)",
+        "builtin": lambda: f"{item.what} → {_replacement(item)} (nnsight 0.5+ traces builtins directly)",
+        "import": lambda: f"{item.what}: removed from the import (gone in nnsight 0.5+)",
+        "layer-output": lambda: f"{item.what} → {_replacement(item)} ({item.evidence}; a decoder layer returns "
+                                "a tensor with transformers >= 5)",
+        "old-kwarg": lambda: f"{item.what}: removed (gone in nnsight 0.5+)",
+    }
+    return messages.get(item.kind, lambda: item.what)()
+
+
+def _replacement(item: Legacy) -> str:
+    new = item.fix(item.node)
+    return "removed" if isinstance(new, cst.RemovalSentinel) else f"`{code_of(new).strip()}`"
 
 
 # ---------------------------------------------------------------------------------------
@@ -321,6 +362,87 @@ with model.trace("The Eiffel Tower is in", remote=True):
 """,
     ),
     Case(
+        name="saved values reached through containers and helpers",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def last_logits(prompt):
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output[0, -1].save()
+    return logits
+
+
+grid = []
+for prompt in ["The Eiffel Tower is in", "The Colosseum is in"]:
+    row = []
+    with model.trace(prompt, remote=True):
+        for layer in model.transformer.h[:2]:
+            row.append(layer.mlp.output.norm().save())
+    grid.append(row)
+norms = [[n.value for n in row] for row in grid]
+top = last_logits("hello").value.argmax()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def last_logits(prompt):
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output[0, -1].save()
+    return logits
+
+
+grid = []
+for prompt in ["The Eiffel Tower is in", "The Colosseum is in"]:
+    row = []
+    with model.trace(prompt, remote=True):
+        for layer in model.transformer.h[:2]:
+            row.append(layer.mlp.output.norm().save())
+    grid.append(row)
+norms = [[n for n in row] for row in grid]
+top = last_logits("hello").argmax()
+""",
+    ),
+    Case(
+        name="a helper's layer output and its caller's [0] are migrated together",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def layer_output(layer):
+    return model.transformer.h[layer].output
+
+
+with model.trace("The Eiffel Tower is in", remote=True):
+    first = layer_output(0)[0].save()
+    out = layer_output(5)
+    out = out[0]
+    last = out[:, -1, :].save()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def layer_output(layer):
+    return model.transformer.h[layer].output
+
+
+with model.trace("The Eiffel Tower is in", remote=True):
+    first = layer_output(0).save()
+    out = layer_output(5)
+    last = out[:, -1, :].save()
+""",
+    ),
+    Case(
         name="scan and validate arguments are gone",
         before="""\
 from nnsight import LanguageModel
@@ -393,6 +515,18 @@ with model.trace("hello", remote=True):
     cache = model.transformer.h[0].output[1].save()
 """,
         reason="returns only its hidden states",
+    ),
+    Case(
+        name="a decoder layer's output[0] that may mean the batch row",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+with model.trace("The Eiffel Tower is in", remote=True):
+    row = model.model.layers[3].output[0].save()
+print(row.shape[0], row[-1].norm())
+""",
+        reason="nothing in its uses shows whether `[0]`",
     ),
     Case(
         name="removed helpers without an equivalent",

@@ -37,6 +37,7 @@ if _MISSING:
 from .verdict import (  # plain Python: imports neither torch nor nnsight
     RunFacts,
     Status,
+    Verdict,
     error_kind,
     first_remote_block_line,
     headline,
@@ -142,6 +143,9 @@ class VerifyReport:
     seconds: float = 0.0
     status: Status = Status.OK  # ok | same-error | mismatch | failed
     reason: Optional[str] = None  # one line: why FAILED, or what OK (same error) accepted
+    # the nnsight (a) ran on when not this process's: "0.4" for a pre-0.5 original
+    local_nnsight: Optional[str] = None
+    rewritten: bool = True  # the optimized script differs from the original
 
     @property
     def ok(self) -> bool:
@@ -176,7 +180,15 @@ class VerifyReport:
         for name, before, after in rows:
             marker = "" if before == after else "  " + _ratio(name, b, a)
             lines.append(f"  {name:{width}}  {before:>{left}} -> {after}{marker}")
-        if self.original_remote_differs:
+        if self.local_nnsight:
+            lines.append(f"  the original ran locally on nnsight {self.local_nnsight} (it uses the pre-0.5 API); "
+                         "the original and the optimized script remotely on nnsight 0.8")
+        if self.original_remote_differs and self.local_nnsight:
+            lines.append("  note: the original script does not run on nnsight 0.8 as written (the optimized "
+                         "script is what it becomes there)" if self.errors.get("original") else
+                         "  note: the original script on nnsight 0.8 computes something else than on "
+                         f"nnsight {self.local_nnsight}")
+        elif self.original_remote_differs:
             lines.append("  note: the original script gives a different result remotely "
                          "than locally (fixed by the optimized script)"
                          if self.intended_ok else
@@ -288,6 +300,8 @@ def verify_sources(
     ignore: Iterable[str] = (),
     ignore_extra: bool = False,
     allow_same_error: bool = False,
+    original_nnsight: Optional[str] = None,
+    local_run: Optional["RunResult"] = None,
 ) -> VerifyReport:
     """Run (a) original local, (b) original emulated, (c) optimized emulated; compare.
 
@@ -301,6 +315,11 @@ def verify_sources(
     ``ignore_missing``: names the optimized script may no longer define (compared if
     it does). ``ignore``: names left out of every comparison. ``ignore_extra``: accept
     any name only the optimized script defines (names starting ``_ndif`` always are).
+
+    ``original_nnsight="0.4"``: the original uses the pre-0.5 API (the optimized script is
+    its migration): (a) runs in the nnsight 0.4 venv (:mod:`.original_04`); without that
+    venv the report is FAILED and says so. ``local_run``: (a), run already (several
+    originals on nnsight 0.4 in one process: :func:`.original_04.run_originals_04`).
     """
     import time
 
@@ -308,7 +327,13 @@ def verify_sources(
 
     started = time.perf_counter()
     common = dict(filename=filename, argv=argv, timeout=timeout, extra_files=extra_files)
-    local = run_script(original, mode="local", **common)
+    missing = None
+    if local_run is not None:
+        local = local_run
+    elif original_nnsight == "0.4":
+        local, missing = _run_original_04(original, common)
+    else:
+        local = run_script(original, mode="local", **common)
     before = run_script(original, mode="emulated", **common)
     after = run_script(optimized, mode="emulated", **common)
     ignore = tuple(ignore)
@@ -323,6 +348,8 @@ def verify_sources(
         mismatches=mismatches,
         allow_same_error=allow_same_error,
     )
+    if missing:  # nothing to compare with: say why, not what differs from an empty run
+        verdict, mismatches, remote_mismatches = Verdict(Status.FAILED), [], []
     return VerifyReport(
         intended_ok=verdict.accepted,
         mismatches=mismatches,
@@ -336,8 +363,21 @@ def verify_sources(
         warnings=sorted(set(local.warnings) | set(before.warnings) | set(after.warnings)),
         seconds=time.perf_counter() - started,
         status=verdict.status,
-        reason=verdict_reason(verdict),
+        reason=missing or verdict_reason(verdict),
+        local_nnsight=None if missing else original_nnsight,
+        rewritten=optimized != original,
     )
+
+
+def _run_original_04(original: str, common: dict) -> tuple["RunResult", Optional[str]]:
+    """(a) of a pre-0.5 script, on nnsight 0.4; and why not, when there is no such venv."""
+    from .original_04 import MISSING_04, reads_saved_value, run_original_04
+    from .runner import RunResult
+
+    run = run_original_04(original, frame_injection=not reads_saved_value(original), **common)
+    if run is None:
+        return RunResult(mode="local", error=f"RuntimeError: {MISSING_04}"), MISSING_04
+    return run, None
 
 
 def verify_result(source: str, result, *, filename: str = "script.py", unsafe_fixes: bool = False,

@@ -170,7 +170,10 @@ def _bump(attribute: str) -> None:
 
 
 def _root_module(model: Any) -> torch.nn.Module:
-    module = getattr(model, "_module", model)
+    # nnsight 0.4 keeps the torch module as `_model` (its `_module` is a weak proxy of it)
+    module = vars(model).get("_model") if hasattr(model, "__dict__") else None
+    if not isinstance(module, torch.nn.Module):
+        module = getattr(model, "_module", model)
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"cannot instrument {type(model).__name__}: no torch module")
     return module
@@ -240,7 +243,8 @@ def count_calls(counter: Optional[CallCounter] = None) -> Iterator[CallCounter]:
 
 def nnsight_release() -> Any:
     """The request path of the installed nnsight: :class:`Release08` for 0.7 and later,
-    :class:`~ndif_opt.verify.emulation_06.Release06` for 0.6."""
+    :class:`~ndif_opt.verify.emulation_06.Release06` for 0.6,
+    :class:`~ndif_opt.verify.emulation_04.Release04` (local runs only) for 0.4."""
     import nnsight
 
     version = str(getattr(nnsight, "__version__", ""))
@@ -248,6 +252,10 @@ def nnsight_release() -> Any:
         from .emulation_06 import Release06
 
         return Release06()
+    if version.startswith("0.4."):
+        from .emulation_04 import Release04
+
+        return Release04()
     return Release08()
 
 
@@ -387,6 +395,10 @@ class Release08:
 
     def cache_keys(self) -> Any:
         return None
+
+    def settled(self, namespace: dict) -> dict:
+        """A run's module namespace as its values (0.8 leaves values, not proxies)."""
+        return namespace
 
     def forget_sources(self, before: Any, belongs: Callable[[Any], bool]) -> None:
         """Drop nnsight's cached sources of the run's files."""

@@ -193,6 +193,9 @@ class Release06:
 
         return set(Globals.cache.cache), set(Globals.cache.code_cache)
 
+    def settled(self, namespace: dict) -> dict:
+        return namespace
+
     def forget_sources(self, before: Any, belongs: Callable[[Any], bool]) -> None:
         """Drop what the run added to 0.6's tracing cache (its keys are hashes, so the
         run's entries are those that were not there before)."""

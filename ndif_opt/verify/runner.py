@@ -240,12 +240,20 @@ def _build_standardized(original: Callable, self: Any, repo_id: str, kwargs: dic
 
 
 def _patch_models(patches: Patches) -> None:
-    from nnsight.modeling.base import NNsight
     from nnsight.modeling.language import LanguageModel
-    from nnsight.modeling.transformers import TransformersModel
+
+    try:
+        from nnsight.modeling.transformers import TransformersModel
+    except ImportError:  # nnsight 0.4 has no TransformersModel
+        TransformersModel = None
+    try:
+        from nnsight.modeling.base import NNsight
+    except ImportError:  # nnsight 0.4's is nnsight.NNsight
+        from nnsight import NNsight
 
     _intercept_init(patches, LanguageModel, _build_language_model)
-    _intercept_init(patches, TransformersModel, _build_transformers_model)
+    if TransformersModel is not None:
+        _intercept_init(patches, TransformersModel, _build_transformers_model)
     _intercept_init(patches, NNsight, _build_nnsight, exact=True)
 
     try:
@@ -320,7 +328,6 @@ def patched_environment(mode: str = "local") -> Iterator[Optional[EmulatedNDIF]]
 class _Snapshot:
     def __init__(self, run_dir: str) -> None:
         import torch
-        from cloudpickle.cloudpickle import _PICKLE_BY_VALUE_MODULES
         from nnsight import CONFIG
 
         self.release = nnsight_release()
@@ -338,12 +345,11 @@ class _Snapshot:
         self.threads = torch.get_num_threads()
         self.config = CONFIG.model_dump()
         self.pulled = self.release.env_holder()._PULLED_ENV
-        self.by_value = set(_PICKLE_BY_VALUE_MODULES)
+        self.by_value = set(_pickled_by_value())
         self.cache_keys = self.release.cache_keys()
 
     def restore(self, script_path: str) -> None:
         import torch
-        from cloudpickle.cloudpickle import _PICKLE_BY_VALUE_MODULES
         from nnsight import CONFIG
 
         sys.settrace(self.trace)
@@ -376,12 +382,23 @@ class _Snapshot:
                 except Exception:  # pragma: no cover - defensive
                     pass
         self.release.env_holder()._PULLED_ENV = self.pulled
-        _PICKLE_BY_VALUE_MODULES.clear()
-        _PICKLE_BY_VALUE_MODULES.update(self.by_value)
+        by_value = _pickled_by_value()
+        by_value.clear()
+        by_value.update(self.by_value)
         # nnsight's per-file caches and linecache entries for this run's files.
         self.release.forget_sources(self.cache_keys, lambda name: _belongs(name, script_path, run_dir))
         for key in [k for k in list(linecache.cache) if _belongs(k, script_path, run_dir)]:
             linecache.cache.pop(key, None)
+
+
+def _pickled_by_value() -> set:
+    """cloudpickle's modules pickled by value (pull_env registers local modules there), or an
+    empty set where nnsight does not use cloudpickle (0.4)."""
+    try:
+        from cloudpickle.cloudpickle import _PICKLE_BY_VALUE_MODULES
+    except ImportError:
+        return set()
+    return _PICKLE_BY_VALUE_MODULES
 
 
 def _belongs(filename: Any, script_path: str, run_dir: str) -> bool:
@@ -555,7 +572,7 @@ def run_script(
     result.layer_calls = counter.layer_calls
     result.stdout = stdout.getvalue()
     result.stderr = stderr.getvalue()
-    result.namespace = comparable_namespace(module.__dict__)
+    result.namespace = comparable_namespace(snapshot.release.settled(module.__dict__))
     result.warnings = sorted({str(w.message) for w in caught if issubclass(w.category, TinyModelWarning)})
     result.files = _collect_files(run_dir, preexisting)
     shutil.rmtree(run_dir, ignore_errors=True)

@@ -115,6 +115,9 @@ def build_tokenizer():
         pad_token=EOS,
         unk_token=EOS,
         padding_side="left",
+        # as GPT-2's and Llama's own tokenizers: transformers 4's default adds
+        # token_type_ids, which GPT-2 then adds to its embeddings (transformers 5's has none)
+        model_input_names=["input_ids", "attention_mask"],
     )
     fast.model_max_length = MAX_POSITIONS
     return fast

@@ -1,0 +1,148 @@
+"""Migrations proven by running: the pre-0.5 original on nnsight 0.4 (transformers 4, where a
+decoder layer returns a tuple) in ``.venv-nnsight04``, its migration on nnsight 0.8 through
+the NDIF emulation, every result compared (``verify_sources(..., original_nnsight="0.4")``).
+
+Run from the main venv; skipped without ``.venv-nnsight04`` (requirements-nnsight04.txt).
+The originals of every test run first, in one nnsight 0.4 process (starting one costs about
+ten seconds); each test then runs the original and the migrated script on nnsight 0.8.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/execution.py
+
+from execution import script  # noqa: E402
+
+from ndif_opt import optimize  # noqa: E402
+from ndif_opt.options import Options  # noqa: E402
+from ndif_opt.verify import verify_result  # noqa: E402
+from ndif_opt.verify.original_04 import nnsight04_python, reads_saved_value, run_originals_04  # noqa: E402
+
+if nnsight04_python() is None:
+    pytest.skip("no nnsight 0.4 venv (.venv-nnsight04, see requirements-nnsight04.txt)", allow_module_level=True)
+
+FAMILIES = ("gpt2", "llama")
+
+# pre-0.5 (`nnsight.list()`, `.value`): `output[0]` is the old tuple's hidden states
+TUPLE_ELEMENT = '''
+import nnsight
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+with model.trace("The Eiffel Tower is in the city of", remote=True):
+    last = nnsight.list().save()
+    for layer in LAYERS[:3]:
+        last.append(layer.output[0][:, -1])
+    LAYERS[4].output[0][:] = 0
+    after = LAYERS[4].output[0].save()
+    logits = model.lm_head.output.save()
+shapes = [tuple(h.shape) for h in last.value]
+top = logits.value[0, -1].argmax().item()
+zeroed = bool((after.value == 0).all())
+print(shapes, top, zeroed)
+'''
+
+# no API marker; one function reads a layer's output through a helper and unpacks it
+# (`hidden = hidden[0]`), another line indexes three dimensions: the group is the tuple
+RELATED_SITES = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+
+
+def block_output(index):
+    return LAYERS[index].output
+
+
+def last_position(prompt, index):
+    with model.trace(prompt, remote=True):
+        hidden = block_output(index)
+        hidden = hidden[0]
+        final = LAYERS[-1].output[0][:, -1, :].save()
+        state = hidden[:, -1].save()
+    return state, final
+
+
+state, final = last_position("The Eiffel Tower is in the city of", 2)
+print(tuple(state.shape), tuple(final.shape))
+'''
+
+# pre-0.5 `.value` reached through a list of lists and a helper's return
+SAVES_IN_CONTAINERS = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+prompts = ["The Eiffel Tower is in", "The cat sat on the"]
+
+
+def last_token_logits(prompt):
+    with model.trace(prompt, remote=True):
+        out = model.lm_head.output[0, -1].save()
+    return out
+
+
+grid = []
+for prompt in prompts:
+    per_layer = []
+    with model.trace(prompt, remote=True):
+        for layer in LAYERS[:3]:
+            per_layer.append(layer.mlp.output[0, -1].norm().save())
+    grid.append(per_layer)
+norms = [[round(cell.value.item(), 5) for cell in row] for row in grid]
+results = {p: last_token_logits(p) for p in prompts}
+tops = [v.value.argmax().item() for v in results.values()]
+print(norms, tops)
+'''
+
+TEMPLATES = {"tuple": TUPLE_ELEMENT, "related": RELATED_SITES, "containers": SAVES_IN_CONTAINERS}
+
+
+@pytest.fixture(scope="module")
+def originals() -> dict:
+    """(template, family) -> the original's run on nnsight 0.4, all in one process."""
+    keys = [(name, family) for name in TEMPLATES for family in FAMILIES]
+    jobs = []
+    for name, family in keys:
+        source = script(TEMPLATES[name], family)
+        jobs.append({"source": source, "filename": "script.py", "argv": [], "timeout": 120.0,
+                     "extra_files": {}, "frame_injection": not reads_saved_value(source)})
+    return dict(zip(keys, run_originals_04(jobs)))
+
+
+def proven(name: str, family: str, originals: dict):
+    source = script(TEMPLATES[name], family)
+    original = originals[(name, family)]
+    assert original.error is None, original.traceback or original.error
+    result = optimize(source, options=Options(migrate=True))
+    report = verify_result(source, result, filename="script.py", original_nnsight="0.4", local_run=original)
+    assert report.intended_ok, report.to_text() + "\n" + result.code
+    assert not report.errors["optimized"] and report.local_nnsight == "0.4"
+    return result, report, original
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_output_0_of_a_pre_05_script_is_the_tuple_element(family, originals):
+    result, report, original = proven("tuple", family, originals)
+    assert ".output[0]" not in result.code
+    assert original.namespace["zeroed"] is True and len(original.namespace["shapes"]) == 3
+    assert all(len(shape) == 2 and shape[0] == 1 for shape in original.namespace["shapes"])  # [B, D]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_related_sites_are_migrated_together(family, originals):
+    result, report, original = proven("related", family, originals)
+    assert "hidden = hidden[0]" not in result.code and ".output[0]" not in result.code
+    hidden = original.namespace["final"].shape[-1]
+    assert tuple(original.namespace["state"].shape) == (1, hidden)  # last position of the one prompt
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_value_through_containers_is_migrated(family, originals):
+    result, report, original = proven("containers", family, originals)
+    assert ".value." not in result.code
+    assert len(original.namespace["norms"]) == 2 and len(original.namespace["tops"]) == 2
