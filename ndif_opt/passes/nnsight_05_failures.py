@@ -83,15 +83,15 @@ from ndif_opt.analysis.names import (
     exposed_reads,
     target_names,
 )
-from ndif_opt.analysis.tensors import is_envoy_tensor, is_tensor
+from ndif_opt.analysis.tensors import TENSOR_METHODS, is_envoy_tensor, is_tensor
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.model_registry import dims_for
 from ndif_opt.cost.module_values import INPUT, OUTPUT, forward_order
-from ndif_opt.passes.base import Case, Context, Pass
+from ndif_opt.passes.base import Case, Context, Pass, RawFinding
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import method_call, unsave, with_module_import
 from ndif_opt.syntax.walk import find_nodes, paths_to, transform
-from ndif_opt.types import Safety
+from ndif_opt.types import Safety, Status
 
 #: the errors nnsight 0.8.1 gives (measured on tiny GPT-2 and Llama models, locally and
 #: through the emulated NDIF, where they come back as a RemoteError with the same text)
@@ -138,7 +138,6 @@ class Nnsight05Failures(Pass):
                          "with a value" if item.in_function else f"NameError: name '{name}' is not defined")
                 outcome = f"the read raises {error}"
             else:
-                error = ""
                 outcome = f"`{name}` still holds the value it had before the block (no error: a wrong result)"
             message = (f"`{name}` is bound in {where} and read after it without `.save()`: nnsight 0.5+ sends back "
                        f"only saved values (locally too), so {outcome}")
@@ -157,7 +156,8 @@ class Nnsight05Failures(Pass):
             else:
                 reason = ""
             if reason:
-                context.findings.append(_raw(node, message, reason, uses))
+                context.skipped(node, message, reason)
+                context.findings[-1].uses = uses
                 continue
             how = "`nnsight.save(...)`" if any(_uses_nnsight_save(v) for v in item.fix.values()) else "`.save()`"
             saved = f"saved `{name}` where the block binds it ({how}): {message}"
@@ -174,11 +174,11 @@ class Nnsight05Failures(Pass):
         return fixes
 
 
-def _raw(node, message, reason, uses=()):
-    from ndif_opt.passes.base import RawFinding
-    from ndif_opt.types import Status
-
-    return RawFinding(node, message, Status.SKIPPED, Safety.SAFE, reason, uses=uses)
+def _report(context: Context, node: cst.CSTNode, message: str, reason: str,
+            uses: tuple[cst.CSTNode, ...] = ()) -> None:
+    """A failure the check reports (unless a suppression comment covers it)."""
+    if context.allows(node, message):
+        context.findings.append(RawFinding(node, message, Status.SKIPPED, Safety.SAFE, reason, uses=uses))
 
 
 # ---------------------------------------------------------------------------------------
@@ -198,7 +198,7 @@ def _report_returns(block: Block, context: Context) -> None:
                    f"it is SyntaxError: '{kind}' outside function")
         reason = ("move it after the block (save what it returns)" if kind == "return" else
                   "collect the values in a saved list and yield them after the block")
-        context.findings.append(_raw(node, message, reason))
+        _report(context, node, message, reason)
 
 
 def _own_exits(node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, str]]:
@@ -229,11 +229,8 @@ def _report_leading_try(node: cst.With, label: str, context: Context) -> None:
         return
     first = body.body[0]
     if type(first) in (cst.Try, cst.TryStar):
-        context.findings.append(_raw(
-            first,
-            f"the body of {label} starts with `try:`: nnsight 0.5+ refuses it with {TRY_ERROR}",
-            "put any statement above the `try`, or move the `try` outside the block",
-        ))
+        _report(context, first, f"the body of {label} starts with `try:`: nnsight 0.5+ refuses it with {TRY_ERROR}",
+                "put any statement above the `try`, or move the `try` outside the block")
 
 
 def _invokes(block: Block) -> list[cst.With]:
@@ -263,7 +260,8 @@ def _forward_scopes(facts: Facts) -> Iterator[_Scope]:
         invokes = _invokes(block)
         if invokes:
             for invoke in invokes:
-                yield _Scope(block, tuple(invoke.body.body))
+                if type(invoke.body) is cst.IndentedBlock:
+                    yield _Scope(block, tuple(invoke.body.body))
         elif type(block.node.body) is cst.IndentedBlock:
             yield _Scope(block, tuple(block.node.body.body))
 
@@ -296,6 +294,10 @@ class _Var:
 @dataclass(frozen=True)
 class _Opaque:
     serial: int  # an index nobody can order: equal only to itself
+    code: str = field(default="", compare=False)
+
+    def __str__(self) -> str:
+        return f"<{self.code}>" if self.code else "<i>"
 
 
 @dataclass(eq=False)
@@ -409,7 +411,7 @@ class _Walk:
                 self.statements(b.body)
 
             self.in_frame(_Branch(id(stmt), arm, frozenset(names)), run)
-            bound |= collect(body).binds
+            bound |= set(collect(body).binds)
             arm += 1
         self.env = before
         self.forget(bound)
@@ -607,7 +609,7 @@ class _Walk:
         key = ("code", code_of(expr))
         value = self.env.get(key)
         if value is None:
-            value = self.env[key] = ("index", _Opaque(next(self.serial)), frozenset(_reads(expr)))
+            value = self.env[key] = ("index", _Opaque(next(self.serial), code_of(expr)), frozenset(_reads(expr)))
         return value[1]
 
     def module_value(self, expr: cst.BaseExpression) -> tuple | None:
@@ -646,7 +648,11 @@ class _Walk:
         targets: dict = {}
         if domain is None:
             for name in target_names(target) + (target_names(count_name) if count_name is not None else []):
-                targets[name] = ("index", _Opaque(next(self.serial)))  # each iteration: not known
+                targets[name] = ("index", _Opaque(next(self.serial), name))  # each iteration: not known
+            layers = self.path(element.value if type(element) is cst.Subscript else element) \
+                if element is not None else None
+            if type(target) is cst.Name and layers and layers[-1] in LAYER_LISTS:  # some of the layers
+                targets[target.value] = ("path", layers + (_Opaque(next(self.serial), target.value),))
             return loop, targets
         if count_name is not None and type(count_name) is cst.Name:
             targets[count_name.value] = ("index", _Var(loop, start, count=True))
@@ -818,11 +824,9 @@ def _report_out_of_order(scope: _Scope, facts: Facts, context: Context) -> None:
         reading = f"`{late}` is read after `{early}`"
     message = (f"{reading} in one forward pass, but the model computes it first{when}{more}: "
                f"nnsight 0.5+ raises {OUT_OF_ORDER.format(where=first.where)}")
-    context.findings.append(_raw(
-        first.late.node, message,
-        "read the modules in the order the model runs them (or in another invoke or trace)",
-        uses=(first.early.node,),
-    ))
+    _report(context, first.late.node, message,
+            "read the modules in the order the model runs them (or in another invoke or trace)",
+            uses=(first.early.node,))
 
 
 def _known_sites(sites: list[_Site], block: Block, facts: Facts) -> list[_Site]:
@@ -1272,10 +1276,17 @@ def _kind(expr: cst.BaseExpression, facts: Facts) -> str:
         return _SCALAR  # an int
     if kind is cst.Subscript and is_envoy_tensor(expr, models):
         return _FRESH  # a view: a new tensor object
+    if kind is cst.Subscript and _module_value_part(expr):
+        return _ENVOY  # an item of a module's value: maybe an object it holds
     if kind is cst.BinaryOperation:
         if is_tensor(expr.left, models, set()) or is_tensor(expr.right, models, set()):
-            return _FRESH
-        return _SCALAR if _kind(expr.left, facts) == _SCALAR and _kind(expr.right, facts) == _SCALAR else _UNKNOWN
+            return _FRESH  # a new tensor
+        operands = {_kind(expr.left, facts), _kind(expr.right, facts)}
+        if operands == {_SCALAR}:
+            return _SCALAR
+        if operands <= {_SCALAR, _FRESH}:
+            return _FRESH  # (lists, tensors: a new one)
+        return _ENVOY if operands <= {_SCALAR, _FRESH, _ENVOY} else _UNKNOWN  # (`t * 1` may be `t`)
     if kind is cst.Call:
         func = expr.func
         name = qualify(func, facts.imports) or ""
@@ -1289,9 +1300,16 @@ def _kind(expr: cst.BaseExpression, facts: Facts) -> str:
                 return _SCALAR
             if method == "tolist":
                 return _FRESH
-            if method not in _SELF_RETURNING and is_tensor(expr, models, set()):
-                return _FRESH
+            if method not in _SELF_RETURNING and (is_tensor(expr, models, set()) or (
+                    method in TENSOR_METHODS and _kind(func.value, facts) in (_ENVOY, _FRESH))):
+                return _FRESH  # a new tensor
     return _UNKNOWN
+
+
+def _module_value_part(expr: cst.BaseExpression) -> bool:
+    while type(expr) is cst.Subscript:
+        expr = expr.value
+    return type(expr) is cst.Attribute and expr.attr.value in _HOOKS
 
 
 def _binding_kind(kind: str, value, facts: Facts) -> str:

@@ -1,0 +1,347 @@
+"""Execution checks for nnsight-05-failures: every failure it reports happens on nnsight 0.8.
+
+Each script runs on a tiny model of each family (GPT-2 and Llama), locally and through
+verify's emulation of NDIF: the original raises the error the finding quotes (locally, and
+remotely inside a RemoteError), or — a name read after its block that held a value before
+— goes on with the old value. Where the check fixes the script (a name read after its
+block is saved), the fixed script runs and verifies: locally and emulated it computes the
+same. And a script whose reads are all in the model's order, in invokes and a session,
+runs and is left without a finding.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("nnsight")
+
+from execution import both, script  # noqa: E402
+
+from ndif_opt import Status, optimize  # noqa: E402
+from ndif_opt.options import Options  # noqa: E402
+from ndif_opt.verify import run_script, verify_sources  # noqa: E402
+
+ID = "nnsight-05-failures"
+MODES = ("local", "emulated")
+
+
+def mine(result):
+    return [f for f in result.findings if f.pass_id == ID]
+
+
+def errors(source: str) -> dict[str, str | None]:
+    """The error of the script, run locally and through the emulated NDIF."""
+    return {mode: run_script(source, mode=mode, timeout=600).error for mode in MODES}
+
+
+def quoted(message: str, start: str) -> str:
+    """The error a finding quotes: from ``start`` to the end of the message."""
+    assert start in message, message
+    return message[message.index(start):]
+
+
+def reported_error(template: str, family: str, start: str) -> None:
+    """The check reports the script, quoting an error that both runs of it raise."""
+    source = script(template, family)
+    found = [f for f in mine(optimize(source)) if start in f.message]
+    assert len(found) == 1, [f.message for f in mine(optimize(source))]
+    error = quoted(found[0].message, start)
+    for mode, raised in errors(source).items():
+        assert raised is not None and error in raised, (mode, raised, error)
+
+
+RETURN = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def top_token(prompt):
+        with model.trace(prompt, remote=True):
+            logits = model.lm_head.output[0, -1].save()
+            return logits.argmax()
+
+
+    print(top_token("The Eiffel Tower is in"))
+'''
+
+LEADING_TRY = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        try:
+            hidden = LAYERS[0].output[0, -1].save()
+        except AttributeError:
+            hidden = None
+    print(hidden.shape)
+'''
+
+LEADING_TRY_INVOKE = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace(remote=True) as tracer:
+        with tracer.invoke("The Eiffel Tower is in"):
+            try:
+                logits = model.lm_head.output[0, -1].save()
+            except IndexError:
+                logits = model.lm_head.output[-1].save()
+    print(logits.shape)
+'''
+
+
+@both
+def test_a_return_in_a_block_is_a_syntax_error(family):
+    reported_error(RETURN, family, "SyntaxError: 'return' outside function")
+
+
+@both
+@pytest.mark.parametrize("template", [LEADING_TRY, LEADING_TRY_INVOKE], ids=["trace", "invoke"])
+def test_a_body_that_starts_with_try_is_refused(family, template):
+    reported_error(template, family, "ValueError: A traced `with` block cannot start with `try:`")
+
+
+LM_HEAD_FIRST = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        logits = model.lm_head.output[0, -1].save()
+        hidden = LAYERS[3].output[0, -1].save()
+    print(logits.argmax(), hidden.norm())
+'''
+
+AGAIN_AFTER_THE_LOOP = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        norms = list().save()
+        for i in range(len(LAYERS)):
+            norms.append(LAYERS[i].output.norm())
+        n_tokens = LAYERS[0].output.shape[1]
+        per_token = [norm / n_tokens for norm in norms]
+    print(len(norms))
+'''
+
+OUTPUT_THEN_INPUT = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        updates = list().save()
+        for layer in LAYERS:
+            updates.append((layer.output - layer.input).norm())
+    print(len(updates))
+'''
+
+BACKWARDS = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        top = [layer.output[0, -1].argmax().save() for layer in reversed(LAYERS)]
+    print(top)
+'''
+
+IN_ONE_INVOKE = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace(remote=True) as tracer:
+        with tracer.invoke("The Eiffel Tower is in"):
+            hidden = LAYERS[5].output[0, -1].save()
+        with tracer.invoke("The Colosseum is in"):
+            final = model.output.logits[0, -1].save()
+            mlp = LAYERS[1].mlp.output[0, -1].save()
+    print(hidden.norm(), final.argmax(), mlp.norm())
+'''
+
+
+@both
+@pytest.mark.parametrize("template", [LM_HEAD_FIRST, AGAIN_AFTER_THE_LOOP, OUTPUT_THEN_INPUT, BACKWARDS,
+                                      IN_ONE_INVOKE],
+                         ids=["lm-head-first", "again-after-the-loop", "output-then-input", "backwards",
+                              "in-one-invoke"])
+def test_reads_out_of_the_models_order_raise(family, template):
+    reported_error(template, family, "OutOfOrderError: '")
+
+
+UNBOUND = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        tops = [layer.output[0, -1].argmax().save() for layer in LAYERS]
+        hidden = LAYERS[-1].output[0, -1] * 2
+        logits = model.lm_head.output[0, -1].save()
+        n_tokens = model.lm_head.output.shape[1]
+    print(logits.argmax().item(), n_tokens, hidden.norm().item(), [top.item() for top in tops])
+'''
+
+UNBOUND_IN_A_FUNCTION = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def answer(prompt):
+        with model.session(remote=True):
+            with model.trace(prompt):
+                logits = model.lm_head.output[0, -1]
+            top = logits.argmax().item()
+        return top
+
+
+    print(answer("The Eiffel Tower is in"))
+'''
+
+
+@both
+@pytest.mark.parametrize("template, start", [(UNBOUND, "NameError: name 'n_tokens' is not defined"),
+                                             (UNBOUND_IN_A_FUNCTION, "UnboundLocalError: cannot access local "
+                                                                     "variable 'top'")],
+                         ids=["module", "function"])
+def test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script(family, template, start):
+    source = script(template, family)
+    result = optimize(source)
+    found = [f for f in mine(result) if start in f.message]
+    assert found and all(f.status is Status.APPLIED for f in found), [f.message for f in mine(result)]
+    error = quoted(found[0].message, start)
+    for mode, raised in errors(source).items():
+        assert raised is not None and error in raised, (mode, raised, error)
+    fixed = result.code
+    again = optimize(fixed)
+    assert not mine(again)  # nothing left to report
+    report = verify_sources(fixed, again.code)
+    assert report.intended_ok, report.to_text() + "\n" + fixed
+    assert not any(report.errors.values()), report.errors
+
+
+STALE = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    pattern = "unknown"
+    with model.trace("The Eiffel Tower is in", remote=True):
+        hidden = LAYERS[0].output.save()
+        pattern = "LAYERS"
+    print(pattern, tuple(hidden.shape))
+'''
+
+
+@both
+def test_a_name_that_held_a_value_keeps_it_and_the_unsafe_fix_gives_the_blocks(family):
+    source = script(STALE, family)
+    default = optimize(source)
+    found = mine(default)
+    assert [f.status for f in found] == [Status.UNSAFE_NOT_APPLIED], [f.message for f in found]
+    assert "still holds the value it had before the block" in found[0].message
+    for mode in MODES:
+        run = run_script(source, mode=mode, timeout=600)
+        assert run.error is None and run.stdout.startswith("unknown "), (mode, run.error, run.stdout)
+    fixed = optimize(source, options=Options(unsafe_fixes=True)).code
+    assert fixed != source
+    report = verify_sources(fixed, optimize(fixed).code)
+    assert report.intended_ok, report.to_text() + "\n" + fixed
+    layers = script("LAYERS", family).strip()
+    for mode in MODES:
+        run = run_script(fixed, mode=mode, timeout=600)
+        assert run.error is None and run.stdout.startswith(f"{layers} "), (mode, run.error, run.stdout)
+
+
+IN_ORDER = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    layers = LAYERS
+    with model.session(remote=True):
+        with model.trace() as tracer:
+            with tracer.invoke("The Eiffel Tower is in"):
+                logits = model.lm_head.output[0, -1]
+            with tracer.invoke("The Colosseum is in"):
+                first = layers[0].input[0, -1]
+                for layer in layers:
+                    norm = layer.input.norm() + layer.mlp.output.norm() + layer.output.norm()
+                last = layers[-1].output[0, -1]
+                other = model.lm_head.output[0, -1]
+        difference = (logits - other).norm().save()
+        steps = [norm.item() for norm in (first.norm(), last.norm())]
+    with model.trace("The Eiffel Tower is in", remote=True):
+        hidden = list().save()
+        for layer in layers:
+            hidden.append(layer.output[0, -1])
+        top = model.output.logits[0, -1].argmax().save()
+    print(round(difference.item(), 3), len(hidden), top.item())
+'''
+
+
+@both
+def test_reads_in_the_models_order_run_and_are_not_reported(family):
+    source = script(IN_ORDER, family)
+    result = optimize(source)
+    assert ID in [cost.pass_id for cost in result.costs]  # the check ran
+    assert mine(result) == []
+    for mode, raised in errors(source).items():
+        assert raised is None, (mode, raised)
+
+
+QUIET_NAMES = '''
+    import nnsight
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def grab():
+        return model.lm_head.output[0, -1].save()
+
+
+    with model.trace("The Eiffel Tower is in", remote=True):
+        logits = model.lm_head.output.save()
+        same = logits  # an alias of a saved value: the same object comes back
+        count = nnsight.save(3)
+        three = 3  # the same (cached) int object as a saved one: it comes back too
+        last = grab()  # saved by a helper
+    with model.session(remote=True):
+        with model.trace("The Colosseum is in"):
+            hidden = LAYERS[0].output[0, -1]
+        with model.trace("The Colosseum is in"):
+            LAYERS[0].output[0, -1] = hidden  # read in a later trace of the session
+            patched = model.lm_head.output[0, -1].argmax().save()
+    print(tuple(same.shape), three, tuple(last.shape), patched.item())
+'''
+
+QUIET_ORDER = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    for mode in ("lens", "layers"):
+        with model.trace("The Eiffel Tower is in", remote=True):
+            if mode == "lens":
+                out = model.lm_head.output[0, -1].argmax().save()
+            else:
+                out = LAYERS[0].output[0, -1].norm().save()
+            if mode != "lens":
+                again = LAYERS[1].output[0, -1].norm().save()
+        print(mode, out.item())
+    with model.trace("The Eiffel Tower is in", remote=True):
+        top = model.lm_head.output[0, -1].argmax().save()
+        try:
+            early = LAYERS[0].output[0, -1].save()
+        except Exception:
+            pass
+    print(top.item())
+'''
+
+
+@both
+@pytest.mark.parametrize("template", [QUIET_NAMES, QUIET_ORDER], ids=["names", "order"])
+def test_what_runs_on_nnsight_08_is_not_reported(family, template):
+    source = script(template, family)
+    result = optimize(source)
+    assert ID in [cost.pass_id for cost in result.costs]  # the check ran
+    assert mine(result) == [], [f.message for f in mine(result)]
+    for mode, raised in errors(source).items():
+        assert raised is None, (mode, raised)
