@@ -79,8 +79,8 @@ from ndif_opt.analysis.names import (
     COMPREHENSIONS,
     all_params,
     collect,
+    definite_binds,
     dotted_name,
-    exposed_reads,
     target_names,
 )
 from ndif_opt.analysis.tensors import TENSOR_METHODS, is_envoy_tensor, is_tensor
@@ -137,8 +137,10 @@ class Nnsight05Failures(Pass):
                 error = (f"UnboundLocalError: cannot access local variable '{name}' where it is not associated "
                          "with a value" if item.in_function else f"NameError: name '{name}' is not defined")
                 outcome = f"the read raises {error}"
-            else:
+            elif item.stale:
                 outcome = f"`{name}` still holds the value it had before the block (no error: a wrong result)"
+            else:
+                outcome = f"`{name}` is unbound there or holds a value from before the block"
             message = (f"`{name}` is bound in {where} and read after it without `.save()`: nnsight 0.5+ sends back "
                        f"only saved values (locally too), so {outcome}")
             node = item.bindings[0]
@@ -161,16 +163,16 @@ class Nnsight05Failures(Pass):
                 continue
             how = "`nnsight.save(...)`" if any(_uses_nnsight_save(v) for v in item.fix.values()) else "`.save()`"
             saved = f"saved `{name}` where the block binds it ({how}): {message}"
-            if item.unbound:
+            if item.unbound and not item.caught:
                 fixes.update(item.fix)
                 context.applied(node, saved, uses=uses)
             elif context.options.unsafe_fixes:
                 fixes.update(item.fix)
                 context.applied(node, saved, Safety.UNSAFE, uses=uses)
             else:
-                context.needs_unsafe(node, message, "saving it changes what the script computes from here on "
-                                                    "(to the block's value); use --unsafe-fixes to add the save",
-                                     uses=uses)
+                why = ("the read is in a `try` that may handle its failure" if item.unbound else
+                       "saving it changes what the script computes from here on (to the block's value)")
+                context.needs_unsafe(node, message, f"{why}; use --unsafe-fixes to add the save", uses=uses)
         return fixes
 
 
@@ -1046,6 +1048,8 @@ class Unsaved:
     read: cst.CSTNode  # the first read after the block
     unbound: bool  # nothing binds it outside the block: the read raises
     in_function: bool
+    caught: bool = False  # the read is in a `try`: the script may mean to handle its failure
+    stale: bool = False  # surely bound before the block: the read gets that value
     fix: dict[int, cst.BaseExpression] | None = None  # id(value) -> the value saved
     why_not: str = ""
 
@@ -1097,9 +1101,10 @@ def unsaved_names(block: Block, facts: Facts, pre05: bool = False) -> list[Unsav
         kinds = {_binding_kind(kind, value, facts) for kind, _, value in sites}
         if not _surely_unsaved(kinds, save_kinds):
             continue
+        read, caught = reads[name]
         unbound = not star and name not in outside and not hasattr(builtins, name)
-        item = Unsaved(name, [node for _, node, _ in sites], reads[name], unbound,
-                       isinstance(scope, cst.FunctionDef))
+        item = Unsaved(name, [node for _, node, _ in sites], read, unbound, isinstance(scope, cst.FunctionDef), caught,
+                       stale=not unbound and _bound_before(block, name, facts))
         item.fix, item.why_not = _fix(name, sites, facts)
         found.append(item)
     return found
@@ -1198,31 +1203,109 @@ def _declared(body: cst.CSTNode) -> set[str]:
             for name in node.names}
 
 
-def _reads_after(after: list[cst.BaseStatement], names: set[str]) -> dict[str, cst.CSTNode]:
-    """The names of ``names`` the statements read before binding them again (reads in
-    functions and classes defined there do not count: they run when called, if ever)."""
-    found: dict[str, cst.CSTNode] = {}
-    live = set(names)
-    statements = []
-    for stmt in after:
-        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-            live.discard(stmt.name.value)
-            continue
-        statements.append(stmt)
-    exposed = exposed_reads(statements)
-    for name in live:
-        node = exposed.get(name)
-        if node is not None and not _deferred(statements, node):
-            found[name] = node
+def _reads_after(after: list[cst.BaseStatement], names: set[str]) -> dict[str, tuple[cst.CSTNode, bool]]:
+    """name -> (its first read, whether a `try` around it catches errors) for the names of
+    ``names`` that the statements read on some path before anything may bind them again.
+    Reads in functions, lambdas and classes defined there do not count (they run when
+    called, if ever); a statement the walk does not follow (`match`) ends it."""
+    found: dict[str, tuple[cst.CSTNode, bool]] = {}
+    _sequence(after, set(names), False, found)
     return found
 
 
-def _deferred(statements, node: cst.CSTNode) -> bool:
-    """Is ``node`` inside a function, lambda or class body of the statements?"""
+def _sequence(statements, live: set[str], caught: bool, found: dict) -> bool:
+    """Reads of ``live`` names in ``statements``, in order, into ``found``; False when the
+    walk stopped at a statement it does not follow."""
+    live = set(live)
     for stmt in statements:
-        for holder in find_nodes(stmt, lambda n: type(n) in (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            if find_nodes(holder, lambda n: n is node):
-                return True
+        if not live - set(found):
+            return True
+        if not _statement_reads(stmt, live, caught, found):
+            return False
+        live -= set(collect(stmt).binds) if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) \
+            else {stmt.name.value}
+    return True
+
+
+def _statement_reads(stmt, live: set[str], caught: bool, found: dict) -> bool:
+    kind = type(stmt)
+
+    def read(node: cst.CSTNode, shadow: set[str] = frozenset()) -> None:
+        for name, where in collect(node).reads.items():
+            if name in live and name not in shadow and name not in found and not _in_lambda(node, where):
+                found[name] = (where, caught)
+
+    def suite(body, names=live, catching=caught) -> bool:
+        return _sequence(body.body if hasattr(body, "body") else body, names, catching, found)
+
+    if kind is cst.SimpleStatementLine:
+        names = set(live)
+        for small in stmt.body:
+            read(small, live - names)
+            names -= set(collect(small).binds)
+        return True
+    if kind in (cst.FunctionDef, cst.ClassDef):
+        return True
+    if kind is cst.If:
+        read(stmt.test)
+        if not suite(stmt.body):
+            return False
+        other = stmt.orelse
+        if type(other) is cst.If:
+            return _statement_reads(other, live, caught, found)
+        return other is None or suite(other.body)
+    if kind in (cst.For, cst.While):
+        read(stmt.iter if kind is cst.For else stmt.test)
+        names = live - set(target_names(stmt.target)) if kind is cst.For else live
+        if not suite(stmt.body, names):
+            return False
+        return stmt.orelse is None or suite(stmt.orelse.body)
+    if kind is cst.With:
+        bound: set[str] = set()
+        for item in stmt.items:
+            read(item.item)
+            if item.asname is not None:
+                bound |= set(target_names(item.asname.name))
+        return suite(stmt.body, live - bound)
+    if kind in (cst.Try, cst.TryStar):
+        if not suite(stmt.body, live, caught or bool(stmt.handlers)):
+            return False
+        for handler in stmt.handlers:
+            if handler.type is not None:
+                read(handler.type)
+            own = set(target_names(handler.name.name)) if handler.name is not None else set()
+            if not suite(handler.body, live - own):
+                return False
+        for part in (stmt.orelse, stmt.finalbody):
+            if part is not None and not suite(part.body):
+                return False
+        return True
+    return False  # `match` and anything else: not followed
+
+
+def _in_lambda(statement: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """Is ``node`` inside a lambda (or a function or class defined) in ``statement``?"""
+    for holder in find_nodes(statement, lambda n: type(n) in (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+        if find_nodes(holder, lambda n: n is node):
+            return True
+    return False
+
+
+def _bound_before(block: Block, name: str, facts: Facts) -> bool:
+    """Is ``name`` bound whenever the block starts: by an earlier statement of its suite or
+    of an enclosing one, or as a parameter of its function?"""
+    info: StmtInfo | None = block.stmt
+    while info is not None:
+        if any(name in definite_binds(stmt) for stmt in info.suite.body[: info.index]):
+            return True
+        if not info.ancestors:
+            return False
+        parent = info.ancestors[-1]
+        if isinstance(parent, cst.FunctionDef):
+            return name in {param.name.value for param in all_params(parent.params)}
+        if isinstance(parent, cst.ClassDef):
+            return False
+        info = facts.statements.get(id(parent))
     return False
 
 
