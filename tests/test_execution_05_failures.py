@@ -345,3 +345,43 @@ def test_what_runs_on_nnsight_08_is_not_reported(family, template):
     assert mine(result) == [], [f.message for f in mine(result)]
     for mode, raised in errors(source).items():
         assert raised is None, (mode, raised)
+
+
+LOOP_OUT_OF_ORDER = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    tops = []
+    for prompt in ["The Eiffel Tower is in", "The Colosseum is in", "Big Ben is in"]:
+        with model.trace(prompt, remote=True):
+            logits = model.lm_head.output[0, -1].save()
+            hidden = LAYERS[5].output[0, -1].save()
+        tops.append(logits.argmax().item())
+    print(tops)
+'''
+
+PRE_05 = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        logits = model.lm_head.output.save()
+        n_tokens = model.lm_head.output.shape[1]
+    print(logits.value.shape, n_tokens)
+'''
+
+
+@pytest.mark.parametrize("options", [Options(), Options(unsafe_fixes=True), Options(migrate=True),
+                                     Options(select=frozenset({"session-hoisting"}))],
+                         ids=["default", "unsafe", "migrate", "selected-other"])
+@pytest.mark.parametrize("template, text", [(LOOP_OUT_OF_ORDER, "hidden = "), (PRE_05, "n_tokens = ")],
+                         ids=["rewritten", "pre-0.5"])
+def test_each_failure_is_reported_once_where_the_code_as_written_has_it(template, text, options):
+    """However the other passes rewrite the script (a session around the loop), and also for
+    a script written for the pre-0.5 API (where the other passes do not run), the check
+    reports on the code as written, once."""
+    source = script(template, "gpt2")
+    line = next(i for i, code in enumerate(source.splitlines()) if text in code)
+    found = mine(optimize(source, options=options))
+    assert [f.range.start.line for f in found] == [line], [(f.range.start.line, f.message) for f in found]
+    assert not any(f.applied for f in found)
