@@ -147,9 +147,7 @@ class Nnsight05Failures(Pass):
             uses = (item.read,)
             if not context.allows(node, message):
                 continue
-            if pre05 and context.options.wants("migrate-api", True):
-                reason = "ndif-opt migrates the script in this run: run it again on the migrated script to add the save"
-            elif pre05:
+            if pre05 and not context.options.wants("migrate-api", True):
                 reason = "the script uses the pre-0.5 nnsight API: migrate it first (--migrate), then save it"
             elif item.fix is None:
                 reason = item.why_not
