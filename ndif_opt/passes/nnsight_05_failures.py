@@ -81,6 +81,7 @@ from ndif_opt.analysis.names import (
     collect,
     definite_binds,
     dotted_name,
+    function_locals,
     target_names,
 )
 from ndif_opt.analysis.tensors import TENSOR_METHODS, is_envoy_tensor, is_tensor
@@ -567,9 +568,7 @@ class _Walk:
         if name is not None and name == self.root:
             return ()
         if kind is cst.Name:
-            value = self.env.get(expr.value)
-            if value is None and expr.value not in self.env:
-                value = self.aliases.get(expr.value)
+            value = self.env.get(expr.value) or self.aliases.get(expr.value)
             return value[1] if value is not None and value[0] == "path" else None
         if kind is cst.Attribute:
             if expr.attr.value in _HOOKS or expr.attr.value in ("source", "_module"):
@@ -622,8 +621,10 @@ class _Walk:
         if not names:
             return
         for key in list(self.env):
-            if key in names or (isinstance(key, tuple) and self.env[key][2] & names):
+            if isinstance(key, tuple) and self.env[key][2] & names:
                 del self.env[key]
+        for name in names:
+            self.env[name] = ("gone", None)  # (not the alias of that name outside the block)
 
     def loop_of(self, iterable, target, node, body) -> tuple[_Loop, dict]:
         """The loop over ``iterable`` and what its target names are in each iteration."""
@@ -727,13 +728,14 @@ def _aliases(block: Block, facts: Facts) -> dict[str, tuple]:
     function of the block, before it (`layers = model.model.layers`)."""
     found: dict[str, tuple] = {}
     function = block.stmt.function
+    own = function_locals(function) if function is not None else frozenset()
     root = block.model
     for name, bindings in facts.bindings.items():
         if len(bindings) != 1:
             continue
         info, value = bindings[0]
-        if info.function is not function and info.ancestors:
-            continue
+        if info.function is not function and (info.ancestors or name in own):
+            continue  # bound in another function, or a local of this one that shadows it
         path = _plain_path(value, root)
         if path is not None and path:
             found[name] = ("path", path)
