@@ -386,3 +386,24 @@ def test_each_failure_is_reported_once_where_the_code_as_written_has_it(template
     assert [f.range.start.line for f in found] == [line], [(f.range.start.line, f.message) for f in found]
     # (migrated in the same run, the pre-0.5 script is 0.5+ code: its unsaved name is saved)
     assert [f.applied for f in found] == [template is PRE_05 and options.migrate]
+
+
+HELPER_SAVES = '''
+    from nnsight import LanguageModel
+    from my_helpers import last_logits
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        logits = last_logits(model)  # the helper saves what it returns
+        n_tokens = model.lm_head.output.shape[1]
+    print(logits.shape)
+'''
+
+
+def test_a_value_a_helper_of_yours_may_save_is_not_reported():
+    """`last_logits` (in a module of the user's) may save any value, `logits` or an int
+    that is `n_tokens` too: neither is reported."""
+    source = script(HELPER_SAVES, "gpt2").replace("print(logits.shape)", "print(logits.shape, n_tokens)")
+    result = optimize(source)
+    assert ID in [cost.pass_id for cost in result.costs]
+    assert mine(result) == [], [f.message for f in mine(result)]

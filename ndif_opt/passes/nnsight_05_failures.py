@@ -1432,17 +1432,38 @@ def _kind_of_saved(saved: cst.BaseExpression, block: Block, bindings, facts: Fac
     return _kind(saved, facts)
 
 
+#: libraries whose functions save nothing in a block (nnterp's helpers may: not among them)
+_SAVE_FREE_LIBRARIES = frozenset({
+    "torch", "numpy", "math", "einops", "nnsight", "transformers", "collections", "itertools", "functools",
+    "operator", "random", "time", "typing", "pandas", "json", "os", "re", "string", "tqdm", "builtins",
+})
+
+
 def _calls_saving_helpers(block: Block, facts: Facts) -> bool:
-    """Does the block call a function of this file (or a method) that saves something?"""
-    savers = {name for name, fn in facts.functions.items() if find_nodes(fn, is_save_call)}
-    methods = {fn.name.value for fn in find_nodes(facts.module, lambda n: type(n) is cst.FunctionDef)
-               if find_nodes(fn, is_save_call)}
+    """May a call in the block save a value out of sight: a function or method of this file
+    that saves, a function of a module of yours (or of nnterp), or a function the code
+    does not define at all (a parameter, a star import)?"""
+    functions = {fn.name.value: fn for fn in find_nodes(facts.module, lambda n: type(n) is cst.FunctionDef)}
+    savers = {name for name, fn in functions.items() if find_nodes(fn, is_save_call)}
     for call in find_nodes(block.node.body, lambda n: type(n) is cst.Call):
         func = call.func
-        if type(func) is cst.Name and func.value in savers:
-            return True
-        if type(func) is cst.Attribute and func.attr.value in methods:
-            return True
+        if is_save_call(call):
+            continue
+        name = dotted_name(func)
+        root = name.split(".")[0] if name is not None else None
+        if type(func) is cst.Name:
+            if name in savers:
+                return True
+            if name in functions or name in facts.models or hasattr(builtins, name):
+                continue
+            if root in facts.imports and facts.imports[root].split(".")[0] in _SAVE_FREE_LIBRARIES:
+                continue
+            return True  # a function of your modules, or one the file does not define
+        if type(func) is cst.Attribute:
+            if func.attr.value in savers:
+                return True
+            if root in facts.imports and facts.imports[root].split(".")[0] not in _SAVE_FREE_LIBRARIES:
+                return True  # `helpers.grab(...)`
     return False
 
 
