@@ -1,34 +1,42 @@
 """nnsight-05-failures: code that fails on nnsight 0.5 and later, reported in every mode.
 
 ## What it does
-Looks at the code as written, whatever else runs (it is on unless `--ignore`d, and also
-on scripts for the pre-0.5 API), and reports four ways a script fails on nnsight 0.5+,
-each with the error nnsight 0.8.1 gives for it:
+A check: it runs once, first, on the code as written, whatever else runs (unless
+`--ignore`d; also on scripts for the pre-0.5 API, and when other passes are selected), and
+reports four ways a script fails on nnsight 0.5+, each with the error nnsight 0.8.1 gives
+(measured on tiny GPT-2 and Llama models, locally and through an emulated NDIF, where the
+error comes back inside a `RemoteError`):
 
-- `return` or `yield` in the body of a trace, session or generate block
-  (`SyntaxError: 'return' outside function`);
-- a block or an invoke whose body starts with `try:` (`ValueError: A traced `with` block
-  cannot start with `try:` ...`);
+- `return` or `yield` in the body of a trace, session or generate block:
+  `SyntaxError: 'return' outside function`;
+- a block or an invoke whose body starts with `try:`: `ValueError: A traced `with` block
+  cannot start with `try:` ...`;
 - a module's `.output` or `.input` read, within one invoke (or one trace without
-  invokes), after a module the model runs later: `lm_head` or the final norm before a
-  layer, a later layer before an earlier one (a loop over the layers backwards, or a
-  layer read again after the loop), a layer's output before its input or before the
-  output of its attention or MLP (`OutOfOrderError: '...' was requested but the model
-  already ran past it`). It uses the architecture's module order (embeddings, layers in
-  index order, final norm, LM head; attention before MLP), and reports only reads that
-  surely come out of order when both run;
-- a name bound in a block and read after it without `.save()`: only saved values leave
-  the outermost block, locally and on NDIF, so the name is unbound after it (`NameError`,
-  or `UnboundLocalError` in a function) or still holds its value from before the block.
+  invokes), after a module the model runs later: the LM head or the final norm before a
+  layer, a later layer before an earlier one (a loop over the layers backwards, a layer
+  read again after a loop over all of them), a layer's output before its input or before
+  the output of its attention or MLP: `OutOfOrderError: '...' was requested but the model
+  already ran past it`. The order is the architecture's (embeddings, the decoder layers in
+  index order, the final norm, the LM head; in a layer its attention before its MLP), and
+  only reads that surely come out of order when both run are reported (conditions that
+  read the same names, branches of one `if`, a `try` inside the block that catches the
+  error, steps of generation, backward passes: not);
+- a name bound in the outermost block (remote or not) and read after it without
+  `.save()`: only the values marked with `.save()` leave it, so the name is unbound there
+  (`NameError`, or `UnboundLocalError` in a function) or still holds its value from
+  before the block (a wrong result, silently). Names read only inside the block (a later
+  trace of the same session) are fine, and so is a name whose value nnsight sends back
+  anyway (nnsight sends back every name whose value *is* a saved object: an alias of one,
+  a cached small int equal to a saved one, a value a helper of yours may have saved).
 
-The last one it fixes: the block saves the value where it binds the name
-(`.save()` on a tensor, `nnsight.save(...)` on anything else).
+The last one it fixes: the block saves the value where it binds the name (`.save()` on a
+tensor, `nnsight.save(...)` on anything else).
 
 ## Why is this bad?
 nnsight 0.5 runs a block's body as code of its own, in a worker that waits at each
 module for the model to get there, and sends back only the values marked with
 `.save()`. Code written for 0.4 (which recorded a graph and ran it afterwards) or by
-habit of plain Python fails there: at once, or after a full remote request, or — a name
+habit of plain Python fails there: at once, after a full remote request, or — a name
 that still holds its old value — silently.
 
 ## Example
@@ -55,13 +63,15 @@ print(logits.argmax(), n_tokens)
 ```
 
 ## Fix safety
-The save is added only to plain assignments `name = value` of the block, when nothing
-the block saves can be the same object as the value (nnsight sends back a name whose
-value *is* a saved object). Safe where the name is unbound before the block: the original
-stops there with `NameError`, so no result of it changes; the download grows by the value.
-Unsafe where the name held a value before the block: the original goes on with that
-value, and the fix changes what the script computes (to what its author meant). The
-other three are reported only: their repair is the author's choice.
+The save is added only where every binding of the name in the block is a plain
+assignment `name = value`. Safe where the name is unbound before the block and the read
+after it is not in a `try`: the original stops there with `NameError`, so no result of it
+changes; the download grows by the value (a later pass may still reduce it). Unsafe where
+the name held a value before the block (the original goes on with that value, and the
+fix changes what the script computes, to what its author meant) or the read is in a
+`try` that may handle its failure. On a script for the pre-0.5 API the save is added only
+with `--migrate` (migrated in the same run, it is 0.5+ code). The other three failures
+are reported only: how to repair them is the author's choice.
 """
 
 from __future__ import annotations
