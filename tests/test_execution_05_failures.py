@@ -19,7 +19,7 @@ from execution import both, script  # noqa: E402
 
 from ndif_opt import Status, optimize  # noqa: E402
 from ndif_opt.options import Options  # noqa: E402
-from ndif_opt.verify import run_script, verify_sources  # noqa: E402
+from ndif_opt.verify import run_script, verify_result  # noqa: E402
 
 ID = "nnsight-05-failures"
 MODES = ("local", "emulated")
@@ -198,11 +198,31 @@ UNBOUND_IN_A_FUNCTION = '''
 '''
 
 
+READ_BY_THE_NEXT_BLOCK = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def patched(source, target):
+        with model.trace(source, remote=True):
+            hidden = LAYERS[2].output[:, -1]
+        with model.trace(target, remote=True):
+            LAYERS[2].output[:, -1] = hidden  # the block's code looks the name up as a global
+            logits = model.lm_head.output[0, -1].save()
+        return logits.argmax().item()
+
+
+    print(patched("The Eiffel Tower is in", "The Colosseum is in"))
+'''
+
+
 @both
 @pytest.mark.parametrize("template, start", [(UNBOUND, "NameError: name 'n_tokens' is not defined"),
                                              (UNBOUND_IN_A_FUNCTION, "UnboundLocalError: cannot access local "
-                                                                     "variable 'top'")],
-                         ids=["module", "function"])
+                                                                     "variable 'top'"),
+                                             (READ_BY_THE_NEXT_BLOCK, "NameError: name 'hidden' is not defined")],
+                         ids=["module", "function", "next-block"])
 def test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script(family, template, start):
     source = script(template, family)
     result = optimize(source)
@@ -211,10 +231,11 @@ def test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script(f
     error = quoted(found[0].message, start)
     for mode, raised in errors(source).items():
         assert raised is not None and error in raised, (mode, raised, error)
-    fixed = result.code
+    fixed = optimize(source, options=Options(select=frozenset({ID}))).code  # the check's fix alone
+    assert fixed != source
     again = optimize(fixed)
     assert not mine(again)  # nothing left to report
-    report = verify_sources(fixed, again.code)
+    report = verify_result(fixed, again, filename="script.py")
     assert report.intended_ok, report.to_text() + "\n" + fixed
     assert not any(report.errors.values()), report.errors
 
@@ -241,9 +262,9 @@ def test_a_name_that_held_a_value_keeps_it_and_the_unsafe_fix_gives_the_blocks(f
     for mode in MODES:
         run = run_script(source, mode=mode, timeout=600)
         assert run.error is None and run.stdout.startswith("unknown "), (mode, run.error, run.stdout)
-    fixed = optimize(source, options=Options(unsafe_fixes=True)).code
+    fixed = optimize(source, options=Options(unsafe_fixes=True, select=frozenset({ID}))).code
     assert fixed != source
-    report = verify_sources(fixed, optimize(fixed).code)
+    report = verify_result(fixed, optimize(fixed), filename="script.py")
     assert report.intended_ok, report.to_text() + "\n" + fixed
     layers = script("LAYERS", family).strip()
     for mode in MODES:

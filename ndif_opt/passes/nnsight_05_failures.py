@@ -1057,7 +1057,7 @@ class Unsaved:
     bindings: list[cst.CSTNode]  # where the block binds it (a statement or a `for` target)
     read: cst.CSTNode  # the first read after the block
     unbound: bool  # nothing binds it outside the block: the read raises
-    in_function: bool
+    in_function: bool  # the read is a function's own (not in a block): UnboundLocalError
     caught: bool = False  # the read is in a `try`: the script may mean to handle its failure
     stale: bool = False  # surely bound before the block: the read gets that value
     fix: dict[int, cst.BaseExpression] | None = None  # id(value) -> the value saved
@@ -1090,7 +1090,9 @@ def unsaved_names(block: Block, facts: Facts, pre05: bool = False) -> list[Unsav
     bindings = _bindings(block.node.body)
     if not bindings:
         return []
-    reads = _reads_after(after, set(bindings))
+    nnsight_withs = frozenset(id(b.node) for b in facts.blocks) | frozenset(
+        id(w) for b in facts.blocks for w in _invokes(b))
+    reads = _reads_after(after, set(bindings), nnsight_withs)
     if not reads:
         return []
     saves = [unsave(call) for call in find_nodes(block.node.body, is_save_call)]
@@ -1111,9 +1113,11 @@ def unsaved_names(block: Block, facts: Facts, pre05: bool = False) -> list[Unsav
         kinds = {_binding_kind(kind, value, facts) for kind, _, value in sites}
         if not _surely_unsaved(kinds, save_kinds):
             continue
-        read, caught = reads[name]
+        read, caught, in_block = reads[name]
         unbound = not star and name not in outside and not hasattr(builtins, name)
-        item = Unsaved(name, [node for _, node, _ in sites], read, unbound, isinstance(scope, cst.FunctionDef), caught,
+        # (a block's code is compiled on its own: a local it reads is looked up as a global)
+        local = isinstance(scope, cst.FunctionDef) and not in_block
+        item = Unsaved(name, [node for _, node, _ in sites], read, unbound, local, caught,
                        stale=not unbound and _bound_before(block, name, facts))
         item.fix, item.why_not = _fix(name, sites, facts)
         found.append(item)
@@ -1213,40 +1217,45 @@ def _declared(body: cst.CSTNode) -> set[str]:
             for name in node.names}
 
 
-def _reads_after(after: list[cst.BaseStatement], names: set[str]) -> dict[str, tuple[cst.CSTNode, bool]]:
-    """name -> (its first read, whether a `try` around it catches errors) for the names of
-    ``names`` that the statements read on some path before anything may bind them again.
-    Reads in functions, lambdas and classes defined there do not count (they run when
-    called, if ever); a statement the walk does not follow (`match`) ends it."""
-    found: dict[str, tuple[cst.CSTNode, bool]] = {}
-    _sequence(after, set(names), False, found)
+def _reads_after(after: list[cst.BaseStatement], names: set[str],
+                 blocks: frozenset[int]) -> dict[str, tuple[cst.CSTNode, bool, bool]]:
+    """name -> (its first read, whether a `try` around it catches errors, whether it is in
+    an nnsight block of ``blocks`` (ids)) for the names of ``names`` that the statements
+    read on some path before anything may bind them again. Reads in functions, lambdas and
+    classes defined there do not count (they run when called, if ever); a statement the
+    walk does not follow (`match`) ends it."""
+    found: dict[str, tuple[cst.CSTNode, bool, bool]] = {}
+    _sequence(after, set(names), (False, False, blocks), found)
     return found
 
 
-def _sequence(statements, live: set[str], caught: bool, found: dict) -> bool:
+def _sequence(statements, live: set[str], where: tuple, found: dict) -> bool:
     """Reads of ``live`` names in ``statements``, in order, into ``found``; False when the
     walk stopped at a statement it does not follow."""
     live = set(live)
     for stmt in statements:
         if not live - set(found):
             return True
-        if not _statement_reads(stmt, live, caught, found):
+        if not _statement_reads(stmt, live, where, found):
             return False
         live -= set(collect(stmt).binds) if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) \
             else {stmt.name.value}
     return True
 
 
-def _statement_reads(stmt, live: set[str], caught: bool, found: dict) -> bool:
+def _statement_reads(stmt, live: set[str], where: tuple, found: dict) -> bool:
+    """``where``: (in a `try` with handlers, in an nnsight block, the ids of the blocks)."""
     kind = type(stmt)
+    caught, in_block, blocks = where
 
     def read(node: cst.CSTNode, shadow: set[str] = frozenset()) -> None:
-        for name, where in collect(node).reads.items():
-            if name in live and name not in shadow and name not in found and not _in_lambda(node, where):
-                found[name] = (where, caught)
+        for name, at in collect(node).reads.items():
+            if name in live and name not in shadow and name not in found and not _in_lambda(node, at):
+                found[name] = (at, caught, in_block)
 
     def suite(body, names=live, catching=caught) -> bool:
-        return _sequence(body.body if hasattr(body, "body") else body, names, catching, found)
+        inside = (catching, in_block or id(stmt) in blocks, blocks)
+        return _sequence(body.body if hasattr(body, "body") else body, names, inside, found)
 
     if kind is cst.SimpleStatementLine:
         names = set(live)
@@ -1262,7 +1271,7 @@ def _statement_reads(stmt, live: set[str], caught: bool, found: dict) -> bool:
             return False
         other = stmt.orelse
         if type(other) is cst.If:
-            return _statement_reads(other, live, caught, found)
+            return _statement_reads(other, live, where, found)
         return other is None or suite(other.body)
     if kind in (cst.For, cst.While):
         read(stmt.iter if kind is cst.For else stmt.test)
