@@ -94,7 +94,8 @@ def test_stdin_and_json(tmp_path):
     payload = json.loads(done.stdout)
     assert payload["totals"]["requests_before"] == 8
     assert payload["totals"]["requests_after"] == 1
-    assert [p["id"] for p in payload["passes"]][:2] == ["session-hoisting", "accumulator-relocation"]
+    assert [p["id"] for p in payload["passes"]][:3] == ["nnsight-05-failures", "session-hoisting",
+                                                         "accumulator-relocation"]
     for key in ("requests_before", "requests_after", "download_bytes_before", "download_bytes_after",
                 "forward_passes_before", "forward_passes_after",
                 "layer_evaluations_before", "layer_evaluations_after"):

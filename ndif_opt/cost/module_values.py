@@ -33,6 +33,7 @@ __all__ = [
     "ModuleRole",
     "call_module",
     "causal_lm_output",
+    "forward_order",
     "generate_output",
     "module_attr",
     "module_subscript",
@@ -262,3 +263,64 @@ def module_subscript(ref: ModuleRef, items: list[cst.BaseSlice], ev: Evaluation)
         except UnknownShape:
             pass
     return ref.child(index)
+
+
+# ---------------------------------------------------------------------------------------
+# The order of a forward pass
+# ---------------------------------------------------------------------------------------
+
+#: a module's hook points: its input is taken when it is called, its output when it returns
+INPUT, OUTPUT = 0, 1
+_EMBED_NAMES = _EMBEDS | {"wpe"}
+
+
+def forward_order(a: Sequence, a_hook: int, b: Sequence, b_hook: int) -> int | None:
+    """When the hook ``a_hook`` (INPUT/OUTPUT) of module ``a`` fires in a causal LM's forward
+    pass, relative to ``b_hook`` of ``b``: -1 before, 0 the same hook, 1 after, None when
+    the architecture does not say. A module is its path from the model root (attribute
+    names, decoder-layer indices as non-negative ints; any other hashable item is an index
+    of unknown value, the same as itself only).
+
+    What every transformers causal LM does: a module's input comes before everything
+    inside it, its output after; the base model (``model``/``transformer``...) runs before
+    the LM head; inside it the embeddings, then the decoder layers in index order, then
+    the final norm; inside a layer its attention before its MLP. Anything else (norms
+    inside a layer, projections among themselves, layer lists elsewhere) is not ordered."""
+    a, b = tuple(a), tuple(b)
+    if a == b:
+        return (a_hook > b_hook) - (a_hook < b_hook)
+    common = 0
+    while common < min(len(a), len(b)) and a[common] == b[common]:
+        common += 1
+    if common == len(a):  # a holds b: its input before, its output after
+        return -1 if a_hook == INPUT else 1
+    if common == len(b):
+        return 1 if b_hook == INPUT else -1
+    return _sibling_order(a[:common], a[common], b[common])
+
+
+def _sibling_order(parent: tuple, x, y) -> int | None:
+    """The order of two children of ``parent`` that run one after the other."""
+    if not parent:
+        if x in _BASES and y in _LM_HEADS:
+            return -1
+        if y in _BASES and x in _LM_HEADS:
+            return 1
+        return None
+    if len(parent) == 1 and parent[0] in _BASES:
+        rank = {**{n: 0 for n in _EMBED_NAMES}, **{n: 1 for n in LAYER_LISTS}, **{n: 2 for n in _FINAL_NORMS}}
+        rx, ry = rank.get(x) if isinstance(x, str) else None, rank.get(y) if isinstance(y, str) else None
+        if rx is None or ry is None or rx == ry:
+            return None
+        return -1 if rx < ry else 1
+    if len(parent) == 2 and parent[0] in _BASES and parent[1] in LAYER_LISTS:
+        if type(x) is int and type(y) is int:  # (bool is not an index)
+            return (x > y) - (x < y)
+        return None
+    if len(parent) == 3 and parent[0] in _BASES and parent[1] in LAYER_LISTS:
+        kind = {**{n: 0 for n in _ATTN}, **{n: 1 for n in _MLP}}
+        kx, ky = kind.get(x) if isinstance(x, str) else None, kind.get(y) if isinstance(y, str) else None
+        if kx is None or ky is None or kx == ky:
+            return None
+        return -1 if kx < ky else 1
+    return None

@@ -426,11 +426,16 @@ def _run_module(source: str, options: Options, filename: str | None = None,
     unreturned: set[str] = set()
     introduced: set[str] = set()
     migrated: list[Finding] | None = None  # migration's unapplied findings, once it has run
+    checked: dict[str, list[Finding]] = {}  # the checks' findings, from their one run on the code as written
     for _round in range(MAX_ROUNDS):
         changed = False
         last_round = []
         for pass_ in passes:
-            if not pass_.runs_first_once and state.api == PRE_05:
+            if pass_.checks_as_written:
+                if pass_.id in checked:  # once, on the code as written: never on a rewrite of it
+                    last_round.extend(checked[pass_.id])
+                    continue
+            elif not pass_.runs_first_once and state.api == PRE_05:
                 continue  # their rewrites are nnsight 0.5+ code: they would break it
             migrating = pass_.runs_first_once and not pass_.report_only
             if migrating and migrated is not None:
@@ -454,6 +459,8 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 raise
             except Exception as error:  # a pass that fails leaves the code as it was
                 last_round.append(_internal_error(pass_.id, error))
+                if pass_.checks_as_written:
+                    checked[pass_.id] = [last_round[-1]]
                 continue
             if suppressing:
                 located, keep = _enforce_suppressions(suppressions, located)
@@ -487,6 +494,8 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 last_round.extend(reported)
             if migrating:
                 migrated = reported
+            if pass_.checks_as_written:
+                checked[pass_.id] = reported
             positions = None
             if new_module is state.module:
                 code = state.code
@@ -503,7 +512,8 @@ def _run_module(source: str, options: Options, filename: str | None = None,
             deltas[pass_.id] = _add(deltas[pass_.id], _diff(state.cost, before))
         if not changed:
             break
-    if migrated is not None and state.api == PRE_05 and any(not p.runs_first_once for p in passes):
+    if migrated is not None and state.api == PRE_05 and \
+            any(not (p.runs_first_once or p.checks_as_written) for p in passes):
         migration = next(p for p in passes if p.runs_first_once)
         last_round.append(_partial_migration(migration.id, state.facts, migrated))
     code = state.code

@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ndif_opt.passes.base import Case, Context, Pass, RawFinding
 
 PASS_MODULES: tuple[str, ...] = (
+    # a check, in every mode: runs once, on the code as written (pre-0.5 code too)
+    "nnsight_05_failures",
     # opt-in (`--migrate`): brings pre-0.5 code to the current API before anything else looks at it
     "migrate_api",
     "session_hoisting",

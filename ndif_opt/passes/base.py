@@ -102,6 +102,9 @@ class Pass:
     #: runs first and once, on the code as written; the only pass that runs on code for
     #: the pre-0.5 nnsight API, and the only one that changes which API the code targets
     runs_first_once: ClassVar[bool] = False
+    #: a check: runs once, in the first round, on the code as written, in every mode (also
+    #: on pre-0.5 code); its findings stand for the whole run, whatever later passes rewrite
+    checks_as_written: ClassVar[bool] = False
 
     def __init__(self, report_only: bool = False) -> None:
         self.report_only = report_only

@@ -1,0 +1,430 @@
+"""Execution checks for nnsight-05-failures: every failure it reports happens on nnsight 0.8.
+
+Each script runs on a tiny model of each family (GPT-2 and Llama), locally and through
+verify's emulation of NDIF: the original raises the error the finding quotes (locally, and
+remotely inside a RemoteError), or — a name read after its block that held a value before
+— goes on with the old value. Where the check fixes the script (a name read after its
+block is saved), the fixed script runs and verifies: locally and emulated it computes the
+same. And a script whose reads are all in the model's order, in invokes and a session,
+runs and is left without a finding.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("nnsight")
+
+from execution import both, script  # noqa: E402
+
+from ndif_opt import Status, optimize  # noqa: E402
+from ndif_opt.options import Options  # noqa: E402
+from ndif_opt.verify import run_script, verify_result  # noqa: E402
+
+ID = "nnsight-05-failures"
+MODES = ("local", "emulated")
+
+
+def mine(result):
+    return [f for f in result.findings if f.pass_id == ID]
+
+
+def errors(source: str) -> dict[str, str | None]:
+    """The error of the script, run locally and through the emulated NDIF."""
+    return {mode: run_script(source, mode=mode, timeout=600).error for mode in MODES}
+
+
+def quoted(message: str, start: str) -> str:
+    """The error a finding quotes: from ``start`` to the end of the message."""
+    assert start in message, message
+    return message[message.index(start):]
+
+
+def reported_error(template: str, family: str, start: str) -> None:
+    """The check reports the script, quoting an error that both runs of it raise."""
+    source = script(template, family)
+    found = [f for f in mine(optimize(source)) if start in f.message]
+    assert len(found) == 1, [f.message for f in mine(optimize(source))]
+    error = quoted(found[0].message, start)
+    for mode, raised in errors(source).items():
+        assert raised is not None and error in raised, (mode, raised, error)
+
+
+RETURN = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def top_token(prompt):
+        with model.trace(prompt, remote=True):
+            logits = model.lm_head.output[0, -1].save()
+            return logits.argmax()
+
+
+    print(top_token("The Eiffel Tower is in"))
+'''
+
+LEADING_TRY = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        try:
+            hidden = LAYERS[0].output[0, -1].save()
+        except AttributeError:
+            hidden = None
+    print(hidden.shape)
+'''
+
+LEADING_TRY_INVOKE = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace(remote=True) as tracer:
+        with tracer.invoke("The Eiffel Tower is in"):
+            try:
+                logits = model.lm_head.output[0, -1].save()
+            except IndexError:
+                logits = model.lm_head.output[-1].save()
+    print(logits.shape)
+'''
+
+
+@both
+def test_a_return_in_a_block_is_a_syntax_error(family):
+    reported_error(RETURN, family, "SyntaxError: 'return' outside function")
+
+
+@both
+@pytest.mark.parametrize("template", [LEADING_TRY, LEADING_TRY_INVOKE], ids=["trace", "invoke"])
+def test_a_body_that_starts_with_try_is_refused(family, template):
+    reported_error(template, family, "ValueError: A traced `with` block cannot start with `try:`")
+
+
+LM_HEAD_FIRST = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        logits = model.lm_head.output[0, -1].save()
+        hidden = LAYERS[3].output[0, -1].save()
+    print(logits.argmax(), hidden.norm())
+'''
+
+AGAIN_AFTER_THE_LOOP = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        norms = list().save()
+        for i in range(len(LAYERS)):
+            norms.append(LAYERS[i].output.norm())
+        n_tokens = LAYERS[0].output.shape[1]
+        per_token = [norm / n_tokens for norm in norms]
+    print(len(norms))
+'''
+
+OUTPUT_THEN_INPUT = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        updates = list().save()
+        for layer in LAYERS:
+            updates.append((layer.output - layer.input).norm())
+    print(len(updates))
+'''
+
+BACKWARDS = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        top = [layer.output[0, -1].argmax().save() for layer in reversed(LAYERS)]
+    print(top)
+'''
+
+IN_ONE_INVOKE = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace(remote=True) as tracer:
+        with tracer.invoke("The Eiffel Tower is in"):
+            hidden = LAYERS[5].output[0, -1].save()
+        with tracer.invoke("The Colosseum is in"):
+            final = model.output.logits[0, -1].save()
+            mlp = LAYERS[1].mlp.output[0, -1].save()
+    print(hidden.norm(), final.argmax(), mlp.norm())
+'''
+
+
+@both
+@pytest.mark.parametrize("template", [LM_HEAD_FIRST, AGAIN_AFTER_THE_LOOP, OUTPUT_THEN_INPUT, BACKWARDS,
+                                      IN_ONE_INVOKE],
+                         ids=["lm-head-first", "again-after-the-loop", "output-then-input", "backwards",
+                              "in-one-invoke"])
+def test_reads_out_of_the_models_order_raise(family, template):
+    reported_error(template, family, "OutOfOrderError: '")
+
+
+UNBOUND = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        tops = [layer.output[0, -1].argmax().save() for layer in LAYERS]
+        hidden = LAYERS[-1].output[0, -1] * 2
+        logits = model.lm_head.output[0, -1].save()
+        n_tokens = model.lm_head.output.shape[1]
+    print(logits.argmax().item(), n_tokens, hidden.norm().item(), [top.item() for top in tops])
+'''
+
+UNBOUND_IN_A_FUNCTION = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def answer(prompt):
+        with model.session(remote=True):
+            with model.trace(prompt):
+                logits = model.lm_head.output[0, -1]
+            top = logits.argmax().item()
+        return top
+
+
+    print(answer("The Eiffel Tower is in"))
+'''
+
+
+READ_BY_THE_NEXT_BLOCK = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def patched(source, target):
+        with model.trace(source, remote=True):
+            hidden = LAYERS[2].output[:, -1]
+        with model.trace(target, remote=True):
+            LAYERS[2].output[:, -1] = hidden  # the block's code looks the name up as a global
+            logits = model.lm_head.output[0, -1].save()
+        return logits.argmax().item()
+
+
+    print(patched("The Eiffel Tower is in", "The Colosseum is in"))
+'''
+
+
+@both
+@pytest.mark.parametrize("template, start", [(UNBOUND, "NameError: name 'n_tokens' is not defined"),
+                                             (UNBOUND_IN_A_FUNCTION, "UnboundLocalError: cannot access local "
+                                                                     "variable 'top'"),
+                                             (READ_BY_THE_NEXT_BLOCK, "NameError: name 'hidden' is not defined")],
+                         ids=["module", "function", "next-block"])
+def test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script(family, template, start):
+    source = script(template, family)
+    result = optimize(source)
+    found = [f for f in mine(result) if start in f.message]
+    assert found and all(f.status is Status.APPLIED for f in found), [f.message for f in mine(result)]
+    error = quoted(found[0].message, start)
+    for mode, raised in errors(source).items():
+        assert raised is not None and error in raised, (mode, raised, error)
+    fixed = optimize(source, options=Options(select=frozenset({ID}))).code  # the check's fix alone
+    assert fixed != source
+    again = optimize(fixed)
+    assert not mine(again)  # nothing left to report
+    report = verify_result(fixed, again, filename="script.py")
+    assert report.intended_ok, report.to_text() + "\n" + fixed
+    assert not any(report.errors.values()), report.errors
+
+
+STALE = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    pattern = "unknown"
+    with model.trace("The Eiffel Tower is in", remote=True):
+        hidden = LAYERS[0].output.save()
+        pattern = "LAYERS"
+    print(pattern, tuple(hidden.shape))
+'''
+
+
+@both
+def test_a_name_that_held_a_value_keeps_it_and_the_unsafe_fix_gives_the_blocks(family):
+    source = script(STALE, family)
+    default = optimize(source)
+    found = mine(default)
+    assert [f.status for f in found] == [Status.UNSAFE_NOT_APPLIED], [f.message for f in found]
+    assert "still holds the value it had before the block" in found[0].message
+    for mode in MODES:
+        run = run_script(source, mode=mode, timeout=600)
+        assert run.error is None and run.stdout.startswith("unknown "), (mode, run.error, run.stdout)
+    fixed = optimize(source, options=Options(unsafe_fixes=True, select=frozenset({ID}))).code
+    assert fixed != source
+    report = verify_result(fixed, optimize(fixed), filename="script.py")
+    assert report.intended_ok, report.to_text() + "\n" + fixed
+    layers = script("LAYERS", family).strip()
+    for mode in MODES:
+        run = run_script(fixed, mode=mode, timeout=600)
+        assert run.error is None and run.stdout.startswith(f"{layers} "), (mode, run.error, run.stdout)
+
+
+IN_ORDER = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    layers = LAYERS
+    with model.session(remote=True):
+        with model.trace() as tracer:
+            with tracer.invoke("The Eiffel Tower is in"):
+                logits = model.lm_head.output[0, -1]
+            with tracer.invoke("The Colosseum is in"):
+                first = layers[0].input[0, -1]
+                for layer in layers:
+                    norm = layer.input.norm() + layer.mlp.output.norm() + layer.output.norm()
+                last = layers[-1].output[0, -1]
+                other = model.lm_head.output[0, -1]
+        difference = (logits - other).norm().save()
+        steps = [norm.item() for norm in (first.norm(), last.norm())]
+    with model.trace("The Eiffel Tower is in", remote=True):
+        hidden = list().save()
+        for layer in layers:
+            hidden.append(layer.output[0, -1])
+        top = model.output.logits[0, -1].argmax().save()
+    print(round(difference.item(), 3), len(hidden), top.item())
+'''
+
+
+@both
+def test_reads_in_the_models_order_run_and_are_not_reported(family):
+    source = script(IN_ORDER, family)
+    result = optimize(source)
+    assert ID in [cost.pass_id for cost in result.costs]  # the check ran
+    assert mine(result) == []
+    for mode, raised in errors(source).items():
+        assert raised is None, (mode, raised)
+
+
+QUIET_NAMES = '''
+    import nnsight
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def grab():
+        return model.lm_head.output[0, -1].save()
+
+
+    with model.trace("The Eiffel Tower is in", remote=True):
+        logits = model.lm_head.output.save()
+        same = logits  # an alias of a saved value: the same object comes back
+        count = nnsight.save(3)
+        three = 3  # the same (cached) int object as a saved one: it comes back too
+        last = grab()  # saved by a helper
+    with model.session(remote=True):
+        with model.trace("The Colosseum is in"):
+            hidden = LAYERS[0].output[0, -1]
+        with model.trace("The Colosseum is in"):
+            LAYERS[0].output[0, -1] = hidden  # read in a later trace of the session
+            patched = model.lm_head.output[0, -1].argmax().save()
+    print(tuple(same.shape), three, tuple(last.shape), patched.item())
+'''
+
+QUIET_ORDER = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    for mode in ("lens", "layers"):
+        with model.trace("The Eiffel Tower is in", remote=True):
+            if mode == "lens":
+                out = model.lm_head.output[0, -1].argmax().save()
+            else:
+                out = LAYERS[0].output[0, -1].norm().save()
+            if mode != "lens":
+                again = LAYERS[1].output[0, -1].norm().save()
+        print(mode, out.item())
+    with model.trace("The Eiffel Tower is in", remote=True):
+        top = model.lm_head.output[0, -1].argmax().save()
+        try:
+            early = LAYERS[0].output[0, -1].save()
+        except Exception:
+            pass
+    print(top.item())
+'''
+
+
+@both
+@pytest.mark.parametrize("template", [QUIET_NAMES, QUIET_ORDER], ids=["names", "order"])
+def test_what_runs_on_nnsight_08_is_not_reported(family, template):
+    source = script(template, family)
+    result = optimize(source)
+    assert ID in [cost.pass_id for cost in result.costs]  # the check ran
+    assert mine(result) == [], [f.message for f in mine(result)]
+    for mode, raised in errors(source).items():
+        assert raised is None, (mode, raised)
+
+
+LOOP_OUT_OF_ORDER = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    tops = []
+    for prompt in ["The Eiffel Tower is in", "The Colosseum is in", "Big Ben is in"]:
+        with model.trace(prompt, remote=True):
+            logits = model.lm_head.output[0, -1].save()
+            hidden = LAYERS[5].output[0, -1].save()
+        tops.append(logits.argmax().item())
+    print(tops)
+'''
+
+PRE_05 = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        logits = model.lm_head.output.save()
+        n_tokens = model.lm_head.output.shape[1]
+    print(logits.value.shape, n_tokens)
+'''
+
+
+@pytest.mark.parametrize("options", [Options(), Options(unsafe_fixes=True), Options(migrate=True),
+                                     Options(select=frozenset({"session-hoisting"}))],
+                         ids=["default", "unsafe", "migrate", "selected-other"])
+@pytest.mark.parametrize("template, text", [(LOOP_OUT_OF_ORDER, "hidden = "), (PRE_05, "n_tokens = ")],
+                         ids=["rewritten", "pre-0.5"])
+def test_each_failure_is_reported_once_where_the_code_as_written_has_it(template, text, options):
+    """However the other passes rewrite the script (a session around the loop), and also for
+    a script written for the pre-0.5 API (where the other passes do not run unless it is
+    migrated), the check reports on the code as written, once."""
+    source = script(template, "gpt2")
+    line = next(i for i, code in enumerate(source.splitlines()) if text in code)
+    found = mine(optimize(source, options=options))
+    assert [f.range.start.line for f in found] == [line], [(f.range.start.line, f.message) for f in found]
+    # (migrated in the same run, the pre-0.5 script is 0.5+ code: its unsaved name is saved)
+    assert [f.applied for f in found] == [template is PRE_05 and options.migrate]
+
+
+HELPER_SAVES = '''
+    from nnsight import LanguageModel
+    from my_helpers import last_logits
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        logits = last_logits(model)  # the helper saves what it returns
+        n_tokens = model.lm_head.output.shape[1]
+    print(logits.shape)
+'''
+
+
+def test_a_value_a_helper_of_yours_may_save_is_not_reported():
+    """`last_logits` (in a module of the user's) may save any value, `logits` or an int
+    that is `n_tokens` too: neither is reported."""
+    source = script(HELPER_SAVES, "gpt2").replace("print(logits.shape)", "print(logits.shape, n_tokens)")
+    result = optimize(source)
+    assert ID in [cost.pass_id for cost in result.costs]
+    assert mine(result) == [], [f.message for f in mine(result)]
