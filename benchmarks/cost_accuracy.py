@@ -294,6 +294,14 @@ for _family in ("gpt2", "llama"):
         NOT_PREDICTED[
             f"test_execution_handled::test_a_failing_request_is_still_handled_on_its_own[{_family}]:{_version}"
         ] = "a request fails by design: the cost model counts a run without failures"
+    NOT_PREDICTED[
+        f"test_execution_05_failures::test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script"
+        f"[module-{_family}]:optimized"
+    ] = (
+        "cost model gap: a saved list of saved scalars (`nnsight.save([l.output[0, -1].argmax().save() for l in "
+        "layers])`) ships one tensor per element, ~250 B each, which the model does not count (32 layers: 1.3 KB "
+        "predicted, 8.8 KB measured)"
+    )
     for _test in ("test_values_only_the_session_reads_are_not_downloaded",
                   "test_a_module_name_read_after_the_session_still_comes_back"):
         for _version in ("original", "optimized"):

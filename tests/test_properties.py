@@ -387,7 +387,7 @@ def test_a_session_may_trade_a_little_download_for_fewer_requests():
             print(score_3, summary_5)
     ''')
     result = _optimized(source)
-    hoisting = result.costs[0]
+    hoisting = next(cost for cost in result.costs if cost.pass_id == "session-hoisting")
     assert hoisting.after.requests < hoisting.before.requests
     assert hoisting.after.download_bytes > hoisting.before.download_bytes  # the trade
     check_costs_never_increase(Script(source, None, remote_constant=False), result)

@@ -456,15 +456,21 @@ class _Collect(cst.CSTVisitor):
 
 def _walk_order(module: cst.Module) -> dict[int, int]:
     """id(node) -> its position in a walk of the tree."""
-    order: dict[int, int] = {}
+    order = _Order()
+    walk_tree(module, order)
+    return order.positions
 
-    class Order(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            order[id(node)] = len(order)
-            return True
 
-    walk_tree(module, Order())
-    return order
+class _Order(cst.CSTVisitor):
+    """Numbers the nodes in the order a walk meets them (a class made per call would
+    leave a reference cycle per call for the garbage collector)."""
+
+    def __init__(self) -> None:
+        self.positions: dict[int, int] = {}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.positions[id(node)] = len(self.positions)
+        return True
 
 
 def _layer_aliases(walk: "_Collect") -> tuple[set[str], set[str]]:

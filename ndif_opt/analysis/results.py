@@ -10,8 +10,8 @@ optimized script, except the script's *intermediates*:
   model.lm_head.output.save()` followed by `logits[0, -1].argmax()`): once the reads move
   into the session the download is what the rewrite saves (a value saved and read nowhere
   is what the script saved it for: a result);
-- a loop temporary: a name every iteration of its loop binds afresh (`for prompt in
-  prompts:`, and what the body binds before it reads it);
+- a loop temporary: a name every iteration of a loop around it binds afresh (`for prompt
+  in prompts:`, and what the body binds for sure before it reads it);
 - the tracer an nnsight block binds with `as`, and an `except ... as` name (Python unbinds
   it).
 
@@ -35,30 +35,29 @@ def script_result_names(tree: ast.Module) -> frozenset[str]:
     """The names of the script's results (see the module docstring)."""
     read = _read_names(tree)
     results: set[str] = set()
-    for stmt, loop, in_block in _module_statements(tree.body, None, False):
+    for stmt, loops, in_block in _module_statements(tree.body, (), False):
         for name, intermediate in _bindings(stmt, in_block, read):
-            if not intermediate and not (loop is not None and name in _afresh(loop)):
+            if not intermediate and not any(name in _afresh(loop) for loop in loops):
                 results.add(name)
     return frozenset(results)
 
 
-def _module_statements(body, loop, in_block):
-    """(statement, innermost loop around it, inside an nnsight block?) for every
-    statement of module-level code, compound ones included, functions and classes not
-    entered."""
+def _module_statements(body, loops: tuple, in_block: bool):
+    """(statement, the loops around it, inside an nnsight block?) for every statement of
+    module-level code, compound ones included, functions and classes not entered."""
     for stmt in body:
-        yield stmt, loop, in_block
+        yield stmt, loops, in_block
         if isinstance(stmt, _SCOPES):
             continue
-        inner_loop = stmt if isinstance(stmt, _LOOPS) else loop
+        inner_loops = (*loops, stmt) if isinstance(stmt, _LOOPS) else loops
         inner_block = in_block or (isinstance(stmt, (ast.With, ast.AsyncWith)) and _opens_block(stmt))
         for field in ("body", "orelse", "finalbody"):
-            yield from _module_statements(getattr(stmt, field, []) or [], inner_loop if field == "body" else loop,
+            yield from _module_statements(getattr(stmt, field, []) or [], inner_loops if field == "body" else loops,
                                           inner_block if field == "body" else in_block)
         for handler in getattr(stmt, "handlers", []) or []:
-            yield from _module_statements(handler.body, loop, in_block)
+            yield from _module_statements(handler.body, loops, in_block)
         for case in getattr(stmt, "cases", []) or []:
-            yield from _module_statements(case.body, loop, in_block)
+            yield from _module_statements(case.body, loops, in_block)
 
 
 def _opens_block(stmt: ast.With | ast.AsyncWith) -> bool:
@@ -146,13 +145,46 @@ def _read_names(tree: ast.Module) -> frozenset[str]:
 
 def _afresh(loop: ast.stmt) -> frozenset[str]:
     """Names every iteration of ``loop`` binds before it reads them (its temporaries): bound
-    for sure by its body, and read by no statement of it before that."""
-    bound: set[str] = set()
+    for sure by its body, and read nowhere in it before that."""
     exposed: set[str] = set()
-    for stmt in loop.body:
-        exposed |= _reads(stmt) - bound
-        bound |= _definite(stmt)
+    bound = _scan(loop.body, set(), exposed)
     return frozenset(bound - exposed)
+
+
+def _scan(stmts, bound: set[str], exposed: set[str]) -> set[str]:
+    """Adds to ``exposed`` the names ``stmts`` may read before binding them (given the names
+    ``bound`` before them); returns the names bound for sure after them."""
+    bound = set(bound)
+    for stmt in stmts:
+        if isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                exposed |= _expr_reads(item.context_expr) - bound
+                if item.optional_vars is not None:
+                    bound |= set(_targets(item.optional_vars))
+            bound = _scan(stmt.body, bound, exposed)
+        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            exposed |= _expr_reads(stmt.iter) - bound
+            _scan(stmt.body, bound | set(_targets(stmt.target)), exposed)
+            _scan(stmt.orelse, bound, exposed)
+        elif isinstance(stmt, (ast.If, ast.While)):
+            exposed |= _expr_reads(stmt.test) - bound
+            _scan(stmt.body, bound, exposed)
+            _scan(stmt.orelse, bound, exposed)
+            bound |= _definite(stmt)
+        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            _scan(stmt.body + stmt.orelse, bound, exposed)
+            for handler in stmt.handlers:
+                _scan(handler.body, bound | ({handler.name} if handler.name else set()), exposed)
+            _scan(stmt.finalbody, bound, exposed)
+            bound |= _definite(stmt)
+        else:
+            exposed |= _reads(stmt) - bound
+            bound |= _definite(stmt)
+    return bound
+
+
+def _expr_reads(expr: ast.expr) -> set[str]:
+    return {node.id for node in ast.walk(expr) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
 
 
 def _reads(stmt: ast.stmt) -> set[str]:

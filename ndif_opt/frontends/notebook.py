@@ -689,16 +689,19 @@ def _statement_keys(code: str) -> dict[str, int]:
         module = cst.parse_module(code)
     except cst.ParserSyntaxError:
         return {}
-    counts: dict[str, int] = {}
+    counter = _StatementCounter()
+    module.visit(counter)
+    return counter.counts
 
-    class Count(cst.CSTVisitor):
-        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
-            key = _key(node)
-            counts[key] = counts.get(key, 0) + 1
-            return False
 
-    module.visit(Count())
-    return counts
+class _StatementCounter(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        key = _key(node)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        return False
 
 
 def _requests_kept_apart(cells: list[_Cell], masked: dict[int, str]) -> tuple[int, ...]:

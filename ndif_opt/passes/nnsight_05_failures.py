@@ -1163,53 +1163,56 @@ def _bindings(body: cst.CSTNode) -> dict[str, list[tuple[str, cst.CSTNode, cst.B
     target), "target" (a name inside a tuple target or a walrus: its value is not known),
     "other" (imports, definitions, `with`/`except ... as`, `del`, `global`)."""
     found: dict[str, list] = {}
+    _visit_bindings(body, found)
+    return found
+
+
+def _visit_bindings(node: cst.CSTNode, found: dict[str, list]) -> None:
+    """:func:`_bindings`' walk (a function of its own: a nested recursive one is a
+    reference cycle per call, left to the garbage collector)."""
 
     def add(name, kind, node, value=None):
         found.setdefault(name, []).append((kind, node, value))
 
-    def visit(node: cst.CSTNode) -> None:
-        kind = type(node)
-        if kind in (cst.FunctionDef, cst.ClassDef):
-            add(node.name.value, "other", node)
-            return
-        if kind is cst.Lambda:
-            return
-        if kind in COMPREHENSIONS:
-            for walrus in find_nodes(node, lambda n: type(n) is cst.NamedExpr):
-                for name in target_names(walrus.target):
-                    add(name, "target", walrus)
-            return
-        if kind is cst.Assign:
-            for target in node.targets:
-                if type(target.target) is cst.Name and len(node.targets) == 1:
-                    add(target.target.value, "assign", node, node.value)
-                else:
-                    for name in target_names(target.target):
-                        add(name, "target", node)
-        elif kind is cst.AnnAssign and node.value is not None and type(node.target) is cst.Name:
-            add(node.target.value, "assign", node, node.value)
-        elif kind is cst.AugAssign and type(node.target) is cst.Name:
-            add(node.target.value, "aug", node)
-        elif kind is cst.For:
-            for name in target_names(node.target):
-                add(name, "for" if type(node.target) is cst.Name else "target", node.target, node.iter)
-        elif kind is cst.NamedExpr:
-            for name in target_names(node.target):
-                add(name, "target", node)
-        elif kind in (cst.Import, cst.ImportFrom, cst.Del):
-            for name in collect(node).binds:
-                add(name, "other", node)
-        elif kind is cst.WithItem and node.asname is not None:
-            for name in target_names(node.asname.name):
-                add(name, "other", node)
-        elif kind is cst.ExceptHandler and node.name is not None:
-            for name in target_names(node.name.name):
-                add(name, "other", node)
-        for child in node.children:
-            visit(child)
-
-    visit(body)
-    return found
+    kind = type(node)
+    if kind in (cst.FunctionDef, cst.ClassDef):
+        add(node.name.value, "other", node)
+        return
+    if kind is cst.Lambda:
+        return
+    if kind in COMPREHENSIONS:
+        for walrus in find_nodes(node, lambda n: type(n) is cst.NamedExpr):
+            for name in target_names(walrus.target):
+                add(name, "target", walrus)
+        return
+    if kind is cst.Assign:
+        for target in node.targets:
+            if type(target.target) is cst.Name and len(node.targets) == 1:
+                add(target.target.value, "assign", node, node.value)
+            else:
+                for name in target_names(target.target):
+                    add(name, "target", node)
+    elif kind is cst.AnnAssign and node.value is not None and type(node.target) is cst.Name:
+        add(node.target.value, "assign", node, node.value)
+    elif kind is cst.AugAssign and type(node.target) is cst.Name:
+        add(node.target.value, "aug", node)
+    elif kind is cst.For:
+        for name in target_names(node.target):
+            add(name, "for" if type(node.target) is cst.Name else "target", node.target, node.iter)
+    elif kind is cst.NamedExpr:
+        for name in target_names(node.target):
+            add(name, "target", node)
+    elif kind in (cst.Import, cst.ImportFrom, cst.Del):
+        for name in collect(node).binds:
+            add(name, "other", node)
+    elif kind is cst.WithItem and node.asname is not None:
+        for name in target_names(node.asname.name):
+            add(name, "other", node)
+    elif kind is cst.ExceptHandler and node.name is not None:
+        for name in target_names(node.name.name):
+            add(name, "other", node)
+    for child in node.children:
+        _visit_bindings(child, found)
 
 
 def _declared(body: cst.CSTNode) -> set[str]:

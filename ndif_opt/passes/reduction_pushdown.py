@@ -437,7 +437,11 @@ class ChainPushdown:
         return edits
 
     def _whole_assignment(self, chain):
-        """`y = CHAIN` as a top-level statement after the request, movable as a whole."""
+        """`y = CHAIN` as a top-level statement after the request, movable as a whole. Not
+        in a notebook: the statement would leave its cell for the request's (the chain is
+        given a name of its own there instead, and the cell keeps `y = ...`)."""
+        if self.context.options.notebook:
+            return None, None
         for index, stmt in enumerate(self.after):
             if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
                 continue
