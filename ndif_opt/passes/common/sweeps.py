@@ -13,7 +13,16 @@ import libcst as cst
 
 from ndif_opt.analysis import names
 from ndif_opt.analysis.facts import Block, Facts, StmtInfo
-from ndif_opt.analysis.names import NameUse, collect, collect_all, root_name, target_names
+from ndif_opt.analysis.names import (
+    NameUse,
+    collect,
+    collect_all,
+    definite_binds,
+    depended_on,
+    reads_before_binding,
+    root_name,
+    target_names,
+)
 from ndif_opt.analysis.regions import int_value, trip_count
 from ndif_opt.output.wording import counted
 from ndif_opt.passes.base import Context
@@ -228,20 +237,63 @@ def input_dependence(sweep: Sweep, facts: Facts) -> str:
 
 def _input_dependence(sweep: Sweep, facts: Facts) -> str:
     args = [a.value for a in sweep.block.call.args]
-    use = collect_all(args)
-    varying = sorted(n for n in use.reads if n in sweep.bound)
-    if varying:
-        return f"the trace's input depends on `{varying[0]}`, which changes every iteration"
-    changed = moved_names(sweep, facts).mutates
-    touched = sorted(n for n in use.reads if n in changed)
-    if touched:
-        return f"the loop changes `{touched[0]}`, which the trace's input reads"
+    # trace-fusion and skip-insertion evaluate the input once, before the loop
+    conflict = moved_ahead(args, sweep.moved, varying=sweep.targets)
+    if conflict is not None:
+        if conflict.how == "changed":
+            return f"the loop changes `{conflict.name}`, which the trace's input reads"
+        return f"the trace's input depends on `{conflict.name}`, which changes every iteration"
     for arg in args:
         for call in calls_in([arg]):
             name = code_of(call.func)
             if name not in ("str", "len", "int", "list", "tuple"):
                 return f"the trace's input calls `{name}` in every iteration"
     return ""
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A def-use edge that moving code ahead of the rest of a loop body would break."""
+
+    name: str
+    # "bound": read ahead, bound by the rest (or a loop variable ahead of the loop);
+    # "changed": read ahead, changed in place by the rest; "changes": changed in place
+    # ahead, read by the rest
+    how: str
+
+
+def moved_ahead(ahead, behind, *, varying=frozenset()) -> Conflict | None:
+    """The one def-use test of the sweep passes' moves. ``ahead`` (statements of a loop
+    body, then expressions: a trace's arguments after the statements computing them) is
+    to run, for every iteration, before ``behind`` (the rest of the body) has run for the
+    earlier ones: before the loop (trace-fusion, skip-insertion: the input is evaluated
+    once), or in the loop ahead of the invokes, whose bodies run after the whole loop
+    (invoke-batching). Order within ``ahead`` is kept. So what ``ahead`` reads before
+    binding it must be neither bound nor changed in place by ``behind`` nor among
+    ``varying`` (the loop variables, when ``ahead`` leaves the loop), and what it
+    changes in place, but for the names it binds itself, ``behind`` must not read."""
+    reads = reads_before_binding(ahead)
+    rest = collect_all(behind)
+    for name in reads:
+        if name in varying or name in rest.binds:
+            return Conflict(name, "bound")
+        if name in rest.mutates:
+            return Conflict(name, "changed")
+    statements = [part for part in ahead if isinstance(part, cst.BaseStatement)]
+    own = set().union(*(definite_binds(s) for s in statements)) if statements else set()
+    for stmt in statements:
+        for name in collect(stmt).mutates:
+            if name not in own and (name in rest.reads or name in rest.mutates):
+                return Conflict(name, "changes")
+    return None
+
+
+def input_statements(sweep: Sweep) -> list[int]:
+    """The positions in ``sweep.pre`` of the statements the trace's arguments depend on
+    (:func:`ndif_opt.analysis.names.depended_on`): they must run before the input is
+    evaluated, wherever the trace goes."""
+    args = [a.value for a in sweep.block.call.args]
+    return depended_on(sweep.pre, collect_all(args).reads)
 
 
 @dataclass(frozen=True)
