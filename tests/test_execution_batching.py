@@ -1,0 +1,191 @@
+"""invoke-batching, by execution (--unsafe-fixes, tiny GPT-2 and Llama, the NDIF emulation).
+
+The invokes' inputs are evaluated while the trace's body runs the loop, before any invoke
+body runs (measured on nnsight 0.8.1; each invoke sees its own iteration's values). So the
+statements of an iteration that its trace's input depends on — building the prompt,
+tokenizing it, taking a dataset row — run before ``with tracer.invoke(...)``; an input
+that needs what an earlier iteration's trace or the code after it did is not batched.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("nnsight")
+
+from execution import both, optimized_and_verified  # noqa: E402
+
+from ndif_opt import Status  # noqa: E402
+
+
+def _batching(result):
+    return [f for f in result.findings if f.pass_id == "invoke-batching"]
+
+
+def _batched(result, report) -> None:
+    assert "tracer.invoke(" in result.code, result.code
+    assert any(f.status is Status.APPLIED for f in _batching(result)), result.code
+    assert report.after.forward_passes < report.before.forward_passes
+
+
+def _declined(result, reason: str) -> None:
+    assert "tracer.invoke(" not in result.code, result.code
+    found = [f.reason or "" for f in _batching(result)]
+    assert any(reason in text for text in found), found
+
+
+# -- task: the statements the input depends on run before the invoke ----------------
+
+
+PROMPT_BUILT = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+shoppers = ["Ada", "Grace Hopper", "Linus"]
+bought = []
+for shopper in shoppers:
+    sentence = f"{shopper} went to the market and bought"
+    with model.trace(sentence, remote=True):
+        logits = model.lm_head.output.save()
+    bought.append(logits[0, -1].argmax().item())
+print(bought)
+'''
+
+
+@both
+def test_a_prompt_built_in_the_loop_is_built_before_its_invoke(family):
+    result, report = optimized_and_verified(PROMPT_BUILT, family, unsafe=True)
+    _batched(result, report)
+    lines = result.code.splitlines()
+    built = next(i for i, line in enumerate(lines) if "sentence = f" in line)
+    invoke = next(i for i, line in enumerate(lines) if "tracer.invoke(sentence)" in line)
+    assert built < invoke
+
+
+TOKENIZED = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+texts = ["Paris is the capital of", "The quick brown fox jumps over the lazy", "Water boils at"]
+guesses = {}
+for text in texts:
+    words = text.lower()
+    encoded = model.tokenizer(words, return_tensors="pt")
+    token_ids = encoded["input_ids"]
+    with model.trace(token_ids, remote=True):
+        last = model.lm_head.output[0, -1].save()
+    guesses[text] = last.argmax().item()
+print(guesses)
+'''
+
+
+@both
+def test_a_prompt_tokenized_in_the_loop_is_tokenized_before_its_invoke(family):
+    result, report = optimized_and_verified(TOKENIZED, family, unsafe=True)
+    _batched(result, report)
+
+
+DATASET_ROW = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+rows = [
+    {"question": "The color of the sky is", "answer": " blue"},
+    {"question": "Two plus two equals", "answer": " four"},
+    {"question": "The opposite of hot is", "answer": " cold"},
+    {"question": "A baby cat is called a", "answer": " kitten"},
+]
+scores = []
+for index in range(len(rows)):
+    row = rows[index]
+    scale = 2.0  # stays in the invoke: the input does not need it
+    question = row["question"] + ":"
+    with model.trace(question, remote=True):
+        probs = model.lm_head.output[0, -1].softmax(dim=-1)
+        best = probs.max().save()
+    scores.append((row["answer"], scale * best.item()))
+print(len(scores))
+'''
+
+
+@both
+def test_a_dataset_row_indexed_in_the_loop_is_read_before_its_invoke(family):
+    result, report = optimized_and_verified(DATASET_ROW, family, unsafe=True)
+    _batched(result, report)
+    lines = [line.strip() for line in result.code.splitlines()]
+    invoke = lines.index("with tracer.invoke(question):")
+    assert lines.index("row = rows[index]") < invoke < lines.index('scale = 2.0  # stays in the invoke: the input does not need it')
+
+
+HISTORY = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+turns = ["Hello there.", "How are you?", "Tell me a story."]
+history = []
+replies = []
+for turn in turns:
+    history.append(turn)
+    conversation = " ".join(history)
+    with model.trace(conversation, remote=True):
+        reply = model.lm_head.output[0, -1].argmax().save()
+    replies.append(reply.item())
+print(replies)
+'''
+
+
+@both
+def test_a_prompt_accumulated_before_the_trace_is_batched(family):
+    """The history is filled by the statements the input depends on, in loop order, and
+    no invoke reads it: batched (it was refused as a container earlier iterations fill)."""
+    result, report = optimized_and_verified(HISTORY, family, unsafe=True)
+    _batched(result, report)
+
+
+# -- what cannot move before the invoke is refused with the reason ----------------------
+
+
+FED_BY_THE_LOOP = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+with model.session(remote=True):
+    prompts = ["The weather today is"]
+    tops = list().save()
+    for step in range(3):
+        with model.trace(prompts[-1]):
+            tops.append(model.lm_head.output[0, -1].argmax().item())
+        prompts.append("The weather today is" + " very" * (step + 1))
+print(tops)
+'''
+
+
+@both
+def test_an_input_read_from_a_list_the_iterations_fill_is_not_batched(family):
+    """Batched, every input would be `prompts[-1]` before any append (main did batch it:
+    verify MISMATCH, tops[1] and tops[2] were the first prompt's)."""
+    result, _ = optimized_and_verified(FED_BY_THE_LOOP, family, unsafe=True)
+    _declined(result, "the trace's input depends on `prompts`, which the iteration changes after its trace")
+
+
+HISTORY_READ_IN_THE_INVOKE = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+turns = ["Hello there.", "How are you?", "Tell me a story."]
+history = []
+replies = []
+for turn in turns:
+    history.append(turn)
+    conversation = " ".join(history)
+    with model.trace(conversation, remote=True):
+        reply = model.lm_head.output[0, -1].argmax().save()
+    replies.append((len(history), reply.item()))
+print(replies)
+'''
+
+
+@both
+def test_a_list_the_input_fills_and_the_iteration_reads_is_not_batched(family):
+    result, _ = optimized_and_verified(HISTORY_READ_IN_THE_INVOKE, family, unsafe=True)
+    _declined(result, "computing the trace's input changes `history`, which the rest of the iteration reads")
