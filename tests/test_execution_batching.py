@@ -189,3 +189,52 @@ print(replies)
 def test_a_list_the_input_fills_and_the_iteration_reads_is_not_batched(family):
     result, _ = optimized_and_verified(HISTORY_READ_IN_THE_INVOKE, family, unsafe=True)
     _declined(result, "computing the trace's input changes `history`, which the rest of the iteration reads")
+
+
+# -- issue 33, item 5: batching that reasons, not guesses ------------------------------
+
+
+CONFIG_LAYERS = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+CONFIG = {"layers": LAYERS, "probe": {"mid": 2}, "sweep": [0, 1, 3]}
+layers = CONFIG["layers"]
+layer = CONFIG["probe"]["mid"]
+prompts = ["Hi", "The quick brown fox jumps over the lazy dog", "Once upon a time"]
+norms = []
+for prompt in prompts:
+    with model.trace(prompt, remote=True):
+        last = layers[layer].output[0, -1].save()
+    norms.append(round(last.norm().item(), 3))
+print(len(norms))
+'''
+
+
+@both
+def test_a_layer_list_from_a_config_dict_is_batched(family):
+    result, report = optimized_and_verified(CONFIG_LAYERS, family, unsafe=True)
+    _batched(result, report)
+
+
+CONFIG_SWEEP = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+CONFIG = {"layers": LAYERS, "sweep": [0, 1, 3], "prompt": "The Eiffel Tower is in"}
+layers = CONFIG["layers"]
+norms = []
+for layer in CONFIG["sweep"]:
+    with model.trace(CONFIG["prompt"], remote=True):
+        last = layers[layer].output[0, -1].save()
+    norms.append(last)
+print(len(norms))
+'''
+
+
+@both
+def test_a_layer_sweep_through_a_config_dict_is_fused(family):
+    """The same resolution serves trace-fusion (exact, default mode): 3 forward passes → 1."""
+    result, report = optimized_and_verified(CONFIG_SWEEP, family)
+    assert any(f.pass_id == "trace-fusion" and f.status is Status.APPLIED for f in result.findings), result.code
+    assert (report.before.forward_passes, report.after.forward_passes) == (3, 1)

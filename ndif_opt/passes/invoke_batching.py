@@ -51,8 +51,9 @@ container before its last module read (the invokes would fill it in the model's 
 not the loop's), binds a name read after the loop (only one invoke's value would be
 left), or — when the inputs differ — reads token positions counted from the start, a
 slice or reduction over positions, or otherwise keeps padded positions (saving,
-storing or passing a whole activation). Loops that only read layers of the same input
-are left to trace-fusion, which is exact.
+storing or passing a whole activation). A module reached through constants
+(``layers = CONFIG["layers"]``, ``layers[CONFIG["layer"]]``) is that module. Loops that
+only read layers of the same input are left to trace-fusion, which is exact.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ from ndif_opt.passes.common.sweeps import (
     input_dependence,
     input_statements,
     introduce,
+    model_envoy,
     module_accesses,
     moved_ahead,
     moved_names,
@@ -574,10 +576,10 @@ class _Padding:
 
     def attribute(self, expr: cst.Attribute) -> int | None:
         if expr.attr.value in MODULE_VALUES:
-            root = root_name(expr.value)
-            if root is not None and self.facts.is_model_like(root):
+            envoy = model_envoy(expr.value, self.facts)
+            if envoy is not None:
                 self._index_expressions_of_envoy(expr.value)
-                return self._layout(expr)
+                return self._layout(envoy, expr)
         base = self.value(expr.value)
         if base is None:
             return None
@@ -585,15 +587,16 @@ class _Padding:
             return base
         raise _Refuse(f"reads `{code_of(expr)}` of an activation with padded positions")
 
-    def _layout(self, expr: cst.Attribute) -> int:
-        envoy = expr.value
+    def _layout(self, envoy: cst.BaseExpression, read: cst.Attribute) -> int:
+        """Where the token dimension is in ``read``, a value of the module ``envoy`` (a
+        path from the model, :func:`model_envoy`)."""
         if isinstance(envoy, cst.Name):
             return 1  # model.output (logits: batch, positions, vocabulary)
         if isinstance(envoy, cst.Subscript):
             return 1  # a decoder layer: a tensor (batch, positions, hidden)
         if isinstance(envoy, cst.Attribute) and envoy.attr.value in TENSOR_MODULES:
             return 1
-        raise _Refuse(f"reads `{code_of(expr)}`, whose layout I do not know")
+        raise _Refuse(f"reads `{code_of(read)}`, whose layout I do not know")
 
     def _index_expressions_of_envoy(self, envoy: cst.BaseExpression) -> None:
         while isinstance(envoy, (cst.Attribute, cst.Subscript)):
@@ -900,6 +903,35 @@ with model.session(remote=True):
         prompts.append(prompts[0] + " very" * (step + 1))
 """,
         reason="every iteration's input is computed before any invoke runs",
+    ),
+    Case(
+        name="a layer list from a config dict",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+CONFIG = {"layers": model.transformer.h, "probe": {"mid": 6}}
+layers = CONFIG["layers"]
+with model.session(remote=True):
+    norms = list().save()
+    for prompt in ["The cat sat on the", "Hello"]:
+        with model.trace(prompt):
+            norms.append(layers[CONFIG["probe"]["mid"]].output[0, -1].norm().item())
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+CONFIG = {"layers": model.transformer.h, "probe": {"mid": 6}}
+layers = CONFIG["layers"]
+with model.session(remote=True):
+    norms = list().save()
+    with model.trace() as tracer:
+        for prompt in ["The cat sat on the", "Hello"]:
+            with tracer.invoke(prompt):
+                norms.append(layers[CONFIG["probe"]["mid"]].output[0, -1].norm().item())
+""",
     ),
     Case(
         name="the inner loop of nested sweeps",

@@ -23,7 +23,7 @@ from ndif_opt.analysis.names import (
     root_name,
     target_names,
 )
-from ndif_opt.analysis.regions import int_value, trip_count
+from ndif_opt.analysis.regions import constant_item, int_value, trip_count
 from ndif_opt.output.wording import counted
 from ndif_opt.passes.base import Context
 from ndif_opt.syntax.positions import code_and_positions, code_of
@@ -357,6 +357,33 @@ def module_accesses(nodes, facts: Facts) -> Accesses:
     return result
 
 
+def model_envoy(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> cst.BaseExpression | None:
+    """``expr`` (the part before `.output`/`.input`) as a path from the model, or None when
+    it is not known to be a module of one: as it is when its root is the model or an alias
+    of a module of it (`model.transformer.h[l]`, `layers[l]` after `layers =
+    model.transformer.h`), else with a constant in its place (`regions.constant_item`):
+    `layers[l]` after `layers = CONFIG["layers"]` and `CONFIG = {"layers":
+    model.transformer.h}` is `model.transformer.h[l]`, `SITES["late"]` the module that
+    item holds. The indices are kept as written."""
+    if depth > 8:
+        return None
+    root = root_name(expr)
+    if root is not None and facts.is_model_like(root):
+        return expr
+    kind = type(expr)
+    if kind is cst.Name or kind is cst.Subscript:
+        item = constant_item(expr, facts)
+        if item is not None and item is not expr:
+            found = model_envoy(item, facts, depth + 1)
+            if found is not None:
+                return found
+    if kind is cst.Subscript or kind is cst.Attribute:
+        base = model_envoy(expr.value, facts, depth + 1)
+        if base is not None:
+            return expr.with_changes(value=base)
+    return None
+
+
 def _module_accesses(node: cst.CSTNode, facts: Facts) -> Accesses:
     result = Accesses()
     found = index_of(node).nodes
@@ -380,12 +407,12 @@ def _module_accesses(node: cst.CSTNode, facts: Facts) -> Accesses:
                 result.model_writes.append(target)
     for n in found:
         if type(n) is cst.Attribute and n.attr.value in MODULE_VALUES:
-            root = root_name(n.value)
-            if root is None or not facts.is_model_like(root):
+            envoy = model_envoy(n.value, facts)
+            if envoy is None:
                 result.unknown.append(n)
                 continue
-            layers, index, sub = _split_envoy(n.value)
-            result.found.append(Access(n, n.attr.value, n.value, layers, index, sub, id(n) in written))
+            layers, index, sub = _split_envoy(envoy)
+            result.found.append(Access(n, n.attr.value, envoy, layers, index, sub, id(n) in written))
         elif type(n) is cst.Call:
             func = n.func
             if type(func) is cst.Attribute and func.attr.value == "skip":
@@ -510,11 +537,11 @@ def layer_order_problem(sweep: Sweep, accesses: Accesses, facts: Facts) -> str:
 
 
 def int_sequence(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> list[int] | None:
-    """The integers a literal list/tuple (or a constant bound to one) holds."""
+    """The integers a literal list/tuple (or a constant that is one) holds."""
     if depth > 5:
         return None
-    if isinstance(expr, cst.Name):
-        value = facts.constant(expr.value)
+    if isinstance(expr, (cst.Name, cst.Subscript)):
+        value = constant_item(expr, facts)  # `LAYERS`, `CONFIG["layers"]`
         return None if value is None else int_sequence(value, facts, depth + 1)
     if isinstance(expr, (cst.List, cst.Tuple)):
         values = []
