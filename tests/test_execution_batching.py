@@ -192,6 +192,92 @@ def test_a_list_the_input_fills_and_the_iteration_reads_is_not_batched(family):
 
 
 # -- issue 33, item 5: batching that reasons, not guesses ------------------------------
+#
+# Measured first (test_measured_*): what an invoke of a batch sees of shapes and of the
+# generated tokens, against separate traces.
+
+
+def _tiny(family: str):
+    from execution import FAMILIES
+
+    from ndif_opt.verify.tiny_models import tiny_model
+
+    repo, layers = FAMILIES[family]
+    model = tiny_model(repo)
+    return model, eval(layers, {"model": model})
+
+
+SHORT_AND_LONG = ["Hi", "The quick brown fox jumps over the lazy dog"]
+
+
+@both
+def test_measured_an_invoke_sees_its_own_rows_at_the_padded_length(family):
+    model, layers = _tiny(family)
+    alone, batched = {}, {}
+    for prompt in SHORT_AND_LONG:
+        with model.trace(prompt):
+            alone[prompt, "layer"] = tuple(layers[1].output.shape)
+            alone[prompt, "logits"] = tuple(model.lm_head.output.shape)
+    with model.trace() as tracer:
+        for prompt in SHORT_AND_LONG:
+            with tracer.invoke(prompt):
+                batched[prompt, "layer"] = tuple(layers[1].output.shape)
+                batched[prompt, "logits"] = tuple(model.lm_head.output.shape)
+    longest = alone[SHORT_AND_LONG[1], "layer"][1]
+    for key, one in alone.items():
+        many = batched[key]
+        assert (many[0], many[-1]) == (1, one[-1])  # its own rows, the same width
+        assert many[1] == longest  # the token count: the longest prompt's
+    assert alone[SHORT_AND_LONG[0], "layer"][1] < longest
+
+
+SHAPES_READ = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+prompts = ["Hi", "The quick brown fox jumps over the lazy dog", "Once upon a time"]
+with model.session(remote=True):
+    seen = list().save()
+    for prompt in prompts:
+        with model.trace(prompt):
+            hidden = LAYERS[1].output
+            width, rows, count, dims = hidden.shape[-1], hidden.size(0), len(hidden), hidden.ndim
+            top = model.lm_head.output[0, -1].argmax().item()
+            seen.append((width, rows, count, dims, str(hidden.dtype), top))
+print(seen)
+'''
+
+
+@both
+def test_shapes_an_invoke_reads_of_its_own_rows_are_batched(family):
+    result, report = optimized_and_verified(SHAPES_READ, family, unsafe=True)
+    _batched(result, report)
+
+
+SHAPE_PRINTED = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+prompts = ["Hi", "The quick brown fox jumps over the lazy dog"]
+with model.session(remote=True):
+    tops = list().save()
+    for prompt in prompts:
+        with model.trace(prompt):
+            hidden = LAYERS[1].output
+            print(hidden.shape)
+            tops.append(model.lm_head.output[0, -1].argmax().item())
+print(tops)
+'''
+
+
+@both
+def test_a_printed_shape_is_not_batched_for_the_true_reason(family):
+    """Batched, `print(hidden.shape)` would print the longest prompt's token count. (A
+    print in a remote block is a server log line: verify sees the original differ
+    remotely, so only the verdict on the rewrite is asked for.)"""
+    result, report = optimized_and_verified(SHAPE_PRINTED, family, unsafe=True, expect_ok=False)
+    assert not report.errors["optimized"]
+    _declined(result, "it reads `hidden.shape`, which holds the token count: in a batch it is the longest input's")
 
 
 CONFIG_LAYERS = '''

@@ -46,12 +46,14 @@ depends on, needs what the trace or the code after it sets or changes (a prompt 
 from the last answer, a list of prompts the loop appends to). Nor when an iteration uses
 a value an earlier iteration computed (other than filling a list or dict), reads inside
 the invoke a container the loop fills, changes the model or an object the iterations
-share, uses ``.skip()``, fills a
-container before its last module read (the invokes would fill it in the model's order,
-not the loop's), binds a name read after the loop (only one invoke's value would be
-left), or — when the inputs differ — reads token positions counted from the start, a
-slice or reduction over positions, or otherwise keeps padded positions (saving,
-storing or passing a whole activation). A module reached through constants
+share, uses ``.skip()``, fills a container before its last module read (the invokes
+would fill it in the model's order, not the loop's), binds a name read after the loop
+(only one invoke's value would be left), or — when the inputs differ — reads token
+positions counted from the start, a slice or reduction over positions, or otherwise
+keeps padded positions (saving, storing or passing a whole activation). An invoke sees
+its own rows at the padded length (measured), so sizes other than the token count
+(``h.shape[-1]``, ``h.size(0)``, ``h.dtype``) are read as they were, and the token count
+(``print(h.shape)``, ``h.shape[1]``) is refused. A module reached through constants
 (``layers = CONFIG["layers"]``, ``layers[CONFIG["layer"]]``) is that module. Loops that
 only read layers of the same input are left to trace-fusion, which is exact.
 """
@@ -110,6 +112,9 @@ LAST_DIM_FUNCTIONS = frozenset(
         "torch.nn.functional.softmax", "torch.nn.functional.log_softmax",
     }
 )
+# Attributes of a tensor that left padding does not change.
+PADDING_FREE_ATTRIBUTES = frozenset({"ndim", "dtype", "device", "is_cuda", "requires_grad", "layout"})
+TOKEN_COUNT = "in a batch it is the longest input's (each invoke sees its own rows, at the padded length)"
 UNSAFE_REASON = (
     "batching changes results in the last bits (left padding and batched kernels: "
     "~1e-7 in fp32, ~1e-3 in bf16); use --unsafe-fixes to accept"
@@ -437,6 +442,7 @@ class _Padding:
     def __init__(self, facts: Facts) -> None:
         self.facts = facts
         self.env: dict[str, int | None] = {}
+        self.ndims: dict[str, int | None] = {}  # of the names in env, when known
 
     def check(self, stmts) -> str:
         try:
@@ -483,6 +489,8 @@ class _Padding:
             state = self.value(small.value)
             for target in small.targets:
                 self.assign(target.target, state)
+                if isinstance(target.target, cst.Name):
+                    self.ndims[target.target.value] = self.ndim(small.value) if state is not None else None
         elif isinstance(small, cst.AnnAssign):
             state = self.value(small.value) if small.value is not None else None
             self.assign(small.target, state)
@@ -585,7 +593,64 @@ class _Padding:
             return None
         if expr.attr.value in ("logits", "last_hidden_state"):
             return base
+        if expr.attr.value in PADDING_FREE_ATTRIBUTES:
+            return None
+        if expr.attr.value == "shape":
+            raise _Refuse(_token_count(expr))
         raise _Refuse(f"reads `{code_of(expr)}` of an activation with padded positions")
+
+    def ndim(self, expr: cst.BaseExpression) -> int | None:
+        """How many dimensions a value with a token dimension has, when known."""
+        if isinstance(expr, cst.Name):
+            return self.ndims.get(expr.value)
+        if isinstance(expr, cst.Attribute):
+            if expr.attr.value in ("output", "input") and model_envoy(expr.value, self.facts) is not None:
+                return 3  # as _layout: (batch, positions, features)
+            if expr.attr.value in ("logits", "last_hidden_state"):
+                return self.ndim(expr.value)
+            return None
+        if isinstance(expr, cst.Subscript):
+            base = self.ndim(expr.value)
+            if base is None:
+                return None
+            for element in expr.slice:
+                if isinstance(element.slice, cst.Index):
+                    index = element.slice.value
+                    if element.slice.star is not None or isinstance(index, cst.Ellipsis):
+                        return None
+                    if isinstance(index, cst.Name) and index.value == "None":
+                        base += 1
+                    elif _int_literal(index) is not None:
+                        base -= 1
+                    else:
+                        return None
+            return base
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            name = expr.func.attr.value
+            if name in ELEMENTWISE or name in ("softmax", "log_softmax"):
+                return self.ndim(expr.func.value)
+        if isinstance(expr, (cst.BinaryOperation, cst.UnaryOperation)):
+            parts = [expr.left, expr.right] if isinstance(expr, cst.BinaryOperation) else [expr.expression]
+            known = [self.ndim(part) for part in parts if self.value(part) is not None]
+            return known[0] if len(known) == 1 else None
+        return None
+
+    def dimension(self, of: cst.BaseExpression, index: cst.BaseExpression, read: cst.CSTNode) -> None:
+        """``read`` takes the size of dimension ``index`` of ``of`` (`h.shape[-1]`,
+        `h.size(0)`): measured on nnsight 0.8.1, an invoke sees its own rows (the batch
+        size is its own) at the padded length (the token count is the longest input's)."""
+        position = self.value(of)
+        if position is None:
+            self.plain(index)
+            return
+        number = _int_literal(index)
+        if number is not None and number < 0:
+            ndim = self.ndim(of)
+            number = None if ndim is None else number + ndim
+        if number is None or number < 0:
+            raise _Refuse(f"reads `{code_of(read)}`, which may be the token count: {TOKEN_COUNT}")
+        if number == position:
+            raise _Refuse(f"reads the token count `{code_of(read)}`: {TOKEN_COUNT}")
 
     def _layout(self, envoy: cst.BaseExpression, read: cst.Attribute) -> int:
         """Where the token dimension is in ``read``, a value of the module ``envoy`` (a
@@ -615,6 +680,15 @@ class _Padding:
                     self.plain(part)
 
     def subscript(self, expr: cst.Subscript) -> int | None:
+        shape = expr.value
+        if (
+            isinstance(shape, cst.Attribute)
+            and shape.attr.value == "shape"
+            and len(expr.slice) == 1
+            and isinstance(expr.slice[0].slice, cst.Index)
+        ):
+            self.dimension(shape.value, expr.slice[0].slice.value, expr)
+            return None
         base = self.value(expr.value)
         for element in expr.slice:
             self._index_expressions(element)
@@ -655,7 +729,10 @@ class _Padding:
         args = [a.value for a in expr.args]
         if isinstance(func, cst.Attribute):
             root = root_name(func.value)
-            module_call = dotted_name(func) is not None and func.attr.value not in MODULE_VALUES
+            path = dotted_name(func)
+            module_call = (
+                path is not None and func.attr.value not in MODULE_VALUES and ".tokenizer." not in f".{path}."
+            )
             if module_call and root is not None and self.facts.is_model_like(root):
                 # a module called as a function (`model.lm_head(h)`): per position
                 state = None
@@ -665,6 +742,13 @@ class _Padding:
             receiver = self.value(func.value)
             if receiver is not None:
                 name = func.attr.value
+                if name == "size":
+                    if len(args) != 1:
+                        raise _Refuse(_token_count(expr))
+                    self.dimension(func.value, args[0], expr)
+                    return None
+                if name in ("dim", "ndimension") and not args:
+                    return None
                 if name in ELEMENTWISE:
                     for arg in args:
                         self.plain(arg)
@@ -679,12 +763,20 @@ class _Padding:
         elif not isinstance(func, cst.Name):
             self.plain(func)
         path = qualify(func, self.facts.imports)
+        if path == "len" and len(args) == 1 and self.value(args[0]) is not None:
+            # the size of the first dimension: an invoke's own batch rows, or its token count
+            self.dimension(args[0], cst.Integer("0"), expr)
+            return None
         states = [self.value(arg) for arg in args]
         if any(s is not None for s in states):
             if path in LAST_DIM_FUNCTIONS and _last_dim(expr, positional=1):
                 return next(s for s in states if s is not None)
             raise _Refuse(f"passes an activation with padded positions to `{code_of(func)}`")
         return None
+
+
+def _token_count(read: cst.CSTNode) -> str:
+    return f"reads `{code_of(read)}`, which holds the token count: {TOKEN_COUNT}"
 
 
 def _int_literal(expr: cst.BaseExpression) -> int | None:
@@ -932,6 +1024,54 @@ with model.session(remote=True):
             with tracer.invoke(prompt):
                 norms.append(layers[CONFIG["probe"]["mid"]].output[0, -1].norm().item())
 """,
+    ),
+    Case(
+        name="sizes an invoke reads of its own rows",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+CONFIG = {"layers": model.transformer.h, "layer": 6}
+layers = CONFIG["layers"]
+with model.session(remote=True):
+    widths = list().save()
+    for prompt in ["The cat sat on the", "Hello"]:
+        with model.trace(prompt):
+            hidden = layers[CONFIG["layer"]].output
+            width = hidden.shape[-1]
+            widths.append((width, hidden[0, -1].norm().item()))
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+CONFIG = {"layers": model.transformer.h, "layer": 6}
+layers = CONFIG["layers"]
+with model.session(remote=True):
+    widths = list().save()
+    with model.trace() as tracer:
+        for prompt in ["The cat sat on the", "Hello"]:
+            with tracer.invoke(prompt):
+                hidden = layers[CONFIG["layer"]].output
+                width = hidden.shape[-1]
+                widths.append((width, hidden[0, -1].norm().item()))
+""",
+    ),
+    Case(
+        name="the token count read under padding",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    lengths = list().save()
+    for prompt in ["The cat sat on the", "Hello"]:
+        with model.trace(prompt):
+            lengths.append(model.transformer.h[3].output.shape[1])
+""",
+        reason="reads the token count `model.transformer.h[3].output.shape[1]`",
     ),
     Case(
         name="the inner loop of nested sweeps",
