@@ -280,6 +280,68 @@ def test_a_printed_shape_is_not_batched_for_the_true_reason(family):
     _declined(result, "it reads `hidden.shape`, which holds the token count: in a batch it is the longest input's")
 
 
+@both
+def test_measured_the_last_generated_tokens_of_a_batch(family):
+    """Each invoke's generator output is its row left-padded to the batch length; its last
+    max_new_tokens tokens are the separate generation's, unless a generation stops early
+    at an end-of-sequence token (forced here: the first token the short prompt repeats)."""
+    import torch
+
+    model, _ = _tiny(family)
+    prompts = SHORT_AND_LONG + ["Once upon a time there"]
+    k = 6
+
+    def generate(**options):
+        alone, batched = [], []
+        for prompt in prompts:
+            with model.generate(prompt, max_new_tokens=k, **options):
+                alone.append(model.generator.output.save())
+        with model.generate(max_new_tokens=k, **options) as tracer:
+            for prompt in prompts:
+                with tracer.invoke(prompt):
+                    batched.append(model.generator.output.save())
+        return alone, batched
+
+    alone, batched = generate()
+    assert all(torch.equal(a[0, -k:], b[0, -k:]) for a, b in zip(alone, batched))
+    assert {b.shape[1] for b in batched} == {max(a.shape[1] for a in alone)}
+    stop = int(alone[0][0, -k + 1])  # the short prompt's second generated token
+    alone, batched = generate(eos_token_id=stop, pad_token_id=0)
+    assert alone[0].shape[1] < alone[1].shape[1] - k  # it stopped early
+    assert not torch.equal(alone[0][0, -k:], batched[0][0, -k:])
+    alone, batched = generate(eos_token_id=stop, pad_token_id=0, min_new_tokens=k)
+    assert all(torch.equal(a[0, -k:], b[0, -k:]) for a, b in zip(alone, batched))
+
+
+GENERATED = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+prompts = ["Hi", "The quick brown fox jumps over the lazy dog", "Once upon a time there"]
+K = 5
+answers = []
+for prompt in prompts:
+    with model.generate(prompt, max_new_tokens=K, min_new_tokens=K, remote=True):
+        tokens = model.generator.output.save()
+    answers.append(tokens[0, -K:].tolist())
+print(answers)
+'''
+
+
+@both
+def test_a_full_length_generation_read_by_its_last_tokens_is_batched(family):
+    result, report = optimized_and_verified(GENERATED, family, unsafe=True)
+    _batched(result, report)
+    assert "model.generate(max_new_tokens=K, min_new_tokens=K) as tracer" in result.code
+
+
+@both
+def test_a_generation_that_may_stop_early_is_not_batched_for_the_true_reason(family):
+    source = GENERATED.replace(", min_new_tokens=K", "")
+    result, _ = optimized_and_verified(source, family, unsafe=True)
+    _declined(result, "a generation that stops early (end of sequence) is padded after it in a batch")
+
+
 CONFIG_LAYERS = '''
 from nnsight import LanguageModel
 

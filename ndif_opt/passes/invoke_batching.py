@@ -8,8 +8,9 @@ into ``with tracer.invoke(<its input>):``. The statements of the loop body that 
 input depends on (building the prompt, tokenizing it, taking a dataset row: found by
 def-use, transitively) run before the invoke, in the loop; the rest of the body around
 the trace (``results[p] = logits[0, -1].argmax().item()``) moves into the invoke with
-it. Loops longer than ``max-batch`` (32 by default), or of unknown length, run in chunks
-of that many invokes.
+it. A loop of ``.generate()`` calls becomes one ``model.generate(<its keywords>)`` with
+an invoke per prompt. Loops longer than ``max-batch`` (32 by default), or of unknown
+length, run in chunks of that many invokes.
 
 ## Why is this bad?
 Every trace is a forward pass with a batch of one. Invokes of one trace run as one
@@ -54,7 +55,13 @@ keeps padded positions (saving, storing or passing a whole activation). An invok
 its own rows at the padded length (measured), so sizes other than the token count
 (``h.shape[-1]``, ``h.size(0)``, ``h.dtype``) are read as they were, and the token count
 (``print(h.shape)``, ``h.shape[1]``) is refused. A module reached through constants
-(``layers = CONFIG["layers"]``, ``layers[CONFIG["layer"]]``) is that module. Loops that
+(``layers = CONFIG["layers"]``, ``layers[CONFIG["layer"]]``) is that module. A generation
+is batched when its keywords do not change with the loop, it does not sample, and its
+tokens are read only by their last ``k <= max_new_tokens`` positions of a generation of
+full length (``min_new_tokens`` at least ``max_new_tokens``): measured, a generation that
+stops early at an end-of-sequence token is padded after it in a batch, so its last
+tokens differ. (Without ``do_sample=`` the model's generation config decides; one that
+samples draws other random numbers batched, as a rerun of the loop would.) Loops that
 only read layers of the same input are left to trace-fusion, which is exact.
 """
 
@@ -64,7 +71,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import collect, collect_all, dotted_name, exposed_reads, root_name
-from ndif_opt.analysis.regions import reads_after
+from ndif_opt.analysis.regions import int_value, reads_after
 from ndif_opt.analysis.releases import NNSIGHT_06
 from ndif_opt.analysis.tensors import TENSOR_MODULES
 from ndif_opt.output.wording import counted, per
@@ -193,19 +200,20 @@ def _after(trips: int | None, batch: int) -> str:
 def _problem(sweep: Sweep, facts: Facts, unsafe: bool):
     """None when the loop is no candidate; else (why it cannot be batched or "", the
     saved names to stop saving)."""
-    if sweep.block.method == "generate":
-        return (
-            "batched generation pads every invoke's generated tokens to the longest prompt",
-            set(),
-        )
     if not any(a.keyword is None and not a.star for a in sweep.block.call.args):
         return None  # already invokes of one trace
     problem = structure_problem(sweep, facts)
     if problem:
         return problem, set()
-    keywords = [a.keyword.value for a in sweep.block.call.args if a.keyword is not None]
-    if keywords:
-        return f"the trace takes `{keywords[0]}=`, which an invoke does not", set()
+    generation = None
+    if sweep.block.method == "generate":
+        generation = _Generation(sweep, facts)
+        if generation.problem:
+            return generation.problem, set()
+    else:
+        keywords = [a.keyword.value for a in sweep.block.call.args if a.keyword is not None]
+        if keywords:
+            return f"the trace takes `{keywords[0]}=`, which an invoke does not", set()
     moved = sweep.moved
     accesses = module_accesses(moved, facts)
     if accesses.skips:
@@ -236,12 +244,75 @@ def _problem(sweep: Sweep, facts: Facts, unsafe: bool):
             "value only",
             set(),
         )
-    if input_dependence(sweep, facts):
-        problem = _Padding(facts).check(_split(sweep, facts).invoked)
+    if input_dependence(sweep, facts) or generation is not None:
+        problem = _Padding(facts, generation).check(_split(sweep, facts).invoked)
         if problem:
+            if not input_dependence(sweep, facts):  # the generated tokens only
+                return f"batched, each invoke's generated tokens are padded: it {problem}", set()
             return f"the inputs differ in length and each invoke sees left-padded rows: it {problem}", set()
     # saved names nothing reads later: one invoke's value would come back, so stop saving
     return "", set(sweep.block.saved_names) | _saved_names(sweep.pre + sweep.post)
+
+
+class _Generation:
+    """A loop of `.generate()` calls as one generate of the batch: its keyword arguments
+    go to that generate (``keywords``), so they must not change with the loop.
+
+    Measured on nnsight 0.8.1 (tiny GPT-2 and Llama, greedy): in a batch each invoke's
+    ``model.generator.output`` is its row left-padded to the longest prompt, and its last
+    ``max_new_tokens`` tokens equal the separate generation's — unless a generation stops
+    early at an end-of-sequence token: batched, its row goes on with padding after it,
+    while alone it ends there, so its last tokens differ. So the generated tokens may be
+    read by their last positions only when every generation has its full length
+    (``min_new_tokens`` at least ``max_new_tokens``)."""
+
+    def __init__(self, sweep: Sweep, facts: Facts) -> None:
+        self.keywords = [a for a in sweep.block.call.args if a.keyword is not None]
+        values = {a.keyword.value: a.value for a in self.keywords}
+        self.problem = ""
+        sampled = values.get("do_sample")
+        if sampled is not None and not (isinstance(sampled, cst.Name) and sampled.value == "False"):
+            self.problem = (
+                f"it samples (`do_sample={code_of(sampled)}`): batched, the invokes would draw other "
+                "random numbers"
+            )
+            return
+        conflict = moved_ahead(list(values.values()), sweep.moved, varying=sweep.targets)
+        if conflict is not None:
+            name = next(k for k, v in values.items() if conflict.name in collect(v).reads)
+            how = (
+                "a loop variable" if conflict.name in sweep.targets
+                else "which the loop body sets" if conflict.how == "bound"
+                else "which the loop body changes"
+            )
+            self.problem = (
+                f"the generation's `{name}=` reads `{conflict.name}`, {how}: one generate before "
+                "the loop would take it for every invoke"
+            )
+            return
+        self.max_new = int_value(values["max_new_tokens"], facts) if "max_new_tokens" in values else None
+        least = int_value(values["min_new_tokens"], facts) if "min_new_tokens" in values else None
+        self.full_length = self.max_new is not None and least is not None and least >= self.max_new
+
+    def tokens_read(self, read: cst.CSTNode, count: int) -> None:
+        """``read`` takes the last ``count`` generated positions (`out[0, -count:]`, or one
+        of them, `out[0, -count]`)."""
+        if self.max_new is None:
+            raise _Refuse(
+                f"reads `{code_of(read)}` of the generated tokens, and how many each invoke "
+                "generates is not known (no constant `max_new_tokens=`)"
+            )
+        if count > self.max_new:
+            raise _Refuse(
+                f"reads `{code_of(read)}`, which reaches past the {self.max_new} generated tokens "
+                "into the prompt's left-padded positions"
+            )
+        if not self.full_length:
+            raise _Refuse(
+                f"reads `{code_of(read)}` of the generated tokens, and a generation that stops "
+                "early (end of sequence) is padded after it in a batch, so its last tokens "
+                "differ (measured); with `min_new_tokens=` equal to `max_new_tokens=` it would be batched"
+            )
 
 
 def _live_after(sweep: Sweep, facts: Facts, names: set[str]) -> set[str]:
@@ -439,10 +510,12 @@ class _Padding:
     would see padded positions: a position counted from the start, a slice or a
     reduction over positions, or a whole activation leaving the invoke."""
 
-    def __init__(self, facts: Facts) -> None:
+    def __init__(self, facts: Facts, generation: _Generation | None = None) -> None:
         self.facts = facts
+        self.generation = generation
         self.env: dict[str, int | None] = {}
         self.ndims: dict[str, int | None] = {}  # of the names in env, when known
+        self.generated: set[str] = set()  # names holding generated tokens (or a part)
 
     def check(self, stmts) -> str:
         try:
@@ -491,6 +564,10 @@ class _Padding:
                 self.assign(target.target, state)
                 if isinstance(target.target, cst.Name):
                     self.ndims[target.target.value] = self.ndim(small.value) if state is not None else None
+                    if state is not None and self._generated(small.value):
+                        self.generated.add(target.target.value)
+                    else:
+                        self.generated.discard(target.target.value)
         elif isinstance(small, cst.AnnAssign):
             state = self.value(small.value) if small.value is not None else None
             self.assign(small.target, state)
@@ -604,8 +681,10 @@ class _Padding:
         if isinstance(expr, cst.Name):
             return self.ndims.get(expr.value)
         if isinstance(expr, cst.Attribute):
-            if expr.attr.value in ("output", "input") and model_envoy(expr.value, self.facts) is not None:
-                return 3  # as _layout: (batch, positions, features)
+            if expr.attr.value in ("output", "input"):
+                envoy = model_envoy(expr.value, self.facts)
+                if envoy is not None:
+                    return 2 if self._generator(envoy) else 3  # as _layout
             if expr.attr.value in ("logits", "last_hidden_state"):
                 return self.ndim(expr.value)
             return None
@@ -652,9 +731,32 @@ class _Padding:
         if number == position:
             raise _Refuse(f"reads the token count `{code_of(read)}`: {TOKEN_COUNT}")
 
+    def _generated(self, expr: cst.BaseExpression) -> bool:
+        """Is ``expr`` the generated tokens, or a part of them that keeps positions?"""
+        while True:
+            if isinstance(expr, cst.Name):
+                return expr.value in self.generated
+            if isinstance(expr, cst.Attribute) and expr.attr.value in MODULE_VALUES:
+                return self._generator(model_envoy(expr.value, self.facts))
+            if isinstance(expr, cst.Subscript):
+                expr = expr.value
+            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ELEMENTWISE:
+                expr = expr.func.value
+            else:
+                return False
+
+    def _generator(self, envoy: cst.BaseExpression | None) -> bool:
+        return (
+            self.generation is not None
+            and isinstance(envoy, cst.Attribute)
+            and envoy.attr.value == "generator"
+        )
+
     def _layout(self, envoy: cst.BaseExpression, read: cst.Attribute) -> int:
         """Where the token dimension is in ``read``, a value of the module ``envoy`` (a
         path from the model, :func:`model_envoy`)."""
+        if self._generator(envoy):
+            return 1  # model.generator.output: (batch, positions)
         if isinstance(envoy, cst.Name):
             return 1  # model.output (logits: batch, positions, vocabulary)
         if isinstance(envoy, cst.Subscript):
@@ -694,6 +796,7 @@ class _Padding:
             self._index_expressions(element)
         if base is None:
             return None
+        generated = self._generated(expr.value)
         position, dim, keeps = base, 0, True
         for element in expr.slice:
             inner = element.slice
@@ -715,14 +818,28 @@ class _Padding:
                             f"indexes the token position {number} in `{code_of(expr)}`: "
                             "positive position indices are wrong under left padding"
                         )
+                    if generated:
+                        self.generation.tokens_read(expr, -number)
                     keeps = False
                 elif dim < base:
                     position -= 1
             else:
                 if dim == base and (inner.lower is not None or inner.upper is not None or inner.step is not None):
-                    raise _Refuse(f"slices the token positions in `{code_of(expr)}`")
+                    last = self._last_positions(inner) if generated else None
+                    if last is None:
+                        raise _Refuse(f"slices the token positions in `{code_of(expr)}`")
+                    # the last generated tokens: no padded position is left
+                    self.generation.tokens_read(expr, last)
+                    keeps = False
             dim += 1
         return position if keeps else None
+
+    def _last_positions(self, part: cst.Slice) -> int | None:
+        """k for `[-k:]` (k a constant), else None."""
+        if part.upper is not None or part.step is not None or part.lower is None:
+            return None
+        lower = int_value(part.lower, self.facts)
+        return -lower if lower is not None and lower < 0 else None
 
     def call(self, expr: cst.Call) -> int | None:
         func = expr.func
@@ -826,9 +943,13 @@ def _batched(sweep: Sweep, names: list[str], chunk: int | None, unsaved: set[str
         if split.rest_of_pre:
             inner[0] = with_leading(inner[0], trace.leading_lines)
         body = moved(split.rest_of_pre + inner + sweep.post)
+        # the inputs go to the invoke, a generation's keywords to the one generate
+        inputs = [a for a in sweep.block.call.args if a.keyword is None]
+        if len(inputs) < len(sweep.block.call.args):  # (else as written, comments kept)
+            inputs[-1] = inputs[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         call = cst.Call(
             func=cst.Attribute(value=cst.Name(tracer), attr=cst.Name("invoke")),
-            args=sweep.block.call.args,
+            args=inputs,
         )
         item = trace.items[0].with_changes(item=call, asname=None)
         invoke = trace.with_changes(
@@ -843,7 +964,13 @@ def _batched(sweep: Sweep, names: list[str], chunk: int | None, unsaved: set[str
             items, start = names[1], names[2]
             changes["iter"] = cst.parse_expression(f"{items}[{start} : {start} + {chunk}]")
         inner_loop = loop.with_changes(**changes)
-        outer = cst.parse_statement(f"with {sweep.model}.trace() as {tracer}:\n    pass\n")
+        keywords = ", ".join(
+            code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+            for a in sweep.block.call.args
+            if a.keyword is not None
+        )
+        method = sweep.block.method
+        outer = cst.parse_statement(f"with {sweep.model}.{method}({keywords}) as {tracer}:\n    pass\n")
         outer = outer.with_changes(body=outer.body.with_changes(body=[inner_loop]))
         if chunk is None:
             return [outer.with_changes(leading_lines=loop.leading_lines)]
@@ -1072,6 +1199,46 @@ with model.session(remote=True):
             lengths.append(model.transformer.h[3].output.shape[1])
 """,
         reason="reads the token count `model.transformer.h[3].output.shape[1]`",
+    ),
+    Case(
+        name="generations of full length read by their last tokens",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    answers = list().save()
+    for prompt in ["The capital of France is", "Hi"]:
+        with model.generate(prompt, max_new_tokens=4, min_new_tokens=4):
+            answers.append(model.generator.output[0, -4:])
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    answers = list().save()
+    with model.generate(max_new_tokens=4, min_new_tokens=4) as tracer:
+        for prompt in ["The capital of France is", "Hi"]:
+            with tracer.invoke(prompt):
+                answers.append(model.generator.output[0, -4:])
+""",
+    ),
+    Case(
+        name="a generation that may stop early",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    answers = list().save()
+    for prompt in ["The capital of France is", "Hi"]:
+        with model.generate(prompt, max_new_tokens=4):
+            answers.append(model.generator.output[0, -4:])
+""",
+        reason="a generation that stops early (end of sequence) is padded after it in a batch",
     ),
     Case(
         name="the inner loop of nested sweeps",

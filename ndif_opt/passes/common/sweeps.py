@@ -118,6 +118,9 @@ AFTER_LAYERS = frozenset(
 )
 # Keyword arguments of a trace that do not change what the forward pass computes.
 HARMLESS_TRACE_KWARGS = frozenset({"scan", "validate"})
+# Keyword arguments of `.generate()` that one generate of a batch may take for all its
+# invokes (when they do not change with the loop).
+GENERATION_KWARGS = frozenset({"max_new_tokens", "min_new_tokens", "do_sample", "pad_token_id", "eos_token_id"})
 
 
 @dataclass
@@ -216,10 +219,11 @@ def _structure_problem(sweep: Sweep, facts: Facts) -> str:
     call = sweep.block.call
     if not any(a.keyword is None and not a.star for a in call.args):
         return "the trace has no input of its own (it already uses invokes)"
+    allowed = HARMLESS_TRACE_KWARGS | (GENERATION_KWARGS if sweep.block.method == "generate" else frozenset())
     for arg in call.args:
         if arg.star:
             return "the trace takes `*args`/`**kwargs`"
-        if arg.keyword is not None and arg.keyword.value not in HARMLESS_TRACE_KWARGS:
+        if arg.keyword is not None and arg.keyword.value not in allowed:
             return f"the trace takes `{arg.keyword.value}=`, which applies to the whole forward pass"
     tracer = sweep.block.tracer_name
     if tracer is not None and tracer in collect_all(sweep.inner).reads:
