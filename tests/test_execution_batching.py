@@ -9,6 +9,8 @@ that needs what an earlier iteration's trace or the code after it did is not bat
 
 from __future__ import annotations
 
+import operator
+
 import pytest
 
 pytest.importorskip("nnsight")
@@ -204,7 +206,7 @@ def _tiny(family: str):
 
     repo, layers = FAMILIES[family]
     model = tiny_model(repo)
-    return model, eval(layers, {"model": model})
+    return model, operator.attrgetter(layers.removeprefix("model."))(model)
 
 
 SHORT_AND_LONG = ["Hi", "The quick brown fox jumps over the lazy dog"]
