@@ -119,3 +119,67 @@ def test_a_loop_that_runs_at_least_once_binds_what_its_body_binds(loop, bound):
     assert definite_binds(cst.parse_statement(loop)) == bound
     after = cst.parse_module(loop + "print(p)\n").body
     assert ("p" in exposed_reads(after)) == ("p" not in bound)
+
+
+def _stmts(source: str):
+    return list(cst.parse_module(textwrap.dedent(source)).body)
+
+
+def test_a_line_of_small_statements_reads_after_what_it_bound():
+    assert list(names.exposed_reads(_stmts("x = 1; y = x\nz = y + w\n"))) == ["w"]
+    assert list(names.exposed_reads(_stmts("y = x; x = 1\n"))) == ["x"]
+
+
+def test_the_statements_an_input_depends_on_are_found_by_def_use():
+    body = _stmts('''
+        scale = 2.0
+        row = rows[i]
+        random.shuffle(options)
+        print(row)
+        question = row["q"] + " ".join(options)
+        ids = tok(question)["input_ids"]
+        n = len(ids)
+        log.append(n)
+    ''')
+    # transitively: ids <- question <- row, options (shuffled in place); not scale, the
+    # print, n or the log
+    assert names.depended_on(body, {"ids"}) == [1, 2, 4, 5]
+    # `tok(question)` is handed `question` and may change it: kept with it, in order
+    assert names.depended_on(body, {"question"}) == [1, 2, 4, 5]
+    assert names.depended_on(body, {"row"}) == [1]  # reading `row["q"]` changes nothing
+    assert names.depended_on(body, {"scale", "n"}) == [0, 1, 2, 4, 5, 6, 7]  # `log.append(n)` is handed `n`
+    assert names.depended_on(body, {"other"}) == []
+    # a name bound for sure needs nothing bound before it; a maybe-binding keeps it needed
+    assert names.depended_on(_stmts("p = a\np = b\n"), {"p"}) == [1]
+    assert names.depended_on(_stmts("p = a\nif c:\n    p = b\n"), {"p"}) == [0, 1]
+    # changed in place: an item, a container method, an in-place tensor method
+    assert names.depended_on(_stmts("d = {}\nd['text'] = t\nx.add_(1)\ny = 1\n"), {"d", "x"}) == [0, 1, 2]
+
+
+def test_what_a_call_may_change():
+    stmt = _stmts("out = f(a, b.c, k=d); e.add_(1); g.append(h); len(i); str(j)\n")[0]
+    assert set(names.may_change(stmt)) == {"a", "d", "e", "g", "h"}  # not `b`, `i`, `j`
+
+
+def test_moving_code_ahead_of_the_rest_of_a_loop_body():
+    """The one def-use test of the sweep passes' moves (sweeps.moved_ahead)."""
+    from ndif_opt.passes.common.sweeps import moved_ahead
+
+    def conflict(ahead: str, args: str, behind: str, varying=()):
+        parts = _stmts(ahead) + [cst.parse_expression(args)] if args else _stmts(ahead)
+        found = moved_ahead(parts, _stmts(behind), varying=frozenset(varying))
+        return None if found is None else (found.name, found.how)
+
+    # the prompt is computed ahead from the loop variable: nothing breaks
+    assert conflict("prompt = f'{name} is'\n", "prompt", "out.append(prompt)\n") is None
+    # the input reads what the rest sets or fills (an earlier iteration's value)
+    assert conflict("", "prompt", "prompt = prompt + '!'\n") == ("prompt", "bound")
+    assert conflict("", "prompts[-1]", "prompts.append(x)\n") == ("prompts", "changed")
+    assert conflict("p = f'{answer}'\n", "p", "answer = 1\n") == ("answer", "bound")
+    # what is computed ahead changes what the rest reads
+    assert conflict("hist.append(t)\np = ' '.join(hist)\n", "p", "n = len(hist)\n") == ("hist", "changes")
+    assert conflict("hist.append(t)\np = ' '.join(hist)\n", "p", "n = 1\n") is None
+    # an object bound ahead, in the iteration, is the iteration's own
+    assert conflict("d = {}\nd['k'] = t\n", "d", "print(d)\n") is None
+    # ahead of the loop: the loop variables change
+    assert conflict("", "name", "x = 1\n", varying={"name"}) == ("name", "bound")

@@ -14,11 +14,18 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS
+from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS, MUTATING_METHODS
 from ndif_opt.syntax.walk import find_nodes, walk
 
 #: The comprehensions: each has its own scope for the names its `for` binds.
 COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+#: Builtins that change none of their arguments (not even an iterator's position).
+PURE_BUILTINS = frozenset(
+    {
+        "len", "str", "repr", "int", "float", "bool", "isinstance", "type", "hash", "id", "format",
+        "print", "abs", "round", "divmod", "pow", "ord", "chr", "range",
+    }
+)  # fmt: skip
 
 
 
@@ -519,6 +526,16 @@ def _exposed_in(stmt: cst.CSTNode) -> dict[str, cst.CSTNode]:
                 for name, node in exposed_reads(list(suite.body.body)).items():
                     found.setdefault(name, node)
         return found
+    if kind is cst.SimpleStatementLine and len(stmt.body) > 1:
+        # `x = 1; y = x`: each small statement reads after the ones before it bound
+        found = {}
+        bound = set()
+        for small in stmt.body:
+            for name, node in collect(small).reads.items():
+                if name not in bound:
+                    found.setdefault(name, node)
+            bound |= _small_binds(small)
+        return found
     return collect(stmt).reads  # anything else: every read counts (conservative)
 
 
@@ -526,16 +543,7 @@ def definite_binds(stmt: cst.CSTNode) -> set[str]:
     """Names the statement binds whenever it completes normally."""
     kind = type(stmt)
     if kind is cst.SimpleStatementLine:
-        found: set[str] = set()
-        for small in stmt.body:
-            if type(small) is cst.Assign:
-                for target in small.targets:
-                    found |= set(target_names(target.target))
-            elif type(small) is cst.AnnAssign and small.value is not None:
-                found |= set(target_names(small.target))
-            elif type(small) in (cst.Import, cst.ImportFrom):
-                found |= set(collect(small).binds)
-        return found
+        return set().union(*(_small_binds(small) for small in stmt.body))
     if kind in (cst.FunctionDef, cst.ClassDef):
         return {stmt.name.value}
     if kind is cst.With:
@@ -556,6 +564,75 @@ def definite_binds(stmt: cst.CSTNode) -> set[str]:
         ends = [_definite_in(stmt.body.body) | (_definite_in(stmt.orelse.body.body) if stmt.orelse else set())]
         ends += [_definite_in(handler.body.body) for handler in stmt.handlers]
         return set.intersection(*ends) | (_definite_in(stmt.finalbody.body.body) if stmt.finalbody else set())
+    return set()
+
+
+def reads_before_binding(parts) -> dict[str, cst.CSTNode]:
+    """:func:`exposed_reads` of a run of statements and expressions (a trace's arguments
+    after the statements that compute them): an expression binds nothing for sure."""
+    reads: dict[str, cst.CSTNode] = {}
+    bound: set[str] = set()
+    for part in parts:
+        found = _exposed_in(part) if isinstance(part, cst.BaseStatement) else collect(part).reads
+        for name, node in found.items():
+            if name not in bound:
+                reads.setdefault(name, node)
+        if isinstance(part, cst.BaseStatement):
+            bound |= definite_binds(part)
+    return reads
+
+
+def may_change(node: cst.CSTNode) -> dict[str, cst.CSTNode]:
+    """Names whose object ``node`` may change in place: those :func:`collect` finds
+    mutated, those whose in-place method it calls (`ids.add_(1)`, `f.write(s)`), and
+    those it hands to a call as an argument (`random.shuffle(xs)`, `fill(row)`: a call
+    may change what it is given), but to builtins that change nothing (`len(xs)`)."""
+    found = dict(collect(node).mutates)
+    for call in find_nodes(node, lambda n: type(n) is cst.Call):
+        func = call.func
+        if type(func) is cst.Name and func.value in PURE_BUILTINS:
+            continue
+        if type(func) is cst.Attribute and (func.attr.value in MUTATING_METHODS or _in_place(func.attr.value)):
+            name = root_name(func.value)
+            if name is not None:
+                found.setdefault(name, call)
+        for arg in call.args:
+            if type(arg.value) is cst.Name:
+                found.setdefault(arg.value.value, arg.value)
+    return found
+
+
+def _in_place(method: str) -> bool:
+    """`add_`, `zero_`: torch's in-place methods."""
+    return method.endswith("_") and not method.startswith("_")
+
+
+def depended_on(stmts, needed) -> list[int]:
+    """The positions of the statements of ``stmts`` (a run of statements, in order) that
+    code reading ``needed`` right after them depends on, transitively: a statement that
+    may bind or change (:func:`may_change`) a needed name is in, and the names it reads
+    are needed in turn; a name it binds for sure (:func:`definite_binds`) is no longer
+    needed before it. A backward slice: moving these statements, in order, ahead of
+    the rest keeps every value the reader sees."""
+    need = set(needed)
+    chosen: list[int] = []
+    for position in range(len(stmts) - 1, -1, -1):
+        stmt = stmts[position]
+        use = collect(stmt)
+        if need & (use.binds.keys() | may_change(stmt).keys()):
+            chosen.append(position)
+            need = (need - definite_binds(stmt)) | set(use.reads)
+    return chosen[::-1]
+
+
+def _small_binds(small: cst.BaseSmallStatement) -> set[str]:
+    """Names a small statement (`x = 1` of `x = 1; y = x`) binds whenever it completes."""
+    if type(small) is cst.Assign:
+        return {name for target in small.targets for name in target_names(target.target)}
+    if type(small) is cst.AnnAssign and small.value is not None:
+        return set(target_names(small.target))
+    if type(small) in (cst.Import, cst.ImportFrom):
+        return set(collect(small).binds)
     return set()
 
 

@@ -349,6 +349,9 @@ def iterable_length(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> i
     if kind is cst.Name:
         value = facts.constant(expr.value)
         return None if value is None else iterable_length(value, facts, depth + 1)
+    if kind is cst.Subscript:
+        value = constant_item(expr, facts, depth + 1)  # `CONFIG["layers"]`
+        return None if value is None else iterable_length(value, facts, depth + 1)
     if kind is cst.Call and type(expr.func) is cst.Name:
         func = expr.func.value
         args = [a.value for a in expr.args if a.keyword is None and not a.star]
@@ -365,11 +368,68 @@ def iterable_length(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> i
     return None
 
 
+def constant_item(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> cst.BaseExpression | None:
+    """The expression a constant stands for: a name bound once at module level
+    (:meth:`Facts.constant`), or an item of a constant dict, list or tuple display taken
+    with a constant key (`CONFIG["layer"]`, `LAYERS["mid"]`, `SIZES[0]`), followed
+    through (`CONFIG["layers"]["mid"]`); None for anything else."""
+    if depth > 5:
+        return None
+    kind = type(expr)
+    if kind is cst.Name:
+        value = facts.constant(expr.value)
+        if value is None:
+            return None
+        return constant_item(value, facts, depth + 1) or value
+    if kind is not cst.Subscript or len(expr.slice) != 1 or type(expr.slice[0].slice) is not cst.Index:
+        return None
+    container = expr.value
+    if type(container) not in (cst.Dict, cst.List, cst.Tuple):
+        container = constant_item(container, facts, depth + 1)
+    key = expr.slice[0].slice.value
+    item = None
+    if type(container) is cst.Dict:
+        wanted = _literal_key(key, facts, depth)
+        if wanted is None:
+            return None
+        for element in container.elements:
+            if type(element) is not cst.DictElement:
+                return None  # `**other`: the key may come from it
+            if _literal_key(element.key, facts, depth) == wanted:
+                item = element.value  # the last one counts, as in Python
+    elif type(container) in (cst.List, cst.Tuple):
+        index = int_value(key, facts, depth + 1)
+        elements = container.elements
+        if index is None or any(type(e) is cst.StarredElement for e in elements):
+            return None
+        if -len(elements) <= index < len(elements):
+            item = elements[index].value
+    if item is None:
+        return None
+    return constant_item(item, facts, depth + 1) or item
+
+
+def _literal_key(expr: cst.BaseExpression, facts: Facts, depth: int):
+    """A dict key as Python would compare it: ("str", text) or ("int", n); None if unknown."""
+    if type(expr) is cst.SimpleString:
+        value = expr.evaluated_value
+        return ("str", value) if isinstance(value, str) else None
+    if type(expr) is cst.Name and depth < 5:
+        value = facts.constant(expr.value)  # `ARCH = "gpt2"` ... `PATHS[ARCH]`
+        if type(value) is cst.SimpleString:
+            return _literal_key(value, facts, depth + 1)
+    number = int_value(expr, facts, depth + 1)
+    return None if number is None else ("int", number)
+
+
 def int_value(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> int | None:
     if depth > 5:
         return None
     if isinstance(expr, cst.Integer):
         return int(expr.value, 0)
+    if isinstance(expr, cst.Subscript):
+        item = constant_item(expr, facts, depth + 1)
+        return None if item is None else int_value(item, facts, depth + 1)
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
         value = int_value(expr.expression, facts, depth + 1)
         return None if value is None else -value

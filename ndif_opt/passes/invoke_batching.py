@@ -4,9 +4,12 @@
 Inside a session, a loop whose iterations each run one trace of the model — a prompt
 loop, a steering-coefficient sweep, a patching sweep — becomes one
 ``with model.trace() as tracer:`` with the loop inside and each iteration's trace turned
-into ``with tracer.invoke(<its input>):``. Code of the loop body around the trace that
-uses the iteration's values (``results[p] = logits[0, -1].argmax().item()``) moves into
-the invoke with it. Loops longer than ``max-batch`` (32 by default), or of unknown
+into ``with tracer.invoke(<its input>):``. The statements of the loop body that the
+input depends on (building the prompt, tokenizing it, taking a dataset row: found by
+def-use, transitively) run before the invoke, in the loop; the rest of the body around
+the trace (``results[p] = logits[0, -1].argmax().item()``) moves into the invoke with
+it. A loop of ``.generate()`` calls becomes one ``model.generate(<its keywords>)`` with
+an invoke per prompt. Loops longer than ``max-batch`` (32 by default), or of unknown
 length, run in chunks of that many invokes.
 
 ## Why is this bad?
@@ -37,15 +40,29 @@ with model.session(remote=True):
 ## Fix safety
 Unsafe, applied only with ``--unsafe-fixes``: a batched forward pass pads prompts on the
 left and uses batched kernels, so results differ in the last bits (measured up to
-~4e-7 in fp32, ~4e-3 in bf16). Not applied when an iteration uses a value an earlier
-iteration computed (other than filling a list or dict), reads a container the loop
-fills, changes the model or an object the iterations share, uses ``.skip()``, fills a
-container before its last module read (the invokes would fill it in the model's order,
-not the loop's), binds a name read after the loop (only one invoke's value would be
-left), or — when the inputs differ — reads token positions counted from the start, a
-slice or reduction over positions, or otherwise keeps padded positions (saving,
-storing or passing a whole activation). Loops that only read layers of the same input
-are left to trace-fusion, which is exact.
+~4e-7 in fp32, ~4e-3 in bf16). The invokes' inputs are all computed while the trace
+runs the loop, before any invoke body (measured on nnsight 0.8.1: each invoke still sees
+its own iteration's values), so it is not applied when the input, or a statement it
+depends on, needs what the trace or the code after it sets or changes (a prompt grown
+from the last answer, a list of prompts the loop appends to). Nor when an iteration uses
+a value an earlier iteration computed (other than filling a list or dict), reads inside
+the invoke a container the loop fills, changes the model or an object the iterations
+share, uses ``.skip()``, fills a container before its last module read (the invokes
+would fill it in the model's order, not the loop's), binds a name read after the loop
+(only one invoke's value would be left), or — when the inputs differ — reads token
+positions counted from the start, a slice or reduction over positions, or otherwise
+keeps padded positions (saving, storing or passing a whole activation). An invoke sees
+its own rows at the padded length (measured), so sizes other than the token count
+(``h.shape[-1]``, ``h.size(0)``, ``h.dtype``) are read as they were, and the token count
+(``print(h.shape)``, ``h.shape[1]``) is refused. A module reached through constants
+(``layers = CONFIG["layers"]``, ``layers[CONFIG["layer"]]``) is that module. A generation
+is batched when its keywords do not change with the loop, it does not sample, and its
+tokens are read only by their last ``k <= max_new_tokens`` positions of a generation of
+full length (``min_new_tokens`` at least ``max_new_tokens``): measured, a generation that
+stops early at an end-of-sequence token is padded after it in a batch, so its last
+tokens differ. (Without ``do_sample=`` the model's generation config decides; one that
+samples draws other random numbers batched, as a rerun of the loop would.) Loops that
+only read layers of the same input are left to trace-fusion, which is exact.
 """
 
 from __future__ import annotations
@@ -53,8 +70,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, qualify
-from ndif_opt.analysis.names import collect, dotted_name, root_name
-from ndif_opt.analysis.regions import reads_after, results_kept
+from ndif_opt.analysis.names import collect, collect_all, dotted_name, exposed_reads, root_name
+from ndif_opt.analysis.regions import int_value, reads_after, results_kept
 from ndif_opt.analysis.releases import NNSIGHT_06
 from ndif_opt.analysis.tensors import TENSOR_MODULES
 from ndif_opt.output.wording import counted, per
@@ -69,8 +86,11 @@ from ndif_opt.passes.common.sweeps import (
     in_place_changes,
     index_of,
     input_dependence,
+    input_statements,
     introduce,
+    model_envoy,
     module_accesses,
+    moved_ahead,
     moved_names,
     passes_text,
     structure_problem,
@@ -78,7 +98,7 @@ from ndif_opt.passes.common.sweeps import (
 )
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import DropElementSaves, SuitePlan, reindentable
-from ndif_opt.syntax.walk import children, walk
+from ndif_opt.syntax.walk import children
 from ndif_opt.types import Safety
 
 # How a loop may fill a container made before it.
@@ -99,6 +119,9 @@ LAST_DIM_FUNCTIONS = frozenset(
         "torch.nn.functional.softmax", "torch.nn.functional.log_softmax",
     }
 )
+# Attributes of a tensor that left padding does not change.
+PADDING_FREE_ATTRIBUTES = frozenset({"ndim", "dtype", "device", "is_cuda", "requires_grad", "layout"})
+TOKEN_COUNT = "in a batch it is the longest input's (each invoke sees its own rows, at the padded length)"
 UNSAFE_REASON = (
     "batching changes results in the last bits (left padding and batched kernels: "
     "~1e-7 in fp32, ~1e-3 in bf16); use --unsafe-fixes to accept"
@@ -177,19 +200,20 @@ def _after(trips: int | None, batch: int) -> str:
 def _problem(sweep: Sweep, facts: Facts, unsafe: bool):
     """None when the loop is no candidate; else (why it cannot be batched or "", the
     saved names to stop saving)."""
-    if sweep.block.method == "generate":
-        return (
-            "batched generation pads every invoke's generated tokens to the longest prompt",
-            set(),
-        )
     if not any(a.keyword is None and not a.star for a in sweep.block.call.args):
         return None  # already invokes of one trace
     problem = structure_problem(sweep, facts)
     if problem:
         return problem, set()
-    keywords = [a.keyword.value for a in sweep.block.call.args if a.keyword is not None]
-    if keywords:
-        return f"the trace takes `{keywords[0]}=`, which an invoke does not", set()
+    generation = None
+    if sweep.block.method == "generate":
+        generation = _Generation(sweep, facts)
+        if generation.problem:
+            return generation.problem, set()
+    else:
+        keywords = [a.keyword.value for a in sweep.block.call.args if a.keyword is not None]
+        if keywords:
+            return f"the trace takes `{keywords[0]}=`, which an invoke does not", set()
     moved = sweep.moved
     accesses = module_accesses(moved, facts)
     if accesses.skips:
@@ -206,6 +230,7 @@ def _problem(sweep: Sweep, facts: Facts, unsafe: bool):
         return None
     problem = (
         _carried(sweep, facts)
+        or _input_problem(sweep, facts)
         or _shared_objects(sweep, facts)
         or _fill_order(sweep, facts)
     )
@@ -219,12 +244,75 @@ def _problem(sweep: Sweep, facts: Facts, unsafe: bool):
             "value only",
             set(),
         )
-    if input_dependence(sweep, facts):
-        problem = _Padding(facts).check(moved)
+    if input_dependence(sweep, facts) or generation is not None:
+        problem = _Padding(facts, generation).check(_split(sweep, facts).invoked)
         if problem:
+            if not input_dependence(sweep, facts):  # the generated tokens only
+                return f"batched, each invoke's generated tokens are padded: it {problem}", set()
             return f"the inputs differ in length and each invoke sees left-padded rows: it {problem}", set()
     # saved names nothing reads later: one invoke's value would come back, so stop saving
     return "", set(sweep.block.saved_names) | _saved_names(sweep.pre + sweep.post)
+
+
+class _Generation:
+    """A loop of `.generate()` calls as one generate of the batch: its keyword arguments
+    go to that generate (``keywords``), so they must not change with the loop.
+
+    Measured on nnsight 0.8.1 (tiny GPT-2 and Llama, greedy): in a batch each invoke's
+    ``model.generator.output`` is its row left-padded to the longest prompt, and its last
+    ``max_new_tokens`` tokens equal the separate generation's — unless a generation stops
+    early at an end-of-sequence token: batched, its row goes on with padding after it,
+    while alone it ends there, so its last tokens differ. So the generated tokens may be
+    read by their last positions only when every generation has its full length
+    (``min_new_tokens`` at least ``max_new_tokens``)."""
+
+    def __init__(self, sweep: Sweep, facts: Facts) -> None:
+        self.keywords = [a for a in sweep.block.call.args if a.keyword is not None]
+        values = {a.keyword.value: a.value for a in self.keywords}
+        self.problem = ""
+        sampled = values.get("do_sample")
+        if sampled is not None and not (isinstance(sampled, cst.Name) and sampled.value == "False"):
+            self.problem = (
+                f"it samples (`do_sample={code_of(sampled)}`): batched, the invokes would draw other "
+                "random numbers"
+            )
+            return
+        conflict = moved_ahead(list(values.values()), sweep.moved, varying=sweep.targets)
+        if conflict is not None:
+            name = next(k for k, v in values.items() if conflict.name in collect(v).reads)
+            how = (
+                "a loop variable" if conflict.name in sweep.targets
+                else "which the loop body sets" if conflict.how == "bound"
+                else "which the loop body changes"
+            )
+            self.problem = (
+                f"the generation's `{name}=` reads `{conflict.name}`, {how}: one generate before "
+                "the loop would take it for every invoke"
+            )
+            return
+        self.max_new = int_value(values["max_new_tokens"], facts) if "max_new_tokens" in values else None
+        least = int_value(values["min_new_tokens"], facts) if "min_new_tokens" in values else None
+        self.full_length = self.max_new is not None and least is not None and least >= self.max_new
+
+    def tokens_read(self, read: cst.CSTNode, count: int) -> None:
+        """``read`` takes the last ``count`` generated positions (`out[0, -count:]`, or one
+        of them, `out[0, -count]`)."""
+        if self.max_new is None:
+            raise _Refuse(
+                f"reads `{code_of(read)}` of the generated tokens, and how many each invoke "
+                "generates is not known (no constant `max_new_tokens=`)"
+            )
+        if count > self.max_new:
+            raise _Refuse(
+                f"reads `{code_of(read)}`, which reaches past the {self.max_new} generated tokens "
+                "into the prompt's left-padded positions"
+            )
+        if not self.full_length:
+            raise _Refuse(
+                f"reads `{code_of(read)}` of the generated tokens, and a generation that stops "
+                "early (end of sequence) is padded after it in a batch, so its last tokens "
+                "differ (measured); with `min_new_tokens=` equal to `max_new_tokens=` it would be batched"
+            )
 
 
 def _live_after(sweep: Sweep, facts: Facts, names: set[str]) -> set[str]:
@@ -247,10 +335,7 @@ def _live_after(sweep: Sweep, facts: Facts, names: set[str]) -> set[str]:
     # the script's results are read when it ends, after every path
     flagged: set[str] = candidates & results_kept(facts, sweep.info.suite, sweep.info.index + 1)
     for path in paths:
-        order = _Order(candidates, set())
-        for stmt in path:
-            walk(stmt, order)
-        flagged |= order.flagged
+        flagged |= candidates & exposed_reads(path).keys()
     return flagged
 
 
@@ -295,149 +380,62 @@ def _saved_names(stmts) -> set[str]:
 
 
 def _carried(sweep: Sweep, facts: Facts) -> str:
-    bound = set(moved_names(sweep, facts).binds)
-    order = _Order(bound, set(sweep.targets))
-    for stmt in sweep.moved:
-        walk(stmt, order)
-        if order.carried:
+    bound = moved_names(sweep, facts).binds
+    for name in exposed_reads(sweep.moved):
+        if name in bound and name not in sweep.targets:
             return (
-                f"`{order.carried}` is read before the iteration sets it: an earlier "
+                f"`{name}` is read before the iteration sets it: an earlier "
                 "iteration's value would be used"
             )
     return ""
 
 
-class _Order(cst.CSTVisitor):
-    """Finds the first name read before the iteration defines it."""
+class _Split:
+    """An iteration as batched: the statements before the trace that its arguments
+    depend on run before ``with tracer.invoke(...)`` (``ahead``), in their order; the
+    rest of the iteration runs inside it (``invoked``)."""
 
-    def __init__(self, bound: set[str], defined: set[str]) -> None:
-        self.bound = bound
-        self.defined = set(defined)
-        self.carried = ""  # the first name read before it is defined
-        self.flagged: set[str] = set()  # all of them
+    def __init__(self, sweep: Sweep) -> None:
+        chosen = set(input_statements(sweep))
+        self.ahead = [s for i, s in enumerate(sweep.pre) if i in chosen]
+        self.rest_of_pre = [s for i, s in enumerate(sweep.pre) if i not in chosen]
+        self.invoked = self.rest_of_pre + sweep.inner + sweep.post
 
-    def _bind(self, target: cst.BaseExpression) -> None:
-        if isinstance(target, cst.Name):
-            self.defined.add(target.value)
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                self._bind(element.value)
-        elif isinstance(target, cst.StarredElement):
-            self._bind(target.value)
-        else:
-            walk(target, self)
 
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value in self.bound and node.value not in self.defined:
-            self.flagged.add(node.value)
-            if not self.carried:
-                self.carried = node.value
+def _split(sweep: Sweep, facts: Facts) -> _Split:
+    return facts.once_for("invoke-batching:split", sweep.loop, lambda _loop: _Split(sweep))
 
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        walk(node.value, self)
-        return False
 
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        walk(node.value, self)
-        return False
-
-    def visit_Assign(self, node: cst.Assign) -> bool:
-        walk(node.value, self)
-        for target in node.targets:
-            self._bind(target.target)
-        return False
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
-        if node.value is not None:
-            walk(node.value, self)
-        self._bind(node.target)
-        return False
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> bool:
-        walk(node.target, self)
-        walk(node.value, self)
-        return False
-
-    def visit_NamedExpr(self, node: cst.NamedExpr) -> bool:
-        walk(node.value, self)
-        self._bind(node.target)
-        return False
-
-    def visit_For(self, node: cst.For) -> bool:
-        walk(node.iter, self)
-        saved = set(self.defined)
-        self._bind(node.target)
-        walk(node.body, self)
-        self.defined = saved  # the body may run zero times
-        return False
-
-    def visit_While(self, node: cst.While) -> bool:
-        walk(node.test, self)
-        saved = set(self.defined)
-        walk(node.body, self)
-        self.defined = saved
-        return False
-
-    def visit_If(self, node: cst.If) -> bool:
-        walk(node.test, self)
-        saved = set(self.defined)
-        walk(node.body, self)
-        after_body = self.defined
-        self.defined = set(saved)
-        if node.orelse is not None:
-            walk(node.orelse, self)
-            self.defined = after_body & self.defined
-        else:
-            self.defined = saved
-        return False
-
-    def visit_WithItem(self, node: cst.WithItem) -> bool:
-        walk(node.item, self)
-        if node.asname is not None:
-            self._bind(node.asname.name)
-        return False
-
-    def _comprehension(self, node, parts) -> bool:
-        walk(node.for_in, self)
-        for part in parts:
-            walk(part, self)
-        return False
-
-    def visit_CompFor(self, node: cst.CompFor) -> bool:
-        walk(node.iter, self)
-        self._bind(node.target)
-        for condition in node.ifs:
-            walk(condition, self)
-        if node.inner_for_in is not None:
-            walk(node.inner_for_in, self)
-        return False
-
-    def visit_ListComp(self, node: cst.ListComp) -> bool:
-        return self._comprehension(node, [node.elt])
-
-    def visit_SetComp(self, node: cst.SetComp) -> bool:
-        return self._comprehension(node, [node.elt])
-
-    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> bool:
-        return self._comprehension(node, [node.elt])
-
-    def visit_DictComp(self, node: cst.DictComp) -> bool:
-        return self._comprehension(node, [node.key, node.value])
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self.defined.add(node.name.value)
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
+def _input_problem(sweep: Sweep, facts: Facts) -> str:
+    """The invokes' inputs are all evaluated while the trace's body runs the loop, before
+    any invoke body runs (measured on nnsight 0.8.1: code of the loop before an invoke
+    runs then, in loop order, and each invoke sees its own iteration's values). So the
+    input, and the statements it depends on, must not need what the invoke bodies do."""
+    split = _split(sweep, facts)
+    args = [a.value for a in sweep.block.call.args]
+    conflict = moved_ahead(split.ahead + args, split.invoked)
+    if conflict is None:
+        return ""
+    name = conflict.name
+    if conflict.how == "changes":
+        return (
+            f"computing the trace's input changes `{name}`, which the rest of the iteration "
+            "reads: batched, every iteration's input is computed before any invoke runs"
+        )
+    what = "sets" if conflict.how == "bound" else "changes"
+    return (
+        f"the trace's input depends on `{name}`, which the iteration {what} after its trace: "
+        "batched, every iteration's input is computed before any invoke runs"
+    )
 
 
 def _shared_objects(sweep: Sweep, facts: Facts) -> str:
-    """Objects made before the loop may only be filled (append, item assignment)."""
-    moved = sweep.moved
-    use = moved_names(sweep, facts)
-    bound = set(use.binds) | set(sweep.targets)
-    shared = [n for n in use.mutates if n not in bound and not facts.is_model_like(n)]
+    """Objects made before the loop may only be filled (append, item assignment) inside
+    the invokes. (The statements run before the invoke, in loop order, may use them:
+    :func:`_input_problem` checks that the invokes do not.)"""
+    moved = _split(sweep, facts).invoked
+    bound = set(moved_names(sweep, facts).binds) | set(sweep.targets)
+    shared = [n for n in collect_all(moved).mutates if n not in bound and not facts.is_model_like(n)]
     found = [n for stmt in moved for n in index_of(stmt).nodes]
     # the receivers of filling calls and item assignments: `acts.append(...)`, `top[p] = ...`
     allowed: set[int] = set()
@@ -471,10 +469,9 @@ def _fill_order(sweep: Sweep, facts: Facts) -> str:
     """Containers must be filled after the iteration's last module read, and that read
     must be the same module in every iteration: invokes waiting at one module are
     served in loop order."""
-    moved = sweep.moved
-    use = moved_names(sweep, facts)
-    bound = set(use.binds) | set(sweep.targets)
-    shared = {n for n in use.mutates if n not in bound and not facts.is_model_like(n)}
+    moved = _split(sweep, facts).invoked
+    bound = set(moved_names(sweep, facts).binds) | set(sweep.targets)
+    shared = {n for n in collect_all(moved).mutates if n not in bound and not facts.is_model_like(n)}
     if not shared:
         return ""
     last_read = -1
@@ -514,9 +511,12 @@ class _Padding:
     would see padded positions: a position counted from the start, a slice or a
     reduction over positions, or a whole activation leaving the invoke."""
 
-    def __init__(self, facts: Facts) -> None:
+    def __init__(self, facts: Facts, generation: _Generation | None = None) -> None:
         self.facts = facts
+        self.generation = generation
         self.env: dict[str, int | None] = {}
+        self.ndims: dict[str, int | None] = {}  # of the names in env, when known
+        self.generated: set[str] = set()  # names holding generated tokens (or a part)
 
     def check(self, stmts) -> str:
         try:
@@ -563,6 +563,12 @@ class _Padding:
             state = self.value(small.value)
             for target in small.targets:
                 self.assign(target.target, state)
+                if isinstance(target.target, cst.Name):
+                    self.ndims[target.target.value] = self.ndim(small.value) if state is not None else None
+                    if state is not None and self._generated(small.value):
+                        self.generated.add(target.target.value)
+                    else:
+                        self.generated.discard(target.target.value)
         elif isinstance(small, cst.AnnAssign):
             state = self.value(small.value) if small.value is not None else None
             self.assign(small.target, state)
@@ -656,26 +662,109 @@ class _Padding:
 
     def attribute(self, expr: cst.Attribute) -> int | None:
         if expr.attr.value in MODULE_VALUES:
-            root = root_name(expr.value)
-            if root is not None and self.facts.is_model_like(root):
+            envoy = model_envoy(expr.value, self.facts)
+            if envoy is not None:
                 self._index_expressions_of_envoy(expr.value)
-                return self._layout(expr)
+                return self._layout(envoy, expr)
         base = self.value(expr.value)
         if base is None:
             return None
         if expr.attr.value in ("logits", "last_hidden_state"):
             return base
+        if expr.attr.value in PADDING_FREE_ATTRIBUTES:
+            return None
+        if expr.attr.value == "shape":
+            raise _Refuse(_token_count(expr))
         raise _Refuse(f"reads `{code_of(expr)}` of an activation with padded positions")
 
-    def _layout(self, expr: cst.Attribute) -> int:
-        envoy = expr.value
+    def ndim(self, expr: cst.BaseExpression) -> int | None:
+        """How many dimensions a value with a token dimension has, when known."""
+        if isinstance(expr, cst.Name):
+            return self.ndims.get(expr.value)
+        if isinstance(expr, cst.Attribute):
+            if expr.attr.value in ("output", "input"):
+                envoy = model_envoy(expr.value, self.facts)
+                if envoy is not None:
+                    return 2 if self._generator(envoy) else 3  # as _layout
+            if expr.attr.value in ("logits", "last_hidden_state"):
+                return self.ndim(expr.value)
+            return None
+        if isinstance(expr, cst.Subscript):
+            base = self.ndim(expr.value)
+            if base is None:
+                return None
+            for element in expr.slice:
+                if isinstance(element.slice, cst.Index):
+                    index = element.slice.value
+                    if element.slice.star is not None or isinstance(index, cst.Ellipsis):
+                        return None
+                    if isinstance(index, cst.Name) and index.value == "None":
+                        base += 1
+                    elif _int_literal(index) is not None:
+                        base -= 1
+                    else:
+                        return None
+            return base
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            name = expr.func.attr.value
+            if name in ELEMENTWISE or name in ("softmax", "log_softmax"):
+                return self.ndim(expr.func.value)
+        if isinstance(expr, (cst.BinaryOperation, cst.UnaryOperation)):
+            parts = [expr.left, expr.right] if isinstance(expr, cst.BinaryOperation) else [expr.expression]
+            known = [self.ndim(part) for part in parts if self.value(part) is not None]
+            return known[0] if len(known) == 1 else None
+        return None
+
+    def dimension(self, of: cst.BaseExpression, index: cst.BaseExpression, read: cst.CSTNode) -> None:
+        """``read`` takes the size of dimension ``index`` of ``of`` (`h.shape[-1]`,
+        `h.size(0)`): measured on nnsight 0.8.1, an invoke sees its own rows (the batch
+        size is its own) at the padded length (the token count is the longest input's)."""
+        position = self.value(of)
+        if position is None:
+            self.plain(index)
+            return
+        number = _int_literal(index)
+        if number is not None and number < 0:
+            ndim = self.ndim(of)
+            number = None if ndim is None else number + ndim
+        if number is None or number < 0:
+            raise _Refuse(f"reads `{code_of(read)}`, which may be the token count: {TOKEN_COUNT}")
+        if number == position:
+            raise _Refuse(f"reads the token count `{code_of(read)}`: {TOKEN_COUNT}")
+
+    def _generated(self, expr: cst.BaseExpression) -> bool:
+        """Is ``expr`` the generated tokens, or a part of them that keeps positions?"""
+        while True:
+            if isinstance(expr, cst.Name):
+                return expr.value in self.generated
+            if isinstance(expr, cst.Attribute) and expr.attr.value in MODULE_VALUES:
+                return self._generator(model_envoy(expr.value, self.facts))
+            if isinstance(expr, cst.Subscript):
+                expr = expr.value
+            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ELEMENTWISE:
+                expr = expr.func.value
+            else:
+                return False
+
+    def _generator(self, envoy: cst.BaseExpression | None) -> bool:
+        return (
+            self.generation is not None
+            and isinstance(envoy, cst.Attribute)
+            and envoy.attr.value == "generator"
+        )
+
+    def _layout(self, envoy: cst.BaseExpression, read: cst.Attribute) -> int:
+        """Where the token dimension is in ``read``, a value of the module ``envoy`` (a
+        path from the model, :func:`model_envoy`)."""
+        if self._generator(envoy):
+            return 1  # model.generator.output: (batch, positions)
         if isinstance(envoy, cst.Name):
             return 1  # model.output (logits: batch, positions, vocabulary)
         if isinstance(envoy, cst.Subscript):
             return 1  # a decoder layer: a tensor (batch, positions, hidden)
         if isinstance(envoy, cst.Attribute) and envoy.attr.value in TENSOR_MODULES:
             return 1
-        raise _Refuse(f"reads `{code_of(expr)}`, whose layout I do not know")
+        raise _Refuse(f"reads `{code_of(read)}`, whose layout I do not know")
 
     def _index_expressions_of_envoy(self, envoy: cst.BaseExpression) -> None:
         while isinstance(envoy, (cst.Attribute, cst.Subscript)):
@@ -694,11 +783,21 @@ class _Padding:
                     self.plain(part)
 
     def subscript(self, expr: cst.Subscript) -> int | None:
+        shape = expr.value
+        if (
+            isinstance(shape, cst.Attribute)
+            and shape.attr.value == "shape"
+            and len(expr.slice) == 1
+            and isinstance(expr.slice[0].slice, cst.Index)
+        ):
+            self.dimension(shape.value, expr.slice[0].slice.value, expr)
+            return None
         base = self.value(expr.value)
         for element in expr.slice:
             self._index_expressions(element)
         if base is None:
             return None
+        generated = self._generated(expr.value)
         position, dim, keeps = base, 0, True
         for element in expr.slice:
             inner = element.slice
@@ -720,21 +819,38 @@ class _Padding:
                             f"indexes the token position {number} in `{code_of(expr)}`: "
                             "positive position indices are wrong under left padding"
                         )
+                    if generated:
+                        self.generation.tokens_read(expr, -number)
                     keeps = False
                 elif dim < base:
                     position -= 1
             else:
                 if dim == base and (inner.lower is not None or inner.upper is not None or inner.step is not None):
-                    raise _Refuse(f"slices the token positions in `{code_of(expr)}`")
+                    last = self._last_positions(inner) if generated else None
+                    if last is None:
+                        raise _Refuse(f"slices the token positions in `{code_of(expr)}`")
+                    # the last generated tokens: no padded position is left
+                    self.generation.tokens_read(expr, last)
+                    keeps = False
             dim += 1
         return position if keeps else None
+
+    def _last_positions(self, part: cst.Slice) -> int | None:
+        """k for `[-k:]` (k a constant), else None."""
+        if part.upper is not None or part.step is not None or part.lower is None:
+            return None
+        lower = int_value(part.lower, self.facts)
+        return -lower if lower is not None and lower < 0 else None
 
     def call(self, expr: cst.Call) -> int | None:
         func = expr.func
         args = [a.value for a in expr.args]
         if isinstance(func, cst.Attribute):
             root = root_name(func.value)
-            module_call = dotted_name(func) is not None and func.attr.value not in MODULE_VALUES
+            path = dotted_name(func)
+            module_call = (
+                path is not None and func.attr.value not in MODULE_VALUES and ".tokenizer." not in f".{path}."
+            )
             if module_call and root is not None and self.facts.is_model_like(root):
                 # a module called as a function (`model.lm_head(h)`): per position
                 state = None
@@ -744,6 +860,13 @@ class _Padding:
             receiver = self.value(func.value)
             if receiver is not None:
                 name = func.attr.value
+                if name == "size":
+                    if len(args) != 1:
+                        raise _Refuse(_token_count(expr))
+                    self.dimension(func.value, args[0], expr)
+                    return None
+                if name in ("dim", "ndimension") and not args:
+                    return None
                 if name in ELEMENTWISE:
                     for arg in args:
                         self.plain(arg)
@@ -758,12 +881,20 @@ class _Padding:
         elif not isinstance(func, cst.Name):
             self.plain(func)
         path = qualify(func, self.facts.imports)
+        if path == "len" and len(args) == 1 and self.value(args[0]) is not None:
+            # the size of the first dimension: an invoke's own batch rows, or its token count
+            self.dimension(args[0], cst.Integer("0"), expr)
+            return None
         states = [self.value(arg) for arg in args]
         if any(s is not None for s in states):
             if path in LAST_DIM_FUNCTIONS and _last_dim(expr, positional=1):
                 return next(s for s in states if s is not None)
             raise _Refuse(f"passes an activation with padded positions to `{code_of(func)}`")
         return None
+
+
+def _token_count(read: cst.CSTNode) -> str:
+    return f"reads `{code_of(read)}`, which holds the token count: {TOKEN_COUNT}"
 
 
 def _int_literal(expr: cst.BaseExpression) -> int | None:
@@ -800,32 +931,47 @@ def _batched(sweep: Sweep, names: list[str], chunk: int | None, unsaved: set[str
     loop, trace = sweep.loop, sweep.block.node
     tracer = names[0]
 
+    split = _split(sweep, facts)
+
     def build(_stmts):
         drop = DropElementSaves(set(), rebinds=unsaved)
-        inner = list(sweep.inner)
-        if sweep.pre:
-            inner[0] = with_leading(inner[0], trace.leading_lines)
-        body = [
+
+        def moved(stmts):
             # `drop` only changes `x = ....save()` for the unsaved names: skip the others
-            reindentable(s.visit(drop) if _rebinds(original, unsaved, facts) else s)
-            for original, s in zip(sweep.moved, sweep.pre + inner + sweep.post)
-        ]
+            return [reindentable(s.visit(drop) if _rebinds(s, unsaved, facts) else s) for s in stmts]
+
+        inner = list(sweep.inner)
+        if split.rest_of_pre:
+            inner[0] = with_leading(inner[0], trace.leading_lines)
+        body = moved(split.rest_of_pre + inner + sweep.post)
+        # the inputs go to the invoke, a generation's keywords to the one generate
+        inputs = [a for a in sweep.block.call.args if a.keyword is None]
+        if len(inputs) < len(sweep.block.call.args):  # (else as written, comments kept)
+            inputs[-1] = inputs[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         call = cst.Call(
             func=cst.Attribute(value=cst.Name(tracer), attr=cst.Name("invoke")),
-            args=sweep.block.call.args,
+            args=inputs,
         )
         item = trace.items[0].with_changes(item=call, asname=None)
         invoke = trace.with_changes(
             items=[item],
-            leading_lines=[] if sweep.pre else trace.leading_lines,
+            leading_lines=[] if split.rest_of_pre else trace.leading_lines,
             body=trace.body.with_changes(body=body, footer=list(trace.body.footer)),
         )
-        changes = dict(leading_lines=[], body=loop.body.with_changes(body=[invoke]))
+        # the statements the input depends on run first, in the loop (_Split)
+        loop_body = moved(split.ahead) + [invoke]
+        changes = dict(leading_lines=[], body=loop.body.with_changes(body=loop_body))
         if chunk is not None:
             items, start = names[1], names[2]
             changes["iter"] = cst.parse_expression(f"{items}[{start} : {start} + {chunk}]")
         inner_loop = loop.with_changes(**changes)
-        outer = cst.parse_statement(f"with {sweep.model}.trace() as {tracer}:\n    pass\n")
+        keywords = ", ".join(
+            code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+            for a in sweep.block.call.args
+            if a.keyword is not None
+        )
+        method = sweep.block.method
+        outer = cst.parse_statement(f"with {sweep.model}.{method}({keywords}) as {tracer}:\n    pass\n")
         outer = outer.with_changes(body=outer.body.with_changes(body=[inner_loop]))
         if chunk is None:
             return [outer.with_changes(leading_lines=loop.leading_lines)]
@@ -923,6 +1069,177 @@ with model.session(remote=True):
                 model.model.layers[8].output = model.model.layers[8].output + scale * steer
                 scores.append(model.lm_head.output[0, -1].softmax(dim=-1).max().item())
 """,
+    ),
+    Case(
+        name="a prompt built and tokenized in the loop",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+NAMES = ["Mary", "John", "Christopher"]
+with model.session(remote=True):
+    tops = list().save()
+    for name in NAMES:
+        prompt = f"{name} went to the store and bought"
+        ids = model.tokenizer(prompt, return_tensors="pt")["input_ids"]
+        weight = len(name)
+        # one trace per name
+        with model.trace(ids):
+            logits = model.lm_head.output
+        tops.append((weight, logits[0, -1].argmax().item()))
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+NAMES = ["Mary", "John", "Christopher"]
+with model.session(remote=True):
+    tops = list().save()
+    with model.trace() as tracer:
+        for name in NAMES:
+            prompt = f"{name} went to the store and bought"
+            ids = model.tokenizer(prompt, return_tensors="pt")["input_ids"]
+            with tracer.invoke(ids):
+                weight = len(name)
+                # one trace per name
+                logits = model.lm_head.output
+                tops.append((weight, logits[0, -1].argmax().item()))
+""",
+    ),
+    Case(
+        name="an input the loop feeds",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    prompts = ["The weather today is"]
+    tops = list().save()
+    for step in range(3):
+        with model.trace(prompts[-1]):
+            tops.append(model.lm_head.output[0, -1].argmax().item())
+        prompts.append(prompts[0] + " very" * (step + 1))
+""",
+        reason="every iteration's input is computed before any invoke runs",
+    ),
+    Case(
+        name="a layer list from a config dict",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+CONFIG = {"layers": model.transformer.h, "probe": {"mid": 6}}
+layers = CONFIG["layers"]
+with model.session(remote=True):
+    norms = list().save()
+    for prompt in ["The cat sat on the", "Hello"]:
+        with model.trace(prompt):
+            norms.append(layers[CONFIG["probe"]["mid"]].output[0, -1].norm().item())
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+CONFIG = {"layers": model.transformer.h, "probe": {"mid": 6}}
+layers = CONFIG["layers"]
+with model.session(remote=True):
+    norms = list().save()
+    with model.trace() as tracer:
+        for prompt in ["The cat sat on the", "Hello"]:
+            with tracer.invoke(prompt):
+                norms.append(layers[CONFIG["probe"]["mid"]].output[0, -1].norm().item())
+""",
+    ),
+    Case(
+        name="sizes an invoke reads of its own rows",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+CONFIG = {"layers": model.transformer.h, "layer": 6}
+layers = CONFIG["layers"]
+with model.session(remote=True):
+    widths = list().save()
+    for prompt in ["The cat sat on the", "Hello"]:
+        with model.trace(prompt):
+            hidden = layers[CONFIG["layer"]].output
+            width = hidden.shape[-1]
+            widths.append((width, hidden[0, -1].norm().item()))
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+CONFIG = {"layers": model.transformer.h, "layer": 6}
+layers = CONFIG["layers"]
+with model.session(remote=True):
+    widths = list().save()
+    with model.trace() as tracer:
+        for prompt in ["The cat sat on the", "Hello"]:
+            with tracer.invoke(prompt):
+                hidden = layers[CONFIG["layer"]].output
+                width = hidden.shape[-1]
+                widths.append((width, hidden[0, -1].norm().item()))
+""",
+    ),
+    Case(
+        name="the token count read under padding",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    lengths = list().save()
+    for prompt in ["The cat sat on the", "Hello"]:
+        with model.trace(prompt):
+            lengths.append(model.transformer.h[3].output.shape[1])
+""",
+        reason="reads the token count `model.transformer.h[3].output.shape[1]`",
+    ),
+    Case(
+        name="generations of full length read by their last tokens",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    answers = list().save()
+    for prompt in ["The capital of France is", "Hi"]:
+        with model.generate(prompt, max_new_tokens=4, min_new_tokens=4):
+            answers.append(model.generator.output[0, -4:])
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    answers = list().save()
+    with model.generate(max_new_tokens=4, min_new_tokens=4) as tracer:
+        for prompt in ["The capital of France is", "Hi"]:
+            with tracer.invoke(prompt):
+                answers.append(model.generator.output[0, -4:])
+""",
+    ),
+    Case(
+        name="a generation that may stop early",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    answers = list().save()
+    for prompt in ["The capital of France is", "Hi"]:
+        with model.generate(prompt, max_new_tokens=4):
+            answers.append(model.generator.output[0, -4:])
+""",
+        reason="a generation that stops early (end of sequence) is padded after it in a batch",
     ),
     Case(
         name="the inner loop of nested sweeps",

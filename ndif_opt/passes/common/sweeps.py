@@ -13,8 +13,17 @@ import libcst as cst
 
 from ndif_opt.analysis import names
 from ndif_opt.analysis.facts import Block, Facts, StmtInfo
-from ndif_opt.analysis.names import NameUse, collect, collect_all, root_name, target_names
-from ndif_opt.analysis.regions import int_value, trip_count
+from ndif_opt.analysis.names import (
+    NameUse,
+    collect,
+    collect_all,
+    definite_binds,
+    depended_on,
+    reads_before_binding,
+    root_name,
+    target_names,
+)
+from ndif_opt.analysis.regions import constant_item, int_value, trip_count
 from ndif_opt.output.wording import counted
 from ndif_opt.passes.base import Context
 from ndif_opt.syntax.positions import code_and_positions, code_of
@@ -109,6 +118,9 @@ AFTER_LAYERS = frozenset(
 )
 # Keyword arguments of a trace that do not change what the forward pass computes.
 HARMLESS_TRACE_KWARGS = frozenset({"scan", "validate"})
+# Keyword arguments of `.generate()` that one generate of a batch may take for all its
+# invokes (when they do not change with the loop).
+GENERATION_KWARGS = frozenset({"max_new_tokens", "min_new_tokens", "do_sample", "pad_token_id", "eos_token_id"})
 
 
 @dataclass
@@ -207,10 +219,11 @@ def _structure_problem(sweep: Sweep, facts: Facts) -> str:
     call = sweep.block.call
     if not any(a.keyword is None and not a.star for a in call.args):
         return "the trace has no input of its own (it already uses invokes)"
+    allowed = HARMLESS_TRACE_KWARGS | (GENERATION_KWARGS if sweep.block.method == "generate" else frozenset())
     for arg in call.args:
         if arg.star:
             return "the trace takes `*args`/`**kwargs`"
-        if arg.keyword is not None and arg.keyword.value not in HARMLESS_TRACE_KWARGS:
+        if arg.keyword is not None and arg.keyword.value not in allowed:
             return f"the trace takes `{arg.keyword.value}=`, which applies to the whole forward pass"
     tracer = sweep.block.tracer_name
     if tracer is not None and tracer in collect_all(sweep.inner).reads:
@@ -228,20 +241,63 @@ def input_dependence(sweep: Sweep, facts: Facts) -> str:
 
 def _input_dependence(sweep: Sweep, facts: Facts) -> str:
     args = [a.value for a in sweep.block.call.args]
-    use = collect_all(args)
-    varying = sorted(n for n in use.reads if n in sweep.bound)
-    if varying:
-        return f"the trace's input depends on `{varying[0]}`, which changes every iteration"
-    changed = moved_names(sweep, facts).mutates
-    touched = sorted(n for n in use.reads if n in changed)
-    if touched:
-        return f"the loop changes `{touched[0]}`, which the trace's input reads"
+    # trace-fusion and skip-insertion evaluate the input once, before the loop
+    conflict = moved_ahead(args, sweep.moved, varying=sweep.targets)
+    if conflict is not None:
+        if conflict.how == "changed":
+            return f"the loop changes `{conflict.name}`, which the trace's input reads"
+        return f"the trace's input depends on `{conflict.name}`, which changes every iteration"
     for arg in args:
         for call in calls_in([arg]):
             name = code_of(call.func)
             if name not in ("str", "len", "int", "list", "tuple"):
                 return f"the trace's input calls `{name}` in every iteration"
     return ""
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A def-use edge that moving code ahead of the rest of a loop body would break."""
+
+    name: str
+    # "bound": read ahead, bound by the rest (or a loop variable ahead of the loop);
+    # "changed": read ahead, changed in place by the rest; "changes": changed in place
+    # ahead, read by the rest
+    how: str
+
+
+def moved_ahead(ahead, behind, *, varying=frozenset()) -> Conflict | None:
+    """The one def-use test of the sweep passes' moves. ``ahead`` (statements of a loop
+    body, then expressions: a trace's arguments after the statements computing them) is
+    to run, for every iteration, before ``behind`` (the rest of the body) has run for the
+    earlier ones: before the loop (trace-fusion, skip-insertion: the input is evaluated
+    once), or in the loop ahead of the invokes, whose bodies run after the whole loop
+    (invoke-batching). Order within ``ahead`` is kept. So what ``ahead`` reads before
+    binding it must be neither bound nor changed in place by ``behind`` nor among
+    ``varying`` (the loop variables, when ``ahead`` leaves the loop), and what it
+    changes in place, but for the names it binds itself, ``behind`` must not read."""
+    reads = reads_before_binding(ahead)
+    rest = collect_all(behind)
+    for name in reads:
+        if name in varying or name in rest.binds:
+            return Conflict(name, "bound")
+        if name in rest.mutates:
+            return Conflict(name, "changed")
+    statements = [part for part in ahead if isinstance(part, cst.BaseStatement)]
+    own = set().union(*(definite_binds(s) for s in statements)) if statements else set()
+    for stmt in statements:
+        for name in collect(stmt).mutates:
+            if name not in own and (name in rest.reads or name in rest.mutates):
+                return Conflict(name, "changes")
+    return None
+
+
+def input_statements(sweep: Sweep) -> list[int]:
+    """The positions in ``sweep.pre`` of the statements the trace's arguments depend on
+    (:func:`ndif_opt.analysis.names.depended_on`): they must run before the input is
+    evaluated, wherever the trace goes."""
+    args = [a.value for a in sweep.block.call.args]
+    return depended_on(sweep.pre, collect_all(args).reads)
 
 
 @dataclass(frozen=True)
@@ -305,6 +361,33 @@ def module_accesses(nodes, facts: Facts) -> Accesses:
     return result
 
 
+def model_envoy(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> cst.BaseExpression | None:
+    """``expr`` (the part before `.output`/`.input`) as a path from the model, or None when
+    it is not known to be a module of one: as it is when its root is the model or an alias
+    of a module of it (`model.transformer.h[l]`, `layers[l]` after `layers =
+    model.transformer.h`), else with a constant in its place (`regions.constant_item`):
+    `layers[l]` after `layers = CONFIG["layers"]` and `CONFIG = {"layers":
+    model.transformer.h}` is `model.transformer.h[l]`, `SITES["late"]` the module that
+    item holds. The indices are kept as written."""
+    if depth > 8:
+        return None
+    root = root_name(expr)
+    if root is not None and facts.is_model_like(root):
+        return expr
+    kind = type(expr)
+    if kind is cst.Name or kind is cst.Subscript:
+        item = constant_item(expr, facts)
+        if item is not None and item is not expr:
+            found = model_envoy(item, facts, depth + 1)
+            if found is not None:
+                return found
+    if kind is cst.Subscript or kind is cst.Attribute:
+        base = model_envoy(expr.value, facts, depth + 1)
+        if base is not None:
+            return expr.with_changes(value=base)
+    return None
+
+
 def _module_accesses(node: cst.CSTNode, facts: Facts) -> Accesses:
     result = Accesses()
     found = index_of(node).nodes
@@ -328,12 +411,12 @@ def _module_accesses(node: cst.CSTNode, facts: Facts) -> Accesses:
                 result.model_writes.append(target)
     for n in found:
         if type(n) is cst.Attribute and n.attr.value in MODULE_VALUES:
-            root = root_name(n.value)
-            if root is None or not facts.is_model_like(root):
+            envoy = model_envoy(n.value, facts)
+            if envoy is None:
                 result.unknown.append(n)
                 continue
-            layers, index, sub = _split_envoy(n.value)
-            result.found.append(Access(n, n.attr.value, n.value, layers, index, sub, id(n) in written))
+            layers, index, sub = _split_envoy(envoy)
+            result.found.append(Access(n, n.attr.value, envoy, layers, index, sub, id(n) in written))
         elif type(n) is cst.Call:
             func = n.func
             if type(func) is cst.Attribute and func.attr.value == "skip":
@@ -458,11 +541,11 @@ def layer_order_problem(sweep: Sweep, accesses: Accesses, facts: Facts) -> str:
 
 
 def int_sequence(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> list[int] | None:
-    """The integers a literal list/tuple (or a constant bound to one) holds."""
+    """The integers a literal list/tuple (or a constant that is one) holds."""
     if depth > 5:
         return None
-    if isinstance(expr, cst.Name):
-        value = facts.constant(expr.value)
+    if isinstance(expr, (cst.Name, cst.Subscript)):
+        value = constant_item(expr, facts)  # `LAYERS`, `CONFIG["layers"]`
         return None if value is None else int_sequence(value, facts, depth + 1)
     if isinstance(expr, (cst.List, cst.Tuple)):
         values = []
