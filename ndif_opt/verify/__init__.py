@@ -235,12 +235,12 @@ def _run_mismatches(
 
     # Names the optimizer declared it no longer brings back (nothing reads them after
     # the rewritten code) are not results: absent, or left holding an earlier value
-    # that an earlier request brought back, they are not compared. Its own helper names
-    # (`_ndif_*`) may be extra.
+    # that an earlier request brought back, they are not compared. The helper names it
+    # introduced come in `ignore`; any other name, a user's own `_ndif_cache` included,
+    # is compared.
     ignore_missing = frozenset(ignore_missing)
     want = {k: v for k, v in expected.namespace.items() if k not in ignore_missing}
-    actual_namespace = {k: v for k, v in actual.namespace.items() if k not in ignore_missing}
-    got = {k: v for k, v in actual_namespace.items() if not k.startswith("_ndif")}
+    got = {k: v for k, v in actual.namespace.items() if k not in ignore_missing}
     problems = compare_namespaces(
         want, got, atol=atol, rtol=rtol, ignore=ignore, ignore_extra=ignore_extra
     )
@@ -299,8 +299,9 @@ def verify_sources(
     ``same-error``) when their requests ran.
 
     ``ignore_missing``: names the optimized script may no longer define (compared if
-    it does). ``ignore``: names left out of every comparison. ``ignore_extra``: accept
-    any name only the optimized script defines (names starting ``_ndif`` always are).
+    it does). ``ignore``: names left out of every comparison (:func:`verify_result`
+    passes the names the optimizer introduced). ``ignore_extra``: accept any name only
+    the optimized script defines.
     """
     import time
 
