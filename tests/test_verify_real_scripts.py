@@ -74,3 +74,59 @@ def test_a_users_own_ndif_global_is_compared():
     assert report.mismatches == ["_ndif_cache[1]: expected 2, got 3"]
     # the names the optimizer introduced are the ones left out (verify_result passes them)
     assert verify_sources(original, changed, ignore=("_ndif_cache",)).intended_ok
+
+
+# ---------------------------------------------------------------------------
+# The families NDIF hosts
+# ---------------------------------------------------------------------------
+
+#: repo id -> (the transformers class of the real checkpoint, its num_hidden_layers)
+CHECKPOINTS = {
+    "EleutherAI/gpt-j-6b": ("GPTJForCausalLM", 28),
+    "EleutherAI/pythia-70m": ("GPTNeoXForCausalLM", 6),
+    "EleutherAI/pythia-2.8b-deduped": ("GPTNeoXForCausalLM", 32),
+    "google/gemma-2b-it": ("GemmaForCausalLM", 18),
+    "google/gemma-2-9b-it": ("Gemma2ForCausalLM", 42),
+    "google/gemma-3-1b-it": ("Gemma3ForCausalLM", 26),
+    "Qwen/Qwen2.5-7B-Instruct": ("Qwen2ForCausalLM", 28),
+    "Qwen/Qwen3-8B": ("Qwen3ForCausalLM", 36),
+    "mistralai/Mistral-7B-Instruct-v0.3": ("MistralForCausalLM", 32),
+    "mistralai/Mixtral-8x7B-v0.1": ("MixtralForCausalLM", 32),
+}
+
+FAMILY_SCRIPT = """
+from nnsight import LanguageModel
+model = LanguageModel("REPO")
+with model.trace(["The Eiffel Tower is in", "Hi"], remote=True):
+    last = model.LAYERS[-1].output.save()
+    logits = model.HEAD.output.save()
+with model.generate("Hello", max_new_tokens=2, remote=True):
+    tokens = model.generator.output.save()
+"""
+
+
+@pytest.mark.parametrize("repo", sorted(CHECKPOINTS))
+def test_each_family_traces_with_its_real_module_names(repo):
+    from ndif_opt.verify.tiny_models import FAMILIES
+
+    cls, layers = CHECKPOINTS[repo]
+    spec = model_spec(repo)
+    assert (spec.n_layers, spec.approximate) == (layers, False)
+    model = tiny_model(repo)
+    assert type(model._module).__name__ == cls
+    _, layer_path, head = FAMILIES[spec.family]
+    source = FAMILY_SCRIPT.replace("REPO", repo).replace("LAYERS", layer_path).replace("HEAD", head)
+    run = run_script(source, mode="emulated")
+    assert run.error is None, run.traceback
+    assert tuple(run.namespace["last"].shape) == (2, 11, 64)
+    assert tuple(run.namespace["logits"].shape)[:2] == (2, 11)
+    # every forward pass (the trace's, one a generated token) evaluates every layer
+    assert len(run.requests) == 2 and run.forward_passes >= 2
+    assert run.layer_calls == run.forward_passes * layers
+
+
+def test_layer_counts_agree_with_the_cost_models_registry():
+    from ndif_opt.cost.model_registry import dims_for
+
+    for repo in ("EleutherAI/gpt-j-6b", "google/gemma-2-9b-it", "Qwen/Qwen2.5-14B", "mistralai/Mistral-7B-v0.1"):
+        assert model_spec(repo).n_layers == dims_for(repo).n_layers, repo
