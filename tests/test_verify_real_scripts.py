@@ -77,6 +77,154 @@ def test_a_users_own_ndif_global_is_compared():
 
 
 # ---------------------------------------------------------------------------
+# The environment a real script expects
+# ---------------------------------------------------------------------------
+
+API_KEY = script(
+    """
+    import os
+    from nnsight import CONFIG, LanguageModel
+    CONFIG.set_default_api_key(os.environ["NDIF_API_KEY"])
+    token = os.getenv("HF_TOKEN")
+    model = LanguageModel("openai-community/gpt2", token=token)
+    means = []
+    for prompt in ["The Eiffel Tower is in", "Hello"]:
+        with model.trace(prompt, remote=True):
+            h = model.transformer.h[1].output.mean().save()
+        means.append(h)
+    """
+)
+
+
+def test_an_api_key_read_from_the_environment_holds_a_placeholder(monkeypatch):
+    monkeypatch.delenv("NDIF_API_KEY", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    report = verify_sources(API_KEY, API_KEY)
+    assert_ok(report)
+    assert report.before.requests == 2
+    assert "NDIF_API_KEY" not in os.environ and "HF_TOKEN" not in os.environ
+
+
+def test_a_key_that_is_set_is_left_as_it_is(monkeypatch):
+    monkeypatch.setenv("NDIF_API_KEY", "mine")
+    source = 'import os\nkey = os.environ["NDIF_API_KEY"]\n'
+    assert run_script(source).namespace["key"] == "mine"
+
+
+FILE_PATHS = script(
+    """
+    import os
+    from pathlib import Path
+    from nnsight import LanguageModel
+    HERE = os.path.dirname(os.path.abspath(__file__))
+    RESULTS = Path(__file__).parent / "results"
+    print("running", __file__)
+    model = LanguageModel("openai-community/gpt2")
+    with model.trace("Hello", remote=True):
+        h = model.transformer.h[0].output.mean().save()
+    """
+)
+
+
+def test_values_derived_from_the_script_file_are_equal_across_runs():
+    assert_ok(verify_sources(FILE_PATHS, FILE_PATHS))
+
+
+LOGGING = script(
+    """
+    import logging
+    import sys
+    from nnsight import LanguageModel
+    logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(levelname)s %(message)s")
+    log = logging.getLogger("experiment")
+    model = LanguageModel("openai-community/gpt2")
+    for prompt in ["a b", "c d"]:
+        with model.trace(prompt, remote=True):
+            h = model.transformer.h[0].output.mean().save()
+        log.info("traced %r", prompt)
+    """
+)
+
+
+def verify_cli(path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ndif_opt.frontends.cli", "verify", str(path), *args],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600,
+    )
+
+
+def test_logging_output_reaches_every_run(tmp_path):
+    # in a process of its own: pytest's own root handlers would make basicConfig a no-op
+    path = tmp_path / "logs.py"
+    path.write_text(LOGGING)
+    done = verify_cli(path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("verify: OK")
+
+
+def test_logging_handlers_of_a_run_do_not_outlive_it():
+    import logging
+
+    before = list(logging.root.handlers)
+    run_script('import logging, sys\nlogging.basicConfig(stream=sys.stdout, force=True)\n')
+    assert logging.root.handlers == before
+
+
+# ---------------------------------------------------------------------------
+# Files written anywhere
+# ---------------------------------------------------------------------------
+
+WRITES = """
+import json
+import os
+from pathlib import Path
+import numpy as np
+import torch
+from nnsight import LanguageModel
+OUT = Path("OUTDIR")
+os.makedirs(OUT, exist_ok=True)
+model = LanguageModel("openai-community/gpt2")
+means = []
+for prompt in ["The Eiffel Tower is in", "Hello"]:
+    with model.trace(prompt, remote=True):
+        h = model.transformer.h[1].output.mean().save()
+    means.append(round(float(h), 4))
+(OUT / "means.json").write_text(json.dumps(means SUFFIX))
+torch.save(torch.tensor(means), str(OUT / "means.pt"))
+np.save(OUT / "means.npy", np.array(means))
+with open(OUT.parent / "kept.txt", "a") as handle:
+    handle.write("run\\n")
+"""
+
+
+def writes(out: Path, suffix: str = "") -> str:
+    return WRITES.replace("OUTDIR", str(out)).replace("SUFFIX", suffix)
+
+
+def test_files_written_under_any_path_are_compared_and_put_back(tmp_path):
+    out = tmp_path / "results" / "run1"
+    kept = tmp_path / "results" / "kept.txt"
+    kept.parent.mkdir()
+    kept.write_text("before\n")
+    report = verify_sources(writes(out), writes(out))
+    assert_ok(report)
+    # every run started from the same files, and verify left them as it found them
+    assert kept.read_text() == "before\n"
+    assert not (tmp_path / "results" / "run1").exists()
+
+    changed = verify_sources(writes(out), writes(out, " + [0]"))
+    assert not changed.intended_ok
+    assert changed.mismatches == [f"file {out / 'means.json'}: contents differ"]
+
+
+def test_a_run_reports_the_files_it_wrote_by_absolute_path(tmp_path):
+    out = tmp_path / "o"
+    files = run_script(writes(out), mode="emulated").files
+    assert {str(out / name) for name in ("means.json", "means.pt", "means.npy")} <= set(files)
+    assert str(tmp_path / "kept.txt") in files
+
+
+# ---------------------------------------------------------------------------
 # The families NDIF hosts
 # ---------------------------------------------------------------------------
 

@@ -305,10 +305,13 @@ def verify_sources(
     """
     import time
 
-    from .runner import run_script
+    from .runner import fresh_workdir, run_script
 
     started = time.perf_counter()
-    common = dict(filename=filename, argv=argv, timeout=timeout, extra_files=extra_files)
+    # one directory for the three runs: `__file__`, the working directory and every path
+    # derived from them are the same in each (each run removes it when it ends)
+    common = dict(filename=filename, argv=argv, timeout=timeout, extra_files=extra_files,
+                  workdir=fresh_workdir())
     local = run_script(original, mode="local", **common)
     before = run_script(original, mode="emulated", **common)
     after = run_script(optimized, mode="emulated", **common)
