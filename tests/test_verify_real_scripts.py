@@ -278,3 +278,109 @@ def test_layer_counts_agree_with_the_cost_models_registry():
 
     for repo in ("EleutherAI/gpt-j-6b", "google/gemma-2-9b-it", "Qwen/Qwen2.5-14B", "mistralai/Mistral-7B-v0.1"):
         assert model_spec(repo).n_layers == dims_for(repo).n_layers, repo
+
+
+# ---------------------------------------------------------------------------
+# What NDIF's server allows a request
+# ---------------------------------------------------------------------------
+
+IN_SESSION = script(
+    """
+    import sys
+    import math
+    import numpy
+    import pandas as pd
+    from nnsight import LanguageModel
+    model = LanguageModel("openai-community/gpt2")
+    CASE = sys.argv[1]
+    with model.session(remote=True):
+        with model.trace("Hello world"):
+            h = model.transformer.h[0].output.mean().save()
+        if CASE == "open":
+            with open("notes.txt", "w") as handle:
+                handle.write("x")
+        elif CASE == "import os":
+            import os
+            where = os.getcwd()
+        elif CASE == "from json":
+            from json import dumps
+        elif CASE == "locals":
+            names = locals()
+        elif CASE == "allowed":
+            root = math.sqrt(4.0)
+            table = pd.DataFrame({"h": [1.0, 2.0]}).save()
+            ids = model.tokenizer("The Eiffel Tower")["input_ids"]
+            count = numpy.int64(len(ids)).item()
+    """
+)
+
+
+@pytest.mark.parametrize("case, error", [
+    ("open", "NameError: name 'open' is not defined"),
+    ("import os", "ImportError: Module os is not whitelisted"),
+    ("from json", "ImportError: Module json is not whitelisted"),
+    ("locals", "NameError: name 'locals' is not defined"),
+])
+def test_the_server_refuses_what_ndif_refuses(case, error):
+    assert run_script(IN_SESSION, argv=[case]).error is None
+    remote = run_script(IN_SESSION, argv=[case], mode="emulated")
+    assert remote.error is not None and remote.error.splitlines()[0] == f"RemoteError: {error}"
+
+
+def test_the_server_allows_what_ndif_allows():
+    remote = run_script(IN_SESSION, argv=["allowed"], mode="emulated")
+    assert remote.error is None, remote.error
+    assert remote.namespace["table"].equals(pd.DataFrame({"h": [1.0, 2.0]}))
+
+
+def test_an_object_of_a_package_the_server_lacks_does_not_arrive():
+    source = script(
+        """
+        from IPython.display import display
+        from nnsight import LanguageModel
+        model = LanguageModel("openai-community/gpt2")
+        with model.session(remote=True):
+            with model.trace("Hello"):
+                h = model.transformer.h[0].output.mean().save()
+            display(h)
+        """
+    )
+    remote = run_script(source, mode="emulated")
+    assert remote.error is not None and "is not whitelisted" in remote.error.splitlines()[0]
+
+
+CLIENT_WRITES = script(
+    """
+    from nnsight import LanguageModel
+    model = LanguageModel("openai-community/gpt2")
+    means = []
+    for prompt in ["a b", "c d"]:
+        with model.trace(prompt, remote=True):
+            h = model.transformer.h[0].output.mean().save()
+        means.append(h)
+        with open("log.txt", "a") as handle:
+            handle.write(prompt)
+    """
+)
+
+# a wrong rewrite: the file write moved into the session, where NDIF has no `open`
+SERVER_WRITES = script(
+    """
+    from nnsight import LanguageModel
+    model = LanguageModel("openai-community/gpt2")
+    with model.session(remote=True):
+        means = list().save()
+        for prompt in ["a b", "c d"]:
+            with model.trace(prompt):
+                h = model.transformer.h[0].output.mean().save()
+            means.append(h)
+            with open("log.txt", "a") as handle:
+                handle.write(prompt)
+    """
+)
+
+
+def test_a_rewrite_moving_a_file_write_into_a_session_fails_verify():
+    report = verify_sources(CLIENT_WRITES, SERVER_WRITES)
+    assert not report.intended_ok
+    assert "NameError: name 'open' is not defined" in report.errors["optimized"]
