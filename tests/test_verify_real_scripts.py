@@ -225,6 +225,39 @@ def test_a_run_reports_the_files_it_wrote_by_absolute_path(tmp_path):
 
 
 # ---------------------------------------------------------------------------
+# One FAILED line, never a traceback
+# ---------------------------------------------------------------------------
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["verify", *args])
+    captured = capsys.readouterr()
+    return exited.value.code, captured.out + captured.err
+
+
+def test_an_unreadable_script_is_one_failed_line(capsys, tmp_path):
+    code, output = run_cli(capsys, str(tmp_path / "missing.py"))
+    assert code == EXIT_FAILED
+    assert output.strip() == f"verify: FAILED — {tmp_path / 'missing.py'}: no such file"
+
+
+def test_verify_breaking_is_one_failed_line(capsys, tmp_path, monkeypatch):
+    import ndif_opt.verify as verify
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the emulation broke\nwith details")
+
+    monkeypatch.setattr(verify, "verify_result", broken)
+    path = tmp_path / "s.py"
+    path.write_text("x = 1\n")
+    code, output = run_cli(capsys, str(path))
+    assert code == EXIT_FAILED
+    assert output.strip() == "verify: FAILED — the check could not run: RuntimeError: the emulation broke"
+    assert "Traceback" not in output
+
+
+# ---------------------------------------------------------------------------
 # The families NDIF hosts
 # ---------------------------------------------------------------------------
 

@@ -143,6 +143,24 @@ class VerifyReport:
     status: Status = Status.OK  # ok | same-error | mismatch | failed
     reason: Optional[str] = None  # one line: why FAILED, or what OK (same error) accepted
 
+    @classmethod
+    def could_not_run(cls, reason: str) -> "VerifyReport":
+        """A FAILED report for a check that could not run at all (the input could not be
+        read or optimized, or verify itself broke): nothing ran, nothing was compared."""
+        return cls(
+            intended_ok=False,
+            mismatches=[],
+            original_remote_differs=False,
+            original_remote_mismatches=[],
+            local_forward_passes=0,
+            local_layer_calls=0,
+            before=RunMetrics(),
+            after=RunMetrics(),
+            errors={"local": None, "original": None, "optimized": None},
+            status=Status.FAILED,
+            reason=reason,
+        )
+
     @property
     def ok(self) -> bool:
         return self.intended_ok
@@ -169,6 +187,8 @@ class VerifyReport:
         ]
         width = max(len(r[0]) for r in rows)
         left = max(len(r[1]) for r in rows)
+        if self._nothing_ran():
+            return headline(self.status, self.reason)
         lines = [
             headline(self.status, self.reason),
             f"  {'':{width}}  {'before':>{left}}    after",
@@ -194,6 +214,11 @@ class VerifyReport:
         for warning in self.warnings:
             lines.append(f"  warning: {warning}")
         return "\n".join(lines)
+
+
+    def _nothing_ran(self) -> bool:
+        return (self.failed and not any(self.errors.values()) and not self.warnings
+                and self.before == RunMetrics() and self.after == RunMetrics())
 
 
 def _size(n: int) -> str:
