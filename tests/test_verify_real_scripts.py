@@ -105,10 +105,13 @@ def test_an_api_key_read_from_the_environment_holds_a_placeholder(monkeypatch):
     assert "NDIF_API_KEY" not in os.environ and "HF_TOKEN" not in os.environ
 
 
-def test_a_key_that_is_set_is_left_as_it_is(monkeypatch):
+def test_a_key_that_is_set_or_of_another_service_is_left_as_it_is(monkeypatch):
     monkeypatch.setenv("NDIF_API_KEY", "mine")
-    source = 'import os\nkey = os.environ["NDIF_API_KEY"]\n'
-    assert run_script(source).namespace["key"] == "mine"
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    source = 'import os\nkey = os.environ["NDIF_API_KEY"]\nother = os.environ.get("OPENAI_API_KEY")\n'
+    namespace = run_script(source).namespace
+    # a script that calls another service when it has a key must not be sent there
+    assert (namespace["key"], namespace["other"]) == ("mine", None)
 
 
 FILE_PATHS = script(

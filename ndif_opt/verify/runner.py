@@ -15,9 +15,10 @@ kwargs (``device_map``, ``dispatch``, ``torch_dtype``...) are ignored. The class
 instances of nnsight's own classes (``isinstance`` works, and a request pickles the
 class by reference exactly as a real client's would). ``CONFIG.set_default_api_key``
 does not write the user's config file, ``huggingface_hub.login`` is a no-op, and
-``os.environ`` / ``CONFIG`` changes are undone after the run. A credential the script
-reads from the environment (``os.environ["NDIF_API_KEY"]``, ``os.getenv("HF_TOKEN")``)
-holds a placeholder when it is unset: nothing is ever sent anywhere.
+``os.environ`` / ``CONFIG`` changes are undone after the run. An NDIF or Hugging Face
+credential the script reads from the environment (``os.environ["NDIF_API_KEY"]``,
+``os.getenv("HF_TOKEN")``) holds a placeholder when it is unset: nothing is ever sent to
+either.
 
 Each run starts from what a fresh process would have: ``logging`` without the handlers
 an earlier run (or the caller) configured, and the files the script writes outside
@@ -338,13 +339,15 @@ PLACEHOLDER_CREDENTIAL = "ndif-opt-verify-placeholder"
 _ENVIRONMENT_READ = re.compile(
     r"""(?:environ\s*\[|environ\s*\.\s*(?:get|pop|setdefault)\s*\(|getenv\s*\()\s*["']([A-Za-z_][A-Za-z0-9_]*)["']"""
 )
-_CREDENTIAL = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+# Credentials of the services verify stands in for: NDIF/nnsight (NDIF_API_KEY, NNSIGHT_API_KEY,
+# NDIF_API) and the Hugging Face hub (HF_TOKEN, HUGGING_FACE_HUB_TOKEN). Another service's key
+# (OPENAI_API_KEY) stays unset: the script really calls that service when it has one.
+_SERVICE = re.compile(r"(NDIF|NNSIGHT).*(KEY|TOKEN|API)|(^HF_|HUGGING).*(KEY|TOKEN)", re.IGNORECASE)
 
 
 def credentials_read(source: str) -> list[str]:
-    """The credential-like names (``*KEY*``, ``*TOKEN*``, ...) ``source`` reads from
-    the environment."""
-    return sorted({name for name in _ENVIRONMENT_READ.findall(source) if _CREDENTIAL.search(name)})
+    """The NDIF and Hugging Face credentials ``source`` reads from the environment."""
+    return sorted({name for name in _ENVIRONMENT_READ.findall(source) if _SERVICE.search(name)})
 
 
 def _placeholder_credentials(source: str) -> None:
