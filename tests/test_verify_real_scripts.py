@@ -220,6 +220,27 @@ def test_files_written_under_any_path_are_compared_and_put_back(tmp_path):
     assert changed.mismatches == [f"file {out / 'means.json'}: contents differ"]
 
 
+def test_files_of_values_within_the_tolerance_agree():
+    import io
+    import json
+
+    from ndif_opt.verify.compare import compare_files
+
+    def saved(value) -> bytes:
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        return buffer.getvalue()
+
+    close = {"h": torch.ones(3) + 1e-7}
+    assert compare_files("h.pt", saved({"h": torch.ones(3)}), saved(close), atol=1e-5) == []
+    assert compare_files("h.pt", saved({"h": torch.ones(3)}), saved(close)) == ["file h.pt: contents differ"]
+    far = compare_files("h.pt", saved({"h": torch.ones(3)}), saved({"h": torch.zeros(3)}), atol=1e-5)
+    assert far == ["file h.pt: contents['h']: Tensor values differ (max abs diff 1 at (0,); 3 of 3 elements differ)"]
+    rows = json.dumps([{"layer": 0, "logit": 1.0}]).encode(), json.dumps([{"layer": 0, "logit": 1.0 + 1e-9}]).encode()
+    assert compare_files("rows.json", *rows, atol=1e-6) == []
+    assert compare_files("notes.txt", b"1.0", b"1.0000001", atol=1.0) == ["file notes.txt: contents differ"]
+
+
 def test_a_run_reports_the_files_it_wrote_by_absolute_path(tmp_path):
     out = tmp_path / "o"
     files = run_script(writes(out), mode="emulated").files

@@ -256,7 +256,7 @@ def _run_mismatches(
     ignore: Iterable[str] = (),
     ignore_extra: bool = False,
 ) -> list[str]:
-    from .compare import compare_namespaces
+    from .compare import compare_files, compare_namespaces
 
     # Names the optimizer declared it no longer brings back (nothing reads them after
     # the rewritten code) are not results: absent, or left holding an earlier value
@@ -276,8 +276,8 @@ def _run_mismatches(
             problems.append(f"file {name}: not written")
         elif name not in expected.files:
             problems.append(f"file {name}: unexpectedly written")
-        elif expected.files[name] != actual.files[name]:
-            problems.append(f"file {name}: contents differ")
+        else:
+            problems.extend(compare_files(name, expected.files[name], actual.files[name], atol=atol, rtol=rtol))
     if (expected.error is None) != (actual.error is None):
         problems.append(f"error: expected {expected.error or 'none'}, got {actual.error or 'none'}")
     elif expected.error and actual.error:
@@ -318,7 +318,8 @@ def verify_sources(
 
     ``intended_ok`` holds when (c) leaves the same comparable module-level values as
     (a) (tensors exactly equal unless ``atol``/``rtol`` are given), prints the same
-    client stdout and writes the same files — and (a) did not raise, and each script
+    client stdout and writes the same files (the same bytes, or under a tolerance the
+    same contents of a file verify can read) — and (a) did not raise, and each script
     that opens ``remote=True`` blocks made a request (else ``status`` is FAILED).
     ``allow_same_error``: accept (a) and (c) raising the same exception type (status
     ``same-error``) when their requests ran.

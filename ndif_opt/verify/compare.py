@@ -15,14 +15,21 @@ Numeric numpy arrays compare as tensors do; other arrays (strings, dates) must b
 equal. Pandas values compare with pandas' own ``equals``, or its testing helpers
 under a tolerance. A value that cannot be compared at all is a mismatch line saying
 so, never an exception.
+
+Files compare by their bytes; under a tolerance, one whose bytes differ is read as its
+extension says (``.pt``, ``.npy``, ``.npz``, ``.json``, ``.csv``, ``.pkl``...) and its
+contents compared as values are (:func:`compare_files`): results saved from values
+that agree within the tolerance agree too.
 """
 
 from __future__ import annotations
 
+import io
 import math
-from typing import Any, Iterable
+import os
+from typing import Any, Callable, Iterable, Optional
 
-__all__ = ["comparable", "comparable_namespace", "compare_namespaces", "describe"]
+__all__ = ["comparable", "comparable_namespace", "compare_files", "compare_namespaces", "describe"]
 
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 _MAX_DEPTH = 12
@@ -328,3 +335,91 @@ def _compare_tensors(
     if not torch.equal(a, b):
         differing = int((a != b).sum())
         out.append(f"{path}: {kind} values differ ({differing} of {a.numel()} elements)")
+
+
+# ---------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------
+
+
+def compare_files(name: str, expected: bytes, actual: bytes, *, atol: float = 0.0, rtol: float = 0.0) -> list[str]:
+    """Mismatch lines for a file two runs wrote (empty list = equal): equal bytes, or,
+    under a tolerance, contents equal as values when the file's format is known."""
+    if expected == actual:
+        return []
+    differ = [f"file {name}: contents differ"]
+    reader = _file_reader(name)
+    if reader is None or (atol == 0 and rtol == 0):
+        return differ
+    try:
+        want, got = reader(expected), reader(actual)
+    except Exception:  # noqa: BLE001 - unreadable as its extension says: compare the bytes
+        return differ
+    if not (comparable(want) and comparable(got)):
+        return differ
+    found: list[str] = []
+    try:
+        _compare("contents", want, got, atol, rtol, found)
+    except Exception:  # noqa: BLE001
+        return differ
+    return [f"file {name}: {line}" for line in found]
+
+
+def _file_reader(name: str) -> Optional[Callable[[bytes], Any]]:
+    """How to read a file of this name's extension, if verify knows its format."""
+    extension = os.path.splitext(name)[1].lower()
+    return {
+        ".pt": _torch_load, ".pth": _torch_load, ".bin": _torch_load, ".ckpt": _torch_load,
+        ".npy": _numpy_load, ".npz": _numpy_archive,
+        ".json": _json_load, ".jsonl": _json_lines,
+        ".csv": _csv_load, ".tsv": _tsv_load,
+        ".pkl": _pickle_load, ".pickle": _pickle_load,
+    }.get(extension)
+
+
+def _torch_load(data: bytes) -> Any:
+    import torch
+
+    # the script's own output, written by the run verify just made
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+def _numpy_load(data: bytes) -> Any:
+    import numpy
+
+    return numpy.load(io.BytesIO(data), allow_pickle=False)
+
+
+def _numpy_archive(data: bytes) -> dict:
+    import numpy
+
+    with numpy.load(io.BytesIO(data), allow_pickle=False) as archive:
+        return {key: archive[key] for key in archive.files}
+
+
+def _json_load(data: bytes) -> Any:
+    import json
+
+    return json.loads(data.decode("utf-8"))
+
+
+def _json_lines(data: bytes) -> list:
+    import json
+
+    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+
+
+def _csv_load(data: bytes, separator: str = ",") -> Any:
+    import pandas
+
+    return pandas.read_csv(io.BytesIO(data), sep=separator)
+
+
+def _tsv_load(data: bytes) -> Any:
+    return _csv_load(data, "\t")
+
+
+def _pickle_load(data: bytes) -> Any:
+    import pickle
+
+    return pickle.loads(data)  # noqa: S301 - the script's own output, as above
