@@ -331,40 +331,51 @@ def verify(
     raised the same), or a script that opens remote=True blocks made no request."""
     from ndif_opt.frontends.batch import optimize_source
 
+    options = _options(None, None, unsafe_fixes, assume_remote, None, path=path, migrate=migrate, nnsight=nnsight)
     try:
         source = read_source(path)
-        options = _options(None, None, unsafe_fixes, assume_remote, None, path=path, migrate=migrate, nnsight=nnsight)
-        result = optimize_source(source, options)
     except InputError as error:
-        _fail(str(error))
+        _verify_failed(str(error), fmt)
     try:
-        from ndif_opt.verify import verify_result
+        result = optimize_source(source, options)
+    except InputError as error:  # a script that does not parse
+        _verify_failed(str(error), fmt)
+    except Exception as error:  # noqa: BLE001 - one FAILED line, never a traceback
+        _verify_failed(f"ndif-opt could not optimize {path}: {_one_line(error)}", fmt)
+    try:
+        import ndif_opt.verify  # noqa: F401 - needs the verify extra
     except ImportError as error:
-        _fail(str(error))
-    if getattr(result, "notebook", None) is not None:
-        from ndif_opt.frontends.notebook import verify_notebook
+        _verify_failed(str(error), fmt)
+    try:
+        report = _verify_report(source, result, path, options, atol=atol, rtol=rtol,
+                                allow_same_error=allow_same_error)
+    except Exception as error:  # noqa: BLE001 - verify itself broke: one FAILED line
+        from ndif_opt.verify import VerifyReport
 
-        report = verify_notebook(source.text, result, filename=path, atol=atol, rtol=rtol,
-                                 allow_same_error=allow_same_error)
-    else:
-        from ndif_opt.frontends.notebook import script_without_magics
-
-        # a script's `!pip install` lines are not Python: run it as a notebook would
-        runnable = replace(result, code=script_without_magics(result.code))
-        original = script_without_magics(source.text)
-        report = verify_result(original, runnable, filename=path, atol=atol, rtol=rtol,
-                               allow_same_error=allow_same_error, unsafe_fixes=options.unsafe_fixes,
-                               original_nnsight=_original_nnsight(original, options))
-    if fmt is Format.json:
-        import json
-
-        typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
-    else:
-        typer.echo(report.to_text())
+        report = VerifyReport.could_not_run(f"the check could not run: {_one_line(error)}")
+    _print_verify_report(report, fmt)
     if report.failed:  # like a script that cannot be parsed: there was nothing to compare
         raise typer.Exit(EXIT_ERROR)
     if not report.intended_ok:
         raise typer.Exit(EXIT_CHANGES)
+
+
+def _verify_report(source: SourceFile, result: Result, path: str, settings: Options, **options):
+    """``options``: how results are compared; ``settings``: how the script was optimized
+    (unsafe fixes may let results go; with --migrate a pre-0.5 original runs on nnsight 0.4)."""
+    from ndif_opt.verify import verify_result
+
+    if getattr(result, "notebook", None) is not None:
+        from ndif_opt.frontends.notebook import verify_notebook
+
+        return verify_notebook(source.text, result, filename=path, **options)
+    from ndif_opt.frontends.notebook import script_without_magics
+
+    # a script's `!pip install` lines are not Python: run it as a notebook would
+    runnable = replace(result, code=script_without_magics(result.code))
+    original = script_without_magics(source.text)
+    return verify_result(original, runnable, filename=path, unsafe_fixes=settings.unsafe_fixes,
+                         original_nnsight=_original_nnsight(original, settings), **options)
 
 
 def _original_nnsight(source: str, options) -> str | None:
@@ -374,6 +385,31 @@ def _original_nnsight(source: str, options) -> str | None:
     from ndif_opt.verify.original_04 import original_nnsight
 
     return original_nnsight(source)
+
+
+def _print_verify_report(report, fmt: Format) -> None:
+    if fmt is Format.json:
+        import json
+
+        typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        typer.echo(report.to_text())
+
+
+def _verify_failed(reason: str, fmt: Format) -> None:
+    """`verify` could not run at all: its FAILED line (or report, in JSON), exit 2."""
+    try:
+        from ndif_opt.verify import VerifyReport
+    except ImportError:  # the verify extra is missing: no report class to fill in
+        typer.echo(f"verify: FAILED — {reason}")
+    else:
+        _print_verify_report(VerifyReport.could_not_run(reason), fmt)
+    raise typer.Exit(EXIT_ERROR)
+
+
+def _one_line(error: BaseException) -> str:
+    first = (str(error).splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first}"[:300]
 
 
 def main(argv: list[str] | None = None) -> None:

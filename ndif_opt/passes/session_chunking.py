@@ -105,6 +105,7 @@ class SessionChunking(Pass):
                 context.skipped(block.node, message, reason)
                 continue
             replacement, chunks, size = built
+            context.introduced |= _new_names(replacement, module)
             info = block.stmt
             plan.replace(info.suite, info.index, info.index + 1, lambda _old, new=replacement: new)
             context.applied(
@@ -375,6 +376,13 @@ def _reiterable(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> bool:
     if isinstance(expr, cst.Subscript):  # a slice of a list or range
         return all(isinstance(e.slice, cst.Slice) for e in expr.slice) and _reiterable(expr.value, facts, depth + 1)
     return False
+
+
+def _new_names(statements: list[cst.BaseStatement], module: cst.Module) -> set[str]:
+    """The names the replacement binds that the script had not: the chunk counter and the
+    merged containers (the execution check leaves them out of its comparison)."""
+    before = collect(module)
+    return set(collect_all(statements).binds) - set(before.binds) - set(before.reads)
 
 
 def _unused_name(module: cst.Module, base: str, reserved=frozenset()) -> str:

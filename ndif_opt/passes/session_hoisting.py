@@ -563,6 +563,8 @@ class SessionHoisting(Pass):
         region.left_on_server = _left_on_server(region, accumulators, needed)
         self._rewrite(region, accumulators, facts, plan, context)
         let_go = _unreturned(region, facts, accumulators) | region.left_on_server
+        if region.retry is not None:
+            context.introduced.add(region.retry.attempt)  # the retry loop's own counter
         if region.split is not None:
             context.introduced |= region.split.record_names
             # a value whose parts the records bring home stays on the server itself

@@ -126,7 +126,7 @@ class SkipInsertion(Pass):
                 continue
             names = tuple(fresh_name(base, facts, taken) for base in (CACHE, "_ndif_i", "_ndif_tracer"))
             taken.update(names)
-            introduce(context, names[0])
+            introduce(context, *names)  # the loop counter and the tracer too: module names when at top level
             self._plan(sweep, layers, index, stop, names, plan)
             context.applied(sweep.loop, _message(sweep, index, facts, saving))
         return plan.apply(module, facts) if plan else module

@@ -147,6 +147,24 @@ class VerifyReport:
     local_nnsight: Optional[str] = None
     rewritten: bool = True  # the optimized script differs from the original
 
+    @classmethod
+    def could_not_run(cls, reason: str) -> "VerifyReport":
+        """A FAILED report for a check that could not run at all (the input could not be
+        read or optimized, or verify itself broke): nothing ran, nothing was compared."""
+        return cls(
+            intended_ok=False,
+            mismatches=[],
+            original_remote_differs=False,
+            original_remote_mismatches=[],
+            local_forward_passes=0,
+            local_layer_calls=0,
+            before=RunMetrics(),
+            after=RunMetrics(),
+            errors={"local": None, "original": None, "optimized": None},
+            status=Status.FAILED,
+            reason=reason,
+        )
+
     @property
     def ok(self) -> bool:
         return self.intended_ok
@@ -173,6 +191,8 @@ class VerifyReport:
         ]
         width = max(len(r[0]) for r in rows)
         left = max(len(r[1]) for r in rows)
+        if self._nothing_ran():
+            return headline(self.status, self.reason)
         lines = [
             headline(self.status, self.reason),
             f"  {'':{width}}  {'before':>{left}}    after",
@@ -206,6 +226,11 @@ class VerifyReport:
         for warning in self.warnings:
             lines.append(f"  warning: {warning}")
         return "\n".join(lines)
+
+
+    def _nothing_ran(self) -> bool:
+        return (self.failed and not any(self.errors.values()) and not self.warnings
+                and self.before == RunMetrics() and self.after == RunMetrics())
 
 
 def _size(n: int) -> str:
@@ -243,16 +268,16 @@ def _run_mismatches(
     ignore: Iterable[str] = (),
     ignore_extra: bool = False,
 ) -> list[str]:
-    from .compare import compare_namespaces
+    from .compare import compare_files, compare_namespaces
 
     # Names the optimizer declared it no longer brings back (nothing reads them after
     # the rewritten code) are not results: absent, or left holding an earlier value
-    # that an earlier request brought back, they are not compared. Its own helper names
-    # (`_ndif_*`) may be extra.
+    # that an earlier request brought back, they are not compared. The helper names it
+    # introduced come in `ignore`; any other name, a user's own `_ndif_cache` included,
+    # is compared.
     ignore_missing = frozenset(ignore_missing)
     want = {k: v for k, v in expected.namespace.items() if k not in ignore_missing}
-    actual_namespace = {k: v for k, v in actual.namespace.items() if k not in ignore_missing}
-    got = {k: v for k, v in actual_namespace.items() if not k.startswith("_ndif")}
+    got = {k: v for k, v in actual.namespace.items() if k not in ignore_missing}
     problems = compare_namespaces(
         want, got, atol=atol, rtol=rtol, ignore=ignore, ignore_extra=ignore_extra
     )
@@ -263,8 +288,8 @@ def _run_mismatches(
             problems.append(f"file {name}: not written")
         elif name not in expected.files:
             problems.append(f"file {name}: unexpectedly written")
-        elif expected.files[name] != actual.files[name]:
-            problems.append(f"file {name}: contents differ")
+        else:
+            problems.extend(compare_files(name, expected.files[name], actual.files[name], atol=atol, rtol=rtol))
     if (expected.error is None) != (actual.error is None):
         problems.append(f"error: expected {expected.error or 'none'}, got {actual.error or 'none'}")
     elif expected.error and actual.error:
@@ -307,14 +332,16 @@ def verify_sources(
 
     ``intended_ok`` holds when (c) leaves the same comparable module-level values as
     (a) (tensors exactly equal unless ``atol``/``rtol`` are given), prints the same
-    client stdout and writes the same files — and (a) did not raise, and each script
+    client stdout and writes the same files (the same bytes, or under a tolerance the
+    same contents of a file verify can read) — and (a) did not raise, and each script
     that opens ``remote=True`` blocks made a request (else ``status`` is FAILED).
     ``allow_same_error``: accept (a) and (c) raising the same exception type (status
     ``same-error``) when their requests ran.
 
     ``ignore_missing``: names the optimized script may no longer define (compared if
-    it does). ``ignore``: names left out of every comparison. ``ignore_extra``: accept
-    any name only the optimized script defines (names starting ``_ndif`` always are).
+    it does). ``ignore``: names left out of every comparison (:func:`verify_result`
+    passes the names the optimizer introduced). ``ignore_extra``: accept any name only
+    the optimized script defines.
 
     ``original_nnsight="0.4"``: the original uses the pre-0.5 API (the optimized script is
     its migration): (a) runs in the nnsight 0.4 venv (:mod:`.original_04`); without that
@@ -323,15 +350,18 @@ def verify_sources(
     """
     import time
 
-    from .runner import run_script
+    from .runner import fresh_workdir, run_script
 
     started = time.perf_counter()
-    common = dict(filename=filename, argv=argv, timeout=timeout, extra_files=extra_files)
+    # one directory for the three runs: `__file__`, the working directory and every path
+    # derived from them are the same in each (each run removes it when it ends)
+    common = dict(filename=filename, argv=argv, timeout=timeout, extra_files=extra_files,
+                  workdir=fresh_workdir())
     missing = None
     if local_run is not None:
         local = local_run
-    elif original_nnsight == "0.4":
-        local, missing = _run_original_04(original, common)
+    elif original_nnsight == "0.4":  # (its own process and directory)
+        local, missing = _run_original_04(original, {k: v for k, v in common.items() if k != "workdir"})
     else:
         local = run_script(original, mode="local", **common)
     before = run_script(original, mode="emulated", **common)

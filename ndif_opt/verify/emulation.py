@@ -22,6 +22,11 @@ here instead of over the network, doing what the NDIF service does with it:
 3. **Client**: decompress, ``torch.load(weights_only=False)``, mark the values saved
    and push them into the caller's frame (``RemoteBackend._push``).
 
+The server enforces what NDIF's allows a request to import and call
+(:mod:`ndif_opt.verify.server_rules`): ``open(...)`` or ``import os`` inside a remote
+block fail there as on NDIF, and an object of a package the server does not run cannot
+be deserialized.
+
 A nested ``remote=True`` on a trace or session that is already running on the
 (emulated) server — e.g. ``model.trace(p, remote=True)`` inside
 ``model.session(remote=True)`` — fails the whole request with a ``RemoteError``: on
@@ -55,6 +60,7 @@ from .emulation_parts import (
     zstd_compress,
     zstd_decompress,
 )
+from .server_rules import ServerRules
 from .tiny_models import decoder_layers, repo_id_of
 
 __all__ = [
@@ -433,6 +439,7 @@ class EmulatedNDIF:
     def __init__(self) -> None:
         self.requests: list[RequestRecord] = []
         self.release = nnsight_release()
+        self.rules = ServerRules()
         self._patches: Optional[Patches] = None
 
     # -- patching -----------------------------------------------------------
@@ -442,6 +449,7 @@ class EmulatedNDIF:
             raise RuntimeError("this EmulatedNDIF is already active")
         self._patches = Patches()
         self.release.install(self._patches, self.choose)
+        self.rules.install(self._patches)
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -514,10 +522,11 @@ class EmulatedNDIF:
             with self.release.server_caches():
                 added_hooks = instrument(model)
                 payload = zstd_decompress(blob) if compress else blob
-                restored = self.release.deserialize(model, payload)
+                with self.rules.deserializing():
+                    restored = self.release.deserialize(model, payload)
                 if env:
                     model._remoteable_set_env(env)
-                with contextlib.redirect_stdout(logs), count_calls(counter):
+                with contextlib.redirect_stdout(logs), count_calls(counter), self.rules.executing():
                     saves = self.release.execute(restored)
             record.saved = {name: summarize(value) for name, value in saves.items()}
             buffer = io.BytesIO()

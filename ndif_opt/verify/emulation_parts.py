@@ -1,6 +1,7 @@
 """What the NDIF emulation's release-specific parts share (:mod:`ndif_opt.verify.emulation`
 for nnsight 0.8, :mod:`ndif_opt.verify.emulation_06` for 0.6): patching with undo, the
-hiding of the user's local modules, emptied caches, the request's kind, zstd."""
+hiding of the user's local modules and of the packages a server has not loaded, emptied
+caches, the request's kind, zstd."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import contextlib
 import sys
 import types
 from typing import Any, Callable, Iterator
+
+from .server_rules import SERVER_PACKAGES
 
 __all__ = [
     "Patches",
@@ -64,9 +67,10 @@ class Patches:
                 pass
 
 
-#: Packages installed on the NDIF server: they travel by reference and are not hidden
-#: while a request is deserialized (nnterp's envoy classes and descriptors).
-SERVER_INSTALLED = frozenset({"nnterp"})
+#: Packages an NDIF server has loaded: they travel by reference and are not hidden while a
+#: request is deserialized (nnterp's envoy classes and descriptors, a pandas frame; hidden,
+#: a package would be imported a second time, its classes unlike the client's own).
+SERVER_INSTALLED = SERVER_PACKAGES
 
 
 @contextlib.contextmanager

@@ -15,7 +15,17 @@ kwargs (``device_map``, ``dispatch``, ``torch_dtype``...) are ignored. The class
 instances of nnsight's own classes (``isinstance`` works, and a request pickles the
 class by reference exactly as a real client's would). ``CONFIG.set_default_api_key``
 does not write the user's config file, ``huggingface_hub.login`` is a no-op, and
-``os.environ`` / ``CONFIG`` changes are undone after the run.
+``os.environ`` / ``CONFIG`` changes are undone after the run. An NDIF or Hugging Face
+credential the script reads from the environment (``os.environ["NDIF_API_KEY"]``,
+``os.getenv("HF_TOKEN")``) holds a placeholder when it is unset: nothing is ever sent to
+either.
+
+Each run starts from what a fresh process would have: ``logging`` without the handlers
+an earlier run (or the caller) configured, and the files the script writes outside
+its directory as they were before the run (:class:`~.written_files.WrittenFiles`
+records them, and they are reported in ``files`` by absolute path). ``workdir`` gives
+several runs the same directory, so ``__file__`` and every path derived from it are
+equal across them.
 
 Modes:
 
@@ -34,11 +44,14 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import importlib
 import io
 import itertools
 import linecache
+import logging
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -66,8 +79,9 @@ from .emulation import (
     uninstrument,
 )
 from .tiny_models import TinyModelWarning, tiny_module, tiny_tokenizer
+from .written_files import WrittenFiles
 
-__all__ = ["RunResult", "run_script", "patched_environment"]
+__all__ = ["RunResult", "credentials_read", "fresh_workdir", "run_script", "patched_environment"]
 
 MODES = ("local", "emulated")
 SEED = 0
@@ -85,7 +99,8 @@ class RunResult:
     layer_calls: int = 0
     stdout: str = ""  # client stdout only (server prints are in requests[i].logs)
     stderr: str = ""
-    files: dict[str, bytes] = field(default_factory=dict)  # written in the cwd
+    # written in the run's directory (relative name) or anywhere else (absolute path)
+    files: dict[str, bytes] = field(default_factory=dict)
     error: Optional[str] = None  # "Type: message" of an exception the script raised
     traceback: Optional[str] = None
     warnings: list[str] = field(default_factory=list)  # tiny-model approximations
@@ -321,8 +336,84 @@ def patched_environment(mode: str = "local") -> Iterator[Optional[EmulatedNDIF]]
 
 
 # ---------------------------------------------------------------------------
+# Credentials
+# ---------------------------------------------------------------------------
+
+#: What an unset credential holds while a script runs (verify never contacts NDIF or the hub).
+PLACEHOLDER_CREDENTIAL = "ndif-opt-verify-placeholder"
+
+# A name read from the environment: os.environ["X"], os.environ.get("X"), os.getenv("X"),
+# environ.pop("X") (after `from os import environ`).
+_ENVIRONMENT_READ = re.compile(
+    r"""(?:environ\s*\[|environ\s*\.\s*(?:get|pop|setdefault)\s*\(|getenv\s*\()\s*["']([A-Za-z_][A-Za-z0-9_]*)["']"""
+)
+# Credentials of the services verify stands in for: NDIF/nnsight (NDIF_API_KEY, NNSIGHT_API_KEY,
+# NDIF_API) and the Hugging Face hub (HF_TOKEN, HUGGING_FACE_HUB_TOKEN). Another service's key
+# (OPENAI_API_KEY) stays unset: the script really calls that service when it has one.
+_SERVICE = re.compile(r"(NDIF|NNSIGHT).*(KEY|TOKEN|API)|(^HF_|HUGGING).*(KEY|TOKEN)", re.IGNORECASE)
+
+
+def credentials_read(source: str) -> list[str]:
+    """The NDIF and Hugging Face credentials ``source`` reads from the environment."""
+    return sorted({name for name in _ENVIRONMENT_READ.findall(source) if _SERVICE.search(name)})
+
+
+def _placeholder_credentials(source: str) -> None:
+    """Set each credential the script reads, when unset (the run's snapshot puts
+    ``os.environ`` back afterwards)."""
+    for name in credentials_read(source):
+        os.environ.setdefault(name, PLACEHOLDER_CREDENTIAL)
+
+
+# ---------------------------------------------------------------------------
 # Process state to restore
 # ---------------------------------------------------------------------------
+
+
+class _LoggingState:
+    """``logging`` as it was before a run; a run starts without the root handlers.
+
+    ``logging.basicConfig`` binds its handler to the ``sys.stdout``/``sys.stderr`` of
+    the moment and does nothing once the root logger has a handler: without a reset
+    the first run's handler keeps catching the later runs' records, which then never
+    reach their own output.
+    """
+
+    def __init__(self) -> None:
+        manager = logging.Logger.manager
+        self.disabled = manager.disable
+        self.loggers = {
+            name: self._state(logger)
+            for name, logger in [("", logging.root), *manager.loggerDict.items()]
+            if isinstance(logger, logging.Logger)
+        }
+
+    @staticmethod
+    def _state(logger: logging.Logger) -> tuple:
+        return list(logger.handlers), logger.level, logger.propagate, logger.disabled
+
+    def fresh(self) -> None:
+        """The root logger of a fresh process: no handlers, WARNING."""
+        logging.root.handlers = []
+        logging.root.setLevel(logging.WARNING)
+        logging.disable(logging.NOTSET)
+
+    def restore(self) -> None:
+        """Every logger as it was; one made during the run (the script's, or a library's
+        imported then) keeps its settings but loses its handlers, bound to the run's
+        output."""
+        manager = logging.Logger.manager
+        for name, logger in [("", logging.root), *manager.loggerDict.items()]:
+            if not isinstance(logger, logging.Logger):
+                continue
+            handlers, *settings = self.loggers.get(name, ([], logger.level, logger.propagate, logger.disabled))
+            for handler in logger.handlers:
+                if handler not in handlers:
+                    handler.close()  # e.g. a FileHandler the script opened
+            logger.handlers = list(handlers)
+            level, logger.propagate, logger.disabled = settings
+            logger.setLevel(level)
+        logging.disable(self.disabled)
 
 
 class _Snapshot:
@@ -347,12 +438,14 @@ class _Snapshot:
         self.pulled = self.release.env_holder()._PULLED_ENV
         self.by_value = set(_pickled_by_value())
         self.cache_keys = self.release.cache_keys()
+        self.logging = _LoggingState()
 
     def restore(self, script_path: str) -> None:
         import torch
         from nnsight import CONFIG
 
         sys.settrace(self.trace)
+        self.logging.restore()
         os.chdir(self.cwd)
         sys.argv[:] = self.argv
         sys.path[:] = self.path
@@ -367,6 +460,10 @@ class _Snapshot:
             location = getattr(module, "__file__", None) or ""
             if location and os.path.realpath(location).startswith(run_dir + os.sep):
                 del sys.modules[name]
+        # the next run may use the same directory (``workdir``): forget its listing
+        for entry in [e for e in sys.path_importer_cache if isinstance(e, str) and _belongs(e, script_path, run_dir)]:
+            del sys.path_importer_cache[entry]
+        importlib.invalidate_caches()
         if dict(os.environ) != self.environ:
             os.environ.clear()
             os.environ.update(self.environ)
@@ -473,6 +570,7 @@ def run_script(
     argv: Optional[Sequence[str]] = None,
     timeout: Optional[float] = None,
     extra_files: Optional[dict[str, str | bytes]] = None,
+    workdir: Optional[str] = None,
 ) -> RunResult:
     """Run ``source`` as ``__main__`` in-process and report what it did.
 
@@ -488,17 +586,43 @@ def run_script(
             when called from the main thread; POSIX).
         extra_files: Files to place next to the script first (e.g. helper modules);
             they are not reported in ``files`` unless the script changes them.
+        workdir: The run's directory instead of a fresh unique one: created, and
+            removed after the run (it must not hold anything else). Runs compared
+            with each other share one, so that ``__file__`` is the same in each.
 
     An exception raised by the script is captured in ``error`` / ``traceback``.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if workdir is None:
+        run_dir = Path(tempfile.mkdtemp(prefix=f"ndif_opt_run_{next(_counter)}_{uuid.uuid4().hex[:8]}_"))
+    else:
+        run_dir = Path(workdir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _run_in(run_dir, source, os.path.basename(filename) or "script.py", mode, argv, timeout, extra_files)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def fresh_workdir() -> str:
+    """A path for :func:`run_script`'s ``workdir`` that nothing else uses (not created)."""
+    reserved = tempfile.mkdtemp(prefix=f"ndif_opt_run_{next(_counter)}_{uuid.uuid4().hex[:8]}_")
+    os.rmdir(reserved)
+    return reserved
+
+
+def _run_in(
+    run_dir: Path,
+    source: str,
+    base: str,
+    mode: str,
+    argv: Optional[Sequence[str]],
+    timeout: Optional[float],
+    extra_files: Optional[dict[str, str | bytes]],
+) -> RunResult:
     import torch
 
-    base = os.path.basename(filename) or "script.py"
-    run_dir = Path(
-        tempfile.mkdtemp(prefix=f"ndif_opt_run_{next(_counter)}_{uuid.uuid4().hex[:8]}_")
-    )
     script_path = str(run_dir / base)
     preexisting: dict[str, bytes] = {}
     for name, content in (extra_files or {}).items():
@@ -515,6 +639,8 @@ def run_script(
     snapshot = _Snapshot(str(run_dir))
     state = _RunState()
     counter = CallCounter()
+    written = WrittenFiles(str(run_dir))
+    recording = Patches()
     module = types.ModuleType("__main__")
     module.__dict__.update(
         {"__file__": script_path, "__builtins__": builtins, "__spec__": None,
@@ -522,6 +648,7 @@ def run_script(
     )
     started = time.perf_counter()
     caught: list[warnings.WarningMessage] = []
+    outside: dict[str, bytes] = {}
     try:
         nnsight_release().env_holder()._PULLED_ENV = False  # a fresh client process
         os.chdir(run_dir)
@@ -530,6 +657,8 @@ def run_script(
         sys.modules["__main__"] = module
         sys.stdin = io.StringIO("")
         os.environ.setdefault("MPLBACKEND", "Agg")
+        _placeholder_credentials(source)
+        snapshot.logging.fresh()
         _seed_everything()
         # Tiny models: one intra-op thread is faster (a contended OpenMP pool can make
         # a 64-wide matmul 200x slower) and keeps local and emulated runs on the same
@@ -542,6 +671,7 @@ def run_script(
             result.error = f"SyntaxError: {error}"
             result.traceback = traceback.format_exc()
         _STATE.run = state
+        written.install(recording)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("ignore")
             warnings.simplefilter("always", TinyModelWarning)
@@ -566,6 +696,9 @@ def run_script(
     finally:
         _STATE.run = None
         state.close()
+        recording.undo()
+        outside = written.collect()
+        written.restore()  # the next run starts from the same files
         snapshot.restore(script_path)
         result.seconds = time.perf_counter() - started
     result.forward_passes = counter.forward_passes
@@ -574,8 +707,7 @@ def run_script(
     result.stderr = stderr.getvalue()
     result.namespace = comparable_namespace(snapshot.release.settled(module.__dict__))
     result.warnings = sorted({str(w.message) for w in caught if issubclass(w.category, TinyModelWarning)})
-    result.files = _collect_files(run_dir, preexisting)
-    shutil.rmtree(run_dir, ignore_errors=True)
+    result.files = {**_collect_files(run_dir, preexisting), **outside}
     return result
 
 

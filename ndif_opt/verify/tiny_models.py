@@ -7,6 +7,13 @@ such as ``model.layers[i]`` or ``transformer.h[i]``) and the *real* layer count,
 Layer loops, ``.skip()`` over layer ranges and per-layer saves therefore behave as on
 the real model, only thousands of times cheaper.
 
+Families (:data:`FAMILIES`, picked from the id): GPT-2, Llama (and the Llama
+distillations), GPT-J, GPT-NeoX/Pythia, Gemma 1/2/3 (Gemma 3 as its text model),
+Qwen2/2.5/QwQ, Qwen3, Mistral and Mixtral, each built from transformers' own class for
+it, so a script's module paths are that class's (``gpt_neox.layers``, ``lm_head``). An
+id of no known family gets a 12-layer GPT-2 (with a :class:`TinyModelWarning`), an
+unlisted size of a known family the family's usual depth (warned too).
+
 The tokenizer is a byte-level BPE trained in-process on a short built-in corpus, so
 every string tokenizes (byte fallback) and nothing is fetched.
 
@@ -28,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "FAMILIES",
     "ModelSpec",
     "TinyModelWarning",
     "build_tokenizer",
@@ -44,6 +52,7 @@ __all__ = [
 WRAPPERS = ("LanguageModel", "TransformersModel", "NNsight", "StandardizedTransformer")
 
 HIDDEN = 64
+HEAD_DIM = HIDDEN // 4  # 4 attention heads
 VOCAB = 512
 MAX_POSITIONS = 512
 
@@ -139,11 +148,27 @@ class ModelSpec:
 
     repo_id: str
     key: str  # normalised id: equal keys give identical weights
-    family: str  # "gpt2" | "llama"
+    family: str  # one of FAMILIES
     n_layers: int
     approximate: bool  # True when family or depth was guessed
     note: str = ""
 
+
+#: family -> (the transformers class a checkpoint of it loads as, its decoder layers, its
+#: output head); the paths are those of transformers' own classes.
+FAMILIES = {
+    "gpt2": ("GPT2LMHeadModel", "transformer.h", "lm_head"),
+    "llama": ("LlamaForCausalLM", "model.layers", "lm_head"),
+    "gptj": ("GPTJForCausalLM", "transformer.h", "lm_head"),
+    "gpt_neox": ("GPTNeoXForCausalLM", "gpt_neox.layers", "lm_head"),  # embed_out before transformers 5
+    "gemma": ("GemmaForCausalLM", "model.layers", "lm_head"),
+    "gemma2": ("Gemma2ForCausalLM", "model.layers", "lm_head"),
+    "gemma3": ("Gemma3ForCausalLM", "model.layers", "lm_head"),
+    "qwen2": ("Qwen2ForCausalLM", "model.layers", "lm_head"),
+    "qwen3": ("Qwen3ForCausalLM", "model.layers", "lm_head"),
+    "mistral": ("MistralForCausalLM", "model.layers", "lm_head"),
+    "mixtral": ("MixtralForCausalLM", "model.layers", "lm_head"),
+}
 
 _GPT2_LAYERS = {
     "gpt2": 12,
@@ -186,9 +211,59 @@ _SIZE_LAYERS = [
     ("1b", 16),
 ]
 
+# The other families: the id's lower-cased text -> family (first match wins), then the
+# size written in the id -> the checkpoint's num_hidden_layers (config.json), and the
+# depth used when the size is not listed.
+_FAMILY_PATTERNS = tuple((re.compile(pattern), family) for pattern, family in (
+    (r"gpt-?j", "gptj"),
+    (r"pythia|gpt[-_]neox", "gpt_neox"),
+    (r"gemma-?3(?:[-_]|$)", "gemma3"),  # not gemma-3b...
+    (r"gemma-?2(?:[-_]|$)", "gemma2"),  # gemma-2-9b, not gemma-2b (Gemma 1)
+    (r"gemma", "gemma"),
+    (r"qwen3", "qwen3"),
+    (r"qwen|qwq", "qwen2"),
+    (r"mixtral", "mixtral"),
+    (r"mistral|ministral|mathstral|codestral|devstral|magistral", "mistral"),
+))
+_FAMILY_LAYERS: dict[str, tuple[dict[str, int], int]] = {
+    "gptj": ({"6b": 28}, 28),
+    # Pythia (-deduped alike) and GPT-NeoX-20B
+    "gpt_neox": ({"14m": 6, "31m": 6, "70m": 6, "160m": 12, "410m": 24, "1b": 16, "1.4b": 24,
+                  "2.8b": 32, "6.9b": 32, "12b": 36, "20b": 44}, 32),
+    "gemma": ({"2b": 18, "7b": 28}, 28),
+    "gemma2": ({"2b": 26, "9b": 42, "27b": 46}, 42),
+    "gemma3": ({"270m": 18, "1b": 26, "4b": 34, "12b": 48, "27b": 62}, 34),
+    # Qwen2, Qwen2.5, QwQ and the DeepSeek-R1 distillations into Qwen
+    "qwen2": ({"0.5b": 24, "1.5b": 28, "3b": 36, "7b": 28, "14b": 48, "32b": 64, "72b": 80}, 28),
+    "qwen3": ({"0.6b": 28, "1.7b": 28, "4b": 36, "8b": 36, "14b": 40, "32b": 64}, 36),
+    "mistral": ({"7b": 32, "8b": 36, "12b": 40, "24b": 40}, 32),
+    "mixtral": ({"8x7b": 32, "8x22b": 56}, 32),
+}
+_SIZE = re.compile(r"(?<![a-z0-9.])(\d+x\d+b|\d+(?:\.\d+)?[bm])(?![a-z0-9])")
+
 
 def _stable_seed(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def _family_of(lowered: str) -> str | None:
+    for pattern, family in _FAMILY_PATTERNS:
+        if pattern.search(lowered):
+            return family
+    return None
+
+
+def _family_spec(repo_id: str, lowered: str, family: str) -> ModelSpec:
+    """A spec of ``family`` with the layer count of the size written in the id."""
+    sizes, default = _FAMILY_LAYERS[family]
+    written = _SIZE.findall(lowered.split("/")[-1])
+    for size in written:
+        if size in sizes:
+            return ModelSpec(repo_id, lowered, family, sizes[size], False)
+    return ModelSpec(
+        repo_id, lowered, family, default, True,
+        f"unknown {family} checkpoint {repo_id!r}: using {default} layers",
+    )
 
 
 def model_spec(repo_id: str) -> ModelSpec:
@@ -218,6 +293,10 @@ def model_spec(repo_id: str) -> ModelSpec:
             f"unknown Llama checkpoint {repo_id!r}: using 32 layers",
         )
 
+    family = _family_of(lowered)
+    if family is not None:
+        return _family_spec(repo_id, lowered, family)
+
     return ModelSpec(
         repo_id, lowered, "gpt2", 12, True,
         f"unknown model {repo_id!r}: using a GPT-2 family model with 12 layers",
@@ -233,50 +312,51 @@ _REPO_IDS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
 
 
 def _config(spec: ModelSpec):
+    """The family's transformers config, at HIDDEN width with 4 heads (and the family's
+    own layout: grouped-query heads, rotary fraction, sliding windows, experts)."""
+    import transformers
+
     tokenizer = build_tokenizer()
-    vocab = len(tokenizer)
     special = tokenizer.eos_token_id
+    common = dict(vocab_size=len(tokenizer), bos_token_id=special, eos_token_id=special, pad_token_id=special)
     if spec.family == "gpt2":
-        from transformers import GPT2Config
-
-        return GPT2Config(
-            vocab_size=vocab,
-            n_positions=MAX_POSITIONS,
-            n_embd=HIDDEN,
-            n_layer=spec.n_layers,
-            n_head=4,
-            n_inner=4 * HIDDEN,
-            bos_token_id=special,
-            eos_token_id=special,
-            pad_token_id=special,
-        )
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=HIDDEN,
-        intermediate_size=2 * HIDDEN,
-        num_hidden_layers=spec.n_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=MAX_POSITIONS,
-        bos_token_id=special,
-        eos_token_id=special,
-        pad_token_id=special,
-    )
+        return transformers.GPT2Config(n_positions=MAX_POSITIONS, n_embd=HIDDEN, n_layer=spec.n_layers,
+                                       n_head=4, n_inner=4 * HIDDEN, **common)
+    if spec.family == "gptj":  # rotary on part of each head (64 of 256 in GPT-J-6B)
+        return transformers.GPTJConfig(n_positions=MAX_POSITIONS, n_embd=HIDDEN, n_layer=spec.n_layers,
+                                       n_head=4, rotary_dim=HEAD_DIM // 4, **common)
+    if spec.family == "gpt_neox":  # Pythia: rotary on a quarter of each head
+        return transformers.GPTNeoXConfig(max_position_embeddings=MAX_POSITIONS, hidden_size=HIDDEN,
+                                          num_hidden_layers=spec.n_layers, num_attention_heads=4,
+                                          intermediate_size=4 * HIDDEN, rotary_pct=0.25, **common)
+    decoder = dict(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=spec.n_layers,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=MAX_POSITIONS, **common)
+    if spec.family == "llama":
+        return transformers.LlamaConfig(**decoder)
+    if spec.family == "qwen2":
+        return transformers.Qwen2Config(**decoder)
+    # the families below set head_dim on their own (256 or 128 by default): the width's
+    decoder["head_dim"] = HEAD_DIM
+    configs = {
+        "gemma": lambda: transformers.GemmaConfig(**decoder),
+        "gemma2": lambda: transformers.Gemma2Config(sliding_window=4096, **decoder),
+        "gemma3": lambda: transformers.Gemma3TextConfig(sliding_window=512, **decoder),
+        "qwen3": lambda: transformers.Qwen3Config(**decoder),
+        "mistral": lambda: transformers.MistralConfig(**decoder),
+        "mixtral": lambda: transformers.MixtralConfig(num_local_experts=8, num_experts_per_tok=2, **decoder),
+    }
+    return configs[spec.family]()
 
 
 @functools.lru_cache(maxsize=None)
 def _canonical_module(key: str, family: str, n_layers: int):
     """Build (once per key) the seeded fp32 module; never handed out directly."""
     import torch
+    import transformers
 
     spec = ModelSpec(key, key, family, n_layers, False)
     config = _config(spec)
-    if family == "gpt2":
-        from transformers import GPT2LMHeadModel as cls
-    else:
-        from transformers import LlamaForCausalLM as cls
+    cls = getattr(transformers, FAMILIES[family][0])
     # fork_rng: building a model must not move the caller's global RNG, or a cached
     # build and a fresh one would leave the script's random stream in different places.
     with torch.random.fork_rng(devices=[]):
@@ -310,7 +390,7 @@ def repo_id_of(model: Any) -> str | None:
 
 
 def decoder_layers(module: Any) -> list:
-    """The decoder layers of a GPT-2 / Llama style torch module (empty if none found)."""
+    """The decoder layers of a torch module of one of :data:`FAMILIES` (empty if none found)."""
     import torch
 
     for path in ("transformer.h", "model.layers", "gpt_neox.layers", "model.decoder.layers"):

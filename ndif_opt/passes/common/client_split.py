@@ -141,6 +141,7 @@ class _Item:
     values: dict[str, str] = field(default_factory=dict)  # client: recorded name -> the server's code for it
     replayed: cst.BaseStatement | None = None  # client: the statement as the replay runs it
     rows: str = ""  # mixed: the name of its record list
+    row: str = ""  # mixed: the replay loop's target when the rows record no names
     body: list["_Item"] = field(default_factory=list)  # mixed: its body's items
     unsaved: set[str] = field(default_factory=set)  # mixed: names its rows bring home instead of a save
     reduced: set[str] = field(default_factory=set)  # client: names it reads only parts of, recorded
@@ -995,7 +996,7 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
             _plan_records(item.orelse, defined, mutated, splitter, loop)
             continue
         if item.role is Part.MIXED:
-            item.rows = splitter.fresh("rows")
+            item.rows, item.row = splitter.fresh("rows"), splitter.fresh("row")
             if item.events:
                 item.it_name, item.items_name = splitter.fresh("it"), splitter.fresh("items")
             _plan_records(item.body, defined, mutated, splitter, item)
@@ -1334,7 +1335,7 @@ def _split_loop(item: _Item, facts: Facts, later: set[str]):
         body=loop.body.with_changes(body=server_body),
         leading_lines=[],
     )
-    target = _target_code(names) if names else f"{RECORD_PREFIX}row"
+    target = _target_code(names) if names else item.row
     header = cst.parse_statement(f"for {target} in {_replayed_iter(loop.iter, item.rows, facts)}:\n    pass\n")
     client_loop = header.with_changes(
         body=loop.body.with_changes(body=client_body or [cst.SimpleStatementLine([cst.Pass()])]),
