@@ -201,7 +201,7 @@ EXPERTS: tuple[Expert, ...] = (
         "rescue_reversibility_test.py", 1,
         "one session: for each subspace and sample the clean run reads the layer output and the "
         "prediction, ablations as invokes; projections and random draws prepared on the client",
-        None, "S subspaces x 80 samples x 6 traces = 480 S (plus ndif_utils.filter_on_model's, unseen)",
+        None, "S subspaces x 80 samples x 7 traces = 560 S (plus ndif_utils.filter_on_model's, unseen)",
     ),
     Expert(
         "truthfulqa_category_generate.py", 1,
