@@ -21,9 +21,27 @@ Two sets of scripts outside the project (see their README.md files):
   (a loop of remote traces) are marked, and the summary counts in how many of them the
   requests fell in default mode.
 
+The corpus A1 files are also compared with the expert's request count of
+``benchmarks/expert_counts.py`` (my reading of each file), as the devset is with its
+``# expert:`` comments, on the run that counts: the file as its author intends it (the
+author's own switch turned on, where expert_counts names one) and with ``--migrate`` when it
+was written for nnsight before 0.5 (issue 19, decided in issue 33). A file is reached at the
+expert's count (static after <= expert, not 0, from a static before above it) or with a
+named reason (every loop or run it leaves as it is has a finding; a callback or a
+string-built trace: a finding names it). Summary: "corpus A1: N/23 at the expert's count or
+with a named reason; requests fall in M/23".
+
 Then a histogram of why findings were not fixed: every finding of both sets in default mode
 whose status is not "applied", its reason with `backquoted` names replaced by X and numbers
 by N, the 25 most common.
+
+No silent refusal (issue 33.1, ``benchmarks/refusals.py``): every loop (at any depth, in
+functions too) and every run of remote statements of one suite that sends more than one
+request as the static cost model counts it, in the devset (default mode) and the corpus
+(the run that counts), is found again in the optimized script; those left as they are
+(requests not reduced) are checked for a finding (any status but applied) on their lines.
+Printed: the counts, the ones with no finding (file, line, first line of code) — the
+target is none — and a histogram of the reasons on the ones left, normalized as above.
 
     python benchmarks/reach.py                          # static only, a few seconds
     python benchmarks/reach.py --verify                 # + verify each devset file (10-30 s each)
@@ -40,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import hashlib
 import json
 import os
@@ -54,12 +73,16 @@ from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))  # measure this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ndif_opt import Status, optimize  # noqa: E402
 from ndif_opt.frontends.config import load_options  # noqa: E402
 from ndif_opt.frontends.files import read_source  # noqa: E402
 from ndif_opt.frontends.notebook import is_notebook, notebook_script, optimize_notebook  # noqa: E402
 from ndif_opt.output.text import human_bytes, totals  # noqa: E402
+
+from expert_counts import as_intended, check_against_readme, expert_for  # noqa: E402
+from refusals import finding_lines, measure, where  # noqa: E402
 
 SHARED = PROJECT.parent / "shared"
 MODES = ("default", "unsafe")
@@ -73,13 +96,33 @@ NNSIGHT: str | None = None  # --nnsight: the release every rewrite targets (else
 # -- running the optimizer ----------------------------------------------------------------
 
 
-def optimize_file(path: Path, text: str, unsafe: bool):
+def optimize_file(path: Path, text: str, unsafe: bool, migrate: bool = False):
     """The optimizer's Result for one file, as the command line computes it (notebooks
     through the notebook pipeline, options from any pyproject.toml that applies)."""
-    options = load_options(path, unsafe_fixes=unsafe, nnsight=NNSIGHT)
+    options = load_options(path, unsafe_fixes=unsafe, nnsight=NNSIGHT, migrate=migrate or None)
     if is_notebook(str(path)):
         return optimize_notebook(text, options=options, filename=str(path)).as_result()
     return optimize(text, filename=str(path), options=options)
+
+
+def refusal_run(path: Path, result, migrate: bool) -> dict:
+    """:func:`refusals.measure` on one run: the loops and runs of statements that send more
+    than one request, and the findings on each one the optimizer left as it is. A notebook
+    is measured on its joined code cells (its findings located there)."""
+    options = load_options(path, nnsight=NNSIGHT, migrate=migrate or None)
+    notebook = getattr(result, "notebook", None)
+    if notebook is not None:
+        source, output = notebook.result.source, notebook.result.code
+        findings = finding_lines(notebook.result, notebook)
+    else:
+        source, output, findings = result.source, result.code, finding_lines(result)
+    try:
+        measured = measure(source, output, findings, options)
+    except Exception as error:  # noqa: BLE001 - a crash of the measurement is reported, not fatal
+        return {"constructs": 0, "reduced": 0, "left": [], "walk_error": f"{type(error).__name__}: {error}"}
+    for construct in measured["left"]:
+        construct["where"] = where(source, construct["start"], notebook is not None)
+    return measured
 
 
 def output_parses(path: Path, code: str) -> bool:
@@ -99,34 +142,45 @@ def unfixed_findings(result) -> list[dict]:
     ]
 
 
-def static_run(path: Path, text: str, unsafe: bool, checks: bool) -> dict:
-    """One mode on one file. ``checks``: also whether the output parses and is idempotent."""
+def static_run(path: Path, text: str, unsafe: bool, checks: bool, migrate: bool = False,
+               refusals: bool = False) -> dict:
+    """One mode on one file. ``checks``: also whether the output parses and is idempotent;
+    ``refusals``: also the loops and runs it leaves as they are (:func:`refusal_run`)."""
     try:
-        result = optimize_file(path, text, unsafe)
+        result = optimize_file(path, text, unsafe, migrate)
     except Exception as error:  # noqa: BLE001 - a crash is what we measure
         return {"requests_before": None, "requests_after": None, "changed": False,
                 "crash": f"{type(error).__name__}: {error}", "unfixed": []}
     before, after = totals(result)
     run = {"requests_before": before.requests, "requests_after": after.requests,
            "changed": result.changed, "crash": None, "unfixed": unfixed_findings(result)}
+    if refusals:
+        run["refusals"] = refusal_run(path, result, migrate)
     if checks:
         run["parses"] = output_parses(path, result.code)
         try:
-            run["idempotent"] = optimize_file(path, result.code, unsafe).code == result.code
+            run["idempotent"] = optimize_file(path, result.code, unsafe, migrate).code == result.code
         except Exception as error:  # noqa: BLE001
             run["idempotent"] = False
             run["crash"] = f"on its own output: {type(error).__name__}: {error}"
     return run
 
 
-def static_runs(path: Path, checks: bool = False) -> dict:
+def read_text(path: Path) -> tuple[str | None, dict | None]:
     try:
-        text = read_source(str(path)).text
+        return read_source(str(path)).text, None
     except Exception as error:  # noqa: BLE001
-        crash = {"crash": f"{type(error).__name__}: {error}", "requests_before": None,
-                 "requests_after": None, "changed": False, "unfixed": []}
+        return None, {"crash": f"{type(error).__name__}: {error}", "requests_before": None,
+                      "requests_after": None, "changed": False, "unfixed": []}
+
+
+def static_runs(path: Path, checks: bool = False, refusals: bool = False) -> dict:
+    """Both modes on one file; ``refusals`` measured in default mode."""
+    text, crash = read_text(path)
+    if text is None:
         return {mode: dict(crash) for mode in MODES}
-    return {mode: static_run(path, text, mode == "unsafe", checks) for mode in MODES}
+    return {mode: static_run(path, text, mode == "unsafe", checks, refusals=refusals and mode == "default")
+            for mode in MODES}
 
 
 # -- verify -------------------------------------------------------------------------------
@@ -252,7 +306,8 @@ def control_holds(row: dict) -> bool:
 def devset_rows(files: list[Path]) -> list[dict]:
     """The static part of each devset row; :func:`judge_devset` completes it."""
     return [{"file": path.name, "path": str(path), "expert": expert_requests(path.read_text(encoding="utf-8")),
-             "control": control_of(path), "static": static_runs(path), "verify": {}} for path in files]
+             "control": control_of(path), "static": static_runs(path, refusals=True), "verify": {}}
+            for path in files]
 
 
 def judge_devset(rows: list[dict], verified: dict) -> None:
@@ -284,8 +339,149 @@ def a1_names(readme: Path) -> set[str]:
 
 
 def corpus_rows(files: list[Path], a1: set[str]) -> list[dict]:
-    return [{"file": path.name, "path": str(path), "a1": path.stem in a1,
-             "static": static_runs(path, checks=True)} for path in files]
+    return [corpus_row(path, path.stem in a1) for path in files]
+
+
+def corpus_row(path: Path, a1: bool) -> dict:
+    """Both modes on the file as written; for an A1 file also the run that counts against
+    the expert's count: the file as its author intends it (expert_counts: the author's own
+    switch turned), with --migrate when it was written for nnsight before 0.5 (issue 33).
+    The loops left as they are are measured on that run (default mode)."""
+    expert = expert_for(path.name) if a1 else None
+    own_run = expert is not None and (expert.migrate or expert.intended)
+    row = {"file": path.name, "path": str(path), "a1": a1,
+           "static": static_runs(path, checks=True, refusals=not own_run),
+           "expert": None if expert is None else dataclasses.asdict(expert)}
+    if not own_run:
+        row["counting"] = row["static"]["default"]
+        return row
+    text, crash = read_text(path)
+    if text is None:
+        row["counting"] = crash
+        return row
+    try:
+        text = as_intended(expert, text)
+    except ValueError as error:
+        row["counting"] = {**crash_run(error), "refusals": None}
+        return row
+    row["counting"] = static_run(path, text, False, False, migrate=expert.migrate, refusals=True)
+    return row
+
+
+def crash_run(error: Exception) -> dict:
+    return {"crash": f"{type(error).__name__}: {error}", "requests_before": None, "requests_after": None,
+            "changed": False, "unfixed": []}
+
+
+# -- the corpus A1 files against the expert's count ------------------------------------------
+
+
+def a1_verdict(row: dict) -> tuple[str, bool]:
+    """(what the A1 file's counting run shows, whether it counts as reached). Reached: at
+    the expert's count (the static count after is at most the expert's, and not 0, from a
+    static count before above it: a cost model that sees no more than the expert's count
+    before has nothing to compare), or with a named reason: every loop or run it leaves as
+    it is has a finding, or (a loop that calls a callback parameter, a trace built from a
+    string: ``names`` in expert_counts) a finding names that construct."""
+    expert, run = row["expert"], row["counting"]
+    if run.get("crash"):
+        return "crash", False
+    before, after = run["requests_before"], run["requests_after"]
+    compared = expert["static"] if expert["static"] is not None else expert["requests"]
+    if after is not None and 0 < after <= compared < before:
+        return f"yes ({after} <= {compared})", True
+    if expert.get("names") and any(re.search(expert["names"], f"{f['reason'] or ''} {f['message']}")
+                                   for f in run["unfixed"]):
+        return "reason named: a finding names the construct", True
+    left = (run.get("refusals") or {}).get("left", [])
+    silent = [c for c in left if not c["findings"]]
+    if before is not None and before <= compared:
+        sends = expert["sends"] if expert["sends"] is not None else "more"
+        return f"no: the cost model counts {before} before, at most the expert's {compared} (the file sends {sends})", False
+    if not left:
+        return f"no: {after} > {compared}, and nothing is left as it is (reduced short of the count, no finding)", False
+    if silent:
+        return f"no: {len(silent)} of {len(left)} left as is without a finding", False
+    return f"reason named: {len(left)} left as is, each with a finding", True
+
+
+def a1_table(rows: list[dict]) -> str:
+    lines = ["| file | sends as intended (my reading) | expert | default, as written | counted run | reached? | why (expert) |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        expert, run, default = row["expert"], row["counting"], row["static"]["default"]
+        compared = str(expert["requests"]) + (f" (static: {expert['static']})" if expert["static"] is not None else "")
+        how = ", ".join(["switch on"] * bool(expert["intended"]) + ["--migrate"] * expert["migrate"]) or "default"
+        verdict, _ = a1_verdict(row)
+        sends = "?" if expert["sends"] is None else str(expert["sends"])
+        lines.append("| " + " | ".join([
+            row["file"], f"{sends}: {expert['sends_how']}".replace("|", "/"), compared,
+            arrow(default), f"{arrow(run)} ({how})", verdict, expert["why"].replace("|", "/"),
+        ]) + " |")
+    return "\n".join(lines)
+
+
+def a1_summary(rows: list[dict], missing: list[str]) -> str:
+    a1 = [row for row in rows if row["a1"] and row["expert"] is not None]
+    reached = sum(a1_verdict(row)[1] for row in a1)
+    fell = sum(requests_fell(row["counting"]) for row in a1)
+    lacking = f" (no expert count: {', '.join(missing)})" if missing else ""
+    return (f"corpus A1: {reached}/{len(a1)} at the expert's count or with a named reason; "
+            f"requests fall in {fell}/{len(a1)}{lacking}")
+
+
+# -- loops and runs left as they are -----------------------------------------------------------
+
+
+def refusal_rows(devset: list[dict], corpus: list[dict]) -> list[tuple[dict, dict]]:
+    """(row, refusals) for every file: the devset's default run, the corpus' counting run."""
+    found = [(row, row["static"]["default"].get("refusals")) for row in devset]
+    found += [(row, row["counting"].get("refusals")) for row in corpus]
+    return [(row, measured) for row, measured in found if measured]
+
+
+def refusal_summary(devset: list[dict], corpus: list[dict]) -> str:
+    total = reduced = left = several = 0
+    silent: list = []
+    for row, measured in refusal_rows(devset, corpus):
+        total += measured["constructs"]
+        reduced += measured["reduced"]
+        left += len(measured["left"])
+        several += sum(len(c["findings"]) > 1 for c in measured["left"])
+        silent += [c for c in measured["left"] if not c["findings"]]
+    return (f"loops and runs sending more than one request: {total}; reduced {reduced}; left as they are "
+            f"{left}, of which with no finding (silent, target 0) {len(silent)}, with more than one finding {several}")
+
+
+def silent_table(devset: list[dict], corpus: list[dict]) -> str:
+    lines = ["| file | where | kind | requests per run | first line |", "|---|---|---|---:|---|"]
+    for row, measured in refusal_rows(devset, corpus):
+        for c in measured["left"]:
+            if not c["findings"]:
+                lines.append(f"| {row['file']} | {c['where']} (lines {c['start']}-{c['end']}) | {c['kind']} | "
+                             f"{c['requests']:g} | `{c['code'].replace('|', '/').replace('`', '')}` |")
+    errors = [f"- {row['file']}: {measured['walk_error']}" for row, measured in refusal_rows(devset, corpus)
+              if measured.get("walk_error")]
+    return "\n".join(lines + ([""] + errors if errors else []))
+
+
+def refusal_histogram(devset: list[dict], corpus: list[dict]) -> list[tuple[str, int, list[str]]]:
+    """(reason, how many loops/runs left as they are carry it, passes): each construct
+    counts once per distinct normalized reason among the findings on its lines."""
+    counts: Counter[str] = Counter()
+    passes: dict[str, Counter[str]] = defaultdict(Counter)
+    for row, measured in refusal_rows(devset, corpus):
+        for c in measured["left"]:
+            seen = set()
+            for finding in c["findings"]:
+                reason = normalize_reason(finding)
+                passes[reason][finding["pass_id"]] += 1
+                if reason not in seen:
+                    seen.add(reason)
+                    counts[reason] += 1
+            if not c["findings"]:
+                counts["<no finding on its lines>"] += 1
+    return [(reason, count, [p for p, _ in passes[reason].most_common()]) for reason, count in counts.most_common()]
 
 
 def requests_fell(run: dict) -> bool:
@@ -454,22 +650,37 @@ def problems(devset: list[dict], corpus: list[dict]) -> list[str]:
 
 
 def render(devset: list[dict], corpus: list[dict], a1_missing: list[str], verify_modes: list[str],
-           notes: list[str]) -> str:
+           notes: list[str], experts_missing: list[str] = ()) -> str:
     histogram = reason_histogram(devset + corpus)
+    a1 = [row for row in corpus if row["a1"] and row["expert"] is not None]
+    summaries = [devset_summary(devset, verify_modes), corpus_summary(corpus, a1_missing),
+                 a1_summary(corpus, list(experts_missing)), refusal_summary(devset, corpus)]
     parts = [
         "# ndif-opt reach", "",
-        devset_summary(devset, verify_modes), corpus_summary(corpus, a1_missing), "",
+        *summaries, "",
         "## Devset (requests before → after; reaches: optimized <= expert)", "",
         devset_table(devset, verify_modes), "",
         "## Corpus (static only)", "",
         corpus_table(corpus), "",
+        "## Corpus A1 against the expert's count (benchmarks/expert_counts.py)", "",
+        "Static counts; \"after\" counts against the expert when run as the author intends "
+        "(the author's own switch on, --migrate for pre-0.5 code). Reached: at the expert's count, "
+        "or every loop/run left as it is has a finding (a callback or a string-built trace: a "
+        "finding names it).", "",
+        a1_table(a1), "",
         f"## Why findings were not fixed (default mode, both sets, top {HISTOGRAM_SIZE})", "",
         histogram_table(histogram), "",
+        "## Loops and runs left as they are (no silent refusal, issue 33.1)", "",
+        refusal_summary(devset, corpus) + " (devset: default mode; corpus: the run that counts)", "",
+        "Left as they are with no finding on their lines:", "",
+        silent_table(devset, corpus), "",
+        "Why they were left (each loop/run once per reason on its lines):", "",
+        histogram_table(refusal_histogram(devset, corpus)), "",
     ]
     found = notes + problems(devset, corpus)
     if found:
         parts += ["## Problems", ""] + [f"- {line}" for line in found] + [""]
-    parts += ["## Summary", "", devset_summary(devset, verify_modes), corpus_summary(corpus, a1_missing)]
+    parts += ["## Summary", "", *summaries]
     return "\n".join(parts) + "\n"
 
 
@@ -517,14 +728,17 @@ def main(argv: list[str] | None = None) -> int:
     a1 = a1_names(args.corpus / "README.md")
     a1_missing = sorted(a1 - {path.stem for path in list_files(args.corpus, ("*.py", "*.ipynb"), None)})
     corpus = corpus_rows(corpus_files, a1)
+    experts_missing = [line for line in check_against_readme(a1) if line.startswith("no expert")]
     jobs = [(path, mode == "unsafe") for path in devset_files for mode in verify_modes]
     judge_devset(devset, verify_all(jobs, args.timeout, max(1, args.jobs)) if jobs else {})
     notes = [] if source_fingerprint() == fingerprint else [
         "ndif_opt's sources changed during this run: the numbers may come from different versions"]
-    sys.stdout.write(render(devset, corpus, a1_missing, verify_modes, notes))
+    notes += [line for line in check_against_readme(a1) if not line.startswith("no expert")]
+    sys.stdout.write(render(devset, corpus, a1_missing, verify_modes, notes, experts_missing))
     if args.json:
         data = {"devset": devset, "corpus": corpus, "a1_listed": sorted(a1), "notes": notes,
-                "ndif_opt_fingerprint": fingerprint, "histogram": reason_histogram(devset + corpus)}
+                "ndif_opt_fingerprint": fingerprint, "histogram": reason_histogram(devset + corpus),
+                "refusal_histogram": refusal_histogram(devset, corpus)}
         args.json.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
     return 0
 

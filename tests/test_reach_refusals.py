@@ -1,0 +1,137 @@
+"""benchmarks/refusals.py (loops and runs left without a reason) and benchmarks/expert_counts.py
+(the corpus A1 expert counts) as reach.py uses them. Scripts here are written for the test."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import expert_counts  # noqa: E402
+import reach  # noqa: E402
+from refusals import constructs, line_map, measure, walk_requests, where  # noqa: E402
+
+from ndif_opt import optimize  # noqa: E402
+from ndif_opt.options import Options  # noqa: E402
+
+SCRIPT = textwrap.dedent('''\
+    from nnsight import LanguageModel
+
+    model = LanguageModel("openai-community/gpt2")
+    prompts = ["a b c", "d e f", "g h i"]
+
+
+    def sweep(prompt):
+        outs = []
+        for layer in range(4):
+            with model.trace(prompt, remote=True):
+                outs.append(model.transformer.h[layer].output.sum().item().save())
+        return outs
+
+
+    first = sweep(prompts[0])
+    second = sweep(prompts[1])
+    print(first, second)
+''')
+
+
+def test_walk_charges_a_loop_per_run_and_a_run_of_calls():
+    walk = walk_requests(SCRIPT, Options())
+    found = {(c.kind, c.start): c for c in constructs(walk)}
+    loop = found[("loop", 9)]
+    assert loop.requests == 4  # per run of the loop, although the function runs twice
+    run = found[("run", 15)]
+    assert run.requests == 8 and run.end == 16
+    assert walk.total == 8
+
+
+def test_a_loop_the_optimizer_bundles_is_not_left():
+    result = optimize(SCRIPT)
+    assert result.changed
+    measured = measure(result.source, result.code, [], Options())
+    assert measured["constructs"] == 2
+    assert measured["left"] == []
+    assert measured["reduced"] == 2
+
+
+def test_a_loop_left_as_it_is_needs_a_finding_on_its_lines():
+    silent = measure(SCRIPT, SCRIPT, [], Options())
+    assert [(c["kind"], c["start"]) for c in silent["left"]] == [("loop", 9), ("run", 15)]
+    assert all(not c["findings"] for c in silent["left"])
+    finding = {"pass_id": "session-hoisting", "status": "skipped", "message": "m", "reason": "why", "line": 10}
+    named = measure(SCRIPT, SCRIPT, [(10, finding)], Options())
+    assert named["left"][0]["findings"] == [finding]
+    assert named["left"][1]["findings"] == []  # line 10 is not the run's
+
+
+def test_a_loop_nested_in_a_loop_left_counts_with_it():
+    script = textwrap.dedent('''\
+        from nnsight import LanguageModel
+        import random
+        model = LanguageModel("openai-community/gpt2")
+        rng = random.Random(0)
+        for a in range(3):
+            for b in range(2):
+                with model.trace("x y", remote=True):
+                    out = model.lm_head.output.sum().save()
+                rng.random()
+    ''')
+    measured = measure(script, script, [], Options())
+    assert measured["constructs"] == 2
+    assert [(c["start"], c["requests"]) for c in measured["left"]] == [(5, 6)]
+
+
+def test_line_map_pairs_a_trace_with_its_rewrite_inside_a_session():
+    old = "for p in ps:\n    with model.trace(p, remote=True):\n        x = 1\n"
+    new = "with model.session(remote=True):\n    for p in ps:\n        with model.trace(p):\n            x = 1\n"
+    assert line_map(old, new) == {1: 2, 2: 3, 3: 4}
+
+
+def test_where_names_a_notebook_cell():
+    joined = 'from IPython import get_ipython\n"ndif-opt cell abc123 1"\nx = 1\nglobal ndif_opt_cell_abc123_3\ny = 2\nz = 3\n'
+    assert where(joined, 6, True) == "cell 4, line 2"
+    assert where(joined, 3, True) == "cell 2, line 1"
+    assert where(joined, 6, False) == "line 6"
+
+
+def test_expert_data_is_complete_and_consistent():
+    for expert in expert_counts.EXPERTS:
+        assert expert.requests >= 1 and expert.why and expert.sends_how
+        if expert.sends is not None:
+            assert expert.sends > expert.requests, expert.file  # an A1 file sends more than the expert's
+    readme = reach.SHARED / "corpus" / "README.md"
+    if not readme.exists():
+        pytest.skip("the shared corpus is not here")
+    assert expert_counts.check_against_readme(reach.a1_names(readme)) == []
+    assert len(expert_counts.EXPERTS) == 23
+
+
+def test_as_intended_replaces_exactly_as_often_as_stated():
+    expert = expert_counts.Expert("x.py", 1, "w", None, "h", intended=(("REMOTE = False", "REMOTE = True", 1),))
+    assert expert_counts.as_intended(expert, "REMOTE = False\n") == "REMOTE = True\n"
+    with pytest.raises(ValueError):
+        expert_counts.as_intended(expert, "REMOTE = False\nREMOTE = False\n")
+
+
+def _row(before, after, left=(), unfixed=(), static=None, names=None, requests=1, sends=10):
+    expert = dict(requests=requests, static=static, names=names, sends=sends)
+    run = {"crash": None, "requests_before": before, "requests_after": after, "unfixed": list(unfixed),
+           "refusals": {"left": list(left)}}
+    return {"expert": expert, "counting": run}
+
+
+def test_a1_verdict():
+    assert reach.a1_verdict(_row(57, 1))[1]
+    assert not reach.a1_verdict(_row(57, 0))[1]  # the cost model saw no request after: unknown
+    assert not reach.a1_verdict(_row(2, 2, requests=2))[1]  # saw no more than the expert's count before
+    assert not reach.a1_verdict(_row(57, 2))[1]  # reduced short, nothing says why
+    assert not reach.a1_verdict(_row(57, 57, left=[{"findings": []}]))[1]
+    assert reach.a1_verdict(_row(57, 57, left=[{"findings": [{"reason": "r"}]}]))[1]
+    assert reach.a1_verdict(_row(64, 8, requests=100, static=8))[1]
+    named = [{"reason": "it calls `test_fn`, a parameter", "message": "m"}]
+    assert reach.a1_verdict(_row(6, 6, unfixed=named, names=r"`test_fn`", requests=6))[1]
