@@ -23,6 +23,7 @@ from ndif_opt.cost_model import (
 )
 from ndif_opt.frontends.config import ConfigError, load_model_config, load_options
 from ndif_opt.options import Options
+from ndif_opt.types import Count, UnknownLoop, is_known
 
 HEAD = 'from nnsight import LanguageModel\nimport torch\nmodel = LanguageModel("{repo}")\n'
 
@@ -134,7 +135,7 @@ def test_nested_loops_multiply():
     assert run(source).cost.requests == 24
 
 
-def test_unknown_trip_count_is_a_stated_default_and_flagged():
+def test_an_unknown_trip_count_stays_unknown():
     source = script(
         """\
         import sys
@@ -144,11 +145,16 @@ def test_unknown_trip_count_is_a_stated_default_and_flagged():
         """
     )
     default = run(source)
-    assert default.cost.requests == UNKNOWN_TRIPS
-    assert any("sys.argv" in note and str(UNKNOWN_TRIPS) in note for note in default.notes)
+    loop = UnknownLoop("for arg in sys.argv")
+    n = Count.trips(loop)
+    assert default.cost.requests == default.cost.forward_passes == n  # N, never a guessed 8
+    assert default.cost.unknown_loops == (loop,)
+    assert default.cost.download_bytes == n * default.cost.download_bytes.at(1)  # per iteration
+    assert not any("assumed" in note and "sys.argv" in note for note in default.notes)
     assert any("`arg` is not a literal string" in note for note in default.notes)
-    assert run(source, **{"unknown-trips": 3}).cost.requests == 3
-    assert any("unknown length runs 8 times" in line for line in assumptions(Options()))
+    assert run(source, **{"unknown-trips": 3}).cost.requests == n  # a setting for plans only
+    assert any("counted as N iterations" in line and f"taken as {UNKNOWN_TRIPS}" in line
+               for line in assumptions(Options()))
 
 
 def test_a_same_file_function_counts_once_per_call():
@@ -168,7 +174,10 @@ def test_a_same_file_function_counts_once_per_call():
             hs.append(probe(layer))
         """
     )
-    assert run(source).cost.requests == 6 + 1  # six calls, and the function never called once
+    found = run(source)
+    assert found.cost.requests == 6  # six calls; the function no code calls costs nothing
+    assert found.uncalled == {"unused": 1}
+    assert any("no code here calls `unused`" in note and "a call sends 1 request" in note for note in found.notes)
 
 
 def test_a_try_counts_what_a_run_without_failures_runs():
@@ -647,7 +656,8 @@ def test_sessions_over_the_limit_are_warned_about():
 )
 def test_odd_code_never_raises(body):
     cost = estimate(analyze(cst.parse_module(script(body))), Options())
-    assert cost.requests >= 1 and math.isfinite(cost.seconds)
+    requests, seconds = (value if is_known(value) else value.at(1) for value in (cost.requests, cost.seconds))
+    assert requests >= 1 and math.isfinite(seconds)
 
 
 def test_functions_called_only_by_other_functions_are_counted_at_their_calls():
@@ -666,7 +676,12 @@ def test_functions_called_only_by_other_functions_are_counted_at_their_calls():
             main()
         """
     )
-    assert run(source).cost.requests == 3  # cli() → main() → 3 × probe()
+    found = run(source)
+    assert found.cost.requests == 0  # a library: no code here calls cli()
+    assert found.uncalled == {"cli": 3}  # cli() → main() → 3 × probe()
+    assert any("no code here calls `cli`" in note and "3 requests" in note for note in found.notes)
+    called = run(source + "\ncli()\n")
+    assert called.cost.requests == 3 and not called.uncalled
 
 
 def test_the_branch_that_sends_requests_is_counted():
@@ -913,7 +928,7 @@ def test_a_loop_over_a_list_the_script_fills_runs_once_per_element():
     assert not [n for n in estimate_.notes if "Hello" in n]  # the prompts' texts are known
 
 
-def test_a_list_filled_an_unknown_number_of_times_has_an_assumed_length_with_a_note():
+def test_a_list_filled_an_unknown_number_of_times_has_an_unknown_length():
     source = script(
         """
         import sys
@@ -928,8 +943,8 @@ def test_a_list_filled_an_unknown_number_of_times_has_an_assumed_length_with_a_n
         """
     )
     estimate_ = run(source)
-    assert estimate_.cost.requests == estimate_.cost.forward_passes == UNKNOWN_TRIPS
-    assert any("for p in prompts" in note and f"assumed {UNKNOWN_TRIPS}" in note for note in estimate_.notes)
+    n = Count.trips(UnknownLoop("for p in prompts"))
+    assert estimate_.cost.requests == estimate_.cost.forward_passes == n
 
 
 def test_a_session_whose_traces_are_out_of_sight_says_so():
