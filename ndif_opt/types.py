@@ -70,6 +70,10 @@ class Finding:
     # reductions of a saved value a fix moves to the server), in the coordinates of
     # ``range``; a notebook names their cells. Not reported.
     uses: tuple[Range, ...] = field(default=(), compare=False, repr=False)
+    # the requests (before, after) an applied fix's message quotes, from the estimate the
+    # cost table is made of: the fall of its pass's row is the sum of these. None when
+    # the message quotes none, or quotes them for one call of a function no code calls
+    requests: tuple[int | Count, int | Count] | None = field(default=None, compare=False, repr=False)
 
     @property
     def applied(self) -> bool:
@@ -80,12 +84,13 @@ class Finding:
         ``dataclasses.replace`` without its per-call cost (a long file's windows move every
         finding they make); keep it to every field."""
         return Finding(self.pass_id, self.message, range, self.status, self.safety, self.reason, self.evidence,
-                       self.uses if uses is None else uses)
+                       self.uses if uses is None else uses, self.requests)
 
     def to_dict(self) -> dict:
         data = asdict(self)
         del data["evidence"]
         del data["uses"]
+        del data["requests"]
         data["status"] = self.status.value
         data["safety"] = self.safety.value
         return data

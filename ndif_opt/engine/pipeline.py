@@ -691,7 +691,8 @@ def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -
         rng = located(item.node) or Range.of(0, 0, 0, 0)
         uses = tuple(r for r in map(located, item.uses) if r is not None)
         found.append(
-            Finding(pass_id, item.message, rng, item.status, item.safety, item.reason, item.evidence, uses)
+            Finding(pass_id, item.message, rng, item.status, item.safety, item.reason, item.evidence, uses,
+                    item.requests)
         )
     return found
 
