@@ -678,8 +678,8 @@ def test_functions_called_only_by_other_functions_are_counted_at_their_calls():
     )
     found = run(source)
     assert found.cost.requests == 0  # a library: no code here calls cli()
-    assert found.uncalled == {"cli": 3}  # cli() → main() → 3 × probe()
-    assert any("no code here calls `cli`" in note and "3 requests" in note for note in found.notes)
+    assert found.uncalled == {"probe": 1, "main": 3, "cli": 3}  # cli() → main() → 3 × probe()
+    assert any("`cli` (a call sends 3 requests)" in note for note in found.notes)
     called = run(source + "\ncli()\n")
     assert called.cost.requests == 3 and not called.uncalled
 
@@ -999,3 +999,123 @@ def test_what_a_helper_saves_and_returns_comes_back_with_the_name_the_session_bi
     vocab = dims_for("meta-llama/Llama-3.1-8B").vocab_size
     assert kept - released >= vocab * 2  # at least one full row of bf16 logits
     assert released < kept / 100
+
+
+# -- the bill is what runs ------------------------------------------------------------------
+
+
+def test_a_retry_loop_costs_one_attempt_and_says_so():
+    source = script(
+        """\
+        import time
+        for prompt in ["The capital of France is", "The capital of Italy is"]:
+            for attempt in range(3):
+                try:
+                    with model.trace(prompt, remote=True):
+                        logits = model.lm_head.output[0, -1].save()
+                    break
+                except Exception as error:
+                    print(f"attempt {attempt} failed: {error!r}")
+                    time.sleep(5)
+        """
+    )
+    found = run(source)
+    assert found.cost.requests == found.cost.forward_passes == 2
+    assert any("`for attempt in range(3)` is a retry loop: counted once; each failure costs another request"
+               in note for note in found.notes)
+
+
+def test_a_loop_given_its_length_is_counted_at_it():
+    source = script(
+        """\
+        import sys
+        rows = open(sys.argv[1]).read().splitlines()
+        batch = list(rows)
+        for row in rows:
+            with model.trace(row, remote=True):
+                h = model.model.layers[0].output[0, -1].save()
+        for start in range(0, len(batch), 4):
+            with model.trace(batch[start], remote=True):
+                g = model.model.layers[0].output[0, -1].save()
+        """
+    )
+    assert run(source).cost.requests.loops  # N and the chunks of N: unknown
+    given = run(source, trips={"for row  in rows:": 10})  # as the footnote names it, spaced as one likes
+    assert given.cost.requests == 10 + 3  # the loop, and the chunks of a copy of its list
+    assert is_known(given.cost.download_bytes)
+
+
+def test_a_function_handed_on_as_a_callback_runs_once_and_one_nothing_names_costs_nothing():
+    source = script(
+        """\
+        import atexit
+
+        def report():
+            with model.trace("The capital of France is", remote=True):
+                h = model.model.layers[0].output[0, -1].save()
+
+        def unused():
+            helper()
+
+        def helper():
+            with model.trace("The capital of Italy is", remote=True):
+                h = model.model.layers[0].output[0, -1].save()
+
+        atexit.register(report)
+        """
+    )
+    found = run(source)
+    assert found.cost.requests == 1  # report() runs (atexit calls it); unused() and helper() never do
+    assert found.uncalled == {"unused": 1, "helper": 1}
+    assert any("`unused` (a call sends 1 request)" in note for note in found.notes)
+
+
+def test_a_library_module_says_what_a_call_of_each_function_would_send():
+    source = script(
+        """\
+        def probe(prompt):
+            with model.trace(prompt, remote=True):
+                return model.lm_head.output[0, -1].save()
+
+        def sweep(prompts):
+            return [probe(p) for p in prompts]
+        """
+    )
+    found = run(source)
+    assert found.cost.requests == 0
+    note = next(n for n in found.notes if n.startswith("no code here calls these functions"))
+    assert "`probe` (a call sends 1 request)" in note
+    assert "`sweep` (a call sends N requests; N: the iterations of `for p in prompts`)" in note
+
+
+def test_lists_of_a_saved_dict_filled_in_a_session_come_back_with_it():
+    source = script(
+        """\
+        acts = {"early": [], "late": []}
+        with model.session(remote=True):
+            acts = nnsight.save(acts)
+            for prompt in ["The Eiffel Tower is in", "Big Ben is in", "The Colosseum is in"]:
+                with model.trace(prompt):
+                    early = model.model.layers[0].output[0, -1]
+                acts["early"].append(early)
+        """
+    ).replace("import torch", "import torch\nimport nnsight")
+    found = run(source)
+    hidden = dims_for("meta-llama/Llama-3.1-8B").hidden_size
+    assert found.cost.download_bytes > 3 * hidden * 2  # three rows of the hidden state come back
+
+
+def test_names_unpacked_from_displays_each_get_their_value():
+    source = script(
+        """\
+        prompts, labels = [], []
+        for day in ["Monday", "Tuesday", "Wednesday"]:
+            for k in range(1, 7):
+                prompts.append(day + str(k))
+                labels.append(day)
+        for prompt in prompts:
+            with model.trace(prompt, remote=True):
+                h = model.model.layers[0].output[0, -1].save()
+        """
+    )
+    assert run(source).cost.requests == 18

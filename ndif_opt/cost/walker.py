@@ -71,7 +71,7 @@ from ndif_opt.cost.shape_values import ModuleRef, Shape
 from ndif_opt.cost.shapes import value_of
 from ndif_opt.options import Options
 from ndif_opt.syntax.literals import literal_value
-from ndif_opt.syntax.loops import cst_loop_header, header_of_text
+from ndif_opt.syntax.loops import cst_expression_text, cst_loop_header, given_lengths
 from ndif_opt.syntax.positions import code_of, top_level_code
 from ndif_opt.syntax.rewrite import unsave
 from ndif_opt.syntax.walk import content_children, find_nodes
@@ -446,7 +446,7 @@ class Walker:
         self._uncalled_function: str | None = None  # the one walked now, if any
         self._loop_order: dict[tuple[str, str], int] = {}  # loops of unknown length, as met
         # lengths the configuration gives loops the walk cannot know (by header)
-        self._given_trips = {header_of_text(h): int(n) for h, n in (options.cost.get("trips") or {}).items()}
+        self._given_trips, self._given_lengths = given_lengths(options.cost.get("trips"))
         self.env: dict[str, Shape | ModuleRef] = {}
         self.storage: dict[str, _Storage] = {}  # names bound to (views of) a module output
         self.request: _Request | None = None
@@ -509,12 +509,11 @@ class Walker:
                 called_by_functions.add(_called_name(unwrapped_call(call, wrappers)))
         reached = reach(self.facts)
         for name, func in functions.items():
-            if name in self._called or name in called_by_functions:
-                continue
-            if reached.runs(func):
+            if not reached.runs(func):
+                if self._has_work(func.body):  # (a helper only such functions call, too)
+                    self.uncalled[name] = self._one_call(name, func)
+            elif name not in self._called and name not in called_by_functions:
                 self._walk_function(name, func)
-            elif self._has_work(func.body):
-                self.uncalled[name] = self._one_call(name, func)
 
     def _walk_function(self, name: str, func: cst.FunctionDef) -> None:
         saved = (dict(self.env), dict(self.storage))
@@ -874,6 +873,10 @@ class Walker:
         items = self.elements(expr, depth + 1)
         if items is not None:
             return len(items)
+        if self._given_lengths and type(expr) in (cst.Name, cst.Attribute):
+            given = self._given_lengths.get(cst_expression_text(expr))
+            if given is not None:
+                return given
         entries = dict_view_length(expr, self.facts)
         if entries is not None and not (type(expr) is cst.Name and expr.value in self.env):
             return entries
@@ -1192,6 +1195,10 @@ class Walker:
                 if storage is not None:
                     self.storage[name] = storage
                 request.save(name, size, None if size is not None else _unknown_download(name, inner, shape))
+                if size is not None and shape.kind == "container" and not shape.is_tensor:
+                    # a client dict of lists carried in and saved: what the request adds
+                    # to its lists comes back with it
+                    request.containers[name] = float(request.saved.pop(name) - 4)
                 return
             if request is not None and _is_old_api_container(value):
                 self._bind(name, Shape.container([]))
@@ -1210,6 +1217,11 @@ class Walker:
             if not _is_container(bound) and _is_display(value):
                 # `templates = [lambda ...]`: its elements unknown, its length known
                 bound = Shape.container([self.shape(e.value) for e in value.elements])
+            elif isinstance(bound, Shape) and bound.kind == "unknown" and _copies_a_sequence(value):
+                # `items = list(rows)`, rows of a given length: the copy has it too
+                n = self.length(value)
+                if n is not None and n <= TRACKED_LENGTH:
+                    bound = Shape.container([Shape.unknown("an element of a sequence")] * n)
             storage = self._bound_storage(value)
             self._bind(name, bound)
             if storage is not None:
@@ -1247,7 +1259,10 @@ class Walker:
         ):
             self.forward.skipped += times  # one layer evaluation less
             return
-        if type(func) is not cst.Attribute or type(func.value) is not cst.Name:
+        if type(func) is not cst.Attribute:
+            return
+        if type(func.value) is not cst.Name:
+            self._nested_call(call, times)
             return
         name, method = func.value.value, func.attr.value
         if method in _IN_PLACE and _is_container(self.env.get(name)):
@@ -1271,6 +1286,18 @@ class Walker:
                 request.add(name, None, 0, times, unknown=_unknown_download(name, values, shape))
             else:  # the elements of a container, without its own framing
                 request.add(name, max(size - 4, 0), 0, times)
+
+    def _nested_call(self, call: cst.Call, times: Number | Count) -> None:
+        """``acts["early"].append(x)``: a list inside a saved container grows it."""
+        receiver, method = call.func.value, call.func.attr.value
+        while type(receiver) is cst.Subscript:
+            receiver = receiver.value
+        request = self._frame_request()
+        if type(receiver) is not cst.Name or request is None or receiver.value not in request.containers:
+            return
+        args = [a.value for a in call.args if a.keyword is None and not a.star]
+        if method in ("append", "add") and len(args) == 1:
+            self._add_to(request, receiver.value, unsave(args[0]), 0, times)
 
     def _changed_container(self, name: str, bound: Shape, method: str, call: cst.Call, times: float) -> Shape:
         """What ``name`` holds after ``times`` calls ``name.<method>(...)`` that change it
@@ -2097,6 +2124,14 @@ def _has_str(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_has_str(v) for v in value)
     return False
+
+
+def _copies_a_sequence(expr: cst.BaseExpression) -> bool:
+    """`list(xs)`, `tuple(xs)`, `sorted(xs)`, `xs`: a value as long as ``xs``."""
+    if type(expr) in (cst.Name, cst.Attribute):
+        return True
+    return (type(expr) is cst.Call and dotted_name(expr.func) in ("list", "tuple", "sorted")
+            and len(expr.args) >= 1 and expr.args[0].keyword is None)
 
 
 def _is_display(expr: cst.BaseExpression) -> bool:

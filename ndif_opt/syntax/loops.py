@@ -16,7 +16,7 @@ import libcst as cst
 
 from ndif_opt.syntax.positions import code_of
 
-__all__ = ["cst_loop_header", "header_of_text", "loop_header", "loop_lines"]
+__all__ = ["cst_expression_text", "cst_loop_header", "given_lengths", "header_of_text", "loop_header", "loop_lines"]
 
 
 def loop_header(node: ast.For | ast.AsyncFor | ast.While | ast.comprehension) -> str:
@@ -60,6 +60,33 @@ def cst_loop_header(node: cst.For | cst.While | cst.CompFor) -> str:
         return loop_header(ast.parse(header).body[0])
     except (SyntaxError, ValueError, RecursionError):
         return " ".join(header.removesuffix(": pass").split())
+
+
+@functools.lru_cache(maxsize=4096)
+def cst_expression_text(expr: cst.BaseExpression) -> str:
+    """An expression as ``ast.unparse`` spells it (``rows``, ``df.iterrows()``)."""
+    code = code_of(expr).strip()
+    try:
+        return ast.unparse(ast.parse(f"({code})", mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError):
+        return " ".join(code.split())
+
+
+def given_lengths(trips) -> tuple[dict[str, int], dict[str, int]]:
+    """The loop lengths a configuration gives (``{"for row in rows" = 817}``): (header ->
+    length, iterable -> length). A header names its loop; its iterable, when it is a plain
+    name or attribute (``rows``), has that length wherever the script measures or copies it."""
+    headers, iterables = {}, {}
+    for text, n in (trips or {}).items():
+        header = header_of_text(str(text))
+        headers[header] = int(n)
+        try:
+            node = ast.parse(header + ": pass").body[0]
+        except (SyntaxError, ValueError, RecursionError, IndexError):
+            continue
+        if isinstance(node, ast.For) and isinstance(node.iter, (ast.Name, ast.Attribute)):
+            iterables[ast.unparse(node.iter)] = int(n)
+    return headers, iterables
 
 
 def header_of_text(text: str) -> str:
