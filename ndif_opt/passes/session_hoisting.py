@@ -278,6 +278,13 @@ class SessionHoisting(Pass):
             return False
         return self._counted(region, facts, context).per_run(UNKNOWN_TRIPS) >= 2
 
+    def _hoisted_caller(self, region: Region, facts: Facts) -> str:
+        """The function holding the region, when a session this pass opened around its
+        calls already counts its requests ("" otherwise: the region's own claim stands)."""
+        function = facts.stmt(region.statements[0]).function
+        name = function.name.value if function is not None else ""
+        return name if name in self.rewritten_helpers else ""
+
     def _counted(self, region: Region, facts: Facts, context: Context) -> RegionRequests:
         """What the region's messages quote: its requests as the cost table counts them
         (the cost model's walk of this version of the tree: a retry counted once, a loop
@@ -591,9 +598,10 @@ class SessionHoisting(Pass):
         context.unreturned |= let_go
         safety = Safety.UNSAFE if unsafe else Safety.SAFE
         counted = self._counted(region, facts, context)
-        message = _hoisted_message(region, facts, accumulators, counted)
+        caller = self._hoisted_caller(region, facts)
+        message = _hoisted_message(region, facts, accumulators, counted, caller)
         context.applied(anchor, message + _let_go_note(region, facts, let_go), safety,
-                        evidence=f"{region.model}.session(", requests=request_claim(counted))
+                        evidence=f"{region.model}.session(", requests=None if caller else request_claim(counted))
         return True
 
     def _rewrite(self, region: Region, accumulators, facts, plan: SuitePlan, context) -> None:
@@ -1257,11 +1265,15 @@ def _per_call(requests: RegionRequests) -> str:
     return ""
 
 
-def _hoisted_message(region: Region, facts: Facts, accumulators, requests: RegionRequests) -> str:
-    change, meaning = claim_text(requests.sent, requests.runs, "request")
-    text = f"wrapped {_kind_label(region)} in one session: {change}{_per_call(requests)}"
-    if meaning:
-        text += f" ({meaning})"
+def _hoisted_message(region: Region, facts: Facts, accumulators, requests: RegionRequests, caller: str = "") -> str:
+    if caller:  # its calls run in a session already: that session's finding counts them
+        text = (f"wrapped {_kind_label(region)} in one session, for a call of `{caller}` outside a session "
+                f"(the session that now calls `{caller}` counts its requests)")
+    else:
+        change, meaning = claim_text(requests.sent, requests.runs, "request")
+        text = f"wrapped {_kind_label(region)} in one session: {change}{_per_call(requests)}"
+        if meaning:
+            text += f" ({meaning})"
     if region.helper_calls:
         names = sorted({h.name for _, h in region.helper_calls})
         text += "; " + ", ".join(f"`{n}`" for n in names) + " now called with remote=False inside it"
