@@ -64,6 +64,12 @@ def scripts() -> list[Path]:
 TRIPS: dict[str, dict[str, int]] = {
     "file_rows": {"for row in rows": 5},
 }
+for _family in ("gpt2", "llama"):
+    for _version in ("original", "optimized"):
+        for _name in ("test_a_method_that_stores_its_results_on_self_runs_in_one_session",
+                      "test_a_method_that_reads_what_the_loop_stored_on_self_keeps_its_requests"):
+            # a method's loop over the list its caller passes (three prompts)
+            TRIPS[f"test_execution_handled::{_name}[{_family}]:{_version}"] = {"for p in prompts": 3}
 
 
 def tiny_options(source: str, **cost) -> Options:
@@ -344,10 +350,11 @@ for _family in ("gpt2", "llama"):
     for _version in ("original", "optimized"):
         for _name in ("test_a_method_that_stores_its_results_on_self_runs_in_one_session",
                       "test_a_method_that_reads_what_the_loop_stored_on_self_keeps_its_requests"):
-            NOT_PREDICTED[f"test_execution_handled::{_name}[{_family}]:{_version}"] = (
-                "cost model gap: a method's loop over its parameter is assumed 8 long (the caller's list of 3, "
-                "passed to a method of an object, is not followed)"
-            )
+            if _family == "gpt2":  # (its loop's length is given: TRIPS)
+                NOT_PREDICTED[f"test_execution_handled::{_name}[{_family}]:{_version}"] = (
+                    "cost model gap: attributes of `self` are not followed (`self.model` gets the layer count "
+                    "of another model: 96 layer evaluations predicted, 36 measured)"
+                )
         NOT_PREDICTED[
             f"test_execution_split::test_traces_in_methods_called_from_a_loop_in_another_method[{_family}]:{_version}"
         ] = (
