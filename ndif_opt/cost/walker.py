@@ -1213,6 +1213,11 @@ class Walker:
                 if items is not None:
                     self._bind(name, _python_shape(items, True))
                     return
+            if type(value) is cst.Call and dotted_name(value.func) in ("len", "max", "min"):
+                number = self.integer(value)  # `N_LAYERS = len(model.transformer.h)`: 12, not just an int
+                if number is not None:
+                    self._bind(name, _python_shape(number, True))
+                    return
             bound = self.value(value)
             if not _is_container(bound) and _is_display(value):
                 # `templates = [lambda ...]`: its elements unknown, its length known
