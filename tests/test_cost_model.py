@@ -1108,14 +1108,16 @@ def test_lists_of_a_saved_dict_filled_in_a_session_come_back_with_it():
 def test_names_unpacked_from_displays_each_get_their_value():
     source = script(
         """\
+        templates = [lambda day, k: f"{k} days after {day} is", lambda day, k: f"{day} plus {k} days is"]
         prompts, labels = [], []
         for day in ["Monday", "Tuesday", "Wednesday"]:
             for k in range(1, 7):
-                prompts.append(day + str(k))
-                labels.append(day)
+                for template in templates:  # functions: their values unknown, their number known
+                    prompts.append(template(day, k))
+                    labels.append(day)
         for prompt in prompts:
             with model.trace(prompt, remote=True):
                 h = model.model.layers[0].output[0, -1].save()
         """
     )
-    assert run(source).cost.requests == 18
+    assert run(source).cost.requests == 36  # as it runs: 3 days × 6 offsets × 2 templates
