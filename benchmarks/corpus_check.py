@@ -12,9 +12,11 @@ per file and mode:
   describes a change the output does not have);
 * ``template``: messages matching a broken template (``these 0 … blocks``, ``1 requests``,
   a phrase said twice in a row, an unrendered ``{name}`` or ``None``, …);
-* ``report``: fixed findings that claim ``N requests → M`` while the report's row for
-  their pass falls by less (or a fall of session-hoisting or trace-fusion that no
-  finding claims);
+* ``report``: fixed findings whose request counts (``Finding.requests``, the claim their
+  ``N requests → M`` quotes) differ from the report's row for their pass — the row must
+  fall by exactly the claims' sum, loops of unknown length (``7·N → N``) included — a
+  fixed finding that quotes a request count without a claim, or a fall of
+  session-hoisting or trace-fusion that no finding claims;
 * ``cells merged``: a notebook's cells (or a ``# %%`` script's) whose count changed, or a
   statement moved from one cell to another (:func:`statements_moved`);
 * ``unserializable``: a value the optimized code sends back from a session (a saved name,
@@ -54,6 +56,7 @@ from ndif_opt.frontends.files import read_source  # noqa: E402
 from ndif_opt.frontends.notebook import is_notebook, notebook_script, optimize_notebook, statements_moved  # noqa: E402
 from ndif_opt.syntax.rewrite import unsave  # noqa: E402
 from ndif_opt.syntax.walk import find_nodes  # noqa: E402
+from ndif_opt.output.text import plain_count  # noqa: E402
 from ndif_opt.output.wording import broken_template  # noqa: E402
 
 CORPUS = PROJECT.parent / "shared" / "corpus"
@@ -61,7 +64,7 @@ CORPUS = PROJECT.parent / "shared" / "corpus"
 MODES = {"default": {}, "unsafe": {"unsafe_fixes": True}, "migrate": {"migrate": True}}
 CLI_MODE = "report-json"
 
-REQUESTS_CLAIM = re.compile(r"(\d+)(?: or more)? requests? → (\d+)")
+REQUESTS_CLAIM = re.compile(r"requests? → ")
 
 
 @dataclass
@@ -116,23 +119,27 @@ def broken_templates(result) -> list[str]:
 
 
 def report_disagreements(result) -> list[str]:
-    """Fixed findings that claim `N requests → M` agree with their pass's report row: the
-    row falls by at least the claims' sum. (At least: a finding counts one run of its
-    code, and a helper called twice sends its requests twice.)"""
+    """Every fixed finding's request counts equal the report's: its pass's row falls by
+    exactly the sum of the claims (``Finding.requests``: the counts its message quotes,
+    from the estimate the table is made of), and a message that quotes `N requests → M`
+    carries its claim (one quoted per call of a function no code calls does not: the table
+    leaves that function out)."""
     disagreements = []
     for row in result.costs:
-        claims = [REQUESTS_CLAIM.search(f.message) for f in result.findings
-                  if f.pass_id == row.pass_id and f.status is Status.APPLIED]
-        claims = [c for c in claims if c]
+        fixed = [f for f in result.findings if f.pass_id == row.pass_id and f.status is Status.APPLIED]
+        claims = [f.requests for f in fixed if f.requests is not None]
+        unclaimed = [f for f in fixed if f.requests is None and REQUESTS_CLAIM.search(f.message)
+                     and "no code here calls" not in f.message]
         fall = row.before.requests - row.after.requests
-        claimed = sum(int(c.group(1)) - int(c.group(2)) for c in claims)
-        bounded = any("or more" in c.group(0) for c in claims)
-        if claims and fall < claimed:
-            disagreements.append(f"{row.pass_id}: findings claim {claimed}{' or more' if bounded else ''} "
-                                 f"fewer requests, the report {row.before.requests} → {row.after.requests}")
-        if fall > 0 and not claims and row.pass_id in {"session-hoisting", "trace-fusion"}:
-            disagreements.append(f"{row.pass_id}: report {row.before.requests} → {row.after.requests} "
-                                 "but no finding says so")
+        claimed = sum((before - after for before, after in claims), 0)
+        shown = f"the report {plain_count(row.before.requests)} → {plain_count(row.after.requests)}"
+        if claims and fall != claimed:
+            disagreements.append(f"{row.pass_id}: findings claim {plain_count(claimed)} fewer requests, {shown}")
+        for finding in unclaimed:
+            disagreements.append(f"{row.pass_id} line {finding.range.start.line + 1}: quotes requests the "
+                                 f"estimate does not: {finding.message[:70]}")
+        if fall != 0 and not claims and row.pass_id in {"session-hoisting", "trace-fusion"}:
+            disagreements.append(f"{row.pass_id}: {shown} but no finding says so")
     return disagreements
 
 

@@ -79,7 +79,8 @@ from ndif_opt import Status, optimize  # noqa: E402
 from ndif_opt.frontends.config import load_options  # noqa: E402
 from ndif_opt.frontends.files import read_source  # noqa: E402
 from ndif_opt.frontends.notebook import is_notebook, notebook_script, optimize_notebook  # noqa: E402
-from ndif_opt.output.text import human_bytes, totals  # noqa: E402
+from ndif_opt.output.text import direction, human_bytes, plain_count, totals  # noqa: E402
+from ndif_opt.types import is_known  # noqa: E402
 
 from expert_counts import as_intended, check_against_readme, expert_for  # noqa: E402
 from refusals import finding_lines, measure, where  # noqa: E402
@@ -286,6 +287,8 @@ def reaches(row: dict, mode: str) -> bool:
         return False
     if not measured and after == 0 < row["expert"]:
         return False  # a static 0 means the cost model saw no request: unknown, not reached
+    if not is_known(after):
+        return False  # N requests (a loop of unknown length): not known to be at most the expert's
     return after <= row["expert"]
 
 
@@ -485,7 +488,8 @@ def refusal_histogram(devset: list[dict], corpus: list[dict]) -> list[tuple[str,
 
 
 def requests_fell(run: dict) -> bool:
-    return run["crash"] is None and run["requests_after"] < run["requests_before"]
+    """Did the requests fall (for a loop of unknown length: when it runs long)?"""
+    return run["crash"] is None and direction(run["requests_before"] - run["requests_after"]) == "fewer"
 
 
 # -- the histogram of reasons ---------------------------------------------------------------
@@ -521,7 +525,7 @@ def arrow(run: dict) -> str:
         return "crash"
     if run.get("requests_before") is None:
         return "—"
-    return f"{run['requests_before']} → {run['requests_after']}"
+    return f"{plain_count(run['requests_before'])} → {plain_count(run['requests_after'])}"
 
 
 def verify_cell(outcome: dict | None) -> str:

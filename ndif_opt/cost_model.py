@@ -8,11 +8,18 @@ The model walks the script once, in order, as an abstract interpreter:
 * **loops** multiply what they contain by their trip count — ``range`` with constants,
   ``len()`` of literal lists and of module containers (``len(model.model.layers)``),
   ``enumerate``/``zip``, nested loops; a loop over literal strings (prompts) is unrolled so
-  every prompt has its own length; a loop whose length is unknown runs a stated default
-  and is flagged in :attr:`Estimate.notes`; a list the script fills in place
-  (``prompts.append(p)``) has the length of what it adds where that is known;
+  every prompt has its own length; a list the script fills in place
+  (``prompts.append(p)``) has the length of what it adds where that is known. A loop
+  whose length is not known before the script runs (rows of a file, a ``while``) is not
+  guessed: it multiplies by its own symbol ``N`` (:class:`ndif_opt.types.UnknownLoop`),
+  and every number it reaches is a :class:`ndif_opt.types.Count` — ``1 + 2·N`` requests.
+  A plan that needs one number (session-chunking) takes ``N`` at the ``unknown-trips``
+  setting and says so. A retry loop (:func:`ndif_opt.analysis.retries.retry_guard`)
+  counts one attempt, with a note;
 * a call of a function of the same file is walked at the call (its requests count once per
-  call); a function never called at module level is walked once;
+  call); a function code here only hands on (a callback, an entry point) is walked once;
+  a function no code here names (:mod:`ndif_opt.analysis.reachability`) costs nothing,
+  and a note tells what one call of it would send;
 * every **outermost remote block** is one request: its upload (request base, the module
   tree's references, the block's code, every client tensor the block reads), its
   download (``torch.save`` of the saved values), its forward passes (one per trace however
@@ -63,13 +70,15 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.cost.constants import DEFAULTS, UNKNOWN_TRIPS, session_budget, setting, view_mode
-from ndif_opt.cost.walker import RequestEstimate, SessionProfile, Walker
+from ndif_opt.cost.walker import RequestEstimate, SessionProfile, Visit, Walker
 from ndif_opt.options import Options
-from ndif_opt.types import Cost, UnknownDownload, UnknownDownloads
+from ndif_opt.output.wording import counted_with_loops
+from ndif_opt.types import Cost, Count, Number, UnknownDownload, UnknownDownloads, UnknownLoop, is_known, loops_in
 
 __all__ = [
     "DEFAULTS",
     "Estimate",
+    "RegionRequests",
     "RequestEstimate",
     "SessionProfile",
     "UNKNOWN_TRIPS",
@@ -81,6 +90,26 @@ __all__ = [
 ]
 
 
+@dataclass(frozen=True)
+class RegionRequests:
+    """The requests a run of statements sends, as the totals count them: ``sent`` over
+    the script's run, in ``runs`` runs of the statements. ``uncalled``: the function no
+    code here calls that holds them — then for one call of it, which the totals leave out."""
+
+    sent: Number | Count
+    runs: Number | Count
+    uncalled: str | None = None
+
+    def per_run(self, assumed: int) -> Number:
+        """Requests one run sends, a number: a loop of unknown length inside taken at
+        ``assumed`` iterations (to decide, not to report)."""
+        try:
+            value = self.sent / self.runs if self.runs else self.sent
+        except (ValueError, TypeError):
+            value = _at(self.sent, assumed) / max(_at(self.runs, assumed), 1)
+        return _at(value, assumed)
+
+
 @dataclass
 class Estimate:
     """What :func:`explain` returns."""
@@ -89,12 +118,35 @@ class Estimate:
     requests: list[RequestEstimate] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # script-specific assumptions
     warnings: list[str] = field(default_factory=list)  # requests over the time limit
+    visits: dict[int, Visit] = field(default_factory=dict)  # id(statement) -> what the walk saw
+    # functions no code here calls -> the requests one call would send (not in the totals)
+    uncalled: dict[str, Number | Count] = field(default_factory=dict)
+    assumed_trips: int = 8  # N, where a number is needed (the `unknown-trips` setting)
 
     def request_for(self, node: cst.With) -> RequestEstimate | None:
         for request in self.requests:
             if request.block is not None and request.block.node is node:
                 return request
         return None
+
+    def region(self, statements) -> RegionRequests | None:
+        """The requests the statements (a run of one suite) send, or None when the walk
+        never reached them (code after a `return`, calls nested too deep)."""
+        visits = [self.visits.get(id(stmt)) for stmt in statements]
+        if not visits or visits[0] is None:
+            return None
+        sent = sum((v.sent for v in visits if v is not None), 0)
+        return RegionRequests(sent, visits[0].runs, visits[0].function)
+
+    def longest_seconds(self, request: RequestEstimate) -> tuple[float, tuple[UnknownLoop, ...]]:
+        """The server time of the request's longest run, a number — with the loops of
+        unknown length taken at :attr:`assumed_trips` iterations to get it (to plan by)."""
+        value = request.max_server_seconds
+        return _at(value, self.assumed_trips), loops_in(value)
+
+
+def _at(value: Number | Count, trips: int) -> Number:
+    return value if is_known(value) else value.at(trips)
 
 
 def estimate(facts: Facts, options: Options) -> Cost:
@@ -123,7 +175,7 @@ def _explain(facts: Facts, options: Options) -> Estimate:
         walker.note(f"the cost model could not follow this script ({type(error).__name__}): its cost is partial")
     requests = walker.requests
     total = dict(requests=0, upload=0, download=0, forward=0, layers=0, flops=0.0, server=0.0)
-    unknown: dict[UnknownDownload, int] = {}
+    unknown: dict[UnknownDownload, int | Count] = {}
     for r in requests:
         for value, n in r.unknown_downloads.items():
             unknown[value] = unknown.get(value, 0) + n
@@ -142,27 +194,59 @@ def _explain(facts: Facts, options: Options) -> Estimate:
     )
     cost = Cost(
         requests=total["requests"],
-        upload_bytes=int(total["upload"]),
-        download_bytes=int(total["download"]),
+        upload_bytes=_whole(total["upload"]),
+        download_bytes=_whole(total["download"]),
         forward_passes=total["forward"],
         layer_evaluations=total["layers"],
         compute_flops=total["flops"],
         seconds=round(seconds, 3),
         download_unknown=UnknownDownloads.of(unknown),
     )
+    found = Estimate(cost=cost, requests=requests, notes=list(walker.notes), visits=walker.visits,
+                     uncalled=dict(walker.uncalled), assumed_trips=walker.unknown_trips)
+    found.warnings = _warnings(found, options)
+    if walker.uncalled:
+        found.notes.append(_uncalled_note(walker.uncalled))
+    return found
+
+
+def _whole(value: Number | Count) -> int | Count:
+    return round(value) if not is_known(value) else int(value)
+
+
+def _warnings(found: Estimate, options: Options) -> list[str]:
+    """Requests whose server time may exceed NDIF's limit (a loop of unknown length
+    inside taken at the assumed length, and said so)."""
     warnings = []
     limit = setting(options, "session-limit")
     budget = session_budget(options)
-    for r in requests:
-        if r.max_server_seconds > budget:
-            what = "session" if r.kind == "session" else r.kind
-            warnings.append(
-                f"a {what} of `{r.model}` is estimated at {_seconds(r.max_server_seconds)} "
-                f"of server time; NDIF stops a request after {_seconds(limit)}"
-                + (" (the estimate leaves a margin of "
-                   f"{setting(options, 'session-margin'):.0%})" if r.max_server_seconds <= limit else "")
-            )
-    return Estimate(cost=cost, requests=requests, notes=list(walker.notes), warnings=warnings)
+    for r in found.requests:
+        seconds, loops = found.longest_seconds(r)
+        if seconds <= budget:
+            continue
+        what = "session" if r.kind == "session" else r.kind
+        warnings.append(
+            f"a {what} of `{r.model}` is estimated at {_seconds(seconds)} "
+            f"of server time; NDIF stops a request after {_seconds(limit)}"
+            + (" (the estimate leaves a margin of "
+               f"{setting(options, 'session-margin'):.0%})" if seconds <= limit else "")
+            + (f" — with {found.assumed_trips} iterations assumed of "
+               + ", ".join(f"`{loop.header}`" for loop in loops) if loops else "")
+        )
+    return warnings
+
+
+def _uncalled_note(uncalled: dict[str, Number | Count]) -> str:
+    """No code here calls these functions: what one call of each would send."""
+    parts = []
+    for name, requests in uncalled.items():
+        text, meaning = counted_with_loops(requests, "request")
+        parts.append((name, f"a call sends {text}{'; ' + meaning if meaning else ''}"))
+    if len(parts) == 1:
+        (name, call), = parts
+        return f"no code here calls `{name}`, so its requests are not counted ({call})"
+    listed = ", ".join(f"`{name}` ({call})" for name, call in parts)
+    return f"no code here calls these functions, so their requests are not counted: {listed}"
 
 
 def assumptions(options: Options) -> list[str]:
@@ -172,7 +256,9 @@ def assumptions(options: Options) -> list[str]:
         else "a saved view downloads its whole storage (a CPU server pickles it as it is)"
     )
     lines = [
-        f"a loop of unknown length runs {int(setting(options, 'unknown-trips'))} times",
+        "a loop whose length is not known before running (rows of a file, a `while`) is counted as N "
+        "iterations, N named under the table; where a plan needs a number (session-chunking), N is taken as "
+        f"{int(setting(options, 'unknown-trips'))}",
         f"a prompt that is not a literal string has {int(setting(options, 'seq-len'))} tokens; "
         "a literal has about one token per 4 characters",
         f"generate makes {int(setting(options, 'max-new-tokens'))} tokens unless max_new_tokens is given",

@@ -70,6 +70,10 @@ class Finding:
     # reductions of a saved value a fix moves to the server), in the coordinates of
     # ``range``; a notebook names their cells. Not reported.
     uses: tuple[Range, ...] = field(default=(), compare=False, repr=False)
+    # the requests (before, after) an applied fix's message quotes, from the estimate the
+    # cost table is made of: the fall of its pass's row is the sum of these. None when
+    # the message quotes none, or quotes them for one call of a function no code calls
+    requests: tuple[int | Count, int | Count] | None = field(default=None, compare=False, repr=False)
 
     @property
     def applied(self) -> bool:
@@ -80,12 +84,13 @@ class Finding:
         ``dataclasses.replace`` without its per-call cost (a long file's windows move every
         finding they make); keep it to every field."""
         return Finding(self.pass_id, self.message, range, self.status, self.safety, self.reason, self.evidence,
-                       self.uses if uses is None else uses)
+                       self.uses if uses is None else uses, self.requests)
 
     def to_dict(self) -> dict:
         data = asdict(self)
         del data["evidence"]
         del data["uses"]
+        del data["requests"]
         data["status"] = self.status.value
         data["safety"] = self.safety.value
         return data
@@ -100,6 +105,10 @@ class UnknownDownload:
     reason: str  # why its size is not known, in the shape model's words
 
 
+def _first(pair: tuple) -> object:
+    return pair[0]
+
+
 @dataclass(frozen=True)
 class UnknownDownloads:
     """The downloads of unknown size, each with how many times the script downloads it:
@@ -109,11 +118,11 @@ class UnknownDownloads:
     :class:`Cost` (the pipeline chains per-pass costs by differences: a difference may
     hold negative counts)."""
 
-    counts: tuple[tuple[UnknownDownload, int], ...] = ()
+    counts: tuple[tuple[UnknownDownload, int | Count], ...] = ()
 
     @staticmethod
-    def of(counts: Mapping[UnknownDownload, int]) -> UnknownDownloads:
-        return UnknownDownloads(tuple(sorted((value, n) for value, n in counts.items() if n)))
+    def of(counts: Mapping[UnknownDownload, int | Count]) -> UnknownDownloads:
+        return UnknownDownloads(tuple(sorted(((value, n) for value, n in counts.items() if n), key=_first)))
 
     def __add__(self, other: UnknownDownloads) -> UnknownDownloads:
         return self._combined(other, 1)
@@ -132,29 +141,256 @@ class UnknownDownloads:
     @property
     def values(self) -> tuple[UnknownDownload, ...]:
         """The values downloaded at least once (a difference's negative counts are not)."""
-        return tuple(value for value, n in self.counts if n > 0)
+        return tuple(value for value, n in self.counts if may_be_positive(n))
 
-    def count(self, value: UnknownDownload) -> int:
+    def count(self, value: UnknownDownload) -> int | Count:
         return dict(self.counts).get(value, 0)
 
     def __bool__(self) -> bool:
         return bool(self.values)
 
 
+@dataclass(frozen=True, order=True)
+class UnknownLoop:
+    """A loop whose length the cost model cannot know before the script runs (it walks
+    data the script reads): the symbol ``N`` a :class:`Count` is a polynomial in. It
+    stands for the loop's iterations each time the loop runs."""
+
+    header: str  # `for row in rows`, `while not done`: as ``ast.unparse`` spells it
+    function: str = ""  # the function that holds it; "" at module level
+    # when the walk first met it (outer loops first): the order its symbols are numbered
+    # in (N₁, N₂), not part of what it is
+    order: int = field(default=0, compare=False)
+
+    @property
+    def lines_key(self) -> tuple[str, str]:
+        return self.header, self.function
+
+
+Number = int | float
+Monomial = tuple[UnknownLoop, ...]  # the loops multiplied, sorted (nested loops: one each)
+
+
+@dataclass(frozen=True)
+class Count:
+    """A number of the bill that depends on loops of unknown length: ``constant`` plus,
+    per product of loops (a :data:`Monomial`), a coefficient times their iterations —
+    ``1 + 2·N`` is one request, then two per iteration of the loop N stands for.
+
+    It adds, subtracts and multiplies with numbers and other Counts (a sum whose loop
+    terms cancel is a plain number again: :meth:`of` never makes a Count without terms),
+    and divides by a number or by a Count it is a multiple of. It has no order — ``N``
+    may be 0 or 10,000 — so a consumer that needs one number asks for :meth:`at` with an
+    assumed length, and says that it assumed one."""
+
+    constant: Number = 0
+    terms: tuple[tuple[Monomial, Number], ...] = ()
+
+    @staticmethod
+    def of(constant: Number, terms: Mapping[Monomial, Number]) -> Number | Count:
+        kept = tuple(sorted(((m, c) for m, c in terms.items() if abs(c) > 1e-9), key=_monomial_order))
+        return Count(constant, kept) if kept else constant
+
+    @staticmethod
+    def trips(loop: UnknownLoop) -> Count:
+        """The iterations of ``loop``: N."""
+        return Count(0, (((loop,), 1),))
+
+    @property
+    def loops(self) -> tuple[UnknownLoop, ...]:
+        """Its loops, in the order the walk met them."""
+        return tuple(sorted({loop for monomial, _ in self.terms for loop in monomial}, key=_met))
+
+    def at(self, trips: Number | Mapping[UnknownLoop, Number]) -> Number:
+        """The value when each loop runs ``trips`` times (a number, or one per loop)."""
+        total = self.constant
+        for monomial, coefficient in self.terms:
+            for loop in monomial:
+                coefficient *= trips[loop] if isinstance(trips, Mapping) else trips
+            total += coefficient
+        return total
+
+    def _combined(self, other: Number | Count, sign: int) -> Number | Count:
+        constant, terms = _parts(other)
+        merged = dict(self.terms)
+        for monomial, coefficient in terms.items():
+            merged[monomial] = merged.get(monomial, 0) + sign * coefficient
+        return Count.of(self.constant + sign * constant, merged)
+
+    def __add__(self, other: Number | Count) -> Number | Count:
+        return self._combined(other, 1) if _numeric(other) else NotImplemented
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Number | Count) -> Number | Count:
+        return self._combined(other, -1) if _numeric(other) else NotImplemented
+
+    def __rsub__(self, other: Number) -> Number | Count:
+        return (-self)._combined(other, 1) if _numeric(other) else NotImplemented
+
+    def __neg__(self) -> Count:
+        return Count(-self.constant, tuple((m, -c) for m, c in self.terms))
+
+    def __mul__(self, other: Number | Count) -> Number | Count:
+        if not _numeric(other):
+            return NotImplemented
+        constant, terms = _parts(other)
+        mine = {(): self.constant, **dict(self.terms)}
+        theirs = {(): constant, **terms}
+        product: dict[Monomial, Number] = {}
+        for left, a in mine.items():
+            for right, b in theirs.items():
+                monomial = tuple(sorted(left + right))
+                product[monomial] = product.get(monomial, 0) + a * b
+        return Count.of(product.pop((), 0), product)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: Number | Count) -> Number | Count:
+        """By a number; by a Count of one term whose loops every term here holds
+        (a loop's total over its iterations, per iteration); by a Count this is a
+        multiple of (a number). Anything else raises ValueError."""
+        if isinstance(other, (int, float)):
+            return Count.of(self.constant / other, {m: c / other for m, c in self.terms})
+        if not isinstance(other, Count):
+            return NotImplemented
+        ratio = _ratio_of(self, other)
+        if ratio is not None:
+            return ratio
+        if other.constant == 0 and len(other.terms) == 1 and self.constant == 0:
+            (divisor, scale), = other.terms
+            quotient = {}
+            for monomial, coefficient in self.terms:
+                rest = _without(monomial, divisor)
+                if rest is None:
+                    break
+                quotient[rest] = coefficient / scale
+            else:
+                return Count.of(quotient.pop((), 0), quotient)
+        raise ValueError(f"{self} is not a multiple of {other}")
+
+    def __round__(self, ndigits: int | None = None) -> Number | Count:
+        return Count.of(round(self.constant, ndigits), {m: round(c, ndigits) for m, c in self.terms})
+
+    def __bool__(self) -> bool:
+        return bool(self.terms) or bool(self.constant)
+
+    def __format__(self, spec: str) -> str:
+        return self.text(lambda value: format(value, spec))
+
+    def __str__(self) -> str:
+        return self.text(str)
+
+    def text(self, number, names: Mapping[UnknownLoop, str] | None = None) -> str:
+        """``1 + 2·N``: the constant and each term, the numbers written by ``number``,
+        the loops by ``names`` (default: N, or N₁, N₂, … in order)."""
+        names = names if names is not None else default_names(self.loops)
+        parts = [number(self.constant)] if self.constant else []
+        for monomial, coefficient in self.terms:
+            symbols = "·".join(sorted(names.get(loop, "N") for loop in monomial))
+            written = number(abs(coefficient))
+            term = symbols if written == "1" else f"{written}·{symbols}"
+            if parts:
+                parts.append(("- " if coefficient < 0 else "+ ") + term)
+            else:
+                parts.append(("-" if coefficient < 0 else "") + term)
+        return " ".join(parts)
+
+
+def _met(loop: UnknownLoop) -> tuple:
+    return loop.order, loop.header, loop.function
+
+
+def _numeric(value: object) -> bool:
+    return isinstance(value, (int, float, Count))
+
+
+def _parts(value: Number | Count) -> tuple[Number, dict[Monomial, Number]]:
+    if isinstance(value, Count):
+        return value.constant, dict(value.terms)
+    return value, {}
+
+
+def _monomial_order(term: tuple[Monomial, Number]) -> tuple:
+    return len(term[0]), term[0]
+
+
+def _without(monomial: Monomial, divisor: Monomial) -> Monomial | None:
+    rest = list(monomial)
+    for loop in divisor:
+        if loop not in rest:
+            return None
+        rest.remove(loop)
+    return tuple(rest)
+
+
+def _ratio_of(a: Count, b: Count) -> Number | None:
+    """k when a == k·b, else None."""
+    if len(a.terms) != len(b.terms) or any(ma != mb for (ma, _), (mb, _) in zip(a.terms, b.terms)):
+        return None
+    monomial, first = b.terms[0]
+    k = dict(a.terms)[monomial] / first
+    if abs(a.constant - k * b.constant) > 1e-9 * max(1.0, abs(a.constant)):
+        return None
+    if any(abs(ca - k * cb) > 1e-9 * max(1.0, abs(ca)) for (_, ca), (_, cb) in zip(a.terms, b.terms)):
+        return None
+    return k
+
+
+def default_names(loops) -> dict[UnknownLoop, str]:
+    """N for one loop; N₁, N₂, … for several, in the order given."""
+    loops = list(dict.fromkeys(loops))
+    if len(loops) == 1:
+        return {loops[0]: "N"}
+    digits = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+    return {loop: "N" + str(index).translate(digits) for index, loop in enumerate(loops, 1)}
+
+
+def is_known(value: Number | Count) -> bool:
+    """Is ``value`` a plain number (no loop of unknown length in it)?"""
+    return not isinstance(value, Count)
+
+
+def loops_in(*values: Number | Count) -> tuple[UnknownLoop, ...]:
+    """The loops of unknown length the values depend on, in order."""
+    found: dict[UnknownLoop, None] = {}
+    for value in values:
+        if isinstance(value, Count):
+            found.update(dict.fromkeys(value.loops))
+    return tuple(sorted(found, key=_met))
+
+
+def may_be_positive(value: Number | Count) -> bool:
+    """Is ``value`` above zero for some lengths of its loops (a multiset count)?"""
+    if isinstance(value, Count):
+        return value.constant > 0 or any(c > 0 for _, c in value.terms)
+    return value > 0
+
+
 @dataclass(frozen=True)
 class Cost:
-    """Static estimate of what running a script on NDIF costs."""
+    """Static estimate of what running a script on NDIF costs.
 
-    requests: int = 0
-    upload_bytes: int = 0
-    download_bytes: int = 0  # of a value of unknown size, its framing only: see download_unknown
-    forward_passes: int = 0
+    Each number is a plain number, or a :class:`Count` when it depends on loops whose
+    length is not known before the script runs (``1 + 2·N`` requests)."""
+
+    requests: int | Count = 0
+    upload_bytes: int | Count = 0
+    download_bytes: int | Count = 0  # of a value of unknown size, its framing only: see download_unknown
+    forward_passes: int | Count = 0
     # decoder-layer evaluations on the server: per forward pass, the model's layers less
     # those replaced by `.skip()` (and those after a `tracer.stop()`)
-    layer_evaluations: int = 0
-    compute_flops: float = 0.0
-    seconds: float = 0.0
+    layer_evaluations: int | Count = 0
+    compute_flops: float | Count = 0.0
+    seconds: float | Count = 0.0
     download_unknown: UnknownDownloads = UnknownDownloads()  # what download_bytes leaves out
+
+    @property
+    def unknown_loops(self) -> tuple[UnknownLoop, ...]:
+        """The loops of unknown length its numbers depend on."""
+        return loops_in(self.requests, self.upload_bytes, self.download_bytes, self.forward_passes,
+                        self.layer_evaluations, self.compute_flops, self.seconds,
+                        *(n for _, n in self.download_unknown.counts))
 
     def to_dict(self) -> dict:
         return asdict(self)

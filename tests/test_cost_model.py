@@ -23,6 +23,7 @@ from ndif_opt.cost_model import (
 )
 from ndif_opt.frontends.config import ConfigError, load_model_config, load_options
 from ndif_opt.options import Options
+from ndif_opt.types import Count, UnknownLoop, is_known
 
 HEAD = 'from nnsight import LanguageModel\nimport torch\nmodel = LanguageModel("{repo}")\n'
 
@@ -134,7 +135,7 @@ def test_nested_loops_multiply():
     assert run(source).cost.requests == 24
 
 
-def test_unknown_trip_count_is_a_stated_default_and_flagged():
+def test_an_unknown_trip_count_stays_unknown():
     source = script(
         """\
         import sys
@@ -144,11 +145,16 @@ def test_unknown_trip_count_is_a_stated_default_and_flagged():
         """
     )
     default = run(source)
-    assert default.cost.requests == UNKNOWN_TRIPS
-    assert any("sys.argv" in note and str(UNKNOWN_TRIPS) in note for note in default.notes)
+    loop = UnknownLoop("for arg in sys.argv")
+    n = Count.trips(loop)
+    assert default.cost.requests == default.cost.forward_passes == n  # N, never a guessed 8
+    assert default.cost.unknown_loops == (loop,)
+    assert default.cost.download_bytes == n * default.cost.download_bytes.at(1)  # per iteration
+    assert not any("assumed" in note and "sys.argv" in note for note in default.notes)
     assert any("`arg` is not a literal string" in note for note in default.notes)
-    assert run(source, **{"unknown-trips": 3}).cost.requests == 3
-    assert any("unknown length runs 8 times" in line for line in assumptions(Options()))
+    assert run(source, **{"unknown-trips": 3}).cost.requests == n  # a setting for plans only
+    assert any("counted as N iterations" in line and f"taken as {UNKNOWN_TRIPS}" in line
+               for line in assumptions(Options()))
 
 
 def test_a_same_file_function_counts_once_per_call():
@@ -168,7 +174,10 @@ def test_a_same_file_function_counts_once_per_call():
             hs.append(probe(layer))
         """
     )
-    assert run(source).cost.requests == 6 + 1  # six calls, and the function never called once
+    found = run(source)
+    assert found.cost.requests == 6  # six calls; the function no code calls costs nothing
+    assert found.uncalled == {"unused": 1}
+    assert any("no code here calls `unused`" in note and "a call sends 1 request" in note for note in found.notes)
 
 
 def test_a_try_counts_what_a_run_without_failures_runs():
@@ -647,7 +656,8 @@ def test_sessions_over_the_limit_are_warned_about():
 )
 def test_odd_code_never_raises(body):
     cost = estimate(analyze(cst.parse_module(script(body))), Options())
-    assert cost.requests >= 1 and math.isfinite(cost.seconds)
+    requests, seconds = (value if is_known(value) else value.at(1) for value in (cost.requests, cost.seconds))
+    assert requests >= 1 and math.isfinite(seconds)
 
 
 def test_functions_called_only_by_other_functions_are_counted_at_their_calls():
@@ -666,7 +676,12 @@ def test_functions_called_only_by_other_functions_are_counted_at_their_calls():
             main()
         """
     )
-    assert run(source).cost.requests == 3  # cli() → main() → 3 × probe()
+    found = run(source)
+    assert found.cost.requests == 0  # a library: no code here calls cli()
+    assert found.uncalled == {"probe": 1, "main": 3, "cli": 3}  # cli() → main() → 3 × probe()
+    assert any("`cli` (a call sends 3 requests)" in note for note in found.notes)
+    called = run(source + "\ncli()\n")
+    assert called.cost.requests == 3 and not called.uncalled
 
 
 def test_the_branch_that_sends_requests_is_counted():
@@ -913,7 +928,7 @@ def test_a_loop_over_a_list_the_script_fills_runs_once_per_element():
     assert not [n for n in estimate_.notes if "Hello" in n]  # the prompts' texts are known
 
 
-def test_a_list_filled_an_unknown_number_of_times_has_an_assumed_length_with_a_note():
+def test_a_list_filled_an_unknown_number_of_times_has_an_unknown_length():
     source = script(
         """
         import sys
@@ -928,8 +943,8 @@ def test_a_list_filled_an_unknown_number_of_times_has_an_assumed_length_with_a_n
         """
     )
     estimate_ = run(source)
-    assert estimate_.cost.requests == estimate_.cost.forward_passes == UNKNOWN_TRIPS
-    assert any("for p in prompts" in note and f"assumed {UNKNOWN_TRIPS}" in note for note in estimate_.notes)
+    n = Count.trips(UnknownLoop("for p in prompts"))
+    assert estimate_.cost.requests == estimate_.cost.forward_passes == n
 
 
 def test_a_session_whose_traces_are_out_of_sight_says_so():
@@ -984,3 +999,125 @@ def test_what_a_helper_saves_and_returns_comes_back_with_the_name_the_session_bi
     vocab = dims_for("meta-llama/Llama-3.1-8B").vocab_size
     assert kept - released >= vocab * 2  # at least one full row of bf16 logits
     assert released < kept / 100
+
+
+# -- the bill is what runs ------------------------------------------------------------------
+
+
+def test_a_retry_loop_costs_one_attempt_and_says_so():
+    source = script(
+        """\
+        import time
+        for prompt in ["The capital of France is", "The capital of Italy is"]:
+            for attempt in range(3):
+                try:
+                    with model.trace(prompt, remote=True):
+                        logits = model.lm_head.output[0, -1].save()
+                    break
+                except Exception as error:
+                    print(f"attempt {attempt} failed: {error!r}")
+                    time.sleep(5)
+        """
+    )
+    found = run(source)
+    assert found.cost.requests == found.cost.forward_passes == 2
+    assert any("`for attempt in range(3)` is a retry loop: counted once; each failure costs another request"
+               in note for note in found.notes)
+
+
+def test_a_loop_given_its_length_is_counted_at_it():
+    source = script(
+        """\
+        import sys
+        rows = open(sys.argv[1]).read().splitlines()
+        batch = list(rows)
+        for row in rows:
+            with model.trace(row, remote=True):
+                h = model.model.layers[0].output[0, -1].save()
+        for start in range(0, len(batch), 4):
+            with model.trace(batch[start], remote=True):
+                g = model.model.layers[0].output[0, -1].save()
+        """
+    )
+    assert run(source).cost.requests.loops  # N and the chunks of N: unknown
+    given = run(source, trips={"for row  in rows:": 10})  # as the footnote names it, spaced as one likes
+    assert given.cost.requests == 10 + 3  # the loop, and the chunks of a copy of its list
+    assert is_known(given.cost.download_bytes)
+
+
+def test_a_function_handed_on_as_a_callback_runs_once_and_one_nothing_names_costs_nothing():
+    source = script(
+        """\
+        import atexit
+
+        def report():
+            with model.trace("The capital of France is", remote=True):
+                h = model.model.layers[0].output[0, -1].save()
+
+        def unused():
+            helper()
+
+        def helper():
+            with model.trace("The capital of Italy is", remote=True):
+                h = model.model.layers[0].output[0, -1].save()
+
+        atexit.register(report)
+        """
+    )
+    found = run(source)
+    assert found.cost.requests == 1  # report() runs (atexit calls it); unused() and helper() never do
+    assert found.uncalled == {"unused": 1, "helper": 1}
+    assert any("`unused` (a call sends 1 request)" in note for note in found.notes)
+
+
+def test_a_library_module_says_what_a_call_of_each_function_would_send():
+    source = script(
+        """\
+        def probe(prompt):
+            with model.trace(prompt, remote=True):
+                return model.lm_head.output[0, -1].save()
+
+        def sweep(prompts):
+            return [probe(p) for p in prompts]
+        """
+    )
+    found = run(source)
+    assert found.cost.requests == 0
+    note = next(n for n in found.notes if n.startswith("no code here calls these functions"))
+    assert "`probe` (a call sends 1 request)" in note
+    assert "`sweep` (a call sends N requests; N: the iterations of `for p in prompts`)" in note
+
+
+def test_lists_of_a_saved_dict_filled_in_a_session_come_back_with_it():
+    source = script(
+        """\
+        acts = {"early": [], "late": []}
+        with model.session(remote=True):
+            acts = nnsight.save(acts)
+            for prompt in ["The Eiffel Tower is in", "Big Ben is in", "The Colosseum is in"]:
+                with model.trace(prompt):
+                    early = model.model.layers[0].output[0, -1]
+                acts["early"].append(early)
+        """
+    ).replace("import torch", "import torch\nimport nnsight")
+    found = run(source)
+    hidden = dims_for("meta-llama/Llama-3.1-8B").hidden_size
+    assert found.cost.download_bytes > 3 * hidden * 2  # three rows of the hidden state come back
+
+
+def test_names_unpacked_from_displays_each_get_their_value():
+    source = script(
+        """\
+        templates = [lambda day, k: f"{k} days after {day} is", lambda day, k: f"{day} plus {k} days is"]
+        prompts, labels = [], []
+        for day in ["Monday", "Tuesday", "Wednesday"]:
+            for k in range(1, 7):
+                for template in templates:  # functions: their values unknown, their number known
+                    prompts.append(template(day, k))
+                    labels.append(day)
+        for prompt in prompts:
+            with model.trace(prompt, remote=True):
+                h = model.model.layers[0].output[0, -1].save()
+        """
+    )
+    assert run(source).cost.requests == 36  # as it runs: 3 days × 6 offsets × 2 templates

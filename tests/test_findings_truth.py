@@ -149,3 +149,80 @@ for p in PROMPTS:
     result = optimize(source)
     assert "acc = nnsight.save(acc)" in result.code, result.code
     assert not any("left there" in f.message for f in result.findings), [f.message for f in result.findings]
+
+
+# -- a finding's counts are the table's ------------------------------------------------------
+
+SWEEP_TWICE = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def sweep(prompt):
+    found = []
+    for layer in range(6):
+        with model.trace(prompt, remote=True):
+            found.append(model.transformer.h[layer].output[0, -1].norm().save())
+    return found
+
+
+a = sweep("The Eiffel Tower is in")
+b = sweep("The Colosseum is in")
+print(a, b)
+'''
+
+FILE_ROWS = '''\
+import sys
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+rows = open(sys.argv[1]).read().splitlines()
+norms = []
+for row in rows:
+    with model.trace(row, remote=True):
+        h = model.transformer.h[0].output[0, -1].save()
+    norms.append(h.norm().item())
+print(norms)
+'''
+
+
+def _claims_equal_the_table(result) -> list:
+    """The applied findings' claims of each row (the falls they add up to)."""
+    claims = []
+    for row in result.costs:
+        mine = [f.requests for f in result.findings
+                if f.pass_id == row.pass_id and f.status is Status.APPLIED and f.requests is not None]
+        claimed = sum((before - after for before, after in mine), 0)
+        if mine or row.pass_id == "session-hoisting":
+            assert claimed == row.before.requests - row.after.requests, (row.pass_id, mine, row)
+        claims += mine
+    return claims
+
+
+def test_a_finding_quotes_every_call_of_its_function_as_the_table_counts_them():
+    result = optimize(SWEEP_TWICE)
+    inner, outer = sorted((f for f in result.findings if f.pass_id == "session-hoisting" and f.applied),
+                          key=lambda f: f.range.start)
+    assert "12 requests → 1" in outer.message  # two calls of six traces each, in one session
+    assert outer.requests == (12, 1)
+    # the loop in `sweep` is a session of its own only for a call outside one: the outer
+    # session's finding counts its requests, and it claims none of them again
+    assert inner.requests is None and "requests →" not in inner.message
+    assert _claims_equal_the_table(result) == [(12, 1)]
+
+
+def test_a_finding_over_a_loop_of_unknown_length_quotes_n():
+    from ndif_opt.types import Count, UnknownLoop
+
+    result = optimize(FILE_ROWS)
+    hoisted = next(f for f in result.findings if f.pass_id == "session-hoisting" and f.applied)
+    assert "N requests → 1 (N: the iterations of `for row in rows`)" in hoisted.message
+    assert "or more" not in hoisted.message
+    assert hoisted.requests == (Count.trips(UnknownLoop("for row in rows")), 1)
+    _claims_equal_the_table(result)
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+def test_every_fixed_findings_request_counts_are_its_rows(path):
+    _claims_equal_the_table(optimize(path.read_text()))

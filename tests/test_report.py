@@ -136,3 +136,49 @@ def test_the_unknown_parts_of_independent_windows_add_up():
     assert windows.plan(source, ast.parse(source)) is not None
     before = optimize(source).costs[0].before.download_unknown
     assert sorted((value.name, n) for value, n in before.counts) == [("low", 3), ("top", 3)]
+
+
+# -- loops of unknown length ------------------------------------------------------------------
+
+# a loop over the rows of a file: how many there are is known only when the script runs
+FILE_ROWS = HEAD + textwrap.dedent(
+    """
+    import sys
+
+    rows = open(sys.argv[1]).read().splitlines()
+    with model.trace("The Eiffel Tower is in", remote=True):
+        base = model.lm_head.output[0, -1].save()
+    for row in rows:
+        with model.trace(row, remote=True):
+            h = model.transformer.h[0].output[0, -1].save()
+    """
+)
+
+
+def test_a_loop_of_unknown_length_shows_as_n_with_a_footnote_naming_it():
+    result = optimize(FILE_ROWS)
+    table = cost_table(result, "probe.py")
+    first = _row(table, "nnsight-05-failures")
+    assert first.split()[1:4] == ["1", "+", "N"]  # one request, then one per row: never 8
+    assert "KB·N" in first  # the download scales with N too
+    assert "N = the iterations of `for row in rows` (probe.py:9)" in table
+    assert "→ 1 " in _row(table, "total")  # one session however long the file is
+    assert "requests (1 + N)× fewer" in _row(table, "total")
+
+
+def test_the_json_report_writes_a_number_of_unknown_loops_as_an_object():
+    payload = json.loads(to_json([("probe.py", optimize(FILE_ROWS))], []))
+    entry = payload["files"][0]
+    requests = entry["totals"]["requests_before"]
+    assert requests == {"constant": 1, "terms": [{"coefficient": 1, "loops": ["N"]}], "text": "1 + N"}
+    assert entry["totals"]["requests_after"] == 1
+    assert entry["unknown_loops"] == [{"symbol": "N", "loop": "for row in rows", "function": "", "lines": [9]}]
+    two = json.loads(to_json([("a.py", optimize(FILE_ROWS)), ("b.py", optimize(FILE_ROWS))], []))
+    total = two["totals"]["requests_before"]
+    assert total["constant"] == 2 and [t["loops"] for t in total["terms"]] == [["a.py:N"], ["b.py:N"]]
+
+
+def test_the_markdown_report_names_the_loops_of_unknown_length():
+    text = markdown_report("probe.py", optimize(FILE_ROWS))
+    assert "**1 + N → 1 requests" in text
+    assert "- N = the iterations of `for row in rows` (probe.py:9)" in text

@@ -32,6 +32,7 @@ from ndif_opt.analysis.facts import (
     is_save_call,
     qualify,
 )
+from ndif_opt.analysis.reachability import reach
 from ndif_opt.analysis.names import COMPREHENSIONS, all_params, collect, dotted_name, returned_name, target_names
 from ndif_opt.analysis.regions import arithmetic, dict_view_length
 from ndif_opt.analysis.remote_functions import self_methods
@@ -70,10 +71,11 @@ from ndif_opt.cost.shape_values import ModuleRef, Shape
 from ndif_opt.cost.shapes import value_of
 from ndif_opt.options import Options
 from ndif_opt.syntax.literals import literal_value
+from ndif_opt.syntax.loops import cst_expression_text, cst_loop_header, given_lengths
 from ndif_opt.syntax.positions import code_of, top_level_code
 from ndif_opt.syntax.rewrite import unsave
 from ndif_opt.syntax.walk import content_children, find_nodes
-from ndif_opt.types import UnknownDownload
+from ndif_opt.types import Count, Number, UnknownDownload, UnknownLoop, is_known
 
 __all__ = ["RequestEstimate", "SessionProfile", "Walker", "serialized_size"]
 
@@ -106,13 +108,18 @@ _BEFORE_LAYERS = frozenset({"embed_tokens", "wte", "wpe", "embed_in", "embed_pos
 @dataclass
 class SessionProfile:
     """Where the server time of one session goes: before its last top-level loop of
-    forward passes (``prefix``), per iteration of that loop, and after it (``suffix``)."""
+    forward passes (``prefix``), per iteration of that loop, and after it (``suffix``).
+
+    Numbers to plan with: where a loop of unknown length adds to one, it is taken at the
+    walk's assumed length, and ``assumed`` names those loops (``trips`` is None when the
+    last loop is one of them)."""
 
     loop: cst.For | None = None
     trips: int | None = None
     prefix_seconds: float = 0.0
     iteration_seconds: float = 0.0
     suffix_seconds: float = 0.0
+    assumed: tuple[UnknownLoop, ...] = ()
 
 
 @dataclass(eq=False)
@@ -124,27 +131,25 @@ class RequestEstimate:
     model: str = ""  # the receiver's code, e.g. `model`
     method: str = ""  # trace | session | generate
     library_call: cst.Call | None = None
-    count: int = 0  # requests this block sends
-    upload_bytes: int = 0  # totals over ``count`` requests
-    upload_raw_bytes: int = 0
-    download_bytes: int = 0
-    forward_passes: int = 0
-    layer_evaluations: int = 0
-    compute_flops: float = 0.0
-    server_seconds: float = 0.0
-    max_server_seconds: float = 0.0  # the longest single request
-    saved: dict[str, int] = field(default_factory=dict)  # name -> bytes (last request)
+    # every number may be a Count: it depends on loops of unknown length
+    count: int | Count = 0  # requests this block sends
+    upload_bytes: int | Count = 0  # totals over ``count`` requests
+    upload_raw_bytes: int | Count = 0
+    download_bytes: int | Count = 0
+    forward_passes: int | Count = 0
+    layer_evaluations: int | Count = 0
+    compute_flops: float | Count = 0.0
+    server_seconds: float | Count = 0.0
+    max_server_seconds: float | Count = 0.0  # the longest single request
+    saved: dict[str, int | Count] = field(default_factory=dict)  # name -> bytes (last request)
     profile: SessionProfile | None = None
     # values of unknown size (download_bytes counts their framing), with how many times
     # they are downloaded over ``count`` requests
-    unknown_downloads: dict[UnknownDownload, int] = field(default_factory=dict)
+    unknown_downloads: dict[UnknownDownload, int | Count] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
         return self.method
-
-    def per_request(self, attribute: str) -> float:
-        return getattr(self, attribute) / self.count if self.count else 0.0
 
 
 # ---------------------------------------------------------------------------------------
@@ -408,6 +413,18 @@ class _Forward:
     serial: int = field(default_factory=lambda: next(_SERIALS))
 
 
+@dataclass
+class Visit:
+    """What the walk saw of one statement outside any request: how many times it runs
+    and the requests it sends over those runs (``function``: the function no code here
+    calls that holds it — then for one call of it, which the totals do not count)."""
+
+    node: cst.BaseStatement
+    runs: Number | Count
+    sent: Number | Count
+    function: str | None = None
+
+
 class Walker:
     """Walks the script in order; client code on the client, remote blocks as requests."""
 
@@ -422,6 +439,14 @@ class Walker:
         self.requests: list[RequestEstimate] = []
         self._by_block: dict[int, RequestEstimate] = {}
         self.notes: list[str] = []
+        self._sent: Number | Count = 0  # requests sent so far
+        self.visits: dict[int, Visit] = {}  # id(statement) -> its runs and requests
+        # functions no code here calls, with the requests one call of each would send
+        self.uncalled: dict[str, Number | Count] = {}
+        self._uncalled_function: str | None = None  # the one walked now, if any
+        self._loop_order: dict[tuple[str, str], int] = {}  # loops of unknown length, as met
+        # lengths the configuration gives loops the walk cannot know (by header)
+        self._given_trips, self._given_lengths = given_lengths(options.cost.get("trips"))
         self.env: dict[str, Shape | ModuleRef] = {}
         self.storage: dict[str, _Storage] = {}  # names bound to (views of) a module output
         self.request: _Request | None = None
@@ -471,8 +496,10 @@ class Walker:
     def run(self) -> None:
         self.suite(self.facts.module.body, 1)
         functions = self._functions()
-        # functions no code calls (entry points, callbacks) run once each; a function
-        # called by another is walked at its calls
+        # a function called by another is walked at its calls; one that code here hands
+        # on without calling (a callback, an entry point) runs once; one no code here
+        # names (dead code, a library's API) costs nothing: what a call of it would send
+        # is told in a note
         wrappers = retry_wrappers(self.facts)
         called_by_functions = set()
         for func in functions.values():
@@ -480,13 +507,34 @@ class Walker:
                 called_by_functions.add(_called_name(call).removeprefix("self."))
                 # (and the function a retry wrapper runs)
                 called_by_functions.add(_called_name(unwrapped_call(call, wrappers)))
+        reached = reach(self.facts)
         for name, func in functions.items():
-            if name not in self._called and name not in called_by_functions:
-                saved = (dict(self.env), dict(self.storage))
-                self._call_stack.append(name)
-                self.suite(func.body.body, 1)
-                self._call_stack.pop()
-                self.env, self.storage = saved
+            if not reached.runs(func):
+                if self._has_work(func.body):  # (a helper only such functions call, too)
+                    self.uncalled[name] = self._one_call(name, func)
+            elif name not in self._called and name not in called_by_functions:
+                self._walk_function(name, func)
+
+    def _walk_function(self, name: str, func: cst.FunctionDef) -> None:
+        saved = (dict(self.env), dict(self.storage))
+        self._call_stack.append(name)
+        self.suite(func.body.body, 1)
+        self._call_stack.pop()
+        self.env, self.storage = saved
+
+    def _one_call(self, name: str, func: cst.FunctionDef) -> Number | Count:
+        """The requests one call of a function no code here calls would send: walked
+        aside, so that the totals and the notes leave it out (its statements' visits are
+        kept, marked with its name)."""
+        kept = (self.requests, self._by_block, self._sent, self.notes)
+        self.requests, self._by_block, self._sent, self.notes = [], {}, 0, []
+        self._uncalled_function = name
+        try:
+            self._walk_function(name, func)
+            return self._sent
+        finally:
+            self._uncalled_function = None
+            self.requests, self._by_block, self._sent, self.notes = kept
 
     def _functions(self) -> dict[str, cst.FunctionDef]:
         found: dict[str, cst.FunctionDef] = {}
@@ -496,11 +544,35 @@ class Walker:
         return found
 
     # -- statements ------------------------------------------------------------------------
-    def suite(self, statements, times: float) -> None:
+    def suite(self, statements, times: Number | Count) -> None:
         for stmt in statements:
-            self.statement(stmt, times)
+            if self.request is None:  # (inside a request no statement sends one)
+                before = self._sent
+                self.statement(stmt, times)
+                self._visited(stmt, times, self._sent - before)
+            else:
+                self.statement(stmt, times)
             if type(stmt) is cst.SimpleStatementLine and any(type(s) in _LEAVING for s in stmt.body):
                 break  # what follows `return`, `raise`, `break` or `continue` never runs
+
+    def _visited(self, stmt: cst.BaseStatement, times: Number | Count, sent: Number | Count) -> None:
+        visit = self.visits.get(id(stmt))
+        if visit is None:
+            self.visits[id(stmt)] = Visit(stmt, times, sent, self._uncalled_function)
+        else:
+            visit.runs += times
+            visit.sent += sent
+
+    def loop_symbol(self, loop: cst.For | cst.While | cst.CompFor) -> Number | Count:
+        """The iterations of a loop whose length is not known before running: N — or the
+        length the configuration gives it (``trips``)."""
+        header = cst_loop_header(loop)
+        if header in self._given_trips:
+            return self._given_trips[header]
+        function = self._call_stack[-1].removeprefix("self.") if self._call_stack else ""
+        key = (header, function)
+        order = self._loop_order.setdefault(key, len(self._loop_order))
+        return Count.trips(UnknownLoop(*key, order=order))
 
     def statement(self, stmt: cst.BaseStatement, times: float) -> None:
         # the usual kinds compared with `is` (libcst's node classes are final; isinstance
@@ -517,13 +589,9 @@ class Walker:
             self.for_loop(stmt, times)
             return
         if type(stmt) is cst.While:
-            if self._has_work(stmt):
-                self.note(
-                    f"the `while {_short(stmt.test)}` loop runs an unknown number of times: "
-                    f"assumed {self.unknown_trips}"
-                )
-            with self._guessing():
-                self.suite(stmt.body.body, times * self.unknown_trips)
+            trips = self.loop_symbol(stmt)
+            with contextlib.nullcontext() if is_known(trips) else self._guessing():
+                self.suite(stmt.body.body, times * trips)
             return
         if type(stmt) is cst.If:
             # the test is not evaluated: a branch may not run (but a script's main does)
@@ -654,9 +722,12 @@ class Walker:
         )
 
     # -- loops -------------------------------------------------------------------------------
-    def for_loop(self, stmt: cst.For, times: float) -> None:
+    def for_loop(self, stmt: cst.For, times: Number | Count) -> None:
         if retry_guard(stmt, self.facts) is not None:
             # attempts of one request: a run without failures sends it once
+            if self._has_work(stmt):
+                self.note(f"`for {code_of(stmt.target)} in {_short(stmt.iter)}` is a retry loop: counted once; "
+                          "each failure costs another request")
             self._bind(target_names(stmt.target)[0], self._element_shape(stmt.iter))
             self.suite(stmt.body.body, times)
             return
@@ -674,12 +745,8 @@ class Walker:
         trips = len(elements) if elements is not None else self.length(stmt.iter)
         assumed = trips is None
         if assumed:
-            trips = self.unknown_trips
-            if self._has_work(stmt):
-                self.note(
-                    f"the loop `for {code_of(stmt.target)} in {_short(stmt.iter)}` has a length not known "
-                    f"before running: assumed {trips} iterations"
-                )
+            trips = self.loop_symbol(stmt)
+            assumed = not is_known(trips)
         if elements:
             self._bind_target(stmt.target, elements[0], value=False)
         else:
@@ -806,6 +873,10 @@ class Walker:
         items = self.elements(expr, depth + 1)
         if items is not None:
             return len(items)
+        if self._given_lengths and type(expr) in (cst.Name, cst.Attribute):
+            given = self._given_lengths.get(cst_expression_text(expr))
+            if given is not None:
+                return given
         entries = dict_view_length(expr, self.facts)
         if entries is not None and not (type(expr) is cst.Name and expr.value in self.env):
             return entries
@@ -1124,6 +1195,10 @@ class Walker:
                 if storage is not None:
                     self.storage[name] = storage
                 request.save(name, size, None if size is not None else _unknown_download(name, inner, shape))
+                if size is not None and shape.kind == "container" and not shape.is_tensor:
+                    # a client dict of lists carried in and saved: what the request adds
+                    # to its lists comes back with it
+                    request.containers[name] = float(request.saved.pop(name) - 4)
                 return
             if request is not None and _is_old_api_container(value):
                 self._bind(name, Shape.container([]))
@@ -1138,13 +1213,31 @@ class Walker:
                 if items is not None:
                     self._bind(name, _python_shape(items, True))
                     return
+            if type(value) is cst.Call and dotted_name(value.func) in ("len", "max", "min"):
+                number = self.integer(value)  # `N_LAYERS = len(model.transformer.h)`: 12, not just an int
+                if number is not None:
+                    self._bind(name, _python_shape(number, True))
+                    return
             bound = self.value(value)
+            if not _is_container(bound) and _is_display(value):
+                # `templates = [lambda ...]`: its elements unknown, its length known
+                bound = Shape.container([self.shape(e.value) for e in value.elements])
+            elif isinstance(bound, Shape) and bound.kind == "unknown" and _copies_a_sequence(value):
+                # `items = list(rows)`, rows of a given length: the copy has it too
+                n = self.length(value)
+                if n is not None and n <= TRACKED_LENGTH:
+                    bound = Shape.container([Shape.unknown("an element of a sequence")] * n)
             storage = self._bound_storage(value)
             self._bind(name, bound)
             if storage is not None:
                 self.storage[name] = storage
             return
         if type(target) in (cst.Tuple, cst.List):
+            pairs = _pairwise(target, value)
+            if pairs is not None:  # `prompts, labels = [], []`: each name its own value
+                for sub, element in pairs:
+                    self.assign(sub, element, times)
+                return
             bound = self.value(value)
             for index, element in enumerate(target.elements):
                 sub = element.value
@@ -1171,7 +1264,10 @@ class Walker:
         ):
             self.forward.skipped += times  # one layer evaluation less
             return
-        if type(func) is not cst.Attribute or type(func.value) is not cst.Name:
+        if type(func) is not cst.Attribute:
+            return
+        if type(func.value) is not cst.Name:
+            self._nested_call(call, times)
             return
         name, method = func.value.value, func.attr.value
         if method in _IN_PLACE and _is_container(self.env.get(name)):
@@ -1196,6 +1292,18 @@ class Walker:
             else:  # the elements of a container, without its own framing
                 request.add(name, max(size - 4, 0), 0, times)
 
+    def _nested_call(self, call: cst.Call, times: Number | Count) -> None:
+        """``acts["early"].append(x)``: a list inside a saved container grows it."""
+        receiver, method = call.func.value, call.func.attr.value
+        while type(receiver) is cst.Subscript:
+            receiver = receiver.value
+        request = self._frame_request()
+        if type(receiver) is not cst.Name or request is None or receiver.value not in request.containers:
+            return
+        args = [a.value for a in call.args if a.keyword is None and not a.star]
+        if method in ("append", "add") and len(args) == 1:
+            self._add_to(request, receiver.value, unsave(args[0]), 0, times)
+
     def _changed_container(self, name: str, bound: Shape, method: str, call: cst.Call, times: float) -> Shape:
         """What ``name`` holds after ``times`` calls ``name.<method>(...)`` that change it
         in place (``prompts = []``, then ``prompts.append(p)`` in a loop): its length
@@ -1208,7 +1316,7 @@ class Walker:
         if method in ("sort", "reverse"):  # the same elements in another order
             return Shape.container(bound.elements)
         args = [a.value for a in call.args if a.keyword is None and not a.star]
-        if self._guesses or len(args) != (2 if method == "insert" else 1):
+        if self._guesses or not is_known(times) or len(args) != (2 if method == "insert" else 1):
             return unknown
         if method == "extend":
             added, count = self.elements(args[0]), self.length(args[0])
@@ -1260,8 +1368,8 @@ class Walker:
             self._call_stack.append(name)
             trips = self._comprehension_trips(loops)
             outer, self._inner_saves = self._inner_saves, {}
-            with self._guessing() if trips is None else contextlib.nullcontext():
-                self.suite(func.body.body, times * (self.unknown_trips if trips is None else trips))
+            with contextlib.nullcontext() if is_known(trips) else self._guessing():
+                self.suite(func.body.body, times * trips)
             returned = returned_name(func)
             if returned in self._inner_saves:
                 # a value the function saved and returns: in the request's frame, the name
@@ -1272,15 +1380,13 @@ class Walker:
             if self.request is None:
                 self._restore_after_call(func, *saved)
 
-    def _comprehension_trips(self, loops: tuple[cst.BaseExpression, ...]) -> float | None:
-        """How often a call inside comprehensions over ``loops`` (their iterables) runs;
-        None when one of their lengths is not known."""
-        trips = 1.0
-        for iterable in loops:
-            length = self.length(iterable)
-            if length is None:
-                return None
-            trips *= length
+    def _comprehension_trips(self, loops: tuple[cst.CompFor, ...]) -> Number | Count:
+        """How often a call inside comprehensions of ``loops`` (their ``for`` clauses)
+        runs: a Count where one of their lengths is not known."""
+        trips: Number | Count = 1.0
+        for clause in loops:
+            length = self.length(clause.iter)
+            trips *= self.loop_symbol(clause) if length is None else length
         return trips
 
     def _restore_after_call(self, func: cst.FunctionDef, env: dict, storage: dict) -> None:
@@ -1364,13 +1470,14 @@ class Walker:
             dims, rows, seq, reached / dims.n_layers, setting(self.options, "throughput"),
             setting(self.options, "memory-bandwidth"),
         )
+        self._sent += _round(times * requests)
         entry.count += _round(times * requests)
         entry.download_bytes += _round(times * (RESULT_BASE * requests + size))
         entry.forward_passes += _round(times * passes)
         entry.layer_evaluations += _round(times * passes * reached)
         entry.compute_flops += times * passes * flops
         entry.server_seconds += times * passes * seconds
-        entry.max_server_seconds = max(entry.max_server_seconds, passes * seconds / requests)
+        entry.max_server_seconds = self._longer(entry.max_server_seconds, passes * seconds / requests)
         entry.saved = {"result": size}
 
     def _prompt_count(self, expr: cst.BaseExpression | None) -> int:
@@ -1419,6 +1526,7 @@ class Walker:
         sizes = request.sizes()
         download = RESULT_BASE + sum(size + len(name) + NAME_OVERHEAD for name, size in sizes.items())
         count = times
+        self._sent += _round(count)
         entry.count += _round(count)
         entry.upload_bytes += _round(count * upload)
         entry.upload_raw_bytes += _round(count * upload_raw)
@@ -1427,7 +1535,7 @@ class Walker:
         entry.layer_evaluations += _round(count * request.layer_evaluations)
         entry.compute_flops += count * request.flops
         entry.server_seconds += count * request.seconds
-        entry.max_server_seconds = max(entry.max_server_seconds, request.seconds)
+        entry.max_server_seconds = self._longer(entry.max_server_seconds, request.seconds)
         entry.saved = sizes
         for value, n in request.unknown.items():
             entry.unknown_downloads[value] = entry.unknown_downloads.get(value, 0) + _round(count * n)
@@ -1447,6 +1555,18 @@ class Walker:
                 "of another file, say): its forward passes are not counted"
             )
 
+    def _longer(self, a: Number | Count, b: Number | Count) -> Number | Count:
+        """The longer of two server times, one of which may depend on a loop of unknown
+        length: compared at the walk's assumed length."""
+        if is_known(a) and is_known(b):
+            return max(a, b)
+        return a if self.assumed(a) >= self.assumed(b) else b
+
+    def assumed(self, value: Number | Count) -> Number:
+        """``value`` with every loop of unknown length taken at the assumed length (for a
+        plan that needs a number: the caller says it assumed one)."""
+        return value if is_known(value) else value.at(self.unknown_trips)
+
     def _session_body(self, block: Block) -> SessionProfile:
         request = self.request
         body = list(block.node.body.body)
@@ -1458,19 +1578,25 @@ class Walker:
                 loop_index = index
                 break
         profile = SessionProfile()
+        assumed: dict[UnknownLoop, None] = {}
         for index, stmt in enumerate(body):
             before = request.seconds
             self.statement(stmt, 1)
             spent = request.seconds - before
-            if loop_index is None or index < loop_index:
-                profile.prefix_seconds += spent
-            elif index == loop_index:
+            if index == loop_index:
                 trips = self.length(stmt.iter)
                 profile.loop = stmt
                 profile.trips = trips
-                profile.iteration_seconds = spent / trips if trips else spent
+                spent = _per_iteration(spent, trips if trips is not None else self.loop_symbol(stmt))
+            if not is_known(spent):
+                assumed.update(dict.fromkeys(spent.loops))
+            if loop_index is None or index < loop_index:
+                profile.prefix_seconds += self.assumed(spent)
+            elif index == loop_index:
+                profile.iteration_seconds = self.assumed(spent)
             else:
-                profile.suffix_seconds += spent
+                profile.suffix_seconds += self.assumed(spent)
+        profile.assumed = tuple(assumed)
         return profile
 
     def inner_block(self, block: Block, times: float) -> None:
@@ -1503,11 +1629,23 @@ class Walker:
         # furthest module read before `tracer.stop()`
         reached = passes * n if stop is None else self._reach(body[:stop] if stop >= 0 else body, n)
         self.forward = None
-        evaluations = max(times * reached - forward.skipped, 0.0)
+        evaluations = times * reached - forward.skipped
+        if is_known(evaluations):
+            evaluations = max(evaluations, 0.0)
         request.forward_passes += times * passes
         request.layer_evaluations += evaluations
-        share = evaluations / (times * passes * n) if times and n else 1.0
+        share = self._share(evaluations, times * passes * n) if times and n else 1.0
         request.add_passes(dims, rows, seq, passes, times, share)
+
+    def _share(self, part: Number | Count, whole: Number | Count) -> float:
+        """``part / whole``, a share (of layer evaluations): a number even where both
+        depend on loops of unknown length (taken at the assumed length when the one is
+        not a multiple of the other)."""
+        try:
+            share = part / whole
+        except ValueError:
+            share = self.assumed(part) / self.assumed(whole) if self.assumed(whole) else 1.0
+        return share if is_known(share) else self.assumed(share)
 
     def _reach(self, statements, n: int) -> int:
         """Decoder layers the model evaluates before the code in ``statements`` is done
@@ -1580,7 +1718,13 @@ class Walker:
                     self.env = saved
                     continue
                 trips = len(elements) if elements is not None else self.length(stmt.iter)
-                r, s = self._invokes(stmt.body.body, times * (trips if trips is not None else self.unknown_trips))
+                given = self.loop_symbol(stmt) if trips is None else trips
+                trips = given if is_known(given) else None
+                if trips is None:  # the batch's rows are a shape: a number is needed
+                    trips = self.unknown_trips
+                    self.note(f"the invokes of `for {code_of(stmt.target)} in {_short(stmt.iter)}`, a loop of unknown "
+                              f"length in a trace, are taken as {trips} rows of its batch (its download and compute)")
+                r, s = self._invokes(stmt.body.body, times * trips)
                 rows, seq = rows + r, max(seq, s)
                 continue
             body = getattr(stmt, "body", None)
@@ -1742,7 +1886,7 @@ class _Request:
     def sizes(self) -> dict[str, int]:
         out = dict(self.saved)
         for name, size in self.containers.items():
-            out[name] = int(round(size)) + 4
+            out[name] = _round(size) + 4
         return out
 
     def saved_names(self) -> list[str]:
@@ -1765,8 +1909,18 @@ def pass_cost(
     return flops, max(flops / throughput, params * dims.bytes_per_element / memory_bandwidth)
 
 
-def _round(value: float) -> int:
-    return int(round(value))
+def _per_iteration(spent: Number | Count, trips: Number | Count) -> Number | Count:
+    """What one iteration of a loop adds to ``spent``, its total over ``trips`` iterations."""
+    if not trips:
+        return spent
+    try:
+        return spent / trips
+    except (ValueError, TypeError):  # not a multiple of N: the loop's time does not scale with it
+        return spent
+
+
+def _round(value: Number | Count) -> int | Count:
+    return round(value) if not is_known(value) else int(round(value))
 
 
 _LAYER_SHARES: dict[ModelDims, float] = {}
@@ -1977,6 +2131,30 @@ def _has_str(value: Any) -> bool:
     return False
 
 
+def _copies_a_sequence(expr: cst.BaseExpression) -> bool:
+    """`list(xs)`, `tuple(xs)`, `sorted(xs)`, `xs`: a value as long as ``xs``."""
+    if type(expr) in (cst.Name, cst.Attribute):
+        return True
+    return (type(expr) is cst.Call and dotted_name(expr.func) in ("list", "tuple", "sorted")
+            and len(expr.args) >= 1 and expr.args[0].keyword is None)
+
+
+def _is_display(expr: cst.BaseExpression) -> bool:
+    """A list or tuple display without starred elements: its length is known."""
+    return type(expr) in (cst.List, cst.Tuple) and all(type(e) is cst.Element for e in expr.elements)
+
+
+def _pairwise(target: cst.Tuple | cst.List, value: cst.BaseExpression):
+    """(target, value) pairs of `a, b = x, y` (displays of one length, no starred part)."""
+    if not _is_display(value) or len(value.elements) != len(target.elements):
+        return None
+    if any(type(e) is not cst.Element for e in target.elements):
+        return None
+    if set(target_names(target)) & _names_in(value):
+        return None  # `a, b = b, a`: every value is read before any name is bound
+    return [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+
+
 def _is_empty_container(expr: cst.BaseExpression) -> bool:
     if (type(expr) is cst.List or type(expr) is cst.Dict) and not expr.elements:
         return True
@@ -2027,8 +2205,8 @@ def _walk(node: cst.CSTNode):
 
 @functools.lru_cache(maxsize=4096)
 def _calls(node: cst.CSTNode, functions: frozenset[str]) -> tuple[tuple[cst.Call, tuple], ...]:
-    """Calls of the named same-file functions in ``node``, each with the iterables of
-    the comprehensions around it (a pure function of an immutable node, cached: later
+    """Calls of the named same-file functions in ``node``, each with the ``for`` clauses
+    of the comprehensions around it (a pure function of an immutable node, cached: later
     versions of the tree share most statements)."""
     found: list[tuple[cst.Call, tuple]] = []
     _find_calls(node, functions, found, ())
@@ -2060,7 +2238,7 @@ def _find_calls(node: cst.CSTNode, functions: frozenset[str], found: list, loops
         clause, inner = node.for_in, loops
         while clause is not None:
             _find_calls(clause.iter, functions, found, inner)
-            inner = (*inner, clause.iter)
+            inner = (*inner, clause)
             for test in clause.ifs:
                 _find_calls(test, functions, found, inner)
             clause = clause.inner_for_in

@@ -33,7 +33,7 @@ from ndif_opt.options import Options
 from ndif_opt.passes import PASSES, Context, Pass, RawFinding
 from ndif_opt.syntax.joined import Part, joined, parse_part
 from ndif_opt.syntax.positions import Positions, code_and_positions
-from ndif_opt.types import Cost, Edit, Finding, PassCost, Position, Range, Result, Status, UnknownDownloads
+from ndif_opt.types import Cost, Count, Edit, Finding, PassCost, Position, Range, Result, Status, UnknownDownloads
 
 MAX_ROUNDS = 16  # passes enable each other (and push one value per run) until stable
 
@@ -628,7 +628,7 @@ def _add(a: Cost, b: Cost) -> Cost:
 
 
 def _round(value):
-    return round(value, 6) if isinstance(value, float) else value
+    return round(value, 6) if isinstance(value, (float, Count)) else value
 
 
 def _chain(initial: Cost, passes, deltas: dict[str, Cost]) -> list[PassCost]:
@@ -691,7 +691,8 @@ def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -
         rng = located(item.node) or Range.of(0, 0, 0, 0)
         uses = tuple(r for r in map(located, item.uses) if r is not None)
         found.append(
-            Finding(pass_id, item.message, rng, item.status, item.safety, item.reason, item.evidence, uses)
+            Finding(pass_id, item.message, rng, item.status, item.safety, item.reason, item.evidence, uses,
+                    item.requests)
         )
     return found
 

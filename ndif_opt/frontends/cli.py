@@ -282,7 +282,7 @@ def _print_text(results, diff: bool, report: bool, check: bool, code_to_stdout: 
 
 def _print_report(path: str, result: Result) -> None:
     typer.echo(f"{path}:")
-    typer.echo(cost_table(result))
+    typer.echo(cost_table(result, path))
     for line in result.assumptions:
         typer.echo(f"  assumption: {line}")
 

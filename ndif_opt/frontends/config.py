@@ -71,7 +71,10 @@ COST_KEYS: dict[str, tuple[str, type, str]] = {
     "max-new-tokens": ("max-new-tokens", int, "tokens a generate makes when not stated"),
     "upload-bandwidth": ("upload-bandwidth", float, "upload bytes per second"),
     "memory-bandwidth": ("memory-bandwidth", float, "bytes per second the server reads weights at"),
-    "unknown-trips": ("unknown-trips", int, "iterations assumed for a loop of unknown length"),
+    "unknown-trips": ("unknown-trips", int, "iterations taken for a loop of unknown length where a plan needs a "
+                      "number (session-chunking); the report shows such a loop as N"),
+    "trips": ("trips", dict, "the lengths of loops not known before running, by the header the report names: "
+              "{\"for row in rows\" = 817}"),
     "session-limit": ("session-limit", float, "seconds after which NDIF stops a request"),
     "session-margin": ("session-margin", float, "share of the session limit held back (0 to 0.95)"),
     "view-storage": ("view-storage", str, "'compact' (GPU server) or 'storage' (views ship their storage)"),
@@ -203,6 +206,10 @@ def _cost_value(path, key: str, name: str, value: Any, kind: type) -> Any:
         if value not in ("compact", "storage"):
             raise ConfigError(path, f"must be 'compact' or 'storage', not {value!r}", key)
         return value
+    if name == "trips":
+        if not isinstance(value, Mapping):
+            raise ConfigError(path, "must be a table of loop headers and their lengths", key)
+        return {str(header): _positive(path, f"{key}.{header}", n, int) for header, n in value.items()}
     if name == "model-config":
         if isinstance(value, Mapping):
             return _checked_model_config(dict(value), path, key)

@@ -44,26 +44,24 @@ class CellAnalysis:
 
     cell: str
     code: str
-    requests: tuple[int, int]  # (before, after)
-    download: tuple[int, int]  # bytes of known size (before, after)
+    requests: tuple  # (before, after): numbers, or Counts where a loop of unknown length counts
+    download: tuple  # bytes of known size (before, after)
 
     @property
     def wasteful(self) -> bool:
-        return self.code != self.cell and (
-            self.requests[1] < self.requests[0] or self.download[1] < self.download[0]
-        )
+        return self.code != self.cell and (_fewer(*self.requests) or _fewer(*self.download))
 
     def summary(self) -> str:
         from ndif_opt.output.text import human_bytes
 
         (r0, r1), (d0, d1) = self.requests, self.download
-        fewer_requests = r1 < r0
-        fewer_bytes = d1 < d0
+        fewer_requests = _fewer(r0, r1)
+        fewer_bytes = _fewer(d0, d1)
         if fewer_requests and fewer_bytes:
             now = f"sends {_requests(r0)} and downloads {human_bytes(d0)}"
             then = f"{_requests(r1)}, {human_bytes(d1)}"
         elif fewer_requests:
-            now, then = f"sends {_requests(r0)}", str(r1)
+            now, then = f"sends {_requests(r0)}", _count_text(r1)
         else:
             now, then = f"downloads {human_bytes(d0)}", human_bytes(d1)
         return f"ndif-opt: this cell {now}; optimized: {then} {SUMMARY_TAIL}"
@@ -74,8 +72,21 @@ class CellAnalysis:
         return unified_diff("<cell>", self.cell, self.code)
 
 
-def _requests(count: int) -> str:
-    return f"{count} request" if count == 1 else f"{count} requests"
+def _requests(count) -> str:
+    """``1 request``, ``N requests`` (N: a loop whose length is not known before running)."""
+    return f"{_count_text(count)} request" if count == 1 else f"{_count_text(count)} requests"
+
+
+def _fewer(before, after) -> bool:
+    from ndif_opt.output.text import direction
+
+    return direction(before - after) == "fewer"
+
+
+def _count_text(value) -> str:
+    from ndif_opt.output.text import plain_count as text
+
+    return text(value)
 
 
 def _with_newline(text: str) -> str:

@@ -15,16 +15,22 @@ import html
 import math
 
 from ndif_opt.output.text import (
+    LOOPS_HEADING,
+    direction,
     download_change,
     download_text,
     downloads_comparable,
     growth_reason,
     human_bytes,
+    loop_names,
+    loop_notes,
+    plain_count,
+    seconds_text,
     summary_line,
     totals,
     unknown_download_notes,
 )
-from ndif_opt.types import Cost, Result, Status
+from ndif_opt.types import Cost, Count, Number, Result, Status, UnknownLoop, is_known
 
 __all__ = ["render_html", "cost_chart_svg"]
 
@@ -106,6 +112,10 @@ def _file_section(index: int, path: str, result: Result) -> str:
     out.append(f'<p class="summary">{_e(summary_line(result))}</p>')
     out.append("<h3>Cost per pass</h3>")
     out.append(_cost_table(index, result))
+    loops = loop_notes(result, path)
+    if loops:
+        out.append(f'<p class="muted">{_e(LOOPS_HEADING)}</p>')
+        out.append('<ul class="unknown-loops">' + "".join(f"<li>{_e(n)}</li>" for n in loops) + "</ul>")
     notes = unknown_download_notes(result)
     if notes:
         out.append('<p class="muted">+ ? = values of a size not known statically '
@@ -140,19 +150,21 @@ def _cost_table(index: int, result: Result) -> str:
         "<th>download</th><th>forward passes</th><th>layer evaluations</th><th>est. time</th></tr></thead><tbody>"
     )
     rows = [head]
+    names = loop_names(result)
 
     def cells(pass_id: str | None, b: Cost, a: Cost) -> str:
         pairs = [
-            (b.requests, a.requests, str),
+            (b.requests, a.requests, plain_count),
             (b.upload_bytes, a.upload_bytes, human_bytes),
-            (b.forward_passes, a.forward_passes, str),
-            (b.layer_evaluations, a.layer_evaluations, str),
+            (b.forward_passes, a.forward_passes, plain_count),
+            (b.layer_evaluations, a.layer_evaluations, plain_count),
             (b.seconds, a.seconds, _time),
         ]
         out = []
         for before, after, fmt in pairs:
-            out.append(f'<td class="{_direction(before, after)}">{_e(fmt(before))} → {_e(fmt(after))}</td>')
-        out.insert(2, _download_cell(result, pass_id, b, a))
+            out.append(f'<td class="{_direction(before, after)}">{_e(fmt(before, names))} → '
+                       f'{_e(fmt(after, names))}</td>')
+        out.insert(2, _download_cell(result, pass_id, b, a, names))
         return "".join(out)
 
     for pc in result.costs:
@@ -166,18 +178,19 @@ def _cost_table(index: int, result: Result) -> str:
     return "".join(rows)
 
 
-def _direction(before: float, after: float) -> str:
-    return "better" if after < before else "worse" if after > before else ""
+def _direction(before: Number | Count, after: Number | Count) -> str:
+    return {"fewer": "better", "more": "worse"}.get(direction(before - after), "")
 
 
-def _download_cell(result: Result, pass_id: str | None, before: Cost, after: Cost) -> str:
+def _download_cell(result: Result, pass_id: str | None, before: Cost, after: Cost,
+                   names: dict[UnknownLoop, str] | None = None) -> str:
     """Better or worse only where the downloads compare (the same values of unknown size
     on both sides); the reason a download grew, where a fix says."""
     comparable = downloads_comparable(before, after)
     css = _direction(before.download_bytes, after.download_bytes) if comparable else "unknown"
-    text = f"{download_text(before)} → {download_text(after)}"
+    text = f"{download_text(before, names)} → {download_text(after, names)}"
     # with values of unknown size, the words say how the downloads compare, if they do
-    notes = [download_change(before, after)] if before.download_unknown or after.download_unknown else []
+    notes = [download_change(before, after, names)] if before.download_unknown or after.download_unknown else []
     reason = growth_reason(result, pass_id, before, after)
     if reason:
         notes.append(reason)
@@ -185,8 +198,15 @@ def _download_cell(result: Result, pass_id: str | None, before: Cost, after: Cos
     return f'<td class="{css}">{_e(text)}{note}</td>'
 
 
-def _time(seconds: float) -> str:
+def _time(seconds: Number | Count, names: dict[UnknownLoop, str] | None = None) -> str:
+    if not is_known(seconds):
+        return seconds_text(seconds, names)
     return f"{seconds:,.0f} s" if seconds >= 100 else f"{seconds:.1f} s"
+
+
+def _one_iteration(value: Number | Count) -> float:
+    """A bar's height: a loop of unknown length drawn at one iteration (its figure says N)."""
+    return float(value if is_known(value) else value.at(1))
 
 
 # ---------------------------------------------------------------------------------------
@@ -195,9 +215,10 @@ def _time(seconds: float) -> str:
 
 # (css class, label, the number a bar shows, the text of a cost's figure)
 _METRICS = (
-    ("requests", "requests", lambda c: c.requests, lambda c: f"{c.requests:,.0f}"),
+    ("requests", "requests", lambda c: c.requests,
+     lambda c, names: f"{c.requests:,.0f}" if is_known(c.requests) else plain_count(c.requests, names)),
     ("download", "download", lambda c: c.download_bytes, download_text),  # its known part, then `+ ?`
-    ("time", "est. time", lambda c: c.seconds, lambda c: _time(c.seconds)),
+    ("time", "est. time", lambda c: c.seconds, lambda c, names: _time(c.seconds, names)),
 )
 
 
@@ -206,6 +227,7 @@ def cost_chart_svg(result: Result, *, element_id: str = "cost-chart") -> str:
     "original" and "after <pass>", each on its own log-10 scale."""
     stages = [("original", result.costs[0].before if result.costs else Cost())]
     stages += [(pc.pass_id, pc.after) for pc in result.costs]
+    names = loop_names(result)
     panel_w, panel_h, gap = 400, 260, 24
     top, bottom, left = 28, 96, 56
     plot_h = panel_h - top - bottom
@@ -217,7 +239,7 @@ def cost_chart_svg(result: Result, *, element_id: str = "cost-chart") -> str:
     ]
     for m, (css, label, get, text) in enumerate(_METRICS):
         x0 = m * (panel_w + gap)
-        values = [max(float(get(cost)), 0.0) for _, cost in stages]
+        values = [max(_one_iteration(get(cost)), 0.0) for _, cost in stages]
         low, high = _log_range(values)
         plot_w = panel_w - left - 8
         out.append(f'<g class="panel" data-metric="{css}" transform="translate({x0},0)">')
@@ -238,7 +260,7 @@ def cost_chart_svg(result: Result, *, element_id: str = "cost-chart") -> str:
             y = top + plot_h - height
             out.append(
                 f'<rect class="{css}" data-stage="{_e(stage)}" x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" '
-                f'height="{height:.1f}"><title>{_e(stage)}: {_e(text(cost))}</title></rect>'
+                f'height="{height:.1f}"><title>{_e(stage)}: {_e(text(cost, names))}</title></rect>'
             )
             cx = left + i * slot + slot / 2
             out.append(
@@ -247,7 +269,7 @@ def cost_chart_svg(result: Result, *, element_id: str = "cost-chart") -> str:
             )
         out.append(
             f'<text x="{left + plot_w}" y="16" text-anchor="end" class="muted">'
-            f"{_e(text(stages[0][1]))} → {_e(text(stages[-1][1]))}</text>"
+            f"{_e(text(stages[0][1], names))} → {_e(text(stages[-1][1], names))}</text>"
         )
         out.append("</g>")
     out.append("</svg>")

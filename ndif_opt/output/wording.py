@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from ndif_opt.types import Count, Number, UnknownLoop, default_names, loops_in
+
 # nouns whose plural is not the singular + "s"
 _IRREGULAR = {"forward pass": "forward passes", "batch": "batches"}
 
@@ -19,6 +21,51 @@ def plural(noun: str) -> str:
 def counted(n: int, noun: str) -> str:
     """`0 forward passes`, `1 forward pass`, `3 forward passes`, `1,024 tokens`."""
     return f"{n:,} {noun if n == 1 else plural(noun)}"
+
+
+def number_text(value: Number) -> str:
+    """``1,024``, ``2.5``: a count as a message writes it."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.3g}"
+
+
+def count_text(value: Number | Count, names: dict[UnknownLoop, str] | None = None, number=number_text) -> str:
+    """``3``, ``N``, ``1 + 2·N``: a number of the bill, a loop of unknown length by its
+    symbol (``names``; default N, or N₁, N₂, …)."""
+    if isinstance(value, Count):
+        return value.text(number, names)
+    return number(value)
+
+
+def loop_meanings(loops, names: dict[UnknownLoop, str]) -> str:
+    """``N: the iterations of `for row in rows``` (and the others, joined)."""
+    return "; ".join(f"{names[loop]}: the iterations of `{loop.header}`" for loop in loops)
+
+
+def symbols(*values: Number | Count) -> tuple[dict[UnknownLoop, str], str]:
+    """(the symbols of the loops of unknown length the counts of one message depend on,
+    what they mean: ``N: the iterations of `for x in xs``` — "" when there are none)."""
+    loops = loops_in(*values)
+    names = default_names(loops)
+    return names, loop_meanings(loops, names)
+
+
+def counted_with_loops(value: Number | Count, noun: str, names: dict[UnknownLoop, str] | None = None) -> tuple[str, str]:
+    """(``2·N requests``, ``N: the iterations of `for x in xs```): a count in a message
+    that stands on its own, with what its symbols mean ("" when it has none; not given
+    when ``names`` are: the message's :func:`symbols`)."""
+    meaning = ""
+    if names is None:
+        names, meaning = symbols(value)
+    return f"{count_text(value, names)} {noun if value == 1 else plural(noun)}", meaning
+
+
+def claim_text(before: Number | Count, after: Number | Count, noun: str) -> tuple[str, str]:
+    """(``7·N requests → N``, ``N: the iterations of `for x in xs```): a change a fix
+    makes, with what its symbols mean ("" when it has none)."""
+    names, meaning = symbols(before, after)
+    return f"{count_text(before, names)} {noun if before == 1 else plural(noun)} → {count_text(after, names)}", meaning
 
 
 def per(n: int, noun: str) -> str:

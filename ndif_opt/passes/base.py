@@ -43,6 +43,7 @@ class RawFinding:
     reason: str | None = None
     evidence: str | None = None  # see Finding.evidence
     uses: tuple[cst.CSTNode, ...] = ()  # see Finding.uses
+    requests: tuple | None = None  # see Finding.requests
 
 
 @dataclass
@@ -71,10 +72,11 @@ class Context:
         return True
 
     def applied(self, node: cst.CSTNode, message: str, safety: Safety = Safety.SAFE,
-                evidence: str | None = None, uses: tuple[cst.CSTNode, ...] = ()) -> None:
+                evidence: str | None = None, uses: tuple[cst.CSTNode, ...] = (), requests: tuple | None = None) -> None:
         """``evidence``: text the final code holds while this fix stands; the finding is
-        dropped when a later pass undoes the fix. ``uses``: see Finding.uses."""
-        self.findings.append(RawFinding(node, message, Status.APPLIED, safety, evidence=evidence, uses=uses))
+        dropped when a later pass undoes the fix. ``uses``, ``requests``: see Finding."""
+        self.findings.append(RawFinding(node, message, Status.APPLIED, safety, evidence=evidence, uses=uses,
+                                        requests=requests))
 
     def skipped(self, node: cst.CSTNode, message: str, reason: str) -> None:
         self.findings.append(RawFinding(node, message, Status.SKIPPED, Safety.SAFE, reason))

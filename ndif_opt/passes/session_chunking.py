@@ -75,6 +75,7 @@ from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import SuitePlan, empty_container_kind
 from ndif_opt.syntax.walk import walk
+from ndif_opt.types import is_known
 
 # how the loop may fill a saved container so that per-session copies merge exactly:
 # appended/extended in order (lists), keys set or updated (dicts; a later key wins, as a
@@ -90,14 +91,16 @@ class SessionChunking(Pass):
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         options = context.options
         budget = session_budget(options)
-        # a library function's own session (nnterp's helpers) is not the script's to split
-        over = [r for r in _requests(facts, options) if r.max_server_seconds > budget and r.block is not None]
+        estimate = explain(facts, options)
+        # a library function's own session (nnterp's helpers) is not the script's to split;
+        # a loop of unknown length in one is taken at the assumed length (and said so)
+        over = [r for r in estimate.requests if estimate.longest_seconds(r)[0] > budget and r.block is not None]
         if not over:
             return module
         plan = SuitePlan()
         for request in over:
             block = request.block
-            message = _over_message(request, options)
+            message = _over_message(request, options, *estimate.longest_seconds(request), estimate.assumed_trips)
             if not context.allows(block.node, message):
                 continue
             built, reason = _plan(request, facts, budget, module, context.options.reserved_names)
@@ -116,17 +119,18 @@ class SessionChunking(Pass):
         return plan.apply(module, facts) if plan else module
 
 
-def _requests(facts: Facts, options) -> list[RequestEstimate]:
-    return explain(facts, options).requests
-
-
-def _over_message(request: RequestEstimate, options) -> str:
+def _over_message(request: RequestEstimate, options, seconds: float, assumed: tuple, trips: int) -> str:
+    """Why the request is over the limit; ``assumed``: the loops of unknown length taken
+    at ``trips`` iterations to get its ``seconds``."""
     from ndif_opt.cost_model import DEFAULTS
 
     limit = float(options.cost.get("session-limit", DEFAULTS["session-limit"]))
     what = "this session" if request.kind == "session" else f"this remote {request.kind}"
-    estimate = _seconds(request.max_server_seconds)
-    if request.max_server_seconds > limit:
+    estimate = _seconds(seconds)
+    if assumed:
+        loops = ", ".join(f"`{loop.header}`" for loop in assumed)
+        estimate += f" (assuming {counted(trips, 'iteration')} of {loops}, whose length is not known before running)"
+    if seconds > limit:
         where = f"over NDIF's limit of {_seconds(limit)} per request"
     else:
         margin = float(options.cost.get("session-margin", DEFAULTS["session-margin"]))
@@ -152,7 +156,7 @@ def _plan(request: RequestEstimate, facts: Facts, budget: float, module: cst.Mod
             "one trace cannot be split into sessions; run fewer or shorter forward passes per "
             "request (fewer invokes, fewer new tokens)"
         )
-    if request.count > 1:
+    if not is_known(request.count) or request.count > 1:
         return None, "the session itself runs in a loop; split that loop into smaller runs"
     loop = profile.loop if profile is not None else None
     body = list(block.node.body.body)

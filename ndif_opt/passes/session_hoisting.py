@@ -102,6 +102,8 @@ from ndif_opt.analysis.remote_functions import (
 )
 from ndif_opt.analysis.retries import PortableRetry, portable_retry, retry_guard
 from ndif_opt.analysis.wire import wire_problem
+from ndif_opt.cost_model import RegionRequests, explain
+from ndif_opt.output.wording import claim_text, counted_with_loops, symbols
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.definitions import definitions_in_the_way, without_statements
 from ndif_opt.passes.common.client_split import Refused, Split, names_in, split_region, splittable, unwrap_progress
@@ -135,8 +137,8 @@ class Region:
     unsafe: list[Problem] = field(default_factory=list)
     helper_calls: list[tuple[cst.Call, RemoteHelper]] = field(default_factory=list)  # moved along
     saved_here: dict[int, str] = field(default_factory=dict)  # id(stmt) -> name given `.save()`
-    requests: int | None = None  # remote requests it sends, once counted
-    requests_exact: bool = True  # False: loops of unknown length make it a lower bound
+    requests: int | None = None  # remote requests one run sends (unknown loops as two), once counted
+    counted: RegionRequests | None = None  # its requests as the cost table counts them, once asked
     split: Split | None = None  # the client/server split, when code must stay on the client
     remote_statements: list[cst.BaseStatement] = field(default_factory=list)  # those that do remote work
     retry: PortableRetry | None = None  # the retry the session stands under, if its work had one
@@ -257,18 +259,44 @@ class SessionHoisting(Pass):
         return [h for h in halves if (h.start, h.end) != (region.start, region.end)]
 
     def _requests(self, region: Region, facts: Facts) -> int:
-        """The remote requests the region sends now (counted once: asked for each message)."""
+        """The remote requests one run of the region sends, a loop of unknown length as
+        two ("many"): is a session worth it? (Counted once.)"""
         from ndif_opt.analysis.regions import UNKNOWN_TRIPS
 
-        def count(unknown: int) -> int:
-            calls = call_multiplicity(region.statements, self.helpers, facts, unknown) if region.helper_calls else 0
-            return requests_in(region.blocks, region.statements, facts, unknown) + calls
-
         if region.requests is None:
-            region.requests = count(UNKNOWN_TRIPS)
-            # a count that changes with the assumed length of unknown loops is a lower bound
-            region.requests_exact = region.requests >= 2 and count(UNKNOWN_TRIPS + 1) == region.requests
+            calls = call_multiplicity(region.statements, self.helpers, facts, UNKNOWN_TRIPS) if region.helper_calls else 0
+            region.requests = requests_in(region.blocks, region.statements, facts, UNKNOWN_TRIPS) + calls
         return region.requests
+
+    def _worth_a_session(self, region: Region, facts: Facts, context: Context) -> bool:
+        """Does one run of the region send two requests or more — by its blocks, and as
+        the cost table counts them (where the walk takes one branch of an `if`, the
+        other's requests do not run)? A loop of unknown length counts as two ("many")."""
+        from ndif_opt.analysis.regions import UNKNOWN_TRIPS
+
+        if self._requests(region, facts) < 2:
+            return False
+        return self._counted(region, facts, context).per_run(UNKNOWN_TRIPS) >= 2
+
+    def _hoisted_caller(self, region: Region, facts: Facts) -> str:
+        """The function holding the region, when a session this pass opened around its
+        calls already counts its requests ("" otherwise: the region's own claim stands)."""
+        function = facts.stmt(region.statements[0]).function
+        name = function.name.value if function is not None else ""
+        return name if name in self.rewritten_helpers else ""
+
+    def _counted(self, region: Region, facts: Facts, context: Context) -> RegionRequests:
+        """What the region's messages quote: its requests as the cost table counts them
+        (the cost model's walk of this version of the tree: a retry counted once, a loop
+        of unknown length as N) — over the script's run, and the runs one session each
+        would send. Where the walk never reached the region (code after a `return`,
+        calls nested too deep), one run by its blocks, and no claim on the table."""
+        if region.counted is None:
+            found = explain(facts, context.options).region(region.statements)
+            if found is None:
+                found = RegionRequests(self._requests(region, facts), 1, uncalled="")
+            region.counted = found
+        return region.counted
 
     # -- finding regions ---------------------------------------------------------------
     def _regions(self, suite, facts: Facts, context: Context, wide: bool = True,
@@ -328,7 +356,7 @@ class SessionHoisting(Pass):
             elif run:  # neutral code between remote blocks may move along
                 run.append(index)
         close()
-        return [r for r in regions if self._requests(r, facts) >= 2]
+        return [r for r in regions if self._worth_a_session(r, facts, context)]
 
     def _kind(self, stmt, facts: Facts, context: Context, lazy: bool = False, wide: bool = True) -> Kind | None:
         """How the statement relates to remote work; with ``lazy``, None for code
@@ -423,12 +451,12 @@ class SessionHoisting(Pass):
     # -- checking and planning ---------------------------------------------------------
     def _plan(self, region: Region, facts: Facts, context: Context, plan: SuitePlan) -> bool:
         anchor = region.statements[0]
-        if not context.allows(anchor, _not_hoisted(region, facts, self._requests(region, facts))):
+        if not context.allows(anchor, _not_hoisted(region, facts, self._counted(region, facts, context))):
             return False
         region.kernel_keeps_names = context.options.notebook and not facts.stmt(anchor).ancestors
         changing = _header_rebound(region)
         if changing:
-            context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)), changing)
+            context.skipped(anchor, _not_hoisted(region, facts, self._counted(region, facts, context)), changing)
             return False
         definitions = definitions_in_the_way(region.statements)
         if definitions:
@@ -443,7 +471,7 @@ class SessionHoisting(Pass):
                 return self._plan_checked(region, facts, context, plan)
         blocking = [p for p in region.unsafe if not _is_unsafe_only(p)]
         if blocking:
-            context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)),
+            context.skipped(anchor, _not_hoisted(region, facts, self._counted(region, facts, context)),
                             refusal or _plain(blocking[0]))
             return False
         return self._plan_checked(region, facts, context, plan)
@@ -549,13 +577,13 @@ class SessionHoisting(Pass):
             else:
                 region.retry = retry
         if reason:
-            context.skipped(anchor, _not_hoisted(region, facts, self._requests(region, facts)), reason)
+            context.skipped(anchor, _not_hoisted(region, facts, self._counted(region, facts, context)), reason)
             return False
         unsafe = [p for p in region.unsafe if _is_unsafe_only(p)]
         if region.split is not None:  # what must stay on the client is replayed, bars only dropped
             unsafe = [p for p in unsafe if p.kind == "progress"] if region.split.dropped_bars else []
         if unsafe and not context.options.unsafe_fixes:
-            context.needs_unsafe(anchor, _not_hoisted(region, facts, self._requests(region, facts)), _unsafe_reason(unsafe[0]))
+            context.needs_unsafe(anchor, _not_hoisted(region, facts, self._counted(region, facts, context)), _unsafe_reason(unsafe[0]))
             return False
         # what the code after the session may read, asked of both once at most
         needed = functools.cache(lambda: _needed_after(region, facts))
@@ -571,9 +599,11 @@ class SessionHoisting(Pass):
             let_go |= region.split.unsaved - set(collect_all(region.split.replay).binds)
         context.unreturned |= let_go
         safety = Safety.UNSAFE if unsafe else Safety.SAFE
-        message = _hoisted_message(region, facts, accumulators, self._requests(region, facts))
+        counted = self._counted(region, facts, context)
+        caller = self._hoisted_caller(region, facts)
+        message = _hoisted_message(region, facts, accumulators, counted, caller)
         context.applied(anchor, message + _let_go_note(region, facts, let_go), safety,
-                        evidence=f"{region.model}.session(")
+                        evidence=f"{region.model}.session(", requests=None if caller else request_claim(counted))
         return True
 
     def _rewrite(self, region: Region, accumulators, facts, plan: SuitePlan, context) -> None:
@@ -1212,15 +1242,40 @@ def _header_rebound(region: Region) -> str:
     return ""
 
 
-def _not_hoisted(region: Region, facts: Facts, requests: int) -> str:
+def _not_hoisted(region: Region, facts: Facts, requests: RegionRequests) -> str:
+    names, meaning = symbols(requests.sent, requests.runs)
+    sent = counted_with_loops(requests.sent, "separate remote request", names)[0]
+    sessions = "one" if requests.runs == 1 else counted_with_loops(requests.runs, "session", names)[0]
     return (
-        f"{_kind_label(region)} sends {_count(requests, region.requests_exact)} separate remote requests "
-        f"to `{region.model}`; one `{region.model}.session(remote=...)` would send one"
+        f"{_kind_label(region)} sends {sent} to `{region.model}`{_per_call(requests)}; "
+        f"one `{region.model}.session(remote=...)` around it would send {sessions}"
+        + (f" ({meaning})" if meaning else "")
     )
 
 
-def _hoisted_message(region: Region, facts: Facts, accumulators, requests: int) -> str:
-    text = f"wrapped {_kind_label(region)} in one session: {_count(requests, region.requests_exact)} requests → 1"
+def request_claim(requests: RegionRequests) -> tuple | None:
+    """(before, after) of a region made one session per run, for its finding: a claim on
+    the cost table, unless the table leaves the region out (no code calls it)."""
+    return None if requests.uncalled is not None else (requests.sent, requests.runs)
+
+
+def _per_call(requests: RegionRequests) -> str:
+    if requests.uncalled:
+        return f" each time `{requests.uncalled}` runs (no code here calls it: not in the cost table)"
+    if requests.uncalled == "":
+        return " each time it runs"
+    return ""
+
+
+def _hoisted_message(region: Region, facts: Facts, accumulators, requests: RegionRequests, caller: str = "") -> str:
+    if caller:  # its calls run in a session already: that session's finding counts them
+        text = (f"wrapped {_kind_label(region)} in one session, for a call of `{caller}` outside a session "
+                f"(the session that now calls `{caller}` counts its requests)")
+    else:
+        change, meaning = claim_text(requests.sent, requests.runs, "request")
+        text = f"wrapped {_kind_label(region)} in one session: {change}{_per_call(requests)}"
+        if meaning:
+            text += f" ({meaning})"
     if region.helper_calls:
         names = sorted({h.name for _, h in region.helper_calls})
         text += "; " + ", ".join(f"`{n}`" for n in names) + " now called with remote=False inside it"
@@ -1307,12 +1362,6 @@ def _split_note(split: Split | None) -> str:
             "each failure handled on its own (a run without failures is unchanged)"
         )
     return text
-
-
-def _count(requests: int, exact: bool) -> str:
-    """`6` when the count is known, `6 or more` when loops of unknown length make it a
-    lower bound (never fewer than 2: the region is planned only when it sends two)."""
-    return str(requests) if exact else f"{max(2, requests)} or more"
 
 
 def _plain(problem: Problem) -> str:
