@@ -391,14 +391,15 @@ def a1_verdict(row: dict) -> tuple[str, bool]:
         return "crash", False
     before, after = run["requests_before"], run["requests_after"]
     compared = expert["static"] if expert["static"] is not None else expert["requests"]
-    if after is not None and 0 < after <= compared < before:
+    # (an N, a loop of unknown length, is never known to be at most the expert's count)
+    if after is not None and is_known(after) and 0 < after <= compared and direction(before - compared) == "fewer":
         return f"yes ({after} <= {compared})", True
     if expert.get("names") and any(re.search(expert["names"], f"{f['reason'] or ''} {f['message']}")
                                    for f in run["unfixed"]):
         return "reason named: a finding names the construct", True
     left = (run.get("refusals") or {}).get("left", [])
     silent = [c for c in left if not c["findings"]]
-    if before is not None and before <= compared:
+    if before is not None and is_known(before) and before <= compared:
         sends = expert["sends"] if expert["sends"] is not None else "more"
         return f"no: the cost model counts {before} before, at most the expert's {compared} (the file sends {sends})", False
     if not left:

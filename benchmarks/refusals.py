@@ -50,6 +50,7 @@ from ndif_opt.cost.walker import Walker
 from ndif_opt.frontends.notebook import NOTEBOOK_ID, script_without_magics
 from ndif_opt.options import Options
 from ndif_opt.syntax.positions import Positions
+from ndif_opt.types import Count
 
 __all__ = ["Construct", "Walk", "finding_lines", "left_as_is", "line_map", "measure", "walk_requests", "where"]
 
@@ -64,7 +65,7 @@ class _CountingWalker(Walker):
         super().__init__(facts, options)
         self.charged: dict[int, float] = {}  # id(statement) -> most requests per run
 
-    def statement(self, stmt: cst.BaseStatement, times: float) -> None:
+    def statement(self, stmt: cst.BaseStatement, times) -> None:
         if self.request is not None:  # inside a remote block: nothing of its own
             super().statement(stmt, times)
             self.charged.setdefault(id(stmt), 0.0)
@@ -72,11 +73,20 @@ class _CountingWalker(Walker):
         before = self._total()
         super().statement(stmt, times)
         added = self._total() - before
-        per_run = added / times if times else 0.0
+        runs = _number(times)
+        per_run = added / runs if runs else 0.0
         self.charged[id(stmt)] = max(self.charged.get(id(stmt), 0.0), per_run)
 
-    def _total(self) -> int:
-        return sum(request.count for request in self.requests)
+    def _total(self) -> float:
+        return _number(sum(request.count for request in self.requests))
+
+
+ASSUMED_TRIPS = 8  # a loop of unknown length (N), for the question "more than one request?"
+
+
+def _number(value) -> float:
+    """A count of the bill as a number: a loop of unknown length runs ASSUMED_TRIPS times."""
+    return value.at(ASSUMED_TRIPS) if isinstance(value, Count) else value
 
 
 @dataclass

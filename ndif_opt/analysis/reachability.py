@@ -5,7 +5,9 @@ The code a file runs is its module-level code (class bodies and ``if __name__ ==
 as a value (a callback passed to another module's function, a function stored in a
 table): code elsewhere may call it — then every function *those* name, and so on. A
 function that no code here names is run by nothing here: a script's dead code, or a
-library module's API, which its callers run. A name counts wherever it is spelled (a
+library module's API, which its callers run — unless the module's own code runs none
+of its functions at all: then it is a library, and each public function (and public
+method of a public class) is an entry point, run once. A name counts wherever it is spelled (a
 call ``f(...)``, an attribute ``obj.f``, a string ``getattr(obj, "f")``), so two
 functions of one name are both run when either is named; special methods
 (``__init__``, ``__call__``, ...) run with their class, and a decorator that registers
@@ -61,6 +63,11 @@ def _reach(module: cst.Module) -> Reach:
     defs: list[_Def] = []
     classes: dict[str, list[cst.ClassDef]] = {}
     spelled = _spelled(module, None, defs, classes)
+    if not any(_named(entry, spelled, classes) for entry in defs):
+        # a library module: its own code runs none of its functions, its users do: each
+        # public function, and each public method of a public class, is an entry point
+        spelled |= {entry.func.name.value for entry in defs if _public(entry)}
+        spelled |= {name for name in classes if not name.startswith("_")}
     run: set[int] = set()
     pending = list(defs)
     changed = True
@@ -76,6 +83,11 @@ def _reach(module: cst.Module) -> Reach:
             changed = True
     unrun = [d.func for d in _all(defs) if id(d.func) not in run]
     return Reach(frozenset(run), tuple(unrun))
+
+
+def _public(entry: _Def) -> bool:
+    return not entry.func.name.value.startswith("_") and (
+        entry.owner is None or not entry.owner.name.value.startswith("_"))
 
 
 def _all(defs: list[_Def]):
