@@ -677,11 +677,15 @@ def test_functions_called_only_by_other_functions_are_counted_at_their_calls():
         """
     )
     found = run(source)
-    assert found.cost.requests == 0  # a library: no code here calls cli()
-    assert found.uncalled == {"probe": 1, "main": 3, "cli": 3}  # cli() → main() → 3 × probe()
-    assert any("`cli` (a call sends 3 requests)" in note for note in found.notes)
+    # a library (no code here calls any of its functions): each function no other calls is
+    # an entry point, run once: cli() → main() → 3 × probe()
+    assert found.cost.requests == 3 and not found.uncalled
     called = run(source + "\ncli()\n")
     assert called.cost.requests == 3 and not called.uncalled
+    only_probe = run(source + "\nprobe(0)\n")  # a script: main and cli are dead code
+    assert only_probe.cost.requests == 1
+    assert only_probe.uncalled == {"main": 3, "cli": 3}
+    assert any("`cli` (a call sends 3 requests)" in note for note in only_probe.notes)
 
 
 def test_the_branch_that_sends_requests_is_counted():
@@ -1070,7 +1074,7 @@ def test_a_function_handed_on_as_a_callback_runs_once_and_one_nothing_names_cost
     assert any("`unused` (a call sends 1 request)" in note for note in found.notes)
 
 
-def test_a_library_module_says_what_a_call_of_each_function_would_send():
+def test_a_library_module_costs_one_call_of_each_entry_point():
     source = script(
         """\
         def probe(prompt):
@@ -1082,10 +1086,11 @@ def test_a_library_module_says_what_a_call_of_each_function_would_send():
         """
     )
     found = run(source)
-    assert found.cost.requests == 0
-    note = next(n for n in found.notes if n.startswith("no code here calls these functions"))
-    assert "`probe` (a call sends 1 request)" in note
-    assert "`sweep` (a call sends N requests; N: the iterations of `for p in prompts`)" in note
+    # sweep is the entry point (probe is counted at its calls): N requests
+    assert str(found.cost.requests.loops[0].header) == "for p in prompts", found.cost.requests
+    assert found.cost.requests.at(5) == 5 and not found.uncalled
+    with_driver = run(source + "\nsweep(['a', 'b'])\n")  # a script: what it calls, as it calls it
+    assert with_driver.cost.requests == 2
 
 
 def test_lists_of_a_saved_dict_filled_in_a_session_come_back_with_it():
