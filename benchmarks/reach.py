@@ -451,10 +451,12 @@ def refusal_summary(devset: list[dict], corpus: list[dict]) -> str:
         total += measured["constructs"]
         reduced += measured["reduced"]
         left += len(measured["left"])
-        several += sum(len(c["findings"]) > 1 for c in measured["left"])
+        # (other passes' findings on the same lines are about other savings: forward passes, bytes)
+        several += sum(sum(f["pass_id"] == "session-hoisting" for f in c["findings"]) > 1 for c in measured["left"])
         silent += [c for c in measured["left"] if not c["findings"]]
     return (f"loops and runs sending more than one request: {total}; reduced {reduced}; left as they are "
-            f"{left}, of which with no finding (silent, target 0) {len(silent)}, with more than one finding {several}")
+            f"{left}, of which with no finding (silent, target 0) {len(silent)}, with more than one session-hoisting "
+            f"finding {several}")
 
 
 def silent_table(devset: list[dict], corpus: list[dict]) -> str:

@@ -263,13 +263,16 @@ def left_as_is(construct: Construct, before: Walk, after: Walk, mapped: dict[int
 
 
 def finding_lines(result, notebook=None) -> list[tuple[int, dict]]:
-    """(1-based line in the walked code, finding) for every finding not applied. For a
+    """(1-based line in the walked code, finding) for every finding not applied, once per
+    line its range covers (a finding about a run of statements spans them). For a
     notebook, ``result`` is its joined code's result and ``notebook`` the NotebookResult."""
     found = []
     for finding in result.findings:
         if finding.status is Status.APPLIED:
             continue
-        found.append((finding.range.start.line + 1, _finding(finding)))
+        described = _finding(finding)  # (one dict per finding: a construct counts it once)
+        for line in range(finding.range.start.line, finding.range.end.line + 1):
+            found.append((line + 1, described))
     if notebook is not None:
         code = result.source.splitlines()
         for item in notebook.findings:
@@ -311,7 +314,7 @@ def measure(source: str, output: str, findings: list[tuple[int, dict]], options:
             continue
         if construct.kind != "run":
             covered.append(construct)
-        reasons = [f for line, f in findings if construct.start <= line <= construct.end]
+        reasons = list({id(f): f for line, f in findings if construct.start <= line <= construct.end}.values())
         left.append({
             "kind": construct.kind, "start": construct.start, "end": construct.end,
             "requests": round(construct.requests, 2), "requests_after": None if sent_after is None else round(sent_after, 2),

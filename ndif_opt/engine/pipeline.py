@@ -427,6 +427,7 @@ def _run_module(source: str, options: Options, filename: str | None = None,
     introduced: set[str] = set()
     migrated: list[Finding] | None = None  # migration's unapplied findings, once it has run
     checked: dict[str, list[Finding]] = {}  # the checks' findings, from their one run on the code as written
+    explained: dict[str, list[Finding]] = {}  # on pre-0.5 code: what a pass would do (see Pass.explains_pre_05)
     for _round in range(MAX_ROUNDS):
         changed = False
         last_round = []
@@ -436,7 +437,13 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                     last_round.extend(checked[pass_.id])
                     continue
             elif not pass_.runs_first_once and state.api == PRE_05:
-                continue  # their rewrites are nnsight 0.5+ code: they would break it
+                # their rewrites are nnsight 0.5+ code: they would break it; one that
+                # explains says, once, what it would do (no construct left without a word)
+                if pass_.explains_pre_05:
+                    if pass_.id not in explained:
+                        explained[pass_.id] = _explained(pass_, state, source, options, migrated is not None)
+                    last_round.extend(explained[pass_.id])
+                continue
             migrating = pass_.runs_first_once and not pass_.report_only
             if migrating and migrated is not None:
                 # migration runs once, on the code as written: on its own output it would
@@ -584,6 +591,24 @@ def _passes_for(options: Options) -> list[Pass]:
     return passes
 
 
+def _explained(pass_: Pass, state: "_State", source: str, options: Options, migration_tried: bool) -> list[Finding]:
+    """What ``pass_`` would do to pre-0.5 code, as findings not fixed: its rewrites are
+    nnsight 0.5+ code, which the script's API would not run. Nothing is rewritten."""
+    why = ("the migration to nnsight 0.5+ could not be done (the findings of migrate-api say why), and "
+           "this rewrite is nnsight 0.5+ code" if migration_tried else
+           f"{PRE_05_MESSAGE} ({legacy_summary(state.facts)}), and this rewrite is nnsight 0.5+ code: "
+           "run with --migrate to migrate the script first")
+    context = Context(options, state.server, rewrites_refused=why)
+    try:
+        pass_.run(state.module, state.facts, context)
+        located = _locate(context.findings, state, source, pass_.id) if context.findings else []
+    except RecursionError:
+        raise
+    except Exception:  # noqa: BLE001 - an explanation that fails explains nothing
+        return []
+    return [f for f in located if f.status is not Status.APPLIED]
+
+
 def _partial_migration(pass_id: str, facts, not_migrated: list[Finding]) -> Finding:
     """Migration is all or nothing: a script it could not finish is left as it was, and
     the other passes (whose rewrites are nnsight 0.5+ code) did not run on it."""
@@ -689,6 +714,9 @@ def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -
     found = []
     for item in raw:
         rng = located(item.node) or Range.of(0, 0, 0, 0)
+        last = located(item.through) if item.through is not None else None
+        if last is not None and last.end > rng.end:
+            rng = Range(rng.start, last.end)
         uses = tuple(r for r in map(located, item.uses) if r is not None)
         found.append(
             Finding(pass_id, item.message, rng, item.status, item.safety, item.reason, item.evidence, uses,

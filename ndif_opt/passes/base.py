@@ -44,6 +44,7 @@ class RawFinding:
     evidence: str | None = None  # see Finding.evidence
     uses: tuple[cst.CSTNode, ...] = ()  # see Finding.uses
     requests: tuple | None = None  # see Finding.requests
+    through: cst.CSTNode | None = None  # the last node of what it is about (a run of statements)
 
 
 @dataclass
@@ -58,6 +59,9 @@ class Context:
     unreturned: set[str] = field(default_factory=set)
     # names the rewrite added to the client's namespace (fresh, unused by the original)
     introduced: set[str] = field(default_factory=set)
+    # why no rewrite may be applied in this run (the script's nnsight API): a pass that
+    # explains_pre_05 reports what it would do as not fixed, with this reason
+    rewrites_refused: str = ""
     # is this node covered by a `# ndif-opt: ignore` comment for the running pass?
     suppressed: Callable[[cst.CSTNode], bool] | None = None
 
@@ -78,13 +82,15 @@ class Context:
         self.findings.append(RawFinding(node, message, Status.APPLIED, safety, evidence=evidence, uses=uses,
                                         requests=requests))
 
-    def skipped(self, node: cst.CSTNode, message: str, reason: str) -> None:
-        self.findings.append(RawFinding(node, message, Status.SKIPPED, Safety.SAFE, reason))
+    def skipped(self, node: cst.CSTNode, message: str, reason: str, through: cst.CSTNode | None = None) -> None:
+        """``through``: the finding is about ``node`` and what follows it up to this node (a run
+        of statements): its range spans them."""
+        self.findings.append(RawFinding(node, message, Status.SKIPPED, Safety.SAFE, reason, through=through))
 
     def needs_unsafe(self, node: cst.CSTNode, message: str, reason: str,
-                     uses: tuple[cst.CSTNode, ...] = ()) -> None:
+                     uses: tuple[cst.CSTNode, ...] = (), through: cst.CSTNode | None = None) -> None:
         self.findings.append(
-            RawFinding(node, message, Status.UNSAFE_NOT_APPLIED, Safety.UNSAFE, reason, uses=uses)
+            RawFinding(node, message, Status.UNSAFE_NOT_APPLIED, Safety.UNSAFE, reason, uses=uses, through=through)
         )
 
 
@@ -107,6 +113,10 @@ class Pass:
     #: a check: runs once, in the first round, on the code as written, in every mode (also
     #: on pre-0.5 code); its findings stand for the whole run, whatever later passes rewrite
     checks_as_written: ClassVar[bool] = False
+    #: on code for the pre-0.5 API, which no pass but migration rewrites, it still runs
+    #: once to say of each construct what it would do and that the API stops it (findings
+    #: only: ``Context.rewrites_refused`` says why)
+    explains_pre_05: ClassVar[bool] = False
 
     def __init__(self, report_only: bool = False) -> None:
         self.report_only = report_only

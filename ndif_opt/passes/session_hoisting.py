@@ -192,6 +192,7 @@ class Kind:
 
 class SessionHoisting(Pass):
     __doc__ = __doc__
+    explains_pre_05 = True
     fix_safety = ("safe; dropping a `tqdm` bar (instead of replaying it) or moving a `print` to the server "
                   "log is unsafe")
 
@@ -456,7 +457,8 @@ class SessionHoisting(Pass):
         region.kernel_keeps_names = context.options.notebook and not facts.stmt(anchor).ancestors
         changing = _header_rebound(region)
         if changing:
-            context.skipped(anchor, _not_hoisted(region, facts, self._counted(region, facts, context)), changing)
+            context.skipped(anchor, _not_hoisted(region, facts, self._counted(region, facts, context)), changing,
+                            through=region.statements[-1])
             return False
         definitions = definitions_in_the_way(region.statements)
         if definitions:
@@ -472,7 +474,7 @@ class SessionHoisting(Pass):
         blocking = [p for p in region.unsafe if not _is_unsafe_only(p)]
         if blocking:
             context.skipped(anchor, _not_hoisted(region, facts, self._counted(region, facts, context)),
-                            refusal or _plain(blocking[0]))
+                            refusal or _plain(blocking[0]), through=region.statements[-1])
             return False
         return self._plan_checked(region, facts, context, plan)
 
@@ -577,13 +579,19 @@ class SessionHoisting(Pass):
             else:
                 region.retry = retry
         if reason:
-            context.skipped(anchor, _not_hoisted(region, facts, self._counted(region, facts, context)), reason)
+            context.skipped(anchor, _not_hoisted(region, facts, self._counted(region, facts, context)), reason,
+                            through=region.statements[-1])
             return False
         unsafe = [p for p in region.unsafe if _is_unsafe_only(p)]
         if region.split is not None:  # what must stay on the client is replayed, bars only dropped
             unsafe = [p for p in unsafe if p.kind == "progress"] if region.split.dropped_bars else []
         if unsafe and not context.options.unsafe_fixes:
-            context.needs_unsafe(anchor, _not_hoisted(region, facts, self._counted(region, facts, context)), _unsafe_reason(unsafe[0]))
+            context.needs_unsafe(anchor, _not_hoisted(region, facts, self._counted(region, facts, context)),
+                                 _unsafe_reason(unsafe[0]), through=region.statements[-1])
+            return False
+        if context.rewrites_refused:  # (pre-0.5 code: it would be hoisted, but not here)
+            context.skipped(anchor, _not_hoisted(region, facts, self._counted(region, facts, context)),
+                            context.rewrites_refused, through=region.statements[-1])
             return False
         # what the code after the session may read, asked of both once at most
         needed = functools.cache(lambda: _needed_after(region, facts))
