@@ -184,7 +184,9 @@ class ServerCheck:
             for func, names in _names_bound_to_calls(info.node):
                 if self._dotted_call_is_client(func):
                     found.update(names)
-        return found
+        # a name the code opens nnsight blocks on is a model, whatever made it (a helper of
+        # the user's `lm = setup_model()` returns one): it exists on the server too
+        return found - {block.model.split(".")[0] for block in self.facts.blocks}
 
     def _dotted_call_is_client(self, func: str) -> bool:
         """Does a call of the dotted name ``func`` give something only the client has?"""
