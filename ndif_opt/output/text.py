@@ -6,7 +6,6 @@ import difflib
 import json
 
 from ndif_opt.output.wording import count_text, counted
-from ndif_opt.syntax.loops import loop_lines
 from ndif_opt.types import (
     Cost,
     Count,
@@ -128,6 +127,14 @@ def grows(before: Number | Count, after: Number | Count) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
+def _loop_lines(source: str):
+    """syntax.loops.loop_lines, imported when a table has loops of unknown length (it
+    imports libcst, which a command line that prints nothing else need not load)."""
+    from ndif_opt.syntax.loops import loop_lines
+
+    return loop_lines(source)
+
+
 def unknown_loops(result: Result) -> list[UnknownLoop]:
     """Every loop of unknown length a row of the cost table depends on, by where it is
     in the source (then by its header)."""
@@ -137,7 +144,7 @@ def unknown_loops(result: Result) -> list[UnknownLoop]:
             found.update(dict.fromkeys(cost.unknown_loops))
     if not found:
         return []
-    lines = loop_lines(result.source)
+    lines = _loop_lines(result.source)
     return sorted(found, key=lambda loop: (lines.get(loop.lines_key, [10**9])[0], loop))
 
 
@@ -152,7 +159,7 @@ def loop_notes(result: Result, path: str = "", names: dict[UnknownLoop, str] | N
     if not loops:
         return []
     names = names if names is not None else default_names(loops)
-    lines = loop_lines(result.source)
+    lines = _loop_lines(result.source)
     notes = []
     for loop in loops:
         at = lines.get(loop.lines_key)
@@ -361,7 +368,7 @@ def result_dict(path: str, result: Result, qualified: bool = False) -> dict:
 
 
 def _loops_list(result: Result, names: dict[UnknownLoop, str]) -> list[dict]:
-    lines = loop_lines(result.source) if names else {}
+    lines = _loop_lines(result.source) if names else {}
     return [
         {"symbol": names[loop], "loop": loop.header, "function": loop.function,
          "lines": lines.get(loop.lines_key, [])}
