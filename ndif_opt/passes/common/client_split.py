@@ -400,9 +400,11 @@ class _Splitter:
             head = self.classify(body[: last + 1])
         local = [item for item in head if item.role is not Part.SERVER]
         if local:
+            what = ("holds code that must run on your machine, inside a `try`, before remote work"
+                    if local[0].role is not Part.CLIENT else "runs inside a `try` before remote work")
             raise Refused(
-                f"`{_first_line(local[0].stmt)}` runs inside a `try` before remote work: if it failed, "
-                "that work would not have run, and a session cannot tell"
+                f"`{_first_line(local[0].stmt)}` {what}: if it failed, that work would not have run, and "
+                "a session cannot tell"
             )
         tail = body[last + 1 :]
         self.handled_failures += 1
@@ -828,7 +830,9 @@ def _unprepared_uses(item: _Item, splitter: _Splitter) -> NameUse:
 
 
 def _first_line(stmt: cst.CSTNode) -> str:
-    return code_of(stmt).strip().splitlines()[0]
+    """The statement's first line of code (not a comment above it)."""
+    lines = [line.strip() for line in code_of(stmt).strip().splitlines()]
+    return next((line for line in lines if line and not line.startswith("#")), lines[0] if lines else "")
 
 
 def _check_early_ends(items: list[_Item]) -> None:
