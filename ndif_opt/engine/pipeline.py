@@ -427,7 +427,8 @@ def _run_module(source: str, options: Options, filename: str | None = None,
     introduced: set[str] = set()
     migrated: list[Finding] | None = None  # migration's unapplied findings, once it has run
     checked: dict[str, list[Finding]] = {}  # the checks' findings, from their one run on the code as written
-    explained: dict[str, list[Finding]] = {}  # on pre-0.5 code: what a pass would do (see Pass.explains_pre_05)
+    explained: dict[str, list[Finding]] = {}  # on pre-0.5 code: what a pass would do (see Pass.explains)
+    refused: list[Finding] = []  # every round's refusals by a pass that explains (see _still_refused)
     for _round in range(MAX_ROUNDS):
         changed = False
         last_round = []
@@ -439,7 +440,7 @@ def _run_module(source: str, options: Options, filename: str | None = None,
             elif not pass_.runs_first_once and state.api == PRE_05:
                 # their rewrites are nnsight 0.5+ code: they would break it; one that
                 # explains says, once, what it would do (no construct left without a word)
-                if pass_.explains_pre_05:
+                if pass_.explains:
                     if pass_.id not in explained:
                         explained[pass_.id] = _explained(pass_, state, source, options, migrated is not None)
                     last_round.extend(explained[pass_.id])
@@ -499,6 +500,8 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 applied.extend(f for f in located if f.status is Status.APPLIED)
                 reported = [f for f in located if f.status is not Status.APPLIED]
                 last_round.extend(reported)
+                if pass_.explains:
+                    refused.extend(reported)
             if migrating:
                 migrated = reported
             if pass_.checks_as_written:
@@ -525,6 +528,7 @@ def _run_module(source: str, options: Options, filename: str | None = None,
         last_round.append(_partial_migration(migration.id, state.facts, migrated))
     code = state.code
     applied = [f for f in applied if f.evidence is None or f.evidence in code]  # not undone later
+    last_round += _still_refused(refused, applied, last_round)
     findings = tuple(sorted(applied + last_round, key=lambda f: (f.range.start, f.pass_id)))
     return Result(
         source=source,
@@ -589,6 +593,20 @@ def _passes_for(options: Options) -> list[Pass]:
         elif cls.reports_when_off and cls.id not in options.ignore:
             passes.append(cls(report_only=True))
     return passes
+
+
+def _still_refused(refused: list[Finding], applied: list[Finding], last_round: list[Finding]) -> list[Finding]:
+    """The refusals of earlier rounds by a pass that explains every construct, that its last
+    round no longer makes and that no fix of it replaced: a loop whose inner loop became a
+    session in round one is no longer a candidate in round two (it holds a session), but the
+    reason it was refused in round one still stands."""
+    taken = {(f.pass_id, f.range.start) for f in applied + last_round}
+    kept: dict[tuple, Finding] = {}
+    for finding in refused:
+        key = (finding.pass_id, finding.range.start)
+        if key not in taken:
+            kept[key] = finding  # (the latest round's word on it)
+    return list(kept.values())
 
 
 def _explained(pass_: Pass, state: "_State", source: str, options: Options, migration_tried: bool) -> list[Finding]:

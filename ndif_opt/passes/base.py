@@ -60,7 +60,7 @@ class Context:
     # names the rewrite added to the client's namespace (fresh, unused by the original)
     introduced: set[str] = field(default_factory=set)
     # why no rewrite may be applied in this run (the script's nnsight API): a pass that
-    # explains_pre_05 reports what it would do as not fixed, with this reason
+    # explains reports what it would do as not fixed, with this reason
     rewrites_refused: str = ""
     # is this node covered by a `# ndif-opt: ignore` comment for the running pass?
     suppressed: Callable[[cst.CSTNode], bool] | None = None
@@ -113,10 +113,11 @@ class Pass:
     #: a check: runs once, in the first round, on the code as written, in every mode (also
     #: on pre-0.5 code); its findings stand for the whole run, whatever later passes rewrite
     checks_as_written: ClassVar[bool] = False
-    #: on code for the pre-0.5 API, which no pass but migration rewrites, it still runs
-    #: once to say of each construct what it would do and that the API stops it (findings
-    #: only: ``Context.rewrites_refused`` says why)
-    explains_pre_05: ClassVar[bool] = False
+    #: every construct it considers gets a word: on code for the pre-0.5 API, which no
+    #: pass but migration rewrites, it still runs once to say what it would do and that the
+    #: API stops it (findings only: ``Context.rewrites_refused`` says why); and a refusal
+    #: of an earlier round stands when a later round no longer considers its construct
+    explains: ClassVar[bool] = False
 
     def __init__(self, report_only: bool = False) -> None:
         self.report_only = report_only
