@@ -100,6 +100,7 @@ from ndif_opt.analysis.remote_functions import (
     with_keyword_arguments,
     with_keyword_parameters,
 )
+from ndif_opt.analysis.opaque import callback_loops, code_strings
 from ndif_opt.analysis.retries import PortableRetry, portable_retry, retry_guard
 from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.cost_model import RegionRequests, explain
@@ -192,7 +193,7 @@ class Kind:
 
 class SessionHoisting(Pass):
     __doc__ = __doc__
-    explains_pre_05 = True
+    explains = True
     fix_safety = ("safe; dropping a `tqdm` bar (instead of replaying it) or moving a `print` to the server "
                   "log is unsafe")
 
@@ -208,6 +209,7 @@ class SessionHoisting(Pass):
                 continue
             for region in self._regions(suite, facts, context):
                 self._plan_or_parts(region, facts, context, plan, claimed)
+        _name_the_unseen(facts, context)
         for name in dict.fromkeys([*self.rewritten_helpers, *self.passed_functions]):
             helper = self.rewritten_helpers.get(name)
             passed = self.passed_functions.get(name, ())
@@ -363,7 +365,9 @@ class SessionHoisting(Pass):
         """How the statement relates to remote work; with ``lazy``, None for code
         without any (see :meth:`_plain_kind`)."""
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-            return Kind(Role.BARRIER, why="defines a function or class")
+            # between remote statements it moves along: before the session opens, it moves
+            # out of the region's way (common/definitions.py), or the region is refused
+            return Kind(Role.NEUTRAL)
         outer = _outer_blocks(facts, stmt)
         calls = helper_calls(stmt, self.helpers) if _may_call(stmt, self.helpers) else []
         if calls and outer:
@@ -1194,6 +1198,28 @@ def _accumulator_inside(region: Region, name: str) -> Accumulator | None:
     return found
 
 
+def _name_the_unseen(facts: Facts, context: Context) -> None:
+    """A finding for each construct whose requests no reading of the file can see
+    (analysis/opaque.py): a loop calling a callback handed the model, nnsight code in a
+    string."""
+    for found in callback_loops(facts):
+        context.skipped(
+            found.loop,
+            f"this loop calls `{found.callback}`, a function `{found.function}` takes as a parameter, with the "
+            "model: each call may send remote requests",
+            f"not hoisted: which requests `{found.callback}` sends is decided by the caller of "
+            f"`{found.function}` (a callback), so ndif-opt cannot count or bundle them; open one "
+            "`model.session(remote=...)` around the loop yourself, or call a function of this file",
+        )
+    for stmt, line in code_strings(facts):
+        context.skipped(
+            stmt,
+            f"nnsight code written as a string (`{line}`): the requests it sends are not in this file's code",
+            "not optimized: ndif-opt reads the code, not the code it writes; a session it could count and "
+            "bundle must be written as code",
+        )
+
+
 def _move_definitions(region: Region, definitions: list[cst.BaseStatement], context: Context,
                       plan: SuitePlan) -> None:
     """Plan the definitions' move before the region (see :mod:`.common.definitions`)."""
@@ -1409,6 +1435,49 @@ print("patched top", top.item())
 """
 
 SessionHoisting.cases = (
+    Case(
+        name="a loop that calls a callback handed the model is named, not guessed",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def sweep(llm, prompts, measure):
+    scores = []
+    for prompt in prompts:
+        scores.append(measure(llm, prompt))
+    return scores
+
+
+def top(llm, prompt):
+    with llm.trace(prompt, remote=True):
+        token = llm.lm_head.output[0, -1].argmax().item().save()
+    return token
+
+
+print(sweep(model, ["a b", "c d"], top))
+""",
+        reason="which requests `measure` sends is decided by the caller of `sweep` (a callback)",
+    ),
+    Case(
+        name="nnsight code written as a string is named, not guessed",
+        before="""\
+import importlib.util
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+CODE = (
+    "def run(model, prompt):\\n"
+    "    with model.trace(prompt, remote=True):\\n"
+    "        return model.lm_head.output.save()\\n"
+)
+with open("generated.py", "w") as f:
+    f.write(CODE)
+spec = importlib.util.spec_from_file_location("generated", "generated.py")
+""",
+        reason="ndif-opt reads the code, not the code it writes",
+    ),
     Case(
         name="loop over layers",
         before="""\

@@ -1,0 +1,86 @@
+"""Remote work ndif-opt cannot see: the constructs it names instead of guessing.
+
+Two shapes of real code send requests that no static reading of the file can count or
+bundle, and each gets a finding that names it (issue "Reach on unseen code": a loop is
+never left as it is without a word):
+
+- a loop that calls a *callback*: a parameter of its function, handed the model
+  (`for prompt in prompts: test_fn(llm, prompt)`): what the callback sends is decided by
+  whoever calls the function;
+- nnsight code written as a *string* (`"with model.trace(...)"` built, written to a file
+  and imported, or passed to `exec`): ndif-opt reads code, not the strings code writes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ndif_opt.analysis.facts import Facts
+from ndif_opt.analysis.names import all_params, collect
+from ndif_opt.syntax.walk import find_nodes
+
+# text of nnsight code: a `with` statement opening a block on a model
+_BLOCK_TEXT = re.compile(r"\bwith\s+[\w.\[\]]+\.(trace|session|generate)\s*\(")
+
+
+@dataclass(frozen=True)
+class CallbackLoop:
+    loop: cst.For | cst.While
+    callback: str  # the parameter called
+    function: str  # the function whose parameter it is
+
+
+def callback_loops(facts: Facts) -> list[CallbackLoop]:
+    """Loops outside nnsight blocks that call a parameter of their function with a model
+    among the arguments, and take what it returns as a value (`a, b = test_fn(llm, p)`,
+    `test_fn(llm, p)`): not a module reached through it (`get_module(llm, layer)[...]`,
+    code that runs inside a trace)."""
+    blocks = {id(block.node) for block in facts.blocks}
+    found = []
+    for info in facts.statements.values():
+        loop = info.node
+        function = info.function
+        if type(loop) not in (cst.For, cst.While) or function is None:
+            continue
+        if any(id(node) in blocks for node in info.ancestors):
+            continue
+        params = {p.name.value for p in all_params(function.params)}
+        for call in _calls_for_their_value(loop.body, params):
+            if any(facts.is_model_like(name) for arg in call.args for name in collect(arg.value).reads):
+                found.append(CallbackLoop(loop, call.func.value, function.name.value))
+                break
+    return found
+
+
+def _calls_for_their_value(node: cst.CSTNode, names: set[str], parent: cst.CSTNode | None = None):
+    """Calls of one of ``names`` whose result is a value: not indexed or read an
+    attribute of right away (`get_module(llm, layer)[...]` reaches a module)."""
+    if type(node) is cst.Call and type(node.func) is cst.Name and node.func.value in names \
+            and not (type(parent) in (cst.Subscript, cst.Attribute) and parent.value is node):
+        yield node
+    for child in node.children:
+        yield from _calls_for_their_value(child, names, node)
+
+
+def code_strings(facts: Facts) -> list[tuple[cst.BaseStatement, str]]:
+    """Statements that hold nnsight code as a string: a `with <model>.trace(...)` line in a
+    string that is not a docstring. (statement, that line)"""
+    found: list[tuple[cst.BaseStatement, str]] = []
+    for info in facts.statements.values():
+        stmt = info.node
+        if type(stmt) is not cst.SimpleStatementLine or _docstring(stmt):
+            continue
+        for string in find_nodes(stmt, lambda n: type(n) in (cst.SimpleString, cst.FormattedStringText)):
+            line = next((line for line in string.value.splitlines() if _BLOCK_TEXT.search(line)), None)
+            if line is not None:
+                found.append((stmt, line.strip().strip("\"'").replace("\\n", "").strip()[:80]))
+                break
+    return found
+
+
+def _docstring(stmt: cst.SimpleStatementLine) -> bool:
+    return len(stmt.body) == 1 and type(stmt.body[0]) is cst.Expr and type(stmt.body[0].value) in (
+        cst.SimpleString, cst.ConcatenatedString)
