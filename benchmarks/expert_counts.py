@@ -61,6 +61,9 @@ class Expert:
     # a file whose loop calls a callback parameter or builds its trace from a string counts
     # as reached when a finding names that construct: a regex for its reason or message
     names: str | None = None
+    # the expert's count is one request per iteration of this loop (its header, as the
+    # cost model names a loop of unknown length): compared with the optimized N
+    per: str | None = None
 
     @property
     def compared(self) -> int:
@@ -195,7 +198,7 @@ EXPERTS: tuple[Expert, ...] = (
         "one request per problem (its n sampled responses as invokes of one generate); progress "
         "is saved per problem and R1's long generations keep problems apart for the hour limit",
         None, "P problems x n responses (config.yaml unpublished); P = 100 (one OlymMATH split)",
-        migrate=True, static=8,
+        migrate=True, static=8, per="for idx, row in df.iterrows()",
     ),
     Expert(
         "rescue_reversibility_test.py", 1,

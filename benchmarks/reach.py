@@ -379,6 +379,13 @@ def crash_run(error: Exception) -> dict:
 # -- the corpus A1 files against the expert's count ------------------------------------------
 
 
+def _one_per_iteration(count, header: str) -> bool:
+    """Is ``count`` exactly N, one per iteration of the loop whose header is ``header``?"""
+    if count is None or is_known(count) or count.constant:
+        return False
+    return len(count.terms) == 1 and count.terms[0][1] <= 1 and [loop.header for loop in count.terms[0][0]] == [header]
+
+
 def a1_verdict(row: dict) -> tuple[str, bool]:
     """(what the A1 file's counting run shows, whether it counts as reached). Reached: at
     the expert's count (the static count after is at most the expert's, and not 0, from a
@@ -391,9 +398,12 @@ def a1_verdict(row: dict) -> tuple[str, bool]:
         return "crash", False
     before, after = run["requests_before"], run["requests_after"]
     compared = expert["static"] if expert["static"] is not None else expert["requests"]
-    # (an N, a loop of unknown length, is never known to be at most the expert's count)
+    # (an N, a loop of unknown length, is never known to be at most the expert's count,
+    # unless the expert's count is itself one per iteration of that loop)
     if after is not None and is_known(after) and 0 < after <= compared and direction(before - compared) == "fewer":
         return f"yes ({after} <= {compared})", True
+    if expert.get("per") and _one_per_iteration(after, expert["per"]) and direction(before - after) == "fewer":
+        return f"yes ({plain_count(after)}: one per iteration of `{expert['per']}`, as the expert's)", True
     if expert.get("names") and any(re.search(expert["names"], f"{f['reason'] or ''} {f['message']}")
                                    for f in run["unfixed"]):
         return "reason named: a finding names the construct", True
@@ -402,8 +412,13 @@ def a1_verdict(row: dict) -> tuple[str, bool]:
     if before is not None and is_known(before) and before <= compared:
         sends = expert["sends"] if expert["sends"] is not None else "more"
         return f"no: the cost model counts {before} before, at most the expert's {compared} (the file sends {sends})", False
+    partly = (run.get("refusals") or {}).get("partly", [])
     if not left:
-        return f"no: {after} > {compared}, and nothing is left as it is (reduced short of the count, no finding)", False
+        if partly and all(c["findings"] for c in partly):
+            return (f"reason named: reduced to {plain_count(after)}; the {len(partly)} loop(s) or run(s) still "
+                    "sending more than one request each have a finding"), True
+        return (f"no: {plain_count(after)} > {compared}, and nothing is left as it is (reduced short of the "
+                "count, no finding)"), False
     if silent:
         return f"no: {len(silent)} of {len(left)} left as is without a finding", False
     return f"reason named: {len(left)} left as is, each with a finding", True

@@ -304,10 +304,16 @@ def measure(source: str, output: str, findings: list[tuple[int, dict]], options:
     left: list[dict] = []
     reduced = 0
     covered: list[Construct] = []  # loops left as they are: what they contain counts with them
+    partly: list[dict] = []  # reduced, but still sending more than one request per run
     for construct in found:
         kept, sent_after = left_as_is(construct, before, after, mapped, at, total_fell)
         if not kept:
             reduced += 1
+            if sent_after is not None and sent_after > 1:
+                reasons = list({id(f): f for line, f in findings if construct.start <= line <= construct.end}.values())
+                partly.append({"kind": construct.kind, "start": construct.start, "end": construct.end,
+                               "requests": round(construct.requests, 2), "requests_after": round(sent_after, 2),
+                               "code": construct.code[:100], "findings": reasons})
             continue
         if any(outer.start <= construct.start and construct.end <= outer.end and outer is not construct
                for outer in covered):
@@ -320,7 +326,7 @@ def measure(source: str, output: str, findings: list[tuple[int, dict]], options:
             "requests": round(construct.requests, 2), "requests_after": None if sent_after is None else round(sent_after, 2),
             "code": construct.code[:100], "findings": reasons,
         })
-    return {"constructs": len(found), "reduced": reduced, "left": left,
+    return {"constructs": len(found), "reduced": reduced, "left": left, "partly": partly,
             "walk_error": before.error or after.error}
 
 

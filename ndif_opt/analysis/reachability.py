@@ -23,6 +23,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.names import dotted_name
+from ndif_opt.analysis.vocabulary import MODEL_BLOCK_METHODS
 from ndif_opt.syntax.walk import content_children
 
 __all__ = ["Reach", "reach"]
@@ -63,9 +64,10 @@ def _reach(module: cst.Module) -> Reach:
     defs: list[_Def] = []
     classes: dict[str, list[cst.ClassDef]] = {}
     spelled = _spelled(module, None, defs, classes)
-    if not any(_named(entry, spelled, classes) for entry in defs):
-        # a library module: its own code runs none of its functions, its users do: each
-        # public function, and each public method of a public class, is an entry point
+    if not any(_named(entry, spelled, classes) for entry in defs) and not _opens_blocks(module.body):
+        # a library module: its own code runs none of its functions and no nnsight block,
+        # its users do: each public function, and each public method of a public class, is
+        # an entry point
         spelled |= {entry.func.name.value for entry in defs if _public(entry)}
         spelled |= {name for name in classes if not name.startswith("_")}
     run: set[int] = set()
@@ -83,6 +85,31 @@ def _reach(module: cst.Module) -> Reach:
             changed = True
     unrun = [d.func for d in _all(defs) if id(d.func) not in run]
     return Reach(frozenset(run), tuple(unrun))
+
+
+def _opens_blocks(statements) -> bool:
+    """Does module-level code (functions and classes aside) open an nnsight block?"""
+    for stmt in statements:
+        if type(stmt) in (cst.FunctionDef, cst.ClassDef):
+            continue
+        if type(stmt) is cst.With and any(
+                type(item.item) is cst.Call and type(item.item.func) is cst.Attribute
+                and item.item.func.attr.value in MODEL_BLOCK_METHODS for item in stmt.items):
+            return True
+        if any(_opens_blocks(suite.body) for suite in _suites(stmt)):
+            return True
+    return False
+
+
+def _suites(stmt: cst.CSTNode):
+    for name in ("body", "orelse", "finalbody"):
+        part = getattr(stmt, name, None)
+        if isinstance(part, cst.IndentedBlock):
+            yield part
+        elif part is not None and isinstance(getattr(part, "body", None), cst.IndentedBlock):
+            yield part.body
+    for handler in getattr(stmt, "handlers", ()) or ():
+        yield handler.body
 
 
 def _public(entry: _Def) -> bool:
