@@ -157,7 +157,7 @@ EXPERTS: tuple[Expert, ...] = (
         "as lmprobe_extraction.py: the generated code would open one session around the batches; "
         "the trace is built from a string",
         None, "ceil(N / 8) + 1 for N prompts, each trace from generated code",
-        names=r"exec_module|generated code|from a string|`_build_remote_extract_fn`",
+        names=r"exec_module|generated code|(from|as) a string|`_build_remote_extract_fn`",
     ),
     Expert(
         "manifold_steering_exp3_v2.py", 2,

@@ -464,7 +464,7 @@ class SessionHoisting(Pass):
             context.skipped(anchor, _not_hoisted(region, facts, self._counted(region, facts, context)), changing,
                             through=region.statements[-1])
             return False
-        definitions = definitions_in_the_way(region.statements)
+        definitions = [] if context.rewrites_refused else definitions_in_the_way(region.statements)
         if definitions:
             # out of the way first: the region becomes a session in the pipeline's next round
             _move_definitions(region, definitions, context, plan)
