@@ -108,9 +108,12 @@ def overlaps(a, b) -> bool:
 
 
 def fixed_without_edit(result) -> list[str]:
+    """Fixed findings with no edit under their range, nor under the code they name as
+    its uses (an element reduction edits the block's fill and the client's reads)."""
     return [f"{f.pass_id} line {f.range.start.line + 1}: {f.message[:70]}"
             for f in result.findings
-            if f.status is Status.APPLIED and not any(overlaps(f.range, e.range) for e in result.edits)]
+            if f.status is Status.APPLIED
+            and not any(overlaps(where, e.range) for where in (f.range, *f.uses) for e in result.edits)]
 
 
 def broken_templates(result) -> list[str]:

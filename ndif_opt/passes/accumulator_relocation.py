@@ -127,7 +127,7 @@ class AccumulatorRelocation(Pass):
         for acc, node in found:
             if acc.kind == "carried":
                 context.applied(
-                    node,
+                    block.node,  # (the edit: `name = nnsight.save(name)` opens its body)
                     f"`{acc.name}` is now sent into the block and saved there, so the changes the block makes "
                     f"come back; before, it was left unchanged on your machine when run on NDIF (a correctness fix)",
                 )
