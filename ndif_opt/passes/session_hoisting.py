@@ -1223,15 +1223,10 @@ def _name_the_unseen(facts: Facts, context: Context) -> None:
 def _move_definitions(region: Region, definitions: list[cst.BaseStatement], context: Context,
                       plan: SuitePlan) -> None:
     """Plan the definitions' move before the region (see :mod:`.common.definitions`)."""
-    first = region.statements[0]
 
     def build(_updated):
-        rest = without_statements(region.statements, definitions)
-        moved = [d.with_changes(leading_lines=[line for line in d.leading_lines if line.comment is not None])
-                 for d in definitions]
-        moved[0] = moved[0].with_changes(leading_lines=[*first.leading_lines, *moved[0].leading_lines])
-        rest[0] = rest[0].with_changes(leading_lines=[]) if rest[0] is first else rest[0]
-        return [*moved, *rest]
+        # each statement keeps the blank lines and comments above it
+        return [*definitions, *without_statements(region.statements, definitions)]
 
     plan.replace(region.suite, region.start, region.end, build)
     code = ", ".join(f"`{_first_line(d)}`" for d in definitions)
@@ -1920,7 +1915,7 @@ except Exception:  # the session failed: run the code as written, each failure h
 """,
     ),
     Case(
-        name="an error record per request: the decoding and the record are replayed in the same `try`",
+        name="an error record per request: the `try` runs in the session, each failure handled there",
         before="""\
 from nnsight import LanguageModel
 
@@ -1940,32 +1935,20 @@ for prompt in ["a", "b"]:
 from nnsight import LanguageModel
 
 model = LanguageModel("openai-community/gpt2")
-records = []
-try:
-    with model.session(remote=True):
-        _ndif_rows = list().save()
-        for prompt in ["a", "b"]:
-            with model.trace(prompt):
-                logits = model.lm_head.output
-            _ndif_rows.append((logits[0, -1].argmax(), prompt))
-except Exception:  # the session failed: run the code as written, each failure handled on its own
+with model.session(remote=True):
+    records = list().save()
+    _ndif_log = list().save()
     for prompt in ["a", "b"]:
         try:
-            with model.trace(prompt, remote=True):
+            with model.trace(prompt):
                 logits = model.lm_head.output.save()
             word = model.tokenizer.decode(logits[0, -1].argmax())
             record = {"prompt": prompt, "word": word}
         except Exception as err:
             record = {"prompt": prompt, "error": str(err)}
         records.append(record)
-else:
-    for logits_then, prompt in _ndif_rows:
-        try:
-            word = model.tokenizer.decode(logits_then)
-            record = {"prompt": prompt, "word": word}
-        except Exception as err:
-            record = {"prompt": prompt, "error": str(err)}
-        records.append(record)
+    _ndif_log.append((word, record))
+word, record = _ndif_log[-1]
 """,
     ),
     Case(

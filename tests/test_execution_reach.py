@@ -1,0 +1,131 @@
+"""Reach on code written the way researchers write it (issue "Reach on unseen code").
+
+Each script is our own, in a shape seen in public NDIF code; it runs on tiny GPT-2 and
+Llama models (the original locally, the original and the optimized script through
+verify's emulation of NDIF) and must give equal results in one request:
+
+- per-item error handling: the `try` around each item's trace runs in the session, and
+  an item whose trace raises is handled there, item by item (it used to fall back on the
+  code as written: 3 requests became 4);
+- a print of what the loop has built so far (`top[-1]`, `len(results)`);
+- a loop over a dataset in a function that takes the rows, called from `main()`;
+- several traces per item.
+"""
+
+from __future__ import annotations
+
+from execution import both, optimized_and_verified
+
+PER_ITEM_TRY = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    prompts = ["The cat sat on the", "x", "Paris is the capital of"]
+    tops = {}
+    errors = []
+    for p in prompts:
+        try:
+            with model.trace(p, remote=True):
+                out = model.lm_head.output[0, 3].argmax().item().save()  # "x" has no position 3
+            tops[p] = out
+        except Exception as error:
+            errors.append((p, type(error).__name__))
+            continue
+'''
+
+
+@both
+def test_per_item_error_handling_runs_in_the_session_item_by_item(family):
+    result, report = optimized_and_verified(PER_ITEM_TRY, family, let_go=frozenset({"out", "p"}))
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert report.after.forward_passes == report.before.forward_passes, report.to_text()
+    assert "except Exception as error:" in result.code and "Exception:  # the session failed" not in result.code
+
+
+PRINT_THE_LAST = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    prompts = ["The cat sat on the", "Paris is the capital of", "One two three"]
+    top = []
+    results = {}
+    for prompt in prompts:
+        with model.trace(prompt, remote=True):
+            logits = model.lm_head.output.save()
+        top.append(logits[0, -1].argmax().item())
+        results[prompt] = top[-1]
+        print(prompt, top[-1], len(results), f"{results[prompt]}")
+'''
+
+
+@both
+def test_a_print_of_what_the_loop_built_so_far_is_replayed(family):
+    result, report = optimized_and_verified(PRINT_THE_LAST, family, let_go=frozenset({"logits", "prompt"}))
+    assert report.after.requests == 1, report.to_text() + result.code
+
+
+ROWS_IN_A_FUNCTION = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    ROWS = [{"q": "The cat sat on the", "a": " mat"}, {"q": "Paris is the capital of", "a": " France"},
+            {"q": "One two three", "a": " four"}]
+
+
+    def evaluate(model, rows):
+        correct = 0
+        preds = []
+        for row in rows:
+            with model.trace(row["q"], remote=True):
+                top = model.lm_head.output[0, -1].argmax().save()
+            pred = model.tokenizer.decode(top.item())
+            preds.append(pred)
+            correct += int(pred == row["a"])
+        return correct / len(rows), preds
+
+
+    def main():
+        acc, preds = evaluate(model, ROWS)
+        print(f"accuracy {acc:.2f}", preds)
+        norms = {}
+        for row in ROWS:
+            with model.trace(row["q"], remote=True):
+                n = LAYERS[1].output[0, -1].norm().item().save()
+            norms[row["q"]] = n
+        return norms
+
+
+    if __name__ == "__main__":
+        summary = main()
+'''
+
+
+@both
+def test_a_dataset_loop_in_a_function_called_from_main_is_one_session(family):
+    result, report = optimized_and_verified(ROWS_IN_A_FUNCTION, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+
+
+SEVERAL_TRACES = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    prompts = ["The cat sat on the", "Paris is the capital of", "One two three"]
+    stats = []
+    for p in prompts:
+        with model.trace(p, remote=True):
+            clean = LAYERS[2].output[0, -1].save()
+        with model.trace(p, remote=True):
+            LAYERS[2].output[0, -1] = 0
+            ablated = model.lm_head.output[0, -1].argmax().item().save()
+        with model.trace(p, remote=True):
+            base = model.lm_head.output[0, -1].argmax().item().save()
+        stats.append((clean.norm().item(), ablated, base))
+'''
+
+
+@both
+def test_several_traces_per_item_are_one_session(family):
+    result, report = optimized_and_verified(SEVERAL_TRACES, family,
+                                            let_go=frozenset({"clean", "ablated", "base", "p"}))
+    assert report.after.requests == 1, report.to_text() + result.code
