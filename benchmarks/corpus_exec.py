@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from reach import run_in_own_group  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[1]
 CORPUS_EXEC = PROJECT.parent / "shared" / "corpus-exec"
@@ -60,20 +61,17 @@ def run_verify(path: Path, mode: str, timeout: float) -> dict:
     workdir.mkdir(parents=True)
     (WORKDIR / "out").mkdir(exist_ok=True)
     started = time.monotonic()
-    process = subprocess.Popen(verify_command(path, mode), cwd=workdir, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        return {"outcome": "ERROR", "detail": f"timeout after {timeout:.0f} s", "seconds": timeout}
+        ran = run_in_own_group(verify_command(path, mode), workdir, timeout)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    if ran is None:
+        return {"outcome": "ERROR", "detail": f"timeout after {timeout:.0f} s", "seconds": timeout}
+    returncode, stdout, stderr = ran
     try:
         report = json.loads(stdout)
     except json.JSONDecodeError:
-        last = (stderr.strip().splitlines() or [f"exit {process.returncode}, no JSON"])[-1]
+        last = (stderr.strip().splitlines() or [f"exit {returncode}, no JSON"])[-1]
         return {"outcome": "ERROR", "detail": last[:300], "seconds": time.monotonic() - started}
     judged = judge(report)
     judged["seconds"] = time.monotonic() - started
@@ -114,8 +112,12 @@ def judge(report: dict) -> dict:
         detail.append(report["reason"])
     if report["original_remote_differs"]:
         detail.append(f"original wrong remotely: {len(report['original_remote_mismatches'])} differences")
+    return {"outcome": outcome, **_measured(report), "detail": "; ".join(detail)}
+
+
+def _measured(report: dict) -> dict:
+    """What verify measured of the original's and the optimized script's runs."""
     return {
-        "outcome": outcome,
         "status": report["status"],
         "requests_before": report["before"]["requests"],
         "requests_after": report["after"]["requests"],
@@ -123,7 +125,6 @@ def judge(report: dict) -> dict:
         "download_after": report["after"]["download_bytes"],
         "forward_before": report["before"]["forward_passes"],
         "forward_after": report["after"]["forward_passes"],
-        "detail": "; ".join(detail),
     }
 
 
@@ -145,13 +146,7 @@ def judge_migration(report: dict) -> dict:
                            + ([f"optimized raised {first_line(errors.get('optimized'))}"] if errors.get("optimized") else []))
     return {
         "outcome": outcome,
-        "status": report["status"],
-        "requests_before": report["before"]["requests"],
-        "requests_after": report["after"]["requests"],
-        "download_before": report["before"]["download_bytes"],
-        "download_after": report["after"]["download_bytes"],
-        "forward_before": report["before"]["forward_passes"],
-        "forward_after": report["after"]["forward_passes"],
+        **_measured(report),
         "detail": f"original on nnsight {report['local_nnsight']}"
                   + (f" raised {first_line(errors.get('local'))}" if errors.get("local") else "") + f"; {detail}",
     }

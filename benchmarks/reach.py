@@ -197,19 +197,28 @@ def verify_command(path: Path, unsafe: bool) -> list[str]:
     return base + ["verify", str(path), "--format", "json"] + unsafe_flags + release
 
 
-def run_verify(path: Path, unsafe: bool, timeout: float) -> dict:
-    """``ndif-opt verify`` in a subprocess (its own process group, killed on timeout)."""
-    started = time.monotonic()
-    process = subprocess.Popen(verify_command(path, unsafe), cwd=PROJECT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+def run_in_own_group(command: list[str], cwd: Path, timeout: float) -> tuple[int, str, str] | None:
+    """(exit code, stdout, stderr) of ``command`` run in its own process group; None when
+    the group was killed at ``timeout`` seconds."""
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
+        return None
+    return process.returncode, stdout, stderr
+
+
+def run_verify(path: Path, unsafe: bool, timeout: float) -> dict:
+    """``ndif-opt verify`` in a subprocess (its own process group, killed on timeout)."""
+    started = time.monotonic()
+    ran = run_in_own_group(verify_command(path, unsafe), PROJECT, timeout)
+    if ran is None:
         return {"outcome": "ERROR", "detail": f"timeout after {timeout:.0f} s",
                 "seconds": time.monotonic() - started}
-    outcome = verify_outcome(process.returncode, stdout, stderr)
+    outcome = verify_outcome(*ran)
     outcome["seconds"] = time.monotonic() - started
     return outcome
 
