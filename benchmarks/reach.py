@@ -249,18 +249,24 @@ def verify_outcome(returncode: int, stdout: str, stderr: str) -> dict:
 
 
 def verify_all(jobs: list[tuple[Path, bool]], timeout: float, workers: int) -> dict:
-    """Every (path, unsafe) pair, ``workers`` at a time; progress on stderr."""
+    """Every (path, unsafe) pair, ``workers`` files at a time, a file's modes one after the
+    other (verify compares and restores the files a script writes anywhere: two runs of one
+    script at a time would clobber each other's); progress on stderr."""
     results: dict[tuple[Path, bool], dict] = {}
+    by_path: dict[Path, list[tuple[Path, bool]]] = defaultdict(list)
+    for job in jobs:
+        by_path[job[0]].append(job)
 
-    def one(job):
-        outcome = run_verify(job[0], job[1], timeout)
-        results[job] = outcome
-        mode = " --unsafe-fixes" if job[1] else ""
-        print(f"verify {len(results)}/{len(jobs)} {job[0].name}{mode}: {outcome['outcome']} "
-              f"({outcome['seconds']:.0f} s)", file=sys.stderr, flush=True)
+    def one_file(path_jobs):
+        for job in path_jobs:
+            outcome = run_verify(job[0], job[1], timeout)
+            results[job] = outcome
+            mode = " --unsafe-fixes" if job[1] else ""
+            print(f"verify {len(results)}/{len(jobs)} {job[0].name}{mode}: {outcome['outcome']} "
+                  f"({outcome['seconds']:.0f} s)", file=sys.stderr, flush=True)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(one, jobs))
+        list(pool.map(one_file, by_path.values()))
     return results
 
 

@@ -313,7 +313,7 @@ class SessionHoisting(Pass):
         lazy = not context.server.asking_order_matters
         if lazy and not self.helpers and _fewer_than_two_requests(suite, facts):
             return []  # no region of it could send two: none is worth a session
-        edges = _window_edges(suite, facts, context.options.window_edges) | _cell_starts(suite)
+        edges = _window_edges(suite, facts, context.options.window_edges)
         kinds: list[Kind | None] = [
             self._kind(stmt, facts, context, lazy, wide)
             if span is None or span[0] <= index < span[1]
@@ -832,17 +832,6 @@ def _window_edges(suite, facts: Facts, edges: frozenset[int]) -> set[int]:
             found.add(index)
         line += facts.module.code_for_node(stmt).count("\n")
     return found
-
-
-CELL_MARKER = re.compile(r"#\s*%%")  # a `# %%` cell of a script: a notebook's cell to its user
-
-
-def _cell_starts(suite) -> set[int]:
-    """Indices of the statements a `# %%` cell marker stands above: no run crosses one
-    (a session around two cells' code would merge them)."""
-    return {index for index, stmt in enumerate(suite.body)
-            if any(line.comment is not None and CELL_MARKER.match(line.comment.value)
-                   for line in stmt.leading_lines)}
 
 
 def _blocking(problems: list[Problem], context: Context) -> bool:
@@ -1442,23 +1431,6 @@ print("patched top", top.item())
 """
 
 SessionHoisting.cases = (
-    Case(
-        name="a `# %%` cell marker ends a run: a script's cells are a notebook's cells to its user",
-        before="""\
-from nnsight import LanguageModel
-
-model = LanguageModel("openai-community/gpt2")
-
-# %% the clean run
-with model.trace("The Eiffel Tower is in", remote=True):
-    clean = model.lm_head.output[0, -1].argmax().save()
-
-# %% the patched run
-with model.trace("The Colosseum is in", remote=True):
-    patched = model.lm_head.output[0, -1].argmax().save()
-print(clean, patched)
-""",
-    ),
     Case(
         name="a loop that calls a callback handed the model is named, not guessed",
         before="""\

@@ -17,6 +17,8 @@ reads none of its names before it.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from ndif_opt.analysis.names import collect, collect_all, exposed_reads
@@ -57,12 +59,20 @@ def _bound_once(stmt: cst.BaseStatement, moving: list[cst.BaseStatement]) -> boo
     return not any(other is not stmt and names & set(collect(other).binds) for other in moving)
 
 
+CELL_MARKER = re.compile(r"#\s*%%")  # a `# %%` cell of a script: its user's notebook cell
+
+
 def _unconditional_definitions(statements):
     for stmt in statements:
         if is_definition(stmt):
-            yield stmt
+            if not _opens_a_cell(stmt):  # (moved, it would take the cell's marker along)
+                yield stmt
         elif isinstance(stmt, _LOOPS) and isinstance(stmt.body, cst.IndentedBlock):
             yield from _unconditional_definitions(stmt.body.body)
+
+
+def _opens_a_cell(stmt: cst.BaseStatement) -> bool:
+    return any(line.comment is not None and CELL_MARKER.match(line.comment.value) for line in stmt.leading_lines)
 
 
 def without_statements(statements: list[cst.BaseStatement], removed) -> list[cst.BaseStatement]:
