@@ -129,3 +129,44 @@ def test_several_traces_per_item_are_one_session(family):
     result, report = optimized_and_verified(SEVERAL_TRACES, family,
                                             let_go=frozenset({"clean", "ablated", "base", "p"}))
     assert report.after.requests == 1, report.to_text() + result.code
+
+
+# A function defined between the traces it is run with, whose loop binds a name the module
+# binds too (`L`): its own local, not a name it reads from the module, so the definition
+# may run before the session and the baseline trace joins the session with the calls.
+DEFINED_BETWEEN = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    prompt = "The Eiffel Tower is in the city of"
+    n_layers = 2
+
+    with model.trace(prompt, remote=True):
+        base = model.lm_head.output.save()
+    base_top = base[0, -1].max().item()
+    print(f"baseline {base_top:.3f}")
+
+
+    def ablate(pos):
+        """Zero one position at each layer in turn."""
+        tops = []
+        for L in range(n_layers):
+            with model.trace(prompt, remote=True):
+                LAYERS[L].output[0, pos, :] = 0
+                logits = model.lm_head.output.save()
+            tops.append(logits[0, -1].max().item())
+        return tops
+
+
+    first = ablate(0)
+    for L, top in enumerate(first):
+        print(L, f"{base_top - top:+.3f}")
+    last = ablate(-1)
+'''
+
+
+@both
+def test_a_function_defined_between_traces_runs_before_one_session(family):
+    result, report = optimized_and_verified(DEFINED_BETWEEN, family, let_go=frozenset({"base", "logits"}))
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert report.before.requests == 5, report.to_text()

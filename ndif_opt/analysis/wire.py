@@ -24,7 +24,7 @@ import libcst as cst
 
 from ndif_opt.analysis.effects import PROGRESS_BARS
 from ndif_opt.analysis.facts import Facts, qualify
-from ndif_opt.analysis.names import all_params, collect, target_names
+from ndif_opt.analysis.names import all_params, collect, collect_all, function_locals, target_names
 from ndif_opt.syntax.walk import find_nodes
 
 # Calls that return an object which cannot be pickled.
@@ -122,7 +122,14 @@ def hoistable_definition(stmt: cst.CSTNode, bound_in_region) -> bool:
     made. (That it runs whenever its place is reached is the caller's to check.)"""
     if not is_definition(stmt):
         return False
-    reads = set(collect(stmt).reads)  # a function's free names are among its reads
-    if isinstance(stmt, cst.FunctionDef):
-        reads -= {p.name.value for p in all_params(stmt.params)}
-    return not (reads & set(bound_in_region))
+    return not (_reads_of_definition(stmt) & set(bound_in_region))
+
+
+def _reads_of_definition(stmt: cst.CSTNode) -> set[str]:
+    """What a definition reads: when it runs, and, for a function, the free names its
+    body reads when it is called (its own locals — parameters, what its body binds —
+    are not read from anywhere else)."""
+    if not isinstance(stmt, cst.FunctionDef):
+        return set(collect(stmt).reads)
+    header = [*stmt.decorators, stmt.params, *([stmt.returns] if stmt.returns is not None else [])]
+    return set(collect_all(header).reads) | (set(collect(stmt.body).reads) - function_locals(stmt))
