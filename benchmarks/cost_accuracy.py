@@ -455,6 +455,8 @@ def execution_scripts(paths: list[Path] | None = None) -> list[Script]:
 
 
 def _replay_module(path: Path, examples: dict[str, str]) -> list[Script]:
+    if str(path.parent) not in sys.path:  # the tests import their harness (execution.py) by name
+        sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(f"_cost_accuracy_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
