@@ -1126,3 +1126,30 @@ def test_names_unpacked_from_displays_each_get_their_value():
         """
     )
     assert run(source).cost.requests == 36  # as it runs: 3 days × 6 offsets × 2 templates
+
+
+def test_a_helper_runs_the_model_its_caller_passes():
+    # two models of different depth; the helper names its model by a parameter: each
+    # call evaluates the layers of the model passed to it (not the file's first model)
+    source = textwrap.dedent(
+        """\
+        from nnsight import LanguageModel
+
+        small = LanguageModel("openai-community/gpt2")
+        big = LanguageModel("meta-llama/Llama-3.1-70B")
+
+        def last_logits(lm, prompt):
+            with lm.trace(prompt, remote=True):
+                out = lm.lm_head.output[0, -1].save()
+            return out
+
+        a = last_logits(big, "Hello world")
+        b = last_logits(small, "Hello world")
+        """
+    )
+    cost = run(source).cost
+    assert cost.requests == 2
+    assert cost.layer_evaluations == dims_for("meta-llama/Llama-3.1-70B").n_layers + dims_for("openai-community/gpt2").n_layers
+    # each call downloads one row of its own model's vocabulary: bf16 on 70B, fp32 on GPT-2
+    rows = dims_for("meta-llama/Llama-3.1-70B").vocab_size * 2 + dims_for("openai-community/gpt2").vocab_size * 4
+    assert rows <= cost.download_bytes < rows + 4096

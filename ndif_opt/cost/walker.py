@@ -452,6 +452,9 @@ class Walker:
         self.request: _Request | None = None
         self.forward: _Forward | None = None
         self._dims: dict[str, ModelDims] = {}
+        # a parameter of the function walked now bound to one of the script's models at
+        # its call (`def run(lm, ...)` called as `run(model, ...)`): its blocks run that model
+        self._model_aliases: dict[str, str] = {}
         self._called: set[str] = set()
         self._calls_memo: dict[int, list[cst.Call]] = {}
         self._methods = self_methods(facts)  # `self.name` -> a method of the file's classes
@@ -473,6 +476,7 @@ class Walker:
 
     # -- setup ---------------------------------------------------------------------------
     def dims_of(self, model: str) -> ModelDims:
+        model = self._model_aliases.get(model, model)
         if model in self._dims:
             return self._dims[model]
         info = self.facts.models.get(model)
@@ -937,6 +941,9 @@ class Walker:
 
     def _model_of(self, expr: cst.BaseExpression) -> str:
         name = dotted_name(expr) or ""
+        root, dot, rest = name.partition(".")
+        if root in self._model_aliases:
+            name = self._model_aliases[root] + dot + rest
         for model in sorted(self.facts.models, key=len, reverse=True):
             if name == model or name.startswith(model + "."):
                 return model
@@ -1364,6 +1371,7 @@ class Walker:
                 continue
             self._called.add(func.name.value if bound else name)
             saved = (dict(self.env), dict(self.storage))
+            aliases = dict(self._model_aliases)
             self._bind_arguments(func, call, bound)
             self._call_stack.append(name)
             trips = self._comprehension_trips(loops)
@@ -1377,6 +1385,7 @@ class Walker:
                 self._returned_saves[id(written)] = self._inner_saves[returned]
             self._inner_saves = outer
             self._call_stack.pop()
+            self._model_aliases = aliases
             if self.request is None:
                 self._restore_after_call(func, *saved)
 
@@ -1417,11 +1426,23 @@ class Walker:
                 arg = keywords[name].value
             if arg is None and param.default is not None:
                 arg = param.default
+            self._alias_model(name, arg)
             if arg is None:
                 self.env[name] = Shape.unknown("a parameter")
                 continue
             literal = self.constant_value(arg)
             self.env[name] = _python_shape(literal, True) if literal is not NO_VALUE else self.value(arg)
+
+    def _alias_model(self, param: str, arg: cst.BaseExpression | None) -> None:
+        """``param`` names the script's model ``arg`` names, when ``arg`` is one (or a
+        parameter that already does); any other argument ends an older alias of it."""
+        model = None
+        if isinstance(arg, cst.Name):
+            model = self._model_aliases.get(arg.value, arg.value if arg.value in self.facts.models else None)
+        if model is not None:
+            self._model_aliases[param] = model
+        else:
+            self._model_aliases.pop(param, None)
 
     # -- library functions that send requests ---------------------------------------------------
     def _library_requests(self, small: cst.CSTNode, times: float) -> None:
