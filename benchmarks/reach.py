@@ -482,7 +482,10 @@ def refusal_summary(devset: list[dict], corpus: list[dict]) -> str:
         reduced += measured["reduced"]
         left += len(measured["left"])
         # (other passes' findings on the same lines are about other savings: forward passes, bytes)
-        several += sum(sum(f["pass_id"] == "session-hoisting" for f in c["findings"]) > 1 for c in measured["left"])
+        # (a finding about an enclosing run spans the construct but starts before it: it is
+        # the enclosing run's, not a second finding of this one)
+        several += sum(sum(f["pass_id"] == "session-hoisting" and c["start"] <= f["line"] <= c["end"]
+                           for f in c["findings"]) > 1 for c in measured["left"])
         silent += [c for c in measured["left"] if not c["findings"]]
     return (f"loops and runs sending more than one request: {total}; reduced {reduced}; left as they are "
             f"{left}, of which with no finding (silent, target 0) {len(silent)}, with more than one session-hoisting "

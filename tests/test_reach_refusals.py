@@ -135,3 +135,26 @@ def test_a1_verdict():
     assert reach.a1_verdict(_row(64, 8, requests=100, static=8))[1]
     named = [{"reason": "it calls `test_fn`, a parameter", "message": "m"}]
     assert reach.a1_verdict(_row(6, 6, unfixed=named, names=r"`test_fn`", requests=6))[1]
+
+
+def test_a_loop_refused_inside_a_loop_refused_for_the_same_reason_has_no_finding_of_its_own():
+    # the prompt grows by what a function of the user's own package (on your machine only)
+    # makes of each prediction: neither loop can be a session, for that one reason, and the
+    # outer loop's finding says it once
+    source = textwrap.dedent('''\
+        from nnsight import LanguageModel
+        from mytools import continuation
+
+        model = LanguageModel("openai-community/gpt2")
+        prompts = ["a b c", "d e f"]
+        for prompt in prompts:
+            for step in range(3):
+                with model.trace(prompt, remote=True):
+                    logits = model.lm_head.output.save()
+                prompt += continuation(logits[0, -1].argmax().item())
+            print(prompt)
+    ''')
+    result = optimize(source)
+    refused = [f for f in result.findings if f.pass_id == "session-hoisting" and f.status.value == "skipped"]
+    assert len(refused) == 1, [(f.range.start.line + 1, f.message) for f in refused]
+    assert refused[0].range.start.line + 1 == 6 and "`prompt`" in refused[0].reason

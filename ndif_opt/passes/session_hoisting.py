@@ -121,7 +121,7 @@ from ndif_opt.syntax.rewrite import (
     with_module_import,
 )
 from ndif_opt.syntax.walk import find_nodes, paths_to, transform
-from ndif_opt.types import Safety
+from ndif_opt.types import Safety, Status
 
 UNSAFE_KINDS = frozenset({"print", "progress"})
 
@@ -201,6 +201,7 @@ class SessionHoisting(Pass):
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
         claimed: set[int] = set()
+        mark = len(context.findings)
         self.helpers = remote_helpers(facts, context.server)
         self.rewritten_helpers: dict[str, RemoteHelper] = {}
         self.passed_functions: dict[str, tuple[str, ...]] = {}  # function -> module names it now takes
@@ -210,6 +211,7 @@ class SessionHoisting(Pass):
                 continue
             for region in self._regions(suite, facts, context):
                 self._plan_or_parts(region, facts, context, plan, claimed)
+        _drop_nested_repeats(context.findings, mark)
         _name_the_unseen(facts, context)
         for name in dict.fromkeys([*self.rewritten_helpers, *self.passed_functions]):
             helper = self.rewritten_helpers.get(name)
@@ -735,6 +737,21 @@ class _MoveEdits(cst.CSTTransformer):
 
     def leave_For(self, original: cst.For, updated: cst.For) -> cst.For:
         return updated if self.unwrap is None else self.unwrap.leave_For(original, updated)
+
+
+def _drop_nested_repeats(findings: list, mark: int) -> None:
+    """One finding per construct left as it is: a loop refused inside a loop (or run)
+    refused for the same reason says nothing its enclosing finding does not — the
+    reason that stops the outer one stops it too — so only the outermost stays."""
+    refused = [f for f in findings[mark:] if f.status is Status.SKIPPED and f.reason]
+    if len(refused) < 2:
+        return
+    nested: set[int] = set()
+    for outer in refused:
+        same = {id(f.node): f for f in refused if f is not outer and f.reason == outer.reason}
+        if same:
+            nested.update(id(same[id(n)]) for n in find_nodes(outer.node, lambda n: id(n) in same))
+    findings[mark:] = [f for f in findings[mark:] if id(f) not in nested]
 
 
 def _names_root(expr: cst.BaseExpression, names) -> bool:
