@@ -170,3 +170,43 @@ def test_a_function_defined_between_traces_runs_before_one_session(family):
     result, report = optimized_and_verified(DEFINED_BETWEEN, family, let_go=frozenset({"base", "logits"}))
     assert report.after.requests == 1, report.to_text() + result.code
     assert report.before.requests == 5, report.to_text()
+
+
+# The same, but the function reads `base_top`, which the baseline trace computes: inside the
+# session the function's copy cannot see the session's names, so it is handed `base_top`
+# as an argument — the definition still runs before the session.
+DEFINED_BETWEEN_READING = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    prompt = "The Eiffel Tower is in the city of"
+    n_layers = 2
+
+    with model.trace(prompt, remote=True):
+        base = model.lm_head.output.save()
+    base_top = base[0, -1].max().item()
+    print(f"baseline {base_top:.3f}")
+
+
+    def ablate(pos):
+        drops = []
+        for L in range(n_layers):
+            with model.trace(prompt, remote=True):
+                LAYERS[L].output[0, pos, :] = 0
+                logits = model.lm_head.output.save()
+            drops.append(base_top - logits[0, -1].max().item())
+        return drops
+
+
+    first = ablate(0)
+    for L, d in enumerate(first):
+        print(L, f"{d:+.3f}")
+    last = ablate(-1)
+'''
+
+
+@both
+def test_a_function_defined_between_traces_gets_what_the_session_computes_as_an_argument(family):
+    result, report = optimized_and_verified(DEFINED_BETWEEN_READING, family, let_go=frozenset({"base", "logits"}))
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "base_top=base_top" in result.code

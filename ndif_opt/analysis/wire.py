@@ -114,14 +114,22 @@ def is_definition(stmt: cst.CSTNode) -> bool:
     return True
 
 
-def hoistable_definition(stmt: cst.CSTNode, bound_in_region) -> bool:
+def hoistable_definition(stmt: cst.CSTNode, bound_in_region, checked_at_calls: bool = False) -> bool:
     """May the definition ``stmt`` run once on your machine before the session instead of
     where it stands? Only when nothing it reads — when it runs (decorators, defaults,
     bases) or when its function is called (the free names of its body) — is bound by the
     region (``bound_in_region``): then the object it makes behaves the same wherever it is
-    made. (That it runs whenever its place is reached is the caller's to check.)"""
+    made. (That it runs whenever its place is reached is the caller's to check.)
+
+    ``checked_at_calls``: a module-level function whose calls the session's own check
+    covers (a name the session binds and the function reads is handed over as an
+    argument, or the region stays: session-hoisting's hidden globals). Its body reads
+    module names when it is called, not where it is defined, so only what the `def`
+    itself reads when it runs must not be bound by the region."""
     if not is_definition(stmt):
         return False
+    if checked_at_calls and isinstance(stmt, cst.FunctionDef):
+        return not (_header_reads(stmt) & set(bound_in_region))
     return not (_reads_of_definition(stmt) & set(bound_in_region))
 
 
@@ -131,5 +139,10 @@ def _reads_of_definition(stmt: cst.CSTNode) -> set[str]:
     are not read from anywhere else)."""
     if not isinstance(stmt, cst.FunctionDef):
         return set(collect(stmt).reads)
-    header = [*stmt.decorators, stmt.params, *([stmt.returns] if stmt.returns is not None else [])]
-    return set(collect_all(header).reads) | (set(collect(stmt.body).reads) - function_locals(stmt))
+    return _header_reads(stmt) | (set(collect(stmt.body).reads) - function_locals(stmt))
+
+
+def _header_reads(func: cst.FunctionDef) -> set[str]:
+    """What a `def` reads when it runs: decorators, defaults, annotations."""
+    header = [*func.decorators, func.params, *([func.returns] if func.returns is not None else [])]
+    return set(collect_all(header).reads)

@@ -467,7 +467,8 @@ class SessionHoisting(Pass):
             context.skipped(anchor, _not_hoisted(region, facts, self._counted(region, facts, context)), changing,
                             through=region.statements[-1])
             return False
-        definitions = [] if context.rewrites_refused else definitions_in_the_way(region.statements)
+        definitions = [] if context.rewrites_refused else definitions_in_the_way(
+            region.statements, module_code=_module_code(region, facts))
         if definitions:
             # out of the way first: the region becomes a session in the pipeline's next round
             _move_definitions(region, definitions, context, plan)
@@ -737,6 +738,12 @@ class _MoveEdits(cst.CSTTransformer):
 
     def leave_For(self, original: cst.For, updated: cst.For) -> cst.For:
         return updated if self.unwrap is None else self.unwrap.leave_For(original, updated)
+
+
+def _module_code(region: Region, facts: Facts) -> bool:
+    """Is the region a run of the module's own statements (its body, where a `def` makes
+    one of ``facts.functions``, whose calls the session checks)?"""
+    return region.suite is facts.module
 
 
 def _drop_nested_repeats(findings: list, mark: int) -> None:

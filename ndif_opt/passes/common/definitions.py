@@ -12,7 +12,9 @@ A definition moves when that changes nothing the script does
 (:func:`ndif_opt.analysis.wire.hoistable_definition`): it stands where it runs whenever
 the region's loop body runs (not under an `if`, a `try` or a `with`), nothing it reads
 is bound in the region, nothing else in the region binds its names, and the region
-reads none of its names before it.
+reads none of its names before it. (A function of the module's own code reads module
+names when it is called: those the session binds are handed to it as arguments, or the
+session is refused, by session-hoisting's check of the functions a session calls.)
 """
 
 from __future__ import annotations
@@ -27,13 +29,19 @@ from ndif_opt.analysis.wire import hoistable_definition, is_definition
 _LOOPS = (cst.For, cst.While)
 
 
-def definitions_in_the_way(statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+def definitions_in_the_way(statements: list[cst.BaseStatement], module_code: bool = False) -> list[cst.BaseStatement]:
     """The definitions of ``statements`` (at their top level, or in the bodies of their
-    loops) that can run once before them instead, in the order of the code."""
+    loops) that can run once before them instead, in the order of the code.
+    ``module_code``: the statements are the module's own (not a function's or a class's):
+    a function defined at their top level is one of the module's, whose calls in the
+    session are checked for the module names they read (see
+    :func:`ndif_opt.analysis.wire.hoistable_definition`)."""
     candidates = list(_unconditional_definitions(statements))
     if not candidates:
         return []
     exposed = set(exposed_reads(statements))
+    top_level = {id(s) for s in statements}
+
     moving = list(candidates)
     while True:
         staying = {id(s) for s in candidates if not any(s is m for m in moving)}
@@ -43,7 +51,7 @@ def definitions_in_the_way(statements: list[cst.BaseStatement]) -> list[cst.Base
         bound_by_rest |= {n for s in candidates if id(s) in staying for n in collect(s).binds}
         kept = [
             s for s in moving
-            if hoistable_definition(s, bound_by_rest)
+            if hoistable_definition(s, bound_by_rest, checked_at_calls=module_code and id(s) in top_level)
             and not (set(collect(s).binds) & (bound_by_rest | exposed))
             and _bound_once(s, moving)
         ]
