@@ -320,3 +320,89 @@ def test_findings_never_go_to_stdout(tmp_path, flags):
     assert FINDING not in done.stdout
     if flags[:1] != ["--format"]:  # the JSON document holds them
         assert FINDING in done.stderr
+
+
+# -- conventions a ruff or black user expects (issue 34) -----------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_help_shows_the_usage_line_the_commands_and_no_type_names(flag):
+    done = run(flag)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: ndif-opt [OPTIONS] PATHS...\n")
+    for command in ("verify FILE", "rules", "lsp"):
+        assert command in " ".join(done.stdout.split())
+    assert "<str>" not in done.stdout and "<int>" not in done.stdout and "<list" not in done.stdout
+    assert "optimize" not in done.stdout.split("\n")[0]
+
+
+@pytest.mark.parametrize("command", ["verify", "rules"])
+def test_each_command_takes_h_too(command):
+    done = run(command, "-h")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"Usage: ndif-opt {command} [OPTIONS]")
+    assert "<float>" not in done.stdout and "<str>" not in done.stdout
+
+
+def test_version():
+    from ndif_opt import __version__
+
+    done = run("--version")
+    assert (done.returncode, done.stdout.strip()) == (0, f"ndif-opt {__version__}")
+
+
+def test_select_takes_a_comma_separated_list_as_ruff_does(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text(NAIVE)
+    comma = run(script, "--select", "session-hoisting,reduction-pushdown", "--diff")
+    repeated = run(script, "--select", "session-hoisting", "--select", "reduction-pushdown", "--diff")
+    only_one = run(script, "--select", "session-hoisting", "--diff")
+    assert comma.returncode == 0, comma.stderr
+    assert comma.stdout == repeated.stdout != only_one.stdout
+    unknown = run(script, "--ignore", "detach-cpu,no-such-pass")
+    assert unknown.returncode == 2 and "unknown pass id 'no-such-pass'" in unknown.stderr
+
+
+def test_verify_offers_only_the_formats_it_writes(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text(NAIVE)
+    done = run("verify", script, "--format", "html")
+    assert done.returncode == 2 and "'html' is not one of 'text', 'json'" in done.stderr
+
+
+@pytest.mark.parametrize("release, ok", [("0.8", True), ("0.8.1", True), ("0.7", True), ("0.5.0", True),
+                                         ("0.6.3", True), ("0.4", False), ("latest", False)])
+def test_any_05_release_is_accepted_and_older_ones_are_sent_to_migrate(tmp_path, release, ok):
+    script = tmp_path / "s.py"
+    script.write_text(NAIVE)
+    done = run(script, "--nnsight", release, "--check")
+    if ok:
+        assert done.returncode in (0, 1), done.stderr
+    else:
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+        assert ("--migrate" in done.stderr) == (release == "0.4")
+
+
+def test_release_rules():
+    from ndif_opt.analysis.releases import release_rules
+
+    assert [release_rules(r) for r in ("0.8", "0.8.2", "0.6.3", "0.5", "0.7.1", "0.9")] == [
+        "0.8", "0.8", "0.6", "0.6", "0.6", "0.6"]
+
+
+def test_a_file_without_nnsight_work_says_so_in_the_report(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("import math\nprint(math.pi)\n")
+    done = run(script, "--report")
+    assert done.returncode == 0
+    assert "nothing to optimize" in done.stdout and "requests" not in done.stdout
+    quiet = run(script, "--check")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+
+
+def test_the_editor_server_without_its_extra_is_one_line_naming_the_extra():
+    code = ("import sys; sys.modules['lsprotocol'] = None; sys.modules['pygls'] = None\n"
+            "from ndif_opt.frontends.cli import main; main(['lsp'])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "[lsp]" in done.stderr and "Traceback" not in done.stderr

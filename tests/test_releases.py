@@ -121,5 +121,8 @@ def test_the_release_is_decided_for_the_whole_file_not_per_window():
 
 def test_configuration_and_command_line():
     assert parse_table({"nnsight": "0.6"}) == {"nnsight": "0.6"}
-    with pytest.raises(ConfigError, match="must be one of '0.8', '0.6'"):
-        parse_table({"nnsight": "0.7"})
+    # any 0.5+ release: 0.8.x by 0.8's rules, the others by 0.6's (the stricter)
+    assert parse_table({"nnsight": "0.7"}) == {"nnsight": "0.6"}
+    assert parse_table({"nnsight": "0.8.1"}) == {"nnsight": "0.8"}
+    with pytest.raises(ConfigError, match="older than 0.5: run with --migrate"):
+        parse_table({"nnsight": "0.4.11"})

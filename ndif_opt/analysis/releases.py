@@ -34,6 +34,21 @@ RELEASES = (NNSIGHT_08, NNSIGHT_06)
 _NNTERP_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+nnterp\b|import[ \t]+nnterp\b)", re.MULTILINE)
 
 
+def release_rules(value: str) -> str:
+    """The rules (one of :data:`RELEASES`) for the nnsight release ``value`` names: any
+    0.5+ release, with or without its patch number. 0.8.x runs 0.8's; every other release
+    runs 0.6's, the stricter ones (measured on 0.6.3: a block sees no local variable of
+    yours, invokes do not each see their own row), since what it does has not been
+    measured here. ValueError for what is not a 0.5+ release."""
+    match = re.fullmatch(r"\s*(\d+)\.(\d+)(?:\.\d+)?\S*\s*", str(value))
+    if match is None:
+        raise ValueError(f"not an nnsight release: {value!r} (write it as 0.8 or 0.6.3)")
+    version = (int(match.group(1)), int(match.group(2)))
+    if version < (0, 5):
+        raise ValueError(f"nnsight {value} is older than 0.5: run with --migrate to rewrite the script for 0.5+")
+    return NNSIGHT_08 if version == (0, 8) else NNSIGHT_06
+
+
 def target_release(requested: str, source: str) -> str:
     """The release the rewrite targets: the one asked for, else 0.6 for a script that
     imports nnterp, else 0.8."""

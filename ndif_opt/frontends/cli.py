@@ -24,11 +24,12 @@ from enum import Enum
 from typing import List, Optional
 
 import typer
+import typer.core
 
 from ndif_opt.engine.runtime import collect_garbage_rarely
 from ndif_opt.frontends.files import InputError, SourceFile, python_files, read_source, same_file, write_atomic
 from ndif_opt.options import Options
-from ndif_opt.output.text import cost_table, finding_line, to_json, unified_diff
+from ndif_opt.output.text import cost_table, finding_line, to_json, totals, unified_diff
 from ndif_opt.passes import PASS_IDS
 from ndif_opt.types import Result
 
@@ -46,7 +47,19 @@ class Format(str, Enum):
     html = "html"
 
 
-app = typer.Typer(add_completion=False, help=__doc__, rich_markup_mode=None)
+class VerifyFormat(str, Enum):  # what a verify report is written as (every one offered works)
+    text = "text"
+    json = "json"
+
+
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+COMMANDS_HELP = (
+    "Commands (ndif-opt COMMAND -h for theirs): verify FILE — run the original and the optimized "
+    "script on a tiny model through an emulation of NDIF and compare every result; rules — list "
+    "the passes; lsp — the editor server (the lsp extra)."
+)
+# one command: `ndif-opt [OPTIONS] PATHS...` (verify, rules and lsp are dispatched by main)
+app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings=HELP_OPTIONS)
 
 
 def _fail(message: str) -> None:
@@ -59,11 +72,36 @@ def _interrupted() -> None:
     raise typer.Exit(EXIT_INTERRUPTED)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ndif-opt")
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        import ndif_opt
+
+        return ndif_opt.__version__
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"ndif-opt {_version()}")
+        raise typer.Exit(EXIT_OK)
+
+
+def _comma_list(values: list[str] | None) -> list[str] | None:
+    """`--select a,b --select c` as ruff takes it: ["a", "b", "c"]."""
+    if not values:
+        return values
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
 def _options(select, ignore, unsafe_fixes, assume_remote, max_batch, *, path=None, config=None, cost=None,
              migrate=None, nnsight=None) -> Options:
     """Options for one input: its pyproject `[tool.ndif-opt]`, command-line flags on top."""
     from ndif_opt.frontends.config import ConfigError, load_options
 
+    select, ignore = _comma_list(select), _comma_list(ignore)
     for pass_id in list(select or []) + list(ignore or []):
         if pass_id not in PASS_IDS:
             _fail(f"unknown pass id {pass_id!r} (known: {', '.join(PASS_IDS)})")
@@ -96,10 +134,23 @@ def _expand(paths: list[str]) -> list[str]:
     return expanded
 
 
-@app.command()
+class _Command(typer.core.TyperCommand):
+    """The usage line as ruff and black write theirs."""
+
+    usage = "[OPTIONS] PATHS..."
+
+    def format_usage(self, ctx, formatter) -> None:
+        formatter.write_usage(ctx.command_path, self.usage)
+
+
+class _VerifyCommand(_Command):
+    usage = "[OPTIONS] FILE"
+
+
+@app.command(cls=_Command, epilog=COMMANDS_HELP)
 def optimize(
-    paths: List[str] = typer.Argument(..., help="Python files or directories; '-' reads stdin."),
-    output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the result here (one input only)."),
+    paths: List[str] = typer.Argument(..., metavar="PATHS", hidden=True),  # described in the docstring
+    output: Optional[str] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write the result here (one input only)."),
     in_place: bool = typer.Option(False, "--in-place", "-i", help="Rewrite the input files."),
     diff: bool = typer.Option(
         False, "--diff", help="Print a unified diff instead of the code (findings: stderr)."
@@ -108,45 +159,52 @@ def optimize(
     report: bool = typer.Option(
         False, "--report", help="Print the per-pass cost table, then the diff (findings: stderr)."
     ),
-    select: Optional[List[str]] = typer.Option(None, "--select", help="Run only these passes."),
-    ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Skip these passes."),
+    select: Optional[List[str]] = typer.Option(
+        None, "--select", metavar="PASS[,PASS...]", help="Run only these passes (ids: ndif-opt rules)."
+    ),
+    ignore: Optional[List[str]] = typer.Option(None, "--ignore", metavar="PASS[,PASS...]", help="Skip these passes."),
     unsafe_fixes: Optional[bool] = typer.Option(
         None, "--unsafe-fixes/--no-unsafe-fixes", help="Also apply unsafe fixes."
     ),
     assume_remote: Optional[bool] = typer.Option(
         None, "--assume-remote/--no-assume-remote", help="Treat `remote=` flags of unknown value as remote."
     ),
-    max_batch: Optional[int] = typer.Option(None, "--max-batch", help="Most invokes batched into one trace (32)."),
+    max_batch: Optional[int] = typer.Option(None, "--max-batch", metavar="N", help="Most invokes batched into one trace (32)."),
     fmt: Format = typer.Option(
-        Format.text, "--format", help="text, json, sarif, markdown (a pull-request comment) or html (one page)."
+        Format.text, "--format", metavar="FORMAT", help="text, json, sarif, markdown (a pull-request comment) or html (one page)."
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no findings (and no progress bar)."),
     jobs: Optional[int] = typer.Option(
-        None, "--jobs", "-j",
+        None, "--jobs", "-j", metavar="N",
         help="Worker processes for several files (default: one per CPU); 1 runs everything in this process.",
     ),
-    config: Optional[str] = typer.Option(None, "--config", help="A pyproject.toml with [tool.ndif-opt]."),
+    config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help="A pyproject.toml with [tool.ndif-opt]."),
     migrate: Optional[bool] = typer.Option(
         None, "--migrate/--no-migrate",
         help="First rewrite pre-0.5 nnsight code (`.value`, `nnsight.list()`, layer `output[0]`) for nnsight 0.5+.",
     ),
     nnsight: Optional[str] = typer.Option(
-        None, "--nnsight",
-        help="The nnsight release the rewrite must run on: 0.8, or 0.6 (nnterp's; the default for a script "
-             "that imports nnterp).",
+        None, "--nnsight", metavar="RELEASE",
+        help="The nnsight release the rewrite must run on, any 0.5+ (default 0.8; 0.6, nnterp's, for a script "
+             "that imports nnterp). 0.8.x is held to 0.8's rules; every other release to 0.6's, the stricter.",
     ),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Cost model: tokens of a non-literal prompt."),
-    latency: Optional[float] = typer.Option(None, "--latency", help="Cost model: seconds per request."),
-    bandwidth: Optional[float] = typer.Option(None, "--bandwidth", help="Cost model: download bytes/s."),
-    throughput: Optional[float] = typer.Option(None, "--throughput", help="Cost model: server FLOP/s."),
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+    ),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", metavar="TOKENS", help="Cost model: tokens of a non-literal prompt."),
+    latency: Optional[float] = typer.Option(None, "--latency", metavar="SECONDS", help="Cost model: seconds per request."),
+    bandwidth: Optional[float] = typer.Option(None, "--bandwidth", metavar="BYTES/S", help="Cost model: download bytes/s."),
+    throughput: Optional[float] = typer.Option(None, "--throughput", metavar="FLOP/S", help="Cost model: server FLOP/s."),
     session_limit: Optional[float] = typer.Option(
-        None, "--session-limit", help="Cost model: seconds NDIF allows one request (3600)."
+        None, "--session-limit", metavar="SECONDS", help="Cost model: seconds NDIF allows one request (3600)."
     ),
     model_config: Optional[str] = typer.Option(
-        None, "--model-config", help="Cost model: a Hugging Face config.json for every model (its torch_dtype too)."
+        None, "--model-config", metavar="FILE", help="Cost model: a Hugging Face config.json for every model (its torch_dtype too)."
     ),
 ) -> None:
     """Rewrite nnsight scripts for fewer NDIF requests and smaller downloads.
+
+    PATHS: Python files, notebooks (.ipynb) or directories; '-' reads stdin.
 
     stdout carries only the code, the diff (--diff), the report (--report) or the --format
     document; findings, errors and the summary go to stderr. IPython lines in a .py file
@@ -282,9 +340,18 @@ def _print_text(results, diff: bool, report: bool, check: bool, code_to_stdout: 
 
 def _print_report(path: str, result: Result) -> None:
     typer.echo(f"{path}:")
+    if not result.changed and not result.findings and not _sends_requests(result):
+        typer.echo("  nothing to optimize: no remote nnsight work found")
+        return
     typer.echo(cost_table(result, path))
     for line in result.assumptions:
         typer.echo(f"  assumption: {line}")
+
+
+def _sends_requests(result: Result) -> bool:
+    """Does the code as written send any remote request, by the cost table?"""
+    before, _ = totals(result)
+    return before.requests != 0 or before.forward_passes != 0
 
 
 def _print_findings(path: str, result: Result, wrote: bool) -> None:
@@ -293,7 +360,10 @@ def _print_findings(path: str, result: Result, wrote: bool) -> None:
         typer.echo(finding_line(path, finding, written=wrote), err=True)
 
 
-@app.command()
+rules_app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings=HELP_OPTIONS)
+
+
+@rules_app.command()
 def rules() -> None:
     """List the passes in pipeline order."""
     from ndif_opt.passes import PASSES
@@ -302,20 +372,21 @@ def rules() -> None:
         typer.echo(f"{cls.id}: {cls.summary()}")
 
 
-verify_app = typer.Typer(add_completion=False, rich_markup_mode=None)
+verify_app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings=HELP_OPTIONS)
 
 
-@verify_app.command()
+@verify_app.command(cls=_VerifyCommand)
 def verify(
-    path: str = typer.Argument(..., help="The script to check."),
+    path: str = typer.Argument(..., metavar="FILE", hidden=True),  # described in the docstring
     unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes"),
     assume_remote: bool = typer.Option(False, "--assume-remote"),
-    atol: float = typer.Option(0.0, "--atol", help="Absolute tolerance for tensors."),
-    rtol: float = typer.Option(0.0, "--rtol", help="Relative tolerance for tensors."),
-    fmt: Format = typer.Option(Format.text, "--format"),
+    atol: float = typer.Option(0.0, "--atol", metavar="TOL", help="Absolute tolerance for tensors."),
+    rtol: float = typer.Option(0.0, "--rtol", metavar="TOL", help="Relative tolerance for tensors."),
+    fmt: VerifyFormat = typer.Option(VerifyFormat.text, "--format", metavar="FORMAT", help="text or json."),
     migrate: Optional[bool] = typer.Option(None, "--migrate/--no-migrate"),
     nnsight: Optional[str] = typer.Option(
-        None, "--nnsight", help="The nnsight release the rewrite must run on: 0.8, or 0.6 (nnterp's)."
+        None, "--nnsight", metavar="RELEASE",
+        help="The nnsight release the rewrite must run on, any 0.5+ (as for optimizing).",
     ),
     allow_same_error: bool = typer.Option(
         False, "--allow-same-error",
@@ -325,6 +396,10 @@ def verify(
 ) -> None:
     """Run the original and the optimized script on a tiny local model through an
     emulation of NDIF, compare every result, and print measured requests and bytes.
+
+    FILE: the script (or notebook) to check. Requests, forward passes and bytes are
+    measured on tiny models built from the real models' configurations: the bytes are
+    the tiny models' ("download (raw)" is before NDIF's compression).
 
     Exit 0: OK. 1: MISMATCH (the results differ). 2: FAILED, nothing to compare — the
     original script raised locally (unless --allow-same-error and the optimized script
@@ -387,8 +462,8 @@ def _original_nnsight(source: str, options) -> str | None:
     return original_nnsight(source)
 
 
-def _print_verify_report(report, fmt: Format) -> None:
-    if fmt is Format.json:
+def _print_verify_report(report, fmt: VerifyFormat) -> None:
+    if fmt is VerifyFormat.json:
         import json
 
         typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
@@ -396,7 +471,7 @@ def _print_verify_report(report, fmt: Format) -> None:
         typer.echo(report.to_text())
 
 
-def _verify_failed(reason: str, fmt: Format) -> None:
+def _verify_failed(reason: str, fmt: VerifyFormat) -> None:
     """`verify` could not run at all: its FAILED line (or report, in JSON), exit 2."""
     try:
         from ndif_opt.verify import VerifyReport
@@ -418,15 +493,19 @@ def main(argv: list[str] | None = None) -> None:
     if args and args[0] == "verify":
         verify_app(args[1:], prog_name="ndif-opt verify")
     elif args and args[0] == "lsp":
-        from ndif_opt.frontends.lsp import serve
-
+        try:
+            from ndif_opt.frontends.lsp import serve
+        except ImportError as error:
+            typer.echo(f"ndif-opt: the editor server needs the lsp extra ({error.name or error} is missing): "
+                       "pip install 'ndif-opt[lsp]' (from a checkout: pip install -e '.[lsp]')", err=True)
+            raise SystemExit(EXIT_ERROR) from None
         serve()
     elif args == ["rules"]:
         rules()  # a table: no need to build the command line (typer imports pydantic)
     elif args and args[0] == "rules":
-        app(args, prog_name="ndif-opt")
+        rules_app(args[1:], prog_name="ndif-opt rules")
     else:
-        app(["optimize", *args], prog_name="ndif-opt")
+        app(args, prog_name="ndif-opt")
 
 
 if __name__ == "__main__":

@@ -274,11 +274,13 @@ def _models(path, table: Any) -> dict:
 
 
 def _release(path, where: str, value: Any) -> str:
-    from ndif_opt.analysis.releases import RELEASES
+    """Any nnsight 0.5+ release, as the rules it runs by (0.8's, or 0.6's for the others)."""
+    from ndif_opt.analysis.releases import release_rules
 
-    if value not in RELEASES:
-        raise ConfigError(path, f"must be one of {', '.join(repr(r) for r in RELEASES)}, not {value!r}", where)
-    return value
+    try:
+        return release_rules(value)
+    except ValueError as error:
+        raise ConfigError(path, str(error), where) from None
 
 
 def parse_table(table: Mapping, path: str | os.PathLike | None = None) -> dict:

@@ -31,7 +31,8 @@ _MISSING = [
 if _MISSING:
     raise ImportError(
         f"ndif_opt.verify needs {', '.join(_MISSING)}: install the verify extra: "
-        "pip install torch==2.13.0 'ndif-opt[verify]'"
+        "pip install torch==2.13.0 'ndif-opt[verify]' (from a checkout of ndif-opt: "
+        "pip install torch==2.13.0 -e '.[verify]')"
     )
 
 from .verdict import (  # plain Python: imports neither torch nor nnsight
