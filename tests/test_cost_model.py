@@ -1153,3 +1153,29 @@ def test_a_helper_runs_the_model_its_caller_passes():
     # each call downloads one row of its own model's vocabulary: bf16 on 70B, fp32 on GPT-2
     rows = dims_for("meta-llama/Llama-3.1-70B").vocab_size * 2 + dims_for("openai-community/gpt2").vocab_size * 4
     assert rows <= cost.download_bytes < rows + 4096
+
+
+def test_a_method_runs_the_model_the_constructor_stored_on_self():
+    source = textwrap.dedent(
+        """\
+        from nnsight import LanguageModel
+
+        small = LanguageModel("openai-community/gpt2")
+        big = LanguageModel("meta-llama/Llama-3.1-70B")
+
+        class Probe:
+            def __init__(self, model, layer):
+                self.model = model
+                self.layer = layer
+
+            def run(self, prompt):
+                with self.model.trace(prompt, remote=True):
+                    out = self.model.lm_head.output[0, -1].save()
+                return out
+
+        probe = Probe(big, 3)
+        a = probe.run("Hello world")
+        """
+    )
+    cost = run(source).cost
+    assert (cost.requests, cost.layer_evaluations) == (1, dims_for("meta-llama/Llama-3.1-70B").n_layers)

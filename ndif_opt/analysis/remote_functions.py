@@ -175,6 +175,62 @@ def _self_methods(facts: Facts) -> dict[str, cst.FunctionDef]:
     return found
 
 
+def attribute_models(facts: Facts) -> dict[str, str]:
+    """`self.attr` -> the script's model it holds: a class of the file whose `__init__`
+    stores a parameter on `self` (`self.model = model`), where every construction of the
+    class in the file passes the same model of the script for it (once per version of
+    the tree)."""
+    return facts.once("helpers:attribute-models", lambda: _attribute_models(facts))
+
+
+def _attribute_models(facts: Facts) -> dict[str, str]:
+    found: dict[str, str | None] = {}
+    for stmt in facts.module.body:
+        if not isinstance(stmt, cst.ClassDef) or not isinstance(stmt.body, cst.IndentedBlock):
+            continue
+        init = next((m for m in stmt.body.body if isinstance(m, cst.FunctionDef) and m.name.value == "__init__"), None)
+        if init is None or not isinstance(init.body, cst.IndentedBlock):
+            continue
+        params = [p.name.value for p in init.params.params][1:]  # after `self`
+        stored = _stored_parameters(init, set(params))
+        if not stored:
+            continue
+        constructions = find_nodes(facts.module, lambda n, name=stmt.name.value: (
+            type(n) is cst.Call and type(n.func) is cst.Name and n.func.value == name))
+        for attr, param in stored.items():
+            models = {_model_argument(call, params.index(param), param, facts) for call in constructions}
+            model = models.pop() if len(models) == 1 else None
+            key = f"self.{attr}"
+            found[key] = model if key not in found else None  # two classes: either could be meant
+    return {key: model for key, model in found.items() if model is not None}
+
+
+def _stored_parameters(init: cst.FunctionDef, params: set[str]) -> dict[str, str]:
+    """`self.attr = param` statements at the top of ``init``'s body: attr -> param."""
+    stored: dict[str, str] = {}
+    for line in init.body.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        for small in line.body:
+            if (isinstance(small, cst.Assign) and len(small.targets) == 1
+                    and isinstance(small.value, cst.Name) and small.value.value in params):
+                target = small.targets[0].target
+                if (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
+                        and target.value.value == "self"):
+                    stored[target.attr.value] = small.value.value
+    return stored
+
+
+def _model_argument(call: cst.Call, position: int, name: str, facts: Facts) -> str | None:
+    """The script's model the call passes for parameter ``name`` (at ``position``), if any."""
+    if any(arg.star for arg in call.args):
+        return None
+    keyword = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+    positional = [a.value for a in call.args if a.keyword is None]
+    value = keyword if keyword is not None else positional[position] if position < len(positional) else None
+    return value.value if isinstance(value, cst.Name) and value.value in facts.models else None
+
+
 def called_helper(call: cst.Call, helpers: dict[str, RemoteHelper]) -> RemoteHelper | None:
     """The helper a call runs: `run(x)`, or `run` through a retry wrapper: `with_retries(run, x)`."""
     # exact classes (libcst's have no subclasses): this runs for every call of a statement,

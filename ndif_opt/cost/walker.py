@@ -35,7 +35,7 @@ from ndif_opt.analysis.facts import (
 from ndif_opt.analysis.reachability import reach
 from ndif_opt.analysis.names import COMPREHENSIONS, all_params, collect, dotted_name, returned_name, target_names
 from ndif_opt.analysis.regions import arithmetic, dict_view_length
-from ndif_opt.analysis.remote_functions import self_methods
+from ndif_opt.analysis.remote_functions import attribute_models, self_methods
 from ndif_opt.analysis.retries import retry_guard, retry_wrappers, unwrapped_call
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.constants import (
@@ -455,6 +455,7 @@ class Walker:
         # a parameter of the function walked now bound to one of the script's models at
         # its call (`def run(lm, ...)` called as `run(model, ...)`): its blocks run that model
         self._model_aliases: dict[str, str] = {}
+        self._attribute_models = attribute_models(facts)  # `self.model` -> the script's model it holds
         self._called: set[str] = set()
         self._calls_memo: dict[int, list[cst.Call]] = {}
         self._methods = self_methods(facts)  # `self.name` -> a method of the file's classes
@@ -476,7 +477,7 @@ class Walker:
 
     # -- setup ---------------------------------------------------------------------------
     def dims_of(self, model: str) -> ModelDims:
-        model = self._model_aliases.get(model, model)
+        model = self._model_aliases.get(model) or self._attribute_models.get(model, model)
         if model in self._dims:
             return self._dims[model]
         info = self.facts.models.get(model)
@@ -944,6 +945,9 @@ class Walker:
         root, dot, rest = name.partition(".")
         if root in self._model_aliases:
             name = self._model_aliases[root] + dot + rest
+        for attribute, model in self._attribute_models.items():  # `self.model.layers` -> `model.layers`
+            if name == attribute or name.startswith(attribute + "."):
+                name = model + name[len(attribute):]
         for model in sorted(self.facts.models, key=len, reverse=True):
             if name == model or name.startswith(model + "."):
                 return model
