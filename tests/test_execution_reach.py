@@ -14,6 +14,8 @@ verify's emulation of NDIF) and must give equal results in one request:
 
 from __future__ import annotations
 
+import pytest
+
 from execution import both, optimized_and_verified
 
 PER_ITEM_TRY = '''
@@ -134,6 +136,9 @@ def test_several_traces_per_item_are_one_session(family):
 # A function defined between the traces it is run with, whose loop binds a name the module
 # binds too (`L`): its own local, not a name it reads from the module, so the definition
 # may run before the session and the baseline trace joins the session with the calls.
+# DROP is what each layer's entry holds: with `base_top - `, the function reads `base_top`,
+# which the baseline trace computes; inside the session the function's copy cannot see the
+# session's names, so it is handed `base_top` as an argument.
 DEFINED_BETWEEN = '''
     from nnsight import LanguageModel
 
@@ -149,64 +154,42 @@ DEFINED_BETWEEN = '''
 
     def ablate(pos):
         """Zero one position at each layer in turn."""
-        tops = []
+        found = []
         for L in range(n_layers):
             with model.trace(prompt, remote=True):
                 LAYERS[L].output[0, pos, :] = 0
                 logits = model.lm_head.output.save()
-            tops.append(logits[0, -1].max().item())
-        return tops
+            found.append(DROPlogits[0, -1].max().item())
+        return found
 
 
     first = ablate(0)
-    for L, top in enumerate(first):
-        print(L, f"{base_top - top:+.3f}")
+    for L, value in enumerate(first):
+        print(L, f"{AFTERvalue:+.3f}")
     last = ablate(-1)
 '''
 
 
 @both
 def test_a_function_defined_between_traces_runs_before_one_session(family):
-    result, report = optimized_and_verified(DEFINED_BETWEEN, family, let_go=frozenset({"base", "logits"}))
+    script = DEFINED_BETWEEN.replace("DROP", "").replace("AFTER", "base_top - ")
+    result, report = optimized_and_verified(script, family, let_go=frozenset({"base", "logits"}))
     assert report.after.requests == 1, report.to_text() + result.code
     assert report.before.requests == 5, report.to_text()
 
 
-# The same, but the function reads `base_top`, which the baseline trace computes: inside the
-# session the function's copy cannot see the session's names, so it is handed `base_top`
-# as an argument — the definition still runs before the session.
-DEFINED_BETWEEN_READING = '''
-    from nnsight import LanguageModel
-
-    model = LanguageModel("REPO")
-    prompt = "The Eiffel Tower is in the city of"
-    n_layers = 2
-
-    with model.trace(prompt, remote=True):
-        base = model.lm_head.output.save()
-    base_top = base[0, -1].max().item()
-    print(f"baseline {base_top:.3f}")
-
-
-    def ablate(pos):
-        drops = []
-        for L in range(n_layers):
-            with model.trace(prompt, remote=True):
-                LAYERS[L].output[0, pos, :] = 0
-                logits = model.lm_head.output.save()
-            drops.append(base_top - logits[0, -1].max().item())
-        return drops
-
-
-    first = ablate(0)
-    for L, d in enumerate(first):
-        print(L, f"{d:+.3f}")
-    last = ablate(-1)
-'''
+@pytest.mark.xfail(strict=True, reason="windows (engine/windows.py, _link_adjacent_experiments) end a row of "
+                   "experiments at a print between them, while session-hoisting replays prints after a session: "
+                   "when nothing after the baseline's print reads it, the baseline is a window of its own (5 -> 2)")
+def test_a_baseline_trace_and_its_print_join_the_session_of_the_experiments_after_them():
+    script = DEFINED_BETWEEN.replace("DROP", "").replace("AFTER", "")
+    result, report = optimized_and_verified(script, "gpt2", let_go=frozenset({"base", "logits"}))
+    assert report.after.requests == 1, report.to_text() + result.code
 
 
 @both
 def test_a_function_defined_between_traces_gets_what_the_session_computes_as_an_argument(family):
-    result, report = optimized_and_verified(DEFINED_BETWEEN_READING, family, let_go=frozenset({"base", "logits"}))
+    script = DEFINED_BETWEEN.replace("DROP", "base_top - ").replace("AFTER", "")
+    result, report = optimized_and_verified(script, family, let_go=frozenset({"base", "logits"}))
     assert report.after.requests == 1, report.to_text() + result.code
     assert "base_top=base_top" in result.code
