@@ -19,7 +19,6 @@ request from its remote blocks); 130 — interrupted (Ctrl-C), 143 — terminate
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from enum import Enum
 from typing import List, Optional
 
@@ -405,6 +404,7 @@ def verify(
     original script raised locally (unless --allow-same-error and the optimized script
     raised the same), or a script that opens remote=True blocks made no request."""
     from ndif_opt.frontends.batch import optimize_source
+    from ndif_opt.frontends.verification import verify_optimized
 
     options = _options(None, None, unsafe_fixes, assume_remote, None, path=path, migrate=migrate, nnsight=nnsight)
     try:
@@ -422,8 +422,8 @@ def verify(
     except ImportError as error:
         _verify_failed(str(error), fmt)
     try:
-        report = _verify_report(source, result, path, options, atol=atol, rtol=rtol,
-                                allow_same_error=allow_same_error)
+        report = verify_optimized(source, result, path, options, atol=atol, rtol=rtol,
+                                  allow_same_error=allow_same_error)
     except Exception as error:  # noqa: BLE001 - verify itself broke: one FAILED line
         from ndif_opt.verify import VerifyReport
 
@@ -433,33 +433,6 @@ def verify(
         raise typer.Exit(EXIT_ERROR)
     if not report.intended_ok:
         raise typer.Exit(EXIT_CHANGES)
-
-
-def _verify_report(source: SourceFile, result: Result, path: str, settings: Options, **options):
-    """``options``: how results are compared; ``settings``: how the script was optimized
-    (unsafe fixes may let results go; with --migrate a pre-0.5 original runs on nnsight 0.4)."""
-    from ndif_opt.verify import verify_result
-
-    if getattr(result, "notebook", None) is not None:
-        from ndif_opt.frontends.notebook import verify_notebook
-
-        return verify_notebook(source.text, result, filename=path, **options)
-    from ndif_opt.frontends.notebook import script_without_magics
-
-    # a script's `!pip install` lines are not Python: run it as a notebook would
-    runnable = replace(result, code=script_without_magics(result.code))
-    original = script_without_magics(source.text)
-    return verify_result(original, runnable, filename=path, unsafe_fixes=settings.unsafe_fixes,
-                         original_nnsight=_original_nnsight(original, settings), **options)
-
-
-def _original_nnsight(source: str, options) -> str | None:
-    """With --migrate, a pre-0.5 original runs on nnsight 0.4 (its migration on 0.8)."""
-    if not options.migrate:
-        return None
-    from ndif_opt.verify.original_04 import original_nnsight
-
-    return original_nnsight(source)
 
 
 def _print_verify_report(report, fmt: VerifyFormat) -> None:
