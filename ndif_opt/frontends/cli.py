@@ -35,7 +35,7 @@ from ndif_opt.types import Result
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 EXIT_TERMINATED = 143  # 128 + SIGTERM
-SUBCOMMANDS = ("verify", "rules", "lsp")
+SUBCOMMANDS = ("verify", "rules", "lsp", "mcp")
 
 
 class Format(str, Enum):
@@ -55,7 +55,8 @@ HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 COMMANDS_HELP = (
     "Commands (ndif-opt COMMAND -h for theirs): verify FILE — run the original and the optimized "
     "script on a tiny model through an emulation of NDIF and compare every result; rules — list "
-    "the passes; lsp — the editor server (the lsp extra)."
+    "the passes; lsp — the editor server (the lsp extra); mcp — the tools for coding agents, an MCP "
+    "server on stdio (the mcp extra)."
 )
 # one command: `ndif-opt [OPTIONS] PATHS...` (verify, rules and lsp are dispatched by main)
 app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings=HELP_OPTIONS)
@@ -460,6 +461,16 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {first}"[:300]
 
 
+def serve_mcp() -> None:
+    try:
+        from ndif_opt.frontends.mcp import serve
+    except ImportError as error:
+        typer.echo(f"ndif-opt: the MCP server needs the mcp extra ({error.name or error} is missing): "
+                   "pip install 'ndif-opt[mcp]' (from a checkout: pip install -e '.[mcp]')", err=True)
+        raise SystemExit(EXIT_ERROR) from None
+    serve()
+
+
 def main(argv: list[str] | None = None) -> None:
     collect_garbage_rarely()  # this process is ours (forked workers inherit it): ndif_opt/engine/runtime.py
     args = list(sys.argv[1:] if argv is None else argv)
@@ -473,6 +484,8 @@ def main(argv: list[str] | None = None) -> None:
                        "pip install 'ndif-opt[lsp]' (from a checkout: pip install -e '.[lsp]')", err=True)
             raise SystemExit(EXIT_ERROR) from None
         serve()
+    elif args and args[0] == "mcp":
+        serve_mcp()
     elif args == ["rules"]:
         rules()  # a table: no need to build the command line (typer imports pydantic)
     elif args and args[0] == "rules":
