@@ -155,7 +155,16 @@ def test_the_server_without_its_extra_is_one_line_naming_the_extra():
     assert len(done.stderr.strip().splitlines()) == 1 and "[mcp]" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_help_names_the_command():
+def test_skill_prints_the_shipped_guide():
+    done = subprocess.run([sys.executable, "-m", "ndif_opt.frontends.cli", "skill"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert done.stdout == (ROOT / "ndif_opt" / "skill" / "SKILL.md").read_text()
+    assert "check → optimize → verify → apply" in done.stdout
+
+
+def test_help_names_both_commands():
     done = subprocess.run([sys.executable, "-m", "ndif_opt.frontends.cli", "-h"], capture_output=True, text=True,
                           timeout=60)
     assert "mcp — the tools for coding agents" in " ".join(done.stdout.split())
+    assert "skill — print the guide" in " ".join(done.stdout.split())

@@ -35,7 +35,7 @@ from ndif_opt.types import Result
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 EXIT_TERMINATED = 143  # 128 + SIGTERM
-SUBCOMMANDS = ("verify", "rules", "lsp", "mcp")
+SUBCOMMANDS = ("verify", "rules", "lsp", "mcp", "skill")
 
 
 class Format(str, Enum):
@@ -56,7 +56,7 @@ COMMANDS_HELP = (
     "Commands (ndif-opt COMMAND -h for theirs): verify FILE — run the original and the optimized "
     "script on a tiny model through an emulation of NDIF and compare every result; rules — list "
     "the passes; lsp — the editor server (the lsp extra); mcp — the tools for coding agents, an MCP "
-    "server on stdio (the mcp extra)."
+    "server on stdio (the mcp extra); skill — print the guide for coding agents."
 )
 # one command: `ndif-opt [OPTIONS] PATHS...` (verify, rules and lsp are dispatched by main)
 app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings=HELP_OPTIONS)
@@ -471,6 +471,13 @@ def serve_mcp() -> None:
     serve()
 
 
+def print_skill() -> None:
+    """The guide for coding agents, shipped in the package (ndif_opt/skill/SKILL.md)."""
+    from importlib.resources import files
+
+    typer.echo(files("ndif_opt").joinpath("skill", "SKILL.md").read_text(encoding="utf-8"), nl=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     collect_garbage_rarely()  # this process is ours (forked workers inherit it): ndif_opt/engine/runtime.py
     args = list(sys.argv[1:] if argv is None else argv)
@@ -486,6 +493,8 @@ def main(argv: list[str] | None = None) -> None:
         serve()
     elif args and args[0] == "mcp":
         serve_mcp()
+    elif args == ["skill"]:
+        print_skill()
     elif args == ["rules"]:
         rules()  # a table: no need to build the command line (typer imports pydantic)
     elif args and args[0] == "rules":
