@@ -54,7 +54,7 @@ def local_modules(source: SourceFile) -> dict[str, str]:
     """The user's own modules the script imports that sit beside it (name -> source)."""
     import re
 
-    if source.path == "<stdin>":
+    if source.path.startswith("<"):  # stdin, or code given as a string: no folder to look in
         return {}
     folder = os.path.dirname(os.path.abspath(source.path))
     found: dict[str, str] = {}

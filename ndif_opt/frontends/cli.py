@@ -19,7 +19,6 @@ request from its remote blocks); 130 — interrupted (Ctrl-C), 143 — terminate
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from enum import Enum
 from typing import List, Optional
 
@@ -36,7 +35,7 @@ from ndif_opt.types import Result
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 EXIT_TERMINATED = 143  # 128 + SIGTERM
-SUBCOMMANDS = ("verify", "rules", "lsp")
+SUBCOMMANDS = ("verify", "rules", "lsp", "mcp", "skill")
 
 
 class Format(str, Enum):
@@ -56,7 +55,8 @@ HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 COMMANDS_HELP = (
     "Commands (ndif-opt COMMAND -h for theirs): verify FILE — run the original and the optimized "
     "script on a tiny model through an emulation of NDIF and compare every result; rules — list "
-    "the passes; lsp — the editor server (the lsp extra)."
+    "the passes; lsp — the editor server (the lsp extra); mcp — the tools for coding agents, an MCP "
+    "server on stdio (the mcp extra); skill — print the guide for coding agents."
 )
 # one command: `ndif-opt [OPTIONS] PATHS...` (verify, rules and lsp are dispatched by main)
 app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings=HELP_OPTIONS)
@@ -405,6 +405,7 @@ def verify(
     original script raised locally (unless --allow-same-error and the optimized script
     raised the same), or a script that opens remote=True blocks made no request."""
     from ndif_opt.frontends.batch import optimize_source
+    from ndif_opt.frontends.verification import verify_optimized
 
     options = _options(None, None, unsafe_fixes, assume_remote, None, path=path, migrate=migrate, nnsight=nnsight)
     try:
@@ -422,8 +423,8 @@ def verify(
     except ImportError as error:
         _verify_failed(str(error), fmt)
     try:
-        report = _verify_report(source, result, path, options, atol=atol, rtol=rtol,
-                                allow_same_error=allow_same_error)
+        report = verify_optimized(source, result, path, options, atol=atol, rtol=rtol,
+                                  allow_same_error=allow_same_error)
     except Exception as error:  # noqa: BLE001 - verify itself broke: one FAILED line
         from ndif_opt.verify import VerifyReport
 
@@ -433,33 +434,6 @@ def verify(
         raise typer.Exit(EXIT_ERROR)
     if not report.intended_ok:
         raise typer.Exit(EXIT_CHANGES)
-
-
-def _verify_report(source: SourceFile, result: Result, path: str, settings: Options, **options):
-    """``options``: how results are compared; ``settings``: how the script was optimized
-    (unsafe fixes may let results go; with --migrate a pre-0.5 original runs on nnsight 0.4)."""
-    from ndif_opt.verify import verify_result
-
-    if getattr(result, "notebook", None) is not None:
-        from ndif_opt.frontends.notebook import verify_notebook
-
-        return verify_notebook(source.text, result, filename=path, **options)
-    from ndif_opt.frontends.notebook import script_without_magics
-
-    # a script's `!pip install` lines are not Python: run it as a notebook would
-    runnable = replace(result, code=script_without_magics(result.code))
-    original = script_without_magics(source.text)
-    return verify_result(original, runnable, filename=path, unsafe_fixes=settings.unsafe_fixes,
-                         original_nnsight=_original_nnsight(original, settings), **options)
-
-
-def _original_nnsight(source: str, options) -> str | None:
-    """With --migrate, a pre-0.5 original runs on nnsight 0.4 (its migration on 0.8)."""
-    if not options.migrate:
-        return None
-    from ndif_opt.verify.original_04 import original_nnsight
-
-    return original_nnsight(source)
 
 
 def _print_verify_report(report, fmt: VerifyFormat) -> None:
@@ -487,6 +461,23 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {first}"[:300]
 
 
+def serve_mcp() -> None:
+    try:
+        from ndif_opt.frontends.mcp import serve
+    except ImportError as error:
+        typer.echo(f"ndif-opt: the MCP server needs the mcp extra ({error.name or error} is missing): "
+                   "pip install 'ndif-opt[mcp]' (from a checkout: pip install -e '.[mcp]')", err=True)
+        raise SystemExit(EXIT_ERROR) from None
+    serve()
+
+
+def print_skill() -> None:
+    """The guide for coding agents, shipped in the package (ndif_opt/skill/SKILL.md)."""
+    from importlib.resources import files
+
+    typer.echo(files("ndif_opt").joinpath("skill", "SKILL.md").read_text(encoding="utf-8"), nl=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     collect_garbage_rarely()  # this process is ours (forked workers inherit it): ndif_opt/engine/runtime.py
     args = list(sys.argv[1:] if argv is None else argv)
@@ -500,6 +491,10 @@ def main(argv: list[str] | None = None) -> None:
                        "pip install 'ndif-opt[lsp]' (from a checkout: pip install -e '.[lsp]')", err=True)
             raise SystemExit(EXIT_ERROR) from None
         serve()
+    elif args and args[0] == "mcp":
+        serve_mcp()
+    elif args == ["skill"]:
+        print_skill()
     elif args == ["rules"]:
         rules()  # a table: no need to build the command line (typer imports pydantic)
     elif args and args[0] == "rules":
