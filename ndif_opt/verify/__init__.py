@@ -201,6 +201,8 @@ class VerifyReport:
         for name, before, after in rows:
             marker = "" if before == after else "  " + _ratio(name, b, a)
             lines.append(f"  {name:{width}}  {before:>{left}} -> {after}{marker}")
+        lines.append("  (measured on tiny models of the scripts' model families: the bytes are theirs; "
+                     "download (raw) is before NDIF's compression)")
         if self.local_nnsight:
             lines.append(f"  the original ran locally on nnsight {self.local_nnsight} (it uses the pre-0.5 API); "
                          "the original and the optimized script remotely on nnsight 0.8")
