@@ -400,9 +400,11 @@ def test_a_file_without_nnsight_work_says_so_in_the_report(tmp_path):
     assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
 
 
-def test_the_editor_server_without_its_extra_is_one_line_naming_the_extra():
-    code = ("import sys; sys.modules['lsprotocol'] = None; sys.modules['pygls'] = None\n"
-            "from ndif_opt.frontends.cli import main; main(['lsp'])")
+@pytest.mark.parametrize("command, needs", [("lsp", ["lsprotocol", "pygls"]), ("mcp", ["mcp"])])
+def test_a_server_without_its_extra_is_one_line_naming_the_extra(command, needs):
+    hidden = "; ".join(f"sys.modules[{name!r}] = None" for name in needs)
+    code = f"import sys; {hidden}\nfrom ndif_opt.frontends.cli import main; main([{command!r}])"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert len(done.stderr.strip().splitlines()) == 1 and "[lsp]" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and f"[{command}]" in done.stderr
+    assert "Traceback" not in done.stderr

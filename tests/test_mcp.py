@@ -147,14 +147,6 @@ def test_the_schema_rejects_a_document_that_breaks_the_contract():
         validate(report, "report")
 
 
-def test_the_server_without_its_extra_is_one_line_naming_the_extra():
-    code = ("import sys; sys.modules['mcp'] = None\n"
-            "from ndif_opt.frontends.cli import main; main(['mcp'])")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
-    assert len(done.stderr.strip().splitlines()) == 1 and "[mcp]" in done.stderr and "Traceback" not in done.stderr
-
-
 def test_skill_prints_the_shipped_guide():
     done = subprocess.run([sys.executable, "-m", "ndif_opt.frontends.cli", "skill"],
                           capture_output=True, text=True, timeout=60)

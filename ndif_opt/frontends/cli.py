@@ -461,12 +461,16 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {first}"[:300]
 
 
-def serve_mcp() -> None:
+def _serve(extra: str, what: str) -> None:
+    """Run the server of an optional extra (``ndif_opt.frontends.<extra>.serve``); without
+    the extra installed, one line naming it, exit 2."""
+    import importlib
+
     try:
-        from ndif_opt.frontends.mcp import serve
+        serve = importlib.import_module(f"ndif_opt.frontends.{extra}").serve
     except ImportError as error:
-        typer.echo(f"ndif-opt: the MCP server needs the mcp extra ({error.name or error} is missing): "
-                   "pip install 'ndif-opt[mcp]' (from a checkout: pip install -e '.[mcp]')", err=True)
+        typer.echo(f"ndif-opt: {what} needs the {extra} extra ({error.name or error} is missing): "
+                   f"pip install 'ndif-opt[{extra}]' (from a checkout: pip install -e '.[{extra}]')", err=True)
         raise SystemExit(EXIT_ERROR) from None
     serve()
 
@@ -484,15 +488,9 @@ def main(argv: list[str] | None = None) -> None:
     if args and args[0] == "verify":
         verify_app(args[1:], prog_name="ndif-opt verify")
     elif args and args[0] == "lsp":
-        try:
-            from ndif_opt.frontends.lsp import serve
-        except ImportError as error:
-            typer.echo(f"ndif-opt: the editor server needs the lsp extra ({error.name or error} is missing): "
-                       "pip install 'ndif-opt[lsp]' (from a checkout: pip install -e '.[lsp]')", err=True)
-            raise SystemExit(EXIT_ERROR) from None
-        serve()
+        _serve("lsp", "the editor server")
     elif args and args[0] == "mcp":
-        serve_mcp()
+        _serve("mcp", "the MCP server")
     elif args == ["skill"]:
         print_skill()
     elif args == ["rules"]:
