@@ -410,6 +410,12 @@ def function_locals(func: cst.FunctionDef) -> frozenset[str]:
     return frozenset((params | set(use.binds)) - declared)
 
 
+def free_reads(func: cst.FunctionDef) -> set[str]:
+    """The names a function's body reads from outside it when it is called: its reads
+    but its locals (:func:`function_locals`)."""
+    return set(collect(func.body).reads) - function_locals(func)
+
+
 def all_params(params: cst.Parameters) -> list[cst.Param]:
     """Every parameter of a signature, `*args` and `**kwargs` included."""
     found = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)

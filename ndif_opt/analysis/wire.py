@@ -24,7 +24,7 @@ import libcst as cst
 
 from ndif_opt.analysis.effects import PROGRESS_BARS
 from ndif_opt.analysis.facts import Facts, qualify
-from ndif_opt.analysis.names import all_params, collect, collect_all, function_locals, target_names
+from ndif_opt.analysis.names import collect, collect_all, free_reads, target_names
 from ndif_opt.syntax.walk import find_nodes
 
 # Calls that return an object which cannot be pickled.
@@ -139,7 +139,7 @@ def _reads_of_definition(stmt: cst.CSTNode) -> set[str]:
     are not read from anywhere else)."""
     if not isinstance(stmt, cst.FunctionDef):
         return set(collect(stmt).reads)
-    return _header_reads(stmt) | (set(collect(stmt.body).reads) - function_locals(stmt))
+    return _header_reads(stmt) | free_reads(stmt)
 
 
 def _header_reads(func: cst.FunctionDef) -> set[str]:

@@ -75,8 +75,8 @@ from ndif_opt.analysis.names import (
     collect,
     collect_all,
     definite_binds,
+    free_reads,
     fresh_name,
-    function_locals,
     returned_name,
     root_name,
 )
@@ -1070,8 +1070,7 @@ def _calls_by_function(stmts: list[cst.BaseStatement], facts: Facts) -> dict[str
 
 def _module_names_read(func: cst.FunctionDef, names: set[str]) -> tuple[str, ...]:
     """Which of ``names`` the function reads as module names (not its own)."""
-    local = function_locals(func)
-    return tuple(sorted(n for n in set(collect(func.body).reads) & names if n not in local))
+    return tuple(sorted(free_reads(func) & names))
 
 
 def _passable(name: str, hidden: tuple[str, ...], region: Region, calls: list[cst.Call], facts: Facts) -> str:
