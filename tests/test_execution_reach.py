@@ -133,8 +133,8 @@ def test_several_traces_per_item_are_one_session(family):
     assert report.after.requests == 1, report.to_text() + result.code
 
 
-# A function defined between the traces it is run with, whose loop binds a name the module
-# binds too (`L`): its own local, not a name it reads from the module, so the definition
+# A function defined between the traces it is run with, whose loop and parameter bind names
+# the module binds too (`L`, `pos`): its own locals, not names it reads from the module, so the definition
 # may run before the session and the baseline trace joins the session with the calls.
 # DROP is what each layer's entry holds: with `base_top - `, the function reads `base_top`,
 # which the baseline trace computes; inside the session the function's copy cannot see the
@@ -164,8 +164,8 @@ DEFINED_BETWEEN = '''
 
 
     first = ablate(0)
-    for L, value in enumerate(first):
-        print(L, f"{AFTERvalue:+.3f}")
+    for pos, value in enumerate(first):
+        print(pos, f"{AFTERvalue:+.3f}")
     last = ablate(-1)
 '''
 

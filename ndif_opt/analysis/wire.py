@@ -24,7 +24,7 @@ import libcst as cst
 
 from ndif_opt.analysis.effects import PROGRESS_BARS
 from ndif_opt.analysis.facts import Facts, qualify
-from ndif_opt.analysis.names import collect, collect_all, free_reads, target_names
+from ndif_opt.analysis.names import all_params, collect, collect_all, free_reads, target_names
 from ndif_opt.syntax.walk import find_nodes
 
 # Calls that return an object which cannot be pickled.
@@ -143,6 +143,10 @@ def _reads_of_definition(stmt: cst.CSTNode) -> set[str]:
 
 
 def _header_reads(func: cst.FunctionDef) -> set[str]:
-    """What a `def` reads when it runs: decorators, defaults, annotations."""
-    header = [*func.decorators, func.params, *([func.returns] if func.returns is not None else [])]
+    """What a `def` reads when it runs: decorators, defaults, annotations (not the
+    parameters' own names, which it binds)."""
+    params = all_params(func.params)
+    header = [*func.decorators, *(p.default for p in params if p.default is not None),
+              *(p.annotation for p in params if p.annotation is not None),
+              *([func.returns] if func.returns is not None else [])]
     return set(collect_all(header).reads)
