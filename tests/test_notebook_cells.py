@@ -120,3 +120,30 @@ def test_adjacent_cells_that_each_send_a_request_are_named_once():
     notes = [f for f in result.findings if f.finding.pass_id == "notebook"]
     assert [n.cell for n in notes] == [2], [n.finding.message for n in notes]
     assert "merge them yourself" in (notes[0].finding.reason or "")
+
+
+def test_a_definition_in_a_later_percent_cell_stays_in_its_cell():
+    # a `# %%` script is a notebook to its user: a run of remote work may span its cells,
+    # but a definition never moves out of its cell to get out of the run's way
+    from ndif_opt import optimize
+
+    source = SETUP + (
+        "top = []\n"
+        "for p in ['a b', 'c d']:\n"
+        "    with model.trace(p, remote=True):\n"
+        "        top.append(model.lm_head.output[0, -1].argmax().item().save())\n"
+        "\n"
+        "# %% [cell 2]\n"
+        "seen = len(top)\n"
+        "def last(values):\n"
+        "    return values[-1]\n"
+        "\n"
+        "\n"
+        "for p in ['e f', 'g h']:\n"
+        "    with model.trace(p, remote=True):\n"
+        "        top.append(model.lm_head.output[0, -1].argmax().item().save())\n"
+        "print(last(top))\n"
+    )
+    code = optimize(source).code
+    marker, definition = code.index("# %% [cell 2]"), code.index("def last(values):")
+    assert marker < definition, code

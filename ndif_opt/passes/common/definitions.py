@@ -71,10 +71,14 @@ CELL_MARKER = re.compile(r"#\s*%%")  # a `# %%` cell of a script: its user's not
 
 
 def _unconditional_definitions(statements):
+    """The definitions that may move before ``statements``: none from a `# %%` cell
+    marker on (moved before the first statement, a definition would leave its cell for an
+    earlier one — and the first statement's own marker stands above where it would go)."""
     for stmt in statements:
+        if _opens_a_cell(stmt):
+            return
         if is_definition(stmt):
-            if not _opens_a_cell(stmt):  # (moved, it would take the cell's marker along)
-                yield stmt
+            yield stmt
         elif isinstance(stmt, _LOOPS) and isinstance(stmt.body, cst.IndentedBlock):
             yield from _unconditional_definitions(stmt.body.body)
 
