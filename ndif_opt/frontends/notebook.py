@@ -599,15 +599,17 @@ class _CellsRun:
     barriers: tuple[int, ...]
 
 
-def _optimize_cells(cells: list[_Cell], nonce: str, options: Options, filename: str | None) -> _CellsRun:
+def _optimize_cells(cells: list[_Cell], nonce: str, options: Options, filename: str | None,
+                    is_magic=_is_magic) -> _CellsRun:
     """The code cells (in order) optimized as one module and cut back into cells; a
-    rewrite that would merge cells is run again with a barrier at that boundary."""
+    rewrite that would merge cells is run again with a barrier at that boundary.
+    ``is_magic``: which lines are IPython syntax (a `# %%` script's rule is narrower)."""
     from ndif_opt.engine.pipeline import run_pipeline
 
     name = filename or "<notebook>"
     magics: list[_Magic] = []
     line_maps: dict[int, list[int]] = {cell.index: [] for cell in cells}
-    masked = {cell.index: _mask_cell(cell, nonce, magics, line_maps[cell.index]) for cell in cells}
+    masked = {cell.index: _mask_cell(cell, nonce, magics, line_maps[cell.index], is_magic) for cell in cells}
     for cell in cells:
         try:
             cst.parse_module(masked[cell.index])
@@ -1031,6 +1033,59 @@ def _magic_hint(lines: list[str], line: int) -> str:
     return ""
 
 
+# a `# %%` cell marker (VS Code, PyCharm, Spyder, jupytext's percent format), at the start of a line
+_SCRIPT_CELL_MARKER = re.compile(r"#\s*%%")
+
+
+def script_cells(text: str) -> list[str] | None:
+    """A `# %%` script's cells: each from its marker line to the next marker (the lines
+    before the first marker are a cell of their own); None for a script without markers.
+    Joined, the cells are the script."""
+    cells: list[str] = []
+    current: list[str] = []
+    for line in _python_lines(text):
+        if _SCRIPT_CELL_MARKER.match(line) and current:
+            cells.append("".join(current))
+            current = []
+        current.append(line)
+    if current:
+        cells.append("".join(current))
+    return cells if len(cells) > 1 or (cells and _SCRIPT_CELL_MARKER.match(cells[0])) else None
+
+
+def _optimize_cell_script(text: str, cells: list[str], options: Options, filename: str | None) -> Result | None:
+    """A `# %%` script optimized as the notebook it is to its user: by a notebook's rules,
+    each cell stays a cell (no session crosses a marker), as :func:`optimize_cells`. None
+    when a cell does not parse on its own (a marker inside a block: the script is then
+    one module)."""
+    from ndif_opt.engine.pipeline import text_edits
+
+    code_cells = [_Cell(index, "code", code, "str", None) for index, code in enumerate(cells)]
+    try:
+        run = _optimize_cells(code_cells, _nonce(text), dataclasses.replace(options, notebook=True), filename,
+                              is_magic=_is_script_magic)
+    except SyntaxError:
+        return None
+    firsts = [0]
+    for code in cells[:-1]:
+        firsts.append(firsts[-1] + len(_python_lines(code)))
+
+    def moved(cell: int, rng: Range) -> Range:
+        return Range(Position(rng.start.line + firsts[cell], rng.start.character),
+                     Position(rng.end.line + firsts[cell], rng.end.character))
+
+    findings = tuple(
+        item.finding.with_range(moved(item.cell, item.finding.range),
+                                tuple(moved(cell, use) for cell, use in item.uses))
+        for item in run.findings
+    )
+    code = "".join(run.pieces[index] for index in range(len(cells)))
+    changed = code != text
+    return replace(run.result, source=text, code=code, findings=findings, edits=tuple(text_edits(text, code)),
+                   unreturned=run.result.unreturned if changed else (),
+                   introduced=run.result.introduced if changed else ())
+
+
 def optimize_script(text: str, options: Options, *, filename: str | None = None,
                     cache: "WindowCache | None" = None, prefiltered: bool = False) -> Result:
     """:func:`ndif_opt.engine.pipeline.run_pipeline` on a .py script that may hold IPython lines (a
@@ -1040,6 +1095,11 @@ def optimize_script(text: str, options: Options, *, filename: str | None = None,
     ``SyntaxError`` for a magic that cannot be masked (inside brackets, ``x = !ls``) says so."""
     from ndif_opt.engine.pipeline import run_pipeline
 
+    cells = script_cells(text)
+    if cells is not None:
+        result = _optimize_cell_script(text, cells, options, filename)
+        if result is not None:
+            return result
     masked = _mask_script(text)
     try:
         result = run_pipeline(text if masked is None else masked.code, options, filename, cache,

@@ -114,6 +114,7 @@ from ndif_opt.syntax.rewrite import (
     StripRemote,
     SuitePlan,
     code_of,
+    comments_carried,
     method_call,
     saved_container,
     session_statement,
@@ -886,8 +887,7 @@ def _made_in_session(acc: Accumulator, nnsight_name: str, left_on_server: bool) 
     if acc.kind == "carried":
         return _taken_along(acc, nnsight_name)
     if left_on_server:
-        comments = [line for line in acc.stmt.leading_lines if line.comment is not None]
-        return acc.stmt.with_changes(leading_lines=comments)
+        return acc.stmt.with_changes(leading_lines=comments_carried(acc.stmt))
     return saved_container(acc.name, acc.kind, acc.stmt)
 
 

@@ -8,6 +8,7 @@ applied in one transform. Everything not replaced keeps its exact text.
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -107,9 +108,15 @@ class _SuiteRewriter(cst.CSTTransformer):
         # apply from the end so earlier indices stay valid
         for start, end, build in sorted(edits, key=lambda e: e[0], reverse=True):
             if build is REMOVED:
-                blanks = _leading_blank_lines(body[start])
+                removed = body[start]
+                blanks = _leading_blank_lines(removed)
                 del body[start:end]
-                if start < len(body) and blanks and not _leading_blank_lines(body[start]):
+                if start < len(body) and opens_a_cell(removed):
+                    # the cell's marker (and the comments around it) stay where the cell starts
+                    body[start] = body[start].with_changes(
+                        leading_lines=list(removed.leading_lines) + list(body[start].leading_lines)
+                    )
+                elif start < len(body) and blanks and not _leading_blank_lines(body[start]):
                     body[start] = body[start].with_changes(
                         leading_lines=blanks + list(body[start].leading_lines)
                     )
@@ -358,9 +365,24 @@ def saved_container(name: str, kind: str, like: cst.SimpleStatementLine | None =
     value = method_call(cst.Call(func=cst.Name(kind)), "save")
     stmt = cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(target=_dotted(name))], value=value)])
     if like is not None:
-        comments = [line for line in like.leading_lines if line.comment is not None]
-        stmt = stmt.with_changes(leading_lines=comments, trailing_whitespace=like.trailing_whitespace)
+        stmt = stmt.with_changes(leading_lines=comments_carried(like), trailing_whitespace=like.trailing_whitespace)
     return stmt
+
+
+CELL_MARKER = re.compile(r"#\s*%%")  # a `# %%` cell marker: a notebook cell of a script starts here
+
+
+def opens_a_cell(stmt: cst.BaseStatement) -> bool:
+    """A `# %%` cell marker is among the comment lines above ``stmt``."""
+    return any(line.comment is not None and CELL_MARKER.match(line.comment.value) for line in stmt.leading_lines)
+
+
+def comments_carried(stmt: cst.BaseStatement) -> list[cst.EmptyLine]:
+    """The comment lines that go with ``stmt`` when it moves: none when a cell marker is
+    among them (they stay where the cell starts: :meth:`SuitePlan.remove`)."""
+    if opens_a_cell(stmt):
+        return []
+    return [line for line in stmt.leading_lines if line.comment is not None]
 
 
 def session_statement(

@@ -19,12 +19,11 @@ session is refused, by session-hoisting's check of the functions a session calls
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
 from ndif_opt.analysis.names import collect, collect_all, exposed_reads
 from ndif_opt.analysis.wire import hoistable_definition, is_definition
+from ndif_opt.syntax.rewrite import opens_a_cell
 
 _LOOPS = (cst.For, cst.While)
 
@@ -67,24 +66,17 @@ def _bound_once(stmt: cst.BaseStatement, moving: list[cst.BaseStatement]) -> boo
     return not any(other is not stmt and names & set(collect(other).binds) for other in moving)
 
 
-CELL_MARKER = re.compile(r"#\s*%%")  # a `# %%` cell of a script: its user's notebook cell
-
-
 def _unconditional_definitions(statements):
     """The definitions that may move before ``statements``: none from a `# %%` cell
     marker on (moved before the first statement, a definition would leave its cell for an
     earlier one — and the first statement's own marker stands above where it would go)."""
     for stmt in statements:
-        if _opens_a_cell(stmt):
+        if opens_a_cell(stmt):
             return
         if is_definition(stmt):
             yield stmt
         elif isinstance(stmt, _LOOPS) and isinstance(stmt.body, cst.IndentedBlock):
             yield from _unconditional_definitions(stmt.body.body)
-
-
-def _opens_a_cell(stmt: cst.BaseStatement) -> bool:
-    return any(line.comment is not None and CELL_MARKER.match(line.comment.value) for line in stmt.leading_lines)
 
 
 def without_statements(statements: list[cst.BaseStatement], removed) -> list[cst.BaseStatement]:
