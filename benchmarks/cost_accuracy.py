@@ -21,6 +21,7 @@ trips``), and every number is compared at that length; a prediction that still h
 
     python benchmarks/cost_accuracy.py            # the table (markdown)
     python benchmarks/cost_accuracy.py --json     # the rows as JSON
+    python benchmarks/cost_accuracy.py --only attribute_liveness   # the rows whose name holds it
 
 ``tests/test_cost_accuracy.py`` asserts the same table.
 """
@@ -357,20 +358,6 @@ for _family in ("gpt2", "llama"):
     ] = "cost model gap: a full hidden state saved in a helper and sliced on return is over-estimated (~2.7x)"
     for _version in ("original", "optimized"):
         NOT_PREDICTED[
-            f"test_execution_split::test_traces_in_methods_called_from_a_loop_in_another_method[{_family}]:{_version}"
-        ] = (
-            "cost model gap: attributes of `self` other than a model are not followed (a loop over "
-            "`range(self.n_layers)` is assumed 8 long)"
-        )
-        for _name in ("test_what_only_the_sessions_methods_read_stays_on_the_server",
-                      "test_a_method_called_after_the_session_keeps_what_it_reads_coming_back"):
-            for _run in ("", "#2"):
-                NOT_PREDICTED[f"test_execution_attribute_liveness::{_name}[{_family}]:{_version}{_run}"] = (
-                    "cost model gap: values stored on `self` are not followed (what a method saves there "
-                    "downloads ~2x what is predicted), and a method of an object called after the session is not "
-                    "counted (`self.model` is resolved: layers match)"
-                )
-        NOT_PREDICTED[
             f"test_execution_split::test_a_library_function_whose_helper_takes_the_model_as_a_parameter"
             f"[{_family}]:{_version}"
         ] = ("cost model gap: a batch tokenized inside the helper (`lm.tokenizer(prompts[i : i + 2])`) is assumed "
@@ -614,8 +601,10 @@ def _calls_in(stmt):
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    rows = [row for path in scripts() for row in measure(path)]
-    rows += [measure_script(script) for script in execution_scripts()]
+    # --only TEXT: only the scripts whose name holds TEXT (a test's name, a script's stem)
+    only = argv[argv.index("--only") + 1] if "--only" in argv[:-1] else ""
+    rows = [row for path in scripts() if only in path.stem for row in measure(path)]
+    rows += [measure_script(script) for script in execution_scripts() if only in script.name]
     if "--json" in argv:
         print(json.dumps([r.to_dict() for r in rows], indent=2))
     else:

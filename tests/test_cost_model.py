@@ -1179,3 +1179,50 @@ def test_a_method_runs_the_model_the_constructor_stored_on_self():
     )
     cost = run(source).cost
     assert (cost.requests, cost.layer_evaluations) == (1, dims_for("meta-llama/Llama-3.1-70B").n_layers)
+
+
+def test_an_objects_state_is_what_its_constructor_and_methods_gave_it():
+    # `exp.sweep(...)` runs Patching.sweep with its arguments; `Patching(...)` runs
+    # `__init__`, so `self.n_layers`, `self.corrupt` and `self.clean_hidden` are known
+    # where the methods read them: 1 clean run + 2 layers x 3 positions, each patch
+    # downloading its full logits (six prompt tokens)
+    source = textwrap.dedent(
+        """\
+        import torch
+        from nnsight import LanguageModel
+
+        class Patching:
+            def __init__(self, model, clean, corrupt):
+                self.model = model
+                self.clean, self.corrupt = clean, corrupt
+                self.n_layers = 2
+
+            def run_clean(self):
+                with self.model.trace(self.clean, remote=True):
+                    hidden = torch.stack([self.model.transformer.h[i].output for i in range(self.n_layers)]).save()
+                self.clean_hidden = hidden
+
+            def patch(self, layer, pos):
+                vec = self.clean_hidden[layer, 0, pos]
+                with self.model.trace(self.corrupt, remote=True):
+                    self.model.transformer.h[layer].output[0, pos, :] = vec
+                    logits = self.model.lm_head.output.save()
+                return (logits[0, -1, 5] - logits[0, -1, 7]).item()
+
+            def sweep(self, positions):
+                self.run_clean()
+                for layer in range(self.n_layers):
+                    for pos in positions:
+                        self.patch(layer, pos)
+
+        model = LanguageModel("openai-community/gpt2")
+        exp = Patching(model, "The cat sat on the mat", "The dog sat on the mat")
+        exp.sweep([0, 1, 2])
+        """
+    )
+    cost = run(source).cost
+    dims = dims_for("openai-community/gpt2")
+    assert cost.requests == 7, cost
+    assert is_known(cost.download_bytes), cost
+    six_tokens = tokens("The dog sat on the mat")
+    assert cost.download_bytes >= 6 * six_tokens * dims.vocab_size * 4, cost

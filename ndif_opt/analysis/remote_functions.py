@@ -175,6 +175,42 @@ def _self_methods(facts: Facts) -> dict[str, cst.FunctionDef]:
     return found
 
 
+def constructors(facts: Facts) -> dict[str, cst.FunctionDef]:
+    """A top-level class of the file -> its `__init__` (what `Patching(...)` runs); classes
+    without one are left out (once per version of the tree)."""
+    return facts.once("helpers:constructors", lambda: _constructors(facts))
+
+
+def _constructors(facts: Facts) -> dict[str, cst.FunctionDef]:
+    found = {}
+    for stmt in facts.module.body:
+        if isinstance(stmt, cst.ClassDef) and isinstance(stmt.body, cst.IndentedBlock):
+            init = next((m for m in stmt.body.body if isinstance(m, cst.FunctionDef) and m.name.value == "__init__"
+                         and not m.decorators), None)
+            if init is not None and init.params.params and init.params.params[0].name.value == "self":
+                found[stmt.name.value] = init
+    return found
+
+
+def instance_names(facts: Facts) -> frozenset[str]:
+    """Module-level names bound once, to an object of a class of the file
+    (`exp = Patching(model, ...)`): `exp.sweep(...)` runs that class's `sweep` (once per
+    version of the tree)."""
+    return facts.once("helpers:instance-names", lambda: _instance_names(facts))
+
+
+def _instance_names(facts: Facts) -> frozenset[str]:
+    classes = {stmt.name.value for stmt in facts.module.body if isinstance(stmt, cst.ClassDef)}
+    if not classes:
+        return frozenset()
+    found = set()
+    for name in facts.bindings:
+        value = facts.constant(name)
+        if type(value) is cst.Call and type(value.func) is cst.Name and value.func.value in classes:
+            found.add(name)
+    return frozenset(found)
+
+
 def attribute_models(facts: Facts) -> dict[str, str]:
     """`self.attr` -> the script's model it holds: a class of the file whose `__init__`
     stores a parameter on `self` (`self.model = model`), where every construction of the

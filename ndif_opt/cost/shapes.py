@@ -270,6 +270,10 @@ def _iter_length(node: cst.BaseExpression, ev: Evaluation) -> int | None:
 
 def _eval_attribute(node: cst.Attribute, ev: Evaluation) -> Shape | ModuleRef:
     attr = node.attr.value
+    if type(node.value) is cst.Name:  # `is`: see const_value
+        state = ev.env.get(f"{node.value.value}.{attr}")
+        if state is not None:  # `self.clean`: what the object was given (the cost walker binds it)
+            return state
     if (
         attr == "result"
         and type(node.value) is cst.Name  # `is`: see const_value

@@ -35,7 +35,12 @@ from ndif_opt.analysis.facts import (
 from ndif_opt.analysis.reachability import reach
 from ndif_opt.analysis.names import COMPREHENSIONS, all_params, collect, dotted_name, returned_name, target_names
 from ndif_opt.analysis.regions import arithmetic, dict_view_length
-from ndif_opt.analysis.remote_functions import attribute_models, self_methods
+from ndif_opt.analysis.remote_functions import (
+    attribute_models,
+    constructors,
+    instance_names,
+    self_methods,
+)
 from ndif_opt.analysis.retries import retry_guard, retry_wrappers, unwrapped_call
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.constants import (
@@ -253,6 +258,8 @@ def _names_read(expr: cst.BaseExpression) -> tuple[str, ...]:
             found[node.value] = None
         elif kind is cst.Attribute:
             found[node.attr.value] = None
+            if type(node.value) is cst.Name:
+                found[f"{node.value.value}.{node.attr.value}"] = None  # object state (see assign)
             stack.append(node.value)
         else:
             stack.extend(content_children(node))
@@ -302,6 +309,8 @@ def _fingerprint(node: cst.BaseExpression, names: dict[str, None]) -> Any:
     if kind is cst.Attribute:
         value = _fingerprint(node.value, names)
         names[node.attr.value] = None
+        if type(node.value) is cst.Name:
+            names[f"{node.value.value}.{node.attr.value}"] = None  # `self.clean`: object state (see assign)
         return (kind, value, node.attr.value)
     if kind is cst.Subscript:
         return (kind, _fingerprint(node.value, names), tuple([_fingerprint(e.slice, names) for e in node.slice]))
@@ -459,8 +468,10 @@ class Walker:
         self._called: set[str] = set()
         self._calls_memo: dict[int, list[cst.Call]] = {}
         self._methods = self_methods(facts)  # `self.name` -> a method of the file's classes
+        self._instances = instance_names(facts)  # `exp` of `exp = Patching(...)`: `exp.sweep()` is a method call
+        self._constructors = constructors(facts)  # `Patching(...)` runs `Patching.__init__`
         # the key part of _calls, built once
-        self._function_names = frozenset(facts.functions) | frozenset(self._methods)
+        self._function_names = frozenset(facts.functions) | frozenset(self._methods) | frozenset(self._constructors)
         self._work_memo: dict[object, bool] = {}
         self._block_ids: set[int] | None = None  # the nnsight blocks' nodes, for _has_work
         self._code_memo: dict[int, str] = {}
@@ -508,10 +519,10 @@ class Walker:
         wrappers = retry_wrappers(self.facts)
         called_by_functions = set()
         for func in functions.values():
-            for call, _loops in _calls(func.body, self._function_names):
-                called_by_functions.add(_called_name(call).removeprefix("self."))
+            for call, _loops in _calls(func.body, self._function_names, self._instances):
+                called_by_functions.add(_called_name(call, self._instances).removeprefix("self."))
                 # (and the function a retry wrapper runs)
-                called_by_functions.add(_called_name(unwrapped_call(call, wrappers)))
+                called_by_functions.add(_called_name(unwrapped_call(call, wrappers), self._instances))
         reached = reach(self.facts)
         for name, func in functions.items():
             if not reached.runs(func):
@@ -979,6 +990,11 @@ class Walker:
             if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
                 return None
             return max(values) if dotted_name(expr.func) == "max" else min(values)
+        if type(expr) is cst.Attribute and type(expr.value) is cst.Name:
+            # `range(self.n_layers)`: what the object was given (see assign)
+            state = self.env.get(f"{expr.value.value}.{expr.attr.value}")
+            if isinstance(state, Shape):
+                return state.value if isinstance(state.value, int) and not isinstance(state.value, bool) else None
         if type(expr) is cst.Attribute and expr.attr.value in _LAYER_COUNT_ATTRS:
             root = dotted_name(expr) or ""
             if any(root.startswith(m + ".") for m in self.facts.models) and ".config." in f".{root}":
@@ -1258,6 +1274,10 @@ class Walker:
                     else:
                         self._bind(sub.value, Shape.unknown("unpacked value"))
             return
+        if type(target) is cst.Attribute and type(target.value) is cst.Name:
+            # `self.clean = clean`: the object's state, read as `self.clean` (see _fingerprint)
+            self._bind(f"{target.value.value}.{target.attr.value}", self.value(value))
+            return
         if type(target) is cst.Subscript and type(target.value) is cst.Name and request is not None:
             name = target.value.value
             if name in request.containers:
@@ -1364,13 +1384,14 @@ class Walker:
             return
         calls = self._calls_memo.get(id(small))
         if calls is None:
-            calls = self._calls_memo[id(small)] = _calls(small, self._function_names)
+            calls = self._calls_memo[id(small)] = _calls(small, self._function_names, self._instances)
         wrappers = retry_wrappers(self.facts)
         for written, loops in calls:
             call = unwrapped_call(written, wrappers)  # `with_retries(run, x)` runs `run(x)` once when nothing fails
-            name = _called_name(call)
-            bound = name in self._methods
-            func = self._methods[name] if bound else self.facts.functions.get(name) if name else None
+            name = _called_name(call, self._instances)
+            bound = name in self._methods or name in self._constructors
+            func = (self._methods.get(name) or self._constructors.get(name)) if bound else (
+                self.facts.functions.get(name) if name else None)
             if func is None or name in self._call_stack or len(self._call_stack) >= CALL_DEPTH:
                 continue
             self._called.add(func.name.value if bound else name)
@@ -1410,6 +1431,8 @@ class Walker:
             before = env.get(name)
             if value is not before and name not in local and _is_container(before):
                 env[name] = value
+            elif value is not before and "." in name:
+                env[name] = value  # `self.clean = clean`: the object keeps what a method gave it
         self.env, self.storage = env, storage
 
     def _locals_of(self, func: cst.FunctionDef) -> frozenset[str]:
@@ -2229,46 +2252,51 @@ def _walk(node: cst.CSTNode):
 
 
 @functools.lru_cache(maxsize=4096)
-def _calls(node: cst.CSTNode, functions: frozenset[str]) -> tuple[tuple[cst.Call, tuple], ...]:
-    """Calls of the named same-file functions in ``node``, each with the ``for`` clauses
-    of the comprehensions around it (a pure function of an immutable node, cached: later
-    versions of the tree share most statements)."""
+def _calls(node: cst.CSTNode, functions: frozenset[str],
+           instances: frozenset[str] = frozenset()) -> tuple[tuple[cst.Call, tuple], ...]:
+    """Calls of the named same-file functions in ``node`` (methods called on ``self`` or on
+    one of the ``instances``), each with the ``for`` clauses of the comprehensions around
+    it (a pure function of an immutable node, cached: later versions of the tree share
+    most statements)."""
     found: list[tuple[cst.Call, tuple]] = []
-    _find_calls(node, functions, found, ())
+    _find_calls(node, functions, found, (), instances)
     return tuple(found)
 
 
 _LEAVING = (cst.Return, cst.Raise, cst.Break, cst.Continue)
 
 
-def _called_name(call: cst.Call) -> str | None:
-    """`run` for `run(...)`, `self.run` for `self.run(...)`, else None."""
+def _called_name(call: cst.Call, instances: frozenset[str] = frozenset()) -> str | None:
+    """`run` for `run(...)`, `self.run` for `self.run(...)` and for `exp.run(...)` with
+    `exp` one of the ``instances``, else None."""
     func = call.func
     if type(func) is cst.Name:
         return func.value
-    if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
+    if type(func) is cst.Attribute and type(func.value) is cst.Name and (
+            func.value.value == "self" or func.value.value in instances):
         return f"self.{func.attr.value}"
     return None
 
 
-def _find_calls(node: cst.CSTNode, functions: frozenset[str], found: list, loops: tuple) -> None:
+def _find_calls(node: cst.CSTNode, functions: frozenset[str], found: list, loops: tuple,
+                instances: frozenset[str]) -> None:
     # in the order of a walk (a node, then its children in libcst's order), reading only
     # the fields that may hold more than layout; a lambda's body runs later, if ever
     kind = type(node)
     if kind is cst.Lambda:
         return
-    if kind is cst.Call and _called_name(node) in functions:
+    if kind is cst.Call and _called_name(node, instances) in functions:
         found.append((node, loops))
     if kind in COMPREHENSIONS:
         clause, inner = node.for_in, loops
         while clause is not None:
-            _find_calls(clause.iter, functions, found, inner)
+            _find_calls(clause.iter, functions, found, inner, instances)
             inner = (*inner, clause)
             for test in clause.ifs:
-                _find_calls(test, functions, found, inner)
+                _find_calls(test, functions, found, inner, instances)
             clause = clause.inner_for_in
         for element in ((node.key, node.value) if kind is cst.DictComp else (node.elt,)):
-            _find_calls(element, functions, found, inner)
+            _find_calls(element, functions, found, inner, instances)
         return
     for child in content_children(node):
-        _find_calls(child, functions, found, loops)
+        _find_calls(child, functions, found, loops, instances)
