@@ -73,7 +73,7 @@ CLIENT_TENSOR_OVERHEAD = 400  # pickling one client tensor into the request
 # the walk's limits
 UNROLL_LIMIT = 256  # loops over at most this many literal strings are unrolled
 UNROLL_BUDGET = 4096  # iterations a walk unrolls for loops whose cost varies by iteration
-CALL_DEPTH = 3  # same-file functions are followed this deep
+CALL_DEPTH = 5  # same-file functions are followed this deep
 TRACKED_LENGTH = 4 * UNROLL_LIMIT  # the longest list built in place whose length the walk follows
 
 
