@@ -312,6 +312,13 @@ class Facts:
             return value
         return None
 
+    def changes_a_module(self, name: str, node: cst.CSTNode) -> bool:
+        """Does ``node``, which changes ``name`` in place as far as names.collect can tell,
+        change a module's object? Not a call: `torch.sort(x)` or `np.append(a, b)` is a
+        function of the module an import binds (the name is bound by nothing else), not a
+        list's `.sort()` or `.append()`."""
+        return not (type(node) is cst.Call and name in self.imports and name not in self.bindings)
+
     def is_model_like(self, name: str) -> bool:
         """A model, or an alias of one of its modules (`layers = model.model.layers`)."""
         if name in self.models:

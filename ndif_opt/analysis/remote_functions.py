@@ -336,7 +336,9 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck, bound: bool
     for problem in server.problems(func.body, skip=tuple(b.node.body for b in blocks)):
         if problem.kind != "control":
             helper.problems.append(f"`{name}` {problem.message}")
-    for mutated in outside.mutates:
+    for mutated, node in outside.mutates.items():
+        if not facts.changes_a_module(mutated, node):
+            continue  # `torch.sort(x)`: a function of a module, not a list's sort
         if bound and mutated == "self":
             helper.problems.append(
                 f"`{name}` changes `self` in place (not only `self.x = ...`), and in a session the change "
