@@ -236,6 +236,12 @@ class SessionHoisting(Pass):
         statement), each tried the same way. The whole region's finding stands when no
         part moves."""
         mark = len(context.findings)
+        why = _nested_in_planned_sessions(region, facts, claimed, frozenset(self.helpers))
+        if why:
+            # one session cannot hold another's hard-coded one
+            context.skipped(region.statements[0], _not_hoisted(region, facts, self._counted(region, facts, context)),
+                            why, through=region.statements[-1])
+            return False
         if self._plan(region, facts, context, plan):
             claimed.update(id(s) for s in region.statements)
             return True
@@ -747,6 +753,55 @@ def _module_code(region: Region, facts: Facts) -> bool:
     return region.suite is facts.module
 
 
+def _nested_in_planned_sessions(region: Region, facts: Facts, claimed: set[int], helpers: frozenset[str]) -> str:
+    """Why the region cannot get a session of its own next to the sessions planned in this
+    run (the statements ``claimed``), else "": it calls (through same-file functions) a
+    function holding one of them, or one of them calls the function holding it. Either
+    way one session would run inside the other, whose `remote=True` is written out —
+    unless that function is one of the ``helpers``: called from a session, a helper takes
+    the flag (`remote=False`), and so does a session opened in it."""
+    if not claimed:
+        return ""
+    planned = {id(f): f.name.value for stmt_id in claimed for f in _enclosing_functions(facts, stmt_id)
+               if f.name.value not in helpers}
+    for func in _functions_called(region.statements, facts):
+        if id(func) in planned:
+            return (f"not hoisted: `{planned[id(func)]}`, which it calls, gets a session of its own here; run "
+                    "ndif-opt again once that is applied to bundle the calls too")
+    holders = {id(f) for f in _enclosing_functions(facts, id(region.statements[0])) if f.name.value not in helpers}
+    if holders:
+        claimed_statements = [facts.statements[i].node for i in claimed if i in facts.statements]
+        for func in _functions_called(claimed_statements, facts):
+            if id(func) in holders:
+                return (f"not hoisted: a session planned here calls `{func.name.value}`, which holds it; its "
+                        "requests join that session once it is applied")
+    return ""
+
+
+def _enclosing_functions(facts: Facts, stmt_id: int) -> list[cst.FunctionDef]:
+    info = facts.statements.get(stmt_id)
+    return [n for n in info.ancestors if isinstance(n, cst.FunctionDef)] if info is not None else []
+
+
+def _functions_called(statements, facts: Facts) -> list[cst.FunctionDef]:
+    """The module-level functions of the file the statements call by name, and those
+    they call, transitively."""
+    found: dict[int, cst.FunctionDef] = {}
+    todo = list(statements)
+    while todo:
+        for call in find_nodes(todo.pop(), lambda n: type(n) is cst.Call):
+            func = _same_file_function(call, facts)
+            if func is not None and id(func) not in found:
+                found[id(func)] = func
+                todo.append(func.body)
+    return list(found.values())
+
+
+def _same_file_function(call: cst.Call, facts: Facts) -> cst.FunctionDef | None:
+    """The module-level function of the file a call runs, by its name (`run(...)`)."""
+    return facts.functions.get(call.func.value) if type(call.func) is cst.Name else None
+
+
 def _drop_nested_repeats(findings: list, mark: int) -> None:
     """One finding per construct left as it is: a loop refused inside a loop (or run)
     refused for the same reason says nothing its enclosing finding does not — the
@@ -970,7 +1025,8 @@ def _client_mutations(region: Region, facts: Facts, everything: NameUse) -> list
             value = helper.argument(call, param)
             if isinstance(value, cst.Name):
                 mutated.setdefault(value.value)
-    return [name for name in mutated if name not in everything.binds and not facts.is_model_like(name)]
+    return [name for name in mutated if name not in everything.binds and not facts.is_model_like(name)
+            and facts.changes_a_module(name, everything.mutates.get(name))]
 
 
 def _saved(region: Region) -> set[str]:
