@@ -51,7 +51,7 @@ target is none — and a histogram of the reasons on the ones left, normalized a
     python benchmarks/reach.py --verify --nnsight 0.6   # rewritten for nnsight 0.6, verified in the nnterp venv
 
 Options: ``--devset DIR``, ``--corpus DIR``, ``--timeout S`` (per verify run, 300),
-``--jobs N`` (verify runs at a time, 2). The report is markdown, to paste into the README.
+``--jobs N`` (verify runs at a time, 2). The report is markdown, to paste into docs/reach.md.
 """
 
 from __future__ import annotations

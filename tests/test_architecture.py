@@ -1,6 +1,6 @@
 """The shape of the package, checked on its source with ``ast``: no import circles, no private
-names imported across modules, and a README Layout that names every module (libcst's
-boundary: tests/test_libcst_boundary.py)."""
+names imported across modules, and a Layout (docs/architecture.md) that names every module
+(libcst's boundary: tests/test_libcst_boundary.py)."""
 
 from __future__ import annotations
 
@@ -105,8 +105,8 @@ def test_no_private_name_is_imported_from_another_module():
     assert private == []
 
 
-def test_the_readme_layout_names_every_module_once():
-    text = (ROOT / "README.md").read_text()
+def test_the_layout_names_every_module_once():
+    text = (ROOT / "docs" / "architecture.md").read_text()
     layout = text.split("## Layout", 1)[1].split("```", 2)[1]
     listed = re.findall(r"^(ndif_opt/\S+\.py)\s", layout, re.M)
     expected = sorted(str(path.relative_to(ROOT)) for path in MODULES.values())

@@ -101,18 +101,91 @@ def test_apply_puts_the_optimized_cell_in_the_next_input(shell, monkeypatch, cap
     received = []
     monkeypatch.setattr(shell, "set_next_input", lambda text, replace=False: received.append((text, replace)))
     _before_run(shell, PROMPT_LOOP)
+    number = shell.execution_count
+    capsys.readouterr()
     shell.run_cell("%ndif_opt apply")
     expected = optimize(PROMPT_LOOP, options=Options(notebook=True)).code
     assert expected != PROMPT_LOOP
     assert received == [(expected, False)]
+    assert capsys.readouterr().out == f"ndif-opt: the next input holds In [{number}] optimized: run it to use it\n"
 
 
 def test_diff_prints_the_cells_diff(shell, capsys):
     _before_run(shell, PROMPT_LOOP)
+    number = shell.execution_count
     capsys.readouterr()
     shell.run_cell("%ndif_opt diff")
     expected = optimize(PROMPT_LOOP, options=Options(notebook=True)).code
-    assert capsys.readouterr().out == unified_diff("<cell>", PROMPT_LOOP, expected)
+    assert capsys.readouterr().out == unified_diff(f"In [{number}]", PROMPT_LOOP, expected)
+
+
+def test_diff_and_apply_act_on_the_last_cell_with_a_suggestion(shell, monkeypatch, capsys):
+    # a suggestion, then cells that need no change (one of them with nnsight, one plain):
+    # diff and apply still act on the cell that had the suggestion
+    _ran(shell, HEAD)
+    _before_run(shell, LOOP)
+    suggested = shell.execution_count
+    _ran(shell, LOOP)
+    for unrelated in ("answers = sorted(top_tokens.values())\n", "x = 1\n"):
+        _before_run(shell, unrelated)
+        _ran(shell, unrelated)
+    assert _extension(shell).last.cell == "x = 1\n"  # analysed, nothing to say
+    capsys.readouterr()
+    shell.run_cell("%ndif_opt diff")
+    optimized = optimize(HEAD + LOOP, options=Options(notebook=True)).code[len(HEAD):]
+    assert capsys.readouterr().out == unified_diff(f"In [{suggested}]", LOOP, optimized)
+    received = []
+    monkeypatch.setattr(shell, "set_next_input", lambda text, replace=False: received.append(text))
+    shell.run_cell("%ndif_opt apply")
+    assert received == [optimized]
+
+
+def test_a_later_suggestion_replaces_the_earlier_one(shell, capsys):
+    _before_run(shell, PROMPT_LOOP)
+    _ran(shell, PROMPT_LOOP)
+    other = PROMPT_LOOP.replace("top_tokens", "next_tokens")
+    _before_run(shell, other)
+    capsys.readouterr()
+    shell.run_cell("%ndif_opt diff")
+    assert "-next_tokens = {}" in capsys.readouterr().out
+
+
+def test_running_the_applied_cell_takes_the_suggestion(shell, capsys):
+    _before_run(shell, PROMPT_LOOP)
+    _ran(shell, PROMPT_LOOP)
+    optimized = _extension(shell).suggestion.code
+    _before_run(shell, optimized.rstrip("\n"))  # the next input, run as it was put there
+    capsys.readouterr()
+    shell.run_cell("%ndif_opt diff")
+    assert capsys.readouterr().out == jupyter.NO_SUGGESTION + "\n"
+
+
+def test_diff_without_a_suggestion_says_so(shell, capsys):
+    shell.run_cell("y = 2", store_history=True)
+    capsys.readouterr()
+    shell.run_cell("%ndif_opt diff")
+    assert capsys.readouterr().out == jupyter.NO_SUGGESTION + "\n"
+    shell.run_cell("%ndif_opt")
+    assert capsys.readouterr().out == jupyter.USAGE + "\n"
+
+
+def test_the_magic_has_help(shell, capsys):
+    shell.colors = "NoColor"
+    capsys.readouterr()
+    shell.run_cell("%ndif_opt?")
+    shown = capsys.readouterr().out
+    for words in ("%ndif_opt diff", "%ndif_opt apply", "last cell that had a suggestion", "next input",
+                  "%load_ext ndif_opt", "%unload_ext ndif_opt"):
+        assert words in shown, words
+
+
+def test_unload_ext_removes_the_hook_and_the_magic(shell):
+    extension = _extension(shell)
+    assert shell.run_cell("%unload_ext ndif_opt", store_history=True).success
+    assert extension.pre_run_cell not in shell.events.callbacks["pre_run_cell"]
+    assert shell.find_line_magic("ndif_opt") is None
+    assert shell.run_cell("%load_ext ndif_opt", store_history=True).success  # and back
+    assert shell.find_line_magic("ndif_opt") is not None
 
 
 def test_ipython_syntax_in_the_cell(shell, capsys):

@@ -10,8 +10,10 @@ prints one line::
     ndif-opt: this cell sends 8 requests; optimized: 1 (%ndif_opt diff to see, %ndif_opt apply to rewrite this cell)
 
 and the cell then runs unchanged: the extension never rewrites a cell by itself.
-``%ndif_opt diff`` prints the diff of the last cell analysed, ``%ndif_opt apply`` puts
-its optimized text in the next input (``ipython.set_next_input``), to run by hand.
+``%ndif_opt diff`` prints the diff of the last cell that printed such a line (cells run
+since, that needed no change, do not replace it), ``%ndif_opt apply`` puts its optimized
+text in the next input (``ipython.set_next_input``), to run by hand. Running that text
+uses the suggestion up: ``diff`` then has nothing to show until another cell prints one.
 
 How the cell's cost is attributed: the history ``H`` and the cell ``C`` are optimized
 as one script ``H + C``. The earlier cells have already run, so only a rewrite that leaves
@@ -29,23 +31,27 @@ and then nothing is printed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ndif_opt.options import Options
 
 SUMMARY_TAIL = "(%ndif_opt diff to see, %ndif_opt apply to rewrite this cell)"
 USAGE = "usage: %ndif_opt diff | %ndif_opt apply"
+NO_SUGGESTION = (
+    "ndif-opt: no suggestion to show: no cell run since %load_ext ndif_opt could send fewer requests or download less"
+)
 
 
 @dataclass(frozen=True)
 class CellAnalysis:
-    """The last cell analysed: its text, its optimized text and its cost before/after."""
+    """One cell analysed: its text, its optimized text and its cost before/after."""
 
     cell: str
     code: str
     requests: tuple  # (before, after): numbers, or Counts where a loop of unknown length counts
     download: tuple  # bytes of known size (before, after)
+    label: str = "<cell>"  # how diffs name the cell: `In [3]` in a shell that counts its cells
 
     @property
     def wasteful(self) -> bool:
@@ -69,7 +75,7 @@ class CellAnalysis:
     def diff(self) -> str:
         from ndif_opt.output.text import unified_diff
 
-        return unified_diff("<cell>", self.cell, self.code)
+        return unified_diff(self.label, self.cell, self.code)
 
 
 def _requests(count) -> str:
@@ -137,11 +143,13 @@ def analyse(history: list[str], cell: str) -> CellAnalysis:
 
 
 class NdifOptExtension:
-    """The state of the extension in one shell: the last cell analysed."""
+    """The state of the extension in one shell: the last cell analysed, and the last one
+    that had a suggestion (what ``%ndif_opt diff`` and ``apply`` act on)."""
 
     def __init__(self, ipython: Any):
         self.ipython = ipython
         self.last: CellAnalysis | None = None
+        self.suggestion: CellAnalysis | None = None
 
     def history(self) -> list[str]:
         """The raw text of the cells run so far in this session (not the one about to run)."""
@@ -154,25 +162,47 @@ class NdifOptExtension:
             cell = getattr(info, "raw_cell", None)
             if not isinstance(cell, str) or not cell.strip() or cell.lstrip().startswith("%ndif_opt"):
                 return
-            analysis = analyse(self.history(), cell)
+            if self.suggestion is not None and _with_newline(cell) == self.suggestion.code:
+                self.suggestion = None  # the optimized cell runs: the suggestion is taken
+            analysis = replace(analyse(self.history(), cell), label=self._label())
             self.last = analysis
             if analysis.wasteful:
+                self.suggestion = analysis
                 print(analysis.summary())
         except Exception:  # noqa: BLE001 - never raise into the user's session
             return
 
+    def _label(self) -> str:
+        """`In [N]`, N the number of the cell about to run, as the shell's prompt shows it."""
+        count = getattr(self.ipython, "execution_count", None)
+        return f"In [{count}]" if isinstance(count, int) else "<cell>"
+
     def magic(self, line: str) -> None:
+        """Show or take ndif-opt's suggestion for a cell of this session.
+
+        %ndif_opt diff   print the diff of the last cell that had a suggestion: the line
+                         "ndif-opt: this cell sends ...; optimized: ..." printed before it
+                         ran. Cells run since, that needed no change, do not replace it.
+        %ndif_opt apply  put that cell's optimized text in the next input, to run by hand
+                         (nothing is run or rewritten by itself). Once it has run, the
+                         suggestion is taken: diff has nothing to show until a cell has
+                         another one.
+
+        %load_ext ndif_opt checks each cell before it runs (it needs ndif-opt's jupyter
+        extra in the kernel's environment); %unload_ext ndif_opt stops it.
+        """
         command = line.strip()
         if command not in ("diff", "apply"):
             print(USAGE)
             return
-        if self.last is None or self.last.code == self.last.cell:
-            print("ndif-opt: no change to show: the last cell analysed needs none")
+        if self.suggestion is None:
+            print(NO_SUGGESTION)
             return
         if command == "diff":
-            print(self.last.diff(), end="")
+            print(self.suggestion.diff(), end="")
         else:
-            self.ipython.set_next_input(self.last.code, replace=False)
+            self.ipython.set_next_input(self.suggestion.code, replace=False)
+            print(f"ndif-opt: the next input holds {self.suggestion.label} optimized: run it to use it")
 
 
 def load_ipython_extension(ipython: Any) -> NdifOptExtension:
@@ -195,4 +225,7 @@ def unload_ipython_extension(ipython: Any) -> None:
         ipython.events.unregister("pre_run_cell", extension.pre_run_cell)
     except ValueError:
         pass
+    magics = getattr(getattr(ipython, "magics_manager", None), "magics", {})
+    if magics.get("line", {}).get("ndif_opt") == extension.magic:  # %ndif_opt goes with the hook
+        magics["line"].pop("ndif_opt")
     ipython._ndif_opt_extension = None

@@ -1,6 +1,8 @@
-"""Generate docs/passes.md from the passes' docstrings and cases.
+"""Generate docs/passes.md from the passes' docstrings and cases, and the README's passes
+table (the same table, its links pointing into docs/passes.md).
 
     python -m ndif_opt.output.docs > docs/passes.md
+    python -m ndif_opt.output.docs --table   # the README's table
 """
 
 from __future__ import annotations
@@ -8,6 +10,15 @@ from __future__ import annotations
 import inspect
 
 from ndif_opt.passes import PASSES
+
+
+def passes_table(page: str = "") -> str:
+    """The passes in pipeline order: id (a link to its section of `page`), what, fix safety."""
+    out = ["| pass | what | fix safety |", "|---|---|---|"]
+    for cls in PASSES:
+        opt_in = " (opt-in)" if cls.opt_in else ""
+        out.append(f"| [`{cls.id}`]({page}#{cls.id}){opt_in} | {cls.summary()} | {cls.fix_safety} |")
+    return "\n".join(out) + "\n"
 
 
 def render() -> str:
@@ -18,10 +29,7 @@ def render() -> str:
         "The pipeline runs them in this order and repeats until nothing changes.",
         "",
     ]
-    out += ["| pass | what | fix safety |", "|---|---|---|"]
-    for cls in PASSES:
-        opt_in = " (opt-in)" if cls.opt_in else ""
-        out.append(f"| [`{cls.id}`](#{cls.id}){opt_in} | {cls.summary()} | {cls.fix_safety} |")
+    out += passes_table().splitlines()
     out.append("")
     for cls in PASSES:
         doc = inspect.cleandoc(cls.__doc__ or "")
@@ -55,4 +63,6 @@ def render() -> str:
 
 
 if __name__ == "__main__":
-    print(render(), end="")
+    import sys
+
+    print(passes_table("docs/passes.md") if sys.argv[1:] == ["--table"] else render(), end="")
