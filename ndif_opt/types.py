@@ -74,6 +74,9 @@ class Finding:
     # cost table is made of: the fall of its pass's row is the sum of these. None when
     # the message quotes none, or quotes them for one call of a function no code calls
     requests: tuple[int | Count, int | Count] | None = field(default=None, compare=False, repr=False)
+    # the first line of the code the finding is about, as the pass saw it (a check compares
+    # it with the line the finding is on). Not reported
+    subject: str = field(default="", compare=False, repr=False)
 
     @property
     def applied(self) -> bool:
@@ -84,13 +87,12 @@ class Finding:
         ``dataclasses.replace`` without its per-call cost (a long file's windows move every
         finding they make); keep it to every field."""
         return Finding(self.pass_id, self.message, range, self.status, self.safety, self.reason, self.evidence,
-                       self.uses if uses is None else uses, self.requests)
+                       self.uses if uses is None else uses, self.requests, self.subject)
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        del data["evidence"]
-        del data["uses"]
-        del data["requests"]
+        for unreported in ("evidence", "uses", "requests", "subject"):
+            del data[unreported]
         data["status"] = self.status.value
         data["safety"] = self.safety.value
         return data

@@ -26,6 +26,7 @@ from ndif_opt.analysis.results import script_result_names
 from ndif_opt.analysis.releases import NNSIGHT_06, target_release, unbound_on_server
 from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.engine import windows
+from ndif_opt.engine.origins import Lineage, subject
 from ndif_opt.engine.prefilter import uses_nnsight
 from ndif_opt.engine.release_lowering import lower_for_06
 from ndif_opt.engine.suppression import IGNORE_FILE, Suppressions
@@ -87,6 +88,13 @@ class _State:
     _positions: Positions | None = None
     _api: str | None = None
     _mapping: tuple[str, Callable[[int, int], tuple[int, int]]] | None = None  # (original, its line map)
+    lineage: Lineage | None = None  # the run's versions of the tree, this one last
+
+    def __post_init__(self) -> None:
+        if self.lineage is None:  # the code as written
+            self.lineage = Lineage(self.module, self.positions)
+        else:
+            self.lineage.add(self.module)
 
     @property
     def api(self) -> str:
@@ -106,6 +114,20 @@ class _State:
         if self._mapping is None or self._mapping[0] is not original:
             self._mapping = (original, _line_map(self.code, original))
         return self._mapping[1]
+
+    def place(self, node: cst.CSTNode, original: str) -> Range | None:
+        """Where ``node`` of this version is in ``original`` (the code as written): where
+        the node it was made from is (engine/origins.py), else its lines' closest match."""
+        origin = self.lineage.where(node, self.module)
+        if origin is not None:
+            return Range.of(origin.start.line - 1, origin.start.column, origin.end.line - 1, origin.end.column)
+        pos = self.positions.get(node)
+        if pos is None:
+            return None
+        line_map = self.line_map(original)
+        start = Position(*line_map(pos.start.line - 1, pos.start.column))
+        end = Position(*line_map(pos.end.line - 1, pos.end.column))
+        return Range(start, max(start, end))
 
     @property
     def estimate(self) -> Estimate:
@@ -518,7 +540,8 @@ def _run_module(source: str, options: Options, filename: str | None = None,
             api = None if pass_.runs_first_once else state.api  # only migration changes it
             if new_facts is None:
                 new_facts = _analyze_version(new_module, state.facts, options)
-            state = _State(new_module, new_facts, code, options, _positions=positions, _api=api)
+            state = _State(new_module, new_facts, code, options, _positions=positions, _api=api,
+                           lineage=state.lineage)
             deltas[pass_.id] = _add(deltas[pass_.id], _diff(state.cost, before))
         if not changed:
             break
@@ -690,13 +713,8 @@ def _suppression_check(suppressions: Suppressions, state: "_State", original: st
     line map are computed on first use, and once)."""
 
     def check(node: cst.CSTNode) -> bool:
-        pos = state.positions.get(node)
-        if pos is None:
-            return False
-        line_map = state.line_map(original)
-        start, _ = line_map(pos.start.line - 1, pos.start.column)
-        end, _ = line_map(pos.end.line - 1, pos.end.column)
-        return suppressions.covers(pass_id, start, end)
+        where = state.place(node, original)
+        return where is not None and suppressions.covers(pass_id, where.start.line, where.end.line)
 
     return check
 
@@ -718,16 +736,9 @@ def _enforce_suppressions(suppressions: Suppressions, located: list[Finding]) ->
 def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -> list[Finding]:
     if not raw:
         return []
-    positions = state.positions
-    line_map = state.line_map(original)
 
     def located(node: cst.CSTNode) -> Range | None:
-        pos = positions.get(node)
-        if pos is None:
-            return None
-        start = Position(*line_map(pos.start.line - 1, pos.start.column))
-        end = Position(*line_map(pos.end.line - 1, pos.end.column))
-        return Range(start, max(start, end))
+        return state.place(node, original)
 
     found = []
     for item in raw:
@@ -738,7 +749,7 @@ def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -
         uses = tuple(r for r in map(located, item.uses) if r is not None)
         found.append(
             Finding(pass_id, item.message, rng, item.status, item.safety, item.reason, item.evidence, uses,
-                    item.requests)
+                    item.requests, subject(item.node))
         )
     return found
 
