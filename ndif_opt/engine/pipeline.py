@@ -597,13 +597,10 @@ def _not_on_06(finding: Finding, unbound: list[str]) -> Finding:
     if finding.status is not Status.APPLIED:
         return finding
     names = ", ".join(f"`{name}`" for name in unbound)
-    return dataclasses.replace(
-        finding,
-        message=f"left out for nnsight 0.6: {finding.message}",
-        status=Status.SKIPPED,
-        reason=f"the rewritten block would read {names} before binding it, and nnsight 0.6 (the release nnterp "
-               "1.3.0 needs) ships none of your local variables to the server, where it would be unbound",
-    )
+    left_out = finding.declined(
+        f"the rewritten block would read {names} before binding it, and nnsight 0.6 (the release nnterp "
+        "1.3.0 needs) ships none of your local variables to the server, where it would be unbound")
+    return dataclasses.replace(left_out, message=f"left out for nnsight 0.6: {left_out.message}")
 
 
 def _passes_for(options: Options) -> list[Pass]:
@@ -726,11 +723,8 @@ def _enforce_suppressions(suppressions: Suppressions, located: list[Finding]) ->
     if not any(m.status is Status.SUPPRESSED and f.status is Status.APPLIED for f, m in zip(located, marked)):
         return marked, True
     reason = "another rewrite of this pass in this file is suppressed"
-    return [
-        Finding(m.pass_id, m.message, m.range, Status.SKIPPED, m.safety, reason, uses=m.uses)
-        if m.status is Status.APPLIED else m
-        for m in marked
-    ], False
+    return [dataclasses.replace(m.declined(reason), evidence=None, requests=None)
+            if m.status is Status.APPLIED else m for m in marked], False
 
 
 def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -> list[Finding]:
@@ -749,7 +743,7 @@ def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -
         uses = tuple(r for r in map(located, item.uses) if r is not None)
         found.append(
             Finding(pass_id, item.message, rng, item.status, item.safety, item.reason, item.evidence, uses,
-                    item.requests, subject(item.node))
+                    item.requests, subject(item.node), item.proposal)
         )
     return found
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import html
 import math
+import re
 
 from ndif_opt.output.text import (
     LOOPS_HEADING,
@@ -26,6 +27,7 @@ from ndif_opt.output.text import (
     loop_notes,
     plain_count,
     seconds_text,
+    status_word,
     summary_line,
     totals,
     unknown_download_notes,
@@ -34,11 +36,11 @@ from ndif_opt.types import Cost, Count, Number, Result, Status, UnknownLoop, is_
 
 __all__ = ["render_html", "cost_chart_svg"]
 
-_STATUS = {
-    Status.APPLIED: ("fixed", "applied"),
-    Status.SKIPPED: ("not fixed", "skipped"),
-    Status.UNSAFE_NOT_APPLIED: ("unsafe fix available", "unsafe"),
-    Status.SUPPRESSED: ("suppressed", "suppressed"),
+_BADGE = {  # the class of a status's badge
+    Status.APPLIED: "applied",
+    Status.SKIPPED: "skipped",
+    Status.UNSAFE_NOT_APPLIED: "unsafe",
+    Status.SUPPRESSED: "suppressed",
 }
 
 _CSS = """
@@ -80,8 +82,9 @@ span.diff_add { background: #aceebb; } span.diff_chg { background: #f5e08f; } sp
 
 
 def render_html(entries: list[tuple[str, Result]], *, title: str = "ndif-opt report",
-                errors: list[dict] | None = None) -> str:
-    """The report page for ``[(path, result), ...]``."""
+                errors: list[dict] | None = None, written: bool = False) -> str:
+    """The report page for ``[(path, result), ...]``; ``written``: the output holds the fixes
+    (findings say "fixed"; otherwise "fixable", worded as proposals)."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -95,7 +98,7 @@ def render_html(entries: list[tuple[str, Result]], *, title: str = "ndif-opt rep
         changed = sum(1 for _, r in entries if r.changed)
         parts.append(f'<p class="muted">{len(entries)} files, {changed} would change.</p>')
     for index, (path, result) in enumerate(entries):
-        parts.append(_file_section(index, path, result))
+        parts.append(_file_section(index, path, result, written))
     if errors:
         parts.append("<h2>Errors</h2><ul>")
         parts += [f"<li><code>{_e(str(e.get('path')))}</code>: {_e(str(e.get('message')))}</li>" for e in errors]
@@ -104,7 +107,7 @@ def render_html(entries: list[tuple[str, Result]], *, title: str = "ndif-opt rep
     return "\n".join(parts)
 
 
-def _file_section(index: int, path: str, result: Result) -> str:
+def _file_section(index: int, path: str, result: Result, written: bool = False) -> str:
     out = [f'<section class="file" id="file-{index}">', f"<h2><code>{_e(path)}</code></h2>"]
     if not result.costs:
         out.append('<p class="muted">No nnsight code to optimize.</p></section>')
@@ -127,11 +130,11 @@ def _file_section(index: int, path: str, result: Result) -> str:
         out.append(f"<h3>Findings ({len(result.findings)})</h3>")
         out.append('<ul class="findings">')
         for finding in result.findings:
-            word, css = _STATUS[finding.status]
-            reason = f" — {_e(finding.reason)}" if finding.reason else ""
+            reason = f" — {_with_code(finding.reason)}" if finding.reason else ""
             out.append(
-                f'<li><span class="badge {css}">{_e(word)}</span> line {finding.range.start.line + 1}: '
-                f"<code>{_e(finding.pass_id)}</code> {_e(finding.message)}{reason}</li>"
+                f'<li><span class="badge {_BADGE[finding.status]}">{_e(status_word(finding, written))}</span> '
+                f"line {finding.range.start.line + 1}: "
+                f"<code>{_e(finding.pass_id)}</code> {_with_code(finding.worded(written))}{reason}</li>"
             )
         out.append("</ul>")
     if result.assumptions:
@@ -331,3 +334,11 @@ def _side_by_side(path: str, result: Result) -> str:
 
 def _e(text: str) -> str:
     return html.escape(str(text), quote=True)
+
+
+_BACKTICKED = re.compile(r"`([^`]+)`")
+
+
+def _with_code(text: str) -> str:
+    """``text`` escaped, its `backticked` spans as ``<code>`` (a finding's words quote code so)."""
+    return _BACKTICKED.sub(lambda match: f"<code>{match.group(1)}</code>", _e(text))

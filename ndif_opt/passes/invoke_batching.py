@@ -74,7 +74,7 @@ from ndif_opt.analysis.names import collect, collect_all, dotted_name, exposed_r
 from ndif_opt.analysis.regions import int_value, reads_after, results_kept
 from ndif_opt.analysis.releases import NNSIGHT_06
 from ndif_opt.analysis.tensors import TENSOR_MODULES
-from ndif_opt.output.wording import counted, per
+from ndif_opt.output.wording import counted, per, tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.sweeps import (
     MODULE_VALUES,
@@ -182,7 +182,7 @@ class InvokeBatching(Pass):
             )
             context.unreturned |= unsaved
             text = (
-                f"the iterations of this loop now run as invokes of one trace: "
+                f"the iterations of this loop {tense('now run', 'would run')} as invokes of one trace: "
                 f"{passes_text(trips)} → {after}"
             )
             if chunked:

@@ -65,6 +65,7 @@ from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.names import collect, root_name
 from ndif_opt.analysis.regions import int_value, iterable_length
 from ndif_opt.cost.model_registry import dims_for
+from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.sweeps import (
     HARMLESS_TRACE_KWARGS,
@@ -404,7 +405,7 @@ def _message(sweep: Sweep, index, facts: Facts, saving) -> str:
         else "one more forward pass, cut short"
     )
     text = (
-        f"layers before `{code_of(index)}` are computed once in a caching trace and "
+        f"layers before `{code_of(index)}` {tense('are', 'would be')} computed once in a caching trace and "
         "skipped in every iteration"
     )
     if saving is not None:

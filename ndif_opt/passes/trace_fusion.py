@@ -48,6 +48,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
+from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.sweeps import Sweep, find_sweeps, fusion_problem, passes_text, with_leading
 from ndif_opt.syntax.rewrite import SuitePlan, reindentable
@@ -80,7 +81,7 @@ class TraceFusion(Pass):
             plan.replace(sweep.info.suite, sweep.info.index, sweep.info.index + 1, _fused(sweep))
             context.applied(
                 sweep.loop,
-                f"the loop's traces of the same input now run as one trace with the loop "
+                f"the loop's traces of the same input {tense('now run', 'would run')} as one trace with the loop "
                 f"inside: {passes_text(trips)} → 1",
             )
         return plan.apply(module, facts) if plan else module
