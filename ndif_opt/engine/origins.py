@@ -36,6 +36,7 @@ from ndif_opt.types import Finding
 # the nodes inside a rebuilt node that may stand in for it: statements (an expression's
 # code repeats too often to be traced by its order)
 _STATEMENTS = (cst.BaseStatement, cst.BaseSmallStatement)
+_SIMPLE_STATEMENTS = (cst.SimpleStatementLine, cst.BaseSmallStatement)
 _WORD = re.compile(r"\w+")
 
 
@@ -187,8 +188,9 @@ class Lineage:
         """For a statement a pass wrote in place of one it moved (`acc = list().save()`
         in the block, for `acc = []` before it): the node of its kind that reads most like
         it anywhere (same first word, most words alike), the nearest to where the node
-        around it was of equals. None when none does: code a pass wrote anew."""
-        if not isinstance(node, _STATEMENTS):
+        around it was of equals. None when none does: code a pass wrote anew. Only simple
+        statements: a block a pass opened (a session) reads like any other block."""
+        if not isinstance(node, _SIMPLE_STATEMENTS):
             return None
         before, code = self._versions[index - 1], subject(node)
         alike = [n for nodes in before.of_kind(type(node)).values() for n in nodes if _reads_like(code, subject(n))]

@@ -1,8 +1,8 @@
 """The pass pipeline: parse once, analyse, run the passes in order until stable.
 
 Facts are recomputed only after a pass changed the tree. Findings of a pass are
-located in the tree that pass saw and mapped back to lines of the original source,
-so editors can show them on the text the user has.
+located in the tree that pass saw and placed where their nodes stood in the original
+source (engine/origins.py), so editors can show them on the text the user has.
 """
 
 from __future__ import annotations
