@@ -17,10 +17,18 @@ per file and mode:
   fall by exactly the claims' sum, loops of unknown length (``7·N → N``) included — a
   fixed finding that quotes a request count without a claim, or a fall of
   session-hoisting or trace-fusion that no finding claims;
+* ``misplaced``: findings not on their own statement — on a line that does not read like
+  the code the finding is about, or said twice at one place (one of two equal statements
+  left without it): :func:`ndif_opt.engine.origins.misplaced`; a notebook's, in their cells;
+* ``counts``: findings whose numbers, as their text reads, differ from the table: the
+  fixed findings of a pass that quote ``N requests → M``, ``N forward passes → M`` or
+  ``layer evaluations N → M`` must add up to the fall of their pass's row in that column,
+  and a finding not fixed may not quote more requests or forward passes than the script
+  sends (a count for one call of a function no code calls, which the table leaves out, is
+  not judged);
 * ``cells merged``: a notebook's cells whose count changed, or a statement moved from one
-  cell to another (:func:`statements_moved`); the same for a ``# %%`` script's cells is
-  counted in a column of its own and is not yet a problem: a session may still span a
-  script's cells (devset 14's expert bundles them), which the issue on ``# %%`` scripts decides;
+  cell to another (:func:`statements_moved`); the same for a ``# %%`` script's cells, in a
+  column of its own (a ``# %%`` script is a notebook to its user: issue 34);
 * ``unserializable``: a value the optimized code sends back from a session (a saved name,
   a record appended to a ``_ndif_`` list) that is a module, a function, an open file... by
   the analysis' one rule (:func:`ndif_opt.analysis.wire.wire_problem`).
@@ -53,11 +61,13 @@ import libcst as cst  # noqa: E402
 from ndif_opt import Status, optimize  # noqa: E402
 from ndif_opt.analysis.facts import Remote, analyze, is_save_call  # noqa: E402
 from ndif_opt.analysis.wire import wire_problem  # noqa: E402
+from ndif_opt.engine.origins import misplaced  # noqa: E402
 from ndif_opt.frontends.config import load_options  # noqa: E402
 from ndif_opt.frontends.files import read_source  # noqa: E402
 from ndif_opt.frontends.notebook import is_notebook, notebook_script, optimize_notebook, statements_moved  # noqa: E402
 from ndif_opt.syntax.rewrite import unsave  # noqa: E402
 from ndif_opt.syntax.walk import find_nodes  # noqa: E402
+from ndif_opt.types import is_known  # noqa: E402
 from ndif_opt.output.text import plain_count  # noqa: E402
 from ndif_opt.output.wording import broken_template  # noqa: E402
 
@@ -67,6 +77,20 @@ MODES = {"default": {}, "unsafe": {"unsafe_fixes": True}, "migrate": {"migrate":
 CLI_MODE = "report-json"
 
 REQUESTS_CLAIM = re.compile(r"requests? → ")
+# the changes a finding's text quotes, by the column of the table they are in: `20 forward
+# passes → 4`, `layer evaluations 240 → 168` (numbers only: a count with a loop's symbol is
+# judged through its claim, by the report column)
+_NUMBER = r"(\d[\d,]*)"
+QUOTED_CHANGES = {
+    "requests": re.compile(_NUMBER + r" requests? → " + _NUMBER + r"\b(?![·\w])"),
+    "forward_passes": re.compile(_NUMBER + r" forward pass(?:es)? → " + _NUMBER + r"\b(?![·\w])"),
+    "layer_evaluations": re.compile(r"layer evaluations " + _NUMBER + r" → " + _NUMBER + r"\b(?![·\w])"),
+}
+QUOTED_COUNTS = {
+    "requests": re.compile(_NUMBER + r" (?:separate remote )?requests?\b(?! →)"),
+    "forward_passes": re.compile(_NUMBER + r" forward pass(?:es)?\b(?! →)"),
+}
+UNCALLED = "no code here calls"
 
 
 @dataclass
@@ -79,8 +103,10 @@ class Cell:
     no_edit: list[str] = field(default_factory=list)
     templates: list[str] = field(default_factory=list)
     report: list[str] = field(default_factory=list)
+    misplaced: list[str] = field(default_factory=list)
+    counts: list[str] = field(default_factory=list)
     cells_merged: list[str] = field(default_factory=list)
-    script_cells_merged: list[str] = field(default_factory=list)  # `# %%` cells: not yet a problem (see below)
+    script_cells_merged: list[str] = field(default_factory=list)  # a `# %%` script's cells
     unserializable: list[str] = field(default_factory=list)
 
     def problems(self) -> list[str]:
@@ -90,7 +116,10 @@ class Cell:
         found += [f"no edit under: {m}" for m in self.no_edit]
         found += [f"template: {m}" for m in self.templates]
         found += [f"report: {m}" for m in self.report]
+        found += [f"misplaced: {m}" for m in self.misplaced]
+        found += [f"counts: {m}" for m in self.counts]
         found += [f"cells merged: {m}" for m in self.cells_merged]
+        found += [f"`# %%` cells merged: {m}" for m in self.script_cells_merged]
         found += [f"unserializable value returned: {m}" for m in self.unserializable]
         return found
 
@@ -99,10 +128,16 @@ class Cell:
 
 
 def optimize_in(path: Path, text: str, mode: str):
+    return optimized_in(path, text, mode)[0]
+
+
+def optimized_in(path: Path, text: str, mode: str):
+    """(the result, a notebook's result by cells or None)."""
     options = load_options(path, **MODES[mode])
     if is_notebook(str(path)):
-        return optimize_notebook(text, options=options, filename=str(path)).as_result()
-    return optimize(text, filename=str(path), options=options)
+        notebook = optimize_notebook(text, options=options, filename=str(path))
+        return notebook.as_result(), notebook
+    return optimize(text, filename=str(path), options=options), None
 
 
 def overlaps(a, b) -> bool:
@@ -147,6 +182,56 @@ def report_disagreements(result) -> list[str]:
         if fall != 0 and not claims and row.pass_id in {"session-hoisting", "trace-fusion"}:
             disagreements.append(f"{row.pass_id}: {shown} but no finding says so")
     return disagreements
+
+
+def misplaced_findings(path: Path, text: str, result, notebook) -> list[str]:
+    """Findings not on their own statement (a notebook's judged in their cells)."""
+    if notebook is None:
+        return [f"{f.pass_id} line {f.range.start.line + 1}: `{f.subject[:50]}`"
+                for f in misplaced(result.findings, text)]
+    cells = cells_of(path, text) or {}
+    found = []
+    for index, code in cells.items():
+        mine = [item.finding for item in notebook.findings if item.cell == index]
+        found += [f"{f.pass_id} cell {index + 1} line {f.range.start.line + 1}: `{f.subject[:50]}`"
+                  for f in misplaced(mine, code)]
+    return found
+
+
+def count_disagreements(result) -> list[str]:
+    """Findings whose numbers, as their text reads, are not the table's (see the module's
+    docstring: ``counts``)."""
+    found = []
+    if not result.costs:
+        return found
+    first = result.costs[0].before
+    for row in result.costs:
+        fixed = [f for f in result.findings if f.pass_id == row.pass_id and f.status is Status.APPLIED
+                 and UNCALLED not in f.message]
+        for column, pattern in QUOTED_CHANGES.items():
+            quoted = [(f, match) for f in fixed for match in pattern.finditer(f.message)]
+            if not quoted:
+                continue
+            claimed = sum(_number(m.group(1)) - _number(m.group(2)) for _, m in quoted)
+            before, after = getattr(row.before, column), getattr(row.after, column)
+            if before - after != claimed:
+                lines = ", ".join(str(f.range.start.line + 1) for f, _ in quoted)
+                found.append(f"{row.pass_id} (line {lines}): findings say {claimed} fewer {column.replace('_', ' ')}, "
+                             f"the table {plain_count(before)} → {plain_count(after)}")
+    for finding in result.findings:
+        if finding.status is Status.APPLIED or UNCALLED in finding.message:
+            continue
+        for column, pattern in QUOTED_COUNTS.items():
+            total = getattr(first, column)
+            for match in pattern.finditer(finding.message + " " + (finding.reason or "")):
+                if is_known(total) and _number(match.group(1)) > total:
+                    found.append(f"{finding.pass_id} line {finding.range.start.line + 1}: quotes "
+                                 f"`{match.group(0)}`, the script sends {plain_count(total)}")
+    return found
+
+
+def _number(text: str) -> int:
+    return int(text.replace(",", ""))
 
 
 def cells_of(path: Path, text: str) -> dict[int, str] | None:
@@ -212,11 +297,12 @@ def _sent_back(block: cst.With) -> set[str]:
 
 def check_mode(path: Path, text: str, mode: str) -> Cell:
     try:
-        result = optimize_in(path, text, mode)
+        result, notebook = optimized_in(path, text, mode)
     except Exception as error:  # noqa: BLE001 - a crash is what we measure
         return Cell(crash=f"{type(error).__name__}: {error}"[:120])
     cell = Cell(parses=output_parses(path, result.code), no_edit=fixed_without_edit(result),
                 templates=broken_templates(result), report=report_disagreements(result),
+                misplaced=misplaced_findings(path, text, result, notebook), counts=count_disagreements(result),
                 cells_merged=merged_cells(path, text, result.code) if is_notebook(str(path)) else [],
                 script_cells_merged=[] if is_notebook(str(path)) else merged_cells(path, text, result.code),
                 unserializable=unserializable_returns(path, result.code))
@@ -261,9 +347,12 @@ def mark(cell: Cell) -> str:
 
 def render(rows: dict[str, dict[str, Cell]]) -> str:
     modes = [*MODES, CLI_MODE]
-    lines = ["| file | " + " | ".join(modes) + " | cells merged | `# %%` cells merged | unserializable returned |",
-             "|---|" + "---|" * (len(modes) + 3)]
+    lines = ["| file | " + " | ".join(modes) + " | misplaced | counts ≠ table | cells merged | `# %%` cells merged "
+             "| unserializable returned |",
+             "|---|" + "---|" * (len(modes) + 5)]
     lines += [f"| {name} | " + " | ".join(mark(cells[m]) for m in modes)
+              + f" | {sum(len(c.misplaced) for c in cells.values())}"
+              + f" | {sum(len(c.counts) for c in cells.values())}"
               + f" | {sum(len(c.cells_merged) for c in cells.values())}"
               + f" | {sum(len(c.script_cells_merged) for c in cells.values())}"
               + f" | {sum(len(c.unserializable) for c in cells.values())} |"
@@ -275,8 +364,11 @@ def render(rows: dict[str, dict[str, Cell]]) -> str:
     merged = sum(len(c.cells_merged) for cells in rows.values() for c in cells.values())
     script_merged = sum(len(c.script_cells_merged) for cells in rows.values() for c in cells.values())
     unserializable = sum(len(c.unserializable) for cells in rows.values() for c in cells.values())
+    placed = sum(len(c.misplaced) for cells in rows.values() for c in cells.values())
+    counts = sum(len(c.counts) for cells in rows.values() for c in cells.values())
     lines += ["", f"{len(rows)} files × {len(modes)} modes: {total} cells with problems; "
-                  f"cells merged {merged} (`# %%` scripts: {script_merged}, not counted yet); "
+                  f"findings misplaced {placed}; findings whose counts differ from the table {counts}; "
+                  f"cells merged {merged} (`# %%` scripts: {script_merged}); "
                   f"unserializable values returned {unserializable}"]
     return "\n".join(lines + ([""] + details if details else []))
 

@@ -119,6 +119,9 @@ class Estimate:
     notes: list[str] = field(default_factory=list)  # script-specific assumptions
     warnings: list[str] = field(default_factory=list)  # requests over the time limit
     visits: dict[int, Visit] = field(default_factory=dict)  # id(statement) -> what the walk saw
+    # id(statement) -> the times it runs over the script (inside requests too), and the
+    # function no code here calls that holds it (then per call of it)
+    runs: dict[int, tuple[Number | Count, str | None]] = field(default_factory=dict)
     # functions no code here calls -> the requests one call would send (not in the totals)
     uncalled: dict[str, Number | Count] = field(default_factory=dict)
     assumed_trips: int = 8  # N, where a number is needed (the `unknown-trips` setting)
@@ -137,6 +140,12 @@ class Estimate:
             return None
         sent = sum((v.sent for v in visits if v is not None), 0)
         return RegionRequests(sent, visits[0].runs, visits[0].function)
+
+    def runs_of(self, stmt: cst.BaseStatement) -> tuple[Number | Count, str | None] | None:
+        """How many times ``stmt`` runs over the script as the totals count it (inside a
+        request too), and the function no code here calls that holds it (then: per call,
+        which the totals leave out); None when the walk never reached it."""
+        return self.runs.get(id(stmt))
 
     def longest_seconds(self, request: RequestEstimate) -> tuple[float, tuple[UnknownLoop, ...]]:
         """The server time of the request's longest run, a number — with the loops of
@@ -202,7 +211,7 @@ def _explain(facts: Facts, options: Options) -> Estimate:
         seconds=round(seconds, 3),
         download_unknown=UnknownDownloads.of(unknown),
     )
-    found = Estimate(cost=cost, requests=requests, notes=list(walker.notes), visits=walker.visits,
+    found = Estimate(cost=cost, requests=requests, notes=list(walker.notes), visits=walker.visits, runs=walker.runs,
                      uncalled=dict(walker.uncalled), assumed_trips=walker.unknown_trips)
     found.warnings = _warnings(found, options)
     if walker.uncalled:

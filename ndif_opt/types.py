@@ -8,6 +8,7 @@ them, with an exclusive end.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -74,23 +75,48 @@ class Finding:
     # cost table is made of: the fall of its pass's row is the sum of these. None when
     # the message quotes none, or quotes them for one call of a function no code calls
     requests: tuple[int | Count, int | Count] | None = field(default=None, compare=False, repr=False)
+    # the first line of the code the finding is about, as the pass saw it (a check compares
+    # it with the line the finding is on). Not reported
+    subject: str = field(default="", compare=False, repr=False)
+    # an applied fix's message worded as a proposal ("would wrap this loop…"), for where the
+    # output is not written (see ``worded``); None for a finding whose message proposes already
+    proposal: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def applied(self) -> bool:
         return self.status is Status.APPLIED
+
+    def worded(self, written: bool) -> str:
+        """Its message as it reads where the output holds its fix (``written``: "wrapped this
+        loop…"), or where nothing was written (the editor, ``--diff``, a report): a proposal
+        ("would wrap this loop…")."""
+        if written and self.status is Status.APPLIED:
+            return self.message
+        return self.proposal or self.message
+
+    def declined(self, reason: str, status: Status = Status.SKIPPED) -> "Finding":
+        """This applied fix left out after all (``reason`` says why): worded as a proposal."""
+        return dataclasses.replace(self, message=self.proposal or self.message, proposal=None, status=status,
+                                   reason=reason)
+
+    def framed(self, before: str = "", after: str = "") -> "Finding":
+        """This finding with ``before`` and ``after`` its message, in both wordings."""
+        return dataclasses.replace(self, message=before + self.message + after,
+                                   proposal=None if self.proposal is None else before + self.proposal + after)
 
     def with_range(self, range: Range, uses: tuple[Range, ...] | None = None) -> "Finding":
         """This finding at ``range`` (and its ``uses`` at ``uses``, when given):
         ``dataclasses.replace`` without its per-call cost (a long file's windows move every
         finding they make); keep it to every field."""
         return Finding(self.pass_id, self.message, range, self.status, self.safety, self.reason, self.evidence,
-                       self.uses if uses is None else uses, self.requests)
+                       self.uses if uses is None else uses, self.requests, self.subject, self.proposal)
 
-    def to_dict(self) -> dict:
+    def to_dict(self, written: bool = True) -> dict:
+        """JSON-ready; its message worded for whether the output is ``written`` (see ``worded``)."""
         data = asdict(self)
-        del data["evidence"]
-        del data["uses"]
-        del data["requests"]
+        for unreported in ("evidence", "uses", "requests", "subject", "proposal"):
+            del data[unreported]
+        data["message"] = self.worded(written)
         data["status"] = self.status.value
         data["safety"] = self.safety.value
         return data

@@ -6,11 +6,13 @@ a diff pairs identical lines the wrong way) points a user at code that did not c
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from ndif_opt import Status, optimize
+from ndif_opt.options import Options
 
 ROOT = Path(__file__).resolve().parent.parent
 DEVSET = ROOT.parent / "shared" / "devset"
@@ -226,3 +228,73 @@ def test_a_finding_over_a_loop_of_unknown_length_quotes_n():
 @pytest.mark.parametrize("path", SCRIPTS, ids=[p.stem for p in SCRIPTS])
 def test_every_fixed_findings_request_counts_are_its_rows(path):
     _claims_equal_the_table(optimize(path.read_text()))
+    for options in (Options(), Options(unsafe_fixes=True)):
+        _quotes_equal_the_table(optimize(path.read_text(), options=options))
+
+
+# a sweep in a loop: the sweep runs once per word, and the table counts every run
+SWEEP_PER_WORD = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+WORDS = ["cat", "dog"]
+
+for word in WORDS:
+    found = []
+    for layer in range(5):
+        with model.trace(f"{word} is a", remote=True):
+            model.transformer.h[layer].mlp.output[:] = 0
+            found.append(model.lm_head.output[0, -1].argmax().save())
+    print(word, found)
+'''
+
+LENS_PER_PROMPT = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+PROMPTS = ["The Eiffel Tower is in", "The Colosseum is in", "Big Ben is in"]
+
+for prompt in PROMPTS:
+    tops = []
+    for layer in range(6):
+        with model.trace(prompt, remote=True):
+            hidden = model.transformer.h[layer].output
+            tops.append(model.lm_head(model.transformer.ln_f(hidden))[0, -1].argmax().save())
+    print(prompt, tops)
+'''
+
+QUOTED = {
+    "forward_passes": re.compile(r"(\d+) forward pass(?:es)? → (\d+)\b(?![·\w])|forward passes (\d+) → (\d+)\b(?![·\w])"),
+    "layer_evaluations": re.compile(r"layer evaluations (\d+) → (\d+)\b(?![·\w])"),
+}
+
+
+def _quotes_equal_the_table(result) -> dict[str, list[tuple[int, int]]]:
+    """The changes the fixed findings of each pass quote, by column, add up to the fall of
+    the pass's row in that column (a count is the table's: over the script's run)."""
+    quoted: dict[str, list[tuple[int, int]]] = {}
+    for row in result.costs:
+        fixed = [f.message for f in result.findings if f.pass_id == row.pass_id and f.status is Status.APPLIED]
+        for column, pattern in QUOTED.items():
+            pairs = [tuple(int(n) for n in match.groups() if n is not None)
+                     for message in fixed for match in pattern.finditer(message)]
+            if pairs:
+                fall = getattr(row.before, column) - getattr(row.after, column)
+                assert sum(b - a for b, a in pairs) == fall, (row.pass_id, column, pairs, row)
+                quoted.setdefault(row.pass_id, []).extend(pairs)
+    return quoted
+
+
+def test_a_sweep_run_once_per_word_quotes_every_run():
+    default = optimize(SWEEP_PER_WORD)
+    assert _quotes_equal_the_table(default) == {"skip-insertion": [(10, 12), (120, 110)]}
+    batching = next(f for f in default.findings if f.pass_id == "invoke-batching")
+    assert batching.message.startswith("this loop runs 10 forward passes, one per iteration; "
+                                       "as invokes of one trace it would run 2")
+    unsafe = optimize(SWEEP_PER_WORD, options=Options(unsafe_fixes=True))
+    assert _quotes_equal_the_table(unsafe) == {"invoke-batching": [(10, 2)]}
+
+
+def test_a_lens_run_once_per_prompt_quotes_every_run():
+    result = optimize(LENS_PER_PROMPT)
+    assert _quotes_equal_the_table(result) == {"trace-fusion": [(18, 3)]}

@@ -86,9 +86,11 @@ def test_a_finding_moved_keeps_every_other_field():
     assert finding.with_range(Range.of(3, 0, 3, 1), (Range.of(8, 2, 8, 4),)).uses == (Range.of(8, 2, 8, 4),)
     # every field but the range is copied: a field added to Finding must be added there too
     assert {f.name for f in dataclasses.fields(Finding)} == {
-        "pass_id", "message", "range", "status", "safety", "reason", "evidence", "uses", "requests"}
-    claimed = dataclasses.replace(finding, requests=(3, 1))
-    assert claimed.with_range(Range.of(3, 0, 3, 1)).requests == (3, 1)
+        "pass_id", "message", "range", "status", "safety", "reason", "evidence", "uses", "requests", "subject",
+        "proposal"}
+    claimed = dataclasses.replace(finding, requests=(3, 1), subject="with x:", proposal="would m")
+    kept = claimed.with_range(Range.of(3, 0, 3, 1))
+    assert (kept.requests, kept.subject, kept.proposal) == ((3, 1), "with x:", "would m")
 
 
 def test_the_report_says_which_way_each_figure_went():

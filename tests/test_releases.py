@@ -101,7 +101,7 @@ def test_a_block_that_would_open_with_the_guarded_copy_is_left_out_with_the_reas
     result = optimize(source, options=Options(nnsight="0.6"))
     assert "model.session" not in result.code
     [finding] = [f for f in result.findings if f.pass_id == "session-hoisting"]
-    assert finding.status is Status.SKIPPED and finding.message.startswith("left out for nnsight 0.6: ")
+    assert finding.status is Status.SKIPPED and finding.message.startswith("left out for nnsight 0.6: would wrap ")
     assert "`results`" in finding.reason and "nnsight 0.6" in finding.reason
     assert any(f.pass_id == "reduction-pushdown" and f.applied for f in result.findings)  # the others still apply
 

@@ -1,5 +1,6 @@
 """Report formats: markdown for pull-request comments, one self-contained HTML page
-(rendered in headless Chromium when it is installed: `apt-get install -y chromium`)."""
+(rendered in headless Chromium when it is installed: `apt-get install -y chromium`; the
+layout checked there through Playwright's Python package, which drives that binary)."""
 
 from __future__ import annotations
 
@@ -112,9 +113,10 @@ def test_a_download_of_unknown_size_is_neither_better_nor_worse_and_has_a_footno
     html = render_html([("probe.py", optimize(UNKNOWN_SIZE))])
     cells = re.findall(r'<tr data-pass="session-hoisting">(?:<td.*?</td>){3}(<td.*?</td>)', html)
     assert cells == [
-        '<td class="unknown">3.8 KB + ? → 1.3 KB + ? <span class="muted">(download unknown)</span></td>'
+        '<td class="unknown">3.8 KB + ? → 1.3 KB + ? <span class="muted note">(download unknown)</span></td>'
     ]
-    assert '<ul class="unknown-downloads"><li>`top` ← `model.lm_head.output[0, -1].topk(k).indices`' in html
+    assert '<ul class="unknown-downloads"><li><code>top</code> ← <code>model.lm_head.output[0, -1].topk(k).indices</code>' \
+        in html
     assert "<title>original: 3.8 KB + ?</title>" in html  # the chart's download bar
 
 
@@ -123,7 +125,37 @@ def test_a_download_a_correctness_fix_grows_says_why():
 
     html = render_html([("norms.py", optimize(EMPTY_ON_THE_CLIENT))])
     row = re.search(r'<tr data-pass="accumulator-relocation">(.*?)</tr>', html).group(1)
-    assert '<span class="muted">(a correctness fix: the data now comes back)</span>' in row
+    assert '<span class="muted note">(a correctness fix: the data now comes back)</span>' in row
+
+
+def test_a_figure_that_reads_the_same_is_neither_better_nor_worse(page):
+    """Green for better, red for worse, no colour where the figures read the same (an upload
+    a few bytes larger, rounded to the same 4.5 KB, is not drawn in red)."""
+    cells = re.findall(r'<td class="(better|worse|)">([^<]*) → ([^<]*)</td>', page)
+    assert cells and any(css == "" for css, _, _ in cells) and any(css == "better" for css, _, _ in cells)
+    for css, before, after in cells:
+        assert (css == "") == (before == after), (css, before, after)
+    assert 'class="muted legend"' in page and "green</span>: fewer or smaller (better)" in page
+
+
+def test_backticks_in_words_are_code(page):
+    findings = page.split('<ul class="findings">', 1)[1].split("</ul>", 1)[0]
+    assert "<code>" in findings and "`" not in findings
+    assumptions = page.split("<h3>Assumptions of the cost model</h3>", 1)[1].split("</ul>", 1)[0]
+    assert "`" not in assumptions
+
+
+def test_the_diff_has_a_narrow_gutter_and_wraps_code_at_its_spaces(page):
+    assert "diff_next" not in page and "&nbsp;" not in page.split('<table class="diff"', 1)[1]
+    assert '<colgroup><col style="width: 3.5ch"><col><col style="width: 3.5ch"><col></colgroup>' in page
+
+
+def test_fixed_only_where_the_output_holds_the_fix(result):
+    proposed = render_html([("examples/steering_sweep.py", result)])
+    assert ">fixable</span>" in proposed and ">fixed</span>" not in proposed
+    assert "would be computed once" in proposed
+    written = render_html([("examples/steering_sweep.py", result)], written=True)
+    assert ">fixed</span>" in written and ">fixable</span>" not in written
 
 
 def test_page_for_a_file_without_nnsight():
@@ -170,3 +202,62 @@ def test_chromium_screenshot(page, tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+# -- in a real browser: readable at 900 and 1400 px -------------------------------------------
+
+WIDTHS = (900, 1400)
+
+
+@pytest.fixture(scope="module")
+def report_page(result, tmp_path_factory) -> Path:
+    """A page with a long diff, downloads of unknown size and loops of unknown length."""
+    from test_report import FILE_ROWS, UNKNOWN_SIZE
+
+    entries = [("examples/steering_sweep.py", result), ("probe.py", optimize(UNKNOWN_SIZE)),
+               ("rows.py", optimize(FILE_ROWS)),
+               ("examples/activation_patching.py", optimize((ROOT / "examples" / "activation_patching.py").read_text()))]
+    path = tmp_path_factory.mktemp("report") / "report.html"
+    path.write_text(render_html(entries), encoding="utf-8")
+    return path
+
+
+@needs_chromium
+@pytest.mark.parametrize("width", WIDTHS)
+def test_in_chromium_the_page_fits_its_width_and_logs_no_error(report_page, width):
+    """Playwright drives the Chromium installed on the machine (`executable_path`: no
+    browser is downloaded). Nothing wider than the window (the cost table scrolls in its
+    own box), no console message of a warning or an error, no request at all."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            logged, requested = [], []
+            page.on("console", lambda message: logged.append(f"{message.type}: {message.text}")
+                    if message.type in ("error", "warning") else None)
+            page.on("pageerror", lambda error: logged.append(f"page error: {error}"))
+            page.on("request", lambda request: requested.append(request.url)
+                    if not request.url.startswith("file:") else None)
+            page.goto(report_page.as_uri())
+            page.wait_for_load_state("load")
+            measured = page.evaluate("""() => {
+                const root = document.documentElement;
+                const boxes = [...document.querySelectorAll('.scrolls')].map(b => b.getBoundingClientRect().right);
+                const gutters = [...document.querySelectorAll('table.diff td.diff_header')].map(
+                    td => td.getBoundingClientRect().width);
+                const code = [...document.querySelectorAll('table.diff td:not(.diff_header)')].map(
+                    td => td.getBoundingClientRect().width);
+                return {scroll: root.scrollWidth, client: root.clientWidth, boxes,
+                        gutter: Math.max(...gutters), code: Math.min(...code),
+                        findings: [...document.querySelectorAll('ul.findings')].map(u => u.innerText).join(' ')};
+            }""")
+        finally:
+            browser.close()
+    assert measured["scroll"] <= measured["client"] == width, measured
+    assert max(measured["boxes"]) <= width
+    assert measured["gutter"] < 60, measured["gutter"]  # digits, not ~170 px a side
+    assert measured["code"] > (width - 48) / 2 - 2 * 60 - 20  # the code gets the rest
+    assert "`" not in measured["findings"]
+    assert logged == [] and requested == []

@@ -93,7 +93,8 @@ def test_prompt_loop_concrete_values():
     last = PROMPT_LOOP.splitlines()[for_line - 1 + 4]
     assert last.strip().startswith("top_tokens[prompt] =")
     assert entry["level"] == "note"
-    assert entry["message"]["text"].startswith("wrapped this loop in one session: 8 requests → 1")
+    # nothing was written: the fix is a proposal
+    assert entry["message"]["text"].startswith("would wrap this loop in one session: 8 requests → 1")
     location = entry["locations"][0]["physicalLocation"]
     assert location["artifactLocation"]["uri"] == "examples/prompt_loop.py"
     assert location["region"] == {

@@ -450,6 +450,10 @@ class Walker:
         self.notes: list[str] = []
         self._sent: Number | Count = 0  # requests sent so far
         self.visits: dict[int, Visit] = {}  # id(statement) -> its runs and requests
+        # id(statement) -> how many times it runs over the script, inside requests too
+        # (what a finding quotes of a loop in a session), and the uncalled function holding it
+        self.runs: dict[int, tuple[Number | Count, str | None]] = {}
+        self._request_runs: Number | Count = 1  # the runs of the request walked now (1 outside)
         # functions no code here calls, with the requests one call of each would send
         self.uncalled: dict[str, Number | Count] = {}
         self._uncalled_function: str | None = None  # the one walked now, if any
@@ -562,6 +566,7 @@ class Walker:
     # -- statements ------------------------------------------------------------------------
     def suite(self, statements, times: Number | Count) -> None:
         for stmt in statements:
+            self._ran(stmt, times)
             if self.request is None:  # (inside a request no statement sends one)
                 before = self._sent
                 self.statement(stmt, times)
@@ -570,6 +575,12 @@ class Walker:
                 self.statement(stmt, times)
             if type(stmt) is cst.SimpleStatementLine and any(type(s) in _LEAVING for s in stmt.body):
                 break  # what follows `return`, `raise`, `break` or `continue` never runs
+
+    def _ran(self, stmt: cst.BaseStatement, times: Number | Count) -> None:
+        """Count ``times`` runs of ``stmt`` (of the request walked now, if any)."""
+        runs = self.runs.get(id(stmt))
+        total = times * self._request_runs
+        self.runs[id(stmt)] = (total if runs is None else runs[0] + total, self._uncalled_function)
 
     def _visited(self, stmt: cst.BaseStatement, times: Number | Count, sent: Number | Count) -> None:
         visit = self.visits.get(id(stmt))
@@ -1556,6 +1567,7 @@ class Walker:
     def remote_block(self, block: Block, times: float) -> None:
         request = _Request(self, block)
         self.request = request
+        self._request_runs = times
         saved_env = dict(self.env)
         try:
             if block.method == "session":
@@ -1565,6 +1577,7 @@ class Walker:
         finally:
             self.request = None
             self.forward = None
+            self._request_runs = 1
         entry = self._by_block.get(id(block.node))
         if entry is None:
             entry = RequestEstimate(block=block, model=block.model, method=block.method)
@@ -1629,6 +1642,7 @@ class Walker:
         assumed: dict[UnknownLoop, None] = {}
         for index, stmt in enumerate(body):
             before = request.seconds
+            self._ran(stmt, 1)
             self.statement(stmt, 1)
             spent = request.seconds - before
             if index == loop_index:

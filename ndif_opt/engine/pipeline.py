@@ -1,8 +1,8 @@
 """The pass pipeline: parse once, analyse, run the passes in order until stable.
 
 Facts are recomputed only after a pass changed the tree. Findings of a pass are
-located in the tree that pass saw and mapped back to lines of the original source,
-so editors can show them on the text the user has.
+located in the tree that pass saw and placed where their nodes stood in the original
+source (engine/origins.py), so editors can show them on the text the user has.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ndif_opt.analysis.results import script_result_names
 from ndif_opt.analysis.releases import NNSIGHT_06, target_release, unbound_on_server
 from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.engine import windows
+from ndif_opt.engine.origins import Lineage, subject
 from ndif_opt.engine.prefilter import uses_nnsight
 from ndif_opt.engine.release_lowering import lower_for_06
 from ndif_opt.engine.suppression import IGNORE_FILE, Suppressions
@@ -87,6 +88,13 @@ class _State:
     _positions: Positions | None = None
     _api: str | None = None
     _mapping: tuple[str, Callable[[int, int], tuple[int, int]]] | None = None  # (original, its line map)
+    lineage: Lineage | None = None  # the run's versions of the tree, this one last
+
+    def __post_init__(self) -> None:
+        if self.lineage is None:  # the code as written
+            self.lineage = Lineage(self.module, self.positions)
+        else:
+            self.lineage.add(self.module)
 
     @property
     def api(self) -> str:
@@ -106,6 +114,20 @@ class _State:
         if self._mapping is None or self._mapping[0] is not original:
             self._mapping = (original, _line_map(self.code, original))
         return self._mapping[1]
+
+    def place(self, node: cst.CSTNode, original: str) -> Range | None:
+        """Where ``node`` of this version is in ``original`` (the code as written): where
+        the node it was made from is (engine/origins.py), else its lines' closest match."""
+        origin = self.lineage.where(node, self.module)
+        if origin is not None:
+            return Range.of(origin.start.line - 1, origin.start.column, origin.end.line - 1, origin.end.column)
+        pos = self.positions.get(node)
+        if pos is None:
+            return None
+        line_map = self.line_map(original)
+        start = Position(*line_map(pos.start.line - 1, pos.start.column))
+        end = Position(*line_map(pos.end.line - 1, pos.end.column))
+        return Range(start, max(start, end))
 
     @property
     def estimate(self) -> Estimate:
@@ -518,7 +540,8 @@ def _run_module(source: str, options: Options, filename: str | None = None,
             api = None if pass_.runs_first_once else state.api  # only migration changes it
             if new_facts is None:
                 new_facts = _analyze_version(new_module, state.facts, options)
-            state = _State(new_module, new_facts, code, options, _positions=positions, _api=api)
+            state = _State(new_module, new_facts, code, options, _positions=positions, _api=api,
+                           lineage=state.lineage)
             deltas[pass_.id] = _add(deltas[pass_.id], _diff(state.cost, before))
         if not changed:
             break
@@ -574,13 +597,10 @@ def _not_on_06(finding: Finding, unbound: list[str]) -> Finding:
     if finding.status is not Status.APPLIED:
         return finding
     names = ", ".join(f"`{name}`" for name in unbound)
-    return dataclasses.replace(
-        finding,
-        message=f"left out for nnsight 0.6: {finding.message}",
-        status=Status.SKIPPED,
-        reason=f"the rewritten block would read {names} before binding it, and nnsight 0.6 (the release nnterp "
-               "1.3.0 needs) ships none of your local variables to the server, where it would be unbound",
-    )
+    left_out = finding.declined(
+        f"the rewritten block would read {names} before binding it, and nnsight 0.6 (the release nnterp "
+        "1.3.0 needs) ships none of your local variables to the server, where it would be unbound")
+    return dataclasses.replace(left_out, message=f"left out for nnsight 0.6: {left_out.message}")
 
 
 def _passes_for(options: Options) -> list[Pass]:
@@ -690,13 +710,8 @@ def _suppression_check(suppressions: Suppressions, state: "_State", original: st
     line map are computed on first use, and once)."""
 
     def check(node: cst.CSTNode) -> bool:
-        pos = state.positions.get(node)
-        if pos is None:
-            return False
-        line_map = state.line_map(original)
-        start, _ = line_map(pos.start.line - 1, pos.start.column)
-        end, _ = line_map(pos.end.line - 1, pos.end.column)
-        return suppressions.covers(pass_id, start, end)
+        where = state.place(node, original)
+        return where is not None and suppressions.covers(pass_id, where.start.line, where.end.line)
 
     return check
 
@@ -708,26 +723,16 @@ def _enforce_suppressions(suppressions: Suppressions, located: list[Finding]) ->
     if not any(m.status is Status.SUPPRESSED and f.status is Status.APPLIED for f, m in zip(located, marked)):
         return marked, True
     reason = "another rewrite of this pass in this file is suppressed"
-    return [
-        Finding(m.pass_id, m.message, m.range, Status.SKIPPED, m.safety, reason, uses=m.uses)
-        if m.status is Status.APPLIED else m
-        for m in marked
-    ], False
+    return [dataclasses.replace(m.declined(reason), evidence=None, requests=None)
+            if m.status is Status.APPLIED else m for m in marked], False
 
 
 def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -> list[Finding]:
     if not raw:
         return []
-    positions = state.positions
-    line_map = state.line_map(original)
 
     def located(node: cst.CSTNode) -> Range | None:
-        pos = positions.get(node)
-        if pos is None:
-            return None
-        start = Position(*line_map(pos.start.line - 1, pos.start.column))
-        end = Position(*line_map(pos.end.line - 1, pos.end.column))
-        return Range(start, max(start, end))
+        return state.place(node, original)
 
     found = []
     for item in raw:
@@ -738,7 +743,7 @@ def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -
         uses = tuple(r for r in map(located, item.uses) if r is not None)
         found.append(
             Finding(pass_id, item.message, rng, item.status, item.safety, item.reason, item.evidence, uses,
-                    item.requests)
+                    item.requests, subject(item.node), item.proposal)
         )
     return found
 

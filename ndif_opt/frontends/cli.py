@@ -276,26 +276,27 @@ def optimize(
     except KeyboardInterrupt:  # each write is atomic: a file is either old or new
         _interrupted()
 
+    # the findings say "fixed" (and what was done) only where the output holds the fixes
+    wrote = in_place or output is not None or writes_code
     if fmt is Format.json:
-        typer.echo(to_json([(p, r) for p, r, _ in results], errors))
+        typer.echo(to_json([(p, r) for p, r, _ in results], errors, written=wrote))
     elif fmt is Format.markdown:
         from ndif_opt.output.text import markdown_many
 
-        typer.echo(markdown_many([(p, r) for p, r, _ in results], errors), nl=False)
+        typer.echo(markdown_many([(p, r) for p, r, _ in results], errors, written=wrote), nl=False)
     elif fmt is Format.html:
         from ndif_opt.output.html import render_html
 
-        typer.echo(render_html([(p, r) for p, r, _ in results], errors=errors), nl=False)
+        typer.echo(render_html([(p, r) for p, r, _ in results], errors=errors, written=wrote), nl=False)
     elif fmt is Format.sarif:
         import json
 
         from ndif_opt.output.sarif import to_sarif
 
-        log = to_sarif([(p, r) for p, r, _ in results], errors, options=options_by_path)
+        log = to_sarif([(p, r) for p, r, _ in results], errors, options=options_by_path, written=wrote)
         typer.echo(json.dumps(log, indent=2, ensure_ascii=False))
     else:
-        _print_text(results, diff, report, check, writes_code and output is None, quiet,
-                    wrote=in_place or output is not None or writes_code)
+        _print_text(results, diff, report, check, writes_code and output is None, quiet, wrote=wrote)
         if len(files) > 1:
             typer.echo(
                 f"{len(files)} file(s): {len(changed)} would change, "

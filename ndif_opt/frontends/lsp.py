@@ -207,7 +207,9 @@ def solo_options(options: Options, pass_id: str) -> Options:
 
 
 def diagnostic_message(finding: Finding) -> str:
-    return finding.message + (f" — {finding.reason}" if finding.reason else "")
+    """A finding's words on the file as it is (its fix is not applied until a code action
+    applies it): an applied fix's message is a proposal."""
+    return finding.worded(written=False) + (f" — {finding.reason}" if finding.reason else "")
 
 
 def diagnostics_for(analysis: Analysis, index: TextIndex) -> list[types.Diagnostic]:
@@ -684,14 +686,15 @@ def _overlaps(finding: Finding, start_line: int, end_line: int) -> bool:
 
 
 def _hover_text(result: Result, findings: list[Finding]) -> str:
-    from ndif_opt.output.text import cost_table
+    from ndif_opt.output.text import cost_table, status_word
 
     lines = ["**ndif-opt** — estimated cost of this file on NDIF, per pass (before → after)", ""]
     lines += ["```text", cost_table(result).rstrip("\n"), "```"]
     if result.assumptions:
         lines += ["", "Assumptions: " + "; ".join(result.assumptions) + "."]
     if findings:
-        lines += [""] + [f"- `{f.pass_id}` ({f.status.value}): {diagnostic_message(f)}" for f in findings]
+        lines += [""] + [f"- `{f.pass_id}` ({status_word(f, written=False)}): {diagnostic_message(f)}"
+                         for f in findings]
     return "\n".join(lines)
 
 

@@ -87,9 +87,10 @@ def diff_of(source: SourceFile, result: Result) -> str:
     return notebook.diff() if notebook is not None else unified_diff(source.path, result.source, result.code)
 
 
-def check_document(source: SourceFile, result: Result) -> dict:
-    """The file entry of `--format json`, with the bill as the CLI's --report prints it."""
-    return {**result_dict(source.path, result), "summary": summary_line(result),
+def check_document(source: SourceFile, result: Result, written: bool = False) -> dict:
+    """The file entry of `--format json`, with the bill as the CLI's --report prints it
+    (``written``: the file holds the fixes, which its findings then say were made)."""
+    return {**result_dict(source.path, result, written=written), "summary": summary_line(result),
             "cost_table": cost_table(result, source.path)}
 
 
@@ -111,7 +112,7 @@ def run_optimize(path: str | None, source: str | None, unsafe_fixes: bool, migra
             write_atomic(path, inputs.encode(result.code))
         except InputError as error:
             raise ToolFailure("write", str(error)) from None
-    return {"tool": "optimize", **check_document(inputs, result), "code": result.code,
+    return {"tool": "optimize", **check_document(inputs, result, written), "code": result.code,
             "diff": diff_of(inputs, result), "written": written}
 
 

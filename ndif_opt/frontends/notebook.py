@@ -116,8 +116,8 @@ class NotebookResult:
                 # a point between lines (where lines were inserted) is the JSON line's start,
                 # where the file's edit inserts them, not the cell text's first character
                 start = end = Position(start.line, 0)
-            message = f"[cell {item.cell + 1}, line {f.range.start.line + 1}] {f.message}"
-            findings.append(replace(f, message=message, range=Range(start, max(start, end))))
+            framed = f.framed(before=f"[cell {item.cell + 1}, line {f.range.start.line + 1}] ")
+            findings.append(replace(framed, range=Range(start, max(start, end))))
         return NotebookFileResult(
             source=self.source,
             code=self.text,
@@ -748,7 +748,7 @@ def _unchanged(cells: list[_Cell], result: Result, joined: _Joined, notes: list[
 
 def _declined(result: Result, reason: str) -> Result:
     """``result`` with its rewrite undone: the applied fixes become skipped ones that say why."""
-    findings = tuple(replace(f, status=Status.SKIPPED, reason=reason) if f.applied else f for f in result.findings)
+    findings = tuple(f.declined(reason) if f.applied else f for f in result.findings)
     first = result.costs[0].before if result.costs else None
     costs = tuple(PassCost(pc.pass_id, first, first) for pc in result.costs) if first else ()
     return replace(result, code=result.source, findings=findings, costs=costs, edits=(), unreturned=(), introduced=())
@@ -774,8 +774,8 @@ def _locate(result: Result, joined: _Joined) -> list[CellFinding]:
     for finding in result.findings:
         cell, rng = in_cell(finding.range)
         uses = tuple(in_cell(use) for use in finding.uses)
-        message = finding.message + _used_in(sorted({c for c, _ in uses if c != cell}))
-        located.append(CellFinding(cell, replace(finding, message=message, range=rng, uses=()), uses))
+        noted = finding.framed(after=_used_in(sorted({c for c, _ in uses if c != cell})))
+        located.append(CellFinding(cell, replace(noted, range=rng, uses=()), uses))
     return located
 
 

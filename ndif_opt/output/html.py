@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import html
 import math
+import re
 
 from ndif_opt.output.text import (
     LOOPS_HEADING,
@@ -26,6 +27,7 @@ from ndif_opt.output.text import (
     loop_notes,
     plain_count,
     seconds_text,
+    status_word,
     summary_line,
     totals,
     unknown_download_notes,
@@ -34,11 +36,11 @@ from ndif_opt.types import Cost, Count, Number, Result, Status, UnknownLoop, is_
 
 __all__ = ["render_html", "cost_chart_svg"]
 
-_STATUS = {
-    Status.APPLIED: ("fixed", "applied"),
-    Status.SKIPPED: ("not fixed", "skipped"),
-    Status.UNSAFE_NOT_APPLIED: ("unsafe fix available", "unsafe"),
-    Status.SUPPRESSED: ("suppressed", "suppressed"),
+_BADGE = {  # the class of a status's badge
+    Status.APPLIED: "applied",
+    Status.SKIPPED: "skipped",
+    Status.UNSAFE_NOT_APPLIED: "unsafe",
+    Status.SUPPRESSED: "suppressed",
 }
 
 _CSS = """
@@ -46,19 +48,22 @@ _CSS = """
         --add: #dafbe1; --sub: #ffebe9; --chg: #fff8c5; --req: #0969da; --down: #8250df; --time: #bc4c00; }
 * { box-sizing: border-box; }
 body { margin: 0 auto; max-width: 1280px; padding: 24px; color: var(--fg); background: var(--bg);
-       font: 14px/1.5 -apple-system, "Segoe UI", "Helvetica Neue", Arial, sans-serif; }
+       font: 14px/1.5 -apple-system, "Segoe UI", "Helvetica Neue", Arial, sans-serif; overflow-wrap: break-word; }
 h1 { font-size: 22px; margin: 0 0 4px; }
 h2 { font-size: 18px; margin: 32px 0 4px; padding-top: 16px; border-top: 1px solid var(--line); }
 h3 { font-size: 15px; margin: 20px 0 8px; }
 code, pre, .diff td { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: 12px; }
 .summary { font-size: 15px; font-weight: 600; margin: 4px 0 12px; }
 .muted { color: var(--muted); }
-table.costs { border-collapse: collapse; width: 100%; margin: 8px 0; }
-table.costs th, table.costs td { border: 1px solid var(--line); padding: 4px 8px; text-align: right; white-space: nowrap; }
+.scrolls { overflow-x: auto; max-width: 100%; }  /* a table wider than the page scrolls in its box */
+table.costs { border-collapse: collapse; width: 100%; margin: 8px 0; font-size: 13px; }
+table.costs th, table.costs td { border: 1px solid var(--line); padding: 4px 6px; text-align: right; white-space: nowrap; }
 table.costs th:first-child, table.costs td:first-child { text-align: left; }
-table.costs thead th { background: var(--soft); }
+table.costs thead th { background: var(--soft); white-space: normal; vertical-align: bottom; }
 table.costs tr.total td { font-weight: 600; background: var(--soft); }
-td.better { color: #1a7f37; } td.worse { color: #cf222e; } td.unknown { font-style: italic; }
+table.costs td .note { display: block; white-space: normal; min-width: 10em; font-size: 12px; }
+.better { color: #1a7f37; } .worse { color: #cf222e; } td.unknown { font-style: italic; }
+p.legend { font-size: 12px; margin: 0 0 8px; }
 svg.chart { display: block; margin: 8px 0; max-width: 100%; height: auto; }
 svg.chart text { font: 11px -apple-system, "Segoe UI", Arial, sans-serif; fill: var(--fg); }
 svg.chart .axis { stroke: var(--line); } svg.chart .grid { stroke: #eef1f4; }
@@ -67,12 +72,13 @@ ul.findings { padding-left: 20px; } ul.findings li { margin: 2px 0; }
 .badge { display: inline-block; padding: 0 6px; border-radius: 10px; font-size: 11px; font-weight: 600; }
 .badge.applied { background: #dafbe1; color: #116329; } .badge.skipped { background: #eef1f4; color: #59636e; }
 .badge.unsafe { background: #fff8c5; color: #7d4e00; } .badge.suppressed { background: #eef1f4; color: #59636e; }
-table.diff { border-collapse: collapse; width: 100%; border: 1px solid var(--line); }
-table.diff td { padding: 0 4px; vertical-align: top; white-space: pre-wrap; overflow-wrap: anywhere; }
-table.diff td:nth-child(3), table.diff td:nth-child(6) { width: 50%; }
-table.diff td.diff_header { width: 3.5em; min-width: 3.5em; text-align: right; color: var(--muted); background: var(--soft); }
-table.diff .diff_next { display: none; }
-table.diff th { background: var(--soft); text-align: left; padding: 4px 8px; font-weight: 600; }
+/* the widths come from the columns (the line numbers as wide as the longest): each side's
+   code gets half of the rest, and wraps at spaces before it breaks a word */
+table.diff { border-collapse: collapse; width: 100%; border: 1px solid var(--line); table-layout: fixed; }
+table.diff td { padding: 0 4px; vertical-align: top; white-space: pre-wrap; overflow-wrap: break-word; }
+table.diff td.diff_header { text-align: right; color: var(--muted); background: var(--soft); }
+table.diff th { background: var(--soft); text-align: left; padding: 4px 8px; font-weight: 600;
+                overflow-wrap: anywhere; }
 table.diff tbody { border-top: 1px solid var(--line); }
 .diff_add { background: var(--add); } .diff_chg { background: var(--chg); } .diff_sub { background: var(--sub); }
 span.diff_add { background: #aceebb; } span.diff_chg { background: #f5e08f; } span.diff_sub { background: #ffcecb; }
@@ -80,8 +86,9 @@ span.diff_add { background: #aceebb; } span.diff_chg { background: #f5e08f; } sp
 
 
 def render_html(entries: list[tuple[str, Result]], *, title: str = "ndif-opt report",
-                errors: list[dict] | None = None) -> str:
-    """The report page for ``[(path, result), ...]``."""
+                errors: list[dict] | None = None, written: bool = False) -> str:
+    """The report page for ``[(path, result), ...]``; ``written``: the output holds the fixes
+    (findings say "fixed"; otherwise "fixable", worded as proposals)."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -95,16 +102,16 @@ def render_html(entries: list[tuple[str, Result]], *, title: str = "ndif-opt rep
         changed = sum(1 for _, r in entries if r.changed)
         parts.append(f'<p class="muted">{len(entries)} files, {changed} would change.</p>')
     for index, (path, result) in enumerate(entries):
-        parts.append(_file_section(index, path, result))
+        parts.append(_file_section(index, path, result, written))
     if errors:
         parts.append("<h2>Errors</h2><ul>")
-        parts += [f"<li><code>{_e(str(e.get('path')))}</code>: {_e(str(e.get('message')))}</li>" for e in errors]
+        parts += [f"<li><code>{_e(str(e.get('path')))}</code>: {_with_code(str(e.get('message')))}</li>" for e in errors]
         parts.append("</ul>")
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
 
-def _file_section(index: int, path: str, result: Result) -> str:
+def _file_section(index: int, path: str, result: Result, written: bool = False) -> str:
     out = [f'<section class="file" id="file-{index}">', f"<h2><code>{_e(path)}</code></h2>"]
     if not result.costs:
         out.append('<p class="muted">No nnsight code to optimize.</p></section>')
@@ -112,31 +119,32 @@ def _file_section(index: int, path: str, result: Result) -> str:
     out.append(f'<p class="summary">{_e(summary_line(result))}</p>')
     out.append("<h3>Cost per pass</h3>")
     out.append(_cost_table(index, result))
+    out.append(LEGEND)
     loops = loop_notes(result, path)
     if loops:
-        out.append(f'<p class="muted">{_e(LOOPS_HEADING)}</p>')
-        out.append('<ul class="unknown-loops">' + "".join(f"<li>{_e(n)}</li>" for n in loops) + "</ul>")
+        out.append(f'<p class="muted">{_with_code(LOOPS_HEADING)}</p>')
+        out.append('<ul class="unknown-loops">' + "".join(f"<li>{_with_code(n)}</li>" for n in loops) + "</ul>")
     notes = unknown_download_notes(result)
     if notes:
         out.append('<p class="muted">+ ? = values of a size not known statically '
                    "(the download counts their framing only):</p>")
-        out.append('<ul class="unknown-downloads">' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
+        out.append('<ul class="unknown-downloads">' + "".join(f"<li>{_with_code(n)}</li>" for n in notes) + "</ul>")
     out.append('<h3>Requests, download and estimated time after each pass <span class="muted">(log scales)</span></h3>')
     out.append(cost_chart_svg(result, element_id=f"cost-chart-{index}"))
     if result.findings:
         out.append(f"<h3>Findings ({len(result.findings)})</h3>")
         out.append('<ul class="findings">')
         for finding in result.findings:
-            word, css = _STATUS[finding.status]
-            reason = f" — {_e(finding.reason)}" if finding.reason else ""
+            reason = f" — {_with_code(finding.reason)}" if finding.reason else ""
             out.append(
-                f'<li><span class="badge {css}">{_e(word)}</span> line {finding.range.start.line + 1}: '
-                f"<code>{_e(finding.pass_id)}</code> {_e(finding.message)}{reason}</li>"
+                f'<li><span class="badge {_BADGE[finding.status]}">{_e(status_word(finding, written))}</span> '
+                f"line {finding.range.start.line + 1}: "
+                f"<code>{_e(finding.pass_id)}</code> {_with_code(finding.worded(written))}{reason}</li>"
             )
         out.append("</ul>")
     if result.assumptions:
         out.append("<h3>Assumptions of the cost model</h3><ul>")
-        out += [f"<li>{_e(a)}</li>" for a in result.assumptions]
+        out += [f"<li>{_with_code(a)}</li>" for a in result.assumptions]
         out.append("</ul>")
     out.append("<h3>Diff</h3>")
     out.append(_side_by_side(path, result))
@@ -146,7 +154,7 @@ def _file_section(index: int, path: str, result: Result) -> str:
 
 def _cost_table(index: int, result: Result) -> str:
     head = (
-        f'<table class="costs" id="cost-table-{index}"><thead><tr><th>pass</th><th>requests</th><th>upload</th>'
+        f'<div class="scrolls"><table class="costs" id="cost-table-{index}"><thead><tr><th>pass</th><th>requests</th><th>upload</th>'
         "<th>download</th><th>forward passes</th><th>layer evaluations</th><th>est. time</th></tr></thead><tbody>"
     )
     rows = [head]
@@ -162,8 +170,8 @@ def _cost_table(index: int, result: Result) -> str:
         ]
         out = []
         for before, after, fmt in pairs:
-            out.append(f'<td class="{_direction(before, after)}">{_e(fmt(before, names))} → '
-                       f'{_e(fmt(after, names))}</td>')
+            shown = fmt(before, names), fmt(after, names)
+            out.append(f'<td class="{_direction(before, after, *shown)}">{_e(shown[0])} → {_e(shown[1])}</td>')
         out.insert(2, _download_cell(result, pass_id, b, a, names))
         return "".join(out)
 
@@ -174,11 +182,20 @@ def _cost_table(index: int, result: Result) -> str:
         )
     before, after = totals(result)
     rows.append(f'<tr class="total"><td>total</td>{cells(None, before, after)}</tr>')
-    rows.append("</tbody></table>")
+    rows.append("</tbody></table></div>")
     return "".join(rows)
 
 
-def _direction(before: Number | Count, after: Number | Count) -> str:
+LEGEND = ('<p class="muted legend"><span class="better">green</span>: fewer or smaller (better) · '
+          '<span class="worse">red</span>: more or larger (worse) · black: the same, as shown · '
+          '<i>italic</i>: downloads of a size not known statically, which do not compare</p>')
+
+
+def _direction(before: Number | Count, after: Number | Count, shown_before: str, shown_after: str) -> str:
+    """The class of a before → after cell: better (fewer, smaller), worse, or none where the
+    figures read the same (4.5 KB → 4.5 KB is not worse for a few bytes more)."""
+    if shown_before == shown_after:
+        return ""
     return {"fewer": "better", "more": "worse"}.get(direction(before - after), "")
 
 
@@ -187,14 +204,15 @@ def _download_cell(result: Result, pass_id: str | None, before: Cost, after: Cos
     """Better or worse only where the downloads compare (the same values of unknown size
     on both sides); the reason a download grew, where a fix says."""
     comparable = downloads_comparable(before, after)
-    css = _direction(before.download_bytes, after.download_bytes) if comparable else "unknown"
-    text = f"{download_text(before, names)} → {download_text(after, names)}"
+    shown = download_text(before, names), download_text(after, names)
+    css = _direction(before.download_bytes, after.download_bytes, *shown) if comparable else "unknown"
+    text = f"{shown[0]} → {shown[1]}"
     # with values of unknown size, the words say how the downloads compare, if they do
     notes = [download_change(before, after, names)] if before.download_unknown or after.download_unknown else []
     reason = growth_reason(result, pass_id, before, after)
     if reason:
         notes.append(reason)
-    note = f' <span class="muted">({_e("; ".join(notes))})</span>' if notes else ""
+    note = f' <span class="muted note">({_e("; ".join(notes))})</span>' if notes else ""
     return f'<td class="{css}">{_e(text)}{note}</td>'
 
 
@@ -323,11 +341,29 @@ def _side_by_side(path: str, result: Result) -> str:
         context=True,
         numlines=3,
     )
-    # difflib writes presentational attributes; the page's CSS styles the table
+    # difflib writes presentational attributes and a column of links to the next change;
+    # the page's CSS styles the table, and its columns are the line numbers and the code
     table = table.replace('cellspacing="0" cellpadding="0" rules="groups" ', "")
     table = table.replace(' nowrap="nowrap"', "")
-    return table
+    table = table.replace("&nbsp;", " ")  # (difflib's: code wraps at its spaces, not inside a name)
+    table = _NEXT_LINKS.sub("", table)
+    digits = len(str(max(result.source.count("\n"), result.code.count("\n")) + 1))
+    number = f'<col style="width: {digits + 1.5:g}ch">'  # (the cells' monospace digits, and padding)
+    columns = f"<colgroup>{number}<col>{number}<col></colgroup>"
+    return _COLGROUPS.sub(columns, table, count=1)
+
+
+_NEXT_LINKS = re.compile(r'<t([hd]) class="diff_next"[^>]*>.*?</t\1>')
+_COLGROUPS = re.compile(r"(?:<colgroup></colgroup>\s*)+")
 
 
 def _e(text: str) -> str:
     return html.escape(str(text), quote=True)
+
+
+_BACKTICKED = re.compile(r"`([^`]+)`")
+
+
+def _with_code(text: str) -> str:
+    """``text`` escaped, its `backticked` spans as ``<code>`` (a finding's words quote code so)."""
+    return _BACKTICKED.sub(lambda match: f"<code>{match.group(1)}</code>", _e(text))

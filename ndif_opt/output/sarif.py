@@ -129,9 +129,10 @@ def _fixes(path: str, result: Result, options: Options | None) -> dict[int, list
     return out
 
 
-def _result(path: str, uri: str, finding: Finding, rule_index: int, edits: list[Edit] | None, source: str) -> dict:
+def _result(path: str, uri: str, finding: Finding, rule_index: int, edits: list[Edit] | None, source: str,
+            written: bool = False) -> dict:
     r = finding.range
-    text = finding.message + (f" — {finding.reason}" if finding.reason else "")
+    text = finding.worded(written) + (f" — {finding.reason}" if finding.reason else "")
     entry: dict = {
         "ruleId": finding.pass_id,
         "level": LEVELS[finding.status],
@@ -178,6 +179,7 @@ def to_sarif(
     errors: list[dict] | None = None,
     *,
     options: Options | Mapping[str, Options] | None = None,
+    written: bool = False,
 ) -> dict:
     """A SARIF 2.1.0 log (a JSON-ready dict) for ``(path, result)`` pairs.
 
@@ -186,7 +188,8 @@ def to_sarif(
     the invocation unsuccessful. ``options`` are the options the results were made
     with (one for all files, or a mapping from path to options); they are used to
     compute each applied finding's own fix (None: defaults, with unsafe fixes on when
-    an unsafe fix was applied).
+    an unsafe fix was applied). ``written``: the files hold the fixes (a result's message
+    says what was done; otherwise what its fix would do).
     """
     from ndif_opt.passes import PASSES
 
@@ -199,7 +202,7 @@ def to_sarif(
         fixes = _fixes(path, result, file_options) if any(f.applied for f in result.findings) else {}
         for i, finding in enumerate(result.findings):
             results.append(
-                _result(path, uri, finding, index.get(finding.pass_id, -1), fixes.get(i), result.source)
+                _result(path, uri, finding, index.get(finding.pass_id, -1), fixes.get(i), result.source, written)
             )
     driver: dict = {"name": "ndif-opt", "rules": rules}
     version = _version()

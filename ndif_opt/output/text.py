@@ -33,16 +33,25 @@ def human_bytes(count: Number | Count, names: dict[UnknownLoop, str] | None = No
     return f"{count:.1f} TB"
 
 
+_STATUS_WORDS = {
+    Status.SKIPPED: "not fixed",
+    Status.UNSAFE_NOT_APPLIED: "unsafe fix available",
+    Status.SUPPRESSED: "suppressed",
+}
+
+
+def status_word(finding: Finding, written: bool) -> str:
+    """``fixed`` only where the output holds the fix (``written``); ``fixable`` where nothing
+    was written (``--diff``, a report); the other statuses as they are."""
+    if finding.status is Status.APPLIED:
+        return "fixed" if written else "fixable"
+    return _STATUS_WORDS[finding.status]
+
+
 def finding_line(path: str, finding: Finding, written: bool = True) -> str:
     line = finding.range.start.line + 1
     col = finding.range.start.character + 1
-    status = {
-        Status.APPLIED: "fixed" if written else "fixable",
-        Status.SKIPPED: "not fixed",
-        Status.UNSAFE_NOT_APPLIED: "unsafe fix available",
-        Status.SUPPRESSED: "suppressed",
-    }[finding.status]
-    text = f"{path}:{line}:{col}: {finding.pass_id} [{status}] {finding.message}"
+    text = f"{path}:{line}:{col}: {finding.pass_id} [{status_word(finding, written)}] {finding.worded(written)}"
     if finding.reason:
         text += f" — {finding.reason}"
     return text
@@ -349,9 +358,9 @@ def _row(result: Result, pass_id: str | None, before: Cost, after: Cost,
 # totals over several files a symbol is qualified by its file: "probe.py:N".
 
 
-def result_dict(path: str, result: Result, qualified: bool = False) -> dict:
+def result_dict(path: str, result: Result, qualified: bool = False, written: bool = False) -> dict:
     """One file's entry; ``qualified``: its symbols prefixed with its path (for totals
-    over several files)."""
+    over several files); ``written``: the output holds the fixes (findings say done, not would)."""
     before, after = totals(result)
     names = loop_names(result)
     if qualified:
@@ -362,7 +371,7 @@ def result_dict(path: str, result: Result, qualified: bool = False) -> dict:
         "totals": _cost_pair(before, after, names),
         "passes": [{"id": pc.pass_id, **_cost_pair(pc.before, pc.after, names)} for pc in result.costs],
         "unknown_loops": _loops_list(result, names),
-        "findings": [f.to_dict() for f in result.findings],
+        "findings": [f.to_dict(written) for f in result.findings],
         "assumptions": list(result.assumptions),
     }
 
@@ -410,8 +419,8 @@ def _unknown_list(cost: Cost, names: dict[UnknownLoop, str]) -> list[dict]:
     ]
 
 
-def to_json(entries: list[tuple[str, Result]], errors: list[dict]) -> str:
-    files = [result_dict(path, result, qualified=len(entries) > 1) for path, result in entries]
+def to_json(entries: list[tuple[str, Result]], errors: list[dict], written: bool = False) -> str:
+    files = [result_dict(path, result, qualified=len(entries) > 1, written=written) for path, result in entries]
     total: dict = {}
     for entry in files:
         _add_into(total, entry["totals"], entry["path"])
@@ -456,14 +465,6 @@ def _merge_passes(files: list[dict]) -> list[dict]:
 # ---------------------------------------------------------------------------------------
 # Markdown (pull-request comments)
 # ---------------------------------------------------------------------------------------
-
-_STATUS_WORDS = {
-    Status.APPLIED: "fixed",
-    Status.SKIPPED: "not fixed",
-    Status.UNSAFE_NOT_APPLIED: "unsafe fix available",
-    Status.SUPPRESSED: "suppressed",
-}
-
 
 def _seconds_text(value: Number | Count, names: dict[UnknownLoop, str] | None = None) -> str:
     if isinstance(value, Count):
@@ -513,9 +514,10 @@ def cost_table_markdown(result: Result) -> str:
     return "\n".join(lines) + "\n"
 
 
-def markdown_report(path: str, result: Result, *, diff: bool = True) -> str:
+def markdown_report(path: str, result: Result, *, diff: bool = True, written: bool = False) -> str:
     """One file's report for a pull-request comment: summary, per-pass table, findings,
-    assumptions and the diff (the long parts folded in ``<details>``)."""
+    assumptions and the diff (the long parts folded in ``<details>``). ``written``: the
+    output holds the fixes (findings say "fixed"; otherwise "fixable", worded as proposals)."""
     out = [f"### ndif-opt: `{path}`", ""]
     if not result.costs:
         out += ["No nnsight code to optimize.", ""]
@@ -535,7 +537,8 @@ def markdown_report(path: str, result: Result, *, diff: bool = True) -> str:
         out += [f"<details><summary>Findings ({len(result.findings)})</summary>", ""]
         for finding in result.findings:
             line = finding.range.start.line + 1
-            text = f"- line {line}: `{finding.pass_id}` ({_STATUS_WORDS[finding.status]}) {_md_cell(finding.message)}"
+            text = (f"- line {line}: `{finding.pass_id}` ({status_word(finding, written)}) "
+                    f"{_md_cell(finding.worded(written))}")
             if finding.reason:
                 text += f" — {_md_cell(finding.reason)}"
             out.append(text)
@@ -560,8 +563,8 @@ def _download_sum(costs) -> Cost:
     return Cost(download_bytes=download, download_unknown=unknown)
 
 
-def markdown_many(entries: list[tuple[str, Result]], errors: list[dict] | None = None) -> str:
-    """Several files: a totals line first, then each file's report."""
+def markdown_many(entries: list[tuple[str, Result]], errors: list[dict] | None = None, written: bool = False) -> str:
+    """Several files: a totals line first, then each file's report (``written``: see markdown_report)."""
     out = []
     if len(entries) > 1:
         before = plain_count(sum((totals(r)[0].requests for _, r in entries)))
@@ -576,7 +579,7 @@ def markdown_many(entries: list[tuple[str, Result]], errors: list[dict] | None =
             "",
         ]
     for path, result in entries:
-        out.append(markdown_report(path, result))
+        out.append(markdown_report(path, result, written=written))
     for error in errors or []:
         out.append(f"- ⚠️ `{error.get('path')}`: {_md_cell(str(error.get('message')))}")
     return "\n".join(out).rstrip("\n") + "\n"

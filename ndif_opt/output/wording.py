@@ -73,6 +73,35 @@ def per(n: int, noun: str) -> str:
     return f"one per {noun}" if n == 1 else f"one per {counted(n, noun)}"
 
 
+# An applied fix's message is read at two moments: where the output holds the fix ("wrapped
+# this loop in one session"), and where nothing was written — the editor on the file as it
+# is, `--diff`, a report — where it is a proposal ("would wrap this loop in one session").
+# A pass writes each phrase that changes with the moment as tense(done, proposed), once, in
+# the one message it builds; the pass's context splits the message into both wordings
+# (split_tenses), which every finding carries (Finding.worded picks one). The marks are
+# private-use characters: they never leave the pass's context.
+_DONE, _OR, _END = "\ue000", "\ue001", "\ue002"
+_TENSED = re.compile(f"{_DONE}([^{_OR}]*){_OR}([^{_END}]*){_END}")
+
+
+def tense(done: str, proposed: str) -> str:
+    """A phrase of an applied fix's message in both wordings: ``tense("wrapped", "would wrap")``."""
+    return f"{_DONE}{done}{_OR}{proposed}{_END}"
+
+
+def split_tenses(message: str) -> tuple[str, str | None]:
+    """(the message as done, as proposed): None for the proposal when no phrase of it
+    changes with the moment."""
+    if _DONE not in message:
+        return message, None
+    return _TENSED.sub(r"\1", message), _TENSED.sub(r"\2", message)
+
+
+def proposed(message: str) -> str:
+    """The message as a proposal (a fix not applied)."""
+    return split_tenses(message)[1] or message
+
+
 # message shapes that are always a rendering mistake (checked over the corpus and tests)
 BROKEN_TEMPLATES = {
     "zero of a plural": r"\bthese 0\b|\b0 consecutive\b",

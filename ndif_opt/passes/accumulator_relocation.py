@@ -42,6 +42,7 @@ import libcst as cst
 from ndif_opt.analysis.facts import Block, Facts, Remote, opens_invoke
 from ndif_opt.analysis.names import collect
 from ndif_opt.analysis.regions import Accumulator, carried_container, find_accumulator
+from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import DropElementSaves, SuitePlan, saved_container, with_module_import
@@ -128,15 +129,18 @@ class AccumulatorRelocation(Pass):
             if acc.kind == "carried":
                 context.applied(
                     block.node,  # (the edit: `name = nnsight.save(name)` opens its body)
-                    f"`{acc.name}` is now sent into the block and saved there, so the changes the block makes "
-                    f"come back; before, it was left unchanged on your machine when run on NDIF (a correctness fix)",
+                    f"`{acc.name}` {tense('is now', 'would be')} sent into the block and saved there, so the "
+                    f"changes the block makes {tense('come', 'would come')} back; "
+                    f"{tense('before, it was', 'as written, it is')} left unchanged on your machine when run on NDIF "
+                    "(a correctness fix)",
                 )
                 continue
             plan.remove(block.stmt.suite, acc.index)
             context.applied(
                 acc.stmt,
-                f"`{acc.name}` is now created inside the block as a saved {acc.kind}; "
-                f"before, it stayed empty on your machine when run on NDIF (a correctness fix)",
+                f"`{acc.name}` {tense('is now', 'would be')} created inside the block as a saved {acc.kind}; "
+                f"{tense('before, it stayed', 'as written, it stays')} empty on your machine when run on NDIF "
+                "(a correctness fix)",
             )
 
 

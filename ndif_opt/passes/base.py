@@ -11,6 +11,7 @@ import libcst as cst
 from ndif_opt.analysis.effects import ServerCheck
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.options import Options
+from ndif_opt.output.wording import proposed, split_tenses
 from ndif_opt.types import Safety, Status
 
 
@@ -45,6 +46,7 @@ class RawFinding:
     uses: tuple[cst.CSTNode, ...] = ()  # see Finding.uses
     requests: tuple | None = None  # see Finding.requests
     through: cst.CSTNode | None = None  # the last node of what it is about (a run of statements)
+    proposal: str | None = None  # see Finding.proposal
 
 
 @dataclass
@@ -69,7 +71,7 @@ class Context:
         """False (and a SUPPRESSED finding) when a suppression comment covers ``node``."""
         if self.suppressed is not None and self.suppressed(node):
             self.findings.append(
-                RawFinding(node, message, Status.SUPPRESSED, Safety.SAFE,
+                RawFinding(node, proposed(message), Status.SUPPRESSED, Safety.SAFE,
                            "suppressed by a `# ndif-opt: ignore` comment")
             )
             return False
@@ -77,20 +79,24 @@ class Context:
 
     def applied(self, node: cst.CSTNode, message: str, safety: Safety = Safety.SAFE,
                 evidence: str | None = None, uses: tuple[cst.CSTNode, ...] = (), requests: tuple | None = None) -> None:
-        """``evidence``: text the final code holds while this fix stands; the finding is
-        dropped when a later pass undoes the fix. ``uses``, ``requests``: see Finding."""
+        """``message``: its phrases that change with the moment written as
+        ``tense(done, proposed)`` (output/wording.py). ``evidence``: text the final code holds
+        while this fix stands; the finding is dropped when a later pass undoes the fix.
+        ``uses``, ``requests``: see Finding."""
+        message, proposal = split_tenses(message)
         self.findings.append(RawFinding(node, message, Status.APPLIED, safety, evidence=evidence, uses=uses,
-                                        requests=requests))
+                                        requests=requests, proposal=proposal))
 
     def skipped(self, node: cst.CSTNode, message: str, reason: str, through: cst.CSTNode | None = None) -> None:
         """``through``: the finding is about ``node`` and what follows it up to this node (a run
         of statements): its range spans them."""
-        self.findings.append(RawFinding(node, message, Status.SKIPPED, Safety.SAFE, reason, through=through))
+        self.findings.append(RawFinding(node, proposed(message), Status.SKIPPED, Safety.SAFE, reason, through=through))
 
     def needs_unsafe(self, node: cst.CSTNode, message: str, reason: str,
                      uses: tuple[cst.CSTNode, ...] = (), through: cst.CSTNode | None = None) -> None:
         self.findings.append(
-            RawFinding(node, message, Status.UNSAFE_NOT_APPLIED, Safety.UNSAFE, reason, uses=uses, through=through)
+            RawFinding(node, proposed(message), Status.UNSAFE_NOT_APPLIED, Safety.UNSAFE, reason, uses=uses,
+                       through=through)
         )
 
 

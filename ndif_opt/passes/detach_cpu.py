@@ -38,6 +38,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, Remote, is_save_call
 from ndif_opt.analysis.tensors import has_detach_cpu, is_tensor
+from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import method_call
@@ -71,7 +72,8 @@ class DetachCpu(Pass):
                             )
                         elif context.allows(small, "saved tensor not moved to the CPU"):
                             targets[id(value)] = value
-                            context.applied(small, f"added `.detach().cpu()` before saving `{code_of(inner)}`",
+                            context.applied(small, f"{tense('added', 'would add')} `.detach().cpu()` before saving "
+                                                   f"`{code_of(inner)}`",
                                             evidence=f"{code_of(inner)}.detach().cpu()")
                     if isinstance(target, cst.Name) and is_tensor(inner if inner is not None else value, models, tensors):
                         tensors.add(target.value)

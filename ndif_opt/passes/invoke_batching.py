@@ -74,7 +74,7 @@ from ndif_opt.analysis.names import collect, collect_all, dotted_name, exposed_r
 from ndif_opt.analysis.regions import int_value, reads_after, results_kept
 from ndif_opt.analysis.releases import NNSIGHT_06
 from ndif_opt.analysis.tensors import TENSOR_MODULES
-from ndif_opt.output.wording import counted, per
+from ndif_opt.output.wording import counted, per, tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.sweeps import (
     MODULE_VALUES,
@@ -93,6 +93,7 @@ from ndif_opt.passes.common.sweeps import (
     moved_ahead,
     moved_names,
     passes_text,
+    tally,
     structure_problem,
     with_leading,
 )
@@ -153,10 +154,15 @@ class InvokeBatching(Pass):
             if found is None:
                 continue
             problem, unsaved = found
-            after = _after(trips, batch)
-            # (an unknown count reads "one forward pass per iteration" already)
-            runs = passes_text(trips) + (", one per iteration" if trips is not None else "")
-            message = f"this loop runs {runs}; as invokes of one trace it would run {after}"
+            counts = tally(sweep, facts, context.options)  # over the script, as the cost table counts
+            if trips is None:  # "one forward pass per iteration → one per 32 iterations"
+                before, after = passes_text(trips), _after(trips, batch)
+                change = f"{before} → {after}"
+            else:
+                before = counts.count(trips, "forward pass") + ", one per iteration"
+                after = counts.number(_batches(trips, batch))
+                change = counts.change(trips, _batches(trips, batch), "forward pass")
+            message = f"this loop runs {before}; as invokes of one trace it would run {after}"
             if problem:
                 context.skipped(sweep.loop, message, f"not batched: {problem}")
                 continue
@@ -181,10 +187,7 @@ class InvokeBatching(Pass):
                 _batched(sweep, names, batch if chunked else None, unsaved, facts),
             )
             context.unreturned |= unsaved
-            text = (
-                f"the iterations of this loop now run as invokes of one trace: "
-                f"{passes_text(trips)} → {after}"
-            )
+            text = f"the iterations of this loop {tense('now run', 'would run')} as invokes of one trace: {change}"
             if chunked:
                 text += f" (in chunks of {counted(batch, 'invoke')})"
             context.applied(sweep.loop, text, Safety.UNSAFE)
@@ -194,7 +197,12 @@ class InvokeBatching(Pass):
 def _after(trips: int | None, batch: int) -> str:
     if trips is None:
         return per(batch, "iteration")
-    return str(-(-trips // batch))
+    return str(_batches(trips, batch))
+
+
+def _batches(trips: int, batch: int) -> int:
+    """The traces of ``trips`` iterations as invokes, ``batch`` a trace."""
+    return -(-trips // batch)
 
 
 def _problem(sweep: Sweep, facts: Facts, unsafe: bool):

@@ -83,6 +83,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.legacy_api import PRE_05_MESSAGE, Legacy, Move, Scan, legacy_summary, scan
+from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import reindentable, without_remote
@@ -117,7 +118,7 @@ class MigrateApi(Pass):
                 moves.append(item.move)
                 context.applied(
                     item.node,
-                    f"{item.what} moved out of the trace"
+                    f"{item.what} {tense('moved', 'would move')} out of the trace"
                     + (" into a new session around it" if item.move.wrap else ", after it in the session")
                     + ": in nnsight 0.5+ code after the invokes runs before them",
                 )
@@ -181,14 +182,19 @@ def _blockers(legacy: list[Legacy], allowed: list[Legacy]) -> list[Legacy]:
 def _applied_message(item: Legacy) -> str:
     # (lazy: only the item's own kind builds its replacement)
     messages = {
-        "value": lambda: f"{item.what} → the saved value itself (nnsight 0.5+ `.save()` returns it)",
-        "builtin": lambda: f"{item.what} → {_replacement(item)} (nnsight 0.5+ traces builtins directly)",
-        "import": lambda: f"{item.what}: removed from the import (gone in nnsight 0.5+)",
-        "layer-output": lambda: f"{item.what} → {_replacement(item)} ({item.evidence}; a decoder layer returns "
-                                "a tensor with transformers >= 5)",
-        "old-kwarg": lambda: f"{item.what}: removed (gone in nnsight 0.5+)",
+        "value": lambda: f"{item.what} {_becomes()} the saved value itself (nnsight 0.5+ `.save()` returns it)",
+        "builtin": lambda: f"{item.what} {_becomes()} {_replacement(item)} (nnsight 0.5+ traces builtins directly)",
+        "import": lambda: f"{item.what}: {tense('removed', 'would be removed')} from the import (gone in nnsight 0.5+)",
+        "layer-output": lambda: f"{item.what} {_becomes()} {_replacement(item)} ({item.evidence}; a decoder layer "
+                                "returns a tensor with transformers >= 5)",
+        "old-kwarg": lambda: f"{item.what}: {tense('removed', 'would be removed')} (gone in nnsight 0.5+)",
     }
     return messages.get(item.kind, lambda: item.what)()
+
+
+def _becomes() -> str:
+    """The arrow of a replacement done, the words of one proposed."""
+    return tense("→", "would become")
 
 
 def _replacement(item: Legacy) -> str:

@@ -98,6 +98,7 @@ from ndif_opt.analysis.tensors import TENSOR_METHODS, is_envoy_tensor, is_tensor
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.model_registry import dims_for
 from ndif_opt.cost.module_values import INPUT, OUTPUT, forward_order
+from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass, RawFinding
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import method_call, unsave, with_module_import
@@ -171,7 +172,7 @@ class Nnsight05Failures(Pass):
                 context.findings[-1].uses = uses
                 continue
             how = "`nnsight.save(...)`" if any(_uses_nnsight_save(v) for v in item.fix.values()) else "`.save()`"
-            saved = f"saved `{name}` where the block binds it ({how}): {message}"
+            saved = f"{tense('saved', 'would save')} `{name}` where the block binds it ({how}): {message}"
             if item.unbound and not item.caught:
                 fixes.update(item.fix)
                 context.applied(node, saved, uses=uses)

@@ -81,6 +81,7 @@ from ndif_opt.analysis.regions import reads_after, results_kept
 from ndif_opt.analysis.scopes import INDEX_KEY, ScopeIndex, TakenNames, binding_count_in, scope_index, statement_index
 from ndif_opt.analysis.vocabulary import FILLING_METHODS
 from ndif_opt.output.describe import saved_shape
+from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import NodeEdits, SuitePlan, empty_container_kind, method_call, unsave
@@ -180,8 +181,8 @@ class ReductionPushdown(Pass):
         context.unreturned.add(save.name)
         context.applied(
             save.stmt,
-            f"{value} is no longer downloaded: only code inside the session reads it, and the session "
-            "sees it without `.save()`",
+            f"{value} {tense('is no longer', 'would no longer be')} downloaded: only code inside the session reads "
+            "it, and the session sees it without `.save()`",
             safety,
         )
 
@@ -423,8 +424,8 @@ class ChainPushdown:
         full = saved_shape(unsave(self.save.stmt.body[0].value), self.save.block, self.facts)
         self.context.applied(
             self.save.stmt,
-            f"`{x}`{f' ({full})' if full else ''} is no longer downloaded whole: {reduced} "
-            "now computed in the block and saved"
+            f"`{x}`{f' ({full})' if full else ''} {tense('is no longer', 'would no longer be')} downloaded whole: "
+            f"{reduced} {tense('now computed', 'would be computed')} in the block and saved"
             + (f" (as {', '.join(f'`{m}`' for m in moved)})" if moved else "")
             + "".join(
                 f"; `{m}` is your module: it is shipped by value with the request because it is "
@@ -899,9 +900,9 @@ class ElementPushdown(_LoopReads):
         self.context.unreturned.add(name)
         self.context.applied(
             self.container.stmt,
-            f"the elements of `{name}` are no longer downloaded whole: "
-            f"`{reduction.replace(ELEMENT, code_of(stored))}` is now computed in the block for each one, "
-            f"and `{name}` holds those",
+            f"the elements of `{name}` {tense('are no longer', 'would no longer be')} downloaded whole: "
+            f"`{reduction.replace(ELEMENT, code_of(stored))}` {tense('is now', 'would be')} computed in the block "
+            f"for each one, and `{name}` {tense('holds', 'would hold')} those",
             safety,
             uses=tuple(chain for chain, _ in chains),
         )
@@ -1028,8 +1029,9 @@ class LiteralPushdown(_LoopReads):
         for save, name in zip(self.saves, reduced_names):
             self.context.applied(
                 save.stmt,
-                f"`{save.name}` is no longer downloaded whole for the loop over it: "
-                f"`{reduction.replace(ELEMENT, save.name)}` now computed in the block and saved (as `{name}`)",
+                f"`{save.name}` {tense('is no longer', 'would no longer be')} downloaded whole for the loop over it: "
+                f"`{reduction.replace(ELEMENT, save.name)}` {tense('now computed', 'would be computed')} in the "
+                f"block and saved (as `{name}`)",
                 safety,
                 uses=tuple(chains),
             )

@@ -70,7 +70,7 @@ import libcst as cst
 from ndif_opt.analysis.facts import Block, Facts
 from ndif_opt.analysis.names import collect, collect_all, fresh_name, name_assignment, target_names
 from ndif_opt.cost_model import RequestEstimate, explain, session_budget
-from ndif_opt.output.wording import counted
+from ndif_opt.output.wording import counted, tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import SuitePlan, empty_container_kind
@@ -113,7 +113,8 @@ class SessionChunking(Pass):
             plan.replace(info.suite, info.index, info.index + 1, lambda _old, new=replacement: new)
             context.applied(
                 block.node,
-                f"{message}: split into {counted(chunks, 'back-to-back session')} of {counted(size, 'iteration')} "
+                f"{message}: {tense('split', 'would be split')} into {counted(chunks, 'back-to-back session')} "
+                f"of {counted(size, 'iteration')} "
                 f"(about {_seconds(request.profile.prefix_seconds + size * request.profile.iteration_seconds)} each)",
             )
         return plan.apply(module, facts) if plan else module

@@ -105,7 +105,7 @@ from ndif_opt.analysis.opaque import callback_loops, code_strings
 from ndif_opt.analysis.retries import PortableRetry, portable_retry, retry_guard
 from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.cost_model import RegionRequests, explain
-from ndif_opt.output.wording import claim_text, counted_with_loops, symbols
+from ndif_opt.output.wording import claim_text, counted_with_loops, symbols, tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.definitions import definitions_in_the_way, without_statements
 from ndif_opt.passes.common.client_split import Refused, Split, names_in, split_region, splittable, unwrap_progress
@@ -1312,7 +1312,8 @@ def _move_definitions(region: Region, definitions: list[cst.BaseStatement], cont
     code = ", ".join(f"`{_first_line(d)}`" for d in definitions)
     context.applied(
         definitions[0],
-        f"{code} now {'run' if len(definitions) > 1 else 'runs'} once on your machine, before {_kind_label(region)}: "
+        f"{code} {tense('now ' + ('run' if len(definitions) > 1 else 'runs'), 'would run')} once on your machine, "
+        f"before {_kind_label(region)}: "
         "inside a session it would run on the server, and what it binds could not come back "
         "(a module or a function of the script cannot be sent from NDIF)",
         Safety.SAFE,
@@ -1378,16 +1379,18 @@ def _per_call(requests: RegionRequests) -> str:
 
 def _hoisted_message(region: Region, facts: Facts, accumulators, requests: RegionRequests, caller: str = "") -> str:
     if caller:  # its calls run in a session already: that session's finding counts them
-        text = (f"wrapped {_kind_label(region)} in one session, for a call of `{caller}` outside a session "
-                f"(the session that now calls `{caller}` counts its requests)")
+        text = (f"{tense('wrapped', 'would wrap')} {_kind_label(region)} in one session, for a call of `{caller}` "
+                f"outside a session (the session that {tense('now calls', 'would call')} `{caller}` counts its "
+                "requests)")
     else:
         change, meaning = claim_text(requests.sent, requests.runs, "request")
-        text = f"wrapped {_kind_label(region)} in one session: {change}{_per_call(requests)}"
+        text = f"{tense('wrapped', 'would wrap')} {_kind_label(region)} in one session: {change}{_per_call(requests)}"
         if meaning:
             text += f" ({meaning})"
     if region.helper_calls:
         names = sorted({h.name for _, h in region.helper_calls})
-        text += "; " + ", ".join(f"`{n}`" for n in names) + " now called with remote=False inside it"
+        text += "; " + ", ".join(f"`{n}`" for n in names) + f" {tense('now called', 'would be called')} with " \
+            "remote=False inside it"
         return text + _passed_note(region) + _left_note(region) + _split_note(region.split) + _retry_note(region.retry)
     flag = region.blocks[0].remote
     if flag.state is Remote.MAYBE:
@@ -1396,11 +1399,12 @@ def _hoisted_message(region: Region, facts: Facts, accumulators, requests: Regio
         text += f" ({flag.reason})"
     saved = [a.name for a in accumulators if a.name not in region.left_on_server]
     if saved:
-        text += "; " + ", ".join(f"`{n}`" for n in saved) + " now created in the session and saved"
+        text += "; " + ", ".join(f"`{n}`" for n in saved) + f" {tense('now created', 'would be created')} in " \
+            "the session and saved"
     kept = [a.name for a in accumulators if a.name in region.left_on_server]
     if kept:
-        text += "; " + ", ".join(f"`{n}`" for n in kept) + " now created in the session and left there " \
-            "(nothing after it reads it: not downloaded)"
+        text += "; " + ", ".join(f"`{n}`" for n in kept) + f" {tense('now created', 'would be created')} in " \
+            "the session and left there (nothing after it reads it: not downloaded)"
     return text + _passed_note(region) + _split_note(region.split) + _retry_note(region.retry)
 
 
@@ -1412,7 +1416,7 @@ def _let_go_note(region: Region, facts: Facts, let_go: set[str]) -> str:
     names = sorted(let_go & intermediates(facts))
     if not names:
         return ""
-    return ("; not brought back: " + ", ".join(f"`{n}`" for n in names)
+    return (f"; {tense('not brought back', 'would not be brought back')}: " + ", ".join(f"`{n}`" for n in names)
             + " (loop temporaries and saved values that only the session reads; nothing after it reads them)")
 
 
@@ -1421,14 +1425,14 @@ def _left_note(region: Region) -> str:
     if not region.left_attributes:
         return ""
     names = ", ".join(f"`{n}`" for n in region.left_attributes)
-    return (f"; {names}, which the methods set, stays on the server: no code can read it after the session "
-            "(not downloaded)")
+    return (f"; {names}, which the methods set, {tense('stays', 'would stay')} on the server: no code can read "
+            "it after the session (not downloaded)")
 
 
 def _passed_note(region: Region) -> str:
     """`; `steered` now takes `vec` as an argument (...)`."""
     notes = [
-        f"`{name}` now takes " + ", ".join(f"`{n}`" for n in names)
+        f"`{name}` {tense('now takes', 'would take')} " + ", ".join(f"`{n}`" for n in names)
         for name, names in sorted(region.passed_functions.items())
     ]
     if not notes:
@@ -1443,8 +1447,9 @@ def _retry_note(retry: PortableRetry | None) -> str:
     if retry is None:
         return ""
     return (
-        f"; the retry (`{retry.guard.header}`) now wraps the whole session: a failed attempt runs the "
-        "session again from the start (a run without failures is unchanged)"
+        f"; the retry (`{retry.guard.header}`) {tense('now wraps', 'would wrap')} the whole session: a failed "
+        f"attempt {tense('runs', 'would run')} the session again from the start (a run without failures "
+        f"{tense('is', 'would be')} unchanged)"
     )
 
 
@@ -1453,22 +1458,27 @@ def _split_note(split: Split | None) -> str:
         return ""
     text = ""
     if split.deferred:
-        lines = "statement that must run on your machine (prints, files, progress bars) now runs"
+        what = "(prints, files, progress bars)"
+        lines = f"statement that must run on your machine {what} {tense('now runs', 'would run')}"
         if split.deferred != 1:
-            lines = "statements that must run on your machine (prints, files, progress bars) now run"
-        text += f"; {split.deferred} {lines} after it, in the same order, over values the session records"
+            lines = f"statements that must run on your machine {what} {tense('now run', 'would run')}"
+        text += f"; {split.deferred} {lines} after it, in the same order, over values the session " \
+            f"{tense('records', 'would record')}"
     if split.prepared:
-        lines = "statement that computes on your machine what the remote part reads now runs"
+        lines = f"statement that computes on your machine what the remote part reads {tense('now runs', 'would run')}"
         if split.prepared != 1:
-            lines = "statements that compute on your machine what the remote part reads now run"
-        text += f"; {split.prepared} {lines} before it, in the same order, and the session takes the values in turn"
+            lines = f"statements that compute on your machine what the remote part reads " \
+                f"{tense('now run', 'would run')}"
+        text += f"; {split.prepared} {lines} before it, in the same order, and the session " \
+            f"{tense('takes', 'would take')} the values in turn"
     if split.carried:
         names = ", ".join(f"`{n}`" for n in split.carried)
-        text += f"; {names} brought back from the session for the code after it"
+        text += f"; {names} {tense('brought', 'would be brought')} back from the session for the code after it"
     if split.fallback:
         text += (
-            "; its `try` now also guards the session: should the session fail, the code runs as written, "
-            "each failure handled on its own (a run without failures is unchanged)"
+            f"; its `try` {tense('now also guards', 'would also guard')} the session: should the session fail, "
+            f"the code {tense('runs', 'would run')} as written, each failure handled on its own (a run without "
+            f"failures {tense('is', 'would be')} unchanged)"
         )
     return text
 

@@ -65,12 +65,14 @@ from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.names import collect, root_name
 from ndif_opt.analysis.regions import int_value, iterable_length
 from ndif_opt.cost.model_registry import dims_for
+from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.sweeps import (
     HARMLESS_TRACE_KWARGS,
     Accesses,
     Sweep,
     TakenNames,
+    Tally,
     calls_in,
     derived_names,
     find_sweeps,
@@ -84,6 +86,7 @@ from ndif_opt.passes.common.sweeps import (
     nonnegative_ints,
     range_args,
     split_leading,
+    tally,
 )
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import SuitePlan, dotted_expression
@@ -115,20 +118,22 @@ class SkipInsertion(Pass):
                 continue
             layers, index, stop = found
             saving = _layer_evaluations(sweep, index, stop, facts)
+            counts = tally(sweep, facts, context.options)  # over the script, as the cost table counts
             if saving is not None and saving[0] - saving[1] < max(2, saving[2] / 4):
                 context.skipped(
                     sweep.loop,
                     "every iteration of this loop recomputes the same layers before the "
                     "patched one",
                     f"no `.skip()` inserted: caching would not pay off "
-                    f"(layer evaluations {saving[0]} → {saving[1]}, plus one forward pass)",
+                    f"({counts.labelled('layer evaluations', saving[0], saving[1], tail=False)}, plus "
+                    f"{counts.count(1, 'forward pass')})",
                 )
                 continue
             names = tuple(fresh_name(base, facts, taken) for base in (CACHE, "_ndif_i", "_ndif_tracer"))
             taken.update(names)
             introduce(context, *names)  # the loop counter and the tracer too: module names when at top level
             self._plan(sweep, layers, index, stop, names, plan)
-            context.applied(sweep.loop, _message(sweep, index, facts, saving))
+            context.applied(sweep.loop, _message(sweep, index, facts, saving, counts))
         return plan.apply(module, facts) if plan else module
 
     def _plan(self, sweep: Sweep, layers: str, index, stop: str, names, plan: SuitePlan) -> None:
@@ -396,20 +401,21 @@ def _stop_value(sweep: Sweep, index, facts: Facts) -> int | None:
     return int_value(index, facts)
 
 
-def _message(sweep: Sweep, index, facts: Facts, saving) -> str:
+def _message(sweep: Sweep, index, facts: Facts, saving, counts: Tally) -> str:
+    """Its counts over the script, as the cost table counts them (``counts``)."""
     trips = sweep.trips(facts)
     passes = (
-        f"forward passes {trips} → {trips + 1}, the extra one cut short"
+        f"{counts.labelled('forward passes', trips, trips + 1, tail=False)}, the extra one cut short"
         if trips is not None
         else "one more forward pass, cut short"
     )
     text = (
-        f"layers before `{code_of(index)}` are computed once in a caching trace and "
+        f"layers before `{code_of(index)}` {tense('are', 'would be')} computed once in a caching trace and "
         "skipped in every iteration"
     )
     if saving is not None:
-        text += f": layer evaluations {saving[0]} → {saving[1]}"
-    return f"{text} ({passes})"
+        text += f": {counts.labelled('layer evaluations', saving[0], saving[1], tail=False)}"
+    return f"{text} ({passes}){counts.tail(*(saving[:2] if saving else ()), *((trips,) if trips else ()))}"
 
 
 SkipInsertion.cases = (

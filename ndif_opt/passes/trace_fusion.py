@@ -48,8 +48,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
+from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.passes.common.sweeps import Sweep, find_sweeps, fusion_problem, passes_text, with_leading
+from ndif_opt.passes.common.sweeps import Sweep, find_sweeps, fusion_problem, passes_text, tally, with_leading
 from ndif_opt.syntax.rewrite import SuitePlan, reindentable
 
 # ---------------------------------------------------------------------------------------
@@ -68,20 +69,24 @@ class TraceFusion(Pass):
             if trips is not None and trips < 2:
                 continue
             problem, candidate = fusion_problem(sweep, facts)
+            if problem and not candidate:
+                continue
+            counts = tally(sweep, facts, context.options)  # over the script, as the cost table counts
             if problem:
-                if candidate:
-                    context.skipped(
-                        sweep.loop,
-                        f"this loop runs {passes_text(trips)} on the same input; "
-                        "one trace with the loop inside would run 1",
-                        f"not fused: {problem}",
-                    )
+                runs = passes_text(trips) if trips is None else counts.count(trips, "forward pass")
+                context.skipped(
+                    sweep.loop,
+                    f"this loop runs {runs} on the same input; one trace with the loop inside would run "
+                    f"{1 if trips is None else counts.number(1)}",
+                    f"not fused: {problem}",
+                )
                 continue
             plan.replace(sweep.info.suite, sweep.info.index, sweep.info.index + 1, _fused(sweep))
+            change = f"{passes_text(trips)} → 1" if trips is None else counts.change(trips, 1, "forward pass")
             context.applied(
                 sweep.loop,
-                f"the loop's traces of the same input now run as one trace with the loop "
-                f"inside: {passes_text(trips)} → 1",
+                f"the loop's traces of the same input {tense('now run', 'would run')} as one trace with the loop "
+                f"inside: {change}",
             )
         return plan.apply(module, facts) if plan else module
 

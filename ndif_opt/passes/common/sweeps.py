@@ -24,10 +24,12 @@ from ndif_opt.analysis.names import (
     target_names,
 )
 from ndif_opt.analysis.regions import constant_item, int_value, trip_count
-from ndif_opt.output.wording import counted
+from ndif_opt.cost_model import explain
+from ndif_opt.output.wording import claim_text, count_text, counted, counted_with_loops, symbols
 from ndif_opt.passes.base import Context
 from ndif_opt.syntax.positions import code_and_positions, code_of
 from ndif_opt.syntax.walk import walk_content
+from ndif_opt.types import Count, Number
 
 # ---------------------------------------------------------------------------------------
 # One walk per statement and version of the tree
@@ -642,6 +644,51 @@ def introduce(context: Context, *names: str) -> None:
 
 def passes_text(trips: int | None) -> str:
     return counted(trips, "forward pass") if trips is not None else "one forward pass per iteration"
+
+
+@dataclass(frozen=True)
+class Tally:
+    """A sweep's counts as its messages quote them: per run of the loop, times the runs the
+    cost table counts (a loop in a loop, or in a function called twice, runs more than
+    once), so that a finding's numbers are its row's."""
+
+    runs: Number | Count
+    uncalled: str = ""  # the function no code here calls that holds the loop: then per call
+
+    def count(self, per_run: Number, noun: str) -> str:
+        """``20 forward passes``; ``5·N forward passes (N: …)``."""
+        return counted_with_loops(per_run * self.runs, noun)[0] + self.tail(per_run)
+
+    def number(self, per_run: Number) -> str:
+        """``4``, ``N``: a total without its noun, nor what its symbols mean."""
+        return count_text(per_run * self.runs)
+
+    def change(self, before: Number, after: Number, noun: str) -> str:
+        """``20 forward passes → 4``."""
+        return claim_text(before * self.runs, after * self.runs, noun)[0] + self.tail(before, after)
+
+    def labelled(self, label: str, before: Number, after: Number, tail: bool = True) -> str:
+        """``layer evaluations 240 → 168`` (``tail``: with :meth:`tail`)."""
+        text = f"{label} {self.number(before)} → {self.number(after)}"
+        return text + (self.tail(before, after) if tail else "")
+
+    def tail(self, *per_run: Number) -> str:
+        """What the symbols of these totals mean, and that the loop's function is never
+        called (then the counts are per call): `` (N: …)``, or ""."""
+        meaning = symbols(*(value * self.runs for value in per_run))[1]
+        note = f" each time `{self.uncalled}` runs (no code here calls it: not in the cost table)" \
+            if self.uncalled else ""
+        return (f" ({meaning})" if meaning else "") + note
+
+
+def tally(sweep: Sweep, facts: Facts, options) -> Tally:
+    """The runs of the sweep's loop as the cost table counts them (one, where its walk
+    never reached the loop)."""
+    found = explain(facts, options).runs_of(sweep.loop)
+    if found is None:
+        return Tally(1)
+    runs, uncalled = found
+    return Tally(runs, uncalled or "")
 
 
 def with_leading(stmt: cst.BaseStatement, lines) -> cst.BaseStatement:

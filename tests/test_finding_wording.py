@@ -1,0 +1,133 @@
+"""A finding reads true at the moment it is read: "wrapped this loop" where the output holds
+the fix, "would wrap this loop" where nothing was written (the editor on the file as it
+is, `--diff`, a report, SARIF), and "fixed" only where the output holds the edit.
+
+Each pass writes an applied fix's message once, with its phrases that change with the
+moment as ``tense(done, proposed)`` (ndif_opt/output/wording.py); every finding carries
+both wordings and each output picks one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ndif_opt import Status, optimize
+from ndif_opt.options import Options
+from ndif_opt.output.wording import split_tenses, tense
+from ndif_opt.passes import PASSES
+from ndif_opt.types import Finding, Range
+
+ROOT = Path(__file__).resolve().parent.parent
+DEVSET = ROOT.parent / "shared" / "devset"
+SCRIPTS = sorted((ROOT / "examples").glob("*.py")) + (sorted(DEVSET.glob("[0-9]*.py")) if DEVSET.is_dir() else [])
+CASES = [(cls.id, case) for cls in PASSES for case in cls.cases if case.after is not None]
+MARKS = ("\ue000", "\ue001", "\ue002")
+
+# words that say a fix was made; a proposal has none of them outside code quotes
+DONE_WORDS = (" now ", "wrapped ", "added ", "is no longer", "are no longer", " moved ", "saved `", "split into")
+
+
+def _applied(result) -> list[Finding]:
+    return [f for f in result.findings if f.status is Status.APPLIED]
+
+
+def _outside_quotes(text: str) -> str:
+    return "".join(part for i, part in enumerate(text.split("`")) if i % 2 == 0)
+
+
+def _check_both_wordings(findings) -> None:
+    for finding in findings:
+        assert finding.proposal is not None and finding.proposal != finding.message, finding.message
+        assert not any(mark in finding.message + finding.proposal for mark in MARKS)
+        said = _outside_quotes(finding.proposal)
+        assert "would" in said, finding.proposal
+        said = re.sub(r"\bwould(?: \w+){1,3}", "", said)  # (`would be split into`)
+        assert not any(word in said for word in DONE_WORDS), finding.proposal
+
+
+def test_the_two_wordings_of_a_message():
+    message = f"{tense('wrapped', 'would wrap')} this loop; `x` {tense('now runs', 'would run')} after it"
+    assert split_tenses(message) == ("wrapped this loop; `x` now runs after it",
+                                     "would wrap this loop; `x` would run after it")
+    assert split_tenses("this loop runs 3 forward passes") == ("this loop runs 3 forward passes", None)
+
+
+@pytest.mark.parametrize("pass_id,case", CASES, ids=[f"{p}:{c.name or i}" for i, (p, c) in enumerate(CASES)])
+def test_every_applied_fix_of_the_cases_can_be_read_as_a_proposal(pass_id, case):
+    options = Options(unsafe_fixes=case.unsafe_fixes, notebook=case.notebook, migrate=pass_id == "migrate-api")
+    _check_both_wordings(_applied(optimize(case.before, options=options)))
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+def test_every_applied_fix_of_the_scripts_can_be_read_as_a_proposal(path):
+    for options in (Options(), Options(unsafe_fixes=True)):
+        _check_both_wordings(_applied(optimize(path.read_text(), options=options)))
+
+
+def test_a_finding_picks_its_wording_by_whether_the_output_was_written():
+    finding = Finding("session-hoisting", "wrapped this loop", Range.of(0, 0, 0, 1), Status.APPLIED,
+                      proposal="would wrap this loop")
+    assert finding.worded(written=True) == "wrapped this loop"
+    assert finding.worded(written=False) == "would wrap this loop"
+    assert finding.to_dict(written=False)["message"] == "would wrap this loop"
+    declined = finding.declined("the notebook's cells could not hold it")
+    assert (declined.status, declined.worded(True), declined.reason) == (
+        Status.SKIPPED, "would wrap this loop", "the notebook's cells could not hold it")
+    framed = finding.framed(before="[cell 2, line 1] ", after=" (used in cell 3)")
+    assert framed.worded(False) == "[cell 2, line 1] would wrap this loop (used in cell 3)"
+    skipped = Finding("p", "this loop could run as one trace", Range.of(0, 0, 0, 1), Status.SKIPPED)
+    assert skipped.worded(True) == skipped.worded(False) == skipped.message
+
+
+# -- each output ------------------------------------------------------------------------------
+
+EXAMPLE = ROOT / "examples" / "prompt_loop.py"
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ndif_opt.frontends.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def test_the_command_line_says_fixed_only_when_it_wrote_the_output(tmp_path):
+    diff = _cli(EXAMPLE, "--diff")
+    hoisting = next(line for line in diff.stderr.splitlines() if "session-hoisting" in line)
+    assert "[fixable] would wrap this loop in one session" in hoisting, hoisting
+    out = tmp_path / "out.py"
+    written = _cli(EXAMPLE, "-o", out)
+    hoisting = next(line for line in written.stderr.splitlines() if "session-hoisting" in line)
+    assert "[fixed] wrapped this loop in one session" in hoisting, hoisting
+
+
+@pytest.mark.parametrize("fmt", ["json", "sarif", "markdown", "html"])
+def test_a_report_without_writing_proposes(fmt, tmp_path):
+    report = _cli(EXAMPLE, "--report", "--format", fmt).stdout
+    assert "would wrap this loop in one session" in report
+    assert "wrapped this loop" not in report
+    label = {"markdown": "({})", "html": ">{}</span>"}.get(fmt)
+    if label:
+        assert label.format("fixable") in report and label.format("fixed") not in report
+    if fmt == "json":
+        messages = [f["message"] for f in json.loads(report)["files"][0]["findings"]]
+        assert any(m.startswith("would wrap") for m in messages)
+    script = tmp_path / "s.py"
+    script.write_text(EXAMPLE.read_text())
+    rewritten = _cli(script, "--in-place", "--format", fmt).stdout
+    assert "wrapped this loop in one session" in rewritten and "would wrap this loop" not in rewritten
+    if label:
+        assert label.format("fixed") in rewritten and label.format("fixable") not in rewritten
+
+
+def test_the_editor_proposes_on_the_file_as_it_is():
+    from ndif_opt.frontends.lsp import diagnostic_message
+
+    result = optimize(EXAMPLE.read_text())
+    hoisted = next(f for f in result.findings if f.pass_id == "session-hoisting")
+    assert diagnostic_message(hoisted).startswith("would wrap this loop in one session")
+
