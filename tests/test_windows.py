@@ -95,6 +95,23 @@ def test_a_read_that_may_see_an_earlier_binding_joins():
     assert len(texts) == 2 and texts[1].count("hidden") == 3 and "acts_0" not in texts[1]
 
 
+def test_a_name_a_block_binds_without_saving_it_may_keep_its_value_from_before():
+    # nnsight 0.5+ sends back only saved values: after the block `pattern` is "unknown",
+    # which nnsight-05-failures must see to judge its fix (it changes what the script prints)
+    source = SETUP + SWEEP.format(i=0) + textwrap.dedent('''\
+        pattern = "unknown"
+        with model.trace(PROMPT, remote=True):
+            hidden = model.transformer.h[0].output.save()
+            pattern = "transformer.h"
+        print(pattern, hidden.shape)
+    ''')
+    texts = window_texts(source)
+    assert len(texts) == 2 and 'pattern = "unknown"' in texts[1]
+    saved = source.replace('pattern = "transformer.h"', 'pattern = nnsight.save("transformer.h")')
+    texts = window_texts(saved)  # saved: the block binds it for sure
+    assert len(texts) == 2 and 'pattern = "unknown"' not in texts[1]
+
+
 def test_a_function_reading_a_global_joins_every_binding_once_it_escapes():
     source = SETUP + textwrap.dedent('''\
         results = []

@@ -491,9 +491,11 @@ class _Flow:
         if self.inside or not opens_block:
             return self.body(stmt.body, bound)
         self.inside, self.later_stack = True, self.inside_later
-        bound = self.body(stmt.body, bound)
+        inner = self.body(stmt.body, bound)
         self.inside, self.later_stack = False, self.outside_later
-        return bound
+        # what the block binds without saving it stays unbound after it (nnsight 0.5+), or
+        # keeps what it held: a read after it may see a binding from before it
+        return bound | (inner & _saved_in(stmt.body))
 
     def statement(self, stmt: ast.stmt, bound: set[str]) -> set[str]:  # noqa: C901 - one case per statement kind
         kind = type(stmt)
@@ -580,6 +582,21 @@ class _Flow:
                 self.chunk.may_bind.add(node.name)
                 self.chunk.globals_ |= _function_names(node)[1]
         return bound
+
+
+def _saved_in(body: list[ast.stmt]) -> set[str]:
+    """The names that statements of ``body`` bind to a saved value: `x = ....save()`,
+    `x = nnsight.save(...)`."""
+    saved = set()
+    for stmt in body:
+        if type(stmt) is _Assign and len(stmt.targets) == 1 and type(stmt.targets[0]) is _Name:
+            value = stmt.value
+            if type(value) is _Call and (
+                (type(value.func) is _Attribute and value.func.attr == "save")
+                or (type(value.func) is _Name and value.func.id == "save")
+            ):
+                saved.add(stmt.targets[0].id)
+    return saved
 
 
 def _as_load(target: ast.AST) -> ast.AST:
