@@ -15,6 +15,7 @@ import re
 import textwrap
 from pathlib import Path
 
+import libcst as cst
 import pytest
 from generators import HEADER, dense_nnsight_script
 from hypothesis import given, settings
@@ -323,6 +324,53 @@ def test_a_function_called_only_by_name_reads_globals_where_it_is_called():
     assert len(window_texts(escaping)) == 1  # passed as a value: it could run anywhere
     lazy = source.replace("first = last_hidden(PROMPT)", "first = (last_hidden(p) for p in [PROMPT])")
     assert len(window_texts(lazy)) == 1  # a generator runs when it is consumed
+
+
+STATS = textwrap.dedent('''\
+    stats_{i} = defaultdict(list)
+    for layer in LAYERS:
+        with model.trace(PROMPT, remote=True):
+            stats_{i}[layer].append(model.transformer.h[layer].output.mean().save())
+    print("stats", {i}, len(stats_{i}))
+''')
+
+
+def test_an_import_a_window_needs_goes_where_the_whole_file_run_puts_it(monkeypatch):
+    # the session takes `stats_0` along with `nnsight.save`: `import nnsight` after the imports
+    source = "from collections import defaultdict\n" + SETUP + STATS.format(i=0) + SWEEP.format(i=1) + \
+        STATS.format(i=2)
+    real, runs = pipeline._run_module, []
+    monkeypatch.setattr(pipeline, "_run_module", lambda text, *a, **k: runs.append(text) or real(text, *a, **k))
+    windowed = pipeline.run_pipeline(source, Options())
+    assert len(runs) == 3 and source not in runs  # the windows only, not the whole module after them
+    whole = pipeline.whole_module(source, Options())
+    assert windowed.code == whole.code and windowed.findings == whole.findings
+    assert windowed.code.startswith("from collections import defaultdict\nfrom nnsight import LanguageModel\n"
+                                    "import nnsight\n\n")
+    assert windowed.code.count("import nnsight\n") == 1 and windowed.code.count("nnsight.save(stats_") == 2
+    assert apply_edits(source, windowed.edits) == windowed.code
+    imported = source.replace("from collections", "import nnsight\nfrom collections")
+    assert pipeline.run_pipeline(imported, Options()).code.count("import nnsight\n") == 1
+
+
+@pytest.mark.parametrize(("source", "line"), [
+    ("import os\nfrom x import (a,\n    b)\nprint(1)\n", 3),
+    ('"""doc"""\nimport os\n\n# a comment\nx = 1\n', 2),
+    ("import os; y = 2\nx = 1\n", 1),
+    ("x = 1\nimport os\n", 0),
+    ("import os, nnsight\nx = 1\n", windows.IMPORTED),
+    ("import os\nif x:\n    import nnsight\n", 1),
+    ("# a comment first\nx = 1\n", None),
+    ('f"doc {1}"\nimport os\n', None),
+])
+def test_import_line_is_where_the_passes_put_an_import(source, line):
+    from ndif_opt.syntax.rewrite import with_module_import
+
+    assert windows.import_line(ast.parse(source), "nnsight") == line
+    if line not in (None, windows.IMPORTED):
+        expected = with_module_import(cst.parse_module(source), "nnsight").code
+        lines = source.splitlines(keepends=True)
+        assert "".join(lines[:line]) + "import nnsight\n" + "".join(lines[line:]) == expected
 
 
 CONCATENATED = ("logit_lens", "steering_sweep", "activation_patching", "prompt_loop",

@@ -195,7 +195,7 @@ def run_pipeline(source: str, options: Options, filename: str | None = None,
     results = script_result_names(tree)  # the file's, whatever window a name is bound in
     plan = None if _whole_module_only(source, options) else windows.plan(source, tree)
     if plan is not None:
-        result = _run_windows(plan, source, options, filename, cache, results)
+        result = _run_windows(plan, source, options, filename, cache, results, tree)
         if result is not None:
             return result
     return _run_module(source, options, filename, results=results)
@@ -230,30 +230,40 @@ def _whole_module_only(source: str, options: Options) -> bool:
 
 
 def _run_windows(plan: windows.Plan, source: str, options: Options, filename: str | None,
-                 cache: WindowCache | None = None, results: frozenset[str] = frozenset()) -> Result | None:
+                 cache: WindowCache | None = None, results: frozenset[str] = frozenset(),
+                 tree: ast.Module | None = None) -> Result | None:
     """Each window optimized after its prelude; None when the whole module must run.
 
-    Fresh names a pass introduces avoid every name of the file, not only the window's."""
+    Fresh names a pass introduces avoid every name of the file, not only the window's.
+    An import the passes add to a window (`import nnsight`) goes where they would put it in
+    the whole file (``tree``: its Python parse), once."""
     reserved = options.reserved_names | plan.names
     window_options = dataclasses.replace(options, reserved_names=reserved)
     active = [window for window in plan.windows if window.active]
-    placed = _placed_all(plan, active, window_options, filename, cache, results)
+    placed: dict[int, _Placed] = {}  # by window start
+    for window, done in zip(active, _placed_all(plan, active, window_options, filename, cache, results)):
+        if done is None:
+            return None  # a pass changed shared context, or the file is pre-0.5 nnsight
+        placed[window.start] = done
     parts: list[str] = []
-    results: list[_Placed] = []
     position = 0
     for window in plan.windows:
         parts.append(plan.text(position, window.start))
+        parts.append(placed[window.start].code if window.active else plan.text(window.start, window.end))
         position = window.end
-        if not window.active:
-            parts.append(plan.text(window.start, window.end))
-            continue
-        done = next(placed)
-        if done is None:
-            return None  # a pass changed shared context, or the file is pre-0.5 nnsight
-        parts.append(done.code)
-        results.append(done)
     parts.append(plan.text(position, len(plan.lines)))
-    return _combined(source, "".join(parts), results, options)
+    code = "".join(parts)
+    imported = sorted({name for done in placed.values() for name in done.imports})
+    edits: list[Edit] = []
+    if imported:
+        line = windows.import_line(tree, imported[0]) if tree is not None and len(imported) == 1 else None
+        if line is None or (line != windows.IMPORTED and any(w.active and w.start < line for w in plan.windows)):
+            return None  # where the whole file's run would put it is not known
+        if line != windows.IMPORTED:  # (no window before the line: the text up to it is the source's)
+            edits.append(Edit(Range(Position(line, 0), Position(line, 0)), f"import {imported[0]}\n"))
+            at = len(plan.text(0, line))
+            code = code[:at] + edits[0].new_text + code[at:]
+    return _combined(source, code, list(placed.values()), options, edits)
 
 
 @dataclass(frozen=True)
@@ -270,6 +280,7 @@ class _Placed:
     edits moved to the file's lines."""
 
     code: str  # the window's new text
+    imports: tuple[str, ...]  # modules the passes import in the window's prelude (`import nnsight`)
     findings: tuple[Finding, ...]
     edits: tuple[Edit, ...]
     assumptions: tuple[str, ...]
@@ -296,12 +307,14 @@ def _placed(plan: windows.Plan, window: windows.Window, done: _Optimized) -> _Pl
     the file is pre-0.5 nnsight (then the whole module must run)."""
     prelude = plan.prelude_text(window)
     result = done.result
-    if not result.code.startswith(prelude) or _pre_05(result):
+    code, imports = _without_added_import(result.code, prelude, plan.text(window.start, window.end))
+    if not code.startswith(prelude) or _pre_05(result):
         return None
     start = window.start
     shift = start - prelude.count("\n")
     return _Placed(
-        result.code[len(prelude):],
+        code[len(prelude):],
+        imports,
         tuple(finding.with_range(_shifted(finding.range, shift, start),
                                  tuple(_shifted(u, shift, start) for u in finding.uses) if finding.uses else None)
               for finding in result.findings),
@@ -310,6 +323,25 @@ def _placed(plan: windows.Plan, window: windows.Window, done: _Optimized) -> _Pl
         tuple(cost.pass_id for cost in result.costs),
         tuple(field for cost in result.costs for field in (*_fields_of(cost.before), *_fields_of(cost.after))),
     )
+
+
+_ADDED_IMPORT = "import nnsight\n"  # what the passes add (syntax.rewrite.with_module_import)
+
+
+def _without_added_import(code: str, prelude: str, text: str) -> tuple[str, tuple[str, ...]]:
+    """A window's new code without the `import nnsight` line the passes added among the
+    imports that open its module (the prelude's; the whole file's run puts it among the
+    file's), and that import; the code as it is when there is none. ``text``: the
+    window's own text, which follows the prelude in its module."""
+    original = prelude + text
+    at = code.find(_ADDED_IMPORT)
+    while 0 <= at <= len(prelude):
+        if (at == 0 or code[at - 1] == "\n") and not original.startswith(_ADDED_IMPORT, at):
+            rest = code[:at] + code[at + len(_ADDED_IMPORT):]
+            if rest.startswith(prelude):
+                return rest, ("nnsight",)
+        at = code.find(_ADDED_IMPORT, at + 1)
+    return code, ()
 
 
 def _optimized(plan: windows.Plan, active: Iterable[windows.Window], options: Options,
@@ -329,7 +361,7 @@ def _optimized(plan: windows.Plan, active: Iterable[windows.Window], options: Op
         if done is None:
             module = _window_module(plan, window, text, context)
             result = _run_module(module_text, options, filename, module, with_edits=False, results=mine)
-            code = result.code
+            code, _ = _without_added_import(result.code, prelude, text)
             edits = text_edits(text, code[len(prelude):]) if code.startswith(prelude) else []
             done = _Optimized(result, tuple(edits))
             if cache is not None:
@@ -359,10 +391,12 @@ def _pre_05(result: Result) -> bool:
     return any(f.pass_id in first and PRE_05_MESSAGE in f.message for f in result.findings)
 
 
-def _combined(source: str, code: str, results: list[_Placed], options: Options) -> Result:
-    """One result for the file from the results of its windows."""
+def _combined(source: str, code: str, results: list[_Placed], options: Options,
+              edits: list[Edit] | None = None) -> Result:
+    """One result for the file from the results of its windows (and ``edits`` of the file
+    beyond theirs)."""
     findings: list[Finding] = []
-    edits: list[Edit] = []
+    edits = list(edits or [])
     notes: list[str] = []
     unreturned: set[str] = set()
     introduced: set[str] = set()
@@ -380,7 +414,7 @@ def _combined(source: str, code: str, results: list[_Placed], options: Options) 
         code=code,
         findings=tuple(sorted(findings, key=lambda f: (f.range.start, f.pass_id))),
         costs=tuple(costs),
-        edits=tuple(edits) if code != source else (),
+        edits=tuple(sorted(edits, key=lambda e: e.range.start)) if code != source else (),
         assumptions=tuple(notes) or tuple(assumptions(options)),
         unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),
         introduced=tuple(sorted(introduced)) if code != source else (),

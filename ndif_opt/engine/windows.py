@@ -1105,8 +1105,50 @@ def _context_closure(name: str, chunks: list[Chunk], binder_of: dict[str, int], 
     return needed
 
 
+#: import_line's answer when the import is there already
+IMPORTED = -1
+
+
+def import_line(tree: ast.Module, name: str) -> int | None:
+    """Where ``syntax.rewrite.with_module_import`` puts `import name` in the module ``tree``
+    is parsed from: the line (0-based) it goes before, after the docstring and the imports
+    that open the file; :data:`IMPORTED` when one of those imports it already; None when
+    the line cannot be told from ``tree`` (it would go before the first statement, after
+    comments that libcst may keep in the module's header)."""
+    position = 0  # the end line of the last statement of the opening imports (1-based)
+    statements = tree.body
+    index = 0
+    while index < len(statements):
+        first = statements[index]
+        line = [first]  # the statements of one line (`import a; import b`): one to libcst
+        while index + len(line) < len(statements) and statements[index + len(line)].lineno == line[-1].end_lineno:
+            line.append(statements[index + len(line)])
+        if not isinstance(first, _SIMPLE_STATEMENTS):
+            break
+        if isinstance(first, ast.Import) and any(a.name == name and a.asname is None for a in first.names):
+            return IMPORTED
+        string = isinstance(first, ast.Expr) and type(first.value) in (ast.Constant, ast.JoinedStr)
+        if index == 0 and string and type(first.value) is ast.JoinedStr:
+            return None  # an f-string, or one concatenated with a string: libcst tells them apart
+        docstring = index == 0 and string and isinstance(first.value.value, (str, bytes))
+        if not (isinstance(first, (ast.Import, ast.ImportFrom)) or docstring):
+            break
+        position = max(s.end_lineno for s in line)
+        index += len(line)
+    if position:
+        return position
+    return 0 if statements and _first_line(statements[0]) == 1 else None
+
+
+#: The statements libcst keeps on a line of their own (a SimpleStatementLine): not compound ones.
+_SIMPLE_STATEMENTS = (
+    ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Import, ast.ImportFrom, ast.Pass, ast.Break,
+    ast.Continue, ast.Return, ast.Raise, ast.Assert, ast.Delete, ast.Global, ast.Nonlocal,
+)
+
+
 def _is_future_import(chunk: Chunk) -> bool:
     return any(isinstance(s, ast.ImportFrom) and s.module == "__future__" for s in chunk.statements)
 
 
-__all__ = ["Plan", "Window", "plan"]
+__all__ = ["IMPORTED", "Plan", "Window", "import_line", "plan"]
