@@ -326,6 +326,77 @@ def test_a_function_called_only_by_name_reads_globals_where_it_is_called():
     assert len(window_texts(lazy)) == 1  # a generator runs when it is consumed
 
 
+HELPER = textwrap.dedent('''\
+    def last_norm(prompt, layer, remote=True):
+        with model.trace(prompt, remote=remote):
+            hidden = model.transformer.h[layer].output[0].save()
+        return hidden[0, -1].norm().item()
+
+''')
+
+CALLS = textwrap.dedent('''\
+    norms_{i} = []
+    for layer in LAYERS:
+        norms_{i}.append(last_norm(PROMPT, layer))
+    print("norms", {i}, norms_{i})
+''')
+
+
+def test_a_shared_helper_does_not_tie_its_callers_into_one_window():
+    source = SETUP + HELPER + CALLS.format(i=0) + SWEEP.format(i=1) + CALLS.format(i=2)
+    plan = plan_of(source)
+    active = [w for w in plan.windows if w.active]
+    assert [plan.text(w.start, w.end).count("model.trace") for w in active] == [0, 1, 0]
+    assert ["def last_norm" in plan.prelude_text(w) for w in active] == [True, False, True]
+    windowed, whole = pipeline.run_pipeline(source, Options()), pipeline.whole_module(source, Options())
+    assert windowed.code == whole.code and windowed.code.count("model.session(") == 3
+    assert windowed.findings == whole.findings
+    # what the passes say about the helper, each window that calls it says: once, where it stands
+    helper_line = source.split("\n").index("        hidden = model.transformer.h[layer].output[0].save()")
+    assert [f.pass_id for f in windowed.findings if f.range.start.line == helper_line] == ["migrate-api"]
+    assert windowed.costs == optimize(source).costs and windowed.costs[0].before.requests == 12
+
+
+def test_a_helper_reading_what_experiments_change_is_not_shared():
+    changing = HELPER.replace("output[0].save()", "output[0].save()\n    CALLS_MADE.append(layer)")
+    source = SETUP + "CALLS_MADE = []\n" + changing + CALLS.format(i=0) + SWEEP.format(i=1) + CALLS.format(i=2)
+    assert len(window_texts(source)) == 1  # each call changes `CALLS_MADE`: one window, as before
+
+
+def test_after_an_edit_in_a_shared_helper_its_callers_run_again(monkeypatch):
+    source = SETUP + HELPER + CALLS.format(i=0) + SWEEP.format(i=1) + CALLS.format(i=2)
+    cache = pipeline.WindowCache()
+    optimize(source, cache=cache)
+    real, runs = pipeline._run_module, []
+    monkeypatch.setattr(pipeline, "_run_module", lambda text, *a, **k: runs.append(text) or real(text, *a, **k))
+    optimize(source.replace("norms_2 = []", "norms_2 = []  # an edit"), cache=cache)
+    assert len(runs) == 1  # the edited caller's window only
+    edited = source.replace("return hidden[0, -1]", "return hidden[0, 0]")
+    again = optimize(edited, cache=cache)
+    assert len(runs) == 3 and all("hidden[0, 0]" in text and "norms_" in text for text in runs[1:])
+    assert again.code == optimize(edited).code
+
+
+def test_a_shared_helper_every_caller_rewrites_alike_is_rewritten_once(monkeypatch):
+    # the sessions call it with remote=False: each window gives it a `remote` parameter
+    fixed = HELPER.replace("prompt, layer, remote=True", "prompt, layer").replace("remote=remote", "remote=True")
+    source = SETUP + fixed + CALLS.format(i=0) + SWEEP.format(i=1) + CALLS.format(i=2)
+    real, runs = pipeline._run_module, []
+    monkeypatch.setattr(pipeline, "_run_module", lambda text, *a, **k: runs.append(text) or real(text, *a, **k))
+    windowed = pipeline.run_pipeline(source, Options())
+    assert len(runs) == 3 and source not in runs
+    whole = pipeline.whole_module(source, Options())
+    assert windowed.code == whole.code and windowed.findings == whole.findings
+    assert windowed.code.count("def last_norm(prompt, layer, remote=True):") == 1
+    assert windowed.code.count("last_norm(PROMPT, layer, remote=False)") == 2
+    assert apply_edits(source, windowed.edits) == windowed.code
+    # a caller that leaves it as it is (one call: no session): the whole module decides
+    once = source.replace(CALLS.format(i=2), "single = last_norm(PROMPT, 0)\nprint(single)\n")
+    runs.clear()
+    result = pipeline.run_pipeline(once, Options())
+    assert runs[-1] == once and result.code == real(once, Options()).code
+
+
 STATS = textwrap.dedent('''\
     stats_{i} = defaultdict(list)
     for layer in LAYERS:

@@ -245,25 +245,51 @@ def _run_windows(plan: windows.Plan, source: str, options: Options, filename: st
         if done is None:
             return None  # a pass changed shared context, or the file is pre-0.5 nnsight
         placed[window.start] = done
+    helpers = _rewritten_helpers(plan, active, placed)
+    if helpers is None:
+        return None  # the windows that call a shared helper do not agree on what it becomes
+    edits: list[Edit] = []
     parts: list[str] = []
     position = 0
     for window in plan.windows:
         parts.append(plan.text(position, window.start))
-        parts.append(placed[window.start].code if window.active else plan.text(window.start, window.end))
+        text = plan.text(window.start, window.end)
+        new = placed[window.start].code if window.active else helpers.get(window.start, text)
+        parts.append(new)
+        if not window.active and new != text:
+            edits += [Edit(_shifted(e.range, window.start, window.start), e.new_text) for e in text_edits(text, new)]
         position = window.end
     parts.append(plan.text(position, len(plan.lines)))
     code = "".join(parts)
     imported = sorted({name for done in placed.values() for name in done.imports})
-    edits: list[Edit] = []
     if imported:
         line = windows.import_line(tree, imported[0]) if tree is not None and len(imported) == 1 else None
         if line is None or (line != windows.IMPORTED and any(w.active and w.start < line for w in plan.windows)):
             return None  # where the whole file's run would put it is not known
         if line != windows.IMPORTED:  # (no window before the line: the text up to it is the source's)
-            edits.append(Edit(Range(Position(line, 0), Position(line, 0)), f"import {imported[0]}\n"))
+            statement = f"import {imported[0]}\n"
+            edits.append(Edit(Range(Position(line, 0), Position(line, 0)), statement))
             at = len(plan.text(0, line))
-            code = code[:at] + edits[0].new_text + code[at:]
+            code = code[:at] + statement + code[at:]
     return _combined(source, code, list(placed.values()), options, edits)
+
+
+def _rewritten_helpers(plan: windows.Plan, active: list[windows.Window],
+                       placed: dict[int, _Placed]) -> dict[int, str] | None:
+    """The new text of each shared helper the passes rewrote, by its first line: what every
+    window that calls it made of it (as the whole file's run makes it once); None when
+    they do not agree (one left it as it was, or two rewrote it differently)."""
+    versions: dict[int, set[str]] = {}
+    for window in active:
+        for index in window.helpers:
+            versions.setdefault(index, set()).add(placed[window.start].rewritten.get(index, ""))
+    rewritten = {}
+    for index, texts in versions.items():
+        if texts != {""}:
+            if len(texts) > 1:
+                return None
+            rewritten[plan.chunks[index].start] = texts.pop()
+    return rewritten
 
 
 @dataclass(frozen=True)
@@ -288,6 +314,8 @@ class _Placed:
     introduced: tuple[str, ...]
     passes: tuple[str, ...]  # of its per-pass costs
     costs: tuple[int | float, ...]  # each pass's cost before, then after, field by field
+    helpers: tuple[tuple[int, int], ...] = ()  # the file's lines of the shared helpers the window calls
+    rewritten: dict[int, str] = dataclasses.field(default_factory=dict)  # a shared helper's chunk -> its new text
 
 
 def _placed_all(plan: windows.Plan, active: Iterable[windows.Window], options: Options,
@@ -308,20 +336,30 @@ def _placed(plan: windows.Plan, window: windows.Window, done: _Optimized) -> _Pl
     prelude = plan.prelude_text(window)
     result = done.result
     code, imports = _without_added_import(result.code, prelude, plan.text(window.start, window.end))
-    if not code.startswith(prelude) or _pre_05(result):
+    cut = plan.after_prelude(window, code)
+    if cut is None or _pre_05(result):
         return None
     start = window.start
     shift = start - prelude.count("\n")
+    helpers = plan.helper_lines(window)
+
+    def moved(rng: Range) -> Range:
+        for first, end, at in helpers:  # in a shared helper: where it stands in the file
+            if first <= rng.start.line < end:
+                return _shifted(rng, at - first, at)
+        return _shifted(rng, shift, start)
+
     return _Placed(
-        code[len(prelude):],
+        cut[0],
         imports,
-        tuple(finding.with_range(_shifted(finding.range, shift, start),
-                                 tuple(_shifted(u, shift, start) for u in finding.uses) if finding.uses else None)
+        tuple(finding.with_range(moved(finding.range), tuple(map(moved, finding.uses)) if finding.uses else None)
               for finding in result.findings),
         tuple(Edit(_shifted(edit.range, start, start), edit.new_text) for edit in done.edits),
         result.assumptions, result.unreturned, result.introduced,
         tuple(cost.pass_id for cost in result.costs),
         tuple(field for cost in result.costs for field in (*_fields_of(cost.before), *_fields_of(cost.after))),
+        tuple((at, at + end - first) for first, end, at in helpers),
+        cut[1],
     )
 
 
@@ -335,11 +373,9 @@ def _without_added_import(code: str, prelude: str, text: str) -> tuple[str, tupl
     window's own text, which follows the prelude in its module."""
     original = prelude + text
     at = code.find(_ADDED_IMPORT)
-    while 0 <= at <= len(prelude):
+    while 0 <= at <= len(prelude) and code.startswith(original[:at]):  # (the code before it is as it was)
         if (at == 0 or code[at - 1] == "\n") and not original.startswith(_ADDED_IMPORT, at):
-            rest = code[:at] + code[at + len(_ADDED_IMPORT):]
-            if rest.startswith(prelude):
-                return rest, ("nnsight",)
+            return code[:at] + code[at + len(_ADDED_IMPORT):], ("nnsight",)
         at = code.find(_ADDED_IMPORT, at + 1)
     return code, ()
 
@@ -361,8 +397,8 @@ def _optimized(plan: windows.Plan, active: Iterable[windows.Window], options: Op
         if done is None:
             module = _window_module(plan, window, text, context)
             result = _run_module(module_text, options, filename, module, with_edits=False, results=mine)
-            code, _ = _without_added_import(result.code, prelude, text)
-            edits = text_edits(text, code[len(prelude):]) if code.startswith(prelude) else []
+            cut = plan.after_prelude(window, _without_added_import(result.code, prelude, text)[0])
+            edits = text_edits(text, cut[0]) if cut is not None else []
             done = _Optimized(result, tuple(edits))
             if cache is not None:
                 cache.put(key, options, done)
@@ -400,8 +436,14 @@ def _combined(source: str, code: str, results: list[_Placed], options: Options,
     notes: list[str] = []
     unreturned: set[str] = set()
     introduced: set[str] = set()
+    in_helpers: set[Finding] = set()  # every window that calls a shared helper says the same of it: once
     for done in results:
-        findings.extend(done.findings)
+        for finding in done.findings:
+            if any(first <= finding.range.start.line < end for first, end in done.helpers):
+                if finding in in_helpers:
+                    continue
+                in_helpers.add(finding)
+            findings.append(finding)
         edits.extend(done.edits)
         notes.extend(n for n in done.assumptions if n not in notes)
         unreturned.update(done.unreturned)

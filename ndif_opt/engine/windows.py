@@ -8,15 +8,20 @@ This module cuts the top level of a module into
 * **context** chunks: definitions that every experiment may read and none changes —
   imports, functions and classes without nnsight code that read only context, and
   names bound exactly once, never mutated, with no nnsight code;
+* **shared helpers**: a function with nnsight code (a remote trace) that experiments
+  call by name and that reads only context: read like context, so calling it does not
+  tie its callers into one window;
 * **windows**: maximal contiguous runs of the other chunks that are linked by def-use.
   Two chunks are linked when one reads a name whose value may come from the other (the
   reaching bindings of a top-level read, back to the nearest binding that certainly
-  happens), or when a function defined in one reads or declares ``global`` a name the
-  other binds (a function runs when called, so every binding counts).
+  happens: one an nnsight block makes without saving it may not), or when a function
+  defined in one reads or declares ``global`` a name the other binds (a function runs
+  when called, so every binding counts).
 
-Each window is optimized as a module of its own: the context it reads (its *prelude*),
-then the window's text. Nothing outside a window reads a value the window binds, so
-what the passes decide about liveness inside the window holds for the whole file.
+Each window is optimized as a module of its own: the context and shared helpers it reads
+(its *prelude*), then the window's text. Nothing outside a window reads a value the
+window binds, so what the passes decide about liveness inside the window holds for the
+whole file.
 
 The analysis is on :mod:`ast` (fast) and conservative: a construct it does not model
 makes its names read and bound; when the plan is in doubt (star imports, ``exec``,
@@ -79,6 +84,7 @@ class Window:
     end: int  # one past the last line
     prelude: tuple[int, ...]  # indices of context chunks, in source order
     active: bool = True  # has nnsight code the passes could change
+    helpers: tuple[int, ...] = ()  # those of the prelude that are shared helpers
 
 
 @dataclass(frozen=True)
@@ -101,11 +107,62 @@ class Plan:
         return "".join(self.lines[start:end])
 
     def prelude_text(self, window: Window) -> str:
+        return "".join(self._prelude_parts(window))
+
+    def helper_lines(self, window: Window) -> list[tuple[int, int, int]]:
+        """Where the shared helpers of the window's prelude stand: (first line, end line)
+        in the window's module, and the first line in the source, for each."""
+        found, line = [], 0
+        for index, text in zip(window.prelude, self._prelude_parts(window)):
+            lines = text.count("\n")
+            if index in window.helpers:
+                found.append((line, line + lines, self.chunks[index].start))
+            line += lines
+        return found
+
+    def after_prelude(self, window: Window, code: str) -> tuple[str, dict[int, str]] | None:
+        """The new code of the window's module (its prelude, then its text) cut after the
+        prelude: the window's new text, and the new text of each shared helper of the
+        prelude the passes rewrote (session-hoisting gives one a `remote` parameter for the
+        session's calls), by chunk index. None when they changed other context, or the
+        code does not show where a rewritten helper ends."""
+        parts = self._prelude_parts(window)
+        prelude = "".join(parts)
+        if code.startswith(prelude):
+            return code[len(prelude):], {}
+        if not window.helpers:
+            return None
+        try:
+            statements = ast.parse(code).body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        line_ends = [at + 1 for at, char in enumerate(code) if char == "\n"]  # offset after each line
+        offset, count, rewritten = 0, 0, {}
+        for index, part in zip(window.prelude, parts):
+            chunk = self.chunks[index]
+            if index in window.helpers:
+                new = statements[count] if count < len(statements) else None
+                old = chunk.statements[0]
+                if type(new) is not type(old) or new.name != old.name or old.end_lineno != chunk.end \
+                        or len(line_ends) < new.end_lineno:
+                    return None  # (a helper chunk ends where its `def` does, unless it ends the file)
+                end = line_ends[new.end_lineno - 1]
+                if code[offset:end] != part:
+                    rewritten[index] = code[offset:end]
+                offset = end
+            elif code.startswith(part, offset):
+                offset += len(part)
+            else:
+                return None
+            count += len(chunk.statements)
+        return code[offset:], rewritten
+
+    def _prelude_parts(self, window: Window) -> list[str]:
         parts = []
         for index in window.prelude:
             text = self.chunks[index].text
             parts.append(text if text.endswith(("\n", "\r")) else text + "\n")
-        return "".join(parts)
+        return parts
 
 
 def plan(source: str, tree: ast.Module) -> Plan | None:
@@ -130,11 +187,17 @@ def plan(source: str, tree: ast.Module) -> Plan | None:
     models = set().union(*(c.receivers for c in chunks))
     for chunk in chunks:
         chunk.mutated |= chunk.mutated_in_blocks - models
-    _attach_calls(chunks)
+    free_of = _attach_calls(chunks)
     context, is_context = _context(chunks, shaped)
-    groups = _link(chunks, context, is_context)
-    groups = _link_adjacent_experiments(chunks, is_context, groups)
-    windows = _windows(chunks, is_context, groups, context)
+    helpers = _shared_helpers(chunks, context, is_context, free_of)
+    while True:
+        groups = _link(chunks, context | helpers.keys(), is_context)
+        groups = _link_adjacent_experiments(chunks, is_context, groups, set(helpers.values()))
+        windows = _windows(chunks, is_context, groups, context, helpers)
+        alone = {name: index for name, index in helpers.items() if _has_own_window(chunks[index], windows)}
+        if alone == helpers:
+            break
+        helpers = alone  # one linked with other code by what it binds or where it stands: as before
     if len(windows) < 2:
         return None
     return Plan(lines, tuple(chunks), tuple(windows))
@@ -392,10 +455,11 @@ def _use(chunk: Chunk, current: ast.AST, inside: bool, in_body: bool,
     stacks[inside, later].extend(_children(current))
 
 
-def _attach_calls(chunks: list[Chunk]) -> None:
+def _attach_calls(chunks: list[Chunk]) -> dict[str, set[str]]:
     """A function only ever called by name from top-level code reads its globals where it
     is called: those reads become the caller's. Any other use (passed as a value, called
-    from another function, decorated, bound twice) and they count wherever it could run."""
+    from another function, decorated, bound twice) and they count wherever it could run.
+    Returns the free names of the functions of the first kind, by name."""
     defined: dict[str, int] = {}
     for chunk in chunks:
         for name in chunk.may_bind:
@@ -411,6 +475,7 @@ def _attach_calls(chunks: list[Chunk]) -> None:
     for chunk in chunks:
         for name in chunk.called & free_of.keys():
             chunk.reads |= free_of[name]
+    return free_of
 
 
 def _note_remote_argument(chunk: Chunk, call: ast.Call) -> None:
@@ -948,6 +1013,37 @@ def _is_context_chunk(chunk: Chunk, context: set[str]) -> bool:
     return _is_setup_chunk(chunk, context) and bool(chunk.mutated)
 
 
+# -- shared helpers ---------------------------------------------------------------------------
+
+
+def _shared_helpers(chunks: list[Chunk], context: set[str], is_context: list[bool],
+                    free_of: dict[str, set[str]]) -> dict[str, int]:
+    """Functions with nnsight code that many experiments call, by name, with the index of
+    their chunk: a chunk that is one undecorated ``def``, called, and only ever by name from
+    top-level code, reading nothing but context (when it is defined and when it runs),
+    declaring nothing ``global``. Its callers read it as they read context: it opens the
+    prelude of each window that mentions it, so calling it does not tie the callers into
+    one window. The passes see it there, with its calls; what they say about it is said
+    where it stands, once, and a window whose prelude they changed is redone with the
+    whole module (as for any context)."""
+    helpers = {}
+    called = set().union(*(c.called for c in chunks))
+    for index, chunk in enumerate(chunks):
+        if is_context[index] or not chunk.nnsight or len(chunk.statements) != 1 or len(chunk.functions) != 1:
+            continue
+        (name, free), = chunk.functions.items()
+        if free_of.get(name) is not free or name not in called or chunk.globals_ or chunk.deferred:
+            continue
+        if (free | chunk.reads) - _BUILTINS <= context and not chunk.mutated - context:
+            helpers[name] = index
+    return helpers
+
+
+def _has_own_window(chunk: Chunk, windows: list[Window]) -> bool:
+    """Is the chunk a window of its own (not part of a longer one)?"""
+    return any(w.start == chunk.start and w.end == chunk.end for w in windows)
+
+
 # -- linking ----------------------------------------------------------------------------------
 
 
@@ -1001,11 +1097,13 @@ _CLIENT_EFFECT = re.compile(
 )
 
 
-def _link_adjacent_experiments(chunks: list[Chunk], is_context: list[bool], groups: list[int]) -> list[int]:
+def _link_adjacent_experiments(chunks: list[Chunk], is_context: list[bool], groups: list[int],
+                               helpers: set[int] = frozenset()) -> list[int]:
     """Experiments in a row on the same model, with nothing in or between them that acts
     on the user's machine, are one window: session-hoisting makes them one session, as
     it does when it sees the whole file. (The passes treat a window's edges as the edges
-    of the file, so what links here decides what may become one request.)"""
+    of the file, so what links here decides what may become one request.) A shared
+    helper (``helpers``: chunk indices) is not an experiment: it links nothing."""
     parent: dict[int, int] = {}
 
     def find(group: int) -> int:
@@ -1018,7 +1116,7 @@ def _link_adjacent_experiments(chunks: list[Chunk], is_context: list[bool], grou
         if is_context[index] or _CLIENT_EFFECT.search(chunk.text):
             previous = None
             continue
-        if not chunk.active:
+        if not chunk.active or index in helpers:
             continue
         if previous is not None and chunk.receivers & chunks[previous].receivers:
             parent[find(groups[index])] = find(groups[previous])
@@ -1039,8 +1137,11 @@ def _touchers(chunks: list[Chunk], context: set[str], is_context: list[bool]) ->
     return touchers
 
 
-def _windows(chunks: list[Chunk], is_context: list[bool], groups: list[int], context: set[str]) -> list[Window]:
-    """Contiguous spans of linked chunks; context chunks between them stay where they are."""
+def _windows(chunks: list[Chunk], is_context: list[bool], groups: list[int], context: set[str],
+             helpers: dict[str, int] | None = None) -> list[Window]:
+    """Contiguous spans of linked chunks; context chunks between them stay where they are.
+    A window's prelude holds the context it reads and the shared helpers (``helpers``) it
+    mentions, with the context they read."""
     spans: dict[int, list[int]] = {}
     for index, group in enumerate(groups):
         if not is_context[index]:
@@ -1062,13 +1163,20 @@ def _windows(chunks: list[Chunk], is_context: list[bool], groups: list[int], con
     windows = []
     closures: dict[str, set[str]] = {}
     for first, last in merged:
-        needed = _needed_context(chunks[first:last + 1], chunks, binder_of, context, closures)
-        prelude = set(futures)
+        inside = chunks[first:last + 1]
+        called = [i for name, i in (helpers or {}).items() if not first <= i <= last
+                  and any(name in c.names or name in c.deferred for c in inside)]
+        needed = _needed_context(inside + [chunks[i] for i in called], chunks, binder_of, context, closures)
+        prelude = set(futures) | set(called)
         for name in needed:
             prelude.add(binder_of[name])
         prelude |= {i for i in setups if i < first and chunks[i].mutated & needed}
-        active = any(c.active for c in chunks[first:last + 1])
-        windows.append(Window(chunks[first].start, chunks[last].end, tuple(sorted(prelude)), active))
+        if first == last and first in (helpers or {}).values():
+            active = False  # a shared helper: the windows that call it optimize it
+        else:
+            active = bool(called) or any(c.active for c in inside)  # (a helper's call sends requests)
+        windows.append(Window(chunks[first].start, chunks[last].end, tuple(sorted(prelude)), active,
+                              tuple(sorted(called))))
     return windows
 
 
