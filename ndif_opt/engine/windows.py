@@ -32,6 +32,7 @@ about) there is one window.
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 import re
 from dataclasses import dataclass, field
@@ -100,7 +101,9 @@ class Plan:
 
     def names_in(self, window: "Window") -> frozenset[str]:
         """Every identifier of the window's chunks and of its prelude."""
-        inside = [c for c in self.chunks if window.start <= c.start and c.end <= window.end]
+        first = bisect.bisect_left(self.chunks, window.start, key=lambda c: c.start)  # (chunks in source order)
+        last = bisect.bisect_left(self.chunks, window.end, key=lambda c: c.start)
+        inside = self.chunks[first:last]
         return frozenset().union(*(c.names for c in inside), *(self.chunks[i].names for i in window.prelude))
 
     def text(self, start: int, end: int) -> str:
