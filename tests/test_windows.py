@@ -361,6 +361,9 @@ def test_a_helper_reading_what_experiments_change_is_not_shared():
     changing = HELPER.replace("output[0].save()", "output[0].save()\n    CALLS_MADE.append(layer)")
     source = SETUP + "CALLS_MADE = []\n" + changing + CALLS.format(i=0) + SWEEP.format(i=1) + CALLS.format(i=2)
     assert len(window_texts(source)) == 1  # each call changes `CALLS_MADE`: one window, as before
+    rebinding = SETUP + HELPER + "def swap():\n    global last_norm\n    last_norm = len\n\n" + \
+        CALLS.format(i=0) + SWEEP.format(i=1) + CALLS.format(i=2)
+    assert len(window_texts(rebinding)) == 1  # `swap()` could make it another function
 
 
 def test_after_an_edit_in_a_shared_helper_its_callers_run_again(monkeypatch):

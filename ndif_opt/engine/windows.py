@@ -139,7 +139,7 @@ class Plan:
             statements = ast.parse(code).body
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
-        line_ends = [at + 1 for at, char in enumerate(code) if char == "\n"]  # offset after each line
+        line_ends = [match.end() for match in re.finditer("\n", code)]  # the offset after each line
         offset, count, rewritten = 0, 0, {}
         for index, part in zip(window.prelude, parts):
             chunk = self.chunks[index]
@@ -1031,13 +1031,16 @@ def _shared_helpers(chunks: list[Chunk], context: set[str], is_context: list[boo
     whole module (as for any context)."""
     helpers = {}
     called = set().union(*(c.called for c in chunks))
+    global_names = set().union(*(c.globals_ for c in chunks))  # (a function may bind it again)
     for index, chunk in enumerate(chunks):
         if is_context[index] or not chunk.nnsight or len(chunk.statements) != 1 or len(chunk.functions) != 1:
             continue
         (name, free), = chunk.functions.items()
-        if free_of.get(name) is not free or name not in called or chunk.globals_ or chunk.deferred:
+        if free_of.get(name) is not free or name not in called or name in global_names:
             continue
-        if (free | chunk.reads) - _BUILTINS <= context and not chunk.mutated - context:
+        # it reads only context and changes nothing of the module's (what it changes in place
+        # would not be context: no chunk but a setup of context changes context)
+        if (free | chunk.reads) - _BUILTINS <= context and not (chunk.mutated or chunk.globals_ or chunk.deferred):
             helpers[name] = index
     return helpers
 
@@ -1167,19 +1170,19 @@ def _windows(chunks: list[Chunk], is_context: list[bool], groups: list[int], con
     closures: dict[str, set[str]] = {}
     for first, last in merged:
         inside = chunks[first:last + 1]
-        called = [i for name, i in (helpers or {}).items() if not first <= i <= last
-                  and any(name in c.names or name in c.deferred for c in inside)]
-        needed = _needed_context(inside + [chunks[i] for i in called], chunks, binder_of, context, closures)
-        prelude = set(futures) | set(called)
+        read = [i for name, i in (helpers or {}).items() if not first <= i <= last
+                and any(name in c.names or name in c.deferred for c in inside)]  # the shared helpers it reads
+        needed = _needed_context(inside + [chunks[i] for i in read], chunks, binder_of, context, closures)
+        prelude = set(futures) | set(read)
         for name in needed:
             prelude.add(binder_of[name])
         prelude |= {i for i in setups if i < first and chunks[i].mutated & needed}
         if first == last and first in (helpers or {}).values():
             active = False  # a shared helper: the windows that call it optimize it
         else:
-            active = bool(called) or any(c.active for c in inside)  # (a helper's call sends requests)
+            active = bool(read) or any(c.active for c in inside)  # (a helper's call sends requests)
         windows.append(Window(chunks[first].start, chunks[last].end, tuple(sorted(prelude)), active,
-                              tuple(sorted(called))))
+                              tuple(sorted(read))))
     return windows
 
 
