@@ -489,6 +489,8 @@ def _summed_all(rows: list[tuple[tuple[str, ...], tuple]]) -> list[PassCost]:
 def _column_sum(values: tuple) -> int | float | UnknownDownloads:
     """The values added up one after another, each sum rounded like ``_add``'s (so the
     file's costs are what adding its windows' costs pass by pass gives)."""
+    if type(values[0]) is UnknownDownloads:
+        return UnknownDownloads.total(values)  # (not rounded: a multiset)
     total = values[0]
     for value in values[1:]:
         total = _round(total + value)
