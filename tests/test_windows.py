@@ -111,6 +111,10 @@ def test_a_name_a_block_binds_without_saving_it_may_keep_its_value_from_before()
     saved = source.replace('pattern = "transformer.h"', 'pattern = nnsight.save("transformer.h")')
     texts = window_texts(saved)  # saved: the block binds it for sure
     assert len(texts) == 2 and 'pattern = "unknown"' not in texts[1]
+    invoked = saved.replace('"unknown"\nwith model.trace(PROMPT, remote=True):\n',
+                            '"unknown"\nwith model.trace(remote=True) as tracer:\n  with tracer.invoke(PROMPT):\n')
+    texts = window_texts(invoked)  # (in an invoke of the block too)
+    assert len(texts) == 2 and 'pattern = "unknown"' not in texts[1] and "tracer.invoke" in texts[1]
 
 
 def test_a_function_reading_a_global_joins_every_binding_once_it_escapes():

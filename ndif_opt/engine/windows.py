@@ -653,18 +653,25 @@ class _Flow:
 
 
 def _saved_in(body: list[ast.stmt]) -> set[str]:
-    """The names that statements of ``body`` bind to a saved value: `x = ....save()`,
-    `x = nnsight.save(...)`."""
-    saved = set()
+    """The names that statements of ``body`` (blocks nested in it included) bind to a saved
+    value only: `x = ....save()`, `x = nnsight.save(...)`, and no other binding of `x`."""
+    saved: set[str] = set()
+    targets: set[int] = set()  # the names those statements bind
+    stores: set[str] = set()  # names bound otherwise
     for stmt in body:
-        if type(stmt) is _Assign and len(stmt.targets) == 1 and type(stmt.targets[0]) is _Name:
-            value = stmt.value
-            if type(value) is _Call and (
-                (type(value.func) is _Attribute and value.func.attr == "save")
-                or (type(value.func) is _Name and value.func.id == "save")
-            ):
-                saved.add(stmt.targets[0].id)
-    return saved
+        for node in ast.walk(stmt):
+            kind = type(node)
+            if kind is _Assign and len(node.targets) == 1 and type(node.targets[0]) is _Name \
+                    and type(node.value) is _Call and _is_save(node.value.func):
+                saved.add(node.targets[0].id)
+                targets.add(id(node.targets[0]))
+            elif kind is _Name and type(node.ctx) is not _Load and id(node) not in targets:
+                stores.add(node.id)
+    return saved - stores
+
+
+def _is_save(func: ast.AST) -> bool:
+    return (type(func) is _Attribute and func.attr == "save") or (type(func) is _Name and func.id == "save")
 
 
 def _as_load(target: ast.AST) -> ast.AST:
