@@ -25,6 +25,9 @@ tests/generators.py ``realistic_script``) within 3x a bare parse end to end; the
 re-optimization of it after a one-line edit, in one process with the document's
 ``WindowCache`` (as the editor server calls ``optimize``), within 50 ms; the 5,000-line
 realistic script within 12x the 500-line time (measured in turn, as dense-20k/5k is).
+Issue 35 adds: the editor's re-run after an edit inside the helper every experiment calls
+(``editor-500-helper``: every window calling it runs again) within 3x a parse, and dense-5k
+within 2.5x a parse.
 
     python benchmarks/bench.py --only realistic-500,realistic-5k,editor-500,cells-200,example
 """
@@ -50,8 +53,10 @@ PYTHON = sys.executable
 #: the larger input whose worker also runs the smaller one in turn: how time grows with size
 GROWTH = {"dense-20k": "dense-5k", "realistic-5k": "realistic-500"}
 #: where the editor rows edit one line of realistic-500: a print in the middle of the
-#: file, and one in its last experiment
-EDIT_AT = {"editor-500": 0.5, "editor-500-end": 0.95}
+#: file, one in its last experiment (a fraction of the file: the first print from there),
+#: and a line of `residual_norm`, the helper with a remote trace that sections call (text
+#: the line starts with)
+EDIT_AT = {"editor-500": "0.5", "editor-500-end": "0.95", "editor-500-helper": "return hidden[0, -1]"}
 
 
 # -- the worker: one input, measured in its own process ---------------------------------------
@@ -102,13 +107,14 @@ def _worker(path: str, repeat: int, smaller: str | None = None) -> None:
           flush=True)
 
 
-def _editor_worker(path: str, repeat: int, at: float) -> None:
+def _editor_worker(path: str, repeat: int, at: str) -> None:
     """The editor's re-run after a one-line edit: the document is optimized once with a
     ``WindowCache`` (as the editor server does when it opens it), then ``repeat`` times
     after a one-line edit, each a new one (its window is not in the cache; every other
     window is), in this process, with the editor server's settings (ndif_opt/frontends/lsp.py:
     fewer collections, none paused). The edited line is the first ``print(`` line from
-    ``at`` (a fraction of the file) on: a comment appended to it."""
+    ``at`` (a fraction of the file) on, or the first line that starts with ``at`` (other
+    text): a comment appended to it."""
     import libcst
 
     from ndif_opt import optimize
@@ -124,7 +130,10 @@ def _editor_worker(path: str, repeat: int, at: float) -> None:
     options = Options()  # the editor's options for a file without a pyproject.toml
     cache = WindowCache()
     opened = _timed_call(lambda: optimize(source, filename=path, options=options, cache=cache))
-    edited = next(i for i in range(int(len(lines) * at), len(lines)) if lines[i].lstrip().startswith("print("))
+    if at.replace(".", "", 1).isdigit():
+        edited = next(i for i in range(int(len(lines) * float(at)), len(lines)) if lines[i].lstrip().startswith("print("))
+    else:
+        edited = next(i for i, line in enumerate(lines) if line.lstrip().startswith(at))
     parses, reruns = [], []
     for n in range(repeat):
         text = "".join(lines[:edited] + [lines[edited].rstrip("\n") + f"  # edit {n}\n"] + lines[edited + 1:])
@@ -135,7 +144,7 @@ def _editor_worker(path: str, repeat: int, at: float) -> None:
 
 
 def measure(path: Path, timeout: float, repeat: int = 5, smaller: Path | None = None,
-            edit_at: float | None = None) -> dict:
+            edit_at: str | None = None) -> dict:
     """Run the worker on ``path`` (and ``smaller`` in turn; with ``edit_at``, the editor's
     re-run after a one-line edit there); partial results survive a timeout."""
     started = time.perf_counter()
@@ -143,7 +152,7 @@ def measure(path: Path, timeout: float, repeat: int = 5, smaller: Path | None = 
         done = subprocess.run(
             [PYTHON, __file__, "--worker", str(path), "--repeat", str(repeat),
              *(["--smaller", str(smaller)] if smaller else []),
-             *(["--edit-at", str(edit_at)] if edit_at is not None else [])],
+             *(["--edit-at", edit_at] if edit_at is not None else [])],
             capture_output=True, text=True, timeout=timeout,
         )
         out, timed_out = done.stdout, False
@@ -416,7 +425,7 @@ def main() -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--repeat", type=int, default=5, help=argparse.SUPPRESS)
     parser.add_argument("--smaller", help=argparse.SUPPRESS)
-    parser.add_argument("--edit-at", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--edit-at", help=argparse.SUPPRESS)
     parser.add_argument("--directory-worker", help=argparse.SUPPRESS)
     parser.add_argument("--jobs", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="inputs 10x smaller")
@@ -508,7 +517,7 @@ def _targets(rows: dict) -> None:
     # only reported: issue 7 held dense-5k and dense-20k to 2.5x the parse by sharing their
     # windows out over the cores; issue 21 keeps speed code only where it pays at the
     # sizes users have (500 lines, the editor), and single-file forking did not
-    for name in ("dense-5k", "dense-20k", "dense-200", "cells-200", "mostly-plain-5k"):
+    for name in ("dense-20k", "dense-200", "cells-200", "mostly-plain-5k"):
         if name in rows and rows[name].get("parse"):
             t = tool(name)
             ratio = t / rows[name]["parse"] if t else None
@@ -522,8 +531,14 @@ def _targets(rows: dict) -> None:
         ratio = tool("realistic-500") / rows["realistic-500"]["parse"]
         checks.append(("realistic-500: pipeline <= 3x parse", ratio <= 3, f"{ratio:.1f}x"))
     for name in EDIT_AT:
-        if tool(name) is not None:
+        if tool(name) is not None and name.endswith("-helper"):  # issue 35: every caller runs again
+            ratio = tool(name) / rows[name]["parse"]
+            checks.append((f"{name}: re-run <= 3x parse", ratio <= 3, f"{_fmt_time(tool(name))}, {ratio:.1f}x"))
+        elif tool(name) is not None:
             checks.append((f"{name}: re-run after edit <= 50 ms", tool(name) <= 0.050, _fmt_time(tool(name))))
+    if tool("dense-5k") and rows["dense-5k"].get("parse"):  # issue 35
+        ratio = tool("dense-5k") / rows["dense-5k"]["parse"]
+        checks.append(("dense-5k: pipeline <= 2.5x parse", ratio <= 2.5, f"{ratio:.1f}x"))
     smaller = rows.get("realistic-5k", {}).get("tool_smaller")
     if tool("realistic-5k") and smaller:
         growth = tool("realistic-5k") / smaller

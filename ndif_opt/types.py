@@ -9,7 +9,7 @@ them, with an exclusive end.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
@@ -162,6 +162,22 @@ class UnknownDownloads:
         merged = dict(self.counts)
         for value, n in other.counts:
             merged[value] = merged.get(value, 0) + sign * n
+        return UnknownDownloads.of(merged)
+
+    @staticmethod
+    def total(items: Sequence[UnknownDownloads]) -> UnknownDownloads:
+        """``items[0] + items[1] + ...``, with the multiset sorted once at the end instead of
+        after each sum (the windows of a long file add up hundreds)."""
+        first, rest = items[0], [item for item in items[1:] if item.counts]
+        if not rest:
+            return first  # (each sum with nothing to add is its left side)
+        merged = {value: n for value, n in first.counts if n}
+        for item in rest:
+            for value, n in item.counts:
+                merged[value] = merged.get(value, 0) + n
+            for value, _ in item.counts:  # what each sum's `of` leaves out: a count of 0
+                if value in merged and not merged[value]:
+                    del merged[value]
         return UnknownDownloads.of(merged)
 
     @property

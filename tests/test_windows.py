@@ -15,6 +15,7 @@ import re
 import textwrap
 from pathlib import Path
 
+import libcst as cst
 import pytest
 from generators import HEADER, dense_nnsight_script
 from hypothesis import given, settings
@@ -93,6 +94,27 @@ def test_a_read_that_may_see_an_earlier_binding_joins():
     ''')
     texts = window_texts(source)
     assert len(texts) == 2 and texts[1].count("hidden") == 3 and "acts_0" not in texts[1]
+
+
+def test_a_name_a_block_binds_without_saving_it_may_keep_its_value_from_before():
+    # nnsight 0.5+ sends back only saved values: after the block `pattern` is "unknown",
+    # which nnsight-05-failures must see to judge its fix (it changes what the script prints)
+    source = SETUP + SWEEP.format(i=0) + textwrap.dedent('''\
+        pattern = "unknown"
+        with model.trace(PROMPT, remote=True):
+            hidden = model.transformer.h[0].output.save()
+            pattern = "transformer.h"
+        print(pattern, hidden.shape)
+    ''')
+    texts = window_texts(source)
+    assert len(texts) == 2 and 'pattern = "unknown"' in texts[1]
+    saved = source.replace('pattern = "transformer.h"', 'pattern = nnsight.save("transformer.h")')
+    texts = window_texts(saved)  # saved: the block binds it for sure
+    assert len(texts) == 2 and 'pattern = "unknown"' not in texts[1]
+    invoked = saved.replace('"unknown"\nwith model.trace(PROMPT, remote=True):\n',
+                            '"unknown"\nwith model.trace(remote=True) as tracer:\n  with tracer.invoke(PROMPT):\n')
+    texts = window_texts(invoked)  # (in an invoke of the block too)
+    assert len(texts) == 2 and 'pattern = "unknown"' not in texts[1] and "tracer.invoke" in texts[1]
 
 
 def test_a_function_reading_a_global_joins_every_binding_once_it_escapes():
@@ -306,6 +328,127 @@ def test_a_function_called_only_by_name_reads_globals_where_it_is_called():
     assert len(window_texts(escaping)) == 1  # passed as a value: it could run anywhere
     lazy = source.replace("first = last_hidden(PROMPT)", "first = (last_hidden(p) for p in [PROMPT])")
     assert len(window_texts(lazy)) == 1  # a generator runs when it is consumed
+
+
+HELPER = textwrap.dedent('''\
+    def last_norm(prompt, layer, remote=True):
+        with model.trace(prompt, remote=remote):
+            hidden = model.transformer.h[layer].output[0].save()
+        return hidden[0, -1].norm().item()
+
+''')
+
+CALLS = textwrap.dedent('''\
+    norms_{i} = []
+    for layer in LAYERS:
+        norms_{i}.append(last_norm(PROMPT, layer))
+    print("norms", {i}, norms_{i})
+''')
+
+
+def test_a_shared_helper_does_not_tie_its_callers_into_one_window():
+    source = SETUP + HELPER + CALLS.format(i=0) + SWEEP.format(i=1) + CALLS.format(i=2)
+    plan = plan_of(source)
+    active = [w for w in plan.windows if w.active]
+    assert [plan.text(w.start, w.end).count("model.trace") for w in active] == [0, 1, 0]
+    assert ["def last_norm" in plan.prelude_text(w) for w in active] == [True, False, True]
+    windowed, whole = pipeline.run_pipeline(source, Options()), pipeline.whole_module(source, Options())
+    assert windowed.code == whole.code and windowed.code.count("model.session(") == 3
+    assert windowed.findings == whole.findings
+    # what the passes say about the helper, each window that calls it says: once, where it stands
+    helper_line = source.split("\n").index("        hidden = model.transformer.h[layer].output[0].save()")
+    assert [f.pass_id for f in windowed.findings if f.range.start.line == helper_line] == ["migrate-api"]
+    assert windowed.costs == optimize(source).costs and windowed.costs[0].before.requests == 12
+
+
+def test_a_helper_reading_what_experiments_change_is_not_shared():
+    changing = HELPER.replace("output[0].save()", "output[0].save()\n    CALLS_MADE.append(layer)")
+    source = SETUP + "CALLS_MADE = []\n" + changing + CALLS.format(i=0) + SWEEP.format(i=1) + CALLS.format(i=2)
+    assert len(window_texts(source)) == 1  # each call changes `CALLS_MADE`: one window, as before
+    rebinding = SETUP + HELPER + "def swap():\n    global last_norm\n    last_norm = len\n\n" + \
+        CALLS.format(i=0) + SWEEP.format(i=1) + CALLS.format(i=2)
+    assert len(window_texts(rebinding)) == 1  # `swap()` could make it another function
+
+
+def test_after_an_edit_in_a_shared_helper_its_callers_run_again(monkeypatch):
+    source = SETUP + HELPER + CALLS.format(i=0) + SWEEP.format(i=1) + CALLS.format(i=2)
+    cache = pipeline.WindowCache()
+    optimize(source, cache=cache)
+    real, runs = pipeline._run_module, []
+    monkeypatch.setattr(pipeline, "_run_module", lambda text, *a, **k: runs.append(text) or real(text, *a, **k))
+    optimize(source.replace("norms_2 = []", "norms_2 = []  # an edit"), cache=cache)
+    assert len(runs) == 1  # the edited caller's window only
+    edited = source.replace("return hidden[0, -1]", "return hidden[0, 0]")
+    again = optimize(edited, cache=cache)
+    assert len(runs) == 3 and all("hidden[0, 0]" in text and "norms_" in text for text in runs[1:])
+    assert again.code == optimize(edited).code
+
+
+def test_a_shared_helper_every_caller_rewrites_alike_is_rewritten_once(monkeypatch):
+    # the sessions call it with remote=False: each window gives it a `remote` parameter
+    fixed = HELPER.replace("prompt, layer, remote=True", "prompt, layer").replace("remote=remote", "remote=True")
+    source = SETUP + fixed + CALLS.format(i=0) + SWEEP.format(i=1) + CALLS.format(i=2)
+    real, runs = pipeline._run_module, []
+    monkeypatch.setattr(pipeline, "_run_module", lambda text, *a, **k: runs.append(text) or real(text, *a, **k))
+    windowed = pipeline.run_pipeline(source, Options())
+    assert len(runs) == 3 and source not in runs
+    whole = pipeline.whole_module(source, Options())
+    assert windowed.code == whole.code and windowed.findings == whole.findings
+    assert windowed.code.count("def last_norm(prompt, layer, remote=True):") == 1
+    assert windowed.code.count("last_norm(PROMPT, layer, remote=False)") == 2
+    assert apply_edits(source, windowed.edits) == windowed.code
+    # a caller that leaves it as it is (one call: no session): the whole module decides
+    once = source.replace(CALLS.format(i=2), "single = last_norm(PROMPT, 0)\nprint(single)\n")
+    runs.clear()
+    result = pipeline.run_pipeline(once, Options())
+    assert runs[-1] == once and result.code == real(once, Options()).code
+
+
+STATS = textwrap.dedent('''\
+    stats_{i} = defaultdict(list)
+    for layer in LAYERS:
+        with model.trace(PROMPT, remote=True):
+            stats_{i}[layer].append(model.transformer.h[layer].output.mean().save())
+    print("stats", {i}, len(stats_{i}))
+''')
+
+
+def test_an_import_a_window_needs_goes_where_the_whole_file_run_puts_it(monkeypatch):
+    # the session takes `stats_0` along with `nnsight.save`: `import nnsight` after the imports
+    source = "from collections import defaultdict\n" + SETUP + STATS.format(i=0) + SWEEP.format(i=1) + \
+        STATS.format(i=2)
+    real, runs = pipeline._run_module, []
+    monkeypatch.setattr(pipeline, "_run_module", lambda text, *a, **k: runs.append(text) or real(text, *a, **k))
+    windowed = pipeline.run_pipeline(source, Options())
+    assert len(runs) == 3 and source not in runs  # the windows only, not the whole module after them
+    whole = pipeline.whole_module(source, Options())
+    assert windowed.code == whole.code and windowed.findings == whole.findings
+    assert windowed.code.startswith("from collections import defaultdict\nfrom nnsight import LanguageModel\n"
+                                    "import nnsight\n\n")
+    assert windowed.code.count("import nnsight\n") == 1 and windowed.code.count("nnsight.save(stats_") == 2
+    assert apply_edits(source, windowed.edits) == windowed.code
+    imported = source.replace("from collections", "import nnsight\nfrom collections")
+    assert pipeline.run_pipeline(imported, Options()).code.count("import nnsight\n") == 1
+
+
+@pytest.mark.parametrize(("source", "line"), [
+    ("import os\nfrom x import (a,\n    b)\nprint(1)\n", 3),
+    ('"""doc"""\nimport os\n\n# a comment\nx = 1\n', 2),
+    ("import os; y = 2\nx = 1\n", 1),
+    ("x = 1\nimport os\n", 0),
+    ("import os, nnsight\nx = 1\n", windows.IMPORTED),
+    ("import os\nif x:\n    import nnsight\n", 1),
+    ("# a comment first\nx = 1\n", None),
+    ('f"doc {1}"\nimport os\n', None),
+])
+def test_import_line_is_where_the_passes_put_an_import(source, line):
+    from ndif_opt.syntax.rewrite import with_module_import
+
+    assert windows.import_line(ast.parse(source), "nnsight") == line
+    if line not in (None, windows.IMPORTED):
+        expected = with_module_import(cst.parse_module(source), "nnsight").code
+        lines = source.splitlines(keepends=True)
+        assert "".join(lines[:line]) + "import nnsight\n" + "".join(lines[line:]) == expected
 
 
 CONCATENATED = ("logit_lens", "steering_sweep", "activation_patching", "prompt_loop",

@@ -43,7 +43,7 @@ def wire_problem(name: str, statements, facts: Facts) -> str:
     ("`torch` is a module"), or "" when every binding of it there is data as far as the
     code shows."""
     for stmt in statements:
-        for node in find_nodes(stmt, lambda n: isinstance(n, _BINDERS)):
+        for node in facts.once_for("wire:binders", stmt, _binders_by_name).get(name, ()):
             what = _bound_object(node, name, facts)
             if what:
                 return f"`{name}` is {what}, which cannot be sent back from NDIF"
@@ -51,6 +51,27 @@ def wire_problem(name: str, statements, facts: Facts) -> str:
 
 
 _BINDERS = (cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef, cst.Assign, cst.WithItem)
+
+
+def _binders_by_name(stmt: cst.CSTNode) -> dict[str, list[cst.CSTNode]]:
+    """The nodes of ``stmt`` that bind each name, in the order of the code: the passes ask
+    about many names of one region, and one walk per statement answers them all."""
+    found: dict[str, list[cst.CSTNode]] = {}
+    for node in find_nodes(stmt, lambda n: isinstance(n, _BINDERS)):
+        for name in _names_bound_by(node):
+            found.setdefault(name, []).append(node)
+    return found
+
+
+def _names_bound_by(node: cst.CSTNode) -> set[str]:
+    """The names a node of :data:`_BINDERS` binds, as :func:`_bound_object` tells them."""
+    if isinstance(node, (cst.Import, cst.ImportFrom)):
+        return set(collect(node).binds)
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        return {node.name.value}
+    if isinstance(node, cst.WithItem):
+        return set(target_names(node.asname.name)) if node.asname is not None else set()
+    return {name for t in node.targets for name in target_names(t.target)}
 
 
 def _bound_object(node: cst.CSTNode, name: str, facts: Facts) -> str:

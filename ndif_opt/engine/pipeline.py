@@ -195,7 +195,7 @@ def run_pipeline(source: str, options: Options, filename: str | None = None,
     results = script_result_names(tree)  # the file's, whatever window a name is bound in
     plan = None if _whole_module_only(source, options) else windows.plan(source, tree)
     if plan is not None:
-        result = _run_windows(plan, source, options, filename, cache, results)
+        result = _run_windows(plan, source, options, filename, cache, results, tree)
         if result is not None:
             return result
     return _run_module(source, options, filename, results=results)
@@ -230,30 +230,66 @@ def _whole_module_only(source: str, options: Options) -> bool:
 
 
 def _run_windows(plan: windows.Plan, source: str, options: Options, filename: str | None,
-                 cache: WindowCache | None = None, results: frozenset[str] = frozenset()) -> Result | None:
+                 cache: WindowCache | None = None, results: frozenset[str] = frozenset(),
+                 tree: ast.Module | None = None) -> Result | None:
     """Each window optimized after its prelude; None when the whole module must run.
 
-    Fresh names a pass introduces avoid every name of the file, not only the window's."""
+    Fresh names a pass introduces avoid every name of the file, not only the window's.
+    An import the passes add to a window (`import nnsight`) goes where they would put it in
+    the whole file (``tree``: its Python parse), once."""
     reserved = options.reserved_names | plan.names
     window_options = dataclasses.replace(options, reserved_names=reserved)
     active = [window for window in plan.windows if window.active]
-    placed = _placed_all(plan, active, window_options, filename, cache, results)
+    placed: dict[int, _Placed] = {}  # by window start
+    for window, done in zip(active, _placed_all(plan, active, window_options, filename, cache, results)):
+        if done is None:
+            return None  # a pass changed shared context, or the file is pre-0.5 nnsight
+        placed[window.start] = done
+    helpers = _rewritten_helpers(plan, active, placed)
+    if helpers is None:
+        return None  # the windows that call a shared helper do not agree on what it becomes
+    edits: list[Edit] = []
     parts: list[str] = []
-    results: list[_Placed] = []
     position = 0
     for window in plan.windows:
         parts.append(plan.text(position, window.start))
+        text = plan.text(window.start, window.end)
+        new = placed[window.start].code if window.active else helpers.get(window.start, text)
+        parts.append(new)
+        if not window.active and new != text:
+            edits += [Edit(_shifted(e.range, window.start, window.start), e.new_text) for e in text_edits(text, new)]
         position = window.end
-        if not window.active:
-            parts.append(plan.text(window.start, window.end))
-            continue
-        done = next(placed)
-        if done is None:
-            return None  # a pass changed shared context, or the file is pre-0.5 nnsight
-        parts.append(done.code)
-        results.append(done)
     parts.append(plan.text(position, len(plan.lines)))
-    return _combined(source, "".join(parts), results, options)
+    code = "".join(parts)
+    imported = sorted({name for done in placed.values() for name in done.imports})
+    if imported:
+        line = windows.import_line(tree, imported[0]) if tree is not None and len(imported) == 1 else None
+        if line is None or (line != windows.IMPORTED and any(w.active and w.start < line for w in plan.windows)):
+            return None  # where the whole file's run would put it is not known
+        if line != windows.IMPORTED:  # (no window before the line: the text up to it is the source's)
+            statement = f"import {imported[0]}\n"
+            edits.append(Edit(Range(Position(line, 0), Position(line, 0)), statement))
+            at = len(plan.text(0, line))
+            code = code[:at] + statement + code[at:]
+    return _combined(source, code, list(placed.values()), options, edits)
+
+
+def _rewritten_helpers(plan: windows.Plan, active: list[windows.Window],
+                       placed: dict[int, _Placed]) -> dict[int, str] | None:
+    """The new text of each shared helper the passes rewrote, by its first line: what every
+    window that calls it made of it (as the whole file's run makes it once); None when
+    they do not agree (one left it as it was, or two rewrote it differently)."""
+    versions: dict[int, set[str]] = {}
+    for window in active:
+        for index in window.helpers:
+            versions.setdefault(index, set()).add(placed[window.start].rewritten.get(index, ""))
+    rewritten = {}
+    for index, texts in versions.items():
+        if texts != {""}:
+            if len(texts) > 1:
+                return None
+            rewritten[plan.chunks[index].start] = texts.pop()
+    return rewritten
 
 
 @dataclass(frozen=True)
@@ -270,6 +306,7 @@ class _Placed:
     edits moved to the file's lines."""
 
     code: str  # the window's new text
+    imports: tuple[str, ...]  # modules the passes import in the window's prelude (`import nnsight`)
     findings: tuple[Finding, ...]
     edits: tuple[Edit, ...]
     assumptions: tuple[str, ...]
@@ -277,6 +314,8 @@ class _Placed:
     introduced: tuple[str, ...]
     passes: tuple[str, ...]  # of its per-pass costs
     costs: tuple[int | float, ...]  # each pass's cost before, then after, field by field
+    helpers: tuple[tuple[int, int], ...] = ()  # the file's lines of the shared helpers the window calls
+    rewritten: dict[int, str] = dataclasses.field(default_factory=dict)  # a shared helper's chunk -> its new text
 
 
 def _placed_all(plan: windows.Plan, active: Iterable[windows.Window], options: Options,
@@ -296,20 +335,49 @@ def _placed(plan: windows.Plan, window: windows.Window, done: _Optimized) -> _Pl
     the file is pre-0.5 nnsight (then the whole module must run)."""
     prelude = plan.prelude_text(window)
     result = done.result
-    if not result.code.startswith(prelude) or _pre_05(result):
+    code, imports = _without_added_import(result.code, prelude, plan.text(window.start, window.end))
+    cut = plan.after_prelude(window, code)
+    if cut is None or _pre_05(result):
         return None
     start = window.start
     shift = start - prelude.count("\n")
+    helpers = plan.helper_lines(window)
+
+    def moved(rng: Range) -> Range:
+        for first, end, at in helpers:  # in a shared helper: where it stands in the file
+            if first <= rng.start.line < end:
+                return _shifted(rng, at - first, at)
+        return _shifted(rng, shift, start)
+
     return _Placed(
-        result.code[len(prelude):],
-        tuple(finding.with_range(_shifted(finding.range, shift, start),
-                                 tuple(_shifted(u, shift, start) for u in finding.uses) if finding.uses else None)
+        cut[0],
+        imports,
+        tuple(finding.with_range(moved(finding.range), tuple(map(moved, finding.uses)) if finding.uses else None)
               for finding in result.findings),
         tuple(Edit(_shifted(edit.range, start, start), edit.new_text) for edit in done.edits),
         result.assumptions, result.unreturned, result.introduced,
         tuple(cost.pass_id for cost in result.costs),
         tuple(field for cost in result.costs for field in (*_fields_of(cost.before), *_fields_of(cost.after))),
+        tuple((at, at + end - first) for first, end, at in helpers),
+        cut[1],
     )
+
+
+_ADDED_IMPORT = "import nnsight\n"  # what the passes add (syntax.rewrite.with_module_import)
+
+
+def _without_added_import(code: str, prelude: str, text: str) -> tuple[str, tuple[str, ...]]:
+    """A window's new code without the `import nnsight` line the passes added among the
+    imports that open its module (the prelude's; the whole file's run puts it among the
+    file's), and that import; the code as it is when there is none. ``text``: the
+    window's own text, which follows the prelude in its module."""
+    original = prelude + text
+    at = code.find(_ADDED_IMPORT)
+    while 0 <= at <= len(prelude) and code.startswith(original[:at]):  # (the code before it is as it was)
+        if (at == 0 or code[at - 1] == "\n") and not original.startswith(_ADDED_IMPORT, at):
+            return code[:at] + code[at + len(_ADDED_IMPORT):], ("nnsight",)
+        at = code.find(_ADDED_IMPORT, at + 1)
+    return code, ()
 
 
 def _optimized(plan: windows.Plan, active: Iterable[windows.Window], options: Options,
@@ -329,8 +397,8 @@ def _optimized(plan: windows.Plan, active: Iterable[windows.Window], options: Op
         if done is None:
             module = _window_module(plan, window, text, context)
             result = _run_module(module_text, options, filename, module, with_edits=False, results=mine)
-            code = result.code
-            edits = text_edits(text, code[len(prelude):]) if code.startswith(prelude) else []
+            cut = plan.after_prelude(window, _without_added_import(result.code, prelude, text)[0])
+            edits = text_edits(text, cut[0]) if cut is not None else []
             done = _Optimized(result, tuple(edits))
             if cache is not None:
                 cache.put(key, options, done)
@@ -359,15 +427,23 @@ def _pre_05(result: Result) -> bool:
     return any(f.pass_id in first and PRE_05_MESSAGE in f.message for f in result.findings)
 
 
-def _combined(source: str, code: str, results: list[_Placed], options: Options) -> Result:
-    """One result for the file from the results of its windows."""
+def _combined(source: str, code: str, results: list[_Placed], options: Options,
+              edits: list[Edit] | None = None) -> Result:
+    """One result for the file from the results of its windows (and ``edits`` of the file
+    beyond theirs)."""
     findings: list[Finding] = []
-    edits: list[Edit] = []
+    edits = list(edits or [])
     notes: list[str] = []
     unreturned: set[str] = set()
     introduced: set[str] = set()
+    in_helpers: set[Finding] = set()  # every window that calls a shared helper says the same of it: once
     for done in results:
-        findings.extend(done.findings)
+        for finding in done.findings:
+            if any(first <= finding.range.start.line < end for first, end in done.helpers):
+                if finding in in_helpers:
+                    continue
+                in_helpers.add(finding)
+            findings.append(finding)
         edits.extend(done.edits)
         notes.extend(n for n in done.assumptions if n not in notes)
         unreturned.update(done.unreturned)
@@ -380,7 +456,7 @@ def _combined(source: str, code: str, results: list[_Placed], options: Options) 
         code=code,
         findings=tuple(sorted(findings, key=lambda f: (f.range.start, f.pass_id))),
         costs=tuple(costs),
-        edits=tuple(edits) if code != source else (),
+        edits=tuple(sorted(edits, key=lambda e: e.range.start)) if code != source else (),
         assumptions=tuple(notes) or tuple(assumptions(options)),
         unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),
         introduced=tuple(sorted(introduced)) if code != source else (),
@@ -413,6 +489,8 @@ def _summed_all(rows: list[tuple[tuple[str, ...], tuple]]) -> list[PassCost]:
 def _column_sum(values: tuple) -> int | float | UnknownDownloads:
     """The values added up one after another, each sum rounded like ``_add``'s (so the
     file's costs are what adding its windows' costs pass by pass gives)."""
+    if type(values[0]) is UnknownDownloads:
+        return UnknownDownloads.total(values)  # (not rounded: a multiset)
     total = values[0]
     for value in values[1:]:
         total = _round(total + value)

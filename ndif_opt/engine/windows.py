@@ -8,15 +8,20 @@ This module cuts the top level of a module into
 * **context** chunks: definitions that every experiment may read and none changes —
   imports, functions and classes without nnsight code that read only context, and
   names bound exactly once, never mutated, with no nnsight code;
+* **shared helpers**: a function with nnsight code (a remote trace) that experiments
+  call by name and that reads only context: read like context, so calling it does not
+  tie its callers into one window;
 * **windows**: maximal contiguous runs of the other chunks that are linked by def-use.
   Two chunks are linked when one reads a name whose value may come from the other (the
   reaching bindings of a top-level read, back to the nearest binding that certainly
-  happens), or when a function defined in one reads or declares ``global`` a name the
-  other binds (a function runs when called, so every binding counts).
+  happens: one an nnsight block makes without saving it may not), or when a function
+  defined in one reads or declares ``global`` a name the other binds (a function runs
+  when called, so every binding counts).
 
-Each window is optimized as a module of its own: the context it reads (its *prelude*),
-then the window's text. Nothing outside a window reads a value the window binds, so
-what the passes decide about liveness inside the window holds for the whole file.
+Each window is optimized as a module of its own: the context and shared helpers it reads
+(its *prelude*), then the window's text. Nothing outside a window reads a value the
+window binds, so what the passes decide about liveness inside the window holds for the
+whole file.
 
 The analysis is on :mod:`ast` (fast) and conservative: a construct it does not model
 makes its names read and bound; when the plan is in doubt (star imports, ``exec``,
@@ -27,6 +32,7 @@ about) there is one window.
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 import re
 from dataclasses import dataclass, field
@@ -79,6 +85,7 @@ class Window:
     end: int  # one past the last line
     prelude: tuple[int, ...]  # indices of context chunks, in source order
     active: bool = True  # has nnsight code the passes could change
+    helpers: tuple[int, ...] = ()  # those of the prelude that are shared helpers
 
 
 @dataclass(frozen=True)
@@ -94,18 +101,71 @@ class Plan:
 
     def names_in(self, window: "Window") -> frozenset[str]:
         """Every identifier of the window's chunks and of its prelude."""
-        inside = [c for c in self.chunks if window.start <= c.start and c.end <= window.end]
+        first = bisect.bisect_left(self.chunks, window.start, key=lambda c: c.start)  # (chunks in source order)
+        last = bisect.bisect_left(self.chunks, window.end, key=lambda c: c.start)
+        inside = self.chunks[first:last]
         return frozenset().union(*(c.names for c in inside), *(self.chunks[i].names for i in window.prelude))
 
     def text(self, start: int, end: int) -> str:
         return "".join(self.lines[start:end])
 
     def prelude_text(self, window: Window) -> str:
+        return "".join(self._prelude_parts(window))
+
+    def helper_lines(self, window: Window) -> list[tuple[int, int, int]]:
+        """Where the shared helpers of the window's prelude stand: (first line, end line)
+        in the window's module, and the first line in the source, for each."""
+        found, line = [], 0
+        for index, text in zip(window.prelude, self._prelude_parts(window)):
+            lines = text.count("\n")
+            if index in window.helpers:
+                found.append((line, line + lines, self.chunks[index].start))
+            line += lines
+        return found
+
+    def after_prelude(self, window: Window, code: str) -> tuple[str, dict[int, str]] | None:
+        """The new code of the window's module (its prelude, then its text) cut after the
+        prelude: the window's new text, and the new text of each shared helper of the
+        prelude the passes rewrote (session-hoisting gives one a `remote` parameter for the
+        session's calls), by chunk index. None when they changed other context, or the
+        code does not show where a rewritten helper ends."""
+        parts = self._prelude_parts(window)
+        prelude = "".join(parts)
+        if code.startswith(prelude):
+            return code[len(prelude):], {}
+        if not window.helpers:
+            return None
+        try:
+            statements = ast.parse(code).body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        line_ends = [match.end() for match in re.finditer("\n", code)]  # the offset after each line
+        offset, count, rewritten = 0, 0, {}
+        for index, part in zip(window.prelude, parts):
+            chunk = self.chunks[index]
+            if index in window.helpers:
+                new = statements[count] if count < len(statements) else None
+                old = chunk.statements[0]
+                if type(new) is not type(old) or new.name != old.name or old.end_lineno != chunk.end \
+                        or len(line_ends) < new.end_lineno:
+                    return None  # (a helper chunk ends where its `def` does, unless it ends the file)
+                end = line_ends[new.end_lineno - 1]
+                if code[offset:end] != part:
+                    rewritten[index] = code[offset:end]
+                offset = end
+            elif code.startswith(part, offset):
+                offset += len(part)
+            else:
+                return None
+            count += len(chunk.statements)
+        return code[offset:], rewritten
+
+    def _prelude_parts(self, window: Window) -> list[str]:
         parts = []
         for index in window.prelude:
             text = self.chunks[index].text
             parts.append(text if text.endswith(("\n", "\r")) else text + "\n")
-        return "".join(parts)
+        return parts
 
 
 def plan(source: str, tree: ast.Module) -> Plan | None:
@@ -130,11 +190,17 @@ def plan(source: str, tree: ast.Module) -> Plan | None:
     models = set().union(*(c.receivers for c in chunks))
     for chunk in chunks:
         chunk.mutated |= chunk.mutated_in_blocks - models
-    _attach_calls(chunks)
+    free_of = _attach_calls(chunks)
     context, is_context = _context(chunks, shaped)
-    groups = _link(chunks, context, is_context)
-    groups = _link_adjacent_experiments(chunks, is_context, groups)
-    windows = _windows(chunks, is_context, groups, context)
+    helpers = _shared_helpers(chunks, context, is_context, free_of)
+    while True:
+        groups = _link(chunks, context | helpers.keys(), is_context)
+        groups = _link_adjacent_experiments(chunks, is_context, groups, set(helpers.values()))
+        windows = _windows(chunks, is_context, groups, context, helpers)
+        alone = {name: index for name, index in helpers.items() if _has_own_window(chunks[index], windows)}
+        if alone == helpers:
+            break
+        helpers = alone  # one linked with other code by what it binds or where it stands: as before
     if len(windows) < 2:
         return None
     return Plan(lines, tuple(chunks), tuple(windows))
@@ -392,10 +458,11 @@ def _use(chunk: Chunk, current: ast.AST, inside: bool, in_body: bool,
     stacks[inside, later].extend(_children(current))
 
 
-def _attach_calls(chunks: list[Chunk]) -> None:
+def _attach_calls(chunks: list[Chunk]) -> dict[str, set[str]]:
     """A function only ever called by name from top-level code reads its globals where it
     is called: those reads become the caller's. Any other use (passed as a value, called
-    from another function, decorated, bound twice) and they count wherever it could run."""
+    from another function, decorated, bound twice) and they count wherever it could run.
+    Returns the free names of the functions of the first kind, by name."""
     defined: dict[str, int] = {}
     for chunk in chunks:
         for name in chunk.may_bind:
@@ -411,6 +478,7 @@ def _attach_calls(chunks: list[Chunk]) -> None:
     for chunk in chunks:
         for name in chunk.called & free_of.keys():
             chunk.reads |= free_of[name]
+    return free_of
 
 
 def _note_remote_argument(chunk: Chunk, call: ast.Call) -> None:
@@ -491,9 +559,11 @@ class _Flow:
         if self.inside or not opens_block:
             return self.body(stmt.body, bound)
         self.inside, self.later_stack = True, self.inside_later
-        bound = self.body(stmt.body, bound)
+        inner = self.body(stmt.body, bound)
         self.inside, self.later_stack = False, self.outside_later
-        return bound
+        # what the block binds without saving it stays unbound after it (nnsight 0.5+), or
+        # keeps what it held: a read after it may see a binding from before it
+        return bound | (inner & _saved_in(stmt.body))
 
     def statement(self, stmt: ast.stmt, bound: set[str]) -> set[str]:  # noqa: C901 - one case per statement kind
         kind = type(stmt)
@@ -580,6 +650,28 @@ class _Flow:
                 self.chunk.may_bind.add(node.name)
                 self.chunk.globals_ |= _function_names(node)[1]
         return bound
+
+
+def _saved_in(body: list[ast.stmt]) -> set[str]:
+    """The names that statements of ``body`` (blocks nested in it included) bind to a saved
+    value only: `x = ....save()`, `x = nnsight.save(...)`, and no other binding of `x`."""
+    saved: set[str] = set()
+    targets: set[int] = set()  # the names those statements bind
+    stores: set[str] = set()  # names bound otherwise
+    for stmt in body:
+        for node in ast.walk(stmt):
+            kind = type(node)
+            if kind is _Assign and len(node.targets) == 1 and type(node.targets[0]) is _Name \
+                    and type(node.value) is _Call and _is_save(node.value.func):
+                saved.add(node.targets[0].id)
+                targets.add(id(node.targets[0]))
+            elif kind is _Name and type(node.ctx) is not _Load and id(node) not in targets:
+                stores.add(node.id)
+    return saved - stores
+
+
+def _is_save(func: ast.AST) -> bool:
+    return (type(func) is _Attribute and func.attr == "save") or (type(func) is _Name and func.id == "save")
 
 
 def _as_load(target: ast.AST) -> ast.AST:
@@ -931,6 +1023,40 @@ def _is_context_chunk(chunk: Chunk, context: set[str]) -> bool:
     return _is_setup_chunk(chunk, context) and bool(chunk.mutated)
 
 
+# -- shared helpers ---------------------------------------------------------------------------
+
+
+def _shared_helpers(chunks: list[Chunk], context: set[str], is_context: list[bool],
+                    free_of: dict[str, set[str]]) -> dict[str, int]:
+    """Functions with nnsight code that many experiments call, by name, with the index of
+    their chunk: a chunk that is one undecorated ``def``, called, and only ever by name from
+    top-level code, reading nothing but context (when it is defined and when it runs),
+    declaring nothing ``global``. Its callers read it as they read context: it opens the
+    prelude of each window that mentions it, so calling it does not tie the callers into
+    one window. The passes see it there, with its calls; what they say about it is said
+    where it stands, once, and a window whose prelude they changed is redone with the
+    whole module (as for any context)."""
+    helpers = {}
+    called = set().union(*(c.called for c in chunks))
+    global_names = set().union(*(c.globals_ for c in chunks))  # (a function may bind it again)
+    for index, chunk in enumerate(chunks):
+        if is_context[index] or not chunk.nnsight or len(chunk.statements) != 1 or len(chunk.functions) != 1:
+            continue
+        (name, free), = chunk.functions.items()
+        if free_of.get(name) is not free or name not in called or name in global_names:
+            continue
+        # it reads only context and changes nothing of the module's (what it changes in place
+        # would not be context: no chunk but a setup of context changes context)
+        if (free | chunk.reads) - _BUILTINS <= context and not (chunk.mutated or chunk.globals_ or chunk.deferred):
+            helpers[name] = index
+    return helpers
+
+
+def _has_own_window(chunk: Chunk, windows: list[Window]) -> bool:
+    """Is the chunk a window of its own (not part of a longer one)?"""
+    return any(w.start == chunk.start and w.end == chunk.end for w in windows)
+
+
 # -- linking ----------------------------------------------------------------------------------
 
 
@@ -984,11 +1110,13 @@ _CLIENT_EFFECT = re.compile(
 )
 
 
-def _link_adjacent_experiments(chunks: list[Chunk], is_context: list[bool], groups: list[int]) -> list[int]:
+def _link_adjacent_experiments(chunks: list[Chunk], is_context: list[bool], groups: list[int],
+                               helpers: set[int] = frozenset()) -> list[int]:
     """Experiments in a row on the same model, with nothing in or between them that acts
     on the user's machine, are one window: session-hoisting makes them one session, as
     it does when it sees the whole file. (The passes treat a window's edges as the edges
-    of the file, so what links here decides what may become one request.)"""
+    of the file, so what links here decides what may become one request.) A shared
+    helper (``helpers``: chunk indices) is not an experiment: it links nothing."""
     parent: dict[int, int] = {}
 
     def find(group: int) -> int:
@@ -1001,7 +1129,7 @@ def _link_adjacent_experiments(chunks: list[Chunk], is_context: list[bool], grou
         if is_context[index] or _CLIENT_EFFECT.search(chunk.text):
             previous = None
             continue
-        if not chunk.active:
+        if not chunk.active or index in helpers:
             continue
         if previous is not None and chunk.receivers & chunks[previous].receivers:
             parent[find(groups[index])] = find(groups[previous])
@@ -1022,8 +1150,11 @@ def _touchers(chunks: list[Chunk], context: set[str], is_context: list[bool]) ->
     return touchers
 
 
-def _windows(chunks: list[Chunk], is_context: list[bool], groups: list[int], context: set[str]) -> list[Window]:
-    """Contiguous spans of linked chunks; context chunks between them stay where they are."""
+def _windows(chunks: list[Chunk], is_context: list[bool], groups: list[int], context: set[str],
+             helpers: dict[str, int] | None = None) -> list[Window]:
+    """Contiguous spans of linked chunks; context chunks between them stay where they are.
+    A window's prelude holds the context it reads and the shared helpers (``helpers``) it
+    mentions, with the context they read."""
     spans: dict[int, list[int]] = {}
     for index, group in enumerate(groups):
         if not is_context[index]:
@@ -1045,13 +1176,20 @@ def _windows(chunks: list[Chunk], is_context: list[bool], groups: list[int], con
     windows = []
     closures: dict[str, set[str]] = {}
     for first, last in merged:
-        needed = _needed_context(chunks[first:last + 1], chunks, binder_of, context, closures)
-        prelude = set(futures)
+        inside = chunks[first:last + 1]
+        read = [i for name, i in (helpers or {}).items() if not first <= i <= last
+                and any(name in c.names or name in c.deferred for c in inside)]  # the shared helpers it reads
+        needed = _needed_context(inside + [chunks[i] for i in read], chunks, binder_of, context, closures)
+        prelude = set(futures) | set(read)
         for name in needed:
             prelude.add(binder_of[name])
         prelude |= {i for i in setups if i < first and chunks[i].mutated & needed}
-        active = any(c.active for c in chunks[first:last + 1])
-        windows.append(Window(chunks[first].start, chunks[last].end, tuple(sorted(prelude)), active))
+        if first == last and first in (helpers or {}).values():
+            active = False  # a shared helper: the windows that call it optimize it
+        else:
+            active = bool(read) or any(c.active for c in inside)  # (a helper's call sends requests)
+        windows.append(Window(chunks[first].start, chunks[last].end, tuple(sorted(prelude)), active,
+                              tuple(sorted(read))))
     return windows
 
 
@@ -1088,8 +1226,50 @@ def _context_closure(name: str, chunks: list[Chunk], binder_of: dict[str, int], 
     return needed
 
 
+#: import_line's answer when the import is there already
+IMPORTED = -1
+
+
+def import_line(tree: ast.Module, name: str) -> int | None:
+    """Where ``syntax.rewrite.with_module_import`` puts `import name` in the module ``tree``
+    is parsed from: the line (0-based) it goes before, after the docstring and the imports
+    that open the file; :data:`IMPORTED` when one of those imports it already; None when
+    the line cannot be told from ``tree`` (it would go before the first statement, after
+    comments that libcst may keep in the module's header)."""
+    position = 0  # the end line of the last statement of the opening imports (1-based)
+    statements = tree.body
+    index = 0
+    while index < len(statements):
+        first = statements[index]
+        line = [first]  # the statements of one line (`import a; import b`): one to libcst
+        while index + len(line) < len(statements) and statements[index + len(line)].lineno == line[-1].end_lineno:
+            line.append(statements[index + len(line)])
+        if not isinstance(first, _SIMPLE_STATEMENTS):
+            break
+        if isinstance(first, ast.Import) and any(a.name == name and a.asname is None for a in first.names):
+            return IMPORTED
+        string = isinstance(first, ast.Expr) and type(first.value) in (ast.Constant, ast.JoinedStr)
+        if index == 0 and string and type(first.value) is ast.JoinedStr:
+            return None  # an f-string, or one concatenated with a string: libcst tells them apart
+        docstring = index == 0 and string and isinstance(first.value.value, (str, bytes))
+        if not (isinstance(first, (ast.Import, ast.ImportFrom)) or docstring):
+            break
+        position = max(s.end_lineno for s in line)
+        index += len(line)
+    if position:
+        return position
+    return 0 if statements and _first_line(statements[0]) == 1 else None
+
+
+#: The statements libcst keeps on a line of their own (a SimpleStatementLine): not compound ones.
+_SIMPLE_STATEMENTS = (
+    ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Import, ast.ImportFrom, ast.Pass, ast.Break,
+    ast.Continue, ast.Return, ast.Raise, ast.Assert, ast.Delete, ast.Global, ast.Nonlocal,
+)
+
+
 def _is_future_import(chunk: Chunk) -> bool:
     return any(isinstance(s, ast.ImportFrom) and s.module == "__future__" for s in chunk.statements)
 
 
-__all__ = ["Plan", "Window", "plan"]
+__all__ = ["IMPORTED", "Plan", "Window", "import_line", "plan"]
