@@ -285,7 +285,7 @@ def _as_one_file(function):
 
 def _directory_worker(tree: str, jobs: int) -> None:
     """The processing phase of directory mode, timed from inside (see directory_mode)."""
-    from ndif_opt import batch, cli  # noqa: F401  (what the command line has imported)
+    from ndif_opt.frontends import batch, cli  # noqa: F401  (what the command line has imported)
 
     _process_settings()  # what cli.main sets before it runs
     import ndif_opt.engine.pipeline  # noqa: F401
