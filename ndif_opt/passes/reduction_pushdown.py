@@ -83,6 +83,7 @@ from ndif_opt.analysis.vocabulary import FILLING_METHODS
 from ndif_opt.output.describe import saved_shape
 from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
+from ndif_opt.passes.common.client_split import RECORD_PREFIX
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import NodeEdits, SuitePlan, empty_container_kind, method_call, unsave
 from ndif_opt.syntax.walk import all_nodes, find_nodes, transform
@@ -482,7 +483,8 @@ def _containers(facts: Facts) -> list[_Container]:
             if assigned is None or not is_save_call(assigned[1]):
                 continue
             kind = empty_container_kind(unsave(assigned[1]))
-            if kind is not None:
+            # (a split's records hold what its replay reads, already reduced where they can be)
+            if kind is not None and not assigned[0].startswith(RECORD_PREFIX):
                 found.append(_Container(block, stmt, assigned[0], kind))
     return found
 
