@@ -465,6 +465,8 @@ def test_calls_through_a_retry_wrapper_run_in_one_session_under_it(family):
     )
     assert "with_retries(" not in result.code.split("with model.session")[1].split("\nfor ")[0]
     assert "time.sleep(5.0 * _ndif_attempt)" in result.code
+    # the wrapper's `tries=3` is a number in the message, not `{3}`
+    assert 'print(f"attempt {_ndif_attempt}/3 failed: {exc!r}")' in result.code, result.code
 
 
 @both

@@ -354,6 +354,16 @@ class _Substitute(cst.CSTTransformer):
     def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
         return updated.with_changes(keyword=original.keyword)
 
+    def leave_FormattedStringExpression(self, original: cst.FormattedStringExpression,
+                                        updated: cst.FormattedStringExpression):
+        """`f"{tries}"` with `tries=3` → `f"3"`, not `f"{3}"`: a number formatted plainly
+        is its text."""
+        value = updated.expression
+        plain = original.conversion is None and original.format_spec is None and original.equal is None
+        if plain and type(original.expression) is cst.Name and isinstance(value, (cst.Integer, cst.Float)):
+            return cst.FormattedStringText(str(value.evaluated_value))
+        return updated
+
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
         value = self.values.get(original.value)
         if value is None:
