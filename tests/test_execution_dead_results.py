@@ -190,6 +190,19 @@ def test_what_a_function_saved_and_returned_is_let_go_when_nothing_reads_it_afte
     assert report.after.download_bytes < kept_report.after.download_bytes, (report.to_text(), kept_report.to_text())
 
 
+@both
+def test_several_names_let_go_are_one_line(family):
+    # two helper results nothing after the session reads: one line lets both go
+    script = LENS.replace("MODEL_NORM", NORMS[family]).replace(
+        "            logits = lens(prompt, layer)\n            print(prompt, layer, logits[0, -1].argmax().item())\n",
+        "            first = lens(prompt, 0)\n            logits = lens(prompt, layer)\n"
+        "            print(prompt, layer, logits[0, -1].argmax().item(), first[0, -1].argmax().item())\n",
+    )
+    result, report = run(script, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "    first = logits = None  # nothing after the session reads them" in result.code, result.code
+
+
 COUNT = '''
     import torch
     from nnsight import LanguageModel

@@ -678,7 +678,7 @@ class SessionHoisting(Pass):
             if prelude:
                 prelude[0] = prelude[0].with_changes(leading_lines=leading)
                 leading = ()
-            released = [cst.parse_statement(f"{name} = None  {RELEASE_COMMENT}\n") for name in region.released]
+            released = [_release(region.released)] if region.released else []
             session = session_statement(region.model, region.flag, created + moved + released,
                                         () if fallback else leading)
             if region.retry is not None:
@@ -1196,6 +1196,14 @@ def _helper_argument_problem(region: Region, facts: Facts) -> str:
 
 
 RELEASE_COMMENT = "# nothing after the session reads it: let go here, not downloaded"
+
+
+def _release(names: list[str]) -> cst.SimpleStatementLine:
+    """`a = b = None  # ...`: the session's last line, which keeps what same-file functions
+    saved and returned from being downloaded (a saved value the session's names still
+    hold at its end comes back); nothing after the session reads those names."""
+    comment = RELEASE_COMMENT if len(names) == 1 else RELEASE_COMMENT.replace("reads it", "reads them")
+    return cst.parse_statement(" = ".join([*names, "None"]) + f"  {comment}\n")
 
 
 
