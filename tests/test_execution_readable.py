@@ -1,6 +1,6 @@
 """Execution checks for output a reviewer would accept (issue 34.5): what a split
 session records for its replay is keyed by name, each expression once, and read back
-by name. Each script runs on a tiny
+by name; a helper's flag is passed as the user passes it. Each script runs on a tiny
 model of each family: the original locally, the original and the optimized script
 through the NDIF emulation; stdout, files and every module-level result must match.
 """
@@ -81,3 +81,29 @@ def test_a_print_reading_several_recorded_values_reads_them_by_name(family):
     assert "{_ndif_log['clean_argmax']}" in result.code, result.code
     assert "{hidden.norm().item()=:.2f}" in result.code, result.code
 
+
+FLAG = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def top(prompt, layer, remote=True):
+        with model.trace(prompt, remote=remote):
+            LAYERS[layer].mlp.output[:] = 0
+            t = model.lm_head.output[0, -1].argmax().item().save()
+        return t
+
+
+    a = top("The cat sat", 0, True)
+    b = top("The cat sat", 1)
+    print(a, b)
+'''
+
+
+@both
+def test_a_flag_left_out_is_passed_as_the_other_calls_pass_it(family):
+    # the user passes `remote` by position in one call: the session's calls all do
+    result, report = optimized_and_verified(FLAG, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert 'top("The cat sat", 0, False)' in result.code and 'top("The cat sat", 1, False)' in result.code

@@ -635,7 +635,7 @@ class SessionHoisting(Pass):
             region.split.drop_records(_saved(region) | set(region.saved_here.values()))
         names = {a.name for a in accumulators}
         strip = StripRemote([b.node for b in region.blocks])
-        calls_off = CallWithRemoteOff({id(call): helper for call, helper in region.helper_calls})
+        calls_off = CallWithRemoteOff(region.helper_calls)
         for _call, helper in region.helper_calls:
             self.rewritten_helpers[helper.name] = helper
         self.passed_functions.update(region.passed_functions)
