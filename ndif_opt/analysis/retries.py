@@ -226,6 +226,9 @@ def function_guard(func: cst.FunctionDef, facts: Facts) -> RetryGuard | None:
     return None
 
 
+RETRY_COMMENT = "# the requests' retry, now around the whole session"
+
+
 @dataclass(frozen=True)
 class PortableRetry:
     """A guard rewritten to stand at a session's place: the function's parameters it read
@@ -248,10 +251,11 @@ class PortableRetry:
             body=cst.IndentedBlock(body=[session.with_changes(leading_lines=[]), cst.parse_statement("break\n")]),
             handlers=handlers,
         )
+        said = cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(RETRY_COMMENT))
         return self.guard.loop.with_changes(
             target=cst.Name(self.attempt),
             iter=self.iter,
-            body=self.guard.loop.body.with_changes(body=[guarded]),
+            body=self.guard.loop.body.with_changes(body=[guarded], header=said),
             leading_lines=session.leading_lines,
         )
 

@@ -2080,13 +2080,13 @@ import torch
 from nnsight import LanguageModel
 
 model = LanguageModel("openai-community/gpt2")
-_ndif_items = list(["a", "b"])
-_ndif_inputs = []
+_ndif_items = list(["a", "b"])  # the loop's items, listed once: this loop and the session's go over them
+_ndif_inputs = []  # what the session needs from your machine, in the order it needs it
 for name in _ndif_items:
     scale = json.loads(json.dumps(len(name)))
     _ndif_inputs.append(scale)
 with model.session(remote=True):
-    _ndif_feed = iter(_ndif_inputs)
+    _ndif_feed = iter(_ndif_inputs)  # taken in turn where each was computed
     for name in _ndif_items:
         scale = next(_ndif_feed)
         with model.trace(name):
@@ -2347,7 +2347,7 @@ import time
 from nnsight import LanguageModel
 
 model = LanguageModel("openai-community/gpt2")
-for _ndif_attempt in range(3):
+for _ndif_attempt in range(3):  # the requests' retry, now around the whole session
     try:
         with model.session(remote=True):
             outs = list().save()

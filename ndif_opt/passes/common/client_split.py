@@ -785,11 +785,11 @@ def _loop_prelude(item: _Item, needed: set[str], splitter: _Splitter, facts: Fac
     # the items are listed once: the prelude and the session go over the same ones
     iterable = code_of(unwrap_progress(loop.iter, facts))
     before = [
-        cst.parse_statement(f"{listed} = list({iterable})\n"),
-        cst.parse_statement(f"{inputs} = []\n"),
+        _statement(f"{listed} = list({iterable})", "# the loop's items, listed once: this loop and the session's go over them"),
+        _statement(f"{inputs} = []", "# what the session needs from your machine, in the order it needs it"),
         cst.For(target=loop.target, iter=cst.Name(listed), body=cst.IndentedBlock(body=body)),
     ]
-    return before, _Item(cst.parse_statement(f"{feed} = iter({inputs})\n"), Part.SERVER)
+    return before, _Item(_statement(f"{feed} = iter({inputs})", "# taken in turn where each was computed"), Part.SERVER)
 
 
 def _check_prelude(items: list[_Item], splitter: _Splitter) -> set[str]:
