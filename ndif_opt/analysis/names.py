@@ -53,9 +53,10 @@ _PLUMBING_METHODS = frozenset(
 def describing_name(expr: cst.BaseExpression, *, parts: int = 2) -> str:
     """A name that says what ``expr`` holds, for a value the passes store under a name of
     their own: `logits.shape` → ``logits_shape``, `example['question'][:50]` →
-    ``example_question``, `probs[answer]` → ``probs_answer``, `x[0, -1].argmax().item()` →
-    ``x_argmax``, `len(states)` → ``len_states``. Numeric indexes, slices and conversions (`.item()`, `.cpu()`) say
-    nothing and are left out; the root is followed by the ``parts`` words nearest the value."""
+    ``example_question_head``, `probs[answer]` → ``probs_answer``, `x[0, -1].argmax().item()`
+    → ``x_argmax``, `len(states)` → ``len_states``. Numeric indexes and conversions
+    (`.item()`, `.cpu()`) say nothing and are left out; the root is followed by the
+    ``parts`` words nearest the value."""
     words: list[str] = []
     while True:
         kind = type(expr)
@@ -79,9 +80,11 @@ def describing_name(expr: cst.BaseExpression, *, parts: int = 2) -> str:
 
 def _index_word(index: cst.BaseSlice) -> str:
     """What an index says: a string key (`['question']`), a name (`probs[0, answer]`: the
-    answer's); a number or a slice says nothing."""
-    if not isinstance(index, cst.Index):
-        return ""
+    answer's), the head or tail a slice keeps (`[:50]`, `[-n:]`); a number says nothing."""
+    if isinstance(index, cst.Slice):
+        if index.step is not None or (index.lower is None) == (index.upper is None):
+            return "" if index.lower is None and index.step is None else "slice"
+        return "head" if index.lower is None else "tail"
     if isinstance(index.value, cst.SimpleString):
         return str(index.value.evaluated_value)
     return index.value.value if type(index.value) is cst.Name else ""

@@ -54,6 +54,7 @@ from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS
 from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.passes.common.records import Keys, LogKeys, Reader, Recorded, Shape, plain_loads, shape
 from ndif_opt.syntax.positions import code_of
+from ndif_opt.syntax.rewrite import opening
 from ndif_opt.syntax.walk import find_nodes, walk
 
 # Problems a client statement may have and still be replayed after the session.
@@ -478,7 +479,7 @@ class _Splitter:
             jump = [_Item(tail[-1].deep_clone(), Part.SERVER)]
         else:
             jump = []
-        replayed = stmt.with_changes(body=stmt.body.with_changes(body=tail))
+        replayed = stmt.with_changes(body=stmt.body.with_changes(body=opening(tail)))
         self.deferred += 1
         return [*head, _Item(replayed, Part.CLIENT), *jump]
 
@@ -1524,11 +1525,11 @@ def _split_loop(item: _Item, facts: Facts, splitter: _Splitter):
     # the loop's comments say what it does: they stay with its work, in the session
     server_loop = loop.with_changes(
         iter=item.session_iter or unwrap_progress(loop.iter, facts),
-        body=loop.body.with_changes(body=server_body),
+        body=loop.body.with_changes(body=opening(server_body)),
     )
     rows = item.rows_read or item.rows
     header = cst.parse_statement(f"for {record.target} in {_replayed_iter(loop.iter, rows, facts)}:\n    pass\n")
-    body = [*reader.bindings, *client_body] or [cst.SimpleStatementLine([cst.Pass()])]
+    body = opening([*reader.bindings, *client_body]) or [cst.SimpleStatementLine([cst.Pass()])]
     client_loop = _without_comments(header.with_changes(body=loop.body.with_changes(body=body),
                                                         leading_lines=loop.leading_lines))
     return server_loop, client_loop
@@ -1548,7 +1549,7 @@ def _split_loop_events(item: _Item, facts: Facts, splitter: _Splitter):
     body, client_body = events.parts(item.body)
     server_loop = loop.with_changes(
         iter=item.session_iter or unwrap_progress(loop.iter, facts),
-        body=loop.body.with_changes(body=server_body + body),
+        body=loop.body.with_changes(body=opening(server_body + body)),
     )
     rows = item.rows_read or item.rows
     header = cst.parse_statement(f"for {it} in {_replayed_iter(loop.iter, rows, facts)}:\n    pass\n")

@@ -20,7 +20,7 @@ try:
             with model.generate(q["prompt"], max_new_tokens=4, do_sample=False):
                 out = model.generator.output
             _ndif_rows.append({
-                "out": out[0, -4:],
+                "out_tail": out[0, -4:],
                 "q_id": q['id'],
                 "q_answer": q['answer'],
             })
@@ -38,7 +38,7 @@ except Exception:  # the session failed: run the code as written, each failure h
 else:
     for _ndif_row in tqdm(_ndif_rows, desc="questions"):
         try:
-            answer = tok.decode(_ndif_row["out"]).strip()
+            answer = tok.decode(_ndif_row["out_tail"]).strip()
             print(f"{_ndif_row['q_id']}: {answer!r} (expected {_ndif_row['q_answer']!r})")
             answers[_ndif_row["q_id"]] = answer
         except Exception as err:

@@ -32,7 +32,7 @@ with model.session(remote=True):
             "n": n,
             "review_id": review['id'],
             "review_source": review['source'],
-            "review_text": review['text'][:24],
+            "review_text_head": review['text'][:24],
             "review_label": review['label'],
             "guess": guess,
             "margin": margin,
@@ -42,7 +42,7 @@ for _ndif_row in _ndif_rows:
     n = _ndif_row["n"]
     guess = _ndif_row["guess"]
     margin = _ndif_row["margin"]
-    print(f"[{n + 1}/{len(reviews)}] #{_ndif_row['review_id']} ({_ndif_row['review_source']}) {_ndif_row['review_text']}...")
+    print(f"[{n + 1}/{len(reviews)}] #{_ndif_row['review_id']} ({_ndif_row['review_source']}) {_ndif_row['review_text_head']}...")
     print(f"    label={_ndif_row['review_label']} guess={guess} margin={margin:+.2f}")
     with open("sentiment.jsonl", "a") as f:
         record = {"id": _ndif_row["review_id"], "label": _ndif_row["review_label"], "guess": guess, "margin": round(margin, 3)}
