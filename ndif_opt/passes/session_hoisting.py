@@ -2080,7 +2080,7 @@ import torch
 from nnsight import LanguageModel
 
 model = LanguageModel("openai-community/gpt2")
-_ndif_items = list(["a", "b"])  # the loop's items, listed once: this loop and the session's go over them
+_ndif_items = list(["a", "b"])  # the loop's items, listed once: both loops go over them
 _ndif_inputs = []  # what the session needs from your machine, in the order it needs it
 for name in _ndif_items:
     scale = json.loads(json.dumps(len(name)))

@@ -786,7 +786,7 @@ def _loop_prelude(item: _Item, needed: set[str], splitter: _Splitter, facts: Fac
     # the items are listed once: the prelude and the session go over the same ones
     iterable = code_of(unwrap_progress(loop.iter, facts))
     before = [
-        _statement(f"{listed} = list({iterable})", "# the loop's items, listed once: this loop and the session's go over them"),
+        _statement(f"{listed} = list({iterable})", "# the loop's items, listed once: both loops go over them"),
         _statement(f"{inputs} = []", "# what the session needs from your machine, in the order it needs it"),
         cst.For(target=loop.target, iter=cst.Name(listed), body=cst.IndentedBlock(body=body)),
     ]
