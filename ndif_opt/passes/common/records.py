@@ -6,7 +6,7 @@ it. A record is shaped for whoever reads the code:
 
 - one value: the value itself, bound by the replay to a name that says what it is
   (`for out_shape in _ndif_rows:`);
-- two or three of the session's own names, read whole: a tuple the replay unpacks into
+- two to four of the session's own names, read whole: a tuple the replay unpacks into
   the same names (`for layer, diff in _ndif_rows:`), so the replayed lines read as written;
 - anything else: a dict keyed by names that say what each value is, each distinct
   expression once (`{"label": review["label"], "margin": margin}`); the replayed lines
@@ -28,7 +28,7 @@ from ndif_opt.analysis.names import fresh_name
 from ndif_opt.syntax.walk import walk
 
 # A record of more values than this, or of values that are not the session's names, is a dict.
-MOST_UNPACKED = 3
+MOST_UNPACKED = 4
 # A dict record longer than this is written one key a line (the line it stands on starts
 # with `_ndif_rows.append(`, indented).
 LONGEST_DICT = 60
