@@ -86,7 +86,7 @@ def _index_word(index: cst.BaseSlice) -> str:
             return "" if index.lower is None and index.step is None else "slice"
         return "head" if index.lower is None else "tail"
     if isinstance(index.value, cst.SimpleString):
-        return str(index.value.evaluated_value)
+        return index.value.raw_value  # (not evaluated_value: literal_eval leaves reference cycles)
     return index.value.value if type(index.value) is cst.Name else ""
 
 

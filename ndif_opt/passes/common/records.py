@@ -117,8 +117,10 @@ class LogKeys:
 
 
 def _canonical(code: str) -> str:
+    """The code as Python reads it (one spelling for `x['k']` and `x["k"]`). (ast.unparse,
+    not ast.dump: dump's closures would leave reference cycles behind each call.)"""
     try:
-        return ast.dump(ast.parse(code.strip(), mode="eval"))
+        return ast.unparse(ast.parse(code.strip(), mode="eval"))
     except SyntaxError:
         return code
 
