@@ -153,7 +153,7 @@ def test_a_print_of_a_value_the_loop_changes_later_records_only_what_it_prints(f
     # (`vec.norm().item()`, a number), not a copy of the whole vector every round
     result, report = run(REFINE, family)
     assert report.after.requests == 1, report.to_text() + result.code
-    assert "vec.norm().item()))" in result.code, result.code
+    assert '"vec_norm": vec.norm().item()}' in result.code, result.code
 
 
 LENS = '''
@@ -190,6 +190,19 @@ def test_what_a_function_saved_and_returned_is_let_go_when_nothing_reads_it_afte
     assert report.after.download_bytes < kept_report.after.download_bytes, (report.to_text(), kept_report.to_text())
 
 
+@both
+def test_several_names_let_go_are_one_line(family):
+    # two helper results nothing after the session reads: one line lets both go
+    script = LENS.replace("MODEL_NORM", NORMS[family]).replace(
+        "            logits = lens(prompt, layer)\n            print(prompt, layer, logits[0, -1].argmax().item())\n",
+        "            first = lens(prompt, 0)\n            logits = lens(prompt, layer)\n"
+        "            print(prompt, layer, logits[0, -1].argmax().item(), first[0, -1].argmax().item())\n",
+    )
+    result, report = run(script, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "    first = logits = None  # nothing after the session reads them" in result.code, result.code
+
+
 COUNT = '''
     import torch
     from nnsight import LanguageModel
@@ -214,7 +227,8 @@ def test_a_print_of_how_many_values_a_list_holds_records_the_count(family):
     # the print reads `len(states)` only: its record is the number, not the list of vectors
     result, report = run(COUNT, family)
     assert report.after.requests == 1, report.to_text() + result.code
-    assert "_ndif_log.append((len(states), mean.norm().item()))" in result.code, result.code
+    assert '_ndif_log["len_states"] = len(states)' in result.code, result.code
+    assert '_ndif_log["mean_norm"] = mean.norm().item()' in result.code, result.code
 
 
 @both

@@ -86,7 +86,17 @@ def test_a_list_read_by_a_comprehension_downloads_the_reduced_values(family):
     assert report.after.requests == 1, report.to_text() + result.code
     assert "states.append(LAYERS[1].output[0, -1].norm().item())".replace("LAYERS", FAMILIES[family][1]) \
         in result.code, result.code
-    assert "norms = [s for s in states]" in result.code, result.code
+    # the comprehension was only the reduction: what is left is a copy of the list
+    assert "norms = list(states)" in result.code, result.code
+
+
+def test_a_comprehension_left_copying_keeps_its_form_where_the_file_names_something_list():
+    # `list(states)` would call the file's own `list` where it is bound
+    source = textwrap.dedent(NORMS).replace("REPO", FAMILIES["gpt2"][0]).replace("LAYERS", FAMILIES["gpt2"][1])
+    shadowing = "def tally(list):\n    return len(list)\n\n\n"
+    source = source.replace("model = LanguageModel", shadowing + "model = LanguageModel")
+    result = optimize(source, options=Options(unsafe_fixes=True))
+    assert "states.append(" in result.code and "norms = [s for s in states]" in result.code, result.code
 
 
 @both

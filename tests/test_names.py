@@ -183,3 +183,18 @@ def test_moving_code_ahead_of_the_rest_of_a_loop_body():
     assert conflict("d = {}\nd['k'] = t\n", "d", "print(d)\n") is None
     # ahead of the loop: the loop variables change
     assert conflict("", "name", "x = 1\n", varying={"name"}) == ("name", "bound")
+
+
+@pytest.mark.parametrize("code, name", [
+    ("logits.shape", "logits_shape"),
+    ("example['question'][:50]", "example_question_head"),
+    ("tokens[0][-n:]", "tokens_tail"),
+    ("x[0, -1].argmax().item()", "x_argmax"),
+    ("probs[0, top].item()", "probs_top"),
+    ("vec.norm().item()", "vec_norm"),
+    ("len(states)", "len_states"),
+    ("r['a b']['1st']", "r_a_b_1st"),
+    ("(a + b)", "value"),
+])
+def test_a_describing_name_says_what_the_value_is(code, name):
+    assert names.describing_name(cst.parse_expression(code)) == name

@@ -82,7 +82,7 @@ print(ids.tolist())
 def test_a_copy_whose_value_comes_back_otherwise_is_not_assigned_back():
     result = optimize(GREEDY, options=Options(nnsight="0.6"))
     assert "    ids_2 = ids\n" in result.code and "torch.cat([ids_2," in result.code
-    assert "ids = _ndif_log[-1]" in result.code and "ids = ids_2" not in result.code
+    assert 'ids = _ndif_log["ids"]' in result.code and "ids = ids_2" not in result.code
 
 
 def test_a_local_that_may_be_unbound_before_the_session_is_copied_only_if_bound():
@@ -91,7 +91,8 @@ def test_a_local_that_may_be_unbound_before_the_session_is_copied_only_if_bound(
     session = result.code.split("with model.session(remote=True):\n")[1]
     # after the block's first statement: nnsight 0.6 cannot trace a block opening with `try`
     assert session.startswith(
-        "    _ndif_log = list().save()\n    try:\n        ids_2 = ids\n    except NameError:\n        pass\n"
+        "    _ndif_log = dict().save()  # the values the replay after the session reads, by name\n"
+        "    try:\n        ids_2 = ids\n    except NameError:\n        pass\n"
     )
     assert any(f.pass_id == "session-hoisting" and f.applied for f in result.findings)
 

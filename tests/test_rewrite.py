@@ -83,3 +83,12 @@ def test_the_indented_blank_line_check_finds_what_a_full_walk_finds():
             found += oracle.found
             checked += 1
     assert found >= 10 and checked > 1000  # both answers were asked for
+
+
+def test_a_block_opens_without_the_blank_lines_its_first_statement_had_where_it_stood():
+    from ndif_opt.syntax.rewrite import opening
+
+    moved = cst.parse_module("x = 1\n\n\n# why\ny = 2\n").body[1]
+    [first] = opening([moved])
+    assert cst.Module(body=[first]).code == "# why\ny = 2\n"
+    assert opening([]) == [] and opening([cst.parse_statement("z = 3\n")])[0].leading_lines == ()

@@ -13,7 +13,7 @@ PROMPTS = [
 ]
 
 with model.session(remote=True):
-    _ndif_rows = list().save()
+    _ndif_rows = list().save()  # one record per iteration, replayed after the session
     for i, prompt in enumerate(PROMPTS):
         with model.trace(prompt):
             logits = model.lm_head.output[0, -1]

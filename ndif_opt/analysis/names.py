@@ -43,6 +43,59 @@ def fresh_name(base: str, taken: Container[str], *, first: int = 2, separator: s
     return name
 
 
+# Methods that convert or copy a value without saying anything about what it is.
+_PLUMBING_METHODS = frozenset(
+    {"item", "tolist", "cpu", "detach", "float", "double", "half", "clone", "copy", "numpy", "contiguous",
+     "to", "squeeze", "strip"}
+)
+
+
+def describing_name(expr: cst.BaseExpression, *, parts: int = 2) -> str:
+    """A name that says what ``expr`` holds, for a value the passes store under a name of
+    their own: `logits.shape` → ``logits_shape``, `example['question'][:50]` →
+    ``example_question_head``, `probs[answer]` → ``probs_answer``, `x[0, -1].argmax().item()`
+    → ``x_argmax``, `len(states)` → ``len_states``. Numeric indexes and conversions
+    (`.item()`, `.cpu()`) say nothing and are left out; the root is followed by the
+    ``parts`` words nearest the value."""
+    words: list[str] = []
+    while True:
+        kind = type(expr)
+        if kind is cst.Attribute:
+            words.append(expr.attr.value)
+            expr = expr.value
+        elif kind is cst.Subscript:
+            words += reversed([word for element in expr.slice if (word := _index_word(element.slice))])
+            expr = expr.value
+        elif kind is cst.Call and type(expr.func) is cst.Attribute:
+            if expr.func.attr.value not in _PLUMBING_METHODS:
+                words.append(expr.func.attr.value)
+            expr = expr.func.value
+        elif kind is cst.Call and type(expr.func) is cst.Name and len(expr.args) == 1:
+            return _identifier(f"{expr.func.value}_{describing_name(expr.args[0].value, parts=parts)}")
+        else:
+            break
+    root = expr.value if type(expr) is cst.Name else "value"
+    return _identifier("_".join([root, *words[:parts][::-1]]))
+
+
+def _index_word(index: cst.BaseSlice) -> str:
+    """What an index says: a string key (`['question']`), a name (`probs[0, answer]`: the
+    answer's), the head or tail a slice keeps (`[:50]`, `[-n:]`); a number says nothing."""
+    if isinstance(index, cst.Slice):
+        if index.step is not None or (index.lower is None) == (index.upper is None):
+            return "" if index.lower is None and index.step is None else "slice"
+        return "head" if index.lower is None else "tail"
+    if isinstance(index.value, cst.SimpleString):
+        return index.value.raw_value  # (not evaluated_value: literal_eval leaves reference cycles)
+    return index.value.value if type(index.value) is cst.Name else ""
+
+
+def _identifier(text: str) -> str:
+    """``text`` as a Python identifier: other characters become `_`, never a leading digit."""
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in text).strip("_") or "value"
+    return f"_{name}" if name[0].isdigit() else name
+
+
 @dataclass
 class NameUse:
     """Names read, bound and mutated by some code; each maps to the first node seen."""

@@ -472,10 +472,15 @@ def _calls_in_expressions(node: cst.CSTNode, helpers: dict[str, RemoteHelper], f
 
 
 class CallWithRemoteOff(cst.CSTTransformer):
-    """`helper(x)` → `helper(x, remote=False)` for the given calls (by identity)."""
+    """`helper(x)` → `helper(x, remote=False)` for the given calls (by identity). A flag
+    the call passes is set where it stands; one it leaves out is added as the other calls
+    pass it: by position where they do and the call can (`helper(x, False)` next to the
+    user's `helper(y, True)`), else by keyword."""
 
-    def __init__(self, calls: dict[int, RemoteHelper]) -> None:
-        self.calls = calls
+    def __init__(self, calls: list[tuple[cst.Call, RemoteHelper]]) -> None:
+        self.calls = {id(call): helper for call, helper in calls}
+        # the helpers some of these calls pass the flag to by position
+        self._positional = {id(helper) for call, helper in calls if _flag_by_position(call, helper)}
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         helper = self.calls.get(id(original))
@@ -492,11 +497,22 @@ class CallWithRemoteOff(cst.CSTTransformer):
             ):
                 args[index] = arg.with_changes(value=off)
                 return updated.with_changes(args=args)
+        by_position = id(helper) in self._positional and len(args) == position and all(
+            a.keyword is None and not a.star for a in args)
         if args:
             args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        if by_position:
+            return updated.with_changes(args=[*args, cst.Arg(value=off)])
         args.append(cst.Arg(value=off, keyword=cst.Name(name), equal=cst.AssignEqual(
             whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
         return updated.with_changes(args=args)
+
+
+def _flag_by_position(call: cst.Call, helper: RemoteHelper) -> bool:
+    """Does the call pass the helper's flag by position?"""
+    position = helper.positions().get(helper.new_parameter)
+    return position is not None and len(call.args) > position and all(
+        a.keyword is None and not a.star for a in call.args[: position + 1])
 
 
 def rewritten_helper(helper: RemoteHelper) -> cst.FunctionDef:

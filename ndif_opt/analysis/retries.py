@@ -226,6 +226,9 @@ def function_guard(func: cst.FunctionDef, facts: Facts) -> RetryGuard | None:
     return None
 
 
+RETRY_COMMENT = "# the requests' retry, now around the whole session"
+
+
 @dataclass(frozen=True)
 class PortableRetry:
     """A guard rewritten to stand at a session's place: the function's parameters it read
@@ -248,10 +251,11 @@ class PortableRetry:
             body=cst.IndentedBlock(body=[session.with_changes(leading_lines=[]), cst.parse_statement("break\n")]),
             handlers=handlers,
         )
+        said = cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(RETRY_COMMENT))
         return self.guard.loop.with_changes(
             target=cst.Name(self.attempt),
             iter=self.iter,
-            body=self.guard.loop.body.with_changes(body=[guarded]),
+            body=self.guard.loop.body.with_changes(body=[guarded], header=said),
             leading_lines=session.leading_lines,
         )
 
@@ -353,6 +357,16 @@ class _Substitute(cst.CSTTransformer):
 
     def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
         return updated.with_changes(keyword=original.keyword)
+
+    def leave_FormattedStringExpression(self, original: cst.FormattedStringExpression,
+                                        updated: cst.FormattedStringExpression):
+        """`f"{tries}"` with `tries=3` → `f"3"`, not `f"{3}"`: a number formatted plainly
+        is its text."""
+        value = updated.expression
+        plain = original.conversion is None and original.format_spec is None and original.equal is None
+        if plain and type(original.expression) is cst.Name and isinstance(value, (cst.Integer, cst.Float)):
+            return cst.FormattedStringText(str(value.evaluated_value))
+        return updated
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
         value = self.values.get(original.value)

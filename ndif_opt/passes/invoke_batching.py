@@ -984,7 +984,8 @@ def _batched(sweep: Sweep, names: list[str], chunk: int | None, unsaved: set[str
         if chunk is None:
             return [outer.with_changes(leading_lines=loop.leading_lines)]
         items, start = names[1], names[2]
-        listing = cst.parse_statement(f"{items} = list({code_of(loop.iter)})\n")
+        listing = cst.parse_statement(
+            f"{items} = list({code_of(loop.iter)})  # the inputs, listed once: one trace takes {chunk} at a time\n")
         chunks = cst.parse_statement(f"for {start} in range(0, len({items}), {chunk}):\n    pass\n")
         chunks = chunks.with_changes(body=chunks.body.with_changes(body=[outer]))
         return [listing.with_changes(leading_lines=loop.leading_lines), chunks]
@@ -1301,7 +1302,7 @@ from nnsight import LanguageModel
 model = LanguageModel("openai-community/gpt2")
 with model.session(remote=True):
     tops = list().save()
-    _ndif_items = list(range(100))
+    _ndif_items = list(range(100))  # the inputs, listed once: one trace takes 32 at a time
     for _ndif_start in range(0, len(_ndif_items), 32):
         with model.trace() as tracer:
             for i in _ndif_items[_ndif_start : _ndif_start + 32]:

@@ -83,6 +83,8 @@ from ndif_opt.analysis.vocabulary import FILLING_METHODS
 from ndif_opt.output.describe import saved_shape
 from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
+from ndif_opt.passes.common.client_split import RECORD_PREFIX
+from ndif_opt.passes.common.records import plain_loads
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import NodeEdits, SuitePlan, empty_container_kind, method_call, unsave
 from ndif_opt.syntax.walk import all_nodes, find_nodes, transform
@@ -482,7 +484,8 @@ def _containers(facts: Facts) -> list[_Container]:
             if assigned is None or not is_save_call(assigned[1]):
                 continue
             kind = empty_container_kind(unsave(assigned[1]))
-            if kind is not None:
+            # (a split's records hold what its replay reads, already reduced where they can be)
+            if kind is not None and not assigned[0].startswith(RECORD_PREFIX):
                 found.append(_Container(block, stmt, assigned[0], kind))
     return found
 
@@ -897,6 +900,9 @@ class ElementPushdown(_LoopReads):
             edits.replace[id(chain)] = cst.Name(use.root.value) if use.loop is not None else use.root
             if isinstance(use.loop, cst.For):
                 self.context.unreturned.add(use.root.value)
+            copy = self._copy_of_container(chain, use)
+            if copy is not None:
+                edits.replace[id(self.index.parents[id(use.loop)])] = copy
         self.context.unreturned.add(name)
         self.context.applied(
             self.container.stmt,
@@ -906,6 +912,25 @@ class ElementPushdown(_LoopReads):
             safety,
             uses=tuple(chain for chain, _ in chains),
         )
+
+    def _copy_of_container(self, chain: cst.CSTNode, use: _ElementUse) -> cst.Call | None:
+        """`list(C)` for `[x for x in C]`, which a comprehension whose expression was the
+        reduction becomes once the reduction moves into the block (`set(C)` for a set)."""
+        comprehension = self.index.parents.get(id(use.loop)) if isinstance(use.loop, cst.CompFor) else None
+        maker = {cst.ListComp: "list", cst.SetComp: "set"}.get(type(comprehension))
+        if maker is None or comprehension.elt is not chain or self._shadowed(maker):
+            return None
+        loop = use.loop
+        if loop.ifs or loop.inner_for_in is not None or loop.asynchronous is not None:
+            return None
+        if not (isinstance(loop.target, cst.Name) and loop.target.value == use.root.value):
+            return None
+        return cst.Call(func=cst.Name(maker), args=[cst.Arg(loop.iter)]).with_changes(
+            lpar=comprehension.lpar, rpar=comprehension.rpar)
+
+    def _shadowed(self, builtin: str) -> bool:
+        """Does the file bind ``builtin`` anywhere (a parameter, a `def`, an assignment)?"""
+        return self.facts.once(f"shadowed:{builtin}", lambda: plain_loads(self.facts.module, builtin) is None)
 
 
 class LiteralPushdown(_LoopReads):
@@ -1739,7 +1764,7 @@ with model.session(remote=True):
     for prompt in ["The cat sat on the", "Paris is the capital of"]:
         with model.trace(prompt):
             logits_by_prompt.append(model.lm_head.output[0, -1].argmax().item())
-tops = [logits for logits in logits_by_prompt]
+tops = list(logits_by_prompt)
 print(tops)
 """,
     ),

@@ -408,8 +408,9 @@ def _build(block: Block, prefix, loop: cst.For, accumulators, iterable: str, len
     )
     # (a container the tool made is already `_ndif_`-named: `_ndif_rows` → `_ndif_rows_all`)
     merged = {name: f"{name}_all" if name.startswith("_ndif_") else f"_ndif_{name}" for name in accumulators}
-    lines = [f"{merged[n]} = {'[]' if k == 'list' else '{}'}\n" for n, k in accumulators.items()]
-    header = f"for {chunk} in range(0, {length}, {size}):\n    pass\n"
+    lines = [f"{merged[n]} = {'[]' if k == 'list' else '{}'}  # what every session fills, merged\n"
+             for n, k in accumulators.items()]
+    header = f"for {chunk} in range(0, {length}, {size}):  # sessions of {size} iterations each\n    pass\n"
     # merge, then drop the chunk's copy: a name the next session's code mentions would
     # otherwise be uploaded with it
     merge = [
@@ -490,8 +491,8 @@ from nnsight import LanguageModel
 model = LanguageModel("meta-llama/Llama-3.1-405B")
 PROMPT = "The Eiffel Tower is in the city of"
 SCALES = [0.25 * i for i in range(64)]
-_ndif_top = []
-for _ndif_chunk in range(0, 126, 63):
+_ndif_top = []  # what every session fills, merged
+for _ndif_chunk in range(0, 126, 63):  # sessions of 63 iterations each
     with model.session(remote=True):
         top = list().save()
         for layer in range(126)[_ndif_chunk:_ndif_chunk + 63]:
@@ -527,8 +528,8 @@ from nnsight import LanguageModel
 
 model = LanguageModel("meta-llama/Llama-3.1-405B")
 SCALES = [0.25 * i for i in range(64)]
-_ndif_top = []
-for _ndif_chunk in range(0, 126, 63):
+_ndif_top = []  # what every session fills, merged
+for _ndif_chunk in range(0, 126, 63):  # sessions of 63 iterations each
     with model.session(remote=True):
         top = list().save()
         norms = []

@@ -630,9 +630,12 @@ class SessionHoisting(Pass):
         return True
 
     def _rewrite(self, region: Region, accumulators, facts, plan: SuitePlan, context) -> None:
+        if region.split is not None:
+            # what the session saves comes back by itself: the replay reads it, no record
+            region.split.drop_records(_saved(region) | set(region.saved_here.values()))
         names = {a.name for a in accumulators}
         strip = StripRemote([b.node for b in region.blocks])
-        calls_off = CallWithRemoteOff({id(call): helper for call, helper in region.helper_calls})
+        calls_off = CallWithRemoteOff(region.helper_calls)
         for _call, helper in region.helper_calls:
             self.rewritten_helpers[helper.name] = helper
         self.passed_functions.update(region.passed_functions)
@@ -649,14 +652,19 @@ class SessionHoisting(Pass):
             # the region's own statements: nothing inside a claimed region is edited
             # elsewhere, and identity-based transforms need the original nodes
             moved = []
+            headers = region.split.comments if region.split is not None else {}
             for stmt in originals:
+                header = headers.get(id(stmt), [])
                 if id(stmt) in inside:
                     acc = inside[id(stmt)]
-                    moved.append(saved_container(acc.name, acc.kind, stmt).with_changes(leading_lines=stmt.leading_lines))
+                    lines = [*header, *stmt.leading_lines]
+                    moved.append(saved_container(acc.name, acc.kind, stmt).with_changes(leading_lines=lines))
                     continue
                 if id(stmt) in region.saved_here:
                     stmt = _saving(stmt)
                 moved.append(transform(stmt, _MoveEdits(stmt, strip, calls_off, drop, unwrap, region.passed_calls)))
+                if header:  # a section's header, from the replayed line above its remote work
+                    moved[-1] = moved[-1].with_changes(leading_lines=[*header, *moved[-1].leading_lines])
             leading = first_leading
             for index, stmt in enumerate(moved):
                 if stmt.leading_lines is leading or (index == 0 and stmt.leading_lines):
@@ -670,7 +678,7 @@ class SessionHoisting(Pass):
             if prelude:
                 prelude[0] = prelude[0].with_changes(leading_lines=leading)
                 leading = ()
-            released = [cst.parse_statement(f"{name} = None  {RELEASE_COMMENT}\n") for name in region.released]
+            released = [_release(region.released)] if region.released else []
             session = session_statement(region.model, region.flag, created + moved + released,
                                         () if fallback else leading)
             if region.retry is not None:
@@ -1188,6 +1196,15 @@ def _helper_argument_problem(region: Region, facts: Facts) -> str:
 
 
 RELEASE_COMMENT = "# nothing after the session reads it: let go here, not downloaded"
+
+
+def _release(names: list[str]) -> cst.SimpleStatementLine:
+    """`a = b = None  # ...`: the session's last line, which keeps what same-file functions
+    saved and returned from being downloaded (a saved value the session's names still
+    hold at its end comes back); nothing after the session reads those names."""
+    comment = RELEASE_COMMENT if len(names) == 1 else RELEASE_COMMENT.replace("reads it", "reads them")
+    return cst.parse_statement(" = ".join([*names, "None"]) + f"  {comment}\n")
+
 
 
 def _needed_after(region: Region, facts: Facts) -> frozenset[str]:
@@ -1793,13 +1810,13 @@ from nnsight import LanguageModel
 model = LanguageModel("openai-community/gpt2")
 with open("out.txt", "w") as f:
     with model.session(remote=True):
-        _ndif_rows = list().save()
+        _ndif_rows = list().save()  # one record per iteration, replayed after the session
         for prompt in ["a", "b"]:
             with model.trace(prompt):
                 out = model.lm_head.output
             _ndif_rows.append(out.shape)
-    for out_then in _ndif_rows:
-        f.write(str(out_then))
+    for out_shape in _ndif_rows:
+        f.write(str(out_shape))
         f.flush()
 """,
     ),
@@ -1823,15 +1840,15 @@ from nnsight import LanguageModel
 model = LanguageModel("openai-community/gpt2")
 with open("out.txt", "w") as f:
     with model.session(remote=True):
-        _ndif_rows = list().save()
+        _ndif_rows = list().save()  # one record per iteration, replayed after the session
         for prompt in ["a", "b"]:
             with model.trace(prompt):
                 out = model.lm_head.output
             _ndif_rows.append(out.shape)
             with model.trace(prompt):
                 out2 = model.lm_head.output.save()
-    for out_then in _ndif_rows:
-        f.write(str(out_then))
+    for out_shape in _ndif_rows:
+        f.write(str(out_shape))
 """,
     ),
     Case(
@@ -1851,13 +1868,13 @@ from nnsight import LanguageModel
 
 model = LanguageModel("openai-community/gpt2")
 with model.session(remote=True):
-    _ndif_log = list().save()
+    _ndif_log = dict().save()  # the values the replay after the session reads, by name
     for prompt in ["a", "b"]:
         with model.trace(prompt):
             out = model.lm_head.output.save()
         total = out.sum()
-    _ndif_log.append(total)
-total = _ndif_log[-1]
+    _ndif_log["total"] = total
+total = _ndif_log["total"]
 print(total)
 """,
     ),
@@ -2027,7 +2044,7 @@ from nnsight import LanguageModel
 model = LanguageModel("openai-community/gpt2")
 with model.session(remote=True):
     records = list().save()
-    _ndif_log = list().save()
+    _ndif_log = dict().save()  # the values the replay after the session reads, by name
     for prompt in ["a", "b"]:
         try:
             with model.trace(prompt):
@@ -2037,8 +2054,10 @@ with model.session(remote=True):
         except Exception as err:
             record = {"prompt": prompt, "error": str(err)}
         records.append(record)
-    _ndif_log.append((word, record))
-word, record = _ndif_log[-1]
+    _ndif_log["word"] = word
+    _ndif_log["record"] = record
+word = _ndif_log["word"]
+record = _ndif_log["record"]
 """,
     ),
     Case(
@@ -2061,13 +2080,13 @@ import torch
 from nnsight import LanguageModel
 
 model = LanguageModel("openai-community/gpt2")
-_ndif_items = list(["a", "b"])
-_ndif_inputs = []
+_ndif_items = list(["a", "b"])  # the loop's items, listed once: both loops go over them
+_ndif_inputs = []  # what the session needs from your machine, in the order it needs it
 for name in _ndif_items:
     scale = json.loads(json.dumps(len(name)))
     _ndif_inputs.append(scale)
 with model.session(remote=True):
-    _ndif_feed = iter(_ndif_inputs)
+    _ndif_feed = iter(_ndif_inputs)  # taken in turn where each was computed
     for name in _ndif_items:
         scale = next(_ndif_feed)
         with model.trace(name):
@@ -2107,7 +2126,7 @@ def probe(prompt, remote=True):
 
 def sweep(prompts, results):
     with model.session(remote=True):
-        _ndif_rows = list().save()
+        _ndif_rows = list().save()  # one record per iteration, replayed after the session
         for p in prompts:
             results_value = probe(p, remote=False)
             _ndif_rows.append((p, results_value))
@@ -2328,7 +2347,7 @@ import time
 from nnsight import LanguageModel
 
 model = LanguageModel("openai-community/gpt2")
-for _ndif_attempt in range(3):
+for _ndif_attempt in range(3):  # the requests' retry, now around the whole session
     try:
         with model.session(remote=True):
             outs = list().save()
@@ -2381,7 +2400,7 @@ from nnsight import LanguageModel
 model = LanguageModel("openai-community/gpt2")
 with model.session(remote=True):
     outs = list().save()
-    _ndif_rows = list().save()
+    _ndif_rows = list().save()  # one record per iteration, replayed after the session
     for prompt in ["a", "b"]:
         with model.trace(prompt):
             outs.append(model.lm_head.output)
@@ -2437,14 +2456,19 @@ from nnterp import StandardizedTransformer
 model = StandardizedTransformer("meta-llama/Llama-3.1-8B")
 prompts = ["The Eiffel Tower is in", "The capital of Japan is"]
 with model.session(remote=True):
-    _ndif_rows = list().save()
+    _ndif_rows = list().save()  # one record per iteration, replayed after the session
     for prompt in prompts:
         with model.trace(prompt):
             resid = model.layers_output[20][:, -1]
             probs = model.next_token_probs
-        _ndif_rows.append((prompt, resid.norm().item(), probs[0].argmax().item()))
-for prompt, resid_then, probs_then in _ndif_rows:
-    print(prompt, resid_then, probs_then)
+        _ndif_rows.append({
+            "prompt": prompt,
+            "resid_norm": resid.norm().item(),
+            "probs_argmax": probs[0].argmax().item(),
+        })
+for _ndif_row in _ndif_rows:
+    prompt = _ndif_row["prompt"]
+    print(prompt, _ndif_row["resid_norm"], _ndif_row["probs_argmax"])
 """,
     ),
     Case(
@@ -2465,7 +2489,7 @@ from nnterp.nnsight_utils import collect_token_activations_batched
 
 model = StandardizedTransformer("meta-llama/Llama-3.1-8B")
 with model.session(remote=True):
-    _ndif_rows = list().save()
+    _ndif_rows = list().save()  # one record per iteration, replayed after the session
     for prompt in ["a b", "c d"]:
         with model.trace(prompt):
             probs = model.next_token_probs[0].save()

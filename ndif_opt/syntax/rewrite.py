@@ -407,6 +407,17 @@ def session_statement(
 FALLBACK_COMMENT = "# the session failed: run the code as written, each failure handled on its own"
 
 
+def opening(body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """``body`` as a block's new body: its first statement without the blank lines that set
+    it off from the statements it followed where it stood (its comments stay)."""
+    if not body or not any(line.comment is None for line in body[0].leading_lines):
+        return body
+    lines = list(body[0].leading_lines)
+    while lines and lines[0].comment is None:
+        lines.pop(0)
+    return [body[0].with_changes(leading_lines=lines), *body[1:]]
+
+
 def with_fallback(
     attempt: cst.BaseStatement,
     fallback: Statements,
@@ -424,7 +435,7 @@ def with_fallback(
     return cst.Try(
         body=block([attempt]),
         handlers=[cst.ExceptHandler(body=block(fallback, FALLBACK_COMMENT), type=cst.Name("Exception"))],
-        orelse=cst.Else(body=block(then)) if then else None,
+        orelse=cst.Else(body=block(opening(list(then)))) if then else None,
         leading_lines=list(leading_lines),
     )
 

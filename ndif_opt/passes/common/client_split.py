@@ -41,10 +41,20 @@ import libcst as cst
 
 from ndif_opt.analysis.effects import PROGRESS_BARS
 from ndif_opt.analysis.facts import Facts, qualify
-from ndif_opt.analysis.names import NameUse, all_params, collect, exposed_reads, fresh_name, target_names
+from ndif_opt.analysis.names import (
+    NameUse,
+    all_params,
+    collect,
+    describing_name,
+    exposed_reads,
+    fresh_name,
+    target_names,
+)
 from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS
 from ndif_opt.analysis.wire import wire_problem
+from ndif_opt.passes.common.records import Keys, LogKeys, Reader, Recorded, Shape, plain_loads, shape
 from ndif_opt.syntax.positions import code_of
+from ndif_opt.syntax.rewrite import opening
 from ndif_opt.syntax.walk import find_nodes, walk
 
 # Problems a client statement may have and still be replayed after the session.
@@ -115,6 +125,44 @@ class Split:
     # before the session, and the session takes its values in order
     prelude: list[cst.BaseStatement] = field(default_factory=list)
     prepared: int = 0  # statements moved into the prelude
+    # section headers above replayed statements that go with the section's remote work:
+    # id of a server statement -> the comment lines to put above it
+    comments: dict[int, list[cst.EmptyLine]] = field(default_factory=dict)
+    # a name the run's record holds whole -> the lines that record it and bind it back
+    named_records: dict[str, list[cst.BaseStatement]] = field(default_factory=dict)
+    log: cst.BaseStatement | None = None  # the line that makes the run's record, if any
+    log_entries: set[int] = field(default_factory=set)  # ids of the lines that fill it
+
+    def drop_records(self, names: set[str]) -> None:
+        """Leave out the records of ``names``, which the session saves anyway: each holds
+        the same object as the name from where it is recorded to the end (a name recorded
+        whole is bound nowhere after that), and the replay reads the name itself. A run's
+        record left empty goes too."""
+        dropped = {id(stmt) for name in names & self.named_records.keys() for stmt in self.named_records.pop(name)}
+        if not dropped:
+            return
+        self.log_entries -= dropped
+        if self.log is not None and not self.log_entries:
+            dropped.add(id(self.log))
+            self.record_names.discard(self.log.body[0].targets[0].target.value)
+            self.log = None
+        self.server = _without(self.server, dropped)
+        self.replay = _without(self.replay, dropped)
+
+
+def _without(stmts: list[cst.BaseStatement], dropped: set[int]) -> list[cst.BaseStatement]:
+    """``stmts`` but the dropped ones, whose comments and blank lines pass to the next."""
+    kept: list[cst.BaseStatement] = []
+    carried: list[cst.EmptyLine] = []
+    for stmt in stmts:
+        if id(stmt) in dropped:
+            carried += stmt.leading_lines
+            continue
+        if carried:
+            stmt = stmt.with_changes(leading_lines=[*carried, *stmt.leading_lines])
+            carried = []
+        kept.append(stmt)
+    return kept
 
 
 class Refused(Exception):
@@ -137,11 +185,12 @@ class _Item:
 
     stmt: cst.BaseStatement
     role: Part
-    recorded: list[str] = field(default_factory=list)  # client: names its row holds (as the replay reads them)
-    values: dict[str, str] = field(default_factory=dict)  # client: recorded name -> the server's code for it
+    records: list[Recorded] = field(default_factory=list)  # client: the session's values it reads
     replayed: cst.BaseStatement | None = None  # client: the statement as the replay runs it
     rows: str = ""  # mixed: the name of its record list
-    row: str = ""  # mixed: the replay loop's target when the rows record no names
+    rows_read: str = ""  # mixed: how the replay reaches that list (default: ``rows``)
+    rows_key: str = ""  # mixed: its key in the record of the loop around it
+    row: str = ""  # mixed: the replay's name for one record, when it is not unpacked
     body: list["_Item"] = field(default_factory=list)  # mixed: its body's items
     unsaved: set[str] = field(default_factory=set)  # mixed: names its rows bring home instead of a save
     reduced: set[str] = field(default_factory=set)  # client: names it reads only parts of, recorded
@@ -430,7 +479,7 @@ class _Splitter:
             jump = [_Item(tail[-1].deep_clone(), Part.SERVER)]
         else:
             jump = []
-        replayed = stmt.with_changes(body=stmt.body.with_changes(body=tail))
+        replayed = stmt.with_changes(body=stmt.body.with_changes(body=opening(tail)))
         self.deferred += 1
         return [*head, _Item(replayed, Part.CLIENT), *jump]
 
@@ -560,10 +609,6 @@ class _Splitter:
         self.record_names.add(name)
         return name
 
-    def fresh_value(self, name: str) -> str:
-        """A readable name for a recorded part of ``name``."""
-        return self.fresh_plain(f"{name}_then")
-
     def fresh(self, base: str) -> str:
         return self.fresh_plain(f"{RECORD_PREFIX}{base}")
 
@@ -594,18 +639,15 @@ def split_region(statements, facts: Facts, server_check, remote_work, taken: set
     # leaves alone (a module constant); never one the client statements bind
     splitter.readable = (defined | (set(server_exposed) - set(server.binds))) - set(client.binds)
     _plan_records(items, defined, {n for n in server.mutates if n in defined}, splitter)
+    _drop_unread(items, splitter)
     carry = [n for n in carry if n not in client.binds]
     log = splitter.fresh("log") if _needs_log(items) or carry else ""
-    server_stmts, replay = _build(items, log, splitter, facts)
-    if carry:
-        server_stmts.append(cst.parse_statement(f"{log}.append({_tuple_code(carry)})\n"))
-        replay.append(cst.parse_statement(f"{_target_code(carry)} = {log}[-1]\n"))
-    if log:
-        server_stmts.insert(0, cst.parse_statement(f"{log} = list().save()\n"))
+    record = Split([], [], 0)
+    server_stmts, replay = _build(items, log, splitter, facts, carry, record)
     unsaved = set().union(*(i.unsaved for i in _mixed(items)))
-    return Split(server_stmts, replay, splitter.deferred, carry, splitter.record_names, unsaved,
-                 splitter.dropped_bars, fallback=splitter.handled_failures > 0, prelude=prelude,
-                 prepared=len(splitter.pre))
+    return replace(record, server=server_stmts, replay=replay, deferred=splitter.deferred, carried=carry,
+                   record_names=splitter.record_names, unsaved=unsaved, dropped_bars=splitter.dropped_bars,
+                   fallback=splitter.handled_failures > 0, prelude=prelude, prepared=len(splitter.pre))
 
 
 def _check_kept_paths(items: list[_Item], splitter: _Splitter) -> None:
@@ -744,11 +786,11 @@ def _loop_prelude(item: _Item, needed: set[str], splitter: _Splitter, facts: Fac
     # the items are listed once: the prelude and the session go over the same ones
     iterable = code_of(unwrap_progress(loop.iter, facts))
     before = [
-        cst.parse_statement(f"{listed} = list({iterable})\n"),
-        cst.parse_statement(f"{inputs} = []\n"),
+        _statement(f"{listed} = list({iterable})", "# the loop's items, listed once: both loops go over them"),
+        _statement(f"{inputs} = []", "# what the session needs from your machine, in the order it needs it"),
         cst.For(target=loop.target, iter=cst.Name(listed), body=cst.IndentedBlock(body=body)),
     ]
-    return before, _Item(cst.parse_statement(f"{feed} = iter({inputs})\n"), Part.SERVER)
+    return before, _Item(_statement(f"{feed} = iter({inputs})", "# taken in turn where each was computed"), Part.SERVER)
 
 
 def _check_prelude(items: list[_Item], splitter: _Splitter) -> set[str]:
@@ -1024,12 +1066,12 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
         later_use = splitter.uses(between, Part.SERVER)
         server_after = splitter.uses(items[index + 1 :], Part.SERVER)
         changed_after = server_after.mutates if loop is None else {}
-        item.replayed = item.stmt
-        replacements: dict[int, cst.CSTNode] = {}
         changing = {n for n in names if _still_changing(n, index, items, loop, mutated, changed_after)}
         # what a recorded part may read besides its own value: names that hold the same value
         # where the record is taken as where the line stands, and that the session can read
         steady = (set(exposed) - changing) & splitter.readable
+        # reads in `f"{x=}"` print their own text: they are read under their own names
+        documenting = _documenting(item.stmt)
         for name in names:
             if name in later_use.binds or name in later_use.mutates:
                 raise Refused(
@@ -1038,39 +1080,85 @@ def _plan_records(items: list[_Item], defined: set[str], mutated: set[str], spli
                 )
             still_changing = name in changing
             reduced = None if still_changing else _reduced_reads(item.stmt, name, splitter, steady)
-            if reduced:
+            if reduced and not any(id(node) in documenting for node, _code in reduced):
                 # the line reads only parts of it (`logits.shape`, `x[0].argmax()`): the
                 # session records those parts, where the line stood, not the whole value
                 item.reduced.add(name)
-                for node, code in reduced:
-                    fresh = splitter.fresh_value(name)
-                    item.recorded.append(fresh)
-                    item.values[fresh] = code
-                    replacements[id(node)] = cst.Name(fresh)
+                item.records += [Recorded(code, (node,), describing_name(node)) for node, code in reduced]
                 continue
             problem = wire_problem(name, splitter.statements, splitter.facts)
             if problem:
                 raise Refused(f"{problem}, and `{_first_line(item.stmt)}` must run on your machine and reads it")
             if not still_changing and name in server_after.binds:
                 # the remote part binds the name again later: the replay reads the record
-                # under a name of its own, so the name ends with the value it had at the end
-                fresh = splitter.fresh_value(name)
-                item.recorded.append(fresh)
-                item.values[fresh] = name
-                replacements.update((id(node), cst.Name(fresh)) for node in _loads_of(item.stmt, name))
+                # in place or under a name of its own, so the name ends with the value it had
+                # at the end
+                loads = plain_loads(item.stmt, name)
+                if loads is None:
+                    raise Refused(
+                        f"`{name}` is read and bound again by a line that must run on your machine, while the "
+                        "remote part binds it once more after that line"
+                    )
+                _check_not_documenting(loads, documenting, name)
+                item.records.append(Recorded(name, tuple(loads), name, var_hint=f"{name}_then"))
                 continue
             if not still_changing:
-                item.recorded.append(name)
-                item.values[name] = name
+                loads = plain_loads(item.stmt, name)
+                item.records.append(Recorded(name, tuple(loads or ()), name, name=name))
                 continue
             # the object keeps changing: record what the line reads of it, a snapshot
             for node, code in _snapshots(item.stmt, name, splitter):
-                fresh = splitter.fresh_value(name)
-                item.recorded.append(fresh)
-                item.values[fresh] = code
-                replacements[id(node)] = cst.Name(fresh)
-        if replacements:
-            item.replayed = item.stmt.visit(_Replace(replacements))
+                _check_not_documenting([node], documenting, name)
+                item.records.append(Recorded(code, (node,), describing_name(node)))
+        _mark_unread(item.records)
+
+
+def _documenting(stmt: cst.CSTNode) -> set[int]:
+    """The nodes inside self-documenting f-string expressions (`f"{x.shape=}"` prints the
+    text `x.shape=` too): the replay must read them under the same text."""
+    found: set[int] = set()
+    for part in find_nodes(stmt, lambda n: type(n) is cst.FormattedStringExpression and n.equal is not None):
+        found |= {id(node) for node in find_nodes(part.expression, lambda n: True)}
+    return found
+
+
+def _check_not_documenting(nodes, documenting: set[int], name: str) -> None:
+    if any(id(node) in documenting for node in nodes):
+        raise Refused(
+            f"`{name}` is read in a self-documenting f-string (`{{...=}}`) by a line that must run on your "
+            "machine, and the value it reads there is not the one the name holds at the end"
+        )
+
+
+def _mark_unread(records: list[Recorded]) -> None:
+    """Mark the names a statement reads only inside recorded parts of other values (`n` in
+    `tokens[0][-n:]`): they need no record of their own (see :func:`_drop_unread`)."""
+    inside: set[int] = set()
+    for record in records:
+        if not record.name:
+            for node in record.nodes:
+                inside |= {id(name) for name in find_nodes(node, lambda n: type(n) is cst.Name)}
+    for record in records:
+        if record.name and record.nodes and all(id(node) in inside for node in record.nodes):
+            record.unread = True
+
+
+def _drop_unread(items: list[_Item], splitter: _Splitter) -> None:
+    """Drop the records of names no replayed line reads whole, unless the replay binds the
+    name elsewhere: a binding left out there would leave it with an older value."""
+    clients = list(_clients(items))
+    bound = {r.name for item in clients for r in item.records if r.name and not r.unread}
+    bound |= set(splitter.uses(items, Part.CLIENT).binds)
+    for item in clients:
+        item.records = [r for r in item.records if not (r.unread and r.name not in bound)]
+
+
+def _clients(items: list[_Item]):
+    for item in items:
+        if item.role is Part.CLIENT:
+            yield item
+        elif item.role in (Part.MIXED, Part.IF):
+            yield from _clients(item.body + item.orelse)
 
 
 def _still_changing(name: str, index: int, items: list[_Item], loop: _Item | None, mutated: set[str],
@@ -1237,16 +1325,6 @@ class _LoadFinder(cst.CSTVisitor):
             self.found.append(node)
 
 
-class _Replace(cst.CSTTransformer):
-    """Replaces nodes by identity (id(original) -> new node), in one walk."""
-
-    def __init__(self, replacements: dict[int, cst.CSTNode]) -> None:
-        self.replacements = replacements
-
-    def on_leave(self, original, updated):
-        return self.replacements.get(id(original), updated)
-
-
 def _fresh_in_iteration(name: str, before: list[_Item], loop: _Item | None) -> bool:
     """Is ``name`` bound anew in each iteration before it is read (a new object each time)?"""
     if loop is None:
@@ -1256,44 +1334,125 @@ def _fresh_in_iteration(name: str, before: list[_Item], loop: _Item | None) -> b
     return any(item.role is Part.SERVER and name in collect(item.stmt).binds for item in before)
 
 
+# What each generated helper name holds, said where it is made.
+ROWS_COMMENT = "# one record per iteration, replayed after the session"
+INNER_ROWS_COMMENT = "# one record per iteration of the loop below"
+LOG_COMMENT = "# the values the replay after the session reads, by name"
+EVENTS_COMMENT = "# this iteration's records, and which way its branches went, in order"
+TAKEN_COMMENT = "# taken in the order the session recorded them"
+
+
+def _statement(code: str, comment: str = "") -> cst.BaseStatement:
+    return cst.parse_statement(f"{code}  {comment}\n" if comment else f"{code}\n")
+
+
 def _needs_log(items: list[_Item]) -> bool:
-    return any(item.role is Part.CLIENT and item.recorded for item in items)
+    return any(item.role is Part.CLIENT and item.records for item in items)
 
 
-def _row(item: _Item, facts: Facts) -> dict[str, str]:
-    """What one iteration's row holds: the name the replay binds -> the server's code."""
-    row: dict[str, str] = {}
-    for child in item.body:
-        if child.role is Part.CLIENT:
-            for name in child.recorded:
-                row.setdefault(name, child.values[name])
-        elif child.role is Part.MIXED and not _silent(child, facts):
-            row[child.rows] = child.rows
-    return row
-
-
-def _build(items: list[_Item], log: str, splitter: _Splitter, facts: Facts):
+def _build(items: list[_Item], log: str, splitter: _Splitter, facts: Facts, carry: list[str], record: Split):
+    """The session's statements and the replay's; ``record`` gets the section headers
+    that move onto server statements and what the run's record holds."""
+    comments = record.comments
     server: list[cst.BaseStatement] = []
     replay: list[cst.BaseStatement] = []
-    entry = 0
-    for item in items:
+    reserved = {v.name for item in items if item.role is Part.CLIENT for v in item.records if v.name}
+    keys = LogKeys(reserved | set(carry))
+    headers = _section_headers(items)
+    moved_to = {target: items[source].stmt.leading_lines for source, target in headers.items()}
+    for index, item in enumerate(items):
+        header = _header_lines(moved_to.get(index, ()))
         if item.role is Part.SERVER:
             server.append(item.stmt)
+            if header:
+                comments[id(item.stmt)] = header
         elif item.role is Part.CLIENT:
-            if item.recorded:
-                values = [item.values[n] for n in item.recorded]
-                server.append(cst.parse_statement(f"{log}.append({_tuple_code(values)})\n"))
-                replay.append(cst.parse_statement(f"{_target_code(item.recorded)} = {log}[{entry}]\n"))
-                entry += 1
-            replay.append(item.replayed)
+            entries = keys.place(item.records)
+            plain = {value.key: value.name for value in item.records if value.name}
+            for key, code in entries:
+                entry = cst.parse_statement(f'{log}["{key}"] = {code}\n')
+                server.append(entry)
+                record.log_entries.add(id(entry))
+                if key in plain:
+                    record.named_records.setdefault(plain[key], []).append(entry)
+            reader = Reader(Shape("", log, var=log), splitter.fresh_plain)
+            replayed = reader.read(item.stmt, item.records)
+            if index == 0:  # (its comments stand above the session, where the region starts)
+                replayed = _without_comments(replayed)
+            elif index in headers:  # a section's header goes with the section's remote work
+                replayed = replayed.with_changes(leading_lines=_after_header(replayed.leading_lines))
+            lines = _bound_first([*reader.bindings, replayed])
+            placed = {id(binding): line for binding, line in zip(reader.bindings, lines)}
+            for name, binding in reader.named:
+                record.named_records.setdefault(name, []).append(placed[id(binding)])
+            replay += lines
         elif _silent(item, facts):
             server.append(_server_loop(item, facts))
         else:
-            server.append(cst.parse_statement(f"{item.rows} = list().save()\n"))
-            loop, client_loop = _split_loop(item, facts, splitter.later)
-            server.append(loop)
+            loop, client_loop = _split_loop(item, facts, splitter)
+            # (the loop's comments and blank lines go above its record list, made just before it)
+            rows = _statement(f"{item.rows} = list().save()", ROWS_COMMENT)
+            server.append(rows.with_changes(leading_lines=[*header, *loop.leading_lines]) if header else
+                          rows.with_changes(leading_lines=loop.leading_lines))
+            server.append(loop.with_changes(leading_lines=[]))
             replay.append(client_loop)
+    for name in carry:  # the values the code after the region reads, as the session ends
+        key, new = keys.carried(name)
+        if new:
+            entry = cst.parse_statement(f'{log}["{key}"] = {name}\n')
+            server.append(entry)
+            record.log_entries.add(id(entry))
+        replay.append(cst.parse_statement(f'{name} = {log}["{key}"]\n'))
+    if log:
+        record.log = _statement(f"{log} = dict().save()", LOG_COMMENT)
+        server.insert(0, record.log)
     return server, replay
+
+
+def _section_headers(items: list[_Item]) -> dict[int, int]:
+    """Where section headers move: a comment block above a replayed statement, set off
+    from it by a blank line, heads the code up to the next comment (`# ── RUN 3: restore
+    one position ──` above a print and the sweep that follows). The replay is only the
+    section's local part: the header goes with the section's first remote statement.
+    Item index -> the index of the item it moves to."""
+    moves: dict[int, int] = {}
+    for index, item in enumerate(items):
+        if index == 0 or item.role is not Part.CLIENT or not _header_lines(item.stmt.leading_lines):
+            continue
+        for later in range(index + 1, len(items)):
+            if any(line.comment is not None for line in items[later].stmt.leading_lines):
+                break  # the next section
+            if items[later].role in (Part.SERVER, Part.MIXED):
+                moves[index] = later
+                break
+    return moves
+
+
+def _header_lines(lines) -> list[cst.EmptyLine]:
+    """The lines of a section header among a statement's leading lines: up to the last
+    comment, when a blank line sets it off from the statement; else none."""
+    comments = [i for i, line in enumerate(lines) if line.comment is not None]
+    if not comments or comments[-1] == len(lines) - 1:
+        return []
+    return list(lines[: comments[-1] + 1])
+
+
+def _after_header(lines) -> list[cst.EmptyLine]:
+    return list(lines[len(_header_lines(lines)):])
+
+
+def _without_comments(stmt: cst.BaseStatement) -> cst.BaseStatement:
+    blank = [line for line in stmt.leading_lines if line.comment is None]
+    return stmt.with_changes(leading_lines=blank) if len(blank) != len(stmt.leading_lines) else stmt
+
+
+def _bound_first(stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The replayed statement after the lines that bind its names, its blank lines and
+    comments above them all."""
+    if len(stmts) < 2 or not stmts[-1].leading_lines:
+        return stmts
+    last = stmts[-1]
+    return [stmts[0].with_changes(leading_lines=last.leading_lines), *stmts[1:-1], last.with_changes(leading_lines=[])]
 
 
 def _silent(item: _Item, facts: Facts) -> bool:
@@ -1313,18 +1472,37 @@ def _server_loop(item: _Item, facts: Facts) -> cst.For:
     return loop.with_changes(iter=item.session_iter) if item.session_iter is not None else loop
 
 
-def _split_loop(item: _Item, facts: Facts, later: set[str]):
+def _loop_record(item: _Item, facts: Facts, splitter: _Splitter) -> tuple[Shape, Reader]:
+    """One iteration's record: every value the iteration's replayed statements read (one
+    key for each distinct expression: the record is taken once, at the iteration's last
+    replayed statement) and the records of its inner loops; how the replay reads it."""
+    clients = [child for child in item.body if child.role is Part.CLIENT]
+    keys = Keys({value.name for child in clients for value in child.records if value.name})
+    inner = [child for child in item.body if child.role is Part.MIXED and not _silent(child, facts)]
+    for child in item.body:
+        if child.role is Part.CLIENT:
+            for value in child.records:
+                keys.place(value)
+        elif child in inner:
+            child.rows_key = keys.place(Recorded(child.rows, (), "rows", name=child.rows))
+    record = shape(keys, item.row, splitter.fresh_plain)
+    for child in inner:  # an inner loop's records, read through this one's
+        child.rows_read = f'{record.var}["{child.rows_key}"]' if record.var else record.names[child.rows_key]
+    # a value the row carries home needs no `.save()` of its own (it would download twice)
+    later = splitter.later
+    item.unsaved = {keys.codes[key] for key in keys.plain if keys.codes[key] not in later}
+    # ... and one whose parts the rows carry home, when nothing reads it whole
+    whole = set(keys.codes.values())
+    item.unsaved |= {n for child in item.body for n in child.reduced if n not in later and n not in whole}
+    return record, Reader(record, splitter.fresh_plain)
+
+
+def _split_loop(item: _Item, facts: Facts, splitter: _Splitter):
     """The server loop (records a row per iteration) and the client loop over the rows."""
     if item.events:
-        return _split_loop_events(item, facts, later)
+        return _split_loop_events(item, facts, splitter)
     loop: cst.For = item.stmt
-    row = _row(item, facts)
-    names = list(row)
-    # a value the row carries home needs no `.save()` of its own (it would download twice)
-    item.unsaved = {n for n, code in row.items() if n == code and n not in later}
-    # ... and one whose parts the rows carry home, when nothing reads it whole
-    whole = set(row.values())
-    item.unsaved |= {n for child in item.body for n in child.reduced if n not in later and n not in whole}
+    record, reader = _loop_record(item, facts, splitter)
     # a loop whose only local part is its progress bar records one empty row an iteration
     last = max((i for i, child in enumerate(item.body) if child.role is not Part.SERVER), default=len(item.body) - 1)
     server_body: list[cst.BaseStatement] = []
@@ -1333,107 +1511,120 @@ def _split_loop(item: _Item, facts: Facts, later: set[str]):
         if child.role is Part.SERVER:
             server_body.append(child.stmt)
         elif child.role is Part.CLIENT:
+            child.replayed = reader.read(child.stmt, child.records)
             client_body.append(child.replayed)
         elif _silent(child, facts):
             server_body.append(_server_loop(child, facts))
         else:
-            server_body.append(cst.parse_statement(f"{child.rows} = list()\n"))
-            inner, inner_client = _split_loop(child, facts, later)
+            server_body.append(_statement(f"{child.rows} = list()", INNER_ROWS_COMMENT))
+            inner, inner_client = _split_loop(child, facts, splitter)
             server_body.append(inner)
             client_body.append(inner_client)
         if index == last:
-            server_body.append(cst.parse_statement(f"{item.rows}.append({_tuple_code(list(row.values())) or 'None'})\n"))
+            server_body.append(cst.parse_statement(f"{item.rows}.append({record.value})\n"))
+    # the loop's comments say what it does: they stay with its work, in the session
     server_loop = loop.with_changes(
         iter=item.session_iter or unwrap_progress(loop.iter, facts),
-        body=loop.body.with_changes(body=server_body),
-        leading_lines=[],
+        body=loop.body.with_changes(body=opening(server_body)),
     )
-    target = _target_code(names) if names else item.row
-    header = cst.parse_statement(f"for {target} in {_replayed_iter(loop.iter, item.rows, facts)}:\n    pass\n")
-    client_loop = header.with_changes(
-        body=loop.body.with_changes(body=client_body or [cst.SimpleStatementLine([cst.Pass()])]),
-        leading_lines=loop.leading_lines,
-    )
+    rows = item.rows_read or item.rows
+    header = cst.parse_statement(f"for {record.target} in {_replayed_iter(loop.iter, rows, facts)}:\n    pass\n")
+    body = opening([*reader.bindings, *client_body]) or [cst.SimpleStatementLine([cst.Pass()])]
+    client_loop = _without_comments(header.with_changes(body=loop.body.with_changes(body=body),
+                                                        leading_lines=loop.leading_lines))
     return server_loop, client_loop
 
 
-def _split_loop_events(item: _Item, facts: Facts, later: set[str]):
+def _split_loop_events(item: _Item, facts: Facts, splitter: _Splitter):
     """A loop whose body branches or jumps: each iteration records a list, each local
     statement appends its values to it where it stands, each branch the way it went;
     the replay walks the same branches and jumps, taking the records in turn."""
     loop: cst.For = item.stmt
     it, items = item.it_name, item.items_name
     server_body = [
-        cst.parse_statement(f"{it} = list()\n"),
+        _statement(f"{it} = list()", EVENTS_COMMENT),
         cst.parse_statement(f"{item.rows}.append({it})\n"),
     ]
-    body, client_body = _event_parts(item.body, it, items, facts, later)
+    events = _Events(it, items, item.row, facts, splitter)
+    body, client_body = events.parts(item.body)
     server_loop = loop.with_changes(
         iter=item.session_iter or unwrap_progress(loop.iter, facts),
-        body=loop.body.with_changes(body=server_body + body),
-        leading_lines=[],
+        body=loop.body.with_changes(body=opening(server_body + body)),
     )
-    header = cst.parse_statement(f"for {it} in {_replayed_iter(loop.iter, item.rows, facts)}:\n    pass\n")
-    client_loop = header.with_changes(
-        body=loop.body.with_changes(body=[cst.parse_statement(f"{items} = iter({it})\n"), *client_body]),
+    rows = item.rows_read or item.rows
+    header = cst.parse_statement(f"for {it} in {_replayed_iter(loop.iter, rows, facts)}:\n    pass\n")
+    client_loop = _without_comments(header.with_changes(
+        body=loop.body.with_changes(body=[_statement(f"{items} = iter({it})", TAKEN_COMMENT), *client_body]),
         leading_lines=loop.leading_lines,
-    )
+    ))
     return server_loop, client_loop
 
 
-def _event_parts(children: list[_Item], it: str, items: str, facts: Facts, later: set[str]):
-    server: list[cst.BaseStatement] = []
-    client: list[cst.BaseStatement] = []
-    for child in children:
-        if child.role is Part.SERVER:
-            server.append(child.stmt)
-            if _jumps(child.stmt):  # a bare `break`/`continue`: the replay jumps too
-                client.append(child.stmt)
-        elif child.role is Part.CLIENT:
-            values = [child.values[n] for n in child.recorded]
-            server.append(cst.parse_statement(f"{it}.append({_tuple_code(values) or 'None'})\n"))
-            taken = f"{_target_code(child.recorded)} = next({items})" if child.recorded else f"next({items})"
-            client.append(cst.parse_statement(taken + "\n"))
-            client.append(child.replayed)
-        elif child.role is Part.MIXED and _silent(child, facts):
-            server.append(_server_loop(child, facts))
-        elif child.role is Part.MIXED:
-            server.append(cst.parse_statement(f"{child.rows} = list()\n"))
-            server.append(cst.parse_statement(f"{it}.append({child.rows})\n"))
-            inner, inner_client = _split_loop(child, facts, later)
-            server.append(inner)
-            client.append(cst.parse_statement(f"{child.rows} = next({items})\n"))
-            client.append(inner_client)
-        else:  # a branch: record which way it went
-            server_if, client_if = _event_if(child.stmt, child, it, items, facts, later)
-            server.append(server_if)
-            client.append(client_if)
-    return server, client
+@dataclass
+class _Events:
+    """The parts of a loop body whose statements record themselves where they stand."""
 
+    it: str  # the iteration's list of records
+    items: str  # the replay's iterator over it
+    row: str  # the replay's name for a record that is a dict
+    facts: Facts
+    splitter: _Splitter
 
-def _event_if(stmt: cst.If, item: _Item, it: str, items: str, facts: Facts, later: set[str]):
-    took = cst.parse_statement(f"{it}.append(True)\n")
-    body, client_body = _event_parts(item.body, it, items, facts, later)
-    other = stmt.orelse
-    if isinstance(other, cst.If):
-        inner_server, inner_client = _event_if(other, item.orelse[0], it, items, facts, later)
-        server_else, client_else = [inner_server], [inner_client]
-    else:
-        server_else, client_else = _event_parts(item.orelse, it, items, facts, later)
-    server_else = [cst.parse_statement(f"{it}.append(False)\n"), *server_else]
-    pass_ = cst.SimpleStatementLine([cst.Pass()])
-    server_if = stmt.with_changes(
-        body=stmt.body.with_changes(body=[took, *body]),
-        orelse=cst.Else(body=cst.IndentedBlock(body=server_else)),
-    )
-    client_if = stmt.with_changes(
-        test=cst.parse_expression(f"next({items})"),
-        body=stmt.body.with_changes(body=client_body or [pass_]),
-        orelse=cst.Else(body=cst.IndentedBlock(body=client_else)) if client_else else None,
-        leading_lines=[],
-    )
-    return server_if, client_if
+    def parts(self, children: list[_Item]):
+        server: list[cst.BaseStatement] = []
+        client: list[cst.BaseStatement] = []
+        for child in children:
+            if child.role is Part.SERVER:
+                server.append(child.stmt)
+                if _jumps(child.stmt):  # a bare `break`/`continue`: the replay jumps too
+                    client.append(child.stmt)
+            elif child.role is Part.CLIENT:
+                keys = Keys({value.name for value in child.records if value.name})
+                for value in child.records:
+                    keys.place(value)
+                record = shape(keys, self.row, self.splitter.fresh_plain)
+                reader = Reader(record, self.splitter.fresh_plain)
+                child.replayed = reader.read(child.stmt, child.records)
+                server.append(cst.parse_statement(f"{self.it}.append({record.value})\n"))
+                taken = f"{record.target} = next({self.items})" if keys.codes else f"next({self.items})"
+                client += [cst.parse_statement(taken + "\n"), *reader.bindings, child.replayed]
+            elif child.role is Part.MIXED and _silent(child, self.facts):
+                server.append(_server_loop(child, self.facts))
+            elif child.role is Part.MIXED:
+                server.append(_statement(f"{child.rows} = list()", INNER_ROWS_COMMENT))
+                server.append(cst.parse_statement(f"{self.it}.append({child.rows})\n"))
+                inner, inner_client = _split_loop(child, self.facts, self.splitter)
+                server.append(inner)
+                client.append(cst.parse_statement(f"{child.rows} = next({self.items})\n"))
+                client.append(inner_client)
+            else:  # a branch: record which way it went
+                server_if, client_if = self.branch(child.stmt, child)
+                server.append(server_if)
+                client.append(client_if)
+        return server, client
 
+    def branch(self, stmt: cst.If, item: _Item):
+        took = cst.parse_statement(f"{self.it}.append(True)\n")
+        body, client_body = self.parts(item.body)
+        other = stmt.orelse
+        if isinstance(other, cst.If):
+            inner_server, inner_client = self.branch(other, item.orelse[0])
+            server_else, client_else = [inner_server], [inner_client]
+        else:
+            server_else, client_else = self.parts(item.orelse)
+        server_else = [cst.parse_statement(f"{self.it}.append(False)\n"), *server_else]
+        pass_ = cst.SimpleStatementLine([cst.Pass()])
+        server_if = stmt.with_changes(
+            body=stmt.body.with_changes(body=[took, *body]),
+            orelse=cst.Else(body=cst.IndentedBlock(body=server_else)),
+        )
+        client_if = stmt.with_changes(
+            test=cst.parse_expression(f"next({self.items})"),
+            body=stmt.body.with_changes(body=client_body or [pass_]),
+            orelse=cst.Else(body=cst.IndentedBlock(body=client_else)) if client_else else None,
+            leading_lines=[],
+        )
+        return server_if, client_if
 
 def _tuple_code(names: list[str]) -> str:
     if not names:

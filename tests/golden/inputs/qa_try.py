@@ -1,0 +1,27 @@
+"""Short answers to a few questions; a question whose request fails is logged and skipped."""
+from tqdm import tqdm
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+tok = model.tokenizer
+
+questions = [
+    {"id": "q1", "prompt": "Q: What is the capital of France?\nA:", "answer": "Paris"},
+    {"id": "q2", "prompt": "Q: How many legs does a spider have?\nA:", "answer": "eight"},
+    {"id": "q3", "prompt": "Q: What colour is the sky?\nA:", "answer": "blue"},
+]
+
+answers = {}
+failed = []
+for q in tqdm(questions, desc="questions"):
+    try:
+        with model.generate(q["prompt"], max_new_tokens=4, do_sample=False, remote=True):
+            out = model.generator.output.save()
+        answer = tok.decode(out[0, -4:]).strip()
+        print(f"{q['id']}: {answer!r} (expected {q['answer']!r})")
+        answers[q["id"]] = answer
+    except Exception as err:
+        print(f"{q['id']} failed: {err}")
+        failed.append(q["id"])
+
+print(f"{len(answers)} answered, {len(failed)} failed")
