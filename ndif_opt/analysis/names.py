@@ -139,6 +139,25 @@ def root_name(expr: cst.BaseExpression) -> str | None:
             return None
 
 
+def mutated_roots(expr: cst.BaseExpression) -> list[str]:
+    """The names whose objects a change made through ``expr`` may reach: `a` for `a[0].b`
+    and for `a.get(k)[0]` (a method's result may be part of its object); for a function's
+    result (`f(x)[0]`) not `f`, which the change leaves alone, but the names handed to it
+    (`x`: a function may return what it is given)."""
+    while True:
+        kind = type(expr)
+        if kind is cst.Name:
+            return [expr.value]
+        if kind is cst.Attribute or kind is cst.Subscript:
+            expr = expr.value
+        elif kind is cst.Call and type(expr.func) is cst.Name:
+            return [name for arg in expr.args for name in mutated_roots(arg.value)]
+        elif kind is cst.Call:
+            expr = expr.func
+        else:
+            return []
+
+
 def dotted_name(expr: cst.BaseExpression) -> str | None:
     """`a.b.c` for an attribute chain of names; None for anything else."""
     if type(expr) is cst.Name:
@@ -198,8 +217,7 @@ class _Collector(cst.CSTVisitor):
             self._bind_target(target.value)
         elif kind is cst.Subscript or kind is cst.Attribute:
             # `x[i] = v` / `x.a = v` mutate the object bound to `x`
-            name = root_name(target)
-            if name is not None:
+            for name in mutated_roots(target):
                 self.use.mutates.setdefault(name, target)
             self._walk_value(target)  # the index and the base are read
 
@@ -360,8 +378,7 @@ class _Collector(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if type(func) is cst.Attribute and func.attr.value in CONTAINER_MUTATORS:
-            name = root_name(func.value)
-            if name is not None:
+            for name in mutated_roots(func.value):
                 self.use.mutates.setdefault(name, node)
 
     def visit_Global(self, node: cst.Global) -> None:
@@ -652,8 +669,7 @@ def may_change(node: cst.CSTNode) -> dict[str, cst.CSTNode]:
         if type(func) is cst.Name and func.value in PURE_BUILTINS:
             continue
         if type(func) is cst.Attribute and (func.attr.value in MUTATING_METHODS or _in_place(func.attr.value)):
-            name = root_name(func.value)
-            if name is not None:
+            for name in mutated_roots(func.value):
                 found.setdefault(name, call)
         for arg in call.args:
             if type(arg.value) is cst.Name:
