@@ -298,3 +298,41 @@ def test_a_sweep_run_once_per_word_quotes_every_run():
 def test_a_lens_run_once_per_prompt_quotes_every_run():
     result = optimize(LENS_PER_PROMPT)
     assert _quotes_equal_the_table(result) == {"trace-fusion": [(18, 3)]}
+
+
+# a layer sweep that reads its loop variable after the loop: batching cannot keep `layer`,
+# and skip-insertion caches the loop's prefix in the first round; the next round's batching
+# must still see that reason, not offer an unsafe fix that --unsafe-fixes would not apply
+SWEEP_READ_AFTER = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+prompt = "The Eiffel Tower is in"
+effects = []
+for layer in range(model.config.n_layer):
+    with model.trace(prompt, remote=True):
+        model.transformer.h[layer].mlp.output[:] = 0
+        logits = model.lm_head.output.save()
+    effects.append(logits[0, -1].max().item())
+print("layers swept:", layer + 1, effects)
+'''
+
+
+def _promises_broken(source: str) -> list[str]:
+    """Unsafe fixes offered without --unsafe-fixes that --unsafe-fixes does not apply."""
+    offered = {(f.pass_id, f.range.start.line) for f in optimize(source).findings
+               if f.status is Status.UNSAFE_NOT_APPLIED}
+    applied = {(f.pass_id, f.range.start.line) for f in optimize(source, unsafe_fixes=True).findings
+               if f.status is Status.APPLIED}
+    return [f"{pass_id} at line {line + 1}" for pass_id, line in sorted(offered - applied)]
+
+
+def test_an_offered_unsafe_fix_is_applied_by_unsafe_fixes_in_a_sweep_read_after():
+    assert _promises_broken(SWEEP_READ_AFTER) == []
+    reasons = [f.reason for f in optimize(SWEEP_READ_AFTER).findings if f.pass_id == "invoke-batching"]
+    assert any("`layer` is read after the loop" in (r or "") for r in reasons), reasons
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_an_offered_unsafe_fix_is_applied_by_unsafe_fixes(path):
+    assert _promises_broken(path.read_text()) == []

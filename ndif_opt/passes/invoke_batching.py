@@ -195,8 +195,8 @@ class InvokeBatching(Pass):
 
 
 def _after(trips: int | None, batch: int) -> str:
-    if trips is None:
-        return per(batch, "iteration")
+    if trips is None:  # the 32 is a setting the reader did not choose: name it
+        return f"{per(batch, 'iteration')} (--max-batch {batch})"
     return str(_batches(trips, batch))
 
 
@@ -224,11 +224,10 @@ def _problem(sweep: Sweep, facts: Facts, unsafe: bool):
             return f"the trace takes `{keywords[0]}=`, which an invoke does not", set()
     moved = sweep.moved
     accesses = module_accesses(moved, facts)
-    if accesses.skips:
-        if any(_is_skip_insertion(call) for call in accesses.skips):
-            # skip-insertion cached this loop's prefix (without --unsafe-fixes): batching
-            # the original loop would save more, say so; never batch the skips
-            return None if unsafe else ("", set())
+    # skip-insertion cached this loop's prefix in an earlier round: the skips are never
+    # batched, but the loop's own reasons still hold or not, and are reported either way
+    cached_prefix = any(_is_skip_insertion(call) for call in accesses.skips)
+    if accesses.skips and not cached_prefix:
         return "each iteration skips modules, and a batched `.skip()` must cover every invoke", set()
     if accesses.model_writes:
         return f"the loop changes the model (`{code_of(accesses.model_writes[0])}`), which every invoke shares", set()
@@ -258,6 +257,10 @@ def _problem(sweep: Sweep, facts: Facts, unsafe: bool):
             if not input_dependence(sweep, facts):  # the generated tokens only
                 return f"batched, each invoke's generated tokens are padded: it {problem}", set()
             return f"the inputs differ in length and each invoke sees left-padded rows: it {problem}", set()
+    if cached_prefix:
+        # batching the original loop would save more than the cache does: offered without
+        # --unsafe-fixes; with them the batching came first, so nothing is left to do here
+        return None if unsafe else ("", set())
     # saved names nothing reads later: one invoke's value would come back, so stop saving
     return "", set(sweep.block.saved_names) | _saved_names(sweep.pre + sweep.post)
 
