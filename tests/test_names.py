@@ -208,6 +208,11 @@ def test_moving_code_ahead_of_the_rest_of_a_loop_body():
     ("len(states)", "len_states"),
     ("r['a b']['1st']", "r_a_b_1st"),
     ("(a + b)", "value"),
+    # an element nothing else describes is not the whole sequence
+    ("ranks[-1]", "ranks_last"),
+    ("rows[0]", "rows_first"),
+    ("grid[0][-1]", "grid_last"),
+    ("probs[0].argmax().item()", "probs_argmax"),
 ])
 def test_a_describing_name_says_what_the_value_is(code, name):
     assert names.describing_name(cst.parse_expression(code)) == name

@@ -55,9 +55,11 @@ def describing_name(expr: cst.BaseExpression, *, parts: int = 2) -> str:
     their own: `logits.shape` → ``logits_shape``, `example['question'][:50]` →
     ``example_question_head``, `probs[answer]` → ``probs_answer``, `x[0, -1].argmax().item()`
     → ``x_argmax``, `len(states)` → ``len_states``. Numeric indexes and conversions
-    (`.item()`, `.cpu()`) say nothing and are left out; the root is followed by the
-    ``parts`` words nearest the value."""
+    (`.item()`, `.cpu()`) say nothing and are left out, but for a value nothing else
+    describes (`ranks[-1]` → ``ranks_last``, `xs[0]` → ``xs_first``); the root is followed
+    by the ``parts`` words nearest the value."""
     words: list[str] = []
+    end = ""  # `ranks[-1]` is not `ranks`: when nothing else describes it, the last of them
     while True:
         kind = type(expr)
         if kind is cst.Attribute:
@@ -65,6 +67,8 @@ def describing_name(expr: cst.BaseExpression, *, parts: int = 2) -> str:
             expr = expr.value
         elif kind is cst.Subscript:
             words += reversed([word for element in expr.slice if (word := _index_word(element.slice))])
+            if not end and len(expr.slice) == 1:
+                end = _end_word(expr.slice[0].slice)
             expr = expr.value
         elif kind is cst.Call and type(expr.func) is cst.Attribute:
             if expr.func.attr.value not in _PLUMBING_METHODS:
@@ -75,7 +79,8 @@ def describing_name(expr: cst.BaseExpression, *, parts: int = 2) -> str:
         else:
             break
     root = expr.value if type(expr) is cst.Name else "value"
-    return _identifier("_".join([root, *words[:parts][::-1]]))
+    described = words[:parts][::-1] or ([end] if end else [])
+    return _identifier("_".join([root, *described]))
 
 
 def _index_word(index: cst.BaseSlice) -> str:
@@ -88,6 +93,15 @@ def _index_word(index: cst.BaseSlice) -> str:
     if isinstance(index.value, cst.SimpleString):
         return index.value.raw_value  # (not evaluated_value: literal_eval leaves reference cycles)
     return index.value.value if type(index.value) is cst.Name else ""
+
+
+def _end_word(index: cst.BaseSlice) -> str:
+    """`first` for a lone `[0]`, `last` for a lone `[-1]`: the one element of a sequence
+    the index keeps, which a name must not confuse with the whole."""
+    if type(index) is not cst.Index:
+        return ""
+    code = cst.Module([]).code_for_node(index.value).replace(" ", "")
+    return {"0": "first", "-1": "last"}.get(code, "")
 
 
 def _identifier(text: str) -> str:
