@@ -778,6 +778,10 @@ def main(argv: list[str] | None = None) -> int:
     global NNSIGHT
     args = parse_args(argv)
     NNSIGHT = args.nnsight
+    missing = [str(d) for d in (args.devset, args.corpus) if not d.is_dir()]
+    if missing:  # not "0/0": a checkout elsewhere measures nothing and must say so
+        print(f"reach.py: no such directory: {', '.join(missing)} (give --devset/--corpus)", file=sys.stderr)
+        return 2
     devset_files = list_files(args.devset, ("[0-9]*.py", "[0-9]*.ipynb"), args.only)
     corpus_files = list_files(args.corpus, ("*.py", "*.ipynb"), args.only)
     verify_modes = ["default"] if args.verify or args.verify_unsafe else []

@@ -158,3 +158,9 @@ def test_a_loop_refused_inside_a_loop_refused_for_the_same_reason_has_no_finding
     refused = [f for f in result.findings if f.pass_id == "session-hoisting" and f.status.value == "skipped"]
     assert len(refused) == 1, [(f.range.start.line + 1, f.message) for f in refused]
     assert refused[0].range.start.line + 1 == 6 and "`prompt`" in refused[0].reason
+
+
+def test_reach_says_so_when_the_shared_directories_are_missing(tmp_path, capsys):
+    """A checkout without ../shared measured "0/0" and looked like a result."""
+    assert reach.main(["--devset", str(tmp_path / "devset"), "--corpus", str(tmp_path / "corpus")]) == 2
+    assert "no such directory" in capsys.readouterr().err
