@@ -164,3 +164,28 @@ def test_reach_says_so_when_the_shared_directories_are_missing(tmp_path, capsys)
     """A checkout without ../shared measured "0/0" and looked like a result."""
     assert reach.main(["--devset", str(tmp_path / "devset"), "--corpus", str(tmp_path / "corpus")]) == 2
     assert "no such directory" in capsys.readouterr().err
+
+
+# a greedy decoding loop whose logits pass through a helper of a module NDIF does not have:
+# the refusal names the name the remote part needs, and the statement it comes from
+LOCAL_HELPER_FEEDS_THE_PROMPT = '''\
+from nnsight import LanguageModel
+from my_utils import soft_cap
+
+model = LanguageModel("openai-community/gpt2")
+prompt = "The first three colours are"
+for _ in range(3):
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output.save()
+    logits = soft_cap(logits)
+    token = logits[0, -1].argmax().item()
+    prompt += model.tokenizer.decode(token) + ","
+print(prompt)
+'''
+
+
+def test_a_refusal_names_the_local_statement_the_remote_part_depends_on():
+    reasons = [f.reason for f in optimize(LOCAL_HELPER_FEEDS_THE_PROMPT).findings if f.pass_id == "session-hoisting"]
+    assert len(reasons) == 1, reasons
+    assert "`prompt`" in reasons[0] and "it comes from `logits = soft_cap(logits)`" in reasons[0], reasons
+    assert "`my_utils.soft_cap`" in reasons[0], reasons

@@ -202,6 +202,7 @@ class _Item:
     branch: bool = False  # inside an `if` or a `try` of the region: it may not run
     after_jump: bool = False  # an earlier statement of its loop body may end the iteration
     session_iter: cst.BaseExpression | None = None  # mixed: what the session's loop goes over
+    why: str = ""  # client: why it must run on your machine, when that is its own code's doing
 
 
 class _Splitter:
@@ -534,7 +535,9 @@ class _Splitter:
             raise Refused(f"the code {control[0].message}")
         if not remote:
             self.deferred += 1
-            return _Item(stmt, Part.CLIENT)
+            # (a call or print of its own says more than a name some other local code binds)
+            own = sorted(problems, key=lambda problem: problem.kind == "client-object")
+            return _Item(stmt, Part.CLIENT, why=own[0].message if own else "")
         if problems and self._fed(problems):
             return _Item(stmt, Part.SERVER)
         if isinstance(stmt, cst.If) and self.in_loop:
@@ -631,7 +634,10 @@ def split_region(statements, facts: Facts, server_check, remote_work, taken: set
     server = splitter.uses(items, Part.SERVER)
     client = splitter.uses(items, Part.CLIENT)
     server_exposed = exposed_reads([item.stmt for item in items if item.role is not Part.CLIENT])
-    _check_independence(server, client, server_exposed, splitter.later, splitter.client_roots)
+    try:
+        _check_independence(server, client, server_exposed, splitter.later, splitter.client_roots)
+    except Refused as refused:
+        raise Refused(f"{refused}{_origin(items, refused.args[0].split('`')[1])}") from None
     # a model is changed in place only by interventions inside traces: not a value to record
     defined = {n for n in set(server.binds) | set(server.mutates) if not is_model(n)}
     splitter.containers, splitter.changed_paths = _shallow_containers(items, splitter, facts)
@@ -1013,6 +1019,33 @@ def _server_statements(items: list[_Item]):
             yield item
         elif item.role is Part.MIXED:
             yield from _server_statements(item.body)
+
+
+def _client_items(items: list[_Item]):
+    for item in items:
+        if item.role is Part.CLIENT:
+            yield item
+        yield from _client_items(item.body)
+        yield from _client_items(item.orelse)
+
+
+def _origin(items: list[_Item], name: str) -> str:
+    """Where the local code that computes or changes ``name`` comes from: the local
+    statement furthest up its chain of reads whose own code must run on your machine
+    (`: it comes from `x = capped(logits)`, whose code calls `capped`, ...`), or nothing."""
+    local = list(_client_items(items))
+    wanted, seen, furthest = [name], set(), None
+    while wanted:  # breadth first: the last statement found with a reason is the furthest up
+        current = wanted.pop(0)
+        if current in seen:
+            continue
+        seen.add(current)
+        for item in local:
+            use = collect(item.stmt)
+            if current in use.binds or current in use.mutates:
+                furthest = item if item.why else furthest
+                wanted += [read for read in use.reads if read not in seen]
+    return f": it comes from `{_first_line(furthest.stmt)}`, whose code {furthest.why}" if furthest else ""
 
 
 def _check_independence(server: NameUse, client: NameUse, server_exposed, later: set[str],
