@@ -193,3 +193,22 @@ def test_a_script_with_ipython_lines_is_verified_as_a_notebook_runs_it(tmp_path)
     done = cli_verify(tmp_path, MAGIC_SCRIPT)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("verify: OK") and "2 -> 1" in done.stdout
+
+
+def test_a_small_change_reads_as_a_difference_not_as_x1_0():
+    """`forward passes 25 -> 26 (x1.0 more)` read as "no change" to a new user."""
+    from ndif_opt.verify import RunMetrics, VerifyReport
+
+    report = VerifyReport(
+        intended_ok=True, mismatches=[], original_remote_differs=False, original_remote_mismatches=[],
+        local_forward_passes=25, local_layer_calls=300,
+        before=RunMetrics(requests=25, upload_bytes=1000, download_bytes=10_000, download_raw_bytes=12_000,
+                          forward_passes=25, layer_calls=300),
+        after=RunMetrics(requests=1, upload_bytes=900, download_bytes=1_000, download_raw_bytes=1_200,
+                         forward_passes=26, layer_calls=246),
+        errors={},
+    )
+    text = report.to_text()
+    assert "forward passes" in text and "25 -> 26  (1 more)" in text, text
+    assert "300 -> 246  (54 fewer)" in text and "(10% less)" in text and "(x25.0 fewer)" in text, text
+    assert "x1.0" not in text, text

@@ -256,8 +256,11 @@ def _ratio(name: str, before: RunMetrics, after: RunMetrics) -> str:
         "layer calls": "layer_calls",
     }[name]
     x, y = getattr(before, attribute), getattr(after, attribute)
-    if y == 0 or x == 0:
+    if y == 0 or x == 0 or x == y:
         return ""
+    if max(x, y) / min(x, y) < 1.5:  # "x1.0 more" reads as no change: the difference says it
+        return f"({abs(y - x)} {'fewer' if x > y else 'more'})" if "bytes" not in attribute else (
+            f"({abs(y - x) / x:.0%} {'less' if x > y else 'more'})")
     return f"(x{x / y:.1f} fewer)" if x > y else f"(x{y / x:.1f} more)"
 
 
