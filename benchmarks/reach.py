@@ -497,12 +497,19 @@ def refusal_summary(devset: list[dict], corpus: list[dict]) -> str:
         # (other passes' findings on the same lines are about other savings: forward passes, bytes)
         # (a finding about an enclosing run spans the construct but starts before it: it is
         # the enclosing run's, not a second finding of this one)
+        # (nor is a finding at the first line of a loop or run nested in it: that one's own)
         several += sum(sum(f["pass_id"] == "session-hoisting" and c["start"] <= f["line"] <= c["end"]
-                           for f in c["findings"]) > 1 for c in measured["left"])
+                           and not _starts_nested(f["line"], c, measured) for f in c["findings"]) > 1
+                       for c in measured["left"])
         silent += [c for c in measured["left"] if not c["findings"]]
     return (f"loops and runs sending more than one request: {total}; reduced {reduced}; left as they are "
             f"{left}, of which with no finding (silent, target 0) {len(silent)}, with more than one session-hoisting "
             f"finding {several}")
+
+
+def _starts_nested(line: int, construct: dict, measured: dict) -> bool:
+    """Is ``line`` the first line of another loop or run of the file inside ``construct``?"""
+    return construct["start"] < line <= construct["end"] and line in measured.get("starts", ())
 
 
 def silent_table(devset: list[dict], corpus: list[dict]) -> str:

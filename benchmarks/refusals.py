@@ -327,7 +327,7 @@ def measure(source: str, output: str, findings: list[tuple[int, dict]], options:
             "code": construct.code[:100], "findings": reasons,
         })
     return {"constructs": len(found), "reduced": reduced, "left": left, "partly": partly,
-            "walk_error": before.error or after.error}
+            "starts": sorted({c.start for c in found}), "walk_error": before.error or after.error}
 
 
 def where(source: str, line: int, notebook: bool) -> str:

@@ -189,3 +189,12 @@ def test_a_refusal_names_the_local_statement_the_remote_part_depends_on():
     assert len(reasons) == 1, reasons
     assert "`prompt`" in reasons[0] and "it comes from `logits = soft_cap(logits)`" in reasons[0], reasons
     assert "`my_utils.soft_cap`" in reasons[0], reasons
+
+
+def test_a_nested_loops_own_finding_is_not_a_second_finding_of_the_loop_around_it():
+    finding = lambda line: {"pass_id": "session-hoisting", "line": line}  # noqa: E731
+    outer = {"kind": "loop", "start": 34, "end": 67, "findings": [finding(34), finding(42)]}
+    row = lambda starts: ({"static": {"default": {"refusals": {  # noqa: E731
+        "constructs": 2, "reduced": 0, "left": [outer], "starts": starts}}}})
+    assert reach.refusal_summary([row([34, 42])], []).endswith("with more than one session-hoisting finding 0")
+    assert reach.refusal_summary([row([34])], []).endswith("with more than one session-hoisting finding 1")
