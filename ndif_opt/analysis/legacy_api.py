@@ -596,6 +596,8 @@ class _Visitor:
         if node.attr.value != "value" or id(node) in self.targets or id(node) in self.walk.guarded:
             return
         depths = self.saved.depth(node.value, self.saved.at(node))
+        if type(node.value) is cst.Name and depths != {0} and node.value.value not in self.saved.at(node):
+            depths = self.saved.depth_where_read(node.value)  # the binding this read sees, if one
         if depths == {0}:
             self.add("value", node, f"`{code_of(node)}`", True, lambda updated: updated.value)
         elif 0 in depths:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, is_save_call
-from ndif_opt.analysis.names import all_params, dotted_name, function_locals, own_returns
+from ndif_opt.analysis.names import all_params, collect, dotted_name, function_locals, own_returns
 
 Depths = frozenset  # of int | None (None: not known to be saved)
 UNKNOWN: Depths = frozenset({None})
@@ -232,6 +232,13 @@ class SavedValues:
             for_in = for_in.inner_for_in
         return inner
 
+    def depth_where_read(self, name: cst.Name) -> Depths:
+        """What the name holds where it is read: the value of the one assignment that reaches
+        the read through the statements before it (and into the `with` blocks among them,
+        whose bodies always run), when that can be told; else every binding of the name."""
+        value = _reaching_value(name, self.parents)
+        return self.depth(name, {}) if value is None else self.depth(value, {})
+
     def at(self, node: cst.CSTNode) -> dict[str, Depths]:
         """The comprehension targets seen where ``node`` is, outermost comprehension first."""
         around = []
@@ -258,3 +265,48 @@ def _deeper(depths: Depths) -> Depths:
 
 def _shallower(depths: Depths) -> Depths:
     return frozenset(d - 1 if d is not None and d >= 1 else None for d in depths)
+
+
+def _reaching_value(name: cst.Name, parents: dict[int, cst.CSTNode]) -> cst.BaseExpression | None:
+    """The value of the assignment `name = value` that the read ``name`` sees, found by
+    walking back through straight-line code; None where a branch, loop, `try` or the start of
+    a function could bring another value (`probs = logits.cpu()` in a loop, then
+    `probs = stack(...).save()` last in the trace: the read after the trace sees the save)."""
+    node: cst.CSTNode = name
+    while True:
+        parent = parents.get(id(node))
+        if parent is None:
+            return None
+        if type(parent) in (cst.IndentedBlock, cst.Module) and node in parent.body:
+            break
+        node = parent
+    statement, suite = node, parent
+    while True:
+        before = suite.body[: suite.body.index(statement)]
+        found = _last_assigned(name.value, before)
+        if found is not False:
+            return found
+        block = parents.get(id(suite))  # what holds the suite: a `with` is passed through
+        if type(block) is not cst.With:
+            return None
+        statement, suite = block, parents.get(id(block))
+        if type(suite) not in (cst.IndentedBlock, cst.Module):
+            return None
+
+
+def _last_assigned(name: str, statements) -> cst.BaseExpression | None | bool:
+    """The value the last statement binding ``name`` among ``statements`` gives it; None when
+    that statement binds it otherwise (or may not); False when none binds it."""
+    for statement in reversed(statements):
+        if name not in collect(statement).binds:
+            continue
+        if type(statement) is cst.With and isinstance(statement.body, cst.IndentedBlock):
+            found = _last_assigned(name, statement.body.body)
+            return None if found is False else found
+        small = statement.body if type(statement) is cst.SimpleStatementLine else ()
+        if len(small) == 1 and type(small[0]) is cst.Assign and len(small[0].targets) == 1:
+            target = small[0].targets[0].target
+            if type(target) is cst.Name and target.value == name:
+                return small[0].value
+        return None
+    return False

@@ -549,16 +549,40 @@ with model.trace("hello", remote=True):
         reason="no direct nnsight 0.5+ equivalent",
     ),
     Case(
-        name=".value on a name that is not always a saved value",
+        name=".value on a name that may not be a saved value where it is read",
         before="""\
 from nnsight import LanguageModel
 
 model = LanguageModel("openai-community/gpt2")
 with model.trace("hello", remote=True):
     out = model.lm_head.output.save()
-if out.value is None:
+if out is None:
     out = Fallback()
+print(out.value)
 """,
         reason="also bound to values that are not saved",
+    ),
+    Case(
+        name=".value on a name whose last binding before the read is a save",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("hello", remote=True):
+    probs = model.lm_head.output.softmax(-1)
+    probs = probs[0, -1].save()
+if probs.value.max() > 0.5:
+    probs = None
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("hello", remote=True):
+    probs = model.lm_head.output.softmax(-1)
+    probs = probs[0, -1].save()
+if probs.max() > 0.5:
+    probs = None
+""",
     ),
 )

@@ -99,7 +99,30 @@ tops = [v.value.argmax().item() for v in results.values()]
 print(norms, tops)
 '''
 
-TEMPLATES = {"tuple": TUPLE_ELEMENT, "related": RELATED_SITES, "containers": SAVES_IN_CONTAINERS}
+# pre-0.5 `.value` on a name bound to plain values in the trace's loop, then to a save last:
+# the read after the trace sees the save (a logit lens's return, as lla_interventions has it)
+REBOUND_THEN_SAVED = '''
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+
+
+def lens(prompt):
+    with model.trace(prompt, remote=True):
+        rows = []
+        for layer in LAYERS[:3]:
+            probs = model.lm_head(layer.output[0][:, -1]).softmax(-1)
+            rows.append(probs.max(-1)[0])
+        probs = torch.stack(rows).save()
+    return probs.value
+
+
+print(lens("The Eiffel Tower is in the city of").tolist())
+'''
+
+TEMPLATES = {"tuple": TUPLE_ELEMENT, "related": RELATED_SITES, "containers": SAVES_IN_CONTAINERS,
+             "rebound": REBOUND_THEN_SAVED}
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +169,9 @@ def test_value_through_containers_is_migrated(family, originals):
     result, report, original = proven("containers", family, originals)
     assert ".value." not in result.code
     assert len(original.namespace["norms"]) == 2 and len(original.namespace["tops"]) == 2
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_value_of_a_name_saved_last_before_the_read_is_migrated(family, originals):
+    result, report, original = proven("rebound", family, originals)
+    assert ".value" not in result.code and "return probs\n" in result.code
