@@ -304,7 +304,8 @@ def _analyse(sweep: Sweep, facts: Facts):
         if len(targets) != 1:
             return "the loop has more than one loop variable"
         if not nonnegative_ints(sweep.loop.iter, facts):
-            return f"the layers `{code_of(sweep.loop.iter)}` are not known to count from the first"
+            return (f"the layer numbers in `{code_of(sweep.loop.iter)}` are not known before running to be 0 or "
+                    "more (a negative one counts from the last layer: the cached prefix would be the wrong one)")
         args = range_args(sweep.loop.iter)
         if args is not None:
             stop = code_of(args[0] if len(args) == 1 else args[1])
@@ -576,5 +577,21 @@ with model.session(remote=True):
             diffs.append(model.lm_head.output[0, -1].max().item())
 """,
         reason="would not pay off",
+    ),
+    Case(
+        name="layers chosen at run time, which may count from the last",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+chosen = [int(x) for x in open("layers.txt").read().split()]
+with model.session(remote=True):
+    diffs = list().save()
+    for layer in chosen:
+        with model.trace("hello world"):
+            model.transformer.h[layer].output[:, -1] = 0
+            diffs.append(model.lm_head.output[0, -1].max().item())
+""",
+        reason="are not known before running to be 0 or more",
     ),
 )
