@@ -820,9 +820,9 @@ def _parameter_truth(name: str, function: cst.FunctionDef, facts: Facts) -> tupl
             return Remote.MAYBE, f"`{name}` has no default"
         states.add(_truth(passed, facts, set(), None)[0])
     if not calls:
-        if param.default is None:
-            return Remote.MAYBE, f"`{name}` is a parameter without a default"
-        states.add(_truth(param.default, facts, set(), None)[0])
+        # a library's entry point: its callers, elsewhere, set the flag (its default is only
+        # what a caller that leaves it out gets)
+        return Remote.MAYBE, f"no code in this file calls `{function.name.value}`: its callers set `{name}`"
     if len(states) == 1:
         state = states.pop()
         where = f"every call of `{function.name.value}` in this file" if calls else "its default"

@@ -154,10 +154,10 @@ def root_name(expr: cst.BaseExpression) -> str | None:
 
 
 def mutated_roots(expr: cst.BaseExpression) -> list[str]:
-    """The names whose objects a change made through ``expr`` may reach: `a` for `a[0].b`
-    and for `a.get(k)[0]` (a method's result may be part of its object); for a function's
-    result (`f(x)[0]`) not `f`, which the change leaves alone, but the names handed to it
-    (`x`: a function may return what it is given)."""
+    """The names whose objects a change made through ``expr`` is known to reach: `a` for
+    `a[0].b` and for `a.get(k)[0]` (a method's result may be part of its object); none for
+    a function's result (`layer_output(model, i)[0] = v` changes what the function returned,
+    never `layer_output`; that a call may change what it is given is :func:`may_change`'s)."""
     while True:
         kind = type(expr)
         if kind is cst.Name:
@@ -165,7 +165,7 @@ def mutated_roots(expr: cst.BaseExpression) -> list[str]:
         if kind is cst.Attribute or kind is cst.Subscript:
             expr = expr.value
         elif kind is cst.Call and type(expr.func) is cst.Name:
-            return [name for arg in expr.args for name in mutated_roots(arg.value)]
+            return []
         elif kind is cst.Call:
             expr = expr.func
         else:
