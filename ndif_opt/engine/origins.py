@@ -21,6 +21,7 @@ caller falls back to matching lines. :func:`misplaced` checks the outcome on the
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import re
 from collections import deque
@@ -29,7 +30,7 @@ from collections.abc import Iterable, Iterator
 import libcst as cst
 from libcst.metadata import CodeRange
 
-from ndif_opt.syntax.positions import Positions, code_of
+from ndif_opt.syntax.positions import Positions, code_in, code_of
 from ndif_opt.syntax.walk import all_nodes, content_children
 from ndif_opt.types import Finding
 
@@ -43,7 +44,7 @@ _WORD = re.compile(r"\w+")
 class _Version:
     """One version of the tree, with what tracing asks of it, computed on first use."""
 
-    __slots__ = ("module", "_nodes", "_order", "_parents", "_alike")
+    __slots__ = ("module", "_nodes", "_order", "_parents", "_alike", "_statements")
 
     def __init__(self, module: cst.Module) -> None:
         self.module = module
@@ -52,6 +53,7 @@ class _Version:
         self._parents: dict[int, cst.CSTNode] | None = None
         # kind -> code -> the nodes of that kind and code, in the order of the code
         self._alike: dict[type, dict[str, list[cst.CSTNode]]] = {}
+        self._statements: list[int] | None = None  # where each top-level statement is in the order
 
     @property
     def nodes(self) -> list[cst.CSTNode]:
@@ -75,12 +77,23 @@ class _Version:
             by_code = self._alike[kind] = {}
             for found in self.nodes:
                 if type(found) is kind:
-                    by_code.setdefault(code_of(found), []).append(found)
+                    by_code.setdefault(self.code(found), []).append(found)
         return by_code
 
-    def alike(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        """The nodes of ``node``'s kind whose code is its code, in the order of the code."""
-        return self.of_kind(type(node)).get(code_of(node), [])
+    def code(self, node: cst.CSTNode) -> str:
+        """``code_of(node)``, from the code of its top-level statement (one generation of
+        each, not one per node asked about)."""
+        at = self.order.get(id(node))
+        if at is None:
+            return code_of(node)
+        if self._statements is None:
+            self._statements = [self.order[id(statement)] for statement in self.module.body]
+        i = bisect.bisect_right(self._statements, at) - 1
+        return code_in(node, self.module.body[i] if i >= 0 else None, self.module)
+
+    def alike(self, node: cst.CSTNode, code: str) -> list[cst.CSTNode]:
+        """The nodes of ``node``'s kind whose code is ``code`` (its code), in the order of the code."""
+        return self.of_kind(type(node)).get(code, [])
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         if self._parents is None:
@@ -137,7 +150,9 @@ class Lineage:
         before = self._versions[index - 1]
         if before.holds(node):
             return node
-        mine, theirs = self._versions[index].alike(node), before.alike(node)
+        version = self._versions[index]
+        code = version.code(node)  # (from the code of its statement there)
+        mine, theirs = version.alike(node, code), before.alike(node, code)
         if len(mine) != len(theirs):
             return None
         return next((twin for n, twin in zip(mine, theirs) if n is node), None)

@@ -18,7 +18,7 @@ import re
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
 
-from ndif_opt.syntax.codegen import RecordingState, generate
+from ndif_opt.syntax.codegen import ExtentState, RecordingState, context_free, generate
 
 _NEWLINE = re.compile(r"\r\n?|\n")  # libcst's own definition of a line break
 
@@ -27,12 +27,30 @@ class _Generated:
     """The tokens of a code generation, their text, and where each node is among them
     (by id: whoever holds a ``_Generated`` holds the tree it was generated from)."""
 
-    __slots__ = ("tokens", "spans", "text", "_offsets")
+    __slots__ = ("tokens", "spans", "text", "_offsets", "extents", "runs")
 
     def __init__(self, state: RecordingState) -> None:
         self.tokens, self.spans = state.tokens, state.spans
         self.text = "".join(self.tokens)
         self._offsets: list[int] | None = None
+        # with an ExtentState: each node's whole extent and depth, the runs of indentation
+        self.extents = getattr(state, "extents", None)
+        self.runs = getattr(state, "indent_runs", None)
+
+    def code(self, start: int, end: int, depth: int) -> str:
+        """The code of the tokens from ``start`` to ``end`` without the first ``depth``
+        tokens of each run of indentation (the blocks around the node they are the code of)."""
+        tokens = self.tokens
+        if depth == 0:
+            return "".join(tokens[start:end])
+        parts, at, runs = [], start, self.runs
+        i = bisect.bisect_left(runs, start)
+        while i < len(runs) and runs[i] < end:
+            parts.extend(tokens[at:runs[i]])
+            at = runs[i] + depth
+            i += 1
+        parts.extend(tokens[at:end])
+        return "".join(parts)
 
     def span(self, node: cst.CSTNode) -> tuple[int, int] | None:
         """Where ``node`` is in the text, in characters."""
@@ -178,6 +196,24 @@ class _Layout:
         self.code = self.generated.text[: len(self.generated.text) - len(popped)]
 
 
+def code_in(node: cst.CSTNode, statement: cst.CSTNode | None, module: cst.Module) -> str:
+    """``code_of(node)`` for a node of ``statement``, a top-level statement of ``module``:
+    from one code generation of the statement, cached by statement (versions of a tree
+    share most of them), instead of one per node. The code of a node nested in blocks is
+    its tokens in the statement's code without the indentation of the blocks around it:
+    the same string. ``code_of`` gives it where the statement's code cannot: a node whose
+    code depends on where it stands (an argument's default comma, a small statement's
+    default semicolon), a node not in ``statement``, a module not indented with 4 spaces
+    and ``\\n``."""
+    if statement is not None and context_free(type(node)) and module.default_indent == "    " \
+            and module.default_newline == "\n" and isinstance(statement, cst.BaseStatement):
+        generated = _statement_code(statement, "    ", "\n")
+        where = generated.extents.get(id(node))
+        if where is not None:
+            return generated.code(*where)
+    return code_of(node)
+
+
 def code_and_positions(module: cst.Module) -> tuple[str, Positions]:
     """The module's code (equal to ``module.code``) and the positions of its nodes."""
     layout = _Layout(module)
@@ -199,9 +235,9 @@ def top_level_code(node: cst.CSTNode, module: cst.Module) -> str | None:
 def _statement_code(statement: cst.BaseStatement, indent: str, newline: str) -> _Generated:
     """A top-level statement's code generation (a pure function of an immutable node,
     hashed by identity and kept alive while cached)."""
-    state = RecordingState(indent, newline)
+    state = ExtentState(indent, newline)  # (the code of its nodes too: code_in)
     generate(statement, state)
     return _Generated(state)
 
 
-__all__ = ["Positions", "code_and_positions", "code_of", "top_level_code"]
+__all__ = ["code_in", "Positions", "code_and_positions", "code_of", "top_level_code"]
