@@ -26,7 +26,7 @@ from ndif_opt.analysis.results import script_result_names
 from ndif_opt.analysis.retries import retry_guard
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import empty_container_kind
-from ndif_opt.syntax.walk import all_nodes
+from ndif_opt.syntax.walk import all_nodes, children
 
 UNKNOWN_TRIPS = 2  # a loop of unknown length issues "many" requests: at least two
 
@@ -511,7 +511,7 @@ def self_attributes_read_after(
     reflection = sorted({n.value for n in nodes if type(n) is cst.Name} & _REFLECTION)
     if reflection:
         return dict.fromkeys(attrs, f"the script reads attributes by name (`{reflection[0]}`)")
-    parents = {id(child): node for node in nodes for child in node.children}
+    parents = {id(child): node for node in nodes for child in children(node)}
     methods = {m.name.value: m for m in cls.body.body if isinstance(m, cst.FunctionDef)}
     escape = _escaping_instance(nodes, parents, cls, methods)
     if escape:
