@@ -91,6 +91,10 @@ class _Version:
         i = bisect.bisect_right(self._statements, at) - 1
         return code_in(node, self.module.body[i] if i >= 0 else None, self.module)
 
+    def subject(self, node: cst.CSTNode) -> str:
+        """:func:`subject` of ``node``, from the code of its statement here."""
+        return subject(node, self.code(node))
+
     def alike(self, node: cst.CSTNode, code: str) -> list[cst.CSTNode]:
         """The nodes of ``node``'s kind whose code is ``code`` (its code), in the order of the code."""
         return self.of_kind(type(node)).get(code, [])
@@ -136,6 +140,11 @@ class Lineage:
             node = self._step(node, index)
             index -= 1
         return None if node is None else self._positions.get(node)
+
+    def subject(self, node: cst.CSTNode, module: cst.Module) -> str:
+        """:func:`subject` of ``node`` of ``module``, a version of this lineage."""
+        version = next((v for v in reversed(self._versions) if v.module is module), None)
+        return subject(node) if version is None else version.subject(node)
 
     def _step(self, node: cst.CSTNode, index: int) -> cst.CSTNode | None:
         """The node of version ``index - 1`` that ``node`` of version ``index`` was made from."""
@@ -192,11 +201,13 @@ class Lineage:
         low = 0 if low is None else low + 1
         high = _place_in(theirs, after)
         high = len(theirs) if high is None or high < low else high
-        kind, code = type(node), subject(node)
+        earlier = self._versions[index - 1]
+        kind, code = type(node), self._versions[index].subject(node)
         between = [(i, child) for i, child in enumerate(theirs[low:high], low)
-                   if type(child) is kind and _reads_like(code, subject(child))]
+                   if type(child) is kind and _reads_like(code, earlier.subject(child))]
         near = low if before is not None else high  # the side a neighbour ties it to
-        best = max(between, key=lambda pair: (_likeness(code, subject(pair[1])), -abs(pair[0] - near)), default=None)
+        best = max(between, key=lambda pair: (_likeness(code, earlier.subject(pair[1])), -abs(pair[0] - near)),
+                   default=None)
         return None if best is None else best[1]
 
     def _read_alike(self, node: cst.CSTNode, index: int) -> cst.CSTNode | None:
@@ -207,14 +218,15 @@ class Lineage:
         statements: a block a pass opened (a session) reads like any other block."""
         if not isinstance(node, _SIMPLE_STATEMENTS):
             return None
-        before, code = self._versions[index - 1], subject(node)
-        alike = [n for nodes in before.of_kind(type(node)).values() for n in nodes if _reads_like(code, subject(n))]
+        before, code = self._versions[index - 1], self._versions[index].subject(node)
+        alike = [n for nodes in before.of_kind(type(node)).values() for n in nodes
+                 if _reads_like(code, before.subject(n))]
         if not alike:
             return None
         parent = self._versions[index].parent(node)
         around = None if parent is None else self._step(parent, index)
         near = before.order.get(id(around), 0) if around is not None else 0
-        return max(alike, key=lambda n: (_likeness(code, subject(n)), -abs(before.order[id(n)] - near)))
+        return max(alike, key=lambda n: (_likeness(code, before.subject(n)), -abs(before.order[id(n)] - near)))
 
 
 def _statements_inside(node: cst.CSTNode, kind: type) -> Iterator[cst.CSTNode]:
@@ -233,10 +245,10 @@ def _place_in(nodes: list[cst.CSTNode], node: cst.CSTNode | None) -> int | None:
     return None if node is None else next((i for i, n in enumerate(nodes) if n is node), None)
 
 
-def subject(node: cst.CSTNode) -> str:
+def subject(node: cst.CSTNode, code: str | None = None) -> str:
     """What a finding about ``node`` is about, in one line (:attr:`Finding.subject`): the
-    first line of its code that is not a comment."""
-    for line in code_of(node).splitlines():
+    first line of its code (``code``, when the caller has it) that is not a comment."""
+    for line in (code_of(node) if code is None else code).splitlines():
         stripped = line.strip()
         if stripped and not stripped.startswith("#"):
             return stripped
