@@ -9,7 +9,7 @@ import pytest
 from generators import dense_nnsight_script
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from ndif_opt.syntax.positions import code_and_positions, code_in, code_of, top_level_code
+from ndif_opt.syntax.positions import Positions, code_and_positions, code_in, code_of, top_level_code
 from ndif_opt.syntax.walk import all_nodes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +44,19 @@ def test_same_ranges_as_position_provider(name):
     for node, where in expected.items():
         assert positions.get(node) == where, type(node).__name__
     assert positions.get(cst.Name("not_in_the_tree")) is None
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+def test_same_ranges_before_the_whole_code(name):
+    # the code as written: its nodes are placed from the code of the statements up to the
+    # one holding them, scanned once however many nodes are asked about, in any order
+    module = cst.parse_module(TEXTS[name])
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    positions = Positions(module)
+    for node, where in reversed(list(expected.items())):
+        assert positions.get(node) == where, type(node).__name__
+    for node, where in expected.items():
+        assert positions.get(node) == where, type(node).__name__
 
 
 @pytest.mark.parametrize("name", sorted(TEXTS))

@@ -85,6 +85,7 @@ class Positions:
         self._layout = layout
         self._line_ends: list[int] | None = None
         self._ends: "_Ends | None" = None
+        self._prefix: "_Prefix | None" = None
 
     def get(self, node: cst.CSTNode) -> CodeRange | None:
         if self._layout is None:
@@ -113,22 +114,20 @@ class Positions:
         module = self._module
         if self._ends is None:
             self._ends = _Ends(module)
+            self._prefix = _Prefix(self._ends.header)
         if node is module or id(node) in self._ends.spans:
             return None
-        indent, newline = module.default_indent, module.default_newline
-        texts = [self._ends.header]
-        for statement in module.body:  # the first holding it wins
+        indent, newline, prefix = module.default_indent, module.default_newline, self._prefix
+        for index, statement in enumerate(module.body):  # the first holding it wins
             generated = _statement_code(statement, indent, newline)
-            texts.append(generated.text)
+            prefix.reach(index, generated.text)
             span = generated.span(node)
             if span is None:
                 continue
-            text = "".join(texts)
-            if text.endswith("\r"):
+            if prefix.ends_in_cr[index]:
                 return None
-            base = len(text) - len(generated.text)
-            line_ends = [match.end() for match in _NEWLINE.finditer(text)]
-            return CodeRange(_position(line_ends, base + span[0]), _position(line_ends, base + span[1]))
+            base = prefix.starts[index]
+            return CodeRange(_position(prefix.line_ends, base + span[0]), _position(prefix.line_ends, base + span[1]))
         return None
 
     def _range(self, base: int, span: tuple[int, int]) -> CodeRange:
@@ -145,6 +144,36 @@ def _position(line_ends: list[int], offset: int) -> CodePosition:
     line = bisect.bisect_right(line_ends, offset)
     line_start = line_ends[line - 1] if line else 0
     return CodePosition(line + 1, offset - line_start)
+
+
+class _Prefix:
+    """The code of a module's header and of its first statements, as far as they were
+    generated: where each statement's code starts, whether the text up to its end ends
+    in a carriage return, and where the lines of that text end, as a scan of the joined
+    text finds them (a break split between two statements' codes, `\\r` then `\\n`,
+    is one). Extended one statement at a time: each statement's code is scanned once,
+    not once per node asked about."""
+
+    def __init__(self, header: str) -> None:
+        self.length = len(header)
+        self.line_ends = [match.end() for match in _NEWLINE.finditer(header)]
+        self.starts: list[int] = []
+        self.ends_in_cr: list[bool] = []
+        self._last_cr = header.endswith("\r")
+
+    def reach(self, index: int, text: str) -> None:
+        """Add the code of statement ``index`` when it is the next one (``text``)."""
+        if index < len(self.starts):
+            return
+        base = self.length
+        if self._last_cr and text.startswith("\n"):
+            self.line_ends.pop()  # (the `\\r` ending the text so far and this `\\n` are one break)
+        self.line_ends.extend(base + match.end() for match in _NEWLINE.finditer(text))
+        self.starts.append(base)
+        self.length = base + len(text)
+        if text:
+            self._last_cr = text.endswith("\r")
+        self.ends_in_cr.append(self._last_cr)
 
 
 class _Ends:
