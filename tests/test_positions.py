@@ -9,7 +9,8 @@ import pytest
 from generators import dense_nnsight_script
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from ndif_opt.syntax.positions import code_and_positions, code_of, top_level_code
+from ndif_opt.syntax.positions import Positions, code_and_positions, code_in, code_of, top_level_code
+from ndif_opt.syntax.walk import all_nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,6 +25,13 @@ TEXTS = {
     "only-newlines": "\n\n",
     "strings-with-newlines": 's = """a\nb"""\nt = f"{s!r}\\n"  # c\n',
     "pipeline-source": (ROOT / "ndif_opt" / "engine" / "pipeline.py").read_text(),
+    "nested-blocks": (
+        "class C:\n    @d(1,\n        2)\n    def f(self, a, b=1):\n        if a:  # c\n\n            # lead\n"
+        "            s = '''x\n  y'''\n            t = (1,\n       2); u = 3\n        elif b:\n          pass\n"
+        "        else:\n            try:\n                x = [i for i in a]\n            except E as e:\n"
+        "                raise\n        return f(a, *b, c=1, **d)\n"
+        "with a as b, c:\n    for i in x:\n        while y: z = \\\n            1\n"
+    ),
 }
 
 
@@ -39,11 +47,38 @@ def test_same_ranges_as_position_provider(name):
 
 
 @pytest.mark.parametrize("name", sorted(TEXTS))
+def test_same_ranges_before_the_whole_code(name):
+    # the code as written: its nodes are placed from the code of the statements up to the
+    # one holding them, scanned once however many nodes are asked about, in any order
+    module = cst.parse_module(TEXTS[name])
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    positions = Positions(module)
+    for node, where in reversed(list(expected.items())):
+        assert positions.get(node) == where, type(node).__name__
+    for node, where in expected.items():
+        assert positions.get(node) == where, type(node).__name__
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
 def test_code_for_node_is_libcsts(name):
     module = cst.parse_module(TEXTS[name])
     nodes = [module, *module.body] + [s.body for s in module.body if isinstance(s, (cst.FunctionDef, cst.If, cst.For))]
     for node in nodes:
         assert code_of(node) == cst.Module([]).code_for_node(node)
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+def test_code_in_is_code_of(name):
+    # every node's code from its statement's one generation: without the indentation of the
+    # blocks around it; what its parent tells its generation (a default comma) left to code_of
+    module = cst.parse_module(TEXTS[name])
+    for statement in module.body:
+        for node in all_nodes(statement):
+            try:
+                expected = code_of.__wrapped__(node)
+            except SyntaxError:  # (libcst cannot generate this node alone: CSTCodegenError)
+                continue
+            assert code_in(node, statement, module) == expected, type(node).__name__
 
 
 @pytest.mark.parametrize("name", sorted(TEXTS))

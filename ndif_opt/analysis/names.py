@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS, MUTATING_METHODS
-from ndif_opt.syntax.walk import find_nodes, walk
+from ndif_opt.syntax.walk import children, find_nodes, walk
 
 #: The comprehensions: each has its own scope for the names its `for` binds.
 COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -769,7 +769,7 @@ def returned_name(func: cst.FunctionDef) -> str | None:
 
 def own_returns(node: cst.CSTNode) -> Iterator[cst.Return]:
     """The `return` statements of a function body, not of functions defined in it."""
-    for child in node.children:
+    for child in children(node):
         if type(child) is cst.Return:
             yield child
         elif type(child) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda):

@@ -20,7 +20,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.names import all_params, collect
-from ndif_opt.syntax.walk import find_nodes
+from ndif_opt.syntax.walk import children, find_nodes
 
 # text of nnsight code: a `with` statement opening a block on a model
 _BLOCK_TEXT = re.compile(r"\bwith\s+[\w.\[\]]+\.(trace|session|generate)\s*\(")
@@ -61,7 +61,7 @@ def _calls_for_their_value(node: cst.CSTNode, names: set[str], parent: cst.CSTNo
     if type(node) is cst.Call and type(node.func) is cst.Name and node.func.value in names \
             and not (type(parent) in (cst.Subscript, cst.Attribute) and parent.value is node):
         yield node
-    for child in node.children:
+    for child in children(node):
         yield from _calls_for_their_value(child, names, node)
 
 

@@ -26,7 +26,7 @@ from ndif_opt.analysis.results import script_result_names
 from ndif_opt.analysis.retries import retry_guard
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import empty_container_kind
-from ndif_opt.syntax.walk import all_nodes
+from ndif_opt.syntax.walk import all_nodes, children, walk
 
 UNKNOWN_TRIPS = 2  # a loop of unknown length issues "many" requests: at least two
 
@@ -231,7 +231,7 @@ def _in_loop(info: StmtInfo | None, func: cst.FunctionDef | None) -> bool:
 def _aliased(name: str, scope: cst.CSTNode, later=()) -> bool:
     """Does ``name``'s object get a second name anywhere in ``scope`` but ``later``?"""
     finder = _AliasFinder(name, {id(n) for n in later})
-    scope.visit(finder)
+    walk(scope, finder)
     return finder.found
 
 
@@ -254,10 +254,10 @@ class _AliasFinder(cst.CSTVisitor):
         return False  # `a, b = ...` binds names, it does not store them
 
     def visit_For(self, node: cst.For) -> bool:
-        node.iter.visit(self)
-        node.body.visit(self)
+        walk(node.iter, self)
+        walk(node.body, self)
         if node.orelse is not None:
-            node.orelse.visit(self)
+            walk(node.orelse, self)
         return False
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -511,7 +511,7 @@ def self_attributes_read_after(
     reflection = sorted({n.value for n in nodes if type(n) is cst.Name} & _REFLECTION)
     if reflection:
         return dict.fromkeys(attrs, f"the script reads attributes by name (`{reflection[0]}`)")
-    parents = {id(child): node for node in nodes for child in node.children}
+    parents = {id(child): node for node in nodes for child in children(node)}
     methods = {m.name.value: m for m in cls.body.body if isinstance(m, cst.FunctionDef)}
     escape = _escaping_instance(nodes, parents, cls, methods)
     if escape:

@@ -18,7 +18,7 @@ from ndif_opt.analysis.facts import CONTEXT_DECORATORS, Block, Facts, Remote, qu
 from ndif_opt.analysis.names import collect
 from ndif_opt.analysis.retries import RetryGuard, RetryWrapper, function_guard, retry_wrappers, unwrapped_call
 from ndif_opt.syntax.positions import code_of
-from ndif_opt.syntax.walk import find_nodes, walk
+from ndif_opt.syntax.walk import children, find_nodes, walk
 
 FLAG_PARAMETER = "remote"
 
@@ -458,7 +458,7 @@ def _calls_in_expressions(node: cst.CSTNode, helpers: dict[str, RemoteHelper], f
     if kind is cst.Call:
         helper = called_helper(node, helpers)
         own = len(helper.blocks) if helper is not None else 0
-        return own + sum(_calls_in_expressions(c, helpers, facts, unknown) for c in node.children)
+        return own + sum(_calls_in_expressions(c, helpers, facts, unknown) for c in children(node))
     if kind in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
         trips, clause, header = 1, node.for_in, 0
         while clause is not None:
@@ -468,7 +468,7 @@ def _calls_in_expressions(node: cst.CSTNode, helpers: dict[str, RemoteHelper], f
             clause = clause.inner_for_in
         elements = (node.key, node.value) if kind is cst.DictComp else (node.elt,)
         return header + trips * sum(_calls_in_expressions(e, helpers, facts, unknown) for e in elements)
-    return sum(_calls_in_expressions(c, helpers, facts, unknown) for c in node.children)
+    return sum(_calls_in_expressions(c, helpers, facts, unknown) for c in children(node))
 
 
 class CallWithRemoteOff(cst.CSTTransformer):

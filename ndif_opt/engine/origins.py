@@ -21,6 +21,7 @@ caller falls back to matching lines. :func:`misplaced` checks the outcome on the
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import re
 from collections import deque
@@ -29,7 +30,7 @@ from collections.abc import Iterable, Iterator
 import libcst as cst
 from libcst.metadata import CodeRange
 
-from ndif_opt.syntax.positions import Positions, code_of
+from ndif_opt.syntax.positions import Positions, code_in, code_of
 from ndif_opt.syntax.walk import all_nodes, content_children
 from ndif_opt.types import Finding
 
@@ -43,7 +44,7 @@ _WORD = re.compile(r"\w+")
 class _Version:
     """One version of the tree, with what tracing asks of it, computed on first use."""
 
-    __slots__ = ("module", "_nodes", "_order", "_parents", "_alike")
+    __slots__ = ("module", "_nodes", "_order", "_parents", "_alike", "_statements")
 
     def __init__(self, module: cst.Module) -> None:
         self.module = module
@@ -52,6 +53,7 @@ class _Version:
         self._parents: dict[int, cst.CSTNode] | None = None
         # kind -> code -> the nodes of that kind and code, in the order of the code
         self._alike: dict[type, dict[str, list[cst.CSTNode]]] = {}
+        self._statements: list[int] | None = None  # where each top-level statement is in the order
 
     @property
     def nodes(self) -> list[cst.CSTNode]:
@@ -75,12 +77,27 @@ class _Version:
             by_code = self._alike[kind] = {}
             for found in self.nodes:
                 if type(found) is kind:
-                    by_code.setdefault(code_of(found), []).append(found)
+                    by_code.setdefault(self.code(found), []).append(found)
         return by_code
 
-    def alike(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        """The nodes of ``node``'s kind whose code is its code, in the order of the code."""
-        return self.of_kind(type(node)).get(code_of(node), [])
+    def code(self, node: cst.CSTNode) -> str:
+        """``code_of(node)``, from the code of its top-level statement (one generation of
+        each, not one per node asked about)."""
+        at = self.order.get(id(node))
+        if at is None:
+            return code_of(node)
+        if self._statements is None:
+            self._statements = [self.order[id(statement)] for statement in self.module.body]
+        i = bisect.bisect_right(self._statements, at) - 1
+        return code_in(node, self.module.body[i] if i >= 0 else None, self.module)
+
+    def subject(self, node: cst.CSTNode) -> str:
+        """:func:`subject` of ``node``, from the code of its statement here."""
+        return subject(node, self.code(node))
+
+    def alike(self, node: cst.CSTNode, code: str) -> list[cst.CSTNode]:
+        """The nodes of ``node``'s kind whose code is ``code`` (its code), in the order of the code."""
+        return self.of_kind(type(node)).get(code, [])
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         if self._parents is None:
@@ -124,6 +141,11 @@ class Lineage:
             index -= 1
         return None if node is None else self._positions.get(node)
 
+    def subject(self, node: cst.CSTNode, module: cst.Module) -> str:
+        """:func:`subject` of ``node`` of ``module``, a version of this lineage."""
+        version = next((v for v in reversed(self._versions) if v.module is module), None)
+        return subject(node) if version is None else version.subject(node)
+
     def _step(self, node: cst.CSTNode, index: int) -> cst.CSTNode | None:
         """The node of version ``index - 1`` that ``node`` of version ``index`` was made from."""
         key = (index, id(node))
@@ -137,7 +159,9 @@ class Lineage:
         before = self._versions[index - 1]
         if before.holds(node):
             return node
-        mine, theirs = self._versions[index].alike(node), before.alike(node)
+        version = self._versions[index]
+        code = version.code(node)  # (from the code of its statement there)
+        mine, theirs = version.alike(node, code), before.alike(node, code)
         if len(mine) != len(theirs):
             return None
         return next((twin for n, twin in zip(mine, theirs) if n is node), None)
@@ -177,11 +201,13 @@ class Lineage:
         low = 0 if low is None else low + 1
         high = _place_in(theirs, after)
         high = len(theirs) if high is None or high < low else high
-        kind, code = type(node), subject(node)
+        earlier = self._versions[index - 1]
+        kind, code = type(node), self._versions[index].subject(node)
         between = [(i, child) for i, child in enumerate(theirs[low:high], low)
-                   if type(child) is kind and _reads_like(code, subject(child))]
+                   if type(child) is kind and _reads_like(code, earlier.subject(child))]
         near = low if before is not None else high  # the side a neighbour ties it to
-        best = max(between, key=lambda pair: (_likeness(code, subject(pair[1])), -abs(pair[0] - near)), default=None)
+        best = max(between, key=lambda pair: (_likeness(code, earlier.subject(pair[1])), -abs(pair[0] - near)),
+                   default=None)
         return None if best is None else best[1]
 
     def _read_alike(self, node: cst.CSTNode, index: int) -> cst.CSTNode | None:
@@ -192,14 +218,15 @@ class Lineage:
         statements: a block a pass opened (a session) reads like any other block."""
         if not isinstance(node, _SIMPLE_STATEMENTS):
             return None
-        before, code = self._versions[index - 1], subject(node)
-        alike = [n for nodes in before.of_kind(type(node)).values() for n in nodes if _reads_like(code, subject(n))]
+        before, code = self._versions[index - 1], self._versions[index].subject(node)
+        alike = [n for nodes in before.of_kind(type(node)).values() for n in nodes
+                 if _reads_like(code, before.subject(n))]
         if not alike:
             return None
         parent = self._versions[index].parent(node)
         around = None if parent is None else self._step(parent, index)
         near = before.order.get(id(around), 0) if around is not None else 0
-        return max(alike, key=lambda n: (_likeness(code, subject(n)), -abs(before.order[id(n)] - near)))
+        return max(alike, key=lambda n: (_likeness(code, before.subject(n)), -abs(before.order[id(n)] - near)))
 
 
 def _statements_inside(node: cst.CSTNode, kind: type) -> Iterator[cst.CSTNode]:
@@ -218,10 +245,10 @@ def _place_in(nodes: list[cst.CSTNode], node: cst.CSTNode | None) -> int | None:
     return None if node is None else next((i for i, n in enumerate(nodes) if n is node), None)
 
 
-def subject(node: cst.CSTNode) -> str:
+def subject(node: cst.CSTNode, code: str | None = None) -> str:
     """What a finding about ``node`` is about, in one line (:attr:`Finding.subject`): the
-    first line of its code that is not a comment."""
-    for line in code_of(node).splitlines():
+    first line of its code (``code``, when the caller has it) that is not a comment."""
+    for line in (code_of(node) if code is None else code).splitlines():
         stripped = line.strip()
         if stripped and not stripped.startswith("#"):
             return stripped

@@ -26,7 +26,7 @@ from ndif_opt.analysis.results import script_result_names
 from ndif_opt.analysis.releases import NNSIGHT_06, target_release, unbound_on_server
 from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.engine import windows
-from ndif_opt.engine.origins import Lineage, subject
+from ndif_opt.engine.origins import Lineage
 from ndif_opt.engine.prefilter import uses_nnsight
 from ndif_opt.engine.release_lowering import lower_for_06
 from ndif_opt.engine.suppression import IGNORE_FILE, Suppressions
@@ -821,7 +821,7 @@ def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -
         uses = tuple(r for r in map(located, item.uses) if r is not None)
         found.append(
             Finding(pass_id, item.message, rng, item.status, item.safety, item.reason, item.evidence, uses,
-                    item.requests, subject(item.node), item.proposal)
+                    item.requests, state.lineage.subject(item.node, state.module), item.proposal)
         )
     return found
 

@@ -102,7 +102,7 @@ from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass, RawFinding
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import method_call, unsave, with_module_import
-from ndif_opt.syntax.walk import find_nodes, paths_to, transform
+from ndif_opt.syntax.walk import children, find_nodes, paths_to, transform
 from ndif_opt.types import Safety, Status
 
 #: the errors nnsight 0.8.1 gives (measured on tiny GPT-2 and Llama models, locally and
@@ -216,7 +216,7 @@ def _report_returns(block: Block, context: Context) -> None:
 def _own_exits(node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, str]]:
     """`return` statements and `yield` expressions of the body itself (not of functions,
     lambdas or classes defined in it), in the order of the code."""
-    for child in node.children:
+    for child in children(node):
         kind = type(child)
         if kind is cst.Return:
             yield child, "return"
@@ -485,7 +485,7 @@ class _Walk:
             if small.value is not None:
                 self.expr(small.value)
         else:
-            for child in small.children:
+            for child in children(small):
                 if isinstance(child, cst.BaseExpression):
                     self.expr(child)
             self.forget(collect(small).binds)
@@ -538,7 +538,7 @@ class _Walk:
             self.expr(node.value)
             self.forget({code_of(node.target)})
         else:
-            for child in node.children:
+            for child in children(node):
                 self.expr(child)
 
     def comprehension(self, node) -> None:
@@ -1212,7 +1212,7 @@ def _visit_bindings(node: cst.CSTNode, found: dict[str, list]) -> None:
     elif kind is cst.ExceptHandler and node.name is not None:
         for name in target_names(node.name.name):
             add(name, "other", node)
-    for child in node.children:
+    for child in children(node):
         _visit_bindings(child, found)
 
 

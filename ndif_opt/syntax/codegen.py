@@ -19,6 +19,9 @@ whole node's span only with ``setdefault`` when the node is done.
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 from libcst._version import __version__ as _installed_libcst
@@ -75,9 +78,45 @@ class RecordingState(CodegenState):
         return False
 
 
+class ExtentState(RecordingState):
+    """A :class:`RecordingState` that also records, for each node, where its whole code
+    starts and ends among the tokens and how deep the indentation was when it started, and
+    where runs of indentation tokens were added: what gives the code of every node of a
+    statement from this one generation (``ndif_opt.syntax.positions.code_in``)."""
+
+    def __init__(self, indent: str, newline: str) -> None:
+        super().__init__(indent, newline)
+        self.extents: dict[int, tuple[int, int, int]] = {}  # id -> (first token, end token, depth)
+        self.indent_runs: list[int] = []  # the first token of each run of indentation tokens
+        self._depths: list[int] = []
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        self._starts.append(len(self.tokens))
+        self._depths.append(len(self.indent_tokens))
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        start, end = self._starts.pop(), len(self.tokens)
+        key = id(node)
+        self.spans.setdefault(key, (start, end))  # a syntactic position recorded inside wins
+        self.extents.setdefault(key, (start, end, self._depths.pop()))
+
+    def add_indent_tokens(self) -> None:
+        if self.indent_tokens:
+            self.indent_runs.append(len(self.tokens))
+            self.tokens.extend(self.indent_tokens)
+
+
+@functools.cache
+def context_free(kind: type) -> bool:
+    """Is the code of a node of ``kind`` the same wherever it stands (given the indentation
+    around it)? Not when its parent tells its code generation more than the state: an
+    argument's default comma, a small statement's default semicolon, an `if` that is an `elif`."""
+    return len(inspect.signature(kind._codegen_impl).parameters) == 2  # (self, state)
+
+
 def generate(node: cst.CSTNode, state: RecordingState) -> None:
     """Append the code of ``node`` to ``state``'s tokens, recording the spans of its nodes."""
     node._codegen(state)
 
 
-__all__ = ["LIBCST_RELEASE", "RecordingState", "generate"]
+__all__ = ["LIBCST_RELEASE", "ExtentState", "RecordingState", "context_free", "generate"]

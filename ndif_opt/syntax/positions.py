@@ -18,7 +18,7 @@ import re
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
 
-from ndif_opt.syntax.codegen import RecordingState, generate
+from ndif_opt.syntax.codegen import ExtentState, RecordingState, context_free, generate
 
 _NEWLINE = re.compile(r"\r\n?|\n")  # libcst's own definition of a line break
 
@@ -27,12 +27,30 @@ class _Generated:
     """The tokens of a code generation, their text, and where each node is among them
     (by id: whoever holds a ``_Generated`` holds the tree it was generated from)."""
 
-    __slots__ = ("tokens", "spans", "text", "_offsets")
+    __slots__ = ("tokens", "spans", "text", "_offsets", "extents", "runs")
 
     def __init__(self, state: RecordingState) -> None:
         self.tokens, self.spans = state.tokens, state.spans
         self.text = "".join(self.tokens)
         self._offsets: list[int] | None = None
+        # with an ExtentState: each node's whole extent and depth, the runs of indentation
+        self.extents = getattr(state, "extents", None)
+        self.runs = getattr(state, "indent_runs", None)
+
+    def code(self, start: int, end: int, depth: int) -> str:
+        """The code of the tokens from ``start`` to ``end`` without the first ``depth``
+        tokens of each run of indentation (the blocks around the node they are the code of)."""
+        tokens = self.tokens
+        if depth == 0:
+            return "".join(tokens[start:end])
+        parts, at, runs = [], start, self.runs
+        i = bisect.bisect_left(runs, start)
+        while i < len(runs) and runs[i] < end:
+            parts.extend(tokens[at:runs[i]])
+            at = runs[i] + depth
+            i += 1
+        parts.extend(tokens[at:end])
+        return "".join(parts)
 
     def span(self, node: cst.CSTNode) -> tuple[int, int] | None:
         """Where ``node`` is in the text, in characters."""
@@ -67,6 +85,7 @@ class Positions:
         self._layout = layout
         self._line_ends: list[int] | None = None
         self._ends: "_Ends | None" = None
+        self._prefix: "_Prefix | None" = None
 
     def get(self, node: cst.CSTNode) -> CodeRange | None:
         if self._layout is None:
@@ -95,22 +114,20 @@ class Positions:
         module = self._module
         if self._ends is None:
             self._ends = _Ends(module)
+            self._prefix = _Prefix(self._ends.header)
         if node is module or id(node) in self._ends.spans:
             return None
-        indent, newline = module.default_indent, module.default_newline
-        texts = [self._ends.header]
-        for statement in module.body:  # the first holding it wins
+        indent, newline, prefix = module.default_indent, module.default_newline, self._prefix
+        for index, statement in enumerate(module.body):  # the first holding it wins
             generated = _statement_code(statement, indent, newline)
-            texts.append(generated.text)
+            prefix.reach(index, generated.text)
             span = generated.span(node)
             if span is None:
                 continue
-            text = "".join(texts)
-            if text.endswith("\r"):
+            if prefix.ends_in_cr[index]:
                 return None
-            base = len(text) - len(generated.text)
-            line_ends = [match.end() for match in _NEWLINE.finditer(text)]
-            return CodeRange(_position(line_ends, base + span[0]), _position(line_ends, base + span[1]))
+            base = prefix.starts[index]
+            return CodeRange(_position(prefix.line_ends, base + span[0]), _position(prefix.line_ends, base + span[1]))
         return None
 
     def _range(self, base: int, span: tuple[int, int]) -> CodeRange:
@@ -127,6 +144,36 @@ def _position(line_ends: list[int], offset: int) -> CodePosition:
     line = bisect.bisect_right(line_ends, offset)
     line_start = line_ends[line - 1] if line else 0
     return CodePosition(line + 1, offset - line_start)
+
+
+class _Prefix:
+    """The code of a module's header and of its first statements, as far as they were
+    generated: where each statement's code starts, whether the text up to its end ends
+    in a carriage return, and where the lines of that text end, as a scan of the joined
+    text finds them (a break split between two statements' codes, `\\r` then `\\n`,
+    is one). Extended one statement at a time: each statement's code is scanned once,
+    not once per node asked about."""
+
+    def __init__(self, header: str) -> None:
+        self.length = len(header)
+        self.line_ends = [match.end() for match in _NEWLINE.finditer(header)]
+        self.starts: list[int] = []
+        self.ends_in_cr: list[bool] = []
+        self._last_cr = header.endswith("\r")
+
+    def reach(self, index: int, text: str) -> None:
+        """Add the code of statement ``index`` when it is the next one (``text``)."""
+        if index < len(self.starts):
+            return
+        base = self.length
+        if self._last_cr and text.startswith("\n"):
+            self.line_ends.pop()  # (the `\\r` ending the text so far and this `\\n` are one break)
+        self.line_ends.extend(base + match.end() for match in _NEWLINE.finditer(text))
+        self.starts.append(base)
+        self.length = base + len(text)
+        if text:
+            self._last_cr = text.endswith("\r")
+        self.ends_in_cr.append(self._last_cr)
 
 
 class _Ends:
@@ -178,6 +225,24 @@ class _Layout:
         self.code = self.generated.text[: len(self.generated.text) - len(popped)]
 
 
+def code_in(node: cst.CSTNode, statement: cst.CSTNode | None, module: cst.Module) -> str:
+    """``code_of(node)`` for a node of ``statement``, a top-level statement of ``module``:
+    from one code generation of the statement, cached by statement (versions of a tree
+    share most of them), instead of one per node. The code of a node nested in blocks is
+    its tokens in the statement's code without the indentation of the blocks around it:
+    the same string. ``code_of`` gives it where the statement's code cannot: a node whose
+    code depends on where it stands (an argument's default comma, a small statement's
+    default semicolon), a node not in ``statement``, a module not indented with 4 spaces
+    and ``\\n``."""
+    if statement is not None and context_free(type(node)) and module.default_indent == "    " \
+            and module.default_newline == "\n" and isinstance(statement, cst.BaseStatement):
+        generated = _statement_code(statement, "    ", "\n")
+        where = generated.extents.get(id(node))
+        if where is not None:
+            return generated.code(*where)
+    return code_of(node)
+
+
 def code_and_positions(module: cst.Module) -> tuple[str, Positions]:
     """The module's code (equal to ``module.code``) and the positions of its nodes."""
     layout = _Layout(module)
@@ -199,9 +264,9 @@ def top_level_code(node: cst.CSTNode, module: cst.Module) -> str | None:
 def _statement_code(statement: cst.BaseStatement, indent: str, newline: str) -> _Generated:
     """A top-level statement's code generation (a pure function of an immutable node,
     hashed by identity and kept alive while cached)."""
-    state = RecordingState(indent, newline)
+    state = ExtentState(indent, newline)  # (the code of its nodes too: code_in)
     generate(statement, state)
     return _Generated(state)
 
 
-__all__ = ["Positions", "code_and_positions", "code_of", "top_level_code"]
+__all__ = ["code_in", "Positions", "code_and_positions", "code_of", "top_level_code"]

@@ -390,22 +390,30 @@ def _transform(node: cst.CSTNode, fields: tuple[str, ...], transformer: cst.CSTT
 
 
 def find_nodes(root: cst.CSTNode, wanted: Callable[[cst.CSTNode], bool]) -> list[cst.CSTNode]:
-    """The nodes of ``root`` that ``wanted`` accepts (layout left out), read from the
-    nodes' fields like :func:`paths_to`."""
-    found: list[cst.CSTNode] = []
-
-    def accept(node: cst.CSTNode) -> bool:
-        if wanted(node):
-            found.append(node)
-        return False
-
-    paths_to(root, accept)
-    return found
+    """The nodes of ``root`` that ``wanted`` accepts (layout left out), in the order of the
+    code: ``wanted`` is asked at every node in that order."""
+    return [node for node in _in_order(root) if wanted(node)]
 
 
 def all_nodes(root: cst.CSTNode) -> list[cst.CSTNode]:
     """Every node of ``root`` (itself included, layout left out), in the order of the code."""
-    return find_nodes(root, lambda node: True)
+    return list(_in_order(root))
+
+
+@functools.lru_cache(maxsize=2048)
+def _in_order(root: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
+    """Every node of ``root``, read from the nodes' fields like :func:`paths_to`. A pure
+    function of an immutable node (hashed by identity, kept alive while cached): the passes
+    and analyses of a run ask for the nodes of the same statements and blocks again and
+    again (a third as many roots as questions on a dense script)."""
+    found: list[cst.CSTNode] = []
+
+    def accept(node: cst.CSTNode) -> bool:
+        found.append(node)
+        return False
+
+    paths_to(root, accept)
+    return tuple(found)
 
 
 __all__ = [

@@ -55,7 +55,7 @@ from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.passes.common.records import Keys, LogKeys, Reader, Recorded, Shape, plain_loads, shape
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import opening
-from ndif_opt.syntax.walk import find_nodes, walk
+from ndif_opt.syntax.walk import children, find_nodes, walk
 
 # Problems a client statement may have and still be replayed after the session.
 DEFERRABLE_KINDS = frozenset({"print", "effect", "progress", "module", "forbidden", "client-object", "request"})
@@ -71,7 +71,7 @@ def _jumps(node: cst.CSTNode) -> bool:
         return True
     if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
         return False
-    return any(_jumps(child) for child in node.children)
+    return any(_jumps(child) for child in children(node))
 
 
 def _is_jump(stmt: cst.CSTNode) -> bool:
@@ -103,7 +103,7 @@ def _ends_early(node: cst.CSTNode, inner_loop: bool = False) -> bool:
     if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
         return False
     inner_loop = inner_loop or isinstance(node, (cst.For, cst.While))
-    return any(_ends_early(child, inner_loop) for child in node.children)
+    return any(_ends_early(child, inner_loop) for child in children(node))
 
 
 @dataclass
@@ -919,7 +919,7 @@ def _shallow_containers(items: list[_Item], splitter: "_Splitter", facts: Facts)
     container under none of those paths is a snapshot once recorded."""
     mutations = _Mutations()
     for item in _server_statements(items):
-        item.stmt.visit(mutations)
+        walk(item.stmt, mutations)
     mutated = splitter.uses(items, Part.SERVER).mutates
     aliased = {e.value for e in mutations.stored if isinstance(e, cst.Name) and e.value in mutated}
     containers = set()
@@ -1234,7 +1234,7 @@ def _find_snapshots(node: cst.CSTNode, name: str, splitter: "_Splitter", found: 
     if chain and isinstance(chain[-1], cst.Name) and chain[-1].value == name:
         found.append(_snapshot_of(chain, name, splitter))
         return
-    for child in node.children:
+    for child in children(node):
         _find_snapshots(child, name, splitter, found)
 
 
@@ -1271,7 +1271,7 @@ def _outermost_chains(node: cst.CSTNode, name: str, found: list, taken: set[str]
     if isinstance(node, cst.Attribute):
         _outermost_chains(node.value, name, found, taken)  # (its attribute name is not a read)
         return
-    for child in node.children:
+    for child in children(node):
         _outermost_chains(child, name, found, taken)
 
 
