@@ -312,6 +312,9 @@ EXCLUDED: dict[str, str] = {
     "test_execution_compute::test_descending_layers_are_not_fused_because_one_trace_cannot_go_back:script#2": (
         "fails by design (OutOfOrderError): the fused trace the test shows trace-fusion must refuse"
     ),
+    **{f"test_execution_library_functions::test_a_library_function_is_bundled_under_its_callers_flag[{family}]"
+       ":original": ("fails remotely: the client lists filled inside the remote traces stay empty "
+                     "(torch.stack of an empty list)") for family in ("gpt2", "llama")},
 }
 # Rows that run but are not compared: the loop leaves an iteration early (`continue`,
 # `break`) on a value the model computes, so how many requests run depends on the
