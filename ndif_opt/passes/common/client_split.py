@@ -1329,33 +1329,15 @@ def _snapshot_of(chain: list[cst.BaseExpression], name: str, splitter: "_Splitte
 
 
 def _loads_of(stmt: cst.BaseStatement, name: str) -> list[cst.Name]:
-    """The `Name` nodes of ``stmt`` that read ``name``; refused when ``stmt`` binds it too."""
-    if name in collect(stmt).binds:
+    """The `Name` nodes of ``stmt`` that read ``name``; refused when ``stmt`` binds it too
+    (a target, or a comprehension's variable: a read there may be of another value)."""
+    loads = plain_loads(stmt, name)
+    if loads is None or name in collect(stmt).binds:
         raise Refused(
             f"`{name}` is read and bound again by a line that must run on your machine, while the remote part "
             "binds it once more after that line"
         )
-    finder = _LoadFinder(name)
-    walk(stmt, finder)
-    return finder.found
-
-
-class _LoadFinder(cst.CSTVisitor):
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.found: list[cst.Name] = []
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        walk(node.value, self)  # `x.name` reads `x`, not `name`
-        return False
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        walk(node.value, self)  # `f(name=...)`: a keyword, not a read
-        return False
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value == self.name:
-            self.found.append(node)
+    return loads
 
 
 def _fresh_in_iteration(name: str, before: list[_Item], loop: _Item | None) -> bool:
