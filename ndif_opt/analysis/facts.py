@@ -825,8 +825,7 @@ def _parameter_truth(name: str, function: cst.FunctionDef, facts: Facts) -> tupl
         return Remote.MAYBE, f"no code in this file calls `{function.name.value}`: its callers set `{name}`"
     if len(states) == 1:
         state = states.pop()
-        where = f"every call of `{function.name.value}` in this file" if calls else "its default"
-        return state, f"`{name}` is {_said(state)} by {where}"
+        return state, f"`{name}` is {_said(state)} by every call of `{function.name.value}` in this file"
     return Remote.MAYBE, f"`{function.name.value}` is called with `{name}` both true and false"
 
 

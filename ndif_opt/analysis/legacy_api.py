@@ -595,8 +595,9 @@ class _Visitor:
             self.s.modern.append((node, "`tracer.result`"))
         if node.attr.value != "value" or id(node) in self.targets or id(node) in self.walk.guarded:
             return
-        depths = self.saved.depth(node.value, self.saved.at(node))
-        if type(node.value) is cst.Name and depths != {0} and node.value.value not in self.saved.at(node):
+        env = self.saved.at(node)
+        depths = self.saved.depth(node.value, env)
+        if type(node.value) is cst.Name and depths != {0} and node.value.value not in env:
             depths = self.saved.depth_where_read(node.value)  # the binding this read sees, if one
         if depths == {0}:
             self.add("value", node, f"`{code_of(node)}`", True, lambda updated: updated.value)

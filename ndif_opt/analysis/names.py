@@ -494,6 +494,12 @@ def function_locals(func: cst.FunctionDef) -> frozenset[str]:
     return frozenset((params | set(use.binds)) - declared)
 
 
+def local_to(name: str, func: cst.FunctionDef | None) -> cst.FunctionDef | None:
+    """The function whose local variable ``name`` is, seen from inside ``func``: ``func``
+    itself, or None for the module's (a closure's free names are taken for the module's)."""
+    return func if func is not None and name in function_locals(func) else None
+
+
 def free_reads(func: cst.FunctionDef) -> set[str]:
     """The names a function's body reads from outside it when it is called: its reads
     but its locals (:func:`function_locals`)."""

@@ -40,7 +40,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, Remote, opens_invoke
-from ndif_opt.analysis.names import collect, function_locals
+from ndif_opt.analysis.names import collect, local_to
 from ndif_opt.analysis.regions import Accumulator, carried_container, find_accumulator
 from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
@@ -260,12 +260,7 @@ def _filled_after_invokes(block: Block, name: str) -> cst.CSTNode | None:
 def _same_variable(name: str, block: Block, other: Block) -> bool:
     """Do the two blocks mean one variable by ``name``? Not a local of one function and
     a local (or a global) of another: `probs_l` of two functions are two lists."""
-    here, there = block.stmt.function, other.stmt.function
-    local_here = here is not None and name in function_locals(here)
-    local_there = there is not None and name in function_locals(there)
-    if local_here or local_there:
-        return local_here and local_there and here is there
-    return True
+    return local_to(name, block.stmt.function) is local_to(name, other.stmt.function)
 
 
 def _intervenes_only(block: Block, name: str) -> bool:

@@ -258,10 +258,12 @@ def _ratio(name: str, before: RunMetrics, after: RunMetrics) -> str:
     x, y = getattr(before, attribute), getattr(after, attribute)
     if y == 0 or x == 0 or x == y:
         return ""
-    if max(x, y) / min(x, y) < 1.5:  # "x1.0 more" reads as no change: the difference says it
-        return f"({abs(y - x)} {'fewer' if x > y else 'more'})" if "bytes" not in attribute else (
-            f"({abs(y - x) / x:.0%} {'less' if x > y else 'more'})")
-    return f"(x{x / y:.1f} fewer)" if x > y else f"(x{y / x:.1f} more)"
+    if max(x, y) / min(x, y) >= 1.5:
+        return f"(x{x / y:.1f} fewer)" if x > y else f"(x{y / x:.1f} more)"
+    # "x1.0 more" reads as no change: the difference says it
+    if attribute.endswith("_bytes"):
+        return f"({abs(y - x) / x:.0%} {'less' if x > y else 'more'})"
+    return f"({abs(y - x)} {'fewer' if x > y else 'more'})"
 
 
 def _run_mismatches(

@@ -634,10 +634,8 @@ def split_region(statements, facts: Facts, server_check, remote_work, taken: set
     server = splitter.uses(items, Part.SERVER)
     client = splitter.uses(items, Part.CLIENT)
     server_exposed = exposed_reads([item.stmt for item in items if item.role is not Part.CLIENT])
-    try:
-        _check_independence(server, client, server_exposed, splitter.later, splitter.client_roots)
-    except Refused as refused:
-        raise Refused(f"{refused}{_origin(items, refused.args[0].split('`')[1])}") from None
+    _check_independence(server, client, server_exposed, splitter.later, splitter.client_roots,
+                        origin=lambda name: _origin(items, name))
     # a model is changed in place only by interventions inside traces: not a value to record
     defined = {n for n in set(server.binds) | set(server.mutates) if not is_model(n)}
     splitter.containers, splitter.changed_paths = _shallow_containers(items, splitter, facts)
@@ -1049,23 +1047,26 @@ def _origin(items: list[_Item], name: str) -> str:
 
 
 def _check_independence(server: NameUse, client: NameUse, server_exposed, later: set[str],
-                        kept: frozenset[str] = frozenset()) -> None:
+                        kept: frozenset[str] = frozenset(), origin=lambda name: "") -> None:
     """The replay runs after the session: nothing the client part computes or changes
     may be read or changed by the server part. A name both parts bind is fine when the
-    server part always binds it before reading it and nothing after the region reads it."""
+    server part always binds it before reading it and nothing after the region reads it.
+    ``origin(name)``: where the local code behind a refused name comes from, said after it."""
     for name in client.binds:
         if name in server.mutates or name in server_exposed or (
             name in later and (name in server.binds or name in server.reads)
         ):
             raise Refused(
-                f"`{name}` is computed by code that must run on your machine and is also used by the remote part"
+                f"`{name}` is computed by code that must run on your machine and is also used by the remote "
+                f"part{origin(name)}"
             )
     for name in client.mutates:
         if name in kept:
             continue  # an object that stays here: its paths were checked as the code was split
         if name in set(server.reads) | set(server.mutates):
             raise Refused(
-                f"`{name}` is changed by code that must run on your machine and is also used by the remote part"
+                f"`{name}` is changed by code that must run on your machine and is also used by the remote "
+                f"part{origin(name)}"
             )
 
 
