@@ -193,3 +193,31 @@ def test_a_function_defined_between_traces_gets_what_the_session_computes_as_an_
     result, report = optimized_and_verified(script, family, let_go=frozenset({"base", "logits"}))
     assert report.after.requests == 1, report.to_text() + result.code
     assert "base_top=base_top" in result.code
+
+
+RANGE_OF_A_CLIENT_VALUE = '''
+    from nnsight import LanguageModel
+    from helpers import count_layers
+
+    model = LanguageModel("REPO")
+    n_layers = count_layers(model)  # a function of the user's own module, run here
+    norms = []
+    for layer in range(n_layers):
+        with model.trace("The Eiffel Tower is in", remote=True):
+            norms.append(LAYERS[layer].output[0, -1].norm().save())
+    print(n_layers, [round(float(n), 3) for n in norms])
+'''
+
+COUNT_LAYERS = "def count_layers(model):\n    return 2\n"
+
+
+@both
+def test_a_loop_over_range_of_a_value_computed_here_is_one_session(family):
+    # `n_layers` comes from a module NDIF does not have; `range()` takes an integer,
+    # which the session sends: the loop runs there (it was "the loop's header uses
+    # `n_layers`, which exists only on your machine")
+    result, report = optimized_and_verified(
+        RANGE_OF_A_CLIENT_VALUE, family, extra_files={"helpers.py": COUNT_LAYERS}
+    )
+    assert report.before.requests == 2 and report.after.requests == 1, report.to_text() + result.code
+    assert "session(" in result.code

@@ -313,15 +313,27 @@ class _Checker(cst.CSTVisitor):
             return bool(trial.problems)
         return kind in _OBJECTING
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: cst.Call) -> bool | None:
         func = node.func
         path = qualify(func, self.facts.imports)
         name = dotted_name(func)
+        if name == "range" and path == "range" and name not in self.facts.functions:
+            self._check_range_arguments(node)
+            return False
         if name is not None and "." not in name:
             self._check_plain_call(name, path, node)
             return
         if isinstance(func, cst.Attribute):
             self._check_attribute_call(func, path, node)
+
+    def _check_range_arguments(self, node: cst.Call) -> None:
+        """The builtin `range()`: what it accepts is an integer (a value with
+        `__index__`: int, a NumPy or 0-d torch integer), which a session sends as it is,
+        so a name bound on your machine is no problem as its argument itself."""
+        for arg in node.args:
+            value = arg.value
+            if not (type(value) is cst.Name and not arg.star and self._client_object(value.value)):
+                walk(value, self)
 
     def _check_plain_call(self, name: str, path: str | None, node: cst.Call) -> None:
         if name == "print":
