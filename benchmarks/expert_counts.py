@@ -58,8 +58,9 @@ class Expert:
     # text replacements that run the file as intended (the author's own switch): (old, new,
     # how many times ``old`` occurs)
     intended: tuple[tuple[str, str, int], ...] = ()
-    # a file whose loop calls a callback parameter or builds its trace from a string counts
-    # as reached when a finding names that construct: a regex for its reason or message
+    # a file whose loop calls a callback parameter, builds its trace from a string, or opens
+    # its block through a name (`with context:`, a trace or a nullcontext) counts as reached
+    # when a finding names that construct: a regex for its reason or message
     names: str | None = None
     # the expert's count is one request per iteration of this loop (its header, as the
     # cost model names a loop of unknown length): compared with the optimized N
@@ -138,6 +139,7 @@ EXPERTS: tuple[Expert, ...] = (
         "one session (get_activations still runs inside each trace)",
         None, "ceil(N / batch_size) traces for N prompts",
         migrate=True, intended=(("remote=False", "remote=True", 2),),
+        names=r"through the name `context`",
     ),
     Expert(
         "llm_latent_patchscope_colab.ipynb", 10,

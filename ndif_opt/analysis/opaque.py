@@ -8,7 +8,10 @@ never left as it is without a word):
   (`for prompt in prompts: test_fn(llm, prompt)`): what the callback sends is decided by
   whoever calls the function;
 - nnsight code written as a *string* (`"with model.trace(...)"` built, written to a file
-  and imported, or passed to `exec`): ndif-opt reads code, not the strings code writes.
+  and imported, or passed to `exec`): ndif-opt reads code, not the strings code writes;
+- a block opened through a *name* (`ctx = model.trace(p, remote=r) if fresh else
+  nullcontext()`, then `with ctx:`): which code runs in the block, and whether it is a
+  block at all, is decided when the script runs.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
-from ndif_opt.analysis.names import all_params, collect
+from ndif_opt.analysis.names import all_params, collect, dotted_name, target_names
+from ndif_opt.analysis.vocabulary import MODEL_BLOCK_METHODS
 from ndif_opt.syntax.walk import children, find_nodes
 
 # text of nnsight code: a `with` statement opening a block on a model
@@ -84,3 +88,51 @@ def code_strings(facts: Facts) -> list[tuple[cst.BaseStatement, str]]:
 def _docstring(stmt: cst.SimpleStatementLine) -> bool:
     return len(stmt.body) == 1 and type(stmt.body[0]) is cst.Expr and type(stmt.body[0].value) in (
         cst.SimpleString, cst.ConcatenatedString)
+
+
+@dataclass(frozen=True)
+class BlockThroughName:
+    stmt: cst.With  # `with ctx:`
+    name: str  # `ctx`
+    call: cst.Call  # the block's call in what binds the name: `model.trace(...)`
+
+
+def blocks_through_names(facts: Facts) -> list[BlockThroughName]:
+    """`with` statements over a name that a statement of the same function binds to an
+    expression holding a model's `.trace/.session/.generate(...)` call: nnsight blocks
+    only ndif-opt's readers of `with model.trace(...)` statements do not see."""
+    bound: dict[tuple[int, str], cst.Call] = {}
+    for info in facts.statements.values():
+        stmt = info.node
+        if type(stmt) is not cst.SimpleStatementLine:
+            continue
+        for small in stmt.body:
+            if type(small) is not cst.Assign:
+                continue
+            call = _model_block_call(small.value, facts)
+            if call is not None:
+                for target in small.targets:
+                    for name in target_names(target.target):
+                        bound[(id(info.function), name)] = call
+    found = []
+    for info in facts.statements.values():
+        if type(info.node) is not cst.With:
+            continue
+        for item in info.node.items:
+            if type(item.item) is cst.Name and (id(info.function), item.item.value) in bound:
+                found.append(BlockThroughName(info.node, item.item.value, bound[(id(info.function), item.item.value)]))
+                break
+    return found
+
+
+def _model_block_call(value: cst.BaseExpression, facts: Facts) -> cst.Call | None:
+    """The first call in ``value`` that opens a block on a model: `.trace(...)` (and
+    `.session`, `.generate`) of a model the script knows, or given `remote=`."""
+    for call in find_nodes(value, lambda n: type(n) is cst.Call and type(n.func) is cst.Attribute):
+        if call.func.attr.value not in MODEL_BLOCK_METHODS:
+            continue
+        receiver = dotted_name(call.func.value)
+        has_remote = any(arg.keyword is not None and arg.keyword.value == "remote" for arg in call.args)
+        if receiver is not None and (has_remote or receiver in facts.models):
+            return call
+    return None

@@ -101,7 +101,7 @@ from ndif_opt.analysis.remote_functions import (
     with_keyword_arguments,
     with_keyword_parameters,
 )
-from ndif_opt.analysis.opaque import callback_loops, code_strings
+from ndif_opt.analysis.opaque import blocks_through_names, callback_loops, code_strings
 from ndif_opt.analysis.retries import PortableRetry, portable_retry, retry_guard
 from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.cost_model import RegionRequests, explain
@@ -1298,7 +1298,7 @@ def _accumulator_inside(region: Region, name: str) -> Accumulator | None:
 def _name_the_unseen(facts: Facts, context: Context) -> None:
     """A finding for each construct whose requests no reading of the file can see
     (analysis/opaque.py): a loop calling a callback handed the model, nnsight code in a
-    string."""
+    string, a block opened through a name."""
     for found in callback_loops(facts):
         context.skipped(
             found.loop,
@@ -1307,6 +1307,14 @@ def _name_the_unseen(facts: Facts, context: Context) -> None:
             f"not hoisted: which requests `{found.callback}` sends is decided by the caller of "
             f"`{found.function}` (a callback), so ndif-opt cannot count or bundle them; open one "
             "`model.session(remote=...)` around the loop yourself, or call a function of this file",
+        )
+    for found in blocks_through_names(facts):
+        context.skipped(
+            found.stmt,
+            f"`with {found.name}:` opens `{_first_line(found.call)}` through the name `{found.name}`: "
+            "the requests it sends are not counted, bundled or checked",
+            "not optimized: ndif-opt reads the nnsight blocks written in a `with` statement; write "
+            f"`with {_first_line(found.call)}:` there (an `if` around two `with` statements keeps a choice)",
         )
     for stmt, line in code_strings(facts):
         context.skipped(
@@ -1579,6 +1587,28 @@ with open("generated.py", "w") as f:
 spec = importlib.util.spec_from_file_location("generated", "generated.py")
 """,
         reason="ndif-opt reads the code, not the code it writes",
+    ),
+    Case(
+        name="a block opened through a name is named, not guessed",
+        before="""\
+from contextlib import nullcontext
+
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def last_hidden(prompts, remote=True, open_context=True):
+    context = model.trace(prompts, remote=remote) if open_context else nullcontext()
+    with context:
+        hidden = model.transformer.h[-1].output[:, -1].save()
+    return hidden
+
+
+for batch in (["a b", "c d"], ["e f"]):
+    print(last_hidden(batch).shape)
+""",
+        reason="ndif-opt reads the nnsight blocks written in a `with` statement",
     ),
     Case(
         name="loop over layers",
