@@ -217,12 +217,27 @@ READ_BY_THE_NEXT_BLOCK = '''
 '''
 
 
+FILLED_ACROSS_INVOKES = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace(remote=True) as tracer:
+        scores = {}  # filled with items of saved tensors: the dict itself is never saved
+        for prompt in ["The Eiffel Tower is in", "The Colosseum is in"]:
+            with tracer.invoke(prompt):
+                logits = model.lm_head.output[:, -1]
+                scores[prompt] = logits.log_softmax(dim=-1)[0, :3].save()
+    print({prompt: score.tolist() for prompt, score in scores.items()})
+'''
+
+
 @both
 @pytest.mark.parametrize("template, start", [(UNBOUND, "NameError: name 'n_tokens' is not defined"),
                                              (UNBOUND_IN_A_FUNCTION, "UnboundLocalError: cannot access local "
                                                                      "variable 'top'"),
-                                             (READ_BY_THE_NEXT_BLOCK, "NameError: name 'hidden' is not defined")],
-                         ids=["module", "function", "next-block"])
+                                             (READ_BY_THE_NEXT_BLOCK, "NameError: name 'hidden' is not defined"),
+                                             (FILLED_ACROSS_INVOKES, "NameError: name 'scores' is not defined")],
+                         ids=["module", "function", "next-block", "filled-across-invokes"])
 def test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script(family, template, start):
     source = script(template, family)
     result = optimize(source)
@@ -428,3 +443,33 @@ def test_a_value_a_helper_of_yours_may_save_is_not_reported():
     result = optimize(source)
     assert ID in [cost.pass_id for cost in result.costs]
     assert mine(result) == [], [f.message for f in mine(result)]
+
+
+INVOKES_IN_A_LOOP_AFTER_AN_INVOKE = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace(remote=True) as tracer:
+        with tracer.invoke("The Eiffel Tower is in"):
+            logits = model.lm_head.output[0, -1]
+            clean = logits.argmax().save()
+        offset = 1  # between the invokes: it reads none of their values
+        for prompt in ["The Colosseum is in", "Big Ben is in"]:
+            with tracer.invoke(prompt):
+                logits = model.lm_head.output[0, -1]  # the name the first invoke binds, bound again
+                other = (logits.argmax() + offset).save()
+    print(clean.item(), other.item())
+'''
+
+
+@both
+def test_a_loop_of_invokes_after_an_invoke_is_invokes_not_code_after_them(family):
+    # each iteration adds an invoke in every release: the script is 0.5+ code and runs on
+    # 0.8 (it was "pre-0.5: code after the `tracer.invoke` blocks", and left unoptimized)
+    source = script(INVOKES_IN_A_LOOP_AFTER_AN_INVOKE, family)
+    for mode, raised in errors(source).items():
+        assert raised is None, (mode, raised)
+    result = optimize(source)
+    assert not [f for f in result.findings if f.pass_id == "migrate-api"], [f.message for f in result.findings]
+    report = verify_result(source, result, filename="script.py")
+    assert report.intended_ok, report.to_text() + "\n" + result.code

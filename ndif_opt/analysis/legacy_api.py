@@ -213,7 +213,8 @@ class _Scanner:
             if tracer is None:
                 continue
             body = list(block.node.body.body)
-            invokes = [i for i, stmt in enumerate(body) if opens_invoke(stmt, tracer)]
+            touching = set(self.facts.models) | {tracer} | {m.split(".")[0] for m in self.facts.models}
+            invokes = [i for i, stmt in enumerate(body) if _holds_invokes(stmt, tracer, touching)]
             if not invokes:
                 continue
             bound: set[str] = set()
@@ -255,6 +256,26 @@ class _Scanner:
                 "after-invokes", trailing[0], "code after the `tracer.invoke` blocks", True,
                 move=Move(block, invokes[-1] + 1, wrap),
             ))
+
+
+def _holds_invokes(stmt: cst.BaseStatement, tracer: str, touching: set[str]) -> bool:
+    """`with tracer.invoke(...)`, or a `for` loop whose body holds only invokes and code
+    that reads neither the model nor the tracer (`for head in heads: with
+    tracer.invoke(...)`): in every nnsight release each iteration adds an invoke, so the
+    loop is one of the invokes, not code after them."""
+    if opens_invoke(stmt, tracer):
+        return True
+    if type(stmt) is not cst.For or stmt.orelse is not None or type(stmt.body) is not cst.IndentedBlock:
+        return False
+    if touching & set(collect(stmt.iter).reads):
+        return False
+    held = False
+    for inner in stmt.body.body:
+        if _holds_invokes(inner, tracer, touching):
+            held = True
+        elif touching & set(collect_all([inner]).reads):
+            return False
+    return held
 
 
 # ---------------------------------------------------------------------------------------

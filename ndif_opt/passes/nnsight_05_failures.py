@@ -1452,7 +1452,28 @@ def _kind_of_saved(saved: cst.BaseExpression, block: Block, bindings, facts: Fac
         if len(kinds) == 1:
             return kinds.pop()
         return _UNKNOWN
+    if _new_tensor(saved, _tensor_names(bindings, facts), facts):
+        return _FRESH
     return _kind(saved, facts)
+
+
+def _tensor_names(bindings, facts: Facts) -> set[str]:
+    """The names the block binds only to tensors (`logits = model.lm_head.output[:, -1]`)."""
+    models = set(facts.models)
+    return {name for name, sites in bindings.items()
+            if all(kind == "assign" and is_tensor(value, models, set()) for kind, _, value in sites)}
+
+
+def _new_tensor(expr: cst.BaseExpression, tensors: set[str], facts: Facts) -> bool:
+    """An item of a tensor (a view), or what a tensor method that never returns the tensor
+    itself gives: a new tensor object, which no name can already hold."""
+    models = set(facts.models)
+    if type(expr) is cst.Subscript:
+        return is_tensor(expr.value, models, tensors)
+    if type(expr) is cst.Call and type(expr.func) is cst.Attribute:
+        method = expr.func.attr.value
+        return method in TENSOR_METHODS and method not in _SELF_RETURNING and is_tensor(expr.func.value, models, tensors)
+    return False
 
 
 #: libraries whose functions save nothing in a block (nnterp's helpers may: not among them)
