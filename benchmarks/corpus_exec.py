@@ -12,6 +12,11 @@ A rewrite is **wrong** when the optimized run
 * differs from the local run in a value (a name, a stdout line, a file) that the original's
   remote run got right.
 
+A file whose original fails when run locally (its author's own run, on nnsight 0.8) and whose
+optimized run fails otherwise is FAILED: past the original's failure, what it should compute
+is unknown (a correctness fix lets the optimized script run further, to code that fails on
+0.8 for its own reasons).
+
 A difference the original already shows remotely (a client list left empty by a remote
 trace, a print that becomes a server log line) is the original's, not the rewrite's: it is
 counted apart ("original wrong remotely"). So is a file whose original fails on nnsight 0.5+
@@ -95,7 +100,11 @@ def judge(report: dict) -> dict:
     new = [m for m in report["mismatches"] if subject(m) not in original_wrong]
     raised = optimized_kind is not None and optimized_kind != original_kind
     wrong = raised or bool(new)
-    if wrong:
+    if wrong and errors.get("local") and report["status"] == "failed":
+        # the original fails as its author runs it (locally, on nnsight 0.8), and the optimized
+        # script fails elsewhere: what either should compute past the failure is unknown
+        outcome = "FAILED"
+    elif wrong:
         outcome = "WRONG"
     elif report["status"] in ("ok", "same-error"):
         outcome = "OK"
