@@ -17,6 +17,7 @@ from ndif_opt.analysis.effects import ServerCheck
 from ndif_opt.analysis.facts import CONTEXT_DECORATORS, Block, Facts, Remote, qualify
 from ndif_opt.analysis.names import collect
 from ndif_opt.analysis.retries import RetryGuard, RetryWrapper, function_guard, retry_wrappers, unwrapped_call
+from ndif_opt.syntax.commas import appended
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.walk import children, find_nodes, walk
 
@@ -499,13 +500,12 @@ class CallWithRemoteOff(cst.CSTTransformer):
                 return updated.with_changes(args=args)
         by_position = id(helper) in self._positional and len(args) == position and all(
             a.keyword is None and not a.star for a in args)
-        if args:
-            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         if by_position:
-            return updated.with_changes(args=[*args, cst.Arg(value=off)])
-        args.append(cst.Arg(value=off, keyword=cst.Name(name), equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
-        return updated.with_changes(args=args)
+            added = cst.Arg(value=off)
+        else:
+            added = cst.Arg(value=off, keyword=cst.Name(name), equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+        return updated.with_changes(args=appended(args, added, updated.whitespace_before_args))
 
 
 def _flag_by_position(call: cst.Call, helper: RemoteHelper) -> bool:
@@ -571,10 +571,7 @@ def with_flag_parameter(helper: RemoteHelper) -> cst.FunctionDef:
             params = params.with_changes(star_arg=cst.ParamStar())
         params = params.with_changes(kwonly_params=[*params.kwonly_params, param])
     else:
-        existing = list(params.params)
-        if existing:
-            existing[-1] = existing[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        params = params.with_changes(params=[*existing, param])
+        params = params.with_changes(params=appended(params.params, param, helper.func.whitespace_before_params))
     targets = {id(b.node) for b in helper.blocks}
     return helper.func.with_changes(params=params).visit(_FlagInBlocks(targets, flag))
 
@@ -617,6 +614,6 @@ def with_keyword_parameters(func: cst.FunctionDef, names: tuple[str, ...]) -> cs
 def with_keyword_arguments(call: cst.Call, names: tuple[str, ...]) -> cst.Call:
     """`f(x)` → `f(x, vec=vec)`."""
     args = list(call.args)
-    if args:
-        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    return call.with_changes(args=[*args, *(_keyword(n, cst.Name(n)) for n in names)])
+    for name in names:
+        args = appended(args, _keyword(name, cst.Name(name)), call.whitespace_before_args)
+    return call.with_changes(args=args)
