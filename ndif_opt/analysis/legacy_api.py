@@ -115,6 +115,15 @@ def api_generation(facts: Facts) -> str:
     return UNKNOWN
 
 
+def unmigratable(legacy: list[Legacy]) -> list[Legacy]:
+    """The idioms of a pre-0.5 script that have no safe rewrite: with one of them
+    `--migrate` leaves the whole script as it is (a half-migrated script runs on no
+    nnsight release). None for a 0.5+ script, whose rewrites are independent."""
+    if not any(item.pre05 for item in legacy):
+        return []
+    return [item for item in legacy if item.fix is None and item.move is None]
+
+
 def legacy_summary(facts: Facts) -> str:
     """`.value` (3 uses), `nnsight.list()` — the pre-0.5 idioms, by kind, in order of
     first use. No line numbers: in a notebook they would be the joined cells', not the

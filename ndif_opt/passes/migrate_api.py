@@ -82,7 +82,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
-from ndif_opt.analysis.legacy_api import PRE_05_MESSAGE, Legacy, Move, Scan, legacy_summary, scan
+from ndif_opt.analysis.legacy_api import PRE_05_MESSAGE, Legacy, Move, Scan, legacy_summary, scan, unmigratable
 from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
@@ -176,7 +176,8 @@ def _blockers(legacy: list[Legacy], allowed: list[Legacy]) -> list[Legacy]:
     if not any(item.pre05 for item in legacy):
         return []
     kept = {id(item) for item in allowed}
-    return [item for item in legacy if id(item) not in kept or (item.fix is None and item.move is None)]
+    unsafe = {id(item) for item in unmigratable(legacy)}
+    return [item for item in legacy if id(item) not in kept or id(item) in unsafe]
 
 
 def _applied_message(item: Legacy) -> str:

@@ -84,7 +84,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, StmtInfo, is_save_call, opens_invoke, qualify
-from ndif_opt.analysis.legacy_api import PRE_05, api_generation
+from ndif_opt.analysis.legacy_api import PRE_05, api_generation, scan, unmigratable
 from ndif_opt.analysis.names import (
     COMPREHENSIONS,
     all_params,
@@ -161,6 +161,10 @@ class Nnsight05Failures(Pass):
                 continue
             if pre05 and not context.options.wants("migrate-api", True):
                 reason = "the script uses the pre-0.5 nnsight API: migrate it first (--migrate), then save it"
+            elif pre05 and unmigratable(scan(facts).legacy):
+                # --migrate leaves the script as written: a save in it would be 0.5+ code in 0.4 code
+                reason = ("the script uses the pre-0.5 nnsight API, and --migrate cannot migrate it (the findings of "
+                          "migrate-api say why): rewrite those by hand, then save it")
             elif item.fix is None:
                 reason = item.why_not
             elif self.report_only:
