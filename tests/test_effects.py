@@ -31,3 +31,14 @@ def test_a_function_calling_back_into_a_printing_one_prints(asked_first):
     messages = [p.message for p in check.problems(module.body[-1])]
     assert len(messages) == 1 and "`print`" in messages[0], messages
     assert check.function_problems("f") and check.function_problems("g")
+
+
+def test_functions_of_top_level_branches_are_the_modules_unless_defined_twice():
+    facts = analyze(cst.parse_module(
+        "if not cached:\n"
+        "    def extract(p):\n        return p\n"
+        "try:\n    import fast\nexcept ImportError:\n    def fallback():\n        pass\n"
+        "if fast:\n    def f():\n        return 1\nelse:\n    def f():\n        return 2\n"
+        "def g():\n    def inner():\n        pass\n"
+    ))
+    assert sorted(facts.functions) == ["extract", "fallback", "g"]

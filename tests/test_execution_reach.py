@@ -221,3 +221,29 @@ def test_a_loop_over_range_of_a_value_computed_here_is_one_session(family):
     )
     assert report.before.requests == 2 and report.after.requests == 1, report.to_text() + result.code
     assert "session(" in result.code
+
+
+HELPER_DEFINED_IN_A_BRANCH = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    CACHED = False
+    if not CACHED:
+        def top_token(prompt):
+            with model.trace(prompt, remote=True):
+                token = model.lm_head.output[0, -1].argmax().save()
+            return token
+
+        tops = []
+        for prompt in ["The Eiffel Tower is in", "The Colosseum is in", "Big Ben is in"]:
+            tops.append(top_token(prompt).item())
+        print(tops)
+'''
+
+
+@both
+def test_a_helper_defined_in_a_branch_is_known_and_its_loop_is_one_session(family):
+    # a function defined in a top-level `if` is the module's (it was unknown: its loop was
+    # left with no finding, and a print in it would not have been seen)
+    result, report = optimized_and_verified(HELPER_DEFINED_IN_A_BRANCH, family)
+    assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code

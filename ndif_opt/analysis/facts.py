@@ -10,6 +10,8 @@ demand by :mod:`ndif_opt.analysis.names` and :mod:`ndif_opt.analysis.effects`, m
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import functools
 from dataclasses import dataclass, field
 from enum import Enum
@@ -339,6 +341,58 @@ class Facts:
 # ---------------------------------------------------------------------------------------
 
 
+def _module_functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
+    """The functions a module's own code defines: at the top level, and in the branches of
+    its top-level `if`, `try` and `with` statements (`if not cached: def extract(...): ...`
+    then a call in that branch) where the name is defined only there. A name two
+    statements define (`if fast: def f` / `else: def f`) is left out: which one runs is
+    decided when the script runs. Functions inside functions and classes are not the
+    module's."""
+    top = {stmt.name.value: stmt for stmt in module.body if type(stmt) is cst.FunctionDef}
+    nested: dict[str, list[cst.FunctionDef]] = {}
+    for stmt in module.body:
+        if type(stmt) in (cst.If, cst.Try, cst.With):
+            for func in _branch_functions(stmt):
+                nested.setdefault(func.name.value, []).append(func)
+    for name, found in nested.items():
+        if name in top:
+            continue
+        if len(found) == 1:
+            top[name] = found[0]
+    return top
+
+
+def _branch_functions(stmt: cst.CSTNode) -> Iterator[cst.FunctionDef]:
+    """The `def` statements in the suites of a compound statement, through nested `if`,
+    `try` and `with` statements (not through loops, functions or classes)."""
+    for suite in _suites(stmt):
+        for inner in suite.body:
+            if type(inner) is cst.FunctionDef:
+                yield inner
+            elif type(inner) in (cst.If, cst.Try, cst.With):
+                yield from _branch_functions(inner)
+
+
+def _suites(stmt: cst.CSTNode) -> Iterator[cst.IndentedBlock]:
+    kind = type(stmt)
+    parts: list[cst.CSTNode | None] = []
+    if kind is cst.If:
+        parts = [stmt.body, stmt.orelse]
+    elif kind is cst.Else:
+        parts = [stmt.body]
+    elif kind is cst.Try:
+        parts = [stmt.body, *(h.body for h in stmt.handlers), stmt.orelse, stmt.finalbody]
+    elif kind in (cst.With, cst.Finally):
+        parts = [stmt.body]
+    for part in parts:
+        if type(part) is cst.IndentedBlock:
+            yield part
+        elif type(part) in (cst.If, cst.Else):  # `elif`, `else`
+            yield from _suites(part)
+        elif part is not None and hasattr(part, "body") and type(part.body) is cst.IndentedBlock:
+            yield part.body
+
+
 def analyze(module: cst.Module, *, assume_remote: bool = False,
             original_results: frozenset[str] | None = None) -> Facts:
     table = _Table()
@@ -353,9 +407,7 @@ def analyze(module: cst.Module, *, assume_remote: bool = False,
     for facts in lines:
         if facts.imports:
             imports.update(facts.imports)
-    functions = {
-        stmt.name.value: stmt for stmt in module.body if type(stmt) is cst.FunctionDef
-    }
+    functions = _module_functions(module)
     models = _models(lines, imports)
     facts = Facts(
         module=module,
