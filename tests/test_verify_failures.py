@@ -212,3 +212,21 @@ def test_a_small_change_reads_as_a_difference_not_as_x1_0():
     assert "forward passes" in text and "25 -> 26  (1 more)" in text, text
     assert "300 -> 246  (54 fewer)" in text and "(10% less)" in text and "(x25.0 fewer)" in text, text
     assert "x1.0" not in text, text
+
+
+def test_an_original_that_stopped_at_its_error_gets_no_ratio():
+    """`requests 1 -> 4 (x4.0 more)` for a pre-0.5 original that raised after its first
+    request (r1_70b_mmlu_chunked_generate_v03 under --migrate) read as a rewrite that sends
+    four times as many."""
+    from ndif_opt.verify import RunMetrics, VerifyReport
+
+    report = VerifyReport(
+        intended_ok=True, mismatches=[], original_remote_differs=True, original_remote_mismatches=[],
+        local_forward_passes=8, local_layer_calls=640,
+        before=RunMetrics(requests=1, forward_passes=8, layer_calls=640),
+        after=RunMetrics(requests=4, forward_passes=32, layer_calls=2560),
+        errors={"original": "AttributeError: 'Tensor' object has no attribute 'value'"},
+    )
+    text = report.to_text()
+    assert "1 -> 4\n" in text and "more)" not in text, text
+    assert "the original stopped at its error" in text, text

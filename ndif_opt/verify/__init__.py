@@ -198,9 +198,13 @@ class VerifyReport:
             headline(self.status, self.reason),
             f"  {'':{width}}  {'before':>{left}}    after",
         ]
+        # an original that stopped at an error ran part of its work: no ratio compares it
+        stopped = bool(self.errors.get("original")) and not self.errors.get("optimized")
         for name, before, after in rows:
-            marker = "" if before == after else "  " + _ratio(name, b, a)
+            marker = "" if before == after or stopped else "  " + _ratio(name, b, a)
             lines.append(f"  {name:{width}}  {before:>{left}} -> {after}{marker}")
+        if stopped:
+            lines.append("  (the original stopped at its error: the figures before are of what ran until then)")
         lines.append("  (measured on tiny models of the scripts' model families: the bytes are theirs; "
                      "download (raw) is before NDIF's compression)")
         if self.local_nnsight:
