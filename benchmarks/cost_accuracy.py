@@ -342,6 +342,14 @@ for _family in ("gpt2", "llama"):
         "layers])`) ships one tensor per element, ~250 B each, which the model does not count (32 layers: 1.3 KB "
         "predicted, 8.8 KB measured)"
     )
+    NOT_PREDICTED[
+        f"test_execution_05_failures::test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script"
+        f"[filled-across-invokes-{_family}]:original"
+    ] = (
+        "cost model gap: a saved dict whose items were saved one by one in the invokes "
+        "(`scores = nnsight.save({})`, `scores[p] = x[0, :3].save()`) ships each item again with the dict; "
+        "the model counts the items once (1.8 KB predicted, 5.9 KB measured)"
+    )
     for _test in ("test_values_only_the_session_reads_are_not_downloaded",
                   "test_a_module_name_read_after_the_session_still_comes_back"):
         for _version in ("original", "optimized"):
