@@ -9,7 +9,7 @@ import pytest
 from generators import dense_nnsight_script
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from ndif_opt.syntax.positions import Positions, code_and_positions, code_in, code_of, top_level_code
+from ndif_opt.syntax.positions import Positions, code_and_positions, code_in, code_of
 from ndif_opt.syntax.walk import all_nodes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,16 +81,17 @@ def test_code_in_is_code_of(name):
             assert code_in(node, statement, module) == expected, type(node).__name__
 
 
-@pytest.mark.parametrize("name", sorted(TEXTS))
-def test_top_level_code_is_code_of_or_nothing(name):
-    module = cst.parse_module(TEXTS[name])
-    code_and_positions(module)
-    own_defaults = module.default_indent == "    " and module.default_newline == "\n"
-    for statement in module.body:
-        found = top_level_code(statement, module)
-        assert found == (cst.Module([]).code_for_node(statement) if own_defaults else None)
-    nested = [s.body.body[0] for s in module.body if isinstance(s, (cst.If, cst.FunctionDef, cst.For))]
-    assert all(top_level_code(node, module) is None for node in nested)
+def test_code_in_of_small_statements_a_rewrite_joined():
+    # a line a pass built: its statements have no semicolons of their own, so the line adds
+    # "; " after each but the last; a statement's code alone has none
+    first, second = cst.parse_statement("a = f(x)").body[0], cst.parse_statement("print('; ')").body[0]
+    loop = cst.parse_statement("for x in y:\n    pass\n")
+    line = cst.SimpleStatementLine([first, second, cst.Pass(semicolon=cst.Semicolon())])
+    statement = loop.with_changes(body=loop.body.with_changes(body=[line]))
+    module = cst.Module([statement])
+    assert cst.Module([]).code_for_node(line) == "a = f(x); print('; '); pass;\n"
+    for node in all_nodes(statement):
+        assert code_in(node, statement, module) == code_of.__wrapped__(node), type(node).__name__
 
 
 def test_shared_statements_keep_the_positions():

@@ -766,9 +766,12 @@ def name_assignment(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
     return small.targets[0].target.value, small.value
 
 
+@functools.lru_cache(maxsize=1024)
 def returned_name(func: cst.FunctionDef) -> str | None:
     """The name every `return` of the function's own body returns, if one (`return
-    logits` everywhere); None when a return gives anything else, or there is none."""
+    logits` everywhere); None when a return gives anything else, or there is none. (A
+    pure function of an immutable node, hashed by identity and kept alive while cached:
+    the cost model asks at every call of a helper, in every version of the tree.)"""
     names = {stmt.value.value if type(stmt.value) is cst.Name else None for stmt in own_returns(func.body)}
     return names.pop() if len(names) == 1 else None
 

@@ -17,6 +17,7 @@ wraps it (``@torch.no_grad()``, ``@staticmethod``) does not.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import libcst as cst
@@ -63,7 +64,13 @@ class _Def:
 def _reach(module: cst.Module) -> Reach:
     defs: list[_Def] = []
     classes: dict[str, list[cst.ClassDef]] = {}
-    spelled = _spelled(module, None, defs, classes)
+    spelled: set[str] = set()
+    for statement in reversed(module.body):  # (the order in which _spelled walks a module)
+        names, statement_defs, statement_classes = _statement_spelling(statement)
+        spelled |= names
+        defs.extend(statement_defs)
+        for name, found in statement_classes:
+            classes.setdefault(name, []).extend(found)
     if not any(_named(entry, spelled, classes) for entry in defs) and not _opens_blocks(module.body):
         # a library module: its own code runs none of its functions and no nnsight block,
         # its users do: each public function, and each public method of a public class, is
@@ -85,6 +92,20 @@ def _reach(module: cst.Module) -> Reach:
             changed = True
     unrun = [d.func for d in _all(defs) if id(d.func) not in run]
     return Reach(frozenset(run), tuple(unrun))
+
+
+@functools.lru_cache(maxsize=4096)
+def _statement_spelling(statement: cst.BaseStatement) -> tuple[
+        frozenset[str], tuple[_Def, ...], tuple[tuple[str, tuple[cst.ClassDef, ...]], ...]]:
+    """What :func:`_spelled` finds in a top-level statement: the names it spells, its
+    functions and its classes. A pure function of an immutable node, hashed by identity and
+    kept alive while cached: the versions of a tree share most statements, and a file's
+    windows their prelude's (the cost model asks once per version). Nothing changes the
+    :class:`_Def` objects it returns."""
+    defs: list[_Def] = []
+    classes: dict[str, list[cst.ClassDef]] = {}
+    names = _spelled(statement, None, defs, classes)
+    return frozenset(names), tuple(defs), tuple((name, tuple(found)) for name, found in classes.items())
 
 
 def _opens_blocks(statements) -> bool:

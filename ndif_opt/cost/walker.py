@@ -77,7 +77,7 @@ from ndif_opt.cost.shapes import value_of
 from ndif_opt.options import Options
 from ndif_opt.syntax.literals import literal_value
 from ndif_opt.syntax.loops import cst_expression_text, cst_loop_header, given_lengths
-from ndif_opt.syntax.positions import code_of, top_level_code
+from ndif_opt.syntax.positions import code_in, code_of
 from ndif_opt.syntax.rewrite import unsave
 from ndif_opt.syntax.walk import content_children, find_nodes
 from ndif_opt.types import Count, Number, UnknownDownload, UnknownLoop, is_known
@@ -1858,8 +1858,10 @@ class Walker:
         dims = self.dims_of(block.model)
         code = self._code_memo.get(id(block.node))
         if code is None:
-            code = self._code_memo[id(block.node)] = (top_level_code(block.node, self.facts.module)
-                                                      or code_of(block.node))
+            # from the code of the statement around it, which a version's code generation made
+            ancestors = block.stmt.ancestors
+            code = self._code_memo[id(block.node)] = code_in(
+                block.node, ancestors[0] if ancestors else block.node, self.facts.module)
         tensors = 0
         for name, size in self._client_tensors(env, code):
             if name in block.names.reads:  # a name the block rebinds is still captured

@@ -230,34 +230,33 @@ def code_in(node: cst.CSTNode, statement: cst.CSTNode | None, module: cst.Module
     from one code generation of the statement, cached by statement (versions of a tree
     share most of them), instead of one per node. The code of a node nested in blocks is
     its tokens in the statement's code without the indentation of the blocks around it:
-    the same string. ``code_of`` gives it where the statement's code cannot: a node whose
-    code depends on where it stands (an argument's default comma, a small statement's
-    default semicolon), a node not in ``statement``, a module not indented with 4 spaces
-    and ``\\n``."""
-    if statement is not None and context_free(type(node)) and module.default_indent == "    " \
-            and module.default_newline == "\n" and isinstance(statement, cst.BaseStatement):
-        generated = _statement_code(statement, "    ", "\n")
-        where = generated.extents.get(id(node))
-        if where is not None:
-            return generated.code(*where)
+    the same string; a small statement's, without the separator its line had it add. ``code_of``
+    gives it where the statement's code cannot: a node whose code depends on where it stands
+    otherwise (an argument's default comma, an `if` that is an `elif`), a node not in
+    ``statement``, a module not indented with 4 spaces and ``\\n``."""
+    if statement is not None and module.default_indent == "    " and module.default_newline == "\n" \
+            and isinstance(statement, cst.BaseStatement):
+        small = isinstance(node, cst.BaseSmallStatement)
+        if small or context_free(type(node)):
+            generated = _statement_code(statement, "    ", "\n")
+            where = generated.extents.get(id(node))
+            if where is not None:
+                start, end, depth = where
+                if small and type(node.semicolon) is cst.MaybeSentinel and generated.tokens[end - 1] == _SEPARATOR:
+                    end -= 1  # (its line told it to add the separator: code_of's line does not)
+                return generated.code(start, end, depth)
     return code_of(node)
+
+
+# the one token a small statement without a semicolon of its own adds when its line has
+# another after it (the only context a small statement's code depends on)
+_SEPARATOR = "; "
 
 
 def code_and_positions(module: cst.Module) -> tuple[str, Positions]:
     """The module's code (equal to ``module.code``) and the positions of its nodes."""
     layout = _Layout(module)
     return layout.code, Positions(module, layout)
-
-
-def top_level_code(node: cst.CSTNode, module: cst.Module) -> str | None:
-    """``code_of(node)`` for a top-level statement of ``module``, from the code generated
-    for the module (:func:`code_and_positions`); None for any other node. Equal only when
-    the module's indentation and newline are code_of's own (4 spaces, ``\\n``)."""
-    if module.default_indent != "    " or module.default_newline != "\n":
-        return None
-    if not isinstance(node, cst.BaseStatement) or not any(s is node for s in module.body):
-        return None
-    return _statement_code(node, "    ", "\n").text
 
 
 @functools.lru_cache(maxsize=4096)
@@ -269,4 +268,4 @@ def _statement_code(statement: cst.BaseStatement, indent: str, newline: str) -> 
     return _Generated(state)
 
 
-__all__ = ["code_in", "Positions", "code_and_positions", "code_of", "top_level_code"]
+__all__ = ["code_in", "Positions", "code_and_positions", "code_of"]

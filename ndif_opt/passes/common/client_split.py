@@ -55,7 +55,7 @@ from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.passes.common.records import Keys, LogKeys, Reader, Recorded, Shape, plain_loads, shape
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import opening
-from ndif_opt.syntax.walk import children, find_nodes, walk
+from ndif_opt.syntax.walk import children, content_children, find_nodes, walk
 
 # Problems a client statement may have and still be replayed after the session.
 DEFERRABLE_KINDS = frozenset({"print", "effect", "progress", "module", "forbidden", "client-object", "request"})
@@ -65,13 +65,23 @@ RECORD_PREFIX = "_ndif_"
 PREPARABLE_KINDS = frozenset({"module", "client-object"})
 
 
+# the node classes compared with `is` (libcst's node classes are final; isinstance against
+# them is an ABC check, and _jumps looks at every node of every statement a split classifies)
+_JUMP_KINDS = frozenset({cst.Break, cst.Continue})
+_OWN_JUMPS_KINDS = frozenset({cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda})
+
+
 def _jumps(node: cst.CSTNode) -> bool:
     """Does ``node`` hold a `break` or `continue` of the loop around it?"""
-    if isinstance(node, (cst.Break, cst.Continue)):
-        return True
-    if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-        return False
-    return any(_jumps(child) for child in children(node))
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        kind = type(current)
+        if kind in _JUMP_KINDS:
+            return True
+        if kind not in _OWN_JUMPS_KINDS:  # (a loop's or a function's jumps are its own)
+            stack.extend(content_children(current))
+    return False
 
 
 def _is_jump(stmt: cst.CSTNode) -> bool:
