@@ -112,3 +112,30 @@ def test_the_cells_give_what_the_original_gives(family):
 
     result, report = optimized_and_verified(CELLS, family)
     assert report.before.requests == 4 and report.after.requests == 2, report.to_text() + result.code
+
+
+HEADER_CELL = '''\
+# My experiment: the number of tokens
+# (notes about it)
+
+# %%
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+# %%
+with model.trace("The Eiffel Tower is in", remote=True):
+    logits = model.lm_head.output.save()
+    n_tokens = model.lm_head.output.shape[1]
+print(n_tokens)
+'''
+
+
+def test_an_added_import_goes_among_the_first_imports_not_above_a_header_cell():
+    # `n_tokens` is saved with `nnsight.save(...)`: the import it needs went above the
+    # header's comments (the cells' markers ended the file's opening imports)
+    result = optimize(HEADER_CELL)
+    lines = result.code.splitlines()
+    assert lines[:2] == HEADER_CELL.splitlines()[:2], result.code
+    assert lines.index("import nnsight") == lines.index("from nnsight import LanguageModel") + 1, result.code
+    assert "nnsight.save(" in result.code

@@ -566,3 +566,17 @@ def test_two_sweeps_with_a_print_between_them_are_optimized_alike_windowed_and_w
     windowed = pipeline.run_pipeline(source, Options())
     whole = pipeline._run_module(source, Options())
     assert windowed.code == whole.code
+
+
+def test_an_added_import_after_statements_that_do_nothing_is_placed_alike_windowed_and_whole():
+    # a module-level string and `global` do not end the opening imports (as a notebook's
+    # joined cells start): the windows' import line and the whole module's must agree
+    source = ('"first cell"\nglobal marker\n' + SETUP
+              + "with model.trace(PROMPT, remote=True):\n    n = model.lm_head.output.shape[1]\nprint(n)\n"
+              + 'other = LanguageModel("meta-llama/Llama-3.1-8B")\n'
+              + "with other.trace(PROMPT, remote=True):\n    m = other.lm_head.output.shape[1]\nprint(m)\n")
+    assert len(window_texts(source)) >= 2
+    windowed = pipeline.run_pipeline(source, Options())
+    whole = pipeline._run_module(source, Options())
+    assert whole.code.splitlines()[2:4] == ["from nnsight import LanguageModel", "import nnsight"], whole.code
+    assert windowed.code == whole.code

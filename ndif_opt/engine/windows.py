@@ -1232,8 +1232,8 @@ IMPORTED = -1
 
 def import_line(tree: ast.Module, name: str) -> int | None:
     """Where ``syntax.rewrite.with_module_import`` puts `import name` in the module ``tree``
-    is parsed from: the line (0-based) it goes before, after the docstring and the imports
-    that open the file; :data:`IMPORTED` when one of those imports it already; None when
+    is parsed from: the line (0-based) it goes before, after the docstring, the imports and
+    the statements that do nothing (strings, `global`) that open the file; :data:`IMPORTED` when one of those imports it already; None when
     the line cannot be told from ``tree`` (it would go before the first statement, after
     comments that libcst may keep in the module's header)."""
     position = 0  # the end line of the last statement of the opening imports (1-based)
@@ -1249,10 +1249,11 @@ def import_line(tree: ast.Module, name: str) -> int | None:
         if isinstance(first, ast.Import) and any(a.name == name and a.asname is None for a in first.names):
             return IMPORTED
         string = isinstance(first, ast.Expr) and type(first.value) in (ast.Constant, ast.JoinedStr)
-        if index == 0 and string and type(first.value) is ast.JoinedStr:
+        if string and type(first.value) is ast.JoinedStr:
             return None  # an f-string, or one concatenated with a string: libcst tells them apart
-        docstring = index == 0 and string and isinstance(first.value.value, (str, bytes))
-        if not (isinstance(first, (ast.Import, ast.ImportFrom)) or docstring):
+        # (with_module_import passes a string statement, the docstring, and a `global` too)
+        nothing = isinstance(first, ast.Global) or (string and isinstance(first.value.value, (str, bytes)))
+        if not (isinstance(first, (ast.Import, ast.ImportFrom)) or nothing):
             break
         position = max(s.end_lineno for s in line)
         index += len(line)

@@ -504,9 +504,17 @@ class NodeEdits(cst.CSTTransformer):
         return updated
 
 
+def _does_nothing(small: cst.BaseSmallStatement) -> bool:
+    """A string statement (a docstring) or a `global` declaration: at a module's top level
+    neither does anything."""
+    return type(small) is cst.Global or (
+        type(small) is cst.Expr and type(small.value) in (cst.SimpleString, cst.ConcatenatedString))
+
+
 def with_module_import(module: cst.Module, name: str) -> cst.Module:
-    """``module`` with `import name` among its first imports (after the docstring and
-    the imports that open the file), unless a top-level statement imports it already."""
+    """``module`` with `import name` among its first imports (after the docstring, the
+    imports and the statements that do nothing which open the file), unless one of those
+    imports it already."""
     body = list(module.body)
     position = 0
     for index, stmt in enumerate(body):
@@ -517,8 +525,11 @@ def with_module_import(module: cst.Module, name: str) -> cst.Module:
             return module
         if isinstance(small, (cst.Import, cst.ImportFrom)):
             position = index + 1
-        elif index == 0 and isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
-            position = 1
+        elif _does_nothing(small):
+            # the docstring, and statements that do nothing at module level among the opening
+            # imports: a notebook's cells joined into one module each start with one, and
+            # the import goes among the first imports, not above a header cell's comments
+            position = index + 1
         else:
             break
     body.insert(position, cst.parse_statement(f"import {name}\n"))
