@@ -10,9 +10,8 @@ demand by :mod:`ndif_opt.analysis.names` and :mod:`ndif_opt.analysis.effects`, m
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
@@ -354,43 +353,19 @@ def _module_functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
         if type(stmt) in (cst.If, cst.Try, cst.With):
             for func in _branch_functions(stmt):
                 nested.setdefault(func.name.value, []).append(func)
-    for name, found in nested.items():
-        if name in top:
-            continue
-        if len(found) == 1:
-            top[name] = found[0]
+    top.update({name: found[0] for name, found in nested.items() if len(found) == 1 and name not in top})
     return top
 
 
 def _branch_functions(stmt: cst.CSTNode) -> Iterator[cst.FunctionDef]:
     """The `def` statements in the suites of a compound statement, through nested `if`,
     `try` and `with` statements (not through loops, functions or classes)."""
-    for suite in _suites(stmt):
+    for suite in _child_suites(stmt):
         for inner in suite.body:
             if type(inner) is cst.FunctionDef:
                 yield inner
             elif type(inner) in (cst.If, cst.Try, cst.With):
                 yield from _branch_functions(inner)
-
-
-def _suites(stmt: cst.CSTNode) -> Iterator[cst.IndentedBlock]:
-    kind = type(stmt)
-    parts: list[cst.CSTNode | None] = []
-    if kind is cst.If:
-        parts = [stmt.body, stmt.orelse]
-    elif kind is cst.Else:
-        parts = [stmt.body]
-    elif kind is cst.Try:
-        parts = [stmt.body, *(h.body for h in stmt.handlers), stmt.orelse, stmt.finalbody]
-    elif kind in (cst.With, cst.Finally):
-        parts = [stmt.body]
-    for part in parts:
-        if type(part) is cst.IndentedBlock:
-            yield part
-        elif type(part) in (cst.If, cst.Else):  # `elif`, `else`
-            yield from _suites(part)
-        elif part is not None and hasattr(part, "body") and type(part.body) is cst.IndentedBlock:
-            yield part.body
 
 
 def analyze(module: cst.Module, *, assume_remote: bool = False,
@@ -679,25 +654,15 @@ def _blocks(withs: list[StmtInfo], facts: Facts) -> list[Block]:
         if in_session_fallback(stmt, info.ancestors):
             continue  # the code as written, run only should the session fail
         call = _block_item(stmt, facts)
-        if call is None:
-            continue
-        if type(call) is not cst.Call or type(call.func) is not cst.Attribute:
-            continue
-        method = call.func.attr.value
-        if method not in MODEL_BLOCK_METHODS:
-            continue
-        receiver = dotted_name(call.func.value)
+        receiver = None if call is None else model_block_receiver(call, facts)
         if receiver is None:
-            continue
-        arg = remote_arg(call)  # looked up once: it says whether there is one, and gives it
-        if arg is None and receiver not in facts.models:
             continue
         block = Block(
             node=stmt,
             call=call,
             model=receiver,
-            method=method,
-            remote=_remote_flag(call, arg, info, facts),
+            method=call.func.attr.value,
+            remote=_remote_flag(call, remote_arg(call), info, facts),
             stmt=info,
         )
         blocks.append(block)
@@ -709,6 +674,19 @@ def _blocks(withs: list[StmtInfo], facts: Facts) -> list[Block]:
                 block.parent = parent
                 break
     return blocks
+
+
+def model_block_receiver(call: cst.BaseExpression, facts: Facts) -> str | None:
+    """The model ``call`` opens a block on, when it is `<model>.trace/.session/.generate(...)`
+    of a model the script knows, or of any receiver given `remote=`; None otherwise."""
+    if type(call) is not cst.Call or type(call.func) is not cst.Attribute:
+        return None
+    if call.func.attr.value not in MODEL_BLOCK_METHODS:
+        return None
+    receiver = dotted_name(call.func.value)
+    if receiver is None or (receiver not in facts.models and remote_arg(call) is None):
+        return None
+    return receiver
 
 
 def _block_item(stmt: cst.With, facts: Facts) -> cst.BaseExpression | None:

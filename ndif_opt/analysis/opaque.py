@@ -21,9 +21,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts
-from ndif_opt.analysis.names import all_params, collect, dotted_name, target_names
-from ndif_opt.analysis.vocabulary import MODEL_BLOCK_METHODS
+from ndif_opt.analysis.facts import Facts, model_block_receiver
+from ndif_opt.analysis.names import all_params, collect, target_names
 from ndif_opt.syntax.walk import children, find_nodes
 
 # text of nnsight code: a `with` statement opening a block on a model
@@ -126,13 +125,7 @@ def blocks_through_names(facts: Facts) -> list[BlockThroughName]:
 
 
 def _model_block_call(value: cst.BaseExpression, facts: Facts) -> cst.Call | None:
-    """The first call in ``value`` that opens a block on a model: `.trace(...)` (and
-    `.session`, `.generate`) of a model the script knows, or given `remote=`."""
-    for call in find_nodes(value, lambda n: type(n) is cst.Call and type(n.func) is cst.Attribute):
-        if call.func.attr.value not in MODEL_BLOCK_METHODS:
-            continue
-        receiver = dotted_name(call.func.value)
-        has_remote = any(arg.keyword is not None and arg.keyword.value == "remote" for arg in call.args)
-        if receiver is not None and (has_remote or receiver in facts.models):
-            return call
-    return None
+    """The first call in ``value`` that opens a block on a model, as a `with` statement's
+    would (:func:`ndif_opt.analysis.facts.model_block_receiver`)."""
+    return next((call for call in find_nodes(value, lambda n: type(n) is cst.Call)
+                 if model_block_receiver(call, facts) is not None), None)
