@@ -242,7 +242,7 @@ class _Scanner:
                 ))
             if not trailing or not (reads & bound):
                 continue
-            touches = reads & (set(self.facts.models) | {tracer} | {m.split(".")[0] for m in self.facts.models})
+            touches = reads & touching
             nested = self.facts.blocks_within
             if touches or any(nested(stmt) for stmt in trailing):
                 self.legacy.append(Legacy(

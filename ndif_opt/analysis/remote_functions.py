@@ -500,11 +500,7 @@ class CallWithRemoteOff(cst.CSTTransformer):
                 return updated.with_changes(args=args)
         by_position = id(helper) in self._positional and len(args) == position and all(
             a.keyword is None and not a.star for a in args)
-        if by_position:
-            added = cst.Arg(value=off)
-        else:
-            added = cst.Arg(value=off, keyword=cst.Name(name), equal=cst.AssignEqual(
-                whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+        added = cst.Arg(value=off) if by_position else _keyword(name, off)
         return updated.with_changes(args=appended(args, added, updated.whitespace_before_args))
 
 

@@ -1233,9 +1233,10 @@ IMPORTED = -1
 def import_line(tree: ast.Module, name: str) -> int | None:
     """Where ``syntax.rewrite.with_module_import`` puts `import name` in the module ``tree``
     is parsed from: the line (0-based) it goes before, after the docstring, the imports and
-    the statements that do nothing (strings, `global`) that open the file; :data:`IMPORTED` when one of those imports it already; None when
-    the line cannot be told from ``tree`` (it would go before the first statement, after
-    comments that libcst may keep in the module's header)."""
+    the statements that do nothing (strings, `global`) that open the file; :data:`IMPORTED`
+    when one of those imports it already; None when the line cannot be told from ``tree``
+    (it would go before the first statement, after comments that libcst may keep in the
+    module's header)."""
     position = 0  # the end line of the last statement of the opening imports (1-based)
     statements = tree.body
     index = 0

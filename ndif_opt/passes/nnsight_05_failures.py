@@ -1102,7 +1102,8 @@ def unsaved_names(block: Block, facts: Facts, pre05: bool = False) -> list[Unsav
         return []
     saves = [unsave(call) for call in find_nodes(block.node.body, is_save_call)]
     saved_names = set(block.saved_names) | {s.value for s in saves if type(s) is cst.Name}
-    save_kinds = {_kind_of_saved(s, block, bindings, facts) for s in saves}
+    tensors = _tensor_names(bindings, facts)
+    save_kinds = {_kind_of_saved(s, block, bindings, tensors, facts) for s in saves}
     if _calls_saving_helpers(block, facts):
         save_kinds.add(_UNKNOWN)
     declared = _declared(block.node.body)
@@ -1448,15 +1449,16 @@ def _layer_list(expr: cst.BaseExpression, facts: Facts) -> bool:
     return head in facts.models or any(block.model.split(".")[0] == head for block in facts.blocks)
 
 
-def _kind_of_saved(saved: cst.BaseExpression, block: Block, bindings, facts: Facts) -> str:
-    """The kind of a saved value; a saved name takes the kinds the block binds it to."""
+def _kind_of_saved(saved: cst.BaseExpression, block: Block, bindings, tensors: set[str], facts: Facts) -> str:
+    """The kind of a saved value; a saved name takes the kinds the block binds it to.
+    ``tensors``: the names the block binds only to tensors (:func:`_tensor_names`)."""
     if type(saved) is cst.Name:
         sites = bindings.get(saved.value, [])
         kinds = {_binding_kind(kind, value, facts) for kind, _, value in sites}
         if len(kinds) == 1:
             return kinds.pop()
         return _UNKNOWN
-    if _new_tensor(saved, _tensor_names(bindings, facts), facts):
+    if _new_tensor(saved, tensors, facts):
         return _FRESH
     return _kind(saved, facts)
 

@@ -33,8 +33,10 @@ def appended(items: Sequence[Item], new: Item, opening: cst.BaseParenthesizableW
     if not items:
         return [new]
     last = items[-1]
+    # the comma that separates items in this list, when it has two
+    separator = items[-2].comma if len(items) > 1 and isinstance(items[-2].comma, cst.Comma) else None
     if not isinstance(last.comma, cst.Comma):
-        between = items[-2].comma if len(items) > 1 and isinstance(items[-2].comma, cst.Comma) else cst.MaybeSentinel.DEFAULT
+        between = cst.MaybeSentinel.DEFAULT if separator is None else separator
         space = _AFTER[type(last)]
         if isinstance(getattr(last, space), cst.ParenthesizedWhitespace):
             # `f(a, b\n)`: the line break before the parenthesis stays there, after `new`
@@ -43,8 +45,5 @@ def appended(items: Sequence[Item], new: Item, opening: cst.BaseParenthesizableW
         return [*items[:-1], last.with_changes(comma=between), new]
     # a trailing comma: the new item takes it (and the line break before the parenthesis);
     # the old last item takes the comma that separates items in this list
-    if len(items) > 1 and isinstance(items[-2].comma, cst.Comma):
-        between = items[-2].comma
-    else:
-        between = cst.Comma(whitespace_after=opening)
+    between = cst.Comma(whitespace_after=opening) if separator is None else separator
     return [*items[:-1], last.with_changes(comma=between), new.with_changes(comma=last.comma)]
