@@ -109,3 +109,27 @@ def test_the_report_says_which_way_each_figure_went():
     assert "download 1.2× more" in cost_table(grows)
     shrinks = optimize((ROOT / "examples" / "logit_lens.py").read_text())
     assert "requests 32× fewer" in cost_table(shrinks)
+
+
+def test_a_finding_about_a_name_an_earlier_pass_added_says_which_pass_added_it():
+    # session-hoisting records the print's values in a list it adds; a later pass that
+    # names that list must not present it as the user's (they would look for it in vain)
+    source = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+LAYERS = [0, 3, 7]
+norms = {}
+for i, layer in enumerate(LAYERS):
+    print(f"layer {i + 1} of {len(LAYERS)}")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        norms[layer] = model.transformer.h[layer].output[0, -1].norm().save()
+'''
+    result = optimize(source, unsafe_fixes=True)
+    added = [name for name in result.introduced if name in result.code]
+    assert added, result.code
+    naming = [f.reason for f in result.findings if f.reason and any(f"`{name}`" in f.reason for name in added)]
+    assert naming, [f.reason for f in result.findings]
+    for reason in naming:
+        for name in added:
+            assert reason.count(f"`{name}`") == reason.count(f"`{name}` (which session-hoisting added)"), reason

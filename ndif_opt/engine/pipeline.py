@@ -525,6 +525,7 @@ def _run_module(source: str, options: Options, filename: str | None = None,
     last_round: list[Finding] = []
     unreturned: set[str] = set()
     introduced: set[str] = set()
+    added_by: dict[str, str] = {}  # a name a pass added -> that pass (for later passes' findings)
     migrated: list[Finding] | None = None  # migration's unapplied findings, once it has run
     checked: dict[str, list[Finding]] = {}  # the checks' findings, from their one run on the code as written
     explained: dict[str, list[Finding]] = {}  # on pre-0.5 code: what a pass would do (see Pass.explains)
@@ -563,6 +564,8 @@ def _run_module(source: str, options: Options, filename: str | None = None,
             try:
                 new_module = pass_.run(state.module, state.facts, context)
                 located = _locate(context.findings, state, source, pass_.id) if context.findings else []
+                if added_by and located:
+                    located = [_naming_added(f, added_by) for f in located]
             except RecursionError:
                 raise
             except Exception as error:  # a pass that fails leaves the code as it was
@@ -595,6 +598,7 @@ def _run_module(source: str, options: Options, filename: str | None = None,
                 unreturned |= context.unreturned
             if context.introduced:
                 introduced |= context.introduced
+                added_by.update(dict.fromkeys(context.introduced - added_by.keys(), pass_.id))
             reported = located  # the findings not applied (most pass runs have none at all)
             if located:
                 applied.extend(f for f in located if f.status is Status.APPLIED)
@@ -641,6 +645,17 @@ def _run_module(source: str, options: Options, filename: str | None = None,
         unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),
         introduced=tuple(sorted(introduced)) if code != source else (),
     )
+
+
+def _naming_added(finding: Finding, added_by: dict[str, str]) -> Finding:
+    """A finding that speaks of a name an earlier pass added (`_ndif_rows`) says so: the
+    user did not write it and would look for it in vain in the script as written."""
+    text = finding.reason
+    if not text or "`" not in text:
+        return finding
+    for name, pass_id in added_by.items():
+        text = text.replace(f"`{name}`", f"`{name}` (which {pass_id} added)")
+    return finding if text == finding.reason else dataclasses.replace(finding, reason=text)
 
 
 def _analyze_version(module: cst.Module, first: Facts, options: Options) -> Facts:
