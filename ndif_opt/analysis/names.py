@@ -576,7 +576,11 @@ def exposed_reads(stmts) -> dict[str, cst.CSTNode]:
     return reads
 
 
+@functools.lru_cache(maxsize=8192)
 def _exposed_in(stmt: cst.CSTNode) -> dict[str, cst.CSTNode]:
+    # cached like _collect_whole (a pure function of an immutable node): the questions
+    # about what the rest of a scope reads walk the same statements again and again.
+    # The result is shared: do not change it.
     kind = type(stmt)
     if kind is cst.For and stmt.orelse is None:
         found = dict(collect(stmt.iter).reads)
@@ -635,8 +639,18 @@ def _exposed_in(stmt: cst.CSTNode) -> dict[str, cst.CSTNode]:
     return collect(stmt).reads  # anything else: every read counts (conservative)
 
 
-def definite_binds(stmt: cst.CSTNode) -> set[str]:
+def definite_binds(stmt: cst.CSTNode) -> frozenset[str]:
     """Names the statement binds whenever it completes normally."""
+    return _definite_binds(stmt)
+
+
+@functools.lru_cache(maxsize=8192)
+def _definite_binds(stmt: cst.CSTNode) -> frozenset[str]:
+    # cached like _exposed_in
+    return frozenset(_binds_when_complete(stmt))
+
+
+def _binds_when_complete(stmt: cst.CSTNode) -> set[str]:
     kind = type(stmt)
     if kind is cst.SimpleStatementLine:
         return set().union(*(_small_binds(small) for small in stmt.body))

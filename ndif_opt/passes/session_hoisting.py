@@ -918,7 +918,7 @@ def _window_edges(suite, facts: Facts, edges: frozenset[int]) -> set[int]:
         first_code = line + len(stmt.leading_lines)
         if any(line <= edge <= first_code for edge in edges):
             found.add(index)
-        line += facts.module.code_for_node(stmt).count("\n")
+        line += code_of(stmt).count("\n")  # (cached per statement)
     return found
 
 
