@@ -322,13 +322,15 @@ class Facts:
 
     def is_model_like(self, name: str) -> bool:
         """A model, or an alias of one of its modules (`layers = model.model.layers`)."""
-        if name in self.models:
+        if name in self.models or name in self._block_handles():
             return True
-        for block in self.blocks:
-            if block.tracer_name == name or block.model == name:
-                return True
         value = self.constant(name)
         return value is not None and root_name(value) in self.models
+
+    def _block_handles(self) -> frozenset[str]:
+        """The tracers and models the blocks name (`tracer` of `as tracer`, `model`)."""
+        return self.once("analysis:block handles", lambda: frozenset(
+            name for block in self.blocks for name in (block.tracer_name, block.model) if name is not None))
 
     def _mutated_names(self) -> frozenset[str]:
         """Names whose object the module changes in place anywhere (functions included)."""
