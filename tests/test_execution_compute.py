@@ -16,6 +16,7 @@ pytest.importorskip("nnsight")
 
 from ndif_opt import Status, optimize  # noqa: E402
 from ndif_opt.verify import run_script, verify_sources  # noqa: E402
+from execution import both, optimized_and_verified  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -273,3 +274,48 @@ def test_in_place_change_of_an_activation_is_not_fused_because_later_layers_woul
     # in one forward pass layer 0's `+= 1` reaches layers 1 and 2: the norms differ
     assert separate.stdout.splitlines()[0].split(",")[0] == together.stdout.splitlines()[0].split(",")[0]
     assert separate.stdout != together.stdout
+
+
+# `for i, layer in enumerate(LAYERS)`: `layer` takes the items, `i` only counts them
+ENUMERATED_READS = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+PROMPT = "The Eiffel Tower is in the city of"
+CHOSEN = [0, 2, 3]
+norms = {}
+for i, layer in enumerate(CHOSEN):
+    print(f"layer {i + 1} of {len(CHOSEN)}")
+    with model.trace(PROMPT, remote=True):
+        norms[layer] = LAYERS[layer].output[0, -1].norm().save()
+print(norms)
+'''
+
+ENUMERATED_PATCHES = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+PROMPT = "The Eiffel Tower is in the city of"
+CHOSEN = [8, 9, 10, 11]
+drops = []
+for position, layer in enumerate(CHOSEN, start=1):
+    with model.trace(PROMPT, remote=True):
+        LAYERS[layer].output[:, -1] = 0
+        top = model.lm_head.output[0, -1].max().save()
+    drops.append((position, layer, top.item()))
+print(drops)
+'''
+
+
+@both
+def test_an_enumerated_layer_sweep_is_fused_into_one_forward_pass(family):
+    result, report = optimized_and_verified(ENUMERATED_READS, family)
+    assert _applied(result, "trace-fusion"), result.code
+    assert (report.before.forward_passes, report.after.forward_passes) == (3, 1)
+
+
+@both
+def test_an_enumerated_patching_sweep_gets_skips(family):
+    result, report = optimized_and_verified(ENUMERATED_PATCHES, family)
+    assert _applied(result, "skip-insertion"), [f"{f.pass_id}: {f.reason}" for f in result.findings]
+    assert report.after.layer_calls < report.before.layer_calls

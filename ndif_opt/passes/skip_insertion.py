@@ -299,18 +299,18 @@ def _analyse(sweep: Sweep, facts: Facts):
     problem = _in_place_on_cache(moved, facts, accesses)
     if problem:
         return problem
-    targets = sweep.targets
-    if isinstance(index, cst.Name) and index.value in targets:
-        if len(targets) != 1:
+    if isinstance(index, cst.Name) and index.value in sweep.targets:
+        sequence = _layer_sequence(sweep, index)
+        if sequence is None:
             return "the loop has more than one loop variable"
-        if not nonnegative_ints(sweep.loop.iter, facts):
-            return (f"the layer numbers in `{code_of(sweep.loop.iter)}` are not known before running to be 0 or "
+        if not nonnegative_ints(sequence, facts):
+            return (f"the layer numbers in `{code_of(sequence)}` are not known before running to be 0 or "
                     "more (a negative one counts from the last layer: the cached prefix would be the wrong one)")
-        args = range_args(sweep.loop.iter)
+        args = range_args(sequence)
         if args is not None:
             stop = code_of(args[0] if len(args) == 1 else args[1])
         else:
-            stop = f"max({code_of(sweep.loop.iter)})"
+            stop = f"max({code_of(sequence)})"
         return layers, index, stop
     if set(collect(index).reads) & sweep.bound:
         return f"the patched layer `{code_of(index)}` changes in a way I cannot follow"
@@ -365,14 +365,24 @@ def _is_ours(call: cst.Call) -> bool:
     return any(code_of(a.value).startswith(CACHE) for a in call.args)
 
 
+def _layer_sequence(sweep: Sweep, index: cst.Name) -> cst.BaseExpression | None:
+    """The sequence whose items the loop variable ``index`` takes (None: another target of
+    the header, as `i` of `for i, layer in enumerate(LAYERS)`)."""
+    walked = sweep.walked
+    return walked[1] if walked is not None and walked[0] == index.value else None
+
+
 def _indices(sweep: Sweep, index, facts: Facts) -> list[int] | None:
     """The patched layer of every iteration, when known statically."""
     if isinstance(index, cst.Name) and index.value in sweep.targets:
-        args = range_args(sweep.loop.iter)
+        sequence = _layer_sequence(sweep, index)
+        if sequence is None:
+            return None
+        args = range_args(sequence)
         if args is not None:
             values = [int_value(a, facts) for a in args]
             return None if any(v is None for v in values) else list(range(*values))
-        return int_sequence(sweep.loop.iter, facts)
+        return int_sequence(sequence, facts)
     value = int_value(index, facts)
     trips = iterable_length(sweep.loop.iter, facts)
     return None if value is None or trips is None else [value] * trips
@@ -394,10 +404,13 @@ def _layer_evaluations(sweep: Sweep, index, stop: str, facts: Facts) -> tuple[in
 
 def _stop_value(sweep: Sweep, index, facts: Facts) -> int | None:
     if isinstance(index, cst.Name) and index.value in sweep.targets:
-        args = range_args(sweep.loop.iter)
+        sequence = _layer_sequence(sweep, index)
+        if sequence is None:
+            return None
+        args = range_args(sequence)
         if args is not None:
             return int_value(args[0] if len(args) == 1 else args[1], facts)
-        values = int_sequence(sweep.loop.iter, facts)
+        values = int_sequence(sequence, facts)
         return max(values) if values else None
     return int_value(index, facts)
 

@@ -177,6 +177,45 @@ print(stats)
 """,
     ),
     Case(
+        name="an enumerated layer list: the item is the layer, the count rides along",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+LAYERS = [0, 5, 11]
+with model.session(remote=True):
+    norms = dict().save()
+    for i, layer in enumerate(LAYERS):
+        with model.trace("hello"):
+            norms[i] = model.transformer.h[layer].output[0, -1].norm()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+LAYERS = [0, 5, 11]
+with model.session(remote=True):
+    norms = dict().save()
+    with model.trace("hello"):
+        for i, layer in enumerate(LAYERS):
+            norms[i] = model.transformer.h[layer].output[0, -1].norm()
+""",
+    ),
+    Case(
+        name="an enumerated layer list out of order is not fused",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    norms = dict().save()
+    for i, layer in enumerate([11, 5, 0]):
+        with model.trace("hello"):
+            norms[i] = model.transformer.h[layer].output[0, -1].norm()
+""",
+        reason="does not visit layers in increasing order (`[11, 5, 0]`)",
+    ),
+    Case(
         name="interventions are not fused (each iteration needs its own pass)",
         before="""\
 from nnsight import LanguageModel

@@ -135,6 +135,8 @@ class Sweep:
     position: int  # the trace's index in the loop body
     targets: frozenset[str]  # names bound by the loop header
     bound: frozenset[str] = frozenset()  # names bound anywhere in the body, and the targets
+    # the target that takes the items of a sequence, and the sequence (walked_sequence)
+    walked: tuple[str, cst.BaseExpression] | None = None
 
     @property
     def pre(self) -> list[cst.BaseStatement]:
@@ -185,6 +187,7 @@ def _find_sweeps(facts: Facts) -> list[Sweep]:
         if len(facts.blocks_within(loop)) != 1:
             continue
         targets = frozenset(target_names(loop.target))
+        walked = walked_sequence(loop, facts)
         index = block.stmt.index
         others = loop.body.body[:index] + loop.body.body[index + 1 :]
         # the names the body binds: the trace's own statements are walked once, as the
@@ -195,9 +198,33 @@ def _find_sweeps(facts: Facts) -> list[Sweep]:
             | set(collect_all(block.node.body.body).binds)
         )
         found.append(
-            Sweep(loop, facts.stmt(loop), block, index, targets, frozenset(bound) | targets)
+            Sweep(loop, facts.stmt(loop), block, index, targets, frozenset(bound) | targets, walked)
         )
     return found
+
+
+def walked_sequence(loop: cst.For, facts: Facts) -> tuple[str, cst.BaseExpression] | None:
+    """The loop variable that takes the items of a sequence, and that sequence: `x` and
+    `SEQ` of `for x in SEQ`, and of `for i, x in enumerate(SEQ)` (`i` only counts them);
+    None for any other header (`for a, b in zip(xs, ys)`)."""
+    target, iterable = loop.target, loop.iter
+    if type(target) is cst.Name:
+        return target.value, iterable
+    if type(target) not in (cst.Tuple, cst.List) or len(target.elements) != 2:
+        return None
+    counter, item = (element.value for element in target.elements)
+    if type(counter) is not cst.Name or type(item) is not cst.Name or counter.value == item.value:
+        return None
+    if type(iterable) is not cst.Call or type(iterable.func) is not cst.Name or iterable.func.value != "enumerate":
+        return None
+    args = iterable.args
+    if not 1 <= len(args) <= 2 or any(a.star for a in args) or args[0].keyword is not None:
+        return None
+    if len(args) == 2 and args[1].keyword is not None and args[1].keyword.value != "start":
+        return None
+    if "enumerate" in collect(facts.module).binds:
+        return None  # the script's own `enumerate`, not the builtin
+    return item.value, args[0].value
 
 
 def structure_problem(sweep: Sweep, facts: Facts) -> str:
@@ -517,9 +544,9 @@ def layer_order_problem(sweep: Sweep, accesses: Accesses, facts: Facts) -> str:
         return accesses.unknown_reason(sweep.model)
     if not accesses.found:
         return "the trace reads no module value"
-    if len(sweep.targets) != 1:
+    if sweep.walked is None:
         return "the loop has more than one loop variable"
-    (target,) = sweep.targets
+    target, sequence = sweep.walked
     paths = set()
     for access in accesses.found:
         if access.layers is None or not access.indexed_by(target):
@@ -534,9 +561,9 @@ def layer_order_problem(sweep: Sweep, accesses: Accesses, facts: Facts) -> str:
     rank = {"input": 0, "inputs": 0, "output": 1}
     if any(rank[a] > rank[b] for a, b in zip(kinds, kinds[1:])):
         return "each iteration reads a layer's output before its input"
-    if not strictly_ascending(sweep.loop.iter, facts):
+    if not strictly_ascending(sequence, facts):
         return (
-            f"the loop does not visit layers in increasing order (`{code_of(sweep.loop.iter)}`): "
+            f"the loop does not visit layers in increasing order (`{code_of(sequence)}`): "
             "one trace must read earlier layers first"
         )
     return ""
