@@ -100,7 +100,7 @@ rows = [
 scores = []
 for index in range(len(rows)):
     row = rows[index]
-    scale = 2.0  # stays in the invoke: the input does not need it
+    scale = 2.0  # the input does not need it, nor it the invokes: it stays before them too
     question = row["question"] + ":"
     with model.trace(question, remote=True):
         probs = model.lm_head.output[0, -1].softmax(dim=-1)
@@ -116,7 +116,8 @@ def test_a_dataset_row_indexed_in_the_loop_is_read_before_its_invoke(family):
     _batched(result, report)
     lines = [line.strip() for line in result.code.splitlines()]
     invoke = lines.index("with tracer.invoke(question):")
-    assert lines.index("row = rows[index]") < invoke < lines.index('scale = 2.0  # stays in the invoke: the input does not need it')
+    scale = lines.index("scale = 2.0  # the input does not need it, nor it the invokes: it stays before them too")
+    assert lines.index("row = rows[index]") < scale < invoke
 
 
 HISTORY = '''
@@ -387,4 +388,29 @@ def test_a_layer_sweep_through_a_config_dict_is_fused(family):
     """The same resolution serves trace-fusion (exact, default mode): 3 forward passes → 1."""
     result, report = optimized_and_verified(CONFIG_SWEEP, family)
     assert any(f.pass_id == "trace-fusion" and f.status is Status.APPLIED for f in result.findings), result.code
+    assert (report.before.forward_passes, report.after.forward_passes) == (3, 1)
+
+
+# a progress print before each trace: session-hoisting records its values in the loop,
+# before the trace; that record stays before the invoke, in loop order, so the loop batches
+PROGRESS_BEFORE_EACH_TRACE = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+PROMPTS = ["The Eiffel Tower is in", "The capital of Japan is", "My cat likes to"]
+tops = {}
+for i, prompt in enumerate(PROMPTS):
+    print(f"prompt {i + 1} of {len(PROMPTS)}: {prompt}")
+    with model.trace(prompt, remote=True):
+        tops[prompt] = model.lm_head.output[0, -1].argmax().save()
+print({p: t.item() for p, t in tops.items()})
+'''
+
+
+@both
+def test_a_loop_that_prints_its_progress_before_each_trace_is_batched(family):
+    result, report = optimized_and_verified(PROGRESS_BEFORE_EACH_TRACE, family, unsafe=True)
+    batched = [f for f in result.findings if f.pass_id == "invoke-batching"]
+    assert batched and all(f.status is Status.APPLIED for f in batched), [f.reason for f in batched]
+    assert (report.before.requests, report.after.requests) == (3, 1)
     assert (report.before.forward_passes, report.after.forward_passes) == (3, 1)

@@ -408,6 +408,11 @@ class _Split:
 
     def __init__(self, sweep: Sweep) -> None:
         chosen = set(input_statements(sweep))
+        args = [a.value for a in sweep.block.call.args]
+        if len(chosen) < len(sweep.pre) and moved_ahead(sweep.pre + args, sweep.inner + sweep.post) is None:
+            # the code before the trace needs nothing the invokes do: it stays before
+            # them, in loop order (a progress record, a counter), as the loop wrote it
+            chosen = set(range(len(sweep.pre)))
         self.ahead = [s for i, s in enumerate(sweep.pre) if i in chosen]
         self.rest_of_pre = [s for i, s in enumerate(sweep.pre) if i not in chosen]
         self.invoked = self.rest_of_pre + sweep.inner + sweep.post
@@ -1076,8 +1081,8 @@ with model.session(remote=True):
     scores = list().save()
     with model.trace() as tracer:
         for alpha in [0.0, 2.0, 4.0]:
+            scale = alpha / 2
             with tracer.invoke("I think this movie is"):
-                scale = alpha / 2
                 model.model.layers[8].output = model.model.layers[8].output + scale * steer
                 scores.append(model.lm_head.output[0, -1].softmax(dim=-1).max().item())
 """,
@@ -1112,9 +1117,9 @@ with model.session(remote=True):
         for name in NAMES:
             prompt = f"{name} went to the store and bought"
             ids = model.tokenizer(prompt, return_tensors="pt")["input_ids"]
+            weight = len(name)
+            # one trace per name
             with tracer.invoke(ids):
-                weight = len(name)
-                # one trace per name
                 logits = model.lm_head.output
                 tops.append((weight, logits[0, -1].argmax().item()))
 """,
