@@ -1093,6 +1093,31 @@ def test_a_library_module_costs_one_call_of_each_entry_point():
     assert with_driver.cost.requests == 2
 
 
+def test_a_script_whose_trace_is_in_the_else_of_an_elif_is_not_a_library():
+    # its own code opens a block (in the last branch of an if/elif/else), so a public
+    # function nothing calls is not an entry point: it costs nothing
+    source = script(
+        """\
+        import sys
+
+        def probe(prompt):
+            with model.trace(prompt, remote=True):
+                return model.lm_head.output[0, -1].save()
+
+        if len(sys.argv) > 2:
+            print("too many arguments")
+        elif len(sys.argv) > 1:
+            print(sys.argv[1])
+        else:
+            with model.trace("The Eiffel Tower is in", remote=True):
+                top = model.lm_head.output[0, -1].argmax().save()
+        """
+    )
+    found = run(source)
+    assert found.cost.requests == 1, found.cost.requests
+    assert found.uncalled == {"probe": 1}
+
+
 def test_lists_of_a_saved_dict_filled_in_a_session_come_back_with_it():
     source = script(
         """\

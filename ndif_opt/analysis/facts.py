@@ -362,7 +362,7 @@ def _module_functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
 def _branch_functions(stmt: cst.CSTNode) -> Iterator[cst.FunctionDef]:
     """The `def` statements in the suites of a compound statement, through nested `if`,
     `try` and `with` statements (not through loops, functions or classes)."""
-    for suite in _child_suites(stmt):
+    for suite in child_suites(stmt):
         for inner in suite.body:
             if type(inner) is cst.FunctionDef:
                 yield inner
@@ -463,17 +463,17 @@ def _walk_suite(suite, ancestors, table: _Table) -> None:
         if kind is cst.With:
             withs.append(info)
             inner = stmt.body
-            if type(inner) is cst.IndentedBlock:  # (the one suite of a with, as _child_suites finds)
+            if type(inner) is cst.IndentedBlock:  # (the one suite of a with, as child_suites finds)
                 _walk_suite(inner, ancestors + (stmt,), table)
             continue
-        suites = _child_suites(stmt)
+        suites = child_suites(stmt)
         if suites:
             inner_ancestors = ancestors + (stmt,)
             for child in suites:
                 _walk_suite(child, inner_ancestors, table)
 
 
-def _child_suites(stmt: cst.CSTNode) -> list[cst.CSTNode]:
+def child_suites(stmt: cst.CSTNode) -> list[cst.CSTNode]:
     """The indented blocks directly owned by a compound statement."""
     # exact classes, not isinstance (an ABC check): libcst's statement classes have no
     # subclasses, and every version of every window asks this of every compound statement
@@ -506,7 +506,7 @@ def _child_suites(stmt: cst.CSTNode) -> list[cst.CSTNode]:
 def _child_suites_if_chain(stmt: cst.If) -> list[cst.CSTNode]:
     # an `elif` is an If node nested in orelse, not a statement of its own: its suites
     # belong to the outer `if` statement
-    return _child_suites(stmt)
+    return child_suites(stmt)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts
+from ndif_opt.analysis.facts import Facts, child_suites
 from ndif_opt.analysis.names import dotted_name
 from ndif_opt.analysis.vocabulary import MODEL_BLOCK_METHODS
 from ndif_opt.syntax.walk import content_children
@@ -117,20 +117,9 @@ def _opens_blocks(statements) -> bool:
                 type(item.item) is cst.Call and type(item.item.func) is cst.Attribute
                 and item.item.func.attr.value in MODEL_BLOCK_METHODS for item in stmt.items):
             return True
-        if any(_opens_blocks(suite.body) for suite in _suites(stmt)):
+        if any(_opens_blocks(suite.body) for suite in child_suites(stmt)):
             return True
     return False
-
-
-def _suites(stmt: cst.CSTNode):
-    for name in ("body", "orelse", "finalbody"):
-        part = getattr(stmt, name, None)
-        if isinstance(part, cst.IndentedBlock):
-            yield part
-        elif part is not None and isinstance(getattr(part, "body", None), cst.IndentedBlock):
-            yield part.body
-    for handler in getattr(stmt, "handlers", ()) or ():
-        yield handler.body
 
 
 def _public(entry: _Def) -> bool:
