@@ -279,10 +279,13 @@ class Facts:
         return self.statements[id(node)]
 
     def block_of(self, node: cst.With) -> Block | None:
+        return self.once("analysis:blocks by node", self._blocks_by_node).get(id(node))
+
+    def _blocks_by_node(self) -> dict[int, Block]:
+        found: dict[int, Block] = {}
         for block in self.blocks:
-            if block.node is node:
-                return block
-        return None
+            found.setdefault(id(block.node), block)  # (`with a.trace(), b.trace()`: the first)
+        return found
 
     def blocks_within(self, node: cst.CSTNode) -> list[Block]:
         """nnsight blocks inside ``node`` (the statement itself included)."""

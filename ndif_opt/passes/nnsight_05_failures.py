@@ -1341,14 +1341,30 @@ def _bound_outside(block: Block, scope: cst.CSTNode, facts: Facts) -> tuple[set[
     """Names bound in ``scope`` outside the block (parameters and `global` names included),
     and whether a star import may bind any."""
     body = scope.body if isinstance(scope, cst.FunctionDef) else scope
-    names = set(collect(body, skip=(block.node.body,)).binds)
+    holder = _statement_holding(block, scope, facts)
+    # the scope's statements one by one (their names are cached per statement), the one
+    # holding the block without the block's body: as collect(body, skip=...) would find
+    names: set[str] = set()
+    for stmt in body.body:
+        use = collect(stmt, skip=(block.node.body,)) if stmt is holder else collect(stmt)
+        names.update(use.binds)
     if isinstance(scope, cst.FunctionDef):
         names |= {p.name.value for p in all_params(scope.params)}
         names |= {n.name.value for g in find_nodes(body, lambda n: type(n) in (cst.Global, cst.Nonlocal))
                   for n in g.names}
     else:  # functions that assign a module name
-        names |= {n.name.value for g in find_nodes(facts.module, lambda n: type(n) is cst.Global) for n in g.names}
-    return names, bool(find_nodes(facts.module, lambda n: type(n) is cst.ImportStar))
+        names |= facts.once("05:global names", lambda: frozenset(
+            n.name.value for g in find_nodes(facts.module, lambda n: type(n) is cst.Global) for n in g.names))
+    return names, facts.once("05:star import", lambda: bool(find_nodes(facts.module, lambda n: type(n) is cst.ImportStar)))
+
+
+def _statement_holding(block: Block, scope: cst.CSTNode, facts: Facts) -> cst.CSTNode:
+    """The statement of ``scope``'s own body that holds the block (the block itself, or
+    its outermost enclosing statement below the scope)."""
+    chain = (*facts.stmt(block.node).ancestors, block.node)
+    if isinstance(scope, cst.FunctionDef):
+        chain = chain[chain.index(scope) + 1:]
+    return chain[0]
 
 
 def _migrate_reports(name: str, sites, after) -> bool:
