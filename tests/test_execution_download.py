@@ -12,6 +12,7 @@ pytest.importorskip("nnsight")
 
 from ndif_opt import optimize  # noqa: E402
 from ndif_opt.verify import verify_result  # noqa: E402
+from execution import both, optimized_and_verified  # noqa: E402
 
 
 def check(source: str, extra_files=None):
@@ -219,3 +220,45 @@ def test_a_value_the_client_changes_in_place_is_downloaded_whole(repo):
     assert "logits = model.lm_head.output.detach().cpu().save()" in result.code, result.code
     reasons = [f.reason or "" for f in result.findings if f.pass_id == "reduction-pushdown" and not f.applied]
     assert any("`logits[0, -1] = 0` changes it in place" in r for r in reasons), reasons
+
+
+# a reduction the client runs only sometimes: moved into the trace it would run every
+# time, and fail (IndexError on a short prompt) where the client code does not run it
+GUARDED_REDUCTIONS = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+POS = 40  # the subject's last token, in long prompts only
+results = {}
+for prompt in ["The Eiffel Tower is in", "Hi there"]:
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output.save()
+    try:
+        subject = logits[0, POS].argmax().item()
+    except IndexError:
+        subject = None  # the prompt is too short
+    results[prompt] = (subject, logits[0, -1].argmax().item())
+print(results)
+
+other = "Big Ben is in"
+with model.trace(other, remote=True):
+    last = model.lm_head.output.save()
+if len(other) > POS:
+    guarded = last[0, POS].argmax().item()
+else:
+    guarded = None
+print(guarded, last[0, -1].argmax().item())
+'''
+
+
+@both
+def test_a_reduction_the_client_runs_only_sometimes_stays_on_the_client(family):
+    result, report = optimized_and_verified(GUARDED_REDUCTIONS, family)
+    lines = [line.strip() for line in result.code.splitlines()]
+    # the loop becomes one session whose records carry `logits` whole: the guarded index
+    # runs on the client, in its `try:`
+    assert lines[lines.index("subject = logits[0, POS].argmax().item()") - 1] == "try:", result.code
+    assert report.after.requests < report.before.requests
+    kept = [f.reason for f in result.findings if f.pass_id == "reduction-pushdown" and not f.applied]
+    assert "guarded = last[0, POS].argmax().item()" in lines
+    assert any("runs only when `len(other) > POS`" in reason for reason in kept), kept

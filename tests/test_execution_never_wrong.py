@@ -233,3 +233,29 @@ def test_the_scripts_parse_for_both_families():
                      RETRY_WITH_PRINT, EARLY_EXITS):
         for family in ("gpt2", "llama"):
             optimize(script(template, family))
+
+
+# a name the loop binds only on some paths: when no iteration binds it, the original
+# leaves it unbound; brought back from the session, it must stay unbound too (not a
+# NameError on the server), and hold the last value bound when iterations bind it
+SOMETIMES_BOUND = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+hits = []
+for prompt in ["The Eiffel Tower is in", "The capital of Japan is"]:
+    with model.trace(prompt, remote=True):
+        top = model.lm_head.output[0, -1].argmax().save()
+    if top.item() CONDITION:  # only when the model predicts what we look for
+        best_prompt = prompt
+        hits.append(prompt)
+print(len(hits))
+'''
+
+
+@both
+@pytest.mark.parametrize("condition", ["< 0", ">= 0"], ids=["never-bound", "always-bound"])
+def test_a_name_the_loop_binds_only_sometimes_keeps_its_state_after_the_session(family, condition):
+    result, report = optimized_and_verified(SOMETIMES_BOUND.replace("CONDITION", condition), family)
+    assert report.after.requests == 1, report.to_text()
+    assert "except NameError:" in result.code, result.code

@@ -44,6 +44,23 @@ def owner_statement(facts: Facts, suite: cst.CSTNode) -> StmtInfo | None:
     return None
 
 
+def bound_before(facts: Facts, info: StmtInfo | None, name: str) -> bool:
+    """Is ``name`` bound whenever the statement of ``info`` starts: by an earlier
+    statement of its suite or of an enclosing one, or as a parameter of its function?"""
+    while info is not None:
+        if any(name in definite_binds(stmt) for stmt in info.suite.body[: info.index]):
+            return True
+        if not info.ancestors:
+            return False
+        parent = info.ancestors[-1]
+        if isinstance(parent, cst.FunctionDef):
+            return name in {param.name.value for param in all_params(parent.params)}
+        if isinstance(parent, cst.ClassDef):
+            return False
+        info = facts.statements.get(id(parent))
+    return False
+
+
 def reads_after(facts: Facts, suite: cst.CSTNode, end: int) -> dict[str, cst.CSTNode]:
     """Names the script may read after ``suite.body[:end]`` has run (conservative); a
     result of the script (:func:`script_results`) is read when it ends."""

@@ -89,11 +89,11 @@ from ndif_opt.analysis.names import (
     COMPREHENSIONS,
     all_params,
     collect,
-    definite_binds,
     dotted_name,
     function_locals,
     target_names,
 )
+from ndif_opt.analysis.regions import bound_before
 from ndif_opt.analysis.tensors import TENSOR_METHODS, is_envoy_tensor, is_tensor
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.model_registry import dims_for
@@ -1124,7 +1124,7 @@ def unsaved_names(block: Block, facts: Facts, pre05: bool = False) -> list[Unsav
         # (a block's code is compiled on its own: a local it reads is looked up as a global)
         local = isinstance(scope, cst.FunctionDef) and not in_block
         item = Unsaved(name, [node for _, node, _ in sites], read, unbound, local, caught,
-                       stale=not unbound and _bound_before(block, name, facts))
+                       stale=not unbound and bound_before(facts, block.stmt, name))
         item.fix, item.why_not = _fix(name, sites, facts)
         found.append(item)
     return found
@@ -1316,24 +1316,6 @@ def _in_lambda(statement: cst.CSTNode, node: cst.CSTNode) -> bool:
     for holder in find_nodes(statement, lambda n: type(n) in (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
         if find_nodes(holder, lambda n: n is node):
             return True
-    return False
-
-
-def _bound_before(block: Block, name: str, facts: Facts) -> bool:
-    """Is ``name`` bound whenever the block starts: by an earlier statement of its suite or
-    of an enclosing one, or as a parameter of its function?"""
-    info: StmtInfo | None = block.stmt
-    while info is not None:
-        if any(name in definite_binds(stmt) for stmt in info.suite.body[: info.index]):
-            return True
-        if not info.ancestors:
-            return False
-        parent = info.ancestors[-1]
-        if isinstance(parent, cst.FunctionDef):
-            return name in {param.name.value for param in all_params(parent.params)}
-        if isinstance(parent, cst.ClassDef):
-            return False
-        info = facts.statements.get(id(parent))
     return False
 
 

@@ -42,8 +42,11 @@ Safe: the client reads the same names with the same values. Not applied when any
 needs the full value (it is plotted, written to disk, returned, passed to a function
 NDIF cannot run), when the reduction reads a value the client changes after the
 request, when the client or the rest of the session changes the saved value in place
-(`logits[0, -1] = 0`, `logits.mul_(2)`: the reductions read what it becomes), or when
-the saved name is bound more than once. For the elements of a list or
+(`logits[0, -1] = 0`, `logits.mul_(2)`: the reductions read what it becomes), when
+the saved name is bound more than once, or when the client computes a reduction only
+sometimes (under an `if`, in a `try` whose handler may catch what it raises, in a loop
+or after a `return`): computed in the block it would run every time, and could fail
+(an index past a short prompt's end) where the client code does not run it. For the elements of a list or
 dict, the container and the loop's variable hold the reduced values after the change:
 nothing read them but through these reductions. Not applied when the block fills the container
 at more than one place or reads it, when the client reads the elements in different
@@ -84,6 +87,7 @@ from ndif_opt.output.describe import saved_shape
 from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.client_split import RECORD_PREFIX
+from ndif_opt.passes.common.guards import CONDITIONAL_EXPRESSIONS, guard_in, guard_words
 from ndif_opt.passes.common.records import plain_loads
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import NodeEdits, SuitePlan, empty_container_kind, method_call, unsave
@@ -266,6 +270,14 @@ class ChainPushdown:
                 return None
             chains.append(chain)
         chains = self._outermost(chains)
+        guarded = next(((c, g) for c in chains if (g := guard_in(self.after, c)) is not None), None)
+        if guarded is not None:
+            chain, guard = guarded
+            self.context.skipped(
+                self.save.stmt, f"`{x}` is still downloaded whole",
+                f"`{code_of(chain)}` runs only {guard_words(guard)}: computed in the block, it would run "
+                "every time, and could fail where your code does not run it")
+            return None
         if not self.context.allows(self.save.stmt, f"`{x}` could be reduced on the server"):
             return None
         safety = _letting_go_safety(self.save, self.context, self.facts, lambda: (
@@ -493,7 +505,6 @@ def _containers(facts: Facts) -> list[_Container]:
 ELEMENT = "_ndif_element"  # stands for one element while reductions are compared
 _JUMPS = (cst.Break, cst.Continue, cst.Return, cst.Raise)
 _NEW_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-_CONDITIONAL = (cst.IfExp, cst.BooleanOperation, cst.Lambda, *COMPREHENSIONS)
 _ITERATED_WHOLE = {"list": ("",), "dict": ("items", "values")}
 
 
@@ -580,7 +591,7 @@ class _LoopReads:
         stop = loop.body if isinstance(loop, cst.For) else self.index.parents.get(id(loop))
         node = self.index.parents.get(id(chain))
         while node is not None and node is not stop:
-            if isinstance(node, _CONDITIONAL) or isinstance(node, cst.BaseCompoundStatement):
+            if isinstance(node, CONDITIONAL_EXPRESSIONS) or isinstance(node, cst.BaseCompoundStatement):
                 return False
             node = self.index.parents.get(id(node))
         return node is stop
@@ -1447,6 +1458,62 @@ class _EditsAlongPaths(NodeEdits):
 
 
 ReductionPushdown.cases = (
+    Case(
+        name="a reduction under a condition stays on the client",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+POS = 40
+prompt = "The Eiffel Tower is in"
+with model.trace(prompt, remote=True):
+    logits = model.lm_head.output.save()
+if len(prompt.split()) > POS:
+    subject = logits[0, POS].argmax().item()
+else:
+    subject = None
+print(subject, logits[0, -1].argmax().item())
+""",
+        reason="`logits[0, POS].argmax().item()` runs only when `len(prompt.split()) > POS`",
+    ),
+    Case(
+        name="a reduction whose error a handler catches stays on the client",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("Hi there", remote=True):
+    logits = model.lm_head.output.save()
+try:
+    subject = logits[0, 40].argmax().item()
+except IndexError:
+    subject = None  # the prompt is too short
+print(subject)
+""",
+        reason="runs only inside `try:`, whose handler may catch what it raises",
+    ),
+    Case(
+        name="a reduction after an early return stays on the client",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+POS = 40
+
+
+def subject_token(prompt):
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output.save()
+    if len(prompt.split()) <= POS:
+        return None
+    top = logits[0, POS].argmax().item()
+    return top
+
+
+print(subject_token("Hi there"))
+""",
+        reason="after `return None`, which may end the code first",
+    ),
     Case(
         name="nnterp: reductions of StandardizedTransformer values move into the block",
         before="""\

@@ -2084,9 +2084,13 @@ with model.session(remote=True):
         except Exception as err:
             record = {"prompt": prompt, "error": str(err)}
         records.append(record)
-    _ndif_log["word"] = word
+    try:
+        _ndif_log["word"] = word
+    except NameError:  # not bound on every path: left unbound, as the loop would leave it
+        pass
     _ndif_log["record"] = record
-word = _ndif_log["word"]
+if "word" in _ndif_log:
+    word = _ndif_log["word"]
 record = _ndif_log["record"]
 """,
     ),

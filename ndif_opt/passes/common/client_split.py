@@ -45,13 +45,16 @@ from ndif_opt.analysis.names import (
     NameUse,
     all_params,
     collect,
+    definite_binds,
     describing_name,
     exposed_reads,
     fresh_name,
     target_names,
 )
+from ndif_opt.analysis.regions import bound_before
 from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS
 from ndif_opt.analysis.wire import wire_problem
+from ndif_opt.passes.common.guards import guard_of
 from ndif_opt.passes.common.records import Keys, LogKeys, Reader, Recorded, Shape, plain_loads, shape
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import opening
@@ -1264,6 +1267,8 @@ def _reduced_reads(stmt: cst.BaseStatement, name: str, splitter: "_Splitter",
         if any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value.endswith("_")
                for n in _chain(node)):
             return None  # an in-place method changes it: not a read
+        if guard_of(stmt, node) is not None:
+            return None  # the line computes it only sometimes: recorded, it would run every time
         # (a builtin of `name` alone reads nothing else)
         others = () if _builtin_of(node, name, splitter.taken_functions) else set(collect(node).reads) - {name}
         if any(other not in steady for other in others) or splitter.server_check.problems(node):
@@ -1364,6 +1369,7 @@ def _fresh_in_iteration(name: str, before: list[_Item], loop: _Item | None) -> b
 ROWS_COMMENT = "# one record per iteration, replayed after the session"
 INNER_ROWS_COMMENT = "# one record per iteration of the loop below"
 LOG_COMMENT = "# the values the replay after the session reads, by name"
+UNBOUND_COMMENT = "# not bound on every path: left unbound, as the loop would leave it"
 EVENTS_COMMENT = "# this iteration's records, and which way its branches went, in order"
 TAKEN_COMMENT = "# taken in the order the session recorded them"
 
@@ -1422,13 +1428,21 @@ def _build(items: list[_Item], log: str, splitter: _Splitter, facts: Facts, carr
                           rows.with_changes(leading_lines=loop.leading_lines))
             server.append(loop.with_changes(leading_lines=[]))
             replay.append(client_loop)
+    bound = set().union(*(definite_binds(stmt) for stmt in server)) if carry else set()
+    start = facts.statements.get(id(splitter.anchor)) if splitter.anchor is not None else None
     for name in carry:  # the values the code after the region reads, as the session ends
         key, new = keys.carried(name)
+        # bound on some paths only (and not before the region): unbound, it stays unbound
+        sometimes = name not in bound and not bound_before(facts, start, name)
         if new:
-            entry = cst.parse_statement(f'{log}["{key}"] = {name}\n')
+            entry = cst.parse_statement(
+                f'try:\n    {log}["{key}"] = {name}\nexcept NameError:  {UNBOUND_COMMENT}\n    pass\n'
+                if sometimes else f'{log}["{key}"] = {name}\n')
             server.append(entry)
             record.log_entries.add(id(entry))
-        replay.append(cst.parse_statement(f'{name} = {log}["{key}"]\n'))
+        replay.append(cst.parse_statement(
+            f'if "{key}" in {log}:\n    {name} = {log}["{key}"]\n' if sometimes and new
+            else f'{name} = {log}["{key}"]\n'))
     if log:
         record.log = _statement(f"{log} = dict().save()", LOG_COMMENT)
         server.insert(0, record.log)
