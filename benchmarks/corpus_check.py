@@ -69,7 +69,7 @@ from ndif_opt.syntax.rewrite import unsave  # noqa: E402
 from ndif_opt.syntax.walk import find_nodes  # noqa: E402
 from ndif_opt.types import is_known  # noqa: E402
 from ndif_opt.output.text import plain_count  # noqa: E402
-from ndif_opt.output.wording import broken_template  # noqa: E402
+from ndif_opt.wording import broken_template  # noqa: E402
 
 CORPUS = PROJECT.parent / "shared" / "corpus"
 #: mode -> the options it overrides

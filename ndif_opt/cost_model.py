@@ -72,8 +72,8 @@ from ndif_opt.analysis.facts import Facts
 from ndif_opt.cost.constants import DEFAULTS, UNKNOWN_TRIPS, session_budget, setting, view_mode
 from ndif_opt.cost.walker import RequestEstimate, SessionProfile, Visit, Walker
 from ndif_opt.options import Options
-from ndif_opt.output.wording import counted_with_loops
 from ndif_opt.types import Cost, Count, Number, UnknownDownload, UnknownDownloads, UnknownLoop, is_known, loops_in
+from ndif_opt.wording import counted_with_loops
 
 __all__ = [
     "DEFAULTS",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import json
 
-from ndif_opt.output.wording import count_text, counted
 from ndif_opt.types import (
     Cost,
     Count,
@@ -20,6 +19,7 @@ from ndif_opt.types import (
     is_known,
     may_be_positive,
 )
+from ndif_opt.wording import count_text, counted
 
 
 def human_bytes(count: Number | Count, names: dict[UnknownLoop, str] | None = None) -> str:

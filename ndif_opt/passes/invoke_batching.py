@@ -74,7 +74,6 @@ from ndif_opt.analysis.names import collect, collect_all, dotted_name, exposed_r
 from ndif_opt.analysis.regions import int_value, reads_after, results_kept
 from ndif_opt.analysis.releases import NNSIGHT_06
 from ndif_opt.analysis.tensors import TENSOR_MODULES
-from ndif_opt.output.wording import counted, per, tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.sweeps import (
     MODULE_VALUES,
@@ -101,6 +100,7 @@ from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import DropElementSaves, SuitePlan, reindentable
 from ndif_opt.syntax.walk import children
 from ndif_opt.types import Safety
+from ndif_opt.wording import counted, per, tense
 
 # How a loop may fill a container made before it.
 FILLING_METHODS = frozenset({"append", "extend", "update", "add", "insert"})

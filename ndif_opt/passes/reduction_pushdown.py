@@ -81,7 +81,6 @@ from ndif_opt.analysis.regions import reads_after, results_kept
 from ndif_opt.analysis.scopes import INDEX_KEY, ScopeIndex, TakenNames, binding_count_in, scope_index, statement_index
 from ndif_opt.analysis.vocabulary import FILLING_METHODS
 from ndif_opt.output.describe import saved_shape
-from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.client_split import RECORD_PREFIX
 from ndif_opt.passes.common.records import plain_loads
@@ -89,6 +88,7 @@ from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import NodeEdits, SuitePlan, empty_container_kind, method_call, unsave
 from ndif_opt.syntax.walk import all_nodes, find_nodes, transform
 from ndif_opt.types import Safety
+from ndif_opt.wording import tense
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 

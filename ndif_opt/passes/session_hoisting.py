@@ -105,7 +105,6 @@ from ndif_opt.analysis.opaque import blocks_through_names, callback_loops, code_
 from ndif_opt.analysis.retries import PortableRetry, portable_retry, retry_guard
 from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.cost_model import RegionRequests, explain
-from ndif_opt.output.wording import claim_text, counted_with_loops, symbols, tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.definitions import definitions_in_the_way, without_statements
 from ndif_opt.passes.common.client_split import Refused, Split, names_in, split_region, splittable, unwrap_progress
@@ -123,6 +122,7 @@ from ndif_opt.syntax.rewrite import (
 )
 from ndif_opt.syntax.walk import find_nodes, paths_to, transform
 from ndif_opt.types import Safety, Status
+from ndif_opt.wording import claim_text, counted_with_loops, symbols, tense
 
 UNSAFE_KINDS = frozenset({"print", "progress"})
 
