@@ -80,7 +80,7 @@ from ndif_opt.analysis.names import (
 from ndif_opt.analysis.regions import reads_after, results_kept
 from ndif_opt.analysis.scopes import INDEX_KEY, ScopeIndex, TakenNames, binding_count_in, scope_index, statement_index
 from ndif_opt.analysis.vocabulary import FILLING_METHODS
-from ndif_opt.output.describe import saved_shape
+from ndif_opt.cost_model import saved_shape
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.client_split import RECORD_PREFIX
 from ndif_opt.passes.common.records import plain_loads
