@@ -70,7 +70,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, qualify
-from ndif_opt.analysis.names import collect, collect_all, dotted_name, exposed_reads, root_name
+from ndif_opt.analysis.names import collect, collect_all, exposed_reads
 from ndif_opt.analysis.regions import int_value, reads_after, results_kept
 from ndif_opt.analysis.releases import NNSIGHT_06
 from ndif_opt.analysis.tensors import TENSOR_MODULES
@@ -96,6 +96,7 @@ from ndif_opt.passes.common.sweeps import (
     structure_problem,
     with_leading,
 )
+from ndif_opt.syntax.expressions import dotted_name, root_name
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import DropElementSaves, SuitePlan, reindentable
 from ndif_opt.syntax.walk import children

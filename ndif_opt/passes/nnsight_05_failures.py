@@ -83,14 +83,13 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Facts, StmtInfo, is_save_call, opens_invoke, qualify
+from ndif_opt.analysis.facts import Block, Facts, StmtInfo, opens_invoke, qualify
 from ndif_opt.analysis.legacy_api import PRE_05, api_generation, scan, unmigratable
 from ndif_opt.analysis.names import (
     COMPREHENSIONS,
     all_params,
     collect,
     definite_binds,
-    dotted_name,
     function_locals,
     target_names,
 )
@@ -99,6 +98,7 @@ from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.model_registry import dims_for
 from ndif_opt.cost.module_values import INPUT, OUTPUT, forward_order
 from ndif_opt.passes.base import Case, Context, Pass, RawFinding
+from ndif_opt.syntax.expressions import dotted_name, is_save_call
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import method_call, unsave, with_module_import
 from ndif_opt.syntax.walk import children, find_nodes, paths_to, transform

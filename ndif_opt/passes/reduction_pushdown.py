@@ -67,7 +67,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Facts, Remote, is_save_call, qualify
+from ndif_opt.analysis.facts import Block, Facts, Remote, qualify
 from ndif_opt.analysis.names import (
     COMPREHENSIONS,
     NameUse,
@@ -84,6 +84,7 @@ from ndif_opt.cost_model import saved_shape
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.client_split import RECORD_PREFIX
 from ndif_opt.passes.common.records import plain_loads
+from ndif_opt.syntax.expressions import is_save_call
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import NodeEdits, SuitePlan, empty_container_kind, method_call, unsave
 from ndif_opt.syntax.walk import all_nodes, find_nodes, transform

@@ -69,7 +69,7 @@ from enum import Enum
 import libcst as cst
 
 from ndif_opt.analysis.effects import Problem
-from ndif_opt.analysis.facts import Block, Facts, Remote, is_save_call
+from ndif_opt.analysis.facts import Block, Facts, Remote
 from ndif_opt.analysis.names import (
     NameUse,
     collect,
@@ -78,7 +78,6 @@ from ndif_opt.analysis.names import (
     free_reads,
     fresh_name,
     returned_name,
-    root_name,
 )
 from ndif_opt.analysis.regions import (
     Accumulator,
@@ -108,6 +107,7 @@ from ndif_opt.cost_model import RegionRequests, explain
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.definitions import definitions_in_the_way, without_statements
 from ndif_opt.passes.common.client_split import Refused, Split, names_in, split_region, splittable, unwrap_progress
+from ndif_opt.syntax.expressions import is_save_call, root_name
 from ndif_opt.syntax.rewrite import (
     DropElementSaves,
     StripRemote,
