@@ -324,7 +324,7 @@ def saved_shape(expr: cst.BaseExpression, block: Block, facts: Facts) -> str:
     seq = prompt_tokens(trace.call, facts, _DEFAULT_OPTIONS) if trace is not None else 16
     try:
         shape = shape_of(expr, dims, model_name=list(facts.models) or ["model"], seq_len=seq)
-    except Exception:  # a description is optional; never let it break a rewrite
+    except Exception:  # noqa: BLE001 - a description is optional; never let it break a rewrite
         return ""
     if shape.nbytes is None or shape.kind == "unknown":
         return ""
