@@ -100,7 +100,7 @@ def _with_newline(text: str) -> str:
 
 
 def _parses(text: str) -> bool:
-    from ndif_opt.frontends.notebook import check_script_syntax
+    from ndif_opt.engine.cells import check_script_syntax
 
     try:
         check_script_syntax(text)
