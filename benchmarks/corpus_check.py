@@ -59,17 +59,19 @@ from reach import output_parses  # noqa: E402
 import libcst as cst  # noqa: E402
 
 from ndif_opt import Status, optimize  # noqa: E402
-from ndif_opt.analysis.facts import Remote, analyze, is_save_call  # noqa: E402
+from ndif_opt.analysis.facts import Remote, analyze  # noqa: E402
 from ndif_opt.analysis.wire import wire_problem  # noqa: E402
 from ndif_opt.engine.origins import misplaced  # noqa: E402
 from ndif_opt.frontends.config import load_options  # noqa: E402
 from ndif_opt.frontends.files import read_source  # noqa: E402
-from ndif_opt.frontends.notebook import is_notebook, notebook_script, optimize_notebook, statements_moved  # noqa: E402
+from ndif_opt.engine.cells import statements_moved
+from ndif_opt.frontends.notebook import is_notebook, notebook_script, optimize_notebook  # noqa: E402
+from ndif_opt.syntax.expressions import is_save_call
 from ndif_opt.syntax.rewrite import unsave  # noqa: E402
 from ndif_opt.syntax.walk import find_nodes  # noqa: E402
 from ndif_opt.types import is_known  # noqa: E402
 from ndif_opt.output.text import plain_count  # noqa: E402
-from ndif_opt.output.wording import broken_template  # noqa: E402
+from ndif_opt.wording import broken_template  # noqa: E402
 
 CORPUS = PROJECT.parent / "shared" / "corpus"
 #: mode -> the options it overrides

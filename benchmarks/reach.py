@@ -79,8 +79,9 @@ from ndif_opt import Status, optimize  # noqa: E402
 from ndif_opt.frontends.config import load_options  # noqa: E402
 from ndif_opt.frontends.files import read_source  # noqa: E402
 from ndif_opt.frontends.notebook import is_notebook, notebook_script, optimize_notebook  # noqa: E402
-from ndif_opt.output.text import direction, human_bytes, plain_count, totals  # noqa: E402
+from ndif_opt.output.text import direction, plain_count, totals  # noqa: E402
 from ndif_opt.types import is_known  # noqa: E402
+from ndif_opt.wording import human_bytes
 
 from expert_counts import as_intended, check_against_readme, expert_for  # noqa: E402
 from refusals import finding_lines, measure, where  # noqa: E402

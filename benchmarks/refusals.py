@@ -47,7 +47,8 @@ from ndif_opt import Status
 from ndif_opt.analysis.facts import LOOP_TYPES, Facts, analyze
 from ndif_opt.analysis.retries import retry_guard
 from ndif_opt.cost.walker import Walker
-from ndif_opt.frontends.notebook import NOTEBOOK_ID, script_without_magics
+from ndif_opt.engine.cells import NOTEBOOK_ID
+from ndif_opt.engine.ipython_lines import script_without_magics
 from ndif_opt.options import Options
 from ndif_opt.syntax.positions import Positions
 from ndif_opt.types import Count

@@ -7,6 +7,7 @@ No I/O, no printing, deterministic — it is what the CLI and the editor server 
 
 from ndif_opt.api import optimize
 from ndif_opt.types import Cost, Edit, Finding, PassCost, Position, Range, Result, Safety, Status
+from ndif_opt.version import VERSION
 
 
 def load_ipython_extension(ipython):
@@ -34,4 +35,4 @@ __all__ = [
     "Safety",
     "Status",
 ]
-__version__ = "0.1.0"
+__version__ = VERSION

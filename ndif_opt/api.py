@@ -35,10 +35,10 @@ def optimize(
     ``cache``, a :class:`ndif_opt.engine.pipeline.WindowCache` kept across calls on edits of one
     file, makes a re-run cost only the independent parts of the file that changed; the
     result is the same as without it. IPython lines (``!pip install ...``, ``%time ...``)
-    are kept as they are, as in a notebook (:func:`ndif_opt.frontends.notebook.optimize_script`).
+    are kept as they are, as in a notebook (:func:`ndif_opt.engine.cells.optimize_script`).
     Raises ``SyntaxError`` for source that does not parse.
     """
-    from ndif_opt.frontends.notebook import optimize_script
+    from ndif_opt.engine.cells import optimize_script
 
     if options is None:
         options = Options(

@@ -68,12 +68,14 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts
+from ndif_opt.analysis.facts import Block, Facts
 from ndif_opt.cost.constants import DEFAULTS, UNKNOWN_TRIPS, session_budget, setting, view_mode
+from ndif_opt.cost.model_registry import dims_for
+from ndif_opt.cost.shapes import shape_of
 from ndif_opt.cost.walker import RequestEstimate, SessionProfile, Visit, Walker
 from ndif_opt.options import Options
-from ndif_opt.output.wording import counted_with_loops
 from ndif_opt.types import Cost, Count, Number, UnknownDownload, UnknownDownloads, UnknownLoop, is_known, loops_in
+from ndif_opt.wording import counted_with_loops, human_bytes
 
 __all__ = [
     "DEFAULTS",
@@ -86,6 +88,7 @@ __all__ = [
     "estimate",
     "explain",
     "prompt_tokens",
+    "saved_shape",
     "session_budget",
 ]
 
@@ -307,3 +310,22 @@ def prompt_tokens(call: cst.Call, facts: Facts, options: Options) -> int:
     walker = Walker(facts, options)
     rows, seq = walker.prompt_rows(call)
     return seq if rows else int(setting(options, "seq-len"))
+
+
+_DEFAULT_OPTIONS = Options()  # frozen: one instance serves every description
+
+
+def saved_shape(expr: cst.BaseExpression, block: Block, facts: Facts) -> str:
+    """A saved value described for a finding: the estimated shape and size of ``expr`` saved
+    in ``block`` ("`[1, 9, 128256] bfloat16`, ~2.3 MB on ..."), or "" if unknown."""
+    info = facts.models.get(block.model)
+    dims = dims_for(info.repo_id if info is not None and info.repo_id else block.model)
+    trace = block if block.method != "session" else None
+    seq = prompt_tokens(trace.call, facts, _DEFAULT_OPTIONS) if trace is not None else 16
+    try:
+        shape = shape_of(expr, dims, model_name=list(facts.models) or ["model"], seq_len=seq)
+    except Exception:  # noqa: BLE001 - a description is optional; never let it break a rewrite
+        return ""
+    if shape.nbytes is None or shape.kind == "unknown":
+        return ""
+    return f"{shape.describe()}, ~{human_bytes(shape.nbytes)} on {dims.name}"

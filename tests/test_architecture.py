@@ -1,6 +1,7 @@
-"""The shape of the package, checked on its source with ``ast``: no import circles, no private
-names imported across modules, and a Layout (docs/architecture.md) that names every module
-(libcst's boundary: tests/test_libcst_boundary.py)."""
+"""The shape of the package, checked on its source with ``ast``: no import circles, imports
+that run down the layers only, no private names imported across modules, and a Layout
+(docs/architecture.md) that names every module and states the layers (libcst's boundary:
+tests/test_libcst_boundary.py)."""
 
 from __future__ import annotations
 
@@ -24,13 +25,39 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+def _dynamic_target(call: ast.Call, module: str) -> str | None:
+    """What ``importlib.import_module(...)`` imports: the module a string names, or the package
+    an f-string's fixed part names (``f"{__name__}.{name}"`` in a package: that package)."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if name != "import_module" or not call.args:
+        return None
+    arg = call.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if not isinstance(arg, ast.JoinedStr):
+        return None
+    prefix = ""
+    for part in arg.values:
+        if isinstance(part, ast.Constant):
+            prefix += part.value
+        elif isinstance(part.value, ast.Name) and part.value.id == "__name__":
+            prefix += module
+        else:
+            return prefix.rpartition(".")[0] or None
+    return prefix
+
+
 def _imports(module: str, path: Path) -> list[tuple[str, str | None, int]]:
     """(imported module, imported name or None, line) of every import in the file, at any depth
-    (an import inside a function is an edge of the graph too)."""
+    (an import inside a function or an ``if TYPE_CHECKING:`` block is an edge of the graph too,
+    and so is ``importlib.import_module``)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call) and (target := _dynamic_target(node, module)) is not None:
+            out.append((target, None, node.lineno))
+        elif isinstance(node, ast.Import):
             out += [(alias.name, None, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -42,14 +69,21 @@ def _imports(module: str, path: Path) -> list[tuple[str, str | None, int]]:
     return out
 
 
+def _imported_modules(module: str, path: Path) -> list[tuple[str, int]]:
+    """(module of the package, line) for every import of one in the file."""
+    out = []
+    for target, name, line in _imports(module, path):
+        if name is not None and f"{target}.{name}" in MODULES:
+            out.append((f"{target}.{name}", line))
+        elif target in MODULES:
+            out.append((target, line))
+    return out
+
+
 def _edges() -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {name: set() for name in MODULES}
     for module, path in MODULES.items():
-        for target, name, _ in _imports(module, path):
-            if name is not None and f"{target}.{name}" in MODULES:
-                edges[module].add(f"{target}.{name}")
-            elif target in MODULES:
-                edges[module].add(target)
+        edges[module].update(target for target, _ in _imported_modules(module, path))
     return edges
 
 
@@ -94,6 +128,56 @@ def test_the_import_graph_has_no_circle():
     for module in edges:
         edges[module] = {t for t in edges[module] if not module.startswith(t + ".")}
     assert _cycles(edges) == []
+
+
+# The layers, bottom to top: a module imports modules of its own layer and of the layers below
+# it, never of one above — at any depth: inside functions, and in `if TYPE_CHECKING:` blocks too
+# (a type a module names is part of what it depends on; no import is exempt). A package's
+# name stands for its modules and subpackages; "ndif_opt" is the package's own __init__ only.
+LAYERS = (
+    ("ndif_opt.types", "ndif_opt.options", "ndif_opt.version"),
+    ("ndif_opt.wording",),
+    ("ndif_opt.syntax",),
+    ("ndif_opt.analysis",),
+    ("ndif_opt.cost",),
+    ("ndif_opt.cost_model",),
+    ("ndif_opt.passes",),
+    ("ndif_opt.engine",),
+    ("ndif_opt.api",),
+    ("ndif_opt.output",),
+    ("ndif_opt.verify",),
+    ("ndif_opt.frontends",),
+    ("ndif_opt", "ndif_opt.__main__"),
+)
+
+
+def _layer(module: str) -> int | None:
+    for index, names in enumerate(LAYERS):
+        for name in names:
+            if module == name or (name != "ndif_opt" and module.startswith(name + ".")):
+                return index
+    return None
+
+
+def test_every_module_is_in_a_layer():
+    assert [module for module in MODULES if _layer(module) is None] == []
+
+
+def test_imports_run_down_the_layers():
+    upward = set()
+    for module, path in MODULES.items():
+        for target, line in _imported_modules(module, path):
+            if _layer(target) > _layer(module):
+                upward.add(f"{path.relative_to(ROOT)}:{line}: {module} (layer {_layer(module)}) imports "
+                           f"{target} (layer {_layer(target)}), a layer above it")
+    assert not upward, "\n".join(sorted(upward))
+
+
+def test_the_layout_states_the_layers():
+    """docs/architecture.md's Layout gives the order of LAYERS, bottom to top."""
+    text = " ".join((ROOT / "docs" / "architecture.md").read_text().split("## Layout", 1)[1].split("```", 1)[0].split())
+    short = [", ".join(name.removeprefix("ndif_opt.") for name in names) for names in LAYERS[:-1]]
+    assert " ← ".join(short) + " ← the package (`__init__`, `__main__`)" in text
 
 
 def test_no_private_name_is_imported_from_another_module():

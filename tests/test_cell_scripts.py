@@ -11,7 +11,7 @@ import ast
 import pytest
 
 from ndif_opt import optimize
-from ndif_opt.frontends.notebook import script_cells
+from ndif_opt.engine.cells import script_cells
 
 CELLS = '''\
 # %% [markdown]

@@ -3,7 +3,7 @@ the fix, "would wrap this loop" where nothing was written (the editor on the fil
 is, `--diff`, a report, SARIF), and "fixed" only where the output holds the edit.
 
 Each pass writes an applied fix's message once, with its phrases that change with the
-moment as ``tense(done, proposed)`` (ndif_opt/output/wording.py); every finding carries
+moment as ``tense(done, proposed)`` (ndif_opt/wording.py); every finding carries
 both wordings and each output picks one.
 """
 
@@ -19,9 +19,9 @@ import pytest
 
 from ndif_opt import Status, optimize
 from ndif_opt.options import Options
-from ndif_opt.output.wording import split_tenses, tense
 from ndif_opt.passes import PASSES
 from ndif_opt.types import Finding, Range
+from ndif_opt.wording import split_tenses, tense
 
 ROOT = Path(__file__).resolve().parent.parent
 DEVSET = ROOT.parent / "shared" / "devset"

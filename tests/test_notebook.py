@@ -15,7 +15,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from ndif_opt.frontends.notebook import NOTEBOOK_ID, notebook_script, optimize_notebook
+from ndif_opt.engine.cells import NOTEBOOK_ID
+from ndif_opt.frontends.notebook import notebook_script, optimize_notebook
 from ndif_opt.options import Options
 from ndif_opt.types import Status
 
@@ -434,7 +435,7 @@ def test_a_finding_whose_reduction_is_in_a_later_cell_names_that_cell():
 
 
 def test_cells_given_as_texts_are_optimized_as_the_notebook_is():
-    from ndif_opt.frontends.notebook import optimize_cells
+    from ndif_opt.engine.cells import optimize_cells
 
     text = notebook(SETUP, ("markdown", "## the request"), TRACE, "!nvidia-smi\n" + CONSUMER)
     options = Options(unsafe_fixes=True)

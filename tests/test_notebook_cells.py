@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ndif_opt.frontends.notebook import optimize_notebook, statements_moved
+from ndif_opt.engine.cells import statements_moved
+from ndif_opt.frontends.notebook import optimize_notebook
 from ndif_opt.options import Options
 
 ROOT = Path(__file__).resolve().parents[1]

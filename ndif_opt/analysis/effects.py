@@ -16,8 +16,9 @@ from functools import cached_property
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, Remote, call_remote_flag, line_facts, qualify, qualify_dotted
-from ndif_opt.analysis.names import BODY_KINDS, dotted_name, function_locals, root_name, target_names
+from ndif_opt.analysis.names import BODY_KINDS, function_locals, target_names
 from ndif_opt.analysis.retries import retry_guard
+from ndif_opt.syntax.expressions import dotted_name, root_name
 from ndif_opt.syntax.walk import find_nodes, paths_to, walk
 
 # Roots of modules whose code the NDIF server runs (../shared/NNSIGHT_NOTES.md).

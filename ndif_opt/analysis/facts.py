@@ -19,8 +19,9 @@ from typing import Any
 
 import libcst as cst
 
-from ndif_opt.analysis.names import NameUse, collect, dotted_name, root_name
+from ndif_opt.analysis.names import NameUse, collect
 from ndif_opt.analysis.vocabulary import MODEL_BLOCK_METHODS
+from ndif_opt.syntax.expressions import dotted_name, is_save_call, remote_arg, root_name
 from ndif_opt.syntax.literals import literal_value  # the model's repo id, read in every version
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.walk import find_nodes, walk
@@ -163,18 +164,6 @@ class Block:
 
 # literal containers whose contents in-place changes make unknown
 _CONTAINER_DISPLAYS = (cst.List, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp)
-
-
-def is_save_call(expr: cst.BaseExpression) -> bool:
-    """`x.save()` or `nnsight.save(x)` / `save(x)`."""
-    # exact classes (libcst's have no subclasses): an ABC isinstance costs more than the answer
-    if type(expr) is not cst.Call:
-        return False
-    func = expr.func
-    if type(func) is cst.Attribute and func.attr.value == "save" and not expr.args:
-        return True
-    name = dotted_name(func)
-    return name in ("nnsight.save", "save") and len(expr.args) >= 1
 
 
 def opens_invoke(node: cst.CSTNode, tracer: str | None = None) -> bool:
@@ -703,13 +692,6 @@ def _block_item(stmt: cst.With, facts: Facts) -> cst.BaseExpression | None:
         if not (type(call) is cst.Call and qualify(call.func, facts.imports) in CONTEXT_DECORATORS) or other.asname:
             return None
     return items[-1].item
-
-
-def remote_arg(call: cst.Call) -> cst.Arg | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "remote":
-            return arg
-    return None
 
 
 def call_remote_flag(call: cst.Call, facts: Facts, info: StmtInfo | None = None) -> RemoteFlag:

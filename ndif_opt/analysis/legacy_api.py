@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Facts, is_save_call, opens_invoke, qualify
+from ndif_opt.analysis.facts import Block, Facts, opens_invoke, qualify
 from ndif_opt.analysis.layer_outputs import TUPLE, Evidence, layer_output_groups
 from ndif_opt.analysis.saved_values import SavedValues
 from ndif_opt.analysis.scopes import scope_index
-from ndif_opt.analysis.names import collect, collect_all, dotted_name
+from ndif_opt.analysis.names import collect, collect_all
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
+from ndif_opt.syntax.expressions import dotted_name, is_save_call
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import method_call
 from ndif_opt.syntax.walk import find_nodes

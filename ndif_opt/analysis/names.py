@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS, MUTATING_METHODS
+from ndif_opt.syntax.expressions import dotted_name
 from ndif_opt.syntax.walk import children, find_nodes, walk
 
 #: The comprehensions: each has its own scope for the names its `for` binds.
@@ -135,24 +136,7 @@ class NameUse:
             self.control.extend(other.control)
 
 
-# (type checks, not isinstance: libcst's node classes are final, and isinstance against
-# them is an ABC check, several times slower; these two are asked everywhere)
-
-
-def root_name(expr: cst.BaseExpression) -> str | None:
-    """`a` for `a`, `a.b.c`, `a[0].b`, `a.b(...).c`; None when the root is not a name."""
-    while True:
-        kind = type(expr)
-        if kind is cst.Name:
-            return expr.value
-        if kind is cst.Attribute or kind is cst.Subscript:
-            expr = expr.value
-        elif kind is cst.Call:
-            expr = expr.func
-        else:
-            return None
-
-
+# (type checks, not isinstance: see ndif_opt.syntax.expressions)
 def mutated_roots(expr: cst.BaseExpression) -> list[str]:
     """The names whose objects a change made through ``expr`` is known to reach: `a` for
     `a[0].b` and for `a.get(k)[0]` (a method's result may be part of its object); none for
@@ -170,20 +154,6 @@ def mutated_roots(expr: cst.BaseExpression) -> list[str]:
             expr = expr.func
         else:
             return []
-
-
-def dotted_name(expr: cst.BaseExpression) -> str | None:
-    """`a.b.c` for an attribute chain of names; None for anything else."""
-    if type(expr) is cst.Name:
-        return expr.value
-    parts: list[str] = []
-    while type(expr) is cst.Attribute:
-        parts.append(expr.attr.value)
-        expr = expr.value
-    if type(expr) is not cst.Name:
-        return None
-    parts.append(expr.value)
-    return ".".join(reversed(parts))
 
 
 class _Collector(cst.CSTVisitor):
@@ -221,7 +191,7 @@ class _Collector(cst.CSTVisitor):
 
     # -- binding forms -------------------------------------------------------------
     def _bind_target(self, target: cst.BaseExpression) -> None:
-        kind = type(target)  # (final classes: see root_name)
+        kind = type(target)  # (final classes: see ndif_opt.syntax.expressions)
         if kind is cst.Name:
             self.use.binds.setdefault(target.value, target)
         elif kind is cst.Tuple or kind is cst.List:

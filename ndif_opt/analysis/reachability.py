@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, child_suites
-from ndif_opt.analysis.names import dotted_name
 from ndif_opt.analysis.vocabulary import MODEL_BLOCK_METHODS
+from ndif_opt.syntax.expressions import dotted_name
 from ndif_opt.syntax.walk import content_children
 
 __all__ = ["Reach", "reach"]

@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts, is_save_call
-from ndif_opt.analysis.names import all_params, collect, dotted_name, function_locals, own_returns
+from ndif_opt.analysis.facts import Facts
+from ndif_opt.analysis.names import all_params, collect, function_locals, own_returns
+from ndif_opt.syntax.expressions import dotted_name, is_save_call
 
 Depths = frozenset  # of int | None (None: not known to be saved)
 UNKNOWN: Depths = frozenset({None})

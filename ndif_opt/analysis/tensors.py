@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ndif_opt.analysis.names import dotted_name
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
+from ndif_opt.syntax.expressions import dotted_name
 
 # Modules whose `.output` is a single tensor (transformers >= 5, which nnsight 0.8 uses).
 TENSOR_MODULES = frozenset(

@@ -21,8 +21,8 @@ from typing import Any
 
 import libcst as cst
 
-from ndif_opt.analysis.names import dotted_name
 from ndif_opt.cost.model_registry import ModelDims, canonical_dtype, dtype_size
+from ndif_opt.syntax.expressions import dotted_name
 from ndif_opt.syntax.literals import literal_value
 
 __all__ = [

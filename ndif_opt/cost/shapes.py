@@ -44,7 +44,7 @@ from typing import Any
 
 import libcst as cst
 
-from ndif_opt.analysis.names import dotted_name, target_names
+from ndif_opt.analysis.names import target_names
 from ndif_opt.cost.model_registry import ModelDims
 from ndif_opt.cost.module_values import (
     PASSTHROUGH_CALLS,
@@ -75,6 +75,7 @@ from ndif_opt.cost.shape_values import (
     literal_dims,
 )
 from ndif_opt.cost.torch_ops import FUNCTION_NAMESPACES, binary, builtin_call, function_call, matmul, method_call
+from ndif_opt.syntax.expressions import dotted_name
 from ndif_opt.syntax.literals import literal_value
 
 __all__ = ["shape_of", "value_of"]

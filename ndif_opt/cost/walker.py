@@ -29,11 +29,10 @@ from ndif_opt.analysis.facts import (
     RemoteFlag,
     call_remote_flag,
     config_entry,
-    is_save_call,
     qualify,
 )
 from ndif_opt.analysis.reachability import reach
-from ndif_opt.analysis.names import COMPREHENSIONS, all_params, collect, dotted_name, returned_name, target_names
+from ndif_opt.analysis.names import COMPREHENSIONS, all_params, collect, returned_name, target_names
 from ndif_opt.analysis.regions import arithmetic, dict_view_length
 from ndif_opt.analysis.remote_functions import (
     attribute_models,
@@ -75,6 +74,7 @@ from ndif_opt.cost.model_registry import ModelDims, dims_for, dims_from_hf_confi
 from ndif_opt.cost.shape_values import ModuleRef, Shape
 from ndif_opt.cost.shapes import value_of
 from ndif_opt.options import Options
+from ndif_opt.syntax.expressions import dotted_name, is_save_call
 from ndif_opt.syntax.literals import literal_value
 from ndif_opt.syntax.loops import cst_expression_text, cst_loop_header, given_lengths
 from ndif_opt.syntax.positions import code_in, code_of

@@ -1,1 +1,1 @@
-"""Running the passes: the pipeline, windows of a long file, processes, the prefilter."""
+"""Running the passes: the pipeline, windows of a long file, cells and IPython lines, processes, the prefilter."""

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Facts, is_save_call
-from ndif_opt.analysis.names import all_params, collect, definite_binds, dotted_name, fresh_name
+from ndif_opt.analysis.facts import Block, Facts
+from ndif_opt.analysis.names import all_params, collect, definite_binds, fresh_name
 from ndif_opt.analysis.releases import outermost_remote_blocks, read_before_bound
+from ndif_opt.syntax.expressions import dotted_name, is_save_call
 from ndif_opt.syntax.rewrite import unsave
 from ndif_opt.syntax.walk import find_nodes
 

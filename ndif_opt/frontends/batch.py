@@ -74,7 +74,7 @@ def optimize_source(source: SourceFile, options: Options, *, prefiltered: bool =
     """Run the pipeline (or the notebook pipeline) on one input; InputError names the
     file when it does not parse. ``prefiltered``: ``needs_pipeline`` said yes already.
     A script's IPython lines (``!pip install``) are kept as they are."""
-    from ndif_opt.frontends.notebook import optimize_script
+    from ndif_opt.engine.cells import optimize_script
 
     modules = local_modules(source)
     if modules:
@@ -97,7 +97,7 @@ def optimize_source(source: SourceFile, options: Options, *, prefiltered: bool =
 
 
 def _check_syntax(source: SourceFile) -> None:
-    from ndif_opt.frontends.notebook import check_script_syntax
+    from ndif_opt.engine.cells import check_script_syntax
 
     try:
         check_script_syntax(source.text, source.path)

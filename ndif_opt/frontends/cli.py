@@ -78,9 +78,9 @@ def _version() -> str:
     try:
         return version("ndif-opt")
     except PackageNotFoundError:  # run from a checkout that is not installed
-        import ndif_opt
+        from ndif_opt.version import VERSION
 
-        return ndif_opt.__version__
+        return VERSION
 
 
 def _print_version(asked: bool) -> None:

@@ -58,7 +58,7 @@ class CellAnalysis:
         return self.code != self.cell and (_fewer(*self.requests) or _fewer(*self.download))
 
     def summary(self) -> str:
-        from ndif_opt.output.text import human_bytes
+        from ndif_opt.wording import human_bytes
 
         (r0, r1), (d0, d1) = self.requests, self.download
         fewer_requests = _fewer(r0, r1)
@@ -100,7 +100,7 @@ def _with_newline(text: str) -> str:
 
 
 def _parses(text: str) -> bool:
-    from ndif_opt.frontends.notebook import check_script_syntax
+    from ndif_opt.engine.cells import check_script_syntax
 
     try:
         check_script_syntax(text)

@@ -15,7 +15,7 @@ covers shows the file's per-pass cost estimate. Options come from the
 ``[tool.ndif-opt]`` table of the nearest ``pyproject.toml`` (see :mod:`ndif_opt.frontends.config`).
 Notebooks (LSP 3.17 ``notebookDocument/*``, advertised for the Python cells of any
 notebook): the code cells of an open notebook are analysed together, in order, as
-``ndif-opt nb.ipynb`` does (:func:`ndif_opt.frontends.notebook.optimize_cells`), with the
+``ndif-opt nb.ipynb`` does (:func:`ndif_opt.engine.cells.optimize_cells`), with the
 notebook's configuration; each cell gets the diagnostics of the findings in it (a finding
 whose client code is in a later cell names that cell, and points there as related
 information), and quick fixes edit the cells they touch, never merging cells. A cell opened
@@ -54,9 +54,9 @@ except ImportError:  # pygls 1.x
 
     PYGLS_2 = False
 
+from ndif_opt.engine.cells import CellFinding, CellsResult
 from ndif_opt.engine.runtime import collect_garbage_rarely
 from ndif_opt.frontends.config import ConfigError, load_options
-from ndif_opt.frontends.notebook import CellFinding, CellsResult
 from ndif_opt.options import Options
 from ndif_opt.types import Edit, Finding, Result, Status
 
@@ -295,7 +295,7 @@ class NotebookAnalysis:
 def analyze_cells(texts: tuple[str, ...], indices: tuple[int, ...], options: Options,
                   path: str | None) -> tuple[CellsResult | None, str | None]:
     """optimize_cells(), never raising: (result, None) or (None, why)."""
-    from ndif_opt.frontends.notebook import optimize_cells
+    from ndif_opt.engine.cells import optimize_cells
 
     return guarded(lambda: optimize_cells(texts, indices=indices, options=options, filename=path), path)
 

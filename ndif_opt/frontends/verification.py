@@ -20,7 +20,7 @@ def verify_optimized(source: SourceFile, result: Result, path: str, settings: Op
         from ndif_opt.frontends.notebook import verify_notebook
 
         return verify_notebook(source.text, result, filename=path, **options)
-    from ndif_opt.frontends.notebook import script_without_magics
+    from ndif_opt.engine.ipython_lines import script_without_magics
 
     # a script's `!pip install` lines are not Python: run it as a notebook would
     runnable = replace(result, code=script_without_magics(result.code))

@@ -22,7 +22,6 @@ from ndif_opt.output.text import (
     download_text,
     downloads_comparable,
     growth_reason,
-    human_bytes,
     loop_names,
     loop_notes,
     plain_count,
@@ -33,6 +32,7 @@ from ndif_opt.output.text import (
     unknown_download_notes,
 )
 from ndif_opt.types import Cost, Count, Number, Result, Status, UnknownLoop, is_known
+from ndif_opt.wording import human_bytes
 
 __all__ = ["render_html", "cost_chart_svg"]
 

@@ -104,7 +104,7 @@ def _options_for(result: Result, options: Options | None, pass_id: str) -> Optio
 
 def _fixes(path: str, result: Result, options: Options | None) -> dict[int, list[Edit]]:
     """Edits per applied finding (by index in ``result.findings``)."""
-    from ndif_opt.frontends.notebook import optimize_script  # a script's IPython lines masked, as the CLI does
+    from ndif_opt.engine.cells import optimize_script  # a script's IPython lines masked, as the CLI does
 
     out: dict[int, list[Edit]] = {}
     by_pass: dict[str, list[int]] = {}

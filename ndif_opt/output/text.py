@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import json
 
-from ndif_opt.output.wording import count_text, counted
 from ndif_opt.types import (
     Cost,
     Count,
@@ -20,18 +19,7 @@ from ndif_opt.types import (
     is_known,
     may_be_positive,
 )
-
-
-def human_bytes(count: Number | Count, names: dict[UnknownLoop, str] | None = None) -> str:
-    """``279.6 KB``; ``1.3 KB + 45.2 KB·N`` where it depends on a loop of unknown length."""
-    if isinstance(count, Count):
-        return count.text(human_bytes, names)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(count) < 1000 or unit == "TB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1000
-    return f"{count:.1f} TB"
-
+from ndif_opt.wording import count_text, counted, human_bytes
 
 _STATUS_WORDS = {
     Status.SKIPPED: "not fixed",

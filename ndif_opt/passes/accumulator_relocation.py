@@ -42,11 +42,11 @@ import libcst as cst
 from ndif_opt.analysis.facts import Block, Facts, Remote, opens_invoke
 from ndif_opt.analysis.names import collect, local_to
 from ndif_opt.analysis.regions import Accumulator, carried_container, find_accumulator
-from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import DropElementSaves, SuitePlan, saved_container, with_module_import
 from ndif_opt.syntax.walk import find_nodes
+from ndif_opt.wording import tense
 
 
 class AccumulatorRelocation(Pass):

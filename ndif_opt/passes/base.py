@@ -11,8 +11,8 @@ import libcst as cst
 from ndif_opt.analysis.effects import ServerCheck
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.options import Options
-from ndif_opt.output.wording import proposed, split_tenses
 from ndif_opt.types import Safety, Status
+from ndif_opt.wording import proposed, split_tenses
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class Context:
     def applied(self, node: cst.CSTNode, message: str, safety: Safety = Safety.SAFE,
                 evidence: str | None = None, uses: tuple[cst.CSTNode, ...] = (), requests: tuple | None = None) -> None:
         """``message``: its phrases that change with the moment written as
-        ``tense(done, proposed)`` (output/wording.py). ``evidence``: text the final code holds
+        ``tense(done, proposed)`` (ndif_opt/wording.py). ``evidence``: text the final code holds
         while this fix stands; the finding is dropped when a later pass undoes the fix.
         ``uses``, ``requests``: see Finding."""
         message, proposal = split_tenses(message)

@@ -36,13 +36,14 @@ import functools
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts, Remote, is_save_call
+from ndif_opt.analysis.facts import Facts, Remote
 from ndif_opt.analysis.tensors import has_detach_cpu, is_tensor
-from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
+from ndif_opt.syntax.expressions import is_save_call
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import method_call
 from ndif_opt.syntax.walk import paths_to, transform, walk
+from ndif_opt.wording import tense
 
 
 class DetachCpu(Pass):

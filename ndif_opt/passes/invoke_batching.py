@@ -70,11 +70,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, qualify
-from ndif_opt.analysis.names import collect, collect_all, dotted_name, exposed_reads, root_name
+from ndif_opt.analysis.names import collect, collect_all, exposed_reads
 from ndif_opt.analysis.regions import int_value, reads_after, results_kept
 from ndif_opt.analysis.releases import NNSIGHT_06
 from ndif_opt.analysis.tensors import TENSOR_MODULES
-from ndif_opt.output.wording import counted, per, tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.sweeps import (
     MODULE_VALUES,
@@ -97,10 +96,12 @@ from ndif_opt.passes.common.sweeps import (
     structure_problem,
     with_leading,
 )
+from ndif_opt.syntax.expressions import dotted_name, root_name
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import DropElementSaves, SuitePlan, reindentable
 from ndif_opt.syntax.walk import children
 from ndif_opt.types import Safety
+from ndif_opt.wording import counted, per, tense
 
 # How a loop may fill a container made before it.
 FILLING_METHODS = frozenset({"append", "extend", "update", "add", "insert"})

@@ -83,10 +83,10 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.legacy_api import PRE_05_MESSAGE, Legacy, Move, Scan, legacy_summary, scan, unmigratable
-from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import reindentable, without_remote
+from ndif_opt.wording import tense
 
 
 class MigrateApi(Pass):

@@ -83,13 +83,12 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Facts, StmtInfo, is_save_call, opens_invoke, qualify
+from ndif_opt.analysis.facts import Block, Facts, StmtInfo, opens_invoke, qualify
 from ndif_opt.analysis.legacy_api import PRE_05, api_generation, scan, unmigratable
 from ndif_opt.analysis.names import (
     COMPREHENSIONS,
     all_params,
     collect,
-    dotted_name,
     function_locals,
     target_names,
 )
@@ -98,12 +97,13 @@ from ndif_opt.analysis.tensors import TENSOR_METHODS, is_envoy_tensor, is_tensor
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.model_registry import dims_for
 from ndif_opt.cost.module_values import INPUT, OUTPUT, forward_order
-from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass, RawFinding
+from ndif_opt.syntax.expressions import dotted_name, is_save_call
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import method_call, unsave, with_module_import
 from ndif_opt.syntax.walk import children, find_nodes, paths_to, transform
 from ndif_opt.types import Safety, Status
+from ndif_opt.wording import tense
 
 #: the errors nnsight 0.8.1 gives (measured on tiny GPT-2 and Llama models, locally and
 #: through the emulated NDIF, where they come back as a RemoteError with the same text)

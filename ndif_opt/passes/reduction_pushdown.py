@@ -70,7 +70,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Facts, Remote, is_save_call, qualify
+from ndif_opt.analysis.facts import Block, Facts, Remote, qualify
 from ndif_opt.analysis.names import (
     COMPREHENSIONS,
     NameUse,
@@ -83,16 +83,17 @@ from ndif_opt.analysis.names import (
 from ndif_opt.analysis.regions import reads_after, results_kept
 from ndif_opt.analysis.scopes import INDEX_KEY, ScopeIndex, TakenNames, binding_count_in, scope_index, statement_index
 from ndif_opt.analysis.vocabulary import FILLING_METHODS
-from ndif_opt.output.describe import saved_shape
-from ndif_opt.output.wording import tense
+from ndif_opt.cost_model import saved_shape
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.client_split import RECORD_PREFIX
 from ndif_opt.passes.common.guards import CONDITIONAL_EXPRESSIONS, guard_in, guard_words
 from ndif_opt.passes.common.records import plain_loads
+from ndif_opt.syntax.expressions import is_save_call
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import NodeEdits, SuitePlan, empty_container_kind, method_call, unsave
 from ndif_opt.syntax.walk import all_nodes, find_nodes, transform
 from ndif_opt.types import Safety
+from ndif_opt.wording import tense
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 

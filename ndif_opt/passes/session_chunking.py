@@ -70,12 +70,12 @@ import libcst as cst
 from ndif_opt.analysis.facts import Block, Facts
 from ndif_opt.analysis.names import collect, collect_all, fresh_name, name_assignment, target_names
 from ndif_opt.cost_model import RequestEstimate, explain, session_budget
-from ndif_opt.output.wording import counted, tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import SuitePlan, empty_container_kind
 from ndif_opt.syntax.walk import walk
 from ndif_opt.types import is_known
+from ndif_opt.wording import counted, tense
 
 # how the loop may fill a saved container so that per-session copies merge exactly:
 # appended/extended in order (lists), keys set or updated (dicts; a later key wins, as a

@@ -69,7 +69,7 @@ from enum import Enum
 import libcst as cst
 
 from ndif_opt.analysis.effects import Problem
-from ndif_opt.analysis.facts import Block, Facts, Remote, is_save_call
+from ndif_opt.analysis.facts import Block, Facts, Remote
 from ndif_opt.analysis.names import (
     NameUse,
     collect,
@@ -78,7 +78,6 @@ from ndif_opt.analysis.names import (
     free_reads,
     fresh_name,
     returned_name,
-    root_name,
 )
 from ndif_opt.analysis.regions import (
     Accumulator,
@@ -105,10 +104,10 @@ from ndif_opt.analysis.opaque import blocks_through_names, callback_loops, code_
 from ndif_opt.analysis.retries import PortableRetry, portable_retry, retry_guard
 from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.cost_model import RegionRequests, explain
-from ndif_opt.output.wording import claim_text, counted_with_loops, symbols, tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.definitions import definitions_in_the_way, without_statements
 from ndif_opt.passes.common.client_split import Refused, Split, names_in, split_region, splittable, unwrap_progress
+from ndif_opt.syntax.expressions import is_save_call, root_name
 from ndif_opt.syntax.rewrite import (
     DropElementSaves,
     StripRemote,
@@ -123,6 +122,7 @@ from ndif_opt.syntax.rewrite import (
 )
 from ndif_opt.syntax.walk import find_nodes, paths_to, transform
 from ndif_opt.types import Safety, Status
+from ndif_opt.wording import claim_text, counted_with_loops, symbols, tense
 
 UNSAFE_KINDS = frozenset({"print", "progress"})
 

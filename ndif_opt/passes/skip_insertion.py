@@ -62,10 +62,9 @@ import functools
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
-from ndif_opt.analysis.names import collect, root_name
+from ndif_opt.analysis.names import collect
 from ndif_opt.analysis.regions import int_value, iterable_length
 from ndif_opt.cost.model_registry import dims_for
-from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.sweeps import (
     HARMLESS_TRACE_KWARGS,
@@ -88,8 +87,10 @@ from ndif_opt.passes.common.sweeps import (
     split_leading,
     tally,
 )
+from ndif_opt.syntax.expressions import root_name
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import SuitePlan, dotted_expression
+from ndif_opt.wording import tense
 
 CACHE = "_ndif_cache"
 

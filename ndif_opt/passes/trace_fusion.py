@@ -48,10 +48,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
-from ndif_opt.output.wording import tense
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.sweeps import Sweep, find_sweeps, fusion_problem, passes_text, tally, with_leading
 from ndif_opt.syntax.rewrite import SuitePlan, reindentable
+from ndif_opt.wording import tense
 
 # ---------------------------------------------------------------------------------------
 # The pass

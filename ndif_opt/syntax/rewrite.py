@@ -16,8 +16,7 @@ from keyword import iskeyword
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import is_save_call, remote_arg
-from ndif_opt.analysis.names import root_name
+from ndif_opt.syntax.expressions import is_save_call, remote_arg, root_name
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.walk import transform
 

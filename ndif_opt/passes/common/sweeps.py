@@ -20,16 +20,16 @@ from ndif_opt.analysis.names import (
     definite_binds,
     depended_on,
     reads_before_binding,
-    root_name,
     target_names,
 )
 from ndif_opt.analysis.regions import constant_item, int_value, trip_count
 from ndif_opt.cost_model import explain
-from ndif_opt.output.wording import claim_text, count_text, counted, counted_with_loops, symbols
 from ndif_opt.passes.base import Context
+from ndif_opt.syntax.expressions import root_name
 from ndif_opt.syntax.positions import code_and_positions, code_of
 from ndif_opt.syntax.walk import walk_content
 from ndif_opt.types import Count, Number
+from ndif_opt.wording import claim_text, count_text, counted, counted_with_loops, symbols
 
 # ---------------------------------------------------------------------------------------
 # One walk per statement and version of the tree

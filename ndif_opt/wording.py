@@ -1,4 +1,5 @@
-"""Counted nouns in messages: one home for "1 forward pass" / "3 forward passes".
+"""Counted nouns in messages: one home for "1 forward pass" / "3 forward passes" (and
+for sizes: "279.6 KB").
 
 A message is a function of typed data; its numbers can be 0, 1 or many (a setting of
 1, a loop of one iteration), and each must read right.
@@ -28,6 +29,17 @@ def number_text(value: Number) -> str:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return f"{value:,}" if isinstance(value, int) else f"{value:,.3g}"
+
+
+def human_bytes(count: Number | Count, names: dict[UnknownLoop, str] | None = None) -> str:
+    """``279.6 KB``; ``1.3 KB + 45.2 KB·N`` where it depends on a loop of unknown length."""
+    if isinstance(count, Count):
+        return count.text(human_bytes, names)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(count) < 1000 or unit == "TB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    return f"{count:.1f} TB"
 
 
 def count_text(value: Number | Count, names: dict[UnknownLoop, str] | None = None, number=number_text) -> str:
