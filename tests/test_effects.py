@@ -42,3 +42,22 @@ def test_functions_of_top_level_branches_are_the_modules_unless_defined_twice():
         "def g():\n    def inner():\n        pass\n"
     ))
     assert sorted(facts.functions) == ["extract", "fallback", "g"]
+
+
+@pytest.mark.parametrize("line", [
+    "noise = torch.randn(768) * 0.5",
+    "torch.manual_seed(0)",
+    "index = np.random.randint(0, 10)",
+    "weights = torch.empty(4).normal_()",
+    "draw = F.dropout(x, p=0.1)",
+])
+def test_a_draw_from_a_process_wide_random_generator_stays_on_the_client(line):
+    source = "import torch\nimport numpy as np\nimport torch.nn.functional as F\nx = torch.ones(3)\n" + line + "\n"
+    module = cst.parse_module(source)
+    problems = ServerCheck(analyze(module)).problems(module.body[-1])
+    assert any("random generator" in p.message for p in problems), [p.message for p in problems]
+
+
+def test_a_tensor_made_without_randomness_may_go_to_the_server():
+    module = cst.parse_module("import torch\nzeros = torch.zeros(768) * 0.5\n")
+    assert ServerCheck(analyze(module)).problems(module.body[-1]) == []

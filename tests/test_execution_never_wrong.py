@@ -259,3 +259,32 @@ def test_a_name_the_loop_binds_only_sometimes_keeps_its_state_after_the_session(
     result, report = optimized_and_verified(SOMETIMES_BOUND.replace("CONDITION", condition), family)
     assert report.after.requests == 1, report.to_text()
     assert "except NameError:" in result.code, result.code
+
+
+# noise drawn on the client from a seeded generator before each trace: moved into a
+# session it would be drawn from NDIF's generator (the emulated server has its own, as
+# NDIF does); the draws stay on the client, before the session, in the same order
+SEEDED_NOISE = '''
+import torch
+from nnsight import LanguageModel
+
+torch.manual_seed(0)
+model = LanguageModel("REPO")
+scores = []
+for trial in range(3):
+    noise = torch.randn(model.config.hidden_size) * 0.5  # a corruption of the first tokens
+    with model.trace("The Eiffel Tower is in", remote=True):
+        LAYERS[0].output[0, :2] += noise
+        p = model.lm_head.output[0, -1].softmax(-1).max().save()
+    scores.append(p.item())
+print(scores)
+'''
+
+
+@both
+def test_noise_drawn_from_a_seeded_generator_stays_on_the_client(family):
+    result, report = optimized_and_verified(SEEDED_NOISE, family)
+    assert report.after.requests == 1, report.to_text()
+    lines = [line.strip() for line in result.code.splitlines()]
+    assert lines.index("with model.session(remote=True):") > max(
+        i for i, line in enumerate(lines) if line.startswith("noise = torch.randn")), result.code

@@ -631,3 +631,47 @@ def test_import_error_without_nnsight_is_clear():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert "install the verify extra: pip install torch==2.13.0 'ndif-opt[verify]'" in out.stdout, out.stderr
+
+
+SEEDED_DRAW = """
+import torch
+from nnsight import LanguageModel
+
+torch.manual_seed(0)
+model = LanguageModel("openai-community/gpt2")
+scores = []
+for trial in range(2):
+    noise = torch.randn(model.config.n_embd)
+    with model.trace("The Eiffel Tower is in", remote=True):
+        model.transformer.wte.output[0, :2] += noise
+        p = model.lm_head.output[0, -1].softmax(-1).max().save()
+    scores.append(p.item())
+"""
+
+# the same draws moved into the session: on NDIF they come from the server's generator,
+# where the client's seed does not apply
+SEEDED_DRAW_ON_THE_SERVER = """
+import torch
+from nnsight import LanguageModel
+
+torch.manual_seed(0)
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    scores = list().save()
+    for trial in range(2):
+        noise = torch.randn(model.config.n_embd)
+        with model.trace("The Eiffel Tower is in"):
+            model.transformer.wte.output[0, :2] += noise
+            p = model.lm_head.output[0, -1].softmax(-1).max()
+        scores.append(p.item())
+"""
+
+
+def test_the_server_draws_from_its_own_random_generator():
+    report = verify_sources(script(SEEDED_DRAW), script(SEEDED_DRAW_ON_THE_SERVER), filename="seeded.py",
+                            atol=1e-6, rtol=1e-6, ignore_missing=("noise", "p", "trial"))
+    assert not report.intended_ok, report.to_text()
+    assert any("scores" in line for line in report.to_text().splitlines() if "mismatch" in line), report.to_text()
+    # and the client's stream is the client's: the draws it makes itself are unchanged
+    again = verify_sources(script(SEEDED_DRAW), script(SEEDED_DRAW), filename="seeded.py", atol=0.0, rtol=0.0)
+    assert again.intended_ok, again.to_text()

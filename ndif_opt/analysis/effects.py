@@ -56,6 +56,39 @@ VALUE_FUNCTIONS = frozenset(
         "os.path.join", "os.path.basename", "os.path.dirname", "os.path.exists",
     }
 )
+# Draws from (or seeds) a process-wide random generator: on the server the draw comes
+# from NDIF's generator, where the client's seed does not apply (a seeded run would no
+# longer be reproducible, nor equal to the script run locally): they stay on the client.
+# `numpy.random.*` and `torch.nn.init.*` count whole (RANDOM_MODULES).
+RANDOM_FUNCTIONS = frozenset(
+    {
+        "torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.rand_like",
+        "torch.randn_like", "torch.randint_like", "torch.normal", "torch.bernoulli",
+        "torch.multinomial", "torch.poisson", "torch.manual_seed", "torch.seed",
+        "torch.set_rng_state", "torch.random.manual_seed", "torch.random.seed",
+        "torch.nn.functional.dropout", "torch.nn.functional.dropout1d", "torch.nn.functional.dropout2d",
+        "torch.nn.functional.dropout3d", "torch.nn.functional.alpha_dropout",
+        "torch.nn.functional.feature_alpha_dropout", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all",
+    }
+)
+RANDOM_MODULES = ("numpy.random.", "torch.nn.init.")
+# Tensor methods that fill a tensor with random draws in place.
+RANDOM_METHODS = frozenset(
+    {"normal_", "uniform_", "random_", "bernoulli_", "exponential_", "geometric_", "log_normal_", "cauchy_"}
+)
+
+
+def draws_randomness(path: str) -> bool:
+    """Does a call of ``path`` (a qualified name) draw from, or seed, a process-wide
+    random generator?"""
+    return path in RANDOM_FUNCTIONS or path.startswith(RANDOM_MODULES)
+
+
+def _random_message(what: str) -> str:
+    return (f"calls `{what}`, which draws from your machine's random generator: on the server it would draw "
+            "from NDIF's, where your seed does not apply")
+
+
 # Methods that write files or draw: on an unknown object they mean a client effect.
 EFFECT_METHODS = frozenset(
     {
@@ -356,6 +389,10 @@ class _Checker(cst.CSTVisitor):
             self._add("client-object", f"calls `{name}`, which exists only on your machine", node)
 
     def _check_attribute_call(self, func: cst.Attribute, path: str | None, node: cst.Call) -> None:
+        if func.attr.value in RANDOM_METHODS and type(func.value) not in (cst.Name, cst.Attribute):
+            # a tensor made by a call, filled with draws (`torch.empty(4).normal_()`)
+            self._add("module", _random_message(f".{func.attr.value}()"), node)
+            return
         root = root_name(func)
         if root is not None and root in self.facts.imports:
             self._check_module_path(path or self.facts.imports[root], node)
@@ -365,8 +402,13 @@ class _Checker(cst.CSTVisitor):
             return
         if func.attr.value in EFFECT_METHODS:
             self._add("effect", f"calls `.{func.attr.value}()`, which acts on your machine", node)
+        elif func.attr.value in RANDOM_METHODS:
+            self._add("module", _random_message(f".{func.attr.value}()"), node)
 
     def _check_module_path(self, path: str, node: cst.Call) -> None:
+        if draws_randomness(path):
+            self._add("module", _random_message(path), node)
+            return
         root = path.split(".")[0]
         module, _, function = path.rpartition(".")
         shipped = self.check.shipped_module(module) if module else None

@@ -421,6 +421,9 @@ class Release08:
 # ---------------------------------------------------------------------------
 
 _server = threading.local()  # .active: True while a thread runs a request server-side
+#: the seed of the emulated server's random generators: any fixed value other than the
+#: seeds scripts use, so that a draw moved from the client to the server shows
+SERVER_SEED = 987_654_321
 
 
 def _in_server() -> bool:
@@ -441,6 +444,7 @@ class EmulatedNDIF:
         self.release = nnsight_release()
         self.rules = ServerRules()
         self._patches: Optional[Patches] = None
+        self._server_random: Optional[tuple[Any, Any]] = None  # the server's generator states
 
     # -- patching -----------------------------------------------------------
 
@@ -526,7 +530,8 @@ class EmulatedNDIF:
                     restored = self.release.deserialize(model, payload)
                 if env:
                     model._remoteable_set_env(env)
-                with contextlib.redirect_stdout(logs), count_calls(counter), self.rules.executing():
+                with contextlib.redirect_stdout(logs), count_calls(counter), self.rules.executing(), \
+                        self._server_generators():
                     saves = self.release.execute(restored)
             record.saved = {name: summarize(value) for name, value in saves.items()}
             buffer = io.BytesIO()
@@ -554,6 +559,28 @@ class EmulatedNDIF:
             record.forward_passes = counter.forward_passes
             record.layer_calls = counter.layer_calls
             record.seconds = time.perf_counter() - started
+
+    @contextlib.contextmanager
+    def _server_generators(self) -> Iterator[None]:
+        """The server process's own random generators (torch's and NumPy's global ones):
+        a draw in a request continues the server's stream, from one request to the next,
+        never the client's, and the client's seed does not apply there, as on NDIF. (The
+        client waits while its request runs: swapping the process-wide states is safe.)"""
+        import numpy
+
+        client = (torch.get_rng_state(), numpy.random.get_state())
+        if self._server_random is None:
+            torch.manual_seed(SERVER_SEED)
+            numpy.random.seed(SERVER_SEED)
+        else:
+            torch.set_rng_state(self._server_random[0])
+            numpy.random.set_state(self._server_random[1])
+        try:
+            yield
+        finally:
+            self._server_random = (torch.get_rng_state(), numpy.random.get_state())
+            torch.set_rng_state(client[0])
+            numpy.random.set_state(client[1])
 
     # -- summaries ----------------------------------------------------------
 

@@ -873,7 +873,7 @@ def _writes_files(items: list[_Item], splitter: _Splitter) -> cst.CSTNode | None
 
 def _check_prepared(item: _Item, known: set[str], changed: set[str], read_before: set[str], splitter) -> None:
     reads = set(exposed_reads([item.stmt])) - known
-    moved = reads & changed
+    moved = {name for name in reads & changed if not _only_intervened_on(name, splitter)}
     if moved:
         raise Refused(
             f"`{_first_line(item.stmt)}` must run on your machine, the remote part needs what it computes, and it "
@@ -882,6 +882,17 @@ def _check_prepared(item: _Item, known: set[str], changed: set[str], read_before
     early = set(collect(item.stmt).binds) & read_before
     if early:
         raise Refused(f"`{sorted(early)[0]}` is read before the line that must run on your machine first binds it")
+
+
+def _only_intervened_on(name: str, splitter: _Splitter) -> bool:
+    """Is ``name`` a model that the region changes only inside its nnsight blocks
+    (`model.layers[0].output[:] = 0`)? Such a write is an intervention on one forward
+    pass, not a change of the object the client reads (`model.config.n_embd`)."""
+    facts = splitter.facts
+    if name not in facts.models:
+        return False
+    bodies = tuple(block.node.body for block in facts.blocks)
+    return not any(name in collect(stmt, skip=bodies).mutates for stmt in splitter.statements)
 
 
 def _yours(item: _Item, splitter: _Splitter) -> set[str]:
