@@ -131,3 +131,21 @@ def test_the_editor_proposes_on_the_file_as_it_is():
     hoisted = next(f for f in result.findings if f.pass_id == "session-hoisting")
     assert diagnostic_message(hoisted).startswith("would wrap this loop in one session")
 
+
+
+def test_an_applied_unsafe_fix_says_what_it_gives_up():
+    source = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+scores = []
+for layer in range(3):
+    with model.trace("Hello world", remote=True):
+        n = model.transformer.h[layer].output.norm().save()
+    scores.append(round(n.item(), 2))
+    print(f"layer {layer}: scores so far {scores}")
+'''
+    result = optimize(source, unsafe_fixes=True)
+    hoisted = [f for f in result.findings if f.pass_id == "session-hoisting" and f.applied]
+    assert hoisted and "`print` output now goes to the server's log, not your screen" in hoisted[0].message, \
+        [f.message for f in result.findings]

@@ -624,7 +624,7 @@ class SessionHoisting(Pass):
         safety = Safety.UNSAFE if unsafe else Safety.SAFE
         counted = self._counted(region, facts, context)
         caller = self._hoisted_caller(region, facts)
-        message = _hoisted_message(region, facts, accumulators, counted, caller)
+        message = _hoisted_message(region, facts, accumulators, counted, caller) + _unsafe_note(unsafe)
         context.applied(anchor, message + _let_go_note(region, facts, let_go), safety,
                         evidence=f"{region.model}.session(", requests=None if caller else request_claim(counted))
         return True
@@ -1518,6 +1518,17 @@ def _unsafe_reason(problem: Problem) -> str:
     if problem.kind == "print":
         return "the loop prints: inside a session `print` becomes a server log line (use --unsafe-fixes to accept)"
     return "the loop shows a progress bar, which a session would drop (use --unsafe-fixes to accept)"
+
+
+def _unsafe_note(unsafe: list[Problem]) -> str:
+    """What an applied unsafe fix gives up, said where it is applied (`--unsafe-fixes`)."""
+    kinds = {p.kind for p in unsafe}
+    notes = []
+    if "print" in kinds:
+        notes.append(f"its `print` output {tense('now goes', 'would go')} to the server's log, not your screen")
+    if "progress" in kinds:
+        notes.append(f"its progress bar {tense('is', 'would be')} dropped")
+    return "".join(f"; {note}" for note in notes)
 
 
 class _UnwrapProgress(cst.CSTTransformer):
