@@ -580,3 +580,35 @@ def test_an_added_import_after_statements_that_do_nothing_is_placed_alike_window
     whole = pipeline._run_module(source, Options())
     assert whole.code.splitlines()[2:4] == ["from nnsight import LanguageModel", "import nnsight"], whole.code
     assert windowed.code == whole.code
+
+
+def test_a_definition_inside_a_window_is_not_its_prelude_too():
+    # `def main` is context (a plain helper) standing between the experiments a window
+    # joins: it is the window's own text, not also a prelude statement (analysed twice,
+    # a finding of it came out a second time, on the blank line where the window starts)
+    source = textwrap.dedent('''\
+        """A probe over layers."""
+        from tqdm import tqdm
+        ROWS = [("good", 1), ("bad", 0)]
+
+        def collect(model, rows, layer, remote=True):
+            feats = []
+            for text, label in tqdm(rows, desc=f"layer {layer}"):
+                with model.trace(text, remote=remote):
+                    feats.append(model.transformer.h[layer].output[0, -1].save())
+            return feats
+        def main(model):
+            for layer in [0, 1]:
+                collect(model, ROWS, layer)
+        if __name__ == "__main__":
+            main(None)
+        ''')
+    plan = plan_of(source)
+    assert plan is not None
+    for window in plan.windows:
+        assert not any(plan.chunks[i].start >= window.start and plan.chunks[i].end <= window.end
+                       for i in window.prelude), window
+    windowed = pipeline.run_pipeline(source, Options())
+    whole = pipeline.whole_module(source, Options())
+    assert [(f.pass_id, f.range) for f in windowed.findings] == [(f.pass_id, f.range) for f in whole.findings]
+    _windowed_equals_whole(source)

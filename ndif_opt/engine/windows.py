@@ -1184,6 +1184,9 @@ def _windows(chunks: list[Chunk], is_context: list[bool], groups: list[int], con
         for name in needed:
             prelude.add(binder_of[name])
         prelude |= {i for i in setups if i < first and chunks[i].mutated & needed}
+        # context inside the span is the window's own text already (a `def` between its
+        # experiments): in the prelude too, its statements would be analysed twice
+        prelude = {i for i in prelude if not first <= i <= last}
         if first == last and first in (helpers or {}).values():
             active = False  # a shared helper: the windows that call it optimize it
         else:
