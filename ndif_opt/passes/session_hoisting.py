@@ -48,7 +48,11 @@ a module name the session computes gets it as an argument (`def f(x, *, vec)`), 
 every call of it in the file is one the session makes after binding the name. It is not applied (and says why) when the code that must stay
 on your machine feeds the remote part, when a record could not hold what a line would
 have seen, when the moved code declares ``global`` or calls a helper that cannot run in
-a session. A retry around a request goes around the whole session. A ``try`` that
+a session. A retry around a request goes around the whole session, and gives up after
+its last attempt as the original did (``if _ndif_attempt == MAX_ATTEMPTS - 1: raise``: the
+last attempt of ``range(stop)`` computed again where the session failed, so ``stop`` must
+be a constant, or a name or attribute the loop leaves alone; otherwise the retry, and the
+loop, are left as they are). A ``try`` that
 handles each request's failure on its own also guards the session: should the session
 fail, the code runs as written (``except Exception:`` around the session), so a failing
 request is still handled per iteration; the ``try`` is refused when code inside it runs
@@ -102,7 +106,7 @@ from ndif_opt.analysis.remote_functions import (
     with_keyword_parameters,
 )
 from ndif_opt.analysis.opaque import blocks_through_names, callback_loops, code_strings
-from ndif_opt.analysis.retries import PortableRetry, portable_retry, retry_guard
+from ndif_opt.analysis.retries import PortableRetry, code_changing, portable_retry, retry_guard
 from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.cost_model import RegionRequests, explain
 from ndif_opt.output.wording import claim_text, counted_with_loops, symbols, tense
@@ -520,24 +524,29 @@ class SessionHoisting(Pass):
         session (a failure then retries the whole session); the reason it cannot be."""
         module_names = facts.once("session-hoisting:module-binds", lambda: set(collect(facts.module).binds))
         attempt = fresh_name("_ndif_attempt", self._taken(facts))
+        # what may change while the session runs: the retry gives up on its last attempt,
+        # computed again after the session failed
+        functions = facts.once("session-hoisting:all-functions",
+                               lambda: find_nodes(facts.module, lambda n: type(n) is cst.FunctionDef))
+        changing = code_changing(region.statements, functions)
         for call, helper in region.helper_calls:
             wrapper = helper.wrapper_of(call)
             if wrapper is not None:
                 passed = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
-                return portable_retry(wrapper.guard, wrapper.func, passed, module_names, attempt)
+                return portable_retry(wrapper.guard, wrapper.func, passed, module_names, attempt, changing)
             if helper.retry is not None:
                 passed = {}
                 for name in helper.positions():
                     value = helper.argument(call, name)
                     if value is not None:
                         passed[name] = value
-                return portable_retry(helper.retry, helper.func, passed, module_names, attempt)
+                return portable_retry(helper.retry, helper.func, passed, module_names, attempt, changing)
         bound_inside = set(collect_all(region.statements).binds)
         for stmt in region.statements:
             for loop in find_nodes(stmt, lambda n: type(n) is cst.For):
                 guard = retry_guard(loop, facts)
                 if guard is not None:
-                    return portable_retry(guard, None, {}, module_names - bound_inside, attempt)
+                    return portable_retry(guard, None, {}, module_names - bound_inside, attempt, changing)
         return None
 
     def _taken(self, facts: Facts) -> set[str]:
@@ -2398,6 +2407,72 @@ for _ndif_attempt in range(3):  # the requests' retry, now around the whole sess
             raise
 print(len(outs))
 """,
+    ),
+    Case(
+        name="retry counted by a name: it gives up after its last attempt, computed again",
+        before="""\
+import time
+from nnsight import LanguageModel
+
+MAX_ATTEMPTS = 3
+model = LanguageModel("openai-community/gpt2")
+outs = []
+for prompt in ["a", "b"]:
+    for attempt in range(MAX_ATTEMPTS):
+        try:
+            with model.trace(prompt, remote=True):
+                outs.append(model.lm_head.output.save())
+            break
+        except ConnectionError:
+            time.sleep(2 ** attempt)
+print(len(outs))
+""",
+        after="""\
+import time
+from nnsight import LanguageModel
+
+MAX_ATTEMPTS = 3
+model = LanguageModel("openai-community/gpt2")
+for _ndif_attempt in range(MAX_ATTEMPTS):  # the requests' retry, now around the whole session
+    try:
+        with model.session(remote=True):
+            outs = list().save()
+            for prompt in ["a", "b"]:
+                for attempt in range(MAX_ATTEMPTS):
+                    try:
+                        with model.trace(prompt):
+                            outs.append(model.lm_head.output)
+                        break
+                    except ConnectionError:
+                        time.sleep(2 ** attempt)
+        break
+    except ConnectionError:
+        time.sleep(2 ** _ndif_attempt)
+        if _ndif_attempt == MAX_ATTEMPTS - 1:
+            raise
+print(len(outs))
+""",
+    ),
+    Case(
+        name="retry whose last attempt cannot be computed again: left as it is",
+        before="""\
+import time
+from nnsight import LanguageModel
+
+DELAYS = [1, 2, 4]
+model = LanguageModel("openai-community/gpt2")
+outs = []
+for prompt in ["a", "b"]:
+    for attempt in range(len(DELAYS)):
+        try:
+            with model.trace(prompt, remote=True):
+                outs.append(model.lm_head.output.save())
+            break
+        except ConnectionError:
+            time.sleep(DELAYS[attempt])
+print(len(outs))
+""",
+        reason="around the session it would never give up",
     ),
     Case(
         name="local traces stay local",
