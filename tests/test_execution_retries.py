@@ -182,6 +182,7 @@ FEWER = "\n\ndef fewer():\n    global MAX_ATTEMPTS\n    MAX_ATTEMPTS -= 1\n\n\n"
     # (a name or attribute the loop itself changes is refused before: the session's place
     # cannot read it, or the loop changes an object that stays on your machine)
     ("range(MAX_ATTEMPTS)", "MAX_ATTEMPTS = len(prompt)", "counts its attempts with `MAX_ATTEMPTS`"),
+    ("range(settings.tries)", "settings.tries = len(prompt)", "changes or reads `settings`"),
 ])
 def test_a_retry_whose_last_attempt_cannot_be_computed_again_is_not_rewritten(attempts, changed, said):
     source = _retry_script(attempts, "" if changed == FEWER else changed)

@@ -13,8 +13,8 @@ values the remote work reads (a steering vector built with numpy and json, a pro
 formatted by a library NDIF lacks or read from a file), runs before the session instead,
 in the same order, and the session takes its values in turn. An object the session cannot take (``self``,
 a dict the caller passed in) stays on your machine: the session computes the values,
-the replay stores them. Values the script reads after the loop come back; what the
-methods it calls store on ``self`` comes back too, unless only methods the session runs
+the replay stores or appends them (``self.records.append(self.probe(p))``). Values the
+script reads after the loop come back; what the methods it calls store on ``self`` comes back too, unless only methods the session runs
 read it (the class has no bases or decorators, and neither ``self`` nor an instance is
 handed to other code): then it stays on the server.
 
@@ -2171,6 +2171,52 @@ def sweep(prompts, results):
             _ndif_rows.append((p, results_value))
     for p, results_value in _ndif_rows:
         results[p] = results_value
+""",
+    ),
+    Case(
+        name="results appended to a list on `self`: the session computes them, the replay appends",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+class Sweep:
+    def __init__(self):
+        self.records = []
+
+    def probe(self, prompt):
+        with model.trace(prompt, remote=True):
+            top = model.lm_head.output[0, -1].argmax().item().save()
+        return top
+
+    def run(self, prompts):
+        for p in prompts:
+            self.records.append(self.probe(p))
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+class Sweep:
+    def __init__(self):
+        self.records = []
+
+    def probe(self, prompt, remote=True):
+        with model.trace(prompt, remote=remote):
+            top = model.lm_head.output[0, -1].argmax().item().save()
+        return top
+
+    def run(self, prompts):
+        with model.session(remote=True):
+            _ndif_rows = list().save()  # one record per iteration, replayed after the session
+            for p in prompts:
+                probe_result = self.probe(p, remote=False)
+                _ndif_rows.append(probe_result)
+        for probe_result in _ndif_rows:
+            self.records.append(probe_result)
 """,
     ),
     Case(
