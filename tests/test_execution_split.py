@@ -739,3 +739,75 @@ def test_a_part_reading_a_value_that_changes_before_the_iteration_ends_is_not_re
     report = verify_result(source, result, filename="script.py")
     assert report.intended_ok, report.to_text() + "\n" + result.code
     assert not report.errors["optimized"], report.errors
+
+
+@both
+def test_a_method_that_appends_what_another_methods_trace_returns_to_self(family):
+    # `self` stays on your machine: the session computes `self.logit(layer)` and the
+    # replay appends it to `self.records`. The split crashed building the path of
+    # `self.records.append(...)` (CSTValidationError: Cannot have empty SubscriptElement),
+    # reported as an internal error at 1:1
+    result, _ = check(
+        '''
+        from nnsight import LanguageModel
+
+
+        class Sweep:
+            def __init__(self):
+                self.model = LanguageModel("REPO")
+                self.records = []
+
+            def logit(self, layer):
+                with self.model.trace("The cat sat on the", remote=True):
+                    value = SELFLAYERS[layer].output[0, -1].norm().save()
+                return value
+
+            def run(self, layers):
+                for layer in layers:
+                    self.records.append(self.logit(layer))
+
+
+        sweep = Sweep()
+        sweep.run([0, 1, 0])
+        print([round(r.item(), 4) for r in sweep.records])
+        ''',
+        family,
+    )
+    assert "self.records.append(" in result.code.split("with self.model.session")[1].split("_ndif_rows:")[1]
+    [found] = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert (found.range.start.line, found.range.start.character) == (15, 8), found  # `for layer in layers:`
+
+
+@both
+def test_a_loop_that_fills_a_dataframe_and_a_defaultdict_and_stops_early(family):
+    # the data frame stays on your machine (its rows are replayed); `log[...].append(...)`
+    # beside it crashed the split, as above
+    result, _ = check(
+        '''
+        from collections import defaultdict
+
+        import pandas as pd
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        log = defaultdict(list)
+        df = pd.DataFrame(columns=["layer", "rank"])
+        first_hit = None
+        for layer in range(4):
+            with model.trace("The Eiffel Tower is in the city of", remote=True):
+                logits = model.lm_head(LAYERS[layer].output)
+                rank = (logits[0, -1] > logits[0, -1, 7]).sum().save()
+            log["layer"].append(layer)
+            log["rank"].append(int(rank))
+            df.loc[len(df)] = [layer, int(rank)]
+            if rank.item() < 0 or layer == 2:
+                first_hit = layer
+                print(f"stopped at layer {layer}")
+                break
+        print(first_hit, dict(log), len(df))
+        ''',
+        family,
+    )
+    assert "df.loc[len(df)]" in result.code.split("with model.session")[1].split("_ndif_rows:")[1]
+    [found] = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert found.range.start.line == 10, found  # `for layer in range(4):`

@@ -238,15 +238,19 @@ class PortableRetry:
     attempt: str
     iter: cst.BaseExpression
     handlers: tuple[cst.ExceptHandler, ...]
-    last: int | None  # the last attempt's value, when it can be computed
+    last: str | None  # the code of the last attempt's value (`2`, `MAX_ATTEMPTS - 1`), when it has one
 
     def around(self, session: cst.BaseStatement) -> cst.For:
-        """``session`` under this retry: the next attempt runs it again from the start."""
-        handlers = self.handlers
-        if not any(_raises(h) for h in handlers):
-            # the original gave up after its loop; here the last failure goes on
-            give_up = cst.parse_statement(f"if {self.attempt} == {self.last}:\n    raise\n")
-            handlers = tuple(h.with_changes(body=h.body.with_changes(body=[*h.body.body, give_up])) for h in handlers)
+        """``session`` under this retry: the next attempt runs it again from the start.
+        The original gave up on a request after its last attempt and went on; here every
+        handler that may go on after the last attempt raises the last failure itself (`if
+        attempt == last: raise`), so the loop never ends without the session having run: the code
+        after it (a replay of what the session recorded, or the code as written should the
+        session fail) always sees a session that ran, or the error."""
+        handlers = tuple(
+            _giving_up(h, self.attempt, self.last) if _needs_give_up(h, self.attempt, self.last) else h
+            for h in self.handlers
+        )
         guarded = self.guard.guarded.with_changes(
             body=cst.IndentedBlock(body=[session.with_changes(leading_lines=[]), cst.parse_statement("break\n")]),
             handlers=handlers,
@@ -266,12 +270,15 @@ def portable_retry(
     passed: dict[str, cst.BaseExpression],
     available: set[str],
     attempt: str,
+    changing: Changing | None = None,
 ) -> PortableRetry | str:
     """The guard as it can stand around a session, or why it cannot. ``func`` is the
     function the guard is in (None: the guard is in the moved code itself); ``passed``
     holds the arguments the call gave its parameters; ``available`` the names the
-    session's place can read. A handler line that reads anything else (the prompt of
-    the failed request, say) is left out: the session has no single request to name."""
+    session's place can read; ``changing`` what the code the retry goes around may
+    rebind (its last attempt is computed again after that code ran). A handler line
+    that reads anything else (the prompt of the failed request, say) is left out: the
+    session has no single request to name."""
     params = {} if func is None else _parameters(func)
     exception_names = {h.name.name.value for h in guard.guarded.handlers
                        if h.name is not None and isinstance(h.name.name, cst.Name)}
@@ -305,7 +312,42 @@ def portable_retry(
         handlers.append(handler.with_changes(body=cst.IndentedBlock(body=kept or [cst.parse_statement("pass\n")])))
     iterable = guard.loop.iter.visit(_Substitute(values))
     handlers = tuple(h.visit(_Substitute(values)) for h in handlers)
-    return PortableRetry(guard=guard, attempt=attempt, iter=iterable, handlers=handlers, last=_last_of_range(iterable))
+    last = last_of_range(iterable, changing or Changing())
+    if last is None and any(_needs_give_up(h, attempt, None) for h in handlers):
+        return (
+            f"the retry (`{guard.header}`) gives up after an attempt whose number cannot be computed again "
+            f"when the session fails (`{code_of(iterable)}` is not `range(stop)` or `range(start, stop)` "
+            "with a `stop` that is a constant, or a name or attribute the loop leaves alone): around the "
+            "session it would never give up; count the attempts with such a `range` to have it hoisted"
+        )
+    return PortableRetry(guard=guard, attempt=attempt, iter=iterable, handlers=handlers, last=last)
+
+
+@dataclass(frozen=True)
+class Changing:
+    """What the code a retry goes around may change: names it binds (and names functions
+    declare `global`), and attributes it assigns (`x.tries = 5`, by attribute name)."""
+
+    names: frozenset[str] = frozenset()
+    attributes: frozenset[str] = frozenset()
+
+
+def code_changing(statements, functions) -> Changing:
+    """What ``statements`` may change when they run, with any of ``functions`` they may
+    call: the names they bind or declare `global`/`nonlocal`, and the attributes any of
+    them assigns."""
+    names: set[str] = set()
+    attributes: set[str] = set()
+    own = {id(stmt) for stmt in statements}
+    for node in [*statements, *functions]:
+        if id(node) in own:
+            names |= set(collect(node).binds)
+        for declared in find_nodes(node, lambda n: type(n) in (cst.Global, cst.Nonlocal)):
+            names |= {item.name.value for item in declared.names}
+        for target in find_nodes(node, lambda n: type(n) in (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+            if type(target.target) is cst.Attribute:
+                attributes.add(target.target.attr.value)
+    return Changing(frozenset(names), frozenset(attributes))
 
 
 _BUILTINS = frozenset(dir(__import__("builtins")))
@@ -316,30 +358,185 @@ def _parameters(func: cst.FunctionDef) -> dict[str, cst.BaseExpression | None]:
     return {p.name.value: p.default for p in all_params(func.params)}
 
 
-def _raises(handler: cst.ExceptHandler) -> bool:
-    return bool(find_nodes(handler, lambda n: type(n) is cst.Raise))
+def _raises(node: cst.CSTNode) -> bool:
+    return bool(find_nodes(node, lambda n: type(n) is cst.Raise))
 
 
-def _last_of_range(expr: cst.BaseExpression) -> int | None:
-    """The last value of `range(...)` with constant arguments (`range(1, 3 + 1)` → 3)."""
-    import ast
+def _needs_give_up(handler: cst.ExceptHandler, attempt: str, last: str | None) -> bool:
+    """May the handler go on after the last attempt failed? Not when it ends by raising
+    (and never `continue`s), nor when the last attempt is a number and, with the attempt
+    at that number, its own branches surely raise (`if attempt < 2: sleep(5) else: raise`)."""
+    body = _statements(handler.body)
+    end = body[-1] if body else None
+    if not _continues(body) and type(end) is cst.SimpleStatementLine and type(end.body[-1]) is cst.Raise:
+        return False
+    value = _constant(cst.parse_expression(last)) if last is not None else None
+    return value is None or not _raises_at(body, attempt, value)
 
-    try:
-        tree = ast.parse(code_of(expr), mode="eval")
-    except SyntaxError:
+
+def _raises_at(statements, attempt: str, value: int) -> bool:
+    """Do ``statements``, run with ``attempt`` equal to ``value``, surely raise before
+    they end or `continue`? (A test they cannot decide: not shown.)"""
+    for stmt in statements:
+        if type(stmt) is cst.If:
+            branch = _branch_taken(stmt, attempt, value)
+            if branch is None:  # either way: it raises, or goes on to what follows unless it may `continue`
+                if _continues([stmt]):
+                    return False
+                continue
+            if _raises_at(branch, attempt, value):
+                return True
+            if _continues(branch):
+                return False
+            continue
+        if type(stmt) is not cst.SimpleStatementLine:
+            return False
+        for small in stmt.body:
+            if type(small) is cst.Raise:
+                return True
+            if type(small) is cst.Continue:
+                return False
+    return False
+
+
+def _continues(statements) -> bool:
+    return any(find_nodes(stmt, lambda n: type(n) is cst.Continue) for stmt in statements)
+
+
+def _branch_taken(stmt: cst.If, attempt: str, value: int) -> list[cst.BaseStatement] | None:
+    """The statements of the branch of ``stmt`` that runs with ``attempt`` equal to
+    ``value``; None when a test cannot be decided."""
+    truth = _truth(stmt.test, attempt, value)
+    if truth is None:
         return None
-    call = tree.body
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "range"):
-        return None
-    allowed = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.USub, ast.FloorDiv)
-    for arg in call.args:
-        if not all(isinstance(n, allowed) for n in ast.walk(arg)):
+    if truth:
+        return _statements(stmt.body)
+    orelse = stmt.orelse
+    if orelse is None:
+        return []
+    if type(orelse) is cst.If:
+        return _branch_taken(orelse, attempt, value)
+    return _statements(orelse.body)
+
+
+_COMPARISONS = {
+    cst.LessThan: lambda a, b: a < b, cst.LessThanEqual: lambda a, b: a <= b,
+    cst.GreaterThan: lambda a, b: a > b, cst.GreaterThanEqual: lambda a, b: a >= b,
+    cst.Equal: lambda a, b: a == b, cst.NotEqual: lambda a, b: a != b,
+}
+
+
+def _truth(test: cst.BaseExpression, attempt: str, value: int) -> bool | None:
+    """``test`` with ``attempt`` equal to ``value``: comparisons of integer arithmetic of
+    the attempt and constants, with `and`, `or`, `not`; None for anything else."""
+    kind = type(test)
+    if kind is cst.UnaryOperation and type(test.operator) is cst.Not:
+        inner = _truth(test.expression, attempt, value)
+        return None if inner is None else not inner
+    if kind is cst.BooleanOperation:
+        left, right = _truth(test.left, attempt, value), _truth(test.right, attempt, value)
+        if left is None or right is None:
             return None
-    try:
-        values = range(*[eval(compile(ast.Expression(a), "<retry>", "eval"), {"__builtins__": {}}) for a in call.args])
-    except (TypeError, ValueError, ZeroDivisionError):
+        return (left and right) if type(test.operator) is cst.And else (left or right)
+    if kind is not cst.Comparison:
         return None
-    return values[-1] if len(values) else None
+    left = _constant(test.left, {attempt: value})
+    for target in test.comparisons:
+        compare = _COMPARISONS.get(type(target.operator))
+        right = _constant(target.comparator, {attempt: value})
+        if compare is None or left is None or right is None:
+            return None
+        if not compare(left, right):
+            return False
+        left = right
+    return True
+
+
+def _giving_up(handler: cst.ExceptHandler, attempt: str, last: str) -> cst.ExceptHandler:
+    """``handler`` raising the failure on the last attempt: at its end, or first when it
+    may `continue` (the lines after a `continue` would not run)."""
+    give_up = cst.parse_statement(f"if {attempt} == {last}:\n    raise\n")
+    body = _statements(handler.body)
+    body = [give_up, *body] if _continues(body) else [*body, give_up]
+    if type(handler.body) is cst.IndentedBlock:
+        return handler.with_changes(body=handler.body.with_changes(body=body))
+    return handler.with_changes(body=cst.IndentedBlock(body=body))
+
+
+_ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)
+
+
+def last_of_range(expr: cst.BaseExpression, changing: Changing) -> str | None:
+    """The code of the last value `range(...)` takes, to compare an attempt with after the
+    code ``changing`` describes ran: the number when the arguments are constants
+    (`range(1, 3 + 1)` → `3`); else, for `range(stop)` and `range(start, stop)` (step 1),
+    `stop - 1` when `stop` gives the same value again — built of constants, names and
+    their attributes that code leaves alone (`range(MAX_ATTEMPTS)` → `MAX_ATTEMPTS - 1`,
+    `range(1, cfg.tries + 1)` → `cfg.tries`). None otherwise, and for an empty range."""
+    if not (type(expr) is cst.Call and type(expr.func) is cst.Name and expr.func.value == "range"):
+        return None
+    args = expr.args
+    if not 1 <= len(args) <= 3 or any(a.keyword is not None or a.star for a in args):
+        return None
+    constants = [_constant(a.value) for a in args]
+    if all(value is not None for value in constants):
+        try:
+            values = range(*constants)
+        except (TypeError, ValueError):
+            return None
+        return str(values[-1]) if len(values) else None
+    if len(args) == 3 and constants[2] != 1:
+        return None
+    stop = args[0].value if len(args) == 1 else args[1].value
+    if not _same_again(stop, changing):
+        return None
+    if type(stop) is cst.BinaryOperation and not stop.lpar and type(stop.operator) is cst.Add:
+        step = _constant(stop.right)
+        if step == 1:
+            return code_of(stop.left)  # `range(1, n + 1)`: `n`
+        if step is not None:
+            return f"{code_of(stop.left)} + {step - 1}"
+    return f"{code_of(stop)} - 1"
+
+
+def _constant(expr: cst.BaseExpression, names: dict[str, int] | None = None) -> int | None:
+    """The value of an integer expression of literals (`3`, `2 * 4 + 1`, `-1`), and of
+    the ``names`` given a value."""
+    kind = type(expr)
+    if kind is cst.Integer:
+        return int(expr.evaluated_value)
+    if kind is cst.Name:
+        return (names or {}).get(expr.value)
+    if kind is cst.UnaryOperation and type(expr.operator) is cst.Minus:
+        value = _constant(expr.expression, names)
+        return None if value is None else -value
+    if kind is cst.BinaryOperation and type(expr.operator) in _ARITHMETIC:
+        left, right = _constant(expr.left, names), _constant(expr.right, names)
+        if left is None or right is None:
+            return None
+        if type(expr.operator) is cst.FloorDivide:
+            return None if right == 0 else left // right
+        return {cst.Add: left + right, cst.Subtract: left - right, cst.Multiply: left * right}[type(expr.operator)]
+    return None
+
+
+def _same_again(expr: cst.BaseExpression, changing: Changing) -> bool:
+    """Does ``expr`` give the same value when evaluated again after the code ``changing``
+    describes ran? Constants, names it does not rebind, their attributes it does not
+    assign, and arithmetic of those (no call, no subscript: either may read what changed)."""
+    kind = type(expr)
+    if kind is cst.Integer:
+        return True
+    if kind is cst.Name:
+        return expr.value not in changing.names
+    if kind is cst.Attribute:
+        return expr.attr.value not in changing.attributes and _same_again(expr.value, changing)
+    if kind is cst.UnaryOperation:
+        return type(expr.operator) in (cst.Minus, cst.Plus) and _same_again(expr.expression, changing)
+    if kind is cst.BinaryOperation:
+        return type(expr.operator) in _ARITHMETIC and _same_again(expr.left, changing) and \
+            _same_again(expr.right, changing)
+    return False
 
 
 class _Substitute(cst.CSTTransformer):

@@ -13,8 +13,8 @@ values the remote work reads (a steering vector built with numpy and json, a pro
 formatted by a library NDIF lacks or read from a file), runs before the session instead,
 in the same order, and the session takes its values in turn. An object the session cannot take (``self``,
 a dict the caller passed in) stays on your machine: the session computes the values,
-the replay stores them. Values the script reads after the loop come back; what the
-methods it calls store on ``self`` comes back too, unless only methods the session runs
+the replay stores or appends them (``self.records.append(self.probe(p))``). Values the
+script reads after the loop come back; what the methods it calls store on ``self`` comes back too, unless only methods the session runs
 read it (the class has no bases or decorators, and neither ``self`` nor an instance is
 handed to other code): then it stays on the server.
 
@@ -48,7 +48,14 @@ a module name the session computes gets it as an argument (`def f(x, *, vec)`), 
 every call of it in the file is one the session makes after binding the name. It is not applied (and says why) when the code that must stay
 on your machine feeds the remote part, when a record could not hold what a line would
 have seen, when the moved code declares ``global`` or calls a helper that cannot run in
-a session. A retry around a request goes around the whole session. A ``try`` that
+a session. A loop whose own remote work no session can take — traces of two models (a
+session runs one), two remote flags, a session in each iteration, a trace on your machine
+among remote ones — is left with one finding that names it and what to change. A retry
+around a request goes around the whole session, and gives up after its last attempt as
+the original did (``if _ndif_attempt == MAX_ATTEMPTS - 1: raise``: the last attempt of
+``range(stop)`` computed again where the session failed, so ``stop`` must be a constant,
+or a name or attribute the loop leaves alone; otherwise the retry, and the loop, are left
+as they are). A ``try`` that
 handles each request's failure on its own also guards the session: should the session
 fail, the code runs as written (``except Exception:`` around the session), so a failing
 request is still handled per iteration; the ``try`` is refused when code inside it runs
@@ -78,6 +85,7 @@ from ndif_opt.analysis.names import (
     free_reads,
     fresh_name,
     returned_name,
+    target_names,
 )
 from ndif_opt.analysis.regions import (
     Accumulator,
@@ -101,7 +109,7 @@ from ndif_opt.analysis.remote_functions import (
     with_keyword_parameters,
 )
 from ndif_opt.analysis.opaque import blocks_through_names, callback_loops, code_strings
-from ndif_opt.analysis.retries import PortableRetry, portable_retry, retry_guard
+from ndif_opt.analysis.retries import PortableRetry, code_changing, portable_retry, retry_guard
 from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.cost_model import RegionRequests, explain
 from ndif_opt.passes.base import Case, Context, Pass
@@ -191,11 +199,20 @@ class Kind:
     problems: list[Problem] = field(default_factory=list)
     why: str = ""
     helper_calls: list[tuple[cst.Call, RemoteHelper]] = field(default_factory=list)
+    # a loop whose own remote work stops it: (what it sends to, why no session takes it),
+    # for the one finding a loop left as it is gets (see _name_the_stopped_loops)
+    stops: tuple[str, str] | None = None
 
 
 class SessionHoisting(Pass):
     __doc__ = __doc__
     explains = True
+    # has a run of this pass (one instance per module's optimization) rewritten the tree?
+    # Until then every session in it is the user's or another pass's (in a loop over an
+    # `_ndif_` name): a user's loop of them gets a finding; after, a session may be one it
+    # wrote around a loop's inner loop, and the reason the loop was refused in the round
+    # before still stands (the pipeline keeps it)
+    wrote = False
     fix_safety = ("safe; dropping a `tqdm` bar (instead of replaying it) or moving a `print` to the server "
                   "log is unsafe")
 
@@ -207,11 +224,14 @@ class SessionHoisting(Pass):
         self.rewritten_helpers: dict[str, RemoteHelper] = {}
         self.passed_functions: dict[str, tuple[str, ...]] = {}  # function -> module names it now takes
         self.needs_nnsight_import = False
+        # loops their own remote work keeps from a session (two models, say): id -> (loop, why)
+        self.stopped: dict[int, tuple[cst.CSTNode, tuple[str, str]]] = {}
         for suite in _suites_outermost_first(facts):
             if _inside(facts, suite, claimed):
                 continue
             for region in self._regions(suite, facts, context):
                 self._plan_or_parts(region, facts, context, plan, claimed)
+        self._name_the_stopped_loops(facts, context, mark)
         _drop_nested_repeats(context.findings, mark)
         _name_the_unseen(facts, context)
         for name in dict.fromkeys([*self.rewritten_helpers, *self.passed_functions]):
@@ -227,6 +247,7 @@ class SessionHoisting(Pass):
                          lambda _s, h=helper, f=func, p=passed: [_as_the_session_calls(h, f, p)])
         if not plan:
             return module
+        self.wrote = True
         module = plan.apply(module, facts)
         return with_module_import(module, "nnsight") if self.needs_nnsight_import else module
 
@@ -311,6 +332,29 @@ class SessionHoisting(Pass):
             region.counted = found
         return region.counted
 
+    def _name_the_stopped_loops(self, facts: Facts, context: Context, mark: int) -> None:
+        """One finding for each loop that sends two requests or more and that its own
+        remote work keeps from one session (its traces are of two models, take two remote
+        flags, open sessions of their own...): the outermost of nested ones only (what
+        stops the inner loop stops the outer one). It is the loop's one refusal: this
+        run's refusals of runs and loops inside it go (what stops the loop stops them
+        from becoming its session; once it is changed, they are found again)."""
+        from ndif_opt.analysis.regions import UNKNOWN_TRIPS
+
+        for loop, (what, why) in self.stopped.values():
+            if any(id(node) in self.stopped for node in facts.stmt(loop).ancestors):
+                continue
+            requests = explain(facts, context.options).region([loop])
+            if requests is None or requests.per_run(UNKNOWN_TRIPS) < 2:
+                continue
+            names, meaning = symbols(requests.sent, requests.runs)
+            sent = counted_with_loops(requests.sent, "separate remote request", names)[0]
+            message = f"this loop sends {sent}{what}{_per_call(requests)}" + (f" ({meaning})" if meaning else "")
+            refused = {id(f.node): f for f in context.findings[mark:] if f.status is Status.SKIPPED}
+            inside = {id(refused[id(n)]) for n in find_nodes(loop, lambda n, r=refused: id(n) in r) if n is not loop}
+            context.findings[mark:] = [f for f in context.findings[mark:] if id(f) not in inside]
+            context.skipped(loop, message, why)
+
     # -- finding regions ---------------------------------------------------------------
     def _regions(self, suite, facts: Facts, context: Context, wide: bool = True,
                  span: tuple[int, int] | None = None) -> list[Region]:
@@ -353,6 +397,8 @@ class SessionHoisting(Pass):
                     continue  # before a run opens, neither a barrier nor neutral code matters
                 kind = kinds[index] = self._plain_kind(suite.body[index], context, wide)
             if kind.role is Role.BARRIER:
+                if kind.stops:
+                    self.stopped.setdefault(id(suite.body[index]), (suite.body[index], kind.stops))
                 close()
             elif kind.role is Role.REMOTE and _blocking(kind.problems, context) and not (
                 wide and all(_deferrable_only(p) for p in kind.problems)
@@ -387,16 +433,26 @@ class SessionHoisting(Pass):
         if not outer:
             return None if lazy else self._plain_kind(stmt, context, wide)
         first = outer[0]
-        if any(b.method == "session" for b in outer):
-            return Kind(Role.BARRIER, why="already a session")
-        if any(b.remote.state is Remote.NO for b in outer):
-            return Kind(Role.BARRIER, why="runs a local trace")
-        if any(b.remote.via_kwargs for b in outer):
-            return Kind(Role.BARRIER, why="passes `remote=` inside `**kwargs`, which cannot move to a session")
+        loop = isinstance(stmt, (cst.For, cst.While))
+        sessions = [b for b in outer if b.method == "session"]
+        if sessions:
+            # (a loop of sessions ndif-opt wrote, chunks or a retry, names its own `_ndif_` variable)
+            users = loop and not self.wrote and not any(
+                name.startswith("_ndif_") for name in target_names(stmt.target) if isinstance(stmt, cst.For))
+            return Kind(Role.BARRIER, why="already a session", stops=users and _stopped_by_a_session(sessions[0]))
+        local = [b for b in outer if b.remote.state is Remote.NO]
+        if local:
+            return Kind(Role.BARRIER, why="runs a local trace",
+                        stops=loop and _stopped_by_a_local_trace(local[0], outer))
+        passed = [b for b in outer if b.remote.via_kwargs]
+        if passed:
+            return Kind(Role.BARRIER, why="passes `remote=` inside `**kwargs`, which cannot move to a session",
+                        stops=loop and _stopped_by_kwargs(passed[0]))
         flag_codes = {b.remote.code for b in outer}
         models = {b.model for b in outer}
         if len(flag_codes) != 1 or len(models) != 1:
-            return Kind(Role.BARRIER, why="mixes models or remote flags")
+            sends = [(b.model, b.remote.code or "False", _first_line(b.node)) for b in outer]
+            return Kind(Role.BARRIER, why="mixes models or remote flags", stops=loop and _stopped_by_mixing(sends))
         problems = context.server.problems(stmt, skip=tuple(b.node.body for b in outer))
         problems += _iteration_problems(stmt, facts)
         return Kind(
@@ -421,6 +477,7 @@ class SessionHoisting(Pass):
     def _helper_kind(self, stmt, calls, facts: Facts, context: Context) -> Kind:
         """A statement whose remote work happens in same-file functions it calls."""
         flags, models = set(), set()
+        sends = []  # (model, flag, the call's code) of each call
         for call, helper in calls:
             if helper.problems:
                 if isinstance(stmt, (cst.For, cst.While)):
@@ -447,8 +504,11 @@ class SessionHoisting(Pass):
             if model is None:
                 return Kind(Role.BARRIER, why=f"the model `{helper.name}` traces is not a plain name at this call")
             models.add(model)
+            sends.append((model, flag, code_of(call)))
         if len(flags) != 1 or len(models) != 1:
-            return Kind(Role.BARRIER, why="calls functions with different models or remote flags")
+            loop = isinstance(stmt, (cst.For, cst.While))
+            return Kind(Role.BARRIER, why="calls functions with different models or remote flags",
+                        stops=loop and _stopped_by_mixing(sends))
         flag_code = flags.pop()
         if flag_code == "False":
             return Kind(Role.BARRIER, why="runs its traces locally")
@@ -520,24 +580,29 @@ class SessionHoisting(Pass):
         session (a failure then retries the whole session); the reason it cannot be."""
         module_names = facts.once("session-hoisting:module-binds", lambda: set(collect(facts.module).binds))
         attempt = fresh_name("_ndif_attempt", self._taken(facts))
+        # what may change while the session runs: the retry gives up on its last attempt,
+        # computed again after the session failed
+        functions = facts.once("session-hoisting:all-functions",
+                               lambda: find_nodes(facts.module, lambda n: type(n) is cst.FunctionDef))
+        changing = code_changing(region.statements, functions)
         for call, helper in region.helper_calls:
             wrapper = helper.wrapper_of(call)
             if wrapper is not None:
                 passed = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
-                return portable_retry(wrapper.guard, wrapper.func, passed, module_names, attempt)
+                return portable_retry(wrapper.guard, wrapper.func, passed, module_names, attempt, changing)
             if helper.retry is not None:
                 passed = {}
                 for name in helper.positions():
                     value = helper.argument(call, name)
                     if value is not None:
                         passed[name] = value
-                return portable_retry(helper.retry, helper.func, passed, module_names, attempt)
+                return portable_retry(helper.retry, helper.func, passed, module_names, attempt, changing)
         bound_inside = set(collect_all(region.statements).binds)
         for stmt in region.statements:
             for loop in find_nodes(stmt, lambda n: type(n) is cst.For):
                 guard = retry_guard(loop, facts)
                 if guard is not None:
-                    return portable_retry(guard, None, {}, module_names - bound_inside, attempt)
+                    return portable_retry(guard, None, {}, module_names - bound_inside, attempt, changing)
         return None
 
     def _taken(self, facts: Facts) -> set[str]:
@@ -881,6 +946,8 @@ def _fewer_than_two_requests(suite, facts: Facts) -> bool:
             total += requests_in(outer, [stmt], facts)
             if total >= 2:
                 return False
+        elif outer and isinstance(stmt, (cst.For, cst.While)) and any(b.remote.state is not Remote.NO for b in outer):
+            return False  # a loop of sessions, or of local and remote traces: its finding says why it stays
     return True
 
 
@@ -1325,6 +1392,46 @@ def _name_the_unseen(facts: Facts, context: Context) -> None:
         )
 
 
+def _stopped_by_mixing(sends: list[tuple[str, str, str]]) -> tuple[str, str]:
+    """Why a loop whose traces (or calls of functions that trace) are of two models, or
+    take two remote flags, is not one session: (what it sends to, the reason); ``sends``
+    holds each one's (model, remote flag, code)."""
+    models = list(dict.fromkeys(model for model, _flag, _code in sends))
+    if len(models) > 1:
+        named = ", ".join(f"`{m}`" for m in models)
+        first = [next(code for model, _flag, code in sends if model == m) for m in models]
+        each = " and ".join(f"`{m}` (`{code}`)" for m, code in zip(models, first))
+        why = (f"not hoisted: a session runs one model, and this loop sends requests to {each}; where one "
+               "model's part does not need the other's results, give each model a loop of its own: each "
+               "loop then becomes one session")
+        return f" to {len(models)} models ({named})", why
+    flags = list(dict.fromkeys(flag for _model, flag, _code in sends))
+    first = [next(code for _model, flag, code in sends if flag == f) for f in flags]
+    each = " and ".join(f"`remote={f}` (`{code}`)" for f, code in zip(flags, first))
+    why = f"not hoisted: a session takes one remote flag, and this loop's requests take {each}; pass the same " \
+        "flag to each"
+    return f" to `{models[0]}` with {len(flags)} remote flags", why
+
+
+def _stopped_by_a_session(block: Block) -> tuple[str, str]:
+    why = f"not hoisted: `{_first_line(block.node)}` is a session already, and a session cannot open " \
+        "inside another; open it once, around the loop, to send one request"
+    return f" to `{block.model}`, opening a session in each iteration", why
+
+
+def _stopped_by_a_local_trace(block: Block, blocks: list[Block]) -> tuple[str, str]:
+    remote = next((b for b in blocks if b.remote.state is not Remote.NO), block)
+    why = f"not hoisted: `{_first_line(block.node)}` runs on your machine (it has no `remote=`), and in a " \
+        "session it would run on NDIF"
+    return f" to `{remote.model}`", why
+
+
+def _stopped_by_kwargs(block: Block) -> tuple[str, str]:
+    why = f"not hoisted: `{_first_line(block.node)}` passes `remote=` inside `**kwargs`, which a session " \
+        "cannot take from it; write `remote=...` as a keyword argument"
+    return f" to `{block.model}`", why
+
+
 def _move_definitions(region: Region, definitions: list[cst.BaseStatement], context: Context,
                       plan: SuitePlan) -> None:
     """Plan the definitions' move before the region (see :mod:`.common.definitions`)."""
@@ -1346,7 +1453,9 @@ def _move_definitions(region: Region, definitions: list[cst.BaseStatement], cont
 
 
 def _first_line(stmt: cst.BaseStatement) -> str:
-    return code_of(stmt).strip().splitlines()[0].rstrip(":")
+    """The statement's first line of code (not a comment above it), without its colon."""
+    lines = [line.strip() for line in code_of(stmt).strip().splitlines()]
+    return next((line for line in lines if line and not line.startswith("#")), lines[0] if lines else "").rstrip(":")
 
 
 def _kind_label(region: Region) -> str:
@@ -1777,6 +1886,24 @@ for prompt in ["a b", "c d"]:
     with model.trace(prompt, **KW):
         out = model.lm_head.output.save()
 """,
+        reason="passes `remote=` inside `**kwargs`, which a session cannot take from it",
+    ),
+    Case(
+        name="a loop over two models: a session runs one",
+        before="""\
+from nnsight import LanguageModel
+
+small = LanguageModel("openai-community/gpt2")
+big = LanguageModel("meta-llama/Llama-3.1-8B")
+agree = []
+for prompt in ["The weather today is", "My favourite food is"]:
+    with small.trace(prompt, remote=True):
+        a = small.lm_head.output[0, -1].argmax().save()
+    with big.trace(prompt, remote=True):
+        b = big.lm_head.output[0, -1].argmax().save()
+    agree.append(small.tokenizer.decode(a) == big.tokenizer.decode(b))
+""",
+        reason="a session runs one model, and this loop sends requests to `small`",
     ),
     Case(
         name="consecutive remote traces merge",
@@ -2180,6 +2307,52 @@ def sweep(prompts, results):
 """,
     ),
     Case(
+        name="results appended to a list on `self`: the session computes them, the replay appends",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+class Sweep:
+    def __init__(self):
+        self.records = []
+
+    def probe(self, prompt):
+        with model.trace(prompt, remote=True):
+            top = model.lm_head.output[0, -1].argmax().item().save()
+        return top
+
+    def run(self, prompts):
+        for p in prompts:
+            self.records.append(self.probe(p))
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+class Sweep:
+    def __init__(self):
+        self.records = []
+
+    def probe(self, prompt, remote=True):
+        with model.trace(prompt, remote=remote):
+            top = model.lm_head.output[0, -1].argmax().item().save()
+        return top
+
+    def run(self, prompts):
+        with model.session(remote=True):
+            _ndif_rows = list().save()  # one record per iteration, replayed after the session
+            for p in prompts:
+                probe_result = self.probe(p, remote=False)
+                _ndif_rows.append(probe_result)
+        for probe_result in _ndif_rows:
+            self.records.append(probe_result)
+""",
+    ),
+    Case(
         name="an input computed on your machine from a remote result stays a request per iteration",
         before="""\
 import json
@@ -2413,6 +2586,72 @@ for _ndif_attempt in range(3):  # the requests' retry, now around the whole sess
             raise
 print(len(outs))
 """,
+    ),
+    Case(
+        name="retry counted by a name: it gives up after its last attempt, computed again",
+        before="""\
+import time
+from nnsight import LanguageModel
+
+MAX_ATTEMPTS = 3
+model = LanguageModel("openai-community/gpt2")
+outs = []
+for prompt in ["a", "b"]:
+    for attempt in range(MAX_ATTEMPTS):
+        try:
+            with model.trace(prompt, remote=True):
+                outs.append(model.lm_head.output.save())
+            break
+        except ConnectionError:
+            time.sleep(2 ** attempt)
+print(len(outs))
+""",
+        after="""\
+import time
+from nnsight import LanguageModel
+
+MAX_ATTEMPTS = 3
+model = LanguageModel("openai-community/gpt2")
+for _ndif_attempt in range(MAX_ATTEMPTS):  # the requests' retry, now around the whole session
+    try:
+        with model.session(remote=True):
+            outs = list().save()
+            for prompt in ["a", "b"]:
+                for attempt in range(MAX_ATTEMPTS):
+                    try:
+                        with model.trace(prompt):
+                            outs.append(model.lm_head.output)
+                        break
+                    except ConnectionError:
+                        time.sleep(2 ** attempt)
+        break
+    except ConnectionError:
+        time.sleep(2 ** _ndif_attempt)
+        if _ndif_attempt == MAX_ATTEMPTS - 1:
+            raise
+print(len(outs))
+""",
+    ),
+    Case(
+        name="retry whose last attempt cannot be computed again: left as it is",
+        before="""\
+import time
+from nnsight import LanguageModel
+
+DELAYS = [1, 2, 4]
+model = LanguageModel("openai-community/gpt2")
+outs = []
+for prompt in ["a", "b"]:
+    for attempt in range(len(DELAYS)):
+        try:
+            with model.trace(prompt, remote=True):
+                outs.append(model.lm_head.output.save())
+            break
+        except ConnectionError:
+            time.sleep(DELAYS[attempt])
+print(len(outs))
+""",
+        reason="around the session it would never give up",
     ),
     Case(
         name="local traces stay local",

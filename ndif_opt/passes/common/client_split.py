@@ -374,6 +374,18 @@ class _Splitter:
                 return {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}
         return {}
 
+    def _changes_a_root(self, call: cst.Call) -> bool:
+        """Does ``call`` change an object that stays on your machine (`self.records.append(x)`,
+        `self` staying here)? Then only the replay may make it."""
+        func = call.func
+        return (
+            bool(self.client_roots)
+            and isinstance(func, cst.Attribute)
+            and func.attr.value in CONTAINER_MUTATORS
+            and _path(func.value)[0] in self.client_roots
+            and not self.remote_work(func.value)[0]
+        )
+
     def _split_store(self, stmt) -> list[_Item] | None:
         """`self.cache[p] = self.run(p)`, `self` staying on your machine: the session
         computes the value (`run_value = self.run(p)`), the replay stores it."""
@@ -508,7 +520,7 @@ class _Splitter:
             return None
         call = expr.value
         remote, _skip = self.remote_work(stmt)
-        if not remote or not self.server_check.problems(stmt):
+        if not remote or not (self.server_check.problems(stmt) or self._changes_a_root(call)):
             return None
         server: list[_Item] = []
         args = []
@@ -519,7 +531,10 @@ class _Splitter:
             if self.server_check.problems(arg.value):
                 return None
             callee = arg.value.func if isinstance(arg.value, cst.Call) else None
-            base = f"{callee.value}_result" if isinstance(callee, cst.Name) else "remote_result"
+            # named after the function (`probe_result`), or the method (`self.probe(p)`)
+            named = callee.value if isinstance(callee, cst.Name) else \
+                callee.attr.value if isinstance(callee, cst.Attribute) else ""
+            base = f"{named}_result" if named else "remote_result"
             name = self.fresh_plain(base)
             assign = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], arg.value)])
             server.append(_Item(assign, Part.SERVER))
@@ -726,18 +741,17 @@ def _root_paths_changed(stmt: cst.CSTNode, roots: frozenset[str]) -> set[tuple[s
     """The `(root, ".attr")` paths of ``roots`` the statement changes (`self.cache[k] = v`,
     `self.seen.append(x)`, `self.n += 1`); `(root, "*")` when it changes the root itself
     (`results[k] = v`, `results.append(x)`)."""
-    targets: list[cst.BaseExpression] = []
+    paths: list[tuple[str, ...]] = []
     for node in find_nodes(stmt, lambda n: isinstance(n, (cst.AssignTarget, cst.AugAssign))):
-        targets.append(node.target)
+        if isinstance(node.target, (cst.Attribute, cst.Subscript)):  # (a name bound anew changes no object)
+            paths.append(_path(node.target))
     for node in find_nodes(stmt, lambda n: isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)):
         if node.func.attr.value in CONTAINER_MUTATORS:
-            targets.append(cst.Subscript(value=node.func.value, slice=[]))  # (changes what it is called on)
+            # it changes what it is called on: the path of that, and something in it
+            paths.append((*_path(node.func.value), ANY))
     found: set[tuple[str, str]] = set()
-    for target in targets:
-        if not isinstance(target, (cst.Attribute, cst.Subscript)):
-            continue  # a name bound anew: not a change of an object
-        path = _path(target)
-        if path and path[0] in roots:
+    for path in paths:
+        if len(path) > 1 and path[0] in roots:
             found.add((path[0], path[1] if path[1].startswith(".") else "*"))
     return found
 
