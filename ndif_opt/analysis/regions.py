@@ -46,7 +46,8 @@ def owner_statement(facts: Facts, suite: cst.CSTNode) -> StmtInfo | None:
 
 def bound_before(facts: Facts, info: StmtInfo | None, name: str) -> bool:
     """Is ``name`` bound whenever the statement of ``info`` starts: by an earlier
-    statement of its suite or of an enclosing one, or as a parameter of its function?"""
+    statement of its suite or of an enclosing one (a class body reads the module's names
+    too), or as a parameter of its function?"""
     while info is not None:
         if any(name in definite_binds(stmt) for stmt in info.suite.body[: info.index]):
             return True
@@ -55,8 +56,6 @@ def bound_before(facts: Facts, info: StmtInfo | None, name: str) -> bool:
         parent = info.ancestors[-1]
         if isinstance(parent, cst.FunctionDef):
             return name in {param.name.value for param in all_params(parent.params)}
-        if isinstance(parent, cst.ClassDef):
-            return False
         info = facts.statements.get(id(parent))
     return False
 

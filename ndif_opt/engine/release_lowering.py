@@ -27,7 +27,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts
-from ndif_opt.analysis.names import all_params, collect, definite_binds, fresh_name
+from ndif_opt.analysis.names import collect, fresh_name
+from ndif_opt.analysis.regions import bound_before
 from ndif_opt.analysis.releases import outermost_remote_blocks, read_before_bound
 from ndif_opt.syntax.expressions import dotted_name, is_save_call
 from ndif_opt.syntax.rewrite import unsave
@@ -50,7 +51,7 @@ def lower_for_06(module: cst.Module, facts: Facts,
             continue
         if not _lowerable(block, names):
             return None
-        bound = {name for name in names if _bound_before(block, name, facts)}
+        bound = {name for name in names if bound_before(facts, block.stmt, name)}
         sent_back = sorted(names & _saved_names(block))
         if not bound and not _opens_plainly(block, names):
             return None  # nothing may come before the guarded copies (see _copies)
@@ -76,25 +77,6 @@ def _lowerable(block: Block, names: set[str]) -> bool:
         if kind is cst.Call and dotted_name(node.func) in _DYNAMIC:
             return False
     return True
-
-
-def _bound_before(block: Block, name: str, facts: Facts) -> bool:
-    """Is ``name`` bound whenever the block starts: by an earlier statement of its suite or
-    of an enclosing one, or as a parameter of the function it is in?"""
-    info = block.stmt
-    while info is not None:
-        if any(name in definite_binds(stmt) for stmt in info.suite.body[: info.index]):
-            return True
-        if not info.ancestors:
-            return False
-        parent = info.ancestors[-1]
-        if isinstance(parent, cst.FunctionDef):
-            return name in {param.name.value for param in all_params(parent.params)}
-        if isinstance(parent, (cst.For, cst.While, cst.If, cst.With, cst.Try, cst.ClassDef)):
-            info = facts.statements.get(id(parent))
-        else:
-            return False
-    return False
 
 
 def _saved_names(block: Block) -> set[str]:
