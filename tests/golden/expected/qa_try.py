@@ -19,11 +19,7 @@ try:
         for q in questions:
             with model.generate(q["prompt"], max_new_tokens=4, do_sample=False):
                 out = model.generator.output
-            _ndif_rows.append({
-                "out_tail": out[0, -4:],
-                "q_id": q['id'],
-                "q_answer": q['answer'],
-            })
+            _ndif_rows.append((out, q))
 except Exception:  # the session failed: run the code as written, each failure handled on its own
     for q in tqdm(questions, desc="questions"):
         try:
@@ -36,13 +32,13 @@ except Exception:  # the session failed: run the code as written, each failure h
             print(f"{q['id']} failed: {err}")
             failed.append(q["id"])
 else:
-    for _ndif_row in tqdm(_ndif_rows, desc="questions"):
+    for out, q in tqdm(_ndif_rows, desc="questions"):
         try:
-            answer = tok.decode(_ndif_row["out_tail"]).strip()
-            print(f"{_ndif_row['q_id']}: {answer!r} (expected {_ndif_row['q_answer']!r})")
-            answers[_ndif_row["q_id"]] = answer
+            answer = tok.decode(out[0, -4:]).strip()
+            print(f"{q['id']}: {answer!r} (expected {q['answer']!r})")
+            answers[q["id"]] = answer
         except Exception as err:
-            print(f"{_ndif_row['q_id']} failed: {err}")
-            failed.append(_ndif_row["q_id"])
+            print(f"{q['id']} failed: {err}")
+            failed.append(q["id"])
 
 print(f"{len(answers)} answered, {len(failed)} failed")
