@@ -54,7 +54,7 @@ from ndif_opt.analysis.names import (
 from ndif_opt.analysis.regions import bound_before
 from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS
 from ndif_opt.analysis.wire import wire_problem
-from ndif_opt.passes.common.guards import guard_of
+from ndif_opt.passes.common.guards import guard_of, jump_out_of
 from ndif_opt.passes.common.records import Keys, LogKeys, Reader, Recorded, Shape, plain_loads, shape
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import opening
@@ -105,18 +105,6 @@ def splittable(problem) -> bool:
     `try` around remote work is split by :meth:`_Splitter.split_try`, which says why
     when it cannot be."""
     return problem.kind in DEFERRABLE_KINDS or isinstance(problem.node, cst.Try)
-
-
-def _ends_early(node: cst.CSTNode, inner_loop: bool = False) -> bool:
-    """Does ``node`` leave the loop or function around it (`break`, `continue`, `return`)?"""
-    if isinstance(node, cst.Return):
-        return True
-    if isinstance(node, (cst.Break, cst.Continue)):
-        return not inner_loop
-    if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-        return False
-    inner_loop = inner_loop or isinstance(node, (cst.For, cst.While))
-    return any(_ends_early(child, inner_loop) for child in children(node))
 
 
 @dataclass
@@ -933,7 +921,8 @@ def _check_early_ends(items: list[_Item]) -> None:
     `return`) would have skipped the remote work after it; the session runs that work
     whatever the replay does."""
     for index, item in enumerate(items):
-        if item.role is Part.CLIENT and isinstance(item.stmt, cst.Try) and _ends_early(item.stmt):
+        if item.role is Part.CLIENT and isinstance(item.stmt, cst.Try) \
+                and jump_out_of(item.stmt, raises=False) is not None:
             # (a jump the session mirrors is no work: see split_try)
             if any(later.role is not Part.CLIENT and not _is_jump(later.stmt) for later in items[index + 1 :]):
                 raise Refused(

@@ -17,6 +17,7 @@ import libcst as cst
 
 from ndif_opt.analysis.names import COMPREHENSIONS
 from ndif_opt.syntax.positions import code_of
+from ndif_opt.syntax.walk import children
 
 __all__ = ["CONDITIONAL_EXPRESSIONS", "guard_in", "guard_of", "guard_words", "jump_out_of", "may_fail"]
 
@@ -38,10 +39,12 @@ def guard_in(statements, node: cst.CSTNode) -> cst.CSTNode | None:
     """:func:`guard_of` over a run of statements that runs in order: the guard in the
     statement holding ``node``, or a statement before it that may end the run first
     (:func:`jump_out_of`); None when ``node`` runs whenever the run does."""
+    if not may_fail(node):
+        return None
     for stmt in statements:
         path = _path_to(stmt, node)
         if path is not None:
-            return _guard_on(path) if may_fail(node) else None
+            return _guard_on(path)
         jump = jump_out_of(stmt)
         if jump is not None:
             return jump
@@ -75,18 +78,18 @@ def _guard_on(path: list[cst.CSTNode]) -> cst.CSTNode | None:
     return None
 
 
-def jump_out_of(node: cst.CSTNode, in_loop: bool = False) -> cst.CSTNode | None:
-    """A `return`, `raise`, `break` or `continue` in ``node`` that may leave the suite
-    holding it (not one of a function or class defined in it, nor a `break` or `continue`
-    of a loop inside it)."""
+def jump_out_of(node: cst.CSTNode, in_loop: bool = False, *, raises: bool = True) -> cst.CSTNode | None:
+    """A `return`, `raise` (unless not ``raises``), `break` or `continue` in ``node`` that
+    may leave the suite holding it (not one of a function or class defined in it, nor a
+    `break` or `continue` of a loop inside it)."""
     kind = type(node)
     if kind in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
         return None
-    if kind in (cst.Return, cst.Raise) or (kind in (cst.Break, cst.Continue) and not in_loop):
+    if kind is cst.Return or (raises and kind is cst.Raise) or (kind in (cst.Break, cst.Continue) and not in_loop):
         return node
     inner_loop = in_loop or kind in (cst.For, cst.While)
-    for child in node.children:
-        found = jump_out_of(child, inner_loop)
+    for child in children(node):
+        found = jump_out_of(child, inner_loop, raises=raises)
         if found is not None:
             return found
     return None
