@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts
+from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import all_params, collect, function_locals, own_returns
 from ndif_opt.syntax.expressions import dotted_name, is_save_call
 
@@ -164,6 +164,10 @@ class SavedValues:
             if expr.value in env:
                 return env[expr.value]
             return self.names.get(self.key(expr.value, expr), UNKNOWN)
+        if kind is cst.Call and len(expr.args) == 1 and qualify(expr.func, self.facts.imports) == "nnsight.save":
+            # nnsight 0.5+ code (the check nnsight-05-failures adds it before migration runs):
+            # it returns its argument, which holds what it held
+            return self.depth(expr.args[0].value, env)
         if is_save_call(expr) or (kind is cst.Call and self.is_nnsight_container(expr)):
             return frozenset({0})
         if kind is cst.Subscript:
