@@ -531,8 +531,9 @@ from nnsight import LanguageModel
 
 model = LanguageModel("openai-community/gpt2")
 with model.generate("The Eiffel Tower is in", max_new_tokens=3, remote=True) as generator:
-    for _ in range(2):
-        model.next()
+    for step in range(2):
+        if step:
+            model.next()
     tokens = model.generator.output.save()
 with model.trace(remote=True) as tracer:
     scores = {}
@@ -544,7 +545,7 @@ print(tokens.value, {p: s.value for p, s in scores.items()})
 
 
 def test_a_script_migrate_cannot_migrate_gets_no_0_5_save_either():
-    # `model.next()` has no safe rewrite, so --migrate leaves the script as written; the
+    # `model.next()` under a condition has no safe rewrite, so --migrate leaves the script as written; the
     # 0.5+ failure of `scores` is reported, not fixed: `nnsight.save({})` in 0.4 code
     # would make a half-migrated script (it did, on arena_fv_solutions_old)
     result = optimize(UNMIGRATABLE_WITH_AN_UNSAVED_DICT, options=Options(migrate=True))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, opens_invoke, qualify
+from ndif_opt.analysis.generation_steps import generation_steps, is_envoy_chain
 from ndif_opt.analysis.layer_outputs import TUPLE, Evidence, layer_output_groups
 from ndif_opt.analysis.saved_values import SavedValues
 from ndif_opt.analysis.scopes import scope_index
@@ -81,6 +82,13 @@ class Legacy:
     reason: str = ""
     move: "Move | None" = None  # statements after invokes, moved out of their trace
     evidence: str = ""  # what decided a layer output's meaning
+    at: cst.CSTNode | None = None  # where its finding sits, when not at ``node`` (the node edited)
+    unbound: frozenset[str] = frozenset()  # names the script no longer has after the rewrite
+
+    @property
+    def place(self) -> cst.CSTNode:
+        """The node its finding sits at."""
+        return self.at or self.node
 
 
 @dataclass
@@ -143,6 +151,7 @@ _LABELS = {
     "old-kwarg": "`scan=`/`validate=`",
     "after-invokes": "code after `tracer.invoke` blocks",
     "removed-module": "an import of a module removed in nnsight 0.5",
+    "next": "`model.next()`",
 }
 
 
@@ -186,6 +195,7 @@ class _Scanner:
         saved = SavedValues(facts, walk, scope_index(facts).parents,
                             lambda call: _nnsight_call(call, facts) in ("list", "dict"))
         layer_lists, layers = _layer_aliases(walk)
+        self._steps()
         visitor = _Visitor(self, walk, saved, layer_lists, layers)
         visitor.run()
         self._invokes()
@@ -214,6 +224,20 @@ class _Scanner:
                                               evidence=group.why))
                 elif group.meaning is None:
                     self.legacy.append(Legacy("layer-output", site.node, site.what, False, None, group.why))
+
+    def _steps(self) -> None:
+        """`model.next()` in generate blocks → `tracer.iter[...]` (analysis/generation_steps)."""
+        self.stepped: set[int] = set()  # the `.next()` calls accounted for here
+        for stepping in generation_steps(self.facts):
+            for call, reason in stepping.problems:
+                self.stepped.add(id(call))
+                self.legacy.append(Legacy("unsupported", call, f"`{code_of(call)}`", True, None, reason))
+            if stepping.calls:
+                self.stepped.update(id(call) for call in stepping.calls)
+                what = f"`{code_of(stepping.calls[0])}`" + (
+                    f" ({len(stepping.calls)} steps)" if len(stepping.calls) > 1 else "")
+                self.legacy.append(Legacy("next", stepping.suite, what, True, stepping.rewrite,
+                                          at=stepping.calls[0], unbound=frozenset(stepping.unbound)))
 
     def _invokes(self) -> None:
         for block in self.facts.blocks:
@@ -703,9 +727,10 @@ class _Visitor:
             self.s.modern.append((node, "`.skip()`"))
         if attr == "all" and receiver in self._tracer_names():
             self.s.modern.append((node, "`tracer.all()`"))
-        if attr == "next" and not node.args and _envoy_like(func.value):
+        if attr == "next" and not node.args and is_envoy_chain(func.value) and id(node) not in self.s.stepped:
             self.add("unsupported", node, f"`{code_of(node)}`", True, None,
-                     "`.next()` of the pre-0.5 generation API is gone; step through generation with "
+                     "`.next()` of the pre-0.5 generation API is gone; ndif-opt rewrites it only in the body of "
+                     "a `model.generate(...)` block or of one of its invokes; step through generation with "
                      "`for step in tracer.iter[...]:` by hand")
         tracers = self._tracer_names()
         if receiver in tracers and attr == "apply":
@@ -786,8 +811,3 @@ class _Visitor:
         self.add("import", node, names, True, fix)
 
 
-def _envoy_like(expr) -> bool:
-    """`model.transformer.h[0]`, `model.lm_head` — an attribute chain, maybe indexed."""
-    while isinstance(expr, (cst.Attribute, cst.Subscript)):
-        expr = expr.value
-    return isinstance(expr, cst.Name)

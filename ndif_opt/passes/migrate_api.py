@@ -17,6 +17,9 @@ see nnsight 0.5+ code. It rewrites
   `b, s, d = h.shape`). The sites of one function, and those a helper's return links, are
   decided together (ndif_opt/analysis/layer_outputs.py);
 - the `scan=` / `validate=` arguments of `.trace()` and `.invoke()` (removed in 0.5);
+- `model.next()` in a generate block or one of its invokes → `for _ in tracer.iter[s]:` around
+  what reads the model at step `s`, and `for _ in range(K): ...; model.next()` →
+  `for _ in tracer.iter[s:s + K]: ...`;
 - statements after the last `with tracer.invoke(...)` of a trace that read values of the
   invokes → after the trace, in a session (a session is added around a lone trace).
 
@@ -65,7 +68,10 @@ print(norms, logits[0, -1].argmax())
 ## Fix safety
 Safe for nnsight 0.5+ with transformers 5. All or nothing: when a pre-0.5 script holds an
 idiom with no safe rewrite, nothing is rewritten (a half-migrated script runs on no nnsight
-release) and each such idiom is reported. Not migrated: `.next()`, `nnsight.cond/iter/local`,
+release) and each such idiom is reported. `model.next()` in a generate block (or one of its
+invokes), alone or ending a `for _ in range(K):` loop, becomes `tracer.iter[...]` at the same
+steps (ndif_opt/analysis/generation_steps.py). Not migrated: other `.next()`s (on one module,
+under a condition), `nnsight.cond/iter/local`,
 `session.iter`, `tracer.cond`, a used `as invoker` target, `output[1]` of a decoder layer,
 `.value` on a name that is also bound to something other than a saved value, statements
 after invokes that touch the model, and a decoder layer's `output[0]` whose uses do not
@@ -109,7 +115,7 @@ class MigrateApi(Pass):
         if blockers:
             # a half-migrated script runs on no nnsight: the whole migration, or none of it
             for item in blockers:
-                context.skipped(item.node, f"{item.what}: not migrated", item.reason or "its finding is suppressed")
+                context.skipped(item.place, f"{item.what}: not migrated", item.reason or "its finding is suppressed")
             return module
         edits: dict[int, Callable[[cst.CSTNode], cst.CSTNode]] = {}
         moves: list[Move] = []
@@ -123,10 +129,11 @@ class MigrateApi(Pass):
                     + ": in nnsight 0.5+ code after the invokes runs before them",
                 )
             elif item.fix is None:  # (only in a 0.5+ script: a pre-0.5 one would be blocked)
-                context.skipped(item.node, f"{item.what}: not migrated", item.reason)
+                context.skipped(item.place, f"{item.what}: not migrated", item.reason)
             else:
                 edits[id(item.node)] = item.fix
-                context.applied(item.node, _applied_message(item))
+                context.unreturned.update(item.unbound)
+                context.applied(item.place, _applied_message(item))
         if not edits and not moves:
             return module
         return module.visit(_Edit(edits, moves))
@@ -136,7 +143,7 @@ class MigrateApi(Pass):
         if pre05:
             summary = legacy_summary(facts)
             context.skipped(
-                pre05[0].node,
+                pre05[0].place,
                 f"{PRE_05_MESSAGE} ({summary}); ndif-opt left it unchanged",
                 "its rewrites are nnsight 0.5+ code; run with --migrate to migrate the script first",
             )
@@ -166,7 +173,7 @@ def _layer_output_message(items: list[Legacy]) -> str:
 
 def _anchor(item: Legacy) -> cst.CSTNode:
     """Where an item's suppression comment is looked for (a move: at its trace)."""
-    return item.move.trace.node if item.move is not None else item.node
+    return item.move.trace.node if item.move is not None else item.place
 
 
 def _blockers(legacy: list[Legacy], allowed: list[Legacy]) -> list[Legacy]:
@@ -189,6 +196,8 @@ def _applied_message(item: Legacy) -> str:
         "layer-output": lambda: f"{item.what} {_becomes()} {_replacement(item)} ({item.evidence}; a decoder layer "
                                 "returns a tensor with transformers >= 5)",
         "old-kwarg": lambda: f"{item.what}: {tense('removed', 'would be removed')} (gone in nnsight 0.5+)",
+        "next": lambda: f"{item.what}: the steps of generation {tense('are', 'would be')} chosen with "
+                        "`tracer.iter[...]` (nnsight 0.5+ has no `.next()`)",
     }
     return messages.get(item.kind, lambda: item.what)()
 
@@ -585,5 +594,52 @@ with model.trace("hello", remote=True):
 if probs.max() > 0.5:
     probs = None
 """,
+    ),
+    Case(
+        name="generation stepped with model.next()",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.generate(max_new_tokens=4, remote=True) as generator:
+    with generator.invoke("The weather is"):
+        for _ in range(3):
+            model.transformer.h[2].output[0][:, -1] *= 2  # steer each new token
+            model.next()
+        tokens = model.generator.output.save()
+    with generator.invoke("The sky is"):
+        model.next()
+        second = model.lm_head.output.argmax(dim=-1).save()
+print(tokens.value, second.value)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.generate(max_new_tokens=4, remote=True) as generator:
+    with generator.invoke("The weather is"):
+        for _ in generator.iter[0:3]:
+            model.transformer.h[2].output[:, -1] *= 2  # steer each new token
+        tokens = model.generator.output.save()
+    with generator.invoke("The sky is"):
+        for _ in generator.iter[1]:
+            second = model.lm_head.output.argmax(dim=-1).save()
+print(tokens, second)
+""",
+    ),
+    Case(
+        name="model.next() under a condition is not migrated",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.generate("The weather is", max_new_tokens=4, remote=True) as generator:
+    for step in range(3):
+        if step > 0:
+            model.next()
+        model.transformer.h[2].output[0][:, -1] *= 2
+print(generator.output.value)
+""",
+        reason="nor the last statement of a `for ... in range(K):` loop",
     ),
 )

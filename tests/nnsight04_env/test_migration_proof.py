@@ -121,8 +121,58 @@ def lens(prompt):
 print(lens("The Eiffel Tower is in the city of").tolist())
 '''
 
+# pre-0.5 generation stepped with `model.next()`: an intervention on each of the first three
+# tokens (a loop ending in `.next()`), reads at steps 0, 2 and 3 of one invoke
+GENERATION_STEPS = '''
+import nnsight
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+prompt = "The weather today is"
+
+with model.generate(prompt, max_new_tokens=4, remote=True) as generator:
+    norms = nnsight.list().save()
+    for _ in range(3):
+        LAYERS[1].output[0][0, -1, :8] += 50
+        norms.append(LAYERS[2].output[0][0, -1].norm())
+        model.next()
+    fourth_top = model.lm_head.output[0, -1].argmax(dim=-1).save()
+
+with model.generate(max_new_tokens=4, remote=True) as generator:
+    with generator.invoke(prompt):
+        first = LAYERS[0].output[0][0, -1].norm().save()
+        model.next()
+        model.next()
+        third = LAYERS[0].output[0][0, -1].norm().save()
+        model.next()
+        last_top = model.lm_head.output[0, -1].argmax(dim=-1).save()
+
+steered = [round(n.item(), 4) for n in norms.value]
+print(steered, fourth_top.value, first.value, third.value, last_top.value)
+'''
+
+# pre-0.5 `.value` over the values of a dict the trace fills: the check of nnsight-05-failures
+# saves the dict where the trace binds it (`nnsight.save({})`) before migration runs
+DICT_FILLED_IN_THE_TRACE = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+
+
+def layer_sums(prompt, layers):
+    with model.trace(prompt, remote=True):
+        sums = {}
+        for index in layers:
+            sums[index] = LAYERS[index].output[0][0, -1].sum().save()
+    return [v.value for v in sums.values()]
+
+
+totals = layer_sums("The Eiffel Tower is in", [0, 2])
+print(totals)
+'''
+
 TEMPLATES = {"tuple": TUPLE_ELEMENT, "related": RELATED_SITES, "containers": SAVES_IN_CONTAINERS,
-             "rebound": REBOUND_THEN_SAVED}
+             "rebound": REBOUND_THEN_SAVED, "steps": GENERATION_STEPS, "dict": DICT_FILLED_IN_THE_TRACE}
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +225,18 @@ def test_value_through_containers_is_migrated(family, originals):
 def test_value_of_a_name_saved_last_before_the_read_is_migrated(family, originals):
     result, report, original = proven("rebound", family, originals)
     assert ".value" not in result.code and "return probs\n" in result.code
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generation_stepped_with_next_is_migrated_to_tracer_iter(family, originals):
+    result, report, original = proven("steps", family, originals)
+    assert ".next()" not in result.code
+    assert "for _ in generator.iter[0:3]:" in result.code and "generator.iter[2]" in result.code
+    assert len(original.namespace["steered"]) == 3  # the loop ran at three steps
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_value_over_a_dict_the_trace_fills_is_migrated(family, originals):
+    result, report, original = proven("dict", family, originals)
+    assert "v.value" not in result.code and "nnsight.save({})" in result.code
+    assert len(original.namespace["totals"]) == 2
