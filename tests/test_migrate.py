@@ -451,7 +451,7 @@ def test_an_output_0_meaning_the_batch_row_is_not_migrated(verify_pkg, family):
     assert optimize(script(BATCH_ROW, family), options=Options(migrate=True)).code == result.code
 
 
-# pre-0.5 (`scan=`, `.value`), with one idiom that has no 0.5+ rewrite (`.next()`)
+# pre-0.5 (`scan=`, `.value`), with one idiom that has no 0.5+ rewrite (`.next()` of one module)
 UNFINISHED = '''\
 from nnsight import LanguageModel
 
@@ -462,7 +462,7 @@ with model.trace("The Eiffel Tower is in", remote=True, scan=False):
 top = logits.value[0, -1].argmax()
 with model.generate("The Eiffel Tower is in", max_new_tokens=3, remote=True):
     first = model.lm_head.output.save()
-    model.next()
+    model.lm_head.next()
     second = model.lm_head.output.save()
 '''
 
@@ -473,7 +473,8 @@ def test_a_migration_that_cannot_be_completed_leaves_the_file_as_it_was():
     findings = [f for f in result.findings if f.pass_id == "migrate-api"]
     assert not any(f.applied for f in findings)
     blocked = [f for f in findings if "not migrated" in f.message]
-    assert [f.message for f in blocked] == ["`model.next()`: not migrated"] and "tracer.iter" in blocked[0].reason
+    assert [f.message for f in blocked] == ["`model.lm_head.next()`: not migrated"]
+    assert "tracer.iter" in blocked[0].reason
     (summary,) = [f for f in findings if f.message.startswith("migration not done")]
     assert "`.value`" in summary.message and "left the whole script as it was" in summary.message
 
@@ -520,7 +521,7 @@ def test_value_through_containers_and_returns_marks_the_script_pre_05():
 
 def test_verify_of_a_pre_05_original_without_the_nnsight_04_venv_says_so(verify_pkg, monkeypatch):
     monkeypatch.setenv("NDIF_OPT_NNSIGHT04_PYTHON", "/nonexistent/python")
-    source = UNFINISHED.replace("    model.next()\n", "")
+    source = UNFINISHED.replace("    model.lm_head.next()\n", "")
     report = verify_pkg.verify_sources(source, migrate_only(source).code, filename="old.py", original_nnsight="0.4")
     assert report.failed and ".venv-nnsight04" in report.reason and "requirements-nnsight04.txt" in report.reason
     assert report.mismatches == [] and report.local_nnsight is None

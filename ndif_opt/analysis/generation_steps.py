@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, opens_invoke
-from ndif_opt.analysis.names import collect
+from ndif_opt.analysis.names import collect, fresh_name
 from ndif_opt.syntax.expressions import dotted_name
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.walk import find_nodes
@@ -51,6 +51,14 @@ class Stepping:
     # names the old code bound on the client (a stepping loop's variable) that a 0.5+ block
     # keeps to itself: the script no longer has them after the block
     unbound: set[str] = field(default_factory=set)
+    # the `as` name given to a generate block that had none (its steps need a tracer)
+    named: str | None = None
+    block: cst.With | None = None
+
+    def rewrite_block(self, updated: cst.With) -> cst.With:
+        """The updated generate block, named ``as <named>``, its body rewritten."""
+        first = updated.items[0].with_changes(asname=cst.AsName(name=cst.Name(self.named)))
+        return updated.with_changes(items=[first, *updated.items[1:]], body=self.rewrite(updated.body))
 
     def rewrite(self, updated: cst.IndentedBlock) -> cst.IndentedBlock:
         """The updated suite with the plan applied (statements matched by index)."""
@@ -86,26 +94,30 @@ class Stepping:
 
 
 def generation_steps(facts: Facts) -> list[Stepping]:
-    """The suites of the generate blocks that call `.next()`, each with its plan."""
+    """The suites of the generate blocks that call `.next()`, each with its plan (a block
+    with no `as` name gets one: its steps need a tracer; it has no invokes then)."""
     found = []
     for block in facts.blocks:
         if block.method != "generate" or not _next_calls(block.node.body):
             continue
         body = block.node.body
-        invokes = [s for s in body.body if opens_invoke(s, block.tracer_name)] if block.tracer_name else []
+        if block.tracer_name is None:
+            use = collect(facts.module)
+            named = fresh_name("tracer", use.reads.keys() | use.binds.keys())
+            stepping = _plan(body, block, named)
+            stepping.named, stepping.block = named, block.node
+            found.append(stepping)
+            continue
+        invokes = [s for s in body.body if opens_invoke(s, block.tracer_name)]
         suites = [invoke.body for invoke in invokes] if invokes else [body]
         for suite in suites:
             if _next_calls(suite):
-                found.append(_plan(suite, block))
+                found.append(_plan(suite, block, block.tracer_name))
     return found
 
 
-def _plan(suite: cst.IndentedBlock, block: Block) -> Stepping:
-    stepping = Stepping(suite, block.tracer_name or "")
-    if block.tracer_name is None:
-        stepping.problems = [(call, "the generate block has no `as tracer` name to step with "
-                                    "(`tracer.iter[...]`)") for call in _next_calls(suite)]
-        return stepping
+def _plan(suite: cst.IndentedBlock, block: Block, tracer: str) -> Stepping:
+    stepping = Stepping(suite, tracer)
     if "_" in collect(block.node).reads:
         stepping.problems = [(call, "the block reads `_`, the name its steps would bind")
                              for call in _next_calls(suite)]
@@ -151,8 +163,9 @@ def _plan(suite: cst.IndentedBlock, block: Block) -> Stepping:
 
 def _stepping_loop(stmt: cst.BaseStatement, model: str, stepped: bool) -> tuple[str | None, str]:
     """K for `for v in range(K): ...; model.next()` with no other `.next()`, else the reason."""
-    shape = ("a `.next()` that is not a statement of its own, nor the last statement of a "
-             "`for ... in range(K):` loop")
+    shape = ("a `.next()` that is not `model.next()` as a statement of its own, nor the last statement "
+             "of a `for ... in range(K):` loop; step through generation with `for step in tracer.iter[...]:` "
+             "by hand")
     if type(stmt) is not cst.For or stmt.orelse is not None or type(stmt.body) is not cst.IndentedBlock:
         return None, shape
     body = list(stmt.body.body)

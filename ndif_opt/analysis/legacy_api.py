@@ -84,6 +84,7 @@ class Legacy:
     evidence: str = ""  # what decided a layer output's meaning
     at: cst.CSTNode | None = None  # where its finding sits, when not at ``node`` (the node edited)
     unbound: frozenset[str] = frozenset()  # names the script no longer has after the rewrite
+    added: frozenset[str] = frozenset()  # names the rewrite introduces
 
     @property
     def place(self) -> cst.CSTNode:
@@ -236,8 +237,13 @@ class _Scanner:
                 self.stepped.update(id(call) for call in stepping.calls)
                 what = f"`{code_of(stepping.calls[0])}`" + (
                     f" ({len(stepping.calls)} steps)" if len(stepping.calls) > 1 else "")
-                self.legacy.append(Legacy("next", stepping.suite, what, True, stepping.rewrite,
-                                          at=stepping.calls[0], unbound=frozenset(stepping.unbound)))
+                if stepping.named is not None:  # the block gets an `as` name: edited whole
+                    node, fix = stepping.block, stepping.rewrite_block
+                else:
+                    node, fix = stepping.suite, stepping.rewrite
+                self.legacy.append(Legacy("next", node, what, True, fix, at=stepping.calls[0],
+                                          unbound=frozenset(stepping.unbound),
+                                          added=frozenset({stepping.named} - {None})))
 
     def _invokes(self) -> None:
         for block in self.facts.blocks:

@@ -133,6 +133,7 @@ class MigrateApi(Pass):
             else:
                 edits[id(item.node)] = item.fix
                 context.unreturned.update(item.unbound)
+                context.introduced.update(item.added)
                 context.applied(item.place, _applied_message(item))
         if not edits and not moves:
             return module
@@ -625,6 +626,29 @@ with model.generate(max_new_tokens=4, remote=True) as generator:
         for _ in generator.iter[1]:
             second = model.lm_head.output.argmax(dim=-1).save()
 print(tokens, second)
+""",
+    ),
+    Case(
+        name="a generate block stepped with model.next() gets a name to step with",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.generate("The weather is", max_new_tokens=2, remote=True):
+    first = model.lm_head.output.argmax(dim=-1).save()
+    model.next()
+    second = model.lm_head.output.argmax(dim=-1).save()
+print(first.value, second.value)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.generate("The weather is", max_new_tokens=2, remote=True) as tracer:
+    first = model.lm_head.output.argmax(dim=-1).save()
+    for _ in tracer.iter[1]:
+        second = model.lm_head.output.argmax(dim=-1).save()
+print(first, second)
 """,
     ),
     Case(

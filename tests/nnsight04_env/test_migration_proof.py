@@ -122,7 +122,8 @@ print(lens("The Eiffel Tower is in the city of").tolist())
 '''
 
 # pre-0.5 generation stepped with `model.next()`: an intervention on each of the first three
-# tokens (a loop ending in `.next()`), reads at steps 0, 2 and 3 of one invoke
+# tokens (a loop ending in `.next()`), reads at steps 0, 2 and 3 of one invoke, and a
+# generate block with no `as` name (it gets one)
 GENERATION_STEPS = '''
 import nnsight
 from nnsight import LanguageModel
@@ -147,8 +148,13 @@ with model.generate(max_new_tokens=4, remote=True) as generator:
         model.next()
         last_top = model.lm_head.output[0, -1].argmax(dim=-1).save()
 
+with model.generate(prompt, max_new_tokens=3, remote=True):
+    top_first = model.lm_head.output[0, -1].argmax(dim=-1).save()
+    model.next()
+    top_second = model.lm_head.output[0, -1].argmax(dim=-1).save()
+
 steered = [round(n.item(), 4) for n in norms.value]
-print(steered, fourth_top.value, first.value, third.value, last_top.value)
+print(steered, fourth_top.value, first.value, third.value, last_top.value, top_first.value, top_second.value)
 '''
 
 # pre-0.5 `.value` over the values of a dict the trace fills: the check of nnsight-05-failures
@@ -232,6 +238,7 @@ def test_generation_stepped_with_next_is_migrated_to_tracer_iter(family, origina
     result, report, original = proven("steps", family, originals)
     assert ".next()" not in result.code
     assert "for _ in generator.iter[0:3]:" in result.code and "generator.iter[2]" in result.code
+    assert ") as tracer:" in result.code and "for _ in tracer.iter[1]:" in result.code
     assert len(original.namespace["steered"]) == 3  # the loop ran at three steps
 
 
