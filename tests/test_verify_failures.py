@@ -230,3 +230,36 @@ def test_an_original_that_stopped_at_its_error_gets_no_ratio():
     text = report.to_text()
     assert "1 -> 4\n" in text and "more)" not in text, text
     assert "the original stopped at its error" in text, text
+
+
+# the original fails on one attribute; a "rewrite" that runs past it fails on another
+# attribute, of another object: the same exception type, not the same error
+FAILS_ON_ONE_ATTRIBUTE = script(
+    """
+    from nnsight import LanguageModel
+    model = LanguageModel("openai-community/gpt2")
+    with model.trace("a b c", remote=True):
+        h = model.transformer.h[0].output.save()
+    shape = (1, 2).shape
+    """
+)
+FAILS_FURTHER_ON = script(
+    """
+    from nnsight import LanguageModel
+    model = LanguageModel("openai-community/gpt2")
+    with model.trace("a b c", remote=True):
+        h = model.transformer.h[0].output.save()
+    shape = tuple(h.shape)
+    done = model.no_such_attribute
+    """
+)
+
+
+def test_the_same_exception_type_with_another_message_is_not_the_same_error():
+    from ndif_opt.verify import verify_sources
+
+    report = verify_sources(FAILS_ON_ONE_ATTRIBUTE, FAILS_FURTHER_ON, allow_same_error=True)
+    assert report.status == "failed", report.to_text()
+    assert "so what it should compute is unknown" in report.reason
+    alike = verify_sources(FAILS_ON_ONE_ATTRIBUTE, FAILS_ON_ONE_ATTRIBUTE, allow_same_error=True)
+    assert alike.status == "same-error", alike.to_text()

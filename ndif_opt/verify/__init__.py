@@ -347,7 +347,7 @@ def verify_sources(
     client stdout and writes the same files (the same bytes, or under a tolerance the
     same contents of a file verify can read) — and (a) did not raise, and each script
     that opens ``remote=True`` blocks made a request (else ``status`` is FAILED).
-    ``allow_same_error``: accept (a) and (c) raising the same exception type (status
+    ``allow_same_error``: accept (a) and (c) raising the same exception, message included (status
     ``same-error``) when their requests ran.
 
     ``ignore_missing``: names the optimized script may no longer define (compared if

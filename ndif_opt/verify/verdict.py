@@ -9,7 +9,7 @@ The rules, in order (runs: (a) original locally, (b) original emulated, (c) opti
 emulated):
 
 1. (a) raised: what the script should compute is unknown. A failure, unless (c) raised
-   the same exception type and the user accepts that (``allow_same_error``).
+   the same exception, with the same message, and the user accepts that (``allow_same_error``).
 2. A script that opens a block with ``remote=True`` (known statically) but whose run
    made no request never exercised the remote part: a failure. (b) is held to it only
    when it failed no differently from (a) — the original failing on the server alone
@@ -22,6 +22,7 @@ Does not import torch or nnsight.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
@@ -80,7 +81,17 @@ def error_kind(error: Optional[str]) -> Optional[str]:
 
 
 def fails_alike(error: Optional[str], other: Optional[str]) -> bool:
-    return error_kind(error) == error_kind(other)
+    """The same exception with the same message (addresses aside): two runs that both
+    raise AttributeError, one on `'tuple' object has no attribute 'shape'` and the other
+    further on, on another object, did not fail alike."""
+    return error_kind(error) == error_kind(other) and _message(error) == _message(other)
+
+
+def _message(error: Optional[str]) -> Optional[str]:
+    if error is None:
+        return None
+    first = error.splitlines()[0].removeprefix(REMOTE_WRAPPER)
+    return re.sub(r"0x[0-9a-fA-F]+", "0x…", first)
 
 
 def judge(
