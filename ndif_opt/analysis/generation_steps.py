@@ -48,9 +48,6 @@ class Stepping:
     problems: list[tuple[cst.Call, str]] = field(default_factory=list)
     # per statement index: ("keep",) | ("drop",) | ("iter", start, end) | ("at", step, count)
     plan: dict[int, tuple] = field(default_factory=dict)
-    # names the old code bound on the client (a stepping loop's variable) that a 0.5+ block
-    # keeps to itself: the script no longer has them after the block
-    unbound: set[str] = field(default_factory=set)
     # the `as` name given to a generate block that had none (its steps need a tracer)
     named: str | None = None
     block: cst.With | None = None
@@ -151,7 +148,6 @@ def _plan(suite: cst.IndentedBlock, block: Block, tracer: str) -> Stepping:
             stepping.problems += [(call, why) for call in calls]
             continue
         stepping.calls += calls
-        stepping.unbound.add(stmt.target.value)
         if len(stmt.body.body) == 1:
             stepping.plan[index] = ("drop",)
         else:

@@ -83,7 +83,6 @@ class Legacy:
     move: "Move | None" = None  # statements after invokes, moved out of their trace
     evidence: str = ""  # what decided a layer output's meaning
     at: cst.CSTNode | None = None  # where its finding sits, when not at ``node`` (the node edited)
-    unbound: frozenset[str] = frozenset()  # names the script no longer has after the rewrite
     added: frozenset[str] = frozenset()  # names the rewrite introduces
 
     @property
@@ -132,6 +131,18 @@ def unmigratable(legacy: list[Legacy]) -> list[Legacy]:
     if not any(item.pre05 for item in legacy):
         return []
     return [item for item in legacy if item.fix is None and item.move is None]
+
+
+def names_left_in_blocks(facts: Facts) -> frozenset[str]:
+    """Module-level names a pre-0.5 script's blocks bind without saving them. nnsight < 0.5
+    ran a block's Python on the client, so they stayed bound after it (a loop's variable,
+    a temporary); nnsight 0.5+ runs the block as code of its own and sends back only
+    saved values: after migration the script no longer has them."""
+    found: set[str] = set()
+    for block in facts.blocks:
+        if block.parent is None and block.stmt.function is None:
+            found |= set(block.names.binds) - block.saved_names
+    return frozenset(found)
 
 
 def legacy_summary(facts: Facts) -> str:
@@ -242,7 +253,6 @@ class _Scanner:
                 else:
                     node, fix = stepping.suite, stepping.rewrite
                 self.legacy.append(Legacy("next", node, what, True, fix, at=stepping.calls[0],
-                                          unbound=frozenset(stepping.unbound),
                                           added=frozenset({stepping.named} - {None})))
 
     def _invokes(self) -> None:

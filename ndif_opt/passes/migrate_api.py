@@ -66,7 +66,10 @@ print(norms, logits[0, -1].argmax())
 ```
 
 ## Fix safety
-Safe for nnsight 0.5+ with transformers 5. All or nothing: when a pre-0.5 script holds an
+Safe for nnsight 0.5+ with transformers 5. A name a block binds without saving it (a loop's
+variable, a temporary) stayed bound after the block before 0.5, which ran the block's Python on
+the client; on 0.5+ it does not (reported as not brought back; `verify` lets such a loop
+temporary go, and compares every result). All or nothing: when a pre-0.5 script holds an
 idiom with no safe rewrite, nothing is rewritten (a half-migrated script runs on no nnsight
 release) and each such idiom is reported. `model.next()` in a generate block (or one of its
 invokes), alone or ending a `for _ in range(K):` loop, becomes `tracer.iter[...]` at the same
@@ -88,7 +91,9 @@ from collections.abc import Callable
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
-from ndif_opt.analysis.legacy_api import PRE_05_MESSAGE, Legacy, Move, Scan, legacy_summary, scan, unmigratable
+from ndif_opt.analysis.legacy_api import (
+    PRE_05_MESSAGE, Legacy, Move, Scan, legacy_summary, names_left_in_blocks, scan, unmigratable,
+)
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import reindentable, without_remote
@@ -119,6 +124,8 @@ class MigrateApi(Pass):
             return module
         edits: dict[int, Callable[[cst.CSTNode], cst.CSTNode]] = {}
         moves: list[Move] = []
+        if any(item.pre05 for item in allowed):
+            context.unreturned.update(names_left_in_blocks(facts))
         for item in allowed:
             if item.move is not None:
                 moves.append(item.move)
@@ -132,7 +139,6 @@ class MigrateApi(Pass):
                 context.skipped(item.place, f"{item.what}: not migrated", item.reason)
             else:
                 edits[id(item.node)] = item.fix
-                context.unreturned.update(item.unbound)
                 context.introduced.update(item.added)
                 context.applied(item.place, _applied_message(item))
         if not edits and not moves:

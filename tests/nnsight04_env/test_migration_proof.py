@@ -177,8 +177,23 @@ totals = layer_sums("The Eiffel Tower is in", [0, 2])
 print(totals)
 '''
 
+# pre-0.5: a loop over layer indices inside the trace; on nnsight 0.4 its variable stays bound
+# on the client after the block (the block's Python ran there), on 0.5+ it does not
+INDEX_LOOP_IN_THE_TRACE = '''
+import nnsight
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+with model.trace("The Space Needle is in", remote=True):
+    norms = nnsight.list().save()
+    for index in range(0, 4, 2):
+        norms.append(LAYERS[index].output[0][:, -1].norm(dim=-1))
+print([round(n.item(), 4) for n in norms.value])
+'''
+
 TEMPLATES = {"tuple": TUPLE_ELEMENT, "related": RELATED_SITES, "containers": SAVES_IN_CONTAINERS,
-             "rebound": REBOUND_THEN_SAVED, "steps": GENERATION_STEPS, "dict": DICT_FILLED_IN_THE_TRACE}
+             "rebound": REBOUND_THEN_SAVED, "steps": GENERATION_STEPS, "dict": DICT_FILLED_IN_THE_TRACE,
+             "index": INDEX_LOOP_IN_THE_TRACE}
 
 
 @pytest.fixture(scope="module")
@@ -247,3 +262,9 @@ def test_value_over_a_dict_the_trace_fills_is_migrated(family, originals):
     result, report, original = proven("dict", family, originals)
     assert "v.value" not in result.code and "nnsight.save({})" in result.code
     assert len(original.namespace["totals"]) == 2
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_loop_variable_of_a_pre_05_trace_is_let_go_as_a_temporary(family, originals):
+    result, report, original = proven("index", family, originals)
+    assert original.namespace["index"] == 2 and "index" in result.unreturned
