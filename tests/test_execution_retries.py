@@ -277,3 +277,52 @@ def test_a_branch_that_cannot_be_decided_goes_on_to_the_handlers_own_raise():
     handler = "if len(PROMPTS) > 9:\n                print(attempt)\n            if attempt == 2:\n                raise\n"
     code = optimize(_retry_script("range(3)").replace("time.sleep(0.001)\n", handler)).code
     assert "model.session(" in code and code.count("if _ndif_attempt == 2:") == 1, code  # its own
+
+
+# a retry that gives up in the loop's `else:` (every attempt failed), in a helper called
+# for each prompt
+RETRY_WITH_ELSE = '''
+    import time
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    PROMPTS = ["The sky is", "Grass is usually", "Snow is"]
+
+
+    def top_token(prompt):
+        for attempt in range(3):
+            try:
+                with model.trace(prompt, remote=True):
+                    logits = model.lm_head.output[0, -1].save()
+                break
+            except Exception:
+                time.sleep(0.001 * 2 ** attempt)
+        else:
+            raise RuntimeError(f"gave up after {attempt + 1} attempts")
+        return logits.argmax().item()
+
+
+    tops = [top_token(p) for p in PROMPTS]
+    print(tops)
+'''
+
+
+@both
+def test_a_retry_that_gives_up_in_its_else_goes_around_the_session(family):
+    result, report = optimized_and_verified(RETRY_WITH_ELSE, family)
+    assert report.before.requests == 3 and report.after.requests == 1, report.to_text()
+    # the `else:` gives up around the session too: no give-up is added to the handler
+    assert 'else:\n    raise RuntimeError(f"gave up after {_ndif_attempt + 1} attempts")' in result.code, result.code
+    assert "if _ndif_attempt ==" not in result.code
+    estimate = [c for c in result.costs if c.pass_id == "session-hoisting"][0]
+    assert estimate.before.requests == 3  # one attempt per call, not three
+
+
+def test_with_ndif_unreachable_a_retry_with_else_gives_up_as_written(tmp_path):
+    pytest.importorskip("nnsight")
+    source = textwrap.dedent(RETRY_WITH_ELSE).replace("REPO", "openai-community/gpt2")
+    result = optimize(source)
+    assert "model.session(" in result.code, result.code
+    original = _run_unreachable(tmp_path, "original.py", source)
+    optimized = _run_unreachable(tmp_path, "optimized.py", result.code)
+    assert original == optimized == "raised RuntimeError gave up after 3 attempts\n", (original, optimized)

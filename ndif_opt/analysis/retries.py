@@ -8,7 +8,8 @@ provided the same retry then wraps the whole session.
 Two shapes are recognised, each with the guard as data:
 
 - a loop over attempts whose body is one `try`; the `try` ends with `break` (or, in a
-  function, with `return`), and its handlers only report, wait and re-raise;
+  function, with `return`), and its handlers only report, wait and re-raise; the loop's
+  `else:` (run when every attempt failed), if it has one, only reports and then raises;
 - a retry wrapper: a function `def with_retries(fn, *args, ...)` whose guard's `try` is
   `return fn(*args)`. A call `with_retries(run, x)` is then `run(x)` with a retry around it.
 """
@@ -39,6 +40,9 @@ class RetryGuard:
     attempt: str  # the loop's variable
     guarded: cst.Try  # its one statement
     exit: str  # "break" or "return": how the `try` ends when the request succeeds
+    # the loop has an `else:` that raises (`for ... else: raise RuntimeError("gave up")`):
+    # it, not the handlers, gives up after the last attempt
+    gives_up: bool = False
 
     @property
     def header(self) -> str:
@@ -54,7 +58,9 @@ class RetryWrapper:
 
 def retry_guard(loop: cst.CSTNode, facts: Facts) -> RetryGuard | None:
     """The guard ``loop`` is, or None when it is any other loop."""
-    if type(loop) is not cst.For or loop.orelse is not None or loop.asynchronous is not None:
+    if type(loop) is not cst.For or loop.asynchronous is not None:
+        return None
+    if loop.orelse is not None and not _gives_up(_statements(loop.orelse.body), facts):
         return None
     body = loop.body.body
     if len(body) != 1 or type(body[0]) is not cst.Try:
@@ -72,7 +78,19 @@ def retry_guard(loop: cst.CSTNode, facts: Facts) -> RetryGuard | None:
         binds = set(collect(handler.body).binds)
         if binds:
             return None  # the handler computes something (an error record): not a retry
-    return RetryGuard(loop=loop, attempt=names[0], guarded=guarded, exit=exit_kind)
+    return RetryGuard(loop=loop, attempt=names[0], guarded=guarded, exit=exit_kind,
+                      gives_up=loop.orelse is not None)
+
+
+def _gives_up(statements, facts: Facts) -> bool:
+    """A loop's `else:` that reports and then raises (any exception): the retry's giving up."""
+    if not statements or type(statements[-1]) is not cst.SimpleStatementLine:
+        return False
+    end = statements[-1].body[-1]
+    if type(end) is not cst.Raise or end.exc is None:
+        return False
+    before = [*statements[:-1], statements[-1].with_changes(body=statements[-1].body[:-1])]
+    return _only_reports([s for s in before if not (type(s) is cst.SimpleStatementLine and not s.body)], facts)
 
 
 def _success_exit(statements) -> str | None:
@@ -239,6 +257,7 @@ class PortableRetry:
     iter: cst.BaseExpression
     handlers: tuple[cst.ExceptHandler, ...]
     last: str | None  # the code of the last attempt's value (`2`, `MAX_ATTEMPTS - 1`), when it has one
+    giving_up: cst.Else | None = None  # the loop's `else:`, its names replaced as the handlers' are
 
     def around(self, session: cst.BaseStatement) -> cst.For:
         """``session`` under this retry: the next attempt runs it again from the start.
@@ -248,7 +267,8 @@ class PortableRetry:
         after it (a replay of what the session recorded, or the code as written should the
         session fail) always sees a session that ran, or the error."""
         handlers = tuple(
-            _giving_up(h, self.attempt, self.last) if _needs_give_up(h, self.attempt, self.last) else h
+            _giving_up(h, self.attempt, self.last)
+            if not self.guard.gives_up and _needs_give_up(h, self.attempt, self.last) else h
             for h in self.handlers
         )
         guarded = self.guard.guarded.with_changes(
@@ -260,6 +280,7 @@ class PortableRetry:
             target=cst.Name(self.attempt),
             iter=self.iter,
             body=self.guard.loop.body.with_changes(body=[guarded], header=said),
+            orelse=self.giving_up,
             leading_lines=session.leading_lines,
         )
 
@@ -287,6 +308,11 @@ def portable_retry(
     used = set(collect(guard.loop.iter).reads)
     for handler in guard.guarded.handlers:
         used |= set(collect(handler).reads)
+    if guard.loop.orelse is not None:
+        unreadable = sorted(set(collect(guard.loop.orelse).reads) - _BUILTINS - available - set(values))
+        if unreadable:
+            return (f"the retry gives up (its `else:`) with a line that reads `{unreadable[0]}`, which the "
+                    "session's place cannot read")
     for name in sorted(used - exception_names - {guard.attempt}):
         value = passed.get(name, params.get(name)) if name in params else None
         if value is not None and not collect(value).reads:
@@ -313,14 +339,16 @@ def portable_retry(
     iterable = guard.loop.iter.visit(_Substitute(values))
     handlers = tuple(h.visit(_Substitute(values)) for h in handlers)
     last = last_of_range(iterable, changing or Changing())
-    if last is None and any(_needs_give_up(h, attempt, None) for h in handlers):
+    if last is None and not guard.gives_up and any(_needs_give_up(h, attempt, None) for h in handlers):
         return (
             f"the retry (`{guard.header}`) gives up after an attempt whose number cannot be computed again "
             f"when the session fails (`{code_of(iterable)}` is not `range(stop)` or `range(start, stop)` "
             "with a `stop` that is a constant, or a name or attribute the loop leaves alone): around the "
             "session it would never give up; count the attempts with such a `range` to have it hoisted"
         )
-    return PortableRetry(guard=guard, attempt=attempt, iter=iterable, handlers=handlers, last=last)
+    giving_up = None if guard.loop.orelse is None else guard.loop.orelse.visit(_Substitute(values))
+    return PortableRetry(guard=guard, attempt=attempt, iter=iterable, handlers=handlers, last=last,
+                         giving_up=giving_up)
 
 
 @dataclass(frozen=True)
