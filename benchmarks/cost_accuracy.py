@@ -338,11 +338,6 @@ for _family in ("gpt2", "llama"):
         NOT_PREDICTED[
             f"test_execution_handled::test_a_failing_request_is_still_handled_on_its_own[{_family}]:{_version}"
         ] = "a request fails by design: the cost model counts a run without failures"
-    # a gap (next issue): the split records `logits` whole where the client reduces it inside
-    # its `try:` (passes/common/guards.py); the cost model sizes that record as if reduced
-    # (predicted 1,283 B, measured 53,461 B)
-    NOT_PREDICTED[f"test_execution_handled::test_error_records_run_in_one_session[{_family}]:optimized"] = (
-        "gap: a record holding a trace's value whole (guarded on the client) is sized as reduced")
     NOT_PREDICTED[
         f"test_execution_05_failures::test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script"
         f"[module-{_family}]:optimized"

@@ -1251,3 +1251,27 @@ def test_an_objects_state_is_what_its_constructor_and_methods_gave_it():
     assert is_known(cost.download_bytes), cost
     six_tokens = tokens("The dog sat on the mat")
     assert cost.download_bytes >= 6 * six_tokens * dims.vocab_size * 4, cost
+
+
+def test_a_record_holding_a_string_slice_is_sized_whole():
+    # session-hoisting's records hold what the client reads after the session: the trace's
+    # values whole and, for a print, a slice of the prompt. A slice of a string is a string
+    # (its text known when the prompt is): the record's size is known, tensors included
+    source = script(
+        """\
+        with model.session(remote=True):
+            rows = list().save()
+            for prompt in ["Hello world", "The cat sat"]:
+                with model.trace(prompt):
+                    logits = model.lm_head.output
+                rows.append({"head": prompt[:4], "logits": logits})
+        """
+    )
+    cost = run(source).cost
+    assert not cost.download_unknown, cost.download_unknown
+    logits = sum(tokens(p) * 128_256 * 2 for p in ["Hello world", "The cat sat"])
+    assert cost.download_bytes > logits, cost
+    # each record holds four characters of its prompt: seven fewer than the whole prompt
+    whole = run(source.replace("prompt[:4]", "prompt")).cost
+    assert whole.download_bytes - cost.download_bytes == 2 * 7
+

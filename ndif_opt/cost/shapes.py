@@ -420,12 +420,28 @@ def _python_subscript(base: Shape, items: list[cst.BaseSlice], ev: Evaluation) -
         if not any(b is NOT_CONST for b in bounds):
             sub = base.value[slice(*bounds)]
             return Shape.python("tuple", sub, dims=(len(sub),))
+    if base.dtype == "str" and len(items) == 1:
+        return _str_subscript(base, items[0], ev)
     if base.dtype == "list" and base.dims:
         indexed = _tensor_index(Shape.tensor(base.dims, "int64"), items, ev)
         if indexed.dims == ():
             return Shape.python("number")
         return Shape.python("list", dims=indexed.dims or ())
     raise UnknownShape(f"indexing {base.describe()}")
+
+
+def _str_subscript(base: Shape, item: cst.BaseSlice, ev: Evaluation) -> Shape:
+    """``prompt[:12]``, ``word[0]``: a string again, its text where both are known."""
+    text = base.value if isinstance(base.value, str) else None
+    if text is None:
+        return Shape.python("str")
+    if isinstance(item, cst.Index):
+        key = const_int(item.value, ev)
+        return Shape.python("str", text[key] if key is not None and -len(text) <= key < len(text) else None)
+    bounds = [None if x is None else const_int(x, ev) for x in (item.lower, item.upper, item.step)]
+    if any(b is None and x is not None for b, x in zip(bounds, (item.lower, item.upper, item.step))) or bounds[2] == 0:
+        return Shape.python("str")
+    return Shape.python("str", text[slice(*bounds)])
 
 
 def _tensor_index(base: Shape, items: list[cst.BaseSlice], ev: Evaluation) -> Shape:
