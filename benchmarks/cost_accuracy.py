@@ -340,14 +340,6 @@ for _family in ("gpt2", "llama"):
         ] = "a request fails by design: the cost model counts a run without failures"
     NOT_PREDICTED[
         f"test_execution_05_failures::test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script"
-        f"[module-{_family}]:optimized"
-    ] = (
-        "cost model gap: a saved list of saved scalars (`nnsight.save([l.output[0, -1].argmax().save() for l in "
-        "layers])`) ships one tensor per element, ~250 B each, which the model does not count (32 layers: 1.3 KB "
-        "predicted, 8.8 KB measured)"
-    )
-    NOT_PREDICTED[
-        f"test_execution_05_failures::test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script"
         f"[filled-across-invokes-{_family}]:original"
     ] = (
         "cost model gap: a saved view of a new tensor (`logits.log_softmax(-1)[0, :3].save()`) ships the "

@@ -1275,3 +1275,18 @@ def test_a_record_holding_a_string_slice_is_sized_whole():
     whole = run(source.replace("prompt[:4]", "prompt")).cost
     assert whole.download_bytes - cost.download_bytes == 2 * 7
 
+
+def test_a_saved_list_of_saved_values_over_the_layers_ships_one_tensor_per_layer():
+    # `[layer.output[0, -1].argmax().save() for layer in <layer list>]`: one element per
+    # decoder layer, each a 0-d tensor with its own framing
+    source = script(
+        """\
+        with model.trace("Hello world", remote=True):
+            tops = nnsight.save([layer.output[0, -1].argmax().save() for layer in model.model.layers])
+        """
+    ).replace("import torch\n", "import torch\nimport nnsight\n")
+    cost = run(source).cost
+    assert not cost.download_unknown, cost.download_unknown
+    n_layers = dims_for("meta-llama/Llama-3.1-8B").n_layers
+    assert cost.download_bytes >= RESULT_BASE + n_layers * (8 + TENSOR_OVERHEAD), cost
+    assert cost.download_bytes < RESULT_BASE + n_layers * (8 + TENSOR_OVERHEAD + 16), cost

@@ -45,6 +45,7 @@ from typing import Any
 import libcst as cst
 
 from ndif_opt.analysis.names import target_names
+from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.model_registry import ModelDims
 from ndif_opt.cost.module_values import (
     PASSTHROUGH_CALLS,
@@ -237,16 +238,31 @@ def _eval_listcomp(node: cst.BaseExpression, ev: Evaluation) -> Shape:
     comp = node.for_in
     if comp.inner_for_in is not None or comp.ifs or getattr(comp, "asynchronous", None):
         raise UnknownShape("a comprehension with several for/if clauses")
-    count = _iter_length(comp.iter, ev)
+    layers = _layer_list(comp.iter, ev)
+    count = _iter_length(comp.iter, ev) if layers is None else ev.dims.n_layers
     if count is None:
         raise UnknownShape("a comprehension over an iterable of unknown length")
     sub = Evaluation(ev.ctx, ev.dispatch, ev.env)
     for name in target_names(comp.target):
-        sub.env[name] = Shape.python("int")
+        # `[layer.output ... for layer in model.transformer.h]`: each one decoder layer
+        sub.env[name] = Shape.python("int") if layers is None else layers.child(None)
     element = as_shape(evaluate(node.elt, sub))
     for text in sub.notes:
         ev.note(text)
     return Shape.container([element] * count)
+
+
+def _layer_list(node: cst.BaseExpression, ev: Evaluation) -> ModuleRef | None:
+    """``model.transformer.h``, ``model.model.layers``: the decoder-layer list iterated."""
+    if type(node) not in (cst.Attribute, cst.Name):  # `is`: see const_value
+        return None
+    try:
+        value = evaluate(node, ev)
+    except UnknownShape:
+        return None
+    if isinstance(value, ModuleRef) and value.path and value.path[-1] in LAYER_LISTS:
+        return value
+    return None
 
 
 def _iter_length(node: cst.BaseExpression, ev: Evaluation) -> int | None:
