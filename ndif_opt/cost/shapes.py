@@ -463,57 +463,7 @@ def _str_subscript(base: Shape, item: cst.BaseSlice, ev: Evaluation) -> Shape:
 def _tensor_index(base: Shape, items: list[cst.BaseSlice], ev: Evaluation) -> Shape:
     """torch indexing: ints select first; slices/None/...; lists and tensors are advanced."""
     dims = list(base.dims or ())
-    # Classify each index item.
-    parsed: list[tuple[str, Any]] = []
-    for item in items:
-        if type(item) is cst.Slice:  # `is`: see const_value
-            parsed.append(("slice", item))
-            continue
-        expr = item.value
-        if type(expr) is cst.Ellipsis:
-            parsed.append(("ellipsis", None))
-            continue
-        const = const_value(expr, ev)
-        if const is None:
-            parsed.append(("none", None))
-            continue
-        if isinstance(const, bool):
-            parsed.append(("none", None))  # x[True] adds a dim of 1
-            continue
-        if isinstance(const, int):
-            parsed.append(("int", const))
-            continue
-        if isinstance(const, (list, tuple)):
-            parsed.append(("adv", literal_dims(const)))
-            continue
-        if type(expr) is cst.Name and expr.value not in ev.env and expr.value not in ev.ctx.model_names:
-            ev.note(
-                f"index '{expr.value}' is not bound here: it is taken to keep its dim with length "
-                f"{DEFAULT_INDEX_LENGTH} (right in bytes for an int index)"
-            )
-            parsed.append(("adv", (DEFAULT_INDEX_LENGTH,)))
-            continue
-        try:
-            value = evaluate_shape(expr, ev)
-        except UnknownShape as exc:
-            ev.note(f"an index of unknown shape ({exc}): length {DEFAULT_INDEX_LENGTH} assumed")
-            parsed.append(("adv", (DEFAULT_INDEX_LENGTH,)))
-            continue
-        if value.kind == "python" and value.dtype in ("int", "number"):
-            parsed.append(("int", value.value))
-        elif value.kind == "python" and value.dtype == "list" and value.dims:
-            parsed.append(("adv", value.dims))
-        elif value.kind == "container" and value.elements:
-            parsed.append(("adv", (len(value.elements),)))
-        elif value.is_tensor and value.dtype == "bool":
-            ev.note(f"a boolean mask index: {DEFAULT_INDEX_LENGTH} selected element(s) assumed")
-            parsed.append(("mask", len(value.dims or ())))
-        elif value.is_tensor:
-            if value.dtype.startswith("float") or value.dtype == "bfloat16":
-                raise UnknownShape("indexing with a floating-point tensor")
-            parsed.append(("adv", value.dims or ()))
-        else:
-            raise UnknownShape(f"indexing with {value.describe()}")
+    parsed = _index_kinds(items, ev)
 
     consumed = sum(1 if k in ("int", "slice", "adv") else (v if k == "mask" else 0) for k, v in parsed)
     if sum(1 for k, _ in parsed if k == "ellipsis") > 1:
@@ -564,6 +514,62 @@ def _tensor_index(base: Shape, items: list[cst.BaseSlice], ev: Evaluation) -> Sh
     else:
         result = list(joint) + rest
     return Shape.tensor(result, base.dtype)
+
+
+def _index_kinds(items: list[cst.BaseSlice], ev: Evaluation) -> list[tuple[str, Any]]:
+    """Each index item classified: ("slice", node), ("ellipsis", None), ("none", None),
+    ("int", value), ("adv", dims) or ("mask", its dims)."""
+    parsed: list[tuple[str, Any]] = []
+    for item in items:
+        if type(item) is cst.Slice:  # `is`: see const_value
+            parsed.append(("slice", item))
+            continue
+        expr = item.value
+        if type(expr) is cst.Ellipsis:
+            parsed.append(("ellipsis", None))
+            continue
+        const = const_value(expr, ev)
+        if const is None:
+            parsed.append(("none", None))
+            continue
+        if isinstance(const, bool):
+            parsed.append(("none", None))  # x[True] adds a dim of 1
+            continue
+        if isinstance(const, int):
+            parsed.append(("int", const))
+            continue
+        if isinstance(const, (list, tuple)):
+            parsed.append(("adv", literal_dims(const)))
+            continue
+        if type(expr) is cst.Name and expr.value not in ev.env and expr.value not in ev.ctx.model_names:
+            ev.note(
+                f"index '{expr.value}' is not bound here: it is taken to keep its dim with length "
+                f"{DEFAULT_INDEX_LENGTH} (right in bytes for an int index)"
+            )
+            parsed.append(("adv", (DEFAULT_INDEX_LENGTH,)))
+            continue
+        try:
+            value = evaluate_shape(expr, ev)
+        except UnknownShape as exc:
+            ev.note(f"an index of unknown shape ({exc}): length {DEFAULT_INDEX_LENGTH} assumed")
+            parsed.append(("adv", (DEFAULT_INDEX_LENGTH,)))
+            continue
+        if value.kind == "python" and value.dtype in ("int", "number"):
+            parsed.append(("int", value.value))
+        elif value.kind == "python" and value.dtype == "list" and value.dims:
+            parsed.append(("adv", value.dims))
+        elif value.kind == "container" and value.elements:
+            parsed.append(("adv", (len(value.elements),)))
+        elif value.is_tensor and value.dtype == "bool":
+            ev.note(f"a boolean mask index: {DEFAULT_INDEX_LENGTH} selected element(s) assumed")
+            parsed.append(("mask", len(value.dims or ())))
+        elif value.is_tensor:
+            if value.dtype.startswith("float") or value.dtype == "bfloat16":
+                raise UnknownShape("indexing with a floating-point tensor")
+            parsed.append(("adv", value.dims or ()))
+        else:
+            raise UnknownShape(f"indexing with {value.describe()}")
+    return parsed
 
 
 def _slice_length(item: cst.Slice, size: int, ev: Evaluation) -> int:
