@@ -723,21 +723,21 @@ def test_shared_values_are_keyed_by_exact_values_not_equal_ones():
     # the walker shares an expression's value between tree versions when the names it
     # spells hold the same values: 1, 1.0 and True are equal in Python but not the same
     from ndif_opt.cost.shape_values import Shape
-    from ndif_opt.cost.walker import _exact
+    from ndif_opt.cost.walk_values import exact
 
-    keys = {_exact(Shape(kind="python", value=v)) for v in (1, 1.0, True, 0.0, -0.0, (1,), (1.0,))}
+    keys = {exact(Shape(kind="python", value=v)) for v in (1, 1.0, True, 0.0, -0.0, (1,), (1.0,))}
     assert len(keys) == 7
-    assert _exact(Shape(kind="python", value=2)) == _exact(Shape(kind="python", value=2))
+    assert exact(Shape(kind="python", value=2)) == exact(Shape(kind="python", value=2))
 
 
 @pytest.mark.parametrize("literal", ['["a", "b"]', "(1, 2.0, True)", "[[1, 2], [3]]", "([1], 2)", "-3", "'x'", "f(1)"])
 def test_a_literal_assignment_binds_the_shape_of_its_value_and_shares_no_list(literal):
-    from ndif_opt.cost.walker import NO_VALUE, _literal, _literal_shape, _python_shape
+    from ndif_opt.cost.walk_values import NO_VALUE, literal_shape, python_literal, python_shape
 
     expr = cst.parse_expression(literal)
-    value = _literal(expr)
-    expected = None if value is NO_VALUE else _python_shape(value, True)
-    first, second = _literal_shape(expr), _literal_shape(expr)
+    value = python_literal(expr)
+    expected = None if value is NO_VALUE else python_shape(value, True)
+    first, second = literal_shape(expr), literal_shape(expr)
     assert first == expected and second == expected
     if first is not None and isinstance(first.value, tuple):
         # a list inside the value is the binding's own (a caller may change it)
