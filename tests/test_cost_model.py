@@ -1290,3 +1290,22 @@ def test_a_saved_list_of_saved_values_over_the_layers_ships_one_tensor_per_layer
     n_layers = dims_for("meta-llama/Llama-3.1-8B").n_layers
     assert cost.download_bytes >= RESULT_BASE + n_layers * (8 + TENSOR_OVERHEAD), cost
     assert cost.download_bytes < RESULT_BASE + n_layers * (8 + TENSOR_OVERHEAD + 16), cost
+
+
+def test_a_view_of_a_computed_tensor_ships_that_tensors_storage_on_a_cpu_server():
+    # a view's storage is the tensor it views, a module's output or one computed in the
+    # trace: `log_softmax` makes a new [1, n, vocab] tensor, and its row ships whole
+    source = script(
+        """\
+        with model.trace("The Eiffel Tower is in the city of", remote=True):
+            logits = model.lm_head.output
+            top = logits.log_softmax(-1)[0, -1, :3].save()
+        """
+    )
+    n = tokens("The Eiffel Tower is in the city of")
+    storage = {"view-storage": "storage"}
+    assert run(source).cost.download_bytes == 3 * 2 + framing("top")
+    assert run(source, **storage).cost.download_bytes == n * 128_256 * 2 + framing("top")
+    # a copy is a tensor of its own: only its elements
+    copied = source.replace("[0, -1, :3].save()", "[0, -1, :3].clone().save()")
+    assert run(copied, **storage).cost.download_bytes == 3 * 2 + framing("top")

@@ -331,9 +331,9 @@ class ExpressionWalk:
                 if method == "to" and not all(
                     type(a.value) is cst.SimpleString and "cpu" in a.value.value for a in node.args
                 ):
-                    return None
+                    return self._new_storage(node)
                 if method not in _VIEW_METHODS and method != "to":
-                    return None
+                    return self._new_storage(node)
                 node = node.func.value
             elif type(node) is cst.Attribute and node.attr.value in ("output", "input"):
                 forward = self.forward
@@ -357,7 +357,17 @@ class ExpressionWalk:
             elif type(node) is cst.Name:
                 return self.storage.get(node.value)
             else:
-                return None
+                return self._new_storage(node)
+
+    def _new_storage(self, node: cst.BaseExpression) -> Storage | None:
+        """A tensor computed here (``logits.log_softmax(-1)``, ``a + b``): a storage of its
+        own, which a view of it ships whole."""
+        if type(node) not in (cst.Call, cst.BinaryOperation, cst.UnaryOperation):
+            return None
+        value = self.value(node)
+        if isinstance(value, Shape) and value.is_tensor and value.known:
+            return Storage(value, None, 1.0)
+        return None
 
     def _bound_storage(self, expr: cst.BaseExpression) -> Storage | None:
         """What a name bound to ``expr`` is a view of, for :meth:`sent` to read later —
