@@ -338,27 +338,6 @@ for _family in ("gpt2", "llama"):
         NOT_PREDICTED[
             f"test_execution_handled::test_a_failing_request_is_still_handled_on_its_own[{_family}]:{_version}"
         ] = "a request fails by design: the cost model counts a run without failures"
-    # a gap (next issue): the split records `logits` whole where the client reduces it inside
-    # its `try:` (passes/common/guards.py); the cost model sizes that record as if reduced
-    # (predicted 1,283 B, measured 53,461 B)
-    NOT_PREDICTED[f"test_execution_handled::test_error_records_run_in_one_session[{_family}]:optimized"] = (
-        "gap: a record holding a trace's value whole (guarded on the client) is sized as reduced")
-    NOT_PREDICTED[
-        f"test_execution_05_failures::test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script"
-        f"[module-{_family}]:optimized"
-    ] = (
-        "cost model gap: a saved list of saved scalars (`nnsight.save([l.output[0, -1].argmax().save() for l in "
-        "layers])`) ships one tensor per element, ~250 B each, which the model does not count (32 layers: 1.3 KB "
-        "predicted, 8.8 KB measured)"
-    )
-    NOT_PREDICTED[
-        f"test_execution_05_failures::test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script"
-        f"[filled-across-invokes-{_family}]:original"
-    ] = (
-        "cost model gap: a saved view of a new tensor (`logits.log_softmax(-1)[0, :3].save()`) ships the "
-        "whole tensor's storage (measured: 5.9 KB raw, 1.9 KB with `.clone()`); the model counts the view "
-        "(1.8 KB predicted)"
-    )
     for _test in ("test_values_only_the_session_reads_are_not_downloaded",
                   "test_a_module_name_read_after_the_session_still_comes_back"):
         for _version in ("original", "optimized"):

@@ -72,7 +72,8 @@ from ndif_opt.analysis.facts import Block, Facts
 from ndif_opt.cost.constants import DEFAULTS, UNKNOWN_TRIPS, session_budget, setting, view_mode
 from ndif_opt.cost.model_registry import dims_for
 from ndif_opt.cost.shapes import shape_of
-from ndif_opt.cost.walker import RequestEstimate, SessionProfile, Visit, Walker
+from ndif_opt.cost.requests import RequestEstimate, SessionProfile, Visit
+from ndif_opt.cost.walker import Walker
 from ndif_opt.options import Options
 from ndif_opt.types import Cost, Count, Number, UnknownDownload, UnknownDownloads, UnknownLoop, is_known, loops_in
 from ndif_opt.wording import counted_with_loops, human_bytes

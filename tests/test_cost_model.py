@@ -723,21 +723,21 @@ def test_shared_values_are_keyed_by_exact_values_not_equal_ones():
     # the walker shares an expression's value between tree versions when the names it
     # spells hold the same values: 1, 1.0 and True are equal in Python but not the same
     from ndif_opt.cost.shape_values import Shape
-    from ndif_opt.cost.walker import _exact
+    from ndif_opt.cost.walk_values import exact
 
-    keys = {_exact(Shape(kind="python", value=v)) for v in (1, 1.0, True, 0.0, -0.0, (1,), (1.0,))}
+    keys = {exact(Shape(kind="python", value=v)) for v in (1, 1.0, True, 0.0, -0.0, (1,), (1.0,))}
     assert len(keys) == 7
-    assert _exact(Shape(kind="python", value=2)) == _exact(Shape(kind="python", value=2))
+    assert exact(Shape(kind="python", value=2)) == exact(Shape(kind="python", value=2))
 
 
 @pytest.mark.parametrize("literal", ['["a", "b"]', "(1, 2.0, True)", "[[1, 2], [3]]", "([1], 2)", "-3", "'x'", "f(1)"])
 def test_a_literal_assignment_binds_the_shape_of_its_value_and_shares_no_list(literal):
-    from ndif_opt.cost.walker import NO_VALUE, _literal, _literal_shape, _python_shape
+    from ndif_opt.cost.walk_values import NO_VALUE, literal_shape, python_literal, python_shape
 
     expr = cst.parse_expression(literal)
-    value = _literal(expr)
-    expected = None if value is NO_VALUE else _python_shape(value, True)
-    first, second = _literal_shape(expr), _literal_shape(expr)
+    value = python_literal(expr)
+    expected = None if value is NO_VALUE else python_shape(value, True)
+    first, second = literal_shape(expr), literal_shape(expr)
     assert first == expected and second == expected
     if first is not None and isinstance(first.value, tuple):
         # a list inside the value is the binding's own (a caller may change it)
@@ -1251,3 +1251,61 @@ def test_an_objects_state_is_what_its_constructor_and_methods_gave_it():
     assert is_known(cost.download_bytes), cost
     six_tokens = tokens("The dog sat on the mat")
     assert cost.download_bytes >= 6 * six_tokens * dims.vocab_size * 4, cost
+
+
+def test_a_record_holding_a_string_slice_is_sized_whole():
+    # session-hoisting's records hold what the client reads after the session: the trace's
+    # values whole and, for a print, a slice of the prompt. A slice of a string is a string
+    # (its text known when the prompt is): the record's size is known, tensors included
+    source = script(
+        """\
+        with model.session(remote=True):
+            rows = list().save()
+            for prompt in ["Hello world", "The cat sat"]:
+                with model.trace(prompt):
+                    logits = model.lm_head.output
+                rows.append({"head": prompt[:4], "logits": logits})
+        """
+    )
+    cost = run(source).cost
+    assert not cost.download_unknown, cost.download_unknown
+    logits = sum(tokens(p) * 128_256 * 2 for p in ["Hello world", "The cat sat"])
+    assert cost.download_bytes > logits, cost
+    # each record holds four characters of its prompt: seven fewer than the whole prompt
+    whole = run(source.replace("prompt[:4]", "prompt")).cost
+    assert whole.download_bytes - cost.download_bytes == 2 * 7
+
+
+def test_a_saved_list_of_saved_values_over_the_layers_ships_one_tensor_per_layer():
+    # `[layer.output[0, -1].argmax().save() for layer in <layer list>]`: one element per
+    # decoder layer, each a 0-d tensor with its own framing
+    source = script(
+        """\
+        with model.trace("Hello world", remote=True):
+            tops = nnsight.save([layer.output[0, -1].argmax().save() for layer in model.model.layers])
+        """
+    ).replace("import torch\n", "import torch\nimport nnsight\n")
+    cost = run(source).cost
+    assert not cost.download_unknown, cost.download_unknown
+    n_layers = dims_for("meta-llama/Llama-3.1-8B").n_layers
+    assert cost.download_bytes >= RESULT_BASE + n_layers * (8 + TENSOR_OVERHEAD), cost
+    assert cost.download_bytes < RESULT_BASE + n_layers * (8 + TENSOR_OVERHEAD + 16), cost
+
+
+def test_a_view_of_a_computed_tensor_ships_that_tensors_storage_on_a_cpu_server():
+    # a view's storage is the tensor it views, a module's output or one computed in the
+    # trace: `log_softmax` makes a new [1, n, vocab] tensor, and its row ships whole
+    source = script(
+        """\
+        with model.trace("The Eiffel Tower is in the city of", remote=True):
+            logits = model.lm_head.output
+            top = logits.log_softmax(-1)[0, -1, :3].save()
+        """
+    )
+    n = tokens("The Eiffel Tower is in the city of")
+    storage = {"view-storage": "storage"}
+    assert run(source).cost.download_bytes == 3 * 2 + framing("top")
+    assert run(source, **storage).cost.download_bytes == n * 128_256 * 2 + framing("top")
+    # a copy is a tensor of its own: only its elements
+    copied = source.replace("[0, -1, :3].save()", "[0, -1, :3].clone().save()")
+    assert run(copied, **storage).cost.download_bytes == 3 * 2 + framing("top")

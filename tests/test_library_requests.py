@@ -16,7 +16,7 @@ from ndif_opt.analysis.facts import analyze
 from ndif_opt.cost.constants import RESULT_BASE
 from ndif_opt.cost.model_registry import dims_for
 from ndif_opt.cost.shape_values import Shape
-from ndif_opt.cost.walker import serialized_size
+from ndif_opt.cost.requests import serialized_size
 from ndif_opt.cost_model import explain
 from ndif_opt.options import Options
 

@@ -45,6 +45,7 @@ from typing import Any
 import libcst as cst
 
 from ndif_opt.analysis.names import target_names
+from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.model_registry import ModelDims
 from ndif_opt.cost.module_values import (
     PASSTHROUGH_CALLS,
@@ -237,16 +238,31 @@ def _eval_listcomp(node: cst.BaseExpression, ev: Evaluation) -> Shape:
     comp = node.for_in
     if comp.inner_for_in is not None or comp.ifs or getattr(comp, "asynchronous", None):
         raise UnknownShape("a comprehension with several for/if clauses")
-    count = _iter_length(comp.iter, ev)
+    layers = _layer_list(comp.iter, ev)
+    count = _iter_length(comp.iter, ev) if layers is None else ev.dims.n_layers
     if count is None:
         raise UnknownShape("a comprehension over an iterable of unknown length")
     sub = Evaluation(ev.ctx, ev.dispatch, ev.env)
     for name in target_names(comp.target):
-        sub.env[name] = Shape.python("int")
+        # `[layer.output ... for layer in model.transformer.h]`: each one decoder layer
+        sub.env[name] = Shape.python("int") if layers is None else layers.child(None)
     element = as_shape(evaluate(node.elt, sub))
     for text in sub.notes:
         ev.note(text)
     return Shape.container([element] * count)
+
+
+def _layer_list(node: cst.BaseExpression, ev: Evaluation) -> ModuleRef | None:
+    """``model.transformer.h``, ``model.model.layers``: the decoder-layer list iterated."""
+    if type(node) not in (cst.Attribute, cst.Name):  # `is`: see const_value
+        return None
+    try:
+        value = evaluate(node, ev)
+    except UnknownShape:
+        return None
+    if isinstance(value, ModuleRef) and value.path and value.path[-1] in LAYER_LISTS:
+        return value
+    return None
 
 
 def _iter_length(node: cst.BaseExpression, ev: Evaluation) -> int | None:
@@ -420,6 +436,8 @@ def _python_subscript(base: Shape, items: list[cst.BaseSlice], ev: Evaluation) -
         if not any(b is NOT_CONST for b in bounds):
             sub = base.value[slice(*bounds)]
             return Shape.python("tuple", sub, dims=(len(sub),))
+    if base.dtype == "str" and len(items) == 1:
+        return _str_subscript(base, items[0], ev)
     if base.dtype == "list" and base.dims:
         indexed = _tensor_index(Shape.tensor(base.dims, "int64"), items, ev)
         if indexed.dims == ():
@@ -428,60 +446,24 @@ def _python_subscript(base: Shape, items: list[cst.BaseSlice], ev: Evaluation) -
     raise UnknownShape(f"indexing {base.describe()}")
 
 
+def _str_subscript(base: Shape, item: cst.BaseSlice, ev: Evaluation) -> Shape:
+    """``prompt[:12]``, ``word[0]``: a string again, its text where both are known."""
+    text = base.value if isinstance(base.value, str) else None
+    if text is None:
+        return Shape.python("str")
+    if isinstance(item, cst.Index):
+        key = const_int(item.value, ev)
+        return Shape.python("str", text[key] if key is not None and -len(text) <= key < len(text) else None)
+    bounds = [None if x is None else const_int(x, ev) for x in (item.lower, item.upper, item.step)]
+    if any(b is None and x is not None for b, x in zip(bounds, (item.lower, item.upper, item.step))) or bounds[2] == 0:
+        return Shape.python("str")
+    return Shape.python("str", text[slice(*bounds)])
+
+
 def _tensor_index(base: Shape, items: list[cst.BaseSlice], ev: Evaluation) -> Shape:
     """torch indexing: ints select first; slices/None/...; lists and tensors are advanced."""
     dims = list(base.dims or ())
-    # Classify each index item.
-    parsed: list[tuple[str, Any]] = []
-    for item in items:
-        if type(item) is cst.Slice:  # `is`: see const_value
-            parsed.append(("slice", item))
-            continue
-        expr = item.value
-        if type(expr) is cst.Ellipsis:
-            parsed.append(("ellipsis", None))
-            continue
-        const = const_value(expr, ev)
-        if const is None:
-            parsed.append(("none", None))
-            continue
-        if isinstance(const, bool):
-            parsed.append(("none", None))  # x[True] adds a dim of 1
-            continue
-        if isinstance(const, int):
-            parsed.append(("int", const))
-            continue
-        if isinstance(const, (list, tuple)):
-            parsed.append(("adv", literal_dims(const)))
-            continue
-        if type(expr) is cst.Name and expr.value not in ev.env and expr.value not in ev.ctx.model_names:
-            ev.note(
-                f"index '{expr.value}' is not bound here: it is taken to keep its dim with length "
-                f"{DEFAULT_INDEX_LENGTH} (right in bytes for an int index)"
-            )
-            parsed.append(("adv", (DEFAULT_INDEX_LENGTH,)))
-            continue
-        try:
-            value = evaluate_shape(expr, ev)
-        except UnknownShape as exc:
-            ev.note(f"an index of unknown shape ({exc}): length {DEFAULT_INDEX_LENGTH} assumed")
-            parsed.append(("adv", (DEFAULT_INDEX_LENGTH,)))
-            continue
-        if value.kind == "python" and value.dtype in ("int", "number"):
-            parsed.append(("int", value.value))
-        elif value.kind == "python" and value.dtype == "list" and value.dims:
-            parsed.append(("adv", value.dims))
-        elif value.kind == "container" and value.elements:
-            parsed.append(("adv", (len(value.elements),)))
-        elif value.is_tensor and value.dtype == "bool":
-            ev.note(f"a boolean mask index: {DEFAULT_INDEX_LENGTH} selected element(s) assumed")
-            parsed.append(("mask", len(value.dims or ())))
-        elif value.is_tensor:
-            if value.dtype.startswith("float") or value.dtype == "bfloat16":
-                raise UnknownShape("indexing with a floating-point tensor")
-            parsed.append(("adv", value.dims or ()))
-        else:
-            raise UnknownShape(f"indexing with {value.describe()}")
+    parsed = _index_kinds(items, ev)
 
     consumed = sum(1 if k in ("int", "slice", "adv") else (v if k == "mask" else 0) for k, v in parsed)
     if sum(1 for k, _ in parsed if k == "ellipsis") > 1:
@@ -532,6 +514,62 @@ def _tensor_index(base: Shape, items: list[cst.BaseSlice], ev: Evaluation) -> Sh
     else:
         result = list(joint) + rest
     return Shape.tensor(result, base.dtype)
+
+
+def _index_kinds(items: list[cst.BaseSlice], ev: Evaluation) -> list[tuple[str, Any]]:
+    """Each index item classified: ("slice", node), ("ellipsis", None), ("none", None),
+    ("int", value), ("adv", dims) or ("mask", its dims)."""
+    parsed: list[tuple[str, Any]] = []
+    for item in items:
+        if type(item) is cst.Slice:  # `is`: see const_value
+            parsed.append(("slice", item))
+            continue
+        expr = item.value
+        if type(expr) is cst.Ellipsis:
+            parsed.append(("ellipsis", None))
+            continue
+        const = const_value(expr, ev)
+        if const is None:
+            parsed.append(("none", None))
+            continue
+        if isinstance(const, bool):
+            parsed.append(("none", None))  # x[True] adds a dim of 1
+            continue
+        if isinstance(const, int):
+            parsed.append(("int", const))
+            continue
+        if isinstance(const, (list, tuple)):
+            parsed.append(("adv", literal_dims(const)))
+            continue
+        if type(expr) is cst.Name and expr.value not in ev.env and expr.value not in ev.ctx.model_names:
+            ev.note(
+                f"index '{expr.value}' is not bound here: it is taken to keep its dim with length "
+                f"{DEFAULT_INDEX_LENGTH} (right in bytes for an int index)"
+            )
+            parsed.append(("adv", (DEFAULT_INDEX_LENGTH,)))
+            continue
+        try:
+            value = evaluate_shape(expr, ev)
+        except UnknownShape as exc:
+            ev.note(f"an index of unknown shape ({exc}): length {DEFAULT_INDEX_LENGTH} assumed")
+            parsed.append(("adv", (DEFAULT_INDEX_LENGTH,)))
+            continue
+        if value.kind == "python" and value.dtype in ("int", "number"):
+            parsed.append(("int", value.value))
+        elif value.kind == "python" and value.dtype == "list" and value.dims:
+            parsed.append(("adv", value.dims))
+        elif value.kind == "container" and value.elements:
+            parsed.append(("adv", (len(value.elements),)))
+        elif value.is_tensor and value.dtype == "bool":
+            ev.note(f"a boolean mask index: {DEFAULT_INDEX_LENGTH} selected element(s) assumed")
+            parsed.append(("mask", len(value.dims or ())))
+        elif value.is_tensor:
+            if value.dtype.startswith("float") or value.dtype == "bfloat16":
+                raise UnknownShape("indexing with a floating-point tensor")
+            parsed.append(("adv", value.dims or ()))
+        else:
+            raise UnknownShape(f"indexing with {value.describe()}")
+    return parsed
 
 
 def _slice_length(item: cst.Slice, size: int, ev: Evaluation) -> int:

@@ -1,0 +1,411 @@
+"""The cost walk's expressions: what a name or an expression holds where the walk stands.
+
+:class:`ExpressionWalk` is the part of :class:`ndif_opt.cost.walker.Walker` that evaluates
+(as mypy's checkexpr does for its checker): shapes and values from
+:mod:`ndif_opt.cost.shapes` in the walk's environment, constants, the elements and lengths
+of iterables, integers, the storage a view shares, and the bytes a saved value sends back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import libcst as cst
+
+from ndif_opt.analysis.facts import config_entry
+from ndif_opt.analysis.regions import arithmetic, dict_view_length
+from ndif_opt.analysis.vocabulary import LAYER_LISTS
+from ndif_opt.cost.constants import TENSOR_OVERHEAD, UNROLL_LIMIT
+from ndif_opt.cost.model_registry import dtype_size
+from ndif_opt.cost.requests import Storage, serialized_size
+from ndif_opt.cost.shape_values import ModuleRef, Shape
+from ndif_opt.cost.shapes import value_of
+from ndif_opt.cost.walk_values import NO_VALUE, UNBOUND, exact, expression_key, python_literal, value_in
+from ndif_opt.syntax.expressions import dotted_name
+from ndif_opt.syntax.loops import cst_expression_text
+
+
+_VIEW_METHODS = frozenset(
+    {
+        "view", "view_as", "reshape", "reshape_as", "squeeze", "unsqueeze", "transpose",
+        "permute", "t", "narrow", "select", "expand", "expand_as", "detach", "cpu",
+        "flatten", "unflatten", "movedim", "swapaxes", "swapdims", "diagonal", "as_strided",
+        "__getitem__",
+    }
+)  # fmt: skip
+
+
+_LAYER_COUNT_ATTRS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
+
+
+def _chunk_size(sl: cst.Slice) -> cst.BaseExpression | None:
+    """``K`` of a slice ``[c:c + K]`` whose lower bound is a name."""
+    lower, upper = sl.lower, sl.upper
+    if type(lower) is cst.Name and type(upper) is cst.BinaryOperation and type(upper.operator) is cst.Add:
+        if type(upper.left) is cst.Name and upper.left.value == lower.value:
+            return upper.right
+        if type(upper.right) is cst.Name and upper.right.value == lower.value:
+            return upper.left
+    return None
+
+
+class ExpressionWalk:
+    """Expressions, evaluated where the walk stands."""
+
+    def elements(self, expr: cst.BaseExpression, depth: int = 0) -> list | None:
+        """Statically known elements of an iterable (literal lists, range, enumerate, zip)."""
+        if depth > 6:
+            return None
+        value = python_literal(expr)
+        if isinstance(value, (list, tuple)):
+            return list(value)
+        if isinstance(value, str):
+            return list(value)
+        if type(expr) is cst.Name:
+            bound = self.env.get(expr.value)
+            if isinstance(bound, Shape) and isinstance(bound.value, (list, tuple)):
+                return list(bound.value)
+            constant = self.facts.constant(expr.value)
+            if constant is not None and expr.value not in self.env:
+                return self.elements(constant, depth + 1)
+            return None
+        if type(expr) is cst.BinaryOperation and type(expr.operator) is cst.Multiply:
+            for seq, count in ((expr.left, expr.right), (expr.right, expr.left)):
+                items = self.elements(seq, depth + 1)
+                n = self.integer(count, depth + 1)
+                if items is not None and n is not None and len(items) * max(n, 0) <= 4 * UNROLL_LIMIT:
+                    return items * max(n, 0)
+            return None
+        if type(expr) is cst.BinaryOperation and type(expr.operator) is cst.Add:
+            left, right = self.elements(expr.left, depth + 1), self.elements(expr.right, depth + 1)
+            return None if left is None or right is None else left + right
+        if type(expr) is cst.Call:
+            func = dotted_name(expr.func) or ""
+            func = func.rsplit(".", 1)[-1] if func.startswith(("tqdm.", "builtins.")) else func
+            args = [a.value for a in expr.args if a.keyword is None and not a.star]
+            if func == "range" and 1 <= len(args) <= 3:
+                values = [self.integer(a, depth + 1) for a in args]
+                if any(v is None for v in values) or (len(values) == 3 and values[2] == 0):
+                    return None
+                rng = range(*values)
+                return list(rng) if len(rng) <= 4 * UNROLL_LIMIT else None
+            if func in ("enumerate",) and args:
+                items = self.elements(args[0], depth + 1)
+                start = self.integer(args[1], depth + 1) if len(args) > 1 else 0
+                return None if items is None or start is None else [(start + i, x) for i, x in enumerate(items)]
+            if func == "zip" and args:
+                lists = [self.elements(a, depth + 1) for a in args]
+                return None if any(x is None for x in lists) else [tuple(t) for t in zip(*lists)]
+            if func in ("list", "tuple", "reversed", "sorted", "tqdm", "iter") and args:
+                items = self.elements(args[0], depth + 1)
+                if items is None:
+                    return None
+                if func == "reversed":
+                    return items[::-1]
+                if func == "sorted":
+                    try:
+                        return sorted(items)
+                    except TypeError:
+                        return items
+                return items
+            if func == "trange" and args:
+                return self.elements(cst.Call(func=cst.Name("range"), args=expr.args), depth + 1)
+        if type(expr) is cst.Subscript and len(expr.slice) == 1 and type(expr.slice[0].slice) is cst.Slice:
+            items = self.elements(expr.value, depth + 1)
+            sl = expr.slice[0].slice
+            bounds = [None if b is None else self.integer(b, depth + 1) for b in (sl.lower, sl.upper, sl.step)]
+            given = [b for b in (sl.lower, sl.upper, sl.step) if b is not None]
+            if items is not None and all(bounds[i] is not None or x is None for i, x in
+                                         enumerate((sl.lower, sl.upper, sl.step))) and given is not None:
+                return items[slice(*bounds)]
+        return None
+
+    def length(self, expr: cst.BaseExpression, depth: int = 0) -> int | None:
+        """Iterations of ``for _ in expr`` when known without the elements."""
+        if depth > 6:
+            return None
+        items = self.elements(expr, depth + 1)
+        if items is not None:
+            return len(items)
+        if self._given_lengths and type(expr) in (cst.Name, cst.Attribute):
+            given = self._given_lengths.get(cst_expression_text(expr))
+            if given is not None:
+                return given
+        entries = dict_view_length(expr, self.facts)
+        if entries is not None and not (type(expr) is cst.Name and expr.value in self.env):
+            return entries
+        if type(expr) is cst.Call:
+            func = dotted_name(expr.func) or ""
+            args = [a.value for a in expr.args if a.keyword is None and not a.star]
+            if func in ("range", "trange") and 1 <= len(args) <= 3:
+                values = [self.integer(a, depth + 1) for a in args]
+                if any(v is None for v in values) or (len(values) == 3 and values[2] == 0):
+                    return None
+                return len(range(*values))
+            if func in ("enumerate", "list", "tuple", "reversed", "sorted", "tqdm", "tqdm.tqdm", "iter") and args:
+                return self.length(args[0], depth + 1)
+            if func == "zip" and args:
+                lengths = [self.length(a, depth + 1) for a in args]
+                return None if any(n is None for n in lengths) else min(lengths)
+        if type(expr) is cst.Subscript and len(expr.slice) == 1 and type(expr.slice[0].slice) is cst.Slice:
+            total = self.length(expr.value, depth + 1)
+            sl = expr.slice[0].slice
+            if total is not None and sl.step is None:
+                lower = 0 if sl.lower is None else self.integer(sl.lower, depth + 1)
+                upper = total if sl.upper is None else self.integer(sl.upper, depth + 1)
+                if lower is not None and upper is not None:
+                    return len(range(total)[lower:upper])
+                chunk = _chunk_size(sl)
+                if chunk is not None:  # XS[c:c + K]
+                    value = self.integer(chunk, depth + 1)
+                    return None if value is None else min(value, total)
+        layers = self._module_list_length(expr)
+        if layers is not None:
+            return layers
+        value = self.value(expr)
+        if isinstance(value, Shape):
+            if value.kind == "container":
+                return len(value.elements)
+            if value.is_tensor and value.dims:
+                return value.dims[0]
+            if value.kind == "python" and isinstance(value.value, (list, tuple, str)):
+                return len(value.value)
+        return None
+
+    def _is_layer(self, expr: cst.BaseExpression) -> bool:
+        """Is ``expr`` one decoder layer (``model.model.layers[i]``)?"""
+        ref = self.value(expr)
+        return (
+            isinstance(ref, ModuleRef)
+            and len(ref.path) >= 2
+            and not isinstance(ref.path[-1], str)
+            and ref.path[-2] in LAYER_LISTS
+        )
+
+    def _module_list_length(self, expr: cst.BaseExpression) -> int | None:
+        """``model.model.layers`` / ``model.transformer.h``: the model's layer count."""
+        value = self.value(expr)
+        if isinstance(value, ModuleRef) and value.path and value.path[-1] in LAYER_LISTS:
+            return self.dims_of(self._model_of(expr)).n_layers
+        return None
+
+    def _model_of(self, expr: cst.BaseExpression) -> str:
+        name = dotted_name(expr) or ""
+        root, dot, rest = name.partition(".")
+        if root in self._model_aliases:
+            name = self._model_aliases[root] + dot + rest
+        for attribute, model in self._attribute_models.items():  # `self.model.layers` -> `model.layers`
+            if name == attribute or name.startswith(attribute + "."):
+                name = model + name[len(attribute):]
+        for model in sorted(self.facts.models, key=len, reverse=True):
+            if name == model or name.startswith(model + "."):
+                return model
+        return self.model_names[0]
+
+    def integer(self, expr: cst.BaseExpression, depth: int = 0) -> int | None:
+        if depth > 8:
+            return None
+        value = python_literal(expr)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if type(expr) is cst.Name:
+            bound = self.env.get(expr.value)
+            if isinstance(bound, Shape):
+                return bound.value if isinstance(bound.value, int) and not isinstance(bound.value, bool) else None
+            constant = self.facts.constant(expr.value)
+            return None if constant is None else self.integer(constant, depth + 1)
+        if type(expr) is cst.Call and dotted_name(expr.func) == "len" and len(expr.args) == 1:
+            return self.length(expr.args[0].value, depth + 1)
+        if type(expr) is cst.Call and dotted_name(expr.func) in ("max", "min") and expr.args:
+            # max(LAYERS), min(a, b): skip-insertion caches `range(max(LAYERS))`
+            args = [a for a in expr.args if a.keyword is None]
+            if len(args) != len(expr.args) or any(a.star for a in args):
+                return None
+            if len(args) == 1:
+                values = self.elements(args[0].value, depth + 1)
+            else:
+                values = [self.integer(a.value, depth + 1) for a in args]
+            if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                return None
+            return max(values) if dotted_name(expr.func) == "max" else min(values)
+        if type(expr) is cst.Attribute and type(expr.value) is cst.Name:
+            # `range(self.n_layers)`: what the object was given (see assign)
+            state = self.env.get(f"{expr.value.value}.{expr.attr.value}")
+            if isinstance(state, Shape):
+                return state.value if isinstance(state.value, int) and not isinstance(state.value, bool) else None
+        if type(expr) is cst.Attribute and expr.attr.value in _LAYER_COUNT_ATTRS:
+            root = dotted_name(expr) or ""
+            if any(root.startswith(m + ".") for m in self.facts.models) and ".config." in f".{root}":
+                return self.dims_of(self._model_of(expr)).n_layers
+        if type(expr) is cst.BinaryOperation:
+            return arithmetic(expr, lambda operand: self.integer(operand, depth + 1))
+        return None
+
+    def value(self, expr: cst.BaseExpression) -> Shape | ModuleRef:
+        forward = self.forward
+        if forward is not None:
+            dims, seq, batch, new_tokens = forward.dims, forward.seq, forward.batch, forward.max_new_tokens
+        else:  # client code: the request's model (or the first), a default prompt, one row
+            dims = self.request.dims if self.request is not None else self._default_dims
+            seq, batch, new_tokens = self._seq_len, 1, None
+        env = self.env
+        # value_of reads from env only the names the expression spells: with their values
+        # (and the types inside them: 1 == 1.0 == True), they are the key of a value
+        # shared by the versions of the tree that hold the expression
+        target, names = expression_key(expr)
+        read = tuple([(name, exact(env.get(name, UNBOUND))) for name in names])
+        try:
+            return value_in(target, dims, self._model_key, seq, batch, new_tokens, read)
+        except TypeError:  # a value that does not hash (a list)
+            return value_of(
+                expr, dims, model_name=self.model_names, seq_len=seq, batch=batch,
+                env=env, max_new_tokens=new_tokens,
+            )
+
+    def shape(self, expr: cst.BaseExpression) -> Shape:
+        value = self.value(expr)
+        if isinstance(value, ModuleRef):
+            return Shape.unknown("a module")
+        return value
+
+    def constant_value(self, expr: cst.BaseExpression) -> Any:
+        value = python_literal(expr)
+        if value is not NO_VALUE:
+            return value
+        if type(expr) is cst.Name:
+            bound = self.env.get(expr.value)
+            if isinstance(bound, Shape) and bound.kind in ("python", "container") and bound.value is not None:
+                return bound.value
+            if expr.value not in self.env:
+                constant = self.facts.constant(expr.value)
+                if constant is not None:
+                    return self.constant_value(constant)
+        if type(expr) in (cst.Attribute, cst.Subscript):
+            # `cfg.prompt` / `CONFIG["prompt"]`: a config object spelled out in the script
+            entry = config_entry(expr, self.facts)
+            if entry is not None:
+                return self.constant_value(entry)
+        if type(expr) is cst.Subscript and len(expr.slice) == 1:
+            item = expr.slice[0].slice
+            if type(item) is cst.Slice:  # PROMPTS[:2]
+                items = self.elements(expr)
+                return items if items is not None else NO_VALUE
+            if type(item) is cst.Index:  # PROMPTS[2]
+                index = self.integer(item.value)
+                items = self.elements(expr.value)
+                if index is not None and items is not None and -len(items) <= index < len(items):
+                    return items[index]
+        if type(expr) is cst.FormattedString:
+            return self._formatted(expr)
+        return NO_VALUE
+
+    def _formatted(self, expr: cst.FormattedString) -> Any:
+        """An f-string whose fields are all known: ``f"Number {i} is"`` in an unrolled loop."""
+        if "b" in expr.prefix.lower():
+            return NO_VALUE
+        out = []
+        for part in expr.parts:
+            if type(part) is cst.FormattedStringText:
+                if "\\" in part.value:
+                    return NO_VALUE
+                out.append(part.value.replace("{{", "{").replace("}}", "}"))
+                continue
+            if part.format_spec or part.conversion not in (None, "s"):
+                return NO_VALUE
+            value = self.constant_value(part.expression)
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                return NO_VALUE
+            out.append(str(value))
+        return "".join(out)
+
+    def storage_of(self, expr: cst.BaseExpression) -> Storage | None:
+        """The module output a view expression shares its storage with (``storage`` mode)."""
+        node = expr
+        while True:
+            if type(node) is cst.Subscript:
+                if not all(self._basic_index(e.slice) for e in node.slice):
+                    return None
+                node = node.value
+            elif type(node) is cst.Call and type(node.func) is cst.Attribute:
+                method = node.func.attr.value
+                if method == "to" and not all(
+                    type(a.value) is cst.SimpleString and "cpu" in a.value.value for a in node.args
+                ):
+                    return self._new_storage(node)
+                if method not in _VIEW_METHODS and method != "to":
+                    return self._new_storage(node)
+                node = node.func.value
+            elif type(node) is cst.Attribute and node.attr.value in ("output", "input"):
+                forward = self.forward
+                if forward is None:
+                    value = self.value(node)
+                else:  # an invoke's value is a view of the whole batch's
+                    seen, forward.batch = forward.batch, forward.rows
+                    try:
+                        value = self.value(node)
+                    finally:
+                        forward.batch = seen
+                if not (isinstance(value, Shape) and value.is_tensor):
+                    return None
+                ref = self.value(node.value)
+                key = None
+                if forward is not None and isinstance(ref, ModuleRef) and None not in ref.path:
+                    key = (forward.serial, ref.dotted(), node.attr.value)
+                return Storage(value, key, forward.times if forward is not None else 1.0)
+            elif type(node) is cst.Attribute and node.attr.value in ("T", "mT", "data"):
+                node = node.value
+            elif type(node) is cst.Name:
+                return self.storage.get(node.value)
+            else:
+                return self._new_storage(node)
+
+    def _new_storage(self, node: cst.BaseExpression) -> Storage | None:
+        """A tensor computed here (``logits.log_softmax(-1)``, ``a + b``): a storage of its
+        own, which a view of it ships whole."""
+        if type(node) not in (cst.Call, cst.BinaryOperation, cst.UnaryOperation):
+            return None
+        value = self.value(node)
+        if isinstance(value, Shape) and value.is_tensor and value.known:
+            return Storage(value, None, 1.0)
+        return None
+
+    def _bound_storage(self, expr: cst.BaseExpression) -> Storage | None:
+        """What a name bound to ``expr`` is a view of, for :meth:`sent` to read later —
+        which it does only in ``storage`` mode: in ``compact`` mode nothing else reads
+        ``self.storage``, so the walk does not work it out (two shape evaluations)."""
+        return self.storage_of(expr) if self.view_mode == "storage" else None
+
+    def _basic_index(self, item: cst.BaseSlice) -> bool:
+        if type(item) is cst.Slice:
+            return True
+        value = item.value
+        if type(value) in (cst.Integer, cst.Ellipsis) or (
+            type(value) is cst.Name and value.value == "None"
+        ):
+            return True
+        if type(value) is cst.UnaryOperation:
+            return type(value.expression) is cst.Integer
+        if type(value) in (cst.Name, cst.Attribute, cst.BinaryOperation, cst.Subscript, cst.Call):
+            shape = self.value(value)  # `rows[1]`, `len(prompts) - 1`: a Python int selects too
+            return isinstance(shape, Shape) and shape.kind == "python" and shape.dtype in ("int", "number")
+        return False
+
+    def sent_size(self, expr: cst.BaseExpression) -> tuple[int | None, Shape]:
+        """(bytes the server's torch.save writes for ``expr``, its shape)."""
+        size, shape, _ = self.sent(expr)
+        return size, shape
+
+    def sent(self, expr: cst.BaseExpression) -> tuple[int | None, Shape, Storage | None]:
+        """:meth:`sent_size` and, when the size is a storage the value is a view of
+        (``storage`` mode), that storage: torch.save writes a storage once per result."""
+        shape = self.shape(expr)
+        if shape.kind == "unknown" and type(expr) is cst.Call and type(expr.func) is cst.Attribute:
+            if expr.func.attr.value == "item":  # whatever it was, .item() is a Python number
+                shape = Shape.python("number")
+        size = serialized_size(shape)
+        if self.view_mode == "storage" and shape.is_tensor:
+            storage = self.storage_of(expr)
+            whole = storage.shape if storage is not None else None
+            if whole is not None and whole.numel and shape.numel is not None and whole.numel > shape.numel:
+                return whole.numel * dtype_size(whole.dtype) + TENSOR_OVERHEAD, shape, storage
+        return size, shape, None

@@ -1,0 +1,630 @@
+"""The cost walk's statements: the script run in order on the client.
+
+:class:`StatementWalk` is the part of :class:`ndif_opt.cost.walker.Walker` that walks
+statements (as mypy's checker does, its expressions left to
+:class:`ndif_opt.cost.walk_expressions.ExpressionWalk`): suites, branches, loops with their
+trip counts, assignments that bind names to shapes, containers filled inside a request, and
+same-file functions walked at their calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import libcst as cst
+
+from ndif_opt.analysis.names import all_params, collect, returned_name, target_names
+from ndif_opt.analysis.retries import retry_guard, retry_wrappers, unwrapped_call
+from ndif_opt.cost.constants import CALL_DEPTH, TRACKED_LENGTH, UNROLL_BUDGET, UNROLL_LIMIT
+from ndif_opt.cost.requests import Visit, key_size, round_count, unknown_download
+from ndif_opt.cost.shape_values import ModuleRef, Shape
+from ndif_opt.cost.walk_requests import Request
+from ndif_opt.cost.walk_syntax import (
+    LEAVING,
+    called_name,
+    compound,
+    has_skip,
+    invoke_call,
+    is_main_guard,
+    names_in,
+    same_file_calls,
+    short,
+    walk_nodes,
+)
+from ndif_opt.cost.walk_values import NO_VALUE, has_str, is_container, literal_shape, python_shape
+from ndif_opt.syntax.expressions import dotted_name, is_save_call
+from ndif_opt.syntax.loops import cst_loop_header
+from ndif_opt.syntax.positions import code_of
+from ndif_opt.syntax.rewrite import unsave
+from ndif_opt.types import Count, Number, UnknownLoop, is_known
+
+
+# methods that change a list, set or dict in place
+_IN_PLACE = frozenset(
+    {"append", "extend", "insert", "add", "clear", "sort", "reverse", "pop", "remove", "discard",
+     "update", "setdefault", "popitem"}
+)
+
+
+_CONTAINER_METHODS = frozenset({"append", "extend", "insert", "update", "setdefault", "add"})
+
+
+def _copies_a_sequence(expr: cst.BaseExpression) -> bool:
+    """`list(xs)`, `tuple(xs)`, `sorted(xs)`, `xs`: a value as long as ``xs``."""
+    if type(expr) in (cst.Name, cst.Attribute):
+        return True
+    return (type(expr) is cst.Call and dotted_name(expr.func) in ("list", "tuple", "sorted")
+            and len(expr.args) >= 1 and expr.args[0].keyword is None)
+
+
+def _is_display(expr: cst.BaseExpression) -> bool:
+    """A list or tuple display without starred elements: its length is known."""
+    return type(expr) in (cst.List, cst.Tuple) and all(type(e) is cst.Element for e in expr.elements)
+
+
+def _pairwise(target: cst.Tuple | cst.List, value: cst.BaseExpression):
+    """(target, value) pairs of `a, b = x, y` (displays of one length, no starred part)."""
+    if not _is_display(value) or len(value.elements) != len(target.elements):
+        return None
+    if any(type(e) is not cst.Element for e in target.elements):
+        return None
+    if set(target_names(target)) & names_in(value):
+        return None  # `a, b = b, a`: every value is read before any name is bound
+    return [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+
+
+def _is_empty_container(expr: cst.BaseExpression) -> bool:
+    if (type(expr) is cst.List or type(expr) is cst.Dict) and not expr.elements:
+        return True
+    if type(expr) is cst.Call and not expr.args:
+        name = dotted_name(expr.func)
+        return name in ("list", "dict", "nnsight.list", "nnsight.dict", "set")
+    return False
+
+
+def _is_old_api_container(expr: cst.BaseExpression) -> bool:
+    """``nnsight.list()`` (pre-0.5 API): a container that comes back without ``.save()``."""
+    return type(expr) is cst.Call and not expr.args and dotted_name(expr.func) in ("nnsight.list", "nnsight.dict")
+
+
+def _binary_of(operator: cst.BaseAugOp) -> cst.BaseBinaryOp:
+    mapping = {
+        cst.AddAssign: cst.Add, cst.SubtractAssign: cst.Subtract, cst.MultiplyAssign: cst.Multiply,
+        cst.DivideAssign: cst.Divide, cst.FloorDivideAssign: cst.FloorDivide, cst.ModuloAssign: cst.Modulo,
+        cst.PowerAssign: cst.Power, cst.MatrixMultiplyAssign: cst.MatrixMultiply,
+    }  # fmt: skip
+    return mapping.get(type(operator), cst.Add)()
+
+
+class StatementWalk:
+    """Statements, walked in order (the walker's state: see Walker.__init__)."""
+
+    def suite(self, statements, times: Number | Count) -> None:
+        for stmt in statements:
+            self._ran(stmt, times)
+            if self.request is None:  # (inside a request no statement sends one)
+                before = self._sent
+                self.statement(stmt, times)
+                self._visited(stmt, times, self._sent - before)
+            else:
+                self.statement(stmt, times)
+            if type(stmt) is cst.SimpleStatementLine and any(type(s) in LEAVING for s in stmt.body):
+                break  # what follows `return`, `raise`, `break` or `continue` never runs
+
+    def _ran(self, stmt: cst.BaseStatement, times: Number | Count) -> None:
+        """Count ``times`` runs of ``stmt`` (of the request walked now, if any)."""
+        runs = self.runs.get(id(stmt))
+        total = times * self._request_runs
+        self.runs[id(stmt)] = (total if runs is None else runs[0] + total, self._uncalled_function)
+
+    def _visited(self, stmt: cst.BaseStatement, times: Number | Count, sent: Number | Count) -> None:
+        visit = self.visits.get(id(stmt))
+        if visit is None:
+            self.visits[id(stmt)] = Visit(stmt, times, sent, self._uncalled_function)
+        else:
+            visit.runs += times
+            visit.sent += sent
+
+    def loop_symbol(self, loop: cst.For | cst.While | cst.CompFor) -> Number | Count:
+        """The iterations of a loop whose length is not known before running: N — or the
+        length the configuration gives it (``trips``)."""
+        header = cst_loop_header(loop)
+        if header in self._given_trips:
+            return self._given_trips[header]
+        function = self._call_stack[-1].removeprefix("self.") if self._call_stack else ""
+        key = (header, function)
+        order = self._loop_order.setdefault(key, len(self._loop_order))
+        return Count.trips(UnknownLoop(*key, order=order))
+
+    def statement(self, stmt: cst.BaseStatement, times: float) -> None:
+        # the usual kinds compared with `is` (libcst's node classes are final; isinstance
+        # against them is an ABC check)
+        kind = type(stmt)
+        if kind is cst.SimpleStatementLine:
+            for small in stmt.body:
+                self.small(small, times)
+            return
+        if kind is cst.With:
+            self.with_statement(stmt, times)
+            return
+        if kind is cst.For:
+            self.for_loop(stmt, times)
+            return
+        if type(stmt) is cst.While:
+            trips = self.loop_symbol(stmt)
+            with contextlib.nullcontext() if is_known(trips) else self._guessing():
+                self.suite(stmt.body.body, times * trips)
+            return
+        if type(stmt) is cst.If:
+            # the test is not evaluated: a branch may not run (but a script's main does)
+            with contextlib.nullcontext() if is_main_guard(stmt) else self._guessing():
+                self._if_statement(stmt, times)
+            return
+        if type(stmt) in (cst.Try, cst.TryStar):
+            # a run without failures: the body, its `else:`, its `finally:`; no handler
+            self.suite(stmt.body.body, times)
+            if stmt.orelse is not None:
+                self.suite(stmt.orelse.body.body, times)
+            if stmt.finalbody is not None:
+                self.suite(stmt.finalbody.body.body, times)
+            return
+        if type(stmt) in (cst.FunctionDef, cst.ClassDef):
+            return
+        body = getattr(stmt, "body", None)
+        if type(body) is cst.IndentedBlock:
+            self.suite(body.body, times)
+
+    def _if_statement(self, stmt: cst.If, times: float) -> None:
+        orelse = stmt.orelse
+        if orelse is not None and self._has_work(orelse) and not self._has_work(stmt.body):
+            self.note(f"`if {short(stmt.test)}` is assumed false: the branch that sends requests is counted")
+            if type(orelse) is cst.If:
+                self.statement(orelse, times)
+            else:
+                self.suite(orelse.body.body, times)
+            return
+        self.suite(stmt.body.body, times)
+        if orelse is not None and self._has_work(orelse):
+            self.note(f"`if {short(stmt.test)}` is assumed true: its other branch is not counted")
+
+    @contextlib.contextmanager
+    def _guessing(self):
+        """Code the walk runs an assumed number of times (a loop of unknown length, a
+        branch whose test it does not evaluate): what it adds to a list leaves the
+        list's length unknown."""
+        self._guesses += 1
+        try:
+            yield
+        finally:
+            self._guesses -= 1
+
+    def _has_work(self, node: cst.CSTNode) -> bool:
+        """Does ``node`` hold an nnsight block (or call a same-file function)?"""
+        known = self._work_memo.get(id(node))
+        if known is not None:
+            return known
+        blocks = self._block_ids
+        if blocks is None:
+            blocks = self._block_ids = {id(b.node) for b in self.facts.blocks}
+        found = False
+        for n in walk_nodes(node):
+            kind = type(n)
+            if kind is cst.With and id(n) in blocks:
+                found = True
+                break
+            if kind is cst.Call and type(n.func) is cst.Name and n.func.value in self.facts.functions:
+                found = True
+                break
+        self._work_memo[id(node)] = found
+        return found
+
+    def with_statement(self, stmt: cst.With, times: float) -> None:
+        block = self.facts.block_of(stmt)
+        if block is None and self.request is not None:
+            block = self._unlisted_trace(stmt)
+        if block is None:
+            forward = self.forward
+            invoke = invoke_call(stmt)
+            if forward is not None and invoke is not None:
+                # inside an invoke the model's values have the invoke's rows (an invoke
+                # without input sees the whole batch)
+                rows, _ = self.prompt_rows(invoke, quiet=True)  # its tokens were counted already
+                outer, forward.batch = forward.batch, (rows or forward.rows)
+                try:
+                    self.suite(stmt.body.body, times)
+                finally:
+                    forward.batch = outer
+                return
+            self.suite(stmt.body.body, times)
+            return
+        if self.request is None:
+            if block.parent is None and self._is_remote(block):
+                self.remote_block(block, times)
+            else:
+                self.local_block(block)
+            return
+        self.inner_block(block, times)
+
+    def for_loop(self, stmt: cst.For, times: Number | Count) -> None:
+        if retry_guard(stmt, self.facts) is not None:
+            # attempts of one request: a run without failures sends it once
+            if self._has_work(stmt):
+                self.note(f"`for {code_of(stmt.target)} in {short(stmt.iter)}` is a retry loop: counted once; "
+                          "each failure costs another request")
+            self._bind(target_names(stmt.target)[0], self._element_shape(stmt.iter))
+            self.suite(stmt.body.body, times)
+            return
+        names = target_names(stmt.target)
+        elements = self.elements(stmt.iter)
+        if elements is not None and len(elements) <= UNROLL_LIMIT and (
+            any(has_str(e) for e in elements)
+            or (self._unrolled + len(elements) <= UNROLL_BUDGET and self._varies(stmt))
+        ):
+            self._unrolled += len(elements)
+            for element in elements:
+                self._bind_target(stmt.target, element)
+                self.suite(stmt.body.body, times)
+            return
+        trips = len(elements) if elements is not None else self.length(stmt.iter)
+        assumed = trips is None
+        if assumed:
+            trips = self.loop_symbol(stmt)
+            assumed = not is_known(trips)
+        if elements:
+            self._bind_target(stmt.target, elements[0], value=False)
+        else:
+            for name in names:
+                self._bind(name, self._element_shape(stmt.iter))
+        with self._guessing() if assumed else contextlib.nullcontext():
+            self.suite(stmt.body.body, times * trips)
+
+    def _varies(self, loop: cst.For) -> bool:
+        """Does what an iteration costs depend on the loop variable? — a nested loop whose
+        length it sets (``for i in range(layer)``: triangular sweeps, skipped prefixes),
+        or a slice it bounds (``items[start : start + K]``: the last chunk is shorter),
+        around nnsight work or ``.skip()`` calls."""
+        known = self._work_memo.get(("varies", id(loop)))
+        if known is not None:
+            return known
+        names = set(target_names(loop.target))
+        found = False
+        if names:
+            nested = [n for n in compound(loop.body) if type(n) is cst.For and names & names_in(n.iter)]
+            found = bool(nested) and (self._has_work(loop.body) or has_skip(loop.body))
+        self._work_memo[("varies", id(loop))] = found
+        return found
+
+    def _element_shape(self, iterable: cst.BaseExpression) -> Shape | ModuleRef:
+        value = self.value(iterable)
+        if isinstance(value, ModuleRef):
+            return value.child(None)
+        if isinstance(value, Shape) and value.kind == "container" and value.elements:
+            return value.elements[0]
+        return Shape.python("int")
+
+    def _bind_target(self, target: cst.BaseExpression, element: Any, value: bool = True) -> None:
+        if type(target) is cst.Name:
+            self._bind(target.value, python_shape(element, value))
+        elif type(target) in (cst.Tuple, cst.List) and isinstance(element, (tuple, list)):
+            for sub, item in zip(target.elements, element):
+                self._bind_target(sub.value, item, value)
+        else:
+            for name in target_names(target):
+                self._bind(name, Shape.unknown("unpacked loop value"))
+
+    def _bind(self, name: str, value: Shape | ModuleRef) -> None:
+        if name in self.facts.models:
+            return
+        self.env[name] = value
+        self.storage.pop(name, None)
+        request = self._frame_request()
+        if request is not None:
+            request.unsave(name)
+
+    def small(self, small: cst.BaseSmallStatement, times: float) -> None:
+        if self._library_paths and self.request is None:
+            self._library_requests(small, times)
+        self._follow_calls(small, times)
+        if type(small) is cst.Assign:
+            value = small.value
+            for target in small.targets:
+                self.assign(target.target, value, times)
+        elif type(small) is cst.AnnAssign and small.value is not None:
+            self.assign(small.target, small.value, times)
+        elif type(small) is cst.AugAssign:
+            if type(small.target) is cst.Name:
+                name = small.target.value
+                if name in self.env:
+                    combined = cst.BinaryOperation(
+                        left=small.target, operator=_binary_of(small.operator), right=small.value
+                    )
+                    new = self.value(combined)
+                    self.env[name] = new
+        elif type(small) is cst.Expr and type(small.value) is cst.Call:
+            self.call_statement(small.value, times)
+        elif type(small) is cst.Del:
+            for name in target_names(small.target):
+                self.env.pop(name, None)
+                self.storage.pop(name, None)
+
+    def _frame_request(self) -> Request | None:
+        """The current request, if the code runs in its frame (a called function's
+        locals are not the request's: what it saves is not returned)."""
+        request = self.request
+        if request is not None and len(self._call_stack) == request.depth:
+            return request
+        return None
+
+    def assign(self, target: cst.BaseExpression, value: cst.BaseExpression, times: float) -> None:
+        request = self._frame_request()
+        if type(target) is cst.Name:
+            name = target.value
+            if request is None and self.request is not None and is_save_call(value):
+                # saved in a called function's frame: comes back only if returned (see _follow_calls)
+                size, shape = self.sent_size(unsave(value))
+                self._inner_saves[name] = (size, None if size is not None else unknown_download(name, unsave(value), shape))
+            if request is not None and type(value) is cst.Call and id(value) in self._returned_saves:
+                self._bind(name, self.value(value))
+                request.save(name, *self._returned_saves[id(value)])
+                return
+            if request is not None and is_save_call(value):
+                inner = unsave(value)
+                if _is_empty_container(inner):
+                    self._bind(name, Shape.container([]))
+                    request.containers[name] = 0.0
+                    return
+                size, shape = self.sent_size(inner)
+                self._bind(name, shape)
+                storage = self._bound_storage(inner)
+                if storage is not None:
+                    self.storage[name] = storage
+                request.save(name, size, None if size is not None else unknown_download(name, inner, shape))
+                if size is not None and shape.kind == "container" and not shape.is_tensor:
+                    # a client dict of lists carried in and saved: what the request adds
+                    # to its lists comes back with it
+                    request.containers[name] = float(request.saved.pop(name) - 4)
+                return
+            if request is not None and _is_old_api_container(value):
+                self._bind(name, Shape.container([]))
+                request.containers[name] = 0.0
+                return
+            literal = literal_shape(value)
+            if literal is not None:
+                self._bind(name, literal)
+                return
+            if type(value) is cst.Call and dotted_name(value.func) in ("list", "tuple", "sorted", "reversed"):
+                items = self.elements(value)  # `items = list(range(100))`: still known
+                if items is not None:
+                    self._bind(name, python_shape(items, True))
+                    return
+            if type(value) is cst.Call and dotted_name(value.func) in ("len", "max", "min"):
+                number = self.integer(value)  # `N_LAYERS = len(model.transformer.h)`: 12, not just an int
+                if number is not None:
+                    self._bind(name, python_shape(number, True))
+                    return
+            bound = self.value(value)
+            if not is_container(bound) and _is_display(value):
+                # `templates = [lambda ...]`: its elements unknown, its length known
+                bound = Shape.container([self.shape(e.value) for e in value.elements])
+            elif isinstance(bound, Shape) and bound.kind == "unknown" and _copies_a_sequence(value):
+                # `items = list(rows)`, rows of a given length: the copy has it too
+                n = self.length(value)
+                if n is not None and n <= TRACKED_LENGTH:
+                    bound = Shape.container([Shape.unknown("an element of a sequence")] * n)
+            storage = self._bound_storage(value)
+            self._bind(name, bound)
+            if storage is not None:
+                self.storage[name] = storage
+            return
+        if type(target) in (cst.Tuple, cst.List):
+            pairs = _pairwise(target, value)
+            if pairs is not None:  # `prompts, labels = [], []`: each name its own value
+                for sub, element in pairs:
+                    self.assign(sub, element, times)
+                return
+            bound = self.value(value)
+            for index, element in enumerate(target.elements):
+                sub = element.value
+                if type(sub) is cst.Name:
+                    if isinstance(bound, Shape) and bound.kind == "container" and index < len(bound.elements):
+                        self._bind(sub.value, bound.elements[index])
+                    else:
+                        self._bind(sub.value, Shape.unknown("unpacked value"))
+            return
+        if type(target) is cst.Attribute and type(target.value) is cst.Name:
+            # `self.clean = clean`: the object's state, read as `self.clean` (see _fingerprint)
+            self._bind(f"{target.value.value}.{target.attr.value}", self.value(value))
+            return
+        if type(target) is cst.Subscript and type(target.value) is cst.Name and request is not None:
+            name = target.value.value
+            if name in request.containers:
+                key = target.slice[0].slice if len(target.slice) == 1 else None
+                key_shape = self.value(key.value) if type(key) is cst.Index else None
+                self._add_to(request, name, unsave(value), key_size(key_shape) if key_shape is not None else 9, times)
+
+    def call_statement(self, call: cst.Call, times: float) -> None:
+        func = call.func
+        if (
+            self.forward is not None
+            and type(func) is cst.Attribute
+            and func.attr.value == "skip"
+            and self._is_layer(func.value)
+        ):
+            self.forward.skipped += times  # one layer evaluation less
+            return
+        if type(func) is not cst.Attribute:
+            return
+        if type(func.value) is not cst.Name:
+            self._nested_call(call, times)
+            return
+        name, method = func.value.value, func.attr.value
+        if method in _IN_PLACE and is_container(self.env.get(name)):
+            self.env[name] = self._changed_container(name, self.env[name], method, call, times)
+        request = self._frame_request()
+        if request is None:
+            return
+        if name not in request.containers or method not in _CONTAINER_METHODS or not call.args:
+            return
+        args = [a.value for a in call.args]
+        if method == "append" or method == "add":
+            self._add_to(request, name, unsave(args[0]), 0, times)
+        elif method == "insert" and len(args) >= 2:
+            self._add_to(request, name, unsave(args[1]), 0, times)
+        elif method == "setdefault" and len(args) >= 2:
+            self._add_to(request, name, unsave(args[1]), key_size(self.value(args[0])), times)
+        elif method in ("extend", "update"):
+            values = unsave(args[0])
+            size, shape = self.sent_size(values)
+            if size is None:
+                request.add(name, None, 0, times, unknown=unknown_download(name, values, shape))
+            else:  # the elements of a container, without its own framing
+                request.add(name, max(size - 4, 0), 0, times)
+
+    def _nested_call(self, call: cst.Call, times: Number | Count) -> None:
+        """``acts["early"].append(x)``: a list inside a saved container grows it."""
+        receiver, method = call.func.value, call.func.attr.value
+        while type(receiver) is cst.Subscript:
+            receiver = receiver.value
+        request = self._frame_request()
+        if type(receiver) is not cst.Name or request is None or receiver.value not in request.containers:
+            return
+        args = [a.value for a in call.args if a.keyword is None and not a.star]
+        if method in ("append", "add") and len(args) == 1:
+            self._add_to(request, receiver.value, unsave(args[0]), 0, times)
+
+    def _changed_container(self, name: str, bound: Shape, method: str, call: cst.Call, times: float) -> Shape:
+        """What ``name`` holds after ``times`` calls ``name.<method>(...)`` that change it
+        in place (``prompts = []``, then ``prompts.append(p)`` in a loop): its length
+        follows what is added where the walk knows how often that runs, and its values
+        where they are constants; else it is unknown, and a loop over it runs an assumed
+        number of times (with a note) rather than none."""
+        unknown = Shape.unknown(f"`{name}` is changed in place by code run an unknown number of times")
+        if method == "clear":
+            return python_shape([], True)
+        if method in ("sort", "reverse"):  # the same elements in another order
+            return Shape.container(bound.elements)
+        args = [a.value for a in call.args if a.keyword is None and not a.star]
+        if self._guesses or not is_known(times) or len(args) != (2 if method == "insert" else 1):
+            return unknown
+        if method == "extend":
+            added, count = self.elements(args[0]), self.length(args[0])
+        elif method in ("append", "add", "insert"):
+            constant = self.constant_value(args[-1])
+            added, count = (None if constant is NO_VALUE else [constant]), 1
+        else:  # pop, remove, update, ...: what goes is not followed
+            return unknown
+        if count is None or len(bound.elements) + times * count > TRACKED_LENGTH:
+            return unknown
+        if method != "insert" and added is not None and times == 1 and isinstance(bound.value, tuple):
+            return python_shape([*bound.value, *added], True)  # constants: `for p in prompts` unrolls them
+        return Shape.container(bound.elements + self._added_shapes(method, args[-1], count) * round_count(times))
+
+    def _added_shapes(self, method: str, value: cst.BaseExpression, count: int) -> tuple[Shape, ...]:
+        """The shapes of the ``count`` elements one call ``<list>.<method>(value)`` adds
+        (so that the list's size is known where they are: a list saved whole)."""
+        shape = self.shape(unsave(value))
+        if method != "extend":
+            return (shape,)
+        if shape.kind == "container" and len(shape.elements) == count:
+            return shape.elements
+        return (Shape.unknown("an element of a value the list was extended with"),) * count
+
+    def _add_to(self, request: Request, name: str, value: cst.BaseExpression, key: int, times: float) -> None:
+        """``times`` values of ``value`` go into the saved container ``name``."""
+        size, shape, storage = self.sent(value)
+        unknown = None if size is not None else unknown_download(name, value, shape)
+        request.add(name, size, key, times, storage, unknown)
+
+    def _follow_calls(self, small: cst.CSTNode, times: float) -> None:
+        """Walk same-file functions called by this statement, at the call."""
+        if not self._function_names:
+            return
+        calls = self._calls_memo.get(id(small))
+        if calls is None:
+            calls = self._calls_memo[id(small)] = same_file_calls(small, self._function_names, self._instances)
+        wrappers = retry_wrappers(self.facts)
+        for written, loops in calls:
+            call = unwrapped_call(written, wrappers)  # `with_retries(run, x)` runs `run(x)` once when nothing fails
+            name = called_name(call, self._instances)
+            bound = name in self._methods or name in self._constructors
+            func = (self._methods.get(name) or self._constructors.get(name)) if bound else (
+                self.facts.functions.get(name) if name else None)
+            if func is None or name in self._call_stack or len(self._call_stack) >= CALL_DEPTH:
+                continue
+            self._called.add(func.name.value if bound else name)
+            saved = (dict(self.env), dict(self.storage))
+            aliases = dict(self._model_aliases)
+            self._bind_arguments(func, call, bound)
+            self._call_stack.append(name)
+            trips = self._comprehension_trips(loops)
+            outer, self._inner_saves = self._inner_saves, {}
+            with contextlib.nullcontext() if is_known(trips) else self._guessing():
+                self.suite(func.body.body, times * trips)
+            returned = returned_name(func)
+            if returned in self._inner_saves:
+                # a value the function saved and returns: in the request's frame, the name
+                # bound to it comes back with the request (see assign)
+                self._returned_saves[id(written)] = self._inner_saves[returned]
+            self._inner_saves = outer
+            self._call_stack.pop()
+            self._model_aliases = aliases
+            if self.request is None:
+                self._restore_after_call(func, *saved)
+
+    def _comprehension_trips(self, loops: tuple[cst.CompFor, ...]) -> Number | Count:
+        """How often a call inside comprehensions of ``loops`` (their ``for`` clauses)
+        runs: a Count where one of their lengths is not known."""
+        trips: Number | Count = 1.0
+        for clause in loops:
+            length = self.length(clause.iter)
+            trips *= self.loop_symbol(clause) if length is None else length
+        return trips
+
+    def _restore_after_call(self, func: cst.FunctionDef, env: dict, storage: dict) -> None:
+        """The caller's names again after a call of ``func``: its locals go, but a list
+        of the caller's that it changed in place (``prompts.append(...)``) stays changed."""
+        local = self._locals_of(func)
+        for name, value in self.env.items():
+            before = env.get(name)
+            if value is not before and name not in local and is_container(before):
+                env[name] = value
+            elif value is not before and "." in name:
+                env[name] = value  # `self.clean = clean`: the object keeps what a method gave it
+        self.env, self.storage = env, storage
+
+    def _locals_of(self, func: cst.FunctionDef) -> frozenset[str]:
+        known = self._work_memo.get(("locals", id(func)))
+        if known is None:
+            params = {p.name.value for p in all_params(func.params)}
+            known = self._work_memo[("locals", id(func))] = frozenset(params | set(collect(func.body).binds))
+        return known
+
+    def _bind_arguments(self, func: cst.FunctionDef, call: cst.Call, bound: bool = False) -> None:
+        params = [p for p in func.params.params][1 if bound else 0 :]  # a method's `self` is not an argument
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        keywords = {a.keyword.value: a for a in call.args if a.keyword is not None}
+        for index, param in enumerate(params):
+            name = param.name.value
+            arg = positional[index].value if index < len(positional) else None
+            if name in keywords:
+                arg = keywords[name].value
+            if arg is None and param.default is not None:
+                arg = param.default
+            self._alias_model(name, arg)
+            if arg is None:
+                self.env[name] = Shape.unknown("a parameter")
+                continue
+            literal = self.constant_value(arg)
+            self.env[name] = python_shape(literal, True) if literal is not NO_VALUE else self.value(arg)
+
+    def _alias_model(self, param: str, arg: cst.BaseExpression | None) -> None:
+        """``param`` names the script's model ``arg`` names, when ``arg`` is one (or a
+        parameter that already does); any other argument ends an older alias of it."""
+        model = None
+        if isinstance(arg, cst.Name):
+            model = self._model_aliases.get(arg.value, arg.value if arg.value in self.facts.models else None)
+        if model is not None:
+            self._model_aliases[param] = model
+        else:
+            self._model_aliases.pop(param, None)
