@@ -35,7 +35,8 @@ def run(template: str, family: str):
     repo, layers = FAMILIES[family]
     source = textwrap.dedent(template).replace("REPO", repo).replace("LAYERS", layers)
     result = optimize(source, options=Options(unsafe_fixes=True))
-    report = verify_result(source, result, filename="script.py", unsafe_fixes=True)
+    # batching (an unsafe fix) changes fp32 results by ~1e-7, as its finding says
+    report = verify_result(source, result, filename="script.py", unsafe_fixes=True, atol=1e-5)
     assert report.intended_ok, report.to_text() + "\n" + result.code
     assert not report.errors["optimized"], report.errors
     return result, report
