@@ -157,6 +157,27 @@ def test_an_unknown_trip_count_stays_unknown():
                for line in assumptions(Options()))
 
 
+def test_the_steps_of_tracer_iter_are_counted_from_its_index():
+    # `tracer.iter[0:4]` runs its body at 4 steps of one request: the saves in it download 4
+    # times, a known number (it was N, an unknown loop, and a ratio "(0.01 + 0.001·N)× more")
+    def saved_per_step(index: str):
+        source = script(
+            f"""\
+            with model.generate("Hello world", max_new_tokens=4, remote=True) as tracer:
+                norms = list().save()
+                for _ in tracer.iter{index}:
+                    norms.append(model.model.layers[0].output[0, -1].norm())
+            """
+        )
+        return run(source).cost
+
+    four, one = saved_per_step("[0:4]"), saved_per_step("[2]")
+    assert four.requests == one.requests == 1
+    assert is_known(four.download_bytes) and is_known(one.download_bytes)
+    assert four.download_bytes > one.download_bytes
+    assert not four.unknown_loops
+
+
 def test_a_same_file_function_counts_once_per_call():
     source = script(
         """\

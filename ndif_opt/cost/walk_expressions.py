@@ -120,6 +120,25 @@ class ExpressionWalk:
                 return items[slice(*bounds)]
         return None
 
+    def _generation_steps(self, expr: cst.BaseExpression, depth: int) -> int | None:
+        """The steps `for _ in tracer.iter[...]` runs its body at: one for `[s]`, `b - a` for
+        `[a:b]` with both known (an open end depends on when generation stops: unknown)."""
+        if type(expr) is not cst.Subscript or len(expr.slice) != 1:
+            return None
+        base = expr.value
+        if type(base) is not cst.Attribute or base.attr.value != "iter" or type(base.value) is not cst.Name:
+            return None
+        if base.value.value not in {b.tracer_name for b in self.facts.blocks}:
+            return None
+        index = expr.slice[0].slice
+        if type(index) is cst.Index:
+            return 1
+        if index.step is not None or index.upper is None:
+            return None
+        lower = 0 if index.lower is None else self.integer(index.lower, depth + 1)
+        upper = self.integer(index.upper, depth + 1)
+        return None if lower is None or upper is None else max(upper - lower, 0)
+
     def length(self, expr: cst.BaseExpression, depth: int = 0) -> int | None:
         """Iterations of ``for _ in expr`` when known without the elements."""
         if depth > 6:
@@ -147,6 +166,9 @@ class ExpressionWalk:
             if func == "zip" and args:
                 lengths = [self.length(a, depth + 1) for a in args]
                 return None if any(n is None for n in lengths) else min(lengths)
+        steps = self._generation_steps(expr, depth)
+        if steps is not None:
+            return steps
         if type(expr) is cst.Subscript and len(expr.slice) == 1 and type(expr.slice[0].slice) is cst.Slice:
             total = self.length(expr.value, depth + 1)
             sl = expr.slice[0].slice
