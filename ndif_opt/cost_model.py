@@ -316,6 +316,21 @@ def prompt_tokens(call: cst.Call, facts: Facts, options: Options) -> int:
 _DEFAULT_OPTIONS = Options()  # frozen: one instance serves every description
 
 
+def _generated_tokens(block: Block) -> int | None:
+    """The tokens the generate block ``block`` is (or is in) makes: its `max_new_tokens=`
+    when a literal, else the default; None outside a generate block (`tracer.result` is
+    then the forward's output, not generated ids)."""
+    while block is not None and block.method != "generate":
+        block = block.parent
+    if block is None:
+        return None
+    for arg in block.call.args:
+        if arg.keyword is not None and arg.keyword.value in ("max_new_tokens", "max_length") \
+                and type(arg.value) is cst.Integer:
+            return max(int(arg.value.value, 0), 1)
+    return int(setting(_DEFAULT_OPTIONS, "max-new-tokens"))
+
+
 def saved_shape(expr: cst.BaseExpression, block: Block, facts: Facts) -> str:
     """A saved value described for a finding: the estimated shape and size of ``expr`` saved
     in ``block`` ("`[1, 9, 128256] bfloat16`, ~2.3 MB on ..."), or "" if unknown."""
@@ -324,7 +339,8 @@ def saved_shape(expr: cst.BaseExpression, block: Block, facts: Facts) -> str:
     trace = block if block.method != "session" else None
     seq = prompt_tokens(trace.call, facts, _DEFAULT_OPTIONS) if trace is not None else 16
     try:
-        shape = shape_of(expr, dims, model_name=list(facts.models) or ["model"], seq_len=seq)
+        shape = shape_of(expr, dims, model_name=list(facts.models) or ["model"], seq_len=seq,
+                         max_new_tokens=_generated_tokens(block))
     except Exception:  # noqa: BLE001 - a description is optional; never let it break a rewrite
         return ""
     if shape.nbytes is None or shape.kind == "unknown":

@@ -1330,3 +1330,23 @@ def test_a_view_of_a_computed_tensor_ships_that_tensors_storage_on_a_cpu_server(
     # a copy is a tensor of its own: only its elements
     copied = source.replace("[0, -1, :3].save()", "[0, -1, :3].clone().save()")
     assert run(copied, **storage).cost.download_bytes == 3 * 2 + framing("top")
+
+
+def test_a_finding_sizes_a_generate_tracers_result_as_the_generated_ids():
+    # it described `tracer.result` as the forward's output (logits and a KV cache, ~4.4 MB)
+    source = textwrap.dedent(
+        """\
+        from nnsight import LanguageModel
+
+        model = LanguageModel("openai-community/gpt2")
+        with model.session(remote=True):
+            with model.generate("I think that", max_new_tokens=5) as tracer:
+                out = tracer.result.save()
+        """
+    )
+    from ndif_opt.cost_model import saved_shape
+
+    facts = analyze(cst.parse_module(source))
+    block = next(b for b in facts.blocks if b.method == "generate")
+    described = saved_shape(cst.parse_expression("tracer.result"), block, facts)
+    assert described.startswith("[1, ") and "int64" in described and "logits" not in described, described
