@@ -85,9 +85,8 @@ from ndif_opt.analysis.scopes import INDEX_KEY, ScopeIndex, TakenNames, binding_
 from ndif_opt.analysis.vocabulary import FILLING_METHODS
 from ndif_opt.cost_model import saved_shape
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.passes.common.client_split import RECORD_PREFIX
 from ndif_opt.passes.common.guards import CONDITIONAL_EXPRESSIONS, guard_in, guard_words
-from ndif_opt.passes.common.records import plain_loads
+from ndif_opt.passes.common.records import RECORD_PREFIX, plain_loads
 from ndif_opt.syntax.expressions import is_save_call
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import NodeEdits, SuitePlan, empty_container_kind, method_call, unsave

@@ -55,14 +55,13 @@ from ndif_opt.analysis.regions import bound_before
 from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS
 from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.passes.common.guards import guard_of, jump_out_of
-from ndif_opt.passes.common.records import Keys, LogKeys, Reader, Recorded, Shape, plain_loads, shape
+from ndif_opt.passes.common.records import RECORD_PREFIX, Keys, LogKeys, Reader, Recorded, Shape, plain_loads, shape
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import opening
 from ndif_opt.syntax.walk import children, content_children, find_nodes, walk
 
 # Problems a client statement may have and still be replayed after the session.
 DEFERRABLE_KINDS = frozenset({"print", "effect", "progress", "module", "forbidden", "client-object", "request"})
-RECORD_PREFIX = "_ndif_"
 # Problems a client statement may have and still run before the session: it computes on
 # your machine (a module NDIF does not allow, an object only you have) and acts on nothing.
 PREPARABLE_KINDS = frozenset({"module", "client-object"})
