@@ -144,7 +144,8 @@ from ndif_opt.passes.session_hoisting.rewrite import (
     release_statement,
     saving,
 )
-from ndif_opt.passes.session_hoisting.split import Refused, names_in, split_region
+from ndif_opt.passes.session_hoisting.split import split_region
+from ndif_opt.passes.session_hoisting.split_items import Refused, names_in
 from ndif_opt.syntax.rewrite import (
     DropElementSaves,
     StripRemote,

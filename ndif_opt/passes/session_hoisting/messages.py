@@ -13,7 +13,7 @@ from ndif_opt.analysis.retries import PortableRetry
 from ndif_opt.cost_model import RegionRequests
 from ndif_opt.passes.base import Context
 from ndif_opt.passes.session_hoisting.region import Region
-from ndif_opt.passes.session_hoisting.split import Split
+from ndif_opt.passes.session_hoisting.split_items import Split
 from ndif_opt.syntax.rewrite import code_of
 from ndif_opt.syntax.walk import find_nodes
 from ndif_opt.types import Status

@@ -19,7 +19,7 @@ from ndif_opt.analysis.regions import (
 from ndif_opt.analysis.remote_functions import RemoteHelper
 from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.passes.session_hoisting.region import Region
-from ndif_opt.passes.session_hoisting.split import Split
+from ndif_opt.passes.session_hoisting.split_items import Split
 from ndif_opt.syntax.expressions import is_save_call
 from ndif_opt.syntax.rewrite import code_of
 from ndif_opt.syntax.walk import find_nodes

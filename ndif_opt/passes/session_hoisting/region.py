@@ -15,7 +15,7 @@ from ndif_opt.analysis.remote_functions import RemoteHelper, called_helper
 from ndif_opt.analysis.retries import PortableRetry
 from ndif_opt.cost_model import RegionRequests
 from ndif_opt.passes.base import Context
-from ndif_opt.passes.session_hoisting.split import Split, splittable
+from ndif_opt.passes.session_hoisting.split_items import Split, splittable
 from ndif_opt.syntax.expressions import root_name
 from ndif_opt.syntax.rewrite import code_of
 from ndif_opt.syntax.walk import find_nodes

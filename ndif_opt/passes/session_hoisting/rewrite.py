@@ -17,7 +17,7 @@ from ndif_opt.passes.base import Context
 from ndif_opt.passes.session_hoisting.definitions import without_statements
 from ndif_opt.passes.session_hoisting.messages import first_line, kind_label
 from ndif_opt.passes.session_hoisting.region import Region, names_root
-from ndif_opt.passes.session_hoisting.split import unwrap_progress
+from ndif_opt.passes.session_hoisting.split_items import unwrap_progress
 from ndif_opt.syntax.rewrite import (
     DropElementSaves,
     StripRemote,
