@@ -148,7 +148,7 @@ RESULT_REASON = (
 
 
 def letting_go_safety(save: Save, context: Context, facts: Facts, message: Callable[[], str],
-                   uses: tuple[cst.CSTNode, ...] = ()) -> Safety | None:
+                      uses: tuple[cst.CSTNode, ...] = ()) -> Safety | None:
     """How safe it is to stop downloading ``save``'s value, or None (reported, with
     ``message()`` and the client code that reads it, ``uses``) when that needs
     --unsafe-fixes: in a notebook, a value saved outside functions stays in the kernel,

@@ -125,7 +125,7 @@ def release_statement(names: list[str]) -> cst.SimpleStatementLine:
 
 
 def move_definitions(region: Region, definitions: list[cst.BaseStatement], context: Context,
-                      plan: SuitePlan) -> None:
+                     plan: SuitePlan) -> None:
     """Plan the definitions' move before the region (see :mod:`.common.definitions`)."""
 
     def build(_updated):

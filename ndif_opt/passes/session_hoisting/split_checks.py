@@ -242,7 +242,7 @@ def origin_of(items: list[Item], name: str) -> str:
 
 
 def check_independence(server: NameUse, client: NameUse, server_exposed, later: set[str],
-                        kept: frozenset[str] = frozenset(), origin=lambda name: "") -> None:
+                       kept: frozenset[str] = frozenset(), origin=lambda name: "") -> None:
     """The replay runs after the session: nothing the client part computes or changes
     may be read or changed by the server part. A name both parts bind is fine when the
     server part always binds it before reading it and nothing after the region reads it.

@@ -24,7 +24,7 @@ from ndif_opt.syntax.walk import children, find_nodes
 
 
 def plan_records(items: list[Item], defined: set[str], mutated: set[str], splitter: Splitter,
-                  loop: Item | None = None) -> None:
+                 loop: Item | None = None) -> None:
     """Decide what each client item records and check that a record taken where the
     row is appended still holds what the statement would have read. In a loop with
     ``events`` each client item records itself where it stands."""
