@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import operator
 import threading
 from collections import OrderedDict
@@ -22,10 +21,11 @@ from ndif_opt.analysis.effects import ServerCheck
 from ndif_opt.analysis.facts import Facts, analyze
 from ndif_opt.analysis.legacy_api import PRE_05, PRE_05_MESSAGE, api_generation, legacy_summary
 from ndif_opt.analysis.regions import result_names
-from ndif_opt.analysis.results import script_result_names
 from ndif_opt.analysis.releases import NNSIGHT_06, target_release, unbound_on_server
+from ndif_opt.analysis.results import script_result_names
 from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.engine import windows
+from ndif_opt.engine.line_diff import lines_mapped, text_edits
 from ndif_opt.engine.origins import Lineage
 from ndif_opt.engine.prefilter import uses_nnsight
 from ndif_opt.engine.release_lowering import lower_for_06
@@ -35,6 +35,7 @@ from ndif_opt.passes import PASSES, Context, Pass, RawFinding
 from ndif_opt.syntax.joined import Part, joined, parse_part
 from ndif_opt.syntax.positions import Positions, code_and_positions
 from ndif_opt.types import Cost, Count, Edit, Finding, PassCost, Position, Range, Result, Status, UnknownDownloads
+
 
 MAX_ROUNDS = 16  # passes enable each other (and push one value per run) until stable
 
@@ -112,7 +113,7 @@ class _State:
     def line_map(self, original: str):
         """(line, column) here -> the closest position in ``original`` (one diff per version)."""
         if self._mapping is None or self._mapping[0] is not original:
-            self._mapping = (original, _line_map(self.code, original))
+            self._mapping = (original, lines_mapped(self.code, original))
         return self._mapping[1]
 
     def place(self, node: cst.CSTNode, original: str) -> Range | None:
@@ -914,91 +915,6 @@ def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -
                     item.requests, state.lineage.subject(item.node, state.module), item.proposal)
         )
     return found
-
-
-def _line_map(current: str, original: str):
-    """Map (line, column) of ``current`` to the closest position in ``original``.
-
-    Lines equal up to indentation map exactly, the column shifted by the change in
-    indentation (code moved into a session is indented one level deeper); other
-    lines map to the nearest line of their diff hunk.
-    """
-    if current == original:
-        return lambda line, col: (line, col)
-    cur, org = current.split("\n"), original.split("\n")
-    table: dict[int, tuple[int, int | None]] = {}
-    for tag, i1, i2, j1, j2 in _opcodes(cur, org):
-        if tag == "equal":
-            for k in range(i2 - i1):
-                table[i1 + k] = (j1 + k, 0)
-            continue
-        inner = _opcodes([line.strip() for line in cur[i1:i2]], [line.strip() for line in org[j1:j2]])
-        for t, a1, a2, b1, b2 in inner:
-            for k in range(a2 - a1):
-                i = i1 + a1 + k
-                if t == "equal":
-                    j = j1 + b1 + k
-                    shift = _indent(org[j]) - _indent(cur[i])
-                    table[i] = (j, shift)
-                else:
-                    table[i] = (min(j1 + b1 + k, max(j1 + b2 - 1, j1 + b1, j1)), None)
-    _by_occurrence(cur, org, table)
-    last = max(0, len(org) - 1)
-
-    def map_position(line: int, col: int) -> tuple[int, int]:
-        j, shift = table.get(line, (min(line, last), None))
-        j = min(j, last)
-        if shift is None:
-            return j, min(col, len(org[j]))
-        return j, max(0, min(col + shift, len(org[j])))
-
-    return map_position
-
-
-def _by_occurrence(cur: list[str], org: list[str], table: dict) -> None:
-    """A line the diff could not pair (a session's rewrite moves lines past each other)
-    whose text stands as often in both versions is the same occurrence of it: the k-th
-    `logits = model.lm_head.output.save()` of the output is the k-th of the original."""
-    unpaired = [i for i in range(len(cur)) if table.get(i, (0, None))[1] is None and cur[i].strip()]
-    if not unpaired:
-        return
-    where_org: dict[str, list[int]] = {}
-    for j, line in enumerate(org):
-        where_org.setdefault(line.strip(), []).append(j)
-    where_cur: dict[str, list[int]] = {}
-    for i, line in enumerate(cur):
-        where_cur.setdefault(line.strip(), []).append(i)
-    for i in unpaired:
-        text = cur[i].strip()
-        mine, theirs = where_cur[text], where_org.get(text, [])
-        if len(mine) == len(theirs):
-            j = theirs[mine.index(i)]
-            table[i] = (j, _indent(org[j]) - _indent(cur[i]))
-
-
-def _opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
-    # no junk: every line counts, however often it repeats (a session's lines do)
-    return difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
-
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip())
-
-
-def text_edits(source: str, code: str) -> list[Edit]:
-    """Line-based edits that turn ``source`` into ``code`` (ranges in ``source``)."""
-    if source == code:
-        return []
-    old = source.splitlines(keepends=True)
-    new = code.splitlines(keepends=True)
-    edits = []
-    for tag, i1, i2, j1, j2 in _opcodes(old, new):
-        if tag == "equal":
-            continue
-        edits.append(
-            Edit(Range(Position(i1, 0), Position(i2, 0)), "".join(new[j1:j2]))
-        )
-    return edits
 
 
 __all__ = ["WindowCache", "run_pipeline", "parse", "text_edits"]

@@ -325,7 +325,7 @@ def cell_diagnostics(analysis: NotebookAnalysis, position: int, index: TextIndex
 
 def cell_edits(before: tuple[str, ...], after: CellsResult) -> list[tuple[int, list[Edit]]]:
     """(position, edits of that cell) for each cell ``after`` changes: each cell's own text."""
-    from ndif_opt.engine.pipeline import text_edits
+    from ndif_opt.engine.line_diff import text_edits
 
     return [
         (position, list(text_edits(old, new)))
