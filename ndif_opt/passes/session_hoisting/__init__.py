@@ -380,7 +380,7 @@ class SessionHoisting(Pass):
         without any (see :meth:`_plain_kind`)."""
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
             # between remote statements it moves along: before the session opens, it moves
-            # out of the region's way (common/definitions.py), or the region is refused
+            # out of the region's way (definitions.py), or the region is refused
             return Kind(Role.NEUTRAL)
         outer = outer_blocks(facts, stmt)
         calls = helper_calls(stmt, self.helpers) if may_call(stmt, self.helpers) else []

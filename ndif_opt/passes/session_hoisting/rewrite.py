@@ -126,7 +126,7 @@ def release_statement(names: list[str]) -> cst.SimpleStatementLine:
 
 def move_definitions(region: Region, definitions: list[cst.BaseStatement], context: Context,
                      plan: SuitePlan) -> None:
-    """Plan the definitions' move before the region (see :mod:`.common.definitions`)."""
+    """Plan the definitions' move before the region (see :mod:`.definitions`)."""
 
     def build(_updated):
         # each statement keeps the blank lines and comments above it
