@@ -413,7 +413,7 @@ def _optimize_cell_script(text: str, cells: list[str], options: Options, filenam
     each cell stays a cell (no session crosses a marker), as :func:`optimize_cells`. None
     when a cell does not parse on its own (a marker inside a block: the script is then
     one module)."""
-    from ndif_opt.engine.pipeline import text_edits
+    from ndif_opt.engine.line_diff import text_edits
 
     code_cells = [Cell(index, code) for index, code in enumerate(cells)]
     try:

@@ -275,7 +275,7 @@ class MaskedScript:
 
     def restore(self, result: Result) -> Result:
         """``result`` (of ``code``) as the script's: magics back, findings on its lines."""
-        from ndif_opt.engine.pipeline import text_edits
+        from ndif_opt.engine.line_diff import text_edits
 
         try:
             code = self._unmasked(result.code) if result.changed else self.source

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import operator
 import threading
 from collections import OrderedDict
@@ -22,10 +21,11 @@ from ndif_opt.analysis.effects import ServerCheck
 from ndif_opt.analysis.facts import Facts, analyze
 from ndif_opt.analysis.legacy_api import PRE_05, PRE_05_MESSAGE, api_generation, legacy_summary
 from ndif_opt.analysis.regions import result_names
-from ndif_opt.analysis.results import script_result_names
 from ndif_opt.analysis.releases import NNSIGHT_06, target_release, unbound_on_server
+from ndif_opt.analysis.results import script_result_names
 from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.engine import windows
+from ndif_opt.engine.line_diff import lines_mapped, text_edits
 from ndif_opt.engine.origins import Lineage
 from ndif_opt.engine.prefilter import uses_nnsight
 from ndif_opt.engine.release_lowering import lower_for_06
@@ -35,6 +35,7 @@ from ndif_opt.passes import PASSES, Context, Pass, RawFinding
 from ndif_opt.syntax.joined import Part, joined, parse_part
 from ndif_opt.syntax.positions import Positions, code_and_positions
 from ndif_opt.types import Cost, Count, Edit, Finding, PassCost, Position, Range, Result, Status, UnknownDownloads
+
 
 MAX_ROUNDS = 16  # passes enable each other (and push one value per run) until stable
 
@@ -112,7 +113,7 @@ class _State:
     def line_map(self, original: str):
         """(line, column) here -> the closest position in ``original`` (one diff per version)."""
         if self._mapping is None or self._mapping[0] is not original:
-            self._mapping = (original, _line_map(self.code, original))
+            self._mapping = (original, lines_mapped(self.code, original))
         return self._mapping[1]
 
     def place(self, node: cst.CSTNode, original: str) -> Range | None:
@@ -515,136 +516,211 @@ def _run_module(source: str, options: Options, filename: str | None = None,
         return _untouched(source, "analysis", error)
     passes = _passes_for(options)
     suppressions = Suppressions.from_source(source)
-    suppressing = bool(suppressions)  # asked once per pass run: the answer never changes
-    initial_cost = state.cost
-    notes = list(state.estimate.notes)  # what the cost model had to assume about this script
-    deltas: dict[str, Cost] = {p.id: Cost() for p in passes}
-    # a pass that left a version of the tree unchanged would do so again: keep its findings
-    stable: dict[str, tuple[cst.Module, list[Finding]]] = {}
-    applied: list[Finding] = []
-    last_round: list[Finding] = []
-    unreturned: set[str] = set()
-    introduced: set[str] = set()
-    added_by: dict[str, str] = {}  # a name a pass added -> that pass (for later passes' findings)
-    migrated: list[Finding] | None = None  # migration's unapplied findings, once it has run
-    checked: dict[str, list[Finding]] = {}  # the checks' findings, from their one run on the code as written
-    explained: dict[str, list[Finding]] = {}  # on pre-0.5 code: what a pass would do (see Pass.explains)
-    refused: list[Finding] = []  # every round's refusals by a pass that explains (see _still_refused)
+    run = _Run(source, options, state, passes, suppressions,
+               suppressing=bool(suppressions),  # asked once per pass run: the answer never changes
+               initial_cost=state.cost,
+               notes=list(state.estimate.notes),  # what the cost model had to assume about this script
+               deltas={p.id: Cost() for p in passes})
     for _round in range(MAX_ROUNDS):
-        changed = False
-        last_round = []
-        for pass_ in passes:
-            if pass_.checks_as_written:
-                if pass_.id in checked:  # once, on the code as written: never on a rewrite of it
-                    last_round.extend(checked[pass_.id])
-                    continue
-            elif not pass_.runs_first_once and state.api == PRE_05:
-                # their rewrites are nnsight 0.5+ code: they would break it; one that
-                # explains says, once, what it would do (no construct left without a word)
-                if pass_.explains:
-                    if pass_.id not in explained:
-                        explained[pass_.id] = _explained(pass_, state, source, options, migrated is not None)
-                    last_round.extend(explained[pass_.id])
-                continue
-            migrating = pass_.runs_first_once and not pass_.report_only
-            if migrating and migrated is not None:
-                # migration runs once, on the code as written: on its own output it would
-                # take `h.output[0]` (a batch row) for a pre-0.5 tuple again
-                last_round.extend(migrated)
-                continue
-            seen = stable.get(pass_.id)
-            # reporting pre-0.5 idioms looks at the code as written: once is enough
-            if seen is not None and (seen[0] is state.module or pass_.report_only):
-                last_round.extend(seen[1])
-                continue
-            before = state.cost
-            context = Context(options, state.server)
-            if suppressing:
-                context.suppressed = _suppression_check(suppressions, state, source, pass_.id)
-            try:
-                new_module = pass_.run(state.module, state.facts, context)
-                located = _locate(context.findings, state, source, pass_.id) if context.findings else []
-                if added_by and located:
-                    located = [_naming_added(f, added_by) for f in located]
-            except RecursionError:
-                raise
-            except Exception as error:  # a pass that fails leaves the code as it was
-                last_round.append(_internal_error(pass_.id, error))
-                if pass_.checks_as_written:
-                    checked[pass_.id] = [last_round[-1]]
-                continue
-            if suppressing:
-                located, keep = _enforce_suppressions(suppressions, located)
-                if not keep:
-                    new_module, context.unreturned, context.introduced = state.module, set(), set()
-            new_facts = None  # of new_module, when the 0.6 check has analysed it already
-            if options.nnsight == NNSIGHT_06 and new_module is not state.module:
-                try:
-                    lowered, new_facts, copies, unbound = _for_06(state, new_module, options)
-                except RecursionError:
-                    raise
-                except Exception as error:  # the rewrite cannot be shown to run on 0.6: left out
-                    located = [_internal_error(pass_.id, error)]
-                    new_module, context.unreturned, context.introduced = state.module, set(), set()
-                else:
-                    if unbound:  # the rewrite would not run on nnsight 0.6: the code stays as it was
-                        located = [_not_on_06(f, unbound) for f in located]
-                        new_module, new_facts = state.module, None
-                        context.unreturned, context.introduced = set(), set()
-                    else:
-                        new_module = lowered
-                        context.introduced |= copies
-            if context.unreturned:
-                unreturned |= context.unreturned
-            if context.introduced:
-                introduced |= context.introduced
-                added_by.update(dict.fromkeys(context.introduced - added_by.keys(), pass_.id))
-            reported = located  # the findings not applied (most pass runs have none at all)
-            if located:
-                applied.extend(f for f in located if f.status is Status.APPLIED)
-                reported = [f for f in located if f.status is not Status.APPLIED]
-                last_round.extend(reported)
-                if pass_.explains:
-                    refused.extend(reported)
-            if migrating:
-                migrated = reported
-            if pass_.checks_as_written:
-                checked[pass_.id] = reported
-            positions = None
-            if new_module is state.module:
-                code = state.code
-            else:  # the code of the new version, and where its nodes are, in one generation
-                code, positions = code_and_positions(new_module)
-            if code == state.code:
-                stable[pass_.id] = (state.module, reported)
-                continue
-            changed = True
-            api = None if pass_.runs_first_once else state.api  # only migration changes it
-            if new_facts is None:
-                new_facts = _analyze_version(new_module, state.facts, options)
-            state = _State(new_module, new_facts, code, options, _positions=positions, _api=api,
-                           lineage=state.lineage)
-            deltas[pass_.id] = _add(deltas[pass_.id], _diff(state.cost, before))
-        if not changed:
+        if not run.round():
             break
-    if migrated is not None and state.api == PRE_05 and \
-            any(not (p.runs_first_once or p.checks_as_written) for p in passes):
-        migration = next(p for p in passes if p.runs_first_once)
-        last_round.append(_partial_migration(migration.id, state.facts, migrated))
-    code = state.code
-    applied = [f for f in applied if f.evidence is None or f.evidence in code]  # not undone later
-    last_round += _still_refused(refused, applied, last_round)
-    findings = tuple(sorted(applied + last_round, key=lambda f: (f.range.start, f.pass_id)))
-    return Result(
-        source=source,
-        code=code,
-        findings=findings,
-        costs=tuple(_chain(initial_cost, [p for p in passes if not p.report_only], deltas)),
-        edits=tuple(text_edits(source, code)) if with_edits else (),
-        assumptions=tuple(assumptions(options) + notes),
-        unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),
-        introduced=tuple(sorted(introduced)) if code != source else (),
-    )
+    return run.result(with_edits)
+
+
+@dataclass
+class _Run:
+    """One module's run of the passes, round after round, until nothing changes: the tree's
+    current version (``state``) and what the rounds gathered. A pass run takes named steps:
+    answered without running (:meth:`answered`), run (:meth:`run_pass`), lowered for nnsight
+    0.6 (:meth:`lowered_for_06`), its findings and names recorded (:meth:`record`), the new
+    version taken (:meth:`advance`)."""
+
+    source: str
+    options: Options
+    state: _State
+    passes: list
+    suppressions: Suppressions
+    suppressing: bool
+    initial_cost: Cost
+    notes: list
+    deltas: dict[str, Cost]
+    # a pass that left a version of the tree unchanged would do so again: keep its findings
+    stable: dict[str, tuple[cst.Module, list[Finding]]] = dataclasses.field(default_factory=dict)
+    applied: list[Finding] = dataclasses.field(default_factory=list)
+    last_round: list[Finding] = dataclasses.field(default_factory=list)
+    unreturned: set[str] = dataclasses.field(default_factory=set)
+    introduced: set[str] = dataclasses.field(default_factory=set)
+    # a name a pass added -> that pass (for later passes' findings)
+    added_by: dict[str, str] = dataclasses.field(default_factory=dict)
+    migrated: list[Finding] | None = None  # migration's unapplied findings, once it has run
+    # the checks' findings, from their one run on the code as written
+    checked: dict[str, list[Finding]] = dataclasses.field(default_factory=dict)
+    # on pre-0.5 code: what a pass would do (see Pass.explains)
+    explained: dict[str, list[Finding]] = dataclasses.field(default_factory=dict)
+    # every round's refusals by a pass that explains (see _still_refused)
+    refused: list[Finding] = dataclasses.field(default_factory=list)
+
+    def round(self) -> bool:
+        """Every pass once, in order: did one change the code?"""
+        changed = False
+        self.last_round = []
+        for pass_ in self.passes:
+            if self.step(pass_):
+                changed = True
+        return changed
+
+    def step(self, pass_: Pass) -> bool:
+        """One pass's turn: did it change the code?"""
+        if self.answered(pass_):
+            return False
+        before = self.state.cost
+        ran = self.run_pass(pass_)
+        if ran is None:
+            return False
+        new_module, located, context = ran
+        new_facts = None  # of new_module, when the 0.6 check has analysed it already
+        if self.options.nnsight == NNSIGHT_06 and new_module is not self.state.module:
+            new_module, new_facts, located = self.lowered_for_06(pass_, new_module, located, context)
+        reported = self.record(pass_, context, located)
+        return self.advance(pass_, new_module, new_facts, reported, before)
+
+    def answered(self, pass_: Pass) -> bool:
+        """The pass's findings of this round without running it (True), when running it
+        again would change nothing or must not happen."""
+        if pass_.checks_as_written:
+            if pass_.id in self.checked:  # once, on the code as written: never on a rewrite of it
+                self.last_round.extend(self.checked[pass_.id])
+                return True
+        elif not pass_.runs_first_once and self.state.api == PRE_05:
+            # their rewrites are nnsight 0.5+ code: they would break it; one that
+            # explains says, once, what it would do (no construct left without a word)
+            if pass_.explains:
+                if pass_.id not in self.explained:
+                    self.explained[pass_.id] = _explained(pass_, self.state, self.source, self.options,
+                                                          self.migrated is not None)
+                self.last_round.extend(self.explained[pass_.id])
+            return True
+        if _migrating(pass_) and self.migrated is not None:
+            # migration runs once, on the code as written: on its own output it would
+            # take `h.output[0]` (a batch row) for a pre-0.5 tuple again
+            self.last_round.extend(self.migrated)
+            return True
+        seen = self.stable.get(pass_.id)
+        # reporting pre-0.5 idioms looks at the code as written: once is enough
+        if seen is not None and (seen[0] is self.state.module or pass_.report_only):
+            self.last_round.extend(seen[1])
+            return True
+        return False
+
+    def run_pass(self, pass_: Pass) -> tuple[cst.Module, list[Finding], Context] | None:
+        """The pass run on the current version: its tree, its findings placed in the
+        original, its context; None when it failed (the code stays as it was)."""
+        context = Context(self.options, self.state.server)
+        if self.suppressing:
+            context.suppressed = _suppression_check(self.suppressions, self.state, self.source, pass_.id)
+        try:
+            new_module = pass_.run(self.state.module, self.state.facts, context)
+            located = _locate(context.findings, self.state, self.source, pass_.id) if context.findings else []
+            if self.added_by and located:
+                located = [_naming_added(f, self.added_by) for f in located]
+        except RecursionError:
+            raise
+        except Exception as error:  # a pass that fails leaves the code as it was
+            self.last_round.append(_internal_error(pass_.id, error))
+            if pass_.checks_as_written:
+                self.checked[pass_.id] = [self.last_round[-1]]
+            return None
+        if self.suppressing:
+            located, keep = _enforce_suppressions(self.suppressions, located)
+            if not keep:
+                new_module, context.unreturned, context.introduced = self.state.module, set(), set()
+        return new_module, located, context
+
+    def lowered_for_06(self, pass_: Pass, new_module: cst.Module, located: list[Finding],
+                       context: Context) -> tuple[cst.Module, Facts | None, list[Finding]]:
+        """The rewrite lowered for nnsight 0.6, its facts and findings; or the version as it
+        was when it cannot be shown to run there."""
+        try:
+            lowered, new_facts, copies, unbound = _for_06(self.state, new_module, self.options)
+        except RecursionError:
+            raise
+        except Exception as error:  # the rewrite cannot be shown to run on 0.6: left out
+            context.unreturned, context.introduced = set(), set()
+            return self.state.module, None, [_internal_error(pass_.id, error)]
+        if unbound:  # the rewrite would not run on nnsight 0.6: the code stays as it was
+            located = [_not_on_06(f, unbound) for f in located]
+            context.unreturned, context.introduced = set(), set()
+            return self.state.module, None, located
+        context.introduced |= copies
+        return lowered, new_facts, located
+
+    def record(self, pass_: Pass, context: Context, located: list[Finding]) -> list[Finding]:
+        """The pass run's names and findings kept; returns those not applied (most pass
+        runs have none at all)."""
+        if context.unreturned:
+            self.unreturned |= context.unreturned
+        if context.introduced:
+            self.introduced |= context.introduced
+            self.added_by.update(dict.fromkeys(context.introduced - self.added_by.keys(), pass_.id))
+        reported = located
+        if located:
+            self.applied.extend(f for f in located if f.status is Status.APPLIED)
+            reported = [f for f in located if f.status is not Status.APPLIED]
+            self.last_round.extend(reported)
+            if pass_.explains:
+                self.refused.extend(reported)
+        if _migrating(pass_):
+            self.migrated = reported
+        if pass_.checks_as_written:
+            self.checked[pass_.id] = reported
+        return reported
+
+    def advance(self, pass_: Pass, new_module: cst.Module, new_facts: Facts | None, reported: list[Finding],
+                before: Cost) -> bool:
+        """The pass's version becomes the current one when its code differs (True)."""
+        positions = None
+        if new_module is self.state.module:
+            code = self.state.code
+        else:  # the code of the new version, and where its nodes are, in one generation
+            code, positions = code_and_positions(new_module)
+        if code == self.state.code:
+            self.stable[pass_.id] = (self.state.module, reported)
+            return False
+        api = None if pass_.runs_first_once else self.state.api  # only migration changes it
+        if new_facts is None:
+            new_facts = _analyze_version(new_module, self.state.facts, self.options)
+        self.state = _State(new_module, new_facts, code, self.options, _positions=positions, _api=api,
+                            lineage=self.state.lineage)
+        self.deltas[pass_.id] = _add(self.deltas[pass_.id], _diff(self.state.cost, before))
+        return True
+
+    def result(self, with_edits: bool) -> Result:
+        """The run's Result, once no round changes the code."""
+        state, passes, source, last_round = self.state, self.passes, self.source, self.last_round
+        if self.migrated is not None and state.api == PRE_05 and \
+                any(not (p.runs_first_once or p.checks_as_written) for p in passes):
+            migration = next(p for p in passes if p.runs_first_once)
+            last_round.append(_partial_migration(migration.id, state.facts, self.migrated))
+        code = state.code
+        applied = [f for f in self.applied if f.evidence is None or f.evidence in code]  # not undone later
+        last_round += _still_refused(self.refused, applied, last_round)
+        findings = tuple(sorted(applied + last_round, key=lambda f: (f.range.start, f.pass_id)))
+        unreturned, introduced = self.unreturned, self.introduced
+        return Result(
+            source=source,
+            code=code,
+            findings=findings,
+            costs=tuple(_chain(self.initial_cost, [p for p in passes if not p.report_only], self.deltas)),
+            edits=tuple(text_edits(source, code)) if with_edits else (),
+            assumptions=tuple(assumptions(self.options) + self.notes),
+            unreturned=tuple(sorted(unreturned - introduced)) if code != source else (),
+            introduced=tuple(sorted(introduced)) if code != source else (),
+        )
+
+
+def _migrating(pass_: Pass) -> bool:
+    """Is this run of the pass the migration (which runs once, and changes the API)?"""
+    return pass_.runs_first_once and not pass_.report_only
 
 
 def _naming_added(finding: Finding, added_by: dict[str, str]) -> Finding:
@@ -839,91 +915,6 @@ def _locate(raw: list[RawFinding], state: _State, original: str, pass_id: str) -
                     item.requests, state.lineage.subject(item.node, state.module), item.proposal)
         )
     return found
-
-
-def _line_map(current: str, original: str):
-    """Map (line, column) of ``current`` to the closest position in ``original``.
-
-    Lines equal up to indentation map exactly, the column shifted by the change in
-    indentation (code moved into a session is indented one level deeper); other
-    lines map to the nearest line of their diff hunk.
-    """
-    if current == original:
-        return lambda line, col: (line, col)
-    cur, org = current.split("\n"), original.split("\n")
-    table: dict[int, tuple[int, int | None]] = {}
-    for tag, i1, i2, j1, j2 in _opcodes(cur, org):
-        if tag == "equal":
-            for k in range(i2 - i1):
-                table[i1 + k] = (j1 + k, 0)
-            continue
-        inner = _opcodes([line.strip() for line in cur[i1:i2]], [line.strip() for line in org[j1:j2]])
-        for t, a1, a2, b1, b2 in inner:
-            for k in range(a2 - a1):
-                i = i1 + a1 + k
-                if t == "equal":
-                    j = j1 + b1 + k
-                    shift = _indent(org[j]) - _indent(cur[i])
-                    table[i] = (j, shift)
-                else:
-                    table[i] = (min(j1 + b1 + k, max(j1 + b2 - 1, j1 + b1, j1)), None)
-    _by_occurrence(cur, org, table)
-    last = max(0, len(org) - 1)
-
-    def map_position(line: int, col: int) -> tuple[int, int]:
-        j, shift = table.get(line, (min(line, last), None))
-        j = min(j, last)
-        if shift is None:
-            return j, min(col, len(org[j]))
-        return j, max(0, min(col + shift, len(org[j])))
-
-    return map_position
-
-
-def _by_occurrence(cur: list[str], org: list[str], table: dict) -> None:
-    """A line the diff could not pair (a session's rewrite moves lines past each other)
-    whose text stands as often in both versions is the same occurrence of it: the k-th
-    `logits = model.lm_head.output.save()` of the output is the k-th of the original."""
-    unpaired = [i for i in range(len(cur)) if table.get(i, (0, None))[1] is None and cur[i].strip()]
-    if not unpaired:
-        return
-    where_org: dict[str, list[int]] = {}
-    for j, line in enumerate(org):
-        where_org.setdefault(line.strip(), []).append(j)
-    where_cur: dict[str, list[int]] = {}
-    for i, line in enumerate(cur):
-        where_cur.setdefault(line.strip(), []).append(i)
-    for i in unpaired:
-        text = cur[i].strip()
-        mine, theirs = where_cur[text], where_org.get(text, [])
-        if len(mine) == len(theirs):
-            j = theirs[mine.index(i)]
-            table[i] = (j, _indent(org[j]) - _indent(cur[i]))
-
-
-def _opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
-    # no junk: every line counts, however often it repeats (a session's lines do)
-    return difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
-
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip())
-
-
-def text_edits(source: str, code: str) -> list[Edit]:
-    """Line-based edits that turn ``source`` into ``code`` (ranges in ``source``)."""
-    if source == code:
-        return []
-    old = source.splitlines(keepends=True)
-    new = code.splitlines(keepends=True)
-    edits = []
-    for tag, i1, i2, j1, j2 in _opcodes(old, new):
-        if tag == "equal":
-            continue
-        edits.append(
-            Edit(Range(Position(i1, 0), Position(i2, 0)), "".join(new[j1:j2]))
-        )
-    return edits
 
 
 __all__ = ["WindowCache", "run_pipeline", "parse", "text_edits"]

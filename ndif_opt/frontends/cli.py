@@ -209,15 +209,7 @@ def optimize(
     stdout carries only the code, the diff (--diff), the report (--report) or the --format
     document; findings, errors and the summary go to stderr. IPython lines in a .py file
     (`!pip install`, `%time`) are kept as they are."""
-    cost = {k: v for k, v in {"seq-len": seq_len, "latency": latency, "bandwidth": bandwidth,
-                              "throughput": throughput, "session-limit": session_limit}.items() if v is not None}
-    if model_config is not None:
-        from ndif_opt.frontends.config import ConfigError, load_model_config
-
-        try:
-            cost["model-config"] = load_model_config(model_config)
-        except ConfigError as error:
-            _fail(str(error))
+    cost = _cost_settings(seq_len, latency, bandwidth, throughput, session_limit, model_config)
     if jobs is not None and jobs < 1:
         _fail(f"--jobs must be at least 1, not {jobs}")
     files = _expand(paths)
@@ -227,6 +219,45 @@ def optimize(
         for path in files
     }
     writes_code = not (diff or check or report or in_place or fmt is not Format.text)
+    _check_outputs(files, output, writes_code)
+    outcomes = _processed(files, option_sets, jobs, quiet)
+    results, errors, options_by_path = _gathered(outcomes, option_sets)
+    changed = [entry for entry in results if entry[1].changed]
+    _write_results(results, errors, in_place, output)
+    # the findings say "fixed" (and what was done) only where the output holds the fixes
+    wrote = in_place or output is not None or writes_code
+    if fmt is Format.text:
+        _print_text(results, diff, report, check, writes_code and output is None, quiet, wrote=wrote)
+        if len(files) > 1:
+            typer.echo(
+                f"{len(files)} file(s): {len(changed)} would change, "
+                f"{len(results) - len(changed)} unchanged, {len(errors)} error(s)",
+                err=True,
+            )
+    else:
+        _print_document(fmt, results, errors, options_by_path, wrote)
+    if errors:
+        raise typer.Exit(EXIT_ERROR)
+    if check and changed:
+        raise typer.Exit(EXIT_CHANGES)
+
+
+def _cost_settings(seq_len, latency, bandwidth, throughput, session_limit, model_config) -> dict:
+    """The cost model's settings given on the command line (a model config read here)."""
+    cost = {k: v for k, v in {"seq-len": seq_len, "latency": latency, "bandwidth": bandwidth,
+                              "throughput": throughput, "session-limit": session_limit}.items() if v is not None}
+    if model_config is not None:
+        from ndif_opt.frontends.config import ConfigError, load_model_config
+
+        try:
+            cost["model-config"] = load_model_config(model_config)
+        except ConfigError as error:
+            _fail(str(error))
+    return cost
+
+
+def _check_outputs(files: list[str], output: str | None, writes_code: bool) -> None:
+    """Where the code goes must make sense for these inputs (else exit 2)."""
     if output is not None and len(files) != 1:
         _fail("-o/--output takes exactly one input file")
     if output is not None and files[0] != "-" and same_file(files[0], output):
@@ -234,19 +265,26 @@ def optimize(
     if writes_code and output is None and len(files) > 1:
         _fail("several inputs: use --in-place, --diff, --check or --report")
 
+
+def _processed(files: list[str], option_sets: dict[str, Options], jobs: int | None, quiet: bool) -> list:
+    """The files optimized (in a process pool), with the progress bar; interrupted or
+    terminated, the workers are stopped and nothing is written."""
     from ndif_opt.frontends.batch import Terminated, default_jobs, process
     from ndif_opt.frontends.progress import Progress
 
     try:
         # the bar only on a terminal, for several files, without -q; erased before any output
         with Progress(len(files), sys.stderr, tty=None if not quiet else False) as progress:
-            outcomes = process(files, option_sets, jobs=jobs or default_jobs(), progress=progress)
+            return process(files, option_sets, jobs=jobs or default_jobs(), progress=progress)
     except KeyboardInterrupt:  # the workers are stopped; nothing has been written
         _interrupted()
     except Terminated:  # SIGTERM while workers ran: they are stopped too
         typer.echo("ndif-opt: terminated", err=True)
         raise typer.Exit(EXIT_TERMINATED) from None
 
+
+def _gathered(outcomes, option_sets: dict[str, Options]):
+    """The results, the errors (each said on stderr) and each result's options."""
     results: list[tuple[str, Result, SourceFile]] = []
     errors: list[dict] = []
     options_by_path: dict[str, Options] = {}
@@ -257,8 +295,12 @@ def optimize(
         else:
             results.append((outcome.source.path, outcome.result, outcome.source))
             options_by_path[outcome.source.path] = option_sets[outcome.path]
+    return results, errors, options_by_path
 
-    changed = [entry for entry in results if entry[1].changed]
+
+def _write_results(results: list[tuple[str, Result, SourceFile]], errors: list[dict], in_place: bool,
+                   output: str | None) -> None:
+    """--in-place and -o: each write atomic (an error writing one file is added to ``errors``)."""
     try:
         for path, result, source in results:
             if in_place and result.changed:
@@ -276,8 +318,10 @@ def optimize(
     except KeyboardInterrupt:  # each write is atomic: a file is either old or new
         _interrupted()
 
-    # the findings say "fixed" (and what was done) only where the output holds the fixes
-    wrote = in_place or output is not None or writes_code
+
+def _print_document(fmt: Format, results: list[tuple[str, Result, SourceFile]], errors: list[dict],
+                    options_by_path: dict[str, Options], wrote: bool) -> None:
+    """The --format document (json, markdown, html, sarif) on stdout."""
     if fmt is Format.json:
         typer.echo(to_json([(p, r) for p, r, _ in results], errors, written=wrote))
     elif fmt is Format.markdown:
@@ -295,18 +339,6 @@ def optimize(
 
         log = to_sarif([(p, r) for p, r, _ in results], errors, options=options_by_path, written=wrote)
         typer.echo(json.dumps(log, indent=2, ensure_ascii=False))
-    else:
-        _print_text(results, diff, report, check, writes_code and output is None, quiet, wrote=wrote)
-        if len(files) > 1:
-            typer.echo(
-                f"{len(files)} file(s): {len(changed)} would change, "
-                f"{len(results) - len(changed)} unchanged, {len(errors)} error(s)",
-                err=True,
-            )
-    if errors:
-        raise typer.Exit(EXIT_ERROR)
-    if check and changed:
-        raise typer.Exit(EXIT_CHANGES)
 
 
 def _write_code(source: SourceFile, code: str) -> None:

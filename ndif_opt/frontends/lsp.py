@@ -325,7 +325,7 @@ def cell_diagnostics(analysis: NotebookAnalysis, position: int, index: TextIndex
 
 def cell_edits(before: tuple[str, ...], after: CellsResult) -> list[tuple[int, list[Edit]]]:
     """(position, edits of that cell) for each cell ``after`` changes: each cell's own text."""
-    from ndif_opt.engine.pipeline import text_edits
+    from ndif_opt.engine.line_diff import text_edits
 
     return [
         (position, list(text_edits(old, new)))
@@ -700,6 +700,15 @@ def _hover_text(result: Result, findings: list[Finding]) -> str:
 
 def create_server(debounce: float = DEBOUNCE) -> NdifOptServer:
     server = NdifOptServer(debounce)
+    _serve_documents(server)
+    if PYGLS_2:
+        _serve_notebooks(server)
+    _serve_requests(server)
+    return server
+
+
+def _serve_documents(server: NdifOptServer) -> None:
+    """A text document opened, changed, saved or closed."""
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     async def did_open(ls: NdifOptServer, params: types.DidOpenTextDocumentParams) -> None:
@@ -723,23 +732,29 @@ def create_server(debounce: float = DEBOUNCE) -> NdifOptServer:
         ls.window_caches.pop(uri, None)
         ls.publish(uri, [])
 
-    if PYGLS_2:
 
-        @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
-        async def notebook_did_open(ls: NdifOptServer, params: types.DidOpenNotebookDocumentParams) -> None:
-            ls.schedule_notebook(params.notebook_document.uri)
+def _serve_notebooks(server: NdifOptServer) -> None:
+    """A notebook opened, changed, saved or closed (pygls 2)."""
 
-        @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
-        async def notebook_did_change(ls: NdifOptServer, params: types.DidChangeNotebookDocumentParams) -> None:
-            ls.schedule_notebook(params.notebook_document.uri)
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+    async def notebook_did_open(ls: NdifOptServer, params: types.DidOpenNotebookDocumentParams) -> None:
+        ls.schedule_notebook(params.notebook_document.uri)
 
-        @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
-        async def notebook_did_save(ls: NdifOptServer, params: types.DidSaveNotebookDocumentParams) -> None:
-            ls.schedule_notebook(params.notebook_document.uri)
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    async def notebook_did_change(ls: NdifOptServer, params: types.DidChangeNotebookDocumentParams) -> None:
+        ls.schedule_notebook(params.notebook_document.uri)
 
-        @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
-        async def notebook_did_close(ls: NdifOptServer, params: types.DidCloseNotebookDocumentParams) -> None:
-            ls.close_notebook(params.notebook_document.uri, [c.uri for c in params.cell_text_documents])
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
+    async def notebook_did_save(ls: NdifOptServer, params: types.DidSaveNotebookDocumentParams) -> None:
+        ls.schedule_notebook(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    async def notebook_did_close(ls: NdifOptServer, params: types.DidCloseNotebookDocumentParams) -> None:
+        ls.close_notebook(params.notebook_document.uri, [c.uri for c in params.cell_text_documents])
+
+
+def _serve_requests(server: NdifOptServer) -> None:
+    """Shutdown, code actions and hovers."""
 
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: NdifOptServer, *args) -> None:
@@ -756,97 +771,103 @@ def create_server(debounce: float = DEBOUNCE) -> NdifOptServer:
         ),
     )
     async def code_action(ls: NdifOptServer, params: types.CodeActionParams) -> list[types.CodeAction]:
-        uri = params.text_document.uri
-        try:
-            notebook = ls.notebook_of(uri)
-            if notebook is not None:
-                return await ls.notebook_code_actions(notebook, params)
-            document = ls.workspace.get_text_document(uri)
-            version = document.version
-            analysis = await ls.analysis(uri)
-            if analysis is None or analysis.result is None:
-                return []
-            result = analysis.result
-            text = analysis.text
-            index = ls.index(text)
-            only = params.context.only if params.context else None
-            actions: list[types.CodeAction] = []
-            if _wants(only, types.CodeActionKind.QuickFix):
-                first = index.client_line(params.range.start)
-                last = index.client_line(params.range.end)
-                seen: set[str] = set()
-                for finding in result.findings:
-                    if finding.status is not Status.APPLIED or finding.pass_id in seen:
-                        continue
-                    if not _overlaps(finding, first, last):
-                        continue
-                    seen.add(finding.pass_id)
-                    alone = await ls.solo(analysis, finding.pass_id)
-                    if alone is None or not alone.edits:
-                        continue  # this pass does nothing on its own here
-                    related = [
-                        d
-                        for d in diagnostics_for(analysis, index)
-                        if d.code == finding.pass_id and _overlaps_diag(d, first, last)
-                    ]
-                    actions.append(
-                        types.CodeAction(
-                            title=f"ndif-opt: {finding.pass_id}",
-                            kind=types.CodeActionKind.QuickFix,
-                            diagnostics=related or None,
-                            is_preferred=True,
-                            edit=ls.workspace_edit(uri, version, text, alone.edits),
-                        )
-                    )
-            if result.edits and _wants(only, SOURCE_ACTION_KIND):
-                actions.append(
-                    types.CodeAction(
-                        title=SOURCE_ACTION_TITLE,
-                        kind=SOURCE_ACTION_KIND,
-                        edit=ls.workspace_edit(uri, version, text, result.edits),
-                    )
-                )
-            if document.source != text:
-                return []  # the text changed while we worked: offer nothing stale
-            return actions
-        except Exception:
-            log.exception("code actions for %s", uri)
-            return []
+        return await _code_actions(ls, params)
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     async def hover(ls: NdifOptServer, params: types.HoverParams) -> types.Hover | None:
-        uri = params.text_document.uri
-        try:
-            notebook = ls.notebook_of(uri)
-            if notebook is not None:
-                cells = await ls.notebook_analysis(notebook)
-                position = cells.position(uri) if cells is not None else None
-                if cells is None or cells.result is None or position is None:
-                    return None
-                result, findings = cells.result.result, [item.finding for item in cells.findings_in(position)]
-            else:
-                analysis = await ls.analysis(uri)
-                if analysis is None or analysis.result is None:
-                    return None
-                result, findings = analysis.result, list(analysis.result.findings)
-            if not result.costs:
-                return None
-            line = params.position.line
-            here = [
-                f
-                for f in findings
-                if f.status is not Status.SUPPRESSED and f.range.start.line <= line <= f.range.end.line
-            ]
-            if not here:
-                return None
-            return types.Hover(
-                contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=_hover_text(result, here))
-            )
-        except Exception:
-            log.exception("hover for %s", uri)
-            return None
+        return await _hover(ls, params)
 
-    return server
+
+async def _code_actions(ls: NdifOptServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+    uri = params.text_document.uri
+    try:
+        notebook = ls.notebook_of(uri)
+        if notebook is not None:
+            return await ls.notebook_code_actions(notebook, params)
+        document = ls.workspace.get_text_document(uri)
+        version = document.version
+        analysis = await ls.analysis(uri)
+        if analysis is None or analysis.result is None:
+            return []
+        result = analysis.result
+        text = analysis.text
+        index = ls.index(text)
+        only = params.context.only if params.context else None
+        actions: list[types.CodeAction] = []
+        if _wants(only, types.CodeActionKind.QuickFix):
+            first = index.client_line(params.range.start)
+            last = index.client_line(params.range.end)
+            seen: set[str] = set()
+            for finding in result.findings:
+                if finding.status is not Status.APPLIED or finding.pass_id in seen:
+                    continue
+                if not _overlaps(finding, first, last):
+                    continue
+                seen.add(finding.pass_id)
+                alone = await ls.solo(analysis, finding.pass_id)
+                if alone is None or not alone.edits:
+                    continue  # this pass does nothing on its own here
+                related = [
+                    d
+                    for d in diagnostics_for(analysis, index)
+                    if d.code == finding.pass_id and _overlaps_diag(d, first, last)
+                ]
+                actions.append(
+                    types.CodeAction(
+                        title=f"ndif-opt: {finding.pass_id}",
+                        kind=types.CodeActionKind.QuickFix,
+                        diagnostics=related or None,
+                        is_preferred=True,
+                        edit=ls.workspace_edit(uri, version, text, alone.edits),
+                    )
+                )
+        if result.edits and _wants(only, SOURCE_ACTION_KIND):
+            actions.append(
+                types.CodeAction(
+                    title=SOURCE_ACTION_TITLE,
+                    kind=SOURCE_ACTION_KIND,
+                    edit=ls.workspace_edit(uri, version, text, result.edits),
+                )
+            )
+        if document.source != text:
+            return []  # the text changed while we worked: offer nothing stale
+        return actions
+    except Exception:
+        log.exception("code actions for %s", uri)
+        return []
+
+
+async def _hover(ls: NdifOptServer, params: types.HoverParams) -> types.Hover | None:
+    uri = params.text_document.uri
+    try:
+        notebook = ls.notebook_of(uri)
+        if notebook is not None:
+            cells = await ls.notebook_analysis(notebook)
+            position = cells.position(uri) if cells is not None else None
+            if cells is None or cells.result is None or position is None:
+                return None
+            result, findings = cells.result.result, [item.finding for item in cells.findings_in(position)]
+        else:
+            analysis = await ls.analysis(uri)
+            if analysis is None or analysis.result is None:
+                return None
+            result, findings = analysis.result, list(analysis.result.findings)
+        if not result.costs:
+            return None
+        line = params.position.line
+        here = [
+            f
+            for f in findings
+            if f.status is not Status.SUPPRESSED and f.range.start.line <= line <= f.range.end.line
+        ]
+        if not here:
+            return None
+        return types.Hover(
+            contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=_hover_text(result, here))
+        )
+    except Exception:
+        log.exception("hover for %s", uri)
+        return None
 
 
 def _overlaps_diag(diagnostic: types.Diagnostic, first: int, last: int) -> bool:

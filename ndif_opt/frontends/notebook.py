@@ -49,7 +49,7 @@ class NotebookResult:
         (the line of the cell's source line in the file) and start with ``[cell N, line M]``
         (1-based), costs and names are those of the joined code. ``.notebook`` is this object.
         """
-        from ndif_opt.engine.pipeline import text_edits
+        from ndif_opt.engine.line_diff import text_edits
 
         locate = _file_positions(self.source)
         findings = []

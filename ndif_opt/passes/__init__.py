@@ -1,4 +1,4 @@
-"""The passes, in pipeline order. Each lives in its own module with its docs and cases.
+"""The passes, in pipeline order. Each lives in its own module (or package) with its docs and cases.
 
 ``PASS_MODULES`` is the one list of the passes: their order in the pipeline, the CLI's ids
 (a pass's id is its module's name, ``migrate_api`` -> ``migrate-api``), the docs. Importing

@@ -1,6 +1,6 @@
 """The records a split session keeps for its replay, and how the replay reads them back.
 
-A statement replayed after the session (see client_split) reads values the session
+A statement replayed after the session (see session_hoisting/split.py) reads values the session
 computed; the session records them, and the replay reads each where the statement read
 it. A record is shaped for whoever reads the code:
 
@@ -27,6 +27,8 @@ import libcst as cst
 from ndif_opt.analysis.names import fresh_name
 from ndif_opt.syntax.walk import walk
 
+# The prefix of the names of a split's records (`_ndif_rows`); reduction-pushdown leaves them alone.
+RECORD_PREFIX = "_ndif_"
 # A record of more values than this, or of values that are not the session's names, is a dict.
 MOST_UNPACKED = 4
 # A dict record longer than this is written one key a line (the line it stands on starts

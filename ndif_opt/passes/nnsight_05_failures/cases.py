@@ -1,0 +1,179 @@
+"""nnsight-05-failures' cases, as data: checked by tests/test_cases.py, shown in docs/passes.md."""
+
+from __future__ import annotations
+
+from ndif_opt.passes.base import Case
+
+
+CASES = (
+    Case(
+        name="a name read after the block is saved where the block binds it",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in", remote=True):
+    hidden = model.transformer.h[5].output[0, -1] * 2
+    n_tokens = model.lm_head.output.shape[1]
+print(hidden.norm(), n_tokens)
+""",
+        after="""\
+from nnsight import LanguageModel
+import nnsight
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in", remote=True):
+    hidden = (model.transformer.h[5].output[0, -1] * 2).save()
+    n_tokens = nnsight.save(model.lm_head.output.shape[1])
+print(hidden.norm(), n_tokens)
+""",
+    ),
+    Case(
+        name="a name that held a value before the block (with --unsafe-fixes)",
+        unsafe_fixes=True,
+        before="""\
+import nnsight
+from nnsight import LanguageModel
+
+
+def top_token(model, prompt):
+    token = -1
+    with model.trace(prompt, remote=True):
+        token = model.lm_head.output[0, -1].argmax().item()
+    return token
+
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+print(top_token(model, "The Eiffel Tower is in"))
+""",
+        after="""\
+import nnsight
+from nnsight import LanguageModel
+
+
+def top_token(model, prompt):
+    token = -1
+    with model.trace(prompt, remote=True):
+        token = nnsight.save(model.lm_head.output[0, -1].argmax().item())
+    return token
+
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+print(top_token(model, "The Eiffel Tower is in"))
+""",
+    ),
+    Case(
+        name="a name that held a value before the block",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+pattern = "unknown"
+with model.trace("hello", remote=True):
+    hidden = model.transformer.h[0].output.save()
+    pattern = "transformer.h"
+print(pattern, hidden.shape)
+""",
+        reason="still holds the value it had before the block",
+    ),
+    Case(
+        name="a loop variable of the block",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("hello", remote=True):
+    norms = list().save()
+    for layer in model.transformer.h:
+        norms.append(layer.output.norm())
+print(len(norms), layer)
+""",
+        reason="save it where the block has its final value",
+    ),
+    Case(
+        name="`return` in the body of a trace",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def last_logits(prompt):
+    with model.trace(prompt, remote=True):
+        return model.lm_head.output[0, -1].save()
+""",
+        reason="SyntaxError: 'return' outside function",
+    ),
+    Case(
+        name="a body that starts with `try:`",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("hello", remote=True):
+    try:
+        hidden = model.transformer.h[0].output.save()
+    except AttributeError:
+        hidden = model.model.layers[0].output.save()
+""",
+        reason="ValueError: A traced `with` block cannot start with `try:`",
+    ),
+    Case(
+        name="the LM head read before a layer",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+with model.trace("The Eiffel Tower is in", remote=True):
+    logits = model.lm_head.output[0, -1].save()
+    hidden = model.model.layers[16].output[0, -1].save()
+""",
+        reason="OutOfOrderError: 'model.model.layers.16.output.i0' was requested but the model already ran past it",
+    ),
+    Case(
+        name="the layers read backwards",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+with model.trace("The Eiffel Tower is in", remote=True):
+    hiddens = [layer.output[0, -1].save() for layer in reversed(model.model.layers)]
+""",
+        reason="OutOfOrderError: 'model.model.layers.30.output.i0'",
+    ),
+    Case(
+        name="a layer's output read before its input",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("hello", remote=True):
+    updates = list().save()
+    for layer in model.transformer.h:
+        updates.append((layer.output - layer.input).norm())
+""",
+        reason="OutOfOrderError: 'model.transformer.h.0.input.i0'",
+    ),
+    Case(
+        name="reads in the model's order, reads in other invokes, saved names",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+layers = model.model.layers
+with model.session(remote=True):
+    with model.trace() as tracer:
+        with tracer.invoke("The Eiffel Tower is in"):
+            logits = model.lm_head.output[0, -1]
+        with tracer.invoke("The Colosseum is in"):
+            first = model.model.embed_tokens.output[0, -1]
+            for layer in layers:
+                norm = layer.input.norm() + layer.self_attn.output[0].norm() + layer.mlp.output.norm()
+            last = layers[-1].output[0, -1]
+            final = model.model.norm.output
+            other = model.lm_head.output[0, -1]
+    difference = (logits - other).norm().save()
+print(difference)
+""",
+    ),
+)

@@ -1,0 +1,725 @@
+"""session-hoisting: one remote request for a loop (or run) of remote traces.
+
+## What it does
+Wraps a loop whose body runs remote traces or generates of one model — or a run of
+remote blocks of one model — in a single ``with model.session(remote=...)`` and removes
+``remote=`` from the blocks inside. Client-scope lists and dicts that the moved code
+fills are created inside the session as saved containers, or sent into it and saved
+there. Code that must stay on your machine (``print``, files, ``tqdm``, ``json``,
+logging) is split off: it records the values it reads where it stood, and a replay
+after the session runs it in the same order with the same values (branches and early
+exits included). Code that must run on your machine but needs nothing remote, and whose
+values the remote work reads (a steering vector built with numpy and json, a prompt
+formatted by a library NDIF lacks or read from a file), runs before the session instead,
+in the same order, and the session takes its values in turn. An object the session cannot take (``self``,
+a dict the caller passed in) stays on your machine: the session computes the values,
+the replay stores or appends them (``self.records.append(self.probe(p))``). Values the
+script reads after the loop come back; what the methods it calls store on ``self`` comes back too, unless only methods the session runs
+read it (the class has no bases or decorators, and neither ``self`` nor an instance is
+handed to other code): then it stays on the server.
+
+## Why is this bad?
+Every remote trace is a network round trip plus a wait in NDIF's queue. A loop of 32
+remote traces pays that 32 times; the model's own compute is usually the smaller part.
+Inside a session the whole loop is one request.
+
+## Example
+```python
+for layer in range(32):
+    with model.trace(prompt, remote=True):
+        hidden = model.model.layers[layer].output.save()
+```
+
+## Use instead
+```python
+with model.session(remote=True):
+    for layer in range(32):
+        with model.trace(prompt):
+            hidden = model.model.layers[layer].output.save()
+```
+
+## Fix safety
+Safe when applied: the pass only moves code that NDIF can run, replays what must run
+on your machine in its order over recorded values, and brings back every value the
+rest of the script reads (in a notebook, also every module name the session binds: the
+kernel keeps them for cells to come). What a same-file function saved and returned, that
+nothing after the session reads, is let go at its end (`logits = None`), not downloaded. A same-file function the session calls that reads
+a module name the session computes gets it as an argument (`def f(x, *, vec)`), when
+every call of it in the file is one the session makes after binding the name. It is not applied (and says why) when the code that must stay
+on your machine feeds the remote part, when a record could not hold what a line would
+have seen, when the moved code declares ``global`` or calls a helper that cannot run in
+a session. A loop whose own remote work no session can take — traces of two models (a
+session runs one), two remote flags, a session in each iteration, a trace on your machine
+among remote ones — is left with one finding that names it and what to change. A retry
+around a request goes around the whole session, and gives up after its last attempt as
+the original did (``if _ndif_attempt == MAX_ATTEMPTS - 1: raise``: the last attempt of
+``range(stop)`` computed again where the session failed, so ``stop`` must be a constant,
+or a name or attribute the loop leaves alone; otherwise the retry, and the loop, are left
+as they are). A ``try`` that
+handles each request's failure on its own also guards the session: should the session
+fail, the code runs as written (``except Exception:`` around the session), so a failing
+request is still handled per iteration; the ``try`` is refused when code inside it runs
+before the remote work, or its handler ends the iteration before remote work that
+follows. With ``--unsafe-fixes`` a ``tqdm`` bar alone is
+dropped instead of replayed, and a ``print`` the split cannot replay becomes a server
+log line.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import libcst as cst
+
+from ndif_opt.analysis.facts import Facts, Remote
+from ndif_opt.analysis.names import collect, collect_all, fresh_name, target_names
+from ndif_opt.analysis.regions import reads_after, requests_in, self_attributes_read_after
+from ndif_opt.analysis.remote_functions import (
+    CallWithRemoteOff,
+    RemoteHelper,
+    call_multiplicity,
+    helper_calls,
+    remote_helpers,
+)
+from ndif_opt.analysis.retries import PortableRetry, code_changing, portable_retry, retry_guard
+from ndif_opt.cost_model import RegionRequests, explain
+from ndif_opt.passes.base import Context, Pass
+from ndif_opt.passes.session_hoisting.cases import CASES
+from ndif_opt.passes.session_hoisting.definitions import definitions_in_the_way
+from ndif_opt.passes.session_hoisting.messages import (
+    drop_nested_repeats,
+    first_line,
+    header_rebound,
+    hoisted_message,
+    let_go_note,
+    name_the_unseen,
+    not_hoisted,
+    per_call,
+    problem_words,
+    request_claim,
+    stopped_by_a_local_trace,
+    stopped_by_a_session,
+    stopped_by_kwargs,
+    stopped_by_mixing,
+    unsafe_note,
+    unsafe_reason,
+)
+from ndif_opt.passes.session_hoisting.plan import (
+    containers_left_on_server,
+    globals_the_session_would_hide,
+    helper_argument_problem,
+    liveness,
+    lost_reason,
+    names_released,
+    needed_after,
+    replay_reads,
+    saved_in_region,
+    unmovable,
+    unreturned_names,
+)
+from ndif_opt.passes.session_hoisting.region import (
+    Kind,
+    Region,
+    Role,
+    UNSAFE_KINDS,
+    any_blocking,
+    deferrable_only,
+    fewer_than_two_requests,
+    inside_planned,
+    is_unsafe_only,
+    iteration_problems,
+    may_call,
+    module_code,
+    nested_in_planned_sessions,
+    outer_blocks,
+    suites_outermost_first,
+    window_edges_in,
+)
+from ndif_opt.passes.session_hoisting.rewrite import (
+    MoveEdits,
+    UnwrapProgress,
+    as_the_session_calls,
+    made_in_session,
+    move_definitions,
+    release_statement,
+    saving,
+)
+from ndif_opt.passes.session_hoisting.split import split_region
+from ndif_opt.passes.session_hoisting.split_items import Refused, names_in
+from ndif_opt.syntax.rewrite import (
+    DropElementSaves,
+    StripRemote,
+    SuitePlan,
+    code_of,
+    saved_container,
+    session_statement,
+    with_fallback,
+    with_module_import,
+)
+from ndif_opt.syntax.walk import find_nodes, transform
+from ndif_opt.types import Safety, Status
+from ndif_opt.wording import counted_with_loops, symbols
+
+
+class SessionHoisting(Pass):
+    __doc__ = __doc__
+    explains = True
+    # has a run of this pass (one instance per module's optimization) rewritten the tree?
+    # Until then every session in it is the user's or another pass's (in a loop over an
+    # `_ndif_` name): a user's loop of them gets a finding; after, a session may be one it
+    # wrote around a loop's inner loop, and the reason the loop was refused in the round
+    # before still stands (the pipeline keeps it)
+    wrote = False
+    fix_safety = ("safe; dropping a `tqdm` bar (instead of replaying it) or moving a `print` to the server "
+                  "log is unsafe")
+    cases = CASES
+
+    def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
+        plan = SuitePlan()
+        claimed: set[int] = set()
+        mark = len(context.findings)
+        self.helpers = remote_helpers(facts, context.server)
+        self.rewritten_helpers: dict[str, RemoteHelper] = {}
+        self.passed_functions: dict[str, tuple[str, ...]] = {}  # function -> module names it now takes
+        self.needs_nnsight_import = False
+        # loops their own remote work keeps from a session (two models, say): id -> (loop, why)
+        self.stopped: dict[int, tuple[cst.CSTNode, tuple[str, str]]] = {}
+        for suite in suites_outermost_first(facts):
+            if inside_planned(facts, suite, claimed):
+                continue
+            for region in self._regions(suite, facts, context):
+                self._plan_or_parts(region, facts, context, plan, claimed)
+        self._name_the_stopped_loops(facts, context, mark)
+        drop_nested_repeats(context.findings, mark)
+        name_the_unseen(facts, context)
+        for name in dict.fromkeys([*self.rewritten_helpers, *self.passed_functions]):
+            helper = self.rewritten_helpers.get(name)
+            passed = self.passed_functions.get(name, ())
+            if helper is not None and (helper.flag_param is not None and not helper.context_decorators):
+                helper = None  # called as it is: it takes the flag already
+            if helper is None and not passed:
+                continue
+            func = helper.func if helper is not None else facts.functions[name]
+            info = facts.stmt(func)
+            plan.replace(info.suite, info.index, info.index + 1,
+                         lambda _s, h=helper, f=func, p=passed: [as_the_session_calls(h, f, p)])
+        if not plan:
+            return module
+        self.wrote = True
+        module = plan.apply(module, facts)
+        return with_module_import(module, "nnsight") if self.needs_nnsight_import else module
+
+    def _plan_or_parts(self, region: Region, facts: Facts, context: Context, plan: SuitePlan, claimed: set[int]) -> bool:
+        """Plan the region, or else the largest parts of it that can move: the runs
+        between code that must stay on the client, or its two halves (split at a remote
+        statement), each tried the same way. The whole region's finding stands when no
+        part moves."""
+        mark = len(context.findings)
+        why = nested_in_planned_sessions(region, facts, claimed, frozenset(self.helpers))
+        if why:
+            # one session cannot hold another's hard-coded one
+            context.skipped(region.statements[0], not_hoisted(region, facts, self._counted(region, facts, context)),
+                            why, through=region.statements[-1])
+            return False
+        if self._plan(region, facts, context, plan):
+            claimed.update(id(s) for s in region.statements)
+            return True
+        span = (region.start, region.end)
+        parts = []
+        if any(deferrable_only(p) for p in region.unsafe):
+            parts = self._regions(region.suite, facts, context, wide=False, span=span)
+        if not parts or [(p.start, p.end) for p in parts] == [span]:
+            parts = self._halves(region, facts, context)
+        if not parts:
+            return False
+        whole = context.findings[mark:]
+        del context.findings[mark:]
+        moved = [self._plan_or_parts(part, facts, context, plan, claimed) for part in parts]
+        if not any(moved):
+            del context.findings[mark:]
+            context.findings.extend(whole)
+        return any(moved)
+
+    def _halves(self, region: Region, facts: Facts, context: Context) -> list[Region]:
+        remote = [i for i in range(region.start, region.end) if region.suite.body[i] in region.remote_statements]
+        if len(remote) < 2:
+            return []
+        middle = remote[len(remote) // 2]
+        halves = []
+        for span in ((region.start, middle), (middle, region.end)):
+            halves += self._regions(region.suite, facts, context, span=span)
+        return [h for h in halves if (h.start, h.end) != (region.start, region.end)]
+
+    def _requests(self, region: Region, facts: Facts) -> int:
+        """The remote requests one run of the region sends, a loop of unknown length as
+        two ("many"): is a session worth it? (Counted once.)"""
+        from ndif_opt.analysis.regions import UNKNOWN_TRIPS
+
+        if region.requests is None:
+            calls = call_multiplicity(region.statements, self.helpers, facts, UNKNOWN_TRIPS) if region.helper_calls else 0
+            region.requests = requests_in(region.blocks, region.statements, facts, UNKNOWN_TRIPS) + calls
+        return region.requests
+
+    def _worth_a_session(self, region: Region, facts: Facts, context: Context) -> bool:
+        """Does one run of the region send two requests or more — by its blocks, and as
+        the cost table counts them (where the walk takes one branch of an `if`, the
+        other's requests do not run)? A loop of unknown length counts as two ("many")."""
+        from ndif_opt.analysis.regions import UNKNOWN_TRIPS
+
+        if self._requests(region, facts) < 2:
+            return False
+        return self._counted(region, facts, context).per_run(UNKNOWN_TRIPS) >= 2
+
+    def _hoisted_caller(self, region: Region, facts: Facts) -> str:
+        """The function holding the region, when a session this pass opened around its
+        calls already counts its requests ("" otherwise: the region's own claim stands)."""
+        function = facts.stmt(region.statements[0]).function
+        name = function.name.value if function is not None else ""
+        return name if name in self.rewritten_helpers else ""
+
+    def _counted(self, region: Region, facts: Facts, context: Context) -> RegionRequests:
+        """What the region's messages quote: its requests as the cost table counts them
+        (the cost model's walk of this version of the tree: a retry counted once, a loop
+        of unknown length as N) — over the script's run, and the runs one session each
+        would send. Where the walk never reached the region (code after a `return`,
+        calls nested too deep), one run by its blocks, and no claim on the table."""
+        if region.counted is None:
+            found = explain(facts, context.options).region(region.statements)
+            if found is None:
+                found = RegionRequests(self._requests(region, facts), 1, uncalled="")
+            region.counted = found
+        return region.counted
+
+    def _name_the_stopped_loops(self, facts: Facts, context: Context, mark: int) -> None:
+        """One finding for each loop that sends two requests or more and that its own
+        remote work keeps from one session (its traces are of two models, take two remote
+        flags, open sessions of their own...): the outermost of nested ones only (what
+        stops the inner loop stops the outer one). It is the loop's one refusal: this
+        run's refusals of runs and loops inside it go (what stops the loop stops them
+        from becoming its session; once it is changed, they are found again)."""
+        from ndif_opt.analysis.regions import UNKNOWN_TRIPS
+
+        for loop, (what, why) in self.stopped.values():
+            if any(id(node) in self.stopped for node in facts.stmt(loop).ancestors):
+                continue
+            requests = explain(facts, context.options).region([loop])
+            if requests is None or requests.per_run(UNKNOWN_TRIPS) < 2:
+                continue
+            names, meaning = symbols(requests.sent, requests.runs)
+            sent = counted_with_loops(requests.sent, "separate remote request", names)[0]
+            message = f"this loop sends {sent}{what}{per_call(requests)}" + (f" ({meaning})" if meaning else "")
+            refused = {id(f.node): f for f in context.findings[mark:] if f.status is Status.SKIPPED}
+            inside = {id(refused[id(n)]) for n in find_nodes(loop, lambda n, r=refused: id(n) in r) if n is not loop}
+            context.findings[mark:] = [f for f in context.findings[mark:] if id(f) not in inside]
+            context.skipped(loop, message, why)
+
+    # -- finding regions ---------------------------------------------------------------
+    def _regions(self, suite, facts: Facts, context: Context, wide: bool = True,
+                 span: tuple[int, int] | None = None) -> list[Region]:
+        """Runs of statements that could become one session. ``wide``: code that must
+        stay on your machine joins a run (the split replays it after the session);
+        otherwise it ends the run. ``span``: only the statements in that range."""
+        # code without remote work matters only next to remote statements: look at it
+        # only there, unless skipping a question could change later answers
+        lazy = not context.server.asking_order_matters
+        if lazy and not self.helpers and fewer_than_two_requests(suite, facts):
+            return []  # no region of it could send two: none is worth a session
+        edges = window_edges_in(suite, facts, context.options.window_edges)
+        kinds: list[Kind | None] = [
+            self._kind(stmt, facts, context, lazy, wide)
+            if span is None or span[0] <= index < span[1]
+            else Kind(Role.BARRIER, why="outside the region")
+            for index, stmt in enumerate(suite.body)
+        ]
+        regions: list[Region] = []
+        run: list[int] = []
+
+        def close() -> None:
+            while run and kinds[run[-1]].role is not Role.REMOTE:
+                run.pop()
+            if run:
+                first = kinds[run[0]]
+                blocks = [b for i in run for b in kinds[i].blocks]
+                region = Region(suite, run[0], run[-1] + 1, first.model, first.flag, blocks)
+                region.remote_statements = [suite.body[i] for i in run if kinds[i].role is Role.REMOTE]
+                region.unsafe = [p for i in run for p in kinds[i].problems]
+                region.helper_calls = [c for i in run for c in kinds[i].helper_calls]
+                regions.append(region)
+            run.clear()
+
+        for index, kind in enumerate(kinds):
+            if index in edges:
+                close()  # a window begins here: no run crosses into it
+            if kind is None:  # code without remote work
+                if not run:
+                    continue  # before a run opens, neither a barrier nor neutral code matters
+                kind = kinds[index] = self._plain_kind(suite.body[index], context, wide)
+            if kind.role is Role.BARRIER:
+                if kind.stops:
+                    self.stopped.setdefault(id(suite.body[index]), (suite.body[index], kind.stops))
+                close()
+            elif kind.role is Role.REMOTE and any_blocking(kind.problems, context) and not (
+                wide and all(deferrable_only(p) for p in kind.problems)
+            ):
+                close()  # it may still be split on its own, but moves with nothing else
+                run.append(index)
+                close()
+            elif kind.role is Role.REMOTE:
+                if run and kinds[run[0]].role is Role.REMOTE:
+                    head = kinds[run[0]]
+                    if (head.model, head.flag_code) != (kind.model, kind.flag_code):
+                        close()
+                run.append(index)
+            elif run:  # neutral code between remote blocks may move along
+                run.append(index)
+        close()
+        return [r for r in regions if self._worth_a_session(r, facts, context)]
+
+    def _kind(self, stmt, facts: Facts, context: Context, lazy: bool = False, wide: bool = True) -> Kind | None:
+        """How the statement relates to remote work; with ``lazy``, None for code
+        without any (see :meth:`_plain_kind`)."""
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            # between remote statements it moves along: before the session opens, it moves
+            # out of the region's way (definitions.py), or the region is refused
+            return Kind(Role.NEUTRAL)
+        outer = outer_blocks(facts, stmt)
+        calls = helper_calls(stmt, self.helpers) if may_call(stmt, self.helpers) else []
+        if calls and outer:
+            return Kind(Role.BARRIER, why="mixes remote blocks and calls of functions that run them")
+        if calls:
+            return self._helper_kind(stmt, calls, facts, context)
+        if not outer:
+            return None if lazy else self._plain_kind(stmt, context, wide)
+        first = outer[0]
+        loop = isinstance(stmt, (cst.For, cst.While))
+        sessions = [b for b in outer if b.method == "session"]
+        if sessions:
+            # (a loop of sessions ndif-opt wrote, chunks or a retry, names its own `_ndif_` variable)
+            users = loop and not self.wrote and not any(
+                name.startswith("_ndif_") for name in target_names(stmt.target) if isinstance(stmt, cst.For))
+            return Kind(Role.BARRIER, why="already a session", stops=users and stopped_by_a_session(sessions[0]))
+        local = [b for b in outer if b.remote.state is Remote.NO]
+        if local:
+            return Kind(Role.BARRIER, why="runs a local trace",
+                        stops=loop and stopped_by_a_local_trace(local[0], outer))
+        passed = [b for b in outer if b.remote.via_kwargs]
+        if passed:
+            return Kind(Role.BARRIER, why="passes `remote=` inside `**kwargs`, which cannot move to a session",
+                        stops=loop and stopped_by_kwargs(passed[0]))
+        flag_codes = {b.remote.code for b in outer}
+        models = {b.model for b in outer}
+        if len(flag_codes) != 1 or len(models) != 1:
+            sends = [(b.model, b.remote.code or "False", first_line(b.node)) for b in outer]
+            return Kind(Role.BARRIER, why="mixes models or remote flags", stops=loop and stopped_by_mixing(sends))
+        problems = context.server.problems(stmt, skip=tuple(b.node.body for b in outer))
+        problems += iteration_problems(stmt, facts)
+        return Kind(
+            Role.REMOTE,
+            model=first.model,
+            flag_code=first.remote.code,
+            flag=first.remote.expr,
+            blocks=outer,
+            problems=problems,
+        )
+
+    def _plain_kind(self, stmt, context: Context, wide: bool = True) -> Kind:
+        """Code without remote work moves along; code that must run on the client joins
+        a wide run (it is replayed after the session) and ends a narrow one."""
+        problems = context.server.problems(stmt)
+        if wide and problems and all(deferrable_only(p) for p in problems):
+            return Kind(Role.NEUTRAL, problems=problems)
+        if any_blocking(problems, context):
+            return Kind(Role.BARRIER, why=problems[0].message)
+        return Kind(Role.NEUTRAL, problems=[p for p in problems if p.kind in UNSAFE_KINDS])
+
+    def _helper_kind(self, stmt, calls, facts: Facts, context: Context) -> Kind:
+        """A statement whose remote work happens in same-file functions it calls."""
+        flags, models = set(), set()
+        sends = []  # (model, flag, the call's code) of each call
+        for call, helper in calls:
+            if helper.problems:
+                if isinstance(stmt, (cst.For, cst.While)):
+                    context.skipped(
+                        stmt,
+                        f"this loop calls `{helper.name}`, which sends a remote request each time; "
+                        f"one `{helper.model}.session(remote=...)` would send one",
+                        f"not hoisted: {helper.problems[0]}",
+                    )
+                return Kind(Role.BARRIER, why=helper.problems[0])
+            flag = helper.call_flag(call)
+            if flag is None:
+                why = f"the remote flag `{helper.name}` runs with is computed inside it or not known here"
+                if isinstance(stmt, (cst.For, cst.While)):
+                    context.skipped(
+                        stmt,
+                        f"this loop calls `{helper.name}`, which sends a remote request each time; "
+                        f"one `{helper.model}.session(remote=...)` would send one",
+                        f"not hoisted: {why}, so a session around the calls cannot take the same flag",
+                    )
+                return Kind(Role.BARRIER, why=why)
+            flags.add(flag)
+            model = helper.call_model(call)
+            if model is None:
+                return Kind(Role.BARRIER, why=f"the model `{helper.name}` traces is not a plain name at this call")
+            models.add(model)
+            sends.append((model, flag, code_of(call)))
+        if len(flags) != 1 or len(models) != 1:
+            loop = isinstance(stmt, (cst.For, cst.While))
+            return Kind(Role.BARRIER, why="calls functions with different models or remote flags",
+                        stops=loop and stopped_by_mixing(sends))
+        flag_code = flags.pop()
+        if flag_code == "False":
+            return Kind(Role.BARRIER, why="runs its traces locally")
+        problems = context.server.problems(stmt) + iteration_problems(stmt, facts)
+        return Kind(
+            Role.REMOTE,
+            model=models.pop(),
+            flag_code=flag_code,
+            flag=cst.parse_expression(flag_code),
+            blocks=[],
+            problems=problems,
+            helper_calls=calls,
+        )
+
+    # -- checking and planning ---------------------------------------------------------
+    def _plan(self, region: Region, facts: Facts, context: Context, plan: SuitePlan) -> bool:
+        anchor = region.statements[0]
+        if not context.allows(anchor, not_hoisted(region, facts, self._counted(region, facts, context))):
+            return False
+        region.kernel_keeps_names = context.options.notebook and not facts.stmt(anchor).ancestors
+        changing = header_rebound(region)
+        if changing:
+            context.skipped(anchor, not_hoisted(region, facts, self._counted(region, facts, context)), changing,
+                            through=region.statements[-1])
+            return False
+        definitions = [] if context.rewrites_refused else definitions_in_the_way(
+            region.statements, module_code=module_code(region, facts))
+        if definitions:
+            # out of the way first: the region becomes a session in the pipeline's next round
+            move_definitions(region, definitions, context, plan)
+            return True
+        refusal = ""
+        if region.unsafe and all(deferrable_only(p) for p in region.unsafe):
+            # code that must stay on your machine: split it off and replay it afterwards
+            refusal = self._split(region, facts, context)
+            if not refusal:
+                return self._plan_checked(region, facts, context, plan)
+        blocking = [p for p in region.unsafe if not is_unsafe_only(p)]
+        if blocking:
+            context.skipped(anchor, not_hoisted(region, facts, self._counted(region, facts, context)),
+                            refusal or problem_words(blocking[0]), through=region.statements[-1])
+            return False
+        return self._plan_checked(region, facts, context, plan)
+
+    def _split(self, region: Region, facts: Facts, context: Context, carry=()) -> str:
+        """Split the region into its session and a replay on the client; the reason
+        when it cannot be."""
+        taken = self._taken(facts)
+
+        def remote_work(stmt):
+            outer = outer_blocks(facts, stmt)
+            remote = bool(outer) or bool(may_call(stmt, self.helpers) and helper_calls(stmt, self.helpers))
+            return remote, tuple(b.node.body for b in outer)
+
+        try:
+            later = set(reads_after(facts, region.suite, region.end))
+            region.split = split_region(
+                region.statements, facts, context.server, remote_work, taken, list(carry), later,
+                is_model=facts.is_model_like, drop_bars=context.options.unsafe_fixes,
+                client_roots=region.client_roots,
+            )
+        except Refused as refused:
+            region.split = None
+            return str(refused)
+        return ""
+
+    def _retry(self, region: Region, facts: Facts) -> PortableRetry | str | None:
+        """The retry that guarded the region's requests, rewritten to go around the
+        session (a failure then retries the whole session); the reason it cannot be."""
+        module_names = facts.once("session-hoisting:module-binds", lambda: set(collect(facts.module).binds))
+        attempt = fresh_name("_ndif_attempt", self._taken(facts))
+        # what may change while the session runs: the retry gives up on its last attempt,
+        # computed again after the session failed
+        functions = facts.once("session-hoisting:all-functions",
+                               lambda: find_nodes(facts.module, lambda n: type(n) is cst.FunctionDef))
+        changing = code_changing(region.statements, functions)
+        for call, helper in region.helper_calls:
+            wrapper = helper.wrapper_of(call)
+            if wrapper is not None:
+                passed = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+                return portable_retry(wrapper.guard, wrapper.func, passed, module_names, attempt, changing)
+            if helper.retry is not None:
+                passed = {}
+                for name in helper.positions():
+                    value = helper.argument(call, name)
+                    if value is not None:
+                        passed[name] = value
+                return portable_retry(helper.retry, helper.func, passed, module_names, attempt, changing)
+        bound_inside = set(collect_all(region.statements).binds)
+        for stmt in region.statements:
+            for loop in find_nodes(stmt, lambda n: type(n) is cst.For):
+                guard = retry_guard(loop, facts)
+                if guard is not None:
+                    return portable_retry(guard, None, {}, module_names - bound_inside, attempt, changing)
+        return None
+
+    def _taken(self, facts: Facts) -> set[str]:
+        return facts.once("session-hoisting:names", lambda: names_in(facts.module))
+
+    def _plan_checked(self, region: Region, facts: Facts, context: Context, plan: SuitePlan) -> bool:
+        """Plan a region whose code may all move (its client part, if any, split off)."""
+        anchor = region.statements[0]
+        reason, accumulators, lost = liveness(region, facts)
+        stuck = unmovable(region, facts) if reason else []
+        if stuck:
+            # objects the session cannot take (`self`, a parameter): what changes them is
+            # replayed on your machine, over the values the session computes for it
+            before = region.split
+            region.client_roots = frozenset(stuck)
+            refusal = self._split(region, facts, context, carry=region.split.carried if region.split else ())
+            if refusal:
+                region.split, region.client_roots = before, frozenset()
+                reason = f"{reason}; {refusal}"
+            else:
+                reason, accumulators, lost = liveness(region, facts)
+        # what the methods it calls store on `self` comes back to your `self` after it,
+        # unless no code can read it after the session (then it stays there)
+        attrs = sorted({a for call, h in region.helper_calls if h.bound for a in h.self_stores})
+        stores = [f"self.{a}" for a in attrs]
+        moved = frozenset(h.func.name.value for _, h in region.helper_calls if h.bound)
+        # (in a notebook the kernel keeps the objects: a cell to come may read any attribute)
+        why = {} if context.options.notebook or not attrs else \
+            self_attributes_read_after(facts, region.statements, attrs, moved)
+        left = [f"self.{a}" for a in attrs if why.get(a) == ""]
+        region.left_attributes = left
+        if stores and not reason:
+            lost = [*lost, *(s for s in stores if s not in left)]
+        if lost and not reason:
+            # values the moved code computes and the script reads afterwards: the
+            # replay brings them back
+            reason = self._split(region, facts, context, carry=lost)
+            if not reason and stores:
+                kept = [s for s in stores if s not in left]
+                reason = replay_reads(region.split, kept, every_line=False) or \
+                    replay_reads(region.split, left, every_line=True)
+            if not reason:
+                reason, accumulators, lost = liveness(region, facts)
+                if lost:
+                    reason = lost_reason(lost[0])
+        if not reason and region.helper_calls:
+            reason = helper_argument_problem(region, facts)
+        if not reason:
+            reason = globals_the_session_would_hide(region, facts)
+        if not reason:
+            retry = self._retry(region, facts)
+            if isinstance(retry, str):
+                reason = retry
+            else:
+                region.retry = retry
+        if reason:
+            context.skipped(anchor, not_hoisted(region, facts, self._counted(region, facts, context)), reason,
+                            through=region.statements[-1])
+            return False
+        unsafe = [p for p in region.unsafe if is_unsafe_only(p)]
+        if region.split is not None:  # what must stay on the client is replayed, bars only dropped
+            unsafe = [p for p in unsafe if p.kind == "progress"] if region.split.dropped_bars else []
+        if unsafe and not context.options.unsafe_fixes:
+            context.needs_unsafe(anchor, not_hoisted(region, facts, self._counted(region, facts, context)),
+                                 unsafe_reason(unsafe[0]), through=region.statements[-1])
+            return False
+        if context.rewrites_refused:  # (pre-0.5 code: it would be hoisted, but not here)
+            context.skipped(anchor, not_hoisted(region, facts, self._counted(region, facts, context)),
+                            context.rewrites_refused, through=region.statements[-1])
+            return False
+        # what the code after the session may read, asked of both once at most
+        needed = functools.cache(lambda: needed_after(region, facts))
+        region.released = names_released(region, accumulators, needed)
+        region.left_on_server = containers_left_on_server(region, accumulators, needed)
+        self._rewrite(region, accumulators, facts, plan, context)
+        let_go = unreturned_names(region, facts, accumulators) | region.left_on_server
+        if region.retry is not None:
+            context.introduced.add(region.retry.attempt)  # the retry loop's own counter
+        if region.split is not None:
+            context.introduced |= region.split.record_names
+            # a value whose parts the records bring home stays on the server itself
+            let_go |= region.split.unsaved - set(collect_all(region.split.replay).binds)
+        context.unreturned |= let_go
+        safety = Safety.UNSAFE if unsafe else Safety.SAFE
+        counted = self._counted(region, facts, context)
+        caller = self._hoisted_caller(region, facts)
+        message = hoisted_message(region, facts, accumulators, counted, caller) + unsafe_note(unsafe)
+        context.applied(anchor, message + let_go_note(region, facts, let_go), safety,
+                        evidence=f"{region.model}.session(", requests=None if caller else request_claim(counted))
+        return True
+
+    def _rewrite(self, region: Region, accumulators, facts, plan: SuitePlan, context) -> None:
+        if region.split is not None:
+            # what the session saves comes back by itself: the replay reads it, no record
+            region.split.drop_records(saved_in_region(region) | set(region.saved_here.values()))
+        names = {a.name for a in accumulators}
+        strip = StripRemote([b.node for b in region.blocks])
+        calls_off = CallWithRemoteOff(region.helper_calls)
+        for _call, helper in region.helper_calls:
+            self.rewritten_helpers[helper.name] = helper
+        self.passed_functions.update(region.passed_functions)
+        drop = DropElementSaves(names, rebinds=region.split.unsaved if region.split is not None else frozenset())
+        unwrap = UnwrapProgress(facts) if context.options.unsafe_fixes else None
+
+        originals = region.moved
+        first_leading = region.statements[0].leading_lines
+
+        inside = {id(a.stmt): a for a in accumulators if region.start <= a.index < region.end}
+        before = [a for a in accumulators if id(a.stmt) not in inside]
+
+        def build(_updated):
+            # the region's own statements: nothing inside a claimed region is edited
+            # elsewhere, and identity-based transforms need the original nodes
+            moved = []
+            headers = region.split.comments if region.split is not None else {}
+            for stmt in originals:
+                header = headers.get(id(stmt), [])
+                if id(stmt) in inside:
+                    acc = inside[id(stmt)]
+                    lines = [*header, *stmt.leading_lines]
+                    moved.append(saved_container(acc.name, acc.kind, stmt).with_changes(leading_lines=lines))
+                    continue
+                if id(stmt) in region.saved_here:
+                    stmt = saving(stmt)
+                moved.append(transform(stmt, MoveEdits(stmt, strip, calls_off, drop, unwrap, region.passed_calls)))
+                if header:  # a section's header, from the replayed line above its remote work
+                    moved[-1] = moved[-1].with_changes(leading_lines=[*header, *moved[-1].leading_lines])
+            leading = first_leading
+            for index, stmt in enumerate(moved):
+                if stmt.leading_lines is leading or (index == 0 and stmt.leading_lines):
+                    # (most have none: no node rebuilt for nothing)
+                    moved[index] = stmt.with_changes(leading_lines=[])
+                    break
+            created = [made_in_session(a, nnsight_name, a.name in region.left_on_server) for a in before]
+            split = region.split
+            fallback = split is not None and split.fallback
+            prelude = list(split.prelude) if split is not None else []
+            if prelude:
+                prelude[0] = prelude[0].with_changes(leading_lines=leading)
+                leading = ()
+            released = [release_statement(region.released)] if region.released else []
+            session = session_statement(region.model, region.flag, created + moved + released,
+                                        () if fallback else leading)
+            if region.retry is not None:
+                session = region.retry.around(session)
+            if fallback:
+                # the code as written, should the session fail: the containers it fills
+                # are made again where it starts (fresh nodes: a node is in one place)
+                as_written = [a.stmt for a in before if a.kind != "carried"] + region.statements
+                as_written = [s.deep_clone() for s in as_written]
+                as_written[0] = as_written[0].with_changes(leading_lines=[])
+                return [*prelude, with_fallback(session, as_written, split.replay, leading)]
+            return [*prelude, session, *(split.replay if split is not None else ())]
+
+        nnsight_module = next((local for local, path in facts.imports.items() if path == "nnsight"), "")
+        nnsight_name = nnsight_module or "nnsight"
+        if not nnsight_module and any(a.kind == "carried" for a in before):
+            self.needs_nnsight_import = True
+        plan.replace(region.suite, region.start, region.end, build)
+        for acc in before:
+            if acc.kind != "carried":
+                plan.remove(region.suite, acc.index)
