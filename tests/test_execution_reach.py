@@ -247,3 +247,37 @@ def test_a_helper_defined_in_a_branch_is_known_and_its_loop_is_one_session(famil
     # left with no finding, and a print in it would not have been seen)
     result, report = optimized_and_verified(HELPER_DEFINED_IN_A_BRANCH, family)
     assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
+
+
+# a closure made by a same-file factory, called in a loop: left as it is, with a finding
+# that names it, and a bill that counts a request per call (it said 1 where 3 run)
+CLOSURE_LOOP = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def make_probe(layer, remote):
+        def probe(prompt):
+            with model.trace(prompt, remote=remote):
+                norm = LAYERS[layer].output[0, -1].norm().save()
+            return norm
+        return probe
+
+
+    probe = make_probe(1, remote=True)
+    norms = {}
+    for prompt in ["The sky is", "Grass is", "Snow is"]:
+        norms[prompt] = round(probe(prompt).item(), 4)
+    print(norms)
+'''
+
+
+@both
+def test_a_loop_calling_a_closure_is_named_and_billed_per_call(family):
+    result, report = optimized_and_verified(CLOSURE_LOOP, family)
+    assert report.before.requests == report.after.requests == 3, report.to_text()
+    assert (result.costs[0].before.requests, result.costs[-1].after.requests) == (3, 3)
+    (found,) = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert "`probe`, the function `make_probe(...)` returns (a closure" in found.message, found.message
+    assert "model.session(remote=...)" in found.reason

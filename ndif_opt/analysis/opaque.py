@@ -11,7 +11,10 @@ never left as it is without a word):
   and imported, or passed to `exec`): ndif-opt reads code, not the strings code writes;
 - a block opened through a *name* (`ctx = model.trace(p, remote=r) if fresh else
   nullcontext()`, then `with ctx:`): which code runs in the block, and whether it is a
-  block at all, is decided when the script runs.
+  block at all, is decided when the script runs;
+- a loop that calls a function made when the script runs: a *closure* a same-file factory
+  returns (`run = make_runner(remote=True)`, `def make_runner(remote): def run(p): with
+  model.trace(...)`; `return run`), whose remote flag and model the factory's call fixed.
 """
 
 from __future__ import annotations
@@ -129,3 +132,80 @@ def _model_block_call(value: cst.BaseExpression, facts: Facts) -> cst.Call | Non
     would (:func:`ndif_opt.analysis.facts.model_block_receiver`)."""
     return next((call for call in find_nodes(value, lambda n: type(n) is cst.Call)
                  if model_block_receiver(call, facts) is not None), None)
+
+
+@dataclass(frozen=True)
+class ClosureLoop:
+    loop: cst.For | cst.While
+    name: str  # the name called: `run`
+    factory: str  # the function whose call bound it: `make_runner`
+
+
+@dataclass(frozen=True)
+class Closure:
+    name: str  # the name bound: `run` of `run = make_runner(remote=True)`
+    factory: str  # `make_runner`
+    func: cst.FunctionDef  # the nested function it returns, which holds a remote block
+
+
+def closures(facts: Facts) -> dict[str, Closure]:
+    """Names bound (anywhere: a name is taken for the same closure in every scope) to a call
+    of a same-file function that returns one of its nested functions holding a remote
+    block: calling the name runs that nested function."""
+    return facts.once("opaque:closures", lambda: _closures(facts))
+
+
+def _closures(facts: Facts) -> dict[str, Closure]:
+    factories = _closure_factories(facts)
+    found: dict[str, Closure] = {}
+    if not factories:
+        return found
+    for info in facts.statements.values():
+        stmt = info.node
+        if type(stmt) is not cst.SimpleStatementLine:
+            continue
+        for small in stmt.body:
+            if type(small) is cst.Assign and type(small.value) is cst.Call \
+                    and type(small.value.func) is cst.Name and small.value.func.value in factories:
+                factory = small.value.func.value
+                for target in small.targets:
+                    for name in target_names(target.target):
+                        found[name] = Closure(name, factory, factories[factory])
+    return found
+
+
+def closure_loops(facts: Facts) -> list[ClosureLoop]:
+    """Loops outside nnsight blocks that call a closure (:func:`closures`): each call of it
+    may send a request no reader of `def` statements sees."""
+    made = closures(facts)
+    if not made:
+        return []
+    blocks = {id(block.node) for block in facts.blocks}
+    found = []
+    for info in facts.statements.values():
+        loop = info.node
+        if type(loop) not in (cst.For, cst.While) or any(id(node) in blocks for node in info.ancestors):
+            continue
+        called = find_nodes(loop.body, lambda n: type(n) is cst.Call and type(n.func) is cst.Name
+                            and n.func.value in made)
+        if called:
+            closure = made[called[0].func.value]
+            found.append(ClosureLoop(loop, closure.name, closure.factory))
+    return found
+
+
+def _closure_factories(facts: Facts) -> dict[str, cst.FunctionDef]:
+    """Same-file functions that return one of their nested functions holding a remote
+    block: factory name -> that nested function."""
+    nested_with_blocks = {id(b.stmt.function) for b in facts.blocks if b.stmt.function is not None}
+    found = {}
+    for name, func in facts.functions.items():
+        inner = {f.name.value: f for f in find_nodes(func.body, lambda n: type(n) is cst.FunctionDef)
+                 if id(f) in nested_with_blocks}
+        if not inner:
+            continue
+        returns = find_nodes(func.body, lambda n: type(n) is cst.Return and type(n.value) is cst.Name)
+        returned = next((r.value.value for r in returns if r.value.value in inner), None)
+        if returned is not None:
+            found[name] = inner[returned]
+    return found

@@ -549,10 +549,10 @@ class StatementWalk:
             name = called_name(call, self._instances)
             bound = name in self._methods or name in self._constructors
             func = (self._methods.get(name) or self._constructors.get(name)) if bound else (
-                self.facts.functions.get(name) if name else None)
+                (self.facts.functions.get(name) or self._closures.get(name)) if name else None)
             if func is None or name in self._call_stack or len(self._call_stack) >= CALL_DEPTH:
                 continue
-            self._called.add(func.name.value if bound else name)
+            self._called.add(func.name.value if bound or name in self._closures else name)
             saved = (dict(self.env), dict(self.storage))
             aliases = dict(self._model_aliases)
             self._bind_arguments(func, call, bound)

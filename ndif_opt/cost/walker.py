@@ -24,6 +24,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.reachability import reach
+from ndif_opt.analysis.opaque import closures
 from ndif_opt.analysis.remote_functions import attribute_models, constructors, instance_names, self_methods
 from ndif_opt.analysis.retries import retry_wrappers, unwrapped_call
 from ndif_opt.cost.constants import setting, view_mode
@@ -81,8 +82,12 @@ class Walker(StatementWalk, ExpressionWalk, RequestWalk):
         self._methods = self_methods(facts)  # `self.name` -> a method of the file's classes
         self._instances = instance_names(facts)  # `exp` of `exp = Patching(...)`: `exp.sweep()` is a method call
         self._constructors = constructors(facts)  # `Patching(...)` runs `Patching.__init__`
+        # `run` of `run = make_runner(remote=True)`: a call of it runs the nested function the
+        # factory returns (analysis/opaque.py)
+        self._closures = {name: c.func for name, c in closures(facts).items()}
         # the key part of same_file_calls, built once
-        self._function_names = frozenset(facts.functions) | frozenset(self._methods) | frozenset(self._constructors)
+        self._function_names = (frozenset(facts.functions) | frozenset(self._methods)
+                                | frozenset(self._constructors) | frozenset(self._closures))
         self._work_memo: dict[object, bool] = {}
         self._block_ids: set[int] | None = None  # the nnsight blocks' nodes, for _has_work
         self._code_memo: dict[int, str] = {}

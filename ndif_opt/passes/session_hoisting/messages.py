@@ -7,7 +7,7 @@ import libcst as cst
 from ndif_opt.analysis.effects import Problem
 from ndif_opt.analysis.facts import Block, Facts, Remote
 from ndif_opt.analysis.names import collect, collect_all
-from ndif_opt.analysis.opaque import blocks_through_names, callback_loops, code_strings
+from ndif_opt.analysis.opaque import blocks_through_names, callback_loops, closure_loops, code_strings
 from ndif_opt.analysis.regions import intermediates
 from ndif_opt.analysis.retries import PortableRetry
 from ndif_opt.cost_model import RegionRequests
@@ -37,8 +37,8 @@ def drop_nested_repeats(findings: list, mark: int) -> None:
 
 def name_the_unseen(facts: Facts, context: Context) -> None:
     """A finding for each construct whose requests no reading of the file can see
-    (analysis/opaque.py): a loop calling a callback handed the model, nnsight code in a
-    string, a block opened through a name."""
+    (analysis/opaque.py): a loop calling a callback handed the model, or a closure a
+    same-file factory made, nnsight code in a string, a block opened through a name."""
     for found in callback_loops(facts):
         context.skipped(
             found.loop,
@@ -47,6 +47,16 @@ def name_the_unseen(facts: Facts, context: Context) -> None:
             f"not hoisted: which requests `{found.callback}` sends is decided by the caller of "
             f"`{found.function}` (a callback), so ndif-opt cannot count or bundle them; open one "
             "`model.session(remote=...)` around the loop yourself, or call a function of this file",
+        )
+    for found in closure_loops(facts):
+        context.skipped(
+            found.loop,
+            f"this loop calls `{found.name}`, the function `{found.factory}(...)` returns (a closure that opens "
+            "a remote block): each call may send a remote request",
+            f"not hoisted: `{found.name}` is made when the script runs, with the remote flag and model "
+            f"`{found.factory}` was given, so ndif-opt cannot count or bundle its requests; open one "
+            f"`model.session(remote=...)` around the loop yourself, or make the closure a function of this "
+            "file that takes its flag as a parameter",
         )
     for found in blocks_through_names(facts):
         context.skipped(
