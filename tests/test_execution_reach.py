@@ -281,3 +281,36 @@ def test_a_loop_calling_a_closure_is_named_and_billed_per_call(family):
     (found,) = [f for f in result.findings if f.pass_id == "session-hoisting"]
     assert "`probe`, the function `make_probe(...)` returns (a closure" in found.message, found.message
     assert "model.session(remote=...)" in found.reason
+
+
+# a helper whose own loop sends a request per layer, called from a loop the pass hoists: the
+# helper is rewritten whole (a flag parameter), so no session is written inside it, and no
+# finding may say one is ("wrapped this loop in one session, for a call of ... outside")
+HELPER_WITH_ITS_OWN_LOOP = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def layer_norms(prompt):
+        norms = []
+        for layer in range(3):
+            with model.trace(prompt, remote=True):
+                norm = LAYERS[layer].output[0, -1].norm().save()
+            norms.append(round(norm.item(), 4))
+        return norms
+
+
+    table = {}
+    for prompt in ["The sky is", "Snow is"]:
+        table[prompt] = layer_norms(prompt)
+    print(table)
+'''
+
+
+@both
+def test_a_helper_rewritten_whole_gets_no_finding_for_a_session_it_does_not_have(family):
+    result, report = optimized_and_verified(HELPER_WITH_ITS_OWN_LOOP, family)
+    assert report.after.requests == 1 and result.code.count("model.session(") == 1, result.code
+    hoisted = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert len(hoisted) == 1 and "6 requests → 1" in hoisted[0].message, [f.message for f in hoisted]

@@ -188,6 +188,8 @@ class SessionHoisting(Pass):
             if inside_planned(facts, suite, claimed):
                 continue
             for region in self._regions(suite, facts, context):
+                if self._in_a_replaced_function(region, facts):
+                    continue
                 self._plan_or_parts(region, facts, context, plan, claimed)
         self._name_the_stopped_loops(facts, context, mark)
         drop_nested_repeats(context.findings, mark)
@@ -269,6 +271,19 @@ class SessionHoisting(Pass):
         if self._requests(region, facts) < 2:
             return False
         return self._counted(region, facts, context).per_run(UNKNOWN_TRIPS) >= 2
+
+    def _in_a_replaced_function(self, region: Region, facts: Facts) -> bool:
+        """Is the region in a function whose calls a session of this run already takes, and
+        which the run rewrites whole from its original (a flag parameter added, its calls'
+        module names passed)? A plan inside it would be lost with its body, and its finding
+        would claim a session that is not written: the session that calls it counts it."""
+        function = facts.stmt(region.statements[0]).function
+        if function is None:
+            return False
+        name = function.name.value
+        helper = self.rewritten_helpers.get(name)
+        replaced = helper is not None and (helper.flag_param is None or bool(helper.context_decorators))
+        return (replaced or name in self.passed_functions) and function is facts.functions.get(name)
 
     def _hoisted_caller(self, region: Region, facts: Facts) -> str:
         """The function holding the region, when a session this pass opened around its
