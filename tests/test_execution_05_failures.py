@@ -230,14 +230,28 @@ FILLED_ACROSS_INVOKES = '''
     print({prompt: score.tolist() for prompt, score in scores.items()})
 '''
 
+# a list of what a tensor method gives (`.max()`: a new tensor, never the list itself)
+APPENDED_ACROSS_INVOKES = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace(remote=True) as tracer:
+        outs = []
+        for subject in ["Paris", "Lyon"]:
+            with tracer.invoke(f"{subject} is a city in"):
+                outs.append(model.lm_head.output[0, -1].max().save())
+    print([round(float(o), 4) for o in outs])
+'''
+
 
 @both
 @pytest.mark.parametrize("template, start", [(UNBOUND, "NameError: name 'n_tokens' is not defined"),
                                              (UNBOUND_IN_A_FUNCTION, "UnboundLocalError: cannot access local "
                                                                      "variable 'top'"),
                                              (READ_BY_THE_NEXT_BLOCK, "NameError: name 'hidden' is not defined"),
-                                             (FILLED_ACROSS_INVOKES, "NameError: name 'scores' is not defined")],
-                         ids=["module", "function", "next-block", "filled-across-invokes"])
+                                             (FILLED_ACROSS_INVOKES, "NameError: name 'scores' is not defined"),
+                                             (APPENDED_ACROSS_INVOKES, "NameError: name 'outs' is not defined")],
+                         ids=["module", "function", "next-block", "filled-across-invokes", "appended-across-invokes"])
 def test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script(family, template, start):
     source = script(template, family)
     result = optimize(source)

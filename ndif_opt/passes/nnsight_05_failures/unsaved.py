@@ -441,8 +441,11 @@ def _new_tensor(expr: cst.BaseExpression, tensors: set[str], facts: Facts) -> bo
     if type(expr) is cst.Subscript:
         return is_tensor(expr.value, models, tensors)
     if type(expr) is cst.Call and type(expr.func) is cst.Attribute:
+        # any method of a tensor gives a new object (`.max()`, `.tolist()`), but those that
+        # may return the tensor itself and the in-place ones (`add_`), which return it
         method = expr.func.attr.value
-        return method in TENSOR_METHODS and method not in _SELF_RETURNING and is_tensor(expr.func.value, models, tensors)
+        returns_itself = method in _SELF_RETURNING or (method.endswith("_") and not method.startswith("_"))
+        return not returns_itself and is_tensor(expr.func.value, models, tensors)
     return False
 
 
