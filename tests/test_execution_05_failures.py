@@ -487,3 +487,30 @@ def test_a_loop_of_invokes_after_an_invoke_is_invokes_not_code_after_them(family
     assert not [f for f in result.findings if f.pass_id == "migrate-api"], [f.message for f in result.findings]
     report = verify_result(source, result, filename="script.py")
     assert report.intended_ok, report.to_text() + "\n" + result.code
+
+
+# code after a loop over every step of a generation never runs on nnsight 0.5+
+AFTER_EVERY_STEP = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.generate("The weather today is", max_new_tokens=3, remote=True) as tracer:
+        norms = list().save()
+        LOOP
+            norms.append(LAYERS[0].output[0, -1].norm())
+        tokens = tracer.result.save()
+    print(len(norms), tokens.shape)
+'''
+
+
+@both
+@pytest.mark.parametrize("loop", ["with tracer.all():", "for step in tracer.iter[:]:"])
+def test_code_after_a_loop_over_every_step_is_reported_and_never_runs(family, loop):
+    source = script(AFTER_EVERY_STEP.replace("LOOP", loop), family)
+    (found,) = [f for f in mine(optimize(source)) if "steps through generation until it ends" in f.message]
+    assert found.message.startswith("`tokens = tracer.result.save()` comes after"), found.message
+    for mode, raised in errors(source).items():
+        assert raised is not None and "name 'tokens' is not defined" in raised, (mode, raised)
+    bounded = source.replace(loop, "for step in tracer.iter[0:3]:")
+    assert not [f for f in mine(optimize(bounded)) if "steps through generation" in f.message]
+    assert all(raised is None for raised in errors(bounded).values())

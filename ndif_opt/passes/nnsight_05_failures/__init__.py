@@ -3,7 +3,7 @@
 ## What it does
 A check: it runs once, first, on the code as written, whatever else runs (unless
 `--ignore`d; also on scripts for the pre-0.5 API, and when other passes are selected), and
-reports four ways a script fails on nnsight 0.5+, each with the error nnsight 0.8.1 gives
+reports five ways a script fails on nnsight 0.5+, each with the error nnsight 0.8.1 gives
 (measured on tiny GPT-2 and Llama models, locally and through an emulated NDIF, where the
 error comes back inside a `RemoteError`):
 
@@ -21,6 +21,9 @@ error comes back inside a `RemoteError`):
   only reads that surely come out of order when both run are reported (conditions that
   read the same names, branches of one `if`, a `try` inside the block that catches the
   error, steps of generation, backward passes: not);
+- code after `with tracer.all():` or `for step in tracer.iter[:]:` (every step of a
+  generation) in the same body: nnsight 0.5+ moves past such a loop only when generation
+  is over, so that code never runs (what it binds is unbound after the block: `NameError`);
 - a name bound in the outermost block (remote or not) and read after it without
   `.save()`: only the values marked with `.save()` leave it, so the name is unbound there
   (`NameError`, or `UnboundLocalError` in a function) or still holds its value from
@@ -84,6 +87,7 @@ from ndif_opt.passes.base import Context, Pass
 from ndif_opt.passes.nnsight_05_failures.cases import CASES
 from ndif_opt.passes.nnsight_05_failures.exits import report_leading_try, report_returns, traced_bodies
 from ndif_opt.passes.nnsight_05_failures.order import forward_scopes, report_out_of_order
+from ndif_opt.passes.nnsight_05_failures.steps import report_code_after_every_step
 from ndif_opt.passes.nnsight_05_failures.unsaved import SavesAdded, unsaved_names, uses_nnsight_save
 from ndif_opt.syntax.rewrite import with_module_import
 from ndif_opt.syntax.walk import paths_to, transform
@@ -103,8 +107,11 @@ class Nnsight05Failures(Pass):
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         for block in facts.blocks:
             report_returns(block, context)
+        tracers = {b.tracer_name for b in facts.blocks if b.method == "generate" and b.tracer_name}
         for scope, label in traced_bodies(facts):
             report_leading_try(scope, label, context)
+            if tracers:
+                report_code_after_every_step(scope, label, tracers, context)
         for scope in forward_scopes(facts):
             report_out_of_order(scope, facts, context)
         pre05 = api_generation(facts) == PRE_05

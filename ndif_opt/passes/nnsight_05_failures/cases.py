@@ -176,4 +176,33 @@ with model.session(remote=True):
 print(difference)
 """,
     ),
+    Case(
+        name="code after a loop over every generation step",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.generate("The weather is", max_new_tokens=5, remote=True) as tracer:
+    tops = list().save()
+    with tracer.all():
+        tops.append(model.lm_head.output[0, -1].argmax())
+    tokens = tracer.result.save()
+print(tops, tokens)
+""",
+        reason="bound the loop (`tracer.iter[0:N]`",
+    ),
+    Case(
+        name="a bounded step loop, and code after it",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.generate("The weather is", max_new_tokens=5, remote=True) as tracer:
+    tops = list().save()
+    for step in tracer.iter[0:5]:
+        tops.append(model.lm_head.output[0, -1].argmax())
+    tokens = tracer.result.save()
+print(tops, tokens)
+""",
+    ),
 )

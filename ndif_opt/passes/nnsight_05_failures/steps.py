@@ -1,0 +1,58 @@
+"""nnsight-05-failures: code after a loop over every generation step, which never runs.
+
+`with tracer.all():` and `for step in tracer.iter[:]:` (a slice with no end) step through
+generation until it ends; nnsight 0.5+ runs the body's code in order and only moves past
+such a loop when the model is done, so the statements after it in the same body never run
+(measured on nnsight 0.8.1: a name they bind is unbound after the block, `NameError`).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ndif_opt.passes.base import Context
+from ndif_opt.passes.nnsight_05_failures.reports import report_failure
+from ndif_opt.syntax.expressions import dotted_name
+from ndif_opt.syntax.positions import code_of
+
+
+def report_code_after_every_step(body: cst.With, label: str, tracers: set[str], context: Context) -> None:
+    """Statements after an unbounded step loop of one of ``tracers`` in ``body``'s own
+    suite: the first of them is reported (what follows it does not run either)."""
+    if type(body.body) is not cst.IndentedBlock:
+        return
+    statements = list(body.body.body)
+    for index, stmt in enumerate(statements[:-1]):
+        loop = _every_step(stmt, tracers)
+        if loop is None:
+            continue
+        after = statements[index + 1]
+        report_failure(
+            context, after,
+            f"`{_first_line(after)}` comes after `{loop}` in {label}, which steps through generation until it "
+            "ends: nnsight 0.5+ never runs the code after such a loop in the same body (what it binds stays "
+            "unbound: NameError)",
+            "move it above the loop, bound the loop (`tracer.iter[0:N]` for the N steps you need), or read "
+            "`tracer.result` after the block",
+        )
+        return
+
+
+def _every_step(stmt: cst.BaseStatement, tracers: set[str]) -> str | None:
+    """`with tracer.all()` or `for ... in tracer.iter[a:]` (no end): its header, else None."""
+    if type(stmt) is cst.With and len(stmt.items) == 1:
+        call = stmt.items[0].item
+        if (type(call) is cst.Call and type(call.func) is cst.Attribute and call.func.attr.value == "all"
+                and not call.args and dotted_name(call.func.value) in tracers):
+            return f"with {code_of(call)}"
+    if type(stmt) is cst.For and type(stmt.iter) is cst.Subscript and len(stmt.iter.slice) == 1:
+        base, index = stmt.iter.value, stmt.iter.slice[0].slice
+        if (type(base) is cst.Attribute and base.attr.value == "iter" and dotted_name(base.value) in tracers
+                and type(index) is cst.Slice and index.upper is None):
+            return f"for {code_of(stmt.target)} in {code_of(stmt.iter)}"
+    return None
+
+
+def _first_line(stmt: cst.BaseStatement) -> str:
+    line = code_of(stmt).strip().splitlines()[0]
+    return line[:60] + ("…" if len(line) > 60 else "")
