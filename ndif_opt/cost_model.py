@@ -316,7 +316,7 @@ def prompt_tokens(call: cst.Call, facts: Facts, options: Options) -> int:
 _DEFAULT_OPTIONS = Options()  # frozen: one instance serves every description
 
 
-def _generated_tokens(block: Block) -> int | None:
+def generated_tokens(block: Block) -> int | None:
     """The tokens the generate block ``block`` is (or is in) makes: its `max_new_tokens=`
     when a literal, else the default; None outside a generate block (`tracer.result` is
     then the forward's output, not generated ids)."""
@@ -340,7 +340,7 @@ def saved_shape(expr: cst.BaseExpression, block: Block, facts: Facts) -> str:
     seq = prompt_tokens(trace.call, facts, _DEFAULT_OPTIONS) if trace is not None else 16
     try:
         shape = shape_of(expr, dims, model_name=list(facts.models) or ["model"], seq_len=seq,
-                         max_new_tokens=_generated_tokens(block))
+                         max_new_tokens=generated_tokens(block))
     except Exception:  # noqa: BLE001 - a description is optional; never let it break a rewrite
         return ""
     if shape.nbytes is None or shape.kind == "unknown":

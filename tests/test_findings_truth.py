@@ -336,3 +336,26 @@ def test_an_offered_unsafe_fix_is_applied_by_unsafe_fixes_in_a_sweep_read_after(
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
 def test_an_offered_unsafe_fix_is_applied_by_unsafe_fixes(path):
     assert _promises_broken(path.read_text()) == []
+
+
+def test_batching_generates_quotes_a_forward_pass_per_token_as_the_table_does():
+    # it quoted one forward pass per iteration ("2 forward passes → 1") where the table
+    # counts a pass per generated token (10 → 5)
+    from ndif_opt.options import Options
+
+    source = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+texts = []
+with model.session(remote=True):
+    for prompt in ["I think that", "My favourite food is"]:
+        with model.generate(prompt, max_new_tokens=5):
+            out = model.generator.output.save()
+        texts.append(out)
+'''
+    result = optimize(source, options=Options(unsafe_fixes=True, select=frozenset({"invoke-batching"})))
+    (found,) = [f for f in result.findings if f.pass_id == "invoke-batching"]
+    (row,) = result.costs
+    assert (row.before.forward_passes, row.after.forward_passes) == (10, 5)
+    assert "10 forward passes → 5" in found.message, found.message

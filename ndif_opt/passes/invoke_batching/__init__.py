@@ -71,6 +71,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.releases import NNSIGHT_06
+from ndif_opt.cost_model import generated_tokens
 from ndif_opt.passes.base import Context, Pass
 from ndif_opt.passes.common.sweeps import (
     Sweep,
@@ -138,13 +139,19 @@ class InvokeBatching(Pass):
                 continue
             problem, unsaved = found
             counts = tally(sweep, facts, context.options)  # over the script, as the cost table counts
+            # a generate runs a forward pass per token, batched or not (as the cost table counts)
+            steps = generated_tokens(sweep.block) or 1
             if trips is None:  # "one forward pass per iteration → one per 32 iterations"
                 before, after = passes_text(trips), _after(trips, batch)
+                if steps > 1:
+                    before = f"{steps} forward passes per iteration (a generate of {steps} tokens)"
+                    after = f"{steps} per {per(batch, 'iteration').removeprefix('one per ')} (--max-batch {batch})"
                 change = f"{before} → {after}"
             else:
-                before = counts.count(trips, "forward pass") + ", one per iteration"
-                after = counts.number(_batches(trips, batch))
-                change = counts.change(trips, _batches(trips, batch), "forward pass")
+                each = ", one per iteration" if steps == 1 else f", {steps} per iteration (a generate of {steps} tokens)"
+                before = counts.count(trips * steps, "forward pass") + each
+                after = counts.number(_batches(trips, batch) * steps)
+                change = counts.change(trips * steps, _batches(trips, batch) * steps, "forward pass")
             message = f"this loop runs {before}; as invokes of one trace it would run {after}"
             if problem:
                 context.skipped(sweep.loop, message, f"not batched: {problem}")
