@@ -513,7 +513,8 @@ def test_value_through_containers_and_returns_marks_the_script_pre_05():
     source = script(SAVES_IN_CONTAINERS, "gpt2")
     assert _generation(source) == PRE_05
     assert optimize(source).code == source  # the default mode leaves pre-0.5 code alone
-    migrated = migrate_only(source).code
+    # (the lists the traces fill stay empty remotely on 0.5+: accumulator-relocation runs too)
+    migrated = migrate(source, select=frozenset({"migrate-api", "accumulator-relocation"})).code
     assert ".value." not in migrated
     assert "[[round(cell.item(), 5) for cell in row] for row in grid]" in migrated
     assert "[v.argmax().item() for v in results.values()]" in migrated
@@ -553,3 +554,33 @@ def test_a_script_migrate_cannot_migrate_gets_no_0_5_save_either():
     assert result.code == UNMIGRATABLE_WITH_AN_UNSAVED_DICT
     unsaved = [f for f in result.findings if f.pass_id == "nnsight-05-failures" and "`scores`" in f.message]
     assert unsaved and unsaved[0].status is Status.SKIPPED and "cannot migrate it" in unsaved[0].reason
+
+
+# pre-0.5: a client dict filled inside a remote trace (0.4 filled it with the saved values)
+CLIENT_DICT_FILLED_REMOTELY = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def resid_norms(prompt, layers):
+    saved = {}
+    with model.trace(prompt, remote=True):
+        for layer in layers:
+            saved[layer] = model.transformer.h[layer].output[0][0, -1].norm().save()
+    return {layer: value.value.item() for layer, value in saved.items()}
+
+
+print(resid_norms("The Eiffel Tower is in", [0, 2]))
+'''
+
+
+def test_a_migration_without_accumulator_relocation_leaves_a_client_container_script_alone():
+    # migrated alone, `saved` stayed empty on the client when run remotely (verify: MISMATCH)
+    alone = Options(migrate=True, select=frozenset({"migrate-api", "nnsight-05-failures"}))
+    result = optimize(CLIENT_DICT_FILLED_REMOTELY, options=alone)
+    assert result.code == CLIENT_DICT_FILLED_REMOTELY
+    (refused,) = [f for f in result.findings if f.pass_id == "migrate-api" and "`saved`" in f.message]
+    assert "accumulator-relocation" in refused.reason
+    whole = optimize(CLIENT_DICT_FILLED_REMOTELY, options=Options(migrate=True))
+    assert ".value" not in whole.code and "saved = dict().save()" in whole.code, whole.code

@@ -90,7 +90,7 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts
+from ndif_opt.analysis.facts import Block, Facts, Remote
 from ndif_opt.analysis.legacy_api import (
     PRE_05_MESSAGE, Legacy, Move, Scan, legacy_summary, names_left_in_blocks, scan, unmigratable,
 )
@@ -122,6 +122,17 @@ class MigrateApi(Pass):
             for item in blockers:
                 context.skipped(item.place, f"{item.what}: not migrated", item.reason or "its finding is suppressed")
             return module
+        if any(item.pre05 for item in allowed) and not context.options.wants("accumulator-relocation"):
+            filled = _client_containers_filled_remotely(facts)
+            if filled:
+                name, block = filled[0]
+                context.skipped(
+                    block.node, f"`{name}`, a container of your machine, is filled inside this remote block: not "
+                    "migrated",
+                    "nnsight < 0.5 filled it with the saved values; on 0.5+ the block runs on NDIF and it stays "
+                    "empty on your machine, which accumulator-relocation rewrites: run it with the migration "
+                    "(--select/--ignore leave it out)")
+                return module
         edits: dict[int, Callable[[cst.CSTNode], cst.CSTNode]] = {}
         moves: list[Move] = []
         if any(item.pre05 for item in allowed):
@@ -176,6 +187,18 @@ def _layer_output_message(items: list[Legacy]) -> str:
     more = f" (and {len(items) - 1} more like it)" if len(items) > 1 else ""
     return (f"{items[0].what}{more}: with transformers >= 5 (nnsight 0.8) a decoder layer's output is a tensor, "
             "so `[0]` selects the first batch row, not the hidden states")
+
+
+def _client_containers_filled_remotely(facts: Facts) -> list[tuple[str, Block]]:
+    """(name, block): names an outermost block that may run remotely changes in place
+    (`d[k] = v`, `xs.append(v)`) without binding them: objects of the client's scope."""
+    found = []
+    for block in facts.blocks:
+        if block.parent is not None or block.effective_remote is Remote.NO:
+            continue
+        use = block.names
+        found += [(name, block) for name in use.mutates if name not in use.binds and not facts.is_model_like(name)]
+    return found
 
 
 def _anchor(item: Legacy) -> cst.CSTNode:
@@ -385,7 +408,7 @@ with model.trace("The Eiffel Tower is in", remote=True):
 """,
     ),
     Case(
-        name="saved values reached through containers and helpers",
+        name="saved values reached through containers filled by remote traces",
         before="""\
 from nnsight import LanguageModel
 
@@ -408,28 +431,8 @@ for prompt in ["The Eiffel Tower is in", "The Colosseum is in"]:
 norms = [[n.value for n in row] for row in grid]
 top = last_logits("hello").value.argmax()
 """,
-        after="""\
-from nnsight import LanguageModel
-
-model = LanguageModel("openai-community/gpt2")
-
-
-def last_logits(prompt):
-    with model.trace(prompt, remote=True):
-        logits = model.lm_head.output[0, -1].save()
-    return logits
-
-
-grid = []
-for prompt in ["The Eiffel Tower is in", "The Colosseum is in"]:
-    row = []
-    with model.trace(prompt, remote=True):
-        for layer in model.transformer.h[:2]:
-            row.append(layer.mlp.output.norm().save())
-    grid.append(row)
-norms = [[n for n in row] for row in grid]
-top = last_logits("hello").argmax()
-""",
+        # selected alone, without accumulator-relocation: `row` would stay empty remotely
+        reason="run it with the migration",
     ),
     Case(
         name="a helper's layer output and its caller's [0] are migrated together",
