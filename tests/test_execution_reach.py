@@ -314,3 +314,32 @@ def test_a_helper_rewritten_whole_gets_no_finding_for_a_session_it_does_not_have
     assert report.after.requests == 1 and result.code.count("model.session(") == 1, result.code
     hoisted = [f for f in result.findings if f.pass_id == "session-hoisting"]
     assert len(hoisted) == 1 and "6 requests → 1" in hoisted[0].message, [f.message for f in hoisted]
+
+
+# a list filled, in a loop of traces, with what the client's random draws chose: its
+# `append` is a change, not a read (it was recorded as a value, None, and the replay was a
+# bare `_ndif_row["chosen_append"]` that did nothing)
+CHOSEN_AT_RANDOM = '''
+    import random
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    rng = random.Random(0)
+    chosen, norms = [], []
+    for sample in range(3):
+        layer = rng.randrange(2)
+        dims = rng.sample(range(16), 4)
+        chosen.append((layer, dims[:2]))
+        with model.trace("The doctor said that she", remote=True):
+            LAYERS[layer].output[0, :, dims] = 0.0
+            norm = model.lm_head.output[0, -1].norm().save()
+        norms.append(round(norm.item(), 3))
+    print(chosen, norms)
+'''
+
+
+@both
+def test_an_append_in_a_split_loop_is_replayed_as_a_change(family):
+    result, report = optimized_and_verified(CHOSEN_AT_RANDOM, family)
+    assert report.after.requests == 1, report.to_text()
+    assert "_append" not in result.code and "chosen.append((layer" in result.code, result.code

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ndif_opt.analysis.vocabulary import MUTATING_METHODS
 from ndif_opt.analysis.names import collect, describing_name, exposed_reads, target_names
 from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.passes.common.guards import guard_of
@@ -204,9 +205,10 @@ def _reduced_reads(stmt: cst.BaseStatement, name: str, splitter: "Splitter",
     if not found or len(found) != len(_loads_of(stmt, name)):
         return None  # `name` is also read whole somewhere
     for node in found:
-        if any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value.endswith("_")
+        if any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
+               and (n.func.attr.value.endswith("_") or n.func.attr.value in MUTATING_METHODS)
                for n in attribute_chain(node)):
-            return None  # an in-place method changes it: not a read
+            return None  # an in-place method (`add_`, `append`) changes it: not a read
         if guard_of(stmt, node) is not None:
             return None  # the line computes it only sometimes: recorded, it would run every time
         # (a builtin of `name` alone reads nothing else)
