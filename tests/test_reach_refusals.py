@@ -198,3 +198,25 @@ def test_a_nested_loops_own_finding_is_not_a_second_finding_of_the_loop_around_i
         "constructs": 2, "reduced": 0, "left": [outer], "starts": starts}}}})
     assert reach.refusal_summary([row([34, 42])], []).endswith("with more than one session-hoisting finding 0")
     assert reach.refusal_summary([row([34])], []).endswith("with more than one session-hoisting finding 1")
+
+
+def test_a_print_of_a_growing_container_says_why_it_is_not_replayed():
+    # it said only "the loop prints: inside a session `print` becomes a server log line",
+    # though prints of what a loop builds are replayed after the session elsewhere
+    from ndif_opt import optimize
+
+    source = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+history = {"layers": [], "tops": []}
+for layer in range(0, 12, 4):
+    with model.trace("The quick brown fox", remote=True):
+        top = model.lm_head.output[0, -1].argmax().save()
+    history["layers"].append(layer)
+    history["tops"].append(int(top))
+    print(layer, history)
+'''
+    (found,) = [f for f in optimize(source).findings if f.pass_id == "session-hoisting"]
+    assert "cannot be replayed after the session: `history` is read by code" in found.reason, found.reason
+    assert found.reason.endswith("(use --unsafe-fixes to accept)")

@@ -40,6 +40,7 @@ class Region:
     requests: int | None = None  # remote requests one run sends (unknown loops as two), once counted
     counted: RegionRequests | None = None  # its requests as the cost table counts them, once asked
     split: Split | None = None  # the client/server split, when code must stay on the client
+    split_refusal: str = ""  # why the code that must stay on the client could not be split off
     remote_statements: list[cst.BaseStatement] = field(default_factory=list)  # those that do remote work
     retry: PortableRetry | None = None  # the retry the session stands under, if its work had one
     client_roots: frozenset[str] = frozenset()  # objects it changes that stay on your machine (replayed)
