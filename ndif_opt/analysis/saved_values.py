@@ -19,7 +19,7 @@ something else in another is "maybe saved" (None among its depths).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import libcst as cst
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer

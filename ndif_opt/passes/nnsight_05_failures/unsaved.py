@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import itertools
 from dataclasses import dataclass
 
 import libcst as cst

@@ -23,7 +23,6 @@ from ndif_opt.passes.session_hoisting.split_items import (
 )
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import opening
-from ndif_opt.syntax.walk import children
 
 
 def prelude_statements(items: list[Item], splitter: Splitter, facts: Facts) -> list[cst.BaseStatement]:
