@@ -168,6 +168,13 @@ def _stop(pool) -> None:
             process.terminate()
     for process in processes:
         process.join(timeout=5)
+    # let the pool's manager thread see its workers gone and close its wakeup pipe before
+    # the interpreter exits: else Python 3.11's exit hook may write to that pipe while the
+    # thread closes it ("Exception ignored ... Bad file descriptor" on the terminal, seen
+    # once under load after SIGTERM)
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None:
+        manager.join(timeout=5)
 
 
 def _catch_sigterm():
