@@ -584,3 +584,32 @@ def test_a_migration_without_accumulator_relocation_leaves_a_client_container_sc
     assert "accumulator-relocation" in refused.reason
     whole = optimize(CLIENT_DICT_FILLED_REMOTELY, options=Options(migrate=True))
     assert ".value" not in whole.code and "saved = dict().save()" in whole.code, whole.code
+
+
+# pre-0.5, in a class: the trace changes `self` only through its model (an intervention)
+INTERVENTION_THROUGH_SELF_MODEL = '''\
+from nnsight import LanguageModel
+
+
+class Ablation:
+    def __init__(self):
+        self.model = LanguageModel("openai-community/gpt2")
+
+    def run(self, prompt):
+        with self.model.trace(prompt, remote=True):
+            self.model.transformer.h[0].output[0][:] = 0
+            logits = self.model.lm_head.output.save()
+        return logits.value[0, -1].argmax().item()
+
+
+print(Ablation().run("The Eiffel Tower is in"))
+'''
+
+
+def test_a_migration_alone_takes_an_intervention_through_self_model_for_no_filled_container():
+    # the refusal above reads the client objects a block fills as accumulator-relocation
+    # does: `self`, changed only through `self.model`, is not one
+    alone = Options(migrate=True, select=frozenset({"migrate-api", "nnsight-05-failures"}))
+    result = optimize(INTERVENTION_THROUGH_SELF_MODEL, options=alone)
+    assert "logits[0, -1]" in result.code and ".value" not in result.code, result.code
+    assert not [f for f in result.findings if "a container of your machine" in f.message]

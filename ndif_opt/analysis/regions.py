@@ -26,7 +26,7 @@ from ndif_opt.analysis.results import script_result_names
 from ndif_opt.analysis.retries import retry_guard
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import empty_container_kind
-from ndif_opt.syntax.walk import all_nodes, children, walk
+from ndif_opt.syntax.walk import all_nodes, children, find_nodes, walk
 
 UNKNOWN_TRIPS = 2  # a loop of unknown length issues "many" requests: at least two
 
@@ -301,6 +301,35 @@ def _is_name(expr: cst.BaseExpression | None, name: str) -> bool:
 def _short(expr: cst.BaseExpression) -> str:
     text = code_of(expr)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def client_objects_filled(block: Block, facts: Facts) -> dict[str, cst.CSTNode]:
+    """Objects of the client's scope that ``block`` changes in place (`d[k] = v`,
+    `xs.append(v)`) without binding them, name -> the first change: not its model, nor the
+    object holding it when every change goes through the model (`self.model...[:] = x` is
+    an intervention, not `self` filled). Remotely, the block changes the server's copy."""
+    names = block.names
+    return {
+        name: node for name, node in names.mutates.items()
+        if name not in names.binds and not facts.is_model_like(name)
+        and not ("." in block.model and _intervenes_only(block, name))
+    }
+
+
+def _intervenes_only(block: Block, name: str) -> bool:
+    """Is every change the block makes to ``name`` a change through its model
+    (`self.model...` when the model is `self.model`)?"""
+    if block.model.split(".")[0] != name:
+        return False
+    prefix = block.model
+    for node in find_nodes(block.node.body, lambda n: isinstance(n, (cst.AssignTarget, cst.AugAssign, cst.Call))):
+        target = node.target if not isinstance(node, cst.Call) else node.func
+        code = code_of(target)
+        if code.split(".")[0].split("[")[0] != name:
+            continue
+        if not (code.startswith(prefix + ".") or code.startswith(prefix + "[")):
+            return False
+    return True
 
 
 def find_accumulator(

@@ -41,9 +41,8 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, Remote, opens_invoke
 from ndif_opt.analysis.names import collect, local_to
-from ndif_opt.analysis.regions import Accumulator, carried_container, find_accumulator
+from ndif_opt.analysis.regions import Accumulator, carried_container, client_objects_filled, find_accumulator
 from ndif_opt.passes.base import Case, Context, Pass
-from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import DropElementSaves, SuitePlan, saved_container, with_module_import
 from ndif_opt.syntax.walk import find_nodes
 from ndif_opt.wording import tense
@@ -70,12 +69,7 @@ class AccumulatorRelocation(Pass):
 
     def _accumulators(self, block: Block, remote_blocks, facts: Facts, context: Context):
         found: list[Accumulator] = []
-        names = block.names
-        for name, node in names.mutates.items():
-            if name in names.binds or facts.is_model_like(name):
-                continue
-            if "." in block.model and _intervenes_only(block, name):
-                continue  # `self.model.layers[0].output[:] = x`: an intervention, not `self` filled
+        for name, node in client_objects_filled(block, facts).items():
             where = "session" if block.method == "session" else "remote trace"
             bug = (
                 f"`{name}` lives on your machine but is filled inside this {where}: "
@@ -261,19 +255,3 @@ def _same_variable(name: str, block: Block, other: Block) -> bool:
     """Do the two blocks mean one variable by ``name``? Not a local of one function and
     a local (or a global) of another: `probs_l` of two functions are two lists."""
     return local_to(name, block.stmt.function) is local_to(name, other.stmt.function)
-
-
-def _intervenes_only(block: Block, name: str) -> bool:
-    """Is every change the block makes to ``name`` a change through its model
-    (`self.model...` when the model is `self.model`)?"""
-    if block.model.split(".")[0] != name:
-        return False
-    prefix = block.model
-    for node in find_nodes(block.node.body, lambda n: isinstance(n, (cst.AssignTarget, cst.AugAssign, cst.Call))):
-        target = node.target if not isinstance(node, cst.Call) else node.func
-        code = code_of(target)
-        if code.split(".")[0].split("[")[0] != name:
-            continue
-        if not (code.startswith(prefix + ".") or code.startswith(prefix + "[")):
-            return False
-    return True

@@ -94,6 +94,7 @@ from ndif_opt.analysis.facts import Block, Facts, Remote
 from ndif_opt.analysis.legacy_api import (
     PRE_05_MESSAGE, Legacy, Move, Scan, legacy_summary, names_left_in_blocks, scan, unmigratable,
 )
+from ndif_opt.analysis.regions import client_objects_filled
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import reindentable, without_remote
@@ -190,15 +191,11 @@ def _layer_output_message(items: list[Legacy]) -> str:
 
 
 def _client_containers_filled_remotely(facts: Facts) -> list[tuple[str, Block]]:
-    """(name, block): names an outermost block that may run remotely changes in place
-    (`d[k] = v`, `xs.append(v)`) without binding them: objects of the client's scope."""
-    found = []
-    for block in facts.blocks:
-        if block.parent is not None or block.effective_remote is Remote.NO:
-            continue
-        use = block.names
-        found += [(name, block) for name in use.mutates if name not in use.binds and not facts.is_model_like(name)]
-    return found
+    """(name, block): client objects an outermost block that may run remotely fills
+    (:func:`ndif_opt.analysis.regions.client_objects_filled`, as accumulator-relocation reads them)."""
+    return [(name, block) for block in facts.blocks
+            if block.parent is None and block.remote.state is not Remote.NO
+            for name in client_objects_filled(block, facts)]
 
 
 def _anchor(item: Legacy) -> cst.CSTNode:
