@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts
-from ndif_opt.cost.constants import DEFAULTS, UNKNOWN_TRIPS, session_budget, setting, view_mode
+from ndif_opt.cost.constants import DEFAULTS, UNKNOWN_TRIPS, generated_tokens, session_budget, setting, view_mode
 from ndif_opt.cost.model_registry import dims_for
 from ndif_opt.cost.shapes import shape_of
 from ndif_opt.cost.requests import RequestEstimate, SessionProfile, Visit
@@ -316,19 +316,19 @@ def prompt_tokens(call: cst.Call, facts: Facts, options: Options) -> int:
 _DEFAULT_OPTIONS = Options()  # frozen: one instance serves every description
 
 
-def generated_tokens(block: Block) -> int | None:
-    """The tokens the generate block ``block`` is (or is in) makes: its `max_new_tokens=`
-    when a literal, else the default; None outside a generate block (`tracer.result` is
+def tokens_generated_in(block: Block) -> int | None:
+    """The tokens the generate block ``block`` is (or is in) makes (its literal
+    `max_new_tokens=`, else the default); None outside a generate block (`tracer.result` is
     then the forward's output, not generated ids)."""
     while block is not None and block.method != "generate":
         block = block.parent
     if block is None:
         return None
-    for arg in block.call.args:
-        if arg.keyword is not None and arg.keyword.value in ("max_new_tokens", "max_length") \
-                and type(arg.value) is cst.Integer:
-            return max(int(arg.value.value, 0), 1)
-    return int(setting(_DEFAULT_OPTIONS, "max-new-tokens"))
+    return generated_tokens(block.call, _literal_int, _DEFAULT_OPTIONS)
+
+
+def _literal_int(expr: cst.BaseExpression) -> int | None:
+    return int(expr.value, 0) if type(expr) is cst.Integer else None
 
 
 def saved_shape(expr: cst.BaseExpression, block: Block, facts: Facts) -> str:
@@ -340,7 +340,7 @@ def saved_shape(expr: cst.BaseExpression, block: Block, facts: Facts) -> str:
     seq = prompt_tokens(trace.call, facts, _DEFAULT_OPTIONS) if trace is not None else 16
     try:
         shape = shape_of(expr, dims, model_name=list(facts.models) or ["model"], seq_len=seq,
-                         max_new_tokens=generated_tokens(block))
+                         max_new_tokens=tokens_generated_in(block))
     except Exception:  # noqa: BLE001 - a description is optional; never let it break a rewrite
         return ""
     if shape.nbytes is None or shape.kind == "unknown":

@@ -81,6 +81,18 @@ def setting(options: Options, key: str) -> float:
     return float(options.cost.get(key, DEFAULTS[key]))
 
 
+def generated_tokens(call, integer, options: Options) -> int:
+    """The tokens a `model.generate(...)` call makes: its `max_new_tokens=` (or
+    `max_length=`) as ``integer`` resolves it (a function of an expression, None when not
+    known), else the configured default."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value in ("max_new_tokens", "max_length"):
+            value = integer(arg.value)
+            if value is not None:
+                return max(value, 1)
+    return int(setting(options, "max-new-tokens"))
+
+
 def session_budget(options: Options) -> float:
     """Server seconds a session may be planned for: the limit less the safety margin."""
     margin = min(max(setting(options, "session-margin"), 0.0), 0.95)

@@ -28,6 +28,7 @@ from ndif_opt.cost.constants import (
     UPLOAD_RAW_BASE,
     UPLOAD_RAW_GENERATE,
     UPLOAD_RAW_PER_LAYER,
+    generated_tokens,
     setting,
 )
 from ndif_opt.cost.library_requests import LibraryRequest, Returns, batch_count, library_request, request_count
@@ -393,7 +394,7 @@ class RequestWalk:
         tracer = block.tracer_name
         stop = stop_index(block.node, tracer)
         if block.method == "generate" and stop is None:
-            new_tokens = self._max_new_tokens(block.call)
+            new_tokens = generated_tokens(block.call, self.integer, self.options)
             passes = new_tokens
         forward = self.forward = Forward(dims, block.model, seq, rows, new_tokens, rows=rows, times=times)
         if tracer is not None:
@@ -507,14 +508,6 @@ class RequestWalk:
                 r, s = self._invokes(body.body, times)
                 rows, seq = rows + r, max(seq, s)
         return rows, seq
-
-    def _max_new_tokens(self, call: cst.Call) -> int:
-        for arg in call.args:
-            if arg.keyword is not None and arg.keyword.value in ("max_new_tokens", "max_length"):
-                value = self.integer(arg.value)
-                if value is not None:
-                    return max(value, 1)
-        return int(setting(self.options, "max-new-tokens"))
 
     def prompt_rows(self, call: cst.Call, quiet: bool = False) -> tuple[int, int]:
         """(rows, tokens per row) of the input a trace/invoke call is given; (0, 0) for none.

@@ -71,7 +71,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.releases import NNSIGHT_06
-from ndif_opt.cost_model import generated_tokens
+from ndif_opt.cost_model import tokens_generated_in
 from ndif_opt.passes.base import Context, Pass
 from ndif_opt.passes.common.sweeps import (
     Sweep,
@@ -140,7 +140,7 @@ class InvokeBatching(Pass):
             problem, unsaved = found
             counts = tally(sweep, facts, context.options)  # over the script, as the cost table counts
             # a generate runs a forward pass per token, batched or not (as the cost table counts)
-            steps = generated_tokens(sweep.block) or 1
+            steps = tokens_generated_in(sweep.block) or 1
             if trips is None:  # "one forward pass per iteration → one per 32 iterations"
                 before, after = passes_text(trips), _after(trips, batch)
                 if steps > 1:
