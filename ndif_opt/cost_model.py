@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts
+from ndif_opt.analysis.regions import int_value
 from ndif_opt.cost.constants import DEFAULTS, UNKNOWN_TRIPS, generated_tokens, session_budget, setting, view_mode
 from ndif_opt.cost.model_registry import dims_for
 from ndif_opt.cost.shapes import shape_of
@@ -316,19 +317,15 @@ def prompt_tokens(call: cst.Call, facts: Facts, options: Options) -> int:
 _DEFAULT_OPTIONS = Options()  # frozen: one instance serves every description
 
 
-def tokens_generated_in(block: Block) -> int | None:
-    """The tokens the generate block ``block`` is (or is in) makes (its literal
-    `max_new_tokens=`, else the default); None outside a generate block (`tracer.result` is
-    then the forward's output, not generated ids)."""
+def tokens_generated_in(block: Block, facts: Facts) -> int | None:
+    """The tokens the generate block ``block`` is (or is in) makes (its `max_new_tokens=`,
+    a constant of the script as the cost walk reads it, else the default); None outside a
+    generate block (`tracer.result` is then the forward's output, not generated ids)."""
     while block is not None and block.method != "generate":
         block = block.parent
     if block is None:
         return None
-    return generated_tokens(block.call, _literal_int, _DEFAULT_OPTIONS)
-
-
-def _literal_int(expr: cst.BaseExpression) -> int | None:
-    return int(expr.value, 0) if type(expr) is cst.Integer else None
+    return generated_tokens(block.call, lambda expr: int_value(expr, facts), _DEFAULT_OPTIONS)
 
 
 def saved_shape(expr: cst.BaseExpression, block: Block, facts: Facts) -> str:
@@ -340,7 +337,7 @@ def saved_shape(expr: cst.BaseExpression, block: Block, facts: Facts) -> str:
     seq = prompt_tokens(trace.call, facts, _DEFAULT_OPTIONS) if trace is not None else 16
     try:
         shape = shape_of(expr, dims, model_name=list(facts.models) or ["model"], seq_len=seq,
-                         max_new_tokens=tokens_generated_in(block))
+                         max_new_tokens=tokens_generated_in(block, facts))
     except Exception:  # noqa: BLE001 - a description is optional; never let it break a rewrite
         return ""
     if shape.nbytes is None or shape.kind == "unknown":

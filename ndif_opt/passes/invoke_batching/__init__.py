@@ -140,7 +140,7 @@ class InvokeBatching(Pass):
             problem, unsaved = found
             counts = tally(sweep, facts, context.options)  # over the script, as the cost table counts
             # a generate runs a forward pass per token, batched or not (as the cost table counts)
-            steps = tokens_generated_in(sweep.block) or 1
+            steps = tokens_generated_in(sweep.block, facts) or 1
             if trips is None:  # "one forward pass per iteration → one per 32 iterations"
                 before, after = passes_text(trips), _after(trips, batch)
                 if steps > 1:
