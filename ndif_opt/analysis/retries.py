@@ -40,9 +40,12 @@ class RetryGuard:
     attempt: str  # the loop's variable
     guarded: cst.Try  # its one statement
     exit: str  # "break" or "return": how the `try` ends when the request succeeds
-    # the loop has an `else:` that raises (`for ... else: raise RuntimeError("gave up")`):
-    # it, not the handlers, gives up after the last attempt
-    gives_up: bool = False
+
+    @property
+    def gives_up(self) -> bool:
+        """The loop has an `else:` (one that raises: `retry_guard` takes no other), which,
+        not the handlers, gives up after the last attempt."""
+        return self.loop.orelse is not None
 
     @property
     def header(self) -> str:
@@ -78,8 +81,7 @@ def retry_guard(loop: cst.CSTNode, facts: Facts) -> RetryGuard | None:
         binds = set(collect(handler.body).binds)
         if binds:
             return None  # the handler computes something (an error record): not a retry
-    return RetryGuard(loop=loop, attempt=names[0], guarded=guarded, exit=exit_kind,
-                      gives_up=loop.orelse is not None)
+    return RetryGuard(loop=loop, attempt=names[0], guarded=guarded, exit=exit_kind)
 
 
 def _gives_up(statements, facts: Facts) -> bool:
