@@ -199,6 +199,18 @@ def _next_calls(node: cst.CSTNode) -> list[cst.Call]:
             and is_envoy_chain(call.func.value)]
 
 
+def tracer_steps(expr: cst.BaseExpression, tracers) -> cst.BaseSlice | None:
+    """The index of `tracer.iter[...]` (one of ``tracers``), the steps of generation a loop
+    over it runs at (`[2]`: a `cst.Index`, `[0:4]`, `[:]`: a `cst.Slice`); None for any
+    other expression."""
+    if type(expr) is not cst.Subscript or len(expr.slice) != 1:
+        return None
+    base = expr.value
+    if type(base) is not cst.Attribute or base.attr.value != "iter" or dotted_name(base.value) not in tracers:
+        return None
+    return expr.slice[0].slice
+
+
 def is_envoy_chain(expr) -> bool:
     """`model.transformer.h[0]`, `model.lm_head` — an attribute chain, maybe indexed."""
     while isinstance(expr, (cst.Attribute, cst.Subscript)):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, opens_invoke, qualify
-from ndif_opt.analysis.generation_steps import generation_steps, is_envoy_chain
+from ndif_opt.analysis.generation_steps import generation_steps, is_envoy_chain, tracer_steps
 from ndif_opt.analysis.layer_outputs import TUPLE, Evidence, layer_output_groups
 from ndif_opt.analysis.saved_values import SavedValues
 from ndif_opt.analysis.scopes import scope_index
@@ -786,7 +786,7 @@ class _Visitor:
     # --- tracer.result, tracer.iter: 0.5+ evidence ---------------------------------------
     def visit_Subscript(self, node: cst.Subscript) -> None:
         base = node.value
-        if isinstance(base, cst.Attribute) and base.attr.value == "iter" and dotted_name(base.value) in self._tracer_names():
+        if tracer_steps(node, self._tracer_names()) is not None:
             self.s.modern.append((node, "`tracer.iter[...]`"))
         if not (isinstance(base, cst.Attribute) and base.attr.value == "output"):
             return

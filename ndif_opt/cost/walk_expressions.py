@@ -13,6 +13,7 @@ from typing import Any
 import libcst as cst
 
 from ndif_opt.analysis.facts import config_entry
+from ndif_opt.analysis.generation_steps import tracer_steps
 from ndif_opt.analysis.regions import arithmetic, dict_view_length
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.constants import TENSOR_OVERHEAD, UNROLL_LIMIT
@@ -123,14 +124,11 @@ class ExpressionWalk:
     def _generation_steps(self, expr: cst.BaseExpression, depth: int) -> int | None:
         """The steps `for _ in tracer.iter[...]` runs its body at: one for `[s]`, `b - a` for
         `[a:b]` with both known (an open end depends on when generation stops: unknown)."""
-        if type(expr) is not cst.Subscript or len(expr.slice) != 1:
+        if type(expr) is not cst.Subscript:  # (asked of every loop's iterable: the set only here)
             return None
-        base = expr.value
-        if type(base) is not cst.Attribute or base.attr.value != "iter" or type(base.value) is not cst.Name:
+        index = tracer_steps(expr, {b.tracer_name for b in self.facts.blocks if b.tracer_name})
+        if index is None:
             return None
-        if base.value.value not in {b.tracer_name for b in self.facts.blocks}:
-            return None
-        index = expr.slice[0].slice
         if type(index) is cst.Index:
             return 1
         if index.step is not None or index.upper is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ndif_opt.analysis.generation_steps import tracer_steps
 from ndif_opt.passes.base import Context
 from ndif_opt.passes.nnsight_05_failures.reports import report_failure
 from ndif_opt.syntax.expressions import dotted_name
@@ -45,10 +46,9 @@ def _every_step(stmt: cst.BaseStatement, tracers: set[str]) -> str | None:
         if (type(call) is cst.Call and type(call.func) is cst.Attribute and call.func.attr.value == "all"
                 and not call.args and dotted_name(call.func.value) in tracers):
             return f"with {code_of(call)}"
-    if type(stmt) is cst.For and type(stmt.iter) is cst.Subscript and len(stmt.iter.slice) == 1:
-        base, index = stmt.iter.value, stmt.iter.slice[0].slice
-        if (type(base) is cst.Attribute and base.attr.value == "iter" and dotted_name(base.value) in tracers
-                and type(index) is cst.Slice and index.upper is None):
+    if type(stmt) is cst.For:
+        index = tracer_steps(stmt.iter, tracers)
+        if type(index) is cst.Slice and index.upper is None:
             return f"for {code_of(stmt.target)} in {code_of(stmt.iter)}"
     return None
 
