@@ -195,10 +195,8 @@ class SessionHoisting(Pass):
         drop_nested_repeats(context.findings, mark)
         name_the_unseen(facts, context)
         for name in dict.fromkeys([*self.rewritten_helpers, *self.passed_functions]):
-            helper = self.rewritten_helpers.get(name)
+            helper = self._helper_to_rewrite(name)
             passed = self.passed_functions.get(name, ())
-            if helper is not None and (helper.flag_param is not None and not helper.context_decorators):
-                helper = None  # called as it is: it takes the flag already
             if helper is None and not passed:
                 continue
             func = helper.func if helper is not None else facts.functions[name]
@@ -281,9 +279,16 @@ class SessionHoisting(Pass):
         if function is None:
             return False
         name = function.name.value
+        replaced = self._helper_to_rewrite(name) is not None or name in self.passed_functions
+        return replaced and function is facts.functions.get(name)
+
+    def _helper_to_rewrite(self, name: str) -> RemoteHelper | None:
+        """The helper a session of this run calls that must be rewritten for it (it takes no
+        flag, or has grad-mode decorators); None when it is called as it is."""
         helper = self.rewritten_helpers.get(name)
-        replaced = helper is not None and (helper.flag_param is None or bool(helper.context_decorators))
-        return (replaced or name in self.passed_functions) and function is facts.functions.get(name)
+        if helper is not None and helper.flag_param is not None and not helper.context_decorators:
+            return None  # called as it is: it takes the flag already
+        return helper
 
     def _hoisted_caller(self, region: Region, facts: Facts) -> str:
         """The function holding the region, when a session this pass opened around its
