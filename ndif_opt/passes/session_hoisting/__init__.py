@@ -645,13 +645,8 @@ class SessionHoisting(Pass):
         if region.split is not None:  # what must stay on the client is replayed, bars only dropped
             unsafe = [p for p in unsafe if p.kind == "progress"] if region.split.dropped_bars else []
         if unsafe and not context.options.unsafe_fixes:
-            why = unsafe_reason(unsafe[0])
-            if region.split_refusal and unsafe[0].kind != "progress":
-                # say why the usual replay after the session cannot serve (a bar is not replayed)
-                head, cut, tail = why.partition(" (use --unsafe-fixes")
-                why = f"{head}, and it cannot be replayed after the session: {region.split_refusal}{cut}{tail}"
             context.needs_unsafe(anchor, not_hoisted(region, facts, self._counted(region, facts, context)),
-                                 why, through=region.statements[-1])
+                                 unsafe_reason(unsafe[0], region.split_refusal), through=region.statements[-1])
             return False
         if context.rewrites_refused:  # (pre-0.5 code: it would be hoisted, but not here)
             context.skipped(anchor, not_hoisted(region, facts, self._counted(region, facts, context)),

@@ -286,10 +286,15 @@ def problem_words(problem: Problem) -> str:
     return f"not hoisted: the code {problem.message}, which must run on your machine"
 
 
-def unsafe_reason(problem: Problem) -> str:
-    if problem.kind == "print":
-        return "the loop prints: inside a session `print` becomes a server log line (use --unsafe-fixes to accept)"
-    return "the loop shows a progress bar, which a session would drop (use --unsafe-fixes to accept)"
+def unsafe_reason(problem: Problem, not_replayed: str = "") -> str:
+    """Why a loop needs --unsafe-fixes; ``not_replayed``: why its prints could not be replayed
+    after the session, as they usually are (a progress bar never is)."""
+    if problem.kind != "print":
+        return "the loop shows a progress bar, which a session would drop (use --unsafe-fixes to accept)"
+    why = "the loop prints: inside a session `print` becomes a server log line"
+    if not_replayed:
+        why += f", and it cannot be replayed after the session: {not_replayed}"
+    return why + " (use --unsafe-fixes to accept)"
 
 
 def unsafe_note(unsafe: list[Problem]) -> str:
