@@ -44,14 +44,10 @@ def callback_loops(facts: Facts) -> list[CallbackLoop]:
     among the arguments, and take what it returns as a value (`a, b = test_fn(llm, p)`,
     `test_fn(llm, p)`): not a module reached through it (`get_module(llm, layer)[...]`,
     code that runs inside a trace)."""
-    blocks = {id(block.node) for block in facts.blocks}
     found = []
-    for info in facts.statements.values():
-        loop = info.node
-        function = info.function
-        if type(loop) not in (cst.For, cst.While) or function is None:
-            continue
-        if any(id(node) in blocks for node in info.ancestors):
+    for info in _loops_outside_blocks(facts):
+        loop, function = info.node, info.function
+        if function is None:
             continue
         params = {p.name.value for p in all_params(function.params)}
         for call in _calls_for_their_value(loop.body, params):
@@ -59,6 +55,14 @@ def callback_loops(facts: Facts) -> list[CallbackLoop]:
                 found.append(CallbackLoop(loop, call.func.value, function.name.value))
                 break
     return found
+
+
+def _loops_outside_blocks(facts: Facts):
+    """The `for` and `while` statements (their StmtInfo) that no nnsight block holds."""
+    blocks = {id(block.node) for block in facts.blocks}
+    for info in facts.statements.values():
+        if type(info.node) in (cst.For, cst.While) and not any(id(node) in blocks for node in info.ancestors):
+            yield info
 
 
 def _calls_for_their_value(node: cst.CSTNode, names: set[str], parent: cst.CSTNode | None = None):
@@ -180,12 +184,9 @@ def closure_loops(facts: Facts) -> list[ClosureLoop]:
     made = closures(facts)
     if not made:
         return []
-    blocks = {id(block.node) for block in facts.blocks}
     found = []
-    for info in facts.statements.values():
+    for info in _loops_outside_blocks(facts):
         loop = info.node
-        if type(loop) not in (cst.For, cst.While) or any(id(node) in blocks for node in info.ancestors):
-            continue
         called = find_nodes(loop.body, lambda n: type(n) is cst.Call and type(n.func) is cst.Name
                             and n.func.value in made)
         if called:
