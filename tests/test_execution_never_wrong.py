@@ -288,3 +288,34 @@ def test_noise_drawn_from_a_seeded_generator_stays_on_the_client(family):
     lines = [line.strip() for line in result.code.splitlines()]
     assert lines.index("with model.session(remote=True):") > max(
         i for i, line in enumerate(lines) if line.startswith("noise = torch.randn")), result.code
+
+
+# a function fills a dict in the generate blocks of a loop that cannot become one session
+# (`remote=` comes through `**settings`) and returns it after the loop: the return is a second
+# name for the dict, given after every run of the blocks, so the dict may still travel into
+# each block and back
+FILLED_THEN_RETURNED = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+
+
+def generated(prompts):
+    found = {}
+    settings = dict(remote=True, max_new_tokens=2)
+    for index, prompt in enumerate(prompts):
+        with model.generate(prompt, **settings):
+            found[index] = model.generator.output.save()
+    return found
+
+
+tokens = generated(["The weather today is", "My favourite food is"])
+print({key: tuple(value.shape) for key, value in tokens.items()})
+'''
+
+
+@both
+def test_a_dict_returned_after_the_loop_that_fills_it_remotely_comes_back_filled(family):
+    result, report = optimized_and_verified(FILLED_THEN_RETURNED, family)
+    assert "found = nnsight.save(found)" in result.code
+    assert report.before.requests == report.after.requests == 2

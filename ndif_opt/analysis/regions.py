@@ -195,16 +195,40 @@ def carried_container(
                 f"`{name}` is bound to `{_short(value)}`, which may be shared with other names; "
                 "only a new list, dict, set or tensor can travel to the session and back"
             )
-    later: list[cst.CSTNode] = []
-    if end is not None and not _in_loop(info, func):
-        later = list(suite.body[end:])
-        owner = info
-        while owner is not None and owner.node is not func:
-            later += owner.suite.body[owner.index + 1 :]  # what follows the enclosing blocks
-            owner = facts.statements.get(id(owner.ancestors[-1])) if owner.ancestors else None
-    if _aliased(name, scope, later):
+    if _aliased(name, scope, _after_every_run(facts, info, func, suite, end)):
         return None, f"`{name}` is also reachable through another name, which would not see the session's changes"
     return Accumulator(name, "carried", None, -1), ""
+
+
+def _after_every_run(facts: Facts, info: StmtInfo | None, func: cst.FunctionDef | None, suite: cst.CSTNode,
+                     end: int | None) -> list[cst.CSTNode]:
+    """The statements of the scope that run after every run of the region ending before
+    ``suite.body[end]`` (none when ``end`` is None): those after it, in its suite and past
+    the blocks around it; in a loop, only those past the outermost loop around it (what
+    follows the region inside the loop runs before its next run)."""
+    if end is None:
+        return []
+    later: list[cst.CSTNode] = []
+    owner = info
+    loop = _outermost_loop(info, func)
+    if loop is None:
+        later = list(suite.body[end:])
+    else:
+        owner = facts.statements.get(id(loop))
+    while owner is not None and owner.node is not func:
+        later += owner.suite.body[owner.index + 1 :]  # what follows the enclosing blocks
+        owner = facts.statements.get(id(owner.ancestors[-1])) if owner.ancestors else None
+    return later
+
+
+def _outermost_loop(info: StmtInfo | None, func: cst.FunctionDef | None) -> cst.CSTNode | None:
+    """The outermost `for`/`while` of ``func`` (or the module) around the suite ``info`` owns
+    (``info`` itself included)."""
+    if info is None:
+        return None
+    chain = (*info.ancestors, info.node)
+    start = chain.index(func) + 1 if func is not None and func in chain else 0
+    return next((node for node in chain[start:] if isinstance(node, (cst.For, cst.While))), None)
 
 
 def _unpacked_bindings(scope: cst.CSTNode, name: str) -> list[cst.BaseExpression]:
@@ -233,15 +257,6 @@ def _fresh_object(expr: cst.BaseExpression, facts: Facts) -> bool:
         path = qualify(expr.func, facts.imports) or ""
         return path in FRESH_OBJECT_CALLS or path.split(".")[-1] in ("defaultdict",)
     return False
-
-
-def _in_loop(info: StmtInfo | None, func: cst.FunctionDef | None) -> bool:
-    """Is the suite whose owner is ``info`` run more than once inside its scope?"""
-    if info is None:
-        return False
-    chain = (*info.ancestors, info.node)
-    start = chain.index(func) + 1 if func is not None and func in chain else 0
-    return any(isinstance(node, (cst.For, cst.While)) for node in chain[start:])
 
 
 def _aliased(name: str, scope: cst.CSTNode, later=()) -> bool:

@@ -92,7 +92,7 @@ class AccumulatorRelocation(Pass):
             acc, why = find_accumulator(facts, name, block.stmt.suite, block.stmt.index)
             if acc is None:
                 # any new container can travel into the block and come back saved
-                acc, why = carried_container(facts, name, block.stmt.suite)
+                acc, why = carried_container(facts, name, block.stmt.suite, block.stmt.index + 1)
             if acc is None:
                 context.skipped(node, bug, f"not moved: {why}")
                 continue
