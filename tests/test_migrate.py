@@ -613,3 +613,25 @@ def test_a_migration_alone_takes_an_intervention_through_self_model_for_no_fille
     result = optimize(INTERVENTION_THROUGH_SELF_MODEL, options=alone)
     assert "logits[0, -1]" in result.code and ".value" not in result.code, result.code
     assert not [f for f in result.findings if "a container of your machine" in f.message]
+
+
+ALIASED_CONTAINER = """\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+results = {}
+alias = results
+with model.trace("The weather is", remote=True, scan=False):
+    results["top"] = model.lm_head.output.save()
+print(alias["top"].value.shape)
+"""
+
+
+def test_a_container_the_migrated_script_would_leave_empty_is_not_migrated():
+    # nnsight 0.4 filled `results` with the saved value; after migration the trace runs on
+    # NDIF, and accumulator-relocation cannot move `results` (`alias` would not see it)
+    result = optimize(ALIASED_CONTAINER, options=Options(migrate=True))
+    assert result.code == ALIASED_CONTAINER
+    refusal = next(f for f in result.findings if f.pass_id == "migrate-api" and "`results`" in f.message)
+    assert "not migrated" in refusal.message and "reachable through another name" in refusal.reason
+    assert any("migration not done" in f.message for f in result.findings)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Facts, StmtInfo
+from ndif_opt.analysis.facts import Block, Facts, Remote, StmtInfo
 from ndif_opt.analysis.names import (
     all_params,
     collect,
@@ -329,6 +329,14 @@ def client_objects_filled(block: Block, facts: Facts) -> dict[str, cst.CSTNode]:
         if name not in names.binds and not facts.is_model_like(name)
         and not ("." in block.model and _intervenes_only(block, name))
     }
+
+
+def client_objects_filled_remotely(facts: Facts) -> list[tuple[str, Block]]:
+    """(name, block): the client objects an outermost block that may run remotely fills
+    (:func:`client_objects_filled`): on NDIF each stays as it was on the client."""
+    return [(name, block) for block in facts.blocks
+            if block.parent is None and block.remote.state is not Remote.NO
+            for name in client_objects_filled(block, facts)]
 
 
 def _intervenes_only(block: Block, name: str) -> bool:

@@ -20,7 +20,7 @@ import libcst as cst
 from ndif_opt.analysis.effects import ServerCheck
 from ndif_opt.analysis.facts import Facts, analyze
 from ndif_opt.analysis.legacy_api import PRE_05, PRE_05_MESSAGE, api_generation, legacy_summary
-from ndif_opt.analysis.regions import result_names
+from ndif_opt.analysis.regions import client_objects_filled_remotely, result_names
 from ndif_opt.analysis.releases import NNSIGHT_06, target_release, unbound_on_server
 from ndif_opt.analysis.results import script_result_names
 from ndif_opt.cost_model import Estimate, assumptions, explain
@@ -516,15 +516,25 @@ def _run_module(source: str, options: Options, filename: str | None = None,
         return _untouched(source, "analysis", error)
     passes = _passes_for(options)
     suppressions = Suppressions.from_source(source)
-    run = _Run(source, options, state, passes, suppressions,
-               suppressing=bool(suppressions),  # asked once per pass run: the answer never changes
-               initial_cost=state.cost,
-               notes=list(state.estimate.notes),  # what the cost model had to assume about this script
-               deltas={p.id: Cost() for p in passes})
+    run = _rounds(_Run(source, options, state, passes, suppressions,
+                       suppressing=bool(suppressions),  # asked once per pass run: the answer never changes
+                       initial_cost=state.cost,
+                       notes=list(state.estimate.notes),  # what the cost model had to assume about this script
+                       deltas={p.id: Cost() for p in passes}))
+    left = run.containers_left_on_server()
+    if left:  # the migration would leave them empty: run again, with the migration refusing
+        run = _rounds(_Run(source, options, state, passes, suppressions, suppressing=run.suppressing,
+                           initial_cost=state.cost, notes=list(state.estimate.notes),
+                           deltas={p.id: Cost() for p in passes}, left_on_server=left))
+    return run.result(with_edits)
+
+
+def _rounds(run: "_Run") -> "_Run":
+    """``run`` after its rounds: until one changes nothing (at most MAX_ROUNDS)."""
     for _round in range(MAX_ROUNDS):
         if not run.round():
             break
-    return run.result(with_edits)
+    return run
 
 
 @dataclass
@@ -559,6 +569,19 @@ class _Run:
     explained: dict[str, list[Finding]] = dataclasses.field(default_factory=dict)
     # every round's refusals by a pass that explains (see _still_refused)
     refused: list[Finding] = dataclasses.field(default_factory=list)
+    # client containers an earlier run's migration left filled on the server (Context's)
+    left_on_server: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def containers_left_on_server(self) -> dict[str, str]:
+        """After the rounds: the client containers the migrated script still fills inside
+        remote blocks (nnsight < 0.5 filled them; on NDIF they would stay empty), each with
+        the reason accumulator-relocation gave for leaving it ("" if none)."""
+        if self.migrated is None or self.state.api == PRE_05 or self.left_on_server:
+            return {}
+        names = {name for name, _ in client_objects_filled_remotely(self.state.facts)}
+        refusals = [f for f in self.last_round if f.pass_id == "accumulator-relocation" and f.reason]
+        return {name: next((f.reason for f in refusals if f.message.startswith(f"`{name}`")), "")
+                for name in sorted(names)}
 
     def round(self) -> bool:
         """Every pass once, in order: did one change the code?"""
@@ -615,7 +638,7 @@ class _Run:
     def run_pass(self, pass_: Pass) -> tuple[cst.Module, list[Finding], Context] | None:
         """The pass run on the current version: its tree, its findings placed in the
         original, its context; None when it failed (the code stays as it was)."""
-        context = Context(self.options, self.state.server)
+        context = Context(self.options, self.state.server, left_on_server=self.left_on_server)
         if self.suppressing:
             context.suppressed = _suppression_check(self.suppressions, self.state, self.source, pass_.id)
         try:

@@ -64,6 +64,10 @@ class Context:
     # why no rewrite may be applied in this run (the script's nnsight API): a pass that
     # explains reports what it would do as not fixed, with this reason
     rewrites_refused: str = ""
+    # client containers that a whole run with the migration left filled inside remote blocks
+    # (they would stay empty on NDIF), with accumulator-relocation's reason: the migration
+    # refuses to leave them so
+    left_on_server: dict[str, str] = field(default_factory=dict)
     # is this node covered by a `# ndif-opt: ignore` comment for the running pass?
     suppressed: Callable[[cst.CSTNode], bool] | None = None
 

@@ -90,11 +90,11 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Facts, Remote
+from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.legacy_api import (
     PRE_05_MESSAGE, Legacy, Move, Scan, legacy_summary, names_left_in_blocks, scan, unmigratable,
 )
-from ndif_opt.analysis.regions import client_objects_filled
+from ndif_opt.analysis.regions import client_objects_filled_remotely
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import reindentable, without_remote
@@ -123,17 +123,8 @@ class MigrateApi(Pass):
             for item in blockers:
                 context.skipped(item.place, f"{item.what}: not migrated", item.reason or "its finding is suppressed")
             return module
-        if any(item.pre05 for item in allowed) and not context.options.wants("accumulator-relocation"):
-            filled = _client_containers_filled_remotely(facts)
-            if filled:
-                name, block = filled[0]
-                context.skipped(
-                    block.node, f"`{name}`, a container of your machine, is filled inside this remote block: not "
-                    "migrated",
-                    "nnsight < 0.5 filled it with the saved values; on 0.5+ the block runs on NDIF and it stays "
-                    "empty on your machine, which accumulator-relocation rewrites: run it with the migration "
-                    "(--select/--ignore leave it out)")
-                return module
+        if any(item.pre05 for item in allowed) and self._leaves_containers_empty(facts, context):
+            return module
         edits: dict[int, Callable[[cst.CSTNode], cst.CSTNode]] = {}
         moves: list[Move] = []
         if any(item.pre05 for item in allowed):
@@ -156,6 +147,30 @@ class MigrateApi(Pass):
         if not edits and not moves:
             return module
         return module.visit(_Edit(edits, moves))
+
+    @staticmethod
+    def _leaves_containers_empty(facts: Facts, context: Context) -> bool:
+        """Would the migrated script leave a container of the client empty (refused, True)?
+        nnsight < 0.5 filled a client container in a remote block with the saved values;
+        on 0.5+ the block runs on NDIF, and only accumulator-relocation brings the filling
+        back: when it is not in the run, or a whole run with the migration left the
+        container filled on the server (``context.left_on_server``), nothing is migrated."""
+        relocating = context.options.wants("accumulator-relocation")
+        filled = [(name, block) for name, block in client_objects_filled_remotely(facts)
+                  if not relocating or name in context.left_on_server]
+        if not filled:
+            return False
+        name, block = filled[0]
+        if not relocating:
+            why = "which accumulator-relocation rewrites: run it with the migration (--select/--ignore leave it out)"
+        else:
+            why = "and accumulator-relocation does not move it" + (
+                f": {context.left_on_server[name].removeprefix('not moved: ')}" if context.left_on_server.get(name) else "")
+        context.skipped(
+            block.node, f"`{name}`, a container of your machine, is filled inside this remote block: not migrated",
+            f"nnsight < 0.5 filled it with the saved values; on 0.5+ the block runs on NDIF and it stays empty on "
+            f"your machine, {why}")
+        return True
 
     def _report(self, module: cst.Module, facts: Facts, found: Scan, context: Context) -> None:
         pre05 = [item for item in found.legacy if item.pre05]
@@ -188,14 +203,6 @@ def _layer_output_message(items: list[Legacy]) -> str:
     more = f" (and {len(items) - 1} more like it)" if len(items) > 1 else ""
     return (f"{items[0].what}{more}: with transformers >= 5 (nnsight 0.8) a decoder layer's output is a tensor, "
             "so `[0]` selects the first batch row, not the hidden states")
-
-
-def _client_containers_filled_remotely(facts: Facts) -> list[tuple[str, Block]]:
-    """(name, block): client objects an outermost block that may run remotely fills
-    (:func:`ndif_opt.analysis.regions.client_objects_filled`, as accumulator-relocation reads them)."""
-    return [(name, block) for block in facts.blocks
-            if block.parent is None and block.remote.state is not Remote.NO
-            for name in client_objects_filled(block, facts)]
 
 
 def _anchor(item: Legacy) -> cst.CSTNode:
