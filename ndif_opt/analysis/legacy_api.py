@@ -164,6 +164,7 @@ _LABELS = {
     "after-invokes": "code after `tracer.invoke` blocks",
     "removed-module": "an import of a module removed in nnsight 0.5",
     "next": "`model.next()`",
+    "generation-length": "`generate()` without `max_new_tokens=`",
 }
 
 
@@ -212,6 +213,7 @@ class _Scanner:
         visitor.run()
         self._invokes()
         self._layer_outputs(walk, layer_lists, layers)
+        self._generation_lengths()
         for model in facts.models.values():
             if model.class_path.endswith("TransformersModel"):
                 self.modern.append((model.node, "TransformersModel"))
@@ -236,6 +238,29 @@ class _Scanner:
                                               evidence=group.why))
                 elif group.meaning is None:
                     self.legacy.append(Legacy("layer-output", site.node, site.what, False, None, group.why))
+
+    def _generation_lengths(self) -> None:
+        """A pre-0.5 `model.generate(...)` without `max_new_tokens=` made one new token:
+        nnsight < 0.5 passed `max_new_tokens=1` to transformers' `generate` (which takes it
+        over `max_length=`); 0.5+ passes nothing, and transformers generates up to the model's
+        generation config (20 tokens by default). The migration writes the 1 out."""
+        if not any(item.pre05 for item in self.legacy):
+            return
+        for block in self.facts.blocks:
+            if block.method != "generate":
+                continue
+            given = _keywords_given(block.call, self.facts)
+            if given is not None and "max_new_tokens" in given:
+                continue
+            what = f"`{code_of(block.call.func)}(...)` without `max_new_tokens=`"
+            if given is None:
+                self.legacy.append(Legacy(
+                    "generation-length", block.call, what, False, None,
+                    "nnsight < 0.5 generated one new token unless `max_new_tokens=` was given, 0.5+ generates "
+                    "up to the model's generation config, and which keywords `**` passes here cannot be told "
+                    "before running: write `max_new_tokens=` out"))
+                continue
+            self.legacy.append(Legacy("generation-length", block.call, what, False, _one_new_token))
 
     def _steps(self) -> None:
         """`model.next()` in generate blocks → `tracer.iter[...]` (analysis/generation_steps)."""
@@ -306,6 +331,98 @@ class _Scanner:
                 "after-invokes", trailing[0], "code after the `tracer.invoke` blocks", True,
                 move=Move(block, invokes[-1] + 1, wrap),
             ))
+
+
+def _keywords_given(call: cst.Call, facts: Facts) -> frozenset[str] | None:
+    """The keywords ``call`` passes, `**name` of a dict the script builds with constant keys
+    included; None when a `**` may pass keywords no one can tell before running."""
+    given: set[str] = set()
+    for arg in call.args:
+        if arg.keyword is not None:
+            given.add(arg.keyword.value)
+        elif arg.star == "**":
+            keys = _constant_keys(arg.value, facts)
+            if keys is None:
+                return None
+            given |= keys
+    return frozenset(given)
+
+
+def _constant_keys(expr: cst.BaseExpression, facts: Facts) -> frozenset[str] | None:
+    """The keys of the dict ``expr`` is: a `dict(k=...)` call or a `{"k": ...}` display, or a
+    name every simple binding of which is one (a name also bound otherwise, say as a
+    parameter, is not known)."""
+    if type(expr) is cst.Name:
+        name = expr.value
+        bindings = facts.bindings.get(name, [])
+        if not bindings or name in _other_bindings(facts, name):
+            return None
+        found = [_constant_keys(value, facts) for _, value in bindings if type(value) is not cst.Name]
+        if len(found) != len(bindings) or any(keys is None for keys in found):
+            return None
+        return frozenset().union(*found)
+    if type(expr) is cst.Call and dotted_name(expr.func) == "dict" and "dict" not in facts.bindings:
+        if any(arg.keyword is None for arg in expr.args):
+            return None
+        return frozenset(arg.keyword.value for arg in expr.args)
+    if type(expr) is cst.Dict:
+        keys = set()
+        for element in expr.elements:
+            if type(element) is not cst.DictElement or type(element.key) is not cst.SimpleString:
+                return None
+            keys.add(element.key.evaluated_value)
+        return frozenset(keys)
+    return None
+
+
+def _other_bindings(facts: Facts, name: str) -> frozenset[str]:
+    """``name`` if the module binds it other than by a simple assignment (a parameter, a
+    loop target, an augmented or subscript assignment), else nothing."""
+    bound_otherwise = facts.once("legacy:other-bindings", lambda: _names_bound_otherwise(facts.module))
+    return frozenset({name}) & bound_otherwise
+
+
+def _names_bound_otherwise(module: cst.Module) -> frozenset[str]:
+    found: set[str] = set()
+
+    class Finder(cst.CSTVisitor):
+        def visit_Param(self, node: cst.Param) -> None:
+            found.add(node.name.value)
+
+        def visit_For(self, node: cst.For) -> None:
+            found.update(n.value for n in find_nodes(node.target, lambda n: type(n) is cst.Name))
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            target = node.target.value if type(node.target) is cst.Subscript else node.target
+            if type(target) is cst.Name:
+                found.add(target.value)
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            # `kw["max_new_tokens"] = n` changes a dict the bindings do not show
+            if type(node.target) is cst.Subscript and type(node.target.value) is cst.Name:
+                found.add(node.target.value.value)
+
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            if type(node.value) is cst.Name and node.attr.value in ("update", "setdefault", "pop", "__setitem__"):
+                found.add(node.value.value)
+
+    module.visit(Finder())
+    return frozenset(found)
+
+
+def _one_new_token(updated: cst.Call) -> cst.Call:
+    """`model.generate(...)` with `max_new_tokens=1` written out (nnsight < 0.5's default)."""
+    args = list(updated.args)
+    one = cst.Arg(cst.Integer("1"), keyword=cst.Name("max_new_tokens"), equal=_EQUAL)
+    if args:  # it ends as the old last one did (trailing comma or not), laid out as the others
+        between = args[-2].comma if len(args) > 1 and type(args[-2].comma) is cst.Comma else \
+            cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        one = one.with_changes(comma=args[-1].comma)
+        args[-1] = args[-1].with_changes(comma=between)
+    return updated.with_changes(args=[*args, one])
+
+
+_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
 
 def _holds_invokes(stmt: cst.BaseStatement, tracer: str, touching: set[str]) -> bool:

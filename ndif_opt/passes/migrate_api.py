@@ -141,7 +141,7 @@ class MigrateApi(Pass):
             elif item.fix is None:  # (only in a 0.5+ script: a pre-0.5 one would be blocked)
                 context.skipped(item.place, f"{item.what}: not migrated", item.reason)
             else:
-                edits[id(item.node)] = item.fix
+                edits[id(item.node)] = _then(edits.get(id(item.node)), item.fix)
                 context.introduced.update(item.added)
                 context.applied(item.place, _applied_message(item))
         if not edits and not moves:
@@ -198,6 +198,15 @@ class MigrateApi(Pass):
             )
 
 
+def _then(first: Callable[[cst.CSTNode], cst.CSTNode] | None,
+          second: Callable[[cst.CSTNode], cst.CSTNode]) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """Two rewrites of one node (`scan=` removed from a generate call that gets
+    `max_new_tokens=1`), one after the other."""
+    if first is None:
+        return second
+    return lambda updated: second(first(updated))
+
+
 def _layer_output_message(items: list[Legacy]) -> str:
     # (no line numbers: in a notebook they would be the joined cells', not yours)
     more = f" (and {len(items) - 1} more like it)" if len(items) > 1 else ""
@@ -232,6 +241,9 @@ def _applied_message(item: Legacy) -> str:
         "old-kwarg": lambda: f"{item.what}: {tense('removed', 'would be removed')} (gone in nnsight 0.5+)",
         "next": lambda: f"{item.what}: the steps of generation {tense('are', 'would be')} chosen with "
                         "`tracer.iter[...]` (nnsight 0.5+ has no `.next()`)",
+        "generation-length": lambda: f"{item.what}: `max_new_tokens=1` {tense('written', 'would be written')} "
+                                     "out (nnsight < 0.5 generated one new token unless told otherwise; 0.5+ "
+                                     "generates up to the model's generation config)",
     }
     return messages.get(item.kind, lambda: item.what)()
 
@@ -678,5 +690,42 @@ with model.generate("The weather is", max_new_tokens=4, remote=True) as generato
 print(generator.output.value)
 """,
         reason="nor the last statement of a `for ... in range(K):` loop",
+    ),
+    Case(
+        name="a generate that does not say how many tokens keeps nnsight 0.4's one",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.generate("The weather is", remote=True):
+    tokens = model.generator.output.save()
+print(tokens.value[0, -1])
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.generate("The weather is", remote=True, max_new_tokens=1):
+    tokens = model.generator.output.save()
+print(tokens[0, -1])
+""",
+    ),
+    Case(
+        name="a generate given keywords no one can tell is not migrated",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def generated(prompt, settings):
+    with model.generate(prompt, **settings):
+        tokens = model.generator.output.save()
+    return tokens.value
+
+
+print(generated("The weather is", {"remote": True}))
+""",
+        reason="which keywords `**` passes here cannot be told before running",
     ),
 )

@@ -191,9 +191,25 @@ with model.trace("The Space Needle is in", remote=True):
 print([round(n.item(), 4) for n in norms.value])
 '''
 
+# pre-0.5 generate blocks that do not say how many new tokens: nnsight 0.4 made one (it passed
+# `max_new_tokens=1`, which transformers takes over `max_length=`); 0.8 would make up to 20
+GENERATION_LENGTH = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+settings = dict(remote=True)
+with model.generate("The weather today is", remote=True, scan=False):
+    one = model.generator.output.save()
+with model.generate("The cat sat", max_length=12, **settings):
+    capped = model.generator.output.save()
+with model.generate("The cat sat", max_new_tokens=3, remote=True):
+    three = model.generator.output.save()
+print(tuple(one.value.shape), tuple(capped.value.shape), tuple(three.value.shape))
+'''
+
 TEMPLATES = {"tuple": TUPLE_ELEMENT, "related": RELATED_SITES, "containers": SAVES_IN_CONTAINERS,
              "rebound": REBOUND_THEN_SAVED, "steps": GENERATION_STEPS, "dict": DICT_FILLED_IN_THE_TRACE,
-             "index": INDEX_LOOP_IN_THE_TRACE}
+             "index": INDEX_LOOP_IN_THE_TRACE, "length": GENERATION_LENGTH}
 
 
 @pytest.fixture(scope="module")
@@ -268,3 +284,11 @@ def test_value_over_a_dict_the_trace_fills_is_migrated(family, originals):
 def test_a_loop_variable_of_a_pre_05_trace_is_let_go_as_a_temporary(family, originals):
     result, report, original = proven("index", family, originals)
     assert original.namespace["index"] == 2 and "index" in result.unreturned
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_generate_without_max_new_tokens_keeps_its_one_new_token(family, originals):
+    result, report, original = proven("length", family, originals)
+    assert result.code.count("max_new_tokens=1") == 2 and "max_new_tokens=3" in result.code
+    made = {name: original.namespace[name].shape[1] for name in ("one", "capped", "three")}
+    assert made["capped"] == made["three"] - 2  # one new token, though `max_length=12` asked for more
