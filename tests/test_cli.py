@@ -408,3 +408,15 @@ def test_a_server_without_its_extra_is_one_line_naming_the_extra(command, needs)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and f"[{command}]" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_verify_takes_the_passes_to_check_as_optimizing_does(tmp_path):
+    pytest.importorskip("nnsight")
+    script = tmp_path / "s.py"
+    script.write_text(NAIVE)
+    unknown = run("verify", script, "--select", "no-such-pass")
+    assert unknown.returncode == 2 and "unknown pass id 'no-such-pass'" in unknown.stderr
+    # one pass that leaves this script alone: the rewrite is the original, its requests too
+    alone = run("verify", script, "--select", "skip-insertion", "--format", "json", cwd=tmp_path)
+    report = json.loads(alone.stdout)
+    assert report["before"]["requests"] == report["after"]["requests"] > 1, alone.stderr

@@ -426,6 +426,12 @@ def verify(
         help="Accept a script that raises locally when the optimized script raises the same "
              "exception, after its remote blocks ran (reported as OK (same error)).",
     ),
+    select: Optional[List[str]] = typer.Option(
+        None, "--select", metavar="PASS[,PASS...]", help="Run only these passes (ids: ndif-opt rules)."
+    ),
+    ignore: Optional[List[str]] = typer.Option(
+        None, "--ignore", metavar="PASS[,PASS...]", help="Skip these passes."
+    ),
 ) -> None:
     """Run the original and the optimized script on a tiny local model through an
     emulation of NDIF, compare every result, and print measured requests and bytes.
@@ -440,7 +446,7 @@ def verify(
     from ndif_opt.frontends.batch import optimize_source
     from ndif_opt.frontends.verification import verify_optimized
 
-    options = _options(None, None, unsafe_fixes, assume_remote, None, path=path, migrate=migrate, nnsight=nnsight)
+    options = _options(select, ignore, unsafe_fixes, assume_remote, None, path=path, migrate=migrate, nnsight=nnsight)
     try:
         source = read_source(path)
     except InputError as error:
