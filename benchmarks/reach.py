@@ -205,11 +205,12 @@ def verify_command(path: Path, unsafe: bool) -> list[str]:
     return base + ["verify", str(path), "--format", "json"] + unsafe_flags + release
 
 
-def run_in_own_group(command: list[str], cwd: Path, timeout: float) -> tuple[int, str, str] | None:
-    """(exit code, stdout, stderr) of ``command`` run in its own process group; None when
-    the group was killed at ``timeout`` seconds."""
+def run_in_own_group(command: list[str], cwd: Path, timeout: float,
+                     env: dict[str, str] | None = None) -> tuple[int, str, str] | None:
+    """(exit code, stdout, stderr) of ``command`` run in its own process group (in ``env``,
+    else this process's environment); None when the group was killed at ``timeout`` seconds."""
     process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True, env=env)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
