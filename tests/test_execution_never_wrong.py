@@ -319,3 +319,35 @@ def test_a_dict_returned_after_the_loop_that_fills_it_remotely_comes_back_filled
     result, report = optimized_and_verified(FILLED_THEN_RETURNED, family)
     assert "found = nnsight.save(found)" in result.code
     assert report.before.requests == report.after.requests == 2
+
+
+# a patching loop whose corrupt invoke reads the clean invoke's activation: in a session the
+# second iteration's corrupt invoke read the first iteration's `clean` (nnsight runs the
+# invokes of a trace together; measured locally too), so the loop stays as it is
+PASSED_BETWEEN_INVOKES = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+clean_prompt = "Alice gave the book to Bob, so it belongs to"
+corrupt_prompt = "Carol gave the book to Bob, so it belongs to"
+
+restored = []
+for layer in [0, 1, 2]:
+    with model.trace(remote=True) as tracer:
+        with tracer.invoke(clean_prompt):
+            clean = LAYERS[layer].output[:, -1, :]
+        with tracer.invoke(corrupt_prompt):
+            hidden = LAYERS[layer].output  # (waits for the layer: the clean invoke has run it)
+            hidden[:, -1, :] = clean
+            top = model.lm_head.output[0, -1].max().save()
+    restored.append(round(top.item(), 4))
+print(restored)
+'''
+
+
+@both
+def test_a_value_one_invoke_passes_to_another_keeps_its_traces_apart(family):
+    result, report = optimized_and_verified(PASSED_BETWEEN_INVOKES, family)
+    assert "session(" not in result.code and report.after.requests == 3
+    refusal = next(f for f in result.findings if f.pass_id == "session-hoisting")
+    assert "reads `clean`, which another invoke of it binds" in refusal.reason

@@ -108,6 +108,7 @@ from ndif_opt.passes.session_hoisting.plan import (
     containers_left_on_server,
     globals_the_session_would_hide,
     helper_argument_problem,
+    names_passed_between_invokes,
     liveness,
     lost_reason,
     names_released,
@@ -630,7 +631,7 @@ class SessionHoisting(Pass):
         if not reason and region.helper_calls:
             reason = helper_argument_problem(region, facts)
         if not reason:
-            reason = globals_the_session_would_hide(region, facts)
+            reason = globals_the_session_would_hide(region, facts) or names_passed_between_invokes(region, facts)
         if not reason:
             retry = self._retry(region, facts)
             if isinstance(retry, str):

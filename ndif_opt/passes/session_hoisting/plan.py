@@ -7,8 +7,10 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts
-from ndif_opt.analysis.names import NameUse, collect, collect_all, definite_binds, free_reads, returned_name
+from ndif_opt.analysis.facts import Block, Facts, opens_invoke
+from ndif_opt.analysis.names import (
+    NameUse, collect, collect_all, definite_binds, exposed_reads, free_reads, returned_name,
+)
 from ndif_opt.analysis.regions import (
     Accumulator,
     carried_container,
@@ -236,6 +238,34 @@ def _nested_call(stmt: cst.CSTNode, funcs: set[int]) -> bool:
         if find_nodes(scope, lambda n: id(n) in funcs):
             return True
     return False
+
+
+def names_passed_between_invokes(region: Region, facts: Facts) -> str:
+    """Why a trace of the region may not run in a session: one of its invokes reads a name
+    a sibling invoke binds ("" when none does). nnsight runs the invokes of a trace together;
+    in a session the later invoke may find the value an earlier trace left under that name
+    (the previous iteration's), not its sibling's: measured, a patching loop's second
+    iteration read the first one's clean activation."""
+    functions = [helper.func for _, helper in region.helper_calls]
+    for block in facts.blocks:
+        if block.method == "session" or block.tracer_name is None or not _in(block, region, functions):
+            continue
+        invokes = [stmt for stmt in block.node.body.body if opens_invoke(stmt, block.tracer_name)]
+        bound: set[str] = set()
+        for invoke in invokes:
+            shared = sorted(bound & set(exposed_reads(invoke.body.body)))
+            if shared:
+                return (f"an invoke of `{code_of(block.call.func)}(...)` reads `{shared[0]}`, which another invoke "
+                        "of it binds: in a session it may read the value an earlier trace left under that name; "
+                        "keep these traces apart, or compute it in the invoke that reads it")
+            bound |= set(collect(invoke.body).binds)
+    return ""
+
+
+def _in(block: Block, region: Region, functions: list[cst.FunctionDef]) -> bool:
+    """Is the block in the region's statements, or in a function the region calls?"""
+    ancestors = block.stmt.ancestors
+    return any(node in ancestors or node is block.node for node in (*region.statements, *functions))
 
 
 def helper_argument_problem(region: Region, facts: Facts) -> str:
