@@ -351,3 +351,35 @@ def test_a_value_one_invoke_passes_to_another_keeps_its_traces_apart(family):
     assert "session(" not in result.code and report.after.requests == 3
     refusal = next(f for f in result.findings if f.pass_id == "session-hoisting")
     assert "reads `clean`, which another invoke of it binds" in refusal.reason
+
+
+# a numpy Generator drawn from, and an itertools counter advanced, in a loop of traces: a
+# session would advance copies of them, and the draws and ids after the loop would repeat
+STATEFUL_OBJECTS = '''
+import itertools
+
+import numpy as np
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+rng = np.random.default_rng(0)
+run_ids = itertools.count(100)
+
+scores = []
+for prompt in ["The cat sat on the", "The dog ran to the"]:
+    scale = float(rng.uniform(0.0, 0.5))
+    run_id = next(run_ids)
+    with model.trace(prompt, remote=True):
+        LAYERS[1].output[:, -1, :] *= 1 + scale
+        top = model.lm_head.output[0, -1].max().save()
+    scores.append((run_id, round(top.item(), 4)))
+held_out = float(rng.uniform(0.0, 0.5))
+next_run = next(run_ids)
+print(scores, held_out, next_run)
+'''
+
+
+@both
+def test_a_random_generator_and_a_counter_the_loop_advances_stay_on_your_machine(family):
+    result, report = optimized_and_verified(STATEFUL_OBJECTS, family)
+    assert "session(" not in result.code and report.after.requests == 2

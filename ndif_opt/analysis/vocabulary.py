@@ -32,5 +32,17 @@ CONTAINER_MUTATORS = frozenset(
 FILLING_METHODS = frozenset({"append", "extend", "insert", "update", "pop", "clear", "remove", "setdefault"})
 #: Methods that change the file, stream or queue they are called on.
 STREAM_MUTATORS = frozenset({"write", "writelines", "close", "seek", "truncate", "send", "put"})
+#: Methods that draw from a random generator (numpy's Generator and RandomState, random.Random,
+#: torch.Generator): each draw advances the generator, so it changes the object it is called on.
+RANDOM_DRAWS = frozenset(
+    {
+        "random", "uniform", "normal", "standard_normal", "integers", "randint", "choice", "choices",
+        "shuffle", "permutation", "permuted", "sample", "gauss", "normalvariate", "rand", "randn",
+        "random_sample", "randrange", "binomial", "poisson", "exponential", "beta", "gamma",
+        "multinomial", "dirichlet", "bytes", "getrandbits", "seed", "manual_seed", "set_state",
+    }
+)  # fmt: skip
+#: Builtins that change the iterator they are given (`next(it)` advances it).
+ADVANCING_BUILTINS = frozenset({"next"})
 #: Methods that change the object they are called on, whatever it is.
-MUTATING_METHODS = CONTAINER_MUTATORS | STREAM_MUTATORS
+MUTATING_METHODS = CONTAINER_MUTATORS | STREAM_MUTATORS | RANDOM_DRAWS
