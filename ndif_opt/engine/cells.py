@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from ndif_opt.engine.finding_edits import with_fixes
 from ndif_opt.engine.ipython_lines import (
     PROLOGUE,
     Magic,
@@ -72,6 +73,7 @@ class CellFinding:
     cell: int
     finding: Finding
     uses: tuple[tuple[int, Range], ...] = ()
+    touched: tuple[tuple[int, Range], ...] = ()  # the finding's ``touched``, each in its cell
 
     def to_dict(self) -> dict:
         return {"cell": self.cell, **self.finding.to_dict()}
@@ -370,8 +372,26 @@ def _locate(result: Result, joined: _Joined) -> list[CellFinding]:
         cell, rng = in_cell(finding.range)
         uses = tuple(in_cell(use) for use in finding.uses)
         noted = finding.framed(after=_used_in(sorted({c for c, _ in uses if c != cell})))
-        located.append(CellFinding(cell, replace(noted, range=rng, uses=()), uses))
+        touched = tuple(part for span in finding.touched for part in _span_in_cells(span, joined.lines))
+        located.append(CellFinding(cell, replace(noted, range=rng, uses=(), touched=()), uses, touched))
     return located
+
+
+def _span_in_cells(span: Range, lines: list[tuple[int, int]]) -> list[tuple[int, Range]]:
+    """A touched span of the joined module (lines [start, end)) as spans of its cells."""
+    if not lines:
+        return []
+    last = len(lines) - 1
+    first, end = span.start.line, max(span.start.line, span.end.line)
+    if first == end:  # an insertion
+        cell, line = lines[min(first, last)]
+        return [(cell, Range.of(line, 0, line, 0))]
+    spans: dict[int, tuple[int, int]] = {}
+    for k in range(first, min(end, last + 1)):
+        cell, line = lines[k]
+        low, high = spans.get(cell, (line, line + 1))
+        spans[cell] = (min(low, line), max(high, line + 1))
+    return [(cell, Range.of(low, 0, high, 0)) for cell, (low, high) in spans.items()]
 
 
 def _used_in(cells: list[int]) -> str:
@@ -431,7 +451,8 @@ def _optimize_cell_script(text: str, cells: list[str], options: Options, filenam
 
     findings = tuple(
         item.finding.with_range(moved(item.cell, item.finding.range),
-                                tuple(moved(cell, use) for cell, use in item.uses))
+                                tuple(moved(cell, use) for cell, use in item.uses),
+                                tuple(moved(cell, span) for cell, span in item.touched))
         for item in run.findings
     )
     code = "".join(run.pieces[index] for index in range(len(cells)))
@@ -454,14 +475,14 @@ def optimize_script(text: str, options: Options, *, filename: str | None = None,
     if cells is not None:
         result = _optimize_cell_script(text, cells, options, filename)
         if result is not None:
-            return result
+            return with_fixes(result)
     masked = mask_script(text)
     try:
         result = run_pipeline(text if masked is None else masked.code, options, filename, cache,
                               prefiltered=prefiltered)
     except SyntaxError as error:
         raise script_syntax_error(error, text, masked) from None
-    return result if masked is None else masked.restore(result)
+    return with_fixes(result if masked is None else masked.restore(result))
 
 
 def check_script_syntax(text: str, filename: str | None = None) -> None:
