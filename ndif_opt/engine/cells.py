@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from ndif_opt.engine.finding_edits import with_fixes
+from ndif_opt.engine.finding_edits import apply_edits, with_fixes
 from ndif_opt.engine.ipython_lines import (
     PROLOGUE,
     Magic,
@@ -89,11 +90,24 @@ class CellsResult:
     result: Result  # optimizing the joined cells (markers and placeholders included)
     findings: tuple[CellFinding, ...] = ()
     barriers: tuple[int, ...] = ()  # cells kept apart from the cell before them
+    # the joined module's code -> each cell's code (raises SplitError when it cannot be cut)
+    cut: Callable[[str], dict[int, str]] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def changed_cells(self) -> tuple[int, ...]:
         """Indices (in the notebook) of the cells whose code changed."""
         return tuple(i for i, old, new in zip(self.indices, self.sources, self.new_sources) if old != new)
+
+    def fixed(self, finding: Finding) -> tuple[str, ...] | None:
+        """Each cell's code with ``finding``'s fix (``Finding.fix``, in the joined module's
+        lines) applied, and nothing else; None when it has none or cannot be cut into cells."""
+        if not finding.fix or self.cut is None:
+            return None
+        try:
+            pieces = self.cut(apply_edits(self.result.source, finding.fix))
+        except (SplitError, ValueError):
+            return None
+        return tuple(pieces[index] for index in self.indices)
 
 
 def _marker(nonce: str, index: int, barrier: bool) -> str:
@@ -194,7 +208,7 @@ def optimize_cells(sources: list[str] | tuple[str, ...], *, indices: list[int] |
     cells = [Cell(index, code) for index, code in zip(indices, sources)]
     run = run_cells(cells, nonce_for("\n".join(sources)), options, filename)
     return CellsResult(sources, indices, tuple(run.pieces[i] for i in indices), run.result, run.findings,
-                       run.barriers)
+                       run.barriers, run.cut)
 
 
 @dataclass
@@ -203,6 +217,7 @@ class CellsRun:
     pieces: dict[int, str]  # each code cell's new code (its code when unchanged)
     findings: tuple[CellFinding, ...]
     barriers: tuple[int, ...]
+    cut: Callable[[str], dict[int, str]] | None = None  # the joined module's code -> each cell's code
 
 
 def run_cells(cells: list[Cell], nonce: str, options: Options, filename: str | None,
@@ -230,7 +245,7 @@ def run_cells(cells: list[Cell], nonce: str, options: Options, filename: str | N
     barriers = {cell.index for cell in cells[1:]}
     prologue = bool(magics or barriers)
     joined = _join(cells, masked, nonce, barriers, prologue, line_maps)
-    result = run_pipeline(joined.code, options, filename=filename)
+    result = with_fixes(run_pipeline(joined.code, options, filename=filename))
     apart = _requests_kept_apart(cells, masked)
     notes = _barrier_notes(apart)
     if not result.changed:
@@ -252,7 +267,8 @@ def run_cells(cells: list[Cell], nonce: str, options: Options, filename: str | N
         return _unchanged(cells, result, joined, notes, refused=True)
     findings = tuple(notes) + tuple(_locate(result, joined))
     findings = tuple(sorted(findings, key=lambda f: (f.cell, f.finding.range.start, f.finding.pass_id)))
-    return CellsRun(result, {c.index: pieces[c.index] for c in cells}, findings, apart)
+    return CellsRun(result, {c.index: pieces[c.index] for c in cells}, findings, apart,
+                    lambda code: _split(code, cells, nonce, magics, prologue))
 
 
 def statements_moved(before: dict[int, str], after: dict[int, str]) -> list[tuple[int, int, str]]:
