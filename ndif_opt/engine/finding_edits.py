@@ -50,16 +50,20 @@ class LineOrigins:
         Lines are paired by their text without indentation, so that code a rewrite moved
         into a block keeps where it came from: such a line is a change of its own line."""
         old, new = self.code.split("\n"), after.split("\n")
+        bare_old, bare_new = [line.strip() for line in old], [line.strip() for line in new]
         spans: list[Span] = []
         changed: list[Span] = []
-        for tag, i1, i2, j1, j2 in _opcodes([line.strip() for line in old], [line.strip() for line in new]):
+        moved = None
+        for tag, i1, i2, j1, j2 in _opcodes(bare_old, bare_new):
             if tag == "equal":
                 spans += self.spans[i1:i2]
                 changed += [self.spans[i1 + k] for k in range(i2 - i1) if old[i1 + k] != new[j1 + k]]
                 continue
             hunk = self._union(i1, i2)
             changed.append(hunk)
-            spans += [hunk] * (j2 - j1)
+            if moved is None:
+                moved = _occurrences(bare_old, bare_new)
+            spans += [self.spans[moved[j]] if j in moved else hunk for j in range(j1, j2)]
         self.code, self.spans = after, spans
         if not findings or not changed:
             return list(findings)
@@ -95,6 +99,22 @@ def _merged(spans: list[Span]) -> list[Span]:
     return out
 
 
+def _occurrences(old: list[str], new: list[str]) -> dict[int, int]:
+    """Lines of ``new`` -> the line of ``old`` each is, by occurrence: a line (not blank) whose
+    text stands as often in both is the same occurrence of it (a rewrite moved it past
+    others, which the diff cannot pair)."""
+    where_old: dict[str, list[int]] = {}
+    for i, line in enumerate(old):
+        if line:
+            where_old.setdefault(line, []).append(i)
+    where_new: dict[str, list[int]] = {}
+    for j, line in enumerate(new):
+        if line:
+            where_new.setdefault(line, []).append(j)
+    return {j: mine[k] for line, theirs in where_new.items()
+            if len(mine := where_old.get(line, ())) == len(theirs) for k, j in enumerate(theirs)}
+
+
 def _opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
     return difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
 
@@ -107,7 +127,8 @@ def with_fixes(result: Result) -> Result:
         return result
     ids = _ids(findings)
     applied = [k for k, finding in enumerate(findings) if finding.status is Status.APPLIED]
-    edits = [part for edit in result.edits for part in _line_by_line(edit)]
+    source_lines = result.source.splitlines()
+    edits = [part for edit in result.edits for part in _line_by_line(edit, source_lines)]
     owners = _owners(edits, [findings[k] for k in applied])
     parent = list(range(len(applied)))
 
@@ -172,15 +193,22 @@ def apply_edits(text: str, edits: Sequence[Edit]) -> str:
     return "".join(out)
 
 
-def _line_by_line(edit: Edit) -> list[Edit]:
-    """An edit that replaces lines by as many lines, as one edit per line (two fixes that
-    changed neighbouring lines each have theirs); any other edit as it is."""
+def _line_by_line(edit: Edit, source_lines: Sequence[str]) -> list[Edit]:
+    """An edit that replaces lines by as many lines, each like the one it replaces (a
+    parameter added to a `def`, a call to a save), as one edit per line: two fixes that
+    changed neighbouring lines each have theirs. Any other edit as it is."""
     start, end = edit.range.start, edit.range.end
     lines = edit.new_text.splitlines(keepends=True)
     if start.character or end.character or end.line - start.line != len(lines) or len(lines) < 2 \
-            or not edit.new_text.endswith(("\n", "\r")):
+            or not edit.new_text.endswith(("\n", "\r")) or end.line > len(source_lines):
         return [edit]
+    for old, new in zip(source_lines[start.line:end.line], lines):
+        if difflib.SequenceMatcher(None, old.strip(), new.strip(), autojunk=False).ratio() < _ALIKE:
+            return [edit]
     return [Edit(Range.of(start.line + k, 0, start.line + k + 1, 0), line) for k, line in enumerate(lines)]
+
+
+_ALIKE = 0.6  # how alike two lines must be to be taken for one line edited
 
 
 def _owners(edits: Sequence[Edit], applied: Sequence[Finding]) -> list[list[int]]:
