@@ -116,7 +116,20 @@ def _occurrences(old: list[str], new: list[str]) -> dict[int, int]:
 
 
 def _opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
-    return difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    """difflib's opcodes, the lines both begin and end with set aside first (a window's
+    prelude; what a pass left alone after its rewrite): the matcher sees only the middle."""
+    head, most = 0, min(len(a), len(b))
+    while head < most and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < most - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    middle = difflib.SequenceMatcher(None, a[head:len(a) - tail], b[head:len(b) - tail], autojunk=False)
+    codes = [("equal", 0, head, 0, head)] if head else []
+    codes += [(tag, i1 + head, i2 + head, j1 + head, j2 + head) for tag, i1, i2, j1, j2 in middle.get_opcodes()]
+    if tail:
+        codes.append(("equal", len(a) - tail, len(a), len(b) - tail, len(b)))
+    return codes
 
 
 def with_fixes(result: Result) -> Result:
@@ -212,20 +225,28 @@ _ALIKE = 0.6  # how alike two lines must be to be taken for one line edited
 
 
 def _owners(edits: Sequence[Edit], applied: Sequence[Finding]) -> list[list[int]]:
-    """For each edit, the applied findings (by position in ``applied``) it was made for."""
+    """For each edit, the applied findings (by position in ``applied``) it was made for: one
+    sweep over the edits and the touched spans, both by their first line."""
     if not applied:
         return [[] for _ in edits]
-    touched = [[_lines(r, inclusive=False) for r in finding.touched] for finding in applied]
+    spans = sorted((a, b, k) for k, finding in enumerate(applied)
+                   for a, b in (_lines(r, inclusive=False) for r in finding.touched))
     ranges = [_lines(finding.range) for finding in applied]
-    owners = []
-    for edit in edits:
-        span = _lines(edit.range, inclusive=False)
-        held = [k for k, spans in enumerate(touched) if any(_meet(span, s) for s in spans)]
+    owners: list[list[int]] = [[] for _ in edits]
+    active: list[tuple[int, int, int]] = []
+    taken = 0
+    for e in sorted(range(len(edits)), key=lambda e: _lines(edits[e].range, inclusive=False)):
+        span = _lines(edits[e].range, inclusive=False)
+        while taken < len(spans) and spans[taken][0] <= span[1]:
+            active.append(spans[taken])
+            taken += 1
+        active = [item for item in active if item[1] >= span[0]]  # (the edits that follow start later)
+        held = sorted({k for a, b, k in active if _meet(span, (a, b))})
         if not held:
             held = [k for k, r in enumerate(ranges) if _meet(span, r)]
         if not held:
             held = [min(range(len(applied)), key=lambda k: (_distance(span, ranges[k]), k))]
-        owners.append(held)
+        owners[e] = held
     return owners
 
 
