@@ -81,6 +81,17 @@ class Finding:
     # an applied fix's message worded as a proposal ("would wrap this loop…"), for where the
     # output is not written (see ``worded``); None for a finding whose message proposes already
     proposal: str | None = field(default=None, compare=False, repr=False)
+    # an applied fix's lines in the code as written that the pipeline's rewrite for it changed
+    # (line spans, end exclusive; an empty one is an insertion there): what ties the final
+    # edits to their findings (engine/finding_edits.py). Not reported
+    touched: tuple[Range, ...] = field(default=(), compare=False, repr=False)
+    # this finding in its result (``pass-id@line:column``), for ``needs``
+    id: str = field(default="", compare=False, repr=False)
+    # an applied fix's edits of the code as written: the edits the pipeline made for it, with
+    # those of the findings in ``needs`` (an edit that is not valid without theirs): applied
+    # together, once, they are the fix (Ruff's Fix, Fixit's replacement)
+    fix: tuple[Edit, ...] = field(default=(), compare=False, repr=False)
+    needs: tuple[str, ...] = field(default=(), compare=False, repr=False)  # ids of the others
 
     @property
     def applied(self) -> bool:
@@ -104,17 +115,19 @@ class Finding:
         return dataclasses.replace(self, message=before + self.message + after,
                                    proposal=None if self.proposal is None else before + self.proposal + after)
 
-    def with_range(self, range: Range, uses: tuple[Range, ...] | None = None) -> "Finding":
-        """This finding at ``range`` (and its ``uses`` at ``uses``, when given):
+    def with_range(self, range: Range, uses: tuple[Range, ...] | None = None,
+                   touched: tuple[Range, ...] | None = None) -> "Finding":
+        """This finding at ``range`` (and its ``uses`` and ``touched`` at those, when given):
         ``dataclasses.replace`` without its per-call cost (a long file's windows move every
         finding they make); keep it to every field."""
         return Finding(self.pass_id, self.message, range, self.status, self.safety, self.reason, self.evidence,
-                       self.uses if uses is None else uses, self.requests, self.subject, self.proposal)
+                       self.uses if uses is None else uses, self.requests, self.subject, self.proposal,
+                       self.touched if touched is None else touched, self.id, self.fix, self.needs)
 
     def to_dict(self, written: bool = True) -> dict:
         """JSON-ready; its message worded for whether the output is ``written`` (see ``worded``)."""
         data = asdict(self)
-        for unreported in ("evidence", "uses", "requests", "subject", "proposal"):
+        for unreported in ("evidence", "uses", "requests", "subject", "proposal", "touched", "id", "fix", "needs"):
             del data[unreported]
         data["message"] = self.worded(written)
         data["status"] = self.status.value

@@ -76,7 +76,7 @@ def test_source_without_nnsight_is_untouched_and_fast_path():
 def test_a_finding_moved_keeps_every_other_field():
     import dataclasses
 
-    from ndif_opt.types import Finding, Range, Safety, Status
+    from ndif_opt.types import Edit, Finding, Range, Safety, Status
 
     uses = (Range.of(5, 2, 5, 4),)
     finding = Finding("p", "m", Range.of(0, 0, 0, 1), Status.SKIPPED, Safety.UNSAFE, "why", "x.cpu()", uses)
@@ -87,10 +87,15 @@ def test_a_finding_moved_keeps_every_other_field():
     # every field but the range is copied: a field added to Finding must be added there too
     assert {f.name for f in dataclasses.fields(Finding)} == {
         "pass_id", "message", "range", "status", "safety", "reason", "evidence", "uses", "requests", "subject",
-        "proposal"}
+        "proposal", "touched", "id", "fix", "needs"}
     claimed = dataclasses.replace(finding, requests=(3, 1), subject="with x:", proposal="would m")
     kept = claimed.with_range(Range.of(3, 0, 3, 1))
     assert (kept.requests, kept.subject, kept.proposal) == ((3, 1), "with x:", "would m")
+    fixed = dataclasses.replace(finding, touched=(Range.of(1, 0, 2, 0),), id="p@1:1", needs=("q@2:1",),
+                                fix=(Edit(Range.of(1, 0, 2, 0), "y\n"),))
+    kept = fixed.with_range(Range.of(3, 0, 3, 1))
+    assert (kept.touched, kept.id, kept.fix, kept.needs) == (fixed.touched, fixed.id, fixed.fix, fixed.needs)
+    assert fixed.with_range(fixed.range, touched=(Range.of(4, 0, 4, 0),)).touched == (Range.of(4, 0, 4, 0),)
 
 
 def test_the_report_says_which_way_each_figure_went():

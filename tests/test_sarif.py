@@ -105,12 +105,19 @@ def test_prompt_loop_concrete_values():
     }
     assert entry["properties"]["status"] == "applied"
 
-    # The fix is the pass's own edit; applied to the file it gives that pass's output.
+    # The fix is the edit the pipeline made for it, with the reduction-pushdown's inside the
+    # session it makes (which needs it): here they are all the pipeline's edits.
+    assert entry["properties"]["id"] == f"session-hoisting@{for_line}:1"
+    (pushdown,) = [r for r in run["results"] if r["ruleId"] == "reduction-pushdown"]
+    assert entry["properties"]["needs"] == [pushdown["properties"]["id"]]
+    assert pushdown["properties"]["needs"] == [entry["properties"]["id"]]
     (fix,) = entry["fixes"]
+    assert fix["description"]["text"] == f"ndif-opt: session-hoisting (with {pushdown['properties']['id']})"
+    assert pushdown["fixes"][0]["artifactChanges"] == fix["artifactChanges"]
     (change,) = fix["artifactChanges"]
     assert change["artifactLocation"]["uri"] == "examples/prompt_loop.py"
     applied = apply_replacements(PROMPT_LOOP, change["replacements"])
-    assert applied == optimize(PROMPT_LOOP, select=["session-hoisting"]).code
+    assert applied == optimize(PROMPT_LOOP).code
 
 
 def apply_replacements(text: str, replacements: list[dict]) -> str:
@@ -145,20 +152,17 @@ def test_every_example_gives_a_valid_log():
     assert {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in results} <= {
         p for p, _ in entries
     }
-    # Every edit of a pass run alone goes to exactly one of its results.
+    # Every applied finding has a fix; the fixes of a group are one; each group's applied once
+    # gives the pipeline's output.
     for path, result in entries:
-        for pass_id in {f.pass_id for f in result.findings if f.applied}:
-            alone = optimize(result.source, select=[pass_id])
-            given = [
-                rep
-                for r in results
-                if r["ruleId"] == pass_id
-                and r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == path
-                for fix in r.get("fixes", [])
-                for change in fix["artifactChanges"]
-                for rep in change["replacements"]
-            ]
-            assert len(given) == len(alone.edits)
+        mine = [r for r in results if r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == path]
+        groups = {}
+        for r in mine:
+            assert ("fixes" in r) == (r["properties"]["status"] == "applied"), r
+            for fix in r.get("fixes", []):
+                (change,) = fix["artifactChanges"]
+                groups[json.dumps(change["replacements"])] = change["replacements"]
+        assert apply_replacements(result.source, [rep for reps in groups.values() for rep in reps]) == result.code
 
 
 def test_levels_suppressions_and_reasons():

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from ndif_opt.engine.finding_edits import apply_edits, with_fixes
 from ndif_opt.engine.ipython_lines import (
     PROLOGUE,
     Magic,
@@ -72,6 +74,7 @@ class CellFinding:
     cell: int
     finding: Finding
     uses: tuple[tuple[int, Range], ...] = ()
+    touched: tuple[tuple[int, Range], ...] = ()  # the finding's ``touched``, each in its cell
 
     def to_dict(self) -> dict:
         return {"cell": self.cell, **self.finding.to_dict()}
@@ -87,11 +90,24 @@ class CellsResult:
     result: Result  # optimizing the joined cells (markers and placeholders included)
     findings: tuple[CellFinding, ...] = ()
     barriers: tuple[int, ...] = ()  # cells kept apart from the cell before them
+    # the joined module's code -> each cell's code (raises SplitError when it cannot be cut)
+    cut: Callable[[str], dict[int, str]] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def changed_cells(self) -> tuple[int, ...]:
         """Indices (in the notebook) of the cells whose code changed."""
         return tuple(i for i, old, new in zip(self.indices, self.sources, self.new_sources) if old != new)
+
+    def fixed(self, finding: Finding) -> tuple[str, ...] | None:
+        """Each cell's code with ``finding``'s fix (``Finding.fix``, in the joined module's
+        lines) applied, and nothing else; None when it has none or cannot be cut into cells."""
+        if not finding.fix or self.cut is None:
+            return None
+        try:
+            pieces = self.cut(apply_edits(self.result.source, finding.fix))
+        except (SplitError, ValueError):
+            return None
+        return tuple(pieces[index] for index in self.indices)
 
 
 def _marker(nonce: str, index: int, barrier: bool) -> str:
@@ -192,7 +208,7 @@ def optimize_cells(sources: list[str] | tuple[str, ...], *, indices: list[int] |
     cells = [Cell(index, code) for index, code in zip(indices, sources)]
     run = run_cells(cells, nonce_for("\n".join(sources)), options, filename)
     return CellsResult(sources, indices, tuple(run.pieces[i] for i in indices), run.result, run.findings,
-                       run.barriers)
+                       run.barriers, run.cut)
 
 
 @dataclass
@@ -201,6 +217,7 @@ class CellsRun:
     pieces: dict[int, str]  # each code cell's new code (its code when unchanged)
     findings: tuple[CellFinding, ...]
     barriers: tuple[int, ...]
+    cut: Callable[[str], dict[int, str]] | None = None  # the joined module's code -> each cell's code
 
 
 def run_cells(cells: list[Cell], nonce: str, options: Options, filename: str | None,
@@ -228,7 +245,7 @@ def run_cells(cells: list[Cell], nonce: str, options: Options, filename: str | N
     barriers = {cell.index for cell in cells[1:]}
     prologue = bool(magics or barriers)
     joined = _join(cells, masked, nonce, barriers, prologue, line_maps)
-    result = run_pipeline(joined.code, options, filename=filename)
+    result = with_fixes(run_pipeline(joined.code, options, filename=filename))
     apart = _requests_kept_apart(cells, masked)
     notes = _barrier_notes(apart)
     if not result.changed:
@@ -250,7 +267,8 @@ def run_cells(cells: list[Cell], nonce: str, options: Options, filename: str | N
         return _unchanged(cells, result, joined, notes, refused=True)
     findings = tuple(notes) + tuple(_locate(result, joined))
     findings = tuple(sorted(findings, key=lambda f: (f.cell, f.finding.range.start, f.finding.pass_id)))
-    return CellsRun(result, {c.index: pieces[c.index] for c in cells}, findings, apart)
+    return CellsRun(result, {c.index: pieces[c.index] for c in cells}, findings, apart,
+                    lambda code: _split(code, cells, nonce, magics, prologue))
 
 
 def statements_moved(before: dict[int, str], after: dict[int, str]) -> list[tuple[int, int, str]]:
@@ -370,8 +388,26 @@ def _locate(result: Result, joined: _Joined) -> list[CellFinding]:
         cell, rng = in_cell(finding.range)
         uses = tuple(in_cell(use) for use in finding.uses)
         noted = finding.framed(after=_used_in(sorted({c for c, _ in uses if c != cell})))
-        located.append(CellFinding(cell, replace(noted, range=rng, uses=()), uses))
+        touched = tuple(part for span in finding.touched for part in _span_in_cells(span, joined.lines))
+        located.append(CellFinding(cell, replace(noted, range=rng, uses=(), touched=()), uses, touched))
     return located
+
+
+def _span_in_cells(span: Range, lines: list[tuple[int, int]]) -> list[tuple[int, Range]]:
+    """A touched span of the joined module (lines [start, end)) as spans of its cells."""
+    if not lines:
+        return []
+    last = len(lines) - 1
+    first, end = span.start.line, max(span.start.line, span.end.line)
+    if first == end:  # an insertion
+        cell, line = lines[min(first, last)]
+        return [(cell, Range.of(line, 0, line, 0))]
+    spans: dict[int, tuple[int, int]] = {}
+    for k in range(first, min(end, last + 1)):
+        cell, line = lines[k]
+        low, high = spans.get(cell, (line, line + 1))
+        spans[cell] = (min(low, line), max(high, line + 1))
+    return [(cell, Range.of(low, 0, high, 0)) for cell, (low, high) in spans.items()]
 
 
 def _used_in(cells: list[int]) -> str:
@@ -431,7 +467,8 @@ def _optimize_cell_script(text: str, cells: list[str], options: Options, filenam
 
     findings = tuple(
         item.finding.with_range(moved(item.cell, item.finding.range),
-                                tuple(moved(cell, use) for cell, use in item.uses))
+                                tuple(moved(cell, use) for cell, use in item.uses),
+                                tuple(moved(cell, span) for cell, span in item.touched))
         for item in run.findings
     )
     code = "".join(run.pieces[index] for index in range(len(cells)))
@@ -454,14 +491,14 @@ def optimize_script(text: str, options: Options, *, filename: str | None = None,
     if cells is not None:
         result = _optimize_cell_script(text, cells, options, filename)
         if result is not None:
-            return result
+            return with_fixes(result)
     masked = mask_script(text)
     try:
         result = run_pipeline(text if masked is None else masked.code, options, filename, cache,
                               prefiltered=prefiltered)
     except SyntaxError as error:
         raise script_syntax_error(error, text, masked) from None
-    return result if masked is None else masked.restore(result)
+    return with_fixes(result if masked is None else masked.restore(result))
 
 
 def check_script_syntax(text: str, filename: str | None = None) -> None:

@@ -266,7 +266,8 @@ class MaskedScript:
         return self.origin[min(line - 1, len(self.origin) - 1)]
 
     def located(self, finding: Finding) -> Finding:
-        return finding.with_range(self._moved(finding.range), tuple(self._moved(use) for use in finding.uses))
+        return finding.with_range(self._moved(finding.range), tuple(self._moved(use) for use in finding.uses),
+                                  tuple(self._moved(span) for span in finding.touched))
 
     def _moved(self, rng: Range) -> Range:
         start = Position(self.source_line(rng.start.line), rng.start.character)

@@ -25,6 +25,7 @@ from ndif_opt.analysis.releases import NNSIGHT_06, target_release, unbound_on_se
 from ndif_opt.analysis.results import script_result_names
 from ndif_opt.cost_model import Estimate, assumptions, explain
 from ndif_opt.engine import windows
+from ndif_opt.engine.finding_edits import LineOrigins
 from ndif_opt.engine.line_diff import lines_mapped, text_edits
 from ndif_opt.engine.origins import Lineage
 from ndif_opt.engine.prefilter import uses_nnsight
@@ -353,7 +354,8 @@ def _placed(plan: windows.Plan, window: windows.Window, done: _Optimized) -> _Pl
     return _Placed(
         cut[0],
         imports,
-        tuple(finding.with_range(moved(finding.range), tuple(map(moved, finding.uses)) if finding.uses else None)
+        tuple(finding.with_range(moved(finding.range), tuple(map(moved, finding.uses)) if finding.uses else None,
+                                 tuple(map(moved, finding.touched)) if finding.touched else None)
               for finding in result.findings),
         tuple(Edit(_shifted(edit.range, start, start), edit.new_text) for edit in done.edits),
         result.assumptions, result.unreturned, result.introduced,
@@ -571,6 +573,7 @@ class _Run:
     refused: list[Finding] = dataclasses.field(default_factory=list)
     # client containers an earlier run's migration left filled on the server (Context's)
     left_on_server: dict[str, str] = dataclasses.field(default_factory=dict)
+    origins: LineOrigins | None = None  # where the current version's lines come from, once one changed
 
     def containers_left_on_server(self) -> dict[str, str]:
         """After the rounds: the client containers the migrated script still fills inside
@@ -604,8 +607,14 @@ class _Run:
         new_facts = None  # of new_module, when the 0.6 check has analysed it already
         if self.options.nnsight == NNSIGHT_06 and new_module is not self.state.module:
             new_module, new_facts, located = self.lowered_for_06(pass_, new_module, located, context)
+        applied = len(self.applied)
         reported = self.record(pass_, context, located)
-        return self.advance(pass_, new_module, new_facts, reported, before)
+        changed = self.advance(pass_, new_module, new_facts, reported, before)
+        if changed:  # the lines it changed, on its findings (engine/finding_edits.py)
+            if self.origins is None:
+                self.origins = LineOrigins(self.source)
+            self.applied[applied:] = self.origins.step(self.state.code, self.applied[applied:])
+        return changed
 
     def answered(self, pass_: Pass) -> bool:
         """The pass's findings of this round without running it (True), when running it

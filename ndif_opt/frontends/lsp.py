@@ -9,8 +9,10 @@ publishes one diagnostic per finding:
 * Hint — an unsafe fix, applied only with ``unsafe-fixes``.
 
 Suppressed findings are not shown. Code actions offer, for each diagnostic of an
-applicable fix, the quick fix "ndif-opt: <pass-id>" (that pass alone), and the source
-action "Optimize this file (ndif-opt)" (every pass). Hovering a line that a finding
+applicable fix, the quick fix "ndif-opt: <pass-id>": the edits the pipeline made for that
+finding (``Finding.fix``), with those of the findings it needs, which the title names too
+("ndif-opt: session-hoisting + reduction-pushdown"; a notebook's cells: that pass run
+alone); and the source action "Optimize this file (ndif-opt)" (every pass). Hovering a line that a finding
 covers shows the file's per-pass cost estimate. Options come from the
 ``[tool.ndif-opt]`` table of the nearest ``pyproject.toml`` (see :mod:`ndif_opt.frontends.config`).
 Notebooks (LSP 3.17 ``notebookDocument/*``, advertised for the Python cells of any
@@ -39,7 +41,7 @@ import logging
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import unquote
 
 from lsprotocol import types
@@ -55,6 +57,7 @@ except ImportError:  # pygls 1.x
     PYGLS_2 = False
 
 from ndif_opt.engine.cells import CellFinding, CellsResult
+from ndif_opt.engine.finding_edits import fix_groups
 from ndif_opt.engine.runtime import collect_garbage_rarely
 from ndif_opt.frontends.config import ConfigError, load_options
 from ndif_opt.options import Options
@@ -178,7 +181,6 @@ class Analysis:
     path: str | None
     result: Result | None  # None: the text does not parse (or analysis failed)
     error: str | None = None
-    solo: dict[str, Result] = field(default_factory=dict)  # pass id -> that pass alone
 
 
 def analyze(text: str, options: Options, path: str | None, cache=None) -> tuple[Result | None, str | None]:
@@ -200,10 +202,6 @@ def guarded(run, path: str | None):
     except Exception as error:  # a bug in a pass must not take the editor down
         log.exception("ndif-opt failed on %s", path)
         return None, f"internal error: {type(error).__name__}: {error}"
-
-
-def solo_options(options: Options, pass_id: str) -> Options:
-    return dataclasses.replace(options, select=frozenset({pass_id}), ignore=frozenset())
 
 
 def diagnostic_message(finding: Finding) -> str:
@@ -276,7 +274,6 @@ class NotebookAnalysis:
     path: str | None
     result: CellsResult | None  # None: a cell does not parse (or analysis failed)
     error: str | None = None
-    solo: dict[str, CellsResult] = field(default_factory=dict)  # pass id -> that pass alone
 
     def position(self, uri: str) -> int | None:
         """The cell's position among the analysed cells, None when it is not one."""
@@ -323,13 +320,14 @@ def cell_diagnostics(analysis: NotebookAnalysis, position: int, index: TextIndex
     return out
 
 
-def cell_edits(before: tuple[str, ...], after: CellsResult) -> list[tuple[int, list[Edit]]]:
-    """(position, edits of that cell) for each cell ``after`` changes: each cell's own text."""
+def cell_edits(before: tuple[str, ...], after: tuple[str, ...]) -> list[tuple[int, list[Edit]]]:
+    """(position, edits of that cell) for each cell whose code ``after`` changes: each cell's
+    own text."""
     from ndif_opt.engine.line_diff import text_edits
 
     return [
         (position, list(text_edits(old, new)))
-        for position, (old, new) in enumerate(zip(before, after.new_sources))
+        for position, (old, new) in enumerate(zip(before, after))
         if old != new
     ]
 
@@ -452,20 +450,6 @@ class NdifOptServer(LanguageServer):
 
         return self.window_caches.setdefault(uri, WindowCache())
 
-    async def solo(self, analysis: Analysis, pass_id: str) -> Result | None:
-        options = solo_options(analysis.options, pass_id)
-        return await self._memo(analysis.solo, pass_id, analyze, analysis.text, options, analysis.path)
-
-    async def _memo(self, memo: dict, pass_id: str, function, *args):
-        """``function(*args)``'s result (run off the event loop) under ``pass_id`` in
-        ``memo``: a pass run alone, once per analysis."""
-        if pass_id not in memo:
-            result, _ = await self.run(function, *args)
-            if result is None:
-                return None
-            memo[pass_id] = result
-        return memo[pass_id]
-
     def schedule(self, uri: str) -> None:
         self._schedule(uri, self._lint)
 
@@ -548,11 +532,6 @@ class NdifOptServer(LanguageServer):
         cells = self.notebook_cells(notebook_uri)
         return tuple(c[0] for c in cells), tuple(c[2] for c in cells)
 
-    async def notebook_solo(self, analysis: NotebookAnalysis, pass_id: str) -> CellsResult | None:
-        options = solo_options(analysis.options, pass_id)
-        return await self._memo(analysis.solo, pass_id, analyze_cells, analysis.texts, analysis.indices, options,
-                                analysis.path)
-
     def schedule_notebook(self, notebook_uri: str) -> None:
         self._schedule(notebook_uri, self._lint_notebook)
 
@@ -599,44 +578,45 @@ class NdifOptServer(LanguageServer):
         only = params.context.only if params.context else None
         actions: list[types.CodeAction] = []
 
-        def edit_of(result: CellsResult) -> types.WorkspaceEdit:
+        def edit_of(new_sources: tuple[str, ...]) -> types.WorkspaceEdit:
             return self.documents_edit([
                 (analysis.uris[p], versions.get(analysis.uris[p]), analysis.texts[p], edits)
-                for p, edits in cell_edits(analysis.texts, result)
+                for p, edits in cell_edits(analysis.texts, new_sources)
             ])
 
         if _wants(only, types.CodeActionKind.QuickFix):
             first = index.client_line(params.range.start)
             last = index.client_line(params.range.end)
-            seen: set[str] = set()
-            for item in analysis.findings_in(position):
-                finding = item.finding
-                if finding.status is not Status.APPLIED or finding.pass_id in seen:
+            mine = [item.finding for item in analysis.findings_in(position)]
+            groups: dict[tuple[Edit, ...], list[Finding]] = {}
+            for item in analysis.result.findings:  # (a group may hold findings of other cells)
+                if item.finding.fix:
+                    groups.setdefault(item.finding.fix, []).append(item.finding)
+            diagnostics = cell_diagnostics(analysis, position, index, indexes)
+            for group in groups.values():
+                here = [f for f in group if any(f is g for g in mine)]
+                if not any(_overlaps(finding, first, last) for finding in here):
                     continue
-                if not _overlaps(finding, first, last):
-                    continue
-                seen.add(finding.pass_id)
-                alone = await self.notebook_solo(analysis, finding.pass_id)
-                if alone is None or not alone.changed_cells:
-                    continue  # this pass does nothing on its own here
-                related = [
-                    d
-                    for d in cell_diagnostics(analysis, position, index, indexes)
-                    if d.code == finding.pass_id and _overlaps_diag(d, first, last)
-                ]
+                fixed = analysis.result.fixed(group[0])
+                if fixed is None:
+                    continue  # (cannot be cut into cells alone)
+                ranges = [(f.pass_id, index.range(f.range.start.line, f.range.start.character, f.range.end.line,
+                                                  f.range.end.character)) for f in here]
+                related = [d for d in diagnostics if (d.code, d.range) in ranges]
                 actions.append(
                     types.CodeAction(
-                        title=f"ndif-opt: {finding.pass_id}",
+                        title=quick_fix_title(group),
                         kind=types.CodeActionKind.QuickFix,
                         diagnostics=related or None,
                         is_preferred=True,
-                        edit=edit_of(alone),
+                        edit=edit_of(fixed),
                     )
                 )
         if analysis.result.changed_cells and _wants(only, SOURCE_ACTION_KIND):
             actions.append(
                 types.CodeAction(
-                    title=NOTEBOOK_SOURCE_ACTION_TITLE, kind=SOURCE_ACTION_KIND, edit=edit_of(analysis.result)
+                    title=NOTEBOOK_SOURCE_ACTION_TITLE, kind=SOURCE_ACTION_KIND,
+                    edit=edit_of(analysis.result.new_sources)
                 )
             )
         if self.current_texts(notebook_uri) != (analysis.uris, analysis.texts):
@@ -673,6 +653,12 @@ class NdifOptServer(LanguageServer):
                 ]
             )
         return types.WorkspaceEdit(changes={uri: text_edits for uri, _, text_edits in changes})
+
+
+def quick_fix_title(group: list[Finding]) -> str:
+    """"ndif-opt: session-hoisting", or, for a fix several findings need, their passes:
+    "ndif-opt: session-hoisting + reduction-pushdown"."""
+    return "ndif-opt: " + " + ".join(dict.fromkeys(finding.pass_id for finding in group))
 
 
 def _wants(only: list[str] | None, kind: str) -> bool:
@@ -797,28 +783,21 @@ async def _code_actions(ls: NdifOptServer, params: types.CodeActionParams) -> li
         if _wants(only, types.CodeActionKind.QuickFix):
             first = index.client_line(params.range.start)
             last = index.client_line(params.range.end)
-            seen: set[str] = set()
-            for finding in result.findings:
-                if finding.status is not Status.APPLIED or finding.pass_id in seen:
+            diagnostics = diagnostics_for(analysis, index)
+            for group in fix_groups(result):
+                if not any(_overlaps(finding, first, last) for finding in group):
                     continue
-                if not _overlaps(finding, first, last):
-                    continue
-                seen.add(finding.pass_id)
-                alone = await ls.solo(analysis, finding.pass_id)
-                if alone is None or not alone.edits:
-                    continue  # this pass does nothing on its own here
-                related = [
-                    d
-                    for d in diagnostics_for(analysis, index)
-                    if d.code == finding.pass_id and _overlaps_diag(d, first, last)
-                ]
+                # the diagnostics of the group's findings: one fix resolves them all
+                ranges = [(f.pass_id, index.range(f.range.start.line, f.range.start.character, f.range.end.line,
+                                                  f.range.end.character)) for f in group]
+                related = [d for d in diagnostics if (d.code, d.range) in ranges]
                 actions.append(
                     types.CodeAction(
-                        title=f"ndif-opt: {finding.pass_id}",
+                        title=quick_fix_title(group),
                         kind=types.CodeActionKind.QuickFix,
                         diagnostics=related or None,
                         is_preferred=True,
-                        edit=ls.workspace_edit(uri, version, text, alone.edits),
+                        edit=ls.workspace_edit(uri, version, text, group[0].fix),
                     )
                 )
         if result.edits and _wants(only, SOURCE_ACTION_KIND):

@@ -2,8 +2,10 @@
 
 One run, one rule per pass, one result per finding. Regions are 1-based with an
 exclusive end column, counted in Unicode code points (``columnKind`` says so). An
-applied finding carries a ``fix``: the edits its pass makes on its own (what the
-editor's quick fix does), split among that pass's applied findings by position.
+applied finding carries a ``fix``: the edits the pipeline made for it (what the editor's
+quick fix does), with those of the findings it needs (``properties.needs``, by their
+``properties.id``): where its edit is not valid alone, the fixes of a group are one fix,
+and applying each group's once gives the pipeline's output.
 Suppressed findings carry ``suppressions: [{"kind": "inSource"}]``.
 """
 
@@ -103,7 +105,16 @@ def _options_for(result: Result, options: Options | None, pass_id: str) -> Optio
 
 
 def _fixes(path: str, result: Result, options: Options | None) -> dict[int, list[Edit]]:
-    """Edits per applied finding (by index in ``result.findings``)."""
+    """Edits per applied finding (by index in ``result.findings``): the edits the pipeline
+    made for it, with those of the findings it needs (``Finding.fix``). A result whose
+    findings do not carry their fixes (a notebook's, in the JSON file's lines) gets each
+    pass's own edits, from that pass run alone, split among its findings by position."""
+    if any(finding.id for finding in result.findings):
+        return {index: list(finding.fix) for index, finding in enumerate(result.findings) if finding.fix}
+    return _solo_fixes(path, result, options)
+
+
+def _solo_fixes(path: str, result: Result, options: Options | None) -> dict[int, list[Edit]]:
     from ndif_opt.engine.cells import optimize_script  # a script's IPython lines masked, as the CLI does
 
     out: dict[int, list[Edit]] = {}
@@ -151,12 +162,17 @@ def _result(path: str, uri: str, finding: Finding, rule_index: int, edits: list[
         entry["ruleIndex"] = rule_index
     if finding.reason:
         entry["properties"]["reason"] = finding.reason
+    if finding.id:
+        entry["properties"]["id"] = finding.id
+    if finding.needs:  # its fix is theirs too: applied together
+        entry["properties"]["needs"] = list(finding.needs)
     if finding.status is Status.SUPPRESSED:
         entry["suppressions"] = [{"kind": "inSource"}]
     if edits:
         entry["fixes"] = [
             {
-                "description": {"text": f"ndif-opt: {finding.pass_id}"},
+                "description": {"text": f"ndif-opt: {finding.pass_id}"
+                                        + (f" (with {', '.join(finding.needs)})" if finding.needs else "")},
                 "artifactChanges": [
                     {
                         "artifactLocation": {"uri": uri},
@@ -186,9 +202,10 @@ def to_sarif(
     ``errors`` are the CLI's ``{"path": ..., "message": ...}`` entries for inputs that
     could not be read or parsed; they become tool execution notifications and make
     the invocation unsuccessful. ``options`` are the options the results were made
-    with (one for all files, or a mapping from path to options); they are used to
-    compute each applied finding's own fix (None: defaults, with unsafe fixes on when
-    an unsafe fix was applied). ``written``: the files hold the fixes (a result's message
+    with (one for all files, or a mapping from path to options); they are used only for
+    results whose findings do not carry their fixes (a notebook's, in its JSON's lines), to
+    compute each pass's own fix (None: defaults, with unsafe fixes on when an unsafe fix was
+    applied). ``written``: the files hold the fixes (a result's message
     says what was done; otherwise what its fix would do).
     """
     from ndif_opt.passes import PASSES
