@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ndif_opt import optimize
 from ndif_opt.engine.cells import statements_moved
 from ndif_opt.frontends.notebook import optimize_notebook
 from ndif_opt.options import Options
@@ -148,3 +149,14 @@ def test_a_definition_in_a_later_percent_cell_stays_in_its_cell():
     code = optimize(source).code
     marker, definition = code.index("# %% [cell 2]"), code.index("def last(values):")
     assert marker < definition, code
+
+
+def test_an_added_import_goes_after_a_pip_install_that_opens_the_script():
+    # `import nnsight` above `!pip install nnsight` fails on a fresh kernel
+    source = ("!pip install -q nnsight\nfrom nnsight import LanguageModel\n\n"
+              'model = LanguageModel("openai-community/gpt2")\nnorms = {}\n'
+              'for p in ["a b", "c d"]:\n    with model.trace(p, remote=True):\n'
+              "        hs = [model.transformer.h[i].output[0, -1].norm().save() for i in range(2)]\n"
+              "    norms[p] = [h.item() for h in hs]\nprint(norms)\n")
+    code = optimize(source).code
+    assert code.startswith("!pip install -q nnsight\nfrom nnsight import LanguageModel\nimport nnsight\n"), code

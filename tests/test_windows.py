@@ -440,6 +440,8 @@ def test_an_import_a_window_needs_goes_where_the_whole_file_run_puts_it(monkeypa
     ("import os\nif x:\n    import nnsight\n", 1),
     ("# a comment first\nx = 1\n", None),
     ('f"doc {1}"\nimport os\n', None),
+    # a masked `!pip install nnsight` (engine/ipython_lines.py) installs what the imports need
+    ('from IPython import get_ipython\nget_ipython().run_line_magic("n", "0", pip)\nfrom nnsight import A\nx = 1\n', 3),
 ])
 def test_import_line_is_where_the_passes_put_an_import(source, line):
     from ndif_opt.syntax.rewrite import with_module_import

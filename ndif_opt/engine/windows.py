@@ -557,13 +557,21 @@ def import_line(tree: ast.Module, name: str) -> int | None:
             return None  # an f-string, or one concatenated with a string: libcst tells them apart
         # (with_module_import passes a string statement, the docstring, and a `global` too)
         nothing = isinstance(first, ast.Global) or (string and isinstance(first.value.value, (str, bytes)))
-        if not (isinstance(first, (ast.Import, ast.ImportFrom)) or nothing):
+        if not (isinstance(first, (ast.Import, ast.ImportFrom)) or nothing or _ipython_line(first)):
             break
         position = max(s.end_lineno for s in line)
         index += len(line)
     if position:
         return position
     return 0 if statements and _first_line(statements[0]) == 1 else None
+
+
+def _ipython_line(statement: ast.stmt) -> bool:
+    """`get_ipython().<method>(...)`, a masked `!pip install`: the import goes after it (as
+    syntax.rewrite.with_module_import puts it)."""
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Call)
+            and isinstance(call.func.value.func, ast.Name) and call.func.value.func.id == "get_ipython")
 
 
 #: The statements libcst keeps on a line of their own (a SimpleStatementLine): not compound ones.

@@ -510,6 +510,16 @@ def _does_nothing(small: cst.BaseSmallStatement) -> bool:
         type(small) is cst.Expr and type(small.value) in (cst.SimpleString, cst.ConcatenatedString))
 
 
+def _ipython_line(small: cst.BaseSmallStatement) -> bool:
+    """`get_ipython().<method>(...)`: a magic or shell line, as IPython (and the masking
+    of engine/ipython_lines.py) writes it."""
+    if type(small) is not cst.Expr or type(small.value) is not cst.Call:
+        return False
+    func = small.value.func
+    return (type(func) is cst.Attribute and type(func.value) is cst.Call
+            and type(func.value.func) is cst.Name and func.value.func.value == "get_ipython")
+
+
 def with_module_import(module: cst.Module, name: str) -> cst.Module:
     """``module`` with `import name` among its first imports (after the docstring, the
     imports and the statements that do nothing which open the file), unless one of those
@@ -524,10 +534,12 @@ def with_module_import(module: cst.Module, name: str) -> cst.Module:
             return module
         if isinstance(small, (cst.Import, cst.ImportFrom)):
             position = index + 1
-        elif _does_nothing(small):
+        elif _does_nothing(small) or _ipython_line(small):
             # the docstring, and statements that do nothing at module level among the opening
             # imports: a notebook's cells joined into one module each start with one, and
-            # the import goes among the first imports, not above a header cell's comments
+            # the import goes among the first imports, not above a header cell's comments;
+            # an IPython line there (`!pip install nnsight`, masked as a `get_ipython()`
+            # call) installs what the imports need: the import goes after it
             position = index + 1
         else:
             break
