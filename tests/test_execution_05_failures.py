@@ -514,3 +514,27 @@ def test_code_after_a_loop_over_every_step_is_reported_and_never_runs(family, lo
     bounded = source.replace(loop, "for step in tracer.iter[0:3]:")
     assert not [f for f in mine(optimize(bounded)) if "steps through generation" in f.message]
     assert all(raised is None for raised in errors(bounded).values())
+
+
+# `remote=True` on the traces of a remote session (copied from a lone trace): NDIF refuses
+# the inner request; the check drops the inner flag, the session runs them
+INNER_REMOTE = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+with model.session(remote=True):
+    tops = list().save()
+    for prompt in ["The cat sat on the", "The dog ran to the"]:
+        with model.trace(prompt, remote=True):
+            tops.append(model.lm_head.output[0, -1].argmax())
+print([int(t) for t in tops])
+'''
+
+
+@both
+def test_remote_on_a_trace_inside_a_remote_session_is_dropped(family):
+    from execution import optimized_and_verified
+
+    result, report = optimized_and_verified(INNER_REMOTE, family)
+    assert "with model.trace(prompt):" in result.code and report.after.requests == 1
+    assert report.original_remote_differs  # the original fails on the (emulated) NDIF

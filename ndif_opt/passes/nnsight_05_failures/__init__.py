@@ -3,7 +3,7 @@
 ## What it does
 A check: it runs once, first, on the code as written, whatever else runs (unless
 `--ignore`d; also on scripts for the pre-0.5 API, and when other passes are selected), and
-reports five ways a script fails on nnsight 0.5+, each with the error nnsight 0.8.1 gives
+reports six ways a script fails on nnsight 0.5+, each with the error nnsight 0.8.1 gives
 (measured on tiny GPT-2 and Llama models, locally and through an emulated NDIF, where the
 error comes back inside a `RemoteError`):
 
@@ -32,8 +32,13 @@ error comes back inside a `RemoteError`):
   anyway (nnsight sends back every name whose value *is* a saved object: an alias of one,
   a cached small int equal to a saved one, a value a helper of yours may have saved).
 
-The last one it fixes: the block saves the value where it binds the name (`.save()` on a
-tensor, `nnsight.save(...)` on anything else).
+- `remote=` on a trace or generate inside a session that runs on NDIF (a trace copied into
+  a session): the inner call would open a second request from inside the server, which
+  NDIF refuses (`remote=True` goes on the outermost session only).
+
+The last two it fixes: the inner `remote=` is dropped where it repeats the session's flag
+(`remote=True`, or the same expression); the block saves the value where it binds the name
+(`.save()` on a tensor, `nnsight.save(...)` on anything else).
 
 ## Why is this bad?
 nnsight 0.5 runs a block's body as code of its own, in a worker that waits at each
@@ -86,6 +91,7 @@ from ndif_opt.analysis.legacy_api import PRE_05, api_generation, scan, unmigrata
 from ndif_opt.passes.base import Context, Pass
 from ndif_opt.passes.nnsight_05_failures.cases import CASES
 from ndif_opt.passes.nnsight_05_failures.exits import report_leading_try, report_returns, traced_bodies
+from ndif_opt.passes.nnsight_05_failures.nested import FlagsDropped, inner_remote_flags
 from ndif_opt.passes.nnsight_05_failures.order import forward_scopes, report_out_of_order
 from ndif_opt.passes.nnsight_05_failures.steps import report_code_after_every_step
 from ndif_opt.passes.nnsight_05_failures.unsaved import SavesAdded, unsaved_names, uses_nnsight_save
@@ -114,6 +120,15 @@ class Nnsight05Failures(Pass):
                 report_code_after_every_step(scope, label, tracers, context)
         for scope in forward_scopes(facts):
             report_out_of_order(scope, facts, context)
+        dropped = inner_remote_flags(facts, context)
+        module = self._saved(module, facts, context)
+        if dropped and not self.report_only:
+            # (the calls of blocks are not on the paths to the saves: the walk keeps them)
+            module = module.visit(FlagsDropped(dropped))
+        return module
+
+    def _saved(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
+        """The module with the saves of names read after their block (reported)."""
         pre05 = api_generation(facts) == PRE_05
         saves: dict[int, cst.BaseExpression] = {}
         for block in facts.blocks:

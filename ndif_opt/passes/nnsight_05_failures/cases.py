@@ -205,4 +205,43 @@ with model.generate("The weather is", max_new_tokens=5, remote=True) as tracer:
 print(tops, tokens)
 """,
     ),
+    Case(
+        name="remote= on a trace inside a remote session is dropped",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    tops = list().save()
+    for prompt in ["The cat", "The dog"]:
+        with model.trace(prompt, remote=True):  # copied from a lone trace
+            tops.append(model.lm_head.output[0, -1].argmax())
+print(tops)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    tops = list().save()
+    for prompt in ["The cat", "The dog"]:
+        with model.trace(prompt):  # copied from a lone trace
+            tops.append(model.lm_head.output[0, -1].argmax())
+print(tops)
+""",
+    ),
+    Case(
+        name="remote= of another flag inside a session is only reported",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+REMOTE, INNER = True, True
+with model.session(remote=REMOTE):
+    with model.trace("The cat", remote=INNER):
+        top = model.lm_head.output[0, -1].argmax().save()
+print(top)
+""",
+        reason="`INNER` may differ from the session's `REMOTE`",
+    ),
 )
