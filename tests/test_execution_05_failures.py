@@ -244,14 +244,28 @@ APPENDED_ACROSS_INVOKES = '''
 '''
 
 
+# the negation of a saved value is a new tensor, never the saved one
+NEGATED_SAVE = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        probs = model.lm_head.output[0, -1].softmax(-1)
+        entropy = -(probs * (probs + 1e-9).log()).sum().save()
+    print(round(entropy.item(), 4))
+'''
+
+
 @both
 @pytest.mark.parametrize("template, start", [(UNBOUND, "NameError: name 'n_tokens' is not defined"),
                                              (UNBOUND_IN_A_FUNCTION, "UnboundLocalError: cannot access local "
                                                                      "variable 'top'"),
                                              (READ_BY_THE_NEXT_BLOCK, "NameError: name 'hidden' is not defined"),
                                              (FILLED_ACROSS_INVOKES, "NameError: name 'scores' is not defined"),
-                                             (APPENDED_ACROSS_INVOKES, "NameError: name 'outs' is not defined")],
-                         ids=["module", "function", "next-block", "filled-across-invokes", "appended-across-invokes"])
+                                             (APPENDED_ACROSS_INVOKES, "NameError: name 'outs' is not defined"),
+                                             (NEGATED_SAVE, "NameError: name 'entropy' is not defined")],
+                         ids=["module", "function", "next-block", "filled-across-invokes", "appended-across-invokes",
+                              "negated-save"])
 def test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script(family, template, start):
     source = script(template, family)
     result = optimize(source)

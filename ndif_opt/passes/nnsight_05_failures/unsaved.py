@@ -341,7 +341,16 @@ def _kind(expr: cst.BaseExpression, facts: Facts) -> str:
     if kind is cst.Name and expr.value in ("True", "False", "None"):
         return _SCALAR
     if kind is cst.UnaryOperation:
-        return _SCALAR if type(expr.operator) is cst.Not else _UNKNOWN
+        if type(expr.operator) is cst.Not:
+            return _SCALAR
+        if is_tensor(expr.expression, models, set()):
+            return _FRESH  # `-t`: a new tensor, whatever `t` was (saved or not)
+        inner = _kind(expr.expression, facts)
+        if inner == _UNKNOWN and is_save_call(expr.expression):
+            # `-x.save()`: x comes out of the trace (a tensor, or a scalar some method made,
+            # which `_kind` would tell): its negation is a new object, never the saved one
+            return _FRESH
+        return inner if inner in (_SCALAR, _FRESH) else _UNKNOWN
     if kind is cst.Attribute and expr.attr.value in MODULE_HOOKS:
         return _ENVOY
     if kind is cst.Attribute and expr.attr.value in _SIZES:
@@ -439,6 +448,12 @@ def _new_tensor(expr: cst.BaseExpression, tensors: set[str], facts: Facts) -> bo
     models = set(facts.models)
     if type(expr) is cst.Subscript:
         return is_tensor(expr.value, models, tensors)
+    if type(expr) is cst.UnaryOperation and type(expr.operator) is not cst.Not:
+        # `-t` (`-t.sum().save()` too: `.save()` gives its receiver): a new tensor
+        inner = expr.expression
+        if is_save_call(inner) and type(inner.func) is cst.Attribute:
+            inner = inner.func.value
+        return is_tensor(inner, models, tensors)
     if type(expr) is cst.Call and type(expr.func) is cst.Attribute:
         # any method of a tensor gives a new object (`.max()`, `.tolist()`), but those that
         # may return the tensor itself and the in-place ones (`add_`), which return it
