@@ -1350,3 +1350,34 @@ def test_a_finding_sizes_a_generate_tracers_result_as_the_generated_ids():
     block = next(b for b in facts.blocks if b.method == "generate")
     described = saved_shape(cst.parse_expression("tracer.result"), block, facts)
     assert described.startswith("[1, ") and "int64" in described and "logits" not in described, described
+
+
+def test_items_of_a_config_dict_are_the_values_they_name():
+    """`layers = CONFIG["layers"]`, `for layer in CONFIG["sweep"]`: an item of a dict the
+    script spells out (bound once at module level) is the value it names — a module, a
+    list of known length, a number — as the analysis reads it (`constant_item`)."""
+    direct = run(script("""
+        with model.trace("The Eiffel Tower is in", remote=True):
+            last = model.model.layers[2].output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    through = run(script("""
+        CONFIG = {"layers": model.model.layers, "probe": {"mid": 2}, "prompt": "The Eiffel Tower is in"}
+        layers = CONFIG["layers"]
+        layer = CONFIG["probe"]["mid"]
+        with model.trace(CONFIG["prompt"], remote=True):
+            last = layers[layer].output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    assert through.download_bytes == direct.download_bytes  # the view ships the layer's storage
+    literal = run(script("""
+        for layer in [0, 1, 3]:
+            with model.trace("The Eiffel Tower is in", remote=True):
+                last = model.model.layers[layer].output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    sweep = run(script("""
+        CONFIG = {"layers": model.model.layers, "sweep": [0, 1, 3]}
+        for layer in CONFIG["sweep"]:
+            with model.trace("The Eiffel Tower is in", remote=True):
+                last = CONFIG["layers"][layer].output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    assert (sweep.requests, sweep.forward_passes, sweep.layer_evaluations) == (3, 3, 3 * 32)
+    assert sweep.download_bytes == literal.download_bytes

@@ -14,7 +14,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import config_entry
 from ndif_opt.analysis.generation_steps import tracer_steps
-from ndif_opt.analysis.regions import arithmetic, dict_view_length
+from ndif_opt.analysis.regions import arithmetic, constant_item, dict_view_length
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.constants import TENSOR_OVERHEAD, UNROLL_LIMIT
 from ndif_opt.cost.model_registry import dtype_size
@@ -111,6 +111,9 @@ class ExpressionWalk:
                 return items
             if func == "trange" and args:
                 return self.elements(cst.Call(func=cst.Name("range"), args=expr.args), depth + 1)
+        item = self._constant_item(expr)
+        if item is not None:  # `CONFIG["sweep"]`
+            return self.elements(item, depth + 1)
         if type(expr) is cst.Subscript and len(expr.slice) == 1 and type(expr.slice[0].slice) is cst.Slice:
             items = self.elements(expr.value, depth + 1)
             sl = expr.slice[0].slice
@@ -261,7 +264,44 @@ class ExpressionWalk:
             return arithmetic(expr, lambda operand: self.integer(operand, depth + 1))
         return None
 
+    def _constant_item(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """What an item of a dict, list or tuple the script spells out stands for
+        (`CONFIG["layers"]`, `CONFIG["probe"]["mid"]`: the analysis's `constant_item`),
+        when the walk has not bound its container's name to a value of its own."""
+        if type(expr) is not cst.Subscript or len(expr.slice) != 1 or type(expr.slice[0].slice) is not cst.Index:
+            return None
+        root = expr.value
+        while type(root) is cst.Subscript:
+            root = root.value
+        if type(root) is not cst.Name:
+            return None
+        bound = self.env.get(root.value)
+        if isinstance(bound, Shape) and bound.value is not None:
+            return None  # a value the walk knows (a loop's element, a list it filled)
+        return constant_item(expr, self.facts)
+
+    def _through_constant_items(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """``expr`` with the constant item its chain of attributes, indexes and calls
+        starts from spelled out (`CONFIG["layers"][i].output` → `model.layers[i].output`),
+        or None when there is none."""
+        item = self._constant_item(expr)
+        if item is not None:
+            return item
+        kind = type(expr)
+        if kind is cst.Attribute or kind is cst.Subscript:
+            inner = self._through_constant_items(expr.value)
+            return None if inner is None else expr.with_changes(value=inner)
+        if kind is cst.Call and type(expr.func) is cst.Attribute:
+            inner = self._through_constant_items(expr.func)
+            return None if inner is None else expr.with_changes(func=inner)
+        return None
+
     def value(self, expr: cst.BaseExpression) -> Shape | ModuleRef:
+        kind = type(expr)
+        if kind is cst.Subscript or kind is cst.Attribute or kind is cst.Call:
+            spelled = self._through_constant_items(expr)
+            if spelled is not None:  # `layers = CONFIG["layers"]`: a module, not an unknown item
+                return self.value(spelled)
         forward = self.forward
         if forward is not None:
             dims, seq, batch, new_tokens = forward.dims, forward.seq, forward.batch, forward.max_new_tokens
