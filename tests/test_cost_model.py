@@ -1381,3 +1381,24 @@ def test_items_of_a_config_dict_are_the_values_they_name():
         """), **{"view-storage": "storage"}).cost
     assert (sweep.requests, sweep.forward_passes, sweep.layer_evaluations) == (3, 3, 3 * 32)
     assert sweep.download_bytes == literal.download_bytes
+
+
+def test_token_ids_of_a_known_text_are_as_long_as_its_tokens():
+    """`model.tokenizer(text, return_tensors="pt")["input_ids"]` of a text the walk knows
+    (a literal, a loop's element, `text.lower()` of one) is int64 [1, tokens]: the trace
+    given it runs that many positions, not the default prompt length."""
+    texts = ["Paris is the capital of", "The quick brown fox jumps over the lazy dog and the cat"]
+    literal = run(script(f"""
+        for text in {[t.lower() for t in texts]!r}:
+            with model.trace(text, remote=True):
+                last = model.lm_head.output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    tokenized = run(script(f"""
+        for text in {texts!r}:
+            words = text.lower()
+            encoded = model.tokenizer(words, return_tensors="pt")
+            with model.trace(encoded["input_ids"], remote=True):
+                last = model.lm_head.output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    assert tokenized.download_bytes == literal.download_bytes  # [1, tokens, vocab] logits each
+    assert tokenized.compute_flops == literal.compute_flops

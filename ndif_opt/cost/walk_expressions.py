@@ -36,6 +36,11 @@ _VIEW_METHODS = frozenset(
 )  # fmt: skip
 
 
+_STRING_METHODS = frozenset(
+    {"lower", "upper", "strip", "lstrip", "rstrip", "title", "capitalize", "casefold", "swapcase"}
+)
+
+
 _LAYER_COUNT_ATTRS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
 
 
@@ -296,12 +301,43 @@ class ExpressionWalk:
             return None if inner is None else expr.with_changes(func=inner)
         return None
 
+    def _tokenized(self, call: cst.Call) -> Shape | None:
+        """``model.tokenizer(text, return_tensors="pt")`` of a text (or list of texts) the
+        walk knows: its ``input_ids`` and ``attention_mask``, int64 ``[texts, tokens]``
+        (the longest text's tokens: a batch of tensors is padded to it)."""
+        if type(call.func) is not cst.Attribute or call.func.attr.value != "tokenizer" and not (
+            call.func.attr.value == "__call__" and type(call.func.value) is cst.Attribute
+            and call.func.value.attr.value == "tokenizer"
+        ):
+            return None
+        owner = call.func.value if call.func.attr.value == "tokenizer" else call.func.value.value
+        if self.value(owner) != ModuleRef():
+            return None  # not a model's tokenizer
+        if not any(a.keyword is not None and a.keyword.value == "return_tensors" for a in call.args):
+            return None  # lists of ids, not tensors
+        args = [a.value for a in call.args if a.keyword is None and not a.star]
+        if len(args) != 1:
+            return None
+        text = self.constant_value(args[0])
+        texts = [text] if isinstance(text, str) else text
+        if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
+            return None
+        ids = Shape.tensor((len(texts), max(self.tokens(t) for t in texts)), "int64")
+        return Shape.container([ids, ids], ("input_ids", "attention_mask"))
+
     def value(self, expr: cst.BaseExpression) -> Shape | ModuleRef:
         kind = type(expr)
         if kind is cst.Subscript or kind is cst.Attribute or kind is cst.Call:
             spelled = self._through_constant_items(expr)
             if spelled is not None:  # `layers = CONFIG["layers"]`: a module, not an unknown item
                 return self.value(spelled)
+        if kind is cst.Call:
+            tokenized = self._tokenized(expr)
+            if tokenized is not None:
+                return tokenized
+            text = self._string_method(expr)
+            if text is not None:  # `text.lower()`: the string it gives
+                return Shape.python("str", text)
         forward = self.forward
         if forward is not None:
             dims, seq, batch, new_tokens = forward.dims, forward.seq, forward.batch, forward.max_new_tokens
@@ -357,7 +393,19 @@ class ExpressionWalk:
                     return items[index]
         if type(expr) is cst.FormattedString:
             return self._formatted(expr)
+        if type(expr) is cst.Call:
+            text = self._string_method(expr)
+            if text is not None:
+                return text
         return NO_VALUE
+
+    def _string_method(self, call: cst.Call) -> str | None:
+        """What a string method that takes no argument (`text.lower()`, `.strip()`) gives
+        of a string the walk knows."""
+        if type(call.func) is not cst.Attribute or call.args or call.func.attr.value not in _STRING_METHODS:
+            return None
+        text = self.constant_value(call.func.value)
+        return getattr(text, call.func.attr.value)() if isinstance(text, str) else None
 
     def _formatted(self, expr: cst.FormattedString) -> Any:
         """An f-string whose fields are all known: ``f"Number {i} is"`` in an unrolled loop."""
