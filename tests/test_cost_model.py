@@ -1402,3 +1402,27 @@ def test_token_ids_of_a_known_text_are_as_long_as_its_tokens():
         """), **{"view-storage": "storage"}).cost
     assert tokenized.download_bytes == literal.download_bytes  # [1, tokens, vocab] logits each
     assert tokenized.compute_flops == literal.compute_flops
+
+
+def test_a_loop_whose_body_ends_in_break_runs_once():
+    """A loop body that leaves the loop at its own level (`break`, `return`, `raise`: not
+    under a branch) runs its first iteration only: the form a retry loop takes in a session
+    once its `try` is gone (`for attempt in range(3): ... trace ...; break`)."""
+    source = script("""
+        prompts = ["The cat sat on the", "Paris is the capital of", "One two three"]
+        with model.session(remote=True):
+            for prompt in prompts:
+                for attempt in range(3):
+                    with model.trace(prompt):
+                        top = model.lm_head.output[0, -1].argmax().save()
+                    break
+        """)
+    cost = run(source).cost
+    assert (cost.requests, cost.forward_passes, cost.layer_evaluations) == (1, 3, 3 * 32)
+    first = run(script("""
+        for i in range(4):
+            with model.trace("Hello", remote=True):
+                h = model.model.layers[i].output.save()
+            break
+        """)).cost
+    assert (first.requests, first.forward_passes) == (1, 1)

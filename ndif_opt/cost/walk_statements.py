@@ -88,6 +88,15 @@ def _is_old_api_container(expr: cst.BaseExpression) -> bool:
     return type(expr) is cst.Call and not expr.args and dotted_name(expr.func) in ("nnsight.list", "nnsight.dict")
 
 
+def _leaves_in_its_first_iteration(loop: cst.For) -> bool:
+    """Does the loop's body leave the loop at its own level (`break`, `return`, `raise`
+    not under a branch)? Then, unless it raises before, only its first iteration runs."""
+    return any(
+        type(stmt) is cst.SimpleStatementLine and any(type(s) in (cst.Break, cst.Return, cst.Raise) for s in stmt.body)
+        for stmt in loop.body.body
+    )
+
+
 def _binary_of(operator: cst.BaseAugOp) -> cst.BaseBinaryOp:
     mapping = {
         cst.AddAssign: cst.Add, cst.SubtractAssign: cst.Subtract, cst.MultiplyAssign: cst.Multiply,
@@ -257,6 +266,15 @@ class StatementWalk:
             return
         names = target_names(stmt.target)
         elements = self.elements(stmt.iter)
+        if _leaves_in_its_first_iteration(stmt) and (elements or (elements is None and self.length(stmt.iter) != 0)):
+            # the body ends in `break` (or `return`, `raise`) whatever happens: one iteration
+            if elements:
+                self._bind_target(stmt.target, elements[0])
+            else:
+                for name in names:
+                    self._bind(name, self._element_shape(stmt.iter))
+            self.suite(stmt.body.body, times)
+            return
         if elements is not None and len(elements) <= UNROLL_LIMIT and (
             any(has_str(e) for e in elements)
             or (self._unrolled + len(elements) <= UNROLL_BUDGET and self._varies(stmt))
