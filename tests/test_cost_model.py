@@ -1426,3 +1426,38 @@ def test_a_loop_whose_body_ends_in_break_runs_once():
             break
         """)).cost
     assert (first.requests, first.forward_passes) == (1, 1)
+
+
+def test_a_test_known_before_running_decides_its_branch_and_its_break_or_continue():
+    """In an unrolled loop the walk knows the loop variable: `if prompt == "skip":
+    continue` skips that iteration's trace, `if prompt == "STOP": break` ends the loop. A
+    test on anything else is not evaluated: a module-level flag counts the branch that
+    sends requests (test_the_branch_that_sends_requests_is_counted), and so does a test
+    on a model output."""
+    cost = run(script("""
+        prompts = ["The cat sat on the", "skip", "Paris is the capital of", "STOP", "One two three"]
+        for prompt in prompts:
+            if prompt == "skip":
+                continue
+            if prompt == "STOP":
+                break
+            with model.trace(prompt, remote=True):
+                top = model.lm_head.output[0, -1].argmax().save()
+        """)).cost
+    assert (cost.requests, cost.forward_passes) == (2, 2)
+    flag = run(script("""
+        SKIP = "d e f"
+        for prompt in ["a b c", "d e f", "g h"]:
+            if prompt != SKIP:
+                with model.trace(prompt, remote=True):
+                    top = model.lm_head.output[0, -1].argmax().save()
+        """)).cost
+    assert flag.requests == 2
+    unknown = run(script("""
+        for prompt in ["a b c", "d e f"]:
+            with model.trace(prompt, remote=True):
+                top = model.lm_head.output[0, -1].argmax().save()
+            if top.item() > 3:
+                break
+        """)).cost
+    assert unknown.requests == 2  # a test on a model output: every iteration is counted

@@ -8,6 +8,7 @@ of iterables, integers, the storage a view shares, and the bytes a saved value s
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import libcst as cst
@@ -39,6 +40,20 @@ _VIEW_METHODS = frozenset(
 _STRING_METHODS = frozenset(
     {"lower", "upper", "strip", "lstrip", "rstrip", "title", "capitalize", "casefold", "swapcase"}
 )
+
+
+_COMPARISONS = {
+    cst.Equal: operator.eq, cst.NotEqual: operator.ne, cst.LessThan: operator.lt,
+    cst.LessThanEqual: operator.le, cst.GreaterThan: operator.gt, cst.GreaterThanEqual: operator.ge,
+    cst.In: lambda a, b: a in b, cst.NotIn: lambda a, b: a not in b,
+}
+
+
+def _plain(value: Any) -> bool:
+    """A value a test may be decided on: a literal's (not NO_VALUE, not an object)."""
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 _LAYER_COUNT_ATTRS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
@@ -398,6 +413,33 @@ class ExpressionWalk:
             if text is not None:
                 return text
         return NO_VALUE
+
+    def truth(self, test: cst.BaseExpression) -> bool | None:
+        """The value of an `if` test the walk knows before running (`prompt == "skip"` in
+        an unrolled loop, `not DEBUG`, `MODE in ("fast", "all")`), else None."""
+        kind = type(test)
+        if kind is cst.UnaryOperation and type(test.operator) is cst.Not:
+            inner = self.truth(test.expression)
+            return None if inner is None else not inner
+        if kind is cst.BooleanOperation:
+            left, right = self.truth(test.left), self.truth(test.right)
+            if type(test.operator) is cst.And:
+                return False if left is False or right is False else None if left is None or right is None else True
+            return True if left is True or right is True else None if left is None or right is None else False
+        if kind is cst.Comparison and len(test.comparisons) == 1:
+            operator = type(test.comparisons[0].operator)
+            compare = _COMPARISONS.get(operator)
+            if compare is None:
+                return None
+            left, right = self.constant_value(test.left), self.constant_value(test.comparisons[0].comparator)
+            if not (_plain(left) and _plain(right)):
+                return None
+            try:
+                return bool(compare(left, right))
+            except TypeError:
+                return None
+        value = self.constant_value(test)
+        return bool(value) if _plain(value) else None
 
     def _string_method(self, call: cst.Call) -> str | None:
         """What a string method that takes no argument (`text.lower()`, `.strip()`) gives

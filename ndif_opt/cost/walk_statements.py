@@ -118,8 +118,33 @@ class StatementWalk:
                 self._visited(stmt, times, self._sent - before)
             else:
                 self.statement(stmt, times)
+            if self._leaving is not None:
+                break  # a `break` or `continue` ran in a branch: the rest of the body does not
             if type(stmt) is cst.SimpleStatementLine and any(type(s) in LEAVING for s in stmt.body):
+                if self._exits:
+                    exit = next((type(s) for s in stmt.body if type(s) in (cst.Break, cst.Continue)), None)
+                    self._leaving = None if exit is None else "break" if exit is cst.Break else "continue"
                 break  # what follows `return`, `raise`, `break` or `continue` never runs
+
+    @contextlib.contextmanager
+    def _loop_body(self, unrolled: bool):
+        """The walk of a loop's body: in an unrolled iteration the `break` or `continue` it
+        meets is known (see _exits); whichever it was, it ends with the loop."""
+        saved, self._exits = self._exits, unrolled
+        try:
+            yield
+        finally:
+            self._exits = saved
+            self._leaving = None
+
+    @contextlib.contextmanager
+    def _unknown_branch(self):
+        """A branch whose test the walk does not know: a `break` in it may not run."""
+        saved, self._exits = self._exits, False
+        try:
+            yield
+        finally:
+            self._exits = saved
 
     def _ran(self, stmt: cst.BaseStatement, times: Number | Count) -> None:
         """Count ``times`` runs of ``stmt`` (of the request walked now, if any)."""
@@ -162,12 +187,23 @@ class StatementWalk:
             return
         if type(stmt) is cst.While:
             trips = self.loop_symbol(stmt)
-            with contextlib.nullcontext() if is_known(trips) else self._guessing():
+            with contextlib.nullcontext() if is_known(trips) else self._guessing(), self._loop_body(False):
                 self.suite(stmt.body.body, times * trips)
             return
         if type(stmt) is cst.If:
+            # a test on the element of an unrolled loop (`if prompt == "skip":`) is decided
+            # for each element; any other is not evaluated (see _if_statement)
+            truth = self.truth(stmt.test) if self._elements & names_in(stmt.test) else None
+            if truth is not None:
+                if truth:
+                    self.suite(stmt.body.body, times)
+                elif type(stmt.orelse) is cst.If:
+                    self.statement(stmt.orelse, times)
+                elif stmt.orelse is not None:
+                    self.suite(stmt.orelse.body.body, times)
+                return
             # the test is not evaluated: a branch may not run (but a script's main does)
-            with contextlib.nullcontext() if is_main_guard(stmt) else self._guessing():
+            with contextlib.nullcontext() if is_main_guard(stmt) else self._guessing(), self._unknown_branch():
                 self._if_statement(stmt, times)
             return
         if type(stmt) in (cst.Try, cst.TryStar):
@@ -262,7 +298,8 @@ class StatementWalk:
                 self.note(f"`for {code_of(stmt.target)} in {short(stmt.iter)}` is a retry loop: counted once; "
                           "each failure costs another request")
             self._bind(target_names(stmt.target)[0], self._element_shape(stmt.iter))
-            self.suite(stmt.body.body, times)
+            with self._loop_body(False):
+                self.suite(stmt.body.body, times)
             return
         names = target_names(stmt.target)
         elements = self.elements(stmt.iter)
@@ -273,16 +310,25 @@ class StatementWalk:
             else:
                 for name in names:
                     self._bind(name, self._element_shape(stmt.iter))
-            self.suite(stmt.body.body, times)
+            with self._loop_body(bool(elements)):
+                self.suite(stmt.body.body, times)
             return
         if elements is not None and len(elements) <= UNROLL_LIMIT and (
             any(has_str(e) for e in elements)
             or (self._unrolled + len(elements) <= UNROLL_BUDGET and self._varies(stmt))
         ):
             self._unrolled += len(elements)
-            for element in elements:
-                self._bind_target(stmt.target, element)
-                self.suite(stmt.body.body, times)
+            outer, self._elements = self._elements, self._elements | set(names)
+            try:
+                for element in elements:
+                    self._bind_target(stmt.target, element)
+                    with self._loop_body(True):
+                        self.suite(stmt.body.body, times)
+                        left = self._leaving
+                    if left == "break":
+                        break
+            finally:
+                self._elements = outer
             return
         trips = len(elements) if elements is not None else self.length(stmt.iter)
         assumed = trips is None
@@ -294,7 +340,7 @@ class StatementWalk:
         else:
             for name in names:
                 self._bind(name, self._element_shape(stmt.iter))
-        with self._guessing() if assumed else contextlib.nullcontext():
+        with self._guessing() if assumed else contextlib.nullcontext(), self._loop_body(False):
             self.suite(stmt.body.body, times * trips)
 
     def _varies(self, loop: cst.For) -> bool:
