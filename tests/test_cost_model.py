@@ -1461,3 +1461,22 @@ def test_a_test_known_before_running_decides_its_branch_and_its_break_or_continu
                 break
         """)).cost
     assert unknown.requests == 2  # a test on a model output: every iteration is counted
+
+
+def test_a_loop_over_records_knows_each_records_fields():
+    """`for example in examples` over a list of dict displays: each iteration's
+    `example["text"]` is that record's text, so the trace given it runs its tokens."""
+    texts = ["The cat sat on the", "Paris is the capital of the country of France", "One two three"]
+    literal = run(script(f"""
+        for text in {texts!r}:
+            with model.trace(text, remote=True):
+                logits = model.lm_head.output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    records = run(script(f"""
+        examples = {[{"id": i, "text": t, "label": "ab"[i % 2]} for i, t in enumerate(texts)]!r}
+        for n, example in enumerate(examples):
+            with model.trace(example["text"], remote=True):
+                logits = model.lm_head.output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    assert records.download_bytes == literal.download_bytes
+    assert records.compute_flops == literal.compute_flops

@@ -406,6 +406,10 @@ class ExpressionWalk:
                 items = self.elements(expr.value)
                 if index is not None and items is not None and -len(items) <= index < len(items):
                     return items[index]
+                found = self.value(expr)  # `example["text"]` of a record the walk holds
+                if isinstance(found, Shape) and found.kind == "python" and _plain(found.value) \
+                        and found.value is not None:
+                    return found.value
         if type(expr) is cst.FormattedString:
             return self._formatted(expr)
         if type(expr) is cst.Call:
