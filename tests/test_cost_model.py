@@ -1480,3 +1480,31 @@ def test_a_loop_over_records_knows_each_records_fields():
         """), **{"view-storage": "storage"}).cost
     assert records.download_bytes == literal.download_bytes
     assert records.compute_flops == literal.compute_flops
+
+
+def test_a_helper_called_in_a_comprehension_over_prompts_runs_each_prompt():
+    """`[top_token(p) for p in PROMPTS]`: one call per prompt, each tracing its own prompt
+    (the walk unrolls the comprehension as it does a loop over strings), not one call of
+    a prompt of unknown length counted len(PROMPTS) times."""
+    prompts = ["The sky is", "Grass is usually green in the spring and in the summer", "Snow is"]
+    loop = run(script(f"""
+        for p in {prompts!r}:
+            with model.trace(p, remote=True):
+                logits = model.lm_head.output[0, -1].save()
+        """), **{"view-storage": "storage"})
+    comprehension = run(script(f"""
+        PROMPTS = {prompts!r}
+
+
+        def top_token(prompt):
+            with model.trace(prompt, remote=True):
+                logits = model.lm_head.output[0, -1].save()
+            return logits.argmax().item()
+
+
+        tops = [top_token(p) for p in PROMPTS]
+        """), **{"view-storage": "storage"})
+    assert comprehension.cost.requests == loop.cost.requests == 3
+    assert comprehension.cost.download_bytes == loop.cost.download_bytes
+    assert comprehension.cost.compute_flops == loop.cost.compute_flops
+    assert not any("not a literal string" in note for note in comprehension.notes)

@@ -32,7 +32,7 @@ from ndif_opt.cost.walk_syntax import (
     short,
     walk_nodes,
 )
-from ndif_opt.cost.walk_values import NO_VALUE, has_str, is_container, literal_shape, python_shape
+from ndif_opt.cost.walk_values import NO_VALUE, UNBOUND, has_str, is_container, literal_shape, python_shape
 from ndif_opt.syntax.expressions import dotted_name, is_save_call
 from ndif_opt.syntax.loops import cst_loop_header
 from ndif_opt.syntax.positions import code_of
@@ -619,12 +619,30 @@ class StatementWalk:
             self._called.add(func.name.value if bound or name in self._closures else name)
             saved = (dict(self.env), dict(self.storage))
             aliases = dict(self._model_aliases)
-            self._bind_arguments(func, call, bound)
+            elements = self._unrolled_comprehension(loops)
+            if elements is None:
+                self._bind_arguments(func, call, bound)
             self._call_stack.append(name)
             trips = self._comprehension_trips(loops)
             outer, self._inner_saves = self._inner_saves, {}
-            with contextlib.nullcontext() if is_known(trips) else self._guessing():
-                self.suite(func.body.body, times * trips)
+            if elements is not None:
+                # `[top_token(p) for p in PROMPTS]`: a call per prompt, each with its own
+                # argument (as a loop over strings is unrolled)
+                target = loops[0].target
+                held = {n: self.env.get(n, UNBOUND) for n in target_names(target)}
+                for element in elements:
+                    self._bind_target(target, element)
+                    self._bind_arguments(func, call, bound)
+                    self._unrolled += 1
+                    self.suite(func.body.body, times)
+                for n, value in held.items():  # the comprehension's variable is its own
+                    if value is UNBOUND:
+                        self.env.pop(n, None)
+                    else:
+                        self.env[n] = value
+            else:
+                with contextlib.nullcontext() if is_known(trips) else self._guessing():
+                    self.suite(func.body.body, times * trips)
             returned = returned_name(func)
             if returned in self._inner_saves:
                 # a value the function saved and returns: in the request's frame, the name
@@ -635,6 +653,17 @@ class StatementWalk:
             self._model_aliases = aliases
             if self.request is None:
                 self._restore_after_call(func, *saved)
+
+    def _unrolled_comprehension(self, loops: tuple[cst.CompFor, ...]) -> list | None:
+        """The elements a call inside a comprehension is made for, one call each: one
+        ``for`` clause, without ``if``, over known elements holding strings (prompts), as
+        :meth:`for_loop` unrolls a loop; else None (the call is walked once for all)."""
+        if len(loops) != 1 or loops[0].ifs:
+            return None
+        elements = self.elements(loops[0].iter)
+        if not elements or len(elements) > UNROLL_LIMIT or not any(has_str(e) for e in elements):
+            return None
+        return elements
 
     def _comprehension_trips(self, loops: tuple[cst.CompFor, ...]) -> Number | Count:
         """How often a call inside comprehensions of ``loops`` (their ``for`` clauses)
