@@ -1453,6 +1453,21 @@ def test_a_test_known_before_running_decides_its_branch_and_its_break_or_continu
                     top = model.lm_head.output[0, -1].argmax().save()
         """)).cost
     assert flag.requests == 2
+    guarded = run(script("""
+        for prompt in ["a b c", "skip", "d e f"]:
+            try:
+                if prompt == "skip":
+                    continue
+            except ValueError:
+                pass
+            else:
+                with model.trace(prompt, remote=True):
+                    top = model.lm_head.output[0, -1].argmax().save()
+            finally:
+                with model.trace("x y", remote=True):
+                    last = model.lm_head.output[0, -1].argmax().save()
+        """)).cost
+    assert guarded.requests == 2 + 3  # `continue` skips the `else:`, and `finally:` runs
     unknown = run(script("""
         for prompt in ["a b c", "d e f"]:
             with model.trace(prompt, remote=True):

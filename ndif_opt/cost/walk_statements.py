@@ -110,6 +110,8 @@ class StatementWalk:
     """Statements, walked in order (the walker's state: see Walker.__init__)."""
 
     def suite(self, statements, times: Number | Count) -> None:
+        if self._leaving is not None:
+            return  # a `break` or `continue` ran: nothing more of this iteration runs
         for stmt in statements:
             self._ran(stmt, times)
             if self.request is None:  # (inside a request no statement sends one)
@@ -210,9 +212,11 @@ class StatementWalk:
             # a run without failures: the body, its `else:`, its `finally:`; no handler
             self.suite(stmt.body.body, times)
             if stmt.orelse is not None:
-                self.suite(stmt.orelse.body.body, times)
+                self.suite(stmt.orelse.body.body, times)  # (not after a `break` or `continue`)
             if stmt.finalbody is not None:
+                leaving, self._leaving = self._leaving, None  # `finally:` runs on the way out
                 self.suite(stmt.finalbody.body.body, times)
+                self._leaving = self._leaving or leaving
             return
         if type(stmt) in (cst.FunctionDef, cst.ClassDef):
             return
