@@ -1350,3 +1350,176 @@ def test_a_finding_sizes_a_generate_tracers_result_as_the_generated_ids():
     block = next(b for b in facts.blocks if b.method == "generate")
     described = saved_shape(cst.parse_expression("tracer.result"), block, facts)
     assert described.startswith("[1, ") and "int64" in described and "logits" not in described, described
+
+
+def test_items_of_a_config_dict_are_the_values_they_name():
+    """`layers = CONFIG["layers"]`, `for layer in CONFIG["sweep"]`: an item of a dict the
+    script spells out (bound once at module level) is the value it names — a module, a
+    list of known length, a number — as the analysis reads it (`constant_item`)."""
+    direct = run(script("""
+        with model.trace("The Eiffel Tower is in", remote=True):
+            last = model.model.layers[2].output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    through = run(script("""
+        CONFIG = {"layers": model.model.layers, "probe": {"mid": 2}, "prompt": "The Eiffel Tower is in"}
+        layers = CONFIG["layers"]
+        layer = CONFIG["probe"]["mid"]
+        with model.trace(CONFIG["prompt"], remote=True):
+            last = layers[layer].output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    assert through.download_bytes == direct.download_bytes  # the view ships the layer's storage
+    literal = run(script("""
+        for layer in [0, 1, 3]:
+            with model.trace("The Eiffel Tower is in", remote=True):
+                last = model.model.layers[layer].output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    sweep = run(script("""
+        CONFIG = {"layers": model.model.layers, "sweep": [0, 1, 3]}
+        for layer in CONFIG["sweep"]:
+            with model.trace("The Eiffel Tower is in", remote=True):
+                last = CONFIG["layers"][layer].output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    assert (sweep.requests, sweep.forward_passes, sweep.layer_evaluations) == (3, 3, 3 * 32)
+    assert sweep.download_bytes == literal.download_bytes
+
+
+def test_token_ids_of_a_known_text_are_as_long_as_its_tokens():
+    """`model.tokenizer(text, return_tensors="pt")["input_ids"]` of a text the walk knows
+    (a literal, a loop's element, `text.lower()` of one) is int64 [1, tokens]: the trace
+    given it runs that many positions, not the default prompt length."""
+    texts = ["Paris is the capital of", "The quick brown fox jumps over the lazy dog and the cat"]
+    literal = run(script(f"""
+        for text in {[t.lower() for t in texts]!r}:
+            with model.trace(text, remote=True):
+                last = model.lm_head.output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    tokenized = run(script(f"""
+        for text in {texts!r}:
+            words = text.lower()
+            encoded = model.tokenizer(words, return_tensors="pt")
+            with model.trace(encoded["input_ids"], remote=True):
+                last = model.lm_head.output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    assert tokenized.download_bytes == literal.download_bytes  # [1, tokens, vocab] logits each
+    assert tokenized.compute_flops == literal.compute_flops
+
+
+def test_a_loop_whose_body_ends_in_break_runs_once():
+    """A loop body that leaves the loop at its own level (`break`, `return`, `raise`: not
+    under a branch) runs its first iteration only: the form a retry loop takes in a session
+    once its `try` is gone (`for attempt in range(3): ... trace ...; break`)."""
+    source = script("""
+        prompts = ["The cat sat on the", "Paris is the capital of", "One two three"]
+        with model.session(remote=True):
+            for prompt in prompts:
+                for attempt in range(3):
+                    with model.trace(prompt):
+                        top = model.lm_head.output[0, -1].argmax().save()
+                    break
+        """)
+    cost = run(source).cost
+    assert (cost.requests, cost.forward_passes, cost.layer_evaluations) == (1, 3, 3 * 32)
+    first = run(script("""
+        for i in range(4):
+            with model.trace("Hello", remote=True):
+                h = model.model.layers[i].output.save()
+            break
+        """)).cost
+    assert (first.requests, first.forward_passes) == (1, 1)
+
+
+def test_a_test_known_before_running_decides_its_branch_and_its_break_or_continue():
+    """In an unrolled loop the walk knows the loop variable: `if prompt == "skip":
+    continue` skips that iteration's trace, `if prompt == "STOP": break` ends the loop. A
+    test on anything else is not evaluated: a module-level flag counts the branch that
+    sends requests (test_the_branch_that_sends_requests_is_counted), and so does a test
+    on a model output."""
+    cost = run(script("""
+        prompts = ["The cat sat on the", "skip", "Paris is the capital of", "STOP", "One two three"]
+        for prompt in prompts:
+            if prompt == "skip":
+                continue
+            if prompt == "STOP":
+                break
+            with model.trace(prompt, remote=True):
+                top = model.lm_head.output[0, -1].argmax().save()
+        """)).cost
+    assert (cost.requests, cost.forward_passes) == (2, 2)
+    flag = run(script("""
+        SKIP = "d e f"
+        for prompt in ["a b c", "d e f", "g h"]:
+            if prompt != SKIP:
+                with model.trace(prompt, remote=True):
+                    top = model.lm_head.output[0, -1].argmax().save()
+        """)).cost
+    assert flag.requests == 2
+    guarded = run(script("""
+        for prompt in ["a b c", "skip", "d e f"]:
+            try:
+                if prompt == "skip":
+                    continue
+            except ValueError:
+                pass
+            else:
+                with model.trace(prompt, remote=True):
+                    top = model.lm_head.output[0, -1].argmax().save()
+            finally:
+                with model.trace("x y", remote=True):
+                    last = model.lm_head.output[0, -1].argmax().save()
+        """)).cost
+    assert guarded.requests == 2 + 3  # `continue` skips the `else:`, and `finally:` runs
+    unknown = run(script("""
+        for prompt in ["a b c", "d e f"]:
+            with model.trace(prompt, remote=True):
+                top = model.lm_head.output[0, -1].argmax().save()
+            if top.item() > 3:
+                break
+        """)).cost
+    assert unknown.requests == 2  # a test on a model output: every iteration is counted
+
+
+def test_a_loop_over_records_knows_each_records_fields():
+    """`for example in examples` over a list of dict displays: each iteration's
+    `example["text"]` is that record's text, so the trace given it runs its tokens."""
+    texts = ["The cat sat on the", "Paris is the capital of the country of France", "One two three"]
+    literal = run(script(f"""
+        for text in {texts!r}:
+            with model.trace(text, remote=True):
+                logits = model.lm_head.output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    records = run(script(f"""
+        examples = {[{"id": i, "text": t, "label": "ab"[i % 2]} for i, t in enumerate(texts)]!r}
+        for n, example in enumerate(examples):
+            with model.trace(example["text"], remote=True):
+                logits = model.lm_head.output[0, -1].save()
+        """), **{"view-storage": "storage"}).cost
+    assert records.download_bytes == literal.download_bytes
+    assert records.compute_flops == literal.compute_flops
+
+
+def test_a_helper_called_in_a_comprehension_over_prompts_runs_each_prompt():
+    """`[top_token(p) for p in PROMPTS]`: one call per prompt, each tracing its own prompt
+    (the walk unrolls the comprehension as it does a loop over strings), not one call of
+    a prompt of unknown length counted len(PROMPTS) times."""
+    prompts = ["The sky is", "Grass is usually green in the spring and in the summer", "Snow is"]
+    loop = run(script(f"""
+        for p in {prompts!r}:
+            with model.trace(p, remote=True):
+                logits = model.lm_head.output[0, -1].save()
+        """), **{"view-storage": "storage"})
+    comprehension = run(script(f"""
+        PROMPTS = {prompts!r}
+
+
+        def top_token(prompt):
+            with model.trace(prompt, remote=True):
+                logits = model.lm_head.output[0, -1].save()
+            return logits.argmax().item()
+
+
+        tops = [top_token(p) for p in PROMPTS]
+        """), **{"view-storage": "storage"})
+    assert comprehension.cost.requests == loop.cost.requests == 3
+    assert comprehension.cost.download_bytes == loop.cost.download_bytes
+    assert comprehension.cost.compute_flops == loop.cost.compute_flops
+    assert not any("not a literal string" in note for note in comprehension.notes)

@@ -8,13 +8,14 @@ of iterables, integers, the storage a view shares, and the bytes a saved value s
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import libcst as cst
 
 from ndif_opt.analysis.facts import config_entry
 from ndif_opt.analysis.generation_steps import tracer_steps
-from ndif_opt.analysis.regions import arithmetic, dict_view_length
+from ndif_opt.analysis.regions import arithmetic, constant_item, dict_view_length
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.constants import TENSOR_OVERHEAD, UNROLL_LIMIT
 from ndif_opt.cost.model_registry import dtype_size
@@ -34,6 +35,25 @@ _VIEW_METHODS = frozenset(
         "__getitem__",
     }
 )  # fmt: skip
+
+
+_STRING_METHODS = frozenset(
+    {"lower", "upper", "strip", "lstrip", "rstrip", "title", "capitalize", "casefold", "swapcase"}
+)
+
+
+_COMPARISONS = {
+    cst.Equal: operator.eq, cst.NotEqual: operator.ne, cst.LessThan: operator.lt,
+    cst.LessThanEqual: operator.le, cst.GreaterThan: operator.gt, cst.GreaterThanEqual: operator.ge,
+    cst.In: lambda a, b: a in b, cst.NotIn: lambda a, b: a not in b,
+}
+
+
+def _plain(value: Any) -> bool:
+    """A value a test may be decided on: a literal's (not NO_VALUE, not an object)."""
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 _LAYER_COUNT_ATTRS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
@@ -111,6 +131,9 @@ class ExpressionWalk:
                 return items
             if func == "trange" and args:
                 return self.elements(cst.Call(func=cst.Name("range"), args=expr.args), depth + 1)
+        item = self._constant_item(expr)
+        if item is not None:  # `CONFIG["sweep"]`
+            return self.elements(item, depth + 1)
         if type(expr) is cst.Subscript and len(expr.slice) == 1 and type(expr.slice[0].slice) is cst.Slice:
             items = self.elements(expr.value, depth + 1)
             sl = expr.slice[0].slice
@@ -261,7 +284,75 @@ class ExpressionWalk:
             return arithmetic(expr, lambda operand: self.integer(operand, depth + 1))
         return None
 
+    def _constant_item(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """What an item of a dict, list or tuple the script spells out stands for
+        (`CONFIG["layers"]`, `CONFIG["probe"]["mid"]`: the analysis's `constant_item`),
+        when the walk has not bound its container's name to a value of its own."""
+        if type(expr) is not cst.Subscript or len(expr.slice) != 1 or type(expr.slice[0].slice) is not cst.Index:
+            return None
+        root = expr.value
+        while type(root) is cst.Subscript:
+            root = root.value
+        if type(root) is not cst.Name:
+            return None
+        bound = self.env.get(root.value)
+        if isinstance(bound, Shape) and bound.value is not None:
+            return None  # a value the walk knows (a loop's element, a list it filled)
+        return constant_item(expr, self.facts)
+
+    def _through_constant_items(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """``expr`` with the constant item its chain of attributes, indexes and calls
+        starts from spelled out (`CONFIG["layers"][i].output` → `model.layers[i].output`),
+        or None when there is none."""
+        item = self._constant_item(expr)
+        if item is not None:
+            return item
+        kind = type(expr)
+        if kind is cst.Attribute or kind is cst.Subscript:
+            inner = self._through_constant_items(expr.value)
+            return None if inner is None else expr.with_changes(value=inner)
+        if kind is cst.Call and type(expr.func) is cst.Attribute:
+            inner = self._through_constant_items(expr.func)
+            return None if inner is None else expr.with_changes(func=inner)
+        return None
+
+    def _tokenized(self, call: cst.Call) -> Shape | None:
+        """``model.tokenizer(text, return_tensors="pt")`` of a text (or list of texts) the
+        walk knows: its ``input_ids`` and ``attention_mask``, int64 ``[texts, tokens]``
+        (the longest text's tokens: a batch of tensors is padded to it)."""
+        if type(call.func) is not cst.Attribute or call.func.attr.value != "tokenizer" and not (
+            call.func.attr.value == "__call__" and type(call.func.value) is cst.Attribute
+            and call.func.value.attr.value == "tokenizer"
+        ):
+            return None
+        owner = call.func.value if call.func.attr.value == "tokenizer" else call.func.value.value
+        if self.value(owner) != ModuleRef():
+            return None  # not a model's tokenizer
+        if not any(a.keyword is not None and a.keyword.value == "return_tensors" for a in call.args):
+            return None  # lists of ids, not tensors
+        args = [a.value for a in call.args if a.keyword is None and not a.star]
+        if len(args) != 1:
+            return None
+        text = self.constant_value(args[0])
+        texts = [text] if isinstance(text, str) else text
+        if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
+            return None
+        ids = Shape.tensor((len(texts), max(self.tokens(t) for t in texts)), "int64")
+        return Shape.container([ids, ids], ("input_ids", "attention_mask"))
+
     def value(self, expr: cst.BaseExpression) -> Shape | ModuleRef:
+        kind = type(expr)
+        if kind is cst.Subscript or kind is cst.Attribute or kind is cst.Call:
+            spelled = self._through_constant_items(expr)
+            if spelled is not None:  # `layers = CONFIG["layers"]`: a module, not an unknown item
+                return self.value(spelled)
+        if kind is cst.Call:
+            tokenized = self._tokenized(expr)
+            if tokenized is not None:
+                return tokenized
+            text = self._string_method(expr)
+            if text is not None:  # `text.lower()`: the string it gives
+                return Shape.python("str", text)
         forward = self.forward
         if forward is not None:
             dims, seq, batch, new_tokens = forward.dims, forward.seq, forward.batch, forward.max_new_tokens
@@ -315,9 +406,52 @@ class ExpressionWalk:
                 items = self.elements(expr.value)
                 if index is not None and items is not None and -len(items) <= index < len(items):
                     return items[index]
+                found = self.value(expr)  # `example["text"]` of a record the walk holds
+                if isinstance(found, Shape) and found.kind == "python" and _plain(found.value) \
+                        and found.value is not None:
+                    return found.value
         if type(expr) is cst.FormattedString:
             return self._formatted(expr)
+        if type(expr) is cst.Call:
+            text = self._string_method(expr)
+            if text is not None:
+                return text
         return NO_VALUE
+
+    def truth(self, test: cst.BaseExpression) -> bool | None:
+        """The value of an `if` test the walk knows before running (`prompt == "skip"` in
+        an unrolled loop, `not DEBUG`, `MODE in ("fast", "all")`), else None."""
+        kind = type(test)
+        if kind is cst.UnaryOperation and type(test.operator) is cst.Not:
+            inner = self.truth(test.expression)
+            return None if inner is None else not inner
+        if kind is cst.BooleanOperation:
+            left, right = self.truth(test.left), self.truth(test.right)
+            if type(test.operator) is cst.And:
+                return False if left is False or right is False else None if left is None or right is None else True
+            return True if left is True or right is True else None if left is None or right is None else False
+        if kind is cst.Comparison and len(test.comparisons) == 1:
+            operator = type(test.comparisons[0].operator)
+            compare = _COMPARISONS.get(operator)
+            if compare is None:
+                return None
+            left, right = self.constant_value(test.left), self.constant_value(test.comparisons[0].comparator)
+            if not (_plain(left) and _plain(right)):
+                return None
+            try:
+                return bool(compare(left, right))
+            except TypeError:
+                return None
+        value = self.constant_value(test)
+        return bool(value) if _plain(value) else None
+
+    def _string_method(self, call: cst.Call) -> str | None:
+        """What a string method that takes no argument (`text.lower()`, `.strip()`) gives
+        of a string the walk knows."""
+        if type(call.func) is not cst.Attribute or call.args or call.func.attr.value not in _STRING_METHODS:
+            return None
+        text = self.constant_value(call.func.value)
+        return getattr(text, call.func.attr.value)() if isinstance(text, str) else None
 
     def _formatted(self, expr: cst.FormattedString) -> Any:
         """An f-string whose fields are all known: ``f"Number {i} is"`` in an unrolled loop."""

@@ -32,7 +32,7 @@ from ndif_opt.cost.walk_syntax import (
     short,
     walk_nodes,
 )
-from ndif_opt.cost.walk_values import NO_VALUE, has_str, is_container, literal_shape, python_shape
+from ndif_opt.cost.walk_values import NO_VALUE, UNBOUND, has_str, is_container, literal_shape, python_shape
 from ndif_opt.syntax.expressions import dotted_name, is_save_call
 from ndif_opt.syntax.loops import cst_loop_header
 from ndif_opt.syntax.positions import code_of
@@ -88,6 +88,15 @@ def _is_old_api_container(expr: cst.BaseExpression) -> bool:
     return type(expr) is cst.Call and not expr.args and dotted_name(expr.func) in ("nnsight.list", "nnsight.dict")
 
 
+def _leaves_in_its_first_iteration(loop: cst.For) -> bool:
+    """Does the loop's body leave the loop at its own level (`break`, `return`, `raise`
+    not under a branch)? Then, unless it raises before, only its first iteration runs."""
+    return any(
+        type(stmt) is cst.SimpleStatementLine and any(type(s) in (cst.Break, cst.Return, cst.Raise) for s in stmt.body)
+        for stmt in loop.body.body
+    )
+
+
 def _binary_of(operator: cst.BaseAugOp) -> cst.BaseBinaryOp:
     mapping = {
         cst.AddAssign: cst.Add, cst.SubtractAssign: cst.Subtract, cst.MultiplyAssign: cst.Multiply,
@@ -101,6 +110,8 @@ class StatementWalk:
     """Statements, walked in order (the walker's state: see Walker.__init__)."""
 
     def suite(self, statements, times: Number | Count) -> None:
+        if self._leaving is not None:
+            return  # a `break` or `continue` ran: nothing more of this iteration runs
         for stmt in statements:
             self._ran(stmt, times)
             if self.request is None:  # (inside a request no statement sends one)
@@ -109,8 +120,33 @@ class StatementWalk:
                 self._visited(stmt, times, self._sent - before)
             else:
                 self.statement(stmt, times)
+            if self._leaving is not None:
+                break  # a `break` or `continue` ran in a branch: the rest of the body does not
             if type(stmt) is cst.SimpleStatementLine and any(type(s) in LEAVING for s in stmt.body):
+                if self._exits:
+                    exit = next((type(s) for s in stmt.body if type(s) in (cst.Break, cst.Continue)), None)
+                    self._leaving = None if exit is None else "break" if exit is cst.Break else "continue"
                 break  # what follows `return`, `raise`, `break` or `continue` never runs
+
+    @contextlib.contextmanager
+    def _loop_body(self, unrolled: bool):
+        """The walk of a loop's body: in an unrolled iteration the `break` or `continue` it
+        meets is known (see _exits); whichever it was, it ends with the loop."""
+        saved, self._exits = self._exits, unrolled
+        try:
+            yield
+        finally:
+            self._exits = saved
+            self._leaving = None
+
+    @contextlib.contextmanager
+    def _unknown_branch(self):
+        """A branch whose test the walk does not know: a `break` in it may not run."""
+        saved, self._exits = self._exits, False
+        try:
+            yield
+        finally:
+            self._exits = saved
 
     def _ran(self, stmt: cst.BaseStatement, times: Number | Count) -> None:
         """Count ``times`` runs of ``stmt`` (of the request walked now, if any)."""
@@ -153,21 +189,34 @@ class StatementWalk:
             return
         if type(stmt) is cst.While:
             trips = self.loop_symbol(stmt)
-            with contextlib.nullcontext() if is_known(trips) else self._guessing():
+            with contextlib.nullcontext() if is_known(trips) else self._guessing(), self._loop_body(False):
                 self.suite(stmt.body.body, times * trips)
             return
         if type(stmt) is cst.If:
+            # a test on the element of an unrolled loop (`if prompt == "skip":`) is decided
+            # for each element; any other is not evaluated (see _if_statement)
+            truth = self.truth(stmt.test) if self._elements & names_in(stmt.test) else None
+            if truth is not None:
+                if truth:
+                    self.suite(stmt.body.body, times)
+                elif type(stmt.orelse) is cst.If:
+                    self.statement(stmt.orelse, times)
+                elif stmt.orelse is not None:
+                    self.suite(stmt.orelse.body.body, times)
+                return
             # the test is not evaluated: a branch may not run (but a script's main does)
-            with contextlib.nullcontext() if is_main_guard(stmt) else self._guessing():
+            with contextlib.nullcontext() if is_main_guard(stmt) else self._guessing(), self._unknown_branch():
                 self._if_statement(stmt, times)
             return
         if type(stmt) in (cst.Try, cst.TryStar):
             # a run without failures: the body, its `else:`, its `finally:`; no handler
             self.suite(stmt.body.body, times)
             if stmt.orelse is not None:
-                self.suite(stmt.orelse.body.body, times)
+                self.suite(stmt.orelse.body.body, times)  # (not after a `break` or `continue`)
             if stmt.finalbody is not None:
+                leaving, self._leaving = self._leaving, None  # `finally:` runs on the way out
                 self.suite(stmt.finalbody.body.body, times)
+                self._leaving = self._leaving or leaving
             return
         if type(stmt) in (cst.FunctionDef, cst.ClassDef):
             return
@@ -253,18 +302,37 @@ class StatementWalk:
                 self.note(f"`for {code_of(stmt.target)} in {short(stmt.iter)}` is a retry loop: counted once; "
                           "each failure costs another request")
             self._bind(target_names(stmt.target)[0], self._element_shape(stmt.iter))
-            self.suite(stmt.body.body, times)
+            with self._loop_body(False):
+                self.suite(stmt.body.body, times)
             return
         names = target_names(stmt.target)
         elements = self.elements(stmt.iter)
+        if _leaves_in_its_first_iteration(stmt) and (elements or (elements is None and self.length(stmt.iter) != 0)):
+            # the body ends in `break` (or `return`, `raise`) whatever happens: one iteration
+            if elements:
+                self._bind_target(stmt.target, elements[0])
+            else:
+                for name in names:
+                    self._bind(name, self._element_shape(stmt.iter))
+            with self._loop_body(bool(elements)):
+                self.suite(stmt.body.body, times)
+            return
         if elements is not None and len(elements) <= UNROLL_LIMIT and (
             any(has_str(e) for e in elements)
             or (self._unrolled + len(elements) <= UNROLL_BUDGET and self._varies(stmt))
         ):
             self._unrolled += len(elements)
-            for element in elements:
-                self._bind_target(stmt.target, element)
-                self.suite(stmt.body.body, times)
+            outer, self._elements = self._elements, self._elements | set(names)
+            try:
+                for element in elements:
+                    self._bind_target(stmt.target, element)
+                    with self._loop_body(True):
+                        self.suite(stmt.body.body, times)
+                        left = self._leaving
+                    if left == "break":
+                        break
+            finally:
+                self._elements = outer
             return
         trips = len(elements) if elements is not None else self.length(stmt.iter)
         assumed = trips is None
@@ -276,7 +344,7 @@ class StatementWalk:
         else:
             for name in names:
                 self._bind(name, self._element_shape(stmt.iter))
-        with self._guessing() if assumed else contextlib.nullcontext():
+        with self._guessing() if assumed else contextlib.nullcontext(), self._loop_body(False):
             self.suite(stmt.body.body, times * trips)
 
     def _varies(self, loop: cst.For) -> bool:
@@ -555,12 +623,30 @@ class StatementWalk:
             self._called.add(func.name.value if bound or name in self._closures else name)
             saved = (dict(self.env), dict(self.storage))
             aliases = dict(self._model_aliases)
-            self._bind_arguments(func, call, bound)
+            elements = self._unrolled_comprehension(loops)
+            if elements is None:
+                self._bind_arguments(func, call, bound)
             self._call_stack.append(name)
             trips = self._comprehension_trips(loops)
             outer, self._inner_saves = self._inner_saves, {}
-            with contextlib.nullcontext() if is_known(trips) else self._guessing():
-                self.suite(func.body.body, times * trips)
+            if elements is not None:
+                # `[top_token(p) for p in PROMPTS]`: a call per prompt, each with its own
+                # argument (as a loop over strings is unrolled)
+                target = loops[0].target
+                held = {n: self.env.get(n, UNBOUND) for n in target_names(target)}
+                for element in elements:
+                    self._bind_target(target, element)
+                    self._bind_arguments(func, call, bound)
+                    self._unrolled += 1
+                    self.suite(func.body.body, times)
+                for n, value in held.items():  # the comprehension's variable is its own
+                    if value is UNBOUND:
+                        self.env.pop(n, None)
+                    else:
+                        self.env[n] = value
+            else:
+                with contextlib.nullcontext() if is_known(trips) else self._guessing():
+                    self.suite(func.body.body, times * trips)
             returned = returned_name(func)
             if returned in self._inner_saves:
                 # a value the function saved and returns: in the request's frame, the name
@@ -571,6 +657,17 @@ class StatementWalk:
             self._model_aliases = aliases
             if self.request is None:
                 self._restore_after_call(func, *saved)
+
+    def _unrolled_comprehension(self, loops: tuple[cst.CompFor, ...]) -> list | None:
+        """The elements a call inside a comprehension is made for, one call each: one
+        ``for`` clause, without ``if``, over known elements holding strings (prompts), as
+        :meth:`for_loop` unrolls a loop; else None (the call is walked once for all)."""
+        if len(loops) != 1 or loops[0].ifs:
+            return None
+        elements = self.elements(loops[0].iter)
+        if not elements or len(elements) > UNROLL_LIMIT or not any(has_str(e) for e in elements):
+            return None
+        return elements
 
     def _comprehension_trips(self, loops: tuple[cst.CompFor, ...]) -> Number | Count:
         """How often a call inside comprehensions of ``loops`` (their ``for`` clauses)

@@ -27,7 +27,7 @@ NO_VALUE: Any = _NoValue()
 
 
 def python_literal(expr: cst.BaseExpression) -> Any:
-    """The Python value of a literal (strings, numbers, lists/tuples of them), or NO_VALUE."""
+    """The Python value of a literal (strings, numbers, lists/tuples/dicts of them), or NO_VALUE."""
     return _fresh(_shared_literal(expr))
 
 
@@ -57,6 +57,16 @@ def _shared_literal(expr: cst.BaseExpression) -> Any:
                 return NO_VALUE
             values.append(value)
         return tuple(values) if type(expr) is cst.Tuple else values
+    if type(expr) is cst.Dict:  # `{"id": 1, "text": "The cat sat on the"}`: a record
+        record = {}
+        for element in expr.elements:
+            if type(element) is not cst.DictElement:
+                return NO_VALUE
+            key, value = _shared_literal(element.key), _shared_literal(element.value)
+            if not isinstance(key, (str, int)) or value is NO_VALUE:
+                return NO_VALUE
+            record[key] = value
+        return record
     return NO_VALUE
 
 
@@ -199,6 +209,8 @@ def _fresh(value: Any) -> Any:
     kind = type(value)
     if kind is list:
         return [_fresh(v) for v in value]
+    if kind is dict:
+        return {k: _fresh(v) for k, v in value.items()}
     if kind is tuple and any(type(v) is list or type(v) is tuple for v in value):
         return tuple(_fresh(v) for v in value)
     return value
@@ -237,6 +249,8 @@ def python_shape(value: Any, keep: bool) -> Shape:
         elements = tuple([python_shape(v, keep) for v in value])
         return Shape(kind="container", elements=elements, names=(), dtype="container",
                      value=tuple(value) if keep else None)
+    if isinstance(value, dict):  # a record: its items by key (`example["text"]`)
+        return Shape.container([python_shape(v, keep) for v in value.values()], [str(k) for k in value])
     return Shape.unknown("a value")
 
 
@@ -259,18 +273,22 @@ def _shared_literal_shape(expr: cst.BaseExpression) -> Any:
     value = _shared_literal(expr)
     if value is NO_VALUE:
         return None
-    if type(value) in (list, tuple) and any(_holds_list(v) for v in value):
+    if type(value) in (list, tuple, dict) and any(_holds_list(v) for v in _items(value)):
         return _HOLDS_LISTS
     return python_shape(value, True)
 
 
+def _items(value: Any) -> Any:
+    return value.values() if type(value) is dict else value
+
+
 def _holds_list(value: Any) -> bool:
-    return type(value) is list or (type(value) is tuple and any(_holds_list(v) for v in value))
+    return type(value) is list or (type(value) in (tuple, dict) and any(_holds_list(v) for v in _items(value)))
 
 
 def has_str(value: Any) -> bool:
     if isinstance(value, str):
         return True
-    if isinstance(value, (list, tuple)):
-        return any(has_str(v) for v in value)
+    if isinstance(value, (list, tuple, dict)):
+        return any(has_str(v) for v in _items(value))
     return False

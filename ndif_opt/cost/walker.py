@@ -98,6 +98,12 @@ class Walker(StatementWalk, ExpressionWalk, RequestWalk):
         self._returned_saves: dict[int, tuple[int | None, UnknownDownload | None]] = {}
         self._unrolled = 0  # iterations unrolled so far (see UNROLL_BUDGET)
         self._guesses = 0  # how deep in code run an assumed number of times (see _guessing)
+        # in an iteration of an unrolled loop (and in no branch whose test the walk does not
+        # know, no loop walked once for all its iterations): a `break` or `continue` the
+        # walk meets is the one that runs; then _leaving says which, until its loop takes it
+        self._exits = False
+        self._leaving: str | None = None
+        self._elements: set[str] = set()  # names an unrolled loop binds to its element now
         self._default_dims = self.dims_of(self.model_names[0])
         # names imported from a library whose functions may send requests of their own
         self._library_paths = any(path.split(".")[0] == "nnterp" for path in facts.imports.values())
