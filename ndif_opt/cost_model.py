@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts
+from ndif_opt.analysis.keywords import known_keywords
 from ndif_opt.analysis.regions import int_value
 from ndif_opt.cost.constants import DEFAULTS, UNKNOWN_TRIPS, generated_tokens, session_budget, setting, view_mode
 from ndif_opt.cost.model_registry import dims_for
@@ -325,7 +326,7 @@ def tokens_generated_in(block: Block, facts: Facts) -> int | None:
         block = block.parent
     if block is None:
         return None
-    return generated_tokens(block.call, lambda expr: int_value(expr, facts), _DEFAULT_OPTIONS)
+    return generated_tokens(known_keywords(block.call, facts), lambda expr: int_value(expr, facts), _DEFAULT_OPTIONS)
 
 
 def saved_shape(expr: cst.BaseExpression, block: Block, facts: Facts) -> str:

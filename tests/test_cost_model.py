@@ -347,6 +347,22 @@ def test_generate_runs_max_new_tokens_passes():
     assert default.forward_passes == 20
 
 
+@pytest.mark.parametrize("settings, passes", [
+    ("dict(max_new_tokens=12, remote=True)", 12),
+    ('{"max_new_tokens": 12, "remote": True}', 12),
+    ("dict(remote=True)", 20),  # the default
+])
+def test_max_new_tokens_passed_through_a_dict_of_settings_is_read(settings, passes):
+    source = script(
+        f"""\
+        settings = {settings}
+        with model.generate("Once upon a time", **settings):
+            out = model.generator.output.save()
+        """
+    )
+    assert run(source).cost.forward_passes == passes
+
+
 def test_server_time_is_memory_bound_for_small_batches():
     source = script(
         """\

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, opens_invoke, qualify
+from ndif_opt.analysis.keywords import passed_keywords
 from ndif_opt.analysis.generation_steps import generation_steps, is_envoy_chain, tracer_steps
 from ndif_opt.analysis.layer_outputs import TUPLE, Evidence, layer_output_groups
 from ndif_opt.analysis.saved_values import SavedValues
@@ -249,7 +250,8 @@ class _Scanner:
         for block in self.facts.blocks:
             if block.method != "generate":
                 continue
-            given = _keywords_given(block.call, self.facts)
+            passed = passed_keywords(block.call, self.facts)
+            given = None if passed is None else passed.keys()
             if given is not None and "max_new_tokens" in given:
                 continue
             what = f"`{code_of(block.call.func)}(...)` without `max_new_tokens=`"
@@ -331,83 +333,6 @@ class _Scanner:
                 "after-invokes", trailing[0], "code after the `tracer.invoke` blocks", True,
                 move=Move(block, invokes[-1] + 1, wrap),
             ))
-
-
-def _keywords_given(call: cst.Call, facts: Facts) -> frozenset[str] | None:
-    """The keywords ``call`` passes, `**name` of a dict the script builds with constant keys
-    included; None when a `**` may pass keywords no one can tell before running."""
-    given: set[str] = set()
-    for arg in call.args:
-        if arg.keyword is not None:
-            given.add(arg.keyword.value)
-        elif arg.star == "**":
-            keys = _constant_keys(arg.value, facts)
-            if keys is None:
-                return None
-            given |= keys
-    return frozenset(given)
-
-
-def _constant_keys(expr: cst.BaseExpression, facts: Facts) -> frozenset[str] | None:
-    """The keys of the dict ``expr`` is: a `dict(k=...)` call or a `{"k": ...}` display, or a
-    name every simple binding of which is one (a name also bound otherwise, say as a
-    parameter, is not known)."""
-    if type(expr) is cst.Name:
-        name = expr.value
-        bindings = facts.bindings.get(name, [])
-        if not bindings or name in _other_bindings(facts, name):
-            return None
-        found = [_constant_keys(value, facts) for _, value in bindings if type(value) is not cst.Name]
-        if len(found) != len(bindings) or any(keys is None for keys in found):
-            return None
-        return frozenset().union(*found)
-    if type(expr) is cst.Call and dotted_name(expr.func) == "dict" and "dict" not in facts.bindings:
-        if any(arg.keyword is None for arg in expr.args):
-            return None
-        return frozenset(arg.keyword.value for arg in expr.args)
-    if type(expr) is cst.Dict:
-        keys = set()
-        for element in expr.elements:
-            if type(element) is not cst.DictElement or type(element.key) is not cst.SimpleString:
-                return None
-            keys.add(element.key.evaluated_value)
-        return frozenset(keys)
-    return None
-
-
-def _other_bindings(facts: Facts, name: str) -> frozenset[str]:
-    """``name`` if the module binds it other than by a simple assignment (a parameter, a
-    loop target, an augmented or subscript assignment), else nothing."""
-    bound_otherwise = facts.once("legacy:other-bindings", lambda: _names_bound_otherwise(facts.module))
-    return frozenset({name}) & bound_otherwise
-
-
-def _names_bound_otherwise(module: cst.Module) -> frozenset[str]:
-    found: set[str] = set()
-
-    class Finder(cst.CSTVisitor):
-        def visit_Param(self, node: cst.Param) -> None:
-            found.add(node.name.value)
-
-        def visit_For(self, node: cst.For) -> None:
-            found.update(n.value for n in find_nodes(node.target, lambda n: type(n) is cst.Name))
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            target = node.target.value if type(node.target) is cst.Subscript else node.target
-            if type(target) is cst.Name:
-                found.add(target.value)
-
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            # `kw["max_new_tokens"] = n` changes a dict the bindings do not show
-            if type(node.target) is cst.Subscript and type(node.target.value) is cst.Name:
-                found.add(node.target.value.value)
-
-        def visit_Attribute(self, node: cst.Attribute) -> None:
-            if type(node.value) is cst.Name and node.attr.value in ("update", "setdefault", "pop", "__setitem__"):
-                found.add(node.value.value)
-
-    module.visit(Finder())
-    return frozenset(found)
 
 
 def _one_new_token(updated: cst.Call) -> cst.Call:

@@ -81,13 +81,14 @@ def setting(options: Options, key: str) -> float:
     return float(options.cost.get(key, DEFAULTS[key]))
 
 
-def generated_tokens(call, integer, options: Options) -> int:
+def generated_tokens(keywords, integer, options: Options) -> int:
     """The tokens a `model.generate(...)` call makes: its `max_new_tokens=` (or
-    `max_length=`) as ``integer`` resolves it (a function of an expression, None when not
-    known), else the configured default."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value in ("max_new_tokens", "max_length"):
-            value = integer(arg.value)
+    `max_length=`) among ``keywords`` (name -> expression: what the call passes,
+    analysis.keywords.known_keywords) as ``integer`` resolves it (a function of an
+    expression, None when not known), else the configured default."""
+    for key in ("max_new_tokens", "max_length"):
+        if key in keywords:
+            value = integer(keywords[key])
             if value is not None:
                 return max(value, 1)
     return int(setting(options, "max-new-tokens"))

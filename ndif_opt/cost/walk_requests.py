@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Remote, RemoteFlag, call_remote_flag, qualify
+from ndif_opt.analysis.keywords import known_keywords
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.constants import (
     CLIENT_TENSOR_OVERHEAD,
@@ -394,7 +395,7 @@ class RequestWalk:
         tracer = block.tracer_name
         stop = stop_index(block.node, tracer)
         if block.method == "generate" and stop is None:
-            new_tokens = generated_tokens(block.call, self.integer, self.options)
+            new_tokens = generated_tokens(known_keywords(block.call, self.facts), self.integer, self.options)
             passes = new_tokens
         forward = self.forward = Forward(dims, block.model, seq, rows, new_tokens, rows=rows, times=times)
         if tracer is not None:
