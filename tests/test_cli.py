@@ -420,3 +420,23 @@ def test_verify_takes_the_passes_to_check_as_optimizing_does(tmp_path):
     alone = run("verify", script, "--select", "skip-insertion", "--format", "json", cwd=tmp_path)
     report = json.loads(alone.stdout)
     assert report["before"]["requests"] == report["after"]["requests"] > 1, alone.stderr
+
+
+def test_verify_runs_a_script_with_the_files_beside_it(tmp_path):
+    # a run starts in a fresh directory: the data file and the helper module next to the
+    # script (and a folder's) are there too, as they are where the user runs it
+    pytest.importorskip("nnsight")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "prompts.txt").write_text("The cat sat on the\nThe dog ran to the\n")
+    (tmp_path / "helpers.py").write_text("def top(model):\n    return model.lm_head.output[0, -1].argmax()\n")
+    script = tmp_path / "s.py"
+    script.write_text(
+        "from nnsight import LanguageModel\nfrom helpers import top\n\n"
+        'model = LanguageModel("openai-community/gpt2")\n'
+        'prompts = open("data/prompts.txt").read().splitlines()\n'
+        "tops = []\nfor prompt in prompts:\n    with model.trace(prompt, remote=True):\n"
+        "        t = top(model).save()\n    tops.append(int(t))\nprint(tops)\n")
+    done = run("verify", script, "--format", "json", cwd=tmp_path.parent)
+    report = json.loads(done.stdout)
+    assert report["status"] == "ok", done.stdout
+    assert report["before"]["requests"] == 2

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from ndif_opt.frontends.files import SourceFile
 from ndif_opt.options import Options
@@ -25,8 +26,62 @@ def verify_optimized(source: SourceFile, result: Result, path: str, settings: Op
     # a script's `!pip install` lines are not Python: run it as a notebook would
     runnable = replace(result, code=script_without_magics(result.code))
     original = script_without_magics(source.text)
+    options.setdefault("extra_files", neighbour_files(path))
     return verify_result(original, runnable, filename=path, unsafe_fixes=settings.unsafe_fixes,
                          original_nnsight=original_nnsight(original, settings), **options)
+
+
+#: what verify copies from beside a script into the directory its runs start in
+NEIGHBOURS_MAX_FILE = 2 * 1024 * 1024
+NEIGHBOURS_MAX_TOTAL = 20 * 1024 * 1024
+NEIGHBOURS_MAX_DEPTH = 2
+_SKIPPED_DIRECTORIES = frozenset({"__pycache__", "node_modules", "site-packages"})
+
+
+def neighbour_files(path: str) -> dict[str, bytes]:
+    """The files beside the script (and in its folders, two levels down), relative path ->
+    content: a run starts in a fresh directory, where `open("prompts.txt")` and `import
+    helpers` find them as they do beside the script. Hidden files and folders, virtual
+    environments and caches are left out, and so are files over 2 MB, and any past 20 MB
+    in all (a large data file: give the script a smaller one to verify)."""
+    script = Path(path)
+    if not script.is_file():
+        return {}
+    found: dict[str, bytes] = {}
+    total = 0
+    for file in _beside(script.resolve().parent, NEIGHBOURS_MAX_DEPTH):
+        if file == script.resolve():
+            continue
+        try:
+            size = file.stat().st_size
+            if size > NEIGHBOURS_MAX_FILE or total + size > NEIGHBOURS_MAX_TOTAL:
+                continue
+            found[file.relative_to(script.resolve().parent).as_posix()] = file.read_bytes()
+        except OSError:  # unreadable: the run does without it, as it would fail without it
+            continue
+        total += size
+    return found
+
+
+def _beside(folder: Path, depth: int):
+    """The regular files of ``folder``, then those of its folders to ``depth`` levels."""
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.startswith(".") or entry.is_symlink():
+            continue
+        if entry.is_file():
+            yield entry
+    if depth <= 1:
+        return
+    for entry in entries:
+        if entry.name.startswith(".") or entry.is_symlink() or not entry.is_dir():
+            continue
+        if entry.name in _SKIPPED_DIRECTORIES or (entry / "pyvenv.cfg").exists():
+            continue
+        yield from _beside(entry, depth - 1)
 
 
 def original_nnsight(source: str, options: Options) -> str | None:
