@@ -149,3 +149,21 @@ for layer in range(3):
     hoisted = [f for f in result.findings if f.pass_id == "session-hoisting" and f.applied]
     assert hoisted and "`print` output now goes to the server's log, not your screen" in hoisted[0].message, \
         [f.message for f in result.findings]
+
+
+def test_a_session_that_also_fixes_a_container_left_empty_on_ndif_says_so():
+    # the original's `found` stays empty on NDIF (the trace fills the server's copy); the
+    # session fixes it: a new user must learn that the original was wrong, not only slow
+    source = (
+        "from nnsight import LanguageModel\n\n"
+        'model = LanguageModel("openai-community/gpt2")\n'
+        "tops = []\n"
+        'for prompt in ["a b", "c d"]:\n'
+        "    found = {}\n"
+        "    with model.trace(prompt, remote=True):\n"
+        '        found["top"] = model.lm_head.output[0, -1].argmax().save()\n'
+        '    tops.append(int(found["top"]))\n'
+        "print(tops)\n"
+    )
+    hoisted = next(f for f in optimize(source).findings if f.pass_id == "session-hoisting")
+    assert "a correctness fix: `found` stayed empty on your machine when run on NDIF" in hoisted.message

@@ -8,7 +8,7 @@ from ndif_opt.analysis.effects import Problem
 from ndif_opt.analysis.facts import Block, Facts, Remote
 from ndif_opt.analysis.names import collect, collect_all
 from ndif_opt.analysis.opaque import blocks_through_names, callback_loops, closure_loops, code_strings
-from ndif_opt.analysis.regions import intermediates
+from ndif_opt.analysis.regions import client_objects_filled, intermediates
 from ndif_opt.analysis.retries import PortableRetry
 from ndif_opt.cost_model import RegionRequests
 from ndif_opt.passes.base import Context
@@ -187,7 +187,7 @@ def hoisted_message(region: Region, facts: Facts, accumulators, requests: Region
     if region.helper_calls:
         names = sorted({h.name for _, h in region.helper_calls})
         text += "; " + ", ".join(f"`{n}`" for n in names) + f" {tense('now called', 'would be called')} with " \
-            "remote=False inside it"
+            "remote=False inside it" + _correctness_note(sorted(_filled_remotely(region, facts)))
         return text + _passed_note(region) + _left_note(region) + _split_note(region.split) + _retry_note(region.retry)
     flag = region.blocks[0].remote
     if flag.state is Remote.MAYBE:
@@ -202,7 +202,23 @@ def hoisted_message(region: Region, facts: Facts, accumulators, requests: Region
     if kept:
         text += "; " + ", ".join(f"`{n}`" for n in kept) + f" {tense('now created', 'would be created')} in " \
             "the session and left there (nothing after it reads it: not downloaded)"
+    text += _correctness_note(sorted(_filled_remotely(region, facts)))
     return text + _passed_note(region) + _split_note(region.split) + _retry_note(region.retry)
+
+
+def _filled_remotely(region: Region, facts: Facts) -> set[str]:
+    """The client objects the region's blocks (and those of the functions it calls) that may
+    run remotely fill in place: as the script was, they stay as they were on the client."""
+    blocks = [*region.blocks, *(b for _, helper in region.helper_calls for b in helper.blocks if b.parent is None)]
+    return {name for block in blocks if block.effective_remote is not Remote.NO
+            for name in client_objects_filled(block, facts)}
+
+
+def _correctness_note(names: list[str]) -> str:
+    if not names:
+        return ""
+    return (" (a correctness fix: " + ", ".join(f"`{n}`" for n in names) + " stayed empty on your machine when run "
+            "on NDIF, where the remote blocks filled the server's copy)")
 
 
 def let_go_note(region: Region, facts: Facts, let_go: set[str]) -> str:
