@@ -73,10 +73,12 @@ from ndif_opt.analysis.keywords import known_keywords
 from ndif_opt.analysis.regions import int_value
 from ndif_opt.cost.constants import DEFAULTS, UNKNOWN_TRIPS, generated_tokens, session_budget, setting, view_mode
 from ndif_opt.cost.model_registry import dims_for
+from ndif_opt.cost.shape_values import Shape
 from ndif_opt.cost.shapes import shape_of
 from ndif_opt.cost.requests import RequestEstimate, SessionProfile, Visit
 from ndif_opt.cost.walker import Walker
 from ndif_opt.options import Options
+from ndif_opt.syntax.walk import find_nodes
 from ndif_opt.types import Cost, Count, Number, UnknownDownload, UnknownDownloads, UnknownLoop, is_known, loops_in
 from ndif_opt.wording import counted_with_loops, human_bytes
 
@@ -329,6 +331,17 @@ def tokens_generated_in(block: Block, facts: Facts) -> int | None:
     return generated_tokens(known_keywords(block.call, facts), lambda expr: int_value(expr, facts), _DEFAULT_OPTIONS)
 
 
+def _integer_constants(expr: cst.BaseExpression, facts: Facts) -> dict[str, Shape]:
+    """The names ``expr`` reads that are integer constants of the script (`SUBJ_POS = 1`):
+    as indices they drop a dimension (an unknown name keeps one of length 1)."""
+    found = {}
+    for name in find_nodes(expr, lambda n: type(n) is cst.Name):
+        value = int_value(name, facts) if name.value not in facts.models else None
+        if value is not None:
+            found[name.value] = Shape.python("int", value)
+    return found
+
+
 def saved_shape(expr: cst.BaseExpression, block: Block, facts: Facts) -> str:
     """A saved value described for a finding: the estimated shape and size of ``expr`` saved
     in ``block`` ("`[1, 9, 128256] bfloat16`, ~2.3 MB on ..."), or "" if unknown."""
@@ -338,7 +351,7 @@ def saved_shape(expr: cst.BaseExpression, block: Block, facts: Facts) -> str:
     seq = prompt_tokens(trace.call, facts, _DEFAULT_OPTIONS) if trace is not None else 16
     try:
         shape = shape_of(expr, dims, model_name=list(facts.models) or ["model"], seq_len=seq,
-                         max_new_tokens=tokens_generated_in(block, facts))
+                         env=_integer_constants(expr, facts), max_new_tokens=tokens_generated_in(block, facts))
     except Exception:  # noqa: BLE001 - a description is optional; never let it break a rewrite
         return ""
     if shape.nbytes is None or shape.kind == "unknown":

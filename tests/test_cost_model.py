@@ -1539,3 +1539,21 @@ def test_a_helper_called_in_a_comprehension_over_prompts_runs_each_prompt():
     assert comprehension.cost.download_bytes == loop.cost.download_bytes
     assert comprehension.cost.compute_flops == loop.cost.compute_flops
     assert not any("not a literal string" in note for note in comprehension.notes)
+
+
+def test_a_finding_sizes_an_index_by_a_constant_of_the_script_as_that_int():
+    # `SUBJ_POS = 1` at module level: `output[0, SUBJ_POS]` is one position's hidden state
+    from ndif_opt.cost_model import saved_shape
+
+    source = textwrap.dedent("""\
+        from nnsight import LanguageModel
+
+        model = LanguageModel("openai-community/gpt2")
+        SUBJ_POS = 1
+        with model.trace("The cat sat", remote=True):
+            h = model.transformer.h[5].output[0, SUBJ_POS].save()
+        """)
+    facts = analyze(cst.parse_module(source))
+    block = facts.blocks[0]
+    value = block.node.body.body[0].body[0].value
+    assert saved_shape(value, block, facts).startswith("[768] float32")  # not [1, 768]
