@@ -381,5 +381,10 @@ print(scores, held_out, next_run)
 
 @both
 def test_a_random_generator_and_a_counter_the_loop_advances_stay_on_your_machine(family):
+    # (as the global generators do: drawn on your machine before the session, in order)
     result, report = optimized_and_verified(STATEFUL_OBJECTS, family)
-    assert "session(" not in result.code and report.after.requests == 2
+    assert report.after.requests == 1
+    code = result.code
+    session = code.index("session(remote=True)")
+    assert code.index("rng.uniform(0.0, 0.5)") < session, code  # drawn before it
+    assert code.index("next(run_ids)") > code.index("_ndif_rows.append"), code  # replayed after it

@@ -18,7 +18,9 @@ import libcst as cst
 from ndif_opt.analysis.facts import Facts, Remote, call_remote_flag, line_facts, qualify, qualify_dotted
 from ndif_opt.analysis.names import BODY_KINDS, function_locals, target_names
 from ndif_opt.analysis.retries import retry_guard
+from ndif_opt.analysis.vocabulary import ADVANCING_BUILTINS, RANDOM_DRAWS
 from ndif_opt.syntax.expressions import dotted_name, root_name
+from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.walk import find_nodes, paths_to, walk
 
 # Roots of modules whose code the NDIF server runs (../shared/NNSIGHT_NOTES.md).
@@ -370,6 +372,13 @@ class _Checker(cst.CSTVisitor):
                 walk(value, self)
 
     def _check_plain_call(self, name: str, path: str | None, node: cst.Call) -> None:
+        if name in ADVANCING_BUILTINS and path == name and name not in self.facts.functions and node.args \
+                and type(node.args[0].value) is cst.Name and node.args[0].value.value not in self.local \
+                and not self.facts.is_model_like(node.args[0].value.value):
+            # `next(ids)`: it advances an iterator of yours; on the server a copy would advance
+            self._add("module", f"calls `{code_of(node)}`, which advances an iterator of your machine: on the "
+                      "server a copy of it would advance", node)
+            return
         if name == "print":
             self._add("print", "calls `print`, which would print on the server, not on your machine", node)
         elif name in FORBIDDEN_BUILTINS:
@@ -399,6 +408,11 @@ class _Checker(cst.CSTVisitor):
             return
         if root is not None and self._client_object(root):
             self._add("client-object", f"uses `{root}`, which exists only on your machine", node)
+            return
+        if root is not None and func.attr.value in RANDOM_DRAWS:
+            # a generator object of yours (`rng = np.random.default_rng(0)`): a draw advances
+            # it, as one from the global generator does; on the server a copy would advance
+            self._add("module", _random_message(f"{code_of(func)}()"), node)
             return
         if func.attr.value in EFFECT_METHODS:
             self._add("effect", f"calls `.{func.attr.value}()`, which acts on your machine", node)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ndif_opt.analysis.vocabulary import ADVANCING_BUILTINS, CONTAINER_MUTATORS, MUTATING_METHODS, RANDOM_DRAWS
+from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS, MUTATING_METHODS
 from ndif_opt.syntax.expressions import dotted_name
 from ndif_opt.syntax.walk import children, find_nodes, walk
 
@@ -361,11 +361,8 @@ class _Collector(cst.CSTVisitor):
     # -- effects ---------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if type(func) is cst.Attribute and (func.attr.value in CONTAINER_MUTATORS or func.attr.value in RANDOM_DRAWS):
+        if type(func) is cst.Attribute and func.attr.value in CONTAINER_MUTATORS:
             for name in mutated_roots(func.value):
-                self.use.mutates.setdefault(name, node)
-        elif type(func) is cst.Name and func.value in ADVANCING_BUILTINS and node.args:
-            for name in mutated_roots(node.args[0].value):  # `next(ids)` advances `ids`
                 self.use.mutates.setdefault(name, node)
 
     def visit_Global(self, node: cst.Global) -> None:

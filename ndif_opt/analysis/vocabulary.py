@@ -45,4 +45,4 @@ RANDOM_DRAWS = frozenset(
 #: Builtins that change the iterator they are given (`next(it)` advances it).
 ADVANCING_BUILTINS = frozenset({"next"})
 #: Methods that change the object they are called on, whatever it is.
-MUTATING_METHODS = CONTAINER_MUTATORS | STREAM_MUTATORS | RANDOM_DRAWS
+MUTATING_METHODS = CONTAINER_MUTATORS | STREAM_MUTATORS
