@@ -337,7 +337,8 @@ for _family in ("gpt2", "llama"):
         EXCLUDED[f"{_failures}reads_out_of_the_models_order_raise[{_case}-{_family}]:script"] = (
             "fails by design (OutOfOrderError): a module read after the model ran past it"
         )
-    for _case in ("module", "function", "next-block", "filled-across-invokes", "appended-across-invokes"):
+    for _case in ("module", "function", "next-block", "filled-across-invokes", "appended-across-invokes",
+                  "negated-save"):
         EXCLUDED[f"{_failures}a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script"
                  f"[{_case}-{_family}]:script"] = (
             "fails by design (NameError): a name bound in a block, not saved, read after it (its fixed "
@@ -348,6 +349,10 @@ for _family in ("gpt2", "llama"):
             "fails by design (NameError): code after a loop over every generation step never runs (the "
             "bounded loop is a row of its own)"
         )
+    EXCLUDED[f"{_failures}remote_on_a_trace_inside_a_remote_session_is_dropped[{_family}]:original"] = (
+        "fails by design on the (emulated) NDIF: `remote=True` on a trace inside a remote session opens a "
+        "second request from inside the server (the rewrite without it is a row of its own)"
+    )
     for _version in ("original", "optimized"):
         EXCLUDED[f"test_execution_never_wrong::test_a_loop_that_may_raise_keeps_what_it_computed_before_raising"
                  f"[{_family}]:{_version}"] = (
