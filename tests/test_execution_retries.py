@@ -326,3 +326,51 @@ def test_with_ndif_unreachable_a_retry_with_else_gives_up_as_written(tmp_path):
     original = _run_unreachable(tmp_path, "original.py", source)
     optimized = _run_unreachable(tmp_path, "optimized.py", result.code)
     assert original == optimized == "raised RuntimeError gave up after 3 attempts\n", (original, optimized)
+
+
+# a retry wrapper that gives up after its loop (`raise RuntimeError(...)`), each success a
+# `return`: around the session the same give-up ends the retry (it re-raised the last failure)
+WRAPPER_GIVING_UP_AFTER = '''
+    import time
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def with_retries(fn, *args, retries=3):
+        for attempt in range(retries):
+            try:
+                return fn(*args)
+            except Exception as exc:
+                print(f"attempt {attempt} failed: {type(exc).__name__}")
+                time.sleep(0.001)
+        raise RuntimeError("all retries failed")
+
+
+    def top_token(prompt):
+        with model.trace(prompt, remote=True):
+            logits = model.lm_head.output[0, -1].save()
+        return logits.argmax().item()
+
+
+    tops = [with_retries(top_token, p) for p in ["The cat sat on the", "The dog ran to the"]]
+    print(tops)
+'''
+
+
+@both
+def test_a_retry_wrapper_that_gives_up_after_its_loop_goes_around_the_session(family):
+    result, report = optimized_and_verified(WRAPPER_GIVING_UP_AFTER, family)
+    assert report.after.requests == 1, report.to_text()
+    assert 'else:\n    raise RuntimeError("all retries failed")' in result.code, result.code
+
+
+def test_with_ndif_unreachable_a_retry_wrapper_gives_up_as_written(tmp_path):
+    pytest.importorskip("nnsight")
+    source = textwrap.dedent(WRAPPER_GIVING_UP_AFTER).replace("REPO", "openai-community/gpt2")
+    result = optimize(source)
+    assert "model.session(" in result.code, result.code
+    original = _run_unreachable(tmp_path, "original.py", source)
+    optimized = _run_unreachable(tmp_path, "optimized.py", result.code)
+    assert original.endswith("raised RuntimeError all retries failed\n"), original
+    assert optimized.endswith("raised RuntimeError all retries failed\n"), optimized

@@ -16,12 +16,13 @@ Two shapes are recognised, each with the guard as data:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, qualify
-from ndif_opt.analysis.names import all_params, collect, target_names
+from ndif_opt.analysis.names import all_params, collect, collect_all, target_names
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.walk import find_nodes, walk
 
@@ -40,12 +41,15 @@ class RetryGuard:
     attempt: str  # the loop's variable
     guarded: cst.Try  # its one statement
     exit: str  # "break" or "return": how the `try` ends when the request succeeds
+    # a `return` retry's function gives up with what follows the loop in it, when that reports
+    # and raises (`raise RuntimeError("all retries failed")`): those statements
+    after: tuple[cst.BaseStatement, ...] = ()
 
     @property
     def gives_up(self) -> bool:
-        """The loop has an `else:` (one that raises: `retry_guard` takes no other), which,
-        not the handlers, gives up after the last attempt."""
-        return self.loop.orelse is not None
+        """The loop has an `else:` (one that raises: `retry_guard` takes no other), or its
+        function raises after it, which, not the handlers, gives up after the last attempt."""
+        return self.loop.orelse is not None or bool(self.after)
 
     @property
     def header(self) -> str:
@@ -215,8 +219,20 @@ def _find_wrappers(facts: Facts) -> dict[str, RetryWrapper]:
         guard = retry_guard(loops[0], facts) if len(loops) == 1 else None
         if guard is None or guard.exit != "return" or not _calls_through(guard.guarded, fn, args):
             continue
-        found[name] = RetryWrapper(name=name, func=func, guard=guard)
+        found[name] = RetryWrapper(name=name, func=func, guard=_giving_up_after(guard, func, facts))
     return found
+
+
+def _giving_up_after(guard: RetryGuard, func: cst.FunctionDef, facts: Facts) -> RetryGuard:
+    """``guard`` with what its function does after its loop when that gives up (reports,
+    then raises): the loop runs out only when every attempt failed (each success returns)."""
+    body = list(func.body.body)
+    if guard.exit != "return" or guard.loop.orelse is not None or guard.loop not in body:
+        return guard
+    after = body[body.index(guard.loop) + 1:]
+    if not _gives_up(after, facts):
+        return guard
+    return dataclasses.replace(guard, after=tuple(after))
 
 
 def _calls_through(guarded: cst.Try, fn: str, args: str) -> bool:
@@ -242,7 +258,7 @@ def function_guard(func: cst.FunctionDef, facts: Facts) -> RetryGuard | None:
     for stmt in func.body.body:
         guard = retry_guard(stmt, facts)
         if guard is not None:
-            return guard
+            return _giving_up_after(guard, func, facts)
     return None
 
 
@@ -315,6 +331,10 @@ def portable_retry(
         if unreadable:
             return (f"the retry gives up (its `else:`) with a line that reads `{unreadable[0]}`, which the "
                     "session's place cannot read")
+    if guard.after and any(_unreadable(name, func, params, available)
+                           for name in set(collect_all(guard.after).reads) - _BUILTINS - set(values)):
+        # (a parameter, `text` of the failed request, has no single value around the session)
+        guard = dataclasses.replace(guard, after=())  # its handlers give up instead (the last failure)
     for name in sorted(used - exception_names - {guard.attempt}):
         value = passed.get(name, params.get(name)) if name in params else None
         if value is not None and not collect(value).reads:
@@ -349,8 +369,16 @@ def portable_retry(
             "session it would never give up; count the attempts with such a `range` to have it hoisted"
         )
     giving_up = None if guard.loop.orelse is None else guard.loop.orelse.visit(_Substitute(values))
+    if guard.after:  # the function's giving up, as the loop's `else:` around the session
+        giving_up = cst.Else(body=cst.IndentedBlock(body=[stmt.with_changes(leading_lines=[]) for stmt in guard.after]))
     return PortableRetry(guard=guard, attempt=attempt, iter=iterable, handlers=handlers, last=last,
                          giving_up=giving_up)
+
+
+def _unreadable(name: str, func: cst.FunctionDef | None, params: dict, available: set[str]) -> bool:
+    """Can the session's place not read ``name`` as the guard's function meant it (a
+    parameter of it, a name it binds, or a name the place does not have)?"""
+    return name in params or name not in available or (func is not None and name in collect(func.body).binds)
 
 
 @dataclass(frozen=True)
