@@ -25,7 +25,8 @@ from ndif_opt.analysis.names import collect, collect_all
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.syntax.expressions import dotted_name, is_save_call
 from ndif_opt.syntax.positions import code_of
-from ndif_opt.syntax.rewrite import method_call
+from ndif_opt.syntax.commas import appended
+from ndif_opt.syntax.rewrite import keyword_argument, method_call
 from ndif_opt.syntax.walk import find_nodes
 from ndif_opt.syntax.walk import walk as walk_tree
 
@@ -337,17 +338,8 @@ class _Scanner:
 
 def _one_new_token(updated: cst.Call) -> cst.Call:
     """`model.generate(...)` with `max_new_tokens=1` written out (nnsight < 0.5's default)."""
-    args = list(updated.args)
-    one = cst.Arg(cst.Integer("1"), keyword=cst.Name("max_new_tokens"), equal=_EQUAL)
-    if args:  # it ends as the old last one did (trailing comma or not), laid out as the others
-        between = args[-2].comma if len(args) > 1 and type(args[-2].comma) is cst.Comma else \
-            cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        one = one.with_changes(comma=args[-1].comma)
-        args[-1] = args[-1].with_changes(comma=between)
-    return updated.with_changes(args=[*args, one])
-
-
-_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+    one = keyword_argument("max_new_tokens", cst.Integer("1"))
+    return updated.with_changes(args=appended(updated.args, one, updated.whitespace_before_args))
 
 
 def _holds_invokes(stmt: cst.BaseStatement, tracer: str, touching: set[str]) -> bool:

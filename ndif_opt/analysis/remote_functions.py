@@ -19,6 +19,7 @@ from ndif_opt.analysis.names import collect
 from ndif_opt.analysis.retries import RetryGuard, RetryWrapper, function_guard, retry_wrappers, unwrapped_call
 from ndif_opt.syntax.commas import appended
 from ndif_opt.syntax.positions import code_of
+from ndif_opt.syntax.rewrite import keyword_argument
 from ndif_opt.syntax.walk import children, find_nodes, walk
 
 FLAG_PARAMETER = "remote"
@@ -500,7 +501,7 @@ class CallWithRemoteOff(cst.CSTTransformer):
                 return updated.with_changes(args=args)
         by_position = id(helper) in self._positional and len(args) == position and all(
             a.keyword is None and not a.star for a in args)
-        added = cst.Arg(value=off) if by_position else _keyword(name, off)
+        added = cst.Arg(value=off) if by_position else keyword_argument(name, off)
         return updated.with_changes(args=appended(args, added, updated.whitespace_before_args))
 
 
@@ -593,11 +594,6 @@ class _FlagInBlocks(cst.CSTTransformer):
         return updated.with_changes(items=[*updated.items[:-1], item.with_changes(item=call.with_changes(args=args))])
 
 
-def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
-    tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
-    return cst.Arg(value=value, keyword=cst.Name(name), equal=tight)
-
-
 def with_keyword_parameters(func: cst.FunctionDef, names: tuple[str, ...]) -> cst.FunctionDef:
     """`def f(x):` → `def f(x, *, vec):` — keyword-only parameters without defaults, for
     module names a session computes and hands the function at each call."""
@@ -611,5 +607,5 @@ def with_keyword_arguments(call: cst.Call, names: tuple[str, ...]) -> cst.Call:
     """`f(x)` → `f(x, vec=vec)`."""
     args = list(call.args)
     for name in names:
-        args = appended(args, _keyword(name, cst.Name(name)), call.whitespace_before_args)
+        args = appended(args, keyword_argument(name, cst.Name(name)), call.whitespace_before_args)
     return call.with_changes(args=args)

@@ -384,6 +384,12 @@ def comments_carried(stmt: cst.BaseStatement) -> list[cst.EmptyLine]:
     return [line for line in stmt.leading_lines if line.comment is not None]
 
 
+def keyword_argument(name: str, value: cst.BaseExpression) -> cst.Arg:
+    """`name=value`, as black writes a keyword argument (no spaces around `=`)."""
+    tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+    return cst.Arg(value=value, keyword=cst.Name(name), equal=tight)
+
+
 def session_statement(
     model: str,
     flag: cst.BaseExpression | None,
@@ -393,12 +399,8 @@ def session_statement(
     """`with <model>.session(remote=<flag>):` around ``body``."""
     # built, not parsed: the same nodes that parsing the header gives, far cheaper
     flag = cst.Name("True") if flag is None else _copy_of(flag)
-    remote = cst.Arg(
-        keyword=cst.Name("remote"),
-        value=flag,
-        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
-    )
-    call = cst.Call(func=cst.Attribute(value=_dotted(model), attr=cst.Name("session")), args=[remote])
+    call = cst.Call(func=cst.Attribute(value=_dotted(model), attr=cst.Name("session")),
+                    args=[keyword_argument("remote", flag)])
     body = [reindentable(stmt) for stmt in body]
     return cst.With(items=[cst.WithItem(item=call)], body=cst.IndentedBlock(body=body), leading_lines=list(leading_lines))
 
