@@ -300,7 +300,7 @@ class Facts:
         module_level = [v for s, v in values if not s.ancestors]
         if len(values) == 1 and len(module_level) == 1:
             value = module_level[0]
-            if type(value) in _CONTAINER_DISPLAYS and name in self._mutated_names():
+            if type(value) in _CONTAINER_DISPLAYS and name in self.mutated_names():
                 return None  # `xs = []` then `xs.append(...)`: its value is not the literal
             return value
         return None
@@ -324,7 +324,7 @@ class Facts:
         return self.once("analysis:block handles", lambda: frozenset(
             name for block in self.blocks for name in (block.tracer_name, block.model) if name is not None))
 
-    def _mutated_names(self) -> frozenset[str]:
+    def mutated_names(self) -> frozenset[str]:
         """Names whose object the module changes in place anywhere (functions included)."""
         return self.once("analysis:mutated names", lambda: frozenset(collect(self.module).mutates))
 

@@ -70,8 +70,10 @@ def _dict_items(expr: cst.BaseExpression, facts: Facts) -> dict[str, cst.BaseExp
 
 def _bound_otherwise(facts: Facts) -> frozenset[str]:
     """Names the module binds other than by a simple assignment (a parameter, a loop target,
-    an augmented or subscript assignment) or changes with a dict method."""
-    return facts.once("keywords:bound-otherwise", lambda: _names_bound_otherwise(facts.module))
+    an augmented assignment) or whose object it changes in place (`kw["k"] = v`,
+    `kw.update(...)`: Facts.mutated_names)."""
+    return facts.once("keywords:bound-otherwise",
+                      lambda: _names_bound_otherwise(facts.module) | facts.mutated_names())
 
 
 def _names_bound_otherwise(module: cst.Module) -> frozenset[str]:
@@ -85,18 +87,8 @@ def _names_bound_otherwise(module: cst.Module) -> frozenset[str]:
             found.update(n.value for n in find_nodes(node.target, lambda n: type(n) is cst.Name))
 
         def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            target = node.target.value if type(node.target) is cst.Subscript else node.target
-            if type(target) is cst.Name:
-                found.add(target.value)
-
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            # `kw["max_new_tokens"] = n` changes a dict the bindings do not show
-            if type(node.target) is cst.Subscript and type(node.target.value) is cst.Name:
-                found.add(node.target.value.value)
-
-        def visit_Attribute(self, node: cst.Attribute) -> None:
-            if type(node.value) is cst.Name and node.attr.value in ("update", "setdefault", "pop", "__setitem__"):
-                found.add(node.value.value)
+            if type(node.target) is cst.Name:
+                found.add(node.target.value)
 
     module.visit(Finder())
     return frozenset(found)

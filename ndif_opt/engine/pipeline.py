@@ -518,16 +518,18 @@ def _run_module(source: str, options: Options, filename: str | None = None,
         return _untouched(source, "analysis", error)
     passes = _passes_for(options)
     suppressions = Suppressions.from_source(source)
-    run = _rounds(_Run(source, options, state, passes, suppressions,
-                       suppressing=bool(suppressions),  # asked once per pass run: the answer never changes
-                       initial_cost=state.cost,
-                       notes=list(state.estimate.notes),  # what the cost model had to assume about this script
-                       deltas={p.id: Cost() for p in passes}))
+
+    def rounds_run(left_on_server: dict[str, str]) -> _Run:
+        return _rounds(_Run(source, options, state, passes, suppressions,
+                            suppressing=bool(suppressions),  # asked once per pass run: the answer never changes
+                            initial_cost=state.cost,
+                            notes=list(state.estimate.notes),  # what the cost model had to assume about this script
+                            deltas={p.id: Cost() for p in passes}, left_on_server=left_on_server))
+
+    run = rounds_run({})
     left = run.containers_left_on_server()
     if left:  # the migration would leave them empty: run again, with the migration refusing
-        run = _rounds(_Run(source, options, state, passes, suppressions, suppressing=run.suppressing,
-                           initial_cost=state.cost, notes=list(state.estimate.notes),
-                           deltas={p.id: Cost() for p in passes}, left_on_server=left))
+        run = rounds_run(left)
     return run.result(with_edits)
 
 

@@ -44,19 +44,19 @@ def neighbour_files(path: str) -> dict[str, bytes]:
     helpers` find them as they do beside the script. Hidden files and folders, virtual
     environments and caches are left out, and so are files over 2 MB, and any past 20 MB
     in all (a large data file: give the script a smaller one to verify)."""
-    script = Path(path)
-    if not script.is_file():
+    if not Path(path).is_file():
         return {}
+    script = Path(path).resolve()
     found: dict[str, bytes] = {}
     total = 0
-    for file in _beside(script.resolve().parent, NEIGHBOURS_MAX_DEPTH):
-        if file == script.resolve():
+    for file in _beside(script.parent, NEIGHBOURS_MAX_DEPTH):
+        if file == script:
             continue
         try:
             size = file.stat().st_size
             if size > NEIGHBOURS_MAX_FILE or total + size > NEIGHBOURS_MAX_TOTAL:
                 continue
-            found[file.relative_to(script.resolve().parent).as_posix()] = file.read_bytes()
+            found[file.relative_to(script.parent).as_posix()] = file.read_bytes()
         except OSError:  # unreadable: the run does without it, as it would fail without it
             continue
         total += size
