@@ -344,6 +344,10 @@ for _family in ("gpt2", "llama"):
             "fails by design (NameError): a name bound in a block, not saved, read after it (its fixed "
             "form is a row of its own)"
         )
+    for _case in ("before", "between", "after"):
+        EXCLUDED[f"{_failures}a_stop_outside_the_invokes_stops_the_trace_before_they_run[{_case}-{_family}]:script"] = (
+            "fails by design (EarlyStopException): `tracer.stop()` in a trace's own code runs before its invokes"
+        )
     for _case in ("0", "1"):
         EXCLUDED[f"{_failures}code_after_a_loop_over_every_step_is_reported_and_never_runs[{_case}-{_family}]:script"] = (
             "fails by design (NameError): code after a loop over every generation step never runs (the "

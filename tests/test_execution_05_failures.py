@@ -96,6 +96,43 @@ def test_a_return_in_a_block_is_a_syntax_error(family):
     reported_error(RETURN, family, "SyntaxError: 'return' outside function")
 
 
+
+STOPPED = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace(remote=True) as tracer:
+        #before
+        with tracer.invoke("The Eiffel Tower is in"):
+            first = LAYERS[1].output[0, -1].norm().save()
+        #between
+        with tracer.invoke("Big Ben is in London"):
+            second = LAYERS[2].output[0, -1].norm().save()
+            #last-invoke
+        #after
+    print(first.item(), second.item())
+'''
+
+
+def _stop(where: str) -> str:
+    """A trace with two invokes and `tracer.stop()` at ``where``: in the trace's own code
+    (before, between or after the invokes), or at the end of the last invoke (fine)."""
+    return STOPPED.replace(f"#{where}", "tracer.stop()")
+
+
+@both
+@pytest.mark.parametrize("where", ["before", "between", "after"])
+def test_a_stop_outside_the_invokes_stops_the_trace_before_they_run(family, where):
+    reported_error(_stop(where), family, "EarlyStopException")
+
+
+@both
+def test_a_stop_in_the_last_invoke_runs_and_is_not_reported(family):
+    source = script(_stop("last-invoke"), family)
+    assert mine(optimize(source)) == []
+    for mode, raised in errors(source).items():
+        assert raised is None, (mode, raised)
+
 @both
 @pytest.mark.parametrize("template", [LEADING_TRY, LEADING_TRY_INVOKE], ids=["trace", "invoke"])
 def test_a_body_that_starts_with_try_is_refused(family, template):

@@ -3,7 +3,7 @@
 ## What it does
 A check: it runs once, first, on the code as written, whatever else runs (unless
 `--ignore`d; also on scripts for the pre-0.5 API, and when other passes are selected), and
-reports six ways a script fails on nnsight 0.5+, each with the error nnsight 0.8.1 gives
+reports seven ways a script fails on nnsight 0.5+, each with the error nnsight 0.8.1 gives
 (measured on tiny GPT-2 and Llama models, locally and through an emulated NDIF, where the
 error comes back inside a `RemoteError`):
 
@@ -21,6 +21,8 @@ error comes back inside a `RemoteError`):
   only reads that surely come out of order when both run are reported (conditions that
   read the same names, branches of one `if`, a `try` inside the block that catches the
   error, steps of generation, backward passes: not);
+- `tracer.stop()` in the code of a trace that has invokes, outside the invokes: that code
+  runs before them, so the trace stops before any invoke runs: `EarlyStopException`;
 - code after `with tracer.all():` or `for step in tracer.iter[:]:` (every step of a
   generation) in the same body: nnsight 0.5+ moves past such a loop only when generation
   is over, so that code never runs (what it binds is unbound after the block: `NameError`);
@@ -31,7 +33,6 @@ error comes back inside a `RemoteError`):
   trace of the same session) are fine, and so is a name whose value nnsight sends back
   anyway (nnsight sends back every name whose value *is* a saved object: an alias of one,
   a cached small int equal to a saved one, a value a helper of yours may have saved).
-
 - `remote=` on a trace or generate inside a session that runs on NDIF (a trace copied into
   a session): the inner call would open a second request from inside the server, which
   NDIF refuses (`remote=True` goes on the outermost session only).
@@ -78,7 +79,7 @@ changes; the download grows by the value (a later pass may still reduce it). Uns
 the name held a value before the block (the original goes on with that value, and the
 fix changes what the script computes, to what its author meant) or the read is in a
 `try` that may handle its failure. On a script for the pre-0.5 API the save is added only
-with `--migrate` (migrated in the same run, it is 0.5+ code). The other three failures
+with `--migrate` (migrated in the same run, it is 0.5+ code). The other failures
 are reported only: how to repair them is the author's choice.
 """
 
@@ -94,6 +95,7 @@ from ndif_opt.passes.nnsight_05_failures.exits import report_leading_try, report
 from ndif_opt.passes.nnsight_05_failures.nested import FlagsDropped, inner_remote_flags
 from ndif_opt.passes.nnsight_05_failures.order import forward_scopes, report_out_of_order
 from ndif_opt.passes.nnsight_05_failures.steps import report_code_after_every_step
+from ndif_opt.passes.nnsight_05_failures.stops import report_stop_outside_invokes
 from ndif_opt.passes.nnsight_05_failures.unsaved import SavesAdded, unsaved_names, uses_nnsight_save
 from ndif_opt.syntax.rewrite import with_module_import
 from ndif_opt.syntax.walk import paths_to, transform
@@ -113,6 +115,7 @@ class Nnsight05Failures(Pass):
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         for block in facts.blocks:
             report_returns(block, context)
+            report_stop_outside_invokes(block, context)
         tracers = {b.tracer_name for b in facts.blocks if b.method == "generate" and b.tracer_name}
         for scope, label in traced_bodies(facts):
             report_leading_try(scope, label, context)

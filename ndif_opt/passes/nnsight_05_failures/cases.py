@@ -177,6 +177,33 @@ print(difference)
 """,
     ),
     Case(
+        name="`tracer.stop()` after the invokes of a trace",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace(remote=True) as tracer:
+    with tracer.invoke("The Eiffel Tower is in"):
+        hidden = model.transformer.h[3].output[0, -1].save()
+    tracer.stop()
+print(hidden.norm())
+""",
+        reason="move it into the last invoke",
+    ),
+    Case(
+        name="`tracer.stop()` inside an invoke",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace(remote=True) as tracer:
+    with tracer.invoke("The Eiffel Tower is in"):
+        hidden = model.transformer.h[3].output[0, -1].save()
+        tracer.stop()
+print(hidden.norm())
+""",
+    ),
+    Case(
         name="code after a loop over every generation step",
         before="""\
 from nnsight import LanguageModel
