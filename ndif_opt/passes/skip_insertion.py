@@ -93,6 +93,8 @@ from ndif_opt.syntax.rewrite import SuitePlan, dotted_expression
 from ndif_opt.wording import tense
 
 CACHE = "_ndif_cache"
+# what a candidate loop does, said of loops that patch a layer and of loops that only read one
+RECOMPUTED = "every iteration of this loop recomputes the same layers before the first layer it reads or patches"
 
 
 class SkipInsertion(Pass):
@@ -112,8 +114,7 @@ class SkipInsertion(Pass):
             if isinstance(found, str):
                 context.skipped(
                     sweep.loop,
-                    "every iteration of this loop recomputes the same layers before the "
-                    "patched one",
+                    RECOMPUTED,
                     f"no `.skip()` inserted: {found}",
                 )
                 continue
@@ -123,8 +124,7 @@ class SkipInsertion(Pass):
             if saving is not None and saving[0] - saving[1] < max(2, saving[2] / 4):
                 context.skipped(
                     sweep.loop,
-                    "every iteration of this loop recomputes the same layers before the "
-                    "patched one",
+                    RECOMPUTED,
                     f"no `.skip()` inserted: caching would not pay off "
                     f"({counts.labelled('layer evaluations', saving[0], saving[1], tail=False)}, plus "
                     f"{counts.count(1, 'forward pass')})",
