@@ -363,3 +363,43 @@ with model.session(remote=True):
         (row,) = result.costs
         assert (row.before.forward_passes, row.after.forward_passes) == (10, 5)
         assert "10 forward passes → 5" in found.message, found.message
+
+
+# a loop refused as part of the `with` around it (the `torch.save` in it runs on the client),
+# then hoisted on its own: the `with` sends one request after the rewrite
+INSIDE_NO_GRAD = '''\
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with torch.no_grad():
+    for layer in range(4):
+        with model.trace("Interpretability research is", remote=True):
+            hidden = model.transformer.h[layer].output.save()
+        torch.save(hidden[0, -1].clone(), f"layer{layer}.pt")
+'''
+
+# the same, with a loop around the `with`: each of its iterations still sends a request
+INSIDE_NO_GRAD_IN_A_LOOP = '''\
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+for prompt in ["Interpretability research is", "The weather is"]:
+    with torch.no_grad():
+        torch.save(prompt, "prompt.pt")
+        for layer in range(4):
+            with model.trace(prompt, remote=True):
+                hidden = model.transformer.h[layer].output.save()
+            torch.save(hidden[0, -1].clone(), f"layer{layer}.pt")
+'''
+
+
+def test_a_refusal_a_hoisted_inner_loop_answers_is_not_reported():
+    findings = optimize(INSIDE_NO_GRAD).findings
+    hoisting = [f for f in findings if f.pass_id == "session-hoisting"]
+    assert [f.status for f in hoisting] == [Status.APPLIED], [f.message for f in hoisting]
+    # the outer loop still sends one request per prompt: its refusal stands
+    outer = [f for f in optimize(INSIDE_NO_GRAD_IN_A_LOOP).findings
+             if f.pass_id == "session-hoisting" and f.status is Status.SKIPPED]
+    assert [f.range.start.line for f in outer] == [4], [f.message for f in outer]  # (0-based)
