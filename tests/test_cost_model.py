@@ -1541,6 +1541,30 @@ def test_a_helper_called_in_a_comprehension_over_prompts_runs_each_prompt():
     assert not any("not a literal string" in note for note in comprehension.notes)
 
 
+
+@pytest.mark.parametrize("mapped", ["map(top_token, PROMPTS)", "map(lambda p: top_token(p), PROMPTS)"])
+def test_a_helper_mapped_over_prompts_runs_each_prompt(mapped):
+    """`map(f, xs)` is `[f(x) for x in xs]` and `map(lambda p: E, xs)` is `[E for p in xs]`:
+    one call per prompt, as the comprehension (a new user's `list(map(...))` was billed one
+    request where three ran)."""
+    prompts = ["The sky is", "Grass is usually green in the spring and in the summer", "Snow is"]
+    helper = f"""
+        PROMPTS = {prompts!r}
+
+
+        def top_token(prompt):
+            with model.trace(prompt, remote=True):
+                logits = model.lm_head.output[0, -1].save()
+            return logits.argmax().item()
+
+
+        """
+    comprehension = run(script(helper + "tops = [top_token(p) for p in PROMPTS]\n"), **{"view-storage": "storage"})
+    mapped_run = run(script(helper + f"tops = list({mapped})\n"), **{"view-storage": "storage"})
+    assert mapped_run.cost.requests == comprehension.cost.requests == 3
+    assert mapped_run.cost.download_bytes == comprehension.cost.download_bytes
+    assert mapped_run.cost.compute_flops == comprehension.cost.compute_flops
+
 def test_a_finding_sizes_an_index_by_a_constant_of_the_script_as_that_int():
     # `SUBJ_POS = 1` at module level: `output[0, SUBJ_POS]` is one position's hidden state
     from ndif_opt.cost_model import saved_shape
