@@ -11,31 +11,11 @@ the values the script reads must match.
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 pytest.importorskip("nnsight")
 
-from ndif_opt import optimize  # noqa: E402
-from ndif_opt.verify import verify_result  # noqa: E402
-
-FAMILIES = {
-    "gpt2": ("openai-community/gpt2", "self.model.transformer.h"),
-    "llama": ("meta-llama/Llama-3.1-8B", "self.model.model.layers"),
-}
-both = pytest.mark.parametrize("family", sorted(FAMILIES))
-
-
-def run(template: str, family: str):
-    repo, layers = FAMILIES[family]
-    source = textwrap.dedent(template).replace("REPO", repo).replace("LAYERS", layers)
-    result = optimize(source)
-    report = verify_result(source, result, filename="script.py")
-    assert report.intended_ok, report.to_text() + "\n" + result.code
-    assert not report.errors["optimized"], report.errors
-    return result, report
-
+from execution import both, optimized_and_verified  # noqa: E402
 
 PATCHING = '''
     import torch
@@ -49,7 +29,7 @@ PATCHING = '''
 
         def run_clean(self):
             with self.model.trace(self.clean, remote=True):
-                hidden = torch.stack([LAYERS[i].output for i in range(2)]).save()
+                hidden = torch.stack([SELFLAYERS[i].output for i in range(2)]).save()
                 top = self.model.lm_head.output[0, -1].argmax().item().save()
             self.clean_hidden = hidden
             return top
@@ -57,7 +37,7 @@ PATCHING = '''
         def patch(self, layer):
             vec = self.clean_hidden[layer, 0, -1]
             with self.model.trace(self.corrupt, remote=True):
-                LAYERS[layer].output[0, -1] = vec
+                SELFLAYERS[layer].output[0, -1] = vec
                 top = self.model.lm_head.output[0, -1].argmax().item().save()
             return top
 
@@ -77,11 +57,11 @@ PATCHING = '''
 
 @both
 def test_what_only_the_sessions_methods_read_stays_on_the_server(family):
-    result, report = run(PATCHING, family)
+    result, report = optimized_and_verified(PATCHING, family)
     assert report.after.requests == 1, report.to_text() + result.code
     assert "self.clean_hidden = _ndif" not in result.code, result.code
     # read after the session, the hidden states come back: what the first run does not download
-    kept, kept_report = run(PATCHING + "    print(tuple(experiment.clean_hidden.shape))\n", family)
+    kept, kept_report = optimized_and_verified(PATCHING + "    print(tuple(experiment.clean_hidden.shape))\n", family)
     assert kept_report.after.requests == 1, kept_report.to_text() + kept.code
     assert "self.clean_hidden = _ndif" in kept.code, kept.code
     assert report.after.download_bytes < kept_report.after.download_bytes, (report.to_text(), kept_report.to_text())
@@ -90,5 +70,5 @@ def test_what_only_the_sessions_methods_read_stays_on_the_server(family):
 @both
 def test_a_method_called_after_the_session_keeps_what_it_reads_coming_back(family):
     # `patch` runs again after the sweep, on your machine: it reads `self.clean_hidden`
-    result, report = run(PATCHING + "    print(experiment.patch(1))\n", family)
+    result, report = optimized_and_verified(PATCHING + "    print(experiment.patch(1))\n", family)
     assert "self.clean_hidden = _ndif" in result.code, result.code

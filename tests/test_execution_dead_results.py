@@ -15,31 +15,11 @@ every result must match.
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 pytest.importorskip("nnsight")
 
-from ndif_opt import optimize  # noqa: E402
-from ndif_opt.verify import verify_result  # noqa: E402
-
-FAMILIES = {
-    "gpt2": ("openai-community/gpt2", "model.transformer.h"),
-    "llama": ("meta-llama/Llama-3.1-8B", "model.model.layers"),
-}
-both = pytest.mark.parametrize("family", sorted(FAMILIES))
-
-
-def run(template: str, family: str):
-    repo, layers = FAMILIES[family]
-    source = textwrap.dedent(template).replace("REPO", repo).replace("LAYERS", layers)
-    result = optimize(source)
-    report = verify_result(source, result, filename="script.py")
-    assert report.intended_ok, report.to_text() + "\n" + result.code
-    assert not report.errors["optimized"], report.errors
-    return result, report
-
+from execution import both, optimized_and_verified  # noqa: E402
 
 GREEDY = '''
     import torch
@@ -64,7 +44,7 @@ GREEDY = '''
 
 @both
 def test_values_only_the_session_reads_are_not_downloaded(family):
-    result, report = run(GREEDY, family)
+    result, report = optimized_and_verified(GREEDY, family)
     assert report.after.requests == 1, report.to_text() + result.code
     # neither value of `logits` (the loop's, and the scoring trace's after it) comes
     # back whole: the session reads the first, the second is reduced in its trace
@@ -89,7 +69,7 @@ PATCH = '''
 @both
 def test_a_module_name_the_session_computes_comes_back_as_a_result(family):
     # `shift` is read by the session only, but the script ends with it: it comes back
-    result, report = run(PATCH, family)
+    result, report = optimized_and_verified(PATCH, family)
     assert report.after.requests == 1, report.to_text() + result.code
     assert "    shift = (clean[0, -1] - clean[0, 0]).save()\n" in result.code, result.code
     assert "shift" not in result.unreturned
@@ -117,14 +97,14 @@ PATCH_IN_FUNCTION = '''
 
 @both
 def test_a_function_local_only_the_session_reads_is_not_downloaded(family):
-    result, report = run(PATCH_IN_FUNCTION, family)
+    result, report = optimized_and_verified(PATCH_IN_FUNCTION, family)
     assert report.after.requests == 1, report.to_text() + result.code
     assert "shift = clean[0, -1] - clean[0, 0]\n" in result.code and "shift = (" not in result.code, result.code
 
 
 @both
 def test_a_module_name_read_after_the_session_still_comes_back(family):
-    result, report = run(GREEDY + '    print("shape", tuple(logprobs.shape))\n', family)
+    result, report = optimized_and_verified(GREEDY + '    print("shape", tuple(logprobs.shape))\n', family)
     assert report.after.requests == 1, report.to_text() + result.code
     assert "logprobs = torch.log_softmax(logits[0, :-1], dim=-1).save()" in result.code, result.code
 
@@ -151,7 +131,7 @@ REFINE = '''
 def test_a_print_of_a_value_the_loop_changes_later_records_only_what_it_prints(family):
     # `vec` is bound again after the print: its record is what the print reads of it
     # (`vec.norm().item()`, a number), not a copy of the whole vector every round
-    result, report = run(REFINE, family)
+    result, report = optimized_and_verified(REFINE, family)
     assert report.after.requests == 1, report.to_text() + result.code
     assert '"vec_norm": vec.norm().item()}' in result.code, result.code
 
@@ -181,10 +161,10 @@ def test_what_a_function_saved_and_returned_is_let_go_when_nothing_reads_it_afte
     # the last `logits` a helper saved and returned would come back with the session;
     # nothing after it reads the name, so the session ends by letting it go
     script = LENS.replace("MODEL_NORM", NORMS[family])
-    result, report = run(script, family)
+    result, report = optimized_and_verified(script, family)
     assert report.after.requests == 1, report.to_text() + result.code
     assert "    logits = None  # nothing after the session reads it" in result.code, result.code
-    kept, kept_report = run(script + '    print("last", tuple(logits.shape))\n', family)
+    kept, kept_report = optimized_and_verified(script + '    print("last", tuple(logits.shape))\n', family)
     assert "logits = None" not in kept.code, kept.code
     # the full logits of the last call are what the first run does not download
     assert report.after.download_bytes < kept_report.after.download_bytes, (report.to_text(), kept_report.to_text())
@@ -198,7 +178,7 @@ def test_several_names_let_go_are_one_line(family):
         "            first = lens(prompt, 0)\n            logits = lens(prompt, layer)\n"
         "            print(prompt, layer, logits[0, -1].argmax().item(), first[0, -1].argmax().item())\n",
     )
-    result, report = run(script, family)
+    result, report = optimized_and_verified(script, family)
     assert report.after.requests == 1, report.to_text() + result.code
     assert "    first = logits = None  # nothing after the session reads them" in result.code, result.code
 
@@ -225,7 +205,7 @@ COUNT = '''
 @both
 def test_a_print_of_how_many_values_a_list_holds_records_the_count(family):
     # the print reads `len(states)` only: its record is the number, not the list of vectors
-    result, report = run(COUNT, family)
+    result, report = optimized_and_verified(COUNT, family)
     assert report.after.requests == 1, report.to_text() + result.code
     assert '_ndif_log["len_states"] = len(states)' in result.code, result.code
     assert '_ndif_log["mean_norm"] = mean.norm().item()' in result.code, result.code
@@ -235,7 +215,7 @@ def test_a_print_of_how_many_values_a_list_holds_records_the_count(family):
 def test_a_module_level_list_the_session_fills_comes_back_as_a_result(family):
     # `states` is filled by the loop and read by the session's code only (the mean, and
     # the print's count, which the replay records), but the script ends with it
-    result, report = run(COUNT, family)
+    result, report = optimized_and_verified(COUNT, family)
     assert report.after.requests == 1, report.to_text() + result.code
     assert "states = list().save()" in result.code, result.code
 
@@ -267,11 +247,11 @@ COUNT_IN_FUNCTION = '''
 
 @both
 def test_a_list_a_function_fills_for_the_session_only_is_made_there_and_not_downloaded(family):
-    result, report = run(COUNT_IN_FUNCTION, family)
+    result, report = optimized_and_verified(COUNT_IN_FUNCTION, family)
     assert report.after.requests == 1, report.to_text() + result.code
     assert "states = []\n" in result.code and "states = list().save()" not in result.code, result.code
     kept_source = COUNT_IN_FUNCTION.replace("        return top", '        print("kept", len(states))\n        return top')
-    kept, kept_report = run(kept_source, family)
+    kept, kept_report = optimized_and_verified(kept_source, family)
     assert "states = list().save()" in kept.code, kept.code
     # the vectors it holds are what the first run does not download
     assert report.after.download_bytes < kept_report.after.download_bytes, (report.to_text(), kept_report.to_text())

@@ -14,33 +14,15 @@ container itself is not compared (the user accepted that it holds the reductions
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 pytest.importorskip("nnsight")
 
+from execution import FAMILIES, both, optimized_and_verified  # noqa: E402
+from execution import script as script_for  # noqa: E402
+
 from ndif_opt import optimize  # noqa: E402
 from ndif_opt.options import Options  # noqa: E402
-from ndif_opt.verify import verify_result  # noqa: E402
-
-FAMILIES = {
-    "gpt2": ("openai-community/gpt2", "model.transformer.h"),
-    "llama": ("meta-llama/Llama-3.1-8B", "model.model.layers"),
-}
-both = pytest.mark.parametrize("family", sorted(FAMILIES))
-
-
-def run(template: str, family: str):
-    repo, layers = FAMILIES[family]
-    source = textwrap.dedent(template).replace("REPO", repo).replace("LAYERS", layers)
-    result = optimize(source, options=Options(unsafe_fixes=True))
-    # batching (an unsafe fix) changes fp32 results by ~1e-7, as its finding says
-    report = verify_result(source, result, filename="script.py", unsafe_fixes=True, atol=1e-5)
-    assert report.intended_ok, report.to_text() + "\n" + result.code
-    assert not report.errors["optimized"], report.errors
-    return result, report
-
 
 ABLATIONS = '''
     from nnsight import LanguageModel
@@ -58,12 +40,12 @@ ABLATIONS = '''
 
 @both
 def test_a_dict_of_logits_read_through_one_reduction_downloads_the_reduced_values(family):
-    result, report = run(ABLATIONS, family)
+    result, report = optimized_and_verified(ABLATIONS, family, unsafe=True)
     assert report.after.requests == 1, report.to_text() + result.code
     assert "results[layer] = model.lm_head.output[0, -1].argmax().item()" in result.code, result.code
     assert "    print(layer, logits)\n" in result.code, result.code
     # read whole once more, the logits come back whole: what the first run does not download
-    kept, kept_report = run(ABLATIONS + "    print([tuple(v.shape) for v in results.values()])\n", family)
+    kept, kept_report = optimized_and_verified(ABLATIONS + "    print([tuple(v.shape) for v in results.values()])\n", family, unsafe=True)
     assert "results[layer] = model.lm_head.output\n" in kept.code, kept.code
     assert report.after.download_bytes * 10 < kept_report.after.download_bytes, (report.to_text(), kept_report.to_text())
 
@@ -83,7 +65,7 @@ NORMS = '''
 
 @both
 def test_a_list_read_by_a_comprehension_downloads_the_reduced_values(family):
-    result, report = run(NORMS, family)
+    result, report = optimized_and_verified(NORMS, family, unsafe=True)
     assert report.after.requests == 1, report.to_text() + result.code
     assert "states.append(LAYERS[1].output[0, -1].norm().item())".replace("LAYERS", FAMILIES[family][1]) \
         in result.code, result.code
@@ -93,7 +75,7 @@ def test_a_list_read_by_a_comprehension_downloads_the_reduced_values(family):
 
 def test_a_comprehension_left_copying_keeps_its_form_where_the_file_names_something_list():
     # `list(states)` would call the file's own `list` where it is bound
-    source = textwrap.dedent(NORMS).replace("REPO", FAMILIES["gpt2"][0]).replace("LAYERS", FAMILIES["gpt2"][1])
+    source = script_for(NORMS, "gpt2")
     shadowing = "def tally(list):\n    return len(list)\n\n\n"
     source = source.replace("model = LanguageModel", shadowing + "model = LanguageModel")
     result = optimize(source, options=Options(unsafe_fixes=True))
@@ -108,7 +90,7 @@ def test_an_element_changed_in_place_after_it_is_stored_is_downloaded_whole(fami
         "            states.append(LAYERS[1].output.save())\n",
         "            states.append(LAYERS[1].output.save())\n            LAYERS[1].output[:] = 0\n",
     )
-    result, report = run(script, family)
+    result, report = optimized_and_verified(script, family, unsafe=True)
     assert "norm().item())" not in result.code.split("norms =")[0], result.code
     reasons = [f.reason or "" for f in result.findings if f.pass_id == "reduction-pushdown" and not f.applied]
     assert any("changes a value in place after the block stores it" in r for r in reasons), reasons
@@ -122,7 +104,7 @@ def test_elements_read_only_behind_a_condition_are_downloaded_whole(family):
         "    norms = [s[0, -1].norm().item() for s in states]\n",
         "    SHOW = True\n    norms = [s[0, -1].norm().item() if SHOW else 0.0 for s in states]\n",
     )
-    result, report = run(script, family)
+    result, report = optimized_and_verified(script, family, unsafe=True)
     assert "norm().item())" not in result.code.split("norms =")[0], result.code
     reasons = [f.reason or "" for f in result.findings if f.pass_id == "reduction-pushdown" and not f.applied]
     assert any("no loop over all of it reduces every element" in r for r in reasons), reasons
@@ -149,11 +131,11 @@ PAIR = '''
 def test_saved_values_a_loop_goes_over_in_a_written_out_list_are_reduced_in_their_blocks(family):
     # the loop reads each logits tensor through one reduction, the line after through
     # another: both come back reduced, neither whole
-    result, report = run(PAIR, family)
+    result, report = optimized_and_verified(PAIR, family, unsafe=True)
     assert report.after.requests == 1, report.to_text() + result.code
     assert 'for name, logits in [("clean", clean_topk), ("patched", patched_topk)]:' in result.code, result.code
     assert "clean = model.lm_head.output\n" in result.code, result.code
-    kept, kept_report = run(PAIR + "    print(tuple(clean.shape))\n", family)
+    kept, kept_report = optimized_and_verified(PAIR + "    print(tuple(clean.shape))\n", family, unsafe=True)
     clean_line = next(line for line in kept.code.splitlines() if line.strip().startswith("clean = "))
     assert clean_line.endswith(".save()"), kept.code  # read whole: its own save stays
     assert 'for name, logits in [("clean", clean_topk), ("patched", patched_topk)]:' in kept.code, kept.code
@@ -176,7 +158,7 @@ def test_an_element_a_later_iteration_changes_in_place_is_downloaded_whole(famil
             acts.append(LAYERS[layer].output)
     print([round(a[0, -1].norm().item(), 4) for a in acts])
 '''
-    result, report = run(script, family)
+    result, report = optimized_and_verified(script, family, unsafe=True)
     assert "acts.append(LAYERS[layer].output)".replace("LAYERS", FAMILIES[family][1]) in result.code, result.code
     reasons = [f.reason or "" for f in result.findings if f.pass_id == "reduction-pushdown" and not f.applied]
     assert any("in the loop that stores it" in r for r in reasons), reasons
@@ -197,11 +179,11 @@ CACHE = '''
 
 @both
 def test_a_dict_read_by_key_in_a_loop_over_its_keys_downloads_the_reduced_values(family):
-    result, report = run(CACHE, family)
+    result, report = optimized_and_verified(CACHE, family, unsafe=True)
     assert "cache[prompt] = model.lm_head.output[0, -1].argmax().item()" in result.code, result.code
     assert "    print(prompt, cache[prompt])\n" in result.code, result.code
     # handed on whole, the dict keeps its elements whole
-    kept, _ = run(CACHE + "    snapshot = dict(cache)\n", family)
+    kept, _ = optimized_and_verified(CACHE + "    snapshot = dict(cache)\n", family, unsafe=True)
     assert "cache[prompt] = model.lm_head.output\n" in kept.code, kept.code
 
 
@@ -218,10 +200,10 @@ def test_a_list_read_by_index_in_a_loop_over_its_range_downloads_the_reduced_val
     for i in range(len(acts)):
         print(i, round(acts[i][0, -1].norm().item(), 4))
 '''
-    result, report = run(script, family)
+    result, report = optimized_and_verified(script, family, unsafe=True)
     assert "acts.append(LAYERS[layer].output[0, -1].norm().item())".replace("LAYERS", FAMILIES[family][1]) \
         in result.code, result.code
     # a loop over part of it does not read every element: the reduction stays on your machine
-    part, _ = run(script.replace("range(len(acts))", "range(len(acts) - 1)"), family)
+    part, _ = optimized_and_verified(script.replace("range(len(acts))", "range(len(acts) - 1)"), family, unsafe=True)
     assert "norm().item())\n    for i" not in part.code and "acts.append(LAYERS[layer].output)".replace(
         "LAYERS", FAMILIES[family][1]) in part.code, part.code

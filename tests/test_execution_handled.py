@@ -12,31 +12,11 @@ every module-level value must match.
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 pytest.importorskip("nnsight")
 
-from ndif_opt import optimize  # noqa: E402
-from ndif_opt.verify import verify_result  # noqa: E402
-
-FAMILIES = {
-    "gpt2": ("openai-community/gpt2", "model.transformer.h"),
-    "llama": ("meta-llama/Llama-3.1-8B", "model.model.layers"),
-}
-both = pytest.mark.parametrize("family", sorted(FAMILIES))
-
-
-def run(template: str, family: str):
-    repo, layers = FAMILIES[family]
-    source = textwrap.dedent(template).replace("REPO", repo).replace("LAYERS", layers)
-    result = optimize(source)
-    report = verify_result(source, result, filename="script.py")
-    assert report.intended_ok, report.to_text() + "\n" + result.code
-    assert not report.errors["optimized"], report.errors
-    return result, report
-
+from execution import both, optimized_and_verified  # noqa: E402
 
 ERROR_RECORDS = '''
     import traceback
@@ -73,7 +53,7 @@ ERROR_RECORDS = '''
 
 @both
 def test_error_records_run_in_one_session(family):
-    result, report = run(ERROR_RECORDS.replace("LAYER_INDICES", "[0, 1, 0]"), family)
+    result, report = optimized_and_verified(ERROR_RECORDS.replace("LAYER_INDICES", "[0, 1, 0]"), family)
     assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
     assert "except Exception:  # the session failed" in result.code
 
@@ -82,7 +62,7 @@ def test_error_records_run_in_one_session(family):
 def test_a_failing_request_is_still_handled_on_its_own(family):
     # layer 99 does not exist: the third request fails on the server. The session fails
     # with it, and the loop as written runs: the same records, the same lines printed
-    result, report = run(ERROR_RECORDS.replace("LAYER_INDICES", "[0, 1, 99]"), family)
+    result, report = optimized_and_verified(ERROR_RECORDS.replace("LAYER_INDICES", "[0, 1, 99]"), family)
     assert report.after.requests == report.before.requests + 1, report.to_text()
     assert "model.session(" in result.code
 
@@ -91,7 +71,7 @@ def test_a_failing_request_is_still_handled_on_its_own(family):
 def test_what_reads_the_clients_values_runs_on_the_client_too(family):
     # `entry` is built from `line`, which only the client computes (json): it was built
     # in the session, where `line` does not exist (NameError), and must be replayed
-    result, report = run(
+    result, report = optimized_and_verified(
         '''
         import json
         from nnsight import LanguageModel
@@ -116,7 +96,7 @@ def test_a_trace_that_reads_what_the_client_computed_from_the_last_result_stays_
     # `shifted` comes from json on the client, from the previous request's answer: it can
     # neither run in the session (it ran `steer = torch.from_numpy(shifted)` there
     # without `shifted`: NameError) nor before it
-    result, report = run(
+    result, report = optimized_and_verified(
         '''
         import json
         import numpy as np
@@ -145,7 +125,7 @@ def test_a_trace_that_reads_what_the_client_computed_from_the_last_result_stays_
 def test_a_helpers_parameter_is_not_the_clients_object_of_the_same_name(family):
     # `log` is a file at module level; in `scaled` it is a number. The helper may run in
     # the session (it was taken for a user of the file, and the loop was not hoisted)
-    result, report = run(
+    result, report = optimized_and_verified(
         '''
         import os
         import torch
@@ -180,7 +160,7 @@ def test_inputs_computed_on_your_machine_run_before_the_session(family):
     # `shifted` needs json (not on NDIF) and nothing remote: it runs before the session,
     # once per item, and the session takes each value where the line stood. The loop
     # goes over a generator: it is listed once, so both loops see the same items
-    result, report = run(
+    result, report = optimized_and_verified(
         '''
         import json
         import numpy as np
@@ -210,7 +190,7 @@ def test_inputs_computed_on_your_machine_run_before_the_session(family):
 def test_a_random_generator_the_client_draws_from_after_the_trace_stays_in_order(family):
     # `rng` picks each prompt's word (before the trace) and a threshold (after it): run
     # before the session, the first draws would all come first and every value differ
-    result, report = run(
+    result, report = optimized_and_verified(
         '''
         import random
         from nnsight import LanguageModel
@@ -235,7 +215,7 @@ def test_a_random_generator_the_client_draws_from_after_the_trace_stays_in_order
 @both
 def test_a_prompt_formatted_on_your_machine_is_sent_with_the_session(family):
     # the trace's own input is the value json formats on your machine
-    result, report = run(
+    result, report = optimized_and_verified(
         '''
         import json
         from nnsight import LanguageModel
@@ -265,7 +245,7 @@ PROBER = '''
 
         def run(self, prompt):
             with self.model.trace(prompt, remote=True):
-                norm = LAYERS[1].output[0, -1].norm().save()
+                norm = SELFLAYERS[1].output[0, -1].norm().save()
             return round(norm.item(), 4)READS_CACHE
 
         def sweep(self, prompts):
@@ -287,8 +267,8 @@ PROBER = '''
 def test_a_method_that_stores_its_results_on_self_runs_in_one_session(family):
     # `self` stays on your machine: the session computes each value, the replay stores
     # it (`self.cache[p] = ...`, `self.calls += 1`) and prints, in order
-    source = PROBER.replace("LAYERS", "self." + FAMILIES[family][1]).replace("READS_CACHE", "")
-    result, report = run(source, family)
+    source = PROBER.replace("READS_CACHE", "")
+    result, report = optimized_and_verified(source, family)
     assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
 
 
@@ -296,14 +276,14 @@ def test_a_method_that_stores_its_results_on_self_runs_in_one_session(family):
 def test_a_method_that_reads_what_the_loop_stored_on_self_keeps_its_requests(family):
     # `run` reads `self.cache`, which each iteration's replayed store changes: in one
     # session every call would see it empty
-    source = PROBER.replace("LAYERS", "self." + FAMILIES[family][1]).replace("READS_CACHE", " + len(self.cache)")
-    result, report = run(source, family)
+    source = PROBER.replace("READS_CACHE", " + len(self.cache)")
+    result, report = optimized_and_verified(source, family)
     assert "session(" not in result.code
 
 
 @both
 def test_a_dict_the_caller_passes_in_is_filled_on_your_machine(family):
-    result, report = run(
+    result, report = optimized_and_verified(
         '''
         from nnsight import LanguageModel
 
@@ -335,7 +315,7 @@ def test_a_dict_the_caller_passes_in_is_filled_on_your_machine(family):
 def test_prompts_read_from_files_are_read_before_the_session(family, tmp_path):
     for i in range(3):
         (tmp_path / f"p{i}.txt").write_text(f"The cat number {i} sat on the\n")
-    result, report = run(
+    result, report = optimized_and_verified(
         f'''
         from nnsight import LanguageModel
 
@@ -359,7 +339,7 @@ def test_prompts_read_from_files_are_read_before_the_session(family, tmp_path):
 def test_a_file_the_loop_writes_and_reads_again_keeps_its_requests(family, tmp_path):
     # each iteration reads the prompt the last one wrote: read before the session, every
     # read would see the first
-    result, report = run(
+    result, report = optimized_and_verified(
         f'''
         from nnsight import LanguageModel
 
@@ -386,7 +366,7 @@ def test_an_array_loaded_from_a_file_travels_into_the_session(family, tmp_path):
     import numpy as np
 
     np.save(tmp_path / "dirs.npy", np.linspace(-1, 1, 3 * 64, dtype=np.float32).reshape(3, 64))
-    result, report = run(
+    result, report = optimized_and_verified(
         f'''
         import numpy as np
         import torch

@@ -14,31 +14,11 @@ every module-level value must match.
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 pytest.importorskip("nnsight")
 
-from ndif_opt import optimize  # noqa: E402
-from ndif_opt.verify import verify_result  # noqa: E402
-
-FAMILIES = {
-    "gpt2": ("openai-community/gpt2", "model.transformer.h"),
-    "llama": ("meta-llama/Llama-3.1-8B", "model.model.layers"),
-}
-both = pytest.mark.parametrize("family", sorted(FAMILIES))
-
-
-def run(template: str, family: str):
-    repo, layers = FAMILIES[family]
-    source = textwrap.dedent(template).replace("REPO", repo).replace("LAYERS", layers)
-    result = optimize(source)
-    report = verify_result(source, result, filename="script.py")
-    assert report.intended_ok, report.to_text() + "\n" + result.code
-    assert not report.errors["optimized"], report.errors
-    return result, report
-
+from execution import both, optimized_and_verified  # noqa: E402
 
 STEERING = '''
     from nnsight import LanguageModel
@@ -80,7 +60,7 @@ STEERING = '''
 
 @both
 def test_a_name_the_session_computes_is_handed_to_the_functions_that_read_it(family):
-    result, report = run(STEERING, family)
+    result, report = optimized_and_verified(STEERING, family)
     assert report.before.requests == 9 and report.after.requests == 1, report.to_text() + result.code
     assert "def steered_top(prompt, alpha, remote=True, *, vec):" in result.code
     assert "def closeness(x, *, vec):" in result.code
@@ -92,7 +72,7 @@ def test_a_function_also_called_on_your_machine_keeps_reading_the_module_name(fa
     # `closeness` runs once more after the experiment, outside any session: it keeps its
     # signature, so the session cannot hand `vec` to it and the work stays in two parts
     script = STEERING + '    print("again", closeness(vec))\n'
-    result, report = run(script, family)
+    result, report = optimized_and_verified(script, family)
     assert "def closeness(x):" in result.code
     assert report.after.requests == 2, report.to_text() + result.code
 
@@ -131,7 +111,7 @@ NESTED = '''
 def test_a_name_read_by_a_function_the_sessions_functions_call_is_not_hidden(family):
     # `push` reads `vec` and is called by `steered_norm`, not by the session itself: the
     # session cannot hand it over, so `vec` is computed in a session of its own first
-    result, report = run(NESTED, family)
+    result, report = optimized_and_verified(NESTED, family)
     assert report.after.requests == 2, report.to_text() + result.code
 
 
@@ -158,6 +138,6 @@ MAIN_GUARD = '''
 @both
 def test_names_bound_under_a_main_guard_are_the_modules_too(family):
     # code under `if __name__ == "__main__":` binds module names: the function reads them
-    result, report = run(MAIN_GUARD, family)
+    result, report = optimized_and_verified(MAIN_GUARD, family)
     assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
     assert "def steered_top(prompt, alpha, remote=True, *, vec):" in result.code
