@@ -9,35 +9,20 @@ every module-level value must match, and the optimized script must send one requ
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 pytest.importorskip("nnsight")
 
-from ndif_opt import optimize  # noqa: E402
-from ndif_opt.verify import verify_result  # noqa: E402
-
-FAMILIES = {
-    "gpt2": ("openai-community/gpt2", "model.transformer.h"),
-    "llama": ("meta-llama/Llama-3.1-8B", "model.model.layers"),
-}
+from execution import both, optimized_and_verified  # noqa: E402
 
 
 def check(template: str, family: str, requests_after: int = 1):
-    repo, layers = FAMILIES[family]
-    source = textwrap.dedent(template).replace("REPO", repo).replace("LMLAYERS", "lm" + layers[len("model"):])
-    source = source.replace("SELFLAYERS", "self." + layers).replace("LAYERS", layers)
-    result = optimize(source)
-    report = verify_result(source, result, filename="script.py")
-    assert report.intended_ok, report.to_text() + "\n" + result.code
-    assert not report.errors["optimized"], report.errors
+    """The template optimized and verified (execution.optimized_and_verified); the optimized
+    script sends ``requests_after`` requests, fewer than the original."""
+    result, report = optimized_and_verified(template, family)
     assert report.after.requests == requests_after, report.to_text() + "\n" + result.code
     assert report.before.requests > requests_after
     return result, report
-
-
-both = pytest.mark.parametrize("family", sorted(FAMILIES))
 
 
 @both
@@ -721,7 +706,7 @@ def test_a_part_reading_a_value_that_changes_before_the_iteration_ends_is_not_re
     # a later client line makes the row be appended at the iteration's end, after `top`
     # is bound again: the part must not be recorded there (the split is refused or reads
     # the right `top`; either way the results must match)
-    source = textwrap.dedent(
+    optimized_and_verified(
         '''
         from nnsight import LanguageModel
 
@@ -733,12 +718,9 @@ def test_a_part_reading_a_value_that_changes_before_the_iteration_ends_is_not_re
             print(p, probs[0, -1, top].item())
             top = probs[0, 0].argmax().item()
             print(p, top)
-        '''
-    ).replace("REPO", FAMILIES[family][0])
-    result = optimize(source)
-    report = verify_result(source, result, filename="script.py")
-    assert report.intended_ok, report.to_text() + "\n" + result.code
-    assert not report.errors["optimized"], report.errors
+        ''',
+        family,
+    )
 
 
 @both
