@@ -320,7 +320,7 @@ def test_a_retry_that_gives_up_in_its_else_goes_around_the_session(family):
 
 def test_with_ndif_unreachable_a_retry_with_else_gives_up_as_written(tmp_path):
     pytest.importorskip("nnsight")
-    source = textwrap.dedent(RETRY_WITH_ELSE).replace("REPO", "openai-community/gpt2")
+    source = script(RETRY_WITH_ELSE, "gpt2")
     result = optimize(source)
     assert "model.session(" in result.code, result.code
     original = _run_unreachable(tmp_path, "original.py", source)
@@ -367,7 +367,7 @@ def test_a_retry_wrapper_that_gives_up_after_its_loop_goes_around_the_session(fa
 
 def test_with_ndif_unreachable_a_retry_wrapper_gives_up_as_written(tmp_path):
     pytest.importorskip("nnsight")
-    source = textwrap.dedent(WRAPPER_GIVING_UP_AFTER).replace("REPO", "openai-community/gpt2")
+    source = script(WRAPPER_GIVING_UP_AFTER, "gpt2")
     result = optimize(source)
     assert "model.session(" in result.code, result.code
     original = _run_unreachable(tmp_path, "original.py", source)

@@ -14,16 +14,17 @@ import pytest
 
 pytest.importorskip("nnsight")
 
+from execution import FAMILIES, both, optimized_and_verified, script  # noqa: E402
+
 from ndif_opt import Status, optimize  # noqa: E402
 from ndif_opt.verify import verify_result  # noqa: E402
 
-REPOS = {"gpt2": "openai-community/gpt2", "llama": "meta-llama/Llama-3.1-8B"}
-LAYER_LISTS = {"gpt2": "model.transformer.h", "llama": "model.model.layers"}
-both = pytest.mark.parametrize("first, second", [("gpt2", "llama"), ("llama", "gpt2")])
+#: two families, each loaded by a script that names both (``FIRST``, ``SECOND``)
+pairs = pytest.mark.parametrize("first, second", [("gpt2", "llama"), ("llama", "gpt2")])
 
 
 def run_both(template: str, first: str, second: str):
-    source = textwrap.dedent(template).replace("FIRST", REPOS[first]).replace("SECOND", REPOS[second])
+    source = textwrap.dedent(template).replace("FIRST", FAMILIES[first][0]).replace("SECOND", FAMILIES[second][0])
     result = optimize(source)
     report = verify_result(source, result, filename="script.py")
     assert report.intended_ok, report.to_text() + "\n" + result.code
@@ -36,7 +37,7 @@ def declined(result, words: str) -> bool:
                for f in result.findings)
 
 
-@both
+@pairs
 def test_a_helper_given_a_model_loaded_in_each_iteration_is_not_hoisted(first, second):
     result = run_both(
         '''
@@ -57,7 +58,7 @@ def test_a_helper_given_a_model_loaded_in_each_iteration_is_not_hoisted(first, s
     assert declined(result, "`model` is assigned inside it")
 
 
-@both
+@pairs
 def test_a_loop_over_models_with_its_own_traces_is_not_hoisted(first, second):
     result = run_both(
         '''
@@ -75,7 +76,7 @@ def test_a_loop_over_models_with_its_own_traces_is_not_hoisted(first, second):
     assert declined(result, "`lm` is assigned inside it")
 
 
-@both
+@pairs
 def test_a_flag_that_changes_inside_the_loop_is_not_hoisted(first, second):
     result = run_both(
         '''
@@ -97,7 +98,7 @@ def test_a_flag_that_changes_inside_the_loop_is_not_hoisted(first, second):
     assert not any(f.pass_id == "session-hoisting" and f.applied for f in result.findings)
 
 
-@pytest.mark.parametrize("family", sorted(REPOS))
+@both
 def test_a_list_filled_after_the_invokes_is_not_claimed_fixed(family):
     """Code in a trace's body after its invokes runs before them (nnsight 0.5+): a list
     filled there would not come back filled if it were created in the trace, so the
@@ -106,7 +107,7 @@ def test_a_list_filled_after_the_invokes_is_not_claimed_fixed(family):
     default mode says so and leaves the script as it is."""
     from ndif_opt.verify import run_script
 
-    source = textwrap.dedent('''
+    source = script('''
         from nnsight import LanguageModel
 
         model = LanguageModel("REPO")
@@ -117,7 +118,7 @@ def test_a_list_filled_after_the_invokes_is_not_claimed_fixed(family):
                     top = model.lm_head.output[0, -1].argmax().save()
             tops.extend([top])  # after the invokes: runs before them
         print(tops)
-        ''').replace("REPO", REPOS[family])
+        ''', family)
     result = optimize(source)
     assert result.code == source
     assert not any(f.status is Status.APPLIED for f in result.findings)
@@ -127,11 +128,11 @@ def test_a_list_filled_after_the_invokes_is_not_claimed_fixed(family):
     assert run.error is not None and "NameError" in run.error  # `top` did not exist yet
 
 
-@pytest.mark.parametrize("family", sorted(REPOS))
+@both
 def test_a_flag_the_helper_computes_itself_is_not_moved_to_module_level(family):
     """`remote = config.remote` inside the helper: a session at the call site cannot take
     that name (it raised NameError there), so the loop is declined."""
-    source = textwrap.dedent('''
+    result, report = optimized_and_verified('''
         from nnsight import LanguageModel
 
 
@@ -154,19 +155,16 @@ def test_a_flag_the_helper_computes_itself_is_not_moved_to_module_level(family):
         for prompt in ["The Eiffel Tower is in", "The capital of Japan is"]:
             tops.append(top_token(prompt))
         print(tops)
-        ''').replace("REPO", REPOS[family])
-    result = optimize(source)
-    report = verify_result(source, result, filename="script.py")
-    assert report.intended_ok, report.to_text() + "\n" + result.code
+        ''', family)
     assert any("computed inside it" in (f.reason or "") for f in result.findings)
 
 
-@pytest.mark.parametrize("family", sorted(REPOS))
+@both
 def test_a_module_flag_set_again_later_is_read_when_the_helper_runs(family):
     """A later cell turns NDIF on: a new default `remote=REMOTE` would keep the first
     value (False) for calls outside the session, so the helper reads the flag when it
     runs (`remote and REMOTE`)."""
-    source = textwrap.dedent('''
+    result, report = optimized_and_verified('''
         from nnsight import LanguageModel
 
         model = LanguageModel("REPO")
@@ -192,19 +190,16 @@ def test_a_module_flag_set_again_later_is_read_when_the_helper_runs(family):
 
 
         print(shout("last"), top_token("One, two, three,"))
-        ''').replace("REPO", REPOS[family])
-    result = optimize(source)
-    report = verify_result(source, result, filename="script.py")
-    assert report.intended_ok, report.to_text() + "\n" + result.code
+        ''', family)
     # one session: the loop and the last call (the definition between them ran before it)
     assert report.after.requests == 1, report.to_text() + "\n" + result.code
 
 
-@pytest.mark.parametrize("family", sorted(REPOS))
+@both
 def test_a_value_fallback_under_hasattr_is_not_pre_05_and_is_optimized(family):
     """`x.value if hasattr(x, "value") else x` runs on every nnsight: the script is not
     taken for pre-0.5 code, and its loop becomes one session with equal results."""
-    source = textwrap.dedent('''
+    result, report = optimized_and_verified('''
         from nnsight import LanguageModel
 
         model = LanguageModel("REPO")
@@ -215,9 +210,6 @@ def test_a_value_fallback_under_hasattr_is_not_pre_05_and_is_optimized(family):
             hidden = hidden.value if hasattr(hidden, "value") else hidden  # nnsight < 0.5 too
             norms.append(round(float(hidden[0, -1].norm()), 4))
         print(norms)
-        ''').replace("REPO", REPOS[family]).replace("LAYERS", LAYER_LISTS[family])
-    result = optimize(source)
+        ''', family)
     assert not any("pre-0.5" in f.message for f in result.findings)
-    report = verify_result(source, result, filename="script.py")
-    assert report.intended_ok, report.to_text() + "\n" + result.code
     assert report.before.requests == 2 and report.after.requests == 1, report.to_text()
