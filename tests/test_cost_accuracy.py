@@ -2,7 +2,7 @@
 
 Every example and every script of ``benchmarks/cost_scripts/`` is run — original,
 optimized, and optimized with ``--unsafe-fixes`` when that differs — and so is every
-script the execution tests (``tests/test_execution*.py``) run on the emulated server,
+script the execution tests (``tests/**/test_execution*.py``) run on the emulated server,
 with the file name and helper files they run it with (``accuracy.execution_scripts``
 collects them without running them). Each runs once through the NDIF emulation on the
 tiny models; the cost model, evaluated at the tiny models' dimensions (hidden 64,
@@ -82,12 +82,11 @@ def test_execution_scripts_are_collected():
     """The collector finds the scripts of every execution test module, with their
     parametrizations, file names, helper files and optimizer options."""
     modules = {s.name.split("::")[0] for s in EXECUTION_SCRIPTS}
-    present = {p.stem for p in (ROOT / "tests").glob("test_execution*.py")}
+    present = {p.stem for p in accuracy.execution_test_paths()}
     # (test_execution.py runs the examples only: their rows are the examples')
     assert {"test_execution_compute", "test_execution_download", "test_execution_realworld"} & present <= modules
     # the modules that run their scripts through the shared harness (tests/execution.py)
-    harnessed = {p.stem for p in (ROOT / "tests").glob("test_execution*.py")
-                 if "optimized_and_verified(" in p.read_text()}
+    harnessed = {p.stem for p in accuracy.execution_test_paths() if "optimized_and_verified(" in p.read_text()}
     assert harnessed and harnessed <= modules, harnessed - modules
     names = {s.name for s in EXECUTION_SCRIPTS}
     # a test that writes the files its script reads into pytest's tmp_path
