@@ -15,7 +15,7 @@ from ndif_opt.cost_model import explain, session_budget
 from ndif_opt.options import Options
 from ndif_opt.passes.session_chunking import SessionChunking
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
