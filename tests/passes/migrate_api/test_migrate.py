@@ -24,7 +24,7 @@ from ndif_opt.options import Options
 from ndif_opt.passes import Context
 from ndif_opt.passes.migrate_api import MigrateApi
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 LEGACY = ROOT / "examples" / "legacy_api.py"
 MODERN_EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if p.name != "legacy_api.py")
 UPDATE = os.environ.get("NDIF_OPT_UPDATE") == "1"
