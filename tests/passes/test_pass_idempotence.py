@@ -15,7 +15,7 @@ import pytest
 from ndif_opt import optimize
 from ndif_opt.passes import PASS_IDS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEVSET = ROOT.parent / "shared" / "devset"
 SCRIPTS = sorted((ROOT / "examples").glob("*.py")) + (sorted(DEVSET.glob("[0-9]*.py")) if DEVSET.is_dir() else [])
 

@@ -18,7 +18,7 @@ from ndif_opt import Status, optimize  # noqa: E402
 from ndif_opt.verify import run_script, verify_sources  # noqa: E402
 from execution import both, optimized_and_verified  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 

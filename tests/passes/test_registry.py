@@ -14,7 +14,7 @@ from ndif_opt import optimize
 from ndif_opt.output.docs import passes_table, render
 from ndif_opt.passes import PASS_IDS, PASS_MODULES, PASSES, get_pass
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOOP = (
     "from nnsight import LanguageModel\n"
     "model = LanguageModel('openai-community/gpt2')\n"
