@@ -1,7 +1,7 @@
 """The shape of the package, checked on its source with ``ast``: no import circles, imports
 that run down the layers only, no private names imported across modules, and a Layout
 (docs/architecture.md) that names every module and states the layers (libcst's boundary:
-tests/test_libcst_boundary.py)."""
+tests/syntax/test_libcst_boundary.py)."""
 
 from __future__ import annotations
 

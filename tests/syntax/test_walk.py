@@ -9,7 +9,7 @@ from generators import dense_nnsight_script
 
 from ndif_opt.syntax.walk import children, find_nodes, paths_to, transform, walk, walk_content
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # (a larger corpus, 519,293 nodes of ndif_opt's and libcst's own sources, was checked once)
 CORPUS = [dense_nnsight_script(60), (ROOT / "ndif_opt" / "analysis" / "names.py").read_text()] + [
     "async def f(*a, b=1, **k):\n    async with x as (y, z):\n        await g(lambda q, /, r: q)\n"

@@ -12,7 +12,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from ndif_opt.syntax.positions import Positions, code_and_positions, code_in, code_of
 from ndif_opt.syntax.walk import all_nodes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 TEXTS = {
     "dense": dense_nnsight_script(120),

@@ -22,7 +22,7 @@ from ndif_opt.engine import windows
 from ndif_opt.passes import PASSES
 from ndif_opt.syntax.joined import joined, parse_part
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _sources() -> list[tuple[str, str]]:

@@ -71,7 +71,7 @@ def test_the_indented_blank_line_check_finds_what_a_full_walk_finds():
 
     from ndif_opt.syntax.rewrite import _holds_indented_blank_line
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     texts = INDENTED_BLANKS + [p.read_text() for p in sorted(root.glob("examples/*.py"))]
     texts += [p.read_text() for p in sorted(root.glob("ndif_opt/**/*.py"))]
     found = checked = 0

@@ -15,7 +15,7 @@ import libcst.metadata
 
 from ndif_opt.syntax import codegen
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "ndif_opt"
 ALLOWED = PACKAGE / "syntax" / "codegen.py"  # the one module on libcst's private API
 
