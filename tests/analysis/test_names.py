@@ -11,7 +11,7 @@ from generators import dense_nnsight_script
 
 from ndif_opt.analysis import names
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _plain(node: cst.CSTNode) -> names.NameUse:
