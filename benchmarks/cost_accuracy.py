@@ -23,7 +23,7 @@ trips``), and every number is compared at that length; a prediction that still h
     python benchmarks/cost_accuracy.py --json     # the rows as JSON
     python benchmarks/cost_accuracy.py --only attribute_liveness   # the rows whose name holds it
 
-``tests/test_cost_accuracy.py`` asserts the same table.
+``tests/cost/test_cost_accuracy.py`` asserts the same table.
 """
 
 from __future__ import annotations

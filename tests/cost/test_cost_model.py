@@ -749,7 +749,7 @@ def test_the_cost_model_follows_every_example_and_the_dense_script_to_the_end():
 
     from generators import dense_nnsight_script
 
-    examples = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.py"))
+    examples = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.py"))
     for name, source in [(p.name, p.read_text()) for p in examples] + [("dense", dense_nnsight_script(120))]:
         for unsafe in (False, True):
             notes = optimize(source, unsafe_fixes=unsafe).assumptions

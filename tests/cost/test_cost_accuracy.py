@@ -25,7 +25,7 @@ import pytest
 pytest.importorskip("nnsight")
 pytest.importorskip("ndif_opt.verify", exc_type=ImportError)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("cost_accuracy", ROOT / "benchmarks" / "cost_accuracy.py")
 accuracy = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("cost_accuracy", accuracy)
