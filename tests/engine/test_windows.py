@@ -26,7 +26,7 @@ from ndif_opt.engine import pipeline, windows
 from ndif_opt.options import Options
 from ndif_opt.passes import PASSES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SETUP = textwrap.dedent('''\
     from nnsight import LanguageModel
@@ -507,7 +507,7 @@ def test_a_name_imported_with_a_rebound_one_is_read_from_its_window():
 
 # -- windows never change what is optimized ------------------------------------------------
 
-_DEVSET = Path(__file__).resolve().parents[2] / "shared" / "devset"
+_DEVSET = Path(__file__).resolve().parents[3] / "shared" / "devset"
 
 
 def _same_up_to_fresh_numbers(code: str) -> str:

@@ -93,7 +93,7 @@ def test_the_pipeline_leaves_almost_no_cyclic_garbage():
 
     from generators import dense_nnsight_script
 
-    examples = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
+    examples = sorted((Path(__file__).parents[2] / "examples").glob("*.py"))
     texts = [dense_nnsight_script(300)] + [path.read_text() for path in examples]
     garbage = _cyclic_garbage_of(lambda: [optimize(text, unsafe_fixes=True) for text in texts])
     assert len(garbage) < 20 * len(texts), sorted({type(o).__name__ for o in garbage})

@@ -9,7 +9,7 @@ import pytest
 from ndif_opt import Status, optimize
 from ndif_opt.passes import PASSES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # legacy_api.py is pre-0.5 code: tests/passes/migrate_api/test_migrate.py checks it against nnsight 0.8
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if p.stem != "legacy_api")
 

@@ -18,7 +18,7 @@ from ndif_opt.engine.finding_edits import apply_edits, fix_groups
 from ndif_opt.options import Options
 from ndif_opt.types import Status
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 DEVSET = sorted((ROOT.parent / "shared" / "devset").glob("*.py"))
 

@@ -202,7 +202,7 @@ def test_crlf_line_endings():
     assert [(i.start, i.end) for i in s.items] == [(1, 2)]
 
 
-PROMPT_LOOP = (Path(__file__).resolve().parent.parent / "examples" / "prompt_loop.py").read_text()
+PROMPT_LOOP = (Path(__file__).resolve().parents[2] / "examples" / "prompt_loop.py").read_text()
 
 
 def test_optimize_leaves_suppressed_code_alone():

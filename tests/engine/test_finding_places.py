@@ -20,7 +20,7 @@ from ndif_opt.options import Options
 from ndif_opt.syntax.positions import Positions
 from ndif_opt.syntax.rewrite import SuitePlan
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEVSET = ROOT.parent / "shared" / "devset"
 SCRIPTS = sorted((ROOT / "examples").glob("*.py")) + (sorted(DEVSET.glob("[0-9]*.py")) if DEVSET.is_dir() else [])
 
