@@ -23,8 +23,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generators import dense_nnsight_script, plain_python  # noqa: E402
 
 from ndif_opt.frontends import batch  # noqa: E402
@@ -32,7 +30,7 @@ from ndif_opt.frontends.files import SourceFile  # noqa: E402
 from ndif_opt.frontends.progress import Progress  # noqa: E402
 from ndif_opt.options import Options  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # the quicker examples (each well under a second); legacy_api is pre-0.5: findings only
 EXAMPLES = ["client_effects", "client_list", "helper_function", "layer_statistics", "logit_lens",
             "prompt_loop", "legacy_api"]

@@ -19,11 +19,9 @@ import threading
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generators import HEADER, plain_python  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NAIVE = (ROOT / "examples" / "prompt_loop.py").read_text()
 EXIT_ERROR = 2
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0

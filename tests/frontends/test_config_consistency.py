@@ -9,7 +9,7 @@ from pathlib import Path
 from ndif_opt import optimize
 from ndif_opt.frontends.config import load_options
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NAIVE = (ROOT / "examples" / "prompt_loop.py").read_text()
 
 

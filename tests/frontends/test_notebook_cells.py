@@ -21,7 +21,7 @@ from ndif_opt.engine.cells import statements_moved
 from ndif_opt.frontends.notebook import optimize_notebook
 from ndif_opt.options import Options
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT.parent / "shared" / "corpus"
 MODES = {"default": Options(), "unsafe": Options(unsafe_fixes=True), "migrate": Options(migrate=True)}
 

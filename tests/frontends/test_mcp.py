@@ -19,7 +19,7 @@ import anyio  # noqa: E402
 from mcp.client.session import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "docs" / "json-schema.json").read_text())
 EXAMPLE = ROOT / "examples" / "logit_lens.py"
 NOTEBOOK = ROOT / "examples" / "notebook_sweep.ipynb"

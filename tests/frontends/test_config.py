@@ -196,7 +196,7 @@ def test_options_drive_optimize(repo):
     from ndif_opt import optimize
 
     write(repo / "pyproject.toml", '[tool.ndif-opt]\nignore = ["session-hoisting"]\n')
-    source = (Path(__file__).parent.parent / "examples" / "prompt_loop.py").read_text()
+    source = (Path(__file__).parents[2] / "examples" / "prompt_loop.py").read_text()
     result = optimize(source, options=load_options(repo / "prompt_loop.py"))
     assert not any(f.pass_id == "session-hoisting" for f in result.findings)
     assert os.fspath(find_config(repo / "prompt_loop.py")).endswith("pyproject.toml")
@@ -206,7 +206,7 @@ def test_cost_table_reaches_the_cost_model(repo):
     """The keys config writes into Options.cost are the ones the cost model reads."""
     from ndif_opt import optimize
 
-    source = (Path(__file__).parent.parent / "examples" / "prompt_loop.py").read_text()
+    source = (Path(__file__).parents[2] / "examples" / "prompt_loop.py").read_text()
     write(repo / "pyproject.toml", "[tool.ndif-opt.cost]\nlatency = 100\n")
     slow = optimize(source, options=load_options(repo / "a.py"))
     fast = optimize(source, options=Options())

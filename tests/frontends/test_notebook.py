@@ -20,7 +20,7 @@ from ndif_opt.frontends.notebook import notebook_script, optimize_notebook
 from ndif_opt.options import Options
 from ndif_opt.types import Status
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "notebook_sweep.ipynb"
 OPTIMIZED = ROOT / "examples" / "optimized" / "notebook_sweep.ipynb"
 UPDATE = os.environ.get("NDIF_OPT_UPDATE") == "1"

@@ -23,7 +23,7 @@ from ndif_opt.frontends import jupyter  # noqa: E402
 from ndif_opt.options import Options  # noqa: E402
 from ndif_opt.output.text import unified_diff  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT_LOOP = (ROOT / "examples" / "prompt_loop.py").read_text()
 HEAD, _, TAIL = PROMPT_LOOP.partition("top_tokens = {}")
 LOOP = "top_tokens = {}" + TAIL  # the cell with the loop of traces, after HEAD's cell

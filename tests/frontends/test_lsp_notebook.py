@@ -28,7 +28,7 @@ try:  # pygls >= 2
 except ImportError:  # pragma: no cover - pygls 1.x has no notebook client API we use
     pytest.skip("pygls 2 is needed for the notebook client", allow_module_level=True)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 20.0  # seconds for any single wait
 
 SETUP = 'from nnsight import LanguageModel\n\nmodel = LanguageModel("openai-community/gpt2")\n'

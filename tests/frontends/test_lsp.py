@@ -22,7 +22,7 @@ pytest.importorskip("lsprotocol")
 from ndif_opt import optimize  # noqa: E402
 from ndif_opt.types import Edit, Position, Range  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT_LOOP = (ROOT / "examples" / "prompt_loop.py").read_text(encoding="utf-8")
 TIMEOUT = 10.0  # seconds for any single answer
 
