@@ -13,7 +13,7 @@ from ndif_opt.output.sarif import artifact_uri, to_sarif
 from ndif_opt.passes import PASS_IDS
 from ndif_opt.types import Finding, Range, Result, Status
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 PROMPT_LOOP = (ROOT / "examples" / "prompt_loop.py").read_text(encoding="utf-8")
 

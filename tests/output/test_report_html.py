@@ -15,7 +15,7 @@ from ndif_opt import optimize
 from ndif_opt.output.html import cost_chart_svg, render_html
 from ndif_opt.output.text import cost_table_markdown, markdown_many, markdown_report, summary_line
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "steering_sweep.py"
 
 
