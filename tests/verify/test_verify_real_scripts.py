@@ -26,7 +26,7 @@ from ndif_opt.frontends import cli  # noqa: E402
 from ndif_opt.verify import compare_namespaces, run_script, verify_sources  # noqa: E402
 from ndif_opt.verify.tiny_models import model_spec, tiny_model  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXIT_FAILED = 2
 
 

@@ -30,7 +30,7 @@ from ndif_opt.verify import (  # noqa: E402
     verify_sources,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = '["The Eiffel Tower is in", "The capital of France is", "Hello world"]'
 
 

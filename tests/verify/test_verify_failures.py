@@ -22,7 +22,7 @@ pytest.importorskip("torch")
 from ndif_opt import optimize  # noqa: E402
 from ndif_opt.verify import verify_result  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXIT_OK, EXIT_MISMATCH, EXIT_FAILED = 0, 1, 2  # README "Exit codes"
 
 
