@@ -82,9 +82,12 @@ def test_execution_scripts_are_collected():
     """The collector finds the scripts of every execution test module, with their
     parametrizations, file names, helper files and optimizer options."""
     modules = {s.name.split("::")[0] for s in EXECUTION_SCRIPTS}
-    present = {p.stem for p in accuracy.execution_test_paths()}
-    # (test_execution.py runs the examples only: their rows are the examples')
-    assert {"test_execution_compute", "test_execution_download", "test_execution_realworld"} & present <= modules
+    paths = accuracy.execution_test_paths()
+    present = {p.stem for p in paths}
+    # each pass's execution tests, in tests/passes/<id>/ (test_execution.py runs the examples
+    # only: their rows are the examples')
+    assert {p.parent.name for p in paths} >= {"tests", "passes", "session_hoisting", "reduction_pushdown"}
+    assert {"test_execution_compute", "test_execution_download", "test_execution_realworld"} <= present & modules
     # the modules that run their scripts through the shared harness (tests/execution.py)
     harnessed = {p.stem for p in accuracy.execution_test_paths() if "optimized_and_verified(" in p.read_text()}
     assert harnessed and harnessed <= modules, harnessed - modules

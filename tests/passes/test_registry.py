@@ -45,6 +45,13 @@ def test_no_pass_class_outside_the_list():
     assert defining == set(PASS_MODULES)
 
 
+def test_each_directory_of_pass_tests_is_a_pass():
+    # tests/passes/<id>/ holds the tests of one pass (a pass whose tests are only its cases,
+    # checked by test_cases.py here, has none); tests of several passes sit in tests/passes/
+    directories = {p.name for p in (ROOT / "tests" / "passes").iterdir() if p.is_dir() and not p.name.startswith("_")}
+    assert directories <= set(PASS_MODULES), directories - set(PASS_MODULES)
+
+
 def _cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ndif_opt", *args], input=stdin, capture_output=True,
                           text=True, timeout=120)
