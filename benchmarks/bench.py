@@ -580,7 +580,8 @@ def _targets(rows: dict) -> None:
         checks.append(("directory mode uses all cores", busy > 0.8 * d["cores"],
                        f"CPU/wall {busy:.2f} of {d['cores']} while processing "
                        f"({d['cpu'] / d['wall']:.2f} with start-up and import)"))
-        checks.append(("progress bar on a terminal", True, "ndif_opt/frontends/progress.py (tests/test_directory_mode.py)"))
+        checks.append(("progress bar on a terminal", True,
+                       "ndif_opt/frontends/progress.py (tests/frontends/test_directory_mode.py)"))
     print("target                                   met   measured")
     for label, ok, measured in checks:
         print(f"{label:40} {'' if ok is None else 'yes' if ok else 'NO ':5} {measured}")

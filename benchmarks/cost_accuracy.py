@@ -2,7 +2,7 @@
 
 For every example (``examples/*.py``) and every script in ``benchmarks/cost_scripts/``
 — the original, its optimized form and its form optimized with ``--unsafe-fixes`` — and
-for every script the execution tests (``tests/test_execution*.py``) run on the emulated
+for every script the execution tests (``tests/**/test_execution*.py``) run on the emulated
 server (:func:`execution_scripts`), the script is run through the NDIF emulation on the
 tiny models of :mod:`ndif_opt.verify`, and the cost model is evaluated on the same source
 *at the tiny models' dimensions*: hidden 64, vocabulary 512, fp32, the real layer count,
@@ -23,7 +23,7 @@ trips``), and every number is compared at that length; a prediction that still h
     python benchmarks/cost_accuracy.py --json     # the rows as JSON
     python benchmarks/cost_accuracy.py --only attribute_liveness   # the rows whose name holds it
 
-``tests/test_cost_accuracy.py`` asserts the same table.
+``tests/cost/test_cost_accuracy.py`` asserts the same table.
 """
 
 from __future__ import annotations
@@ -438,6 +438,13 @@ _RUNNERS = ("run_script", "verify_sources", "verify_result", "optimized_and_veri
 HARNESS = ROOT / "tests" / "execution.py"  # the execution tests' shared harness
 
 
+def execution_test_paths() -> list[Path]:
+    """The execution test modules, wherever they sit under ``tests/`` (``tests/passes/<id>/``
+    holds each pass's), in the order of their names: a script two modules run is the row of
+    the first, so a module's move keeps every row's name."""
+    return sorted((ROOT / "tests").rglob(EXECUTION_TESTS), key=lambda p: (p.name, p.parts))
+
+
 @dataclass(frozen=True)
 class Script:
     """One emulated run an execution test makes: the source and what it is run with."""
@@ -489,7 +496,7 @@ def execution_scripts(paths: list[Path] | None = None) -> list[Script]:
     result) is skipped. Scripts that are examples (``examples/``, original or optimized)
     are left out: the example rows measure them already.
     """
-    paths = sorted((ROOT / "tests").glob(EXECUTION_TESTS)) if paths is None else paths
+    paths = execution_test_paths() if paths is None else paths
     pairs = [
         (p.stem, p.read_text(), (ROOT / "examples" / "optimized" / p.name).read_text())
         for p in (ROOT / "examples").glob("*.py")
@@ -508,8 +515,9 @@ def execution_scripts(paths: list[Path] | None = None) -> list[Script]:
 
 
 def _replay_module(path: Path, examples: dict[str, str]) -> list[Script]:
-    if str(path.parent) not in sys.path:  # the tests import their harness (execution.py) by name
-        sys.path.insert(0, str(path.parent))
+    for directory in (HARNESS.parent, path.parent):  # the tests import their harness (execution.py) by name
+        if str(directory) not in sys.path:
+            sys.path.insert(0, str(directory))
     module = _load(path, f"_cost_accuracy_{path.stem}")
     tree = ast.parse(path.read_text())
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}

@@ -3,10 +3,10 @@ import pytest
 try:
     # nnsight 0.5+ gives every object a `save` attribute, and anyio refuses to define a
     # typed-attribute class (the MCP client's stdio streams) that has an unannotated one:
-    # define them before a test module imports nnsight (tests/test_mcp.py runs in the same
+    # define them before a test module imports nnsight (tests/frontends/test_mcp.py runs in the same
     # worker as the execution tests). The server imports mcp before nnsight, so it never meets this.
     import mcp.client.stdio  # noqa: F401
-except ImportError:  # no mcp extra: tests/test_mcp.py skips
+except ImportError:  # no mcp extra: tests/frontends/test_mcp.py skips
     pass
 
 

@@ -1,7 +1,7 @@
 """The shape of the package, checked on its source with ``ast``: no import circles, imports
 that run down the layers only, no private names imported across modules, and a Layout
 (docs/architecture.md) that names every module and states the layers (libcst's boundary:
-tests/test_libcst_boundary.py)."""
+tests/syntax/test_libcst_boundary.py)."""
 
 from __future__ import annotations
 
@@ -196,3 +196,20 @@ def test_the_layout_names_every_module_once():
     expected = sorted(str(path.relative_to(ROOT)) for path in MODULES.values())
     assert sorted(listed) == expected
     assert len(listed) == len(set(listed))
+
+
+# directories of tests/ that test no one subpackage: golden files, and the suites run on other
+# nnsight releases in venvs of their own (.ci/run)
+NOT_A_SUBPACKAGE = {"golden", "nnterp_env", "nnsight04_env"}
+
+
+def test_the_tests_follow_the_code():
+    """tests/<subpackage>/ holds the tests of ndif_opt/<subpackage>/ (tests/passes/<id>/ those of
+    one pass: tests/passes/test_registry.py); tests of the whole stay at the top. pytest imports
+    each test file by its name (no __init__.py): no two may share one."""
+    tests = ROOT / "tests"
+    subpackages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    directories = {path.name for path in tests.iterdir() if path.is_dir() and not path.name.startswith(("_", "."))}
+    assert directories - NOT_A_SUBPACKAGE <= subpackages, directories - NOT_A_SUBPACKAGE - subpackages
+    names = [path.name for path in tests.rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted(name for name in set(names) if names.count(name) > 1)

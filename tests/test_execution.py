@@ -16,7 +16,7 @@ from ndif_opt import optimize  # noqa: E402
 from ndif_opt.verify import run_script, verify_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-# legacy_api.py is pre-0.5 code: tests/test_migrate.py checks it against nnsight 0.8; nnterp
+# legacy_api.py is pre-0.5 code: tests/passes/migrate_api/test_migrate.py checks it against nnsight 0.8; nnterp
 # examples need nnsight 0.6.3: tests/nnterp_env checks them in the nnterp venv
 EXAMPLES = sorted(
     p for p in (ROOT / "examples").glob("*.py") if p.stem != "legacy_api" and "from nnterp" not in p.read_text()

@@ -14,7 +14,7 @@ change process-wide state behind its caller's back.
 
 While one file is optimized the collector does not run at all (:func:`collector_paused`).
 What a run leaves for the collector is its cyclic garbage, and the pipeline makes almost
-none (tests/test_runtime.py keeps it so: ~50 objects for a 300-line dense script), so the
+none (tests/engine/test_runtime.py keeps it so: ~50 objects for a 300-line dense script), so the
 memory is the same; what goes is the collector's walks over the young trees that are
 alive anyway: 7% of a 5,000-line dense run and 11% of a 20,000-line one (timed with
 ``gc.callbacks``); ``ast.parse`` of the 20,000 lines took 260 ms without collections and

@@ -175,7 +175,7 @@ def new_statements(model: str, prompt: list[str], layers: str, stop: str, index:
     Built, not parsed: a parse costs ~10 µs a node, a build a fraction of it. Only the
     script's own code is parsed, when it is more than a name or a number, inside the
     same brackets (the layers, a primary expression, on their own): the nodes are those
-    the parse of the code gives (tests/test_cases.py checks it). Code that spans lines
+    the parse of the code gives (tests/passes/skip_insertion/ checks it). Code that spans lines
     is parsed in place, as its whitespace depends on the indentation around it.
 
     The statements are shared: those of the windows of a long file that cache the same

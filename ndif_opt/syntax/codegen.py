@@ -35,7 +35,7 @@ if _installed_libcst.split(".")[:2] != LIBCST_RELEASE.split("."):
         f"but libcst {_installed_libcst} is installed. ndif_opt/syntax/codegen.py records node positions "
         f"through libcst's private code generation API, which another release may change: "
         f"install libcst=={LIBCST_RELEASE}.*, or check ndif_opt/syntax/codegen.py against libcst "
-        f"{_installed_libcst} (tests/test_positions.py) and move the pin."
+        f"{_installed_libcst} (tests/syntax/test_positions.py) and move the pin."
     )
 
 

@@ -276,7 +276,7 @@ NNTERP_CASES = [
 
 @pytest.mark.parametrize("pass_id,case", NNTERP_CASES)
 def test_each_nnterp_case_of_the_passes_keeps_its_results_on_nnsight_0_6(pass_id, case):
-    # as tests/test_cases.py runs a case: its pass alone
+    # as tests/passes/test_cases.py runs a case: its pass alone
     result = optimize(case.before, select=[pass_id], unsafe_fixes=case.unsafe_fixes)
     assert result.code == case.after
     report = verify_result(case.before, result, filename="script.py")

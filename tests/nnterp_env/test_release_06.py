@@ -9,13 +9,17 @@ rewrite made for 0.8 fails there, which is why the release matters.
 
 from __future__ import annotations
 
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("nnterp")
 
-from test_releases import GREEDY, TAKEN_ALONG  # noqa: E402  (tests/ is on sys.path: pytest's rootdir)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+
+from test_releases import GREEDY, TAKEN_ALONG  # noqa: E402  (tests/analysis/test_releases.py)
 
 from ndif_opt import optimize  # noqa: E402
 from ndif_opt.options import Options  # noqa: E402

@@ -1,4 +1,4 @@
-"""The client/server split's execution tests (tests/test_execution_split.py), rewritten for
+"""The client/server split's execution tests (tests/passes/session_hoisting/test_execution_split.py), rewritten for
 nnsight 0.6 and run on nnsight 0.6.3: every script gives what the original gives locally,
 in one request.
 
@@ -9,13 +9,17 @@ server does not have; see ndif_opt/analysis/releases.py): that is what the relea
 from __future__ import annotations
 
 import inspect
-import textwrap
+import sys
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("nnterp")
 
-import test_execution_split as split  # noqa: E402  (tests/ is on sys.path: pytest's rootdir)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "passes" / "session_hoisting"))
+
+import test_execution_split as split  # noqa: E402
+from execution import FAMILIES, script  # noqa: E402  (tests/ is on sys.path: pyproject's pythonpath)
 
 from ndif_opt import optimize  # noqa: E402
 from ndif_opt.options import Options  # noqa: E402
@@ -48,14 +52,12 @@ def _script_of(function, family: str) -> tuple:
     raise AssertionError("the test checked no script")
 
 
-@pytest.mark.parametrize("family", sorted(split.FAMILIES))
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 @pytest.mark.parametrize("name,function", TESTS, ids=[name for name, _ in TESTS])
 def test_split_script_rewritten_for_0_6_runs_on_0_6(name, function, family):
     # the test's own checks of the 0.8 rewrite's text do not apply: its script does
     template, family, requests_after = _script_of(function, family)
-    repo, layers = split.FAMILIES[family]
-    source = textwrap.dedent(template).replace("REPO", repo).replace("LMLAYERS", "lm" + layers[len("model"):])
-    source = source.replace("SELFLAYERS", "self." + layers).replace("LAYERS", layers)
+    source = script(template, family)
     result = optimize(source, options=Options(nnsight="0.6"))
     report = verify_result(source, result, filename="script.py")
     assert report.intended_ok, report.to_text() + "\n" + result.code

@@ -1,4 +1,4 @@
-"""invoke-batching's cases, as data: checked by tests/test_cases.py, shown in docs/passes.md."""
+"""invoke-batching's cases, as data: checked by tests/passes/test_cases.py, shown in docs/passes.md."""
 
 from __future__ import annotations
 

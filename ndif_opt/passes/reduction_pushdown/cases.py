@@ -1,4 +1,4 @@
-"""reduction-pushdown's cases, as data: checked by tests/test_cases.py, shown in docs/passes.md."""
+"""reduction-pushdown's cases, as data: checked by tests/passes/test_cases.py, shown in docs/passes.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""session-hoisting's cases, as data: checked by tests/test_cases.py, shown in docs/passes.md.
+"""session-hoisting's cases, as data: checked by tests/passes/test_cases.py, shown in docs/passes.md.
 
 Which code becomes a session, here; what crosses its edge (failures, inputs, results, retries,
 progress bars), in cases_edges.py. ``CASES`` holds both, in the docs' order.

@@ -1,0 +1,145 @@
+"""The static cost model against measurement.
+
+Every example and every script of ``benchmarks/cost_scripts/`` is run — original,
+optimized, and optimized with ``--unsafe-fixes`` when that differs — and so is every
+script the execution tests (``tests/**/test_execution*.py``) run on the emulated server,
+with the file name and helper files they run it with (``accuracy.execution_scripts``
+collects them without running them). Each runs once through the NDIF emulation on the
+tiny models; the cost model, evaluated at the tiny models' dimensions (hidden 64,
+vocabulary 512, fp32, the real layer count, the tiny tokenizer's token counts, views
+shipping their storage as on a CPU server), must predict the number of requests, forward
+passes and decoder-layer evaluations exactly and the uncompressed download within ±25%
+(±4 KB for small results). Runs that fail on the server are not checked; each is listed,
+with the reason, in ``accuracy.EXCLUDED`` — any other failing run is an error.
+``pytest -s`` prints the table (also ``python benchmarks/cost_accuracy.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("nnsight")
+pytest.importorskip("ndif_opt.verify", exc_type=ImportError)
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("cost_accuracy", ROOT / "benchmarks" / "cost_accuracy.py")
+accuracy = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("cost_accuracy", accuracy)
+_spec.loader.exec_module(accuracy)
+
+SCRIPTS = accuracy.scripts()
+EXECUTION_SCRIPTS = accuracy.execution_scripts()
+ROWS: dict[str, list] = {}
+
+
+def _check(rows) -> int:
+    checked = 0
+    for row in rows:
+        if row.excluded is not None:
+            continue
+        assert row.error is None, f"{row.script} ({row.version}) fails on the emulated server: {row.error}"
+        checked += 1
+        text = accuracy.table([row])
+        assert row.requests_predicted == row.requests_measured, text
+        assert row.download_ok, text
+        assert row.forward_predicted == row.forward_measured, text
+        assert row.layers_predicted == row.layers_measured, text
+    return checked
+
+
+def test_there_are_scripts():
+    assert len(SCRIPTS) >= 10
+    assert {p.parent.name for p in SCRIPTS} == {"examples", "cost_scripts"}
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=[f"{p.parent.name}/{p.stem}" for p in SCRIPTS])
+def test_prediction_matches_measurement(path):
+    if "from nnterp" in path.read_text():
+        pytest.importorskip("nnterp")  # nnterp needs nnsight 0.6.3: the nnterp venv runs it
+    rows = accuracy.measure(path)  # the original runs once for both optimized forms
+    ROWS[f"{path.parent.name}/{path.stem}"] = rows
+    assert _check(rows)
+
+
+@pytest.mark.parametrize("script", EXECUTION_SCRIPTS, ids=[s.id for s in EXECUTION_SCRIPTS])
+def test_execution_test_script_prediction_matches_measurement(script):
+    row = accuracy.measure_script(script)
+    ROWS[script.id] = [row]
+    if script.id in accuracy.NOT_PREDICTED:
+        assert row.error is None, f"{script.id} fails on the emulated server: {row.error}"
+        pytest.skip(f"not compared: {row.excluded}")
+    if row.excluded is not None:
+        assert row.error is not None, f"{script.id} is excluded but runs: take it out of EXCLUDED"
+        pytest.skip(f"not checked: {row.excluded}")
+    _check([row])
+
+
+def test_execution_scripts_are_collected():
+    """The collector finds the scripts of every execution test module, with their
+    parametrizations, file names, helper files and optimizer options."""
+    modules = {s.name.split("::")[0] for s in EXECUTION_SCRIPTS}
+    paths = accuracy.execution_test_paths()
+    present = {p.stem for p in paths}
+    # each pass's execution tests, in tests/passes/<id>/ (test_execution.py runs the examples
+    # only: their rows are the examples')
+    assert {p.parent.name for p in paths} >= {"tests", "passes", "session_hoisting", "reduction_pushdown"}
+    assert {"test_execution_compute", "test_execution_download", "test_execution_realworld"} <= present & modules
+    # the modules that run their scripts through the shared harness (tests/execution.py)
+    harnessed = {p.stem for p in accuracy.execution_test_paths() if "optimized_and_verified(" in p.read_text()}
+    assert harnessed and harnessed <= modules, harnessed - modules
+    names = {s.name for s in EXECUTION_SCRIPTS}
+    # a test that writes the files its script reads into pytest's tmp_path
+    assert any("test_prompts_read_from_files_are_read_before_the_session" in n for n in names)
+    # the emulated run of `{mode: run_script(...) for mode in MODES}` after the local one
+    assert any(s.id.startswith("test_execution_05_failures::test_reads_in_the_models_order") for s in EXECUTION_SCRIPTS)
+    assert sum("test_remote_flag_through_constants_and_config[" in n for n in names) == 3
+    chunks = [s for s in EXECUTION_SCRIPTS if s.filename == "chunks.py" and s.version == "optimized"]
+    assert chunks and "_ndif_start + 4]" in chunks[0].source  # max_batch=4 reached the optimizer
+    assert any(dict(s.extra_files).get("helpers.py") for s in EXECUTION_SCRIPTS)
+    assert not {s.source for s in EXECUTION_SCRIPTS} & {p.read_text() for p in (ROOT / "examples").glob("*.py")}
+    assert len({s.id for s in EXECUTION_SCRIPTS}) == len(EXECUTION_SCRIPTS)
+
+
+def test_exclusions_name_collected_runs():
+    ids = {s.id for s in EXECUTION_SCRIPTS}
+    ids |= {f"{p.stem}:original" for p in SCRIPTS}
+    stale = [key for key in [*accuracy.EXCLUDED, *accuracy.NOT_PREDICTED] if key not in ids]
+    assert not stale, f"EXCLUDED or NOT_PREDICTED names runs that no longer exist: {stale}"
+
+
+def test_print_table(capsys):
+    rows = [row for key in sorted(ROWS) for row in ROWS[key]]
+    if not rows:
+        pytest.skip("no rows measured in this run")
+    with capsys.disabled():
+        print("\n\ncost model: predicted vs measured (tiny models, emulated NDIF)\n")
+        print(accuracy.table(rows))
+
+
+def test_within_tolerance_rules():
+    assert accuracy.within(1_250, 1_000)
+    assert not accuracy.within(200_000, 100_000)
+    assert accuracy.within(5_000, 1_261)  # small: ±4 KB
+    assert not accuracy.within(1_000_000, 800_000 - 1)
+
+
+def test_tiny_options_describe_the_tiny_models():
+    import libcst as cst
+
+    from ndif_opt.analysis.facts import analyze
+    from ndif_opt.cost_model import explain
+
+    source = 'from nnsight import LanguageModel\nmodel = LanguageModel("meta-llama/Llama-3.1-70B")\n'
+    source += 'with model.trace("Hello world", remote=True):\n    h = model.model.layers[3].output.save()\n'
+    options = accuracy.tiny_options(source)
+    dims = options.cost["models"]["meta-llama/Llama-3.1-70B"]
+    assert (dims["n_layers"], dims["hidden_size"], dims["dtype"]) == (80, 64, "float32")
+    tokens = options.cost["prompt-tokens"]["Hello world"]
+    cost = explain(analyze(cst.parse_module(source)), options).cost
+    # [1, tokens, 64] fp32 + framing
+    assert cost.download_bytes == 1261 + tokens * 64 * 4 + 225 + len("h") + 5
+    assert (cost.forward_passes, cost.layer_evaluations) == (1, 80)

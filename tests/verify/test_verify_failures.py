@@ -1,0 +1,265 @@
+"""`verify` never says OK when the script did not run.
+
+Real nnsight 0.8 on tiny models through the NDIF emulation (no mocks): a script that
+raises, or that opens remote blocks but makes no request, is a failure (exit 2) with
+one line saying why; a script that fails the same way locally and in its optimized
+form passes only when the user asks for it (``--allow-same-error``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("nnsight")
+pytest.importorskip("torch")
+
+from ndif_opt import optimize  # noqa: E402
+from ndif_opt.verify import verify_result  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+EXIT_OK, EXIT_MISMATCH, EXIT_FAILED = 0, 1, 2  # README "Exit codes"
+
+
+def script(body: str) -> str:
+    return textwrap.dedent(body).lstrip("\n")
+
+
+MISSING_MODULE = script(
+    """
+    import nnterp_not_installed
+    from nnsight import LanguageModel
+    model = LanguageModel("gpt2")
+    for p in ["a", "b"]:
+        with model.trace(p, remote=True):
+            h = model.transformer.h[0].output[0].save()
+    """
+)
+
+# layer 99 of a 12-layer model: the remote part raises, locally and on the server alike
+REMOTE_PART_RAISES = script(
+    """
+    from nnsight import LanguageModel
+    model = LanguageModel("gpt2")
+    outs = []
+    for p in ["a", "b"]:
+        with model.trace(p, remote=True):
+            h = model.transformer.h[99].output[0].save()
+        outs.append(h)
+    """
+)
+
+# the remote blocks run, then the script fails after them, in every version alike
+RAISES_AFTER_REMOTE = script(
+    """
+    from nnsight import LanguageModel
+    model = LanguageModel("gpt2")
+    outs = []
+    for p in ["a", "b"]:
+        with model.trace(p, remote=True):
+            h = model.transformer.h[0].output[0].save()
+        outs.append(h)
+    raise RuntimeError("plotting failed")
+    """
+)
+
+EMPTY_LOOP = script(
+    """
+    from nnsight import LanguageModel
+    model = LanguageModel("gpt2")
+    prompts = []
+    outs = []
+    for p in prompts:
+        with model.trace(p, remote=True):
+            h = model.transformer.h[0].output[0].save()
+        outs.append(h)
+    """
+)
+
+LOCAL_ONLY = script(
+    """
+    from nnsight import LanguageModel
+    model = LanguageModel("gpt2")
+    with model.trace("a"):
+        h = model.transformer.h[0].output[0].save()
+    """
+)
+
+
+def verify(source: str, **kwargs):
+    return verify_result(source, optimize(source), **kwargs)
+
+
+def cli_verify(tmp_path: Path, source: str, *args: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "script.py"
+    path.write_text(source)
+    return subprocess.run(
+        [sys.executable, "-m", "ndif_opt.frontends.cli", "verify", str(path), *args],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )
+
+
+def headline(text: str) -> str:
+    return text.splitlines()[0]
+
+
+def test_a_missing_module_is_a_failure_not_ok(tmp_path):
+    done = cli_verify(tmp_path, MISSING_MODULE)
+    assert done.returncode == EXIT_FAILED, done.stdout + done.stderr
+    assert headline(done.stdout) == (
+        "verify: FAILED — the original script raised ModuleNotFoundError: No module named "
+        "'nnterp_not_installed' before any remote block ran; nothing was compared"
+    )
+
+
+def test_json_says_failed_in_a_status_field(tmp_path):
+    done = cli_verify(tmp_path, MISSING_MODULE, "--format", "json")
+    assert done.returncode == EXIT_FAILED, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["intended_ok"] is False
+    assert report["status"] == "failed"
+    assert "ModuleNotFoundError" in report["reason"]
+
+
+def test_a_remote_part_that_raises_in_both_versions_is_a_failure():
+    report = verify(REMOTE_PART_RAISES)
+    assert not report.ok, report.to_text()
+    assert report.status == "failed"
+    assert headline(report.to_text()).startswith(
+        "verify: FAILED — the original script raised AttributeError: "
+    )
+    assert "the optimized script raised the same" in report.reason
+    assert "--allow-same-error" in report.reason
+
+
+def test_a_script_that_fails_after_its_remote_blocks_fails_unless_allowed(tmp_path):
+    refused = cli_verify(tmp_path, RAISES_AFTER_REMOTE)
+    assert refused.returncode == EXIT_FAILED, refused.stdout + refused.stderr
+    assert headline(refused.stdout).startswith("verify: FAILED — the original script raised "
+                                               "RuntimeError: plotting failed locally")
+    allowed = cli_verify(tmp_path, RAISES_AFTER_REMOTE, "--allow-same-error")
+    assert allowed.returncode == EXIT_OK, allowed.stdout + allowed.stderr
+    assert headline(allowed.stdout) == (
+        "verify: OK (same error) — the original and the optimized script both raised "
+        "RuntimeError: plotting failed, accepted by --allow-same-error; what ran before it matches"
+    )
+    assert "2 -> 1" in allowed.stdout  # the remote blocks did run and were measured
+
+
+def test_allowing_the_same_error_does_not_accept_a_script_that_never_ran():
+    report = verify(MISSING_MODULE, allow_same_error=True)
+    assert not report.ok, report.to_text()
+    assert report.status == "failed"
+    assert report.reason.endswith("before any remote block ran; nothing was compared")
+
+
+def test_remote_blocks_that_make_no_request_are_a_failure():
+    report = verify(EMPTY_LOOP)
+    assert not report.ok, report.to_text()
+    assert report.status == "failed"
+    assert report.errors == {"local": None, "original": None, "optimized": None}
+    assert headline(report.to_text()) == (
+        "verify: FAILED — the original script opens a remote block (line 6) but made no "
+        "request; nothing ran remotely, so nothing remote was compared"
+    )
+
+
+def test_a_script_without_remote_blocks_may_make_no_request():
+    report = verify(LOCAL_ONLY)
+    assert report.ok and report.status == "ok", report.to_text()
+    assert (report.before.requests, report.after.requests) == (0, 0)
+
+
+MAGIC_SCRIPT = '''\
+!pip install nnsight
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+shapes = []
+for prompt in ["The Eiffel Tower is in", "The capital of Japan is"]:
+    with model.trace(prompt, remote=True):
+        hidden = model.transformer.h[0].output.save()
+    shapes.append(tuple(hidden.shape))
+print(shapes)
+'''
+
+
+def test_a_script_with_ipython_lines_is_verified_as_a_notebook_runs_it(tmp_path):
+    done = cli_verify(tmp_path, MAGIC_SCRIPT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("verify: OK") and "2 -> 1" in done.stdout
+
+
+def test_a_small_change_reads_as_a_difference_not_as_x1_0():
+    """`forward passes 25 -> 26 (x1.0 more)` read as "no change" to a new user."""
+    from ndif_opt.verify import RunMetrics, VerifyReport
+
+    report = VerifyReport(
+        intended_ok=True, mismatches=[], original_remote_differs=False, original_remote_mismatches=[],
+        local_forward_passes=25, local_layer_calls=300,
+        before=RunMetrics(requests=25, upload_bytes=1000, download_bytes=10_000, download_raw_bytes=12_000,
+                          forward_passes=25, layer_calls=300),
+        after=RunMetrics(requests=1, upload_bytes=900, download_bytes=1_000, download_raw_bytes=1_200,
+                         forward_passes=26, layer_calls=246),
+        errors={},
+    )
+    text = report.to_text()
+    assert "forward passes" in text and "25 -> 26  (1 more)" in text, text
+    assert "300 -> 246  (54 fewer)" in text and "(10% less)" in text and "(x25.0 fewer)" in text, text
+    assert "x1.0" not in text, text
+
+
+def test_an_original_that_stopped_at_its_error_gets_no_ratio():
+    """`requests 1 -> 4 (x4.0 more)` for a pre-0.5 original that raised after its first
+    request (r1_70b_mmlu_chunked_generate_v03 under --migrate) read as a rewrite that sends
+    four times as many."""
+    from ndif_opt.verify import RunMetrics, VerifyReport
+
+    report = VerifyReport(
+        intended_ok=True, mismatches=[], original_remote_differs=True, original_remote_mismatches=[],
+        local_forward_passes=8, local_layer_calls=640,
+        before=RunMetrics(requests=1, forward_passes=8, layer_calls=640),
+        after=RunMetrics(requests=4, forward_passes=32, layer_calls=2560),
+        errors={"original": "AttributeError: 'Tensor' object has no attribute 'value'"},
+    )
+    text = report.to_text()
+    assert "1 -> 4\n" in text and "more)" not in text, text
+    assert "the original stopped at its error" in text, text
+
+
+# the original fails on one attribute; a "rewrite" that runs past it fails on another
+# attribute, of another object: the same exception type, not the same error
+FAILS_ON_ONE_ATTRIBUTE = script(
+    """
+    from nnsight import LanguageModel
+    model = LanguageModel("openai-community/gpt2")
+    with model.trace("a b c", remote=True):
+        h = model.transformer.h[0].output.save()
+    shape = (1, 2).shape
+    """
+)
+FAILS_FURTHER_ON = script(
+    """
+    from nnsight import LanguageModel
+    model = LanguageModel("openai-community/gpt2")
+    with model.trace("a b c", remote=True):
+        h = model.transformer.h[0].output.save()
+    shape = tuple(h.shape)
+    done = model.no_such_attribute
+    """
+)
+
+
+def test_the_same_exception_type_with_another_message_is_not_the_same_error():
+    from ndif_opt.verify import verify_sources
+
+    report = verify_sources(FAILS_ON_ONE_ATTRIBUTE, FAILS_FURTHER_ON, allow_same_error=True)
+    assert report.status == "failed", report.to_text()
+    assert "so what it should compute is unknown" in report.reason
+    alike = verify_sources(FAILS_ON_ONE_ATTRIBUTE, FAILS_ON_ONE_ATTRIBUTE, allow_same_error=True)
+    assert alike.status == "same-error", alike.to_text()
