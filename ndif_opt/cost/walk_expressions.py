@@ -8,6 +8,8 @@ of iterables, integers, the storage a view shares, and the bytes a saved value s
 
 from __future__ import annotations
 
+import itertools
+import math
 import operator
 from typing import Any
 
@@ -117,6 +119,11 @@ class ExpressionWalk:
             if func == "zip" and args:
                 lists = [self.elements(a, depth + 1) for a in args]
                 return None if any(x is None for x in lists) else [tuple(t) for t in zip(*lists)]
+            if self._is_product(func) and args and len(args) == len(expr.args):
+                lists = [self.elements(a, depth + 1) for a in args]
+                if any(x is None for x in lists) or math.prod(len(x) for x in lists) > 4 * UNROLL_LIMIT:
+                    return None
+                return [tuple(t) for t in itertools.product(*lists)]
             if func in ("list", "tuple", "reversed", "sorted", "tqdm", "iter") and args:
                 items = self.elements(args[0], depth + 1)
                 if items is None:
@@ -160,6 +167,11 @@ class ExpressionWalk:
         upper = self.integer(index.upper, depth + 1)
         return None if lower is None or upper is None else max(upper - lower, 0)
 
+    def _is_product(self, func: str) -> bool:
+        """`itertools.product`, under whatever name the script imports it."""
+        root, dot, rest = func.partition(".")
+        return self.facts.imports.get(root, root) + dot + rest == "itertools.product"
+
     def length(self, expr: cst.BaseExpression, depth: int = 0) -> int | None:
         """Iterations of ``for _ in expr`` when known without the elements."""
         if depth > 6:
@@ -187,6 +199,9 @@ class ExpressionWalk:
             if func == "zip" and args:
                 lengths = [self.length(a, depth + 1) for a in args]
                 return None if any(n is None for n in lengths) else min(lengths)
+            if self._is_product(func) and args and len(args) == len(expr.args):
+                lengths = [self.length(a, depth + 1) for a in args]
+                return None if any(n is None for n in lengths) else math.prod(lengths)
         steps = self._generation_steps(expr, depth)
         if steps is not None:
             return steps
@@ -213,6 +228,10 @@ class ExpressionWalk:
                 return value.dims[0]
             if value.kind == "python" and isinstance(value.value, (list, tuple, str)):
                 return len(value.value)
+        if type(expr) is cst.Name:
+            wrapped = self.facts.constant(expr.value)
+            if type(wrapped) is cst.Call:  # `pbar = tqdm(range(6))`, then `for layer in pbar:`
+                return self.length(wrapped, depth + 1)
         return None
 
     def _is_layer(self, expr: cst.BaseExpression) -> bool:

@@ -1581,3 +1581,18 @@ def test_a_finding_sizes_an_index_by_a_constant_of_the_script_as_that_int():
     block = facts.blocks[0]
     value = block.node.body.body[0].body[0].value
     assert saved_shape(value, block, facts).startswith("[768] float32")  # not [1, 768]
+
+
+@pytest.mark.parametrize("header, trips", [
+    ("pbar = tqdm(range(6))\nfor layer in pbar:", 6),  # a progress bar bound to a name first
+    ("for a, b in itertools.product(range(2), range(3)):", 6),
+    ("for a, b in product([1, 2], [3, 4]):", 4),  # `from itertools import product`
+])
+def test_a_loop_over_a_known_length_through_a_name_or_a_product_is_counted(header, trips):
+    """A new user's loops billed N requests: a `tqdm` bar bound to a name before the loop,
+    and `itertools.product` of known lengths, run a known number of times."""
+    body = textwrap.indent("with model.trace('hello there', remote=True):\n"
+                           "    h = model.model.layers[1].output.save()\n", "    ")
+    source = script("import itertools\nfrom itertools import product\nfrom tqdm import tqdm\n"
+                    + header + "\n" + body)
+    assert run(source).cost.requests == trips
