@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, model_block_receiver
-from ndif_opt.analysis.names import all_params, collect, target_names
+from ndif_opt.analysis.names import COMPREHENSIONS, all_params, collect, target_names
 from ndif_opt.syntax.walk import children, find_nodes
 
 # text of nnsight code: a `with` statement opening a block on a model
@@ -140,7 +140,7 @@ def _model_block_call(value: cst.BaseExpression, facts: Facts) -> cst.Call | Non
 
 @dataclass(frozen=True)
 class ClosureLoop:
-    loop: cst.For | cst.While
+    loop: cst.For | cst.While | cst.BaseExpression  # a `for`, a `while` or a comprehension
     name: str  # the name called: `run`
     factory: str  # the function whose call bound it: `make_runner`
 
@@ -164,49 +164,137 @@ def _closures(facts: Facts) -> dict[str, Closure]:
     found: dict[str, Closure] = {}
     if not factories:
         return found
+    held: dict[str, Closure] = {}  # containers of closures: `{l: make_ablator(l) for l in ...}`
     for info in facts.statements.values():
         stmt = info.node
         if type(stmt) is not cst.SimpleStatementLine:
             continue
         for small in stmt.body:
-            if type(small) is cst.Assign and type(small.value) is cst.Call \
-                    and type(small.value.func) is cst.Name and small.value.func.value in factories:
-                factory = small.value.func.value
-                for target in small.targets:
+            if type(small) is not cst.Assign:
+                continue
+            for target in small.targets:
+                for name, closure in _bound_closures(target.target, small.value, factories):
+                    found[name] = closure
+                element = _closure_elements(small.value, factories)
+                if element is not None:
                     for name in target_names(target.target):
-                        found[name] = Closure(name, factory, factories[factory])
+                        held[name] = element
+    for info in facts.statements.values():
+        if type(info.node) is cst.For:
+            closure, target = _iterated_closure(info.node, held)
+            if closure is not None:
+                found[target] = Closure(target, closure.factory, closure.func)
     return found
+
+
+def _bound_closures(target: cst.BaseExpression, value: cst.BaseExpression,
+                    factories: dict[str, tuple[cst.FunctionDef | None, ...]]):
+    """(name, closure) for each name ``target = value`` binds to a closure: `run =
+    make_runner()`, and `run, stats = make_runner()` where the factory returns a tuple."""
+    if type(value) is not cst.Call or type(value.func) is not cst.Name or value.func.value not in factories:
+        return
+    factory = value.func.value
+    returned = factories[factory]
+    if type(target) is cst.Name and len(returned) == 1 and returned[0] is not None:
+        yield target.value, Closure(target.value, factory, returned[0])
+    elif type(target) in (cst.Tuple, cst.List) and len(target.elements) == len(returned) > 1:
+        for element, func in zip(target.elements, returned):
+            if type(element.value) is cst.Name and func is not None:
+                yield element.value.value, Closure(element.value.value, factory, func)
+
+
+def _closure_elements(value: cst.BaseExpression,
+                      factories: dict[str, tuple[cst.FunctionDef | None, ...]]) -> Closure | None:
+    """The closure every element of a container display or comprehension is (each a call
+    of one factory that returns one closure), else None."""
+    kind = type(value)
+    if kind in (cst.ListComp, cst.SetComp, cst.GeneratorExp):
+        elements = [value.elt]
+    elif kind is cst.DictComp:
+        elements = [value.value]
+    elif kind in (cst.List, cst.Tuple, cst.Set):
+        elements = [e.value for e in value.elements]
+    elif kind is cst.Dict:
+        elements = [e.value for e in value.elements if type(e) is cst.DictElement]
+    else:
+        return None
+    made = set()
+    for element in elements:
+        bound = list(_bound_closures(cst.Name("_"), element, factories))
+        if not bound:
+            return None
+        made.add((bound[0][1].factory, id(bound[0][1].func)))
+    if len(made) != 1:
+        return None
+    return next(c for _, c in _bound_closures(cst.Name("_"), elements[0], factories))
+
+
+def _iterated_closure(loop: cst.For, held: dict[str, Closure]) -> tuple[Closure | None, str]:
+    """The closure a loop's target takes from a container of closures: `for fn in fns`,
+    `for fn in fns.values()`, `for k, fn in fns.items()`, `for i, fn in enumerate(fns)`."""
+    source, target = loop.iter, loop.target
+    pair = False
+    if type(source) is cst.Call and type(source.func) is cst.Attribute and not source.args \
+            and source.func.attr.value in ("values", "items"):
+        pair = source.func.attr.value == "items"
+        source = source.func.value
+    elif type(source) is cst.Call and type(source.func) is cst.Name and source.func.value == "enumerate" \
+            and source.args:
+        pair, source = True, source.args[0].value
+    if type(source) is not cst.Name or source.value not in held:
+        return None, ""
+    if pair:
+        if type(target) not in (cst.Tuple, cst.List) or len(target.elements) != 2:
+            return None, ""
+        target = target.elements[1].value
+    return (held[source.value], target.value) if type(target) is cst.Name else (None, "")
 
 
 def closure_loops(facts: Facts) -> list[ClosureLoop]:
-    """Loops outside nnsight blocks that call a closure (:func:`closures`): each call of it
-    may send a request no reader of `def` statements sees."""
+    """Loops outside nnsight blocks — `for`, `while` and comprehensions — that call a
+    closure (:func:`closures`): each call of it may send a request no reader of `def`
+    statements sees."""
     made = closures(facts)
     if not made:
         return []
+
+    def calls_made(node: cst.CSTNode) -> list[cst.Call]:
+        return find_nodes(node, lambda n: type(n) is cst.Call and type(n.func) is cst.Name and n.func.value in made)
+
     found = []
     for info in _loops_outside_blocks(facts):
-        loop = info.node
-        called = find_nodes(loop.body, lambda n: type(n) is cst.Call and type(n.func) is cst.Name
-                            and n.func.value in made)
+        called = calls_made(info.node.body)
         if called:
             closure = made[called[0].func.value]
-            found.append(ClosureLoop(loop, closure.name, closure.factory))
+            found.append(ClosureLoop(info.node, closure.name, closure.factory))
+    blocks = {id(block.node) for block in facts.blocks}
+    for info in facts.statements.values():
+        if type(info.node) is not cst.SimpleStatementLine or any(id(n) in blocks for n in info.ancestors):
+            continue
+        for comprehension in find_nodes(info.node, lambda n: type(n) in COMPREHENSIONS):
+            called = calls_made(comprehension)
+            if called:
+                closure = made[called[0].func.value]
+                found.append(ClosureLoop(comprehension, closure.name, closure.factory))
+                break
     return found
 
 
-def _closure_factories(facts: Facts) -> dict[str, cst.FunctionDef]:
+def _closure_factories(facts: Facts) -> dict[str, tuple[cst.FunctionDef | None, ...]]:
     """Same-file functions that return one of their nested functions holding a remote
-    block: factory name -> that nested function."""
+    block (`return run`), or a tuple of nested functions one of which does (`return run,
+    stats`): factory name -> what it returns, position by position (None: not such a
+    function)."""
     nested_with_blocks = {id(b.stmt.function) for b in facts.blocks if b.stmt.function is not None}
     found = {}
     for name, func in facts.functions.items():
-        inner = {f.name.value: f for f in find_nodes(func.body, lambda n: type(n) is cst.FunctionDef)
-                 if id(f) in nested_with_blocks}
-        if not inner:
+        inner = {f.name.value: f for f in find_nodes(func.body, lambda n: type(n) is cst.FunctionDef)}
+        if not any(id(f) in nested_with_blocks for f in inner.values()):
             continue
-        returns = find_nodes(func.body, lambda n: type(n) is cst.Return and type(n.value) is cst.Name)
-        returned = next((r.value.value for r in returns if r.value.value in inner), None)
-        if returned is not None:
-            found[name] = inner[returned]
+        for ret in find_nodes(func.body, lambda n: type(n) is cst.Return):
+            values = [e.value for e in ret.value.elements] if type(ret.value) is cst.Tuple else [ret.value]
+            returned = tuple(inner.get(v.value) if type(v) is cst.Name else None for v in values)
+            if any(f is not None and id(f) in nested_with_blocks for f in returned):
+                found[name] = tuple(f if f is not None and id(f) in nested_with_blocks else None for f in returned)
+                break
     return found

@@ -85,7 +85,8 @@ def name_the_unseen(facts: Facts, context: Context) -> None:
     for found in closure_loops(facts):
         context.skipped(
             found.loop,
-            f"this loop calls `{found.name}`, the function `{found.factory}(...)` returns (a closure that opens "
+            f"this {'loop' if isinstance(found.loop, (cst.For, cst.While)) else 'comprehension'} calls "
+            f"`{found.name}`, the function `{found.factory}(...)` returns (a closure that opens "
             "a remote block): each call may send a remote request",
             f"not hoisted: `{found.name}` is made when the script runs, with the remote flag and model "
             f"`{found.factory}` was given, so ndif-opt cannot count or bundle its requests; open one "

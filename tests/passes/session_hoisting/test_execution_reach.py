@@ -283,6 +283,67 @@ def test_a_loop_calling_a_closure_is_named_and_billed_per_call(family):
     assert "model.session(remote=...)" in found.reason
 
 
+# the same closures reached another way (a new user's scripts, left with no finding and
+# billed one request): from a dict of closures the loop walks, and from a factory that
+# returns the closure in a tuple, called in a comprehension
+CLOSURES_IN_A_DICT = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def make_probe(layer):
+        def probe(prompt):
+            with model.trace(prompt, remote=True):
+                norm = LAYERS[layer].output[0, -1].norm().save()
+            return round(norm.item(), 4)
+        return probe
+
+
+    probes = {layer: make_probe(layer) for layer in range(3)}
+    norms = {}
+    for layer, probe_at in probes.items():
+        norms[layer] = probe_at("The sky is")
+    print(norms)
+'''
+
+CLOSURE_FROM_A_TUPLE = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def make_probe(layer):
+        calls = []
+
+        def probe(prompt):
+            calls.append(prompt)
+            with model.trace(prompt, remote=True):
+                norm = LAYERS[layer].output[0, -1].norm().save()
+            return round(norm.item(), 4)
+
+        def count():
+            return len(calls)
+
+        return probe, count
+
+
+    probe_at, count = make_probe(1)
+    norms = [probe_at(p) for p in ["The sky is", "Grass is", "Snow is"]]
+    print(norms, count())
+'''
+
+
+@both
+@pytest.mark.parametrize("template, called, what", [(CLOSURES_IN_A_DICT, "probe_at", "loop"),
+                                                    (CLOSURE_FROM_A_TUPLE, "probe_at", "comprehension")],
+                         ids=["dict-of-closures", "tuple-returned"])
+def test_a_closure_reached_through_a_container_or_a_tuple_is_named(family, template, called, what):
+    result, report = optimized_and_verified(template, family)
+    assert report.before.requests == report.after.requests == 3, report.to_text()
+    (found,) = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert f"this {what} calls `{called}`, the function `make_probe(...)` returns" in found.message, found.message
+
 # a helper whose own loop sends a request per layer, called from a loop the pass hoists: the
 # helper is rewritten whole (a flag parameter), so no session is written inside it, and no
 # finding may say one is ("wrapped this loop in one session, for a call of ... outside")
