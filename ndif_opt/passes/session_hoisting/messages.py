@@ -306,7 +306,7 @@ def _split_note(split: Split | None) -> str:
         return ""
     text = ""
     if split.deferred:
-        what = "(prints, files, progress bars)"
+        what = "(prints, files, progress bars, objects other code holds)"
         lines = f"statement that must run on your machine {what} {tense('now runs', 'would run')}"
         if split.deferred != 1:
             lines = f"statements that must run on your machine {what} {tense('now run', 'would run')}"
