@@ -87,7 +87,6 @@ from ndif_opt.passes.base import Context, Pass
 from ndif_opt.passes.session_hoisting.cases import CASES
 from ndif_opt.passes.session_hoisting.definitions import definitions_in_the_way
 from ndif_opt.passes.session_hoisting.messages import (
-    drop_answered_by_one_session,
     drop_nested_repeats,
     first_line,
     header_rebound,
@@ -186,7 +185,6 @@ class SessionHoisting(Pass):
         self.needs_nnsight_import = False
         # loops their own remote work keeps from a session (two models, say): id -> (loop, why)
         self.stopped: dict[int, tuple[cst.CSTNode, tuple[str, str]]] = {}
-        self.planned: list[Region] = []  # the regions this run makes sessions
         for suite in suites_outermost_first(facts):
             if inside_planned(facts, suite, claimed):
                 continue
@@ -196,7 +194,6 @@ class SessionHoisting(Pass):
                 self._plan_or_parts(region, facts, context, plan, claimed)
         self._name_the_stopped_loops(facts, context, mark)
         drop_nested_repeats(context.findings, mark)
-        drop_answered_by_one_session(context.findings, mark, self.planned, facts, self.helpers)
         name_the_unseen(facts, context)
         for name in dict.fromkeys([*self.rewritten_helpers, *self.passed_functions]):
             helper = self._helper_to_rewrite(name)
@@ -227,7 +224,6 @@ class SessionHoisting(Pass):
             return False
         if self._plan(region, facts, context, plan):
             claimed.update(id(s) for s in region.statements)
-            self.planned.append(region)
             return True
         span = (region.start, region.end)
         parts = []

@@ -12,7 +12,6 @@ from ndif_opt.analysis.regions import client_objects_filled, intermediates
 from ndif_opt.analysis.retries import PortableRetry
 from ndif_opt.cost_model import RegionRequests
 from ndif_opt.passes.base import Context
-from ndif_opt.passes.session_hoisting.region import may_call
 from ndif_opt.passes.session_hoisting.region import Region
 from ndif_opt.passes.session_hoisting.split_items import Split
 from ndif_opt.syntax.rewrite import code_of
@@ -34,39 +33,6 @@ def drop_nested_repeats(findings: list, mark: int) -> None:
         if same:
             nested.update(id(same[id(n)]) for n in find_nodes(outer.node, lambda n: id(n) in same))
     findings[mark:] = [f for f in findings[mark:] if id(f) not in nested]
-
-
-def drop_answered_by_one_session(findings: list, mark: int, planned: list, facts: Facts, helpers: dict) -> None:
-    """Drop this run's refusals of a run of statements whose every remote block went into a
-    single session of this run that runs once per run of them (a loop hoisted inside a
-    `with torch.no_grad():` refused for its `torch.save`): after the rewrite they send one
-    request, so the refusal's claim (n separate requests, one session would send one) no
-    longer holds. ``planned``: the regions this run made sessions; ``helpers``: the functions
-    that send requests (a run calling one keeps its finding: its requests are not counted here)."""
-    def session_of(block) -> int | None:
-        chain = (*block.stmt.ancestors, block.node)
-        for index, region in enumerate(planned):
-            if any(id(s) in {id(n) for n in chain} for s in region.statements):
-                return index
-        return None
-
-    kept = findings[:mark]
-    for finding in findings[mark:]:
-        if finding.status is Status.SKIPPED and planned and isinstance(finding.node, cst.BaseStatement):
-            info = facts.stmt(finding.node)
-            last = facts.stmt(finding.through).index if finding.through is not None else info.index
-            statements = info.suite.body[info.index:last + 1]
-            calls = any(may_call(s, helpers) for s in statements)
-            blocks = [b for s in statements for b in facts.blocks_within(s) if b.parent is None]
-            sessions = {session_of(b) for b in blocks}
-            if blocks and not calls and len(sessions) == 1 and None not in sessions:
-                region = planned[sessions.pop()]
-                between = facts.stmt(region.statements[0]).ancestors
-                inside = between[len(info.ancestors):]
-                if not any(isinstance(node, (cst.For, cst.While)) for node in inside):
-                    continue
-        kept.append(finding)
-    findings[:] = kept
 
 
 def name_the_unseen(facts: Facts, context: Context) -> None:
