@@ -1557,3 +1557,19 @@ def test_a_finding_sizes_an_index_by_a_constant_of_the_script_as_that_int():
     block = facts.blocks[0]
     value = block.node.body.body[0].body[0].value
     assert saved_shape(value, block, facts).startswith("[768] float32")  # not [1, 768]
+
+
+# -- a loop over itertools.product: as many iterations as the product of its lengths -----
+
+@pytest.mark.parametrize("header", [
+    "import itertools\nfor layer, head in itertools.product([0, 15], range(2)):",
+    "from itertools import product\nfor layer, head in product([0, 15], range(2)):",
+    "import itertools\nfor layer, head in itertools.product(range(2), repeat=2):",
+])
+def test_a_loop_over_itertools_product_runs_the_product_of_its_lengths(header):
+    # (it was a loop of unknown length, billed `N`, where 4 requests run)
+    source = script(header + """
+    with model.trace("The chemical symbol for gold is", remote=True):
+        top = model.lm_head.output[0, -1].argmax().save()
+""")
+    assert run(source).cost.requests == 4

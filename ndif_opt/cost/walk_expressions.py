@@ -8,12 +8,14 @@ of iterables, integers, the storage a view shares, and the bytes a saved value s
 
 from __future__ import annotations
 
+import itertools
+import math
 import operator
 from typing import Any
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import config_entry
+from ndif_opt.analysis.facts import config_entry, qualify
 from ndif_opt.analysis.generation_steps import tracer_steps
 from ndif_opt.analysis.regions import arithmetic, constant_item, dict_view_length
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
@@ -70,6 +72,18 @@ def _chunk_size(sl: cst.Slice) -> cst.BaseExpression | None:
     return None
 
 
+def _repeat(call: cst.Call, walk: "ExpressionWalk", depth: int) -> int | None:
+    """`repeat=` of `itertools.product(...)` (1 when not given), None when not known;
+    the call takes no other keyword."""
+    keywords = [a for a in call.args if a.keyword is not None or a.star]
+    if not keywords:
+        return 1
+    if len(keywords) == 1 and keywords[0].keyword is not None and keywords[0].keyword.value == "repeat":
+        value = walk.integer(keywords[0].value, depth + 1)
+        return value if value is not None and value >= 0 else None
+    return None
+
+
 class ExpressionWalk:
     """Expressions, evaluated where the walk stands."""
 
@@ -117,6 +131,11 @@ class ExpressionWalk:
             if func == "zip" and args:
                 lists = [self.elements(a, depth + 1) for a in args]
                 return None if any(x is None for x in lists) else [tuple(t) for t in zip(*lists)]
+            if args and qualify(expr.func, self.facts.imports) == "itertools.product":
+                lists = [self.elements(a, depth + 1) for a in args] * (_repeat(expr, self, depth) or 0)
+                if not lists or any(x is None for x in lists) or math.prod(map(len, lists)) > 4 * UNROLL_LIMIT:
+                    return None
+                return [tuple(t) for t in itertools.product(*lists)]
             if func in ("list", "tuple", "reversed", "sorted", "tqdm", "iter") and args:
                 items = self.elements(args[0], depth + 1)
                 if items is None:
@@ -187,6 +206,9 @@ class ExpressionWalk:
             if func == "zip" and args:
                 lengths = [self.length(a, depth + 1) for a in args]
                 return None if any(n is None for n in lengths) else min(lengths)
+            if args and qualify(expr.func, self.facts.imports) == "itertools.product":
+                lengths = [self.length(a, depth + 1) for a in args] * (_repeat(expr, self, depth) or 0)
+                return None if not lengths or any(n is None for n in lengths) else math.prod(lengths)
         steps = self._generation_steps(expr, depth)
         if steps is not None:
             return steps

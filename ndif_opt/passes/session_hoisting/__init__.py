@@ -462,26 +462,26 @@ class SessionHoisting(Pass):
                 if isinstance(stmt, (cst.For, cst.While)):
                     context.skipped(
                         stmt,
-                        f"this loop calls `{helper.name}`, which sends a remote request each time; "
-                        f"one `{helper.model}.session(remote=...)` would send one",
+                        f"this loop calls `{helper.spelled(call)}`, which sends a remote request each time; "
+                        f"one `{helper.at_call(helper.model, call)}.session(remote=...)` would send one",
                         f"not hoisted: {helper.problems[0]}",
                     )
                 return Kind(Role.BARRIER, why=helper.problems[0])
             flag = helper.call_flag(call)
             if flag is None:
-                why = f"the remote flag `{helper.name}` runs with is computed inside it or not known here"
+                why = f"the remote flag `{helper.spelled(call)}` runs with is computed inside it or not known here"
                 if isinstance(stmt, (cst.For, cst.While)):
                     context.skipped(
                         stmt,
-                        f"this loop calls `{helper.name}`, which sends a remote request each time; "
-                        f"one `{helper.model}.session(remote=...)` would send one",
+                        f"this loop calls `{helper.spelled(call)}`, which sends a remote request each time; "
+                        f"one `{helper.at_call(helper.model, call)}.session(remote=...)` would send one",
                         f"not hoisted: {why}, so a session around the calls cannot take the same flag",
                     )
                 return Kind(Role.BARRIER, why=why)
             flags.add(flag)
             model = helper.call_model(call)
             if model is None:
-                return Kind(Role.BARRIER, why=f"the model `{helper.name}` traces is not a plain name at this call")
+                return Kind(Role.BARRIER, why=f"the model `{helper.spelled(call)}` traces is not a plain name at this call")
             models.add(model)
             sends.append((model, flag, code_of(call)))
         if len(flags) != 1 or len(models) != 1:
@@ -606,9 +606,11 @@ class SessionHoisting(Pass):
                 reason, accumulators, lost = liveness(region, facts)
         # what the methods it calls store on `self` comes back to your `self` after it,
         # unless no code can read it after the session (then it stays there)
-        attrs = sorted({a for call, h in region.helper_calls if h.bound for a in h.self_stores})
+        # (calls on an instance: helper_argument_problem refuses a store on it)
+        on_self = [(call, h) for call, h in region.helper_calls if h.bound and h.receiver(call) is None]
+        attrs = sorted({a for _, h in on_self for a in h.self_stores})
         stores = [f"self.{a}" for a in attrs]
-        moved = frozenset(h.func.name.value for _, h in region.helper_calls if h.bound)
+        moved = frozenset(h.func.name.value for _, h in on_self)
         # (in a notebook the kernel keeps the objects: a cell to come may read any attribute)
         why = {} if context.options.notebook or not attrs else \
             self_attributes_read_after(facts, region.statements, attrs, moved)

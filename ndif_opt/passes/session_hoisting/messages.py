@@ -185,7 +185,7 @@ def hoisted_message(region: Region, facts: Facts, accumulators, requests: Region
         if meaning:
             text += f" ({meaning})"
     if region.helper_calls:
-        names = sorted({h.name for _, h in region.helper_calls})
+        names = sorted({h.spelled(c) for c, h in region.helper_calls})
         text += "; " + ", ".join(f"`{n}`" for n in names) + f" {tense('now called', 'would be called')} with " \
             "remote=False inside it" + _correctness_note(sorted(_filled_remotely(region, facts)))
         return text + _passed_note(region) + _left_note(region) + _split_note(region.split) + _retry_note(region.retry)
