@@ -99,3 +99,49 @@ def test_a_method_that_stores_on_its_instance_is_left_with_one_finding_naming_th
     hoisted = [f for f in result.findings if f.pass_id == "session-hoisting"]
     assert len(hoisted) == 1 and hoisted[0].status is Status.SKIPPED, [f.message for f in hoisted]
     assert "`probe.read` stores `self.last` on `probe`" in hoisted[0].reason, hoisted[0].reason
+
+
+# a method with a loop of traces, called twice by another method of the class: the second
+# becomes one session calling the first with `remote=False`, and the first is rewritten
+# whole (a flag parameter). The first was met before the second, and its own session,
+# planned then lost with its body, kept its finding: two findings on one loop, the second
+# quoting the flag ndif-opt wrote (`remote and self.remote`)
+METHOD_CALLED_BY_A_METHOD = '''
+    from nnsight import LanguageModel
+
+
+    class Contrast:
+        def __init__(self, model, remote=True):
+            self.model = model
+            self.remote = remote
+
+        def mean_norm(self, prompts):
+            norms = []
+            for p in prompts:
+                with self.model.trace(p, remote=self.remote):
+                    norm = SELFLAYERS[0].output[0, -1].norm().save()
+                norms.append(norm.item())
+            return sum(norms) / len(norms)
+
+        def difference(self, pos, neg):
+            self.value = self.mean_norm(pos) - self.mean_norm(neg)
+            print(f"difference: {self.value:.3f}")
+
+
+    model = LanguageModel("REPO")
+    contrast = Contrast(model)
+    contrast.difference(["I love it", "A great day"], ["I hate it", "A sad day"])
+    value = round(contrast.value, 4)
+'''
+
+
+@both
+def test_a_method_a_session_calls_gets_one_finding_for_its_loop(family):
+    result, report = optimized_and_verified(METHOD_CALLED_BY_A_METHOD, family)
+    assert report.before.requests == 4 and report.after.requests == 1, report.to_text() + result.code
+    hoisted = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    lines = [f.range.start.line for f in hoisted]
+    assert len(lines) == len(set(lines)), [f.message for f in hoisted]
+    assert not any("remote and self.remote" in f.message for f in hoisted), [f.message for f in hoisted]
+    # the table falls by what the findings claim: 4 → 1, all of it the calling session's
+    assert any("4 requests → 1" in f.message for f in hoisted), [f.message for f in hoisted]

@@ -192,6 +192,7 @@ class SessionHoisting(Pass):
                 if self._in_a_replaced_function(region, facts):
                     continue
                 self._plan_or_parts(region, facts, context, plan, claimed)
+        self._drop_plans_in_replaced_functions(facts, context, plan, mark)
         self._name_the_stopped_loops(facts, context, mark)
         drop_nested_repeats(context.findings, mark)
         name_the_unseen(facts, context)
@@ -271,6 +272,30 @@ class SessionHoisting(Pass):
             return False
         return self._counted(region, facts, context).per_run(UNKNOWN_TRIPS) >= 2
 
+    def _drop_plans_in_replaced_functions(self, facts: Facts, context: Context, plan: SuitePlan, mark: int) -> None:
+        """A function this run rewrites whole from its original (a flag parameter added for
+        a session that calls it, its calls' module names passed) keeps none of the plans
+        made inside it: a region planned there before the session that calls it was (the
+        suites are met in no order of calls) goes, with its finding, as
+        :meth:`_in_a_replaced_function` keeps out those met after. The next round finds it
+        again in the rewritten function, where the calling session counts its requests."""
+        replaced = [f for name in dict.fromkeys([*self.rewritten_helpers, *self.passed_functions])
+                    if (f := self._replaced_function(name, facts)) is not None]
+        if not replaced:
+            return
+        inside = {id(n) for func in replaced for n in find_nodes(func.body, lambda n: True)}
+        for suite_id in [i for i in plan.edits if i in inside]:
+            del plan.edits[suite_id]
+        context.findings[mark:] = [f for f in context.findings[mark:]
+                                   if not (f.status is Status.APPLIED and id(f.node) in inside)]
+
+    def _replaced_function(self, name: str, facts: Facts) -> cst.FunctionDef | None:
+        """The function the run rewrites whole for ``name``, if it does."""
+        helper = self._helper_to_rewrite(name)
+        if helper is None and name not in self.passed_functions:
+            return None
+        return helper.func if helper is not None else facts.functions.get(name)
+
     def _in_a_replaced_function(self, region: Region, facts: Facts) -> bool:
         """Is the region in a function whose calls a session of this run already takes, and
         which the run rewrites whole from its original (a flag parameter added, its calls'
@@ -291,12 +316,18 @@ class SessionHoisting(Pass):
             return None  # called as it is: it takes the flag already
         return helper
 
-    def _hoisted_caller(self, region: Region, facts: Facts) -> str:
+    def _hoisted_caller(self, region: Region, facts: Facts, context: Context) -> str:
         """The function holding the region, when a session this pass opened around its
         calls already counts its requests ("" otherwise: the region's own claim stands)."""
         function = facts.stmt(region.statements[0]).function
         name = function.name.value if function is not None else ""
-        return name if name in self.rewritten_helpers else ""
+        if not name or name in self.rewritten_helpers:
+            return name
+        # the walk met it only inside requests (its every call is made with remote=False in
+        # a session, one an earlier round opened): that session counts its requests
+        found = explain(facts, context.options)
+        inside_only = found.region(region.statements) is None and found.runs_of(region.statements[0]) is not None
+        return name if inside_only else ""
 
     def _counted(self, region: Region, facts: Facts, context: Context) -> RegionRequests:
         """What the region's messages quote: its requests as the cost table counts them
@@ -670,7 +701,7 @@ class SessionHoisting(Pass):
         context.unreturned |= let_go
         safety = Safety.UNSAFE if unsafe else Safety.SAFE
         counted = self._counted(region, facts, context)
-        caller = self._hoisted_caller(region, facts)
+        caller = self._hoisted_caller(region, facts, context)
         message = hoisted_message(region, facts, accumulators, counted, caller) + unsafe_note(unsafe)
         context.applied(anchor, message + let_go_note(region, facts, let_go), safety,
                         evidence=f"{region.model}.session(", requests=None if caller else request_claim(counted))

@@ -190,7 +190,9 @@ def hoisted_message(region: Region, facts: Facts, accumulators, requests: Region
             "remote=False inside it" + _correctness_note(sorted(_filled_remotely(region, facts)))
         return text + _passed_note(region) + _left_note(region) + _split_note(region.split) + _retry_note(region.retry)
     flag = region.blocks[0].remote
-    if flag.state is Remote.MAYBE:
+    if caller:
+        pass  # (the flag is the calling session's business)
+    elif flag.state is Remote.MAYBE:
         text += f" (remote-ness unknown: {flag.reason}; the session takes the same flag, so this holds either way)"
     elif flag.expr is not None and not (isinstance(flag.expr, cst.Name) and flag.expr.value == "True"):
         text += f" ({flag.reason})"
