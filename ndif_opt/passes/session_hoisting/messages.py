@@ -97,8 +97,9 @@ def stopped_by_mixing(sends: list[tuple[str, str, str]]) -> tuple[str, str]:
 
 
 def stopped_by_a_session(block: Block) -> tuple[str, str]:
-    why = f"not hoisted: `{first_line(block.node)}` is a session already, and a session cannot open " \
-        "inside another; open it once, around the loop, to send one request"
+    why = f"not hoisted: NDIF refuses a remote session opened inside a running one, and ndif-opt leaves " \
+        f"`{first_line(block.node)}`, a session you wrote, as it is: open one session around the loop instead " \
+        "(what must run on your machine, such as prints and files, after it) to send one request"
     return f" to `{block.model}`, opening a session in each iteration", why
 
 
