@@ -1066,6 +1066,60 @@ def test_a_retry_loop_costs_one_attempt_and_says_so():
                in note for note in found.notes)
 
 
+@pytest.mark.parametrize("loop, header", [
+    ("while True:", "while True"),
+    ("while tries < 5:", "while tries < 5"),
+    # a handler that counts the attempts itself: no retry a session can take, attempts all the same
+    ("for attempt in range(5):", "for attempt in range(5)"),
+])
+def test_a_loop_that_tries_until_its_request_succeeds_costs_one_attempt(loop, header):
+    # (`while True` was a loop of unknown length: 2·N requests where 2 run)
+    source = script(
+        f"""\
+        import time
+        for prompt in ["The capital of France is", "The capital of Italy is"]:
+            tries = 0
+            {loop}
+                try:
+                    with model.trace(prompt, remote=True):
+                        logits = model.lm_head.output[0, -1].save()
+                    break
+                except Exception as error:
+                    tries += 1
+                    if tries >= 5:
+                        raise
+                    time.sleep(5)
+        """
+    )
+    found = run(source)
+    assert found.cost.requests == found.cost.forward_passes == 2
+    assert any(f"`{header}` is a retry loop: counted once; each failure costs another request" in note
+               for note in found.notes), found.notes
+
+
+def test_a_while_retry_left_as_it_is_says_how_to_write_it_to_be_hoisted():
+    source = script(
+        """\
+        import time
+        tops = {}
+        for prompt in ["The capital of France is", "The capital of Italy is"]:
+            while True:
+                try:
+                    with model.trace(prompt, remote=True):
+                        top = model.lm_head.output[0, -1].argmax().save()
+                    break
+                except Exception:
+                    time.sleep(5)
+            tops[prompt] = top.item()
+        """
+    )
+    result = optimize(source)
+    (found,) = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert "2 separate remote requests" in found.message, found.message
+    assert "`while True:` tries its request again until one succeeds" in found.reason, found.reason
+    assert "`for attempt in range(N):`" in found.reason, found.reason
+
+
 def test_a_loop_given_its_length_is_counted_at_it():
     source = script(
         """\

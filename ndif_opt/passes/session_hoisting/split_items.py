@@ -14,6 +14,7 @@ import libcst as cst
 from ndif_opt.analysis.effects import PROGRESS_BARS
 from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import NameUse, all_params, collect, exposed_reads, fresh_name, target_names
+from ndif_opt.analysis.retries import retried_until_success
 from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS
 from ndif_opt.passes.common.guards import jump_out_of
 from ndif_opt.passes.common.records import RECORD_PREFIX, Recorded
@@ -527,6 +528,13 @@ class Splitter:
             return Item(stmt, Part.SERVER)
         if isinstance(stmt, cst.If) and self.in_loop:
             return self._mixed_if(stmt)
+        if isinstance(stmt, cst.While) and retried_until_success(stmt):
+            raise Refused(
+                f"`while {code_of(stmt.test)}:` tries its request again until one succeeds; ndif-opt puts a retry "
+                "around a session only when it counts its attempts as `for attempt in range(N):` (a `try` that ends "
+                "in `break`, handlers that only report, wait and re-raise): write the retry that way to have the "
+                "loop hoisted"
+            )
         if not (isinstance(stmt, cst.For) and stmt.orelse is None and isinstance(stmt.body, cst.IndentedBlock)):
             raise Refused(
                 f"the code {problems[0].message}, in the same statement as remote work "
