@@ -185,6 +185,7 @@ class SessionHoisting(Pass):
         self.needs_nnsight_import = False
         # loops their own remote work keeps from a session (two models, say): id -> (loop, why)
         self.stopped: dict[int, tuple[cst.CSTNode, tuple[str, str]]] = {}
+        self.planned: list[Region] = []  # the regions this run makes sessions of
         for suite in suites_outermost_first(facts):
             if inside_planned(facts, suite, claimed):
                 continue
@@ -193,6 +194,7 @@ class SessionHoisting(Pass):
                     continue
                 self._plan_or_parts(region, facts, context, plan, claimed)
         self._drop_plans_in_replaced_functions(facts, context, plan, mark)
+        self._drop_refusals_a_session_answers(facts, context, mark)
         self._name_the_stopped_loops(facts, context, mark)
         drop_nested_repeats(context.findings, mark)
         name_the_unseen(facts, context)
@@ -225,6 +227,7 @@ class SessionHoisting(Pass):
             return False
         if self._plan(region, facts, context, plan):
             claimed.update(id(s) for s in region.statements)
+            self.planned.append(region)
             return True
         span = (region.start, region.end)
         parts = []
@@ -288,6 +291,43 @@ class SessionHoisting(Pass):
             del plan.edits[suite_id]
         context.findings[mark:] = [f for f in context.findings[mark:]
                                    if not (f.status is Status.APPLIED and id(f.node) in inside)]
+
+    def _drop_refusals_a_session_answers(self, facts: Facts, context: Context, mark: int) -> None:
+        """A run of statements that runs once (no loop among them) refused as a whole, whose
+        remote work all lies in one region this run makes a session of (the loop inside an
+        `if __name__ == "__main__":`), sends one request once that is applied: its refusal
+        says nothing left to do, and goes. (A loop keeps its: it would open the session in
+        each iteration.)"""
+        if not self.planned:
+            return
+        refused = [f for f in context.findings[mark:] if f.status is Status.SKIPPED and f.reason]
+        if not refused:
+            return
+        planned = [{id(n) for stmt in region.statements for n in find_nodes(stmt, lambda n: True)}
+                   for region in self.planned]
+        answered = set()
+        for finding in refused:
+            info = facts.statements.get(id(finding.node))
+            if info is None:
+                continue
+            end = info.suite.body.index(finding.through) + 1 if finding.through in info.suite.body else info.index + 1
+            statements = list(info.suite.body[info.index:end])
+            if any(find_nodes(stmt, lambda n: type(n) in (cst.For, cst.While)) and
+                   not self._loops_inside_planned(stmt, planned) for stmt in statements):
+                continue
+            work = [id(b.node) for b in facts.blocks if b.parent is None and b.remote.state is not Remote.NO
+                    and any(b.node is stmt or stmt in b.stmt.ancestors for stmt in statements)]
+            work += [id(call) for stmt in statements for call, _ in helper_calls(stmt, self.helpers)]
+            if work and any(all(w in nodes for w in work) for nodes in planned):
+                answered.add(id(finding))
+        context.findings[mark:] = [f for f in context.findings[mark:] if id(f) not in answered]
+
+    @staticmethod
+    def _loops_inside_planned(stmt: cst.CSTNode, planned: list[set[int]]) -> bool:
+        """Is every loop in ``stmt`` inside a region this run plans (then it runs in that
+        session, whatever its iterations)?"""
+        return all(any(id(loop) in nodes for nodes in planned)
+                   for loop in find_nodes(stmt, lambda n: type(n) in (cst.For, cst.While)))
 
     def _replaced_function(self, name: str, facts: Facts) -> cst.FunctionDef | None:
         """The function the run rewrites whole for ``name``, if it does."""
