@@ -1627,3 +1627,34 @@ def test_a_loop_over_itertools_product_runs_the_product_of_its_lengths(header):
         top = model.lm_head.output[0, -1].argmax().save()
 """)
     assert run(source).cost.requests == 4
+
+
+# -- a model config's numbers, and what the findings say of a loop over them ----------------
+
+@pytest.mark.parametrize("attr, trips", [("num_attention_heads", 32), ("hidden_size", 4096),
+                                         ("num_key_value_heads", 8), ("num_hidden_layers", 32)])
+def test_a_loop_over_a_number_of_the_models_config_runs_that_many_times(attr, trips):
+    # (only the layer count was known: `range(model.config.n_head)` was a loop of length N)
+    source = script(f"""
+for i in range(model.config.{attr}):
+    with model.trace("The capital of France is", remote=True):
+        top = model.lm_head.output[0, -1].argmax().save()
+""")
+    assert run(source).cost.requests == trips
+
+
+def test_a_batching_finding_counts_a_loop_the_cost_table_knows_the_length_of():
+    # the analysis cannot tell `range(N_HEADS)`'s length, the cost table can (12 heads): the
+    # finding said "one forward pass per iteration → one per 32 iterations (--max-batch 32)"
+    source = script("""
+N_HEADS = model.config.n_head
+tops = []
+for head in range(N_HEADS):
+    with model.trace("The Colosseum is in the city of", remote=True):
+        tops.append(model.lm_head.output[0, -1].argmax().save())
+""", repo="openai-community/gpt2")
+    result = optimize(source)
+    assert result.costs[0].before.requests == 12
+    (found,) = [f for f in result.findings if f.pass_id == "invoke-batching"]
+    assert "this loop runs 12 forward passes, one per iteration; as invokes of one trace it would run 1" \
+        in found.message, found.message

@@ -58,7 +58,14 @@ def _plain(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
-_LAYER_COUNT_ATTRS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
+# a model config's numbers, by the names configs of the families give them -> ModelDims' field
+_CONFIG_NUMBERS = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_layers"), "n_layers"),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_heads", "n_heads"), "n_heads"),
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model"), "hidden_size"),
+    "num_key_value_heads": "n_kv_heads",
+    "vocab_size": "vocab_size",
+}
 
 
 def _chunk_size(sl: cst.Slice) -> cst.BaseExpression | None:
@@ -298,10 +305,10 @@ class ExpressionWalk:
             state = self.env.get(f"{expr.value.value}.{expr.attr.value}")
             if isinstance(state, Shape):
                 return state.value if isinstance(state.value, int) and not isinstance(state.value, bool) else None
-        if type(expr) is cst.Attribute and expr.attr.value in _LAYER_COUNT_ATTRS:
+        if type(expr) is cst.Attribute and expr.attr.value in _CONFIG_NUMBERS:
             root = dotted_name(expr) or ""
             if any(root.startswith(m + ".") for m in self.facts.models) and ".config." in f".{root}":
-                return self.dims_of(self._model_of(expr)).n_layers
+                return getattr(self.dims_of(self._model_of(expr)), _CONFIG_NUMBERS[expr.attr.value])
         if type(expr) is cst.BinaryOperation:
             return arithmetic(expr, lambda operand: self.integer(operand, depth + 1))
         return None
