@@ -9,11 +9,12 @@ objects the region mutates, and how many requests it issues.
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Facts, Remote, StmtInfo
+from ndif_opt.analysis.facts import Block, Facts, Remote, StmtInfo, qualify
 from ndif_opt.analysis.names import (
     all_params,
     collect,
@@ -433,6 +434,11 @@ def iterable_length(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> i
         if func == "zip" and args:
             lengths = [iterable_length(a, facts, depth + 1) for a in args]
             return None if any(n is None for n in lengths) else min(lengths)
+    if kind is cst.Call and qualify(expr.func, facts.imports) == "itertools.product":
+        if any(a.keyword is not None or a.star for a in expr.args) or not expr.args:
+            return None  # (`repeat=`: the cost model's walk knows it)
+        lengths = [iterable_length(a.value, facts, depth + 1) for a in expr.args]
+        return None if any(n is None for n in lengths) else math.prod(lengths)
     return None
 
 

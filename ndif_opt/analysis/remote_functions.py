@@ -44,6 +44,9 @@ class RemoteHelper:
     # later cell sets `REMOTE = True`): a default would freeze the first value
     flag_changes_later: bool = False
     wrappers: dict[str, RetryWrapper] = field(default_factory=dict)  # the file's retry wrappers
+    # names that hold an object of the method's class (`exp = Probe(model)`): `exp.name(...)`
+    # calls it with `exp` as its `self` (see instance_names)
+    instances: frozenset[str] = frozenset()
 
     def positions(self) -> dict[str, int | None]:
         """The parameters a call's arguments fill, by position (`self` is not among them)."""
@@ -51,6 +54,26 @@ class RemoteHelper:
         if not self.bound:
             return found
         return {n: (None if i is None else i - 1) for n, i in found.items() if i != 0}
+
+    def receiver(self, call: cst.Call) -> str | None:
+        """The instance a call of a method runs on, when not the caller's own `self`
+        (`exp` of `exp.name(...)`); None for a function, or a call on `self`."""
+        func = self.direct(call).func
+        if not self.bound or type(func) is not cst.Attribute or type(func.value) is not cst.Name:
+            return None
+        return None if func.value.value == "self" else func.value.value
+
+    def spelled(self, call: cst.Call) -> str:
+        """The function as the call names it: `run`, `self.run`, `exp.run`."""
+        return code_of(self.direct(call).func)
+
+    def at_call(self, code: str, call: cst.Call) -> str:
+        """``code`` of the method (its flag, its model) as the call site reads it: `self`
+        is the call's receiver (`self.remote` → `exp.remote` for `exp.name(...)`)."""
+        receiver = self.receiver(call)
+        if receiver is None:
+            return code
+        return code_of(cst.parse_expression(code).visit(_Renamed("self", receiver)))
 
     def direct(self, call: cst.Call) -> cst.Call:
         """The call as made without a retry wrapper: `with_retries(run, x)` → `run(x)`."""
@@ -69,7 +92,7 @@ class RemoteHelper:
     def call_model(self, call: cst.Call) -> str | None:
         """The model this call traces, as a name at the call site; None if not a plain name."""
         if self.model_param is None:
-            return self.model
+            return self.at_call(self.model, call)
         value = self.argument(call, self.model_param)
         return value.value if isinstance(value, cst.Name) else None
 
@@ -82,8 +105,8 @@ class RemoteHelper:
         if self.flag_param is None:
             inside = self.flag_locals()
             if self.bound:
-                inside.discard("self")  # called as `self.name(...)`: the caller's `self`
-            return None if inside else self.flag_code
+                inside.discard("self")  # called as `self.name(...)` (the caller's `self`) or on an instance
+            return None if inside else self.at_call(self.flag_code, call)
         value = self.argument(call, self.flag_param)
         if value is not None:
             return code_of(value)
@@ -129,6 +152,7 @@ def remote_helpers(facts: Facts, server: ServerCheck) -> dict[str, RemoteHelper]
         if blocks:
             helpers[name] = _describe(name, method, blocks, facts, server, bound=True)
             helpers[name].wrappers = wrappers
+            helpers[name].instances = instance_names(facts)
     return helpers
 
 
@@ -195,21 +219,51 @@ def _constructors(facts: Facts) -> dict[str, cst.FunctionDef]:
 
 
 def instance_names(facts: Facts) -> frozenset[str]:
-    """Module-level names bound once, to an object of a class of the file
-    (`exp = Patching(model, ...)`): `exp.sweep(...)` runs that class's `sweep` (once per
-    version of the tree)."""
+    """Names that hold an object of one class of the file wherever they are bound
+    (`exp = Patching(model, ...)`, at module level or in `main()`): `exp.sweep(...)`
+    runs that class's `sweep` (once per version of the tree)."""
     return facts.once("helpers:instance-names", lambda: _instance_names(facts))
 
 
 def _instance_names(facts: Facts) -> frozenset[str]:
+    """A name is an instance when every binding of it in the file, in every scope, is
+    `name = C(...)` of the same top-level class C of the file: then `name.m(...)`, wherever
+    it stands, calls C's `m` on an object `C.__init__` made (or the name is unbound there).
+    Any other binding of the name (a parameter, a loop or `with` target, an unpacking, an
+    import, `del`, another value) in any scope makes it unknown."""
     classes = {stmt.name.value for stmt in facts.module.body if isinstance(stmt, cst.ClassDef)}
     if not classes:
         return frozenset()
+    candidates: dict[str, list[cst.BaseStatement]] = {}
+    for name, values in facts.bindings.items():
+        made = {v.func.value if type(v) is cst.Call and type(v.func) is cst.Name else None for _, v in values}
+        if len(made) == 1 and made <= classes:
+            candidates[name] = [info.node for info, _ in values]
+    if not candidates:
+        return frozenset()
     found = set()
-    for name in facts.bindings:
-        value = facts.constant(name)
-        if type(value) is cst.Call and type(value.func) is cst.Name and value.func.value in classes:
-            found.add(name)
+    scopes = [facts.module, *find_nodes(facts.module, lambda n: type(n) in (cst.FunctionDef, cst.ClassDef))]
+    parameters = {n.name.value for n in find_nodes(facts.module, lambda n: type(n) is cst.Param)}
+    targets = {name for n in find_nodes(facts.module, lambda n: type(n) is cst.CompFor)
+               for name in collect(n.target).binds}
+    methods = {stmt.name.value: {m.name.value for m in stmt.body.body if isinstance(m, cst.FunctionDef)}
+               for stmt in facts.module.body if isinstance(stmt, cst.ClassDef) and isinstance(stmt.body, cst.IndentedBlock)}
+    others = set().union(*methods.values()) if methods else set()
+    for name, lines in candidates.items():
+        if name in parameters or name in targets:
+            continue
+        cls = next(iter(facts.bindings[name]))[1].func.value
+        called = {n.func.attr.value for n in find_nodes(facts.module, lambda n, x=name: (
+            type(n) is cst.Call and type(n.func) is cst.Attribute and type(n.func.value) is cst.Name
+            and n.func.value.value == x))}
+        if (called & others) - methods.get(cls, set()):
+            continue  # a method another class defines, which this one does not: inherited, or not its own
+        if any(len(line.body) != 1 for line in lines if isinstance(line, cst.SimpleStatementLine)):
+            continue  # `a = C(); a = 1` on one line: skipping the line would hide the other
+        skip = tuple(lines)
+        if any(name in collect(scope if scope is facts.module else scope.body, skip).binds for scope in scopes):
+            continue
+        found.add(name)
     return frozenset(found)
 
 
@@ -276,8 +330,11 @@ def called_helper(call: cst.Call, helpers: dict[str, RemoteHelper]) -> RemoteHel
     func = call.func
     kind = type(func)
     if kind is cst.Attribute:
-        if type(func.value) is cst.Name and func.value.value == "self":
-            return helpers.get(f"self.{func.attr.value}")
+        if type(func.value) is not cst.Name:
+            return None
+        helper = helpers.get(f"self.{func.attr.value}")
+        if helper is None or func.value.value == "self" or func.value.value in helper.instances:
+            return helper
         return None
     if kind is not cst.Name:
         return None
@@ -351,6 +408,23 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck, bound: bool
         elif mutated not in use.binds and mutated not in facts.models:
             helper.problems.append(f"`{name}` changes `{mutated}`, which lives on your machine")
     return helper
+
+
+class _Renamed(cst.CSTTransformer):
+    """Every name ``old`` read in an expression said as ``new``."""
+
+    def __init__(self, old: str, new: str) -> None:
+        super().__init__()
+        self.old, self.new = old, new
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+        return updated.with_changes(value=self.new) if updated.value == self.old else updated
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        return False  # the value only (below): `x.self` is no read of `self`
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
+        return updated.with_changes(value=original.value.visit(self))
 
 
 class _BlankBlocks(cst.CSTTransformer):

@@ -88,6 +88,22 @@ def retry_guard(loop: cst.CSTNode, facts: Facts) -> RetryGuard | None:
     return RetryGuard(loop=loop, attempt=names[0], guarded=guarded, exit=exit_kind)
 
 
+def retried_until_success(loop: cst.CSTNode) -> bool:
+    """Does the loop's body, in a run without failures, leave the loop in its first
+    iteration through a `try` at its own level whose body ends the loop (`while True: try:
+    ...; break except ...: wait`)? Then it runs once, and each failure another time:
+    attempts of one piece of work, whatever its handlers do (:func:`retry_guard` is the
+    shape a session can take)."""
+    if type(loop) not in (cst.For, cst.While) or type(loop.body) is not cst.IndentedBlock:
+        return False
+    return any(
+        type(stmt) in (cst.Try, cst.TryStar) and any(
+            type(line) is cst.SimpleStatementLine and any(type(s) in (cst.Break, cst.Return) for s in line.body)
+            for line in stmt.body.body)
+        for stmt in loop.body.body
+    )
+
+
 def _gives_up(statements, facts: Facts) -> bool:
     """A loop's `else:` that reports and then raises (any exception): the retry's giving up."""
     if not statements or type(statements[-1]) is not cst.SimpleStatementLine:

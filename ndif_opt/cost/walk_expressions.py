@@ -15,7 +15,7 @@ from typing import Any
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import config_entry
+from ndif_opt.analysis.facts import config_entry, qualify
 from ndif_opt.analysis.generation_steps import tracer_steps
 from ndif_opt.analysis.regions import arithmetic, constant_item, dict_view_length
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
@@ -58,7 +58,14 @@ def _plain(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
-_LAYER_COUNT_ATTRS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
+# a model config's numbers, by the names configs of the families give them -> ModelDims' field
+_CONFIG_NUMBERS = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_layers"), "n_layers"),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_heads", "n_heads"), "n_heads"),
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model"), "hidden_size"),
+    "num_key_value_heads": "n_kv_heads",
+    "vocab_size": "vocab_size",
+}
 
 
 def _chunk_size(sl: cst.Slice) -> cst.BaseExpression | None:
@@ -69,6 +76,18 @@ def _chunk_size(sl: cst.Slice) -> cst.BaseExpression | None:
             return upper.right
         if type(upper.right) is cst.Name and upper.right.value == lower.value:
             return upper.left
+    return None
+
+
+def _repeat(call: cst.Call, walk: "ExpressionWalk", depth: int) -> int | None:
+    """`repeat=` of `itertools.product(...)` (1 when not given), None when not known;
+    the call takes no other keyword."""
+    keywords = [a for a in call.args if a.keyword is not None or a.star]
+    if not keywords:
+        return 1
+    if len(keywords) == 1 and keywords[0].keyword is not None and keywords[0].keyword.value == "repeat":
+        value = walk.integer(keywords[0].value, depth + 1)
+        return value if value is not None and value >= 0 else None
     return None
 
 
@@ -119,9 +138,9 @@ class ExpressionWalk:
             if func == "zip" and args:
                 lists = [self.elements(a, depth + 1) for a in args]
                 return None if any(x is None for x in lists) else [tuple(t) for t in zip(*lists)]
-            if self._is_product(func) and args and len(args) == len(expr.args):
-                lists = [self.elements(a, depth + 1) for a in args]
-                if any(x is None for x in lists) or math.prod(len(x) for x in lists) > 4 * UNROLL_LIMIT:
+            if args and qualify(expr.func, self.facts.imports) == "itertools.product":
+                lists = [self.elements(a, depth + 1) for a in args] * (_repeat(expr, self, depth) or 0)
+                if not lists or any(x is None for x in lists) or math.prod(map(len, lists)) > 4 * UNROLL_LIMIT:
                     return None
                 return [tuple(t) for t in itertools.product(*lists)]
             if func in ("list", "tuple", "reversed", "sorted", "tqdm", "iter") and args:
@@ -167,11 +186,6 @@ class ExpressionWalk:
         upper = self.integer(index.upper, depth + 1)
         return None if lower is None or upper is None else max(upper - lower, 0)
 
-    def _is_product(self, func: str) -> bool:
-        """`itertools.product`, under whatever name the script imports it."""
-        root, dot, rest = func.partition(".")
-        return self.facts.imports.get(root, root) + dot + rest == "itertools.product"
-
     def length(self, expr: cst.BaseExpression, depth: int = 0) -> int | None:
         """Iterations of ``for _ in expr`` when known without the elements."""
         if depth > 6:
@@ -199,9 +213,9 @@ class ExpressionWalk:
             if func == "zip" and args:
                 lengths = [self.length(a, depth + 1) for a in args]
                 return None if any(n is None for n in lengths) else min(lengths)
-            if self._is_product(func) and args and len(args) == len(expr.args):
-                lengths = [self.length(a, depth + 1) for a in args]
-                return None if any(n is None for n in lengths) else math.prod(lengths)
+            if args and qualify(expr.func, self.facts.imports) == "itertools.product":
+                lengths = [self.length(a, depth + 1) for a in args] * (_repeat(expr, self, depth) or 0)
+                return None if not lengths or any(n is None for n in lengths) else math.prod(lengths)
         steps = self._generation_steps(expr, depth)
         if steps is not None:
             return steps
@@ -295,10 +309,10 @@ class ExpressionWalk:
             state = self.env.get(f"{expr.value.value}.{expr.attr.value}")
             if isinstance(state, Shape):
                 return state.value if isinstance(state.value, int) and not isinstance(state.value, bool) else None
-        if type(expr) is cst.Attribute and expr.attr.value in _LAYER_COUNT_ATTRS:
+        if type(expr) is cst.Attribute and expr.attr.value in _CONFIG_NUMBERS:
             root = dotted_name(expr) or ""
             if any(root.startswith(m + ".") for m in self.facts.models) and ".config." in f".{root}":
-                return self.dims_of(self._model_of(expr)).n_layers
+                return getattr(self.dims_of(self._model_of(expr)), _CONFIG_NUMBERS[expr.attr.value])
         if type(expr) is cst.BinaryOperation:
             return arithmetic(expr, lambda operand: self.integer(operand, depth + 1))
         return None

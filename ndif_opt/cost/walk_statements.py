@@ -15,7 +15,7 @@ from typing import Any
 import libcst as cst
 
 from ndif_opt.analysis.names import all_params, collect, returned_name, target_names
-from ndif_opt.analysis.retries import retry_guard, retry_wrappers, unwrapped_call
+from ndif_opt.analysis.retries import retried_until_success, retry_guard, retry_wrappers, unwrapped_call
 from ndif_opt.cost.constants import CALL_DEPTH, TRACKED_LENGTH, UNROLL_BUDGET, UNROLL_LIMIT
 from ndif_opt.cost.requests import Visit, key_size, round_count, unknown_download
 from ndif_opt.cost.shape_values import ModuleRef, Shape
@@ -187,6 +187,12 @@ class StatementWalk:
         if kind is cst.For:
             self.for_loop(stmt, times)
             return
+        if type(stmt) is cst.While and retried_until_success(stmt):
+            # attempts until one succeeds: a run without failures runs the body once
+            self._retry_note(stmt, f"while {short(stmt.test)}")
+            with self._loop_body(False):
+                self.suite(stmt.body.body, times)
+            return
         if type(stmt) is cst.While:
             trips = self.loop_symbol(stmt)
             with contextlib.nullcontext() if is_known(trips) else self._guessing(), self._loop_body(False):
@@ -296,12 +302,12 @@ class StatementWalk:
         self.inner_block(block, times)
 
     def for_loop(self, stmt: cst.For, times: Number | Count) -> None:
-        if retry_guard(stmt, self.facts) is not None:
+        if retry_guard(stmt, self.facts) is not None or (
+                retried_until_success(stmt) and self.length(stmt.iter) != 0):
             # attempts of one request: a run without failures sends it once
-            if self._has_work(stmt):
-                self.note(f"`for {code_of(stmt.target)} in {short(stmt.iter)}` is a retry loop: counted once; "
-                          "each failure costs another request")
-            self._bind(target_names(stmt.target)[0], self._element_shape(stmt.iter))
+            self._retry_note(stmt, f"for {code_of(stmt.target)} in {short(stmt.iter)}")
+            for name in target_names(stmt.target):
+                self._bind(name, self._element_shape(stmt.iter))
             with self._loop_body(False):
                 self.suite(stmt.body.body, times)
             return
@@ -597,6 +603,10 @@ class StatementWalk:
         if shape.kind == "container" and len(shape.elements) == count:
             return shape.elements
         return (Shape.unknown("an element of a value the list was extended with"),) * count
+
+    def _retry_note(self, loop: cst.For | cst.While, header: str) -> None:
+        if self._has_work(loop):
+            self.note(f"`{header}` is a retry loop: counted once; each failure costs another request")
 
     def _add_to(self, request: Request, name: str, value: cst.BaseExpression, key: int, times: float) -> None:
         """``times`` values of ``value`` go into the saved container ``name``."""

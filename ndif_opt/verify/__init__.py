@@ -310,12 +310,26 @@ def _run_mismatches(
     return problems
 
 
+def _line_difference(index: int, expected: str, actual: str, width: int = 80) -> str:
+    """`stdout line 3: expected '…', got '…'`: of a long line, the part where the two first
+    differ (its column said), not a start both lines share."""
+    first = next((i for i, (x, y) in enumerate(zip(expected, actual)) if x != y), min(len(expected), len(actual)))
+    start = 0 if first < width // 2 or max(len(expected), len(actual)) <= width else first - width // 4
+
+    def part(line: str) -> str:
+        text = line[start:start + width]
+        return ("…" if start else "") + text + ("…" if start + width < len(line) else "")
+
+    where = f" (from column {first + 1})" if start else ""
+    return f"stdout line {index + 1}{where}: expected {part(expected)!r}, got {part(actual)!r}"
+
+
 def _stdout_differences(expected: str, actual: str, shown: int = 10) -> list[str]:
     """Each differing line (the first ``shown``), so that two runs wrong on different lines
     can be told apart; then a differing count of lines."""
     a, b = expected.splitlines(), actual.splitlines()
     differing = [index for index, (x, y) in enumerate(zip(a, b)) if x != y]
-    found = [f"stdout line {i + 1}: expected {a[i][:80]!r}, got {b[i][:80]!r}" for i in differing[:shown]]
+    found = [_line_difference(i, a[i], b[i]) for i in differing[:shown]]
     if len(differing) > shown:
         found.append(f"stdout: {len(differing) - shown} more lines differ")
     if len(a) != len(b):

@@ -1066,6 +1066,60 @@ def test_a_retry_loop_costs_one_attempt_and_says_so():
                in note for note in found.notes)
 
 
+@pytest.mark.parametrize("loop, header", [
+    ("while True:", "while True"),
+    ("while tries < 5:", "while tries < 5"),
+    # a handler that counts the attempts itself: no retry a session can take, attempts all the same
+    ("for attempt in range(5):", "for attempt in range(5)"),
+])
+def test_a_loop_that_tries_until_its_request_succeeds_costs_one_attempt(loop, header):
+    # (`while True` was a loop of unknown length: 2·N requests where 2 run)
+    source = script(
+        f"""\
+        import time
+        for prompt in ["The capital of France is", "The capital of Italy is"]:
+            tries = 0
+            {loop}
+                try:
+                    with model.trace(prompt, remote=True):
+                        logits = model.lm_head.output[0, -1].save()
+                    break
+                except Exception as error:
+                    tries += 1
+                    if tries >= 5:
+                        raise
+                    time.sleep(5)
+        """
+    )
+    found = run(source)
+    assert found.cost.requests == found.cost.forward_passes == 2
+    assert any(f"`{header}` is a retry loop: counted once; each failure costs another request" in note
+               for note in found.notes), found.notes
+
+
+def test_a_while_retry_left_as_it_is_says_how_to_write_it_to_be_hoisted():
+    source = script(
+        """\
+        import time
+        tops = {}
+        for prompt in ["The capital of France is", "The capital of Italy is"]:
+            while True:
+                try:
+                    with model.trace(prompt, remote=True):
+                        top = model.lm_head.output[0, -1].argmax().save()
+                    break
+                except Exception:
+                    time.sleep(5)
+            tops[prompt] = top.item()
+        """
+    )
+    result = optimize(source)
+    (found,) = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert "2 separate remote requests" in found.message, found.message
+    assert "`while True:` tries its request again until one succeeds" in found.reason, found.reason
+    assert "`for attempt in range(N):`" in found.reason, found.reason
+
+
 def test_a_loop_given_its_length_is_counted_at_it():
     source = script(
         """\
@@ -1596,3 +1650,50 @@ def test_a_loop_over_a_known_length_through_a_name_or_a_product_is_counted(heade
     source = script("import itertools\nfrom itertools import product\nfrom tqdm import tqdm\n"
                     + header + "\n" + body)
     assert run(source).cost.requests == trips
+
+
+# -- a loop over itertools.product: as many iterations as the product of its lengths -----
+
+@pytest.mark.parametrize("header", [
+    "import itertools\nfor layer, head in itertools.product([0, 15], range(2)):",
+    "from itertools import product\nfor layer, head in product([0, 15], range(2)):",
+    "import itertools\nfor layer, head in itertools.product(range(2), repeat=2):",
+])
+def test_a_loop_over_itertools_product_runs_the_product_of_its_lengths(header):
+    # (it was a loop of unknown length, billed `N`, where 4 requests run)
+    source = script(header + """
+    with model.trace("The chemical symbol for gold is", remote=True):
+        top = model.lm_head.output[0, -1].argmax().save()
+""")
+    assert run(source).cost.requests == 4
+
+
+# -- a model config's numbers, and what the findings say of a loop over them ----------------
+
+@pytest.mark.parametrize("attr, trips", [("num_attention_heads", 32), ("hidden_size", 4096),
+                                         ("num_key_value_heads", 8), ("num_hidden_layers", 32)])
+def test_a_loop_over_a_number_of_the_models_config_runs_that_many_times(attr, trips):
+    # (only the layer count was known: `range(model.config.n_head)` was a loop of length N)
+    source = script(f"""
+for i in range(model.config.{attr}):
+    with model.trace("The capital of France is", remote=True):
+        top = model.lm_head.output[0, -1].argmax().save()
+""")
+    assert run(source).cost.requests == trips
+
+
+def test_a_batching_finding_counts_a_loop_the_cost_table_knows_the_length_of():
+    # the analysis cannot tell `range(N_HEADS)`'s length, the cost table can (12 heads): the
+    # finding said "one forward pass per iteration → one per 32 iterations (--max-batch 32)"
+    source = script("""
+N_HEADS = model.config.n_head
+tops = []
+for head in range(N_HEADS):
+    with model.trace("The Colosseum is in the city of", remote=True):
+        tops.append(model.lm_head.output[0, -1].argmax().save())
+""", repo="openai-community/gpt2")
+    result = optimize(source)
+    assert result.costs[0].before.requests == 12
+    (found,) = [f for f in result.findings if f.pass_id == "invoke-batching"]
+    assert "this loop runs 12 forward passes, one per iteration; as invokes of one trace it would run 1" \
+        in found.message, found.message

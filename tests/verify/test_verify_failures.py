@@ -20,7 +20,7 @@ pytest.importorskip("nnsight")
 pytest.importorskip("torch")
 
 from ndif_opt import optimize  # noqa: E402
-from ndif_opt.verify import verify_result  # noqa: E402
+from ndif_opt.verify import verify_result, verify_sources  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_OK, EXIT_MISMATCH, EXIT_FAILED = 0, 1, 2  # README "Exit codes"
@@ -263,3 +263,25 @@ def test_the_same_exception_type_with_another_message_is_not_the_same_error():
     assert "so what it should compute is unknown" in report.reason
     alike = verify_sources(FAILS_ON_ONE_ATTRIBUTE, FAILS_ON_ONE_ATTRIBUTE, allow_same_error=True)
     assert alike.status == "same-error", alike.to_text()
+
+
+LONG_LINE = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("openai-community/gpt2")
+    with model.trace("The Eiffel Tower is in the city of", remote=True):
+        top = model.lm_head.output[0, -1].argmax().save()
+    print("the top token of the prompt about the tower in the city of lights, as the model sees it, is:", OFFSET)
+'''
+
+
+def test_a_long_stdout_line_that_differs_late_is_shown_where_it_differs():
+    # the message showed each line's first 80 characters: here the same in both runs
+    original = script(LONG_LINE.replace("OFFSET", "top.item()"))
+    changed = script(LONG_LINE.replace("OFFSET", "top.item() + 1"))
+    report = verify_sources(original, changed)
+    assert not report.intended_ok
+    (line,) = [m for m in report.mismatches if m.startswith("stdout line")]
+    assert "(from column" in line, line
+    expected, got = line.split(": expected ", 1)[1].split(", got ")
+    assert expected != got, line

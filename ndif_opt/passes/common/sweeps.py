@@ -718,6 +718,20 @@ def tally(sweep: Sweep, facts: Facts, options) -> Tally:
     return Tally(runs, uncalled or "")
 
 
+def walked_trips(sweep: Sweep, facts: Facts, options) -> int | None:
+    """The iterations of one run of the sweep's loop as the cost table counts them
+    (`range(model.config.n_head)`, a list a comprehension builds), when that is a whole
+    number; None otherwise. For what a finding says, never for what a rewrite does: the
+    analysis's own trip count decides that."""
+    walked = explain(facts, options)
+    loop, body = walked.runs_of(sweep.loop), walked.runs_of(sweep.loop.body.body[0])
+    if loop is None or body is None or not isinstance(loop[0], (int, float)) or \
+            not isinstance(body[0], (int, float)) or loop[0] <= 0:
+        return None
+    trips = body[0] / loop[0]
+    return int(trips) if trips == int(trips) else None
+
+
 def with_leading(stmt: cst.BaseStatement, lines) -> cst.BaseStatement:
     """``stmt`` with ``lines`` put before its own leading lines."""
     if not lines:

@@ -85,6 +85,7 @@ from ndif_opt.passes.common.sweeps import (
     moved_names,
     passes_text,
     tally,
+    walked_trips,
     structure_problem,
 )
 from ndif_opt.passes.invoke_batching.cases import CASES
@@ -141,7 +142,8 @@ class InvokeBatching(Pass):
             counts = tally(sweep, facts, context.options)  # over the script, as the cost table counts
             # a generate runs a forward pass per token, batched or not (as the cost table counts)
             steps = tokens_generated_in(sweep.block, facts) or 1
-            if trips is None:  # "one forward pass per iteration → one per 32 iterations"
+            shown = trips if trips is not None else walked_trips(sweep, facts, context.options)
+            if shown is None:  # "one forward pass per iteration → one per 32 iterations"
                 before, after = passes_text(trips), _after(trips, batch)
                 if steps > 1:
                     before = f"{steps} forward passes per iteration (a generate of {steps} tokens)"
@@ -149,9 +151,9 @@ class InvokeBatching(Pass):
                 change = f"{before} → {after}"
             else:
                 each = ", one per iteration" if steps == 1 else f", {steps} per iteration (a generate of {steps} tokens)"
-                before = counts.count(trips * steps, "forward pass") + each
-                after = counts.number(_batches(trips, batch) * steps)
-                change = counts.change(trips * steps, _batches(trips, batch) * steps, "forward pass")
+                before = counts.count(shown * steps, "forward pass") + each
+                after = counts.number(_batches(shown, batch) * steps)
+                change = counts.change(shown * steps, _batches(shown, batch) * steps, "forward pass")
             message = f"this loop runs {before}; as invokes of one trace it would run {after}"
             if problem:
                 context.skipped(sweep.loop, message, f"not batched: {problem}")

@@ -185,6 +185,7 @@ class SessionHoisting(Pass):
         self.needs_nnsight_import = False
         # loops their own remote work keeps from a session (two models, say): id -> (loop, why)
         self.stopped: dict[int, tuple[cst.CSTNode, tuple[str, str]]] = {}
+        self.planned: list[Region] = []  # the regions this run makes sessions of
         for suite in suites_outermost_first(facts):
             if inside_planned(facts, suite, claimed):
                 continue
@@ -192,6 +193,8 @@ class SessionHoisting(Pass):
                 if self._in_a_replaced_function(region, facts):
                     continue
                 self._plan_or_parts(region, facts, context, plan, claimed)
+        self._drop_plans_in_replaced_functions(facts, context, plan, mark)
+        self._drop_refusals_a_session_answers(facts, context, mark)
         self._name_the_stopped_loops(facts, context, mark)
         drop_nested_repeats(context.findings, mark)
         name_the_unseen(facts, context)
@@ -224,6 +227,7 @@ class SessionHoisting(Pass):
             return False
         if self._plan(region, facts, context, plan):
             claimed.update(id(s) for s in region.statements)
+            self.planned.append(region)
             return True
         span = (region.start, region.end)
         parts = []
@@ -271,6 +275,67 @@ class SessionHoisting(Pass):
             return False
         return self._counted(region, facts, context).per_run(UNKNOWN_TRIPS) >= 2
 
+    def _drop_plans_in_replaced_functions(self, facts: Facts, context: Context, plan: SuitePlan, mark: int) -> None:
+        """A function this run rewrites whole from its original (a flag parameter added for
+        a session that calls it, its calls' module names passed) keeps none of the plans
+        made inside it: a region planned there before the session that calls it was (the
+        suites are met in no order of calls) goes, with its finding, as
+        :meth:`_in_a_replaced_function` keeps out those met after. The next round finds it
+        again in the rewritten function, where the calling session counts its requests."""
+        replaced = [f for name in dict.fromkeys([*self.rewritten_helpers, *self.passed_functions])
+                    if (f := self._replaced_function(name, facts)) is not None]
+        if not replaced:
+            return
+        inside = {id(n) for func in replaced for n in find_nodes(func.body, lambda n: True)}
+        for suite_id in [i for i in plan.edits if i in inside]:
+            del plan.edits[suite_id]
+        context.findings[mark:] = [f for f in context.findings[mark:]
+                                   if not (f.status is Status.APPLIED and id(f.node) in inside)]
+
+    def _drop_refusals_a_session_answers(self, facts: Facts, context: Context, mark: int) -> None:
+        """A run of statements that runs once (no loop among them) refused as a whole, whose
+        remote work all lies in one region this run makes a session of (the loop inside an
+        `if __name__ == "__main__":`), sends one request once that is applied: its refusal
+        says nothing left to do, and goes. (A loop keeps its: it would open the session in
+        each iteration.)"""
+        if not self.planned:
+            return
+        refused = [f for f in context.findings[mark:] if f.status is Status.SKIPPED and f.reason]
+        if not refused:
+            return
+        planned = [{id(n) for stmt in region.statements for n in find_nodes(stmt, lambda n: True)}
+                   for region in self.planned]
+        answered = set()
+        for finding in refused:
+            info = facts.statements.get(id(finding.node))
+            if info is None:
+                continue
+            end = info.suite.body.index(finding.through) + 1 if finding.through in info.suite.body else info.index + 1
+            statements = list(info.suite.body[info.index:end])
+            if any(find_nodes(stmt, lambda n: type(n) in (cst.For, cst.While)) and
+                   not self._loops_inside_planned(stmt, planned) for stmt in statements):
+                continue
+            work = [id(b.node) for b in facts.blocks if b.parent is None and b.remote.state is not Remote.NO
+                    and any(b.node is stmt or stmt in b.stmt.ancestors for stmt in statements)]
+            work += [id(call) for stmt in statements for call, _ in helper_calls(stmt, self.helpers)]
+            if work and any(all(w in nodes for w in work) for nodes in planned):
+                answered.add(id(finding))
+        context.findings[mark:] = [f for f in context.findings[mark:] if id(f) not in answered]
+
+    @staticmethod
+    def _loops_inside_planned(stmt: cst.CSTNode, planned: list[set[int]]) -> bool:
+        """Is every loop in ``stmt`` inside a region this run plans (then it runs in that
+        session, whatever its iterations)?"""
+        return all(any(id(loop) in nodes for nodes in planned)
+                   for loop in find_nodes(stmt, lambda n: type(n) in (cst.For, cst.While)))
+
+    def _replaced_function(self, name: str, facts: Facts) -> cst.FunctionDef | None:
+        """The function the run rewrites whole for ``name``, if it does."""
+        helper = self._helper_to_rewrite(name)
+        if helper is None and name not in self.passed_functions:
+            return None
+        return helper.func if helper is not None else facts.functions.get(name)
+
     def _in_a_replaced_function(self, region: Region, facts: Facts) -> bool:
         """Is the region in a function whose calls a session of this run already takes, and
         which the run rewrites whole from its original (a flag parameter added, its calls'
@@ -291,12 +356,18 @@ class SessionHoisting(Pass):
             return None  # called as it is: it takes the flag already
         return helper
 
-    def _hoisted_caller(self, region: Region, facts: Facts) -> str:
+    def _hoisted_caller(self, region: Region, facts: Facts, context: Context) -> str:
         """The function holding the region, when a session this pass opened around its
         calls already counts its requests ("" otherwise: the region's own claim stands)."""
         function = facts.stmt(region.statements[0]).function
         name = function.name.value if function is not None else ""
-        return name if name in self.rewritten_helpers else ""
+        if not name or name in self.rewritten_helpers:
+            return name
+        # the walk met it only inside requests (its every call is made with remote=False in
+        # a session, one an earlier round opened): that session counts its requests
+        found = explain(facts, context.options)
+        inside_only = found.region(region.statements) is None and found.runs_of(region.statements[0]) is not None
+        return name if inside_only else ""
 
     def _counted(self, region: Region, facts: Facts, context: Context) -> RegionRequests:
         """What the region's messages quote: its requests as the cost table counts them
@@ -462,26 +533,26 @@ class SessionHoisting(Pass):
                 if isinstance(stmt, (cst.For, cst.While)):
                     context.skipped(
                         stmt,
-                        f"this loop calls `{helper.name}`, which sends a remote request each time; "
-                        f"one `{helper.model}.session(remote=...)` would send one",
+                        f"this loop calls `{helper.spelled(call)}`, which sends a remote request each time; "
+                        f"one `{helper.at_call(helper.model, call)}.session(remote=...)` would send one",
                         f"not hoisted: {helper.problems[0]}",
                     )
                 return Kind(Role.BARRIER, why=helper.problems[0])
             flag = helper.call_flag(call)
             if flag is None:
-                why = f"the remote flag `{helper.name}` runs with is computed inside it or not known here"
+                why = f"the remote flag `{helper.spelled(call)}` runs with is computed inside it or not known here"
                 if isinstance(stmt, (cst.For, cst.While)):
                     context.skipped(
                         stmt,
-                        f"this loop calls `{helper.name}`, which sends a remote request each time; "
-                        f"one `{helper.model}.session(remote=...)` would send one",
+                        f"this loop calls `{helper.spelled(call)}`, which sends a remote request each time; "
+                        f"one `{helper.at_call(helper.model, call)}.session(remote=...)` would send one",
                         f"not hoisted: {why}, so a session around the calls cannot take the same flag",
                     )
                 return Kind(Role.BARRIER, why=why)
             flags.add(flag)
             model = helper.call_model(call)
             if model is None:
-                return Kind(Role.BARRIER, why=f"the model `{helper.name}` traces is not a plain name at this call")
+                return Kind(Role.BARRIER, why=f"the model `{helper.spelled(call)}` traces is not a plain name at this call")
             models.add(model)
             sends.append((model, flag, code_of(call)))
         if len(flags) != 1 or len(models) != 1:
@@ -606,9 +677,11 @@ class SessionHoisting(Pass):
                 reason, accumulators, lost = liveness(region, facts)
         # what the methods it calls store on `self` comes back to your `self` after it,
         # unless no code can read it after the session (then it stays there)
-        attrs = sorted({a for call, h in region.helper_calls if h.bound for a in h.self_stores})
+        # (calls on an instance: helper_argument_problem refuses a store on it)
+        on_self = [(call, h) for call, h in region.helper_calls if h.bound and h.receiver(call) is None]
+        attrs = sorted({a for _, h in on_self for a in h.self_stores})
         stores = [f"self.{a}" for a in attrs]
-        moved = frozenset(h.func.name.value for _, h in region.helper_calls if h.bound)
+        moved = frozenset(h.func.name.value for _, h in on_self)
         # (in a notebook the kernel keeps the objects: a cell to come may read any attribute)
         why = {} if context.options.notebook or not attrs else \
             self_attributes_read_after(facts, region.statements, attrs, moved)
@@ -668,7 +741,7 @@ class SessionHoisting(Pass):
         context.unreturned |= let_go
         safety = Safety.UNSAFE if unsafe else Safety.SAFE
         counted = self._counted(region, facts, context)
-        caller = self._hoisted_caller(region, facts)
+        caller = self._hoisted_caller(region, facts, context)
         message = hoisted_message(region, facts, accumulators, counted, caller) + unsafe_note(unsafe)
         context.applied(anchor, message + let_go_note(region, facts, let_go), safety,
                         evidence=f"{region.model}.session(", requests=None if caller else request_claim(counted))

@@ -98,8 +98,9 @@ def stopped_by_mixing(sends: list[tuple[str, str, str]]) -> tuple[str, str]:
 
 
 def stopped_by_a_session(block: Block) -> tuple[str, str]:
-    why = f"not hoisted: `{first_line(block.node)}` is a session already, and a session cannot open " \
-        "inside another; open it once, around the loop, to send one request"
+    why = f"not hoisted: NDIF refuses a remote session opened inside a running one, and ndif-opt leaves " \
+        f"`{first_line(block.node)}`, a session you wrote, as it is: open one session around the loop instead " \
+        "(what must run on your machine, such as prints and files, after it) to send one request"
     return f" to `{block.model}`, opening a session in each iteration", why
 
 
@@ -186,12 +187,14 @@ def hoisted_message(region: Region, facts: Facts, accumulators, requests: Region
         if meaning:
             text += f" ({meaning})"
     if region.helper_calls:
-        names = sorted({h.name for _, h in region.helper_calls})
+        names = sorted({h.spelled(c) for c, h in region.helper_calls})
         text += "; " + ", ".join(f"`{n}`" for n in names) + f" {tense('now called', 'would be called')} with " \
             "remote=False inside it" + _correctness_note(sorted(_filled_remotely(region, facts)))
         return text + _passed_note(region) + _left_note(region) + _split_note(region.split) + _retry_note(region.retry)
     flag = region.blocks[0].remote
-    if flag.state is Remote.MAYBE:
+    if caller:
+        pass  # (the flag is the calling session's business)
+    elif flag.state is Remote.MAYBE:
         text += f" (remote-ness unknown: {flag.reason}; the session takes the same flag, so this holds either way)"
     elif flag.expr is not None and not (isinstance(flag.expr, cst.Name) and flag.expr.value == "True"):
         text += f" ({flag.reason})"

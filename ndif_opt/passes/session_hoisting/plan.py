@@ -271,6 +271,10 @@ def _in(block: Block, region: Region, functions: list[cst.FunctionDef]) -> bool:
 def helper_argument_problem(region: Region, facts: Facts) -> str:
     """A helper that fills a parameter must be handed a container the session owns."""
     for call, helper in region.helper_calls:
+        receiver = helper.receiver(call)
+        if receiver is not None and helper.self_stores:
+            return (f"`{helper.spelled(call)}` stores `self.{helper.self_stores[0]}` on `{receiver}`: in a session "
+                    f"the store would change the server's copy of `{receiver}`, and yours would keep its old value")
         for param in helper.mutated_params:
             value = helper.argument(call, param)
             if value is not None and not isinstance(value, cst.Name):

@@ -57,10 +57,13 @@ def check_prelude(items: list[Item], splitter: Splitter) -> set[str]:
         everything.merge(part)
     needed = set(everything.reads) | splitter.later
     changed = set(everything.binds) | set(everything.mutates)
+    server = splitter.uses(items, Part.SERVER)
+    remote_changes = set(server.binds) | set(server.mutates)  # (the rest: code replayed after the session)
     earlier = NameUse()  # what the items before the current one use
     for item, part in zip(items, parts):
         if item.role is Part.PRE:
-            _check_prepared(item, set(), set(earlier.binds) | set(earlier.mutates), set(earlier.reads), splitter)
+            _check_prepared(item, set(), set(earlier.binds) | set(earlier.mutates), set(earlier.reads), splitter,
+                            remote_changes)
         elif item.role is Part.MIXED and any(child.role is Part.PRE for child in item.body):
             iterable = set(collect(unwrap_progress(item.stmt.iter, splitter.facts)).reads)
             moved = iterable & (set(earlier.binds) | set(earlier.mutates))
@@ -72,7 +75,7 @@ def check_prelude(items: list[Item], splitter: Splitter) -> set[str]:
             known = set(target_names(item.stmt.target))
             for child in item.body:
                 if child.role is Part.PRE:
-                    _check_prepared(child, known, changed, set(), splitter)
+                    _check_prepared(child, known, changed, set(), splitter, remote_changes)
                     known |= set(collect(child.stmt).binds)
         earlier.merge(part)
     if any(find_nodes(item.stmt, reads_a_file) for item in splitter.pre):
@@ -107,13 +110,16 @@ def _writes_files(items: list[Item], splitter: Splitter) -> cst.CSTNode | None:
     return None
 
 
-def _check_prepared(item: Item, known: set[str], changed: set[str], read_before: set[str], splitter) -> None:
+def _check_prepared(item: Item, known: set[str], changed: set[str], read_before: set[str], splitter,
+                    remote_changes: set[str]) -> None:
     reads = set(exposed_reads([item.stmt])) - known
     moved = {name for name in reads & changed if not _only_intervened_on(name, splitter)}
     if moved:
+        name = sorted(moved)[0]
+        where = "the remote part" if name in remote_changes else "code replayed on your machine after the session"
         raise Refused(
             f"`{first_code_line(item.stmt)}` must run on your machine, the remote part needs what it computes, and it "
-            f"reads `{sorted(moved)[0]}`, which changes in the remote part"
+            f"reads `{name}`, which {where} changes"
         )
     early = set(collect(item.stmt).binds) & read_before
     if early:

@@ -14,6 +14,7 @@ import libcst as cst
 from ndif_opt.analysis.effects import PROGRESS_BARS
 from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import NameUse, all_params, collect, exposed_reads, fresh_name, target_names
+from ndif_opt.analysis.retries import retried_until_success
 from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS
 from ndif_opt.passes.common.guards import jump_out_of
 from ndif_opt.passes.common.records import RECORD_PREFIX, Recorded
@@ -165,6 +166,9 @@ class Item:
     after_jump: bool = False  # an earlier statement of its loop body may end the iteration
     session_iter: cst.BaseExpression | None = None  # mixed: what the session's loop goes over
     why: str = ""  # client: why it must run on your machine, when that is its own code's doing
+    # client: the client statements that bound, when it ran, the names it reads first
+    # (`x = f(x)` reads the `x` of the statement before it, not its own)
+    sources: dict[str, "Item"] = field(default_factory=dict)
 
 
 class Splitter:
@@ -253,6 +257,7 @@ class Splitter:
             use = collect(stmt)
             # (a store into an object that stays here is followed by its path)
             self.client_names |= set(use.binds) | (set(use.mutates) - self.client_roots)
+            item.sources = {name: self.binder[name] for name in exposed_reads([stmt]) if name in self.binder}
             self.binder.update((name, item) for name in use.binds)
         elif item.role is Part.SERVER:
             bound = set(collect(stmt).binds)
@@ -383,8 +388,10 @@ class Splitter:
             self.client_names -= set(collect(producer.stmt).binds)
         return True
 
-    def _preparable(self, name: str, closure: list[Item], seen: set[int]) -> bool:
-        producer = self.binder.get(name)
+    def _preparable(self, name: str, closure: list[Item], seen: set[int], producer: Item | None = None) -> bool:
+        """Can the statement that bound ``name`` last (or ``producer``) run before the
+        session, with those it reads from?"""
+        producer = self.binder.get(name) if producer is None else producer
         if producer is None:
             return False
         if producer.role is Part.PRE or id(producer) in seen:
@@ -402,9 +409,11 @@ class Splitter:
             return False  # it changes something of yours: its order with the rest matters
         seen.add(id(producer))
         closure.append(producer)
+        # what it reads: as bound when it ran (`x = f(x)` reads the `x` before it), and
+        # as bound last (in a loop, a later statement's value comes round again)
         return all(
             self._preparable(read, closure, seen) for read in exposed_reads([stmt]) if read in self.client_names
-        )
+        ) and all(self._preparable(read, closure, seen, source) for read, source in producer.sources.items())
 
     def _handled_in_session(self, stmt: cst.Try) -> bool:
         """A `try` around remote work whose code (body, handlers, `else`, `finally`) may all
@@ -519,6 +528,13 @@ class Splitter:
             return Item(stmt, Part.SERVER)
         if isinstance(stmt, cst.If) and self.in_loop:
             return self._mixed_if(stmt)
+        if isinstance(stmt, cst.While) and retried_until_success(stmt):
+            raise Refused(
+                f"`while {code_of(stmt.test)}:` tries its request again until one succeeds; ndif-opt puts a retry "
+                "around a session only when it counts its attempts as `for attempt in range(N):` (a `try` that ends "
+                "in `break`, handlers that only report, wait and re-raise): write the retry that way to have the "
+                "loop hoisted"
+            )
         if not (isinstance(stmt, cst.For) and stmt.orelse is None and isinstance(stmt.body, cst.IndentedBlock)):
             raise Refused(
                 f"the code {problems[0].message}, in the same statement as remote work "

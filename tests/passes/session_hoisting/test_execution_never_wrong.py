@@ -290,6 +290,40 @@ def test_noise_drawn_from_a_seeded_generator_stays_on_the_client(family):
         i for i, line in enumerate(lines) if line.startswith("noise = torch.randn")), result.code
 
 
+# the draw, then a line that rebinds the name from itself (`direction = f(direction)`): the
+# second line reads the first line's value, not its own. It was refused with a false
+# reason ("it reads `direction`, which changes in the remote part"): the search for what
+# the second line needs found the second line itself, and never moved the draw before
+# the session with it
+SEEDED_NOISE_RESCALED = '''
+import torch
+from nnsight import LanguageModel
+
+torch.manual_seed(1234)
+model = LanguageModel("REPO")
+with model.trace("The quick brown fox jumps over the", remote=True):
+    base = model.lm_head.output[0, -1].log_softmax(-1).save()
+top = base.argmax().item()
+shifts = []
+for k in range(3):
+    direction = torch.randn(model.config.hidden_size)
+    direction = 4.0 * direction / direction.norm()
+    with model.trace("The quick brown fox jumps over the", remote=True):
+        LAYERS[1].output[:, -1, :] += direction
+        lp = model.lm_head.output[0, -1].log_softmax(-1)[top].save()
+    shifts.append(round(base[top].item() - lp.item(), 5))
+print(shifts)
+'''
+
+
+@both
+def test_a_draw_rescaled_into_the_same_name_runs_before_the_session_in_order(family):
+    result, report = optimized_and_verified(SEEDED_NOISE_RESCALED, family)
+    assert report.before.requests == 4 and report.after.requests == 1, report.to_text() + result.code
+    session = result.code.index("with model.session(")
+    assert result.code.index("torch.randn") < session and result.code.index("4.0 * direction") < session
+
+
 # a function fills a dict in the generate blocks of a loop that cannot become one session
 # (`remote=` comes through `**settings`) and returns it after the loop: the return is a second
 # name for the dict, given after every run of the blocks, so the dict may still travel into
