@@ -31,7 +31,7 @@ import libcst as cst
 from libcst.metadata import CodeRange
 
 from ndif_opt.syntax.positions import Positions, code_in, code_of
-from ndif_opt.syntax.walk import all_nodes, content_children
+from ndif_opt.syntax.walk import IS_NODE_TYPE, all_nodes, content_children, content_fields
 from ndif_opt.types import Finding
 
 # the nodes inside a rebuilt node that may stand in for it: statements (an expression's
@@ -101,10 +101,17 @@ class _Version:
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         if self._parents is None:
-            self._parents = {}
-            for above in self.nodes:
-                for child in content_children(above):
-                    self._parents[id(child)] = above
+            self._parents = parents = {}
+            for above in self.nodes:  # (content_children of each, read in place)
+                for name in content_fields(type(above)):
+                    value = getattr(above, name)
+                    kind = type(value)
+                    if kind is tuple or kind is list:
+                        for child in value:
+                            if IS_NODE_TYPE[type(child)]:
+                                parents[id(child)] = above
+                    elif IS_NODE_TYPE[kind]:
+                        parents[id(value)] = above
         return self._parents.get(id(node))
 
     def enclosing(self, node: cst.CSTNode, kind: type) -> cst.CSTNode | None:
