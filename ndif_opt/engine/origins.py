@@ -30,8 +30,9 @@ from collections.abc import Iterable, Iterator
 import libcst as cst
 from libcst.metadata import CodeRange
 
+from ndif_opt.analysis.scopes import statement_index
 from ndif_opt.syntax.positions import Positions, code_in, code_of
-from ndif_opt.syntax.walk import IS_NODE_TYPE, all_nodes, content_children, content_fields
+from ndif_opt.syntax.walk import all_nodes, content_children
 from ndif_opt.types import Finding
 
 # the nodes inside a rebuilt node that may stand in for it: statements (an expression's
@@ -101,17 +102,14 @@ class _Version:
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         if self._parents is None:
-            self._parents = parents = {}
-            for above in self.nodes:  # (content_children of each, read in place)
-                for name in content_fields(type(above)):
-                    value = getattr(above, name)
-                    kind = type(value)
-                    if kind is tuple or kind is list:
-                        for child in value:
-                            if IS_NODE_TYPE[type(child)]:
-                                parents[id(child)] = above
-                    elif IS_NODE_TYPE[kind]:
-                        parents[id(value)] = above
+            # each node in a content field of its parent (content_children), the last
+            # parent in the order of the code winning: the module's statements, then what
+            # each statement's index recorded (analysis/scopes.py: one walk per statement,
+            # shared by the versions that keep it and by the scope analysis of each)
+            module = self.module
+            self._parents = parents = {id(statement): module for statement in module.body}
+            for statement in module.body:
+                parents.update(statement_index(statement).parents)
         return self._parents.get(id(node))
 
     def enclosing(self, node: cst.CSTNode, kind: type) -> cst.CSTNode | None:
