@@ -57,7 +57,7 @@ def _binders_by_name(stmt: cst.CSTNode) -> dict[str, list[cst.CSTNode]]:
     """The nodes of ``stmt`` that bind each name, in the order of the code: the passes ask
     about many names of one region, and one walk per statement answers them all."""
     found: dict[str, list[cst.CSTNode]] = {}
-    for node in find_nodes(stmt, lambda n: isinstance(n, _BINDERS)):
+    for node in find_nodes(stmt, lambda n: type(n) in _BINDERS):
         for name in _names_bound_by(node):
             found.setdefault(name, []).append(node)
     return found

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator
 import libcst as cst
 from libcst.metadata import CodeRange
 
+from ndif_opt.analysis.scopes import statement_index
 from ndif_opt.syntax.positions import Positions, code_in, code_of
 from ndif_opt.syntax.walk import all_nodes, content_children
 from ndif_opt.types import Finding
@@ -101,10 +102,14 @@ class _Version:
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         if self._parents is None:
-            self._parents = {}
-            for above in self.nodes:
-                for child in content_children(above):
-                    self._parents[id(child)] = above
+            # each node in a content field of its parent (content_children), the last
+            # parent in the order of the code winning: the module's statements, then what
+            # each statement's index recorded (analysis/scopes.py: one walk per statement,
+            # shared by the versions that keep it and by the scope analysis of each)
+            module = self.module
+            self._parents = parents = {id(statement): module for statement in module.body}
+            for statement in module.body:
+                parents.update(statement_index(statement).parents)
         return self._parents.get(id(node))
 
     def enclosing(self, node: cst.CSTNode, kind: type) -> cst.CSTNode | None:

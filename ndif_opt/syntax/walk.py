@@ -407,13 +407,23 @@ def _in_order(root: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
     and analyses of a run ask for the nodes of the same statements and blocks again and
     again (a third as many roots as questions on a dense script)."""
     found: list[cst.CSTNode] = []
-
-    def accept(node: cst.CSTNode) -> bool:
-        found.append(node)
-        return False
-
-    paths_to(root, accept)
+    _collect(root, content_fields(type(root)), found.append, _dispatch(cst.CSTVisitor))
     return tuple(found)
+
+
+def _collect(node: cst.CSTNode, fields: tuple[str, ...], add, table: _Dispatch) -> None:
+    # paths_to's walk with nothing asked at a node: each is added, before its children
+    add(node)
+    for name in fields:
+        value = getattr(node, name)
+        entry = table[type(value)]
+        if entry is _SEQUENCE:
+            for child in value:
+                entry = table[type(child)]
+                if entry is not _SKIP:
+                    _collect(child, entry[2], add, table)
+        elif entry is not _SKIP:
+            _collect(value, entry[2], add, table)
 
 
 __all__ = [
