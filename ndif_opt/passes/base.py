@@ -10,7 +10,7 @@ import libcst as cst
 
 from ndif_opt.analysis.effects import ServerCheck
 from ndif_opt.analysis.facts import Facts
-from ndif_opt.options import Options
+from ndif_opt.options import Options, RunContext
 from ndif_opt.types import Safety, Status
 from ndif_opt.wording import proposed, split_tenses
 
@@ -51,7 +51,9 @@ class RawFinding:
 
 @dataclass
 class Context:
-    """What a pass may consult besides the tree and its facts."""
+    """What a pass may consult besides the tree and its facts: the user's options, the
+    run's context (``run``: the release targeted, names reserved, ...), and what the
+    pipeline's steps tell this run of the pass; the pass adds its findings and names."""
 
     options: Options
     server: ServerCheck
@@ -70,6 +72,9 @@ class Context:
     left_on_server: dict[str, str] = field(default_factory=dict)
     # is this node covered by a `# ndif-opt: ignore` comment for the running pass?
     suppressed: Callable[[cst.CSTNode], bool] | None = None
+    # the run's context: the release the rewrite targets, names a fresh name must not take,
+    # the windows' edges (engine/pipeline.py sets it)
+    run: RunContext = field(default_factory=RunContext)
 
     def allows(self, node: cst.CSTNode, message: str) -> bool:
         """False (and a SUPPRESSED finding) when a suppression comment covers ``node``."""

@@ -103,7 +103,7 @@ class SessionChunking(Pass):
             message = _over_message(request, options, *estimate.longest_seconds(request), estimate.assumed_trips)
             if not context.allows(block.node, message):
                 continue
-            built, reason = _plan(request, facts, budget, module, context.options.reserved_names)
+            built, reason = _plan(request, facts, budget, module, context.run.reserved_names)
             if built is None:
                 context.skipped(block.node, message, reason)
                 continue

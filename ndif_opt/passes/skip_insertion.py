@@ -103,7 +103,7 @@ class SkipInsertion(Pass):
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
-        taken = TakenNames(context.options.reserved_names)
+        taken = TakenNames(context.run.reserved_names)
         for sweep in find_sweeps(facts):
             trips = sweep.trips(facts)
             if trips is not None and trips < 2:

@@ -121,13 +121,38 @@ def test_a_finding_about_a_name_an_earlier_pass_added_says_which_pass_added_it()
     # pass's finding that quotes that list must not present it as the user's name (the
     # corpus has no such finding since invoke-batching keeps that record before the
     # invoke: the rule is checked on a finding as a later pass would word it)
-    from ndif_opt.engine.pipeline import _naming_added
+    from ndif_opt.engine.steps import naming_added
     from ndif_opt.types import Finding, Position, Range
 
     where = Range(Position(5, 0), Position(5, 10))
     later = Finding("invoke-batching", "this loop runs 3 forward passes", where, Status.SKIPPED,
                     reason="not batched: it fills `_ndif_rows` before its last module read; `rows` too")
-    named = _naming_added(later, {"_ndif_rows": "session-hoisting"})
+    named = naming_added(later, {"_ndif_rows": "session-hoisting"})
     assert named.reason == ("not batched: it fills `_ndif_rows` (which session-hoisting added) before its last "
                             "module read; `rows` too")
-    assert _naming_added(named.__class__("detach-cpu", "m", where, Status.APPLIED), {"_ndif_rows": "x"}).reason is None
+    assert naming_added(named.__class__("detach-cpu", "m", where, Status.APPLIED), {"_ndif_rows": "x"}).reason is None
+
+
+def test_options_hold_only_what_the_caller_sets():
+    # what a run decides (the release targeted, reserved names, windows' edges) is its
+    # RunContext; Options are the settings configuration and the CLI take, and what the
+    # caller says about the code (a notebook's cells, the user's modules beside it)
+    import dataclasses
+
+    from ndif_opt.frontends.config import OVERRIDES
+    from ndif_opt.options import Options
+
+    said_about_the_code = {"notebook", "local_modules"}
+    assert {f.name for f in dataclasses.fields(Options)} - said_about_the_code == set(OVERRIDES)
+
+
+def test_the_architecture_doc_lists_the_pipeline_steps_in_order():
+    # the loop runs the steps of one declared table; the doc's table is that table
+    import re
+
+    from ndif_opt.engine.steps import STEPS
+
+    names = [step.name for step in STEPS]
+    assert len(set(names)) == len(names)
+    text = (ROOT / "docs" / "architecture.md").read_text().split("## The loop and its steps", 1)[1]
+    assert re.findall(r"^\| `([a-z-]+)` \|", text, re.M) == names

@@ -127,7 +127,7 @@ class InvokeBatching(Pass):
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
-        taken = TakenNames(context.options.reserved_names)
+        taken = TakenNames(context.run.reserved_names)
         batch = max(1, int(context.options.max_batch))
         for sweep in find_sweeps(facts):
             if not fusion_problem(sweep, facts)[0]:
@@ -158,7 +158,7 @@ class InvokeBatching(Pass):
             if problem:
                 context.skipped(sweep.loop, message, f"not batched: {problem}")
                 continue
-            if context.options.nnsight == NNSIGHT_06:
+            if context.run.release == NNSIGHT_06:
                 context.skipped(sweep.loop, message, f"not batched: {NOT_ON_06}")
                 continue
             if not context.options.unsafe_fixes:

@@ -274,7 +274,7 @@ class ChainPushdown:
     def _edits(self, chains, safety: Safety) -> NodeEdits:
         x = self.save.name
         edits = EditsAlongPaths(self.parents)
-        taken = TakenNames(self.index, self.context.options.reserved_names)
+        taken = TakenNames(self.index, self.context.run.reserved_names)
         added: list[cst.BaseStatement] = []
         by_code: dict[str, str] = {}
         moved = []

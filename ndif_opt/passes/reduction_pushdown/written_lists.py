@@ -125,7 +125,7 @@ class LiteralPushdown(LoopReads):
 
     def _edits_for(self, edits: "EditsAlongPaths", chains, reduction: str, whole_too: set[str],
                    safety: Safety) -> None:
-        taken = TakenNames(self.index, self.context.options.reserved_names)
+        taken = TakenNames(self.index, self.context.run.reserved_names)
         general = cst.parse_expression(reduction)
         element = next(n for n in find_nodes(general, lambda n: isinstance(n, cst.Name) and n.value == ELEMENT))
         reduced_names = []

@@ -416,7 +416,7 @@ class SessionHoisting(Pass):
         lazy = not context.server.asking_order_matters
         if lazy and not self.helpers and fewer_than_two_requests(suite, facts):
             return []  # no region of it could send two: none is worth a session
-        edges = window_edges_in(suite, facts, context.options.window_edges)
+        edges = window_edges_in(suite, facts, context.run.window_edges)
         kinds: list[Kind | None] = [
             self._kind(stmt, facts, context, lazy, wide)
             if span is None or span[0] <= index < span[1]
