@@ -174,12 +174,17 @@ def estimate(facts: Facts, options: Options) -> Cost:
 def explain(facts: Facts, options: Options) -> Estimate:
     """The totals plus the per-request breakdown, notes and warnings (worked out once per
     version of the tree and options: the pipeline and session-chunking both ask)."""
-    known = facts.memo.get("cost-model:explain")
-    if known is not None and known[0] == options:
+    known = facts.once(_explanations)
+    if known and known[0] == options:
         return known[1]
     found = _explain(facts, options)
-    facts.memo["cost-model:explain"] = (options, found)
+    known[:] = (options, found)  # (options hold dicts: not a key of Facts.once)
     return found
+
+
+def _explanations(facts: Facts) -> list:
+    """The version's last explanation, with its options (once per version of the tree)."""
+    return []
 
 
 def _explain(facts: Facts, options: Options) -> Estimate:

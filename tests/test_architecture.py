@@ -213,3 +213,20 @@ def test_the_tests_follow_the_code():
     assert directories - NOT_A_SUBPACKAGE <= subpackages, directories - NOT_A_SUBPACKAGE - subpackages
     names = [path.name for path in tests.rglob("test_*.py")]
     assert len(names) == len(set(names)), sorted(name for name in set(names) if names.count(name) > 1)
+
+
+def test_facts_of_a_version_are_cached_one_way():
+    """docs/architecture.md, "Caching": a fact of a version is ``facts.once(compute, ...)``,
+    keyed by a named function (no string key, no lambda), and nothing but Facts touches
+    its memo."""
+    offenders = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("once", "known", "once_for") and node.args:
+                if node.func.attr == "once_for" or isinstance(node.args[0], (ast.Constant, ast.JoinedStr, ast.Lambda)):
+                    offenders.append(f"{where}: .{node.func.attr}({ast.unparse(node.args[0])}, ...)")
+            elif isinstance(node, ast.Attribute) and node.attr == "memo" and module != "ndif_opt.analysis.facts":
+                offenders.append(f"{where}: .memo")
+    assert offenders == []

@@ -11,11 +11,11 @@ demand by :mod:`ndif_opt.analysis.names` and :mod:`ndif_opt.analysis.effects`, m
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 import libcst as cst
 
@@ -25,6 +25,8 @@ from ndif_opt.syntax.expressions import dotted_name, is_save_call, remote_arg, r
 from ndif_opt.syntax.literals import literal_value  # the model's repo id, read in every version
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.walk import find_nodes, walk
+
+T = TypeVar("T")
 
 # Classes whose instances are nnsight models, by their public import paths.
 MODEL_CLASSES = frozenset(
@@ -244,31 +246,34 @@ class Facts:
     # the script's results as the code was written (see analysis.regions.script_results):
     # a rewritten version keeps the original's, None in the original's own facts
     original_results: frozenset[str] | None = None
-    # answers several passes ask about this version of the tree, computed once
-    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # answers about this version of the tree, computed once (see once)
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    def once(self, key, compute):
-        """``compute()``, once for this version of the tree."""
+    def once(self, compute: Callable[..., T], *args: Hashable) -> T:
+        """``compute(self, *args)``, once for this version of the tree: the one way a fact of
+        a version is cached (docs/architecture.md, "Caching"). The key is the function and
+        its arguments: ``compute`` is a module-level function (a lambda would be a new key
+        at every call), an argument a node (libcst nodes hash and compare by identity;
+        the memo keeps the node with its answer, so its id is not reused) or a value. The
+        answer is shared: do not change it."""
+        key = (compute, *args) if args else compute
         try:
             return self.memo[key]
         except KeyError:
-            found = self.memo[key] = compute()
+            if compute.__name__ == "<lambda>":
+                raise TypeError("Facts.once keys on the function: give it a named one, not a lambda") from None
+            found = self.memo[key] = compute(self, *args)
             return found
 
-    def once_for(self, kind: str, node: cst.CSTNode, compute):
-        """``compute(node)``, once for this version of the tree. The node is kept with its
-        answer, so its id (the key) is not reused while the answer is."""
-        key = (kind, id(node))
-        entry = self.memo.get(key)
-        if entry is None:
-            entry = self.memo[key] = (node, compute(node))
-        return entry[1]
+    def known(self, compute: Callable[..., T], *args: Hashable) -> T | None:
+        """What :meth:`once` has computed for these arguments, or None (nothing computed)."""
+        return self.memo.get((compute, *args) if args else compute)
 
     def stmt(self, node: cst.CSTNode) -> StmtInfo:
         return self.statements[id(node)]
 
     def block_of(self, node: cst.With) -> Block | None:
-        return self.once("analysis:blocks by node", self._blocks_by_node).get(id(node))
+        return self.once(Facts._blocks_by_node).get(id(node))
 
     def _blocks_by_node(self) -> dict[int, Block]:
         found: dict[int, Block] = {}
@@ -321,12 +326,17 @@ class Facts:
 
     def _block_handles(self) -> frozenset[str]:
         """The tracers and models the blocks name (`tracer` of `as tracer`, `model`)."""
-        return self.once("analysis:block handles", lambda: frozenset(
-            name for block in self.blocks for name in (block.tracer_name, block.model) if name is not None))
+        return self.once(Facts._handles)
+
+    def _handles(self) -> frozenset[str]:
+        return frozenset(name for block in self.blocks for name in (block.tracer_name, block.model) if name is not None)
 
     def mutated_names(self) -> frozenset[str]:
         """Names whose object the module changes in place anywhere (functions included)."""
-        return self.once("analysis:mutated names", lambda: frozenset(collect(self.module).mutates))
+        return self.once(Facts._mutated_names)
+
+    def _mutated_names(self) -> frozenset[str]:
+        return frozenset(collect(self.module).mutates)
 
 
 # ---------------------------------------------------------------------------------------

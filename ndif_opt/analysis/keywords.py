@@ -72,8 +72,11 @@ def _bound_otherwise(facts: Facts) -> frozenset[str]:
     """Names the module binds other than by a simple assignment (a parameter, a loop target,
     an augmented assignment) or whose object it changes in place (`kw["k"] = v`,
     `kw.update(...)`: Facts.mutated_names)."""
-    return facts.once("keywords:bound-otherwise",
-                      lambda: _names_bound_otherwise(facts.module) | facts.mutated_names())
+    return facts.once(_bound_otherwise_here)
+
+
+def _bound_otherwise_here(facts: Facts) -> frozenset[str]:
+    return _names_bound_otherwise(facts.module) | facts.mutated_names()
 
 
 def _names_bound_otherwise(module: cst.Module) -> frozenset[str]:

@@ -101,7 +101,11 @@ class Scan:
 
 def scan(facts: Facts) -> Scan:
     """The old and new idioms of a module (computed once per facts)."""
-    return facts.once("migrate-api:scan", lambda: _Scanner(facts).run() if _may_hold_idioms(facts) else Scan([], []))
+    return facts.once(_scan)
+
+
+def _scan(facts: Facts) -> Scan:
+    return _Scanner(facts).run() if _may_hold_idioms(facts) else Scan([], [])
 
 
 #: How the detect-only run says a script is pre-0.5 (the pipeline then runs the whole file).

@@ -156,7 +156,7 @@ def closures(facts: Facts) -> dict[str, Closure]:
     """Names bound (anywhere: a name is taken for the same closure in every scope) to a call
     of a same-file function that returns one of its nested functions holding a remote
     block: calling the name runs that nested function."""
-    return facts.once("opaque:closures", lambda: _closures(facts))
+    return facts.once(_closures)
 
 
 def _closures(facts: Facts) -> dict[str, Closure]:

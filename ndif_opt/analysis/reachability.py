@@ -50,7 +50,11 @@ class Reach:
 
 def reach(facts: Facts) -> Reach:
     """The module's :class:`Reach` (worked out once per version of the tree)."""
-    return facts.once("analysis:reach", lambda: _reach(facts.module))
+    return facts.once(_reach_here)
+
+
+def _reach_here(facts: Facts) -> Reach:
+    return _reach(facts.module)
 
 
 @dataclass

@@ -129,7 +129,7 @@ def script_results(facts: Facts) -> dict[str, cst.CSTNode]:
     in this version of the tree (the module itself when this version binds it nowhere):
     the names of the code as written, which the pipeline hands to every version
     (``facts.original_results``)."""
-    return facts.once("regions:script-results", lambda: _results_here(facts))
+    return facts.once(_results_here)
 
 
 def result_names(facts: Facts) -> frozenset[str]:

@@ -177,7 +177,7 @@ def _rebound_after(helper: RemoteHelper, facts: Facts) -> bool:
 def self_methods(facts: Facts) -> dict[str, cst.FunctionDef]:
     """`self.name` -> the method, for the plain methods of the file's top-level classes
     whose name no other class of the file also uses (once per version of the tree)."""
-    return facts.once("helpers:self-methods", lambda: _self_methods(facts))
+    return facts.once(_self_methods)
 
 
 def _self_methods(facts: Facts) -> dict[str, cst.FunctionDef]:
@@ -204,7 +204,7 @@ def _self_methods(facts: Facts) -> dict[str, cst.FunctionDef]:
 def constructors(facts: Facts) -> dict[str, cst.FunctionDef]:
     """A top-level class of the file -> its `__init__` (what `Patching(...)` runs); classes
     without one are left out (once per version of the tree)."""
-    return facts.once("helpers:constructors", lambda: _constructors(facts))
+    return facts.once(_constructors)
 
 
 def _constructors(facts: Facts) -> dict[str, cst.FunctionDef]:
@@ -222,7 +222,7 @@ def instance_names(facts: Facts) -> frozenset[str]:
     """Names that hold an object of one class of the file wherever they are bound
     (`exp = Patching(model, ...)`, at module level or in `main()`): `exp.sweep(...)`
     runs that class's `sweep` (once per version of the tree)."""
-    return facts.once("helpers:instance-names", lambda: _instance_names(facts))
+    return facts.once(_instance_names)
 
 
 def _instance_names(facts: Facts) -> frozenset[str]:
@@ -272,7 +272,7 @@ def attribute_models(facts: Facts) -> dict[str, str]:
     stores a parameter on `self` (`self.model = model`), where every construction of the
     class in the file passes the same model of the script for it (once per version of
     the tree)."""
-    return facts.once("helpers:attribute-models", lambda: _attribute_models(facts))
+    return facts.once(_attribute_models)
 
 
 def _attribute_models(facts: Facts) -> dict[str, str]:

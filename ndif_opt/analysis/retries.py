@@ -220,7 +220,7 @@ def unwrapped_call(call: cst.Call, wrappers: dict[str, RetryWrapper]) -> cst.Cal
 
 def retry_wrappers(facts: Facts) -> dict[str, RetryWrapper]:
     """Same-file functions `def f(fn, *args, ...)` that call `fn(*args)` under a retry guard."""
-    return facts.once("retries:wrappers", lambda: _find_wrappers(facts))
+    return facts.once(_find_wrappers)
 
 
 def _find_wrappers(facts: Facts) -> dict[str, RetryWrapper]:

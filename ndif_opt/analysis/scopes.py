@@ -58,11 +58,18 @@ class _NodeKinds(dict):
 NODE_KINDS = _NodeKinds()
 
 
-INDEX_KEY = "scopes:index"
-
-
 def scope_index(facts: Facts) -> ScopeIndex:
-    return facts.once(INDEX_KEY, lambda: ScopeIndex(facts, facts.module.body))
+    """The index of the whole module (once per version of the tree)."""
+    return facts.once(_whole_index)
+
+
+def known_scope_index(facts: Facts) -> ScopeIndex | None:
+    """:func:`scope_index`, when something has asked for it already; else None."""
+    return facts.known(_whole_index)
+
+
+def _whole_index(facts: Facts) -> ScopeIndex:
+    return ScopeIndex(facts, facts.module.body)
 
 
 class ScopeIndex:

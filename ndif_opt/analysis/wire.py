@@ -20,6 +20,8 @@ region.
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 
 from ndif_opt.analysis.effects import PROGRESS_BARS
@@ -43,7 +45,7 @@ def wire_problem(name: str, statements, facts: Facts) -> str:
     ("`torch` is a module"), or "" when every binding of it there is data as far as the
     code shows."""
     for stmt in statements:
-        for node in facts.once_for("wire:binders", stmt, _binders_by_name).get(name, ()):
+        for node in _binders_by_name(stmt).get(name, ()):
             what = _bound_object(node, name, facts)
             if what:
                 return f"`{name}` is {what}, which cannot be sent back from NDIF"
@@ -53,9 +55,11 @@ def wire_problem(name: str, statements, facts: Facts) -> str:
 _BINDERS = (cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef, cst.Assign, cst.WithItem)
 
 
+@functools.lru_cache(maxsize=4096)
 def _binders_by_name(stmt: cst.CSTNode) -> dict[str, list[cst.CSTNode]]:
     """The nodes of ``stmt`` that bind each name, in the order of the code: the passes ask
-    about many names of one region, and one walk per statement answers them all."""
+    about many names of one region, and one walk per statement answers them all (a fact
+    of the statement alone: cached by node, shared, not to be changed)."""
     found: dict[str, list[cst.CSTNode]] = {}
     for node in find_nodes(stmt, lambda n: type(n) in _BINDERS):
         for name in _names_bound_by(node):

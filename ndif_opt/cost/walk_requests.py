@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Remote, RemoteFlag, call_remote_flag, qualify
+from ndif_opt.analysis.facts import Block, Facts, Remote, RemoteFlag, call_remote_flag, qualify
 from ndif_opt.analysis.keywords import known_keywords
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.constants import (
@@ -563,12 +563,9 @@ class RequestWalk:
 
     def _upload(self, block: Block, env: dict) -> tuple[int, int]:
         dims = self.dims_of(block.model)
-        code = self._code_memo.get(id(block.node))
-        if code is None:
-            # from the code of the statement around it, which a version's code generation made
-            ancestors = block.stmt.ancestors
-            code = self._code_memo[id(block.node)] = code_in(
-                block.node, ancestors[0] if ancestors else block.node, self.facts.module)
+        # from the code of the statement around it, which a version's code generation made
+        ancestors = block.stmt.ancestors
+        code = self.facts.once(_code_in, block.node, ancestors[0] if ancestors else block.node)
         tensors = 0
         for name, size in self._client_tensors(env, code):
             if name in block.names.reads:  # a name the block rebinds is still captured
@@ -580,3 +577,8 @@ class RequestWalk:
         raw = (UPLOAD_RAW_BASE + UPLOAD_RAW_PER_LAYER * dims.n_layers + code + tensors
                + UPLOAD_RAW_GENERATE * generates)
         return int(sent), int(raw)
+
+
+def _code_in(facts: Facts, node: cst.CSTNode, around: cst.CSTNode) -> str:
+    """:func:`code_in` of this version (once per version of the tree)."""
+    return code_in(node, around, facts.module)

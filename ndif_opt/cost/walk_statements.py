@@ -10,10 +10,12 @@ same-file functions walked at their calls.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 import libcst as cst
 
+from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.names import all_params, collect, returned_name, target_names
 from ndif_opt.analysis.retries import retried_until_success, retry_guard, retry_wrappers, unwrapped_call
 from ndif_opt.cost.constants import CALL_DEPTH, TRACKED_LENGTH, UNROLL_BUDGET, UNROLL_LIMIT
@@ -256,23 +258,7 @@ class StatementWalk:
 
     def _has_work(self, node: cst.CSTNode) -> bool:
         """Does ``node`` hold an nnsight block (or call a same-file function)?"""
-        known = self._work_memo.get(id(node))
-        if known is not None:
-            return known
-        blocks = self._block_ids
-        if blocks is None:
-            blocks = self._block_ids = {id(b.node) for b in self.facts.blocks}
-        found = False
-        for n in walk_nodes(node):
-            kind = type(n)
-            if kind is cst.With and id(n) in blocks:
-                found = True
-                break
-            if kind is cst.Call and type(n.func) is cst.Name and n.func.value in self.facts.functions:
-                found = True
-                break
-        self._work_memo[id(node)] = found
-        return found
+        return self.facts.once(_holds_work, node)
 
     def with_statement(self, stmt: cst.With, times: float) -> None:
         block = self.facts.block_of(stmt)
@@ -358,16 +344,7 @@ class StatementWalk:
         length it sets (``for i in range(layer)``: triangular sweeps, skipped prefixes),
         or a slice it bounds (``items[start : start + K]``: the last chunk is shorter),
         around nnsight work or ``.skip()`` calls."""
-        known = self._work_memo.get(("varies", id(loop)))
-        if known is not None:
-            return known
-        names = set(target_names(loop.target))
-        found = False
-        if names:
-            nested = [n for n in compound(loop.body) if type(n) is cst.For and names & names_in(n.iter)]
-            found = bool(nested) and (self._has_work(loop.body) or has_skip(loop.body))
-        self._work_memo[("varies", id(loop))] = found
-        return found
+        return self.facts.once(_varies, loop)
 
     def _element_shape(self, iterable: cst.BaseExpression) -> Shape | ModuleRef:
         value = self.value(iterable)
@@ -618,9 +595,7 @@ class StatementWalk:
         """Walk same-file functions called by this statement, at the call."""
         if not self._function_names:
             return
-        calls = self._calls_memo.get(id(small))
-        if calls is None:
-            calls = self._calls_memo[id(small)] = same_file_calls(small, self._function_names, self._instances)
+        calls = self.facts.once(_calls_in, small, self._function_names, self._instances)
         wrappers = retry_wrappers(self.facts)
         for written, loops in calls:
             call = unwrapped_call(written, wrappers)  # `with_retries(run, x)` runs `run(x)` once when nothing fails
@@ -701,11 +676,7 @@ class StatementWalk:
         self.env, self.storage = env, storage
 
     def _locals_of(self, func: cst.FunctionDef) -> frozenset[str]:
-        known = self._work_memo.get(("locals", id(func)))
-        if known is None:
-            params = {p.name.value for p in all_params(func.params)}
-            known = self._work_memo[("locals", id(func))] = frozenset(params | set(collect(func.body).binds))
-        return known
+        return _locals_of(func)
 
     def _bind_arguments(self, func: cst.FunctionDef, call: cst.Call, bound: bool = False) -> None:
         params = [p for p in func.params.params][1 if bound else 0 :]  # a method's `self` is not an argument
@@ -735,3 +706,48 @@ class StatementWalk:
             self._model_aliases[param] = model
         else:
             self._model_aliases.pop(param, None)
+
+
+# Facts of a version of the tree the walk asks again and again (Facts.once: a later walk of
+# the same version, for other options, asks them too).
+
+
+def _holds_work(facts: Facts, node: cst.CSTNode) -> bool:
+    """Does ``node`` hold an nnsight block (or call a same-file function)?"""
+    blocks = facts.once(_block_nodes)
+    for n in walk_nodes(node):
+        kind = type(n)
+        if kind is cst.With and id(n) in blocks:
+            return True
+        if kind is cst.Call and type(n.func) is cst.Name and n.func.value in facts.functions:
+            return True
+    return False
+
+
+def _block_nodes(facts: Facts) -> frozenset[int]:
+    """The ids of the nnsight blocks' nodes."""
+    return frozenset(id(b.node) for b in facts.blocks)
+
+
+def _varies(facts: Facts, loop: cst.For) -> bool:
+    """See StatementWalk._varies."""
+    names = set(target_names(loop.target))
+    if not names:
+        return False
+    nested = [n for n in compound(loop.body) if type(n) is cst.For and names & names_in(n.iter)]
+    return bool(nested) and (facts.once(_holds_work, loop.body) or has_skip(loop.body))
+
+
+def _calls_in(facts: Facts, small: cst.CSTNode, functions: frozenset[str],
+              instances: frozenset[str]) -> tuple[tuple[cst.Call, tuple], ...]:
+    """:func:`same_file_calls` for this version (whose cache, bounded, a long script's walk
+    would cycle through)."""
+    return same_file_calls(small, functions, instances)
+
+
+@functools.lru_cache(maxsize=1024)
+def _locals_of(func: cst.FunctionDef) -> frozenset[str]:
+    """The names local to ``func``: its parameters and what its body binds (a fact of the
+    node alone)."""
+    params = {p.name.value for p in all_params(func.params)}
+    return frozenset(params | set(collect(func.body).binds))

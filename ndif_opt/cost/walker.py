@@ -78,7 +78,6 @@ class Walker(StatementWalk, ExpressionWalk, RequestWalk):
         self._model_aliases: dict[str, str] = {}
         self._attribute_models = attribute_models(facts)  # `self.model` -> the script's model it holds
         self._called: set[str] = set()
-        self._calls_memo: dict[int, list[cst.Call]] = {}
         self._methods = self_methods(facts)  # `self.name` -> a method of the file's classes
         self._instances = instance_names(facts)  # `exp` of `exp = Patching(...)`: `exp.sweep()` is a method call
         self._constructors = constructors(facts)  # `Patching(...)` runs `Patching.__init__`
@@ -88,9 +87,6 @@ class Walker(StatementWalk, ExpressionWalk, RequestWalk):
         # the key part of same_file_calls, built once
         self._function_names = (frozenset(facts.functions) | frozenset(self._methods)
                                 | frozenset(self._constructors) | frozenset(self._closures))
-        self._work_memo: dict[object, bool] = {}
-        self._block_ids: set[int] | None = None  # the nnsight blocks' nodes, for _has_work
-        self._code_memo: dict[int, str] = {}
         self._call_stack: list[str] = []
         # inside a request, what the functions it calls save in their own frames (name ->
         # size, as `Request.save` takes it), and per call what the function returns of it

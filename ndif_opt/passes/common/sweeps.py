@@ -38,8 +38,8 @@ from ndif_opt.wording import claim_text, count_text, counted, counted_with_loops
 # its trace's body), and a libcst walk is slow. So each statement is walked at most twice:
 # by `collect` for its names and by `_Indexer` for the nodes the questions look at, both
 # cached by node (so shared by the versions of the tree that keep the statement). The
-# answers that depend on the whole version live in `facts.memo` (`Facts.once_for`), next
-# to their node (which keeps the node's id from being reused while the answer is kept).
+# answers that depend on the whole version are `Facts.once` of a sweep (one per loop and
+# version: find_sweeps) or of a node.
 
 
 @dataclass
@@ -125,9 +125,10 @@ HARMLESS_TRACE_KWARGS = frozenset({"scan", "validate"})
 GENERATION_KWARGS = frozenset({"max_new_tokens", "min_new_tokens", "do_sample", "pad_token_id", "eos_token_id"})
 
 
-@dataclass
+@dataclass(eq=False)
 class Sweep:
-    """A ``for`` loop inside a session whose body runs exactly one trace of the model."""
+    """A ``for`` loop inside a session whose body runs exactly one trace of the model (one
+    per loop and version of the tree: its facts are ``Facts.once`` of it, by identity)."""
 
     loop: cst.For
     info: StmtInfo  # where the loop sits
@@ -165,12 +166,20 @@ class Sweep:
 
 def moved_names(sweep: Sweep, facts: Facts) -> NameUse:
     """``collect_all(sweep.moved)``, once per version of the tree (do not change it)."""
-    return facts.once_for("trace-fusion:moved names", sweep.loop, lambda _loop: collect_all(sweep.moved))
+    return facts.once(_moved_names, sweep)
+
+
+def _moved_names(facts: Facts, sweep: Sweep) -> NameUse:
+    return collect_all(sweep.moved)
 
 
 def find_sweeps(facts: Facts) -> list[Sweep]:
     """The sweeps of this version of the tree (the three sweep passes share them)."""
-    return list(facts.once("trace-fusion:sweeps", lambda: tuple(_find_sweeps(facts))))
+    return list(facts.once(_all_sweeps))
+
+
+def _all_sweeps(facts: Facts) -> tuple[Sweep, ...]:
+    return tuple(_find_sweeps(facts))
 
 
 def _find_sweeps(facts: Facts) -> list[Sweep]:
@@ -229,10 +238,10 @@ def walked_sequence(loop: cst.For, facts: Facts) -> tuple[str, cst.BaseExpressio
 
 def structure_problem(sweep: Sweep, facts: Facts) -> str:
     """Why the loop's shape forbids moving its iterations around ("" when it does not)."""
-    return facts.once_for("trace-fusion:structure", sweep.loop, lambda _loop: _structure_problem(sweep, facts))
+    return facts.once(_structure_problem, sweep)
 
 
-def _structure_problem(sweep: Sweep, facts: Facts) -> str:
+def _structure_problem(facts: Facts, sweep: Sweep) -> str:
     loop = sweep.loop
     if loop.orelse is not None:
         return "the loop has an `else:` clause"
@@ -265,10 +274,10 @@ def _structure_problem(sweep: Sweep, facts: Facts) -> str:
 
 def input_dependence(sweep: Sweep, facts: Facts) -> str:
     """How the trace's input changes between iterations ("" when it cannot)."""
-    return facts.once_for("trace-fusion:input dependence", sweep.loop, lambda _loop: _input_dependence(sweep, facts))
+    return facts.once(_input_dependence, sweep)
 
 
-def _input_dependence(sweep: Sweep, facts: Facts) -> str:
+def _input_dependence(facts: Facts, sweep: Sweep) -> str:
     args = [a.value for a in sweep.block.call.args]
     # trace-fusion and skip-insertion evaluate the input once, before the loop
     conflict = moved_ahead(args, sweep.moved, varying=sweep.targets)
@@ -382,7 +391,7 @@ def module_accesses(nodes, facts: Facts) -> Accesses:
     """Every `.output`/`.input` of a module, `.skip()` and write to the model in ``nodes``."""
     result = Accesses()
     for node in nodes:
-        part = facts.once_for("trace-fusion:accesses", node, lambda n: _module_accesses(n, facts))
+        part = facts.once(_module_accesses, node)
         result.found += part.found
         result.unknown += part.unknown
         result.skips += part.skips
@@ -417,7 +426,7 @@ def model_envoy(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> cst.B
     return None
 
 
-def _module_accesses(node: cst.CSTNode, facts: Facts) -> Accesses:
+def _module_accesses(facts: Facts, node: cst.CSTNode) -> Accesses:
     result = Accesses()
     found = index_of(node).nodes
     written: set[int] = set()
@@ -636,11 +645,15 @@ class _Either:
         return any(name in collection for collection in self.collections)
 
 
+def _generated_code(facts: Facts) -> str:
+    return code_and_positions(facts.module)[0]
+
+
 def fresh_name(base: str, facts: Facts, taken=frozenset()) -> str:
     """``base``, or ``base_<n>`` (:func:`ndif_opt.analysis.names.fresh_name`): a name the module of ``facts`` does not use, nor
     ``taken`` (a set, or :class:`TakenNames`)."""
     # the pipeline generated this version's code statement by statement: reuse it
-    code = facts.once("trace-fusion:code", lambda: code_and_positions(facts.module)[0])
+    code = facts.once(_generated_code)
     if base not in code and base not in taken:
         return base  # every name the module uses is in its code: quicker than its names
     use = collect(facts.module)
@@ -755,10 +768,10 @@ def fusion_problem(sweep: Sweep, facts: Facts) -> tuple[str, bool]:
     the loop is a fusion candidate at all (same input in every iteration).
 
     Asked by trace-fusion and invoke-batching of the same tree: answered once."""
-    return facts.once_for("trace-fusion:fusion problem", sweep.loop, lambda _loop: _fusion_problem(sweep, facts))
+    return facts.once(_fusion_problem, sweep)
 
 
-def _fusion_problem(sweep: Sweep, facts: Facts) -> tuple[str, bool]:
+def _fusion_problem(facts: Facts, sweep: Sweep) -> tuple[str, bool]:
     if sweep.block.method != "trace":
         return "it runs `.generate()`", False
     problem = structure_problem(sweep, facts)

@@ -117,7 +117,11 @@ class _Split:
 
 
 def iteration_split(sweep: Sweep, facts: Facts) -> _Split:
-    return facts.once_for("invoke-batching:split", sweep.loop, lambda _loop: _Split(sweep))
+    return facts.once(_split, sweep)
+
+
+def _split(facts: Facts, sweep: Sweep) -> _Split:
+    return _Split(sweep)
 
 
 def input_problem(sweep: Sweep, facts: Facts) -> str:

@@ -300,9 +300,18 @@ def _bound_outside(block: Block, scope: cst.CSTNode, facts: Facts) -> tuple[set[
         names |= {n.name.value for g in find_nodes(body, lambda n: type(n) in (cst.Global, cst.Nonlocal))
                   for n in g.names}
     else:  # functions that assign a module name
-        names |= facts.once("05:global names", lambda: frozenset(
-            n.name.value for g in find_nodes(facts.module, lambda n: type(n) is cst.Global) for n in g.names))
-    return names, facts.once("05:star import", lambda: bool(find_nodes(facts.module, lambda n: type(n) is cst.ImportStar)))
+        names |= facts.once(_global_names)
+    return names, facts.once(_star_import)
+
+
+def _global_names(facts: Facts) -> frozenset[str]:
+    """The names the module's functions declare `global` (once per version of the tree)."""
+    return frozenset(n.name.value for g in find_nodes(facts.module, lambda n: type(n) is cst.Global) for n in g.names)
+
+
+def _star_import(facts: Facts) -> bool:
+    """Does the module hold a `from ... import *` (once per version of the tree)?"""
+    return bool(find_nodes(facts.module, lambda n: type(n) is cst.ImportStar))
 
 
 def _statement_holding(block: Block, scope: cst.CSTNode, facts: Facts) -> cst.CSTNode:

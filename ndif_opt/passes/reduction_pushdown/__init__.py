@@ -97,7 +97,7 @@ class ReductionPushdown(Pass):
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
         saves = saves_of(facts)
-        nested = facts.once("reduction-pushdown:nested-session-saves", lambda: nested_session_saves(facts))
+        nested = facts.once(nested_session_saves)
         for save in saves + nested:
             self._unneeded_in_session(save, facts, context, plan)
         if plan:

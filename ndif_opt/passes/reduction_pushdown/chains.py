@@ -10,7 +10,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import NameUse, collect
-from ndif_opt.analysis.scopes import INDEX_KEY, ScopeIndex, TakenNames, scope_index, statement_index
+from ndif_opt.analysis.scopes import ScopeIndex, TakenNames, known_scope_index, scope_index, statement_index
 from ndif_opt.cost_model import saved_shape
 from ndif_opt.passes.base import Context
 from ndif_opt.passes.common.guards import guard_in, guard_words
@@ -83,7 +83,7 @@ class ChainPushdown:
         """The index of the statements after a top-level request, enough to answer about
         them (the uses there, their parents, the names they bind): a saved value whose
         uses reduce nothing is let go without indexing the whole module."""
-        whole = self.facts.memo.get(INDEX_KEY)
+        whole = known_scope_index(self.facts)
         if whole is not None or not self.after_at_top_level:
             return self.index
         return ScopeIndex(self.facts, self.after)

@@ -499,4 +499,9 @@ class ElementPushdown(LoopReads):
 
     def _shadowed(self, builtin: str) -> bool:
         """Does the file bind ``builtin`` anywhere (a parameter, a `def`, an assignment)?"""
-        return self.facts.once(f"shadowed:{builtin}", lambda: plain_loads(self.facts.module, builtin) is None)
+        return self.facts.once(_binds_nowhere, builtin)
+
+
+def _binds_nowhere(facts: Facts, builtin: str) -> bool:
+    """Does the module leave ``builtin`` unbound everywhere (once per version of the tree)?"""
+    return plain_loads(facts.module, builtin) is None

@@ -195,7 +195,7 @@ def saved_assignment(name: str, chain: cst.BaseExpression, like: cst.SimpleState
 
 
 def saves_of(facts: Facts) -> list[Save]:
-    return facts.once("reduction-pushdown:saves", lambda: _find_saves(facts))
+    return facts.once(_find_saves)
 
 
 def _find_saves(facts: Facts) -> list[Save]:

@@ -629,12 +629,11 @@ class SessionHoisting(Pass):
     def _retry(self, region: Region, facts: Facts) -> PortableRetry | str | None:
         """The retry that guarded the region's requests, rewritten to go around the
         session (a failure then retries the whole session); the reason it cannot be."""
-        module_names = facts.once("session-hoisting:module-binds", lambda: set(collect(facts.module).binds))
+        module_names = facts.once(_module_binds)
         attempt = fresh_name("_ndif_attempt", self._taken(facts))
         # what may change while the session runs: the retry gives up on its last attempt,
         # computed again after the session failed
-        functions = facts.once("session-hoisting:all-functions",
-                               lambda: find_nodes(facts.module, lambda n: type(n) is cst.FunctionDef))
+        functions = facts.once(_all_functions)
         changing = code_changing(region.statements, functions)
         for call, helper in region.helper_calls:
             wrapper = helper.wrapper_of(call)
@@ -657,7 +656,7 @@ class SessionHoisting(Pass):
         return None
 
     def _taken(self, facts: Facts) -> set[str]:
-        return facts.once("session-hoisting:names", lambda: names_in(facts.module))
+        return facts.once(_names)
 
     def _plan_checked(self, region: Region, facts: Facts, context: Context, plan: SuitePlan) -> bool:
         """Plan a region whose code may all move (its client part, if any, split off)."""
@@ -818,3 +817,18 @@ class SessionHoisting(Pass):
         for acc in before:
             if acc.kind != "carried":
                 plan.remove(region.suite, acc.index)
+
+
+def _module_binds(facts: Facts) -> set[str]:
+    """The names the module binds anywhere (once per version of the tree; shared)."""
+    return set(collect(facts.module).binds)
+
+
+def _all_functions(facts: Facts) -> list[cst.FunctionDef]:
+    """Every function of the module, nested ones too (once per version of the tree; shared)."""
+    return find_nodes(facts.module, lambda n: type(n) is cst.FunctionDef)
+
+
+def _names(facts: Facts) -> set[str]:
+    """Every name the module uses (once per version of the tree; shared)."""
+    return names_in(facts.module)

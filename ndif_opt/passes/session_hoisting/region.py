@@ -179,7 +179,7 @@ def outer_blocks(facts: Facts, stmt: cst.CSTNode) -> list[Block]:
 def _outer_blocks_by_statement(facts: Facts) -> dict[int, list[Block]]:
     """id(statement) -> its outermost nnsight blocks (:func:`outer_blocks`), indexed
     once per version of the tree (read-only: callers copy what they keep)."""
-    return facts.once("session-hoisting:outer blocks", lambda: _index_outer_blocks(facts))
+    return facts.once(_index_outer_blocks)
 
 
 def _index_outer_blocks(facts: Facts) -> dict[int, list[Block]]:
