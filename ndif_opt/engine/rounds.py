@@ -15,9 +15,10 @@ state, called at the points of a turn in the table's order:
    version becomes the current one when its code differs;
 6. ``taken``: what the steps keep of the turn;
 
-and once no round changes the code, ``finish``: each step's part of the :class:`Result`.
-A step may ask for the whole run again (``again``); the new run's steps see their
-predecessors.
+and once no round changes the code, ``again`` (a step may ask for the whole run once more:
+the new run's steps see their predecessors) and ``finish``: each step's part of the
+:class:`Result`. A step sees the run through the turn (``turn.run``) and as the argument of
+``again`` and ``finish``; it keeps no reference to it.
 """
 
 from __future__ import annotations
@@ -155,6 +156,8 @@ class Run:
 
     def __init__(self, source: str, options: Options, context: RunContext, version: Version,
                  passes: Sequence[Pass], steps: Sequence[Callable], earlier: Run | None = None) -> None:
+        """``steps``: the table (``engine.steps.STEPS``), each made for this run with the same
+        step of ``earlier``, the run done before it, if any."""
         self.source = source
         self.options = options
         self.context = context
