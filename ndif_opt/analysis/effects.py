@@ -9,6 +9,7 @@ the client, in words a researcher understands; an empty list means it may move.
 
 from __future__ import annotations
 
+import builtins
 import functools
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,7 +17,7 @@ from functools import cached_property
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, Remote, call_remote_flag, line_facts, qualify, qualify_dotted
-from ndif_opt.analysis.names import BODY_KINDS, function_locals, target_names
+from ndif_opt.analysis.names import BODY_KINDS, all_params, collect, function_locals, mutated_roots, target_names
 from ndif_opt.analysis.retries import retry_guard
 from ndif_opt.analysis.vocabulary import ADVANCING_BUILTINS, RANDOM_DRAWS
 from ndif_opt.syntax.expressions import dotted_name, root_name
@@ -176,11 +177,78 @@ class ServerCheck:
         own = tuple(b.node.body for b in self.facts.blocks if b.stmt.function is func)
         try:
             found = [p for p in self.problems(func.body, skip=own, local=function_locals(func)) if p.kind != "control"]
+            found += self.changes_outside(func, skip=own)
         finally:
             relied_on = self._looking_at.pop(name) - {name}
         if not relied_on:
             self._functions[name] = found
         return found
+
+    def changes_outside(self, func: cst.FunctionDef | cst.Lambda, skip: tuple[cst.CSTNode, ...] = ()) -> list[Problem]:
+        """What a function (or lambda) changes in place that is not its own: an object of
+        the module or of an enclosing function (`history.append(v)`, a closure's
+        `out.append(x)`), or a parameter's default object (`def record(v, store=history)`).
+        Run in a session, it would change the server's copy of that object, and the
+        client's would stay as it was. Changes made through the model are interventions."""
+        body = func.body
+        use = collect(body, skip=skip) if skip else collect(body)
+        params = {p.name.value: p for p in all_params(func.params)}
+        own = function_locals(func) if isinstance(func, cst.FunctionDef) else frozenset(params)
+        found = []
+        for name, node in use.mutates.items():
+            if not self.facts.changes_a_module(name, node) or self.facts.is_model_like(name):
+                continue
+            if name in params:
+                default = params[name].default
+                if default is not None and not (type(default) is cst.Name and default.value == "None"):
+                    found.append(Problem("effect", f"changes `{name}`, whose default value `{code_of(default)}` is "
+                                         "an object of your machine: on the server a copy of it would change", node))
+            elif name not in own:
+                found.append(Problem("effect", f"changes `{name}`, which lives on your machine: on the server a "
+                                     "copy of it would change", node))
+        return found
+
+    def changed_parameters(self, name: str) -> frozenset[str]:
+        """The parameters a same-file function without nnsight blocks changes in place."""
+        def compute() -> frozenset[str]:
+            func = self.facts.functions[name]
+            if any(b.stmt.function is func for b in self.facts.blocks):
+                return frozenset()
+            use = collect(func.body)
+            return frozenset(p.name.value for p in all_params(func.params)
+                             if p.name.value in use.mutates and p.name.value not in use.binds
+                             and self.facts.changes_a_module(p.name.value, use.mutates[p.name.value]))
+        return self.facts.once(("effects:changed parameters", name), compute)
+
+    def opaque_callable(self, name: str) -> str:
+        """Why a call of ``name`` may change an object of your machine that no reading of
+        the call shows, or "": a name bound to a bound method (`add = history.append`),
+        to what a call returned (`push = functools.partial(list.append, results)`), or to
+        a `def` or `lambda` inside a function that changes what it closes over."""
+        return self.facts.once(("effects:opaque callable", name), lambda: self._opaque_callable(name))
+
+    def _opaque_callable(self, name: str) -> str:
+        facts = self.facts
+        for _info, value in facts.bindings.get(name, ()):
+            if type(value) is cst.Lambda:
+                for problem in self.changes_outside(value):
+                    return problem.message
+                continue
+            if isinstance(value, (cst.Name, cst.Attribute)) and root_name(value) in facts.imports:
+                continue  # a function of a module under another name
+            if type(value) is cst.Name and (value.value in facts.functions or value.value in _BUILTIN_NAMES):
+                continue
+            if type(value) is cst.Attribute and facts.is_model_like(root_name(value) or ""):
+                continue  # the model's own (`model.tokenizer`): the server has the model too
+            if isinstance(value, (cst.Attribute, cst.Call)):
+                return (f"is `{code_of(value)}`, a callable that holds objects of your machine: on the server "
+                        "it would change copies of them")
+        if name in facts.functions:
+            return ""
+        for func in _inner_functions(facts.module, name):
+            for problem in self.changes_outside(func):
+                return problem.message
+        return ""
 
     @cached_property
     def asking_order_matters(self) -> bool:
@@ -234,6 +302,17 @@ class ServerCheck:
         root = path.split(".")[0]
         head = func.split(".")[0]
         return head in self.facts.imports and root not in SERVER_MODULES
+
+
+_BUILTIN_NAMES = frozenset(dir(builtins))
+
+
+@functools.lru_cache(maxsize=1024)
+def _inner_functions(module: cst.Module, name: str) -> tuple[cst.FunctionDef, ...]:
+    """The `def name` statements inside functions and classes of ``module``."""
+    found = find_nodes(module, lambda n: type(n) is cst.FunctionDef and n.name.value == name)
+    top = {id(s) for s in module.body}
+    return tuple(f for f in found if id(f) not in top)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -392,10 +471,40 @@ class _Checker(cst.CSTVisitor):
                     f"calls `{name}`, which {problem.message}",
                     node,
                 )
+            self._check_changed_arguments(name, node)
         elif path is not None and path != name:  # imported: `from x import f`
             self._check_module_path(path, node)
         elif self._client_object(name):
             self._add("client-object", f"calls `{name}`, which exists only on your machine", node)
+        elif name not in self.local and name not in _BUILTIN_NAMES:
+            why = self.check.opaque_callable(name)
+            if why:
+                self._add("effect", f"calls `{name}`, which {why}", node)
+
+    def _check_changed_arguments(self, name: str, node: cst.Call) -> None:
+        """A same-file function without nnsight blocks of its own that changes a parameter
+        in place, handed an object of the code around it: in a session it would change the
+        server's copy. (A function that traces is a remote helper: the session takes over
+        the containers it fills.)"""
+        changed = self.check.changed_parameters(name)
+        if not changed:
+            return
+        func = self.facts.functions[name]
+        params = [p.name.value for p in func.params.posonly_params] + [p.name.value for p in func.params.params]
+        for index, arg in enumerate(node.args):
+            if arg.star:
+                param = next(iter(changed))  # which one it fills is not known: any
+            elif arg.keyword is not None:
+                param = arg.keyword.value
+            else:
+                param = params[index] if index < len(params) else None
+            if param not in changed:
+                continue
+            roots = [r for r in mutated_roots(arg.value) if r not in self.local and not self.facts.is_model_like(r)]
+            if roots:
+                self._add("effect", f"calls `{name}`, which changes its argument `{code_of(arg.value)}` in place: "
+                          "on the server a copy of it would change", node)
+                return
 
     def _check_attribute_call(self, func: cst.Attribute, path: str | None, node: cst.Call) -> None:
         if func.attr.value in RANDOM_METHODS and type(func.value) not in (cst.Name, cst.Attribute):

@@ -196,8 +196,10 @@ def carried_container(
                 f"`{name}` is bound to `{_short(value)}`, which may be shared with other names; "
                 "only a new list, dict, set or tensor can travel to the session and back"
             )
-    if _aliased(name, scope, _after_every_run(facts, info, func, suite, end)):
-        return None, f"`{name}` is also reachable through another name, which would not see the session's changes"
+    where = escape_of(name, scope, _after_every_run(facts, info, func, suite, end), facts)
+    if where:
+        return None, (f"`{name}` is also reachable through another name ({where}), which would not see the "
+                      "session's changes")
     return Accumulator(name, "carried", None, -1), ""
 
 
@@ -250,7 +252,11 @@ def _unpacked_bindings(scope: cst.CSTNode, name: str) -> list[cst.BaseExpression
 
 
 def _fresh_object(expr: cst.BaseExpression, facts: Facts) -> bool:
-    if isinstance(expr, (cst.List, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp)):
+    if isinstance(expr, (cst.List, cst.Set, cst.Tuple)):
+        return not any(_shared_reference(e.value) for e in expr.elements)
+    if isinstance(expr, cst.Dict):
+        return not any(_shared_reference(e.value) for e in expr.elements)
+    if isinstance(expr, (cst.ListComp, cst.DictComp, cst.SetComp)):
         return True
     if isinstance(expr, cst.Call):
         from ndif_opt.analysis.facts import qualify
@@ -260,27 +266,96 @@ def _fresh_object(expr: cst.BaseExpression, facts: Facts) -> bool:
     return False
 
 
-def _aliased(name: str, scope: cst.CSTNode, later=()) -> bool:
+def _shared_reference(expr: cst.BaseExpression) -> bool:
+    """Is ``expr`` (an element of a container written out) an object another name may
+    hold (`{"vals": results}`)? A change made through the container would reach it. A
+    starred element (`[*xs]`) copies, a literal or a call makes a new value."""
+    if type(expr) is cst.Name:
+        return expr.value not in ("None", "True", "False")
+    if isinstance(expr, (cst.Attribute, cst.Subscript)):
+        return True
+    if isinstance(expr, (cst.List, cst.Set, cst.Tuple, cst.Dict)):
+        return any(_shared_reference(e.value) for e in expr.elements if not isinstance(e, cst.StarredDictElement))
+    return False
+
+
+# Builtins that read what they are given and keep no reference to it.
+_READING_BUILTINS = frozenset(
+    {"len", "print", "sorted", "list", "tuple", "set", "dict", "str", "repr", "sum", "min", "max", "any", "all",
+     "isinstance", "type", "id", "bool", "hash", "format", "enumerate", "zip", "reversed", "iter", "round", "abs"}
+)
+
+
+def _aliased(name: str, scope: cst.CSTNode, later=(), facts: Facts | None = None) -> bool:
     """Does ``name``'s object get a second name anywhere in ``scope`` but ``later``?"""
-    finder = _AliasFinder(name, {id(n) for n in later})
+    return bool(escape_of(name, scope, later, facts))
+
+
+def escape_of(name: str, scope: cst.CSTNode, later=(), facts: Facts | None = None) -> str:
+    """Where ``name``'s object may become reachable through something other than the
+    name (the construct, in words), or "": stored in another object, a bound method or a
+    default value made of it, handed to a call that may keep it."""
+    finder = _AliasFinder(name, {id(n) for n in later}, facts)
     walk(scope, finder)
-    return finder.found
+    return finder.where
 
 
 class _AliasFinder(cst.CSTVisitor):
     """Finds where a name's object gets a second name: `other = name`, `x.attr = name`,
-    `container.append(name)`, `{"k": name}`, `return name`, `global name`."""
+    `container.append(name)`, `{"k": name}`, `return name`, `global name`, `def f(s=name)`,
+    `add = name.append`, `Log(name)`, `functools.partial(f, name)`."""
 
-    def __init__(self, name: str, skip: set[int] = frozenset()) -> None:
+    def __init__(self, name: str, skip: set[int] = frozenset(), facts: Facts | None = None) -> None:
         self.name = name
         self.skip = skip
-        self.found = False
+        self.facts = facts
+        self.where = ""
+        self.called: set[int] = set()  # the `func` of each call seen
+
+    def _note(self, hit: bool, node: cst.CSTNode, what: str) -> None:
+        if hit and not self.where:
+            line = code_of(node).strip().splitlines()[0] if code_of(node).strip() else ""
+            self.where = f"{what} (`{line[:60]}`)"
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         return id(node) not in self.skip and super().on_visit(node)
 
+    def visit_Param(self, node: cst.Param) -> None:
+        self._note(node.default is not None and _is_name(node.default, self.name), node,
+                   "it is a parameter's default value")
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._note(id(node) not in self.called and _is_name(node.value, self.name), node,
+                   "one of its methods is taken as a value")
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        self._note(isinstance(node.value, cst.BaseExpression) and _is_name(node.value, self.name), node, "it is yielded")
+
+    def _kept_by_call(self, node: cst.Call) -> bool:
+        """May the call keep a reference to an argument? Not a reading builtin, nor a
+        function of this file that stores none of its parameters, nor a function of an
+        imported module other than `functools`."""
+        func = node.func
+        facts = self.facts
+        if type(func) is cst.Name:
+            if facts is not None and func.value in facts.functions:
+                target = facts.functions[func.value]
+                return any(_aliased(p.name.value, target.body) for p in all_params(target.params))
+            if func.value in _READING_BUILTINS and (facts is None or func.value not in facts.bindings):
+                return False
+        if facts is not None and isinstance(func, (cst.Name, cst.Attribute)):
+            root = func.value if type(func) is cst.Name else None
+            while type(func) is cst.Attribute:
+                func = func.value
+            root = func.value if type(func) is cst.Name else root
+            if root in facts.imports and facts.imports[root].split(".")[0] != "functools":
+                return False
+            if root is not None and type(node.func) is cst.Attribute and facts.is_model_like(root):
+                return False  # a method of the model's (`model.tokenizer.decode(ids)`)
+        return True
+
     def visit_Assign(self, node: cst.Assign) -> None:
-        self.found |= _is_name(node.value, self.name)
+        self._note(_is_name(node.value, self.name), node, "another name is bound to it")
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
         return False  # `a, b = ...` binds names, it does not store them
@@ -294,20 +369,26 @@ class _AliasFinder(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
+        self.called.add(id(func))
+        passed = any(_is_name(a.value, self.name) for a in node.args)
         if isinstance(func, cst.Attribute) and func.attr.value in ("append", "extend", "insert", "add", "update", "setdefault"):
-            self.found |= any(_is_name(a.value, self.name) for a in node.args)
+            self._note(passed, node, "it is stored in another container")
+        elif isinstance(func, cst.Attribute) and _is_name(func.value, self.name):
+            pass  # its own method
+        else:
+            self._note(passed and self._kept_by_call(node), node, "it is handed to a call that may keep it")
 
     def visit_Element(self, node: cst.Element) -> None:
-        self.found |= _is_name(node.value, self.name)
+        self._note(_is_name(node.value, self.name), node, "it is stored in another container")
 
     def visit_DictElement(self, node: cst.DictElement) -> None:
-        self.found |= _is_name(node.value, self.name)
+        self._note(_is_name(node.value, self.name), node, "it is stored in another container")
 
     def visit_Return(self, node: cst.Return) -> None:
-        self.found |= node.value is not None and _is_name(node.value, self.name)
+        self._note(node.value is not None and _is_name(node.value, self.name), node, "it is returned")
 
     def visit_Global(self, node: cst.Global) -> None:
-        self.found |= any(n.name.value == self.name for n in node.names)
+        self._note(any(n.name.value == self.name for n in node.names), node, "it is declared `global`")
 
 
 def _is_name(expr: cst.BaseExpression | None, name: str) -> bool:

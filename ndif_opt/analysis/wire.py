@@ -52,6 +52,43 @@ def wire_problem(name: str, statements, facts: Facts) -> str:
     return ""
 
 
+_STORING_METHODS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "appendleft"})
+
+
+def stored_problem(container: str, statements, facts: Facts) -> str:
+    """Why what ``statements`` store into ``container`` (`xs.append(v)`, `d[k] = v`)
+    cannot cross from NDIF to your machine when the container comes back from a session
+    (a function, a class, a module, a generator), or "" when all of it is data as far as
+    the code shows."""
+    for stmt in statements:
+        for value in _stored_values(stmt, container):
+            what = _made_by(value, facts)
+            if not what and type(value) is cst.Name:
+                problem = wire_problem(value.value, statements, facts)
+                if problem:
+                    return f"`{container}` would hold `{value.value}`, and {problem}"
+            elif what:
+                return f"`{container}` would hold {what}, which cannot be sent back from NDIF"
+    return ""
+
+
+def _stored_values(stmt: cst.CSTNode, container: str) -> list[cst.BaseExpression]:
+    """The values ``stmt`` puts into the object named ``container``."""
+    found: list[cst.BaseExpression] = []
+    for node in find_nodes(stmt, lambda n: isinstance(n, (cst.Call, cst.Assign))):
+        if isinstance(node, cst.Call):
+            func = node.func
+            if (isinstance(func, cst.Attribute) and func.attr.value in _STORING_METHODS
+                    and isinstance(func.value, cst.Name) and func.value.value == container):
+                found += [arg.value for arg in node.args]
+        else:
+            for target in node.targets:
+                t = target.target
+                if isinstance(t, cst.Subscript) and isinstance(t.value, cst.Name) and t.value.value == container:
+                    found.append(node.value)
+    return found
+
+
 _BINDERS = (cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef, cst.Assign, cst.WithItem)
 
 

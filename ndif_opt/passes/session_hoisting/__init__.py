@@ -616,6 +616,8 @@ class SessionHoisting(Pass):
 
         try:
             later = set(reads_after(facts, region.suite, region.end))
+            if region.kernel_keeps_names:  # a notebook's kernel keeps every module name for cells to come
+                later |= set(collect_all(region.statements).binds)
             region.split = split_region(
                 region.statements, facts, context.server, remote_work, taken, list(carry), later,
                 is_model=facts.is_model_like, drop_bars=context.options.unsafe_fixes,
