@@ -122,6 +122,9 @@ class ServerCheck:
         # the user's own modules next to the script (name -> source), read by the CLI
         self.local_modules = dict(local_modules or {})
         self._module_checks: dict[str, "ServerCheck | None"] = {}
+        # answers of this check, as `_functions` (a check's answers, not facts of the tree)
+        self._changed_parameters: dict[str, frozenset[str]] = {}
+        self._opaque_callables: dict[str, str] = {}
 
     def shipped_module(self, module: str) -> "ServerCheck | None":
         """A check for one of the user's modules that a remote request ships by value:
@@ -218,14 +221,18 @@ class ServerCheck:
             return frozenset(p.name.value for p in all_params(func.params)
                              if p.name.value in use.mutates and p.name.value not in use.binds
                              and self.facts.changes_a_module(p.name.value, use.mutates[p.name.value]))
-        return self.facts.once(("effects:changed parameters", name), compute)
+        if name not in self._changed_parameters:
+            self._changed_parameters[name] = compute()
+        return self._changed_parameters[name]
 
     def opaque_callable(self, name: str) -> str:
         """Why a call of ``name`` may change an object of your machine that no reading of
         the call shows, or "": a name bound to a bound method (`add = history.append`),
         to what a call returned (`push = functools.partial(list.append, results)`), or to
         a `def` or `lambda` inside a function that changes what it closes over."""
-        return self.facts.once(("effects:opaque callable", name), lambda: self._opaque_callable(name))
+        if name not in self._opaque_callables:
+            self._opaque_callables[name] = self._opaque_callable(name)
+        return self._opaque_callables[name]
 
     def _opaque_callable(self, name: str) -> str:
         facts = self.facts
