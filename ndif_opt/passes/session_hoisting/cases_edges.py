@@ -267,6 +267,46 @@ for prompt in ["a", "b"]:
         reason="may end the iteration early, before remote work that follows it",
     ),
     Case(
+        name="a handler that skips the rest of the iteration: the session records where it did",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+for prompt in ["a", "b"]:
+    try:
+        with model.trace(prompt, remote=True):
+            top = model.lm_head.output[0, -1].argmax().save()
+    except Exception:
+        continue
+    print(prompt, top.item())
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    _ndif_rows = list().save()  # one record per iteration, replayed after the session
+    for prompt in ["a", "b"]:
+        _ndif_it = list()  # this iteration's records, and which way its branches went, in order
+        _ndif_rows.append(_ndif_it)
+        try:
+            with model.trace(prompt):
+                top = model.lm_head.output[0, -1].argmax().save()
+        except Exception:
+            _ndif_it.append(True)
+            continue
+        _ndif_it.append(False)
+        _ndif_it.append({"prompt": prompt, "top": top.item()})
+for _ndif_it in _ndif_rows:
+    _ndif_items = iter(_ndif_it)  # taken in the order the session recorded them
+    if next(_ndif_items):
+        continue
+    _ndif_row = next(_ndif_items)
+    prompt = _ndif_row["prompt"]
+    print(prompt, _ndif_row["top"])
+""",
+    ),
+    Case(
         name="a function reading a name the session computes takes it as an argument",
         before="""\
 from nnsight import LanguageModel

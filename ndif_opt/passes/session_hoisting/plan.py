@@ -347,8 +347,9 @@ def unreturned_names(region: Region, facts: Facts, accumulators) -> set[str]:
     kept |= set(region.saved_here.values())
     if region.split is not None:
         kept |= set(region.split.carried) | region.split.record_names
-        # what the client part reads comes back in the records
-        kept |= set(collect_all(region.split.replay).reads)
+        # what the client part reads comes back in the records (a name the replay binds in
+        # some iterations only may end with an earlier value: not brought back)
+        kept |= set(collect_all(region.split.replay).reads) - region.split.partial
     unkept = [n for n in collect_all(region.moved).binds if n not in kept]
     block_bodies = tuple(b.node.body for b in region.blocks)
     # a name bound somewhere in the region but in none of its blocks is bound outside

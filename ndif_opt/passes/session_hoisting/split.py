@@ -38,6 +38,7 @@ from ndif_opt.analysis.names import exposed_reads
 from ndif_opt.passes.session_hoisting.split_checks import (
     check_independence,
     check_kept_paths,
+    check_no_remote_left,
     mixed_items,
     origin_of,
     shallow_containers,
@@ -79,7 +80,8 @@ def split_region(statements, facts: Facts, server_check, remote_work, taken: set
     log = splitter.fresh("log") if needs_log(items) or carry else ""
     record = Split([], [], 0)
     server_stmts, replay = build_split(items, log, splitter, facts, carry, record)
+    check_no_remote_left([*prelude, *replay], facts, remote_work)
     unsaved = set().union(*(i.unsaved for i in mixed_items(items)))
     return replace(record, server=server_stmts, replay=replay, deferred=splitter.deferred, carried=carry,
-                   record_names=splitter.record_names, unsaved=unsaved, dropped_bars=splitter.dropped_bars,
+                   record_names=splitter.record_names, partial=splitter.partial, unsaved=unsaved, dropped_bars=splitter.dropped_bars,
                    fallback=splitter.handled_failures > 0, prelude=prelude, prepared=len(splitter.pre))

@@ -7,7 +7,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import NameUse, collect, exposed_reads, target_names
-from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS
+from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS, MODEL_BLOCK_METHODS
 from ndif_opt.passes.session_hoisting.split_items import (
     Item,
     Part,
@@ -269,3 +269,29 @@ def check_independence(server: NameUse, client: NameUse, server_exposed, later: 
                 f"`{name}` is changed by code that must run on your machine and is also used by the remote "
                 f"part{origin(name)}"
             )
+
+
+def check_no_remote_left(stmts: list[cst.BaseStatement], facts: Facts, remote_work) -> None:
+    """The split's own check of what it wrote: the code that runs on your machine (before
+    the session, and its replay after it) sends no request. A model's block or a call of a
+    function that runs one left there would send each request the session was meant to
+    take, again, after it (and the pipeline's next round would wrap it in a session of its
+    own). ``remote_work``: the pass's question, for the calls of functions that trace."""
+    for stmt in stmts:
+        blocks = find_nodes(stmt, lambda n: type(n) is cst.With and any(_opens_a_block(i.item, facts) for i in n.items))
+        if blocks or remote_work(stmt)[0]:
+            raise Refused(
+                f"`{first_code_line(blocks[0] if blocks else stmt)}` would stay on your machine, after the session, "
+                "where it would send its requests again (ndif-opt could not split this code: please report it)"
+            )
+
+
+def _opens_a_block(expr: cst.BaseExpression, facts: Facts) -> bool:
+    """`model.trace(...)`, `model.generate(...)`, `model.session(...)` of a model of the file."""
+    if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in MODEL_BLOCK_METHODS):
+        return False
+    root = expr.func.value
+    while isinstance(root, (cst.Attribute, cst.Subscript, cst.Call)):
+        root = root.func if isinstance(root, cst.Call) else root.value
+    return isinstance(root, cst.Name) and facts.is_model_like(root.value)

@@ -49,7 +49,21 @@ def jumps_out(node: cst.CSTNode) -> bool:
     return False
 
 
-def _is_jump(stmt: cst.CSTNode) -> bool:
+def loop_jumps(node: cst.CSTNode) -> set[str]:
+    """The kinds (`break`, `continue`) of the jumps of the loop around it that ``node`` holds."""
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        kind = type(current)
+        if kind in _JUMP_KINDS:
+            found.add("break" if kind is cst.Break else "continue")
+        elif kind not in _OWN_JUMPS_KINDS:
+            stack.extend(content_children(current))
+    return found
+
+
+def is_jump(stmt: cst.CSTNode) -> bool:
     """`break` or `continue` alone on its line."""
     return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
             and isinstance(stmt.body[0], (cst.Break, cst.Continue)))
@@ -95,6 +109,9 @@ class Split:
     named_records: dict[str, list[cst.BaseStatement]] = field(default_factory=dict)
     log: cst.BaseStatement | None = None  # the line that makes the run's record, if any
     log_entries: set[int] = field(default_factory=set)  # ids of the lines that fill it
+    # names the replay binds only in the iterations that reach the line binding them (a loop
+    # that branches or jumps): it may end holding an earlier value than the code as written
+    partial: set[str] = field(default_factory=set)
 
     def drop_records(self, names: set[str]) -> None:
         """Leave out the records of ``names``, which the session saves anyway: each holds
@@ -181,6 +198,7 @@ class Splitter:
         self.remote_work = remote_work  # stmt -> (has remote work, block bodies to skip)
         self.taken = set(taken)
         self.record_names: set[str] = set()
+        self.partial: set[str] = set()  # see Split.partial
         self.deferred = 0
         self.taken_functions = set(facts.functions)  # a same-file `len` is not the builtin
         self.client_names: set[str] = set()  # names the client part has bound or changed so far
@@ -209,6 +227,11 @@ class Splitter:
             if parts is None:
                 parts = [self._classify(stmt)]
             for item in parts:
+                if item.role is Part.SERVER and self.in_loop and not is_jump(item.stmt) \
+                        and len(loop_jumps(item.stmt)) > 1:
+                    # (the replay takes the way the session went: one kind of jump a statement)
+                    raise Refused(f"`{first_code_line(item.stmt)}` may end the loop's iteration both by `break` "
+                                  "and by `continue`: the session could record only whether it jumped")
                 item.depth = len(self.jumped)
                 item.branch = self.branch_depth > 0
                 item.after_jump = bool(self.jumped) and self.jumped[-1]
@@ -455,7 +478,7 @@ class Splitter:
         if any(jumps_out(s) for s in tail):
             # `break`/`continue` after the remote work (a retry that stops on success): the
             # session's loop must take it too, or it would run every attempt
-            if not _is_jump(tail[-1]) or any(jumps_out(s) for s in tail[:-1]):
+            if not is_jump(tail[-1]) or any(jumps_out(s) for s in tail[:-1]):
                 raise Refused(
                     f"`{first_code_line(next(s for s in tail if jumps_out(s)))}` ends the loop's iteration inside a "
                     "`try`, after code that must run on your machine: the session could not tell whether it ran"
@@ -693,7 +716,7 @@ def _check_early_ends(items: list[Item]) -> None:
         if item.role is Part.CLIENT and isinstance(item.stmt, cst.Try) \
                 and jump_out_of(item.stmt, raises=False) is not None:
             # (a jump the session mirrors is no work: see split_try)
-            if any(later.role is not Part.CLIENT and not _is_jump(later.stmt) for later in items[index + 1 :]):
+            if any(later.role is not Part.CLIENT and not is_jump(later.stmt) for later in items[index + 1 :]):
                 raise Refused(
                     f"`{first_code_line(item.stmt)}` may end the iteration early, before remote work that "
                     "follows it; a session runs that work either way"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
-from ndif_opt.analysis.names import collect, definite_binds
+from ndif_opt.analysis.names import collect, collect_all, definite_binds
 from ndif_opt.analysis.regions import bound_before
 from ndif_opt.passes.common.records import Keys, LogKeys, Reader, Recorded, Shape, shape
 from ndif_opt.passes.session_hoisting.split_checks import check_prelude
@@ -17,12 +17,15 @@ from ndif_opt.passes.session_hoisting.split_items import (
     Part,
     Split,
     Splitter,
+    is_jump,
     jumps_out,
+    loop_jumps,
     progress_call,
     unwrap_progress,
 )
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import opening
+from ndif_opt.syntax.walk import transform
 
 
 def prelude_statements(items: list[Item], splitter: Splitter, facts: Facts) -> list[cst.BaseStatement]:
@@ -305,6 +308,15 @@ def _split_loop_events(item: Item, facts: Facts, splitter: Splitter):
         body=loop.body.with_changes(body=[_statement(f"{items} = iter({it})", TAKEN_COMMENT), *client_body]),
         leading_lines=loop.leading_lines,
     ))
+    # an iteration binds what its records hold only where it reaches them: after the replay
+    # such a name may hold an earlier iteration's value, not the last one the loop bound
+    # (not one every iteration binds before anything may end it)
+    sure: set[str] = set()
+    for stmt in client_body:
+        if jumps_out(stmt):
+            break
+        sure |= definite_binds(stmt)
+    splitter.partial |= set(collect_all([client_loop]).binds) - sure - splitter.record_names
     return server_loop, client_loop
 
 
@@ -322,10 +334,18 @@ class _Events:
         server: list[cst.BaseStatement] = []
         client: list[cst.BaseStatement] = []
         for child in children:
-            if child.role is Part.SERVER:
+            if child.role is Part.SERVER and (is_jump(child.stmt) or not jumps_out(child.stmt)):
                 server.append(child.stmt)
-                if jumps_out(child.stmt):  # a bare `break`/`continue`: the replay jumps too
+                if is_jump(child.stmt):  # a bare `break`/`continue`: the replay jumps too
                     client.append(child.stmt)
+            elif child.role is Part.SERVER:
+                # a statement that may end the iteration (a `try` whose handler says
+                # `continue`): the session records whether it did, the replay jumps where
+                # it did; the statement itself (remote work) runs only in the session
+                server += [_recording_jumps(child.stmt, self.it),
+                           cst.parse_statement(f"{self.it}.append(False)\n")]
+                jump = next(iter(loop_jumps(child.stmt)))
+                client.append(cst.parse_statement(f"if next({self.items}):\n    {jump}\n"))
             elif child.role is Part.CLIENT:
                 keys = Keys({value.name for value in child.records if value.name})
                 for value in child.records:
@@ -373,6 +393,47 @@ class _Events:
             leading_lines=[],
         )
         return server_if, client_if
+
+def _recording_jumps(stmt: cst.BaseStatement, it: str) -> cst.BaseStatement:
+    """``stmt`` with `it.append(True)` before each `break`/`continue` of the loop around it
+    (not those of loops or functions inside it); the nodes it does not change are kept (the
+    session's rewrite finds its blocks by them)."""
+    return transform(stmt, _RecordJumps(it))
+
+
+class _RecordJumps(cst.CSTTransformer):
+    def __init__(self, it: str) -> None:
+        self.record = cst.parse_statement(f"{it}.append(True)\n")
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return type(node) not in (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+    def leave_IndentedBlock(self, original, updated):
+        if not any(is_jump(line) for line in updated.body):
+            return updated
+        body = []
+        for line in updated.body:
+            if is_jump(line):  # a line of its own before the jump's, the jump's comments above both
+                body += [self.record.with_changes(leading_lines=line.leading_lines), line.with_changes(leading_lines=[])]
+            else:
+                body.append(line)
+        return updated.with_changes(body=body)
+
+    def leave_SimpleStatementSuite(self, original, updated):
+        """`except Exception: continue`: the record before the jump, on its line."""
+        if not any(type(small) in (cst.Break, cst.Continue) for small in updated.body):
+            return updated
+        body = []
+        for small in updated.body:
+            if type(small) in (cst.Break, cst.Continue):
+                body.append(self.record.body[0])
+            body.append(small)
+        return updated.with_changes(body=body)
+
+    def leave_SimpleStatementLine(self, original, updated):
+        # (a jump alone on its line gets a line of its own before it: see leave_IndentedBlock)
+        return updated if is_jump(updated) else self.leave_SimpleStatementSuite(original, updated)
+
 
 def _tuple_code(names: list[str]) -> str:
     if not names:
