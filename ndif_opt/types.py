@@ -406,6 +406,26 @@ def is_known(value: Number | Count) -> bool:
     return not isinstance(value, Count)
 
 
+def direction(change: Number | Count) -> str | None:
+    """"fewer" when ``change`` (before − after) is positive, "more" when negative — for
+    loops of unknown length, when they run long (its highest-degree terms decide); None
+    for no change."""
+    if is_known(change):
+        return "fewer" if change > 0 else "more" if change < 0 else None
+    by_degree: dict[int, float] = {}
+    for monomial, coefficient in change.terms:
+        by_degree[len(monomial)] = by_degree.get(len(monomial), 0) + coefficient
+    for degree in sorted(by_degree, reverse=True):
+        if abs(by_degree[degree]) > 1e-9:
+            return "fewer" if by_degree[degree] > 0 else "more"
+    return direction(change.constant)
+
+
+def grows(before: Number | Count, after: Number | Count) -> bool:
+    """Is ``after`` above ``before`` (for loops of unknown length: when they run long)?"""
+    return direction(before - after) == "more"
+
+
 def loops_in(*values: Number | Count) -> tuple[UnknownLoop, ...]:
     """The loops of unknown length the values depend on, in order."""
     found: dict[UnknownLoop, None] = {}

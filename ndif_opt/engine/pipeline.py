@@ -428,11 +428,13 @@ def _column_sum(values: tuple) -> int | float | UnknownDownloads:
 
 
 def _run_module(source: str, options: Options, run: RunContext | None = None,
-                module: cst.Module | None = None, with_edits: bool = True) -> Result:
+                module: cst.Module | None = None, with_edits: bool = True,
+                passes: list[Pass] | None = None) -> Result:
     """The passes over one module: a whole file, or a window's prelude and text (``module``:
     its parse, when the caller has it; a window's edits are taken of its own text, not
     here). Python's parser and the prefilter have looked at the file already (run_pipeline).
-    ``run``: the run's context (the file's, when None)."""
+    ``run``: the run's context (the file's, when None). ``passes``: those to run, in order
+    (default: the registry's, as ``options`` asks)."""
     if run is None:
         run = _file_context(options, source)
     if module is None:
@@ -444,7 +446,7 @@ def _run_module(source: str, options: Options, run: RunContext | None = None,
         raise
     except Exception as error:  # never crash on code we do not understand
         return _untouched(source, "analysis", error)
-    passes = _passes_for(options)
+    passes = _passes_for(options) if passes is None else passes
     rounds = Run(source, options, run, version, passes, STEPS).rounds()
     if rounds.again():  # (the migration would leave containers empty: once more, refusing that)
         rounds = Run(source, options, run, version, passes, STEPS, earlier=rounds).rounds()

@@ -131,6 +131,7 @@ class Turn:
     context: Context | None = None  # the pass's, once prepared
     module: cst.Module | None = None  # the pass's version of the tree
     facts: Facts | None = None  # of ``module``, when a step has analysed it already
+    estimate: Estimate | None = None  # of ``facts``, when a step has estimated it already
     located: list[Finding] = dataclasses.field(default_factory=list)  # its findings, placed
     reported: list[Finding] = dataclasses.field(default_factory=list)  # those not applied
     applied_from: int = 0  # where its applied findings begin in the run's
@@ -240,8 +241,8 @@ class Run:
             return False
         api = None if turn.pass_.runs_first_once else self.version.api  # only migration changes it
         facts = turn.facts if turn.facts is not None else analyze_version(turn.module, self.version.facts, self.options)
-        self.version = Version(turn.module, facts, code, self.options, _positions=positions, _api=api,
-                               lineage=self.version.lineage)
+        self.version = Version(turn.module, facts, code, self.options, _estimate=turn.estimate,
+                               _positions=positions, _api=api, lineage=self.version.lineage)
         return True
 
     def result(self, with_edits: bool) -> Result:

@@ -19,13 +19,15 @@ from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.legacy_api import PRE_05, PRE_05_MESSAGE, legacy_summary
 from ndif_opt.analysis.regions import client_objects_filled_remotely
 from ndif_opt.analysis.releases import NNSIGHT_06, unbound_on_server
-from ndif_opt.cost_model import assumptions
+from ndif_opt.cost_model import assumptions, explain
 from ndif_opt.engine.finding_edits import LineOrigins
 from ndif_opt.engine.release_lowering import lower_for_06
 from ndif_opt.engine.rounds import Outcome, Run, Turn, Version, analyze_version, internal_error, locate
 from ndif_opt.engine.suppression import Suppressions
 from ndif_opt.passes import Context, Pass
-from ndif_opt.types import Cost, Count, Finding, PassCost, Range, Status
+from ndif_opt.syntax.walk import find_nodes
+from ndif_opt.types import Cost, Count, Finding, PassCost, Range, Status, default_names, grows, loops_in
+from ndif_opt.wording import count_text
 
 
 class Step:
@@ -357,6 +359,66 @@ def _not_on_06(finding: Finding, unbound: list[str]) -> Finding:
     return dataclasses.replace(left_out, message=f"left out for nnsight 0.6: {left_out.message}")
 
 
+class Guards(Step):
+    """What the run takes of no pass, whatever the pass (docs/decisions.md, "A fix is never
+    worse"): a version that rewrites code the same pass wrote in an earlier round (a pass
+    firing again on its own output would grow the code round after round), and one that
+    sends more requests than the code as written (no fix; only a pass that ``adds_requests``
+    may). The pass's version is let go, and a finding says why; the pass is not run again on
+    this version (its one finding is its word, as the stable step keeps it)."""
+
+    name = "guards"
+
+    def __init__(self, run: Run, earlier: Step | None) -> None:
+        super().__init__(run, earlier)
+        self.added_by: dict[str, str] = {}  # a name a pass added -> that pass
+        self.requests_as_written = run.version.cost.requests
+
+    def amend(self, turn: Turn) -> None:
+        if turn.module is None or turn.module is turn.version.module:
+            return
+        reason = self._own_output(turn) or self._more_requests(turn)
+        if reason:
+            where = next((f.range for f in turn.located if f.status is Status.APPLIED), Range.of(0, 0, 0, 0))
+            turn.module, turn.facts, turn.estimate = turn.version.module, None, None
+            turn.context.introduced.clear()  # (nothing of the version stays: no names either)
+            turn.context.unreturned.clear()
+            turn.located = [Finding(turn.pass_.id, f"{turn.pass_.id} left this code unchanged", where,
+                                   Status.SKIPPED, reason=reason)]
+
+    def taken(self, turn: Turn) -> None:
+        if turn.changed:
+            self.added_by.update(dict.fromkeys(turn.context.introduced, turn.pass_.id))
+
+    def _own_output(self, turn: Turn) -> str:
+        own = {name for name, by in self.added_by.items() if by == turn.pass_.id}
+        for raw in turn.context.findings if own else ():
+            if raw.status is not Status.APPLIED:
+                continue
+            nodes = [raw.node] if raw.through is None else [raw.node, raw.through]
+            held = sorted({n.value for node in nodes for n in find_nodes(node, lambda n: type(n) is cst.Name)} & own)
+            if held:
+                return (f"{turn.pass_.id} would rewrite code it wrote itself in an earlier round (it holds "
+                        f"`{held[0]}`): left as that round wrote it, so the pipeline does not grow the code round "
+                        "after round (please report it)")
+        return ""
+
+    def _more_requests(self, turn: Turn) -> str:
+        if turn.pass_.adds_requests:
+            return ""
+        run = turn.run
+        if turn.facts is None:
+            turn.facts = analyze_version(turn.module, turn.version.facts, run.options)
+        if turn.estimate is None:
+            turn.estimate = explain(turn.facts, run.options)
+        before, after = self.requests_as_written, turn.estimate.cost.requests
+        if not grows(before, after):
+            return ""
+        names = default_names(loops_in(before, after))
+        return (f"{turn.pass_.id} would leave the script sending more requests than as written "
+                f"({count_text(before, names)} → {count_text(after, names)}): not applied (please report it)")
+
+
 class Refusals(Step):
     """The refusals of a pass that explains every construct (``Pass.explains``) stand when
     a later round no longer considers the construct: a loop whose inner loop became a
@@ -458,6 +520,7 @@ STEPS: tuple[type[Step], ...] = (
     Names,
     Suppression,
     ReleaseLowering,
+    Guards,
     Refusals,
     Costs,
     FindingEdits,

@@ -16,6 +16,8 @@ from ndif_opt.types import (
     UnknownDownloads,
     UnknownLoop,
     default_names,
+    direction,
+    grows,
     is_known,
     may_be_positive,
 )
@@ -97,26 +99,6 @@ def _symbolic_ratio(before: Number | Count, after: Number | Count, names) -> str
         return f"{ratio:.3g}× {word}"
     text = count_text(ratio, names, number=lambda v: f"{v:.3g}")
     return (f"({text})" if " " in text else text) + f"× {word}"
-
-
-def direction(change: Number | Count) -> str | None:
-    """"fewer" when ``change`` (before − after) is positive, "more" when negative — for
-    loops of unknown length, when they run long (its highest-degree terms decide); None
-    for no change."""
-    if is_known(change):
-        return "fewer" if change > 0 else "more" if change < 0 else None
-    by_degree: dict[int, float] = {}
-    for monomial, coefficient in change.terms:
-        by_degree[len(monomial)] = by_degree.get(len(monomial), 0) + coefficient
-    for degree in sorted(by_degree, reverse=True):
-        if abs(by_degree[degree]) > 1e-9:
-            return "fewer" if by_degree[degree] > 0 else "more"
-    return direction(change.constant)
-
-
-def grows(before: Number | Count, after: Number | Count) -> bool:
-    """Is ``after`` above ``before`` (for loops of unknown length: when they run long)?"""
-    return direction(before - after) == "more"
 
 
 # ---------------------------------------------------------------------------------------

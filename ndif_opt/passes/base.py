@@ -133,6 +133,10 @@ class Pass:
     #: API stops it (findings only: ``Context.rewrites_refused`` says why); and a refusal
     #: of an earlier round stands when a later round no longer considers its construct
     explains: ClassVar[bool] = False
+    #: its fix may send more requests than the code as written: it splits a request NDIF
+    #: would stop (over the hour's limit) into several it runs; any other pass's version
+    #: that sends more is no fix, and the pipeline does not take it
+    adds_requests: ClassVar[bool] = False
 
     def __init__(self, report_only: bool = False) -> None:
         self.report_only = report_only

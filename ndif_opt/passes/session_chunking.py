@@ -87,6 +87,7 @@ CHUNK = "_ndif_chunk"
 class SessionChunking(Pass):
     __doc__ = __doc__
     fix_safety = "safe"
+    adds_requests = True  # one request NDIF would stop becomes several it runs
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         options = context.options
