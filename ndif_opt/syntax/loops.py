@@ -121,3 +121,32 @@ def loop_lines(source: str) -> dict[tuple[str, str], list[int]]:
     for lines in found.values():
         lines.sort()
     return found
+
+
+@functools.lru_cache(maxsize=1024)
+def map_as_comprehension(call: cst.Call) -> tuple[cst.CompFor, cst.BaseExpression] | None:
+    """`map(f, xs)` read as `[f(x) for x in xs]` and `map(lambda p: E, xs)` as
+    `[E for p in xs]`: the comprehension's ``for`` clause and its element (built once per
+    call: the walks key what they learn by node), or None for any other call (several
+    iterables, a lambda of other parameters)."""
+    if type(call.func) is not cst.Name or call.func.value != "map" or len(call.args) != 2:
+        return None
+    function, iterable = call.args
+    if function.keyword is not None or iterable.keyword is not None or function.star or iterable.star:
+        return None
+    if type(function.value) is cst.Lambda:
+        params = function.value.params
+        if len(params.params) != 1 or params.star_arg is not cst.MaybeSentinel.DEFAULT and params.star_arg \
+                or params.kwonly_params or params.star_kwarg or params.posonly_params:
+            return None
+        target: cst.BaseAssignTargetExpression = params.params[0].name
+        element = function.value.body
+    elif type(function.value) is cst.Name:
+        target = cst.Name(MAPPED_ITEM)
+        element = cst.Call(func=function.value, args=(cst.Arg(cst.Name(MAPPED_ITEM)),))
+    else:
+        return None
+    return cst.CompFor(target=target, iter=iterable.value), element
+
+
+MAPPED_ITEM = "_ndif_mapped_item"  # the element `map(f, xs)` hands `f`, as a comprehension's variable

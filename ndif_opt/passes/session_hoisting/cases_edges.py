@@ -776,4 +776,23 @@ with model.session(remote=True):
 print(top)
 """,
     ),
+    Case(
+        name="a function that sends a request, mapped over prompts, is named",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def top_token(prompt):
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output.save()
+    return logits[0, -1].argmax().item()
+
+
+tops = list(map(top_token, ["The Eiffel Tower is in", "Water boils at"]))
+print(tops)
+""",
+        reason="write it as a comprehension",
+    ),
 )

@@ -9,15 +9,38 @@ from ndif_opt.analysis.facts import Block, Facts, Remote
 from ndif_opt.analysis.names import collect, collect_all
 from ndif_opt.analysis.opaque import blocks_through_names, callback_loops, closure_loops, code_strings
 from ndif_opt.analysis.regions import client_objects_filled, intermediates
+from ndif_opt.analysis.remote_functions import helper_calls
 from ndif_opt.analysis.retries import PortableRetry
 from ndif_opt.cost_model import RegionRequests
 from ndif_opt.passes.base import Context
 from ndif_opt.passes.session_hoisting.region import Region
 from ndif_opt.passes.session_hoisting.split_items import Split
+from ndif_opt.syntax.loops import map_as_comprehension
 from ndif_opt.syntax.rewrite import code_of
 from ndif_opt.syntax.walk import find_nodes
 from ndif_opt.types import Status
 from ndif_opt.wording import claim_text, counted_with_loops, symbols, tense
+
+
+def _mapped_helper_calls(facts: Facts, helpers: dict) -> list[tuple[cst.Call, cst.Call]]:
+    """`map(f, xs)` and `map(lambda x: ..., xs)` outside nnsight blocks whose element calls a
+    function that sends requests: (the `map` call, the call of it in the element)."""
+    if not helpers:
+        return []
+    blocks = {id(block.node) for block in facts.blocks}
+    found = []
+    for info in facts.statements.values():
+        if type(info.node) is not cst.SimpleStatementLine or any(id(n) in blocks for n in info.ancestors):
+            continue
+        for call in find_nodes(info.node, lambda n: type(n) is cst.Call and type(n.func) is cst.Name
+                               and n.func.value == "map"):
+            mapped = map_as_comprehension(call)
+            if mapped is None:
+                continue
+            calls = helper_calls(mapped[1], helpers)
+            if calls:
+                found.append((call, calls[0][0]))
+    return found
 
 
 def drop_nested_repeats(findings: list, mark: int) -> None:
@@ -35,10 +58,22 @@ def drop_nested_repeats(findings: list, mark: int) -> None:
     findings[mark:] = [f for f in findings[mark:] if id(f) not in nested]
 
 
-def name_the_unseen(facts: Facts, context: Context) -> None:
+def name_the_unseen(facts: Facts, context: Context, helpers: dict) -> None:
     """A finding for each construct whose requests no reading of the file can see
     (analysis/opaque.py): a loop calling a callback handed the model, or a closure a
-    same-file factory made, nnsight code in a string, a block opened through a name."""
+    same-file factory made, nnsight code in a string, a block opened through a name; and
+    for each `map(...)` of a function that sends requests (``helpers``), which the pass
+    does not hoist (a comprehension it may)."""
+    for call, helper_call in _mapped_helper_calls(facts, helpers):
+        clause, _element = map_as_comprehension(call)
+        name = code_of(helper_call.func)
+        context.skipped(
+            call,
+            f"this `map(...)` calls `{name}`, which sends a remote request, once per element of "
+            f"`{code_of(clause.iter)}`",
+            "not hoisted: ndif-opt bundles the requests of `for` loops and comprehensions, not of `map`: write it "
+            f"as a comprehension (`[... for ... in {code_of(clause.iter)}]`) or a `for` loop",
+        )
     for found in callback_loops(facts):
         context.skipped(
             found.loop,
