@@ -301,7 +301,7 @@ for _ndif_it in _ndif_rows:
     _ndif_items = iter(_ndif_it)  # taken in the order the session recorded them
     if next(_ndif_items):
         continue
-    _ndif_row = next(_ndif_items)
+    _ndif_row = next(_ndif_items)  # what the session recorded for the statement below
     prompt = _ndif_row["prompt"]
     print(prompt, _ndif_row["top"])
 """,

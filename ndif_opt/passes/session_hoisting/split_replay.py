@@ -83,6 +83,7 @@ LOG_COMMENT = "# the values the replay after the session reads, by name"
 UNBOUND_COMMENT = "# not bound on every path: left unbound, as the loop would leave it"
 EVENTS_COMMENT = "# this iteration's records, and which way its branches went, in order"
 TAKEN_COMMENT = "# taken in the order the session recorded them"
+RECORD_COMMENT = "# what the session recorded for the statement below"
 
 
 def _statement(code: str, comment: str = "") -> cst.BaseStatement:
@@ -354,8 +355,9 @@ class _Events:
                 reader = Reader(record, self.splitter.fresh_plain)
                 child.replayed = reader.read(child.stmt, child.records)
                 server.append(cst.parse_statement(f"{self.it}.append({record.value})\n"))
-                taken = f"{record.target} = next({self.items})" if keys.codes else f"next({self.items})"
-                client += [cst.parse_statement(taken + "\n"), *reader.bindings, child.replayed]
+                taken = (_statement(f"{record.target} = next({self.items})", RECORD_COMMENT) if keys.codes
+                         else cst.parse_statement(f"next({self.items})\n"))
+                client += [taken, *reader.bindings, child.replayed]
             elif child.role is Part.MIXED and _silent(child, self.facts):
                 server.append(_server_loop(child, self.facts))
             elif child.role is Part.MIXED:
