@@ -416,6 +416,21 @@ for _family in ("gpt2", "llama"):
         ] = ("cost model gap: a batch tokenized inside the helper (`lm.tokenizer(prompts[i : i + 2])`) is assumed "
              "the default prompt length, and the lists the session returns are not counted (the model the helper "
              "receives as a parameter is resolved: layers match)")
+    for _version in ("original", "optimized"):
+        for _case in (f"[[0, 99, 1]-{_family}]", f"[[0, 1, 99]-{_family}]"):
+            NOT_PREDICTED[f"test_execution_try_split::test_a_handler_that_continues_is_replayed_without_the_trace"
+                          f"{_case}:{_version}"] = (
+                "a request fails by design (layer 99 does not exist): its forward pass never runs; the cost "
+                "model counts a run without failures (requests right)")
+        for _test in ("test_a_name_the_replay_binds_on_some_iterations_is_listed_as_not_brought_back",
+                      "test_a_recorded_failure_then_a_continue_on_a_value"):
+            NOT_PREDICTED[f"test_execution_try_split::{_test}[{_family}]:{_version}"] = (
+                "a request fails by design (layer 99 does not exist): its forward pass never runs; the cost "
+                "model counts a run without failures")
+        NOT_PREDICTED[f"test_execution_reach::test_a_closure_reached_through_a_container_or_a_tuple_is_named"
+                      f"[dict-of-closures-{_family}]:{_version}"] = (
+            "cost model gap: the length of a dict comprehension's `.items()` is not followed (N predicted, "
+            "3 measured)")
 
 for _pair in ("gpt2-llama", "llama-gpt2"):
     for _version in ("original", "optimized"):
