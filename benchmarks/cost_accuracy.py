@@ -548,6 +548,9 @@ def _replay_module(path: Path, examples: dict[str, str]) -> list[Script]:
                    for c in ast.walk(node)):
                 runners.add(name)
                 changed = True
+    # helpers that start a process (`subprocess.run`): the replay never runs them, whatever
+    # they read (a test running a script with NDIF unreachable is no emulated row)
+    spawners = {name for name, node in functions.items() if _starts_a_process(node)}
     recorded: list[Script] = []
     current = {"name": ""}
 
@@ -608,7 +611,7 @@ def _replay_module(path: Path, examples: dict[str, str]) -> list[Script]:
             if "tmp_path" in {a.arg for a in node.args.args}:  # pytest's fixture: a directory of the test's own
                 namespace["tmp_path"] = Path(tempfile.mkdtemp(prefix="cost_accuracy_", dir=_scratch()))
             for stmt in _statements(node.body):
-                if _prepares_files(stmt, runners):
+                if _prepares_files(stmt, runners | spawners):
                     # a statement that writes the files the script reads (`np.save(tmp_path / ...)`)
                     try:
                         exec(compile(ast.Module([stmt], []), str(path), "exec"), namespace)
@@ -646,6 +649,12 @@ def _scratch() -> str:
         _SCRATCH.append(tempfile.mkdtemp(prefix="cost_accuracy_"))
         atexit.register(shutil.rmtree, _SCRATCH[0], True)
     return _SCRATCH[0]
+
+
+def _starts_a_process(node: ast.AST) -> bool:
+    """Does ``node`` call ``subprocess``?"""
+    return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
+               and c.func.value.id == "subprocess" for c in ast.walk(node))
 
 
 def _prepares_files(stmt: ast.stmt, runners: set[str]) -> bool:
