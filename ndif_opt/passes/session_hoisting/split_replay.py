@@ -355,7 +355,9 @@ class _Events:
                 reader = Reader(record, self.splitter.fresh_plain)
                 child.replayed = reader.read(child.stmt, child.records)
                 server.append(cst.parse_statement(f"{self.it}.append({record.value})\n"))
-                taken = (_statement(f"{record.target} = next({self.items})", RECORD_COMMENT) if keys.codes
+                # (a name of the tool's own says what it holds; the user's names need no word)
+                comment = RECORD_COMMENT if record.target.startswith("_ndif_") else ""
+                taken = (_statement(f"{record.target} = next({self.items})", comment) if keys.codes
                          else cst.parse_statement(f"next({self.items})\n"))
                 client += [taken, *reader.bindings, child.replayed]
             elif child.role is Part.MIXED and _silent(child, self.facts):
