@@ -14,7 +14,9 @@ never left as it is without a word):
   block at all, is decided when the script runs;
 - a loop that calls a function made when the script runs: a *closure* a same-file factory
   returns (`run = make_runner(remote=True)`, `def make_runner(remote): def run(p): with
-  model.trace(...)`; `return run`), whose remote flag and model the factory's call fixed.
+  model.trace(...)`; `return run`), whose remote flag and model the factory's call fixed;
+- a `map(...)` of a function that sends requests: a request per element, which ndif-opt bundles
+  when the same loop is written as a comprehension or a `for` loop.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, model_block_receiver
 from ndif_opt.analysis.names import COMPREHENSIONS, all_params, collect, target_names
+from ndif_opt.analysis.remote_functions import helper_calls
+from ndif_opt.syntax.loops import map_as_comprehension
 from ndif_opt.syntax.walk import children, find_nodes
 
 # text of nnsight code: a `with` statement opening a block on a model
@@ -57,12 +61,16 @@ def callback_loops(facts: Facts) -> list[CallbackLoop]:
     return found
 
 
-def _loops_outside_blocks(facts: Facts):
-    """The `for` and `while` statements (their StmtInfo) that no nnsight block holds."""
+def statements_outside_blocks(facts: Facts, kinds: tuple[type, ...]):
+    """The statements of ``kinds`` (their StmtInfo) that no nnsight block holds."""
     blocks = {id(block.node) for block in facts.blocks}
     for info in facts.statements.values():
-        if type(info.node) in (cst.For, cst.While) and not any(id(node) in blocks for node in info.ancestors):
+        if type(info.node) in kinds and not any(id(node) in blocks for node in info.ancestors):
             yield info
+
+
+def _loops_outside_blocks(facts: Facts):
+    return statements_outside_blocks(facts, (cst.For, cst.While))
 
 
 def _calls_for_their_value(node: cst.CSTNode, names: set[str], parent: cst.CSTNode | None = None):
@@ -218,15 +226,10 @@ def _closure_elements(value: cst.BaseExpression,
         elements = [e.value for e in value.elements if type(e) is cst.DictElement]
     else:
         return None
-    made = set()
-    for element in elements:
-        bound = list(_bound_closures(cst.Name("_"), element, factories))
-        if not bound:
-            return None
-        made.add((bound[0][1].factory, id(bound[0][1].func)))
-    if len(made) != 1:
+    made = [next((c for _, c in _bound_closures(cst.Name("_"), element, factories)), None) for element in elements]
+    if not made or None in made or len({(c.factory, id(c.func)) for c in made}) != 1:
         return None
-    return next(c for _, c in _bound_closures(cst.Name("_"), elements[0], factories))
+    return made[0]
 
 
 def _iterated_closure(loop: cst.For, held: dict[str, Closure]) -> tuple[Closure | None, str]:
@@ -267,16 +270,31 @@ def closure_loops(facts: Facts) -> list[ClosureLoop]:
         if called:
             closure = made[called[0].func.value]
             found.append(ClosureLoop(info.node, closure.name, closure.factory))
-    blocks = {id(block.node) for block in facts.blocks}
-    for info in facts.statements.values():
-        if type(info.node) is not cst.SimpleStatementLine or any(id(n) in blocks for n in info.ancestors):
-            continue
+    for info in statements_outside_blocks(facts, (cst.SimpleStatementLine,)):
         for comprehension in find_nodes(info.node, lambda n: type(n) in COMPREHENSIONS):
             called = calls_made(comprehension)
             if called:
                 closure = made[called[0].func.value]
                 found.append(ClosureLoop(comprehension, closure.name, closure.factory))
                 break
+    return found
+
+
+def mapped_remote_calls(facts: Facts, helpers: dict) -> list[tuple[cst.Call, cst.Call]]:
+    """`map(f, xs)` and `map(lambda x: ..., xs)` outside nnsight blocks whose element calls
+    one of ``helpers`` (functions that send requests): (the `map` call, the call in its
+    element). Each element sends a request; session-hoisting bundles loops and
+    comprehensions, not `map`."""
+    if not helpers:
+        return []
+    found = []
+    for info in statements_outside_blocks(facts, (cst.SimpleStatementLine,)):
+        for call in find_nodes(info.node, lambda n: type(n) is cst.Call and type(n.func) is cst.Name
+                               and n.func.value == "map"):
+            mapped = map_as_comprehension(call)
+            calls = helper_calls(mapped[1], helpers) if mapped is not None else []
+            if calls:
+                found.append((call, calls[0][0]))
     return found
 
 

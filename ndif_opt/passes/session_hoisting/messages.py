@@ -7,9 +7,14 @@ import libcst as cst
 from ndif_opt.analysis.effects import Problem
 from ndif_opt.analysis.facts import Block, Facts, Remote
 from ndif_opt.analysis.names import collect, collect_all
-from ndif_opt.analysis.opaque import blocks_through_names, callback_loops, closure_loops, code_strings
+from ndif_opt.analysis.opaque import (
+    blocks_through_names,
+    callback_loops,
+    closure_loops,
+    code_strings,
+    mapped_remote_calls,
+)
 from ndif_opt.analysis.regions import client_objects_filled, intermediates
-from ndif_opt.analysis.remote_functions import helper_calls
 from ndif_opt.analysis.retries import PortableRetry
 from ndif_opt.cost_model import RegionRequests
 from ndif_opt.passes.base import Context
@@ -20,27 +25,6 @@ from ndif_opt.syntax.rewrite import code_of
 from ndif_opt.syntax.walk import find_nodes
 from ndif_opt.types import Status
 from ndif_opt.wording import claim_text, counted_with_loops, symbols, tense
-
-
-def _mapped_helper_calls(facts: Facts, helpers: dict) -> list[tuple[cst.Call, cst.Call]]:
-    """`map(f, xs)` and `map(lambda x: ..., xs)` outside nnsight blocks whose element calls a
-    function that sends requests: (the `map` call, the call of it in the element)."""
-    if not helpers:
-        return []
-    blocks = {id(block.node) for block in facts.blocks}
-    found = []
-    for info in facts.statements.values():
-        if type(info.node) is not cst.SimpleStatementLine or any(id(n) in blocks for n in info.ancestors):
-            continue
-        for call in find_nodes(info.node, lambda n: type(n) is cst.Call and type(n.func) is cst.Name
-                               and n.func.value == "map"):
-            mapped = map_as_comprehension(call)
-            if mapped is None:
-                continue
-            calls = helper_calls(mapped[1], helpers)
-            if calls:
-                found.append((call, calls[0][0]))
-    return found
 
 
 def drop_nested_repeats(findings: list, mark: int) -> None:
@@ -64,7 +48,7 @@ def name_the_unseen(facts: Facts, context: Context, helpers: dict) -> None:
     same-file factory made, nnsight code in a string, a block opened through a name; and
     for each `map(...)` of a function that sends requests (``helpers``), which the pass
     does not hoist (a comprehension it may)."""
-    for call, helper_call in _mapped_helper_calls(facts, helpers):
+    for call, helper_call in mapped_remote_calls(facts, helpers):
         clause, _element = map_as_comprehension(call)
         name = code_of(helper_call.func)
         context.skipped(
