@@ -252,15 +252,11 @@ def _unpacked_bindings(scope: cst.CSTNode, name: str) -> list[cst.BaseExpression
 
 
 def _fresh_object(expr: cst.BaseExpression, facts: Facts) -> bool:
-    if isinstance(expr, (cst.List, cst.Set, cst.Tuple)):
-        return not any(_shared_reference(e.value) for e in expr.elements)
-    if isinstance(expr, cst.Dict):
+    if isinstance(expr, (cst.List, cst.Set, cst.Tuple, cst.Dict)):
         return not any(_shared_reference(e.value) for e in expr.elements)
     if isinstance(expr, (cst.ListComp, cst.DictComp, cst.SetComp)):
         return True
     if isinstance(expr, cst.Call):
-        from ndif_opt.analysis.facts import qualify
-
         path = qualify(expr.func, facts.imports) or ""
         return path in FRESH_OBJECT_CALLS or path.split(".")[-1] in ("defaultdict",)
     return False
@@ -344,10 +340,9 @@ class _AliasFinder(cst.CSTVisitor):
             if func.value in _READING_BUILTINS and (facts is None or func.value not in facts.bindings):
                 return False
         if facts is not None and isinstance(func, (cst.Name, cst.Attribute)):
-            root = func.value if type(func) is cst.Name else None
             while type(func) is cst.Attribute:
                 func = func.value
-            root = func.value if type(func) is cst.Name else root
+            root = func.value if type(func) is cst.Name else None
             if root in facts.imports and facts.imports[root].split(".")[0] != "functools":
                 return False
             if root is not None and type(node.func) is cst.Attribute and facts.is_model_like(root):
