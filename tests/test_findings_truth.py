@@ -403,3 +403,31 @@ def test_a_refusal_a_hoisted_inner_loop_answers_is_not_reported():
     outer = [f for f in optimize(INSIDE_NO_GRAD_IN_A_LOOP).findings
              if f.pass_id == "session-hoisting" and f.status is Status.SKIPPED]
     assert [f.range.start.line for f in outer] == [4], [f.message for f in outer]  # (0-based)
+
+
+# a `map` of a function that traces, in a run of statements one session takes whole: its
+# requests go into the session, so no finding may say the `map` is not hoisted
+MAP_IN_A_HOISTED_RUN = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def norm_at(prompt, layer):
+    with model.trace(prompt, remote=True):
+        n = model.transformer.h[layer].output[0, -1].norm().save()
+    return round(n.item(), 3)
+
+
+norms = [norm_at("The cat sat on", layer) for layer in [2, 5]]
+tops = list(map(lambda p: norm_at(p, 2), ["Paris is the capital of", "Snow is"]))
+print(norms, tops)
+'''
+
+
+def test_a_map_a_session_takes_is_not_said_to_stay():
+    result = optimize(MAP_IN_A_HOISTED_RUN)
+    hoisting = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert [f.status for f in hoisting] == [Status.APPLIED], [f.message for f in hoisting]
+    assert result.costs[-1].after.requests == 1
+    assert not any("`map(...)`" in f.message for f in result.findings)

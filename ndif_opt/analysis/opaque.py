@@ -280,10 +280,10 @@ def closure_loops(facts: Facts) -> list[ClosureLoop]:
     return found
 
 
-def mapped_remote_calls(facts: Facts, helpers: dict) -> list[tuple[cst.Call, cst.Call]]:
+def mapped_remote_calls(facts: Facts, helpers: dict) -> list[tuple[cst.BaseStatement, cst.Call, cst.Call]]:
     """`map(f, xs)` and `map(lambda x: ..., xs)` outside nnsight blocks whose element calls
-    one of ``helpers`` (functions that send requests): (the `map` call, the call in its
-    element). Each element sends a request; session-hoisting bundles loops and
+    one of ``helpers`` (functions that send requests): (its statement, the `map` call, the
+    call in its element). Each element sends a request; session-hoisting bundles loops and
     comprehensions, not `map`."""
     if not helpers:
         return []
@@ -294,7 +294,7 @@ def mapped_remote_calls(facts: Facts, helpers: dict) -> list[tuple[cst.Call, cst
             mapped = map_as_comprehension(call)
             calls = helper_calls(mapped[1], helpers) if mapped is not None else []
             if calls:
-                found.append((call, calls[0][0]))
+                found.append((info.node, call, calls[0][0]))
     return found
 
 

@@ -197,7 +197,7 @@ class SessionHoisting(Pass):
         self._drop_refusals_a_session_answers(facts, context, mark)
         self._name_the_stopped_loops(facts, context, mark)
         drop_nested_repeats(context.findings, mark)
-        name_the_unseen(facts, context, self.helpers)
+        name_the_unseen(facts, context, self.helpers, self.planned)
         for name in dict.fromkeys([*self.rewritten_helpers, *self.passed_functions]):
             helper = self._helper_to_rewrite(name)
             passed = self.passed_functions.get(name, ())

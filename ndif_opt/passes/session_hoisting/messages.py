@@ -42,13 +42,17 @@ def drop_nested_repeats(findings: list, mark: int) -> None:
     findings[mark:] = [f for f in findings[mark:] if id(f) not in nested]
 
 
-def name_the_unseen(facts: Facts, context: Context, helpers: dict) -> None:
+def name_the_unseen(facts: Facts, context: Context, helpers: dict, planned: list[Region]) -> None:
     """A finding for each construct whose requests no reading of the file can see
     (analysis/opaque.py): a loop calling a callback handed the model, or a closure a
     same-file factory made, nnsight code in a string, a block opened through a name; and
     for each `map(...)` of a function that sends requests (``helpers``), which the pass
-    does not hoist (a comprehension it may)."""
-    for call, helper_call in mapped_remote_calls(facts, helpers):
+    does not hoist (a comprehension it may) — unless a session of this run (``planned``)
+    takes the statement it is in as a whole."""
+    in_sessions = {id(stmt) for region in planned for stmt in region.statements}
+    for stmt, call, helper_call in mapped_remote_calls(facts, helpers):
+        if any(id(node) in in_sessions for node in (stmt, *facts.stmt(stmt).ancestors)):
+            continue
         clause, _element = map_as_comprehension(call)
         name = code_of(helper_call.func)
         context.skipped(
