@@ -162,6 +162,8 @@ def _pool(workers: int):
 def _stop(pool) -> None:
     """Stop a pool now: cancel what has not started and end the running workers."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    # taken before shutdown(), which drops the pool's reference to its manager thread
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         if process.is_alive():
@@ -171,8 +173,7 @@ def _stop(pool) -> None:
     # let the pool's manager thread see its workers gone and close its wakeup pipe before
     # the interpreter exits: else Python 3.11's exit hook may write to that pipe while the
     # thread closes it ("Exception ignored ... Bad file descriptor" on the terminal, seen
-    # once under load after SIGTERM)
-    manager = getattr(pool, "_executor_manager_thread", None)
+    # under load after SIGTERM and after Ctrl-C)
     if manager is not None:
         manager.join(timeout=5)
 

@@ -201,6 +201,33 @@ def test_a_dying_worker_fails_only_its_own_file(tmp_path):
     assert all(o.error is None and o.result.changed for i, o in enumerate(outcomes) if i != 1)
 
 
+def sleepy(source, options):
+    time.sleep(60)
+
+
+class InterruptedWhileWaiting:
+    """A progress bar whose redraw (while the workers run) is where Ctrl-C lands."""
+
+    def advance(self):
+        pass
+
+    def draw(self):
+        raise KeyboardInterrupt
+
+
+def test_an_interrupt_leaves_no_thread_of_the_pool_behind(tmp_path):
+    """After Ctrl-C the pool's manager thread has ended before the interrupt propagates:
+    alive at exit, Python 3.11's exit hook races it on a closed pipe and prints an
+    "Exception ignored ... Bad file descriptor" traceback. Nothing joined the thread before
+    (``shutdown()`` drops the pool's reference to it), so this failed only when the thread
+    was slow, on a loaded machine (once in CI, through the Ctrl-C test below)."""
+    paths = nnsight_files(tmp_path, 4)
+    before = set(threading.enumerate())
+    with pytest.raises(KeyboardInterrupt):
+        batch.process(paths, {p: Options() for p in paths}, jobs=2, progress=InterruptedWhileWaiting(), task=sleepy)
+    assert [t.name for t in threading.enumerate() if t not in before] == []
+
+
 def test_results_survive_pickling(tree):
     """What a worker sends back (results, notebook results, errors) pickles exactly."""
     files = sorted(str(p) for p in tree.rglob("*") if p.suffix in (".py", ".ipynb"))
