@@ -427,10 +427,6 @@ for _family in ("gpt2", "llama"):
             NOT_PREDICTED[f"test_execution_try_split::{_test}[{_family}]:{_version}"] = (
                 "a request fails by design (layer 99 does not exist): its forward pass never runs; the cost "
                 "model counts a run without failures")
-        NOT_PREDICTED[f"test_execution_reach::test_a_closure_reached_through_a_container_or_a_tuple_is_named"
-                      f"[dict-of-closures-{_family}]:{_version}"] = (
-            "cost model gap: the length of a dict comprehension's `.items()` is not followed (N predicted, "
-            "3 measured)")
 
 for _pair in ("gpt2-llama", "llama-gpt2"):
     for _version in ("original", "optimized"):

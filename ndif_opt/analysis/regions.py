@@ -474,9 +474,34 @@ def dict_view_length(expr: cst.BaseExpression, facts: Facts) -> int | None:
         expr = expr.func.value
     if type(expr) is cst.Name:
         expr = facts.constant(expr.value)
+    if type(expr) is cst.DictComp:
+        return _keyed_by_distinct_items(expr, facts)
     if type(expr) is not cst.Dict or any(type(e) is not cst.DictElement for e in expr.elements):
         return None
     return len(expr.elements)
+
+
+def _keyed_by_distinct_items(comp: cst.DictComp, facts: Facts) -> int | None:
+    """Entries of `{k: ... for k in ITEMS}` (one `for`, no `if`) whose key is the loop
+    variable and whose items are distinct (a `range`, a display of distinct literals):
+    one entry per item. Keys that may repeat collapse, so their count is not known."""
+    clause = comp.for_in
+    if clause.inner_for_in is not None or clause.ifs or type(clause.target) is not cst.Name \
+            or type(comp.key) is not cst.Name or comp.key.value != clause.target.value:
+        return None
+    items = clause.iter
+    if type(items) is cst.Name:
+        items = facts.constant(items.value) or items
+    if type(items) is cst.Call and type(items.func) is cst.Name and items.func.value == "range":
+        return iterable_length(items, facts)
+    if type(items) in (cst.List, cst.Tuple, cst.Set):
+        try:  # (keys compare as Python compares them: `1` and `1.0` are one key)
+            values = [ast.literal_eval(code_of(e.value)) for e in items.elements if type(e) is cst.Element]
+            distinct = len(values) == len(items.elements) and len(set(values)) == len(values)
+        except (ValueError, SyntaxError, TypeError):
+            return None
+        return len(values) if distinct else None
+    return None
 
 
 def iterable_length(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> int | None:

@@ -1652,6 +1652,23 @@ def test_a_loop_over_a_known_length_through_a_name_or_a_product_is_counted(heade
     assert run(source).cost.requests == trips
 
 
+@pytest.mark.parametrize("header, trips", [
+    ("D = {i: i * 2 for i in range(5)}\nfor k, v in D.items():", 5),
+    ("D = {p: len(p) for p in ['a', 'b', 'c']}\nfor k in D.keys():", 3),
+    ("D = {p: len(p) for p in ['a', 'b', 'a']}\nfor k in D.values():", None),  # keys repeat: 2 entries
+    ("D = {x: 0 for x in [1, 1.0]}\nfor k in D.keys():", None),  # one key, as Python compares them
+    ("D = {i % 2: i for i in range(4)}\nfor k in D.keys():", None),  # not keyed by the loop variable
+    ("D = {i: i for i in range(4) if i}\nfor k in D.keys():", None),  # a filter
+])
+def test_a_loop_over_a_dict_comprehension_keyed_by_distinct_items_is_counted(header, trips):
+    """`{k: ... for k in range(3)}` has one entry per item, when the items are distinct and
+    the key is the loop variable; otherwise its length is unknown (N), never a guess."""
+    body = textwrap.indent("with model.trace('hello there', remote=True):\n"
+                           "    h = model.model.layers[1].output.save()\n", "    ")
+    requests = run(script(header + "\n" + body)).cost.requests
+    assert requests == trips if trips is not None else not is_known(requests), requests
+
+
 # -- a loop over itertools.product: as many iterations as the product of its lengths -----
 
 @pytest.mark.parametrize("header", [
