@@ -282,6 +282,39 @@ class _Collector(cst.CSTVisitor):
             outer.control.extend(inner.control)
         return False
 
+    # -- `match` patterns: a capture binds its name; a class or a dotted value is read; the
+    # keyword of `Point(x=...)` is an attribute name, not a read
+    def visit_MatchAs(self, node: cst.MatchAs) -> bool:
+        if node.pattern is not None:
+            walk(node.pattern, self)
+        if node.name is not None:
+            self._bind_target(node.name)
+        return False
+
+    def visit_MatchStar(self, node: cst.MatchStar) -> bool:
+        if node.name is not None:
+            self._bind_target(node.name)
+        return False
+
+    def visit_MatchMapping(self, node: cst.MatchMapping) -> bool:
+        for element in node.elements:
+            walk(element.key, self)
+            walk(element.pattern, self)
+        if node.rest is not None:
+            self._bind_target(node.rest)
+        return False
+
+    def visit_MatchSingleton(self, node: cst.MatchSingleton) -> bool:
+        return False  # `None`, `True`, `False`: constants, not names
+
+    def visit_MatchClass(self, node: cst.MatchClass) -> bool:
+        self._walk_value(node.cls)
+        for element in node.patterns:
+            walk(element.pattern, self)
+        for keyword in node.kwds:
+            walk(keyword.pattern, self)
+        return False
+
     def visit_WithItem(self, node: cst.WithItem) -> bool:
         self._walk_value(node.item)
         if node.asname is not None:
@@ -596,6 +629,19 @@ def _exposed_in(stmt: cst.CSTNode) -> dict[str, cst.CSTNode]:
                 for name, node in exposed_reads(list(suite.body.body)).items():
                     found.setdefault(name, node)
         return found
+    if kind is cst.Match:
+        # a case's guard and body read after its pattern bound its captures
+        found = dict(collect(stmt.subject).reads)
+        for case in stmt.cases:
+            pattern = collect(case.pattern)
+            for name, node in pattern.reads.items():
+                found.setdefault(name, node)
+            captured = set(pattern.binds)
+            guard = collect(case.guard).reads if case.guard is not None else {}
+            for name, node in [*guard.items(), *exposed_reads(list(case.body.body)).items()]:
+                if name not in captured:
+                    found.setdefault(name, node)
+        return found
     if kind is cst.SimpleStatementLine and len(stmt.body) > 1:
         # `x = 1; y = x`: each small statement reads after the ones before it bound
         found = {}
@@ -639,6 +685,15 @@ def _binds_when_complete(stmt: cst.CSTNode) -> set[str]:
         other = stmt.orelse
         rest = definite_binds(other) if isinstance(other, cst.If) else _definite_in(other.body.body)
         return _definite_in(stmt.body.body) & rest
+    if kind is cst.Match:
+        # completed normally: one case ran, up to the first that matches anything (without
+        # one, no case may match and the statement binds nothing)
+        ends = []
+        for case in stmt.cases:
+            ends.append(set(collect(case.pattern).binds) | _definite_in(case.body.body))
+            if _matches_anything(case):
+                return set.intersection(*ends)
+        return set()
     if kind is cst.Try:
         # completed normally: the body (and `else:`) ran to its end, or one handler did
         ends = [_definite_in(stmt.body.body) | (_definite_in(stmt.orelse.body.body) if stmt.orelse else set())]
@@ -733,6 +788,14 @@ def _runs_at_least_once(iterable: cst.BaseExpression) -> bool:
 def _skips(body: cst.BaseSuite) -> bool:
     """May an iteration end early (`break`, `continue`), leaving what follows unbound?"""
     return bool(find_nodes(body, lambda node: type(node) in (cst.Break, cst.Continue)))
+
+
+def _matches_anything(case: cst.MatchCase) -> bool:
+    """`case _:` or `case name:` without a guard (an irrefutable pattern)."""
+    pattern = case.pattern
+    while type(pattern) is cst.MatchAs and pattern.pattern is not None:
+        pattern = pattern.pattern  # `case (_ as whole):`
+    return case.guard is None and type(pattern) is cst.MatchAs and pattern.pattern is None
 
 
 def _definite_in(statements) -> set[str]:

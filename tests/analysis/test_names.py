@@ -85,6 +85,38 @@ def test_a_try_binds_for_sure_what_its_body_and_every_handler_bind():
     assert definite_binds(bare) == set()
 
 
+MATCH = """\
+match event:
+    case {"layer": layer, **rest} if layer > limit:
+        prompt = f"{layer}"
+    case Point(x=xx, y=0) as point:
+        prompt = str(point)
+    case Color.RED | None:
+        prompt = other_prompt
+    case [first, *others]:
+        prompt = first
+    case _:
+        prompt = "plain"
+"""
+
+
+def test_a_match_pattern_binds_its_captures_and_reads_classes_and_values():
+    reads, binds, _ = _use(MATCH)
+    assert set(binds) == {"layer", "rest", "prompt", "xx", "point", "first", "others"}
+    # `x`/`y` of `Point(x=..., y=0)` are attribute names, not names of this scope
+    assert {"event", "limit", "Point", "Color", "str", "other_prompt"} <= set(reads)
+    assert not {"x", "y", "rest", "xx", "others"} & set(reads)
+    stmt = cst.parse_module(MATCH).body[0]
+    # a guard and a case's body read after the pattern bound its captures
+    assert set(names.exposed_reads([stmt])) == {"event", "limit", "Point", "Color", "str", "other_prompt"}
+    # one case runs, and the last matches anything: what every case binds, for sure
+    assert names.definite_binds(stmt) == {"prompt"}
+    without_default = cst.parse_module(MATCH.replace("    case _:\n", "    case 0:\n")).body[0]
+    assert names.definite_binds(without_default) == set()  # no case may match
+    guarded = cst.parse_module(MATCH.replace("    case _:\n", "    case _ if ready:\n")).body[0]
+    assert names.definite_binds(guarded) == set()
+
+
 def test_returned_name_is_the_one_name_every_own_return_gives():
     from ndif_opt.analysis.names import returned_name
 

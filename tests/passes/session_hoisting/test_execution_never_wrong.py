@@ -422,3 +422,35 @@ def test_a_random_generator_and_a_counter_the_loop_advances_stay_on_your_machine
     session = code.index("session(remote=True)")
     assert code.index("rng.uniform(0.0, 0.5)") < session, code  # drawn before it
     assert code.index("next(run_ids)") > code.index("_ndif_rows.append"), code  # replayed after it
+
+
+# names a `match` statement's patterns bind (`case ("city", city):`) are names the loop
+# binds: read after the session, they come back (they were taken for reads, and the
+# optimized script raised NameError: name 'city' is not defined)
+MATCHED_NAMES = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+ITEMS = [("city", "Paris"), ("person", "Ada Lovelace was born in")]
+
+norms = []
+for item in ITEMS:
+    match item:
+        case ("city", city):
+            prompt = f"The city of {city} is in"
+        case (kind, text):
+            prompt = text
+    with model.trace(prompt, remote=True):
+        h = model.lm_head.output[0, -1].norm().save()
+    norms.append(round(h.item(), 4))
+print(norms, city, kind)
+'''
+
+
+@both
+@modes
+def test_names_a_match_statement_binds_in_the_loop_are_there_after_the_session(family, unsafe):
+    result, report = optimized_and_verified(MATCHED_NAMES, family, unsafe=unsafe,
+                                            let_go=frozenset({"h", "item", "prompt", "text"}))
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert {"city", "kind"}.isdisjoint(result.unreturned), result.unreturned
