@@ -32,6 +32,9 @@ SERVER_MODULES = frozenset(
         "itertools",
     }
 )
+# Builtins that read or change the names of the scope they are called in (`vars` and `dir`
+# without an argument): in a session, the server's names, not those of your machine.
+NAMESPACE_BUILTINS = frozenset({"globals", "locals", "vars", "dir"})
 # Builtins that touch the machine or the interpreter itself.
 FORBIDDEN_BUILTINS = frozenset(
     {"open", "input", "exec", "eval", "compile", "breakpoint", "help", "__import__", "exit", "quit"}
@@ -209,6 +212,16 @@ class ServerCheck:
             elif name not in own:
                 found.append(Problem("effect", f"changes `{name}`, which lives on your machine: on the server a "
                                      "copy of it would change", node))
+        # `global total` / `nonlocal best`, then `total = ...`: it binds a name of the module
+        # or of an enclosing function, which on the server would be a copy's
+        for kind, statement in use.control:
+            if kind not in ("global", "nonlocal"):
+                continue
+            for declared in statement.names:
+                name = declared.name.value
+                if name in use.binds and not self.facts.is_model_like(name):
+                    found.append(Problem("effect", f"binds `{name}` (`{kind} {name}`), a name of your machine: on "
+                                         "the server a copy of it would change", use.binds[name]))
         return found
 
     def changed_parameters(self, name: str) -> frozenset[str]:
@@ -467,6 +480,10 @@ class _Checker(cst.CSTVisitor):
             return
         if name == "print":
             self._add("print", "calls `print`, which would print on the server, not on your machine", node)
+        elif name in NAMESPACE_BUILTINS and path == name and name not in self.facts.functions \
+                and name not in self.local and (name in ("globals", "locals") or not node.args):
+            self._add("effect", f"calls `{name}()`, which reads or changes the names of your machine: on the "
+                      "server they would be the server's", node)
         elif name in FORBIDDEN_BUILTINS:
             self._add("forbidden", f"calls `{name}`, which NDIF does not allow", node)
         elif path in PROGRESS_BARS or name in PROGRESS_BARS:

@@ -7,6 +7,7 @@ import pytest
 
 from ndif_opt.analysis.effects import ServerCheck
 from ndif_opt.analysis.facts import analyze
+from ndif_opt.syntax.walk import find_nodes
 
 MUTUAL = '''
 def f(n):
@@ -61,3 +62,22 @@ def test_a_draw_from_a_process_wide_random_generator_stays_on_the_client(line):
 def test_a_tensor_made_without_randomness_may_go_to_the_server():
     module = cst.parse_module("import torch\nzeros = torch.zeros(768) * 0.5\n")
     assert ServerCheck(analyze(module)).problems(module.body[-1]) == []
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("def f(v):\n    global total\n    total = total + v\n\nf(1)  # <-\n", "binds `total` (`global total`)"),
+    ("def f(v):\n    global total\n    return total + v\n\nf(1)  # <-\n", None),  # read only: the value travels
+    ("def outer():\n    best = 0\n    def up(x):\n        nonlocal best\n        best = x\n    up(1)  # <-\n"
+     "    return best\n", "binds `best` (`nonlocal best`)"),
+    ("globals()['x'] = 1  # <-\n", "calls `globals()`"),
+    ("if 'model' not in dir():  # <-\n    model = 1\n", "calls `dir()`"),
+    ("names = dir(obj)  # <-\n", None),  # the attributes of a value: no names of the scope
+])
+def test_binding_a_name_of_your_machine_keeps_the_code_on_it(code, expected):
+    module = cst.parse_module("total = 0\nobj = 1\n" + code)
+    check = ServerCheck(analyze(module))
+    # the innermost statement on the marked line
+    marked = min((s for s in find_nodes(module, lambda n: isinstance(n, cst.BaseStatement))
+                  if "# <-" in module.code_for_node(s)), key=lambda s: len(module.code_for_node(s)))
+    messages = [p.message for p in check.problems(marked)]
+    assert any(expected in m for m in messages) if expected else not messages, messages

@@ -454,3 +454,74 @@ def test_names_a_match_statement_binds_in_the_loop_are_there_after_the_session(f
                                             let_go=frozenset({"h", "item", "prompt", "text"}))
     assert report.after.requests == 1, report.to_text() + result.code
     assert {"city", "kind"}.isdisjoint(result.unreturned), result.unreturned
+
+
+# a function that rebinds a name of your machine (`global total` then `total = total + v`,
+# a closure's `nonlocal best`), or a call of `globals()`, in a loop of traces: run in the
+# session they would bind the server's copies (the client's `total` stayed 0, the closure
+# raised "no binding for nonlocal 'best' found" on the server, `score_0` was never bound);
+# they are replayed on your machine after the session, over the values it records
+GLOBAL_REBOUND = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+total = 0.0
+count = 0
+
+
+def record(value):
+    global total, count
+    total = total + value
+    count = count + 1
+
+
+for prompt in ["The cat sat on the", "Paris is the capital of", "One two three"]:
+    with model.trace(prompt, remote=True):
+        n = model.lm_head.output[0, -1].norm().save()
+    record(n.item())
+print(round(total / count, 4))
+'''
+
+NONLOCAL_REBOUND = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+
+
+def best_norm(prompts):
+    best = -1.0
+
+    def update(x):
+        nonlocal best
+        best = max(best, x)
+
+    for prompt in prompts:
+        with model.trace(prompt, remote=True):
+            n = model.lm_head.output[0, -1].norm().save()
+        update(round(n.item(), 4))
+    return best
+
+
+result = best_norm(["The cat sat on the", "Paris is the capital of"])
+'''
+
+GLOBALS_WRITTEN = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+for i, prompt in enumerate(["The cat sat on the", "Paris is the capital of"]):
+    with model.trace(prompt, remote=True):
+        n = model.lm_head.output[0, -1].norm().save()
+    globals()[f"score_{i}"] = round(n.item(), 4)
+print(score_0, score_1)
+'''
+
+
+@both
+@modes
+@pytest.mark.parametrize("template", [GLOBAL_REBOUND, NONLOCAL_REBOUND, GLOBALS_WRITTEN],
+                         ids=["global", "nonlocal", "globals()"])
+def test_names_of_your_machine_bound_from_a_loop_of_traces_are_bound_on_your_machine(family, unsafe, template):
+    result, report = optimized_and_verified(template, family, unsafe=unsafe,
+                                            let_go=frozenset({"n", "prompt", "i"}))
+    assert report.after.requests == 1, report.to_text() + result.code
