@@ -152,6 +152,12 @@ def mutated_roots(expr: cst.BaseExpression) -> list[str]:
             return []
         elif kind is cst.Call:
             expr = expr.func
+        elif kind is cst.IfExp:  # `(hits if ok else misses).append(p)`: either one
+            return mutated_roots(expr.body) + mutated_roots(expr.orelse)
+        elif kind is cst.BooleanOperation:  # `(cache or fallback).append(p)`
+            return mutated_roots(expr.left) + mutated_roots(expr.right)
+        elif kind is cst.NamedExpr:
+            return mutated_roots(expr.value)
         else:
             return []
 
@@ -394,8 +400,8 @@ class _Collector(cst.CSTVisitor):
     # -- effects ---------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if type(func) is cst.Attribute and func.attr.value in CONTAINER_MUTATORS:
-            for name in mutated_roots(func.value):
+        if type(func) is cst.Attribute and (func.attr.value in CONTAINER_MUTATORS or _in_place(func.attr.value)):
+            for name in mutated_roots(func.value):  # (`acc.add_(x)`: torch's in-place methods too)
                 self.use.mutates.setdefault(name, node)
 
     def visit_Global(self, node: cst.Global) -> None:

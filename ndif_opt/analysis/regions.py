@@ -351,6 +351,8 @@ class _AliasFinder(cst.CSTVisitor):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._note(_is_name(node.value, self.name), node, "another name is bound to it")
+        self._note(_part_of(node.value, self.name), node,
+                   "a part of it is bound to another name (an element, or a view sharing its memory)")
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
         return False  # `a, b = ...` binds names, it does not store them
@@ -384,6 +386,30 @@ class _AliasFinder(cst.CSTVisitor):
 
     def visit_Global(self, node: cst.Global) -> None:
         self._note(any(n.name.value == self.name for n in node.names), node, "it is declared `global`")
+
+
+# Tensor and array methods whose result may share the memory of the object they are called on.
+VIEW_METHODS = frozenset({"view", "view_as", "reshape", "transpose", "permute", "narrow", "expand", "expand_as",
+                          "squeeze", "unsqueeze", "flatten", "unflatten", "select", "diagonal", "unfold", "detach",
+                          "as_strided", "numpy", "t", "swapaxes", "movedim", "split", "chunk", "unbind", "ravel"})
+VIEW_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
+
+
+def _part_of(expr: cst.BaseExpression, name: str) -> bool:
+    """Is ``expr`` a part of ``name``'s object that shares it: `name[i]`, `name[:10]`,
+    `name.T`, `name.view(-1)`, followed down (`name[0].view(2, 2)`)?"""
+    seen_part = False
+    while True:
+        kind = type(expr)
+        if kind is cst.Subscript:
+            expr = expr.value
+        elif kind is cst.Attribute and expr.attr.value in VIEW_ATTRIBUTES:
+            expr = expr.value
+        elif kind is cst.Call and type(expr.func) is cst.Attribute and expr.func.attr.value in VIEW_METHODS:
+            expr = expr.func.value
+        else:
+            return seen_part and _is_name(expr, name)
+        seen_part = True
 
 
 def _is_name(expr: cst.BaseExpression | None, name: str) -> bool:

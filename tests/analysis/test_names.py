@@ -250,3 +250,10 @@ def test_moving_code_ahead_of_the_rest_of_a_loop_body():
 ])
 def test_a_describing_name_says_what_the_value_is(code, name):
     assert names.describing_name(cst.parse_expression(code)) == name
+
+
+def test_in_place_changes_through_torch_methods_and_chosen_objects():
+    assert _use("acc.add_(x)") == (["acc", "x"], [], ["acc"])  # torch's in-place methods
+    assert _use("acc.mul(x)") == (["acc", "x"], [], [])  # a new tensor
+    assert _use("(hits if ok else misses).append(p)")[2] == ["hits", "misses"]
+    assert _use("(cache or fallback).update(d)")[2] == ["cache", "fallback"]

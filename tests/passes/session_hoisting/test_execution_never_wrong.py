@@ -525,3 +525,55 @@ def test_names_of_your_machine_bound_from_a_loop_of_traces_are_bound_on_your_mac
     result, report = optimized_and_verified(template, family, unsafe=unsafe,
                                             let_go=frozenset({"n", "prompt", "i"}))
     assert report.after.requests == 1, report.to_text() + result.code
+
+
+# a client tensor the loop accumulates into with torch's in-place methods (`acc.add_(...)`)
+# is changed by the loop: it travels to the session and comes back (it stayed zeros: the
+# session changed the server's copy); a view of it taken before (`view = acc[:10]`) would
+# not see what came back, so then the loop stays as it is; and a container chosen by a
+# conditional expression (`(correct if ok else wrong).append(p)`) is filled by the loop
+CLIENT_TENSOR = '''
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+acc = torch.zeros(model.config.vocab_size)
+VIEW
+for prompt in ["The cat sat on the", "Paris is the capital of"]:
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output[0, -1].save()
+    acc.add_(logits.softmax(-1))
+print(round(acc.sum().item(), 4))
+'''
+
+CHOSEN_CONTAINER = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+high, low = [], []
+for prompt in ["The cat sat on the", "Paris is the capital of", "One two three"]:
+    with model.trace(prompt, remote=True):
+        n = model.lm_head.output[0, -1].norm().save()
+    (high if n.item() > THRESHOLD else low).append(prompt)
+print(high, low)
+'''
+
+
+@both
+@modes
+@pytest.mark.parametrize("view", ["", "view = acc[:10]"], ids=["alone", "with-a-view"])
+def test_a_client_tensor_changed_in_place_by_the_loop_comes_back_unless_viewed(family, unsafe, view):
+    result, report = optimized_and_verified(CLIENT_TENSOR.replace("VIEW", view), family, unsafe=unsafe,
+                                            let_go=frozenset({"logits", "prompt"}))
+    assert report.after.requests == (2 if view else 1), report.to_text() + result.code
+    if view:
+        (refusal,) = [f for f in result.findings if f.pass_id == "session-hoisting"]
+        assert "a view sharing its memory" in refusal.reason, refusal.reason
+
+
+@both
+@pytest.mark.parametrize("threshold", ["0", "1e9"], ids=["all-high", "all-low"])
+def test_a_container_chosen_by_a_conditional_expression_is_filled_by_the_loop(family, threshold):
+    result, report = optimized_and_verified(CHOSEN_CONTAINER.replace("THRESHOLD", threshold), family,
+                                            let_go=frozenset({"n", "prompt"}))
+    assert report.after.requests == 1, report.to_text() + result.code
