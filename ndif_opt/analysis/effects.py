@@ -17,7 +17,15 @@ from functools import cached_property
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, Remote, call_remote_flag, line_facts, qualify, qualify_dotted
-from ndif_opt.analysis.names import BODY_KINDS, all_params, collect, function_locals, mutated_roots, target_names
+from ndif_opt.analysis.names import (
+    BODY_KINDS,
+    all_params,
+    collect,
+    function_locals,
+    is_generator_function,
+    mutated_roots,
+    target_names,
+)
 from ndif_opt.analysis.retries import retry_guard
 from ndif_opt.analysis.vocabulary import ADVANCING_BUILTINS, RANDOM_DRAWS
 from ndif_opt.syntax.expressions import dotted_name, root_name
@@ -306,11 +314,20 @@ class ServerCheck:
         found: set[str] = set()
         for info in self.facts.statements.values():
             for func, names in _names_bound_to_calls(info.node):
-                if self._dotted_call_is_client(func):
+                if self._dotted_call_is_client(func) or self._makes_a_generator(func):
                     found.update(names)
+        # a generator expression bound to a name: its state is your machine's
+        found.update(name for name, values in self.facts.bindings.items()
+                     if any(type(value) is cst.GeneratorExp for _info, value in values))
         # a name the code opens nnsight blocks on is a model, whatever made it (a helper of
         # the user's `lm = setup_model()` returns one): it exists on the server too
         return found - {block.model.split(".")[0] for block in self.facts.blocks}
+
+    def _makes_a_generator(self, func: str) -> bool:
+        """Is ``func`` a generator function of the script (`prompts = batches(xs)`)? The
+        generator's state is on your machine: a copy cannot be sent to the server."""
+        function = self.facts.functions.get(func)
+        return function is not None and is_generator_function(function)
 
     def _dotted_call_is_client(self, func: str) -> bool:
         """Does a call of the dotted name ``func`` give something only the client has?"""

@@ -503,6 +503,12 @@ def function_locals(func: cst.FunctionDef) -> frozenset[str]:
     return frozenset((params | set(use.binds)) - declared)
 
 
+def is_generator_function(func: cst.FunctionDef) -> bool:
+    """Does calling ``func`` make a generator (a `yield` in its own body, not in a
+    function nested in it)?"""
+    return any(kind == "yield" for kind, _node in collect(func.body).control)
+
+
 def local_to(name: str, func: cst.FunctionDef | None) -> cst.FunctionDef | None:
     """The function whose local variable ``name`` is, seen from inside ``func``: ``func``
     itself, or None for the module's (a closure's free names are taken for the module's)."""

@@ -26,7 +26,7 @@ import libcst as cst
 
 from ndif_opt.analysis.effects import PROGRESS_BARS
 from ndif_opt.analysis.facts import Facts, qualify
-from ndif_opt.analysis.names import all_params, collect, collect_all, free_reads, target_names
+from ndif_opt.analysis.names import all_params, collect, collect_all, free_reads, is_generator_function, target_names
 from ndif_opt.syntax.walk import find_nodes
 
 # Calls that return an object which cannot be pickled.
@@ -72,8 +72,16 @@ def stored_problem(container: str, statements, facts: Facts) -> str:
     return ""
 
 
+def bound_value_problem(name: str, facts: Facts) -> str:
+    """Why an object ``name`` is bound to (by a plain assignment anywhere in the script)
+    cannot travel to NDIF and back — it holds an open file, a generator, a function... —
+    or "": a container a session takes along is sent with everything in it."""
+    what = _named_object(name, facts, 0)
+    return f"`{name}` is or holds {what}, which cannot travel to NDIF and back" if what else ""
+
+
 def _stored_values(stmt: cst.CSTNode, container: str) -> list[cst.BaseExpression]:
-    """The values ``stmt`` puts into the object named ``container``."""
+    """The values (and keys) ``stmt`` puts into the object named ``container``."""
     found: list[cst.BaseExpression] = []
     for node in find_nodes(stmt, lambda n: isinstance(n, (cst.Call, cst.Assign))):
         if isinstance(node, cst.Call):
@@ -86,10 +94,11 @@ def _stored_values(stmt: cst.CSTNode, container: str) -> list[cst.BaseExpression
                 t = target.target
                 if isinstance(t, cst.Subscript) and isinstance(t.value, cst.Name) and t.value.value == container:
                     found.append(node.value)
+                    found += [e.slice.value for e in t.slice if isinstance(e.slice, cst.Index)]  # `d[key] = v`
     return found
 
 
-_BINDERS = (cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef, cst.Assign, cst.WithItem)
+_BINDERS = (cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef, cst.Assign, cst.WithItem, cst.For)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -112,6 +121,8 @@ def _names_bound_by(node: cst.CSTNode) -> set[str]:
         return {node.name.value}
     if isinstance(node, cst.WithItem):
         return set(target_names(node.asname.name)) if node.asname is not None else set()
+    if isinstance(node, cst.For):
+        return set(target_names(node.target))
     return {name for t in node.targets for name in target_names(t.target)}
 
 
@@ -127,6 +138,10 @@ def _bound_object(node: cst.CSTNode, name: str, facts: Facts) -> str:
     if isinstance(node, cst.WithItem):
         bound = node.asname is not None and name in target_names(node.asname.name)
         return _made_by(node.item, facts) if bound else ""
+    if isinstance(node, cst.For):  # `for mod in [model.h[0], model.h[1]]`: each element in turn
+        if type(node.target) is not cst.Name or node.target.value != name:
+            return ""
+        return _made_by(node.iter, facts) if type(node.iter) in (cst.List, cst.Tuple, cst.Set) else ""
     if not any(name in target_names(t.target) for t in node.targets):
         return ""
     if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
@@ -134,12 +149,33 @@ def _bound_object(node: cst.CSTNode, name: str, facts: Facts) -> str:
     return ""
 
 
-def _made_by(value: cst.BaseExpression, facts: Facts) -> str:
-    """The unpicklable object an expression makes, or ""."""
-    if isinstance(value, cst.Lambda):
+# Attributes on a path from the model that reach values, not modules (`model.config`,
+# `layer.output`, `lm_head.weight`): what lies past them is data.
+_VALUE_ATTRIBUTES = frozenset({"output", "input", "inputs", "config", "tokenizer", "weight", "bias", "grad",
+                               "shape", "dtype", "device", "value", "logits"})
+
+
+def _made_by(value: cst.BaseExpression, facts: Facts, depth: int = 0) -> str:
+    """The unpicklable object an expression makes or holds, or "": a function, a
+    generator, a module of the model, and what a display of values holds (a lambda in a
+    tuple, a file in a dict, a module as a key)."""
+    if depth > 4:
+        return ""
+    kind = type(value)
+    if kind is cst.Lambda:
         return "a function the script defines"
-    if isinstance(value, cst.GeneratorExp):
+    if kind is cst.GeneratorExp:
         return "a generator"
+    if kind in (cst.Tuple, cst.List, cst.Set):
+        return next((w for e in value.elements if (w := _made_by(e.value, facts, depth + 1))), "")
+    if kind is cst.Dict:
+        parts = [part for e in value.elements
+                 for part in ((e.key, e.value) if isinstance(e, cst.DictElement) else (e.value,))]
+        return next((w for part in parts if (w := _made_by(part, facts, depth + 1))), "")
+    if kind is cst.Name:
+        return _named_object(value.value, facts, depth + 1)
+    if kind in (cst.Attribute, cst.Subscript):
+        return "a module of the model" if _model_module(value, facts) else ""
     if not isinstance(value, cst.Call):
         return ""
     path = qualify(value.func, facts.imports) or ""
@@ -150,9 +186,50 @@ def _made_by(value: cst.BaseExpression, facts: Facts) -> str:
         if _defines_class(facts.module, local):
             return "an instance of a class the script defines"
         function = facts.functions.get(local)
-        if function is not None and find_nodes(function.body, lambda n: isinstance(n, (cst.Yield,))):
+        if function is not None and is_generator_function(function):
             return "a generator"
     return ""
+
+
+def _named_object(name: str, facts: Facts, depth: int) -> str:
+    """The unpicklable object the name stands for, as far as the script shows: a function
+    or class it defines at module level, the model, or what a plain assignment or a `for`
+    over a display binds it to (any binding of the name, in any scope: conservative)."""
+    if name in facts.functions:
+        return "a function the script defines"
+    if _defines_class(facts.module, name):
+        return "a class the script defines"
+    if name in facts.models:
+        return "the model"
+    for _info, value in facts.bindings.get(name, ()):
+        what = _made_by(value, facts, depth)
+        if what:
+            return what
+    for loop in _loops_binding(facts.module, name):
+        if type(loop.iter) in (cst.List, cst.Tuple, cst.Set):
+            what = next((w for e in loop.iter.elements if (w := _made_by(e.value, facts, depth))), "")
+            if what:
+                return what
+    return ""
+
+
+@functools.lru_cache(maxsize=1024)
+def _loops_binding(module: cst.Module, name: str) -> tuple[cst.For, ...]:
+    """The `for name in ...` loops of the module (any depth)."""
+    return tuple(n for n in find_nodes(module, lambda n: type(n) is cst.For)
+                 if type(n.target) is cst.Name and n.target.value == name)
+
+
+def _model_module(expr: cst.BaseExpression, facts: Facts) -> bool:
+    """Is ``expr`` a module of a model (an nnsight Envoy): a chain of attributes and
+    subscripts from a model's name, without a call, that passes no value attribute
+    (`model.transformer.h[3]`, `model.lm_head`; not `model.config.n_layer`)?"""
+    node = expr
+    while type(node) in (cst.Attribute, cst.Subscript):
+        if type(node) is cst.Attribute and node.attr.value in _VALUE_ATTRIBUTES:
+            return False
+        node = node.value
+    return type(node) is cst.Name and node.value in facts.models
 
 
 def _defines_class(module: cst.Module, name: str) -> bool:

@@ -207,7 +207,26 @@ with model.generate("The cat sat", max_new_tokens=3, remote=True):
 print(tuple(one.value.shape), tuple(capped.value.shape), tuple(three.value.shape))
 '''
 
-TEMPLATES = {"tuple": TUPLE_ELEMENT, "related": RELATED_SITES, "containers": SAVES_IN_CONTAINERS,
+# pre-0.5: a client dict filled with saved values in a trace, read through `.items()` by a
+# line replayed after the session the trace and the loop after it become: the replay reads
+# the dict (a record of `lens.items()`, a dict view, failed to pickle on the server)
+DICT_READ_THROUGH_A_VIEW = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+lens = {}
+with model.trace("The Eiffel Tower is in", remote=True):
+    for layer in range(2):
+        lens[layer] = LAYERS[layer].output[0].norm().save()
+print({k: round(v.value.item(), 4) for k, v in lens.items()})
+norms = []
+for layer in range(2):
+    with model.trace("The Eiffel Tower is in", remote=True):
+        norms.append(LAYERS[layer].output[0].norm().save())
+print(len(norms))
+'''
+
+TEMPLATES = {"view": DICT_READ_THROUGH_A_VIEW, "tuple": TUPLE_ELEMENT, "related": RELATED_SITES, "containers": SAVES_IN_CONTAINERS,
              "rebound": REBOUND_THEN_SAVED, "steps": GENERATION_STEPS, "dict": DICT_FILLED_IN_THE_TRACE,
              "index": INDEX_LOOP_IN_THE_TRACE, "length": GENERATION_LENGTH}
 
@@ -292,3 +311,9 @@ def test_a_generate_without_max_new_tokens_keeps_its_one_new_token(family, origi
     assert result.code.count("max_new_tokens=1") == 2 and "max_new_tokens=3" in result.code
     made = {name: original.namespace[name].shape[1] for name in ("one", "capped", "three")}
     assert made["capped"] == made["three"] - 2  # one new token, though `max_length=12` asked for more
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_dict_read_through_items_after_the_session_is_recorded_whole(family, originals):
+    result, report, original = proven("view", family, originals)
+    assert report.after.requests == 1, report.to_text() + result.code

@@ -19,7 +19,7 @@ from ndif_opt.analysis.regions import (
     reads_after,
 )
 from ndif_opt.analysis.remote_functions import RemoteHelper
-from ndif_opt.analysis.wire import stored_problem, wire_problem
+from ndif_opt.analysis.wire import bound_value_problem, stored_problem, wire_problem
 from ndif_opt.passes.session_hoisting.region import Region
 from ndif_opt.passes.session_hoisting.split_items import Split
 from ndif_opt.syntax.expressions import is_save_call
@@ -79,6 +79,10 @@ def _container_for(region: Region, facts: Facts, name: str) -> tuple[Accumulator
     acc, why = find_accumulator(facts, name, region.suite, region.start)
     if acc is None:
         acc, why = carried_container(facts, name, region.suite, region.end)
+        # a container taken along is sent with what it holds, and comes back with it
+        problem = bound_value_problem(name, facts) if acc is not None else ""
+        if problem:
+            return None, problem
     if acc is not None:  # what comes back must be data
         problem = stored_problem(name, region.moved, facts)
         if problem:

@@ -193,6 +193,10 @@ def _find_snapshots(node: cst.CSTNode, name: str, splitter: "Splitter", found: l
         _find_snapshots(child, name, splitter, found)
 
 
+# Methods whose result is a live view of the object (`dict_items`), which cannot be pickled.
+_VIEW_METHODS = frozenset({"items", "keys", "values"})
+
+
 def _reduced_reads(stmt: cst.BaseStatement, name: str, splitter: "Splitter",
                    steady: set[str]) -> list[tuple[cst.CSTNode, str]] | None:
     """The parts of ``name`` that ``stmt`` reads, when it reads nothing of it but those
@@ -211,6 +215,9 @@ def _reduced_reads(stmt: cst.BaseStatement, name: str, splitter: "Splitter",
             return None  # an in-place method (`add_`, `append`) changes it: not a read
         if guard_of(stmt, node) is not None:
             return None  # the line computes it only sometimes: recorded, it would run every time
+        if type(node) is cst.Call and type(node.func) is cst.Attribute and not node.args \
+                and node.func.attr.value in _VIEW_METHODS:
+            return None  # `d.items()`: a view of the dict, which cannot travel; the dict can
         # (a builtin of `name` alone reads nothing else)
         others = () if _builtin_of(node, name, splitter.taken_functions) else set(collect(node).reads) - {name}
         if any(other not in steady for other in others) or splitter.server_check.problems(node):

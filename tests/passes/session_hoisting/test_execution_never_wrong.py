@@ -577,3 +577,104 @@ def test_a_container_chosen_by_a_conditional_expression_is_filled_by_the_loop(fa
     result, report = optimized_and_verified(CHOSEN_CONTAINER.replace("THRESHOLD", threshold), family,
                                             let_go=frozenset({"n", "prompt"}))
     assert report.after.requests == 1, report.to_text() + result.code
+
+
+# -- nothing unpicklable crosses the wire (one rule: analysis/wire.py) ---------------------
+# What a loop stores in a container that comes back, or what a container taken along holds,
+# must be data: a lambda inside a tuple, a function of the script, an open file in a dict
+# made the session fail to pickle (RemoteError); they stay on your machine, replayed after
+# the session. A module of the model (a dict key, a name the loop leaves bound and the code
+# reads after it) and a generator the loop iterates cannot travel at all: the loop stays.
+STORED = {
+    "lambda-in-a-tuple": "    results.append((round(n.item(), 4), lambda: 1))\nprint(len(results))",
+    "function-of-the-script": "    results.append(describe)\nprint(len(results))",
+}
+STORING_LOOP = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+
+
+def describe(x):
+    return f"{x:.3f}"
+
+
+results = []
+for prompt in ["The cat sat on the", "Paris is the capital of"]:
+    with model.trace(prompt, remote=True):
+        n = model.lm_head.output[0, -1].norm().save()
+STORE
+'''
+
+FILE_IN_A_DICT = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+state = {"log": open("norms.log", "w"), "count": 0}
+for prompt in ["The cat sat on the", "Paris is the capital of"]:
+    with model.trace(prompt, remote=True):
+        n = model.lm_head.output[0, -1].norm().save()
+    state["count"] += 1
+    state["log"].write(f"{n.item():.4f}\\n")
+state["log"].close()
+print(state["count"], open("norms.log").read().count("\\n"))
+'''
+
+NOT_TRAVELLING = {
+    "module-as-a-key": ('''
+norms = {}
+for block in [LAYERS[0], LAYERS[1]]:
+    with model.trace("The cat sat on the", remote=True):
+        n = block.output.norm().save()
+    norms[block] = round(n.item(), 4)
+print(sorted(norms.values()))
+''', "a module of the model"),
+    "module-left-bound": ('''
+norms = []
+for i in range(2):
+    block = LAYERS[i]
+    with model.trace("The cat sat on the", remote=True):
+        n = block.output.norm().save()
+    norms.append(round(n.item(), 4))
+print(norms, type(block).__name__)
+''', "a module of the model"),
+    "generator-iterated": ('''
+def prompts_of(words):
+    for word in words:
+        yield f"The {word} sat on the"
+
+
+prompts = prompts_of(["cat", "dog"])
+norms = []
+for prompt in prompts:
+    with model.trace(prompt, remote=True):
+        n = model.lm_head.output[0, -1].norm().save()
+    norms.append(round(n.item(), 4))
+print(norms)
+''', "`prompts`, which exists only on your machine"),
+}
+
+
+@both
+@pytest.mark.parametrize("store", STORED.values(), ids=STORED.keys())
+def test_functions_stored_by_the_loop_stay_on_your_machine(family, store):
+    result, report = optimized_and_verified(STORING_LOOP.replace("STORE", store), family,
+                                            let_go=frozenset({"n", "prompt"}))
+    assert report.after.requests == 1, report.to_text() + result.code
+
+
+@both
+def test_a_container_holding_an_open_file_stays_on_your_machine(family, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result, report = optimized_and_verified(FILE_IN_A_DICT, family, let_go=frozenset({"n", "prompt"}))
+    assert report.after.requests == 1, report.to_text() + result.code
+
+
+@both
+@pytest.mark.parametrize("body, reason", NOT_TRAVELLING.values(), ids=NOT_TRAVELLING.keys())
+def test_a_loop_over_what_cannot_travel_is_left_as_it_is(family, body, reason):
+    template = 'from nnsight import LanguageModel\n\nmodel = LanguageModel("REPO")\n' + body
+    result, report = optimized_and_verified(template, family)
+    assert report.after.requests == 2, report.to_text() + result.code
+    (refusal,) = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert reason in refusal.reason, refusal.reason
