@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS, MUTATING_METHODS
+from ndif_opt.analysis.vocabulary import ARGUMENT_MUTATORS, CONTAINER_MUTATORS, MUTATING_METHODS
 from ndif_opt.syntax.expressions import dotted_name
 from ndif_opt.syntax.walk import children, find_nodes, walk
 
@@ -402,6 +402,11 @@ class _Collector(cst.CSTVisitor):
         func = node.func
         if type(func) is cst.Attribute and (func.attr.value in CONTAINER_MUTATORS or _in_place(func.attr.value)):
             for name in mutated_roots(func.value):  # (`acc.add_(x)`: torch's in-place methods too)
+                self.use.mutates.setdefault(name, node)
+        # `random.shuffle(xs)`, `rng.shuffle(xs)`, `heapq.heappush(h, x)`: the first argument
+        called = func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""
+        if called in ARGUMENT_MUTATORS and node.args and not node.args[0].keyword and not node.args[0].star:
+            for name in mutated_roots(node.args[0].value):
                 self.use.mutates.setdefault(name, node)
 
     def visit_Global(self, node: cst.Global) -> None:

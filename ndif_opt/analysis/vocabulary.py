@@ -30,6 +30,14 @@ CONTAINER_MUTATORS = frozenset(
 )  # fmt: skip
 #: Of those, the ones that put into or take out of a list or dict: what filling one looks like.
 FILLING_METHODS = frozenset({"append", "extend", "insert", "update", "pop", "clear", "remove", "setdefault"})
+#: Functions (of a module, or methods of a generator) that change their first argument in
+#: place: `random.shuffle(xs)`, `rng.shuffle(xs)`, `heapq.heappush(h, x)`, `bisect.insort(a, x)`
+ARGUMENT_MUTATORS = frozenset(
+    {
+        "shuffle", "heappush", "heappop", "heapify", "heappushpop", "heapreplace", "insort", "insort_left",
+        "insort_right",
+    }
+)  # fmt: skip
 #: Methods that change the file, stream or queue they are called on.
 STREAM_MUTATORS = frozenset({"write", "writelines", "close", "seek", "truncate", "send", "put"})
 #: Methods that draw from a random generator (numpy's Generator and RandomState, random.Random,

@@ -257,3 +257,10 @@ def test_in_place_changes_through_torch_methods_and_chosen_objects():
     assert _use("acc.mul(x)") == (["acc", "x"], [], [])  # a new tensor
     assert _use("(hits if ok else misses).append(p)")[2] == ["hits", "misses"]
     assert _use("(cache or fallback).update(d)")[2] == ["cache", "fallback"]
+
+
+def test_a_call_that_changes_its_first_argument():
+    assert _use("random.shuffle(prompts)")[2] == ["prompts"]
+    assert _use("rng.shuffle(order)")[2] == ["order"]
+    assert _use("heapq.heappush(best, (s, p))")[2] == ["best"]
+    assert _use("random.choice(prompts)")[2] == []

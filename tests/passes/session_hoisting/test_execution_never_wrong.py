@@ -678,3 +678,31 @@ def test_a_loop_over_what_cannot_travel_is_left_as_it_is(family, body, reason):
     assert report.after.requests == 2, report.to_text() + result.code
     (refusal,) = [f for f in result.findings if f.pass_id == "session-hoisting"]
     assert reason in refusal.reason, refusal.reason
+
+
+# a call that changes its argument in place (`random.shuffle(prompts)`, `heapq.heappush`)
+# before the traces that read it: the shuffle must run before them, on your machine (it was
+# replayed after the session, so every trace ran on the unshuffled list); the inner loop
+# of each round becomes a session, the shuffles stay between them
+SHUFFLED_ROUNDS = '''
+import random
+from nnsight import LanguageModel
+
+random.seed(0)
+model = LanguageModel("REPO")
+prompts = ["The cat", "Paris is the capital of", "One two three four"]
+seen = []
+for round_ in range(2):
+    random.shuffle(prompts)
+    for prompt in prompts:
+        with model.trace(prompt, remote=True):
+            n = model.lm_head.output[0, -1].norm().save()
+        seen.append((prompt, round(n.item(), 4)))
+print(seen)
+'''
+
+
+@both
+def test_a_shuffle_of_the_prompts_runs_before_the_traces_that_read_them(family):
+    result, report = optimized_and_verified(SHUFFLED_ROUNDS, family, let_go=frozenset({"n", "prompt"}))
+    assert report.after.requests == 2, report.to_text() + result.code
