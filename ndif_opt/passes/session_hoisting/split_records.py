@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.vocabulary import MUTATING_METHODS
-from ndif_opt.analysis.names import collect, describing_name, exposed_reads, target_names
+from ndif_opt.analysis.names import collect, describing_name, exposed_reads, name_assignment, target_names
 from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.passes.common.guards import guard_of
 from ndif_opt.passes.common.records import Recorded, plain_loads
@@ -298,4 +298,25 @@ def _fresh_in_iteration(name: str, before: list[Item], loop: Item | None) -> boo
         return False
     if name in target_names(loop.stmt.target):
         return True
-    return any(item.role is Part.SERVER and name in collect(item.stmt).binds for item in before)
+    return any(item.role is Part.SERVER and name in collect(item.stmt).binds and _binds_anew(item.stmt, name)
+               for item in before)
+
+
+def _binds_anew(stmt: cst.CSTNode, name: str) -> bool:
+    """Does ``stmt`` bind ``name`` to another object somewhere (not only `name =
+    nnsight.save(name)`, which binds it again to the same object)?"""
+    lines = find_nodes(stmt, lambda n: type(n) is cst.SimpleStatementLine and name in collect(n).binds)
+    compound = name in collect(stmt, skip=tuple(lines)).binds if type(stmt) is not cst.SimpleStatementLine else False
+    return compound or not lines or any(not _keeps_the_object(line, name) for line in lines)
+
+
+def _keeps_the_object(stmt: cst.CSTNode, name: str) -> bool:
+    """`name = nnsight.save(name)`, `name = name.save()`: bound again, to the same object."""
+    found = name_assignment(stmt)
+    if found is None or found[0] != name:
+        return False
+    value = found[1]
+    if type(value) is cst.Call and type(value.func) is cst.Attribute and value.func.attr.value == "save":
+        argument = value.args[0].value if len(value.args) == 1 else value.func.value
+        return type(argument) is cst.Name and argument.value == name
+    return type(value) is cst.Name and value.value == name

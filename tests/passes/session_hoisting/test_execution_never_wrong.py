@@ -706,3 +706,29 @@ print(seen)
 def test_a_shuffle_of_the_prompts_runs_before_the_traces_that_read_them(family):
     result, report = optimized_and_verified(SHUFFLED_ROUNDS, family, let_go=frozenset({"n", "prompt"}))
     assert report.after.requests == 2, report.to_text() + result.code
+
+
+# a client list the trace appends to (a correctness fix sends it into the block and saves
+# it there: `vals = nnsight.save(vals)`), read by a line that must stay on your machine
+# after each trace: a record of `vals` per iteration would be the one list in its final
+# state (every running mean was the last one); `vals = nnsight.save(vals)` binds the same
+# object again, not a new one, so the loop is left with its traces, as for the plain form
+RUNNING_MEAN = '''
+import statistics
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+vals = []
+running = []
+for layer in range(3):
+    with model.trace("The cat sat on the", remote=True):
+        vals.append(LAYERS[layer].output.mean().item().save())
+    running.append(round(statistics.mean(vals), 6))
+print(running)
+'''
+
+
+@both
+def test_a_list_read_while_the_traces_still_fill_it_is_not_recorded_stale(family):
+    result, report = optimized_and_verified(RUNNING_MEAN, family, let_go=frozenset({"layer"}))
+    assert report.after.requests == 3, report.to_text() + result.code
