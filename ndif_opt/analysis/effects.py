@@ -111,6 +111,14 @@ EFFECT_METHODS = frozenset(
         "set_postfix", "refresh",
     }
 )
+# Methods of a path (pathlib) that read or change the file system: on the server, the
+# server's files, not those of your machine.
+PATH_METHODS = frozenset(
+    {
+        "read_text", "read_bytes", "write_text", "write_bytes", "exists", "is_file", "is_dir", "iterdir",
+        "glob", "rglob", "stat", "mkdir", "unlink", "touch", "rmdir", "rename", "replace", "symlink_to",
+    }
+)  # fmt: skip
 PROGRESS_BARS = frozenset({"tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange", "trange"})
 
 
@@ -566,6 +574,8 @@ class _Checker(cst.CSTVisitor):
             return
         if func.attr.value in EFFECT_METHODS:
             self._add("effect", f"calls `.{func.attr.value}()`, which acts on your machine", node)
+        elif func.attr.value in PATH_METHODS and not (root is not None and self.facts.is_model_like(root)):
+            self._add("effect", f"calls `.{func.attr.value}()`, which reads or writes files on your machine", node)
         elif func.attr.value in RANDOM_METHODS:
             self._add("module", _random_message(f".{func.attr.value}()"), node)
 

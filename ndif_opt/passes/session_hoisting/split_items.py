@@ -647,8 +647,14 @@ def _simple_or_reading(stmt: cst.CSTNode) -> bool:
 READ_MODES = frozenset({"r", "rb", "rt", "br", "tr"})
 
 
+# Methods of a path (pathlib) that only read the file system.
+PATH_READS = frozenset({"read_text", "read_bytes", "exists", "is_file", "is_dir", "stat", "iterdir", "glob", "rglob"})
+
+
 def reads_a_file(node: cst.CSTNode) -> bool:
-    """Is ``node`` `open(path)` in a mode that only reads?"""
+    """Is ``node`` `open(path)` in a mode that only reads, or a path's read (`path.read_text()`)?"""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in PATH_READS:
+        return True
     if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "open"):
         return False
     mode = None

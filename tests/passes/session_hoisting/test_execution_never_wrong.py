@@ -732,3 +732,33 @@ print(running)
 def test_a_list_read_while_the_traces_still_fill_it_is_not_recorded_stale(family):
     result, report = optimized_and_verified(RUNNING_MEAN, family, let_go=frozenset({"layer"}))
     assert report.after.requests == 3, report.to_text() + result.code
+
+
+# a prompt read from a file through pathlib (`path.read_text()`) in a loop of traces: in a
+# session the server would read its own files, not yours (the emulation shares the disk, so
+# only the code shows it); the reads run on your machine before the session, which takes
+# the prompts in turn, as for `open(path).read()`
+PROMPTS_FROM_PATHS = '''
+from pathlib import Path
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+FILES = [Path("FOLDER") / f"prompt_{i}.txt" for i in range(2)]
+norms = []
+for path in FILES:
+    prompt = path.read_text().strip()
+    with model.trace(prompt, remote=True):
+        n = model.lm_head.output[0, -1].norm().save()
+    norms.append(round(n.item(), 4))
+print(norms)
+'''
+
+
+@both
+def test_a_prompt_read_through_pathlib_is_read_on_your_machine_before_the_session(family, tmp_path):
+    for i, text in enumerate(["The cat sat on the", "Paris is the capital of"]):
+        (tmp_path / f"prompt_{i}.txt").write_text(text)
+    result, report = optimized_and_verified(PROMPTS_FROM_PATHS.replace("FOLDER", str(tmp_path)), family,
+                                            let_go=frozenset({"n", "path", "prompt"}))
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert result.code.index("path.read_text()") < result.code.index("with model.session"), result.code
