@@ -430,7 +430,7 @@ _OBJECTING = frozenset(
 
 
 # the node classes that _Checker.may_object may accept
-_MAY_OBJECT = _OBJECTING | {cst.Name, cst.Call}
+_MAY_OBJECT = _OBJECTING | {cst.Name, cst.Call, cst.AssignTarget, cst.AugAssign}
 
 
 class _Checker(cst.CSTVisitor):
@@ -471,7 +471,30 @@ class _Checker(cst.CSTVisitor):
             trial = _Checker(self.check, (), self.local)
             trial.visit_Call(node)
             return bool(trial.problems)
+        if kind is cst.AssignTarget or kind is cst.AugAssign:
+            return self._model_attribute(node.target) is not None
         return kind in _OBJECTING
+
+    def _model_attribute(self, target: cst.BaseExpression) -> str | None:
+        """`model.tokenizer.padding_side` of `model.tokenizer.padding_side = v`: an attribute
+        or item reached from a model, set outside its blocks (inside one it would be an
+        intervention, which the checks skip); None for anything else."""
+        if type(target) not in (cst.Attribute, cst.Subscript):
+            return None
+        roots = mutated_roots(target)
+        return code_of(target) if roots and self.facts.is_model_like(roots[0]) and roots[0] not in self.local else None
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._set_model_attribute(node.target, node)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._set_model_attribute(node.target, node)
+
+    def _set_model_attribute(self, target: cst.BaseExpression, node: cst.CSTNode) -> None:
+        what = self._model_attribute(target)
+        if what is not None:
+            self._add("effect", f"sets `{what}`, which belongs to the model object on your machine: in a session "
+                      "it would set the server's", node)
 
     def visit_Call(self, node: cst.Call) -> bool | None:
         func = node.func

@@ -762,3 +762,26 @@ def test_a_prompt_read_through_pathlib_is_read_on_your_machine_before_the_sessio
                                             let_go=frozenset({"n", "path", "prompt"}))
     assert report.after.requests == 1, report.to_text() + result.code
     assert result.code.index("path.read_text()") < result.code.index("with model.session"), result.code
+
+
+# an attribute of the model object set between traces (`model.tokenizer.padding_side =
+# side`): in a session it would set the server's copy, and yours would keep its old value
+# (the print after the loop changed; NDIF's tokenizer is not yours): the loop stays
+TOKENIZER_SETTING = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+for side in ["left", "right"]:
+    model.tokenizer.padding_side = side
+    with model.trace(["The cat sat on the", "Paris is"], remote=True):
+        v = model.lm_head.output[:, -1].norm(dim=-1).save()
+    print(side, [round(x, 4) for x in v.tolist()])
+print(model.tokenizer.padding_side)
+'''
+
+
+@both
+def test_an_attribute_of_the_model_object_set_between_traces_stays_on_your_machine(family):
+    result, report = optimized_and_verified(TOKENIZER_SETTING, family)
+    assert report.after.requests == 2, report.to_text() + result.code
+    assert "model.session" not in result.code, result.code
