@@ -530,7 +530,8 @@ class _Checker(cst.CSTVisitor):
             self._add("print", "calls `print`, which would print on the server, not on your machine", node)
         elif name in NAMESPACE_BUILTINS and path == name and name not in self.facts.functions \
                 and name not in self.local and (name in ("globals", "locals") or not node.args):
-            self._add("effect", f"calls `{name}()`, which reads or changes the names of your machine: on the "
+            # (not replayed after the session either: by then other names are bound)
+            self._add("namespace", f"calls `{name}()`, which reads or changes the names of your machine: on the "
                       "server they would be the server's", node)
         elif name in FORBIDDEN_BUILTINS:
             self._add("forbidden", f"calls `{name}`, which NDIF does not allow", node)
