@@ -72,7 +72,7 @@ import functools
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, Remote
-from ndif_opt.analysis.names import collect, collect_all, fresh_name, target_names
+from ndif_opt.analysis.names import COMPREHENSIONS, collect, collect_all, fresh_name, target_names
 from ndif_opt.analysis.regions import reads_after, requests_in, self_attributes_read_after
 from ndif_opt.analysis.remote_functions import (
     CallWithRemoteOff,
@@ -529,11 +529,13 @@ class SessionHoisting(Pass):
         flags, models = set(), set()
         sends = []  # (model, flag, the call's code) of each call
         for call, helper in calls:
+            construct = repeating_construct(stmt, call)
             if helper.problems:
-                if isinstance(stmt, (cst.For, cst.While)):
+                if construct is not None:
+                    node, word = construct
                     context.skipped(
-                        stmt,
-                        f"this loop calls `{helper.spelled(call)}`, which sends a remote request each time; "
+                        node,
+                        f"this {word} calls `{helper.spelled(call)}`, which sends a remote request each time; "
                         f"one `{helper.at_call(helper.model, call)}.session(remote=...)` would send one",
                         f"not hoisted: {helper.problems[0]}",
                     )
@@ -541,10 +543,11 @@ class SessionHoisting(Pass):
             flag = helper.call_flag(call)
             if flag is None:
                 why = f"the remote flag `{helper.spelled(call)}` runs with is computed inside it or not known here"
-                if isinstance(stmt, (cst.For, cst.While)):
+                if construct is not None:
+                    node, word = construct
                     context.skipped(
-                        stmt,
-                        f"this loop calls `{helper.spelled(call)}`, which sends a remote request each time; "
+                        node,
+                        f"this {word} calls `{helper.spelled(call)}`, which sends a remote request each time; "
                         f"one `{helper.at_call(helper.model, call)}.session(remote=...)` would send one",
                         f"not hoisted: {why}, so a session around the calls cannot take the same flag",
                     )
@@ -819,6 +822,19 @@ class SessionHoisting(Pass):
         for acc in before:
             if acc.kind != "carried":
                 plan.remove(region.suite, acc.index)
+
+
+def repeating_construct(stmt: cst.BaseStatement, call: cst.Call) -> tuple[cst.CSTNode, str] | None:
+    """What repeats ``call`` in ``stmt``, to name it in a refusal: the loop ``stmt`` is
+    (`for`, `while`), or else the outermost comprehension in ``stmt`` that holds the call
+    (`[f(x) for x in xs]`, `sum(f(x) for x in xs)`); None when the statement makes the call
+    once. A loop or a comprehension of calls the pass refuses is left with this finding."""
+    if isinstance(stmt, (cst.For, cst.While)):
+        return stmt, "loop"
+    for comprehension in find_nodes(stmt, lambda n: isinstance(n, COMPREHENSIONS)):
+        if find_nodes(comprehension, lambda n: n is call):
+            return comprehension, "comprehension"
+    return None
 
 
 def _module_binds(facts: Facts) -> set[str]:
