@@ -48,7 +48,10 @@ a module name the session computes gets it as an argument (`def f(x, *, vec)`), 
 every call of it in the file is one the session makes after binding the name. It is not applied (and says why) when the code that must stay
 on your machine feeds the remote part, when a record could not hold what a line would
 have seen, when the moved code declares ``global`` or calls a helper that cannot run in
-a session. A loop whose own remote work no session can take — traces of two models (a
+a session (a loop or a comprehension of such calls gets one finding that names it), or when a
+container the session would make is also filled by a remote block no session takes (a
+container is fixed in every block that fills it or in none: fixed in part, a script that
+fails on an empty container would go on with part of it). A loop whose own remote work no session can take — traces of two models (a
 session runs one), two remote flags, a session in each iteration, a trace on your machine
 among remote ones — is left with one finding that names it and what to change. A retry
 around a request goes around the whole session, and gives up after its last attempt as
