@@ -248,7 +248,8 @@ def verify_outcome(returncode: int, stdout: str, stderr: str) -> dict:
     status = report.get("status", "ok" if report["intended_ok"] else "mismatch")
     return {
         # "FAILED": the script did not run far enough to compare (verify exits 2)
-        "outcome": {"ok": "OK", "same-error": "OK", "failed": "FAILED"}.get(status, "MISMATCH"),
+        "outcome": {"ok": "OK", "same-error": "OK", "failed": "FAILED",
+                    "not-migrated": "NOT MIGRATED"}.get(status, "MISMATCH"),
         "requests_before": report["before"]["requests"],
         "requests_after": report["after"]["requests"],
         "download_before": report["before"]["download_bytes"],

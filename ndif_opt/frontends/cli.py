@@ -12,7 +12,8 @@ Exit codes: 0 — success (and, with --check, nothing to change); 1 — with --c
 some file would change; with `verify`, results differ; 2 — usage error, or an input
 that cannot be read, decoded or parsed (one line on stderr names the file and why);
 with `verify`, the script did not run far enough to compare (it raised, or made no
-request from its remote blocks); 130 — interrupted (Ctrl-C), 143 — terminated
+request from its remote blocks), or, with `verify --migrate`, the migration could not be
+made (NOT MIGRATED: nothing ran); 130 — interrupted (Ctrl-C), 143 — terminated
 (SIGTERM): nothing more is written.
 """
 
@@ -442,7 +443,8 @@ def verify(
 
     Exit 0: OK. 1: MISMATCH (the results differ). 2: FAILED, nothing to compare — the
     original script raised locally (unless --allow-same-error and the optimized script
-    raised the same), or a script that opens remote=True blocks made no request."""
+    raised the same), or a script that opens remote=True blocks made no request; or NOT
+    MIGRATED: with --migrate, the script could not be migrated, and nothing ran."""
     from ndif_opt.frontends.batch import optimize_source
     from ndif_opt.frontends.verification import verify_optimized
 

@@ -43,6 +43,7 @@ from .verdict import (  # plain Python: imports neither torch nor nnsight
     first_remote_block_line,
     headline,
     judge,
+    not_migrated_reason,
 )
 from .verdict import reason as verdict_reason
 
@@ -142,7 +143,7 @@ class VerifyReport:
     errors: dict[str, Optional[str]]  # "local" / "original" / "optimized" -> error
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    status: Status = Status.OK  # ok | same-error | mismatch | failed
+    status: Status = Status.OK  # ok | same-error | mismatch | failed | not-migrated
     reason: Optional[str] = None  # one line: why FAILED, or what OK (same error) accepted
     # the nnsight (a) ran on when not this process's: "0.4" for a pre-0.5 original
     local_nnsight: Optional[str] = None
@@ -166,14 +167,22 @@ class VerifyReport:
             reason=reason,
         )
 
+    @classmethod
+    def not_migrated(cls, reason: str) -> "VerifyReport":
+        """The report for a pre-0.5 script that --migrate left as it was: nothing ran."""
+        report = cls.could_not_run(reason)
+        report.status, report.rewritten, report.local_nnsight = Status.NOT_MIGRATED, False, "0.4"
+        return report
+
     @property
     def ok(self) -> bool:
         return self.intended_ok
 
     @property
     def failed(self) -> bool:
-        """Nothing, or not enough, ran to compare (exit 2 on the command line)."""
-        return self.status is Status.FAILED
+        """Nothing, or not enough, ran to compare (exit 2 on the command line): FAILED, or
+        NOT MIGRATED (with --migrate, a script the migration left as it was)."""
+        return self.status in (Status.FAILED, Status.NOT_MIGRATED)
 
     def to_dict(self) -> dict:
         found = asdict(self)
@@ -443,6 +452,13 @@ def verify_result(source: str, result, *, filename: str = "script.py", unsafe_fi
     value, a loop temporary: :func:`ndif_opt.analysis.regions.intermediates`); its results
     are compared like any other, unless the rewrite used ``unsafe_fixes``, which may let
     results go (the user accepted that). Names it introduced are not compared."""
+    if kwargs.get("original_nnsight") == "0.4" and _still_pre_05(result.code):
+        # --migrate could not migrate it, and left it as it was: no migration to run
+        return VerifyReport.not_migrated(not_migrated_reason([
+            (f.range.start.line + 1, f.message.removesuffix(": not migrated"), f.reason or "")
+            for f in result.findings
+            if f.pass_id == "migrate-api" and f.message.endswith(": not migrated")
+        ]))
     let_go = kwargs.pop("ignore_missing", None)
     if let_go is None:
         let_go = set(result.unreturned) if unsafe_fixes else set(result.unreturned) & script_intermediates(source)
@@ -454,6 +470,13 @@ def verify_result(source: str, result, *, filename: str = "script.py", unsafe_fi
         ignore=tuple(kwargs.pop("ignore", ())) + tuple(result.introduced),
         **kwargs,
     )
+
+
+def _still_pre_05(code: str) -> bool:
+    """Does ``code`` still use the pre-0.5 nnsight API (a migration that was not made)?"""
+    from .original_04 import original_nnsight
+
+    return original_nnsight(code) == "0.4"
 
 
 def script_intermediates(source: str) -> frozenset[str]:

@@ -17,6 +17,11 @@ emulated):
 3. Otherwise the comparison decides: OK, or MISMATCH. (c) raising where (a) did not is
    a MISMATCH: the optimization broke a script that runs.
 
+Before any run, one more: with ``--migrate``, a pre-0.5 script that ``--migrate`` left as
+it was (it could not migrate all of it) is NOT MIGRATED — its "optimized" script is the
+original, pre-0.5 code, which fails on nnsight 0.8, and differences from that would say
+nothing about a migration that was never made.
+
 Does not import torch or nnsight.
 """
 
@@ -37,6 +42,7 @@ class Status(str, Enum):
     SAME_ERROR = "same-error"  # OK because the user accepts an error both versions raise
     MISMATCH = "mismatch"
     FAILED = "failed"  # nothing (or not enough) ran to compare
+    NOT_MIGRATED = "not-migrated"  # --migrate left a pre-0.5 script as it was: nothing to run
 
 
 class Failure(str, Enum):
@@ -154,6 +160,8 @@ def headline(status: Status, why: Optional[str]) -> str:
         return "verify: MISMATCH (optimized, remote != original, local)"
     if status is Status.SAME_ERROR:
         return f"verify: OK (same error) — {why}"
+    if status is Status.NOT_MIGRATED:
+        return f"verify: NOT MIGRATED — {why}"
     return f"verify: FAILED — {why}"
 
 
@@ -172,6 +180,19 @@ def reason(verdict: Verdict) -> Optional[str]:
         return (f"the original script raised {shown(verdict.error)} locally, so what it should "
                 f"compute is unknown (the optimized script: {shown(verdict.other_error) or 'no error'})")
     return None
+
+
+def not_migrated_reason(unmigrated: list[tuple[int, str, str]]) -> str:
+    """Why a pre-0.5 script was not migrated, from the migration's findings "not migrated"
+    (line, what, why), the first named."""
+    first = ""
+    if unmigrated:
+        line, what, why = unmigrated[0]
+        first = f" (line {line}: {what}: {why}" + (f"; and {len(unmigrated) - 1} more" if len(unmigrated) > 1 else "") + ")"
+    count = f"{len(unmigrated)} of its uses" if unmigrated else "some of its uses"
+    return (f"the script uses the pre-0.5 nnsight API and {count} cannot be migrated "
+            f"safely{first}, so --migrate left the whole script as it was (a half-migrated script runs on no "
+            "nnsight release); nothing was run or compared — rewrite those uses by hand, then verify again")
 
 
 def _no_request_reason(verdict: Verdict) -> str:

@@ -285,3 +285,39 @@ def test_a_long_stdout_line_that_differs_late_is_shown_where_it_differs():
     assert "(from column" in line, line
     expected, got = line.split(": expected ", 1)[1].split(", got ")
     assert expected != got, line
+
+
+# a pre-0.5 script that --migrate cannot migrate (a `.next()` on one layer, newuser6 m04):
+# the migration is all or nothing, so the file is left as it was; verify said MISMATCH
+# (the "optimized" script, the pre-0.5 original, fails on nnsight 0.8), as if a migration
+# had been made and were wrong
+UNMIGRATABLE = script(
+    """
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.generate("Long ago", max_new_tokens=3, remote=True) as tracer:
+        h0 = LAYERS[1].output[0].save()
+        LAYERS[1].next()
+        h1 = LAYERS[1].output[0].save()
+        out = model.generator.output.save()
+    print(h0.value.shape, h1.value.shape, out.value[0].tolist())
+    """
+)
+
+
+@pytest.mark.parametrize("repo, layers", [("openai-community/gpt2", "model.transformer.h"),
+                                          ("meta-llama/Llama-3.1-8B", "model.model.layers")])
+def test_verify_migrate_says_plainly_that_nothing_was_migrated(tmp_path, repo, layers):
+    source = UNMIGRATABLE.replace("REPO", repo).replace("LAYERS", layers)
+    done = cli_verify(tmp_path, source, "--migrate")
+    assert done.returncode == EXIT_FAILED, done.stdout + done.stderr  # README "Exit codes": 2
+    assert done.stdout.strip() == headline(done.stdout), done.stdout  # one line: nothing ran
+    assert headline(done.stdout).startswith(
+        "verify: NOT MIGRATED — the script uses the pre-0.5 nnsight API and 1 of its uses cannot be migrated "
+        f"safely (line 6: `{layers}[1].next()`: a `.next()` that is not `model.next()`"), done.stdout
+    assert "nothing was run or compared" in done.stdout and "MISMATCH" not in done.stdout
+    as_json = json.loads(cli_verify(tmp_path, source, "--migrate", "--format", "json").stdout)
+    assert as_json["status"] == "not-migrated" and as_json["intended_ok"] is False
+    assert as_json["rewritten"] is False and as_json["before"]["requests"] == 0
+    assert as_json["reason"] == headline(done.stdout).split(" — ", 1)[1]

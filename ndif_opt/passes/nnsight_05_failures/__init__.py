@@ -23,9 +23,10 @@ error comes back inside a `RemoteError`):
   error, steps of generation, backward passes: not);
 - `tracer.stop()` in the code of a trace that has invokes, outside the invokes: that code
   runs before them, so the trace stops before any invoke runs: `EarlyStopException`;
-- code after `with tracer.all():` or `for step in tracer.iter[:]:` (every step of a
-  generation) in the same body: nnsight 0.5+ moves past such a loop only when generation
-  is over, so that code never runs (what it binds is unbound after the block: `NameError`);
+- code after `with tracer.all():`, or after `tracer.iter[...]` over a slice with no end
+  (`[:]`, `[k:]`; in a `with` or a `for` header) in the same body: each steps through the
+  generation to its end, and nnsight 0.5+ moves past it only when generation is over, so
+  that code never runs (what it binds is unbound after the block: `NameError`);
 - a name bound in the outermost block (remote or not) and read after it without
   `.save()`: only the values marked with `.save()` leave it, so the name is unbound there
   (`NameError`, or `UnboundLocalError` in a function) or still holds its value from

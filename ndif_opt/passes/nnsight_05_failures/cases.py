@@ -219,6 +219,21 @@ print(tops, tokens)
         reason="bound the loop (`tracer.iter[0:N]`",
     ),
     Case(
+        name="code after `with tracer.iter[k:]` (a slice with no end)",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.generate("The weather is", max_new_tokens=5, remote=True) as tracer:
+    tops = list().save()
+    with tracer.iter[1:]:
+        tops.append(model.lm_head.output[0, -1].argmax())
+    tokens = tracer.result.save()
+print(tops, tokens)
+""",
+        reason="comes after `with tracer.iter[1:]`",
+    ),
+    Case(
         name="a bounded step loop, and code after it",
         before="""\
 from nnsight import LanguageModel

@@ -1,9 +1,12 @@
 """nnsight-05-failures: code after a loop over every generation step, which never runs.
 
-`with tracer.all():` and `for step in tracer.iter[:]:` (a slice with no end) step through
-generation until it ends; nnsight 0.5+ runs the body's code in order and only moves past
+`with tracer.all():`, and `tracer.iter[...]` over a slice with no end (`[:]`, `[k:]`) as a
+`with` or a `for` header, step through generation until it ends; nnsight 0.5+ runs the body's code in order and only moves past
 such a loop when the model is done, so the statements after it in the same body never run
-(measured on nnsight 0.8.1: a name they bind is unbound after the block, `NameError`).
+(measured on nnsight 0.8.1, each of `with tracer.all():`, `with tracer.iter[:]:`,
+`with tracer.iter[1:]:`, `for step in tracer.iter[:]:` and `for step in tracer.iter[1:]:`: a
+name they bind is unbound after the block, `NameError`; `tracer.iter[0:N]` and
+`tracer.iter[k]` move on).
 """
 
 from __future__ import annotations
@@ -40,17 +43,23 @@ def report_code_after_every_step(body: cst.With, label: str, tracers: set[str], 
 
 
 def _every_step(stmt: cst.BaseStatement, tracers: set[str]) -> str | None:
-    """`with tracer.all()` or `for ... in tracer.iter[a:]` (no end): its header, else None."""
+    """`with tracer.all()`, `with tracer.iter[a:]` or `for ... in tracer.iter[a:]` (a slice
+    with no end: every step from ``a`` on): its header, else None."""
     if type(stmt) is cst.With and len(stmt.items) == 1:
-        call = stmt.items[0].item
-        if (type(call) is cst.Call and type(call.func) is cst.Attribute and call.func.attr.value == "all"
-                and not call.args and dotted_name(call.func.value) in tracers):
-            return f"with {code_of(call)}"
-    if type(stmt) is cst.For:
-        index = tracer_steps(stmt.iter, tracers)
-        if type(index) is cst.Slice and index.upper is None:
-            return f"for {code_of(stmt.target)} in {code_of(stmt.iter)}"
+        item = stmt.items[0].item
+        if (type(item) is cst.Call and type(item.func) is cst.Attribute and item.func.attr.value == "all"
+                and not item.args and dotted_name(item.func.value) in tracers):
+            return f"with {code_of(item)}"
+        if _unbounded(tracer_steps(item, tracers)):
+            return f"with {code_of(item)}"
+    if type(stmt) is cst.For and _unbounded(tracer_steps(stmt.iter, tracers)):
+        return f"for {code_of(stmt.target)} in {code_of(stmt.iter)}"
     return None
+
+
+def _unbounded(index: cst.BaseSlice | None) -> bool:
+    """A slice of `tracer.iter` with no end: the steps it runs at go on until generation ends."""
+    return type(index) is cst.Slice and index.upper is None
 
 
 def _first_line(stmt: cst.BaseStatement) -> str:

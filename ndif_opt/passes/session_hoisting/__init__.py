@@ -48,7 +48,10 @@ a module name the session computes gets it as an argument (`def f(x, *, vec)`), 
 every call of it in the file is one the session makes after binding the name. It is not applied (and says why) when the code that must stay
 on your machine feeds the remote part, when a record could not hold what a line would
 have seen, when the moved code declares ``global`` or calls a helper that cannot run in
-a session. A loop whose own remote work no session can take — traces of two models (a
+a session (a loop or a comprehension of such calls gets one finding that names it), or when a
+container the session would make is also filled by a remote block no session takes (a
+container is fixed in every block that fills it or in none: fixed in part, a script that
+fails on an empty container would go on with part of it). A loop whose own remote work no session can take — traces of two models (a
 session runs one), two remote flags, a session in each iteration, a trace on your machine
 among remote ones — is left with one finding that names it and what to change. A retry
 around a request goes around the whole session, and gives up after its last attempt as
@@ -71,9 +74,9 @@ import functools
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts, Remote
-from ndif_opt.analysis.names import collect, collect_all, fresh_name, target_names
-from ndif_opt.analysis.regions import reads_after, requests_in, self_attributes_read_after
+from ndif_opt.analysis.facts import Block, Facts, Remote
+from ndif_opt.analysis.names import COMPREHENSIONS, collect, collect_all, fresh_name, local_to, target_names
+from ndif_opt.analysis.regions import client_objects_filled, reads_after, requests_in, self_attributes_read_after
 from ndif_opt.analysis.remote_functions import (
     CallWithRemoteOff,
     RemoteHelper,
@@ -176,23 +179,37 @@ class SessionHoisting(Pass):
     cases = CASES
 
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
-        plan = SuitePlan()
-        claimed: set[int] = set()
         mark = len(context.findings)
         self.helpers = remote_helpers(facts, context.server)
-        self.rewritten_helpers: dict[str, RemoteHelper] = {}
-        self.passed_functions: dict[str, tuple[str, ...]] = {}  # function -> module names it now takes
-        self.needs_nnsight_import = False
-        # loops their own remote work keeps from a session (two models, say): id -> (loop, why)
-        self.stopped: dict[int, tuple[cst.CSTNode, tuple[str, str]]] = {}
-        self.planned: list[Region] = []  # the regions this run makes sessions of
-        for suite in suites_outermost_first(facts):
-            if inside_planned(facts, suite, claimed):
-                continue
-            for region in self._regions(suite, facts, context):
-                if self._in_a_replaced_function(region, facts):
+        # containers a session would make while a remote block no session takes fills them
+        # too: name -> that block (the sessions that would make them are not planned)
+        self.partly_filled: dict[str, Block] = {}
+        names = (set(context.unreturned), set(context.introduced))
+        while True:
+            plan, claimed = SuitePlan(), set()
+            self.rewritten_helpers: dict[str, RemoteHelper] = {}
+            self.passed_functions: dict[str, tuple[str, ...]] = {}  # function -> module names it now takes
+            self.needs_nnsight_import = False
+            # loops their own remote work keeps from a session (two models, say): id -> (loop, why)
+            self.stopped: dict[int, tuple[cst.CSTNode, tuple[str, str]]] = {}
+            self.planned: list[Region] = []  # the regions this run makes sessions of
+            for suite in suites_outermost_first(facts):
+                if inside_planned(facts, suite, claimed):
                     continue
-                self._plan_or_parts(region, facts, context, plan, claimed)
+                for region in self._regions(suite, facts, context):
+                    if self._in_a_replaced_function(region, facts):
+                        continue
+                    self._plan_or_parts(region, facts, context, plan, claimed)
+            partly = self._partly_filled(facts)
+            if not partly:
+                break
+            # plan again, without the sessions that would fix a container only in part
+            self.partly_filled.update(partly)
+            del context.findings[mark:]
+            context.unreturned.clear()
+            context.unreturned.update(names[0])
+            context.introduced.clear()
+            context.introduced.update(names[1])
         self._drop_plans_in_replaced_functions(facts, context, plan, mark)
         self._drop_refusals_a_session_answers(facts, context, mark)
         self._name_the_stopped_loops(facts, context, mark)
@@ -274,6 +291,31 @@ class SessionHoisting(Pass):
         if self._requests(region, facts) < 2:
             return False
         return self._counted(region, facts, context).per_run(UNKNOWN_TRIPS) >= 2
+
+    def _partly_filled(self, facts: Facts) -> dict[str, Block]:
+        """The containers a planned session makes (or takes in and saves) that a remote
+        block outside every planned session fills too, name -> that block: on NDIF that
+        block fills the server's copy, so the session would bring the container back
+        with its own values and without that block's — a script that fails visibly on
+        an empty container (or shows it empty) would go on with part of it. Fixed in
+        every block that fills it, or in none (accumulator-relocation's rule too)."""
+        made = [(acc.name, region) for region in self.planned for acc in region.accumulators]
+        if not made:
+            return {}
+        inside = {id(stmt) for region in self.planned for stmt in region.statements}
+        found: dict[str, Block] = {}
+        for block in facts.blocks:
+            if block.parent is not None or block.remote.state is Remote.NO:
+                continue
+            if id(block.node) in inside or any(id(node) in inside for node in block.stmt.ancestors):
+                continue
+            filled = client_objects_filled(block, facts)
+            for name, region in made:
+                function = facts.stmt(region.statements[0]).function
+                if name in filled and name not in self.partly_filled and name not in found and \
+                        local_to(name, function) is local_to(name, block.stmt.function):
+                    found[name] = block
+        return found
 
     def _drop_plans_in_replaced_functions(self, facts: Facts, context: Context, plan: SuitePlan, mark: int) -> None:
         """A function this run rewrites whole from its original (a flag parameter added for
@@ -529,11 +571,13 @@ class SessionHoisting(Pass):
         flags, models = set(), set()
         sends = []  # (model, flag, the call's code) of each call
         for call, helper in calls:
+            construct = repeating_construct(stmt, call)
             if helper.problems:
-                if isinstance(stmt, (cst.For, cst.While)):
+                if construct is not None:
+                    node, word = construct
                     context.skipped(
-                        stmt,
-                        f"this loop calls `{helper.spelled(call)}`, which sends a remote request each time; "
+                        node,
+                        f"this {word} calls `{helper.spelled(call)}`, which sends a remote request each time; "
                         f"one `{helper.at_call(helper.model, call)}.session(remote=...)` would send one",
                         f"not hoisted: {helper.problems[0]}",
                     )
@@ -541,10 +585,11 @@ class SessionHoisting(Pass):
             flag = helper.call_flag(call)
             if flag is None:
                 why = f"the remote flag `{helper.spelled(call)}` runs with is computed inside it or not known here"
-                if isinstance(stmt, (cst.For, cst.While)):
+                if construct is not None:
+                    node, word = construct
                     context.skipped(
-                        stmt,
-                        f"this loop calls `{helper.spelled(call)}`, which sends a remote request each time; "
+                        node,
+                        f"this {word} calls `{helper.spelled(call)}`, which sends a remote request each time; "
                         f"one `{helper.at_call(helper.model, call)}.session(remote=...)` would send one",
                         f"not hoisted: {why}, so a session around the calls cannot take the same flag",
                     )
@@ -702,6 +747,15 @@ class SessionHoisting(Pass):
                 reason, accumulators, lost = liveness(region, facts)
                 if lost:
                     reason = lost_reason(lost[0])
+        region.accumulators = accumulators
+        partly = next((name for name in (a.name for a in accumulators) if name in self.partly_filled), None)
+        if not reason and partly is not None:
+            other = first_line(self.partly_filled[partly].node)
+            reason = (f"`{partly}` is also filled inside `{other}`, a remote block no session takes (on NDIF it "
+                      f"fills the server's copy): made in this session, `{partly}` would come back holding what the "
+                      "session fills and not what that block fills, where the script as written leaves it empty on "
+                      "your machine; put that block in the same loop or run (in a notebook, the same cell) to fix "
+                      "both")
         if not reason and region.helper_calls:
             reason = helper_argument_problem(region, facts)
         if not reason:
@@ -819,6 +873,19 @@ class SessionHoisting(Pass):
         for acc in before:
             if acc.kind != "carried":
                 plan.remove(region.suite, acc.index)
+
+
+def repeating_construct(stmt: cst.BaseStatement, call: cst.Call) -> tuple[cst.CSTNode, str] | None:
+    """What repeats ``call`` in ``stmt``, to name it in a refusal: the loop ``stmt`` is
+    (`for`, `while`), or else the outermost comprehension in ``stmt`` that holds the call
+    (`[f(x) for x in xs]`, `sum(f(x) for x in xs)`); None when the statement makes the call
+    once. A loop or a comprehension of calls the pass refuses is left with this finding."""
+    if isinstance(stmt, (cst.For, cst.While)):
+        return stmt, "loop"
+    for comprehension in find_nodes(stmt, lambda n: isinstance(n, COMPREHENSIONS)):
+        if find_nodes(comprehension, lambda n: n is call):
+            return comprehension, "comprehension"
+    return None
 
 
 def _module_binds(facts: Facts) -> set[str]:

@@ -58,6 +58,8 @@ class Region:
     # containers the session takes over that nothing after it reads: made in the
     # session, filled there and not downloaded (see containers_left_on_server)
     left_on_server: frozenset[str] = frozenset()
+    # the containers the session makes or takes in and saves (see liveness), once planned
+    accumulators: list = field(default_factory=list)
 
     @property
     def statements(self) -> list[cst.BaseStatement]:

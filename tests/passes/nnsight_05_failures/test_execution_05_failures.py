@@ -555,14 +555,17 @@ AFTER_EVERY_STEP = '''
 
 
 @both
-@pytest.mark.parametrize("loop", ["with tracer.all():", "for step in tracer.iter[:]:"])
+@pytest.mark.parametrize("loop", ["with tracer.all():", "for step in tracer.iter[:]:", "with tracer.iter[:]:",
+                                  "with tracer.iter[1:]:", "for step in tracer.iter[1:]:"])
 def test_code_after_a_loop_over_every_step_is_reported_and_never_runs(family, loop):
+    # a slice of `tracer.iter` with no end, in a `with` as in a `for`, runs to the last step
     source = script(AFTER_EVERY_STEP.replace("LOOP", loop), family)
     (found,) = [f for f in mine(optimize(source)) if "steps through generation until it ends" in f.message]
     assert found.message.startswith("`tokens = tracer.result.save()` comes after"), found.message
     for mode, raised in errors(source).items():
         assert raised is not None and "name 'tokens' is not defined" in raised, (mode, raised)
-    bounded = source.replace(loop, "for step in tracer.iter[0:3]:")
+    # the same header with an end (`tracer.all()` has none: a bounded `for`)
+    bounded = source.replace(loop, loop.replace(":]", ":3]") if ":]" in loop else "for step in tracer.iter[0:3]:")
     assert not [f for f in mine(optimize(bounded)) if "steps through generation" in f.message]
     assert all(raised is None for raised in errors(bounded).values())
 

@@ -225,3 +225,63 @@ def test_a_run_whose_remote_work_one_session_takes_gets_no_refusal(family):
     result, report = optimized_and_verified(MAIN_GUARD_AROUND_A_HOISTED_LOOP, family)
     assert report.before.requests == 4 and report.after.requests == 1, report.to_text() + result.code
     assert not _hoisting_findings(result), [(f.message, f.reason) for f in _hoisting_findings(result)]
+
+
+# a comprehension of calls of a function the pass refuses (it declares `global`, changes a
+# class attribute, passes `remote=` in `**kwargs`) sends a request per element, as
+# the same calls in a `for` loop do: it was left silently, the loop with a finding
+REFUSED_HELPER = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    calls = 0
+
+
+    def norm_at(layer):
+        global calls
+        calls += 1
+        with model.trace("The weather today is", remote=True):
+            n = LAYERS[layer].output[0, -1].norm().save()
+        return round(n.item(), 4)
+
+
+    class Probe:
+        runs = 0
+
+        def run(self, prompt):
+            Probe.runs += 1
+            with model.trace(prompt, remote=True):
+                v = LAYERS[0].output[0, -1].norm().save()
+            return round(v.item(), 4)
+
+
+    def norm_kw(layer, **kw):
+        with model.trace("The weather today is", **kw):
+            n = LAYERS[layer].output[0, -1].norm().save()
+        return round(n.item(), 4)
+
+
+    probe = Probe()
+    BUILT
+    print(calls, Probe.runs, values)
+'''
+
+
+@both
+@pytest.mark.parametrize("built, called, reason", [
+    ("values = [norm_at(layer) for layer in range(2)]", "norm_at", "`norm_at` uses `global`"),
+    ("values = {layer: norm_at(layer) for layer in range(2)}", "norm_at", "`norm_at` uses `global`"),
+    ("values = sum(norm_at(layer) for layer in range(2))", "norm_at", "`norm_at` uses `global`"),
+    ('values = [probe.run(p) for p in ["a b", "c d"]]', "probe.run", "changes `Probe`, which lives on your machine"),
+    ("values = [norm_kw(layer, remote=True) for layer in range(2)]", "norm_kw",
+     "`norm_kw` passes `remote=` inside `**kwargs`"),
+])
+def test_a_comprehension_of_a_refused_function_gets_one_finding_that_names_it(family, built, called, reason):
+    result, report = optimized_and_verified(REFUSED_HELPER.replace("BUILT", built), family)
+    assert report.before.requests == report.after.requests == 2, report.to_text() + result.code
+    found = _hoisting_findings(result)
+    assert len(found) == 1, [(f.message, f.reason) for f in found]
+    source = script(REFUSED_HELPER.replace("BUILT", built), family)
+    assert found[0].range.start.line == _line_of(source, built), found
+    assert found[0].message.startswith(f"this comprehension calls `{called}`"), found[0].message
+    assert reason in found[0].reason, found[0].reason
