@@ -17,6 +17,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.names import all_params, collect, returned_name, target_names
+from ndif_opt.analysis.regions import constant_break, jumps_of_loop
 from ndif_opt.analysis.retries import retried_until_success, retry_guard, retry_wrappers, unwrapped_call
 from ndif_opt.cost.constants import CALL_DEPTH, TRACKED_LENGTH, UNROLL_BUDGET, UNROLL_LIMIT
 from ndif_opt.cost.requests import Visit, key_size, round_count, unknown_download
@@ -299,6 +300,10 @@ class StatementWalk:
             return
         names = target_names(stmt.target)
         elements = self.elements(stmt.iter)
+        stop = self.facts.once(_constant_break, stmt) if elements else None
+        if stop is not None and stop[0] < len(elements):
+            # `if layer > 3: break`: the items after the one that breaks are never reached
+            elements = elements[: stop[0] + 1]
         if _leaves_in_its_first_iteration(stmt) and (elements or (elements is None and self.length(stmt.iter) != 0)):
             # the body ends in `break` (or `return`, `raise`) whatever happens: one iteration
             if elements:
@@ -311,7 +316,8 @@ class StatementWalk:
             return
         if elements is not None and len(elements) <= UNROLL_LIMIT and (
             any(has_str(e) for e in elements)
-            or (self._unrolled + len(elements) <= UNROLL_BUDGET and self._varies(stmt))
+            or (self._unrolled + len(elements) <= UNROLL_BUDGET
+                and (self._varies(stmt) or self.facts.once(_leaves_by_element, stmt)))
         ):
             self._unrolled += len(elements)
             outer, self._elements = self._elements, self._elements | set(names)
@@ -327,6 +333,8 @@ class StatementWalk:
                 self._elements = outer
             return
         trips = len(elements) if elements is not None else self.length(stmt.iter)
+        if stop is not None and elements is not None and stop[0] < len(elements):
+            trips = stop[0]  # the iterations that run the whole body
         assumed = trips is None
         if assumed:
             trips = self.loop_symbol(stmt)
@@ -736,6 +744,51 @@ def _varies(facts: Facts, loop: cst.For) -> bool:
         return False
     nested = [n for n in compound(loop.body) if type(n) is cst.For and names & names_in(n.iter)]
     return bool(nested) and (facts.once(_holds_work, loop.body) or has_skip(loop.body))
+
+
+def _constant_break(facts: Facts, loop: cst.For) -> tuple[int, int] | None:
+    """See analysis.regions.constant_break."""
+    return constant_break(loop, facts)
+
+
+def _leaves_by_element(facts: Facts, loop: cst.For) -> bool:
+    """Does the loop's body hold nnsight work and an `if` whose test reads the loop
+    variable (and names the body does not bind) and that leaves the iteration or the
+    loop (`if layer > MAX_LAYER: break`, `if len(p.split()) < 3: continue`)? Then what an
+    iteration costs depends on its element: the loop is unrolled, each test decided."""
+    names = set(target_names(loop.target))
+    if not names or not facts.once(_holds_work, loop.body):
+        return False
+    bound = set(collect(loop.body).binds) - names
+    for node in _own_statements(loop):
+        if type(node) is not cst.If:
+            continue
+        read = names_in(node.test)
+        if read & names and not read & bound and jumps_of_loop(node.body) | (
+                jumps_of_loop(node.orelse) if node.orelse is not None else set()):
+            return True
+    return False
+
+
+def _own_statements(loop: cst.For):
+    """The statements of the loop's own body, nested ones too, not those of a loop or
+    function inside it (whose `break` or `continue` is not the loop's)."""
+    stack = list(loop.body.body)
+    while stack:
+        stmt = stack.pop()
+        yield stmt
+        if type(stmt) in (cst.SimpleStatementLine, cst.For, cst.While, cst.FunctionDef, cst.ClassDef):
+            continue
+        for part in (getattr(stmt, "body", None), getattr(stmt, "orelse", None), getattr(stmt, "finalbody", None)):
+            if type(part) in (cst.Else, cst.Finally):
+                part = part.body
+            if type(part) is cst.If:
+                stack.append(part)
+            elif type(part) is cst.IndentedBlock:
+                stack.extend(part.body)
+        for handler in getattr(stmt, "handlers", ()) or ():
+            if type(handler.body) is cst.IndentedBlock:
+                stack.extend(handler.body.body)
 
 
 def _calls_in(facts: Facts, small: cst.CSTNode, functions: frozenset[str],

@@ -1,0 +1,74 @@
+"""Bills of loops the cost walk must count to what runs: a loop stopped by a `break` its
+loop variable and constants decide, iterations a decided `continue` skips."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from ndif_opt.analysis.facts import analyze
+from ndif_opt.cost_model import explain
+from ndif_opt.options import Options
+
+HEAD = 'from nnsight import LanguageModel\nmodel = LanguageModel("openai-community/gpt2")\n'
+
+
+def cost(body: str):
+    return explain(analyze(cst.parse_module(HEAD + textwrap.dedent(body))), Options()).cost
+
+
+TRACE = """\
+        with model.trace("a b c", remote=True):
+            v = model.transformer.h[layer].output.mean().save()
+"""
+
+
+@pytest.mark.parametrize(
+    "header, requests",
+    [
+        ("for layer in range(12):\n    if layer > 3:\n        break\n", 4),
+        ("for layer in range(12):\n    if layer >= MAX_LAYER:\n        break\n", 6),
+        ("for layer in range(12):\n    if not layer < MAX_LAYER:\n        print('done')\n        break\n", 6),
+        ("for layer in [0, 2, 4, 6, 8]:\n    if layer + 2 > 6:\n        break\n", 3),
+        ("for layer in range(1000):\n    if layer == 10:\n        break\n", 10),
+        ("for layer in range(12):\n    if layer < 9:\n        continue\n", 3),
+        ("for layer in range(12):\n    if layer > 3 and layer < 10:\n        continue\n", 6),
+        ("for layer in range(12):\n    if layer <= 3:\n        pass\n    else:\n        break\n", 4),
+    ],
+)
+def test_a_loop_is_counted_to_the_break_its_variable_decides(header, requests):
+    body = "MAX_LAYER = 6\n" + header + textwrap.indent(textwrap.dedent(TRACE), "    ")
+    assert cost(body).requests == requests
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        # the test reads a name the body binds: not known before running
+        "for layer in range(12):\n    limit = layer * 2\n    if limit > 20:\n        break\n",
+        # the `break` is an inner loop's
+        "for layer in range(12):\n    for i in range(2):\n        if layer > 3:\n            break\n",
+    ],
+)
+def test_a_break_the_walk_cannot_decide_leaves_the_count(header):
+    body = header + textwrap.indent(textwrap.dedent(TRACE), "    ")
+    assert cost(body).requests == 12
+
+
+def test_a_continue_on_a_known_string_skips_its_iterations():
+    body = """\
+    PROMPTS = ["hi", "The history of Rome is long", "ok", "Science advances by experiment"]
+    for prompt in PROMPTS:
+        if len(prompt.split()) < 3:
+            continue
+        for layer in range(12):
+            if layer > 6:
+                break
+            with model.trace(prompt, remote=True):
+                v = model.transformer.h[layer].output.mean().save()
+    """
+    found = cost(body)
+    assert (found.requests, found.forward_passes, found.layer_evaluations) == (14, 14, 168)
+
