@@ -452,8 +452,8 @@ class StatementWalk:
             if literal is not None:
                 self._bind(name, literal)
                 return
-            if type(value) is cst.Call and dotted_name(value.func) in ("list", "tuple", "sorted", "reversed"):
-                items = self.elements(value)  # `items = list(range(100))`: still known
+            if type(value) is cst.Call and dotted_name(value.func) in ("list", "tuple", "sorted", "reversed", "range"):
+                items = self.elements(value)  # `items = list(range(100))`, `range(0, 12, 4)`: still known
                 if items is not None:
                     self._bind(name, python_shape(items, True))
                     return

@@ -1,5 +1,6 @@
 """Bills of loops the cost walk must count to what runs: a loop stopped by a `break` its
-loop variable and constants decide, iterations a decided `continue` skips."""
+loop variable and constants decide, iterations a decided `continue` skips, lengths of
+sequences the walk knows (`zip` of known lists, a `range` bound again later)."""
 
 from __future__ import annotations
 
@@ -71,4 +72,31 @@ def test_a_continue_on_a_known_string_skips_its_iterations():
     """
     found = cost(body)
     assert (found.requests, found.forward_passes, found.layer_evaluations) == (14, 14, 168)
+
+# -- sequences whose length the walk knows -------------------------------------------------
+
+
+def test_zip_of_a_list_and_a_comprehension_over_it_has_their_length():
+    body = """\
+    TEXTS = ["The bank of the river", "The bank approved the loan"]
+    ids = [model.tokenizer(t, return_tensors="pt")["input_ids"] for t in TEXTS]
+    for t, x in zip(TEXTS, ids):
+        with model.trace(x, remote=True):
+            v = model.transformer.h[6].output[0, 1].save()
+    """
+    assert cost(body).requests == 2
+
+
+def test_a_range_bound_to_a_name_twice_keeps_each_length():
+    body = """\
+    LAYERS = range(0, 12, 4)
+    def norms():
+        for L in LAYERS:
+            with model.trace("a b", remote=True):
+                v = model.transformer.h[L].output.norm().save()
+    norms()
+    LAYERS = range(0, 12, 3)
+    norms()
+    """
+    assert cost(body).requests == 3 + 4
 
