@@ -15,7 +15,7 @@ from typing import Any
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts
+from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import all_params, collect, returned_name, target_names
 from ndif_opt.analysis.regions import constant_break, jumps_of_loop
 from ndif_opt.analysis.retries import retried_until_success, retry_guard, retry_wrappers, unwrapped_call
@@ -317,7 +317,8 @@ class StatementWalk:
         if elements is not None and len(elements) <= UNROLL_LIMIT and (
             any(has_str(e) for e in elements)
             or (self._unrolled + len(elements) <= UNROLL_BUDGET
-                and (self._varies(stmt) or self.facts.once(_leaves_by_element, stmt)))
+                and (self._varies(stmt) or self.facts.once(_leaves_by_element, stmt)
+                     or self.facts.once(_calls_a_cache_by_element, stmt)))
         ):
             self._unrolled += len(elements)
             outer, self._elements = self._elements, self._elements | set(names)
@@ -614,6 +615,13 @@ class StatementWalk:
             if func is None or name in self._call_stack or len(self._call_stack) >= CALL_DEPTH:
                 continue
             self._called.add(func.name.value if bound or name in self._closures else name)
+            cache = None if bound else self.facts.once(_cache_size, func)
+            if cache is not None:
+                key = self._cache_key(call, loops)
+                if not self._cache_misses(name, func, cache, key):
+                    continue  # `@lru_cache`: a call with arguments it has seen sends nothing
+                if key is not None:
+                    times, loops = 1, ()  # every run of this call has these arguments: one miss
             saved = (dict(self.env), dict(self.storage))
             aliases = dict(self._model_aliases)
             elements = self._unrolled_comprehension(loops)
@@ -650,6 +658,48 @@ class StatementWalk:
             self._model_aliases = aliases
             if self.request is None:
                 self._restore_after_call(func, *saved)
+
+    def _cache_key(self, call: cst.Call, loops: tuple[cst.CompFor, ...]):
+        """The key a cached function's ``call`` is looked up by, when its arguments are
+        the same every time this call runs, and known: literals, constants of the script,
+        elements of an unrolled loop (not a comprehension's variable, nor a name bound
+        in code walked once for many runs); else None."""
+        local = set().union(*(target_names(clause.target) for clause in loops)) if loops else set()
+        positional, keywords = [], []
+        for arg in call.args:
+            if arg.star:
+                return None
+            names = names_in(arg.value)
+            if names & local or any(n not in self._elements and self.facts.constant(n) is None for n in names):
+                return None
+            value = self.constant_value(arg.value)
+            if value is NO_VALUE or not _hashable(value):
+                return None
+            if arg.keyword is None:
+                positional.append(value)
+            else:
+                keywords.append((arg.keyword.value, value))
+        return tuple(positional), tuple(keywords)
+
+    def _cache_misses(self, name: str, func: cst.FunctionDef, size: int, key) -> bool:
+        """Does this call of the cached function ``name`` (its cache of ``size`` entries,
+        0: unbounded) miss (``key``: its arguments, None when not known)? A miss adds
+        its key; a call whose arguments are not known is counted as a miss, and may have
+        put out of a bounded cache any key seen so far."""
+        seen = self._cached_calls.setdefault(name, {})
+        if key is None:
+            self.note(f"`{func.name.value}` is cached (`@{code_of(func.decorators[0].decorator)}`): a call "
+                      "whose arguments are not known before running is counted as sending its requests")
+            if size:
+                seen.clear()
+            return True
+        if key in seen:
+            seen[key] = seen.pop(key)  # (the most recently used)
+            return False
+        seen[key] = None
+        if size and len(seen) > size:
+            del seen[next(iter(seen))]
+        return True
 
     def _unrolled_comprehension(self, loops: tuple[cst.CompFor, ...]) -> list | None:
         """The elements a call inside a comprehension is made for, one call each: one
@@ -744,6 +794,55 @@ def _varies(facts: Facts, loop: cst.For) -> bool:
         return False
     nested = [n for n in compound(loop.body) if type(n) is cst.For and names & names_in(n.iter)]
     return bool(nested) and (facts.once(_holds_work, loop.body) or has_skip(loop.body))
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+_CACHES = {"functools.lru_cache": 128, "functools.cache": 0}
+
+
+def _cache_size(facts: Facts, func: cst.FunctionDef) -> int | None:
+    """The entries a function's cache holds when its outermost decorator is
+    `functools.lru_cache` (128 by default, 0: `maxsize=None`, unbounded) or
+    `functools.cache` (0); None when it is not cached so."""
+    if not func.decorators:
+        return None
+    decorator = func.decorators[0].decorator
+    called = type(decorator) is cst.Call
+    size = _CACHES.get(qualify(decorator.func if called else decorator, facts.imports) or "")
+    if size is None or (called and size == 0):
+        return None
+    if not called:
+        return size
+    args = [a for a in decorator.args if a.keyword is None or a.keyword.value == "maxsize"]
+    if any(a.star for a in decorator.args) or len(args) > 1:
+        return None
+    if not args:
+        return size
+    given = args[0].value
+    if type(given) is cst.Name and given.value == "None":
+        return 0
+    if type(given) is cst.Integer and int(given.value, 0) > 0:
+        return int(given.value, 0)
+    return None  # (`maxsize=0` caches nothing; a size not spelled out is not known)
+
+
+def _calls_a_cache_by_element(facts: Facts, loop: cst.For) -> bool:
+    """Does the loop's body call a cached same-file function (`@lru_cache`) with an
+    argument that reads the loop variable? Then whether an iteration sends its requests
+    depends on its element: the loop is unrolled, each call's arguments known."""
+    names = set(target_names(loop.target))
+    functions = frozenset(name for name, func in facts.functions.items() if facts.once(_cache_size, func) is not None)
+    if not names or not functions:
+        return False
+    return any(names & set().union(*(names_in(a.value) for a in call.args))
+               for call, _loops in same_file_calls(loop.body, functions) if call.args)
 
 
 def _constant_break(facts: Facts, loop: cst.For) -> tuple[int, int] | None:

@@ -1,6 +1,7 @@
 """Bills of loops the cost walk must count to what runs: a loop stopped by a `break` its
 loop variable and constants decide, iterations a decided `continue` skips, lengths of
-sequences the walk knows (`zip` of known lists, a `range` bound again later)."""
+sequences the walk knows (`zip` of known lists, a `range` bound again later), and a
+cached helper called again with the same arguments."""
 
 from __future__ import annotations
 
@@ -73,6 +74,7 @@ def test_a_continue_on_a_known_string_skips_its_iterations():
     found = cost(body)
     assert (found.requests, found.forward_passes, found.layer_evaluations) == (14, 14, 168)
 
+
 # -- sequences whose length the walk knows -------------------------------------------------
 
 
@@ -100,3 +102,39 @@ def test_a_range_bound_to_a_name_twice_keeps_each_length():
     """
     assert cost(body).requests == 3 + 4
 
+
+# -- a cached helper ---------------------------------------------------------------------------
+
+CACHED = """\
+import functools
+{decorator}
+def norm_at(layer):
+    with model.trace("a b", remote=True):
+        n = model.transformer.h[layer].output.norm().save()
+    return n.item()
+"""
+
+
+@pytest.mark.parametrize(
+    "decorator, calls, requests",
+    [
+        ("@functools.lru_cache(maxsize=None)", "vals = [norm_at(0) for _ in range(5)]", 1),
+        ("@functools.cache", "a = norm_at(0)\nb = norm_at(1)\nc = norm_at(0)", 2),
+        ("@functools.lru_cache", "for layer in range(0, 12, 3):\n    a = norm_at(layer)\nb = norm_at(0)", 4),
+        ("@functools.lru_cache(maxsize=1)", "a = norm_at(0)\nb = norm_at(1)\nc = norm_at(0)", 3),
+        ("@functools.lru_cache(maxsize=2)", "a = norm_at(0)\nb = norm_at(1)\nc = norm_at(0)", 2),
+        ("@functools.lru_cache(maxsize=0)", "a = norm_at(0)\nb = norm_at(0)", 2),
+        ("", "a = norm_at(0)\nb = norm_at(0)", 2),
+        ("@functools.cache", "a = norm_at(0)\nb = norm_at(layer=0)", 2),  # (a key of its own)
+    ],
+)
+def test_a_cached_helper_called_again_with_the_same_arguments_sends_nothing(decorator, calls, requests):
+    assert cost(CACHED.format(decorator=decorator) + calls + "\n").requests == requests
+
+
+def test_a_cached_call_whose_arguments_are_not_known_is_counted_and_said():
+    body = CACHED.format(decorator="@functools.lru_cache(maxsize=None)") + \
+        "import random\nvals = [norm_at(random.randrange(12)) for _ in range(5)]\n"
+    found = explain(analyze(cst.parse_module(HEAD + body)), Options())
+    assert found.cost.requests == 5
+    assert any("`norm_at` is cached" in note for note in found.notes)
