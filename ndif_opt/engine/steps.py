@@ -415,7 +415,10 @@ class Guards(Step):
         """A version that evaluates more decoder layers than the one the pass was given,
         or runs more forward passes without evaluating fewer layers: the server does more
         work than before (skip-insertion's caching trace is one forward pass more, paid
-        for by the layers it skips)."""
+        for by the layers it skips). A pass that ``adds_requests`` splits a request NDIF
+        would stop: what each part must compute again is its price."""
+        if turn.pass_.adds_requests:
+            return ""
         before, after = turn.version.cost, self._estimate(turn).cost
         if not set(after.unknown_loops) <= set(before.unknown_loops):
             return ""  # a count the walk no longer knows (a loop moved into a session): not compared
