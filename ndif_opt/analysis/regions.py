@@ -484,12 +484,171 @@ def empty_container_binding(stmt: cst.BaseStatement, name: str) -> str | None:
 
 
 def trip_count(loop: cst.CSTNode, facts: Facts) -> int | None:
-    """Iterations of a `for` loop when they are known statically, else None."""
+    """Iterations of a `for` loop when they are known statically, else None: those that
+    run its whole body, when a `break` stops it at an item known before running
+    (:func:`constant_break`)."""
     if type(loop) is not cst.For:
         return None
     if retry_guard(loop, facts) is not None:
         return 1  # a retry sends its request once when it succeeds
-    return iterable_length(loop.iter, facts)
+    stop = constant_break(loop, facts)
+    return stop[0] if stop is not None else iterable_length(loop.iter, facts)
+
+
+def constant_break(loop: cst.For, facts: Facts) -> tuple[int, int] | None:
+    """Where a `for` loop over items known before running (`range(12)`, a display of
+    literals, a constant naming one) stops at a `break` decided by its loop variable and
+    constants: ``if layer > MAX_LAYER: break`` among the statements of its body. The
+    index of the first item whose iteration breaks, and the index in the body of the
+    `if` that does; None when no item breaks, or when that cannot be told (an `if` that
+    a `continue` before it may skip, a test that reads other names, items not known)."""
+    if type(loop.target) is not cst.Name or loop.orelse is not None:
+        return None
+    name = loop.target.value
+    tests = []  # (index in the body, test, True: breaks when the test holds)
+    for index, stmt in enumerate(loop.body.body):
+        if type(stmt) is cst.If:
+            for branch, when in ((stmt.body, True), (stmt.orelse.body if type(stmt.orelse) is cst.Else else None, False)):
+                if branch is not None and _breaks(branch):
+                    tests.append((index, stmt.test, when))
+        if jumps_of_loop(stmt) & {"continue"}:
+            break  # an `if` after it may not be reached in every iteration
+    if not tests:
+        return None
+    items = _known_items(loop.iter, facts)
+    if items is None:
+        return None
+    for position, item in enumerate(items):
+        for index, test, when in tests:
+            decided = _test_value(test, {name: item}, facts)
+            if decided is None:
+                return None  # (an earlier item's test not known: where it stops is not either)
+            if decided == when:
+                return position, index
+    return None
+
+
+def _breaks(suite: cst.BaseSuite) -> bool:
+    """Does a branch leave its loop with `break` whenever it runs (a `break` among its
+    own statements, no `continue` before it)?"""
+    for stmt in suite.body if type(suite) is cst.IndentedBlock else ():
+        if type(stmt) is cst.SimpleStatementLine:
+            for small in stmt.body:
+                if type(small) is cst.Break:
+                    return True
+                if type(small) is cst.Continue:
+                    return False
+        elif "continue" in jumps_of_loop(stmt):
+            return False
+    return False
+
+
+def jumps_of_loop(node: cst.CSTNode) -> set[str]:
+    """`break` / `continue` in ``node`` that belong to the loop around it (not to a loop
+    or function inside it)."""
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        kind = type(current)
+        if kind is cst.Break:
+            found.add("break")
+        elif kind is cst.Continue:
+            found.add("continue")
+        elif kind in (cst.For, cst.While):
+            if current.orelse is not None:  # (its `else:` is outside its loop)
+                stack.append(current.orelse)
+            continue
+        elif kind in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            continue
+        stack.extend(children(current))
+    return found
+
+
+_COMPARE = {
+    cst.Equal: lambda a, b: a == b, cst.NotEqual: lambda a, b: a != b, cst.LessThan: lambda a, b: a < b,
+    cst.LessThanEqual: lambda a, b: a <= b, cst.GreaterThan: lambda a, b: a > b,
+    cst.GreaterThanEqual: lambda a, b: a >= b, cst.In: lambda a, b: a in b, cst.NotIn: lambda a, b: a not in b,
+}
+
+
+def _known_items(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> list | None:
+    """The items of an iterable known before running: `range(...)` of known integers, a
+    list or tuple display of literals, a constant naming one of them."""
+    if depth > 5:
+        return None
+    if type(expr) is cst.Name:
+        value = facts.constant(expr.value)
+        return None if value is None else _known_items(value, facts, depth + 1)
+    if type(expr) in (cst.List, cst.Tuple):
+        values = [_literal(e.value, {}, facts) if type(e) is cst.Element else None for e in expr.elements]
+        return None if any(v is None for v in values) else values
+    if type(expr) is cst.Call and type(expr.func) is cst.Name and expr.func.value == "range" \
+            and 1 <= len(expr.args) <= 3 and all(a.keyword is None and not a.star for a in expr.args) \
+            and "range" not in collect(facts.module).binds:
+        values = [int_value(a.value, facts) for a in expr.args]
+        if any(v is None for v in values) or (len(values) == 3 and values[2] == 0):
+            return None
+        items = range(*values)
+        return list(items) if len(items) <= 4096 else None
+    return None
+
+
+def _literal(expr: cst.BaseExpression, bindings: dict, facts: Facts):
+    """The value of ``expr`` from literals, constants and ``bindings`` (None: not known)."""
+    kind = type(expr)
+    if kind is cst.Name and expr.value in bindings:
+        return bindings[expr.value]
+    if kind in (cst.Integer, cst.Float, cst.SimpleString) or (
+            kind is cst.UnaryOperation and type(expr.operator) is cst.Minus
+            and type(expr.expression) in (cst.Integer, cst.Float)):
+        try:
+            return ast.literal_eval(code_of(expr))
+        except (ValueError, SyntaxError):
+            return None
+    if kind is cst.BinaryOperation:
+        return arithmetic(expr, lambda operand: _integer(_literal(operand, bindings, facts)))
+    if kind is cst.Name and expr.value in ("True", "False", "None"):
+        return None
+    if kind in (cst.List, cst.Tuple):
+        values = [_literal(e.value, bindings, facts) if type(e) is cst.Element else None for e in expr.elements]
+        return None if any(v is None for v in values) else values
+    if kind is cst.Name and facts.constant(expr.value) is not None:
+        return _literal(facts.constant(expr.value), {}, facts)
+    return int_value(expr, facts)
+
+
+def _integer(value) -> int | None:
+    return value if type(value) is int else None
+
+
+def _test_value(test: cst.BaseExpression, bindings: dict, facts: Facts) -> bool | None:
+    """The truth of an `if` test with the names of ``bindings`` given those values (None:
+    not known)."""
+    kind = type(test)
+    if kind is cst.UnaryOperation and type(test.operator) is cst.Not:
+        inner = _test_value(test.expression, bindings, facts)
+        return None if inner is None else not inner
+    if kind is cst.BooleanOperation:
+        left, right = _test_value(test.left, bindings, facts), _test_value(test.right, bindings, facts)
+        if type(test.operator) is cst.And:
+            return False if False in (left, right) else None if None in (left, right) else True
+        return True if True in (left, right) else None if None in (left, right) else False
+    if kind is not cst.Comparison:
+        return None
+    left = _literal(test.left, bindings, facts)
+    for target in test.comparisons:
+        compare = _COMPARE.get(type(target.operator))
+        right = _literal(target.comparator, bindings, facts)
+        if compare is None or left is None or right is None:
+            return None
+        try:
+            if not compare(left, right):
+                return False
+        except TypeError:
+            return None
+        left = right
+    return True
 
 
 def dict_view_length(expr: cst.BaseExpression, facts: Facts) -> int | None:

@@ -246,7 +246,10 @@ def _eval_listcomp(node: cst.BaseExpression, ev: Evaluation) -> Shape:
     for name in target_names(comp.target):
         # `[layer.output ... for layer in model.transformer.h]`: each one decoder layer
         sub.env[name] = Shape.python("int") if layers is None else layers.child(None)
-    element = as_shape(evaluate(node.elt, sub))
+    try:
+        element = as_shape(evaluate(node.elt, sub))
+    except UnknownShape as unknown:  # its elements not known, its length still is
+        element = Shape.unknown(str(unknown) or "an element of a comprehension")
     for text in sub.notes:
         ev.note(text)
     return Shape.container([element] * count)

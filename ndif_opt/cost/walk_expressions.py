@@ -384,7 +384,7 @@ class ExpressionWalk:
             if tokenized is not None:
                 return tokenized
             text = self._string_method(expr)
-            if text is not None:  # `text.lower()`: the string it gives
+            if isinstance(text, str):  # `text.lower()`: the string it gives
                 return Shape.python("str", text)
         forward = self.forward
         if forward is not None:
@@ -445,10 +445,19 @@ class ExpressionWalk:
                     return found.value
         if type(expr) is cst.FormattedString:
             return self._formatted(expr)
+        if type(expr) is cst.BinaryOperation:  # `layer + 1` of a known layer
+            number = self.integer(expr)
+            return NO_VALUE if number is None else number
         if type(expr) is cst.Call:
             text = self._string_method(expr)
             if text is not None:
                 return text
+            if dotted_name(expr.func) == "len" and len(expr.args) == 1 and expr.args[0].keyword is None \
+                    and not expr.args[0].star and "len" not in self.facts.functions:
+                # `len(prompt.split())` of a string the walk knows
+                sized = self.constant_value(expr.args[0].value)
+                if isinstance(sized, (str, list, tuple)) and _plain(sized):
+                    return len(sized)
         return NO_VALUE
 
     def truth(self, test: cst.BaseExpression) -> bool | None:
@@ -478,13 +487,22 @@ class ExpressionWalk:
         value = self.constant_value(test)
         return bool(value) if _plain(value) else None
 
-    def _string_method(self, call: cst.Call) -> str | None:
+    def _string_method(self, call: cst.Call) -> str | list | None:
         """What a string method that takes no argument (`text.lower()`, `.strip()`) gives
-        of a string the walk knows."""
-        if type(call.func) is not cst.Attribute or call.args or call.func.attr.value not in _STRING_METHODS:
+        of a string the walk knows; and `text.split()`, `text.split(sep)` of a known `sep`."""
+        if type(call.func) is not cst.Attribute:
+            return None
+        method = call.func.attr.value
+        if method == "split" and len(call.args) <= 1 and all(a.keyword is None and not a.star for a in call.args):
+            text = self.constant_value(call.func.value)
+            sep = self.constant_value(call.args[0].value) if call.args else None
+            if isinstance(text, str) and (sep is None or (isinstance(sep, str) and sep)):
+                return text.split(sep)
+            return None
+        if call.args or method not in _STRING_METHODS:
             return None
         text = self.constant_value(call.func.value)
-        return getattr(text, call.func.attr.value)() if isinstance(text, str) else None
+        return getattr(text, method)() if isinstance(text, str) else None
 
     def _formatted(self, expr: cst.FormattedString) -> Any:
         """An f-string whose fields are all known: ``f"Number {i} is"`` in an unrolled loop."""

@@ -15,8 +15,9 @@ from typing import Any
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts
+from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import all_params, collect, returned_name, target_names
+from ndif_opt.analysis.regions import constant_break, jumps_of_loop
 from ndif_opt.analysis.retries import retried_until_success, retry_guard, retry_wrappers, unwrapped_call
 from ndif_opt.cost.constants import CALL_DEPTH, TRACKED_LENGTH, UNROLL_BUDGET, UNROLL_LIMIT
 from ndif_opt.cost.requests import Visit, key_size, round_count, unknown_download
@@ -299,6 +300,10 @@ class StatementWalk:
             return
         names = target_names(stmt.target)
         elements = self.elements(stmt.iter)
+        stop = self.facts.once(_constant_break, stmt) if elements else None
+        if stop is not None and stop[0] < len(elements):
+            # `if layer > 3: break`: the items after the one that breaks are never reached
+            elements = elements[: stop[0] + 1]
         if _leaves_in_its_first_iteration(stmt) and (elements or (elements is None and self.length(stmt.iter) != 0)):
             # the body ends in `break` (or `return`, `raise`) whatever happens: one iteration
             if elements:
@@ -311,7 +316,9 @@ class StatementWalk:
             return
         if elements is not None and len(elements) <= UNROLL_LIMIT and (
             any(has_str(e) for e in elements)
-            or (self._unrolled + len(elements) <= UNROLL_BUDGET and self._varies(stmt))
+            or (self._unrolled + len(elements) <= UNROLL_BUDGET
+                and (self._varies(stmt) or self.facts.once(_leaves_by_element, stmt)
+                     or self.facts.once(_calls_a_cache_by_element, stmt)))
         ):
             self._unrolled += len(elements)
             outer, self._elements = self._elements, self._elements | set(names)
@@ -327,6 +334,8 @@ class StatementWalk:
                 self._elements = outer
             return
         trips = len(elements) if elements is not None else self.length(stmt.iter)
+        if stop is not None and elements is not None and stop[0] < len(elements):
+            trips = stop[0]  # the iterations that run the whole body
         assumed = trips is None
         if assumed:
             trips = self.loop_symbol(stmt)
@@ -444,8 +453,8 @@ class StatementWalk:
             if literal is not None:
                 self._bind(name, literal)
                 return
-            if type(value) is cst.Call and dotted_name(value.func) in ("list", "tuple", "sorted", "reversed"):
-                items = self.elements(value)  # `items = list(range(100))`: still known
+            if type(value) is cst.Call and dotted_name(value.func) in ("list", "tuple", "sorted", "reversed", "range"):
+                items = self.elements(value)  # `items = list(range(100))`, `range(0, 12, 4)`: still known
                 if items is not None:
                     self._bind(name, python_shape(items, True))
                     return
@@ -606,6 +615,13 @@ class StatementWalk:
             if func is None or name in self._call_stack or len(self._call_stack) >= CALL_DEPTH:
                 continue
             self._called.add(func.name.value if bound or name in self._closures else name)
+            cache = None if bound else self.facts.once(_cache_size, func)
+            if cache is not None:
+                key = self._cache_key(call, loops)
+                if not self._cache_misses(name, func, cache, key):
+                    continue  # `@lru_cache`: a call with arguments it has seen sends nothing
+                if key is not None:
+                    times, loops = 1, ()  # every run of this call has these arguments: one miss
             saved = (dict(self.env), dict(self.storage))
             aliases = dict(self._model_aliases)
             elements = self._unrolled_comprehension(loops)
@@ -642,6 +658,48 @@ class StatementWalk:
             self._model_aliases = aliases
             if self.request is None:
                 self._restore_after_call(func, *saved)
+
+    def _cache_key(self, call: cst.Call, loops: tuple[cst.CompFor, ...]):
+        """The key a cached function's ``call`` is looked up by, when its arguments are
+        the same every time this call runs, and known: literals, constants of the script,
+        elements of an unrolled loop (not a comprehension's variable, nor a name bound
+        in code walked once for many runs); else None."""
+        local = set().union(*(target_names(clause.target) for clause in loops)) if loops else set()
+        positional, keywords = [], []
+        for arg in call.args:
+            if arg.star:
+                return None
+            names = names_in(arg.value)
+            if names & local or any(n not in self._elements and self.facts.constant(n) is None for n in names):
+                return None
+            value = self.constant_value(arg.value)
+            if value is NO_VALUE or not _hashable(value):
+                return None
+            if arg.keyword is None:
+                positional.append(value)
+            else:
+                keywords.append((arg.keyword.value, value))
+        return tuple(positional), tuple(keywords)
+
+    def _cache_misses(self, name: str, func: cst.FunctionDef, size: int, key) -> bool:
+        """Does this call of the cached function ``name`` (its cache of ``size`` entries,
+        0: unbounded) miss (``key``: its arguments, None when not known)? A miss adds
+        its key; a call whose arguments are not known is counted as a miss, and may have
+        put out of a bounded cache any key seen so far."""
+        seen = self._cached_calls.setdefault(name, {})
+        if key is None:
+            self.note(f"`{func.name.value}` is cached (`@{code_of(func.decorators[0].decorator)}`): a call "
+                      "whose arguments are not known before running is counted as sending its requests")
+            if size:
+                seen.clear()
+            return True
+        if key in seen:
+            seen[key] = seen.pop(key)  # (the most recently used)
+            return False
+        seen[key] = None
+        if size and len(seen) > size:
+            del seen[next(iter(seen))]
+        return True
 
     def _unrolled_comprehension(self, loops: tuple[cst.CompFor, ...]) -> list | None:
         """The elements a call inside a comprehension is made for, one call each: one
@@ -736,6 +794,100 @@ def _varies(facts: Facts, loop: cst.For) -> bool:
         return False
     nested = [n for n in compound(loop.body) if type(n) is cst.For and names & names_in(n.iter)]
     return bool(nested) and (facts.once(_holds_work, loop.body) or has_skip(loop.body))
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+_CACHES = {"functools.lru_cache": 128, "functools.cache": 0}
+
+
+def _cache_size(facts: Facts, func: cst.FunctionDef) -> int | None:
+    """The entries a function's cache holds when its outermost decorator is
+    `functools.lru_cache` (128 by default, 0: `maxsize=None`, unbounded) or
+    `functools.cache` (0); None when it is not cached so."""
+    if not func.decorators:
+        return None
+    decorator = func.decorators[0].decorator
+    called = type(decorator) is cst.Call
+    size = _CACHES.get(qualify(decorator.func if called else decorator, facts.imports) or "")
+    if size is None or (called and size == 0):
+        return None
+    if not called:
+        return size
+    args = [a for a in decorator.args if a.keyword is None or a.keyword.value == "maxsize"]
+    if any(a.star for a in decorator.args) or len(args) > 1:
+        return None
+    if not args:
+        return size
+    given = args[0].value
+    if type(given) is cst.Name and given.value == "None":
+        return 0
+    if type(given) is cst.Integer and int(given.value, 0) > 0:
+        return int(given.value, 0)
+    return None  # (`maxsize=0` caches nothing; a size not spelled out is not known)
+
+
+def _calls_a_cache_by_element(facts: Facts, loop: cst.For) -> bool:
+    """Does the loop's body call a cached same-file function (`@lru_cache`) with an
+    argument that reads the loop variable? Then whether an iteration sends its requests
+    depends on its element: the loop is unrolled, each call's arguments known."""
+    names = set(target_names(loop.target))
+    functions = frozenset(name for name, func in facts.functions.items() if facts.once(_cache_size, func) is not None)
+    if not names or not functions:
+        return False
+    return any(names & set().union(*(names_in(a.value) for a in call.args))
+               for call, _loops in same_file_calls(loop.body, functions) if call.args)
+
+
+def _constant_break(facts: Facts, loop: cst.For) -> tuple[int, int] | None:
+    """See analysis.regions.constant_break."""
+    return constant_break(loop, facts)
+
+
+def _leaves_by_element(facts: Facts, loop: cst.For) -> bool:
+    """Does the loop's body hold nnsight work and an `if` whose test reads the loop
+    variable (and names the body does not bind) and that leaves the iteration or the
+    loop (`if layer > MAX_LAYER: break`, `if len(p.split()) < 3: continue`)? Then what an
+    iteration costs depends on its element: the loop is unrolled, each test decided."""
+    names = set(target_names(loop.target))
+    if not names or not facts.once(_holds_work, loop.body):
+        return False
+    bound = set(collect(loop.body).binds) - names
+    for node in _own_statements(loop):
+        if type(node) is not cst.If:
+            continue
+        read = names_in(node.test)
+        if read & names and not read & bound and jumps_of_loop(node.body) | (
+                jumps_of_loop(node.orelse) if node.orelse is not None else set()):
+            return True
+    return False
+
+
+def _own_statements(loop: cst.For):
+    """The statements of the loop's own body, nested ones too, not those of a loop or
+    function inside it (whose `break` or `continue` is not the loop's)."""
+    stack = list(loop.body.body)
+    while stack:
+        stmt = stack.pop()
+        yield stmt
+        if type(stmt) in (cst.SimpleStatementLine, cst.For, cst.While, cst.FunctionDef, cst.ClassDef):
+            continue
+        for part in (getattr(stmt, "body", None), getattr(stmt, "orelse", None), getattr(stmt, "finalbody", None)):
+            if type(part) in (cst.Else, cst.Finally):
+                part = part.body
+            if type(part) is cst.If:
+                stack.append(part)
+            elif type(part) is cst.IndentedBlock:
+                stack.extend(part.body)
+        for handler in getattr(stmt, "handlers", ()) or ():
+            if type(handler.body) is cst.IndentedBlock:
+                stack.extend(handler.body.body)
 
 
 def _calls_in(facts: Facts, small: cst.CSTNode, functions: frozenset[str],

@@ -100,6 +100,9 @@ class Walker(StatementWalk, ExpressionWalk, RequestWalk):
         self._exits = False
         self._leaving: str | None = None
         self._elements: set[str] = set()  # names an unrolled loop binds to its element now
+        # a same-file function cached by `functools.lru_cache` / `cache` -> the argument
+        # keys of the calls it has seen, oldest first (a call with one of them sends nothing)
+        self._cached_calls: dict[str, dict] = {}
         self._default_dims = self.dims_of(self.model_names[0])
         # names imported from a library whose functions may send requests of their own
         self._library_paths = any(path.split(".")[0] == "nnterp" for path in facts.imports.values())

@@ -377,7 +377,7 @@ class Guards(Step):
     def amend(self, turn: Turn) -> None:
         if turn.module is None or turn.module is turn.version.module:
             return
-        reason = self._own_output(turn) or self._more_requests(turn)
+        reason = self._own_output(turn) or self._more_requests(turn) or self._more_compute(turn)
         if reason:
             where = next((f.range for f in turn.located if f.status is Status.APPLIED), Range.of(0, 0, 0, 0))
             turn.module, turn.facts, turn.estimate = turn.version.module, None, None
@@ -403,15 +403,40 @@ class Guards(Step):
                         "after round (please report it)")
         return ""
 
-    def _more_requests(self, turn: Turn) -> str:
-        if turn.pass_.adds_requests:
-            return ""
+    def _estimate(self, turn: Turn):
         run = turn.run
         if turn.facts is None:
             turn.facts = analyze_version(turn.module, turn.version.facts, run.options)
         if turn.estimate is None:
             turn.estimate = explain(turn.facts, run.options)
-        before, after = self.requests_as_written, turn.estimate.cost.requests
+        return turn.estimate
+
+    def _more_compute(self, turn: Turn) -> str:
+        """A version that evaluates more decoder layers than the one the pass was given,
+        or runs more forward passes without evaluating fewer layers: the server does more
+        work than before (skip-insertion's caching trace is one forward pass more, paid
+        for by the layers it skips). A pass that ``adds_requests`` splits a request NDIF
+        would stop: what each part must compute again is its price."""
+        if turn.pass_.adds_requests:
+            return ""
+        before, after = turn.version.cost, self._estimate(turn).cost
+        if not set(after.unknown_loops) <= set(before.unknown_loops):
+            return ""  # a count the walk no longer knows (a loop moved into a session): not compared
+        layers = grows(before.layer_evaluations, after.layer_evaluations)
+        passes = grows(before.forward_passes, after.forward_passes) and \
+            not grows(after.layer_evaluations, before.layer_evaluations)
+        if not layers and not passes:
+            return ""
+        label, old, new = ("layer evaluations", before.layer_evaluations, after.layer_evaluations) if layers \
+            else ("forward passes", before.forward_passes, after.forward_passes)
+        names = default_names(loops_in(old, new))
+        return (f"{turn.pass_.id} would leave the server more work than before ({label} "
+                f"{count_text(old, names)} → {count_text(new, names)}): not applied")
+
+    def _more_requests(self, turn: Turn) -> str:
+        if turn.pass_.adds_requests:
+            return ""
+        before, after = self.requests_as_written, self._estimate(turn).cost.requests
         if not grows(before, after):
             return ""
         names = default_names(loops_in(before, after))

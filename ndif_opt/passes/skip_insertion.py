@@ -63,7 +63,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.names import collect
-from ndif_opt.analysis.regions import int_value, iterable_length
+from ndif_opt.analysis.regions import constant_break, int_value, iterable_length
 from ndif_opt.cost.model_registry import dims_for
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.sweeps import (
@@ -374,7 +374,17 @@ def _layer_sequence(sweep: Sweep, index: cst.Name) -> cst.BaseExpression | None:
 
 
 def _indices(sweep: Sweep, index, facts: Facts) -> list[int] | None:
-    """The patched layer of every iteration, when known statically."""
+    """The patched layer of every iteration that runs the trace, when known statically
+    (up to a `break` that stops the loop at an item known before running)."""
+    indices = _all_indices(sweep, index, facts)
+    stop = constant_break(sweep.loop, facts)
+    if indices is None or stop is None:
+        return indices
+    item, where = stop
+    return indices[: item + (0 if where < sweep.position else 1)]
+
+
+def _all_indices(sweep: Sweep, index, facts: Facts) -> list[int] | None:
     if isinstance(index, cst.Name) and index.value in sweep.targets:
         sequence = _layer_sequence(sweep, index)
         if sequence is None:

@@ -776,7 +776,15 @@ def _fusion_problem(facts: Facts, sweep: Sweep) -> tuple[str, bool]:
         return "it runs `.generate()`", False
     problem = structure_problem(sweep, facts)
     if problem:
-        return problem, False
+        # a loop that jumps (`break`, `continue`) is still a candidate when the rest of
+        # it is one: its finding says why it is not fused
+        jumps = problem.startswith("the loop body uses")
+        return problem, jumps and _fusion_problem_of_iterations(facts, sweep)[1]
+    return _fusion_problem_of_iterations(facts, sweep)
+
+
+def _fusion_problem_of_iterations(facts: Facts, sweep: Sweep) -> tuple[str, bool]:
+    """:func:`fusion_problem` of a loop whose shape does not forbid it."""
     dependence = input_dependence(sweep, facts)
     if dependence:
         return dependence, False

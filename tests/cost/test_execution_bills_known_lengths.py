@@ -1,0 +1,71 @@
+"""Bills against measurement for calls and loops whose count the walk knows: a cached
+helper called again with the same arguments, `zip` with a list a comprehension built, a
+range bound to a name again. Each script runs on GPT-2 and Llama through the shared
+harness; the bill before and after must be what verify measures."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("nnsight")
+
+from execution import both, optimized_and_verified  # noqa: E402
+
+CACHED = """\
+import functools
+from nnsight import LanguageModel
+model = LanguageModel("REPO")
+
+@functools.lru_cache(maxsize=None)
+def norm_at(layer):
+    with model.trace("a b", remote=True):
+        n = LAYERS[layer].output.norm().save()
+    return n.item()
+
+vals = [norm_at(0) for _ in range(5)]
+for layer in range(0, 4, 2):
+    a = norm_at(layer)
+again = norm_at(2)
+print(vals, a, again)
+"""
+
+ZIPPED = """\
+from nnsight import LanguageModel
+model = LanguageModel("REPO")
+TEXTS = ["The bank of the river", "The bank approved the loan"]
+ids = [model.tokenizer(t, return_tensors="pt")["input_ids"] for t in TEXTS]
+vecs = []
+for t, x in zip(TEXTS, ids):
+    with model.trace(x, remote=True):
+        vecs.append(LAYERS[1].output[0, 1].sum().save())
+print([v.item() for v in vecs])
+"""
+
+REBOUND = """\
+from nnsight import LanguageModel
+model = LanguageModel("REPO")
+STEPS = range(0, 4, 2)
+
+def norms():
+    out = []
+    for L in STEPS:
+        with model.trace("a b c", remote=True):
+            out.append(LAYERS[L].output.norm().save())
+    return [o.item() for o in out]
+
+first = norms()
+STEPS = range(0, 6, 2)
+second = norms()
+print(first, second)
+"""
+
+
+@pytest.mark.parametrize("template, requests", [(CACHED, 2), (ZIPPED, 2), (REBOUND, 5)],
+                         ids=["cached", "zipped", "rebound"])
+@both
+def test_the_bill_is_what_runs(family, template, requests):
+    result, report = optimized_and_verified(template, family)
+    first, last = result.costs[0].before, result.costs[-1].after
+    assert report.before.requests == requests
+    assert (first.requests, first.forward_passes) == (report.before.requests, report.before.forward_passes)
+    assert (last.requests, last.forward_passes) == (report.after.requests, report.after.forward_passes)
