@@ -623,7 +623,10 @@ def _replay_module(path: Path, examples: dict[str, str]) -> list[Script]:
                         eval(compile(ast.Expression(call), str(path), "eval"), namespace)
                     except Exception:  # noqa: BLE001 - _Recorded, or it reads what a run returns
                         pass
-                if not calls and isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Import, ast.ImportFrom)):
+                # an assignment of what a spawner returns is not run either (it starts a process)
+                spawns = any(isinstance(c.func, ast.Name) and c.func.id in spawners for c in _calls_in(stmt))
+                assigns = isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Import, ast.ImportFrom))
+                if not calls and not spawns and assigns:
                     try:
                         exec(compile(ast.Module([stmt], []), str(path), "exec"), namespace)
                     except Exception:  # noqa: BLE001

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,29 @@ def test_execution_scripts_are_collected():
     assert any(dict(s.extra_files).get("helpers.py") for s in EXECUTION_SCRIPTS)
     assert not {s.source for s in EXECUTION_SCRIPTS} & {p.read_text() for p in (ROOT / "examples").glob("*.py")}
     assert len({s.id for s in EXECUTION_SCRIPTS}) == len(EXECUTION_SCRIPTS)
+
+
+def test_the_replay_starts_no_process(tmp_path):
+    """A helper of a test that starts a process (a script run with NDIF unreachable) is
+    never run by the collector, nor is the assignment of what it returns."""
+    ran = tmp_path / "ran"
+    module = tmp_path / "test_execution_spawning.py"
+    command = f"open({str(ran)!r}, 'w')"
+    module.write_text(textwrap.dedent(f"""\
+        import subprocess
+        import sys
+
+
+        def _spawn():
+            return subprocess.run([sys.executable, "-c", {command!r}]).returncode
+
+
+        def test_spawning():
+            code = _spawn()
+            assert code == 0
+        """))
+    assert accuracy.execution_scripts([module]) == []
+    assert not ran.exists()
 
 
 def test_exclusions_name_collected_runs():
