@@ -1,3 +1,4 @@
+import gc
 import sys
 
 import pytest
@@ -24,6 +25,29 @@ def _running_test(request):
     harness.running, harness.runs = request.node, {}
     yield
     harness.running, harness.runs = None, {}
+
+
+@pytest.fixture
+def ipython():
+    """IPython's in-process shell (the process's one instance), reset before and after the
+    test. A reset's ``gc.collect()`` (it flushes the output cache) walks every object of the
+    process: late in a test worker, after the execution tests, seconds a reset. The objects
+    that are there before it are frozen meanwhile (``gc.freeze``), so that it walks only what
+    the reset frees."""
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    def reset(shell) -> None:
+        gc.freeze()
+        try:
+            shell.reset(new_session=True)
+        finally:
+            gc.unfreeze()
+
+    shell = InteractiveShell.instance()
+    reset(shell)
+    yield shell
+    reset(shell)
 
 
 @pytest.fixture(scope="session")
