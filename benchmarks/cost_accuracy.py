@@ -77,6 +77,9 @@ for _family in ("gpt2", "llama"):
                       "test_a_method_that_reads_what_the_loop_stored_on_self_keeps_its_requests"):
             # a method's loop over the list its caller passes (three prompts)
             TRIPS[f"test_execution_handled::{_name}[{_family}]:{_version}"] = {"for p in prompts": 3}
+        # a loop over what a generator of the script yields (two prompts)
+        TRIPS[f"test_execution_never_wrong::test_a_loop_over_what_cannot_travel_is_left_as_it_is"
+              f"[generator-iterated-{_family}]:{_version}"] = {"for prompt in prompts": 2}
         # a loop over `range(n_layers)`, `n_layers` returned by the user's own module (helpers.py)
         TRIPS[f"test_execution_reach::test_a_loop_over_range_of_a_value_computed_here_is_one_session"
               f"[{_family}]:{_version}"] = {"for layer in range(n_layers)": 2}
@@ -388,6 +391,11 @@ for _family in ("gpt2", "llama"):
         "fails by design on the (emulated) NDIF: `remote=True` on a trace inside a remote session opens a "
         "second request from inside the server (the rewrite without it is a row of its own)"
     )
+    EXCLUDED[f"test_execution_never_wrong::test_a_list_read_while_the_traces_still_fill_it_is_not_recorded_stale"
+             f"[{_family}]:original"] = (
+        "fails remotely: the client list filled inside the remote traces stays empty (statistics.mean of an "
+        "empty list)"
+    )
     for _version in ("original", "optimized"):
         EXCLUDED[f"test_execution_never_wrong::test_a_loop_that_may_raise_keeps_what_it_computed_before_raising"
                  f"[{_family}]:{_version}"] = (
@@ -458,6 +466,17 @@ for _family in ("gpt2", "llama"):
             NOT_PREDICTED[f"test_execution_try_split::{_test}[{_family}]:{_version}"] = (
                 "a request fails by design (layer 99 does not exist): its forward pass never runs; the cost "
                 "model counts a run without failures")
+
+for _family in ("gpt2", "llama"):
+    for _version in ("original", "optimized"):
+        NOT_PREDICTED[f"test_execution_never_wrong::test_a_prompt_read_through_pathlib_is_read_on_your_machine_before_"
+                      f"the_session[{_family}]:{_version}"] = (
+            "cost model gap: the length of a list comprehension of paths (`[Path(...) / ... for i in range(2)]`) "
+            "is not followed (N predicted, 2 measured)")
+        NOT_PREDICTED[f"test_execution_never_wrong::test_a_loop_over_what_cannot_travel_is_left_as_it_is"
+                      f"[module-as-a-key-{_family}]:{_version}"] = (
+            "cost model gap: the length of a list of the model's modules (`[LAYERS[0], LAYERS[1]]`) is not "
+            "followed (N predicted, 2 measured)")
 
 for _pair in ("gpt2-llama", "llama-gpt2"):
     for _version in ("original", "optimized"):
@@ -746,6 +765,8 @@ def _parametrizations(func):
         names = mark.args[0]
         names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
         ids = mark.kwargs.get("ids")
+        if ids is not None and not callable(ids):
+            ids = list(ids)  # any iterable, as pytest takes it (`ids=CASES.keys()`)
         axis = []
         plain = all(
             None not in [_param_label(v) for v in (tuple(value) if len(names) > 1 else (value,))]
