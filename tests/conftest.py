@@ -1,3 +1,6 @@
+import gc
+import sys
+
 import pytest
 
 try:
@@ -8,6 +11,43 @@ try:
     import mcp.client.stdio  # noqa: F401
 except ImportError:  # no mcp extra: tests/frontends/test_mcp.py skips
     pass
+
+
+@pytest.fixture(autouse=True)
+def _running_test(request):
+    """The running test, for the execution harness (tests/execution.py), which names each
+    emulated run of an execution test as benchmarks/cost_accuracy.py does to check the cost
+    model on it."""
+    harness = sys.modules.get("execution")
+    if harness is None:  # no test imported the harness
+        yield
+        return
+    harness.running, harness.runs = request.node, {}
+    yield
+    harness.running, harness.runs = None, {}
+
+
+@pytest.fixture
+def ipython():
+    """IPython's in-process shell (the process's one instance), reset before and after the
+    test. A reset's ``gc.collect()`` (it flushes the output cache) walks every object of the
+    process: late in a test worker, after the execution tests, seconds a reset. The objects
+    that are there before it are frozen meanwhile (``gc.freeze``), so that it walks only what
+    the reset frees."""
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    def reset(shell) -> None:
+        gc.freeze()
+        try:
+            shell.reset(new_session=True)
+        finally:
+            gc.unfreeze()
+
+    shell = InteractiveShell.instance()
+    reset(shell)
+    yield shell
+    reset(shell)
 
 
 @pytest.fixture(scope="session")

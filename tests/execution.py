@@ -13,12 +13,25 @@ lists the other words it may use (``SELFLAYERS`` inside a class holding the mode
         result, report = optimized_and_verified(SCRIPT, family)
         assert report.after.requests == 1
 
+In an execution test (a ``test_execution_*.py``), every emulated run the harness makes
+also checks the cost model: the measured requests, forward passes, decoder-layer evaluations
+and download must be what the cost model predicts at the tiny models' dimensions, compared
+as ``benchmarks/cost_accuracy.py`` compares them, under the name its collector gives the
+run (its ``EXCLUDED`` and ``NOT_PREDICTED`` tables name the runs left out). A test that
+builds its script itself calls ``verified``, ``verified_sources`` or ``executed``: verify's
+``verify_result``, ``verify_sources`` and ``run_script`` with that check.
+``tests/cost/test_cost_accuracy.py`` measures only the runs the harness does not make.
+
 Importing this module needs the verify extra (tests that import it are skipped without it).
 """
 
 from __future__ import annotations
 
+import fnmatch
+import importlib.util
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +39,7 @@ pytest.importorskip("nnsight")
 
 from ndif_opt import optimize  # noqa: E402
 from ndif_opt.options import Options  # noqa: E402
-from ndif_opt.verify import verify_result  # noqa: E402
+from ndif_opt.verify import RunMetrics, run_script, verify_result, verify_sources  # noqa: E402
 
 #: family -> (a model id verify builds tiny, the path of its decoder layers)
 FAMILIES = {
@@ -34,6 +47,11 @@ FAMILIES = {
     "llama": ("meta-llama/Llama-3.1-8B", "model.model.layers"),
 }
 both = pytest.mark.parametrize("family", sorted(FAMILIES))
+
+#: the running test (pytest's item), set by tests/conftest.py around each test; the runs
+#: the harness has made in it, by version ("original", "optimized", "script"), for their names
+running = None
+runs: dict[str, int] = {}
 
 
 def script(template: str, family: str) -> str:
@@ -62,4 +80,64 @@ def optimized_and_verified(template: str, family: str, *, unsafe: bool = False, 
     if expect_ok:
         assert report.intended_ok, report.to_text() + "\n" + result.code
         assert not report.errors["optimized"], report.errors
+    check_cost_model(source, result.code, report)
     return result, report
+
+
+def verified(source: str, result, **options):
+    """``verify_result(source, result, **options)``, the cost model checked on its two
+    emulated runs."""
+    report = verify_result(source, result, **options)
+    check_cost_model(source, result.code, report)
+    return report
+
+
+def verified_sources(original: str, optimized: str, **options):
+    """``verify_sources(original, optimized, **options)``, the cost model checked on its two
+    emulated runs."""
+    report = verify_sources(original, optimized, **options)
+    check_cost_model(original, optimized, report)
+    return report
+
+
+def executed(source: str, *, mode: str = "local", **options):
+    """``run_script(source, mode=mode, **options)``, the cost model checked on an emulated run."""
+    run = run_script(source, mode=mode, **options)
+    if mode == "emulated":
+        _check_run("script", source, RunMetrics.of(run))
+    return run
+
+
+def cost_accuracy():
+    """``benchmarks/cost_accuracy.py``, imported once (as ``cost_accuracy``)."""
+    if "cost_accuracy" not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "benchmarks" / "cost_accuracy.py"
+        spec = importlib.util.spec_from_file_location("cost_accuracy", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["cost_accuracy"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["cost_accuracy"]
+
+
+def check_cost_model(original: str, optimized: str, report) -> None:
+    """In an execution test, the cost model's prediction for the two emulated runs of a
+    verify report (``report.before``: ``original``, ``report.after``: ``optimized``) against
+    their measurement, as ``benchmarks/cost_accuracy.py`` checks the runs it collects
+    (:func:`cost_accuracy.execution_problem`), under the names it gives them."""
+    _check_run("original", original, report.before)
+    _check_run("optimized", optimized, report.after)
+
+
+def _check_run(version: str, code: str, measured) -> None:
+    if running is None or not fnmatch.fnmatch(running.path.name, cost_accuracy().EXECUTION_TESTS):
+        return
+    accuracy = cost_accuracy()
+    callspec = getattr(running, "callspec", None)
+    name = accuracy.test_name(running.path, running.function, dict(callspec.params) if callspec else {})
+    taken = runs[version] = runs.get(version, 0) + 1
+    key = f"{name}:{version}" + (f"#{taken}" if taken > 1 else "")
+    if accuracy.is_example(code):  # an example's own rows check it
+        return
+    row = accuracy.row_of(name, version, code, measured, accuracy.TRIPS.get(key))
+    problem = accuracy.execution_problem(row, key)
+    assert problem is None, f"the cost model against the emulated run {key}:\n{problem}"

@@ -12,8 +12,10 @@ import pytest
 
 pytest.importorskip("nnsight")
 
+from execution import executed, verified  # noqa: E402  (the harness: it checks the cost model too)
+
 from ndif_opt import optimize  # noqa: E402
-from ndif_opt.verify import run_script, verify_result  # noqa: E402
+from ndif_opt.verify import run_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # legacy_api.py is pre-0.5 code: tests/passes/migrate_api/test_migrate.py checks it against nnsight 0.8; nnterp
@@ -26,7 +28,7 @@ EXAMPLES = sorted(
 def _verify(path: Path, **kwargs):
     source = path.read_text()
     result = optimize(source, **kwargs)
-    report = verify_result(source, result, filename=path.name)
+    report = verified(source, result, filename=path.name)
     return result, report
 
 
@@ -65,8 +67,8 @@ def test_logit_lens_over_32_layers_is_one_request():
 def test_client_list_is_empty_before_and_full_after():
     source = (ROOT / "examples" / "client_list.py").read_text()
     optimized = optimize(source).code
-    before = run_script(source, filename="client_list.py", mode="emulated")
-    after = run_script(optimized, filename="client_list.py", mode="emulated")
+    before = executed(source, filename="client_list.py", mode="emulated")
+    after = executed(optimized, filename="client_list.py", mode="emulated")
     local = run_script(source, filename="client_list.py", mode="local")
     assert before.namespace["results"] == []
     assert len(after.namespace["results"]) == len(local.namespace["results"]) == 4
@@ -78,7 +80,7 @@ def test_client_effects_stay_on_the_client_in_order():
     source = (ROOT / "examples" / "client_effects.py").read_text()
     optimized = optimize(source).code
     local = run_script(source, filename="client_effects.py", mode="local")
-    after = run_script(optimized, filename="client_effects.py", mode="emulated")
+    after = executed(optimized, filename="client_effects.py", mode="emulated")
     assert after.stdout == local.stdout and after.stdout.count("->") == 4
     assert after.files["predictions.jsonl"] == local.files["predictions.jsonl"]
     assert len(after.requests) == 1
@@ -102,7 +104,7 @@ def test_client_values_moved_into_a_session_come_back():
     case = next(c for c in SessionHoisting.cases if "parenthesized" in c.name)
     result = optimize(case.before)
     assert "scale = (3).save()" in result.code and "rows = (0, -1).save()" in result.code
-    report = verify_result(case.before, result)
+    report = verified(case.before, result)
     assert report.intended_ok, report.to_text()
     assert (report.before.requests, report.after.requests) == (2, 1)
 
@@ -124,6 +126,6 @@ print(norms, both)
 '''
     result = optimize(source)
     assert "with model.session(remote=True):" in result.code, result.code
-    report = verify_result(source, result, filename="script.py")
+    report = verified(source, result, filename="script.py")
     assert report.intended_ok, report.to_text()
     assert (report.before.requests, report.after.requests) == (2, 1)

@@ -205,12 +205,8 @@ def _cells(transcript: str) -> list[tuple[int, str, list[str]]]:
     return cells
 
 
-def test_the_jupyter_transcript_is_what_the_extension_prints(capsys):
-    pytest.importorskip("IPython")
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    shell.reset(new_session=True)
+def test_the_jupyter_transcript_is_what_the_extension_prints(capsys, ipython):
+    shell = ipython  # reset before and after (tests/conftest.py)
     cells = _cells(_transcript())
     assert [number for number, _, _ in cells] == list(range(1, len(cells) + 1))
     assert any(code.startswith("%ndif_opt diff") for _, code, _ in cells)
@@ -228,7 +224,6 @@ def test_the_jupyter_transcript_is_what_the_extension_prints(capsys):
             assert problem is None, f"In [{number}]: {problem}"
     finally:
         shell.run_cell("%unload_ext ndif_opt")
-        shell.reset(new_session=True)
 
 
 def test_the_configuration_block_loads(tmp_path):

@@ -16,7 +16,6 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 
 from ndif_opt import optimize  # noqa: E402
 from ndif_opt.frontends import jupyter  # noqa: E402
@@ -30,16 +29,14 @@ LOOP = "top_tokens = {}" + TAIL  # the cell with the loop of traces, after HEAD'
 
 
 @pytest.fixture
-def shell():
-    shell = InteractiveShell.instance()
-    shell.reset(new_session=True)
+def shell(ipython):
+    shell = ipython  # reset before and after (tests/conftest.py)
     result = shell.run_cell("%load_ext ndif_opt", store_history=True)
     assert result.success
     yield shell
     jupyter.unload_ipython_extension(shell)
     shell.extension_manager.loaded.discard("ndif_opt")
     shell.magics_manager.magics["line"].pop("ndif_opt", None)
-    shell.reset(new_session=True)
 
 
 def _extension(shell) -> jupyter.NdifOptExtension:

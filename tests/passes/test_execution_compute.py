@@ -15,8 +15,8 @@ import pytest
 pytest.importorskip("nnsight")
 
 from ndif_opt import Status, optimize  # noqa: E402
-from ndif_opt.verify import run_script, verify_sources  # noqa: E402
-from execution import both, optimized_and_verified  # noqa: E402
+from ndif_opt.verify import run_script  # noqa: E402
+from execution import both, executed, optimized_and_verified, verified_sources  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -24,7 +24,7 @@ EXAMPLES = ROOT / "examples"
 
 def _verify(source: str, *, filename: str = "script.py", atol: float = 0.0, **options):
     result = optimize(source, **options)
-    report = verify_sources(
+    report = verified_sources(
         source,
         result.code,
         filename=filename,
@@ -198,8 +198,8 @@ def test_descending_layers_are_not_fused_because_one_trace_cannot_go_back():
             out.append""",
     )
     assert fused != DESCENDING
-    assert run_script(DESCENDING, mode="emulated").error is None
-    assert "OutOfOrderError" in (run_script(fused, mode="emulated").error or "")
+    assert executed(DESCENDING, mode="emulated").error is None
+    assert "OutOfOrderError" in (executed(fused, mode="emulated").error or "")
 
 
 EARLY = '''\
@@ -269,7 +269,7 @@ def test_in_place_change_of_an_activation_is_not_fused_because_later_layers_woul
             hidden""",
     )
     assert fused != IN_PLACE
-    separate, together = run_script(IN_PLACE, mode="emulated"), run_script(fused, mode="emulated")
+    separate, together = executed(IN_PLACE, mode="emulated"), executed(fused, mode="emulated")
     assert separate.error is None and together.error is None
     # in one forward pass layer 0's `+= 1` reaches layers 1 and 2: the norms differ
     assert separate.stdout.splitlines()[0].split(",")[0] == together.stdout.splitlines()[0].split(",")[0]

@@ -42,6 +42,8 @@ print(column.value.shape, picked.value.shape, len(stack.value))
 
 def _once_and_twice(source: str, pass_id: str, unsafe: bool) -> tuple[str, str]:
     once = optimize(source, select=[pass_id], unsafe_fixes=unsafe).code
+    if once == source:  # the pass changed nothing: the second run is the first again (optimize is pure)
+        return once, once
     return once, optimize(once, select=[pass_id], unsafe_fixes=unsafe).code
 
 

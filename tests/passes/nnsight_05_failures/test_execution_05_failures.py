@@ -15,11 +15,10 @@ import pytest
 
 pytest.importorskip("nnsight")
 
-from execution import both, script  # noqa: E402
+from execution import both, executed, script, verified  # noqa: E402
 
 from ndif_opt import Status, optimize  # noqa: E402
 from ndif_opt.options import Options  # noqa: E402
-from ndif_opt.verify import run_script, verify_result  # noqa: E402
 
 ID = "nnsight-05-failures"
 MODES = ("local", "emulated")
@@ -31,7 +30,7 @@ def mine(result):
 
 def errors(source: str) -> dict[str, str | None]:
     """The error of the script, run locally and through the emulated NDIF."""
-    return {mode: run_script(source, mode=mode, timeout=600).error for mode in MODES}
+    return {mode: executed(source, mode=mode, timeout=600).error for mode in MODES}
 
 
 def quoted(message: str, start: str) -> str:
@@ -315,7 +314,7 @@ def test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script(f
     assert fixed != source
     again = optimize(fixed)
     assert not mine(again)  # nothing left to report
-    report = verify_result(fixed, again, filename="script.py")
+    report = verified(fixed, again, filename="script.py")
     assert report.intended_ok, report.to_text() + "\n" + fixed
     assert not any(report.errors.values()), report.errors
 
@@ -340,15 +339,15 @@ def test_a_name_that_held_a_value_keeps_it_and_the_unsafe_fix_gives_the_blocks(f
     assert [f.status for f in found] == [Status.UNSAFE_NOT_APPLIED], [f.message for f in found]
     assert "still holds the value it had before the block" in found[0].message
     for mode in MODES:
-        run = run_script(source, mode=mode, timeout=600)
+        run = executed(source, mode=mode, timeout=600)
         assert run.error is None and run.stdout.startswith("unknown "), (mode, run.error, run.stdout)
     fixed = optimize(source, options=Options(unsafe_fixes=True, select=frozenset({ID}))).code
     assert fixed != source
-    report = verify_result(fixed, optimize(fixed), filename="script.py")
+    report = verified(fixed, optimize(fixed), filename="script.py")
     assert report.intended_ok, report.to_text() + "\n" + fixed
     layers = script("LAYERS", family).strip()
     for mode in MODES:
-        run = run_script(fixed, mode=mode, timeout=600)
+        run = executed(fixed, mode=mode, timeout=600)
         assert run.error is None and run.stdout.startswith(f"{layers} "), (mode, run.error, run.stdout)
 
 
@@ -536,7 +535,7 @@ def test_a_loop_of_invokes_after_an_invoke_is_invokes_not_code_after_them(family
         assert raised is None, (mode, raised)
     result = optimize(source)
     assert not [f for f in result.findings if f.pass_id == "migrate-api"], [f.message for f in result.findings]
-    report = verify_result(source, result, filename="script.py")
+    report = verified(source, result, filename="script.py")
     assert report.intended_ok, report.to_text() + "\n" + result.code
 
 

@@ -11,14 +11,13 @@ import pytest
 pytest.importorskip("nnsight")
 
 from ndif_opt import optimize  # noqa: E402
-from ndif_opt.verify import verify_result  # noqa: E402
-from execution import both, optimized_and_verified  # noqa: E402
+from execution import both, optimized_and_verified, verified  # noqa: E402
 
 
 def check(source: str, extra_files=None):
     source = textwrap.dedent(source)
     result = optimize(source)
-    report = verify_result(source, result, filename="script.py", extra_files=extra_files)
+    report = verified(source, result, filename="script.py", extra_files=extra_files)
     assert report.intended_ok, report.to_text()
     assert not report.errors["optimized"], report.errors
     return result, report
@@ -126,7 +125,7 @@ def test_helper_from_a_shipped_local_module_is_pushed():
     result = optimize(source, options=Options(local_modules={"helpers": helpers}))
     assert "gap = margin(logits[0, -1], 3, 4).save()" in result.code
     assert any("shipped by value" in f.message for f in result.findings)
-    report = verify_result(source, result, filename="script.py", extra_files={"helpers.py": helpers})
+    report = verified(source, result, filename="script.py", extra_files={"helpers.py": helpers})
     assert report.intended_ok, report.to_text()
     assert report.after.download_raw_bytes < report.before.download_raw_bytes
 

@@ -13,10 +13,9 @@ both ways, from the original and from the optimized library, and compares every 
 
 from __future__ import annotations
 
-from execution import both, script
+from execution import both, script, verified_sources
 
 from ndif_opt import Status, optimize
-from ndif_opt.verify import verify_sources
 
 LIBRARY = '''
     import torch
@@ -58,7 +57,7 @@ def test_a_library_function_is_bundled_under_its_callers_flag(family):
     fixed = {f.pass_id for f in result.findings if f.status is Status.APPLIED}
     assert {"session-hoisting", "accumulator-relocation"} <= fixed, result.findings
     callers = script(CALLERS, family)
-    report = verify_sources(library + callers, result.code + callers, filename="script.py")
+    report = verified_sources(library + callers, result.code + callers, filename="script.py")
     assert report.intended_ok, report.to_text() + "\n" + result.code
     # as written, the lists stay empty on NDIF (`torch.stack` of nothing fails after 3 requests)
     assert report.original_remote_differs, report.to_text()

@@ -9,14 +9,15 @@ import pytest
 
 pytest.importorskip("nnsight")
 
+from execution import verified  # noqa: E402
+
 from ndif_opt import optimize  # noqa: E402
-from ndif_opt.verify import verify_result  # noqa: E402
 
 
 def check(source: str, **kwargs):
     source = textwrap.dedent(source)
     result = optimize(source, **kwargs)
-    report = verify_result(source, result, filename="script.py")
+    report = verified(source, result, filename="script.py")
     assert report.intended_ok, report.to_text()
     assert not report.errors["optimized"], report.errors
     return result, report

@@ -14,10 +14,9 @@ import pytest
 
 pytest.importorskip("nnsight")
 
-from execution import FAMILIES, both, optimized_and_verified, script  # noqa: E402
+from execution import FAMILIES, both, optimized_and_verified, script, verified  # noqa: E402
 
 from ndif_opt import Status, optimize  # noqa: E402
-from ndif_opt.verify import verify_result  # noqa: E402
 
 #: two families, each loaded by a script that names both (``FIRST``, ``SECOND``)
 pairs = pytest.mark.parametrize("first, second", [("gpt2", "llama"), ("llama", "gpt2")])
@@ -26,7 +25,7 @@ pairs = pytest.mark.parametrize("first, second", [("gpt2", "llama"), ("llama", "
 def run_both(template: str, first: str, second: str):
     source = textwrap.dedent(template).replace("FIRST", FAMILIES[first][0]).replace("SECOND", FAMILIES[second][0])
     result = optimize(source)
-    report = verify_result(source, result, filename="script.py")
+    report = verified(source, result, filename="script.py")
     assert report.intended_ok, report.to_text() + "\n" + result.code
     assert not report.errors["optimized"], report.errors
     return result
