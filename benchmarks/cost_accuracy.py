@@ -382,7 +382,7 @@ for _family in ("gpt2", "llama"):
         EXCLUDED[f"{_failures}a_stop_outside_the_invokes_stops_the_trace_before_they_run[{_case}-{_family}]:script"] = (
             "fails by design (EarlyStopException): `tracer.stop()` in a trace's own code runs before its invokes"
         )
-    for _case in ("0", "1"):
+    for _case in ("0", "1", "2", "3", "4"):  # tracer.all(), tracer.iter[:] and [1:], as `with` and `for`
         EXCLUDED[f"{_failures}code_after_a_loop_over_every_step_is_reported_and_never_runs[{_case}-{_family}]:script"] = (
             "fails by design (NameError): code after a loop over every generation step never runs (the "
             "bounded loop is a row of its own)"
@@ -390,6 +390,11 @@ for _family in ("gpt2", "llama"):
     EXCLUDED[f"{_failures}remote_on_a_trace_inside_a_remote_session_is_dropped[{_family}]:original"] = (
         "fails by design on the (emulated) NDIF: `remote=True` on a trace inside a remote session opens a "
         "second request from inside the server (the rewrite without it is a row of its own)"
+    )
+    EXCLUDED[f"test_execution_partly_filled::test_the_same_blocks_in_one_cell_are_fixed_together[{_family}]"
+             ":original"] = (
+        "fails remotely: the client list filled inside the remote traces stays empty (torch.stack of an "
+        "empty list); the optimized script fixes every block that fills it"
     )
     EXCLUDED[f"test_execution_never_wrong::test_a_list_read_while_the_traces_still_fill_it_is_not_recorded_stale"
              f"[{_family}]:original"] = (
@@ -477,6 +482,13 @@ for _family in ("gpt2", "llama"):
                       f"[module-as-a-key-{_family}]:{_version}"] = (
             "cost model gap: the length of a list of the model's modules (`[LAYERS[0], LAYERS[1]]`) is not "
             "followed (N predicted, 2 measured)")
+
+for _family in ("gpt2", "llama"):
+    NOT_PREDICTED[f"test_execution_partly_filled::test_the_same_blocks_in_one_cell_are_fixed_together[{_family}]"
+                  ":optimized"] = (
+        "cost model gap: a dict the session makes and fills by key in two loops (3 prompts, then the one "
+        "appended) is over-estimated (16.9 KB predicted, 10.1 KB measured)"
+    )
 
 for _pair in ("gpt2-llama", "llama-gpt2"):
     for _version in ("original", "optimized"):

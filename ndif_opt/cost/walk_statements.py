@@ -859,7 +859,7 @@ def _leaves_by_element(facts: Facts, loop: cst.For) -> bool:
     if not names or not facts.once(_holds_work, loop.body):
         return False
     bound = set(collect(loop.body).binds) - names
-    for node in _own_statements(loop):
+    for node in compound(loop.body, into_loops=False):  # the loop's own `if`s, nested ones too
         if type(node) is not cst.If:
             continue
         read = names_in(node.test)
@@ -867,27 +867,6 @@ def _leaves_by_element(facts: Facts, loop: cst.For) -> bool:
                 jumps_of_loop(node.orelse) if node.orelse is not None else set()):
             return True
     return False
-
-
-def _own_statements(loop: cst.For):
-    """The statements of the loop's own body, nested ones too, not those of a loop or
-    function inside it (whose `break` or `continue` is not the loop's)."""
-    stack = list(loop.body.body)
-    while stack:
-        stmt = stack.pop()
-        yield stmt
-        if type(stmt) in (cst.SimpleStatementLine, cst.For, cst.While, cst.FunctionDef, cst.ClassDef):
-            continue
-        for part in (getattr(stmt, "body", None), getattr(stmt, "orelse", None), getattr(stmt, "finalbody", None)):
-            if type(part) in (cst.Else, cst.Finally):
-                part = part.body
-            if type(part) is cst.If:
-                stack.append(part)
-            elif type(part) is cst.IndentedBlock:
-                stack.extend(part.body)
-        for handler in getattr(stmt, "handlers", ()) or ():
-            if type(handler.body) is cst.IndentedBlock:
-                stack.extend(handler.body.body)
 
 
 def _calls_in(facts: Facts, small: cst.CSTNode, functions: frozenset[str],

@@ -47,8 +47,10 @@ def stop_index(block: cst.With, tracer: str | None) -> int | None:
     return None
 
 
-def compound(block: cst.BaseSuite):
-    """The compound statements nested in a block (cheaper than a walk of every node)."""
+def compound(block: cst.BaseSuite, into_loops: bool = True):
+    """The compound statements nested in a block (cheaper than a walk of every node);
+    without ``into_loops``, a loop inside is yielded but not entered (what its body holds
+    belongs to it: its `break`, its `continue`)."""
     stack = list(block.body) if type(block) is cst.IndentedBlock else []
     while stack:
         stmt = stack.pop()
@@ -56,6 +58,8 @@ def compound(block: cst.BaseSuite):
         if kind is cst.SimpleStatementLine or kind is cst.FunctionDef or kind is cst.ClassDef:
             continue
         yield stmt
+        if not into_loops and (kind is cst.For or kind is cst.While):
+            continue
         for part in (stmt.body, getattr(stmt, "orelse", None), getattr(stmt, "finalbody", None)):
             if type(part) in (cst.Else, cst.Finally):
                 part = part.body
