@@ -324,12 +324,31 @@ class ServerCheck:
             for func, names in _names_bound_to_calls(info.node):
                 if self._dotted_call_is_client(func) or self._makes_a_generator(func):
                     found.update(names)
-        # a generator expression bound to a name: its state is your machine's
-        found.update(name for name, values in self.facts.bindings.items()
-                     if any(type(value) is cst.GeneratorExp for _info, value in values))
+        found |= self._generators(found)
         # a name the code opens nnsight blocks on is a model, whatever made it (a helper of
         # the user's `lm = setup_model()` returns one): it exists on the server too
         return found - {block.model.split(".")[0] for block in self.facts.blocks}
+
+    def _generators(self, made: set[str]) -> set[str]:
+        """Names bound to a generator, or to an iterator over one (`zip(xs, (f(x) for x in
+        xs))`, `map(f, gen)`): its state is your machine's, and a copy cannot be sent. Those
+        in ``made`` (bound to a generator function's call) count as generators too."""
+        generators = set(made)
+
+        def holds_a_generator(value: cst.BaseExpression) -> bool:
+            if type(value) is cst.GeneratorExp or (type(value) is cst.Name and value.value in generators):
+                return True
+            return (type(value) is cst.Call and type(value.func) is cst.Name and value.func.value in _ITERATORS
+                    and any(holds_a_generator(arg.value) for arg in value.args))
+
+        changed = True
+        while changed:  # (a name bound to an iterator over a name bound to a generator...)
+            changed = False
+            for name, values in self.facts.bindings.items():
+                if name not in generators and any(holds_a_generator(value) for _info, value in values):
+                    generators.add(name)
+                    changed = True
+        return generators - made
 
     def _makes_a_generator(self, func: str) -> bool:
         """Is ``func`` a generator function of the script (`prompts = batches(xs)`)? The
@@ -350,6 +369,8 @@ class ServerCheck:
 
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
+# Builtins that make an iterator over their arguments: one over a generator holds it.
+_ITERATORS = frozenset({"zip", "map", "filter", "enumerate", "reversed", "iter"})
 
 
 @functools.lru_cache(maxsize=1024)

@@ -141,7 +141,7 @@ def _bound_object(node: cst.CSTNode, name: str, facts: Facts) -> str:
     if isinstance(node, cst.For):  # `for mod in [model.h[0], model.h[1]]`: each element in turn
         if type(node.target) is not cst.Name or node.target.value != name:
             return ""
-        return _made_by(node.iter, facts) if type(node.iter) in (cst.List, cst.Tuple, cst.Set) else ""
+        return next((w for e in _elements_of(node.iter, facts) if (w := _made_by(e, facts))), "")
     if not any(name in target_names(t.target) for t in node.targets):
         return ""
     if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
@@ -168,6 +168,10 @@ def _made_by(value: cst.BaseExpression, facts: Facts, depth: int = 0) -> str:
         return "a generator"
     if kind in (cst.Tuple, cst.List, cst.Set):
         return next((w for e in value.elements if (w := _made_by(e.value, facts, depth + 1))), "")
+    if kind in (cst.ListComp, cst.SetComp):
+        return _made_by(value.elt, facts, depth + 1)
+    if kind is cst.DictComp:
+        return _made_by(value.key, facts, depth + 1) or _made_by(value.value, facts, depth + 1)
     if kind is cst.Dict:
         parts = [part for e in value.elements
                  for part in ((e.key, e.value) if isinstance(e, cst.DictElement) else (e.value,))]
@@ -206,11 +210,24 @@ def _named_object(name: str, facts: Facts, depth: int) -> str:
         if what:
             return what
     for loop in _loops_binding(facts.module, name):
-        if type(loop.iter) in (cst.List, cst.Tuple, cst.Set):
-            what = next((w for e in loop.iter.elements if (w := _made_by(e.value, facts, depth))), "")
-            if what:
-                return what
+        what = next((w for e in _elements_of(loop.iter, facts) if (w := _made_by(e, facts, depth))), "")
+        if what:
+            return what
     return ""
+
+
+def _elements_of(iterable: cst.BaseExpression, facts: Facts) -> list[cst.BaseExpression]:
+    """What a `for` over ``iterable`` binds, as far as the code shows: the elements of a
+    display, the element of a comprehension, and those of what a name is bound to."""
+    kind = type(iterable)
+    if kind in (cst.List, cst.Tuple, cst.Set):
+        return [e.value for e in iterable.elements]
+    if kind in (cst.ListComp, cst.SetComp, cst.GeneratorExp):
+        return [iterable.elt]
+    if kind is cst.Name:
+        return [e for _info, value in facts.bindings.get(iterable.value, ())
+                if type(value) is not cst.Name for e in _elements_of(value, facts)]
+    return []
 
 
 @functools.lru_cache(maxsize=1024)

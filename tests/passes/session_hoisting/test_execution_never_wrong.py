@@ -642,6 +642,25 @@ for i in range(2):
     norms.append(round(n.item(), 4))
 print(norms, type(block).__name__)
 ''', "a module of the model"),
+    "modules-listed-then-keys": ('''
+blocks = [LAYERS[i] for i in (0, 1)]
+norms = {}
+for block in blocks:
+    with model.trace("The cat sat on the", remote=True):
+        n = block.output.norm().save()
+    norms[block] = round(n.item(), 4)
+print(sorted(norms.values()))
+''', "a module of the model"),
+    "zip-over-a-generator": ('''
+PROMPTS = ["The cat", "The cat sat on the"]
+pairs = zip(PROMPTS, (len(p.split()) for p in PROMPTS))
+norms = {}
+for prompt, words in pairs:
+    with model.trace(prompt, remote=True):
+        n = model.lm_head.output[0, -1].norm().save()
+    norms[words] = round(n.item(), 4)
+print(norms)
+''', "`pairs`, which exists only on your machine"),
     "generator-iterated": ('''
 def prompts_of(words):
     for word in words:
