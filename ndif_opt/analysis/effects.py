@@ -334,18 +334,11 @@ class ServerCheck:
         xs))`, `map(f, gen)`): its state is your machine's, and a copy cannot be sent. Those
         in ``made`` (bound to a generator function's call) count as generators too."""
         generators = set(made)
-
-        def holds_a_generator(value: cst.BaseExpression) -> bool:
-            if type(value) is cst.GeneratorExp or (type(value) is cst.Name and value.value in generators):
-                return True
-            return (type(value) is cst.Call and type(value.func) is cst.Name and value.func.value in _ITERATORS
-                    and any(holds_a_generator(arg.value) for arg in value.args))
-
         changed = True
         while changed:  # (a name bound to an iterator over a name bound to a generator...)
             changed = False
             for name, values in self.facts.bindings.items():
-                if name not in generators and any(holds_a_generator(value) for _info, value in values):
+                if name not in generators and any(_holds_a_generator(value, generators) for _info, value in values):
                     generators.add(name)
                     changed = True
         return generators - made
@@ -371,6 +364,14 @@ class ServerCheck:
 _BUILTIN_NAMES = frozenset(dir(builtins))
 # Builtins that make an iterator over their arguments: one over a generator holds it.
 _ITERATORS = frozenset({"zip", "map", "filter", "enumerate", "reversed", "iter"})
+
+
+def _holds_a_generator(value: cst.BaseExpression, generators: set[str]) -> bool:
+    """A generator expression, a name in ``generators``, or an iterator builtin over one."""
+    if type(value) is cst.GeneratorExp or (type(value) is cst.Name and value.value in generators):
+        return True
+    return (type(value) is cst.Call and type(value.func) is cst.Name and value.func.value in _ITERATORS
+            and any(_holds_a_generator(arg.value, generators) for arg in value.args))
 
 
 @functools.lru_cache(maxsize=1024)
