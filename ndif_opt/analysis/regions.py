@@ -27,7 +27,7 @@ from ndif_opt.analysis.results import script_result_names
 from ndif_opt.analysis.retries import retry_guard
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import empty_container_kind
-from ndif_opt.syntax.walk import all_nodes, children, find_nodes, walk
+from ndif_opt.syntax.walk import all_nodes, children, content_children, find_nodes, walk
 
 UNKNOWN_TRIPS = 2  # a loop of unknown length issues "many" requests: at least two
 
@@ -546,23 +546,32 @@ def _breaks(suite: cst.BaseSuite) -> bool:
 def jumps_of_loop(node: cst.CSTNode) -> set[str]:
     """`break` / `continue` in ``node`` that belong to the loop around it (not to a loop
     or function inside it)."""
-    found: set[str] = set()
+    return {"break" if type(jump) is cst.Break else "continue" for jump in _loop_jumps(node)}
+
+
+def leaves_its_iteration(node: cst.CSTNode) -> bool:
+    """Does ``node`` hold a `break` or `continue` of the loop around it?"""
+    return next(_loop_jumps(node), None) is not None
+
+
+# (compared with `is`: libcst's node classes are final, and an isinstance against them is an
+# ABC check; the split asks this of every statement it classifies)
+_OWN_JUMPS_KINDS = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
+
+
+def _loop_jumps(node: cst.CSTNode):
+    """The `break` and `continue` nodes in ``node`` that belong to the loop around it."""
     stack = [node]
     while stack:
         current = stack.pop()
         kind = type(current)
-        if kind is cst.Break:
-            found.add("break")
-        elif kind is cst.Continue:
-            found.add("continue")
-        elif kind in (cst.For, cst.While):
+        if kind is cst.Break or kind is cst.Continue:
+            yield current
+        elif kind is cst.For or kind is cst.While:
             if current.orelse is not None:  # (its `else:` is outside its loop)
                 stack.append(current.orelse)
-            continue
-        elif kind in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
-            continue
-        stack.extend(children(current))
-    return found
+        elif kind not in _OWN_JUMPS_KINDS:
+            stack.extend(content_children(current))
 
 
 _COMPARE = {

@@ -14,13 +14,14 @@ import libcst as cst
 from ndif_opt.analysis.effects import PROGRESS_BARS
 from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import NameUse, all_params, collect, exposed_reads, fresh_name, target_names
+from ndif_opt.analysis.regions import jumps_of_loop, leaves_its_iteration
 from ndif_opt.analysis.retries import retried_until_success
 from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS
 from ndif_opt.passes.common.guards import jump_out_of
 from ndif_opt.passes.common.records import RECORD_PREFIX, Recorded
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import opening
-from ndif_opt.syntax.walk import content_children, find_nodes, walk
+from ndif_opt.syntax.walk import find_nodes, walk
 
 
 # Problems a client statement may have and still be replayed after the session.
@@ -28,39 +29,6 @@ DEFERRABLE_KINDS = frozenset({"print", "effect", "progress", "module", "forbidde
 # Problems a client statement may have and still run before the session: it computes on
 # your machine (a module NDIF does not allow, an object only you have) and acts on nothing.
 PREPARABLE_KINDS = frozenset({"module", "client-object"})
-
-
-# the node classes compared with `is` (libcst's node classes are final; isinstance against
-# them is an ABC check, and jumps_out looks at every node of every statement a split classifies)
-_JUMP_KINDS = frozenset({cst.Break, cst.Continue})
-_OWN_JUMPS_KINDS = frozenset({cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda})
-
-
-def jumps_out(node: cst.CSTNode) -> bool:
-    """Does ``node`` hold a `break` or `continue` of the loop around it?"""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        kind = type(current)
-        if kind in _JUMP_KINDS:
-            return True
-        if kind not in _OWN_JUMPS_KINDS:  # (a loop's or a function's jumps are its own)
-            stack.extend(content_children(current))
-    return False
-
-
-def loop_jumps(node: cst.CSTNode) -> set[str]:
-    """The kinds (`break`, `continue`) of the jumps of the loop around it that ``node`` holds."""
-    found: set[str] = set()
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        kind = type(current)
-        if kind in _JUMP_KINDS:
-            found.add("break" if kind is cst.Break else "continue")
-        elif kind not in _OWN_JUMPS_KINDS:
-            stack.extend(content_children(current))
-    return found
 
 
 def is_jump(stmt: cst.CSTNode) -> bool:
@@ -72,7 +40,7 @@ def is_jump(stmt: cst.CSTNode) -> bool:
 def _branches(items: list["Item"]) -> bool:
     """Does a loop body need each local statement to record itself (a branch or a jump
     decides which of them run)?"""
-    return any(item.role is Part.IF or (item.role is Part.SERVER and jumps_out(item.stmt)) for item in items)
+    return any(item.role is Part.IF or (item.role is Part.SERVER and leaves_its_iteration(item.stmt)) for item in items)
 
 
 def splittable(problem) -> bool:
@@ -228,7 +196,7 @@ class Splitter:
                 parts = [self._classify(stmt)]
             for item in parts:
                 if item.role is Part.SERVER and self.in_loop and not is_jump(item.stmt) \
-                        and len(loop_jumps(item.stmt)) > 1:
+                        and len(jumps_of_loop(item.stmt)) > 1:
                     # (the replay takes the way the session went: one kind of jump a statement)
                     raise Refused(f"`{first_code_line(item.stmt)}` may end the loop's iteration both by `break` "
                                   "and by `continue`: the session could record only whether it jumped")
@@ -236,7 +204,7 @@ class Splitter:
                 item.branch = self.branch_depth > 0
                 item.after_jump = bool(self.jumped) and self.jumped[-1]
                 items.append(self._settle(item))
-            if self.jumped and jumps_out(stmt):
+            if self.jumped and leaves_its_iteration(stmt):
                 self.jumped[-1] = True
         _check_early_ends(items)
         return items
@@ -475,12 +443,12 @@ class Splitter:
         self.handled_failures += 1
         if not tail:
             return head  # the remote work cannot fail on the client: its handler never runs here
-        if any(jumps_out(s) for s in tail):
+        if any(leaves_its_iteration(s) for s in tail):
             # `break`/`continue` after the remote work (a retry that stops on success): the
             # session's loop must take it too, or it would run every attempt
-            if not is_jump(tail[-1]) or any(jumps_out(s) for s in tail[:-1]):
+            if not is_jump(tail[-1]) or any(leaves_its_iteration(s) for s in tail[:-1]):
                 raise Refused(
-                    f"`{first_code_line(next(s for s in tail if jumps_out(s)))}` ends the loop's iteration inside a "
+                    f"`{first_code_line(next(s for s in tail if leaves_its_iteration(s)))}` ends the loop's iteration inside a "
                     "`try`, after code that must run on your machine: the session could not tell whether it ran"
                 )
             jump = [Item(tail[-1].deep_clone(), Part.SERVER)]
@@ -529,7 +497,7 @@ class Splitter:
     def _classify(self, stmt) -> Item:
         remote, skip = self.remote_work(stmt)
         problems = self.server_check.problems(stmt, skip=skip)
-        if self.in_loop and isinstance(stmt, cst.If) and jumps_out(stmt):
+        if self.in_loop and isinstance(stmt, cst.If) and leaves_its_iteration(stmt):
             # it may end the iteration early: the replay must take the same branch
             return self._mixed_if(stmt)
         # a loop that stores into an object staying here is split even with nothing else local

@@ -9,7 +9,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.names import collect, collect_all, definite_binds
-from ndif_opt.analysis.regions import bound_before
+from ndif_opt.analysis.regions import bound_before, jumps_of_loop, leaves_its_iteration
 from ndif_opt.passes.common.records import Keys, LogKeys, Reader, Recorded, Shape, shape
 from ndif_opt.passes.session_hoisting.split_checks import check_prelude
 from ndif_opt.passes.session_hoisting.split_items import (
@@ -18,8 +18,6 @@ from ndif_opt.passes.session_hoisting.split_items import (
     Split,
     Splitter,
     is_jump,
-    jumps_out,
-    loop_jumps,
     progress_call,
     unwrap_progress,
 )
@@ -314,7 +312,7 @@ def _split_loop_events(item: Item, facts: Facts, splitter: Splitter):
     # (not one every iteration binds before anything may end it)
     sure: set[str] = set()
     for stmt in client_body:
-        if jumps_out(stmt):
+        if leaves_its_iteration(stmt):
             break
         sure |= definite_binds(stmt)
     splitter.partial |= set(collect_all([client_loop]).binds) - sure - splitter.record_names
@@ -335,7 +333,7 @@ class _Events:
         server: list[cst.BaseStatement] = []
         client: list[cst.BaseStatement] = []
         for child in children:
-            if child.role is Part.SERVER and (is_jump(child.stmt) or not jumps_out(child.stmt)):
+            if child.role is Part.SERVER and (is_jump(child.stmt) or not leaves_its_iteration(child.stmt)):
                 server.append(child.stmt)
                 if is_jump(child.stmt):  # a bare `break`/`continue`: the replay jumps too
                     client.append(child.stmt)
@@ -345,7 +343,7 @@ class _Events:
                 # it did; the statement itself (remote work) runs only in the session
                 server += [_recording_jumps(child.stmt, self.it),
                            cst.parse_statement(f"{self.it}.append(False)\n")]
-                jump = next(iter(loop_jumps(child.stmt)))
+                jump = next(iter(jumps_of_loop(child.stmt)))
                 client.append(cst.parse_statement(f"if next({self.items}):\n    {jump}\n"))
             elif child.role is Part.CLIENT:
                 keys = Keys({value.name for value in child.records if value.name})
