@@ -448,6 +448,13 @@ def a1_verdict(row: dict) -> tuple[str, bool]:
         if partly and all(c["findings"] for c in partly):
             return (f"reason named: reduced to {plain_count(after)}; the {len(partly)} loop(s) or run(s) still "
                     "sending more than one request each have a finding"), True
+        # sessions kept apart across `if` bodies (the measure's runs stop at an `if`): the
+        # pass's finding on the run that holds them names what keeps them apart
+        kept_apart = [f for f in run["unfixed"] if f["pass_id"] == "session-hoisting"
+                      and f["message"].startswith("this run of remote work") and f["reason"]]
+        if not partly and kept_apart:
+            return (f"reason named: reduced to {plain_count(after)}; the finding on line {kept_apart[0]['line']} "
+                    "names what keeps its sessions apart"), True
         return (f"no: {plain_count(after)} > {compared}, and nothing is left as it is (reduced short of the "
                 "count, no finding)"), False
     if silent:

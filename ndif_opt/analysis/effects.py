@@ -119,6 +119,19 @@ PATH_METHODS = frozenset(
         "glob", "rglob", "stat", "mkdir", "unlink", "touch", "rmdir", "rename", "replace", "symlink_to",
     }
 )  # fmt: skip
+# Path methods whose names other types share: a Path's takes one positional argument
+# (the target), `str.replace(old, new)` two, `DataFrame.rename(columns=...)` keywords
+ONE_TARGET_PATH_METHODS = frozenset({"replace", "rename"})
+
+
+def _not_a_path_call(method: str, call: cst.Call) -> bool:
+    """Is the call, by its arguments, surely not the Path method of that name?"""
+    if method not in ONE_TARGET_PATH_METHODS:
+        return False
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    return len(positional) != 1 or len(positional) != len(call.args)
+
+
 PROGRESS_BARS = frozenset({"tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange", "trange"})
 
 
@@ -620,7 +633,8 @@ class _Checker(cst.CSTVisitor):
             return
         if func.attr.value in EFFECT_METHODS:
             self._add("effect", f"calls `.{func.attr.value}()`, which acts on your machine", node)
-        elif func.attr.value in PATH_METHODS and not (root is not None and self.facts.is_model_like(root)):
+        elif (func.attr.value in PATH_METHODS and not (root is not None and self.facts.is_model_like(root))
+              and not _not_a_path_call(func.attr.value, node)):
             self._add("effect", f"calls `.{func.attr.value}()`, which reads or writes files on your machine", node)
         elif func.attr.value in RANDOM_METHODS:
             self._add("module", _random_message(f".{func.attr.value}()"), node)

@@ -245,7 +245,7 @@ def run_cells(cells: list[Cell], nonce: str, options: Options, filename: str | N
     barriers = {cell.index for cell in cells[1:]}
     prologue = bool(magics or barriers)
     joined = _join(cells, masked, nonce, barriers, prologue, line_maps)
-    result = with_fixes(run_pipeline(joined.code, options, filename=filename))
+    result = _without_runs_across_cells(with_fixes(run_pipeline(joined.code, options, filename=filename)), joined)
     apart = _requests_kept_apart(cells, masked)
     notes = _barrier_notes(apart)
     if not result.changed:
@@ -391,6 +391,19 @@ def _locate(result: Result, joined: _Joined) -> list[CellFinding]:
         touched = tuple(part for span in finding.touched for part in _span_in_cells(span, joined.lines))
         located.append(CellFinding(cell, replace(noted, range=rng, uses=(), touched=()), uses, touched))
     return located
+
+
+def _without_runs_across_cells(result: Result, joined: _Joined) -> Result:
+    """The result without the findings not applied about runs of statements across cells:
+    cells are kept apart (the notebook's own note names requests they keep apart)."""
+    kept = tuple(f for f in result.findings
+                 if f.status is Status.APPLIED or not _spans_cells(f.range, joined.lines))
+    return result if len(kept) == len(result.findings) else replace(result, findings=kept)
+
+
+def _spans_cells(rng: Range, lines: list[tuple[int, int]]) -> bool:
+    last = len(lines) - 1
+    return bool(lines) and lines[min(rng.start.line, last)][0] != lines[min(rng.end.line, last)][0]
 
 
 def _span_in_cells(span: Range, lines: list[tuple[int, int]]) -> list[tuple[int, Range]]:

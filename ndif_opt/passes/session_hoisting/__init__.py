@@ -165,6 +165,9 @@ from ndif_opt.types import Safety, Status
 from ndif_opt.wording import counted_with_loops, symbols
 
 
+_NOTHING = RegionRequests(0, 1, uncalled="")
+
+
 class SessionHoisting(Pass):
     __doc__ = __doc__
     explains = True
@@ -193,6 +196,8 @@ class SessionHoisting(Pass):
             # loops their own remote work keeps from a session (two models, say): id -> (loop, why)
             self.stopped: dict[int, tuple[cst.CSTNode, tuple[str, str]]] = {}
             self.planned: list[Region] = []  # the regions this run makes sessions of
+            # runs of remote work no one region holds: (suite, kinds, member indexes)
+            self.separated: list[tuple] = []
             for suite in suites_outermost_first(facts):
                 if inside_planned(facts, suite, claimed):
                     continue
@@ -212,6 +217,7 @@ class SessionHoisting(Pass):
             context.introduced.update(names[1])
         self._drop_plans_in_replaced_functions(facts, context, plan, mark)
         self._drop_refusals_a_session_answers(facts, context, mark)
+        self._name_separated_runs(facts, context, mark)
         self._name_the_stopped_loops(facts, context, mark)
         drop_nested_repeats(context.findings, mark)
         name_the_unseen(facts, context, self.helpers, self.planned)
@@ -507,7 +513,65 @@ class SessionHoisting(Pass):
             elif run:  # neutral code between remote blocks may move along
                 run.append(index)
         close()
+        if span is None and wide:
+            self._note_separated_run(suite, kinds, regions)
         return [r for r in regions if self._worth_a_session(r, facts, context)]
+
+    def _note_separated_run(self, suite, kinds: list[Kind | None], regions: list[Region]) -> None:
+        """Remember the suite's statements with remote work when no one region holds them
+        all: barriers keep them apart (see :meth:`_name_separated_runs`)."""
+        members = [i for i, kind in enumerate(kinds)
+                   if kind is not None and (kind.role is Role.REMOTE or kind.sends)]
+        if len(members) < 2 or any(r.start <= members[0] and members[-1] < r.end for r in regions):
+            return
+        self.separated.append((suite, kinds, members))
+
+    def _name_separated_runs(self, facts: Facts, context: Context, mark: int) -> None:
+        """One finding for each run of statements with remote work in one suite that no
+        session holds whole and that still sends two requests or more: the first barrier
+        that keeps two of its statements apart, named (the pass made sessions of its
+        parts, or of none). A run with a finding of its own on one of its statements
+        keeps that one."""
+        from ndif_opt.analysis.regions import UNKNOWN_TRIPS
+
+        told = {id(f.node) for f in context.findings[mark:] if f.status is not Status.APPLIED}
+        told |= set(self.stopped)  # loops that get a finding of their own
+        for suite, kinds, members in self.separated:
+            statements = [suite.body[i] for i in members]
+            if any(id(stmt) in told for stmt in statements) or inside_planned(facts, suite, set()):
+                continue
+            # (a member the walk sees send nothing, a helper that returns before its trace,
+            # say, keeps nothing apart)
+            found = explain(facts, context.options)
+            sending = [i for i in members if (found.region([suite.body[i]]) or _NOTHING).per_run(UNKNOWN_TRIPS) > 0]
+            if len(sending) < 2:
+                continue
+            heads = [kinds[i] for i in sending]
+            model = next((k.model for k in heads if k.model), "model")
+            region = Region(suite, sending[0], sending[-1] + 1, model, None, [b for k in heads for b in k.blocks])
+            requests = self._counted(region, facts, context)
+            if requests.per_run(UNKNOWN_TRIPS) < 2:
+                continue
+            statements = [suite.body[i] for i in sending]
+            why = self._what_keeps_apart(suite, kinds, sending, context)
+            if not why:
+                continue
+            context.skipped(statements[0], not_hoisted(region, facts, requests), why, through=statements[-1])
+
+    def _what_keeps_apart(self, suite, kinds: list[Kind | None], members: list[int], context: Context) -> str:
+        """Why the first two neighbouring members that no region holds together stand
+        apart: a member's own barrier, a statement between them that must stay on your
+        machine, or a member's problem that keeps it alone ("" when only sessions do)."""
+        for first, second in zip(members, members[1:]):
+            for index in (first, second, *range(first + 1, second)):
+                kind = kinds[index]
+                if kind is None:
+                    kind = kinds[index] = self._plain_kind(suite.body[index], context)
+                if kind.role is Role.BARRIER and kind.why and kind.why != "already a session":
+                    return kind.why if kind.why.startswith("not ") else f"not hoisted: {kind.why}"
+                if kind.role is Role.REMOTE and any_blocking(kind.problems, context):
+                    return f"not hoisted: {kind.problems[0].message}"
+        return ""
 
     def _kind(self, stmt, facts: Facts, context: Context, lazy: bool = False, wide: bool = True) -> Kind | None:
         """How the statement relates to remote work; with ``lazy``, None for code
@@ -519,7 +583,7 @@ class SessionHoisting(Pass):
         outer = outer_blocks(facts, stmt)
         calls = helper_calls(stmt, self.helpers) if may_call(stmt, self.helpers) else []
         if calls and outer:
-            return Kind(Role.BARRIER, why="mixes remote blocks and calls of functions that run them")
+            return Kind(Role.BARRIER, why="mixes remote blocks and calls of functions that run them", sends=True)
         if calls:
             return self._helper_kind(stmt, calls, facts, context)
         if not outer:
@@ -531,7 +595,8 @@ class SessionHoisting(Pass):
             # (a loop of sessions ndif-opt wrote, chunks or a retry, names its own `_ndif_` variable)
             users = loop and not self.wrote and not any(
                 name.startswith("_ndif_") for name in target_names(stmt.target) if isinstance(stmt, cst.For))
-            return Kind(Role.BARRIER, why="already a session", stops=users and stopped_by_a_session(sessions[0]))
+            return Kind(Role.BARRIER, why="already a session", stops=users and stopped_by_a_session(sessions[0]),
+                        model=sessions[0].model, sends=True)
         local = [b for b in outer if b.remote.state is Remote.NO]
         if local:
             return Kind(Role.BARRIER, why="runs a local trace",
@@ -539,12 +604,13 @@ class SessionHoisting(Pass):
         passed = [b for b in outer if b.remote.via_kwargs]
         if passed:
             return Kind(Role.BARRIER, why="passes `remote=` inside `**kwargs`, which cannot move to a session",
-                        stops=loop and stopped_by_kwargs(passed[0]))
+                        stops=loop and stopped_by_kwargs(passed[0]), model=first.model, sends=True)
         flag_codes = {b.remote.code for b in outer}
         models = {b.model for b in outer}
         if len(flag_codes) != 1 or len(models) != 1:
             sends = [(b.model, b.remote.code or "False", first_line(b.node)) for b in outer]
-            return Kind(Role.BARRIER, why="mixes models or remote flags", stops=loop and stopped_by_mixing(sends))
+            return Kind(Role.BARRIER, why="mixes models or remote flags", stops=loop and stopped_by_mixing(sends),
+                        sends=True)
         problems = context.server.problems(stmt, skip=tuple(b.node.body for b in outer))
         problems += iteration_problems(stmt, facts)
         return Kind(
@@ -581,7 +647,8 @@ class SessionHoisting(Pass):
                         f"one `{helper.at_call(helper.model, call)}.session(remote=...)` would send one",
                         f"not hoisted: {helper.problems[0]}",
                     )
-                return Kind(Role.BARRIER, why=helper.problems[0])
+                return Kind(Role.BARRIER, why=helper.problems[0], sends=True,
+                            model=helper.call_model(call) or "")
             flag = helper.call_flag(call)
             if flag is None:
                 why = f"the remote flag `{helper.spelled(call)}` runs with is computed inside it or not known here"
@@ -593,7 +660,7 @@ class SessionHoisting(Pass):
                         f"one `{helper.at_call(helper.model, call)}.session(remote=...)` would send one",
                         f"not hoisted: {why}, so a session around the calls cannot take the same flag",
                     )
-                return Kind(Role.BARRIER, why=why)
+                return Kind(Role.BARRIER, why=why, sends=True, model=helper.call_model(call) or "")
             flags.add(flag)
             model = helper.call_model(call)
             if model is None:
@@ -603,7 +670,7 @@ class SessionHoisting(Pass):
         if len(flags) != 1 or len(models) != 1:
             loop = isinstance(stmt, (cst.For, cst.While))
             return Kind(Role.BARRIER, why="calls functions with different models or remote flags",
-                        stops=loop and stopped_by_mixing(sends))
+                        stops=loop and stopped_by_mixing(sends), sends=True)
         flag_code = flags.pop()
         if flag_code == "False":
             return Kind(Role.BARRIER, why="runs its traces locally")

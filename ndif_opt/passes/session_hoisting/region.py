@@ -94,6 +94,9 @@ class Kind:
     # a loop whose own remote work stops it: (what it sends to, why no session takes it),
     # for the one finding a loop left as it is gets (see _name_the_stopped_loops)
     stops: tuple[str, str] | None = None
+    # a barrier that sends requests itself (a session, a call of a helper no session can
+    # take): a member of the run of remote work it keeps apart (see _name_separated_runs)
+    sends: bool = False
 
 
 def module_code(region: Region, facts: Facts) -> bool:
@@ -185,11 +188,16 @@ def _outer_blocks_by_statement(facts: Facts) -> dict[int, list[Block]]:
 
 
 def _index_outer_blocks(facts: Facts) -> dict[int, list[Block]]:
+    # a `def` or `class` runs none of its body's blocks where it stands: its calls do
+    # (they are the helper calls a statement makes), so an `if` holding a def and a call
+    # of it is a statement that calls a helper, not one that mixes both
     index: dict[int, list[Block]] = {}
     for block in facts.blocks:
         if block.parent is None:
-            for node in (block.node, *block.stmt.ancestors):
+            for node in (block.node, *reversed(block.stmt.ancestors)):
                 index.setdefault(id(node), []).append(block)
+                if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                    break
     return index
 
 
