@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from execution import both, optimized_and_verified, script
+from execution import both, optimized_and_verified
 
 from ndif_opt import Status, optimize
 from ndif_opt.options import Options
