@@ -26,6 +26,7 @@ import dataclasses
 import difflib
 from collections.abc import Sequence
 
+from ndif_opt.engine.line_diff import line_opcodes
 from ndif_opt.types import Edit, Finding, Range, Result, Status
 
 Span = tuple[int, int]  # lines [start, end) of the code as written; start == end: an insertion there
@@ -54,7 +55,7 @@ class LineOrigins:
         spans: list[Span] = []
         changed: list[Span] = []
         moved = None
-        for tag, i1, i2, j1, j2 in _opcodes(bare_old, bare_new):
+        for tag, i1, i2, j1, j2 in line_opcodes(bare_old, bare_new):
             if tag == "equal":
                 spans += self.spans[i1:i2]
                 changed += [self.spans[i1 + k] for k in range(i2 - i1) if old[i1 + k] != new[j1 + k]]
@@ -113,23 +114,6 @@ def _occurrences(old: list[str], new: list[str]) -> dict[int, int]:
             where_new.setdefault(line, []).append(j)
     return {j: mine[k] for line, theirs in where_new.items()
             if len(mine := where_old.get(line, ())) == len(theirs) for k, j in enumerate(theirs)}
-
-
-def _opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
-    """difflib's opcodes, the lines both begin and end with set aside first (a window's
-    prelude; what a pass left alone after its rewrite): the matcher sees only the middle."""
-    head, most = 0, min(len(a), len(b))
-    while head < most and a[head] == b[head]:
-        head += 1
-    tail = 0
-    while tail < most - head and a[-1 - tail] == b[-1 - tail]:
-        tail += 1
-    middle = difflib.SequenceMatcher(None, a[head:len(a) - tail], b[head:len(b) - tail], autojunk=False)
-    codes = [("equal", 0, head, 0, head)] if head else []
-    codes += [(tag, i1 + head, i2 + head, j1 + head, j2 + head) for tag, i1, i2, j1, j2 in middle.get_opcodes()]
-    if tail:
-        codes.append(("equal", len(a) - tail, len(a), len(b) - tail, len(b)))
-    return codes
 
 
 def with_fixes(result: Result) -> Result:

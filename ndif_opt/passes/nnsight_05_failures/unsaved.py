@@ -60,8 +60,7 @@ def unsaved_names(block: Block, facts: Facts, pre05: bool = False) -> list[Unsav
     bindings = _bindings(block.node.body)
     if not bindings:
         return []
-    nnsight_withs = frozenset(id(b.node) for b in facts.blocks) | frozenset(
-        id(w) for b in facts.blocks for w in invokes_of(b))
+    nnsight_withs = facts.once(_nnsight_withs)
     reads = _reads_after(after, set(bindings), nnsight_withs)
     if not reads:
         return []
@@ -93,6 +92,11 @@ def unsaved_names(block: Block, facts: Facts, pre05: bool = False) -> list[Unsav
         item.fix, item.why_not = _fix(name, sites, facts)
         found.append(item)
     return found
+
+
+def _nnsight_withs(facts: Facts) -> frozenset[int]:
+    """The ids of the `with` statements of every block and invoke (once per tree)."""
+    return frozenset(id(b.node) for b in facts.blocks) | frozenset(id(w) for b in facts.blocks for w in invokes_of(b))
 
 
 def _scope_of(block: Block, facts: Facts) -> cst.CSTNode | None:
@@ -479,12 +483,17 @@ _SAVE_FREE_LIBRARIES = frozenset({
 })
 
 
+def _functions_and_savers(facts: Facts) -> tuple[dict[str, cst.FunctionDef], frozenset[str]]:
+    """The file's functions by name, and the names of those that save (once per tree)."""
+    functions = {fn.name.value: fn for fn in find_nodes(facts.module, lambda n: type(n) is cst.FunctionDef)}
+    return functions, frozenset(name for name, fn in functions.items() if find_nodes(fn, is_save_call))
+
+
 def _calls_saving_helpers(block: Block, facts: Facts) -> bool:
     """May a call in the block save a value out of sight: a function or method of this file
     that saves, a function of a module of yours (or of nnterp), or a function the code
     does not define at all (a parameter, a star import)?"""
-    functions = {fn.name.value: fn for fn in find_nodes(facts.module, lambda n: type(n) is cst.FunctionDef)}
-    savers = {name for name, fn in functions.items() if find_nodes(fn, is_save_call)}
+    functions, savers = facts.once(_functions_and_savers)
     for call in find_nodes(block.node.body, lambda n: type(n) is cst.Call):
         func = call.func
         if is_save_call(call):
