@@ -26,6 +26,8 @@ class Chunk:
     mutated: set[str] = field(default_factory=set)  # receivers of mutating calls / item stores
     mutated_in_blocks: set[str] = field(default_factory=set)  # the same, inside nnsight blocks
     receivers: set[str] = field(default_factory=set)  # `x` of `x.trace(...)` and friends: models
+    # the `remote=` of its blocks, as code ("False" for none; ANY_FLAG for `**kwargs`)
+    flags: set[str] = field(default_factory=set)
     names: set[str] = field(default_factory=set)  # every identifier mentioned
     active: bool = False  # opens an nnsight block or saves: something for the passes
     imports: dict[str, str] = field(default_factory=dict)  # name -> what an import binds it to
@@ -185,8 +187,24 @@ def _method_call(chunk: Chunk, call: ast.Call, inside: bool) -> None:
     root = _root(call.func.value)
     if root and opens_block:
         chunk.receivers.add(root)
+        chunk.flags.add(_remote_flag(call))
     if root and (method in MUTATING_METHODS or method.endswith("_")):
         (chunk.mutated_in_blocks if inside else chunk.mutated).add(root)
+
+
+#: a block's `remote=` that the code does not spell out (passed in ``**kwargs``)
+ANY_FLAG = "*"
+
+
+def _remote_flag(call: ast.Call) -> str:
+    """The code of the block's `remote=` ("False" without one; ANY_FLAG when it may come
+    in ``**kwargs``)."""
+    for keyword in call.keywords:
+        if keyword.arg is None:
+            return ANY_FLAG
+        if keyword.arg == "remote":
+            return ast.unparse(keyword.value)
+    return "False"
 
 
 def _stored_into(chunk: Chunk, target: ast.AST, inside: bool) -> None:

@@ -37,7 +37,7 @@ import builtins
 import re
 from dataclasses import dataclass
 
-from ndif_opt.engine.chunk_names import Chunk, attach_calls, describe_chunk, flattened
+from ndif_opt.engine.chunk_names import ANY_FLAG, Chunk, attach_calls, describe_chunk, flattened
 
 
 #: Text that marks nnsight code: a chunk containing any of these is never context.
@@ -402,21 +402,20 @@ def _link(chunks: list[Chunk], context: set[str], is_context: list[bool]) -> lis
     return [find(i) for i in range(len(chunks))]
 
 
-#: Code that acts on the user's machine (stdout, files, progress bars, logs): two
-#: experiments with such code in or between them are not one session's work.
-_CLIENT_EFFECT = re.compile(
-    r"\b(?:print|open|input|tqdm|trange|display)\s*\(|\.(?:write|writelines|savefig|show|dump|to_csv|info|warning)\s*\("
-    r"|\b(?:torch|np|numpy)\.save|\blogging\b|\bplt\."
-)
-
-
 def _link_adjacent_experiments(chunks: list[Chunk], is_context: list[bool], groups: list[int],
                                helpers: set[int] = frozenset()) -> list[int]:
-    """Experiments in a row on the same model, with nothing in or between them that acts
-    on the user's machine, are one window: session-hoisting makes them one session, as
-    it does when it sees the whole file. (The passes treat a window's edges as the edges
-    of the file, so what links here decides what may become one request.) A shared
-    helper (``helpers``: chunk indices) is not an experiment: it links nothing."""
+    """Experiments in a row that may share a session are one window: session-hoisting
+    may make them one session, as it may when it sees the whole file — code between them
+    that acts on your machine (a print, a file written) included: the session replays it
+    after itself. (The passes treat a window's edges as the edges of the file, so what
+    links here decides what may become one request: a row goes on past a print, and ends
+    at another model or another `remote=`.) A shared helper (``helpers``: chunk indices)
+    is not an experiment: it links nothing.
+
+    Not yet equal to the whole file's run: a row also ends at context (a definition
+    between experiments, which a session moves out of its way) and skips a call of a
+    shared helper (which a session takes), where session-hoisting over the whole module
+    goes on (tests/engine/test_windows.py, the xfail on a realistic script)."""
     parent: dict[int, int] = {}
 
     def find(group: int) -> int:
@@ -426,15 +425,23 @@ def _link_adjacent_experiments(chunks: list[Chunk], is_context: list[bool], grou
 
     previous = None  # the last active chunk, while nothing has broken the row
     for index, chunk in enumerate(chunks):
-        if is_context[index] or _CLIENT_EFFECT.search(chunk.text):
+        if is_context[index]:
             previous = None
             continue
         if not chunk.active or index in helpers:
             continue
-        if previous is not None and chunk.receivers & chunks[previous].receivers:
+        if previous is not None and _one_session_may_hold(chunks[previous], chunk):
             parent[find(groups[index])] = find(groups[previous])
         previous = index
     return [find(g) for g in groups] if parent else groups
+
+
+def _one_session_may_hold(first: Chunk, second: Chunk) -> bool:
+    """May one session hold work of both chunks: a model and a remote flag in common (a
+    flag in ``**kwargs`` may be any)?"""
+    if not first.receivers & second.receivers:
+        return False
+    return bool(first.flags & second.flags) or ANY_FLAG in first.flags | second.flags
 
 
 def _touchers(chunks: list[Chunk], context: set[str], is_context: list[bool]) -> dict[str, list[int]]:

@@ -178,9 +178,6 @@ def test_a_function_defined_between_traces_runs_before_one_session(family):
     assert report.before.requests == 5, report.to_text()
 
 
-@pytest.mark.xfail(strict=True, reason="windows (engine/windows.py, _link_adjacent_experiments) end a row of "
-                   "experiments at a print between them, while session-hoisting replays prints after a session: "
-                   "when nothing after the baseline's print reads it, the baseline is a window of its own (5 -> 2)")
 def test_a_baseline_trace_and_its_print_join_the_session_of_the_experiments_after_them():
     script = DEFINED_BETWEEN.replace("DROP", "").replace("AFTER", "")
     result, report = optimized_and_verified(script, "gpt2", let_go=frozenset({"base", "logits"}))
