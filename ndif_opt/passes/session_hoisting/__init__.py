@@ -522,7 +522,12 @@ class SessionHoisting(Pass):
         all: barriers keep them apart (see :meth:`_name_separated_runs`)."""
         members = [i for i, kind in enumerate(kinds)
                    if kind is not None and (kind.role is Role.REMOTE or kind.sends)]
-        if len(members) < 2 or any(r.start <= members[0] and members[-1] < r.end for r in regions):
+        # (one statement is a run when it calls helpers no session can take more than once:
+        # `a, b = f(x), f(y)` sends two requests, and no region holds it; one call, `main()`,
+        # is explained where its requests are, in the function)
+        alone = (len(members) == 1 and kinds[members[0]].role is Role.BARRIER
+                 and len(helper_calls(suite.body[members[0]], self.helpers)) > 1)
+        if not (len(members) > 1 or alone) or any(r.start <= members[0] and members[-1] < r.end for r in regions):
             return
         self.separated.append((suite, kinds, members))
 
@@ -534,17 +539,20 @@ class SessionHoisting(Pass):
         keeps that one."""
         from ndif_opt.analysis.regions import UNKNOWN_TRIPS
 
+        if self.planned:
+            return  # what its sessions leave is counted in the round after they are written
         told = {id(f.node) for f in context.findings[mark:] if f.status is not Status.APPLIED}
         told |= set(self.stopped)  # loops that get a finding of their own
         for suite, kinds, members in self.separated:
             statements = [suite.body[i] for i in members]
-            if any(id(stmt) in told for stmt in statements) or inside_planned(facts, suite, set()):
-                continue
+            if inside_planned(facts, suite, set()) or any(
+                    find_nodes(stmt, lambda n: id(n) in told) for stmt in statements):
+                continue  # (a finding on one of its statements, or inside one, says it)
             # (a member the walk sees send nothing, a helper that returns before its trace,
             # say, keeps nothing apart)
             found = explain(facts, context.options)
             sending = [i for i in members if (found.region([suite.body[i]]) or _NOTHING).per_run(UNKNOWN_TRIPS) > 0]
-            if len(sending) < 2:
+            if not sending or (len(sending) == 1 and kinds[sending[0]].role is not Role.BARRIER):
                 continue
             heads = [kinds[i] for i in sending]
             model = next((k.model for k in heads if k.model), "model")
@@ -562,7 +570,7 @@ class SessionHoisting(Pass):
         """Why the first two neighbouring members that no region holds together stand
         apart: a member's own barrier, a statement between them that must stay on your
         machine, or a member's problem that keeps it alone ("" when only sessions do)."""
-        for first, second in zip(members, members[1:]):
+        for first, second in zip(members, members[1:] or members):
             for index in (first, second, *range(first + 1, second)):
                 kind = kinds[index]
                 if kind is None:

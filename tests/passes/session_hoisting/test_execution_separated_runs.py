@@ -128,3 +128,14 @@ def test_cells_keep_runs_apart_with_the_notebooks_note_only():
     cells = TWO_PHASES.replace("\nif USE_CACHE:", "\n# %%\nif USE_CACHE:").replace("\ntops = []", "\n# %%\ntops = []")
     messages = [f.message for f in optimize_script(cells, Options()).findings]
     assert not any("this run of remote work" in m for m in messages), messages
+
+
+def test_one_statement_that_calls_a_refused_helper_twice_gets_a_finding():
+    source = TWO_PHASES.replace("    acts = extract(prompts)", "    acts, again = extract(prompts), extract(prompts)")
+    source = source[:source.index("tops = []")]
+    result = optimize(source)
+    runs = [f for f in result.findings if "this run of remote work" in f.message]
+    assert len(runs) == 1 and "sends 2 separate remote requests" in runs[0].message, [f.message for f in result.findings]
+    assert "`extract` calls `print`" in runs[0].reason
+    once = TWO_PHASES[:TWO_PHASES.index("tops = []")]  # one call: explained inside `extract`
+    assert not [f for f in optimize(once).findings if "this run of remote work" in f.message]
