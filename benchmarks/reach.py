@@ -451,7 +451,7 @@ def a1_verdict(row: dict) -> tuple[str, bool]:
         # sessions kept apart across `if` bodies (the measure's runs stop at an `if`): the
         # pass's finding on the run that holds them names what keeps them apart
         kept_apart = [f for f in run["unfixed"] if f["pass_id"] == "session-hoisting"
-                      and f["message"].startswith("this run of remote work") and f["reason"]]
+                      and f["message"].startswith(("this run of remote work", "this statement")) and f["reason"]]
         if not partly and kept_apart:
             return (f"reason named: reduced to {plain_count(after)}; the finding on line {kept_apart[0]['line']} "
                     "names what keeps its sessions apart"), True

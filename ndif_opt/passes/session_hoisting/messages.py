@@ -152,6 +152,8 @@ def kind_label(region: Region) -> str:
         return "this loop"
     if len(region.statements) == 1 and isinstance(first, cst.While):
         return "this while loop"
+    if len(region.statements) == 1 and isinstance(first, cst.SimpleStatementLine):
+        return "this statement"  # (`a, b = f(x), f(y)`: a line that sends several requests)
     return "this run of remote work"
 
 
