@@ -131,8 +131,7 @@ def test_cells_keep_runs_apart_with_the_notebooks_note_only():
 
 
 def test_one_statement_that_calls_a_refused_helper_twice_gets_a_finding():
-    source = TWO_PHASES.replace("    acts = extract(prompts)", "    acts, again = extract(prompts), extract(prompts)")
-    source = source[:source.index("tops = []")]
+    source = TWO_PHASES[:TWO_PHASES.index("if USE_CACHE:")] + "acts, again = extract(prompts), extract(prompts)\n"
     result = optimize(source)
     runs = [f for f in result.findings if f.message.startswith("this statement sends 2 separate remote requests")]
     assert len(runs) == 1, [f.message for f in result.findings]
