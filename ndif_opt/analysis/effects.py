@@ -16,7 +16,15 @@ from functools import cached_property
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts, Remote, call_remote_flag, line_facts, qualify, qualify_dotted
+from ndif_opt.analysis.facts import (
+    CONTEXT_DECORATORS,
+    Facts,
+    Remote,
+    call_remote_flag,
+    line_facts,
+    qualify,
+    qualify_dotted,
+)
 from ndif_opt.analysis.names import (
     BODY_KINDS,
     all_params,
@@ -211,13 +219,32 @@ class ServerCheck:
         # the function's own nnsight blocks run on the server already
         own = tuple(b.node.body for b in self.facts.blocks if b.stmt.function is func)
         try:
-            found = [p for p in self.problems(func.body, skip=own, local=function_locals(func)) if p.kind != "control"]
+            found = self._sent_by_name(func)
+            found += [p for p in self.problems(func.body, skip=own, local=function_locals(func)) if p.kind != "control"]
             found += self.changes_outside(func, skip=own)
         finally:
             relied_on = self._looking_at.pop(name) - {name}
         if not relied_on:
             self._functions[name] = found
         return found
+
+    def _sent_by_name(self, func: cst.FunctionDef) -> list[Problem]:
+        """A function of the script goes to the server by value (its code), unless a
+        decorator made it another object (`@functools.cache`, `@lru_cache(...)`): that goes
+        by its name in your script, which the server's `__main__` does not have (`Can't get
+        attribute ...`), and its state (a cache) would be the server's copy. A decorator of
+        the script itself returns the script's code, and a grad-mode one (`@torch.no_grad()`)
+        a function: both go by value; any other is not known to."""
+        for decorator in func.decorators:
+            expr = decorator.decorator
+            target = expr.func if isinstance(expr, cst.Call) else expr
+            if type(target) is cst.Name and target.value in self.facts.functions:
+                continue
+            if qualify(target, self.facts.imports) in CONTEXT_DECORATORS:
+                continue
+            return [Problem("client-object", f"is decorated with `@{code_of(expr)}`, which makes it an object "
+                            "NDIF would get by its name in your script, not by its code", decorator)]
+        return []
 
     def changes_outside(self, func: cst.FunctionDef | cst.Lambda, skip: tuple[cst.CSTNode, ...] = ()) -> list[Problem]:
         """What a function (or lambda) changes in place that is not its own: an object of

@@ -349,16 +349,17 @@ def _module_functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
     its top-level `if`, `try` and `with` statements (`if not cached: def extract(...): ...`
     then a call in that branch) where the name is defined only there. A name two
     statements define (`if fast: def f` / `else: def f`) is left out: which one runs is
-    decided when the script runs. Functions inside functions and classes are not the
-    module's."""
-    top = {stmt.name.value: stmt for stmt in module.body if type(stmt) is cst.FunctionDef}
-    nested: dict[str, list[cst.FunctionDef]] = {}
+    decided when the script runs; so is one the module defines twice (a notebook's cell that
+    defines `probe` again: each call runs the `def` above it, not the last one). Functions
+    inside functions and classes are not the module's."""
+    defined: dict[str, list[cst.FunctionDef]] = {}
     for stmt in module.body:
-        if type(stmt) in (cst.If, cst.Try, cst.With):
+        if type(stmt) is cst.FunctionDef:
+            defined.setdefault(stmt.name.value, []).append(stmt)
+        elif type(stmt) in (cst.If, cst.Try, cst.With):
             for func in _branch_functions(stmt):
-                nested.setdefault(func.name.value, []).append(func)
-    top.update({name: found[0] for name, found in nested.items() if len(found) == 1 and name not in top})
-    return top
+                defined.setdefault(func.name.value, []).append(func)
+    return {name: found[0] for name, found in defined.items() if len(found) == 1}
 
 
 def _branch_functions(stmt: cst.CSTNode) -> Iterator[cst.FunctionDef]:

@@ -227,7 +227,11 @@ class StatementWalk:
                 self.suite(stmt.finalbody.body.body, times)
                 self._leaving = self._leaving or leaving
             return
-        if type(stmt) in (cst.FunctionDef, cst.ClassDef):
+        if type(stmt) is cst.FunctionDef:
+            if not self._call_stack:  # a `def` of the module's code: the calls after it run it
+                self._reaching_defs[stmt.name.value] = stmt
+            return
+        if type(stmt) is cst.ClassDef:
             return
         body = getattr(stmt, "body", None)
         if type(body) is cst.IndentedBlock:
@@ -611,7 +615,8 @@ class StatementWalk:
             name = called_name(call, self._instances)
             bound = name in self._methods or name in self._constructors
             func = (self._methods.get(name) or self._constructors.get(name)) if bound else (
-                (self.facts.functions.get(name) or self._closures.get(name)) if name else None)
+                (self._reaching_defs.get(name) or self.facts.functions.get(name) or self._closures.get(name))
+                if name else None)
             if func is None or name in self._call_stack or len(self._call_stack) >= CALL_DEPTH:
                 continue
             self._called.add(func.name.value if bound or name in self._closures else name)

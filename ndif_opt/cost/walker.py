@@ -85,7 +85,11 @@ class Walker(StatementWalk, ExpressionWalk, RequestWalk):
         # factory returns (analysis/opaque.py)
         self._closures = {name: c.func for name, c in closures(facts).items()}
         # the key part of same_file_calls, built once
-        self._function_names = (frozenset(facts.functions) | frozenset(self._methods)
+        # the `def` of each name that the module's code has run so far, as the walk goes: a
+        # call runs the one above it (a name defined twice is none of facts.functions)
+        self._reaching_defs: dict[str, cst.FunctionDef] = {}
+        module_defs = {stmt.name.value for stmt in facts.module.body if type(stmt) is cst.FunctionDef}
+        self._function_names = (frozenset(facts.functions) | frozenset(self._methods) | frozenset(module_defs)
                                 | frozenset(self._constructors) | frozenset(self._closures))
         self._call_stack: list[str] = []
         # inside a request, what the functions it calls save in their own frames (name ->
