@@ -111,6 +111,7 @@ from ndif_opt.passes.session_hoisting.plan import (
     containers_left_on_server,
     globals_the_session_would_hide,
     helper_argument_problem,
+    objects_helpers_fill,
     names_passed_between_invokes,
     liveness,
     lost_reason,
@@ -832,7 +833,7 @@ class SessionHoisting(Pass):
                       "your machine; put that block in the same loop or run (in a notebook, the same cell) to fix "
                       "both")
         if not reason and region.helper_calls:
-            reason = helper_argument_problem(region, facts)
+            reason = helper_argument_problem(region, facts) or objects_helpers_fill(region, facts)
         if not reason:
             reason = globals_the_session_would_hide(region, facts) or names_passed_between_invokes(region, facts)
         if not reason:

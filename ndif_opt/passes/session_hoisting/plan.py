@@ -9,11 +9,13 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, opens_invoke
 from ndif_opt.analysis.names import (
-    NameUse, collect, collect_all, definite_binds, exposed_reads, free_reads, returned_name,
+    NameUse, all_params, collect, collect_all, definite_binds, exposed_reads, free_reads, function_locals,
+    returned_name,
 )
 from ndif_opt.analysis.regions import (
     Accumulator,
     carried_container,
+    client_objects_filled,
     empty_container_binding,
     find_accumulator,
     reads_after,
@@ -287,6 +289,26 @@ def helper_argument_problem(region: Region, facts: Facts) -> str:
             value = helper.argument(call, param)
             if value is not None and not isinstance(value, cst.Name):
                 return f"`{helper.name}` changes its argument `{param}`, which is not a plain name here"
+    return ""
+
+
+def objects_helpers_fill(region: Region, facts: Facts) -> str:
+    """A helper whose nnsight block fills an object that outlives its call (a module's
+    `_CACHE[prompt] = ...save()`): in the session the block runs on the server and fills
+    the server's copy, so yours would stay as it was, where the script run on your machine
+    fills it. (A container of the helper's own is made and filled on the server within one
+    call: what the helper returns of it comes back.)"""
+    for call, helper in region.helper_calls:
+        own = function_locals(helper.func) | {p.name.value for p in all_params(helper.func.params)}
+        for block in helper.blocks:
+            if block.parent is not None:
+                continue
+            filled = next((name for name in client_objects_filled(block, facts) if name not in own), None)
+            if filled is not None:
+                return (f"`{helper.spelled(call)}` fills `{filled}` inside its nnsight block, an object that "
+                        f"outlives the call: in a session that block would fill the server's copy, and your "
+                        f"`{filled}` would stay as it was; return the value from `{helper.name}` and store it "
+                        "where it is called")
     return ""
 
 

@@ -97,3 +97,33 @@ REDEFINED = '''
 def test_a_helper_defined_twice_keeps_each_call_on_its_own_def(family):
     result, report = optimized_and_verified(REDEFINED, family)
     assert "remote=False" not in result.code, result.code
+
+
+MODULE_CACHE = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+_CACHE = {}
+
+
+def get_acts(prompt):
+    if prompt not in _CACHE:
+        with model.trace(prompt, remote=True):
+            _CACHE[prompt] = model.transformer.h[4].output.save()
+    return _CACHE[prompt]
+
+
+norms = [get_acts(p).norm().item() for p in ["hello there", "general kenobi"]]
+print(norms, len(_CACHE))
+'''
+
+
+def test_a_helper_that_fills_a_module_object_in_its_trace_is_not_hoisted():
+    # in a session its block would fill the server's `_CACHE`: yours would stay empty, and
+    # the finding used to call that "a correctness fix"
+    from ndif_opt import Status, optimize
+
+    result = optimize(MODULE_CACHE)
+    assert "model.session(" not in result.code, result.code
+    refused = [f for f in result.findings if f.pass_id == "session-hoisting" and f.status is Status.SKIPPED]
+    assert refused and "`get_acts` fills `_CACHE` inside its nnsight block" in refused[0].reason
