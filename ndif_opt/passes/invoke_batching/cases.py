@@ -356,6 +356,24 @@ with model.session(remote=True):
         reason="positive position indices are wrong under left padding",
     ),
     Case(
+        # a tensor method of a module's value is the tensor's, not a call of the module:
+        # `log_softmax(-1)` keeps the positions, and the sum over them sees the padding
+        name="a reduction over positions of a module value's method",
+        unsafe_fixes=True,
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    totals = list().save()
+    for prompt in ["The cat sat on the", "Hello"]:
+        with model.trace(prompt):
+            lp = model.lm_head.output.log_softmax(-1)
+            totals.append(lp[0].max(-1).values.sum().item())
+""",
+        reason="calls `.max()` on `lp[0]`, which has padded positions",
+    ),
+    Case(
         name="a whole activation saved under padding",
         unsafe_fixes=True,
         before="""\

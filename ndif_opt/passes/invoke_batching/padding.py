@@ -446,8 +446,11 @@ class Padding:
         if isinstance(func, cst.Attribute):
             root = root_name(func.value)
             path = dotted_name(func)
+            # (a method of a module's value, `model.lm_head.output.log_softmax(-1)`, is a
+            # tensor's: the path goes through `.output`)
             module_call = (
                 path is not None and func.attr.value not in MODULE_VALUES and ".tokenizer." not in f".{path}."
+                and not self._writes_module(func.value)
             )
             if module_call and root is not None and self.facts.is_model_like(root):
                 # a module called as a function (`model.lm_head(h)`): per position
