@@ -70,6 +70,8 @@ log line.
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 
 import libcst as cst
@@ -169,6 +171,13 @@ from ndif_opt.wording import counted_with_loops, symbols
 _NOTHING = RegionRequests(0, 1, uncalled="")
 
 
+def _parts_made(finding, sessions: int, at: cst.CSTNode):
+    """A region's refusal once parts of it became sessions, placed at ``at``, where they
+    part: the parts' findings count their requests; this one says what keeps them apart."""
+    made = "one session of a part of it" if sessions == 1 else f"{sessions} sessions of its parts"
+    return dataclasses.replace(finding, node=at, message=f"{finding.message}; ndif-opt made {made}")
+
+
 class SessionHoisting(Pass):
     __doc__ = __doc__
     explains = True
@@ -199,6 +208,7 @@ class SessionHoisting(Pass):
             self.planned: list[Region] = []  # the regions this run makes sessions of
             # runs of remote work no one region holds: (suite, kinds, member indexes)
             self.separated: list[tuple] = []
+            self.parts_apart: list = []  # refusals of regions whose parts became sessions
             for suite in suites_outermost_first(facts):
                 if inside_planned(facts, suite, claimed):
                     continue
@@ -218,6 +228,7 @@ class SessionHoisting(Pass):
             context.introduced.update(names[1])
         self._drop_plans_in_replaced_functions(facts, context, plan, mark)
         self._drop_refusals_a_session_answers(facts, context, mark)
+        context.findings.extend(self.parts_apart)
         self._name_separated_runs(facts, context, mark)
         self._name_the_stopped_loops(facts, context, mark)
         drop_nested_repeats(context.findings, mark)
@@ -267,6 +278,13 @@ class SessionHoisting(Pass):
         if not any(moved):
             del context.findings[mark:]
             context.findings.extend(whole)
+        else:  # what kept the whole from one session still stands: said where the parts part,
+            # at the first statement no part took (the parts' own findings start at theirs)
+            taken = {id(stmt) for part, went in zip(parts, moved) if went for stmt in part.statements}
+            between = next((stmt for stmt in region.statements if id(stmt) not in taken), None)
+            if between is not None:  # (given after the refusals a session answers are dropped)
+                self.parts_apart.extend(_parts_made(finding, sum(moved), between) for finding in whole
+                                        if finding.status is Status.SKIPPED and finding.node is region.statements[0])
         return any(moved)
 
     def _halves(self, region: Region, facts: Facts, context: Context) -> list[Region]:

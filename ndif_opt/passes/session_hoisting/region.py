@@ -206,15 +206,18 @@ def fewer_than_two_requests(suite, facts: Facts) -> bool:
     requests are those of its statements' outermost blocks, each statement counted on
     its own (:func:`requests_in`), so then no region of the suite sends two. A statement
     with a session or a local trace is a barrier (:meth:`SessionHoisting._kind`): its
-    blocks are in no region."""
+    blocks are in no region, but a remote session is one request of a run that barriers
+    may keep in several sessions (its finding names them)."""
     total = 0
     by_statement = _outer_blocks_by_statement(facts)  # (looked up once: asked of every statement)
     for stmt in suite.body:
         outer = by_statement.get(id(stmt))
         if outer and not any(b.method == "session" or b.remote.state is Remote.NO for b in outer):
             total += requests_in(outer, [stmt], facts)
-            if total >= 2:
-                return False
+        elif outer and any(b.method == "session" and b.remote.state is not Remote.NO for b in outer):
+            total += 1
+        if total >= 2:
+            return False
         elif outer and isinstance(stmt, (cst.For, cst.While)) and any(b.remote.state is not Remote.NO for b in outer):
             return False  # a loop of sessions, or of local and remote traces: its finding says why it stays
     return True

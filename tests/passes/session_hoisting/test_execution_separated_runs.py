@@ -138,3 +138,33 @@ def test_one_statement_that_calls_a_refused_helper_twice_gets_a_finding():
     assert "`extract` calls `print`" in runs[0].reason
     once = TWO_PHASES[:TWO_PHASES.index("tops = []")]  # one call: explained inside `extract`
     assert not [f for f in optimize(once).findings if f.message.startswith(("this statement", "this run"))]
+
+
+SHUFFLED_BETWEEN = '''
+    import random
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    PROMPTS = ["The cat sat on the", "One two three", "Paris is the capital of"]
+
+    first = []
+    for p in PROMPTS:
+        with model.trace(p, remote=True):
+            first.append(LAYERS[0].output.mean().item().save())
+    random.seed(0)
+    random.shuffle(PROMPTS)
+    second = []
+    for p in PROMPTS:
+        with model.trace(p, remote=True):
+            second.append(LAYERS[1].output.mean().item().save())
+'''
+
+
+@both
+def test_parts_made_sessions_keep_the_reason_the_whole_run_was_refused(family):
+    result, report = optimized_and_verified(SHUFFLED_BETWEEN, family, let_go=frozenset({"p"}))
+    assert report.after.requests == 2, report.to_text() + result.code
+    apart = [f for f in result.findings if "sessions of its parts" in f.message]
+    assert len(apart) == 1, [f.message for f in result.findings]
+    assert result.source.splitlines()[apart[0].range.start.line] == "random.seed(0)"
+    assert apart[0].reason.startswith("`PROMPTS` is computed by code that must run on your machine")
