@@ -394,19 +394,17 @@ def verify_notebook(source: str, result, **kwargs):
     """:func:`ndif_opt.verify.verify_sources` on a notebook and its optimized form (a
     :class:`NotebookResult` or :meth:`NotebookResult.as_result`): the code cells joined,
     IPython syntax dropped, names handled as :func:`ndif_opt.verify.verify_result` does."""
-    from ndif_opt.verify import verify_sources
+    from ndif_opt.verify import verify_result
 
     notebook = result if isinstance(result, NotebookResult) else result.notebook
     kwargs.setdefault("filename", "notebook.py")
     if kwargs["filename"].endswith(".ipynb"):
         kwargs["filename"] = kwargs["filename"][: -len(".ipynb")] + ".py"
-    return verify_sources(
-        notebook_script(source),
-        notebook_script(notebook.text),
-        ignore_missing=kwargs.pop("ignore_missing", notebook.result.unreturned),
-        ignore=tuple(kwargs.pop("ignore", ())) + tuple(notebook.result.introduced),
-        **kwargs,
-    )
+    kwargs.setdefault("ignore_missing", notebook.result.unreturned)
+    # as a script's: a pre-0.5 original runs on nnsight 0.4 (``original_nnsight``), and a
+    # migration --migrate could not make is NOT MIGRATED
+    joined = dataclasses.replace(notebook.result, code=notebook_script(notebook.text))
+    return verify_result(notebook_script(source), joined, **kwargs)
 
 
 def is_notebook(path: str) -> bool:

@@ -18,9 +18,10 @@ def verify_optimized(source: SourceFile, result: Result, path: str, settings: Op
     from ndif_opt.verify import verify_result
 
     if getattr(result, "notebook", None) is not None:
-        from ndif_opt.frontends.notebook import verify_notebook
+        from ndif_opt.frontends.notebook import notebook_script, verify_notebook
 
-        return verify_notebook(source.text, result, filename=path, **options)
+        return verify_notebook(source.text, result, filename=path,
+                               original_nnsight=original_nnsight(notebook_script(source.text), settings), **options)
     from ndif_opt.engine.ipython_lines import script_without_magics
 
     # a script's `!pip install` lines are not Python: run it as a notebook would
