@@ -814,8 +814,8 @@ def int_value(expr: cst.BaseExpression, facts: Facts, depth: int = 0) -> int | N
 
 
 def arithmetic(expr: cst.BinaryOperation, integer) -> int | None:
-    """``a + b``, ``a - b``, ``a * b``, ``a // b`` of integers, the operands valued by
-    ``integer`` (None when one is unknown, or for any other operator)."""
+    """``a + b``, ``a - b``, ``a * b``, ``a // b``, ``a % b`` of integers, the operands
+    valued by ``integer`` (None when one is unknown, or for any other operator)."""
     left, right = integer(expr.left), integer(expr.right)
     if left is None or right is None:
         return None
@@ -828,6 +828,8 @@ def arithmetic(expr: cst.BinaryOperation, integer) -> int | None:
         return left * right
     if op is cst.FloorDivide and right:
         return left // right
+    if op is cst.Modulo and right:  # `if layer % 2: continue` of an unrolled loop
+        return left % right
     return None
 
 
