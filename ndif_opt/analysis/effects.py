@@ -17,10 +17,10 @@ from functools import cached_property
 import libcst as cst
 
 from ndif_opt.analysis.facts import (
-    CONTEXT_DECORATORS,
     Facts,
     Remote,
     call_remote_flag,
+    grad_mode_context,
     line_facts,
     qualify,
     qualify_dotted,
@@ -240,7 +240,7 @@ class ServerCheck:
             target = expr.func if isinstance(expr, cst.Call) else expr
             if type(target) is cst.Name and target.value in self.facts.functions:
                 continue
-            if qualify(target, self.facts.imports) in CONTEXT_DECORATORS:
+            if grad_mode_context(expr, self.facts) is not None:
                 continue
             return [Problem("client-object", f"is decorated with `@{code_of(expr)}`, which makes it an object "
                             "NDIF would get by its name in your script, not by its code", decorator)]

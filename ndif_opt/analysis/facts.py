@@ -577,6 +577,15 @@ def _imported_names(node: cst.BaseSmallStatement) -> list[tuple[str, str]]:
     return found
 
 
+def grad_mode_context(decorator: cst.BaseExpression, facts: Facts) -> cst.BaseExpression | None:
+    """The context manager a grad-mode decorator stands for (`@torch.no_grad` and
+    `@torch.no_grad()` both give `torch.no_grad()`); None for any other decorator."""
+    func = decorator.func if isinstance(decorator, cst.Call) else decorator
+    if qualify(func, facts.imports) not in CONTEXT_DECORATORS:
+        return None
+    return decorator if isinstance(decorator, cst.Call) else cst.Call(func=decorator)
+
+
 def qualify(expr: cst.BaseExpression, imports: dict[str, str]) -> str | None:
     """The qualified name an expression refers to through imports, e.g. `np.save`."""
     name = dotted_name(expr)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ndif_opt.analysis.effects import ServerCheck
-from ndif_opt.analysis.facts import CONTEXT_DECORATORS, Block, Facts, Remote, qualify
+from ndif_opt.analysis.facts import Block, Facts, Remote, grad_mode_context
 from ndif_opt.analysis.names import collect
 from ndif_opt.analysis.retries import RetryGuard, RetryWrapper, function_guard, retry_wrappers, unwrapped_call
 from ndif_opt.syntax.commas import appended
@@ -371,7 +371,7 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck, bound: bool
         pass  # the instance's model: the caller's `self` holds the same one
     elif first.model not in facts.models:
         helper.problems.append(f"`{name}` traces `{first.model}`, which is not a model defined in this file")
-    contexts = [_context_of(d.decorator, facts) for d in func.decorators]
+    contexts = [grad_mode_context(d.decorator, facts) for d in func.decorators]
     if None in contexts:
         # measured: the copy of a decorated function that a request carries runs without
         # the names of its module (NameError on the model) inside a session
@@ -450,15 +450,6 @@ class _BlankBlocks(cst.CSTTransformer):
         if id(original) not in self.blocks:
             return updated
         return updated.with_changes(body=cst.IndentedBlock(body=[cst.SimpleStatementLine([cst.Pass()])]))
-
-
-def _context_of(decorator: cst.BaseExpression, facts: Facts) -> cst.BaseExpression | None:
-    """The context manager a grad-mode decorator stands for (`@torch.no_grad` and
-    `@torch.no_grad()` both give `torch.no_grad()`); None for any other decorator."""
-    func = decorator.func if isinstance(decorator, cst.Call) else decorator
-    if qualify(func, facts.imports) not in CONTEXT_DECORATORS:
-        return None
-    return decorator if isinstance(decorator, cst.Call) else cst.Call(func=decorator)
 
 
 def _positions(func: cst.FunctionDef) -> dict[str, int | None]:

@@ -558,10 +558,11 @@ class SessionHoisting(Pass):
         keeps that one."""
         from ndif_opt.analysis.regions import UNKNOWN_TRIPS
 
-        if self.planned:
+        if self.planned or not self.separated:
             return  # what its sessions leave is counted in the round after they are written
         told = {id(f.node) for f in context.findings[mark:] if f.status is not Status.APPLIED}
         told |= set(self.stopped)  # loops that get a finding of their own
+        found = explain(facts, context.options)
         for suite, kinds, members in self.separated:
             statements = [suite.body[i] for i in members]
             if inside_planned(facts, suite, set()) or any(
@@ -569,7 +570,6 @@ class SessionHoisting(Pass):
                 continue  # (a finding on one of its statements, or inside one, says it)
             # (a member the walk sees send nothing, a helper that returns before its trace,
             # say, keeps nothing apart)
-            found = explain(facts, context.options)
             sending = [i for i in members if (found.region([suite.body[i]]) or _NOTHING).per_run(UNKNOWN_TRIPS) > 0]
             if not sending or (len(sending) == 1 and kinds[sending[0]].role is not Role.BARRIER):
                 continue
