@@ -27,6 +27,8 @@ PURE_BUILTINS = frozenset(
         "print", "abs", "round", "divmod", "pow", "ord", "chr", "range",
     }
 )  # fmt: skip
+#: Builtins that change nothing at all (print writes to the output).
+EFFECT_FREE_BUILTINS = PURE_BUILTINS - {"print"}
 
 
 

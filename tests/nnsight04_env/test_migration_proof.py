@@ -226,7 +226,20 @@ for layer in range(2):
 print(len(norms))
 '''
 
-TEMPLATES = {"view": DICT_READ_THROUGH_A_VIEW, "tuple": TUPLE_ELEMENT, "related": RELATED_SITES, "containers": SAVES_IN_CONTAINERS,
+# nnsight 0.4 served a forward pass's reads in the model's order, whatever the code's order
+READS_OUT_OF_ORDER = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+with model.trace("The Eiffel Tower is in the city of", remote=True):
+    logits = model.lm_head.output.save()
+    top = model.lm_head.output[0, -1].argmax(dim=-1).save()
+    late = LAYERS[1].output[0][:, -1].save()
+    first = LAYERS[0].output[0].norm().save()
+print(logits.value.shape, top.value.item(), late.value.norm().item(), first.value.item())
+'''
+
+TEMPLATES = {"order": READS_OUT_OF_ORDER, "view": DICT_READ_THROUGH_A_VIEW, "tuple": TUPLE_ELEMENT, "related": RELATED_SITES, "containers": SAVES_IN_CONTAINERS,
              "rebound": REBOUND_THEN_SAVED, "steps": GENERATION_STEPS, "dict": DICT_FILLED_IN_THE_TRACE,
              "index": INDEX_LOOP_IN_THE_TRACE, "length": GENERATION_LENGTH}
 
@@ -317,3 +330,10 @@ def test_a_generate_without_max_new_tokens_keeps_its_one_new_token(family, origi
 def test_a_dict_read_through_items_after_the_session_is_recorded_whole(family, originals):
     result, report, original = proven("view", family, originals)
     assert report.after.requests == 1, report.to_text() + result.code
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_reads_out_of_order_are_moved_into_the_models_order(family, originals):
+    result, report, original = proven("order", family, originals)
+    bound = [line.split(" = ")[0].strip() for line in result.code.splitlines() if " = model." in line]
+    assert bound == ["first", "late", "logits", "top"], result.code

@@ -38,9 +38,13 @@ error comes back inside a `RemoteError`):
   a session): the inner call would open a second request from inside the server, which
   NDIF refuses (`remote=True` goes on the outermost session only).
 
-The last two it fixes: the inner `remote=` is dropped where it repeats the session's flag
-(`remote=True`, or the same expression); the block saves the value where it binds the name
-(`.save()` on a tensor, `nnsight.save(...)` on anything else).
+Three it fixes: lines of a forward pass that read modules out of the model's order are
+moved into it, when the lines only compute with the model's values (no print, no helper,
+no write) and the lines they move past neither bind nor read what they use (nnsight 0.4 ran
+a forward pass's reads in the model's order, whatever the code's order: so a migrated
+script computes what it computed); the inner `remote=` is dropped where it repeats the
+session's flag (`remote=True`, or the same expression); the block saves the value where it
+binds the name (`.save()` on a tensor, `nnsight.save(...)` on anything else).
 
 ## Why is this bad?
 nnsight 0.5 runs a block's body as code of its own, in a worker that waits at each
@@ -79,9 +83,11 @@ after it is not in a `try`: the original stops there with `NameError`, so no res
 changes; the download grows by the value (a later pass may still reduce it). Unsafe where
 the name held a value before the block (the original goes on with that value, and the
 fix changes what the script computes, to what its author meant) or the read is in a
-`try` that may handle its failure. On a script for the pre-0.5 API the save is added only
-with `--migrate` (migrated in the same run, it is 0.5+ code). The other failures
-are reported only: how to repair them is the author's choice.
+`try` that may handle its failure. Moving lines is safe: the code as written
+stops at the OutOfOrderError, and lines that share no name give the same values in either
+order. On a script for the pre-0.5 API the save is added and lines are moved only with
+`--migrate` (migrated in the same run, it is 0.5+ code). The other failures are reported
+only: how to repair them is the author's choice.
 """
 
 from __future__ import annotations
@@ -94,7 +100,7 @@ from ndif_opt.passes.base import Context, Pass
 from ndif_opt.passes.nnsight_05_failures.cases import CASES
 from ndif_opt.passes.nnsight_05_failures.exits import report_leading_try, report_returns, traced_bodies
 from ndif_opt.passes.nnsight_05_failures.nested import FlagsDropped, inner_remote_flags
-from ndif_opt.passes.nnsight_05_failures.order import forward_scopes, report_out_of_order
+from ndif_opt.passes.nnsight_05_failures.order import StatementsMoved, forward_scopes, report_out_of_order
 from ndif_opt.passes.nnsight_05_failures.steps import report_code_after_every_step
 from ndif_opt.passes.nnsight_05_failures.stops import report_stop_outside_invokes
 from ndif_opt.passes.nnsight_05_failures.unsaved import SavesAdded, unsaved_names, uses_nnsight_save
@@ -107,8 +113,8 @@ from ndif_opt.wording import tense
 class Nnsight05Failures(Pass):
     __doc__ = __doc__
 
-    fix_safety = ("safe where the name is unbound before the block; unsafe where it held a value "
-                  "(the fix changes what the script computes)")
+    fix_safety = ("safe where the name is unbound before the block, and for lines moved into the model's "
+                  "order; unsafe where the name held a value (the fix changes what the script computes)")
     reports_when_off = True  # not selected (and not ignored): it still reports
     checks_as_written = True  # once, first, on the code as written, pre-0.5 code included
     cases = CASES
@@ -122,8 +128,15 @@ class Nnsight05Failures(Pass):
             report_leading_try(scope, label, context)
             if tracers:
                 report_code_after_every_step(scope, label, tracers, context)
+        may_move = not self.report_only and (api_generation(facts) != PRE_05 or (
+            context.options.wants("migrate-api", True) and not unmigratable(scan(facts).legacy)))
+        moves: dict[int, tuple[cst.BaseStatement, ...]] = {}
         for scope in forward_scopes(facts):
-            report_out_of_order(scope, facts, context)
+            ordered = report_out_of_order(scope, facts, context, may_move)
+            if ordered is not None:
+                moves[id(scope.body)] = ordered
+        if moves:  # first: the saves below find their nodes in the moved statements
+            module = transform(module, StatementsMoved(moves, paths_to(module, lambda n: id(n) in moves)))
         dropped = inner_remote_flags(facts, context)
         module = self._saved(module, facts, context)
         if dropped and not self.report_only:

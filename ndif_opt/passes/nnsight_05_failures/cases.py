@@ -119,7 +119,7 @@ with model.trace("hello", remote=True):
         reason="ValueError: A traced `with` block cannot start with `try:`",
     ),
     Case(
-        name="the LM head read before a layer",
+        name="the LM head read before a layer: the lines are moved into the model's order",
         before="""\
 from nnsight import LanguageModel
 
@@ -127,6 +127,25 @@ model = LanguageModel("meta-llama/Llama-3.1-8B")
 with model.trace("The Eiffel Tower is in", remote=True):
     logits = model.lm_head.output[0, -1].save()
     hidden = model.model.layers[16].output[0, -1].save()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+with model.trace("The Eiffel Tower is in", remote=True):
+    hidden = model.model.layers[16].output[0, -1].save()
+    logits = model.lm_head.output[0, -1].save()
+""",
+    ),
+    Case(
+        name="the LM head read before a layer, by a line that needs the logits",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-8B")
+with model.trace("The Eiffel Tower is in", remote=True):
+    logits = model.lm_head.output[0, -1].save()
+    hidden = (model.model.layers[16].output[0, -1] * logits.softmax(-1).max()).save()
 """,
         reason="OutOfOrderError: 'model.model.layers.16.output.i0' was requested but the model already ran past it",
     ),

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("nnsight")
 
-from execution import both, executed, script, verified  # noqa: E402
+from execution import both, executed, script, verified, verified_sources  # noqa: E402
 
 from ndif_opt import Status, optimize  # noqa: E402
 from ndif_opt.options import Options  # noqa: E402
@@ -484,8 +484,10 @@ def test_each_failure_is_reported_once_where_the_code_as_written_has_it(template
     line = next(i for i, code in enumerate(source.splitlines()) if text in code)
     found = mine(optimize(source, options=options))
     assert [f.range.start.line for f in found] == [line], [(f.range.start.line, f.message) for f in found]
-    # (migrated in the same run, the pre-0.5 script is 0.5+ code: its unsaved name is saved)
-    assert [f.applied for f in found] == [template is PRE_05 and options.migrate]
+    # (migrated in the same run, the pre-0.5 script is 0.5+ code: its unsaved name is saved;
+    # the loop's reads are moved into the model's order unless the check only reports)
+    fixed = options.migrate if template is PRE_05 else options.select is None
+    assert [f.applied for f in found] == [fixed]
 
 
 HELPER_SAVES = '''
@@ -591,3 +593,62 @@ def test_remote_on_a_trace_inside_a_remote_session_is_dropped(family):
     result, report = optimized_and_verified(INNER_REMOTE, family)
     assert "with model.trace(prompt):" in result.code and report.after.requests == 1
     assert report.original_remote_differs  # the original fails on the (emulated) NDIF
+
+
+OUT_OF_ORDER_LINES = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        logits = model.lm_head.output[0, -1].save()
+        top = logits.argmax(dim=-1).save()
+        late = LAYERS[1].output[0][-1].norm().save()
+        first = LAYERS[0].output[0][-1].norm().save()
+    print(top.item(), late.item(), first.item())
+'''
+
+IN_MODEL_ORDER = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        first = LAYERS[0].output[0][-1].norm().save()
+        late = LAYERS[1].output[0][-1].norm().save()
+        logits = model.lm_head.output[0, -1].save()
+        top = logits.argmax(dim=-1).save()
+    print(top.item(), late.item(), first.item())
+'''
+
+
+@both
+def test_lines_reading_out_of_order_are_moved_into_the_models_order(family):
+    """The original raises; the fix moves whole lines (`top` stays after `logits`, which it
+    reads) and computes what the lines in the model's order compute."""
+    source = script(OUT_OF_ORDER_LINES, family)
+    for mode, raised in errors(source).items():
+        assert raised is not None and "OutOfOrderError" in raised, (mode, raised)
+    result = optimize(source, options=Options(select=frozenset({ID})))
+    assert [f.applied for f in mine(result)] == [True]
+    reference = script(IN_MODEL_ORDER, family)
+    assert result.code == reference
+    report = verified_sources(reference, result.code, filename="script.py")
+    assert report.intended_ok and not any(report.errors.values()), report.to_text()
+
+
+CANNOT_MOVE = {
+    # a print between: its output would come before or after other code than written
+    "print": ("        first = ", "        print(late)\n        first = "),
+    # a line that reads what the line it must pass binds
+    "reads": ("late = LAYERS[1].output[0][-1].norm()", "late = (LAYERS[1].output[0][-1] + logits[0]).norm()"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CANNOT_MOVE))
+def test_lines_that_cannot_move_are_reported_and_left(case):
+    old, new = CANNOT_MOVE[case]
+    assert old in OUT_OF_ORDER_LINES
+    source = script(OUT_OF_ORDER_LINES.replace(old, new), "gpt2")
+    result = optimize(source, options=Options(select=frozenset({ID})))
+    assert result.code == source
+    assert [f.applied for f in mine(result)] == [False]
+    assert "OutOfOrderError" in mine(result)[0].message
