@@ -121,12 +121,12 @@ def run_pipeline(source: str, options: Options, filename: str | None = None,
         return Result(source=source, code=source)
     tree = _python_parse(source, filename)
     run = _file_context(options, source, filename, tree)
-    plan = None if _whole_module_only(source, options) else windows.plan(source, tree)
-    if plan is not None:
+    plan = windows.plan(source, tree)
+    if plan is not None and not _whole_module_only(source, options):
         result = _run_windows(plan, source, options, run, cache, tree)
         if result is not None:
             return result
-    return _run_module(source, options, run)
+    return _run_module(source, options, _with_edges(run, plan))
 
 
 def whole_module(source: str, options: Options, filename: str | None = None) -> Result:
@@ -137,11 +137,17 @@ def whole_module(source: str, options: Options, filename: str | None = None) -> 
         return Result(source=source, code=source)
     tree = _python_parse(source, filename)
     run = _file_context(options, source, filename, tree)
-    plan = None if _whole_module_only(source, options) else windows.plan(source, tree)
-    if plan is not None:
-        edges = frozenset(line for w in plan.windows if w.active for line in (w.start, w.end))
-        run = dataclasses.replace(run, window_edges=edges)
-    return _run_module(source, options, run)
+    return _run_module(source, options, _with_edges(run, windows.plan(source, tree)))
+
+
+def _with_edges(run: RunContext, plan: windows.Plan | None) -> RunContext:
+    """The run with the edges of the file's windows: where the whole file runs at once
+    (migration, a file-wide suppression, a window whose passes changed shared context), a
+    session does not cross them either, so every way of running a file gives one output."""
+    if plan is None:
+        return run
+    edges = frozenset(line for w in plan.windows if w.active for line in (w.start, w.end))
+    return dataclasses.replace(run, window_edges=edges)
 
 
 def _file_context(options: Options, source: str, filename: str | None = None,

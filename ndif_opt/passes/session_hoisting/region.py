@@ -247,8 +247,8 @@ def inside_planned(facts: Facts, suite, claimed: set[int]) -> bool:
 
 def window_edges_in(suite, facts: Facts, edges: frozenset[int]) -> set[int]:
     """Indices of the module's statements that begin a window (see RunContext.window_edges):
-    a run stops before them. Empty unless the whole file is optimized at once for a
-    comparison with the windowed run."""
+    a run stops before them. Empty unless the whole file of several windows is optimized
+    at once."""
     if not edges or suite is not facts.module:
         return set()
     found: set[int] = set()
