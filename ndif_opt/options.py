@@ -55,9 +55,9 @@ class RunContext:
     # names a fresh name must not take: the whole file's, when a window of it is optimized
     reserved_names: frozenset[str] = frozenset()
     # 0-based lines where a window of the file begins or ends, when the whole file is
-    # optimized at once (migration, a file-wide suppression, a window whose passes changed
-    # shared context): a run of statements that could become one session does not cross
-    # them, as it cannot across windows, so every way of running the file gives one output
+    # optimized at once for an option (migration, a file-wide suppression) or to compare
+    # with the windowed run: a run of statements that could become one session does not
+    # cross them, as it cannot across windows
     window_edges: frozenset[int] = frozenset()
     # the names of the script's results (analysis/results.py), read from the whole file (a
     # window's: those it binds); None: the module's own analysis finds them

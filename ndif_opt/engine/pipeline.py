@@ -122,11 +122,14 @@ def run_pipeline(source: str, options: Options, filename: str | None = None,
     tree = _python_parse(source, filename)
     run = _file_context(options, source, filename, tree)
     plan = windows.plan(source, tree)
-    if plan is not None and not _whole_module_only(source, options):
+    if plan is not None and _whole_module_only(source, options):
+        return _run_module(source, options, _with_edges(run, plan))
+    if plan is not None:
         result = _run_windows(plan, source, options, run, cache, tree)
         if result is not None:
             return result
-    return _run_module(source, options, _with_edges(run, plan))
+    # (a window's passes changed shared context: the whole module decides, edges and all)
+    return _run_module(source, options, run)
 
 
 def whole_module(source: str, options: Options, filename: str | None = None) -> Result:
@@ -142,8 +145,8 @@ def whole_module(source: str, options: Options, filename: str | None = None) -> 
 
 def _with_edges(run: RunContext, plan: windows.Plan | None) -> RunContext:
     """The run with the edges of the file's windows: where the whole file runs at once
-    (migration, a file-wide suppression, a window whose passes changed shared context), a
-    session does not cross them either, so every way of running a file gives one output."""
+    for an option (migration, a file-wide suppression), a session does not cross them
+    either, so the option changes nothing else of the output."""
     if plan is None:
         return run
     edges = frozenset(line for w in plan.windows if w.active for line in (w.start, w.end))
