@@ -157,6 +157,12 @@ class ExpressionWalk:
                 return items
             if func == "trange" and args:
                 return self.elements(cst.Call(func=cst.Name("range"), args=expr.args), depth + 1)
+        if type(expr) in (cst.Tuple, cst.List) and all(type(e) is cst.Element for e in expr.elements):
+            # a literal holding names (`(("pos", POS), ("neg", NEG))`): the values known
+            # (an unknown one stays NO_VALUE); a literal of values none of which is known
+            # is left to the shapes of its elements
+            values = [self.constant_value(e.value) for e in expr.elements]
+            return values if any(v is not NO_VALUE for v in values) else None
         item = self._constant_item(expr)
         if item is not None:  # `CONFIG["sweep"]`
             return self.elements(item, depth + 1)
@@ -443,6 +449,11 @@ class ExpressionWalk:
                 if isinstance(found, Shape) and found.kind == "python" and _plain(found.value) \
                         and found.value is not None:
                     return found.value
+        if type(expr) in (cst.Tuple, cst.List):  # `("pos", POS)`
+            items = self.elements(expr)
+            if items is not None and not any(item is NO_VALUE for item in items):
+                return tuple(items) if type(expr) is cst.Tuple else items
+            return NO_VALUE
         if type(expr) is cst.FormattedString:
             return self._formatted(expr)
         if type(expr) is cst.BinaryOperation:  # `layer + 1` of a known layer

@@ -1,6 +1,6 @@
 """Bills against measurement for calls and loops whose count the walk knows: a cached
 helper called again with the same arguments, `zip` with a list a comprehension built, a
-range bound to a name again. Each script runs on GPT-2 and Llama through the shared
+range bound to a name again, a loop over a literal of pairs holding lists by name. Each script runs on GPT-2 and Llama through the shared
 harness; the bill before and after must be what verify measures."""
 
 from __future__ import annotations
@@ -60,8 +60,24 @@ print(first, second)
 """
 
 
-@pytest.mark.parametrize("template, requests", [(CACHED, 2), (ZIPPED, 2), (REBOUND, 5)],
-                         ids=["cached", "zipped", "rebound"])
+# a loop over a literal of pairs holding names: the inner loop's length is the list's
+NAMED_PAIRS = """\
+from nnsight import LanguageModel
+model = LanguageModel("REPO")
+POS = ["good", "great", "nice"]
+NEG = ["bad", "awful"]
+norms = {"pos": [], "neg": []}
+for key, words in (("pos", POS), ("neg", NEG)):
+    for w in words:
+        with model.trace(w, remote=True):
+            n = LAYERS[1].output.norm().save()
+        norms[key].append(n.item())
+print(norms)
+"""
+
+
+@pytest.mark.parametrize("template, requests", [(CACHED, 2), (ZIPPED, 2), (REBOUND, 5), (NAMED_PAIRS, 5)],
+                         ids=["cached", "zipped", "rebound", "named-pairs"])
 @both
 def test_the_bill_is_what_runs(family, template, requests):
     result, report = optimized_and_verified(template, family)
