@@ -10,7 +10,7 @@ import libcst as cst
 from ndif_opt.analysis.facts import Block, Facts, opens_invoke
 from ndif_opt.analysis.names import (
     NameUse, all_params, collect, collect_all, definite_binds, exposed_reads, free_reads, function_locals,
-    returned_name,
+    returned_name, target_names,
 )
 from ndif_opt.analysis.regions import (
     Accumulator,
@@ -26,7 +26,7 @@ from ndif_opt.passes.session_hoisting.region import Region
 from ndif_opt.passes.session_hoisting.split_items import Split
 from ndif_opt.syntax.expressions import is_save_call
 from ndif_opt.syntax.rewrite import code_of
-from ndif_opt.syntax.walk import find_nodes
+from ndif_opt.syntax.walk import all_nodes, find_nodes
 
 
 def liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator], list[str]]:
@@ -36,7 +36,7 @@ def liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator], list
     stmts = region.moved
     everything = collect_all(stmts)
     later = reads_after(facts, region.suite, region.end)
-    saved = saved_in_region(region)
+    saved = saved_in_region(region) - rebound_after_save(region)
     lost: list[str] = []
     # the names bound outside the blocks are among those bound anywhere: the walk that
     # leaves the blocks out is needed only when one of those is read later
@@ -117,6 +117,36 @@ def _client_mutations(region: Region, facts: Facts, everything: NameUse) -> list
 def saved_in_region(region: Region) -> set[str]:
     """Names the region's blocks bind to saved values."""
     return set().union(*(b.saved_names for b in region.blocks)) if region.blocks else set()
+
+
+def rebound_after_save(region: Region) -> set[str]:
+    """Names a block saves that code outside the blocks binds again after it, in the
+    order of the code (`probs = probs.softmax(-1)` after the trace saved `probs`): at the
+    session's end the name may hold that value, which is not saved, so it does not come
+    back — nnsight sends back saved objects, not names."""
+    saved = saved_in_region(region)
+    if not saved:
+        return set()
+    inside = {id(node) for b in region.blocks for node in all_nodes(b.node.body)}
+    last: dict[str, bool] = {}  # name -> whether its last binding in the code is in a block
+    for stmt in region.moved:
+        for node in find_nodes(stmt, lambda n: type(n) in _BINDERS):
+            for name in _bound_by(node):
+                if name in saved:
+                    last[name] = id(node) in inside
+    return {name for name, in_block in last.items() if not in_block}
+
+
+_BINDERS = (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.WithItem, cst.NamedExpr)
+
+
+def _bound_by(node: cst.CSTNode) -> list[str]:
+    kind = type(node)
+    if kind is cst.Assign:
+        return [name for target in node.targets for name in target_names(target.target)]
+    if kind in (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr):
+        return target_names(node.target)
+    return target_names(node.asname.name) if node.asname is not None else []
 
 
 def _results_to_save(
