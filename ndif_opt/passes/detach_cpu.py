@@ -27,7 +27,9 @@ with model.trace(prompt, remote=True):
 Safe: values are unchanged. Not applied to Python values (``.item()``, ``.tolist()``),
 containers, tuples (``topk``), values that already have ``.cpu()``/``.detach()``/``.to()``,
 or when the block later writes to the module the value was read from (a copy on the CPU
-would no longer see that in-place change).
+would no longer see that in-place change), nor to a name saved (`d = diff.save()`) that is
+used after the block or is a result of the script: `diff` names the saved object too, and a
+copy would leave it behind (a loop temporary is let go, and the finding says so).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ import functools
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, Remote
+from ndif_opt.analysis.regions import intermediates, result_names
+from ndif_opt.analysis.scopes import scope_index
 from ndif_opt.analysis.tensors import has_detach_cpu, is_tensor
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.expressions import is_save_call
@@ -71,8 +75,19 @@ class DetachCpu(Pass):
                                 small, "saved tensor not moved to the CPU",
                                 "the block later writes to this module's value in place",
                             )
+                        elif type(inner) is cst.Name and (inner.value in result_names(facts) or
+                                                          scope_index(facts).read_outside(inner.value, [block.node])):
+                            # `d = diff.save()` saves the object `diff` names too: a copy on
+                            # the CPU would be saved instead, and `diff` would not come back
+                            context.skipped(
+                                small, "saved tensor not moved to the CPU",
+                                f"`{inner.value}` names the saved object too and is used after the block: "
+                                "a copy would leave it behind",
+                            )
                         elif context.allows(small, "saved tensor not moved to the CPU"):
                             targets[id(value)] = value
+                            if type(inner) is cst.Name and inner.value in intermediates(facts):
+                                context.unreturned.add(inner.value)  # (a loop temporary, let go)
                             context.applied(small, f"{tense('added', 'would add')} `.detach().cpu()` before saving "
                                                    f"`{code_of(inner)}`",
                                             evidence=f"{code_of(inner)}.detach().cpu()")

@@ -133,9 +133,12 @@ class ReductionPushdown(Pass):
         # nothing after the session reads this value: the name is not read there, or the
         # session binds it again for sure before it ends; the session's code reads each
         # value where it is bound, saved or not
-        if save.name in reads_after(facts, session.stmt.suite, session.stmt.index + 1) and not any(
-            save.name in definite_binds(stmt) for stmt in later_in_session(save, session)
-        ):
+        # (`act = h.save()` keeps the object `h` names too: `h` comes back as well)
+        inner = unsave(save.stmt.body[0].value)
+        kept = [save.name] + ([inner.value] if type(inner) is cst.Name else [])
+        later = reads_after(facts, session.stmt.suite, session.stmt.index + 1)
+        if any(name in later and not any(name in definite_binds(stmt) for stmt in later_in_session(save, session))
+               for name in kept):
             return
         if not context.allows(save.stmt, f"`{save.name}` need not be downloaded"):
             return
@@ -147,7 +150,7 @@ class ReductionPushdown(Pass):
             return
         where = facts.statements[id(save.stmt)]
         plan.replace(where.suite, where.index, where.index + 1, lambda stmts, s=save.stmt: [without_save(s)])
-        context.unreturned.add(save.name)
+        context.unreturned.update(kept)
         context.applied(
             save.stmt,
             f"{value} {tense('is no longer', 'would no longer be')} downloaded: only code inside the session reads "
