@@ -80,6 +80,10 @@ for _family in ("gpt2", "llama"):
         # a loop over what a generator of the script yields (two prompts)
         TRIPS[f"test_execution_never_wrong::test_a_loop_over_what_cannot_travel_is_left_as_it_is"
               f"[generator-iterated-{_family}]:{_version}"] = {"for prompt in prompts": 2}
+        # a loop over a list its body grows, to five items (the bill says N: its length as it starts is not it)
+        for _case, _header in (("function", "for prompt in queue"), ("alias", "for prompt in prompts")):
+            TRIPS[f"test_execution_grown_iterables::test_a_loop_whose_list_the_replay_would_grow_is_left_with_the"
+                  f"_reason[{_family}-{_case}]:{_version}"] = {_header: 5}
         # a loop over `range(n_layers)`, `n_layers` returned by the user's own module (helpers.py)
         TRIPS[f"test_execution_reach::test_a_loop_over_range_of_a_value_computed_here_is_one_session"
               f"[{_family}]:{_version}"] = {"for layer in range(n_layers)": 2}

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import libcst as cst
 
-from ndif_opt.analysis.names import NameUse, collect
+from ndif_opt.analysis.names import NameUse, collect, function_locals
 from ndif_opt.analysis.vocabulary import MODEL_BLOCK_METHODS
 from ndif_opt.syntax.expressions import dotted_name, is_save_call, remote_arg, root_name
 from ndif_opt.syntax.literals import literal_value  # the model's repo id, read in every version
@@ -337,6 +337,49 @@ class Facts:
 
     def _mutated_names(self) -> frozenset[str]:
         return frozenset(collect(self.module).mutates)
+
+    def changed_by_calls(self, node: cst.CSTNode) -> frozenset[str]:
+        """Names of the module whose objects the script's own functions that ``node``
+        calls change in place or bind (`push(x)` where `def push(item): queue.append(item)`),
+        through the functions they call too; and every name bound to the same object as
+        one of those or as a name ``node`` changes (`alias = prompts`: see :meth:`aliases`)."""
+        changed = set(collect(node).mutates)
+        seen: set[str] = set()
+        todo = [call for call in find_nodes(node, lambda n: type(n) is cst.Call)]
+        while todo:
+            func = todo.pop().func
+            name = func.value if type(func) is cst.Name else None
+            if name is None or name in seen or name not in self.functions:
+                continue
+            seen.add(name)
+            body = self.functions[name]
+            use = collect(body.body)
+            local = function_locals(body)
+            changed |= {n for n in use.mutates if n not in local}
+            changed |= {n for n in use.binds if n not in local}  # (`global` names)
+            todo.extend(find_nodes(body.body, lambda n: type(n) is cst.Call))
+        aliases = self.aliases()
+        return frozenset(changed.union(*(aliases.get(n, ()) for n in changed)))
+
+    def aliases(self) -> dict[str, frozenset[str]]:
+        """Module-level names bound to the same object by `a = b` (both plain names),
+        grouped: each name of a group maps to the others."""
+        return self.once(Facts._aliases)
+
+    def _aliases(self) -> dict[str, frozenset[str]]:
+        groups: dict[str, set[str]] = {}
+        for stmt in self.module.body:
+            if type(stmt) is not cst.SimpleStatementLine:
+                continue
+            for small in stmt.body:
+                if type(small) is cst.Assign and type(small.value) is cst.Name and \
+                        all(type(t.target) is cst.Name for t in small.targets):
+                    group = {small.value.value, *(t.target.value for t in small.targets)}
+                    for name in list(group):
+                        group |= groups.get(name, set())
+                    for name in group:
+                        groups[name] = group
+        return {name: frozenset(group - {name}) for name, group in groups.items()}
 
 
 # ---------------------------------------------------------------------------------------

@@ -587,6 +587,11 @@ class Splitter:
                 total.merge(self.uses(item.body, role_filter))
             elif item.role == role_filter:
                 total.merge(collect(item.stmt))
+                if role_filter is Part.CLIENT:
+                    # what the script's functions it calls change, and the other names of
+                    # what it changes (`alias.append(...)` changes `prompts` too)
+                    changed = self.facts.changed_by_calls(item.stmt)
+                    total.merge(NameUse(mutates=dict.fromkeys(changed, item.stmt)))
         return total
 
     def fresh_plain(self, base: str) -> str:
