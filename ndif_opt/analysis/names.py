@@ -364,6 +364,7 @@ class _Collector(cst.CSTVisitor):
         self.use.binds.setdefault(node.name.value, node.name)
         for decorator in node.decorators:
             walk(decorator, self)
+        self._defaults(node.params)
         # the body's free names are read when the function runs: count them as reads,
         # but the body's own bindings and returns are its own business
         inner = collect(node.body)
@@ -383,7 +384,15 @@ class _Collector(cst.CSTVisitor):
             self.use.reads.setdefault(name, n)
         return False
 
+    def _defaults(self, params: cst.Parameters) -> None:
+        """A parameter's default is read where the function is defined (`lambda x, w=w:`
+        reads `w` there)."""
+        for param in all_params(params):
+            if param.default is not None:
+                walk(param.default, self)
+
     def visit_Lambda(self, node: cst.Lambda) -> bool:
+        self._defaults(node.params)
         params = {p.name.value for p in all_params(node.params)}
         inner = collect(node.body)
         for name, n in inner.reads.items():

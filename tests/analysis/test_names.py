@@ -264,3 +264,10 @@ def test_a_call_that_changes_its_first_argument():
     assert _use("rng.shuffle(order)")[2] == ["order"]
     assert _use("heapq.heappush(best, (s, p))")[2] == ["best"]
     assert _use("random.choice(prompts)")[2] == []
+
+
+def test_a_default_of_a_parameter_is_read_where_the_function_is_defined():
+    # `lambda x, w=w:` reads `w` when the lambda is made, not when it runs
+    for code in ("f = lambda x, w=w: x * w", "def f(x, w=w * 2):\n    return x * w\n"):
+        use = names.collect(cst.parse_module(code))
+        assert "w" in use.reads, code
