@@ -84,6 +84,9 @@ for _family in ("gpt2", "llama"):
         for _case, _header in (("function", "for prompt in queue"), ("alias", "for prompt in prompts")):
             TRIPS[f"test_execution_grown_iterables::test_a_loop_whose_list_the_replay_would_grow_is_left_with_the"
                   f"_reason[{_family}-{_case}]:{_version}"] = {_header: 5}
+        # the same, grown to nine items
+        TRIPS[f"test_execution_grown_list::test_a_loop_that_grows_its_list_is_not_batched[{_family}]:{_version}"] = {
+            "for prompt in queue": 9}
         # a loop over `range(n_layers)`, `n_layers` returned by the user's own module (helpers.py)
         TRIPS[f"test_execution_reach::test_a_loop_over_range_of_a_value_computed_here_is_one_session"
               f"[{_family}]:{_version}"] = {"for layer in range(n_layers)": 2}

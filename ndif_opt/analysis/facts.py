@@ -361,6 +361,35 @@ class Facts:
         aliases = self.aliases()
         return frozenset(changed.union(*(aliases.get(n, ()) for n in changed)))
 
+    def grows_its_iterable(self, loop: cst.For) -> bool:
+        """Does the loop's body add to the list it walks (`queue.append(...)`, in a function
+        of the script it calls too, or through another name of the list)? Then it visits
+        what it appends: its length is not the list's length before it, and its items are
+        not the list as it starts. (A change of an item, `groups[key].append(...)`, adds
+        nothing.)"""
+        return self.once(Facts._grows_its_iterable, loop)
+
+    def _grows_its_iterable(self, loop: cst.For) -> bool:
+        if type(loop.iter) is not cst.Name:
+            return False
+        walked = {loop.iter.value} | self.aliases().get(loop.iter.value, frozenset())
+        seen: set[str] = set()
+        bodies = [loop.body]
+        while bodies:
+            for node in find_nodes(bodies.pop(), lambda n: type(n) in (cst.Call, cst.AugAssign)):
+                if type(node) is cst.AugAssign:
+                    if type(node.target) is cst.Name and node.target.value in walked:
+                        return True
+                    continue
+                func = node.func
+                if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in walked \
+                        and func.attr.value in _GROWING:
+                    return True
+                if type(func) is cst.Name and func.value in self.functions and func.value not in seen:
+                    seen.add(func.value)
+                    bodies.append(self.functions[func.value].body)
+        return False
+
     def aliases(self) -> dict[str, frozenset[str]]:
         """Module-level names bound to the same object by `a = b` (both plain names),
         grouped: each name of a group maps to the others."""
@@ -380,6 +409,10 @@ class Facts:
                     for name in group:
                         groups[name] = group
         return {name: frozenset(group - {name}) for name, group in groups.items()}
+
+
+#: methods that add items to a container
+_GROWING = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "__setitem__"})
 
 
 # ---------------------------------------------------------------------------------------

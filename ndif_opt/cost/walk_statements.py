@@ -40,7 +40,6 @@ from ndif_opt.syntax.expressions import dotted_name, is_save_call
 from ndif_opt.syntax.loops import cst_loop_header
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import unsave
-from ndif_opt.syntax.walk import find_nodes
 from ndif_opt.types import Count, Number, UnknownLoop, is_known
 
 
@@ -304,7 +303,7 @@ class StatementWalk:
                 self.suite(stmt.body.body, times)
             return
         names = target_names(stmt.target)
-        grown = self.facts.once(_grows_its_iterable, stmt)
+        grown = self.facts.grows_its_iterable(stmt)
         elements = None if grown else self.elements(stmt.iter)
         stop = self.facts.once(_constant_break, stmt) if elements else None
         if stop is not None and stop[0] < len(elements):
@@ -890,32 +889,3 @@ def _locals_of(func: cst.FunctionDef) -> frozenset[str]:
     params = {p.name.value for p in all_params(func.params)}
     return frozenset(params | set(collect(func.body).binds))
 
-
-def _grows_its_iterable(facts: Facts, loop: cst.For) -> bool:
-    """Does the loop's body add to the list it walks (`queue.append(...)`, in a function
-    of the script it calls too, or through another name of the list)? Then it visits what
-    it appends: its length is not the list's length before it. (A change of an item,
-    `groups[key].append(...)`, adds nothing.)"""
-    if type(loop.iter) is not cst.Name:
-        return False
-    walked = {loop.iter.value} | facts.aliases().get(loop.iter.value, frozenset())
-    seen: set[str] = set()
-    bodies = [loop.body]
-    while bodies:
-        body = bodies.pop()
-        for node in find_nodes(body, lambda n: type(n) in (cst.Call, cst.AugAssign)):
-            if type(node) is cst.AugAssign:
-                if type(node.target) is cst.Name and node.target.value in walked:
-                    return True
-                continue
-            func = node.func
-            if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in walked \
-                    and func.attr.value in _GROWING:
-                return True
-            if type(func) is cst.Name and func.value in facts.functions and func.value not in seen:
-                seen.add(func.value)
-                bodies.append(facts.functions[func.value].body)
-    return False
-
-
-_GROWING = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "__setitem__"})

@@ -227,6 +227,9 @@ def _problem(sweep: Sweep, facts: Facts, unsafe: bool):
         return accesses.unknown_reason(sweep.model), set()
     if not accesses.found:
         return None
+    if facts.grows_its_iterable(sweep.loop):
+        return (f"the loop adds to `{code_of(sweep.loop.iter)}`, the list it walks: batched, the invokes would "
+                "be the items it holds before the loop"), set()
     problem = (
         carried_problem(sweep, facts)
         or input_problem(sweep, facts)
