@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, opens_invoke, qualify
+from ndif_opt.analysis.invoke_order import early_cross_invoke_reads
 from ndif_opt.analysis.keywords import passed_keywords
 from ndif_opt.analysis.generation_steps import generation_steps, is_envoy_chain, tracer_steps
 from ndif_opt.analysis.layer_outputs import TUPLE, Evidence, layer_output_groups
@@ -220,6 +221,15 @@ class _Scanner:
         self._invokes()
         self._layer_outputs(walk, layer_lists, layers)
         self._generation_lengths()
+        if any(item.pre05 for item in self.legacy):
+            # nnsight 0.4 served every invoke's code in the model's order; 0.5+ runs each
+            # up to its first module first: no rewrite here, so no migration either
+            for read in early_cross_invoke_reads(facts):
+                self.legacy.append(Legacy(
+                    "unsupported", read.node, f"`{read.name}` read in an invoke before a module", False, None,
+                    f"an earlier invoke binds `{read.name}` at a module; nnsight 0.5+ runs this invoke's code up "
+                    "to its first module before the model reaches any (NameError): ask for the module's value "
+                    f"first (`h = layer.output`, then `h[:, -1] = {read.name}`)"))
         for model in facts.models.values():
             if model.class_path.endswith("TransformersModel"):
                 self.modern.append((model.node, "TransformersModel"))

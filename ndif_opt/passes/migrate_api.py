@@ -585,6 +585,22 @@ with model.trace("hello", remote=True):
         reason="no direct nnsight 0.5+ equivalent",
     ),
     Case(
+        name="a patch across invokes that reads the first invoke's value before a module",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace(remote=True) as tracer:
+    with tracer.invoke("Paris is the capital of France"):
+        source = model.transformer.h[2].output[0][:, -1, :]
+    with tracer.invoke("Berlin is the capital of Germany"):
+        model.transformer.h[2].output[0][:, -1, :] = source
+        top = model.lm_head.output[0, -1].argmax().save()
+print(top.value)
+""",
+        reason="`source` read in an invoke before a module",
+    ),
+    Case(
         name=".value on a name that may not be a saved value where it is read",
         before="""\
 from nnsight import LanguageModel

@@ -3,7 +3,7 @@
 ## What it does
 A check: it runs once, first, on the code as written, whatever else runs (unless
 `--ignore`d; also on scripts for the pre-0.5 API, and when other passes are selected), and
-reports seven ways a script fails on nnsight 0.5+, each with the error nnsight 0.8.1 gives
+reports eight ways a script fails on nnsight 0.5+, each with the error nnsight 0.8.1 gives
 (measured on tiny GPT-2 and Llama models, locally and through an emulated NDIF, where the
 error comes back inside a `RemoteError`):
 
@@ -34,6 +34,10 @@ error comes back inside a `RemoteError`):
   trace of the same session) are fine, and so is a name whose value nnsight sends back
   anyway (nnsight sends back every name whose value *is* a saved object: an alias of one,
   a cached small int equal to a saved one, a value a helper of yours may have saved).
+- a name an invoke reads before it asks for any module's value, which an earlier invoke of
+  the trace binds at a module (`layer.output[:, -1] = h_of_the_first_invoke`: Python
+  evaluates the right side first): each invoke's code runs up to its first module before
+  the model reaches any, so the name is not bound yet (`NameError`);
 - `remote=` on a trace or generate inside a session that runs on NDIF (a trace copied into
   a session): the inner call would open a second request from inside the server, which
   NDIF refuses (`remote=True` goes on the outermost session only).
@@ -99,6 +103,7 @@ from ndif_opt.analysis.legacy_api import PRE_05, api_generation, scan, unmigrata
 from ndif_opt.passes.base import Context, Pass
 from ndif_opt.passes.nnsight_05_failures.cases import CASES
 from ndif_opt.passes.nnsight_05_failures.exits import report_leading_try, report_returns, traced_bodies
+from ndif_opt.passes.nnsight_05_failures.invokes import report_early_cross_invoke_reads
 from ndif_opt.passes.nnsight_05_failures.nested import FlagsDropped, inner_remote_flags
 from ndif_opt.passes.nnsight_05_failures.order import StatementsMoved, forward_scopes, report_out_of_order
 from ndif_opt.passes.nnsight_05_failures.steps import report_code_after_every_step
@@ -131,6 +136,8 @@ class Nnsight05Failures(Pass):
         may_move = not self.report_only and (api_generation(facts) != PRE_05 or (
             context.options.wants("migrate-api", True) and not unmigratable(scan(facts).legacy)))
         moves: dict[int, tuple[cst.BaseStatement, ...]] = {}
+        if api_generation(facts) != PRE_05:  # (a pre-0.5 script: migrate-api leaves it as written)
+            report_early_cross_invoke_reads(facts, context)
         for scope in forward_scopes(facts):
             ordered = report_out_of_order(scope, facts, context, may_move)
             if ordered is not None:

@@ -174,6 +174,22 @@ with model.trace("hello", remote=True):
         reason="OutOfOrderError: 'model.transformer.h.0.input.i0'",
     ),
     Case(
+        name="an invoke reads what an earlier invoke binds before it asks for a module",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace(remote=True) as tracer:
+    with tracer.invoke("Paris is the capital of France"):
+        source = model.transformer.h[2].output[:, -1, :]
+    with tracer.invoke("Berlin is the capital of Germany"):
+        model.transformer.h[2].output[:, -1, :] = source
+        top = model.lm_head.output[0, -1].argmax().save()
+print(top)
+""",
+        reason="NameError: name 'source' is not defined",
+    ),
+    Case(
         name="reads in the model's order, reads in other invokes, saved names",
         before="""\
 from nnsight import LanguageModel

@@ -652,3 +652,37 @@ def test_lines_that_cannot_move_are_reported_and_left(case):
     assert result.code == source
     assert [f.applied for f in mine(result)] == [False]
     assert "OutOfOrderError" in mine(result)[0].message
+
+
+# a patch across invokes whose right side reads the first invoke's value before the second
+# invoke asks for a module
+CROSS_INVOKE = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace(remote=True) as tracer:
+        with tracer.invoke("Paris is the capital of France"):
+            source = LAYERS[1].output[:, -1, :]
+        with tracer.invoke("Berlin is the capital of Germany"):
+            LAYERS[1].output[:, -1, :] = source
+            top = model.lm_head.output[0, -1].argmax().save()
+    print(top)
+'''
+
+CROSS_INVOKE_WAITING = CROSS_INVOKE.replace(
+    "            LAYERS[1].output[:, -1, :] = source\n",
+    "            hidden = LAYERS[1].output\n            hidden[:, -1, :] = source\n")
+
+
+@both
+def test_a_name_read_before_an_earlier_invoke_binds_it_raises(family):
+    reported_error(CROSS_INVOKE, family, "NameError: name 'source' is not defined")
+
+
+@both
+def test_an_invoke_that_asks_for_its_module_first_waits_and_is_not_reported(family):
+    source = script(CROSS_INVOKE_WAITING, family)
+    assert "hidden = " in source
+    assert mine(optimize(source)) == []
+    for mode, raised in errors(source).items():
+        assert raised is None, (mode, raised)
