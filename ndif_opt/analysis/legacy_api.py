@@ -109,6 +109,24 @@ def _scan(facts: Facts) -> Scan:
     return _Scanner(facts).run() if _may_hold_idioms(facts) else Scan([], [])
 
 
+def _grads_outside_backward(facts: Facts) -> list[cst.Attribute]:
+    """`.grad` read in a block that calls `.backward()`, outside a `with ....backward():`."""
+    found: list[cst.Attribute] = []
+    for block in facts.blocks:
+        body = block.node.body
+        calls = find_nodes(body, lambda n: type(n) is cst.Call and type(n.func) is cst.Attribute
+                           and n.func.attr.value == "backward")
+        if not calls:
+            continue
+        inside: set[int] = set()
+        for with_ in find_nodes(body, lambda n: type(n) is cst.With):
+            if any(id(item.item) in {id(c) for c in calls} for item in with_.items):
+                inside |= {id(n) for n in find_nodes(with_.body, lambda n: True)}
+        found += [n for n in find_nodes(body, lambda n: type(n) is cst.Attribute and n.attr.value == "grad")
+                  if id(n) not in inside]
+    return found
+
+
 #: How the detect-only run says a script is pre-0.5 (the pipeline then runs the whole file).
 PRE_05_MESSAGE = "this script uses the pre-0.5 nnsight API"
 
@@ -230,6 +248,12 @@ class _Scanner:
                     f"an earlier invoke binds `{read.name}` at a module; nnsight 0.5+ runs this invoke's code up "
                     "to its first module before the model reaches any (NameError): ask for the module's value "
                     f"first (`h = layer.output`, then `h[:, -1] = {read.name}`)"))
+            for grad in _grads_outside_backward(facts):
+                self.legacy.append(Legacy(
+                    "unsupported", grad, f"`{code_of(grad)}`", False, None,
+                    "a gradient read outside `with loss.backward():` (nnsight 0.4 hooked it wherever it was "
+                    "read); on nnsight 0.5+ read it inside the backward context: `with loss.backward(): "
+                    f"g = {code_of(grad)}.save()`"))
         for model in facts.models.values():
             if model.class_path.endswith("TransformersModel"):
                 self.modern.append((model.node, "TransformersModel"))

@@ -601,6 +601,20 @@ print(top.value)
         reason="`source` read in an invoke before a module",
     ),
     Case(
+        name="a gradient read before `.backward()`, as nnsight 0.4 allowed",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The nurse said", remote=True):
+    hidden = model.transformer.h[5].output[0]
+    grad = hidden.grad.save()
+    model.lm_head.output[0, -1].max().backward()
+print(grad.value.norm())
+""",
+        reason="a gradient read outside `with loss.backward():`",
+    ),
+    Case(
         name=".value on a name that may not be a saved value where it is read",
         before="""\
 from nnsight import LanguageModel
