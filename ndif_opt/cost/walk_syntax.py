@@ -127,10 +127,10 @@ LEAVING = (cst.Return, cst.Raise, cst.Break, cst.Continue)
 
 def called_name(call: cst.Call, instances: frozenset[str] = frozenset()) -> str | None:
     """`run` for `run(...)`, `self.run` for `self.run(...)` and for `exp.run(...)` with
-    `exp` one of the ``instances``, else None."""
+    `exp` one of the ``instances`` (`self.__call__` for `exp(...)`), else None."""
     func = call.func
     if type(func) is cst.Name:
-        return func.value
+        return "self.__call__" if func.value in instances else func.value
     if type(func) is cst.Attribute and type(func.value) is cst.Name and (
             func.value.value == "self" or func.value.value in instances):
         return f"self.{func.attr.value}"

@@ -1,6 +1,7 @@
 """Bills against measurement for calls and loops whose count the walk knows: a cached
 helper called again with the same arguments, `zip` with a list a comprehension built, a
-range bound to a name again, a loop over a literal of pairs holding lists by name. Each script runs on GPT-2 and Llama through the shared
+range bound to a name again, a loop over a literal of pairs holding lists by name, an
+instance called as a function. Each script runs on GPT-2 and Llama through the shared
 harness; the bill before and after must be what verify measures."""
 
 from __future__ import annotations
@@ -76,8 +77,30 @@ print(norms)
 """
 
 
-@pytest.mark.parametrize("template, requests", [(CACHED, 2), (ZIPPED, 2), (REBOUND, 5), (NAMED_PAIRS, 5)],
-                         ids=["cached", "zipped", "rebound", "named-pairs"])
+# an instance called as a function runs its `__call__`
+CALLED_INSTANCE = """\
+from nnsight import LanguageModel
+
+
+class Probe:
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, prompt):
+        with self.model.trace(prompt, remote=True):
+            top = self.model.lm_head.output[0, -1].argmax().save()
+        return int(top)
+
+
+model = LanguageModel("REPO")
+probe = Probe(model)
+print([probe(p) for p in ["a b", "c d", "e f"]])
+"""
+
+
+@pytest.mark.parametrize("template, requests",
+                         [(CACHED, 2), (ZIPPED, 2), (REBOUND, 5), (NAMED_PAIRS, 5), (CALLED_INSTANCE, 3)],
+                         ids=["cached", "zipped", "rebound", "named-pairs", "called-instance"])
 @both
 def test_the_bill_is_what_runs(family, template, requests):
     result, report = optimized_and_verified(template, family)
