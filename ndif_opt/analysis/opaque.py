@@ -281,16 +281,17 @@ def closure_loops(facts: Facts) -> list[ClosureLoop]:
 
 
 def mapped_remote_calls(facts: Facts, helpers: dict) -> list[tuple[cst.BaseStatement, cst.Call, cst.Call]]:
-    """`map(f, xs)` and `map(lambda x: ..., xs)` outside nnsight blocks whose element calls
-    one of ``helpers`` (functions that send requests): (its statement, the `map` call, the
-    call in its element). Each element sends a request; session-hoisting bundles loops and
-    comprehensions, not `map`."""
+    """`map(f, xs)`, `map(lambda x: ..., xs)`, `sorted(xs, key=f)` and the other calls
+    :func:`map_as_comprehension` reads, outside nnsight blocks, whose element calls one of
+    ``helpers`` (functions that send requests): (its statement, the call, the call in its
+    element). Each element sends a request; session-hoisting bundles loops and
+    comprehensions, not these calls."""
     if not helpers:
         return []
     found = []
     for info in statements_outside_blocks(facts, (cst.SimpleStatementLine,)):
-        for call in find_nodes(info.node, lambda n: type(n) is cst.Call and type(n.func) is cst.Name
-                               and n.func.value == "map"):
+        for call in find_nodes(info.node, lambda n: type(n) is cst.Call and type(n.func) in (cst.Name, cst.Attribute)
+                               and map_as_comprehension(n) is not None):
             mapped = map_as_comprehension(call)
             calls = helper_calls(mapped[1], helpers) if mapped is not None else []
             if calls:

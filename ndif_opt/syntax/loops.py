@@ -125,28 +125,49 @@ def loop_lines(source: str) -> dict[tuple[str, str], list[int]]:
 
 @functools.lru_cache(maxsize=1024)
 def map_as_comprehension(call: cst.Call) -> tuple[cst.CompFor, cst.BaseExpression] | None:
-    """`map(f, xs)` read as `[f(x) for x in xs]` and `map(lambda p: E, xs)` as
-    `[E for p in xs]`: the comprehension's ``for`` clause and its element (built once per
+    """A call that applies a function to each item of an iterable, read as a comprehension:
+    `map(f, xs)` (and `filter(f, xs)`) as `[f(x) for x in xs]`, `map(lambda p: E, xs)` as
+    `[E for p in xs]`, `sorted(xs, key=f)` (`min`, `max`, `xs.sort(key=f)`) as
+    `[f(x) for x in xs]`: the comprehension's ``for`` clause and its element (built once per
     call: the walks key what they learn by node), or None for any other call (several
     iterables, a lambda of other parameters)."""
-    if type(call.func) is not cst.Name or call.func.value != "map" or len(call.args) != 2:
+    found = _applied_per_item(call)
+    if found is None:
         return None
-    function, iterable = call.args
-    if function.keyword is not None or iterable.keyword is not None or function.star or iterable.star:
-        return None
-    if type(function.value) is cst.Lambda:
-        params = function.value.params
+    function, iterable = found
+    if type(function) is cst.Lambda:
+        params = function.params
         if len(params.params) != 1 or params.star_arg is not cst.MaybeSentinel.DEFAULT and params.star_arg \
                 or params.kwonly_params or params.star_kwarg or params.posonly_params:
             return None
         target: cst.BaseAssignTargetExpression = params.params[0].name
-        element = function.value.body
-    elif type(function.value) is cst.Name:
+        element = function.body
+    elif type(function) is cst.Name:
         target = cst.Name(MAPPED_ITEM)
-        element = cst.Call(func=function.value, args=(cst.Arg(cst.Name(MAPPED_ITEM)),))
+        element = cst.Call(func=function, args=(cst.Arg(cst.Name(MAPPED_ITEM)),))
     else:
         return None
-    return cst.CompFor(target=target, iter=iterable.value), element
+    return cst.CompFor(target=target, iter=iterable), element
+
+
+#: builtins that call their `key=` function once per item of their one iterable
+_KEYED = frozenset({"sorted", "min", "max"})
+
+
+def _applied_per_item(call: cst.Call) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """(the function, the iterable) of a call that applies the function to each item."""
+    if any(arg.star for arg in call.args):
+        return None
+    positional = [arg.value for arg in call.args if arg.keyword is None]
+    keys = [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "key"]
+    func = call.func
+    if type(func) is cst.Name and func.value in ("map", "filter"):
+        return (positional[0], positional[1]) if len(positional) == 2 == len(call.args) else None
+    if type(func) is cst.Name and func.value in _KEYED and len(positional) == 1 and keys:
+        return keys[0], positional[0]
+    if type(func) is cst.Attribute and func.attr.value == "sort" and not positional and keys:
+        return keys[0], func.value
+    return None
 
 
 MAPPED_ITEM = "_ndif_mapped_item"  # the element `map(f, xs)` hands `f`, as a comprehension's variable

@@ -55,12 +55,13 @@ def name_the_unseen(facts: Facts, context: Context, helpers: dict, planned: list
             continue
         clause, _element = map_as_comprehension(call)
         name = code_of(helper_call.func)
+        applier = code_of(call.func)
         context.skipped(
             call,
-            f"this `map(...)` calls `{name}`, which sends a remote request, once per element of "
+            f"this `{applier}(...)` calls `{name}`, which sends a remote request, once per element of "
             f"`{code_of(clause.iter)}`",
-            "not hoisted: ndif-opt bundles the requests of `for` loops and comprehensions, not of `map`: write it "
-            f"as a comprehension (`[... for ... in {code_of(clause.iter)}]`) or a `for` loop",
+            f"not hoisted: ndif-opt bundles the requests of `for` loops and comprehensions, not of `{applier}`: "
+            f"write it as a comprehension (`[... for ... in {code_of(clause.iter)}]`) or a `for` loop",
         )
     for found in callback_loops(facts):
         context.skipped(
