@@ -622,7 +622,8 @@ class StatementWalk:
                 continue
             self._called.add(func.name.value if bound or name in self._closures else name)
             cache = None if bound else self.facts.once(_cache_size, func)
-            if cache is not None:
+            elements = self._unrolled_comprehension(loops)
+            if cache is not None and elements is None:
                 key = self._cache_key(call, loops)
                 if not self._cache_misses(name, func, cache, key):
                     continue  # `@lru_cache`: a call with arguments it has seen sends nothing
@@ -630,7 +631,6 @@ class StatementWalk:
                     times, loops = 1, ()  # every run of this call has these arguments: one miss
             saved = (dict(self.env), dict(self.storage))
             aliases = dict(self._model_aliases)
-            elements = self._unrolled_comprehension(loops)
             if elements is None:
                 self._bind_arguments(func, call, bound)
             self._call_stack.append(name)
@@ -643,6 +643,9 @@ class StatementWalk:
                 held = {n: self.env.get(n, UNBOUND) for n in target_names(target)}
                 for element in elements:
                     self._bind_target(target, element)
+                    if cache is not None and not self._cache_misses(name, func, cache,
+                                                                    self._element_key(call, target)):
+                        continue  # `[cached(p) for p in DATA]`: a prompt seen before sends nothing
                     self._bind_arguments(func, call, bound)
                     self._unrolled += 1
                     self.suite(func.body.body, times)
@@ -686,6 +689,15 @@ class StatementWalk:
             else:
                 keywords.append((arg.keyword.value, value))
         return tuple(positional), tuple(keywords)
+
+    def _element_key(self, call: cst.Call, target: cst.BaseExpression):
+        """:meth:`_cache_key` of a call in an unrolled comprehension, for the element its
+        variable is bound to now."""
+        outer, self._elements = self._elements, self._elements | set(target_names(target))
+        try:
+            return self._cache_key(call, ())
+        finally:
+            self._elements = outer
 
     def _cache_misses(self, name: str, func: cst.FunctionDef, size: int, key) -> bool:
         """Does this call of the cached function ``name`` (its cache of ``size`` entries,

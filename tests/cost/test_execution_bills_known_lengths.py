@@ -1,7 +1,8 @@
 """Bills against measurement for calls and loops whose count the walk knows: a cached
 helper called again with the same arguments, `zip` with a list a comprehension built, a
 range bound to a name again, a loop over a literal of pairs holding lists by name, an
-instance called as a function, a key function of `sorted` and `max`. Each script runs on GPT-2 and Llama through the shared
+instance called as a function, a key function of `sorted` and `max`,
+a cached helper called in a comprehension over prompts that repeat. Each script runs on GPT-2 and Llama through the shared
 harness; the bill before and after must be what verify measures."""
 
 from __future__ import annotations
@@ -115,10 +116,30 @@ print(sorted(PROMPTS, key=top), max(PROMPTS[:2], key=top))
 """
 
 
+# a cached helper over prompts that repeat, in a comprehension: a prompt seen sends nothing
+CACHED_COMPREHENSION = """\
+import functools
+from nnsight import LanguageModel
+model = LanguageModel("REPO")
+
+
+@functools.lru_cache(maxsize=None)
+def next_token(prompt):
+    with model.trace(prompt, remote=True):
+        t = model.lm_head.output[0, -1].argmax().save()
+    return int(t)
+
+
+DATA = ["a cat", "a dog", "a cat", "a bird", "a dog"]
+print([next_token(p) for p in DATA])
+"""
+
+
 @pytest.mark.parametrize("template, requests",
                          [(CACHED, 2), (ZIPPED, 2), (REBOUND, 5), (NAMED_PAIRS, 5), (CALLED_INSTANCE, 3),
-                          (SORTED_BY_A_TRACE, 5)],
-                         ids=["cached", "zipped", "rebound", "named-pairs", "called-instance", "sorted-by-a-trace"])
+                          (SORTED_BY_A_TRACE, 5), (CACHED_COMPREHENSION, 3)],
+                         ids=["cached", "zipped", "rebound", "named-pairs", "called-instance", "sorted-by-a-trace",
+                              "cached-comprehension"])
 @both
 def test_the_bill_is_what_runs(family, template, requests):
     result, report = optimized_and_verified(template, family)
