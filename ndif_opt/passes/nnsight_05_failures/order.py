@@ -126,6 +126,7 @@ class _Walk:
         self.stopped = False
         self.aliases = _aliases(block, facts)
         self.top: int | None = None  # the scope's statement being walked
+        self.calling: list[cst.FunctionDef] = []  # the functions whose returned module is being read
 
     def scope(self, statements) -> None:
         for index, stmt in enumerate(statements):
@@ -374,7 +375,36 @@ class _Walk:
             if not isinstance(item, cst.Index):
                 return None
             return base + (self.index(item.value),)
+        if kind is cst.Call:
+            return self.returned_path(expr)
         return None
+
+    def returned_path(self, call: cst.Call) -> tuple | None:
+        """The module a call of a script function returns, when its body is one `return`
+        of a module (`def mlp(i): return model.transformer.h[i].mlp`), its parameters taken
+        as the call's arguments: the module, or the index, each argument is here."""
+        func = self.facts.functions.get(call.func.value) if type(call.func) is cst.Name else None
+        if func is None or len(self.env) > 10_000 or any(f is func for f in self.calling):
+            return None  # (a function returning a call of itself: not followed)
+        returned = _one_return(func)
+        if returned is None or any(arg.star or arg.keyword is not None for arg in call.args):
+            return None
+        params = [p.name.value for p in func.params.params]
+        if len(call.args) > len(params) or func.params.star_arg is not cst.MaybeSentinel.DEFAULT:
+            return None
+        bound = {}
+        for name, arg in zip(params, call.args):
+            path = self.path(arg.value)
+            bound[name] = ("path", path) if path is not None else ("index", self.index(arg.value))
+        if len(bound) < len(params):
+            return None  # a default: not followed here
+        outer, self.env = self.env, {**self.env, **bound}
+        self.calling.append(func)
+        try:
+            return self.path(returned)
+        finally:
+            self.calling.pop()
+            self.env = outer
 
     def index(self, expr: cst.BaseExpression):
         literal = _int_literal(expr)
@@ -512,6 +542,17 @@ class _Walk:
             sign = 1 if type(expr.operator) is cst.Add else -1
             return lambda n: left(n) + sign * right(n)
         return None
+
+
+def _one_return(func: cst.FunctionDef) -> cst.BaseExpression | None:
+    """The value of a function whose body is one `return value` (after a docstring)."""
+    body = [s for s in func.body.body if not (type(s) is cst.SimpleStatementLine and len(s.body) == 1
+                                              and type(s.body[0]) is cst.Expr
+                                              and type(s.body[0].value) is cst.SimpleString)]
+    if len(body) != 1 or type(body[0]) is not cst.SimpleStatementLine or len(body[0].body) != 1:
+        return None
+    small = body[0].body[0]
+    return small.value if type(small) is cst.Return and small.value is not None else None
 
 
 def _aliases(block: Block, facts: Facts) -> dict[str, tuple]:

@@ -686,3 +686,26 @@ def test_an_invoke_that_asks_for_its_module_first_waits_and_is_not_reported(fami
     assert mine(optimize(source)) == []
     for mode, raised in errors(source).items():
         assert raised is None, (mode, raised)
+
+
+# the module comes from a function of the script that returns it
+THROUGH_A_HELPER = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def layer(i):
+        return LAYERS[i]
+
+
+    with model.trace("Knowledge is power", remote=True):
+        whole = layer(1).output.norm().save()
+        mlp = LAYERS[1].mlp.output.norm().save()
+    print(whole, mlp)
+'''
+
+
+@both
+def test_a_module_a_helper_returns_is_ordered_too(family):
+    reported_error(THROUGH_A_HELPER, family, "OutOfOrderError")
