@@ -105,7 +105,8 @@ from ndif_opt.passes.nnsight_05_failures.cases import CASES
 from ndif_opt.passes.nnsight_05_failures.exits import report_leading_try, report_returns, traced_bodies
 from ndif_opt.passes.nnsight_05_failures.invokes import report_early_cross_invoke_reads
 from ndif_opt.passes.nnsight_05_failures.nested import FlagsDropped, inner_remote_flags
-from ndif_opt.passes.nnsight_05_failures.order import StatementsMoved, forward_scopes, report_out_of_order
+from ndif_opt.passes.nnsight_05_failures.order import forward_scopes
+from ndif_opt.passes.nnsight_05_failures.order_moves import StatementsMoved, report_out_of_order
 from ndif_opt.passes.nnsight_05_failures.steps import report_code_after_every_step
 from ndif_opt.passes.nnsight_05_failures.stops import report_stop_outside_invokes
 from ndif_opt.passes.nnsight_05_failures.unsaved import SavesAdded, unsaved_names, uses_nnsight_save
