@@ -78,6 +78,8 @@ VALUE_FUNCTIONS = frozenset(
         "os.path.join", "os.path.basename", "os.path.dirname", "os.path.exists",
     }
 )
+# Modules every function of which gives plain values (numbers, lists of them) from plain values.
+VALUE_MODULES = frozenset({"statistics"})
 # Draws from (or seeds) a process-wide random generator: on the server the draw comes
 # from NDIF's generator, where the client's seed does not apply (a seeded run would no
 # longer be reproducible, nor equal to the script run locally): they stay on the client.
@@ -392,7 +394,7 @@ class ServerCheck:
     def _dotted_call_is_client(self, func: str) -> bool:
         """Does a call of the dotted name ``func`` give something only the client has?"""
         path = qualify_dotted(func, self.facts.imports)
-        if path in VALUE_FUNCTIONS or path in LOADING_FUNCTIONS:
+        if path in VALUE_FUNCTIONS or path in LOADING_FUNCTIONS or path.split(".")[0] in VALUE_MODULES:
             return False
         if path in FORBIDDEN_BUILTINS or path in PROGRESS_BARS or path in FILE_FUNCTIONS:
             return True
