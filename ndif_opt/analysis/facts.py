@@ -344,22 +344,26 @@ class Facts:
         through the functions they call too; and every name bound to the same object as
         one of those or as a name ``node`` changes (`alias = prompts`: see :meth:`aliases`)."""
         changed = set(collect(node).mutates)
-        seen: set[str] = set()
-        todo = [call for call in find_nodes(node, lambda n: type(n) is cst.Call)]
-        while todo:
-            func = todo.pop().func
-            name = func.value if type(func) is cst.Name else None
-            if name is None or name in seen or name not in self.functions:
-                continue
-            seen.add(name)
-            body = self.functions[name]
-            use = collect(body.body)
-            local = function_locals(body)
+        for func in self.functions_called(node):
+            use = collect(func.body)
+            local = function_locals(func)
             changed |= {n for n in use.mutates if n not in local}
             changed |= {n for n in use.binds if n not in local}  # (`global` names)
-            todo.extend(find_nodes(body.body, lambda n: type(n) is cst.Call))
         aliases = self.aliases()
         return frozenset(changed.union(*(aliases.get(n, ()) for n in changed)))
+
+    def functions_called(self, node: cst.CSTNode) -> list[cst.FunctionDef]:
+        """The script's functions that ``node`` calls by name, and those they call, each
+        once (in no particular order)."""
+        found: dict[str, cst.FunctionDef] = {}
+        todo = [node]
+        while todo:
+            for call in find_nodes(todo.pop(), lambda n: type(n) is cst.Call):
+                name = call.func.value if type(call.func) is cst.Name else None
+                if name in self.functions and name not in found:
+                    found[name] = self.functions[name]
+                    todo.append(found[name].body)
+        return list(found.values())
 
     def grows_its_iterable(self, loop: cst.For) -> bool:
         """Does the loop's body add to the list it walks (`queue.append(...)`, in a function
@@ -373,10 +377,8 @@ class Facts:
         if type(loop.iter) is not cst.Name:
             return False
         walked = {loop.iter.value} | self.aliases().get(loop.iter.value, frozenset())
-        seen: set[str] = set()
-        bodies = [loop.body]
-        while bodies:
-            for node in find_nodes(bodies.pop(), lambda n: type(n) in (cst.Call, cst.AugAssign)):
+        for body in [loop.body, *(func.body for func in self.functions_called(loop.body))]:
+            for node in find_nodes(body, lambda n: type(n) in (cst.Call, cst.AugAssign)):
                 if type(node) is cst.AugAssign:
                     if type(node.target) is cst.Name and node.target.value in walked:
                         return True
@@ -385,9 +387,6 @@ class Facts:
                 if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in walked \
                         and func.attr.value in _GROWING:
                     return True
-                if type(func) is cst.Name and func.value in self.functions and func.value not in seen:
-                    seen.add(func.value)
-                    bodies.append(self.functions[func.value].body)
         return False
 
     def aliases(self) -> dict[str, frozenset[str]]:

@@ -28,7 +28,7 @@ from ndif_opt.syntax.expressions import dotted_name, is_save_call
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.commas import appended
 from ndif_opt.syntax.rewrite import keyword_argument, method_call
-from ndif_opt.syntax.walk import find_nodes
+from ndif_opt.syntax.walk import all_nodes, find_nodes
 from ndif_opt.syntax.walk import walk as walk_tree
 
 PRE_05 = "pre-0.5"
@@ -118,10 +118,11 @@ def _grads_outside_backward(facts: Facts) -> list[cst.Attribute]:
                            and n.func.attr.value == "backward")
         if not calls:
             continue
+        backward = {id(call) for call in calls}
         inside: set[int] = set()
         for with_ in find_nodes(body, lambda n: type(n) is cst.With):
-            if any(id(item.item) in {id(c) for c in calls} for item in with_.items):
-                inside |= {id(n) for n in find_nodes(with_.body, lambda n: True)}
+            if any(id(item.item) in backward for item in with_.items):
+                inside |= {id(n) for n in all_nodes(with_.body)}
         found += [n for n in find_nodes(body, lambda n: type(n) is cst.Attribute and n.attr.value == "grad")
                   if id(n) not in inside]
     return found

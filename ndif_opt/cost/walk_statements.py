@@ -900,4 +900,3 @@ def _locals_of(func: cst.FunctionDef) -> frozenset[str]:
     node alone)."""
     params = {p.name.value for p in all_params(func.params)}
     return frozenset(params | set(collect(func.body).binds))
-

@@ -152,20 +152,28 @@ def map_as_comprehension(call: cst.Call) -> tuple[cst.CompFor, cst.BaseExpressio
 
 #: builtins that call their `key=` function once per item of their one iterable
 _KEYED = frozenset({"sorted", "min", "max"})
+_APPLYING = _KEYED | {"map", "filter"}  # by name; `xs.sort(key=f)` as a method
 
 
 def _applied_per_item(call: cst.Call) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
     """(the function, the iterable) of a call that applies the function to each item."""
+    func = call.func
+    # (asked of every call the walks meet: the callee decides before the arguments are read)
+    if type(func) is cst.Name and func.value in _APPLYING:
+        name = func.value
+    elif type(func) is cst.Attribute and func.attr.value == "sort":
+        name = "sort"
+    else:
+        return None
     if any(arg.star for arg in call.args):
         return None
     positional = [arg.value for arg in call.args if arg.keyword is None]
     keys = [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "key"]
-    func = call.func
-    if type(func) is cst.Name and func.value in ("map", "filter"):
+    if name in ("map", "filter"):
         return (positional[0], positional[1]) if len(positional) == 2 == len(call.args) else None
-    if type(func) is cst.Name and func.value in _KEYED and len(positional) == 1 and keys:
+    if name in _KEYED and len(positional) == 1 and keys:
         return keys[0], positional[0]
-    if type(func) is cst.Attribute and func.attr.value == "sort" and not positional and keys:
+    if name == "sort" and not positional and keys:
         return keys[0], func.value
     return None
 

@@ -134,10 +134,11 @@ class Nnsight05Failures(Pass):
             report_leading_try(scope, label, context)
             if tracers:
                 report_code_after_every_step(scope, label, tracers, context)
-        may_move = not self.report_only and (api_generation(facts) != PRE_05 or (
+        pre05 = api_generation(facts) == PRE_05
+        may_move = not self.report_only and (not pre05 or (
             context.options.wants("migrate-api", True) and not unmigratable(scan(facts).legacy)))
         moves: dict[int, tuple[cst.BaseStatement, ...]] = {}
-        if api_generation(facts) != PRE_05:  # (a pre-0.5 script: migrate-api leaves it as written)
+        if not pre05:  # (a pre-0.5 script: migrate-api leaves it as written)
             report_early_cross_invoke_reads(facts, context)
         for scope in forward_scopes(facts):
             ordered = report_out_of_order(scope, facts, context, may_move)
@@ -146,15 +147,14 @@ class Nnsight05Failures(Pass):
         if moves:  # first: the saves below find their nodes in the moved statements
             module = transform(module, StatementsMoved(moves, paths_to(module, lambda n: id(n) in moves)))
         dropped = inner_remote_flags(facts, context)
-        module = self._saved(module, facts, context)
+        module = self._saved(module, facts, context, pre05)
         if dropped and not self.report_only:
             # (the calls of blocks are not on the paths to the saves: the walk keeps them)
             module = module.visit(FlagsDropped(dropped))
         return module
 
-    def _saved(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
+    def _saved(self, module: cst.Module, facts: Facts, context: Context, pre05: bool) -> cst.Module:
         """The module with the saves of names read after their block (reported)."""
-        pre05 = api_generation(facts) == PRE_05
         saves: dict[int, cst.BaseExpression] = {}
         for block in facts.blocks:
             if block.parent is None:
