@@ -45,10 +45,13 @@ _WORD = re.compile(r"\w+")
 class _Version:
     """One version of the tree, with what tracing asks of it, computed on first use."""
 
-    __slots__ = ("module", "_nodes", "_order", "_parents", "_alike", "_statements")
+    __slots__ = ("module", "_codes", "_nodes", "_order", "_parents", "_alike", "_statements")
 
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, codes: dict[int, str]) -> None:
         self.module = module
+        # id of a node -> its code, shared by the versions of a lineage (a node's code is
+        # the same in every version holding it; the lineage keeps every version's nodes alive)
+        self._codes = codes
         self._nodes: list[cst.CSTNode] | None = None  # every node, in the order of the code
         self._order: dict[int, int] | None = None  # id of a node -> its place in that order
         self._parents: dict[int, cst.CSTNode] | None = None
@@ -87,10 +90,13 @@ class _Version:
         at = self.order.get(id(node))
         if at is None:
             return code_of(node)
-        if self._statements is None:
-            self._statements = [self.order[id(statement)] for statement in self.module.body]
-        i = bisect.bisect_right(self._statements, at) - 1
-        return code_in(node, self.module.body[i] if i >= 0 else None, self.module)
+        code = self._codes.get(id(node))
+        if code is None:
+            if self._statements is None:
+                self._statements = [self.order[id(statement)] for statement in self.module.body]
+            i = bisect.bisect_right(self._statements, at) - 1
+            code = self._codes[id(node)] = code_in(node, self.module.body[i] if i >= 0 else None, self.module)
+        return code
 
     def subject(self, node: cst.CSTNode) -> str:
         """:func:`subject` of ``node``, from the code of its statement here."""
@@ -125,14 +131,15 @@ class Lineage:
     first; :meth:`where` places a node of any of them in the code as written."""
 
     def __init__(self, original: cst.Module, positions: Positions) -> None:
-        self._versions = [_Version(original)]
+        self._codes: dict[int, str] = {}  # (see _Version)
+        self._versions = [_Version(original, self._codes)]
         self._positions = positions
         # (version, id of a node of it) -> the node of the version before it came from
         self._steps: dict[tuple[int, int], cst.CSTNode | None] = {}
 
     def add(self, module: cst.Module) -> None:
         """A new version, made by a pass from the last one."""
-        self._versions.append(_Version(module))
+        self._versions.append(_Version(module, self._codes))
 
     def where(self, node: cst.CSTNode, module: cst.Module) -> CodeRange | None:
         """Where ``node`` of ``module`` (a version of this lineage) stood in the code as

@@ -259,6 +259,12 @@ def code_and_positions(module: cst.Module) -> tuple[str, Positions]:
     return layout.code, Positions(module, layout)
 
 
+def statement_code(statement: cst.BaseStatement, module: cst.Module) -> str:
+    """The code of ``statement``, a top-level statement of ``module``: the generation
+    the module's layout and :func:`code_in` share (the same text as ``code_of``)."""
+    return _statement_code(statement, module.default_indent, module.default_newline).text
+
+
 @functools.lru_cache(maxsize=4096)
 def _statement_code(statement: cst.BaseStatement, indent: str, newline: str) -> _Generated:
     """A top-level statement's code generation (a pure function of an immutable node,
@@ -268,4 +274,4 @@ def _statement_code(statement: cst.BaseStatement, indent: str, newline: str) -> 
     return _Generated(state)
 
 
-__all__ = ["code_in", "Positions", "code_and_positions", "code_of"]
+__all__ = ["code_in", "Positions", "code_and_positions", "code_of", "statement_code"]

@@ -17,7 +17,7 @@ from ndif_opt.cost_model import RegionRequests
 from ndif_opt.passes.base import Context
 from ndif_opt.passes.session_hoisting.split_items import Split, splittable
 from ndif_opt.syntax.expressions import root_name
-from ndif_opt.syntax.rewrite import code_of
+from ndif_opt.syntax.positions import statement_code
 from ndif_opt.syntax.walk import find_nodes
 
 
@@ -257,7 +257,7 @@ def window_edges_in(suite, facts: Facts, edges: frozenset[int]) -> set[int]:
         first_code = line + len(stmt.leading_lines)
         if any(line <= edge <= first_code for edge in edges):
             found.add(index)
-        line += code_of(stmt).count("\n")  # (cached per statement)
+        line += statement_code(stmt, facts.module).count("\n")  # (cached per statement)
     return found
 
 
