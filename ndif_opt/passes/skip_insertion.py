@@ -133,20 +133,17 @@ class SkipInsertion(Pass):
             names = tuple(fresh_name(base, facts, taken) for base in (CACHE, "_ndif_i", "_ndif_tracer"))
             taken.update(names)
             introduce(context, *names)  # the loop counter and the tracer too: module names when at top level
-            self._plan(sweep, layers, index, stop, names, plan)
+            self._plan(sweep, layers, index, stop, names, plan, facts)
             context.applied(sweep.loop, _message(sweep, index, facts, saving, counts))
         return plan.apply(module, facts) if plan else module
 
-    def _plan(self, sweep: Sweep, layers: str, index, stop: str, names, plan: SuitePlan) -> None:
+    def _plan(self, sweep: Sweep, layers: str, index, stop: str, names, plan: SuitePlan, facts: Facts) -> None:
         prompt = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in sweep.block.call.args]
         create, cache_trace, skip = new_statements(sweep.model, prompt, layers, stop, code_of(index), names)
         created = [create, cache_trace]
         blanks, comments = split_leading(sweep.loop.leading_lines)
-        note = cst.EmptyLine(
-            comment=cst.Comment(
-                "# layers before the patched one are the same in every iteration: compute them once"
-            )
-        )
+        note = cst.EmptyLine(comment=cst.Comment(f"# layers before the {_touched(sweep, facts)} one are the "
+                                                 "same in every iteration: compute them once"))
         created[0] = created[0].with_changes(leading_lines=blanks + [note])
 
         def before(stmts):
@@ -424,6 +421,11 @@ def _stop_value(sweep: Sweep, index, facts: Facts) -> int | None:
         values = int_sequence(sequence, facts)
         return max(values) if values else None
     return int_value(index, facts)
+
+
+def _touched(sweep: Sweep, facts: Facts) -> str:
+    """What each iteration does at its layer, in the comment the rewrite adds."""
+    return "patched" if any(access.write for access in module_accesses(sweep.moved, facts).found) else "read"
 
 
 def _message(sweep: Sweep, index, facts: Facts, saving, counts: Tally) -> str:

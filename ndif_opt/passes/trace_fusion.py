@@ -36,8 +36,11 @@ Safe: the forward pass is the same in every iteration, so reading it once gives 
 values, bit for bit. Applied only when the trace's input does not depend on the loop,
 the loop visits layers in strictly increasing order (nnsight raises ``OutOfOrderError``
 when a later layer is read before an earlier one in one trace), every module value the
-body reads is ``<layers>[<loop variable>]``'s own ``.input``/``.output`` (calling modules
-as functions, e.g. ``model.lm_head(model.model.norm(hidden))``, is fine), and nothing
+body reads is ``<layers>[<loop variable>]``'s own ``.input``/``.output`` or that of a module
+inside it (``.mlp``, then ``.self_attn``: in the order each trace as written reads them,
+which nnsight serves in the model's order or stops at; every module of a layer runs before
+the next layer's), calling modules as functions (``model.lm_head(model.model.norm(hidden))``)
+is fine, and nothing
 writes to the model: no assignment to ``.output``/``.input``, no ``.skip()``, no in-place
 operation on an activation. Loops that write are left to skip-insertion; loops over
 different inputs to invoke-batching.
@@ -174,6 +177,33 @@ with model.session(remote=True):
             logits = model.lm_head(model.model.norm(hidden))
             stats[layer] = logits[0, -1].argmax().item()
 print(stats)
+""",
+    ),
+    Case(
+        name="two modules of each layer, in the order the model runs them",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    norms = list().save()
+    for layer in range(12):
+        with model.trace("hello"):
+            attn = model.transformer.h[layer].attn.output[0][0, -1].norm()
+            mlp = model.transformer.h[layer].mlp.output[0, -1].norm()
+        norms.append((attn, mlp))
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    norms = list().save()
+    with model.trace("hello"):
+        for layer in range(12):
+            attn = model.transformer.h[layer].attn.output[0][0, -1].norm()
+            mlp = model.transformer.h[layer].mlp.output[0, -1].norm()
+            norms.append((attn, mlp))
 """,
     ),
     Case(

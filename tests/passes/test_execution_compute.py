@@ -319,3 +319,28 @@ def test_an_enumerated_patching_sweep_gets_skips(family):
     result, report = optimized_and_verified(ENUMERATED_PATCHES, family)
     assert _applied(result, "skip-insertion"), [f"{f.pass_id}: {f.reason}" for f in result.findings]
     assert report.after.layer_calls < report.before.layer_calls
+
+
+# two modules of each layer: the MLP's output, then the layer's own (the model's order
+# within a layer, which each trace as written already follows)
+TWO_MODULES_OF_A_LAYER = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+PROMPT = "The Eiffel Tower is in the city of"
+mlp_norms, layer_norms = [], []
+for layer in range(3):
+    with model.trace(PROMPT, remote=True):
+        mlp = LAYERS[layer].mlp.output[0, -1].norm().save()
+        out = LAYERS[layer].output[0, -1].norm().save()
+    mlp_norms.append(mlp.item())
+    layer_norms.append(out.item())
+print(mlp_norms, layer_norms)
+'''
+
+
+@both
+def test_a_sweep_reading_two_modules_of_each_layer_is_fused(family):
+    result, report = optimized_and_verified(TWO_MODULES_OF_A_LAYER, family)
+    assert _applied(result, "trace-fusion"), [f"{f.pass_id}: {f.reason}" for f in result.findings]
+    assert (report.before.forward_passes, report.after.forward_passes) == (3, 1)

@@ -556,20 +556,23 @@ def layer_order_problem(sweep: Sweep, accesses: Accesses, facts: Facts) -> str:
     if sweep.walked is None:
         return "the loop has more than one loop variable"
     target, sequence = sweep.walked
-    paths = set()
+    kinds: dict[tuple[str, ...], list[str]] = {}  # per module of the layer, what is read of it, in order
     for access in accesses.found:
         if access.layers is None or not access.indexed_by(target):
             return (
                 f"every iteration reads `{access.code}`, which does not follow the loop's layer: "
                 "one forward pass would have run past it after the first iteration"
             )
-        paths.add((access.layers, access.sub))
-    if len(paths) != 1:
-        return "each iteration reads several modules of a layer, whose order I cannot check"
-    kinds = [a.kind for a in accesses.found]
+        kinds.setdefault(access.sub, []).append(access.kind)
+    if len({access.layers for access in accesses.found}) != 1:
+        return "each iteration reads layers of several lists, whose order I cannot check"
+    # Several modules of the layer (`attn`, then `mlp`): each iteration reads them in the order
+    # each trace as written does, which nnsight runs in the model's order or stops at
+    # (OutOfOrderError); every module of a layer runs before the next layer's
     rank = {"input": 0, "inputs": 0, "output": 1}
-    if any(rank[a] > rank[b] for a, b in zip(kinds, kinds[1:])):
-        return "each iteration reads a layer's output before its input"
+    for read in kinds.values():
+        if any(rank[a] > rank[b] for a, b in zip(read, read[1:])):
+            return "each iteration reads a layer's output before its input"
     if not strictly_ascending(sequence, facts):
         return (
             f"the loop does not visit layers in increasing order (`{code_of(sequence)}`): "

@@ -1,10 +1,13 @@
 """skip-insertion builds the statements it inserts node by node: they are the nodes a parse
-of their code gives (ndif_opt/passes/skip_insertion.py, ``new_statements``)."""
+of their code gives (ndif_opt/passes/skip_insertion.py, ``new_statements``); the comment
+above them says what each iteration does at its layer."""
 
 from __future__ import annotations
 
 import libcst as cst
 import pytest
+
+from ndif_opt import optimize
 
 
 @pytest.mark.parametrize(
@@ -33,3 +36,25 @@ def test_skip_insertion_builds_what_its_code_parses_to(model, prompt, layers, st
     parsed = [*cst.parse_module(cache_code).body, cst.parse_statement(skip_code)]
     built = new_statements(model, prompt, layers, stop, index, names)
     assert cst.Module(body=built).deep_equals(cst.Module(body=parsed))
+
+
+READS_DESCENDING = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    norms = list().save()
+    for layer in [11, 7, 3]:
+        with model.trace("hello"):
+            norms.append(model.transformer.h[layer].output[0, -1].norm())
+'''
+
+
+def test_the_comment_says_what_each_iteration_does_at_its_layer():
+    """A loop that only reads its layer is not said to patch it."""
+    read = optimize(READS_DESCENDING).code
+    patched = optimize(READS_DESCENDING.replace(
+        "norms.append(model.transformer.h[layer].output[0, -1].norm())",
+        "model.transformer.h[layer].output[0, -1] = 0\n            norms.append(model.lm_head.output[0, -1].max())")).code
+    assert "# layers before the read one are the same in every iteration" in read, read
+    assert "# layers before the patched one are the same in every iteration" in patched, patched
