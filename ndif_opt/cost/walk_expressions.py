@@ -8,6 +8,7 @@ of iterables, integers, the storage a view shares, and the bytes a saved value s
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import math
 import operator
@@ -15,7 +16,8 @@ from typing import Any
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import config_entry, qualify
+from ndif_opt.analysis.effects import VALUE_MODULES
+from ndif_opt.analysis.facts import config_entry, qualify, qualify_dotted
 from ndif_opt.analysis.generation_steps import tracer_steps
 from ndif_opt.analysis.regions import arithmetic, constant_item, dict_view_length
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
@@ -49,6 +51,11 @@ _COMPARISONS = {
     cst.LessThanEqual: operator.le, cst.GreaterThan: operator.gt, cst.GreaterThanEqual: operator.ge,
     cst.In: lambda a, b: a in b, cst.NotIn: lambda a, b: a not in b,
 }
+
+
+# builtins that give a plain value of plain values: the walk computes them of values it
+# knows (as it does any function of effects.VALUE_MODULES: `statistics.median(scores)`)
+_VALUE_BUILTINS = {"min": min, "max": max, "sum": sum, "round": round, "abs": abs}
 
 
 def _plain(value: Any) -> bool:
@@ -298,7 +305,8 @@ class ExpressionWalk:
             return None if constant is None else self.integer(constant, depth + 1)
         if type(expr) is cst.Call and dotted_name(expr.func) == "len" and len(expr.args) == 1:
             return self.length(expr.args[0].value, depth + 1)
-        if type(expr) is cst.Call and dotted_name(expr.func) in ("max", "min") and expr.args:
+        if type(expr) is cst.Call and dotted_name(expr.func) in ("max", "min") and expr.args \
+                and expr.func.value not in self.facts.functions and expr.func.value not in self.env:
             # max(LAYERS), min(a, b): skip-insertion caches `range(max(LAYERS))`
             args = [a for a in expr.args if a.keyword is None]
             if len(args) != len(expr.args) or any(a.star for a in args):
@@ -392,6 +400,9 @@ class ExpressionWalk:
             text = self._string_method(expr)
             if isinstance(text, str):  # `text.lower()`: the string it gives
                 return Shape.python("str", text)
+            computed = self._computed(expr)
+            if computed is not NO_VALUE:  # `statistics.median(scores)` of scores the walk knows
+                return Shape.python(type(computed).__name__, computed)
         forward = self.forward
         if forward is not None:
             dims, seq, batch, new_tokens = forward.dims, forward.seq, forward.batch, forward.max_new_tokens
@@ -463,6 +474,9 @@ class ExpressionWalk:
             text = self._string_method(expr)
             if text is not None:
                 return text
+            computed = self._computed(expr)
+            if computed is not NO_VALUE:
+                return computed
             if dotted_name(expr.func) == "len" and len(expr.args) == 1 and expr.args[0].keyword is None \
                     and not expr.args[0].star and "len" not in self.facts.functions:
                 # `len(prompt.split())` of a string the walk knows
@@ -497,6 +511,32 @@ class ExpressionWalk:
                 return None
         value = self.constant_value(test)
         return bool(value) if _plain(value) else None
+
+    def _computed(self, call: cst.Call) -> Any:
+        """What a call of a function that gives a plain value of plain values returns (a
+        builtin of _VALUE_BUILTINS the script does not rebind, a function of a module of
+        VALUE_MODULES), computed when the walk knows every argument; else NO_VALUE."""
+        name = dotted_name(call.func)
+        if name is None or not call.args or any(a.keyword is not None or a.star for a in call.args):
+            return NO_VALUE
+        head = name.split(".")[0]
+        if head in self.env or head in self.facts.functions:
+            return NO_VALUE  # the script's own `max`, a variable named `statistics`
+        function = _VALUE_BUILTINS.get(name) if head not in self.facts.imports else None
+        if function is None and head in self.facts.imports:
+            module, _, attribute = qualify_dotted(name, self.facts.imports).rpartition(".")
+            if module in VALUE_MODULES:
+                function = getattr(importlib.import_module(module), attribute, None)
+        if not callable(function):
+            return NO_VALUE
+        args = [self.constant_value(a.value) for a in call.args]
+        if not all(_plain(a) and a is not None for a in args):
+            return NO_VALUE
+        try:
+            found = function(*args)
+        except Exception:  # noqa: BLE001 - what the call raises, the script finds when it runs
+            return NO_VALUE
+        return found if isinstance(found, (bool, int, float, str)) else NO_VALUE
 
     def _string_method(self, call: cst.Call) -> str | list | None:
         """What a string method that takes no argument (`text.lower()`, `.strip()`) gives

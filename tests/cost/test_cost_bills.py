@@ -1,7 +1,8 @@
 """Bills of loops the cost walk must count to what runs: a loop stopped by a `break` its
 loop variable and constants decide, iterations a decided `continue` skips, lengths of
-sequences the walk knows (`zip` of known lists, a `range` bound again later), and a
-cached helper called again with the same arguments."""
+sequences the walk knows (`zip` of known lists, a `range` bound again later), a
+threshold computed of known numbers (`statistics.median`, `max`, `round`), and a cached
+helper called again with the same arguments."""
 
 from __future__ import annotations
 
@@ -57,6 +58,24 @@ def test_a_loop_is_counted_to_the_break_its_variable_decides(header, requests):
 def test_a_break_the_walk_cannot_decide_leaves_the_count(header):
     body = header + textwrap.indent(textwrap.dedent(TRACE), "    ")
     assert cost(body).requests == 12
+
+
+@pytest.mark.parametrize(
+    "setup, requests",
+    [
+        ("import statistics\nLIMIT = statistics.median([2, 4, 9])\n", 4),  # 4: layers 0-3
+        ("from statistics import mean\nLIMIT = mean([2, 4, 9])\n", 5),
+        ("import statistics as st\nLIMIT = round(st.mean([2, 4, 9]))\n", 5),
+        ("LIMIT = max(abs(-3), sum([1, 1]))\n", 3),
+        # the script's own `max`, a value the walk does not know: not computed
+        ("def max(*values):\n    return 0\nLIMIT = max(3, 8)\n", 12),
+        ("import statistics\nLIMIT = statistics.median(open('f').read())\n", 12),
+    ],
+)
+def test_a_threshold_computed_of_known_numbers_decides_the_break(setup, requests):
+    body = setup + "for layer in range(12):\n    if layer >= LIMIT:\n        break\n" + \
+        textwrap.indent(textwrap.dedent(TRACE), "    ")
+    assert cost(body).requests == requests
 
 
 def test_a_continue_on_a_known_string_skips_its_iterations():

@@ -2,7 +2,8 @@
 helper called again with the same arguments, `zip` with a list a comprehension built, a
 range bound to a name again, a loop over a literal of pairs holding lists by name, an
 instance called as a function, a key function of `sorted` and `max`,
-a cached helper called in a comprehension over prompts that repeat. Each script runs on GPT-2 and Llama through the shared
+a cached helper called in a comprehension over prompts that repeat, a `continue` decided by
+a threshold computed of known numbers (`statistics.median`, `round`). Each script runs on GPT-2 and Llama through the shared
 harness; the bill before and after must be what verify measures."""
 
 from __future__ import annotations
@@ -134,12 +135,29 @@ DATA = ["a cat", "a dog", "a cat", "a bird", "a dog"]
 print([next_token(p) for p in DATA])
 """
 
+# a threshold computed on the client from known numbers decides which iterations trace
+THRESHOLD = """\
+import statistics
+from nnsight import LanguageModel
+model = LanguageModel("REPO")
+scores = [0.1, 0.7, 0.4, 0.9]
+cutoff = round(statistics.median(scores), 2)
+kept = []
+for word, score in zip(["red", "green", "blue", "gray"], scores):
+    if score < cutoff:
+        continue
+    with model.trace(f"I painted my house {word}", remote=True):
+        n = LAYERS[1].output[0, -1].norm().save()
+    kept.append((word, round(n.item(), 3)))
+print(kept)
+"""
+
 
 @pytest.mark.parametrize("template, requests",
                          [(CACHED, 2), (ZIPPED, 2), (REBOUND, 5), (NAMED_PAIRS, 5), (CALLED_INSTANCE, 3),
-                          (SORTED_BY_A_TRACE, 5), (CACHED_COMPREHENSION, 3)],
+                          (SORTED_BY_A_TRACE, 5), (CACHED_COMPREHENSION, 3), (THRESHOLD, 2)],
                          ids=["cached", "zipped", "rebound", "named-pairs", "called-instance", "sorted-by-a-trace",
-                              "cached-comprehension"])
+                              "cached-comprehension", "threshold"])
 @both
 def test_the_bill_is_what_runs(family, template, requests):
     result, report = optimized_and_verified(template, family)
