@@ -25,6 +25,7 @@ from ndif_opt.analysis.names import (
 )
 from ndif_opt.analysis.results import script_result_names
 from ndif_opt.analysis.retries import retry_guard
+from ndif_opt.analysis.tensors import holds_only_scalars
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import empty_container_kind
 from ndif_opt.syntax.walk import all_nodes, children, content_children, find_nodes, walk
@@ -429,9 +430,24 @@ def client_objects_filled(block: Block, facts: Facts) -> dict[str, cst.CSTNode]:
     names = block.names
     return {
         name: node for name, node in names.mutates.items()
-        if name not in names.binds and not facts.is_model_like(name)
-        and not ("." in block.model and _intervenes_only(block, name))
+        if (name not in names.binds or _changed_by_augmenting_only(block, name, facts))
+        and not facts.is_model_like(name) and not ("." in block.model and _intervenes_only(block, name))
     }
+
+
+def _changed_by_augmenting_only(block: Block, name: str, facts: Facts) -> bool:
+    """Does ``block`` bind ``name`` only by `name += v` (and the like), of an object that
+    may be a list, dict, array or tensor, and read it nowhere else (where it might be
+    saved or recorded, and so come back)? Then it changes the object it was given in
+    place, the client's, and nothing brings the change back."""
+    if holds_only_scalars(facts, name):
+        return False  # (a number's `+=` makes a new value in the block: nothing is filled)
+    augmenting = find_nodes(block.node.body, lambda n: type(n) is cst.AugAssign and type(n.target) is cst.Name
+                            and n.target.value == name)
+    if not augmenting:
+        return False
+    rest = collect(block.node.body, skip=tuple(augmenting))
+    return name not in rest.binds and name not in rest.reads
 
 
 def client_objects_filled_remotely(facts: Facts) -> list[tuple[str, Block]]:

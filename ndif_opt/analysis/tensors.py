@@ -1,13 +1,18 @@
-"""Is an expression inside a trace a tensor? A small, conservative type guess.
+"""Is an expression inside a trace a tensor? Does a name hold plain scalars only? Small,
+conservative type guesses.
 
-Used where a rewrite is only valid on tensors (`.detach().cpu()`), and to recognise
-reductions. "Unknown" always counts as "not a tensor".
+Used where a rewrite is only valid on tensors (`.detach().cpu()`), to recognise
+reductions, and to tell an augmented assignment that makes a new value (`n += 1` of a
+number) from one that changes an object in place (`xs += [x]` of a list, `t += u` of a
+tensor). "Unknown" always counts as "not a tensor" and "not a scalar".
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
+from ndif_opt.analysis.facts import Facts, child_suites
+from ndif_opt.analysis.names import collect
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.syntax.expressions import dotted_name
 
@@ -116,3 +121,99 @@ def has_detach_cpu(expr: cst.BaseExpression) -> bool:
             expr = expr.value
         else:
             return False
+
+
+# builtins whose result is a plain scalar whatever they are given (`int(t)` of a tensor
+# is an int), and those whose result is one when what they are given is (`abs(t)` of a
+# tensor is a tensor)
+_SCALAR_BUILTINS = frozenset({"int", "float", "bool", "str", "len", "repr", "ord", "chr", "hash", "format"})
+_SCALAR_OF_SCALARS = frozenset({"abs", "round", "min", "max", "pow", "divmod"})
+_SCALAR_LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString,
+                    cst.FormattedString)
+
+
+def holds_only_scalars(facts: Facts, name: str) -> bool:
+    """Does ``name`` hold a plain scalar (a number, string or bool) wherever the file binds
+    it? Only when every binding is a simple assignment (`n = 0`, `n += 1`, `n: int = 0`)
+    of a scalar expression: a loop target, an unpacking, a parameter or a `with ... as`
+    may bind anything. Then `n += v` binds a new value and changes no object in place."""
+    return facts.once(_holds_only_scalars, name)
+
+
+def _holds_only_scalars(facts: Facts, name: str) -> bool:
+    return _scalar_name(facts, name, frozenset())
+
+
+def _scalar_name(facts: Facts, name: str, seen: frozenset[str]) -> bool:
+    if name in ("True", "False", "None"):
+        return True
+    bindings = facts.bindings.get(name)
+    if not bindings or name in seen or name in _bound_otherwise(facts):
+        return False
+    seen = seen | {name}
+    for info, value in bindings:
+        values = [value] if value is not None else _augmented_values(info.node, name)
+        if not values or not all(_scalar_expression(facts, v, seen) for v in values):
+            return False
+    return True
+
+
+def _augmented_values(line: cst.CSTNode, name: str) -> list[cst.BaseExpression]:
+    """The right sides of the line's `name op= value` statements."""
+    return [small.value for small in getattr(line, "body", ())
+            if type(small) is cst.AugAssign and type(small.target) is cst.Name and small.target.value == name]
+
+
+def _scalar_expression(facts: Facts, expr: cst.BaseExpression, seen: frozenset[str]) -> bool:
+    if isinstance(expr, _SCALAR_LITERALS):
+        return True
+    if isinstance(expr, cst.Name):
+        return _scalar_name(facts, expr.value, seen)
+    if isinstance(expr, cst.UnaryOperation):
+        return _scalar_expression(facts, expr.expression, seen)
+    if isinstance(expr, cst.BinaryOperation):
+        return _scalar_expression(facts, expr.left, seen) and _scalar_expression(facts, expr.right, seen)
+    if isinstance(expr, cst.IfExp):
+        return _scalar_expression(facts, expr.body, seen) and _scalar_expression(facts, expr.orelse, seen)
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        if isinstance(func, cst.Attribute):
+            return func.attr.value == "item" and not expr.args  # a tensor's one element, as a number
+        if not isinstance(func, cst.Name) or func.value in facts.functions or func.value in facts.bindings:
+            return False  # (the script's own `len`, or a name bound to something else)
+        if func.value in _SCALAR_BUILTINS:
+            return True
+        return func.value in _SCALAR_OF_SCALARS and bool(expr.args) and all(
+            not arg.star and _scalar_expression(facts, arg.value, seen) for arg in expr.args)
+    return False
+
+
+def _bound_otherwise(facts: Facts) -> frozenset[str]:
+    """Names some statement binds other than by a simple assignment to the name alone."""
+    return facts.once(_names_bound_otherwise)
+
+
+def _names_bound_otherwise(facts: Facts) -> frozenset[str]:
+    found: set[str] = set()
+    for info in facts.statements.values():
+        node = info.node
+        if type(node) is not cst.SimpleStatementLine:  # its header: a loop's target, `as x`, a walrus...
+            found |= set(collect(node, skip=tuple(child_suites(node))).binds)
+            continue
+        for small in node.body:
+            binds = set(collect(small).binds)
+            target = _simple_target(small)
+            found |= binds - {target} if target is not None else binds
+    return frozenset(found)
+
+
+def _simple_target(small: cst.BaseSmallStatement) -> str | None:
+    """The name `n = v`, `n: T = v` or `n += v` binds (of `n = m = v` or `a, b = v`, none)."""
+    kind = type(small)
+    if kind is cst.Assign:
+        target = small.targets[0].target if len(small.targets) == 1 else None
+    elif kind is cst.AnnAssign or kind is cst.AugAssign:
+        target = small.target
+    else:
+        return None
+    return target.value if type(target) is cst.Name else None

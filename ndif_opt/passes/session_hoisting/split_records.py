@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.vocabulary import MUTATING_METHODS
 from ndif_opt.analysis.names import collect, describing_name, exposed_reads, name_assignment, target_names
+from ndif_opt.analysis.tensors import holds_only_scalars
 from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.passes.common.guards import guard_of
 from ndif_opt.passes.common.records import Recorded, plain_loads
@@ -54,7 +56,7 @@ def plan_records(items: list[Item], defined: set[str], mutated: set[str], splitt
         later_use = splitter.uses(between, Part.SERVER)
         server_after = splitter.uses(items[index + 1 :], Part.SERVER)
         changed_after = server_after.mutates if loop is None else {}
-        changing = {n for n in names if _still_changing(n, index, items, loop, mutated, changed_after)}
+        changing = {n for n in names if _still_changing(n, index, items, loop, mutated, changed_after, splitter.facts)}
         # what a recorded part may read besides its own value: names that hold the same value
         # where the record is taken as where the line stands, and that the session can read
         steady = (set(exposed) - changing) & splitter.readable
@@ -150,13 +152,13 @@ def _clients(items: list[Item]):
 
 
 def _still_changing(name: str, index: int, items: list[Item], loop: Item | None, mutated: set[str],
-                    changed_after) -> bool:
+                    changed_after, facts: Facts) -> bool:
     """May ``name`` hold another value when the record of item ``index`` is taken than when the
     line reads it?"""
     if loop is None:  # recorded where it stands: only later changes matter
         return name in changed_after
     # recorded at the iteration's end: later iterations may change it too
-    return name in mutated and not _fresh_in_iteration(name, items[:index], loop)
+    return name in mutated and not _fresh_in_iteration(name, items[:index], loop, facts)
 
 
 # Methods whose result is a new object, a snapshot of what they are called on.
@@ -292,26 +294,32 @@ def _loads_of(stmt: cst.BaseStatement, name: str) -> list[cst.Name]:
     return loads
 
 
-def _fresh_in_iteration(name: str, before: list[Item], loop: Item | None) -> bool:
+def _fresh_in_iteration(name: str, before: list[Item], loop: Item | None, facts: Facts) -> bool:
     """Is ``name`` bound anew in each iteration before it is read (a new object each time)?"""
     if loop is None:
         return False
     if name in target_names(loop.stmt.target):
         return True
-    return any(item.role is Part.SERVER and name in collect(item.stmt).binds and _binds_anew(item.stmt, name)
+    return any(item.role is Part.SERVER and name in collect(item.stmt).binds and _binds_anew(item.stmt, name, facts)
                for item in before)
 
 
-def _binds_anew(stmt: cst.CSTNode, name: str) -> bool:
+def _binds_anew(stmt: cst.CSTNode, name: str, facts: Facts) -> bool:
     """Does ``stmt`` bind ``name`` to another object somewhere (not only `name =
-    nnsight.save(name)`, which binds it again to the same object)?"""
+    nnsight.save(name)`, which binds it again to the same object, nor `name += [x]`, which
+    changes a list, dict, array or tensor in place)?"""
     lines = find_nodes(stmt, lambda n: type(n) is cst.SimpleStatementLine and name in collect(n).binds)
     compound = name in collect(stmt, skip=tuple(lines)).binds if type(stmt) is not cst.SimpleStatementLine else False
-    return compound or not lines or any(not _keeps_the_object(line, name) for line in lines)
+    return compound or not lines or any(not _keeps_the_object(line, name, facts) for line in lines)
 
 
-def _keeps_the_object(stmt: cst.CSTNode, name: str) -> bool:
-    """`name = nnsight.save(name)`, `name = name.save()`: bound again, to the same object."""
+def _keeps_the_object(stmt: cst.CSTNode, name: str, facts: Facts) -> bool:
+    """`name = nnsight.save(name)`, `name = name.save()`: bound again, to the same object; and
+    `name += v` unless `name` holds plain scalars wherever it is bound (a number's `+=` makes a
+    new number; a list's, dict's, array's or tensor's changes the object in place)."""
+    if any(type(small) is cst.AugAssign and type(small.target) is cst.Name and small.target.value == name
+           for small in getattr(stmt, "body", ())):
+        return not holds_only_scalars(facts, name)
     found = name_assignment(stmt)
     if found is None or found[0] != name:
         return False
