@@ -139,9 +139,8 @@ def _bound_object(node: cst.CSTNode, name: str, facts: Facts) -> str:
         bound = node.asname is not None and name in target_names(node.asname.name)
         return _made_by(node.item, facts) if bound else ""
     if isinstance(node, cst.For):  # `for mod in [model.h[0], model.h[1]]`: each element in turn
-        if type(node.target) is not cst.Name or node.target.value != name:
-            return ""
-        return next((w for e in _elements_of(node.iter, facts) if (w := _made_by(e, facts))), "")
+        elements = _bound_elements(node.target, node.iter, name, facts)
+        return next((w for e in elements if (w := _made_by(e, facts))), "")
     if not any(name in target_names(t.target) for t in node.targets):
         return ""
     if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
@@ -169,15 +168,17 @@ def _made_by(value: cst.BaseExpression, facts: Facts, depth: int = 0) -> str:
     if kind in (cst.Tuple, cst.List, cst.Set):
         return next((w for e in value.elements if (w := _made_by(e.value, facts, depth + 1))), "")
     if kind in (cst.ListComp, cst.SetComp):
-        return _made_by(value.elt, facts, depth + 1)
+        return _made_by_in(value.elt, value, facts, depth + 1)
     if kind is cst.DictComp:
-        return _made_by(value.key, facts, depth + 1) or _made_by(value.value, facts, depth + 1)
+        return _made_by_in(value.key, value, facts, depth + 1) or _made_by_in(value.value, value, facts, depth + 1)
     if kind is cst.Dict:
         parts = [part for e in value.elements
                  for part in ((e.key, e.value) if isinstance(e, cst.DictElement) else (e.value,))]
         return next((w for part in parts if (w := _made_by(part, facts, depth + 1))), "")
     if kind is cst.Name:
         return _named_object(value.value, facts, depth + 1)
+    if kind is cst.Attribute and type(value.value) is cst.Name and _defines_enum(facts, value.value.value):
+        return "a member of an enum the script defines"  # `Mode.ZERO`
     if kind in (cst.Attribute, cst.Subscript):
         return "a module of the model" if _model_module(value, facts) else ""
     if not isinstance(value, cst.Call):
@@ -192,7 +193,53 @@ def _made_by(value: cst.BaseExpression, facts: Facts, depth: int = 0) -> str:
         function = facts.functions.get(local)
         if function is not None and is_generator_function(function):
             return "a generator"
+    return _held_argument(value, facts, depth)
+
+
+def _made_by_in(part: cst.BaseExpression, comprehension, facts: Facts, depth: int) -> str:
+    """:func:`_made_by` of an element of a comprehension: a name its `for` binds is each
+    element of what it walks (`{s: [] for s in Split}` holds the members of `Split`)."""
+    if type(part) is cst.Name:
+        clause = comprehension.for_in
+        while clause is not None:
+            if type(clause.target) is cst.Name and clause.target.value == part.value:
+                return next((w for e in _elements_of(clause.iter, facts) if (w := _made_by(e, facts, depth))), "")
+            clause = clause.inner_for_in
+    return _made_by(part, facts, depth)
+
+
+# builtins whose result keeps the function it is given (an iterator that calls it as it goes)
+_HOLDING_BUILTINS = frozenset({"map", "filter", "iter"})
+
+
+def _held_argument(call: cst.Call, facts: Facts, depth: int) -> str:
+    """What a call's result holds of a function or class the script defines that it is given
+    positionally (`defaultdict(bucket)`, `defaultdict(lambda: [])`, `partial(score, 2)`,
+    `map(f, xs)`): an object a library makes keeps what it is made of. Not the result of
+    the script's own function (what it returns is read where it is defined), of another
+    builtin (`sorted(xs, key=f)` calls `f`), nor of a method of a value (`df.apply(f)`)."""
+    func = call.func
+    root = func
+    while type(root) is cst.Attribute:
+        root = root.value
+    if type(root) is not cst.Name or root.value in facts.functions:
+        return ""
+    if root.value not in facts.imports and not (root is func and func.value in _HOLDING_BUILTINS):
+        return ""
+    for arg in call.args:
+        if arg.keyword is None and not arg.star:
+            what = _made_by(arg.value, facts, depth + 1)
+            if what in ("a function the script defines", "a class the script defines"):
+                return f"an object holding {what}"
     return ""
+
+
+def _defines_enum(facts: Facts, name: str) -> bool:
+    """Is ``name`` a class the script defines from the `enum` module's (`class Mode(Enum)`)?
+    Its members are its instances, sent by reference to a class the server does not have."""
+    return any(isinstance(stmt, cst.ClassDef) and stmt.name.value == name
+               and any((qualify(base.value, facts.imports) or "").startswith("enum.") for base in stmt.bases)
+               for stmt in facts.module.body)
 
 
 def _named_object(name: str, facts: Facts, depth: int) -> str:
@@ -216,12 +263,59 @@ def _named_object(name: str, facts: Facts, depth: int) -> str:
     return ""
 
 
+def _bound_elements(target: cst.BaseExpression, iterable: cst.BaseExpression, name: str,
+                    facts: Facts) -> list[cst.BaseExpression]:
+    """What a `for` over ``iterable`` binds to ``name`` through ``target``: each element, or a
+    part of each when the target unpacks (`for key, value in table.items()`, `for i, (a, b) in
+    enumerate(zip(xs, ys))`), as far as the code shows."""
+    if type(target) is cst.Name:
+        return _elements_of(iterable, facts) if target.value == name else []
+    if type(target) not in (cst.Tuple, cst.List):
+        return []
+    for position, element in enumerate(target.elements):
+        if name in target_names(element.value):
+            parts = _parts_of(iterable, position, facts) or ()
+            return [e for part in parts for e in _bound_elements(element.value, part, name, facts)]
+    return []
+
+
+def _parts_of(iterable: cst.BaseExpression, position: int, facts: Facts) -> list[cst.BaseExpression] | None:
+    """Iterables whose elements are the ``position``-th part of each element of ``iterable``:
+    the keys or values of a dict display (`.items()`), the ``position``-th argument of `zip`,
+    the items of `enumerate`'s argument; None when the code does not show them."""
+    if type(iterable) is not cst.Call:
+        return None
+    func = iterable.func
+    args = [a.value for a in iterable.args if a.keyword is None and not a.star]
+    if type(func) is cst.Attribute and func.attr.value == "items" and not args:
+        displays = _dict_displays(func.value, facts)
+        if position == 0:
+            return [cst.List([cst.Element(e.key) for e in d.elements if isinstance(e, cst.DictElement)]) for d in displays]
+        return [cst.List([cst.Element(e.value) for e in d.elements if isinstance(e, cst.DictElement)]) for d in displays]
+    if type(func) is cst.Name and func.value == "zip" and position < len(args):
+        return [args[position]]
+    if type(func) is cst.Name and func.value == "enumerate" and args:
+        return [] if position == 0 else [args[0]]
+    return None
+
+
+def _dict_displays(expr: cst.BaseExpression, facts: Facts) -> list[cst.Dict]:
+    """The dict displays ``expr`` is (or a name of it is bound to)."""
+    if type(expr) is cst.Dict:
+        return [expr]
+    if type(expr) is cst.Name:
+        return [value for _info, value in facts.bindings.get(expr.value, ()) if type(value) is cst.Dict]
+    return []
+
+
 def _elements_of(iterable: cst.BaseExpression, facts: Facts) -> list[cst.BaseExpression]:
     """What a `for` over ``iterable`` binds, as far as the code shows: the elements of a
     display, the element of a comprehension, and those of what a name is bound to."""
     kind = type(iterable)
     if kind in (cst.List, cst.Tuple, cst.Set):
         return [e.value for e in iterable.elements]
+    if kind is cst.Name and _defines_enum(facts, iterable.value):  # `for mode in Mode`: its members
+        return [cst.Attribute(iterable, cst.Name("member"))]
     if kind in (cst.ListComp, cst.SetComp, cst.GeneratorExp):
         return [iterable.elt]
     if kind is cst.Name:
