@@ -35,7 +35,7 @@ from ndif_opt.analysis.names import (
     target_names,
 )
 from ndif_opt.analysis.retries import retry_guard
-from ndif_opt.analysis.vocabulary import ADVANCING_BUILTINS, RANDOM_DRAWS
+from ndif_opt.analysis.vocabulary import ADVANCING_BUILTINS, MODEL_CHANGING_METHODS, RANDOM_DRAWS
 from ndif_opt.syntax.expressions import dotted_name, root_name
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.walk import find_nodes, paths_to, walk
@@ -408,6 +408,18 @@ _BUILTIN_NAMES = frozenset(dir(builtins))
 _ITERATORS = frozenset({"zip", "map", "filter", "enumerate", "reversed", "iter"})
 
 
+def changed_models(stmt: cst.CSTNode, facts: Facts) -> frozenset[str]:
+    """The models a statement outside their blocks changes as objects of your machine:
+    `model.clear_edits()`, `model.to(...)` (vocabulary.MODEL_CHANGING_METHODS). Code that
+    uses the model after it sees the change: it cannot run before it in a session."""
+    found = set()
+    for call in find_nodes(stmt, lambda n: type(n) is cst.Call and type(n.func) is cst.Attribute
+                           and n.func.attr.value in MODEL_CHANGING_METHODS and type(n.func.value) is cst.Name):
+        if facts.is_model_like(call.func.value.value):
+            found.add(call.func.value.value)
+    return frozenset(found)
+
+
 def _holds_a_generator(value: cst.BaseExpression, generators: set[str]) -> bool:
     """A generator expression, a name in ``generators``, or an iterator builtin over one."""
     if type(value) is cst.GeneratorExp or (type(value) is cst.Name and value.value in generators):
@@ -660,7 +672,11 @@ class _Checker(cst.CSTVisitor):
             # it, as one from the global generator does; on the server a copy would advance
             self._add("module", _random_message(f"{code_of(func)}()"), node)
             return
-        if func.attr.value in EFFECT_METHODS:
+        if (func.attr.value in MODEL_CHANGING_METHODS and type(func.value) is cst.Name
+                and self.facts.is_model_like(func.value.value) and func.value.value not in self.local):
+            self._add("effect", f"calls `{code_of(func)}()`, which changes the model object on your machine: in "
+                      "a session it would change the server's", node)
+        elif func.attr.value in EFFECT_METHODS:
             self._add("effect", f"calls `.{func.attr.value}()`, which acts on your machine", node)
         elif (func.attr.value in PATH_METHODS and not (root is not None and self.facts.is_model_like(root))
               and not _not_a_path_call(func.attr.value, node)):

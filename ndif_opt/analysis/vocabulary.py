@@ -12,6 +12,12 @@ MODEL_BLOCK_METHODS = ("trace", "session", "generate")
 #: Every method that opens an nnsight block: the model's, and a tracer's (`tracer.invoke`,
 #: `tracer.iter`), including the pre-0.5 ones (`scan`, `edit`).
 BLOCK_METHODS = frozenset({*MODEL_BLOCK_METHODS, "invoke", "scan", "edit", "iter"})
+#: Methods of the model object itself that change it (its edits, its weights' device or
+#: dtype, its mode): called outside its blocks, they change the model on your machine.
+MODEL_CHANGING_METHODS = frozenset({
+    "clear_edits", "dispatch", "dispatch_model", "to", "cuda", "cpu", "half", "float", "bfloat16",
+    "eval", "train", "requires_grad_", "load_state_dict", "apply", "tie_weights", "resize_token_embeddings",
+})
 #: Methods of a value in a block that say what becomes of it (`.save()`), or of the run.
 SAVE_METHODS = frozenset({"save", "skip", "stop"})
 

@@ -11,7 +11,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from ndif_opt.analysis.effects import PROGRESS_BARS
+from ndif_opt.analysis.effects import PROGRESS_BARS, changed_models
 from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import NameUse, all_params, collect, exposed_reads, fresh_name, target_names
 from ndif_opt.analysis.regions import jumps_of_loop, leaves_its_iteration
@@ -246,8 +246,10 @@ class Splitter:
                 )
         if item.role is Part.CLIENT:
             use = collect(stmt)
-            # (a store into an object that stays here is followed by its path)
-            self.client_names |= set(use.binds) | (set(use.mutates) - self.client_roots)
+            # (a store into an object that stays here is followed by its path; a model it
+            # changes, `model.clear_edits()`, is changed for the remote part after it too)
+            self.client_names |= set(use.binds) | (set(use.mutates) - self.client_roots) \
+                | changed_models(stmt, self.facts)
             item.sources = {name: self.binder[name] for name in exposed_reads([stmt]) if name in self.binder}
             self.binder.update((name, item) for name in use.binds)
         elif item.role is Part.SERVER:
