@@ -178,8 +178,13 @@ class _Flow:
         kind = type(expr)
         if kind is cst.Attribute and expr.attr.value == "output" and self.is_layer(expr.value):
             return frozenset()
+        if kind is cst.Attribute and expr.attr.value == "value":
+            return self.holds(expr.value, scope, seen)  # a pre-0.5 saved value: what was saved
         if kind is cst.Name:
             return self._name_holds(expr.value, scope, seen)
+        if kind is cst.Call and type(expr.func) is cst.Attribute and expr.func.attr.value in RANK_KEEPING \
+                and not expr.args and self._helper(expr) is None:
+            return self.holds(expr.func.value, scope, seen)  # `layer.output.save()`, `.clone()`
         if kind is cst.Call:
             return self._call_holds(expr, seen)
         return None

@@ -424,6 +424,27 @@ with model.trace("The Eiffel Tower is in", remote=True):
 """,
     ),
     Case(
+        name="the old tuple's hidden states, taken from a saved layer output's value",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in", remote=True):
+    out = model.transformer.h[5].output.save()
+hidden = out.value[0]
+print(hidden[0, -1].norm())
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The Eiffel Tower is in", remote=True):
+    out = model.transformer.h[5].output.save()
+hidden = out
+print(hidden[0, -1].norm())
+""",
+    ),
+    Case(
         name="saved values reached through containers filled by remote traces",
         before="""\
 from nnsight import LanguageModel

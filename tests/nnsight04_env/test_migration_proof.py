@@ -239,7 +239,25 @@ with model.trace("The Eiffel Tower is in the city of", remote=True):
 print(logits.value.shape, top.value.item(), late.value.norm().item(), first.value.item())
 '''
 
-TEMPLATES = {"order": READS_OUT_OF_ORDER, "view": DICT_READ_THROUGH_A_VIEW, "tuple": TUPLE_ELEMENT, "related": RELATED_SITES, "containers": SAVES_IN_CONTAINERS,
+# pre-0.5: a layer's whole output saved, its `.value[0]` read after the trace (a helper keeps the
+# whole output, a tuple on 0.4 and the hidden states on 0.8, out of the results compared)
+SAVED_WHOLE = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+
+
+def hidden_at(index):
+    with model.trace("The Eiffel Tower is in the city of", remote=True):
+        out = LAYERS[index].output.save()
+    return out.value[0]
+
+
+hidden = hidden_at(2)
+print(tuple(hidden.shape), round(hidden[0, -1].norm().item(), 4))
+'''
+
+TEMPLATES = {"whole": SAVED_WHOLE, "order": READS_OUT_OF_ORDER, "view": DICT_READ_THROUGH_A_VIEW, "tuple": TUPLE_ELEMENT, "related": RELATED_SITES, "containers": SAVES_IN_CONTAINERS,
              "rebound": REBOUND_THEN_SAVED, "steps": GENERATION_STEPS, "dict": DICT_FILLED_IN_THE_TRACE,
              "index": INDEX_LOOP_IN_THE_TRACE, "length": GENERATION_LENGTH}
 
@@ -337,3 +355,10 @@ def test_reads_out_of_order_are_moved_into_the_models_order(family, originals):
     result, report, original = proven("order", family, originals)
     bound = [line.split(" = ")[0].strip() for line in result.code.splitlines() if " = model." in line]
     assert bound == ["first", "late", "logits", "top"], result.code
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_value_of_a_saved_whole_layer_output_is_the_tuple_element(family, originals):
+    result, report, original = proven("whole", family, originals)
+    assert "return out\n" in result.code, result.code
+    assert len(original.namespace["hidden"].shape) == 3  # [B, S, D], the old tuple's hidden states
