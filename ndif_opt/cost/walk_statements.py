@@ -199,6 +199,8 @@ class StatementWalk:
         if type(stmt) is cst.While:
             trips = self.loop_symbol(stmt)
             with contextlib.nullcontext() if is_known(trips) else self._guessing(), self._loop_body(False):
+                # the test runs before every iteration (`while (x := step(x)) != ".":`)
+                self._follow_calls(stmt.test, times * trips)
                 self.suite(stmt.body.body, times * trips)
             return
         if type(stmt) is cst.If:

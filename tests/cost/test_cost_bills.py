@@ -157,3 +157,21 @@ def test_a_cached_call_whose_arguments_are_not_known_is_counted_and_said():
     found = explain(analyze(cst.parse_module(HEAD + body)), Options())
     assert found.cost.requests == 5
     assert any("`norm_at` is cached" in note for note in found.notes)
+
+
+def test_a_helper_called_in_a_while_test_sends_once_per_iteration():
+    body = '''\
+def next_piece(text):
+    with model.trace(text, remote=True):
+        top = model.lm_head.output[0, -1].argmax().save()
+    return str(top.item())
+
+
+text, steps = "Once", 0
+while steps < 4 and (piece := next_piece(text)) != ".":
+    text += piece
+    steps += 1
+'''
+    requests = cost(body).requests
+    assert not isinstance(requests, int) and [loop.header.split()[0] for loop in requests.loops] == ["while"], \
+        requests
