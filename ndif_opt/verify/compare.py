@@ -211,6 +211,8 @@ def _compare(path: str, a: Any, b: Any, atol: float, rtol: float, out: list[str]
         a = a.item()
     if _is_numpy_scalar(b):
         b = b.item()
+    if type(a) is not type(b) and _same_named_tuple(a, b):
+        a, b = tuple(a), tuple(b)  # one class the script defines, made once in each run
     if type(a) is not type(b):
         out.append(
             f"{path}: type {type(a).__name__} != {type(b).__name__} "
@@ -249,6 +251,13 @@ def _compare(path: str, a: Any, b: Any, atol: float, rtol: float, out: list[str]
         return
     if a != b:  # pragma: no cover - only comparable types reach here
         out.append(f"{path}: expected {describe(a)}, got {describe(b)}")
+
+
+def _same_named_tuple(a: Any, b: Any) -> bool:
+    """Are ``a`` and ``b`` instances of one namedtuple class of the script, defined once in
+    each run (two class objects of one name and fields)?"""
+    return (isinstance(a, tuple) and isinstance(b, tuple) and hasattr(type(a), "_fields")
+            and type(a).__qualname__ == type(b).__qualname__ and getattr(type(b), "_fields", None) == type(a)._fields)
 
 
 def _compare_arrays(path: str, a: Any, b: Any, atol: float, rtol: float, out: list[str]) -> None:

@@ -675,3 +675,15 @@ def test_the_server_draws_from_its_own_random_generator():
     # and the client's stream is the client's: the draws it makes itself are unchanged
     again = verify_sources(script(SEEDED_DRAW), script(SEEDED_DRAW), filename="seeded.py", atol=0.0, rtol=0.0)
     assert again.intended_ok, again.to_text()
+
+
+def test_a_namedtuple_class_made_in_each_run_compares_by_its_fields():
+    """Each run defines the script's namedtuple class anew: two classes of one name and fields
+    hold equal rows; other fields, or other values, still differ."""
+    from collections import namedtuple
+
+    first, second, other = namedtuple("Row", ["prompt", "top"]), namedtuple("Row", ["prompt", "top"]), \
+        namedtuple("Row", ["prompt", "rank"])
+    assert compare_namespaces({"rows": [first("a", 1)]}, {"rows": [second("a", 1)]}) == []
+    assert compare_namespaces({"rows": [first("a", 1)]}, {"rows": [second("a", 2)]}) != []
+    assert compare_namespaces({"rows": [first("a", 1)]}, {"rows": [other("a", 1)]}) != []
