@@ -154,14 +154,21 @@ class Block:
 
     @cached_property
     def saved_names(self) -> frozenset[str]:
-        """Names bound in the block to a value marked with `.save()`/`nnsight.save()`."""
+        """Names bound in the block to a value marked with `.save()`/`nnsight.save()`, or to
+        the cache its tracer's `.cache()` returns (nnsight 0.8 saves it)."""
         saved = set()
         for assign in _assignments(self.node.body):
-            if is_saved_expr(assign.value):
+            if is_saved_expr(assign.value) or self._tracer_cache(assign.value):
                 for target in assign.targets:
                     if type(target.target) is cst.Name:
                         saved.add(target.target.value)
         return frozenset(saved)
+
+
+    def _tracer_cache(self, value: cst.BaseExpression) -> bool:
+        """`tracer.cache(...)` of this block's tracer."""
+        return (type(value) is cst.Call and type(value.func) is cst.Attribute and value.func.attr.value == "cache"
+                and self.tracer_name is not None and dotted_name(value.func.value) == self.tracer_name)
 
 
 # literal containers whose contents in-place changes make unknown

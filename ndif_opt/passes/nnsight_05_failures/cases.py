@@ -77,6 +77,17 @@ print(pattern, hidden.shape)
         reason="still holds the value it had before the block",
     ),
     Case(
+        name="the cache a tracer's .cache() returns is saved by nnsight",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("hello", remote=True) as tracer:
+    cache = tracer.cache(modules=[model.transformer.h[0]])
+print(cache["model.transformer.h.0"].output.shape)
+""",
+    ),
+    Case(
         name="a loop variable of the block",
         before="""\
 from nnsight import LanguageModel

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("nnsight")
 
-from execution import both, executed, script, verified, verified_sources  # noqa: E402
+from execution import both, executed, optimized_and_verified, script, verified, verified_sources  # noqa: E402
 
 from ndif_opt import Status, optimize  # noqa: E402
 from ndif_opt.options import Options  # noqa: E402
@@ -709,3 +709,20 @@ THROUGH_A_HELPER = '''
 @both
 def test_a_module_a_helper_returns_is_ordered_too(family):
     reported_error(THROUGH_A_HELPER, family, "OutOfOrderError")
+
+
+CACHED_BY_THE_TRACER = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+with model.trace("The Eiffel Tower is in", remote=True) as tracer:
+    cache = tracer.cache(modules=[LAYERS[0]])
+print(len(cache.keys()))
+'''
+
+
+@both
+def test_the_cache_a_tracer_returns_is_not_reported_unsaved(family):
+    """nnsight 0.8 saves the cache `tracer.cache()` returns: reading it after the trace works."""
+    result, _report = optimized_and_verified(CACHED_BY_THE_TRACER, family)
+    assert not [f for f in result.findings if f.pass_id == "nnsight-05-failures"], result.findings
