@@ -90,8 +90,8 @@ for _family in ("gpt2", "llama"):
         # a loop over the members of an enum the script defines (two), and over each list of a
         # dict whose keys are such members (two prompts each)
         _held = "test_execution_held_functions::test_members_of_an_enum_of_the_script_are_not_sent_back"
-        TRIPS[f"{_held}[{_family}-members-as-keys]:{_version}"] = {"for mode in Mode": 2}
-        TRIPS[f"{_held}[{_family}-dict-of-members]:{_version}"] = {"for prompt in prompts": 2}
+        TRIPS[f"{_held}[gpt2-members-as-keys]:{_version}"] = {"for mode in Mode": 2}
+        TRIPS[f"{_held}[llama-dict-of-members]:{_version}"] = {"for prompt in prompts": 2}
         # a loop over `range(n_layers)`, `n_layers` returned by the user's own module (helpers.py)
         TRIPS[f"test_execution_reach::test_a_loop_over_range_of_a_value_computed_here_is_one_session"
               f"[{_family}]:{_version}"] = {"for layer in range(n_layers)": 2}

@@ -721,7 +721,7 @@ print(len(cache.keys()))
 '''
 
 
-@both
+@pytest.mark.parametrize("family", ["llama"])
 def test_the_cache_a_tracer_returns_is_not_reported_unsaved(family):
     """nnsight 0.8 saves the cache `tracer.cache()` returns: reading it after the trace works."""
     result, _report = optimized_and_verified(CACHED_BY_THE_TRACER, family)
