@@ -288,10 +288,8 @@ def _parts_of(iterable: cst.BaseExpression, position: int, facts: Facts) -> list
     func = iterable.func
     args = [a.value for a in iterable.args if a.keyword is None and not a.star]
     if type(func) is cst.Attribute and func.attr.value == "items" and not args:
-        displays = _dict_displays(func.value, facts)
-        if position == 0:
-            return [cst.List([cst.Element(e.key) for e in d.elements if isinstance(e, cst.DictElement)]) for d in displays]
-        return [cst.List([cst.Element(e.value) for e in d.elements if isinstance(e, cst.DictElement)]) for d in displays]
+        entries = [e for d in _dict_displays(func.value, facts) for e in d.elements if isinstance(e, cst.DictElement)]
+        return [cst.List([cst.Element(e.key if position == 0 else e.value) for e in entries])]
     if type(func) is cst.Name and func.value == "zip" and position < len(args):
         return [args[position]]
     if type(func) is cst.Name and func.value == "enumerate" and args:

@@ -1,10 +1,10 @@
-"""Bills against measurement for calls and loops whose count the walk knows: a cached
-helper called again with the same arguments, `zip` with a list a comprehension built, a
-range bound to a name again, a loop over a literal of pairs holding lists by name, an
-instance called as a function, a key function of `sorted` and `max`,
-a cached helper called in a comprehension over prompts that repeat, a `continue` decided by
-a threshold computed of known numbers (`statistics.median`, `round`). Each script runs on GPT-2 and Llama through the shared
-harness; the bill before and after must be what verify measures."""
+"""Bills against measurement for calls and loops whose count the walk knows: a cached helper called
+again with the same arguments, `zip` with a list a comprehension built, a range bound to a name
+again, a loop over a literal of pairs holding lists by name, an instance called as a function, a
+key function of `sorted` and `max`, a cached helper called in a comprehension over prompts that
+repeat, a `continue` decided by a threshold computed of known numbers (`statistics.median`,
+`round`). Each script runs on GPT-2 and Llama through the shared harness; the bill before and
+after must be what verify measures."""
 
 from __future__ import annotations
 

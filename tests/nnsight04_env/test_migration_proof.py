@@ -257,7 +257,9 @@ hidden = hidden_at(2)
 print(tuple(hidden.shape), round(hidden[0, -1].norm().item(), 4))
 '''
 
-TEMPLATES = {"whole": SAVED_WHOLE, "order": READS_OUT_OF_ORDER, "view": DICT_READ_THROUGH_A_VIEW, "tuple": TUPLE_ELEMENT, "related": RELATED_SITES, "containers": SAVES_IN_CONTAINERS,
+TEMPLATES = {"whole": SAVED_WHOLE,
+             "order": READS_OUT_OF_ORDER, "view": DICT_READ_THROUGH_A_VIEW, "tuple": TUPLE_ELEMENT,
+             "related": RELATED_SITES, "containers": SAVES_IN_CONTAINERS,
              "rebound": REBOUND_THEN_SAVED, "steps": GENERATION_STEPS, "dict": DICT_FILLED_IN_THE_TRACE,
              "index": INDEX_LOOP_IN_THE_TRACE, "length": GENERATION_LENGTH}
 

@@ -5,8 +5,9 @@ Such a value cannot come back from NDIF (the server's `__main__` is not the scri
 pickle <function bucket>`), so a session may not save it: the dict stays on your machine and
 the session records what fills it, or the loop stays as it is, with the reason. A builtin's
 result holds no function it was given (`sorted(xs, key=f)`): that still travels. GPT-2 and
-Llama (one family a test: the rule reads the script), original and rewrite through verify's emulation of NDIF (one process: it cannot see a
-pickling error of the wire itself, so the tests also read what the session saves)."""
+Llama (one family a test: the rule reads the script), original and rewrite through verify's
+emulation of NDIF (one process: it cannot see a pickling error of the wire itself, so the
+tests also read what the session saves)."""
 
 from __future__ import annotations
 

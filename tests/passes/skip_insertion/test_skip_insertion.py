@@ -53,8 +53,9 @@ with model.session(remote=True):
 def test_the_comment_says_what_each_iteration_does_at_its_layer():
     """A loop that only reads its layer is not said to patch it."""
     read = optimize(READS_DESCENDING).code
+    patching = ("model.transformer.h[layer].output[0, -1] = 0\n"
+                "            norms.append(model.lm_head.output[0, -1].max())")
     patched = optimize(READS_DESCENDING.replace(
-        "norms.append(model.transformer.h[layer].output[0, -1].norm())",
-        "model.transformer.h[layer].output[0, -1] = 0\n            norms.append(model.lm_head.output[0, -1].max())")).code
+        "norms.append(model.transformer.h[layer].output[0, -1].norm())", patching)).code
     assert "# layers before the read one are the same in every iteration" in read, read
     assert "# layers before the patched one are the same in every iteration" in patched, patched
