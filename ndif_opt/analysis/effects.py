@@ -412,12 +412,18 @@ def changed_models(stmt: cst.CSTNode, facts: Facts) -> frozenset[str]:
     """The models a statement outside their blocks changes as objects of your machine:
     `model.clear_edits()`, `model.to(...)` (vocabulary.MODEL_CHANGING_METHODS). Code that
     uses the model after it sees the change: it cannot run before it in a session."""
-    found = set()
-    for call in find_nodes(stmt, lambda n: type(n) is cst.Call and type(n.func) is cst.Attribute
-                           and n.func.attr.value in MODEL_CHANGING_METHODS and type(n.func.value) is cst.Name):
-        if facts.is_model_like(call.func.value.value):
-            found.add(call.func.value.value)
-    return frozenset(found)
+    return frozenset(model for call in find_nodes(stmt, lambda n: type(n) is cst.Call)
+                     if (model := _model_changed_by(call, facts)) is not None)
+
+
+def _model_changed_by(call: cst.Call, facts: Facts) -> str | None:
+    """The model `model.clear_edits()` (a method of MODEL_CHANGING_METHODS called on the
+    model object itself) changes, or None."""
+    func = call.func
+    if type(func) is cst.Attribute and func.attr.value in MODEL_CHANGING_METHODS and type(func.value) is cst.Name \
+            and facts.is_model_like(func.value.value):
+        return func.value.value
+    return None
 
 
 def _holds_a_generator(value: cst.BaseExpression, generators: set[str]) -> bool:
@@ -672,8 +678,7 @@ class _Checker(cst.CSTVisitor):
             # it, as one from the global generator does; on the server a copy would advance
             self._add("module", _random_message(f"{code_of(func)}()"), node)
             return
-        if (func.attr.value in MODEL_CHANGING_METHODS and type(func.value) is cst.Name
-                and self.facts.is_model_like(func.value.value) and func.value.value not in self.local):
+        if (changed := _model_changed_by(node, self.facts)) is not None and changed not in self.local:
             self._add("effect", f"calls `{code_of(func)}()`, which changes the model object on your machine: in "
                       "a session it would change the server's", node)
         elif func.attr.value in EFFECT_METHODS:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import libcst as cst
 
 from ndif_opt.analysis.names import NameUse, collect, function_locals
-from ndif_opt.analysis.vocabulary import MODEL_BLOCK_METHODS
+from ndif_opt.analysis.vocabulary import MODEL_BLOCK_METHODS, STORING_METHODS
 from ndif_opt.syntax.expressions import dotted_name, is_save_call, remote_arg, root_name
 from ndif_opt.syntax.literals import literal_value  # the model's repo id, read in every version
 from ndif_opt.syntax.positions import code_of
@@ -163,7 +163,6 @@ class Block:
                     if type(target.target) is cst.Name:
                         saved.add(target.target.value)
         return frozenset(saved)
-
 
     def _tracer_cache(self, value: cst.BaseExpression) -> bool:
         """`tracer.cache(...)` of this block's tracer."""
@@ -392,7 +391,7 @@ class Facts:
                     continue
                 func = node.func
                 if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in walked \
-                        and func.attr.value in _GROWING:
+                        and func.attr.value in _GROWING_METHODS:
                     return True
         return False
 
@@ -417,8 +416,8 @@ class Facts:
         return {name: frozenset(group - {name}) for name, group in groups.items()}
 
 
-#: methods that add items to a container
-_GROWING = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "__setitem__"})
+#: methods that add items to a container: those that store into it, and `__setitem__` called by name
+_GROWING_METHODS = STORING_METHODS | {"__setitem__"}
 
 
 # ---------------------------------------------------------------------------------------

@@ -152,13 +152,13 @@ def _scalar_name(facts: Facts, name: str, seen: frozenset[str]) -> bool:
         return False
     seen = seen | {name}
     for info, value in bindings:
-        values = [value] if value is not None else _augmented_values(info.node, name)
+        values = [value] if value is not None else augmented_values(info.node, name)
         if not values or not all(_scalar_expression(facts, v, seen) for v in values):
             return False
     return True
 
 
-def _augmented_values(line: cst.CSTNode, name: str) -> list[cst.BaseExpression]:
+def augmented_values(line: cst.CSTNode, name: str) -> list[cst.BaseExpression]:
     """The right sides of the line's `name op= value` statements."""
     return [small.value for small in getattr(line, "body", ())
             if type(small) is cst.AugAssign and type(small.target) is cst.Name and small.target.value == name]

@@ -36,6 +36,8 @@ CONTAINER_MUTATORS = frozenset(
 )  # fmt: skip
 #: Of those, the ones that put into or take out of a list or dict: what filling one looks like.
 FILLING_METHODS = frozenset({"append", "extend", "insert", "update", "pop", "clear", "remove", "setdefault"})
+#: Methods that put items into the container they are called on (`xs.append(v)`, `d.update(...)`).
+STORING_METHODS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "appendleft"})
 #: Functions (of a module, or methods of a generator) that change their first argument in
 #: place: `random.shuffle(xs)`, `rng.shuffle(xs)`, `heapq.heappush(h, x)`, `bisect.insort(a, x)`
 ARGUMENT_MUTATORS = frozenset(

@@ -27,7 +27,13 @@ import libcst as cst
 from ndif_opt.analysis.effects import PROGRESS_BARS
 from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import all_params, collect, collect_all, free_reads, is_generator_function, target_names
+from ndif_opt.analysis.vocabulary import STORING_METHODS
 from ndif_opt.syntax.walk import find_nodes
+
+# What :func:`_made_by` says of the script's own functions and classes (a call's result that
+# is given one holds it: :func:`_held_argument`).
+SCRIPT_FUNCTION = "a function the script defines"
+SCRIPT_CLASS = "a class the script defines"
 
 # Calls that return an object which cannot be pickled.
 _UNPICKLABLE_CALLS = {
@@ -50,9 +56,6 @@ def wire_problem(name: str, statements, facts: Facts) -> str:
             if what:
                 return f"`{name}` is {what}, which cannot be sent back from NDIF"
     return ""
-
-
-_STORING_METHODS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "appendleft"})
 
 
 def stored_problem(container: str, statements, facts: Facts) -> str:
@@ -86,7 +89,7 @@ def _stored_values(stmt: cst.CSTNode, container: str) -> list[cst.BaseExpression
     for node in find_nodes(stmt, lambda n: isinstance(n, (cst.Call, cst.Assign))):
         if isinstance(node, cst.Call):
             func = node.func
-            if (isinstance(func, cst.Attribute) and func.attr.value in _STORING_METHODS
+            if (isinstance(func, cst.Attribute) and func.attr.value in STORING_METHODS
                     and isinstance(func.value, cst.Name) and func.value.value == container):
                 found += [arg.value for arg in node.args]
         else:
@@ -132,9 +135,9 @@ def _bound_object(node: cst.CSTNode, name: str, facts: Facts) -> str:
     if isinstance(node, (cst.Import, cst.ImportFrom)):
         return "a module or an object imported from one" if name in collect(node).binds else ""
     if isinstance(node, cst.FunctionDef):
-        return "a function the script defines" if node.name.value == name else ""
+        return SCRIPT_FUNCTION if node.name.value == name else ""
     if isinstance(node, cst.ClassDef):
-        return "a class the script defines" if node.name.value == name else ""
+        return SCRIPT_CLASS if node.name.value == name else ""
     if isinstance(node, cst.WithItem):
         bound = node.asname is not None and name in target_names(node.asname.name)
         return _made_by(node.item, facts) if bound else ""
@@ -162,7 +165,7 @@ def _made_by(value: cst.BaseExpression, facts: Facts, depth: int = 0) -> str:
         return ""
     kind = type(value)
     if kind is cst.Lambda:
-        return "a function the script defines"
+        return SCRIPT_FUNCTION
     if kind is cst.GeneratorExp:
         return "a generator"
     if kind in (cst.Tuple, cst.List, cst.Set):
@@ -229,7 +232,7 @@ def _held_argument(call: cst.Call, facts: Facts, depth: int) -> str:
     for arg in call.args:
         if arg.keyword is None and not arg.star:
             what = _made_by(arg.value, facts, depth + 1)
-            if what in ("a function the script defines", "a class the script defines"):
+            if what in (SCRIPT_FUNCTION, SCRIPT_CLASS):
                 return f"an object holding {what}"
     return ""
 
@@ -247,9 +250,9 @@ def _named_object(name: str, facts: Facts, depth: int) -> str:
     or class it defines at module level, the model, or what a plain assignment or a `for`
     over a display binds it to (any binding of the name, in any scope: conservative)."""
     if name in facts.functions:
-        return "a function the script defines"
+        return SCRIPT_FUNCTION
     if _defines_class(facts.module, name):
-        return "a class the script defines"
+        return SCRIPT_CLASS
     if name in facts.models:
         return "the model"
     for _info, value in facts.bindings.get(name, ()):

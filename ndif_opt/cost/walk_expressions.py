@@ -306,7 +306,7 @@ class ExpressionWalk:
         if type(expr) is cst.Call and dotted_name(expr.func) == "len" and len(expr.args) == 1:
             return self.length(expr.args[0].value, depth + 1)
         if type(expr) is cst.Call and dotted_name(expr.func) in ("max", "min") and expr.args \
-                and expr.func.value not in self.facts.functions and expr.func.value not in self.env:
+                and self._not_rebound(expr.func.value):
             # max(LAYERS), min(a, b): skip-insertion caches `range(max(LAYERS))`
             args = [a for a in expr.args if a.keyword is None]
             if len(args) != len(expr.args) or any(a.star for a in args):
@@ -512,6 +512,11 @@ class ExpressionWalk:
         value = self.constant_value(test)
         return bool(value) if _plain(value) else None
 
+    def _not_rebound(self, name: str) -> bool:
+        """Is ``name`` neither a function of the script nor a name the walk has bound (the
+        builtin `max` or an imported module, not the script's own)?"""
+        return name not in self.facts.functions and name not in self.env
+
     def _computed(self, call: cst.Call) -> Any:
         """What a call of a function that gives a plain value of plain values returns (a
         builtin of _VALUE_BUILTINS the script does not rebind, a function of a module of
@@ -520,7 +525,7 @@ class ExpressionWalk:
         if name is None or not call.args or any(a.keyword is not None or a.star for a in call.args):
             return NO_VALUE
         head = name.split(".")[0]
-        if head in self.env or head in self.facts.functions:
+        if not self._not_rebound(head):
             return NO_VALUE  # the script's own `max`, a variable named `statistics`
         function = _VALUE_BUILTINS.get(name) if head not in self.facts.imports else None
         if function is None and head in self.facts.imports:

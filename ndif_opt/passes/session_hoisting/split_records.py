@@ -8,7 +8,7 @@ import libcst as cst
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.vocabulary import MUTATING_METHODS
 from ndif_opt.analysis.names import collect, describing_name, exposed_reads, name_assignment, target_names
-from ndif_opt.analysis.tensors import holds_only_scalars
+from ndif_opt.analysis.tensors import augmented_values, holds_only_scalars
 from ndif_opt.analysis.wire import wire_problem
 from ndif_opt.passes.common.guards import guard_of
 from ndif_opt.passes.common.records import Recorded, plain_loads
@@ -317,8 +317,7 @@ def _keeps_the_object(stmt: cst.CSTNode, name: str, facts: Facts) -> bool:
     """`name = nnsight.save(name)`, `name = name.save()`: bound again, to the same object; and
     `name += v` unless `name` holds plain scalars wherever it is bound (a number's `+=` makes a
     new number; a list's, dict's, array's or tensor's changes the object in place)."""
-    if any(type(small) is cst.AugAssign and type(small.target) is cst.Name and small.target.value == name
-           for small in getattr(stmt, "body", ())):
+    if augmented_values(stmt, name):
         return not holds_only_scalars(facts, name)
     found = name_assignment(stmt)
     if found is None or found[0] != name:
