@@ -470,6 +470,31 @@ def test_stateful_local_helper_module_is_not_mutated_on_the_client():
     assert "tracker" not in sys.modules  # the run's helper modules do not leak
 
 
+def test_the_modules_a_fresh_client_ships_by_value_are_those_nnsight_finds_local(tmp_path, monkeypatch):
+    # The emulation reads the installed distributions once per process; what it registers
+    # must still be what nnsight's own scan calls local, for a sys.path the process had not seen.
+    from cloudpickle.cloudpickle import _PICKLE_BY_VALUE_MODULES
+    from nnsight import ndif
+
+    from ndif_opt.verify.emulation import pull_env
+
+    (tmp_path / "probe_helpers.py").write_text("X = 1\n")
+    (tmp_path / "probe_package").mkdir()
+    (tmp_path / "probe_package" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    expected = {name for name, version in ndif.get_local_env()["packages"].items() if version == "local"}
+    monkeypatch.setattr(ndif, "_PULLED_ENV", False)
+    before = set(_PICKLE_BY_VALUE_MODULES)
+    try:
+        pull_env()
+        registered = set(_PICKLE_BY_VALUE_MODULES) - before
+    finally:
+        _PICKLE_BY_VALUE_MODULES.clear()
+        _PICKLE_BY_VALUE_MODULES.update(before)
+    assert {"probe_helpers", "probe_package"} <= expected
+    assert registered == expected - before
+
+
 def test_nested_remote_trace_inside_a_remote_session_fails_like_a_server():
     source = script(
         """
