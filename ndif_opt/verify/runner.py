@@ -412,7 +412,8 @@ class _LoggingState:
                     handler.close()  # e.g. a FileHandler the script opened
             logger.handlers = list(handlers)
             level, logger.propagate, logger.disabled = settings
-            logger.setLevel(level)
+            if logger.level != level:  # setLevel empties every logger's cache: a run has thousands
+                logger.setLevel(level)
         logging.disable(self.disabled)
 
 
