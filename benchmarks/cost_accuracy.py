@@ -72,7 +72,7 @@ TRIPS: dict[str, dict[str, int]] = {
     "file_rows": {"for row in rows": 5},
 }
 for _family in ("gpt2", "llama"):
-    for _version in ("original", "optimized"):
+    for _version, _flag in (("original", ""), ("optimized", ", remote=False")):
         for _name in ("test_a_method_that_stores_its_results_on_self_runs_in_one_session",
                       "test_a_method_that_reads_what_the_loop_stored_on_self_keeps_its_requests"):
             # a method's loop over the list its caller passes (three prompts)
@@ -92,6 +92,10 @@ for _family in ("gpt2", "llama"):
         _held = "test_execution_held_functions::test_members_of_an_enum_of_the_script_are_not_sent_back"
         TRIPS[f"{_held}[gpt2-members-as-keys]:{_version}"] = {"for mode in Mode": 2}
         TRIPS[f"{_held}[llama-dict-of-members]:{_version}"] = {"for prompt in prompts": 2}
+        # a while loop whose test calls a tracing helper, three iterations (its test ends it the fourth time
+        # before the call)
+        TRIPS[f"test_execution_split::test_a_while_loop_whose_test_calls_a_tracing_helper_is_one_session"
+              f"[{_family}]:{_version}"] = {f'while steps < 3 and (piece := next_piece(text{_flag})) != " stop"': 3}
         # a loop over `range(n_layers)`, `n_layers` returned by the user's own module (helpers.py)
         TRIPS[f"test_execution_reach::test_a_loop_over_range_of_a_value_computed_here_is_one_session"
               f"[{_family}]:{_version}"] = {"for layer in range(n_layers)": 2}

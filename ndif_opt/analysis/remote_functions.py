@@ -501,10 +501,13 @@ def call_multiplicity(stmts, helpers: dict[str, RemoteHelper], facts: Facts, unk
     for stmt in stmts:
         if isinstance(stmt, (cst.For, cst.While)):
             trips = trip_count(stmt, facts)
+            runs = unknown if trips is None else trips
             inner = call_multiplicity(stmt.body.body, helpers, facts, unknown)
-            total += (unknown if trips is None else trips) * inner
-            header = stmt.iter if isinstance(stmt, cst.For) else stmt.test
-            total += _calls_in_expressions(header, helpers, facts, unknown)
+            total += runs * inner
+            if isinstance(stmt, cst.For):  # the iterable is made once
+                total += _calls_in_expressions(stmt.iter, helpers, facts, unknown)
+            else:  # the test runs before each iteration and once more to end the loop
+                total += (runs + 1) * _calls_in_expressions(stmt.test, helpers, facts, unknown)
         elif isinstance(stmt, cst.SimpleStatementLine):
             total += _calls_in_expressions(stmt, helpers, facts, unknown)
         else:

@@ -15,6 +15,8 @@ pytest.importorskip("nnsight")
 
 from execution import both, optimized_and_verified  # noqa: E402
 
+from ndif_opt import optimize  # noqa: E402
+
 
 def check(template: str, family: str, requests_after: int = 1):
     """The template optimized and verified (execution.optimized_and_verified); the optimized
@@ -793,3 +795,40 @@ def test_a_loop_that_fills_a_dataframe_and_a_defaultdict_and_stops_early(family)
     assert "df.loc[len(df)]" in result.code.split("with model.session")[1].split("_ndif_rows:")[1]
     [found] = [f for f in result.findings if f.pass_id == "session-hoisting"]
     assert found.range.start.line == 10, found  # `for layer in range(4):`
+
+
+WHILE_TEST_CALLS_A_HELPER = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+
+
+def next_piece(text):
+    with model.trace(text, remote=True):
+        top = model.lm_head.output[0, -1].argmax().save()
+    return f" t{top.item() % 7}"
+
+
+text, steps, pieces = "Once upon a time", 0, []
+while steps < 3 and (piece := next_piece(text)) != " stop":
+    text += piece
+    steps += 1
+    pieces.append(piece)
+print("done after", steps, pieces)
+'''
+
+
+@both
+def test_a_while_loop_whose_test_calls_a_tracing_helper_is_one_session(family):
+    # the test runs before every iteration: its requests are the loop's (N + 1 of them)
+    result, report = check(WHILE_TEST_CALLS_A_HELPER, family)
+    assert "while steps < 3" in result.code and ".session(remote=True)" in result.code
+
+
+def test_a_while_loop_whose_test_calls_a_tracing_helper_and_that_prints_says_why_it_stays():
+    source = WHILE_TEST_CALLS_A_HELPER.replace("    pieces.append(piece)", "    print(piece)")
+    result = optimize(source)
+    [finding] = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert finding.range.start.line == source.splitlines().index(  # (0-based)
+        'while steps < 3 and (piece := next_piece(text)) != " stop":')
+    assert "N separate remote requests" in finding.message and "`print`" in finding.reason
