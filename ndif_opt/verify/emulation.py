@@ -41,7 +41,6 @@ token) and decoder-layer evaluations are counted with forward pre-hooks; see
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import linecache
 import threading
@@ -58,6 +57,7 @@ from .emulation_parts import (
     deserialize_hidden,
     dicts_emptied,
     kind_of,
+    pull_env,
     zstd_compress,
     zstd_decompress,
 )
@@ -304,12 +304,13 @@ def _make_backend_class():
             return result
 
         def request(self, request: Any, tracer: Any) -> Any:
+            from nnsight import ndif
             from nnsight.intervention.tracer import InterleavingTracer
 
             # == RemoteBackend._serialize: pull_env + RequestModel.serialize(tracer,
             # compress); compressing the raw payload here gives the identical bytes
             # (same zstd level) and also yields the raw size.
-            pull_env()
+            pull_env(ndif)
             raw = RequestModel.serialize(tracer, compress=False)
             blob = zstd_compress(raw) if request.compress else raw
             self._log(f"payload: {len(blob):,} bytes")
@@ -323,42 +324,6 @@ def _make_backend_class():
             return self.finalize(content)
 
     return EmulatedRemoteBackend
-
-
-def pull_env() -> None:
-    """nnsight 0.8's ``pull_env()``, as a fresh client process runs it: every module
-    ``get_local_env`` finds importable from outside site-packages (the script's own helpers)
-    is registered to ship by value, once per run.
-
-    ``get_local_env`` also reads the metadata of every installed distribution (0.1-0.2 s,
-    a third of a small script's emulated run); what is installed is the same in every run of
-    this process, so that part is read once. The scan for local modules runs each time, as
-    ``get_local_env`` runs it: the run's directory is first on ``sys.path`` and differs per run.
-    """
-    import pkgutil
-    import sys
-
-    from nnsight import ndif
-
-    if ndif._PULLED_ENV:
-        return
-    installed = _installed_import_names()
-    site_paths = {p for p in sys.path if "site-packages" in p or "dist-packages" in p}
-    for importer, name, _ in pkgutil.iter_modules():
-        if name in installed or name.startswith("_") or name in sys.stdlib_module_names:
-            continue
-        path = getattr(importer, "path", None)
-        if path is not None and not any(path.startswith(site) for site in site_paths):
-            ndif.register(name)
-    ndif._PULLED_ENV = True
-
-
-@functools.lru_cache(maxsize=1)
-def _installed_import_names() -> frozenset[str]:
-    """The names ``get_local_env`` reports as installed packages (not ``"local"``)."""
-    from nnsight.ndif import get_local_env
-
-    return frozenset(name for name, version in get_local_env()["packages"].items() if version != "local")
 
 
 class Release08:

@@ -58,7 +58,7 @@ def _make_backend_class():
     from nnsight.intervention.backends.remote import RemoteBackend
     from nnsight.intervention.tracing.tracer import InterleavingTracer
 
-    from .emulation_parts import kind_of, zstd_decompress
+    from .emulation_parts import kind_of, pull_env, zstd_decompress
 
     class EmulatedRemoteBackend06(RemoteBackend):
         """0.6.3's RemoteBackend with the emulated NDIF as its transport."""
@@ -75,6 +75,9 @@ def _make_backend_class():
             self.status_display.enabled = False
 
         def blocking_request(self, tracer: Any) -> Any:
+            from nnsight.intervention.backends import remote
+
+            pull_env(remote)  # the request's own pull_env() then finds it done
             data, _headers = self.request(tracer)
             raw = zstd_decompress(data) if self.compress else data
             record = self.emulator.new_request(

@@ -1,11 +1,12 @@
 """What the NDIF emulation's release-specific parts share (:mod:`ndif_opt.verify.emulation`
 for nnsight 0.8, :mod:`ndif_opt.verify.emulation_06` for 0.6): patching with undo, the
 hiding of the user's local modules and of the packages a server has not loaded, emptied
-caches, the request's kind, zstd."""
+caches, the request's kind, zstd, the client's scan for local modules."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import types
 from typing import Any, Callable, Iterator
@@ -20,6 +21,7 @@ __all__ = [
     "dicts_emptied",
     "kind_of",
     "local_modules_hidden",
+    "pull_env",
     "zstd_compress",
     "zstd_decompress",
 ]
@@ -141,3 +143,41 @@ def zstd_decompress(data: bytes) -> bytes:
     import zstandard
 
     return zstandard.ZstdDecompressor().decompress(data)
+
+
+# ---------------------------------------------------------------------------
+# The client's scan for local modules
+# ---------------------------------------------------------------------------
+
+
+def pull_env(holder: types.ModuleType) -> None:
+    """nnsight's ``pull_env()``, as a fresh client process runs it (0.8 has it in
+    ``nnsight.ndif``, 0.6 in its remote backend's module: ``holder``, which also holds the
+    ``_PULLED_ENV`` flag, ``get_local_env`` and ``register`` it uses): every module
+    ``get_local_env`` finds importable from outside site-packages (the script's own helpers)
+    is registered to ship by value, once per run.
+
+    ``get_local_env`` also reads the metadata of every installed distribution (0.1-0.2 s, a
+    third of a small script's emulated run); what is installed is the same in every run of
+    this process, so that part is read once. The scan for local modules runs each time, as
+    ``get_local_env`` runs it: the run's directory is first on ``sys.path`` and differs per run.
+    """
+    import pkgutil
+
+    if holder._PULLED_ENV:
+        return
+    installed = _installed_import_names(holder.get_local_env)
+    site_paths = {p for p in sys.path if "site-packages" in p or "dist-packages" in p}
+    for importer, name, _ in pkgutil.iter_modules():
+        if name in installed or name.startswith("_") or name in sys.stdlib_module_names:
+            continue
+        path = getattr(importer, "path", None)
+        if path is not None and not any(path.startswith(site) for site in site_paths):
+            holder.register(name)
+    holder._PULLED_ENV = True
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_import_names(get_local_env: Callable[[], dict]) -> frozenset[str]:
+    """The names ``get_local_env`` reports as installed packages (not ``"local"``)."""
+    return frozenset(name for name, version in get_local_env()["packages"].items() if version != "local")

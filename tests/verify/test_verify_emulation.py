@@ -476,7 +476,7 @@ def test_the_modules_a_fresh_client_ships_by_value_are_those_nnsight_finds_local
     from cloudpickle.cloudpickle import _PICKLE_BY_VALUE_MODULES
     from nnsight import ndif
 
-    from ndif_opt.verify.emulation import pull_env
+    from ndif_opt.verify.emulation_parts import pull_env
 
     (tmp_path / "probe_helpers.py").write_text("X = 1\n")
     (tmp_path / "probe_package").mkdir()
@@ -486,7 +486,7 @@ def test_the_modules_a_fresh_client_ships_by_value_are_those_nnsight_finds_local
     monkeypatch.setattr(ndif, "_PULLED_ENV", False)
     before = set(_PICKLE_BY_VALUE_MODULES)
     try:
-        pull_env()
+        pull_env(ndif)
         registered = set(_PICKLE_BY_VALUE_MODULES) - before
     finally:
         _PICKLE_BY_VALUE_MODULES.clear()
