@@ -80,6 +80,9 @@ for _family in ("gpt2", "llama"):
         # a loop over what a generator of the script yields (two prompts)
         TRIPS[f"test_execution_never_wrong::test_a_loop_over_what_cannot_travel_is_left_as_it_is"
               f"[generator-iterated-{_family}]:{_version}"] = {"for prompt in prompts": 2}
+        # a loop over a zip with `itertools.count()` that breaks after two iterations
+        TRIPS[f"test_execution_never_wrong::test_a_loop_over_what_cannot_travel_is_left_as_it_is"
+              f"[zip-walked-then-read-{_family}]:{_version}"] = {"for prompt, index in pairs": 2}
         # a loop over a list its body grows, to five items (the bill says N: its length as it starts is not it)
         for _case, _header in (("function", "for prompt in queue"), ("alias", "for prompt in prompts")):
             TRIPS[f"test_execution_grown_iterables::test_a_loop_whose_list_the_replay_would_grow_is_left_with_the"

@@ -355,6 +355,36 @@ class ServerCheck:
     def is_client_object(self, name: str) -> bool:
         return name in self._client_objects
 
+    def is_iterator(self, name: str) -> bool:
+        """Is ``name`` bound (by some statement) to an iterator a builtin or ``itertools``
+        makes (`it = iter(prompts)`, `pairs = zip(xs, ys)`)? Walking it changes it: a loop
+        or ``next`` that walks it in a session advances the server's copy, not yours."""
+        return name in self._iterators
+
+    def walking(self, iterable: cst.BaseExpression, local: frozenset[str] = frozenset()) -> list[Problem]:
+        """Why a loop or comprehension over ``iterable`` cannot run on the server when
+        ``iterable`` names an iterator of your machine (`for p in it`): walking it advances
+        it, and on the server a copy would advance. (A generator is an object only you have:
+        its name is a problem wherever it is read.)"""
+        if type(iterable) is not cst.Name or iterable.value in local:
+            return []
+        name = iterable.value
+        if not self.is_iterator(name) or self.is_client_object(name):
+            return []
+        return [Problem("client-object", f"walks `{name}`, an iterator of your machine: on the server a copy of "
+                        "it would advance, and yours would stay where it was", iterable)]
+
+    @cached_property
+    def _iterators(self) -> frozenset[str]:
+        found: set[str] = set()
+        for info in self.facts.statements.values():
+            for func, names in _names_bound_to_calls(info.node):
+                path = qualify_dotted(func, self.facts.imports)
+                builtin = func in _ITERATORS and path == func and func not in self.facts.functions
+                if builtin or path.startswith("itertools."):
+                    found.update(names)
+        return frozenset(found)
+
     @cached_property
     def _client_objects(self) -> set[str]:
         """Names bound to things that only exist on the client: files, figures, bars.
@@ -512,7 +542,7 @@ _OBJECTING = frozenset(
 
 
 # the node classes that _Checker.may_object may accept
-_MAY_OBJECT = _OBJECTING | {cst.Name, cst.Call, cst.AssignTarget, cst.AugAssign}
+_MAY_OBJECT = _OBJECTING | {cst.Name, cst.Call, cst.AssignTarget, cst.AugAssign, cst.For, cst.CompFor}
 
 
 class _Checker(cst.CSTVisitor):
@@ -555,6 +585,8 @@ class _Checker(cst.CSTVisitor):
             return bool(trial.problems)
         if kind is cst.AssignTarget or kind is cst.AugAssign:
             return self._model_attribute(node.target) is not None
+        if kind is cst.For or kind is cst.CompFor:
+            return bool(self.check.walking(node.iter, self.local))
         return kind in _OBJECTING
 
     def _model_attribute(self, target: cst.BaseExpression) -> str | None:
@@ -760,6 +792,7 @@ class _Checker(cst.CSTVisitor):
                       "and nothing computed before it would come back", node)
 
     def visit_For(self, node: cst.For) -> bool:
+        self._check_walked(node.iter)
         guard = retry_guard(node, self.facts)
         if guard is None:
             return True
@@ -768,6 +801,12 @@ class _Checker(cst.CSTVisitor):
         walk(node.iter, self)
         walk(guard.guarded.body, self)
         return False
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._check_walked(node.iter)
+
+    def _check_walked(self, iterable: cst.BaseExpression) -> None:
+        self.problems += self.check.walking(iterable, self.local)
 
     def visit_Try(self, node: cst.Try) -> None:
         self._add(

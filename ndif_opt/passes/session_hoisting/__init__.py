@@ -47,7 +47,9 @@ nothing after the session reads, is let go at its end (`logits = None`), not dow
 a module name the session computes gets it as an argument (`def f(x, *, vec)`), when
 every call of it in the file is one the session makes after binding the name. It is not applied (and says why) when the code that must stay
 on your machine feeds the remote part, when a record could not hold what a line would
-have seen, when the moved code declares ``global`` or calls a helper that cannot run in
+have seen, when the moved code walks an iterator of your machine (`it = iter(xs)`, `pairs =
+zip(xs, ys)`: the server would advance a copy of it, and yours would stay where it was),
+when the moved code declares ``global`` or calls a helper that cannot run in
 a session (a loop or a comprehension of such calls gets one finding that names it), or when a
 container the session would make is also filled by a remote block no session takes (a
 container is fixed in every block that fills it or in none: fixed in part, a script that

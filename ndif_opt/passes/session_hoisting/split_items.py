@@ -533,9 +533,9 @@ class Splitter:
                 f"the code {problems[0].message}, in the same statement as remote work "
                 "(only a `for` loop's body can be split into a remote and a local part)"
             )
-        header = self.server_check.problems(stmt.target) + self.server_check.problems(
-            unwrap_progress(stmt.iter, self.facts)
-        )
+        iterable = unwrap_progress(stmt.iter, self.facts)
+        header = self.server_check.problems(stmt.target) + self.server_check.problems(iterable) + \
+            self.server_check.walking(iterable)
         if header:
             raise Refused(f"the loop's header {header[0].message}")
         outer, self.in_loop = self.in_loop, True

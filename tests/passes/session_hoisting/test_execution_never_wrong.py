@@ -675,6 +675,31 @@ for prompt in prompts:
     norms.append(round(n.item(), 4))
 print(norms)
 ''', "`prompts`, which exists only on your machine"),
+    # an iterator walked in a session advances the server's copy: the client's stays at the start
+    "iterator-walked-then-read": ('''
+PROMPTS = ["The cat", "The cat sat on the"]
+prompts = iter(PROMPTS)
+norms = []
+for prompt in prompts:
+    with model.trace(prompt, remote=True):
+        n = model.lm_head.output[0, -1].norm().save()
+    norms.append(round(n.item(), 4))
+print(norms, list(prompts))
+''', "walks `prompts`, an iterator of your machine"),
+    "zip-walked-then-read": ('''
+import itertools
+
+PROMPTS = ["The cat", "The cat sat on the", "One two three"]
+pairs = zip(PROMPTS, itertools.count())
+norms = {}
+for prompt, index in pairs:
+    with model.trace(prompt, remote=True):
+        n = model.lm_head.output[0, -1].norm().save()
+    norms[index] = round(n.item(), 4)
+    if index == 1:
+        break
+print(norms, next(pairs))
+''', "walks `pairs`, an iterator of your machine"),
 }
 
 
