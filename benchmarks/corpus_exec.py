@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import sys
 import time
@@ -51,6 +50,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from reach import run_in_own_group  # noqa: E402
+
+from ndif_opt.verify.verdict import subject  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[1]
 CORPUS_EXEC = PROJECT.parent / "shared" / "corpus-exec"
@@ -103,12 +104,6 @@ def run_verify(path: Path, mode: str, timeout: float) -> dict:
     judged = judge(report)
     judged["seconds"] = time.monotonic() - started
     return judged
-
-
-def subject(mismatch: str) -> str:
-    """What a mismatch line is about: a name (with its path), a stdout line, a file, the error."""
-    match = re.match(r"(stdout line \d+|stdout|file [^:]+|error|[^:]+):", mismatch)
-    return match.group(1) if match else mismatch
 
 
 def judge(report: dict) -> dict:

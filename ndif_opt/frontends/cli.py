@@ -441,7 +441,8 @@ def verify(
     measured on tiny models built from the real models' configurations: the bytes are
     the tiny models' ("download (raw)" is before NDIF's compression).
 
-    Exit 0: OK. 1: MISMATCH (the results differ). 2: FAILED, nothing to compare — the
+    Exit 0: OK. 1: MISMATCH (the results differ), or ORIGINAL WRONG (they differ only as the
+    original's own run on NDIF does). 2: FAILED, nothing to compare — the
     original script raised locally (unless --allow-same-error and the optimized script
     raised the same), or a script that opens remote=True blocks made no request; or NOT
     MIGRATED: with --migrate, the script could not be migrated, and nothing ran."""

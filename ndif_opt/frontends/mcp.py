@@ -186,7 +186,8 @@ def build_server() -> MCPServer:
                      atol: float = 0.0, rtol: float = 0.0) -> CallToolResult:
         """Run the original and the optimized script on a tiny local model through an emulation
         of NDIF and compare every result: status OK, MISMATCH (the `mismatches` name the values
-        that differ), FAILED (`reason`: nothing to compare) or NOT-MIGRATED (with `migrate`, the
+        that differ), ORIGINAL-WRONG (they differ only as the original's own run on NDIF does:
+        the rewrite adds no difference), FAILED (`reason`: nothing to compare) or NOT-MIGRATED (with `migrate`, the
         script could not be migrated: `reason` says why; nothing ran), and the measured requests,
         download bytes and forward passes before -> after. `rewritten`: check this code
         instead of ndif-opt's own rewrite (your hand edit of the original). Takes seconds."""

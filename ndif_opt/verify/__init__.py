@@ -44,6 +44,7 @@ from .verdict import (  # plain Python: imports neither torch nor nnsight
     headline,
     judge,
     not_migrated_reason,
+    only_the_originals,
 )
 from .verdict import reason as verdict_reason
 
@@ -406,12 +407,16 @@ def verify_sources(
         local, after, atol, rtol, frozenset(ignore_missing), ignore=ignore, ignore_extra=ignore_extra
     )
     remote_mismatches = _run_mismatches(local, before, atol, rtol, ignore=ignore)
+    # (the two remote runs against each other, only where both differ from the local run)
+    between = _run_mismatches(before, after, atol, rtol, frozenset(ignore_missing), ignore=ignore,
+                              ignore_extra=ignore_extra) if mismatches and remote_mismatches else []
     verdict = judge(
         RunFacts(local.error, requests=0),  # every `remote=` ignored: no request by design
         RunFacts(before.error, len(before.requests), first_remote_block_line(original)),
         RunFacts(after.error, len(after.requests), first_remote_block_line(optimized)),
         mismatches=mismatches,
         allow_same_error=allow_same_error,
+        as_the_original=only_the_originals(mismatches, remote_mismatches, between),
     )
     if missing:  # nothing to compare with: say why, not what differs from an empty run
         verdict, mismatches, remote_mismatches = Verdict(Status.FAILED), [], []

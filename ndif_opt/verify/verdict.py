@@ -15,7 +15,10 @@ emulated):
    when it failed no differently from (a) — the original failing on the server alone
    is a finding about the original (``original_remote_differs``), not a failed verify.
 3. Otherwise the comparison decides: OK, or MISMATCH. (c) raising where (a) did not is
-   a MISMATCH: the optimization broke a script that runs.
+   a MISMATCH: the optimization broke a script that runs. Where (b) differs from (a) too,
+   and (c) differs only where (b) does and there as (b) does (a `print` inside a remote
+   block is a server log line, not your stdout, in both), the rewrite added no difference:
+   ORIGINAL WRONG, the original script's own, not the optimization's.
 
 Before any run, one more: with ``--migrate``, a pre-0.5 script that ``--migrate`` left as
 it was (it could not migrate all of it) is NOT MIGRATED — its "optimized" script is the
@@ -41,6 +44,8 @@ class Status(str, Enum):
     OK = "ok"
     SAME_ERROR = "same-error"  # OK because the user accepts an error both versions raise
     MISMATCH = "mismatch"
+    # (c) differs from (a) only where (b), the original on NDIF, does, and as (b) does
+    ORIGINAL_WRONG = "original-wrong"
     FAILED = "failed"  # nothing (or not enough) ran to compare
     NOT_MIGRATED = "not-migrated"  # --migrate left a pre-0.5 script as it was: nothing to run
 
@@ -107,19 +112,38 @@ def judge(
     *,
     mismatches: list[str],
     allow_same_error: bool = False,
+    as_the_original: bool = False,
 ) -> Verdict:
     """The verdict over (a) ``local``, (b) ``original``, (c) ``optimized``, given the
-    ``mismatches`` of (a) against (c)."""
+    ``mismatches`` of (a) against (c); ``as_the_original``: each of them is one (b) shows
+    too, alike (:func:`only_the_originals`)."""
     failed = _original_raised(local, original, optimized, allow_same_error) or _no_request(
         local, original, optimized
     )
     if failed is not None:
         return failed
     if mismatches:
-        return Verdict(Status.MISMATCH)
+        alike = as_the_original and error_kind(optimized.error) == error_kind(original.error)
+        return Verdict(Status.ORIGINAL_WRONG if alike else Status.MISMATCH)
     if local.error is not None:
         return Verdict(Status.SAME_ERROR, error=local.error)
     return Verdict(Status.OK)
+
+
+def subject(mismatch: str) -> str:
+    """What a mismatch line is about: a name (with its path), a stdout line, a file, the error."""
+    match = re.match(r"(stdout line \d+|stdout|file [^:]+|error|[^:]+):", mismatch)
+    return match.group(1) if match else mismatch
+
+
+def only_the_originals(mismatches: list[str], originals: list[str], between: list[str]) -> bool:
+    """Is every difference of the optimized run from the local one (``mismatches``) about
+    something the original run on NDIF differs on too (``originals``), where the two
+    remote runs agree (nothing of ``between``, the original's remote run against the
+    optimized one, is about it)?"""
+    subjects = {subject(m) for m in mismatches}
+    return bool(subjects) and subjects <= {subject(m) for m in originals} \
+        and not subjects & {subject(m) for m in between}
 
 
 def _original_raised(
@@ -158,6 +182,9 @@ def headline(status: Status, why: Optional[str]) -> str:
         return "verify: OK"
     if status is Status.MISMATCH:
         return "verify: MISMATCH (optimized, remote != original, local)"
+    if status is Status.ORIGINAL_WRONG:
+        return ("verify: ORIGINAL WRONG — the original script gives a different result on NDIF than locally, and "
+                "the optimized script differs only where it does, as it does: the rewrite adds no difference")
     if status is Status.SAME_ERROR:
         return f"verify: OK (same error) — {why}"
     if status is Status.NOT_MIGRATED:

@@ -644,6 +644,51 @@ def test_verify_sources_flags_a_wrong_optimization():
     assert report.to_text().startswith("verify: MISMATCH")
 
 
+# a print inside a remote trace is a line of the server's log, not of your stdout: the
+# original itself differs on NDIF; the rewrite keeps that difference and adds none
+PRINTS_IN_ITS_TRACE = script(
+    f"""
+    from nnsight import LanguageModel
+    model = LanguageModel("gpt2")
+    for prompt in {PROMPTS}:
+        with model.trace(prompt, remote=True):
+            print("width", model.transformer.h[0].output.shape[-1])
+            norm = model.transformer.h[0].output.norm().save()
+    print(round(norm.item(), 3))
+    """
+)
+PRINTS_HOISTED = script(
+    f"""
+    from nnsight import LanguageModel
+    model = LanguageModel("gpt2")
+    with model.session(remote=True):
+        for prompt in {PROMPTS}:
+            with model.trace(prompt):
+                print("width", model.transformer.h[0].output.shape[-1])
+                norm = model.transformer.h[0].output.norm()
+        norm = norm.save()
+    print(round(norm.item(), 3))
+    """
+)
+
+
+def test_differences_the_original_shows_on_ndif_too_are_the_originals():
+    report = verify_sources(PRINTS_IN_ITS_TRACE, PRINTS_HOISTED, ignore_missing=["prompt"])
+    assert report.status.value == "original-wrong" and not report.intended_ok, report.to_text()
+    assert report.mismatches and all(m.startswith("stdout") for m in report.mismatches), report.mismatches
+    assert report.to_text().startswith("verify: ORIGINAL WRONG — "), report.to_text()
+
+
+@pytest.mark.parametrize("breaking", [
+    ("norm = norm.save()", "norm = (norm + 1).save()"),  # a value the original gets right remotely
+    ("print(round(norm.item(), 3))", "print(round(norm.item(), 3), 0)"),  # its stdout, otherwise wrong
+], ids=["other-value", "same-subject"])
+def test_a_difference_the_rewrite_adds_is_a_mismatch_beside_the_originals(breaking):
+    report = verify_sources(PRINTS_IN_ITS_TRACE, PRINTS_HOISTED.replace(*breaking), ignore_missing=["prompt"])
+    assert report.status.value == "mismatch", report.to_text()
+    assert report.original_remote_differs
+
+
 def test_import_error_without_nnsight_is_clear():
     code = (
         "import sys; sys.modules['nnsight'] = None\n"
