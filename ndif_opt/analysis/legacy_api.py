@@ -136,7 +136,7 @@ def api_generation(facts: Facts) -> str:
     """Which nnsight API a script targets: "pre-0.5", "0.5+" or "unknown".
 
     "pre-0.5" when it uses an idiom that nnsight 0.5 removed (`.value` on saved values,
-    `nnsight.list()`, `scan=`, code after invokes that reads them...), even if it also
+    `nnsight.list()`, code after invokes that reads them...), even if it also
     uses new ones: that code would fail on 0.5+ anyway. "0.5+" when it uses an idiom
     that only 0.5+ has (`list().save()`, `nnsight.save`, `tracer.result`, `.skip()`,
     `TransformersModel`). A decoder layer's `output[0]` says nothing about the nnsight
@@ -854,7 +854,19 @@ class _Visitor:
                 args[-1] = args[-1].with_changes(comma=updated.args[-1].comma)
             return updated.with_changes(args=args)
 
-        self.add("old-kwarg", node, f"{names} of `.{func.attr.value}()`", True, fix)
+        # nnsight 0.8 hands a trace's (and its invokes') to the model's forward, which ignores
+        # them: there they are no evidence of the pre-0.5 API, but a migration drops them; a
+        # session takes none, and transformers' generate raises on them
+        method = func.attr.value
+        taken = method == "trace" or (method == "invoke" and self._invoked_in("trace", func.value))
+        self.add("old-kwarg", node, f"{names} of `.{method}()`", not taken, fix)
+
+    def _invoked_in(self, method: str, tracer: cst.BaseExpression) -> bool:
+        """Is ``tracer`` (of `tracer.invoke(...)`) the tracer of ``method`` blocks only?"""
+        if type(tracer) is not cst.Name:
+            return False
+        methods = {block.method for block in self.facts.blocks if block.tracer_name == tracer.value}
+        return methods == {method}
 
     # --- tracer.result, tracer.iter: 0.5+ evidence ---------------------------------------
     def visit_Subscript(self, node: cst.Subscript) -> None:

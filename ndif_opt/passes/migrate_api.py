@@ -238,7 +238,7 @@ def _applied_message(item: Legacy) -> str:
         "import": lambda: f"{item.what}: {tense('removed', 'would be removed')} from the import (gone in nnsight 0.5+)",
         "layer-output": lambda: f"{item.what} {_becomes()} {_replacement(item)} ({item.evidence}; a decoder layer "
                                 "returns a tensor with transformers >= 5)",
-        "old-kwarg": lambda: f"{item.what}: {tense('removed', 'would be removed')} (gone in nnsight 0.5+)",
+        "old-kwarg": lambda: f"{item.what}: {tense('removed', 'would be removed')} (nnsight 0.5+ does not use it)",
         "next": lambda: f"{item.what}: the steps of generation {tense('are', 'would be')} chosen with "
                         "`tracer.iter[...]` (nnsight 0.5+ has no `.next()`)",
         "generation-length": lambda: f"{item.what}: `max_new_tokens=1` {tense('written', 'would be written')} "

@@ -127,6 +127,19 @@ def test_modern_examples_are_not_taken_for_pre_05(path):
         ("from nnsight import LanguageModel\nm = LanguageModel('gpt2')\n"
          "with m.trace('a'):\n    x = m.lm_head.output.save()\n"
          "if hasattr(x, 'value'):\n    x = x.value\nprint(x.value)\n", PRE_05),
+        # nnsight 0.8 hands a trace's `scan=` (and its invokes') to the model's forward, which
+        # ignores it; a session takes none, and transformers' generate raises on it
+        ("from nnsight import LanguageModel\nm = LanguageModel('gpt2')\n"
+         "with m.trace('a', scan=False, validate=False):\n    x = m.lm_head.output.save()\n", UNKNOWN),
+        ("from nnsight import LanguageModel\nm = LanguageModel('gpt2')\n"
+         "with m.trace() as t:\n    with t.invoke('a', scan=False):\n        x = m.lm_head.output.save()\n", UNKNOWN),
+        ("from nnsight import LanguageModel\nm = LanguageModel('gpt2')\n"
+         "with m.generate('a', max_new_tokens=2, scan=False):\n    x = m.lm_head.output.save()\n", PRE_05),
+        ("from nnsight import LanguageModel\nm = LanguageModel('gpt2')\n"
+         "with m.generate(max_new_tokens=2) as t:\n    with t.invoke('a', scan=False):\n"
+         "        x = m.lm_head.output.save()\n", PRE_05),
+        ("from nnsight import LanguageModel\nm = LanguageModel('gpt2')\n"
+         "with m.session(scan=False):\n    xs = list().save()\n", PRE_05),
     ],
 )
 def test_generation(source, expected):
@@ -437,6 +450,29 @@ shorter = min(rows[0].shape[0], rows[1].shape[0])
 drift = [round((rows[0][p] - rows[1][p]).norm().item(), 4) for p in range(shorter)]
 print(len(drift), rows[0].shape[0] > rows[1].shape[0])
 '''
+
+
+# nnsight 0.8 code that passes `scan=False` to its traces (0.8 takes and ignores it)
+SCAN_FALSE_ON_08 = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+norms = []
+for prompt in ["The Eiffel Tower is in", "The capital of France is"]:
+    with model.trace(prompt, remote=True, scan=False):
+        hidden = LAYERS[1].output.save()
+    norms.append(round(hidden.norm().item(), 4))
+print(norms)
+'''
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_scan_false_on_a_trace_does_not_hold_an_08_script_back(verify_pkg, family):
+    from execution import optimized_and_verified
+
+    result, report = optimized_and_verified(SCAN_FALSE_ON_08, family, let_go=frozenset({"hidden", "prompt"}))
+    assert (report.before.requests, report.after.requests) == (2, 1), report.to_text() + result.code
+    assert not any("pre-0.5" in f"{f.message} {f.reason}" for f in result.findings)
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
