@@ -120,6 +120,7 @@ from ndif_opt.passes.session_hoisting.plan import (
     liveness,
     lost_reason,
     names_released,
+    names_unbound,
     needed_after,
     replay_reads,
     saved_in_region,
@@ -151,6 +152,7 @@ from ndif_opt.passes.session_hoisting.rewrite import (
     made_in_session,
     move_definitions,
     release_statement,
+    unbind_statement,
     saving,
 )
 from ndif_opt.passes.session_hoisting.split import split_region
@@ -880,6 +882,7 @@ class SessionHoisting(Pass):
         # what the code after the session may read, asked of both once at most
         needed = functools.cache(lambda: needed_after(region, facts))
         region.released = names_released(region, accumulators, needed)
+        region.unbound = names_unbound(region, accumulators, needed)
         region.left_on_server = containers_left_on_server(region, accumulators, needed)
         self._rewrite(region, accumulators, facts, plan, context)
         let_go = unreturned_names(region, facts, accumulators) | region.left_on_server
@@ -948,6 +951,7 @@ class SessionHoisting(Pass):
                 prelude[0] = prelude[0].with_changes(leading_lines=leading)
                 leading = ()
             released = [release_statement(region.released)] if region.released else []
+            released += [unbind_statement(region.unbound)] if region.unbound else []
             session = session_statement(region.model, region.flag, created + moved + released,
                                         () if fallback else leading)
             if region.retry is not None:

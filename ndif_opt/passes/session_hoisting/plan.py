@@ -377,6 +377,66 @@ def names_released(region: Region, accumulators, needed: Callable[[], frozenset[
     return found
 
 
+def names_unbound(region: Region, accumulators, needed: Callable[[], frozenset[str]]) -> list[str]:
+    """Names the code after the session reads that only the session's traces bind (`=`),
+    none of them to a saved object: your machine keeps its own value (a trace sends back only what
+    it saved). A session may send one back all the same: at its end nnsight returns each
+    name whose value's id is in its saved set, and a value saved earlier in the session
+    and freed since (a list of saved values bound anew each iteration) leaves its id free
+    for the name's value. They are unbound at the session's end."""
+    in_traces: set[str] = set()
+    saved: set[str] = set()
+    for block in region.blocks:
+        # (bound anew by `=`: `xs += [...]` changes the client's list, which its own rules handle)
+        in_traces |= {name for assign in find_nodes(block.node.body, lambda n: type(n) is cst.Assign)
+                      for target in assign.targets for name in target_names(target.target)}
+        saved |= _names_of_saved_objects(block)
+    kept = saved | set(region.saved_here.values()) | {a.name for a in accumulators}
+    if region.split is not None:
+        kept |= region.split.record_names | set(region.split.carried)
+    candidates = (in_traces - kept) & needed()
+    if not candidates:
+        return []
+    # (a name the session's own frame binds too comes back, or not, as the pass decided)
+    cut = _WithoutBodies({id(block.node) for block in region.blocks})
+    outside = set(collect_all([stmt.visit(cut) for stmt in region.moved]).binds)
+    return sorted(candidates - outside)
+
+
+def _names_of_saved_objects(block: Block) -> set[str]:
+    """The names the block binds to an object a save marks: `act = h.save()` marks the
+    object `h` and `act` name, and `g = act` names it too. nnsight sends back every name
+    bound to a saved object."""
+    names = set(block.saved_names)
+    for call in find_nodes(block.node.body, is_save_call):
+        func = call.func
+        marked = func.value if type(func) is cst.Attribute and func.attr.value == "save" else call.args[0].value
+        if type(marked) is cst.Name:
+            names.add(marked.value)
+    plain = [a for a in find_nodes(block.node.body, lambda n: type(n) is cst.Assign and type(n.value) is cst.Name)]
+    grew = True
+    while grew:
+        grew = False
+        for assign in plain:
+            group = {assign.value.value, *(n for t in assign.targets for n in target_names(t.target))}
+            if group & names and not group <= names:
+                names |= group
+                grew = True
+    return names
+
+
+class _WithoutBodies(cst.CSTTransformer):
+    """The code with the bodies of the given blocks emptied: what runs in the session's frame."""
+
+    def __init__(self, blocks: set[int]) -> None:
+        self.blocks = blocks
+
+    def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
+        if id(original) not in self.blocks:
+            return updated
+        return updated.with_changes(body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Pass()])]))
+
+
 def _returns_a_save(helper: RemoteHelper) -> bool:
     """Does the function return a name its trace binds to a saved value?"""
     returned = returned_name(helper.func)

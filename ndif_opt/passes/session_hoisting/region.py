@@ -53,6 +53,7 @@ class Region:
     # back even when no cell reads it (in a script the file's reads are all there are)
     kernel_keeps_names: bool = False
     released: list[str] = field(default_factory=list)  # names let go at the session's end (see names_released)
+    unbound: list[str] = field(default_factory=list)  # names unbound at the session's end (see names_unbound)
     # what methods it calls store on `self` that no code reads after it: not brought back
     left_attributes: list[str] = field(default_factory=list)
     # containers the session takes over that nothing after it reads: made in the

@@ -124,6 +124,18 @@ def release_statement(names: list[str]) -> cst.SimpleStatementLine:
     return cst.parse_statement(" = ".join([*names, "None"]) + f"  {comment}\n")
 
 
+UNBIND_COMMENT = "# bound only in its traces, unsaved: yours keep their values"
+
+
+def unbind_statement(names: list[str]) -> cst.SimpleStatementLine:
+    """`h = None; del h  # ...`: the session's last line, for names only its traces bind
+    without saving them, which the code after it reads (see plan.names_unbound): a
+    session sends back each name whose value's id is in its saved set, and a saved value
+    freed earlier can leave its id to one of them. (Bound first: a trace that never ran
+    leaves nothing to delete.)"""
+    return cst.parse_statement(f"{' = '.join([*names, 'None'])}; del {', '.join(names)}  {UNBIND_COMMENT}\n")
+
+
 def move_definitions(region: Region, definitions: list[cst.BaseStatement], context: Context,
                      plan: SuitePlan) -> None:
     """Plan the definitions' move before the region (see :mod:`.definitions`)."""

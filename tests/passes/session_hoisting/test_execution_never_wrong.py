@@ -833,3 +833,32 @@ def test_an_attribute_of_the_model_object_set_between_traces_stays_on_your_machi
     result, report = optimized_and_verified(TOKENIZER_SETTING, family)
     assert report.after.requests == 2, report.to_text() + result.code
     assert "model.session" not in result.code, result.code
+
+
+# `h` is bound in each trace without `.save()`: your machine keeps "client value". A session
+# sends back each name whose value's id is in its saved set, and the saved means freed as `scores`
+# is bound anew leave their ids to later tensors: `h` came back as a tensor in most runs. The
+# session ends by unbinding it. (`scores` stays empty on your machine when the original runs on
+# NDIF: the session fixes that.)
+UNSAVED_NAME_READ_AFTER = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+h = "client value"
+means = []
+for layer in range(3):
+    scores = []
+    with model.trace("The Eiffel Tower is in Paris", remote=True):
+        h = LAYERS[layer].output
+        for k in range(16):
+            scores.append((h * k).mean().save())
+    means.append(len(scores))
+print(type(h).__name__, means)
+'''
+
+
+@both
+def test_a_name_only_the_traces_bind_unsaved_keeps_its_value_after_the_session(family):
+    result, report = optimized_and_verified(UNSAVED_NAME_READ_AFTER, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "h = None; del h" in result.code, result.code
