@@ -399,8 +399,8 @@ class Guards(Step):
             held = sorted({n.value for node in nodes for n in find_nodes(node, lambda n: type(n) is cst.Name)} & own)
             if held:
                 return (f"{turn.pass_.id} would rewrite code it wrote itself in an earlier round (it holds "
-                        f"`{held[0]}`): left as that round wrote it, so the pipeline does not grow the code round "
-                        "after round (please report it)")
+                        f"`{held[0]}`): left as that round wrote it (a rewrite of its own rewrite could grow the "
+                        "code round after round)")
         return ""
 
     def _estimate(self, turn: Turn):

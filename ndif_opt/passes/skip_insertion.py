@@ -279,8 +279,8 @@ def _analyse(sweep: Sweep, facts: Facts):
         if access.layers is not None:
             if access.layers != layers or code_of(access.index) != code_of(index):
                 return (
-                    f"it reads or writes `{access.code}` as well as `{first.code}`: an "
-                    "intervention before the patched layer, or one I cannot order"
+                    f"it reads or writes `{access.code}` as well as `{first.code}`: ndif-opt inserts a skip "
+                    "only where every intervention of the trace is at the patched layer"
                 )
             if access.write and access.kind != "output":
                 return (
@@ -302,8 +302,9 @@ def _analyse(sweep: Sweep, facts: Facts):
         if sequence is None:
             return "the loop has more than one loop variable"
         if not nonnegative_ints(sequence, facts):
-            return (f"the layer numbers in `{code_of(sequence)}` are not known before running to be 0 or "
-                    "more (a negative one counts from the last layer: the cached prefix would be the wrong one)")
+            return (f"ndif-opt cannot tell before running that the layer numbers in `{code_of(sequence)}` are "
+                    "all 0 or more (a negative one counts from the last layer: the cached prefix would be the "
+                    "wrong one)")
         args = range_args(sequence)
         if args is not None:
             stop = code_of(args[0] if len(args) == 1 else args[1])
@@ -311,7 +312,7 @@ def _analyse(sweep: Sweep, facts: Facts):
             stop = f"max({code_of(sequence)})"
         return layers, index, stop
     if set(collect(index).reads) & sweep.bound:
-        return f"the patched layer `{code_of(index)}` changes in a way I cannot follow"
+        return f"the patched layer `{code_of(index)}` changes in a way ndif-opt cannot follow"
     value = int_value(index, facts)
     if value is None or value < 1:
         return f"the patched layer `{code_of(index)}` is not known to have layers before it"
@@ -558,7 +559,7 @@ with model.session(remote=True):
             model.transformer.h[layer].output[:, -1] = base
             diffs.append(model.lm_head.output[0, -1].max().item())
 """,
-        reason="an intervention before the patched layer",
+        reason="every intervention of the trace is at the patched layer",
     ),
     Case(
         name="writing the patched layer's input would change a cached value",
@@ -618,6 +619,6 @@ with model.session(remote=True):
             model.transformer.h[layer].output[:, -1] = 0
             diffs.append(model.lm_head.output[0, -1].max().item())
 """,
-        reason="are not known before running to be 0 or more",
+        reason="are all 0 or more",
     ),
 )

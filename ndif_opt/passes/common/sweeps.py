@@ -565,7 +565,7 @@ def layer_order_problem(sweep: Sweep, accesses: Accesses, facts: Facts) -> str:
             )
         kinds.setdefault(access.sub, []).append(access.kind)
     if len({access.layers for access in accesses.found}) != 1:
-        return "each iteration reads layers of several lists, whose order I cannot check"
+        return "each iteration reads layers of several lists, whose order ndif-opt cannot check"
     # Several modules of the layer (`attn`, then `mlp`): each iteration reads them in the order
     # each trace as written does, which nnsight runs in the model's order or stops at
     # (OutOfOrderError); every module of a layer runs before the next layer's

@@ -147,7 +147,7 @@ class Padding:
             elif orelse is not None:
                 self.suite(orelse.body)
         else:
-            raise _Refuse(f"uses a `{type(stmt).__name__.lower()}` statement I cannot check")
+            raise _Refuse(f"uses a `{type(stmt).__name__.lower()}` statement ndif-opt cannot check")
 
     def suite(self, block) -> None:
         for stmt in getattr(block, "body", ()):
@@ -402,7 +402,7 @@ class Padding:
             if isinstance(inner, cst.Index):
                 index = inner.value
                 if inner.star is not None or isinstance(index, cst.Ellipsis):
-                    raise _Refuse(f"indexes `{code_of(expr)}` in a way I cannot follow")
+                    raise _Refuse(f"indexes `{code_of(expr)}` in a way ndif-opt cannot follow")
                 if isinstance(index, cst.Name) and index.value == "None":
                     raise _Refuse(f"adds a dimension in `{code_of(expr)}`")
                 if dim == base:

@@ -43,7 +43,11 @@ Safe when applied: the pass only moves code that NDIF can run, replays what must
 on your machine in its order over recorded values, and brings back every value the
 rest of the script reads (in a notebook, also every module name the session binds: the
 kernel keeps them for cells to come). What a same-file function saved and returned, that
-nothing after the session reads, is let go at its end (`logits = None`), not downloaded. A same-file function the session calls that reads
+nothing after the session reads, is let go at its end (`logits = None`), not downloaded.
+A name only its traces bind, to an object nothing saves, that the code after reads keeps
+your machine's value: the session ends by unbinding it (`h = None; del h`), since nnsight
+sends back every name whose value's id it saved, and a saved value freed earlier can leave
+its id to it. A same-file function the session calls that reads
 a module name the session computes gets it as an argument (`def f(x, *, vec)`), when
 every call of it in the file is one the session makes after binding the name. It is not applied (and says why) when the code that must stay
 on your machine feeds the remote part, when a record could not hold what a line would
