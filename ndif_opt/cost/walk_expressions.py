@@ -56,6 +56,8 @@ _COMPARISONS = {
 # builtins that give a plain value of plain values: the walk computes them of values it
 # knows (as it does any function of effects.VALUE_MODULES: `statistics.median(scores)`)
 _VALUE_BUILTINS = {"min": min, "max": max, "sum": sum, "round": round, "abs": abs}
+#: the longest text the walk makes by `+` and `*` (a prompt of ~250,000 tokens)
+LONGEST_TEXT = 1_000_000
 
 
 def _plain(value: Any) -> bool:
@@ -469,7 +471,7 @@ class ExpressionWalk:
             return self._formatted(expr)
         if type(expr) is cst.BinaryOperation:  # `layer + 1` of a known layer
             number = self.integer(expr)
-            return NO_VALUE if number is None else number
+            return self._joined_text(expr) if number is None else number
         if type(expr) is cst.Call:
             text = self._string_method(expr)
             if text is not None:
@@ -483,6 +485,22 @@ class ExpressionWalk:
                 sized = self.constant_value(expr.args[0].value)
                 if isinstance(sized, (str, list, tuple)) and _plain(sized):
                     return len(sized)
+        return NO_VALUE
+
+    def _joined_text(self, expr: cst.BinaryOperation) -> Any:
+        """`"lorem ipsum " * 3000`, `PREFIX + doc`: text the walk knows made longer (a prompt's
+        tokens decide a request's time, and whether a session must be split), up to
+        :data:`LONGEST_TEXT` characters."""
+        operator = type(expr.operator)
+        if operator is not cst.Multiply and operator is not cst.Add:
+            return NO_VALUE
+        left, right = self.constant_value(expr.left), self.constant_value(expr.right)
+        if operator is cst.Add:
+            joined = isinstance(left, str) and isinstance(right, str) and len(left) + len(right) <= LONGEST_TEXT
+            return left + right if joined else NO_VALUE
+        text, times = (left, right) if isinstance(left, str) else (right, left)
+        if isinstance(text, str) and type(times) is int and len(text) * max(times, 0) <= LONGEST_TEXT:
+            return text * times
         return NO_VALUE
 
     def truth(self, test: cst.BaseExpression) -> bool | None:

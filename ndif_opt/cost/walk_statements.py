@@ -460,6 +460,11 @@ class StatementWalk:
             if literal is not None:
                 self._bind(name, literal)
                 return
+            if type(value) is cst.BinaryOperation:
+                text = self._joined_text(value)  # `doc = "lorem ipsum " * 3000`: a prompt's length
+                if isinstance(text, str):
+                    self._bind(name, python_shape(text, True))
+                    return
             if type(value) is cst.Call and dotted_name(value.func) in ("list", "tuple", "sorted", "reversed", "range"):
                 items = self.elements(value)  # `items = list(range(100))`, `range(0, 12, 4)`: still known
                 if items is not None:

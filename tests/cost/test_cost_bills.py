@@ -175,3 +175,29 @@ while steps < 4 and (piece := next_piece(text)) != ".":
     requests = cost(body).requests
     assert not isinstance(requests, int) and [loop.header.split()[0] for loop in requests.loops] == ["while"], \
         requests
+
+
+@pytest.mark.parametrize("prompt", ['"lorem ipsum " * 3000', 'PREFIX + "lorem ipsum " * 3000', '3000 * "lorem ipsum "'])
+def test_a_prompt_made_longer_by_plus_and_times_has_its_length(prompt):
+    # 100 traces of a ~9,000-token prompt on Llama-3.1-405B take ~2 hours of server time: one
+    # session would pass NDIF's hour; counted as 16 tokens it was planned as one (42 s). (The
+    # layer `layer % 126` keeps trace-fusion from running the loop in one forward pass.)
+    source = f'''\
+from nnsight import LanguageModel
+
+model = LanguageModel("meta-llama/Llama-3.1-405B")
+PREFIX = "Read this: "
+doc = {prompt}
+norms = []
+for layer in range(100):
+    with model.trace(doc, remote=True):
+        n = model.model.layers[layer % 126].output.norm().save()
+    norms.append(n.item())
+'''
+    found = explain(analyze(cst.parse_module(source)), Options())
+    assert found.cost.seconds > 3600, found.cost
+    assert not any("is not a literal string" in note for note in found.notes), found.notes
+    from ndif_opt import optimize
+
+    result = optimize(source)
+    assert result.costs[-1].after.requests == 3, [f.message for f in result.findings]
