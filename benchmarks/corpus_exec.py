@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from reach import run_in_own_group  # noqa: E402
 
-from ndif_opt.verify.verdict import subject  # noqa: E402
+from ndif_opt.verify.verdict import error_kind, subject  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[1]
 CORPUS_EXEC = PROJECT.parent / "shared" / "corpus-exec"
@@ -181,14 +181,6 @@ def judge_migration(report: dict) -> dict:
 
 def first_line(error: str | None) -> str | None:
     return error.splitlines()[0][:160] if error else None
-
-
-def error_kind(error: str | None) -> str | None:
-    if not error:
-        return None
-    first = error.splitlines()[0]
-    first = first.removeprefix("RemoteError: ")
-    return first.split(":")[0]
 
 
 def table(rows: list[dict], modes: list[str]) -> str:
