@@ -60,5 +60,9 @@ RANDOM_DRAWS = frozenset(
 )  # fmt: skip
 #: Builtins that change the iterator they are given (`next(it)` advances it).
 ADVANCING_BUILTINS = frozenset({"next"})
+#: Methods that convert a tensor into a value that downloads larger and holds no more:
+#: `.tolist()` (a Python float per element), `.float()`/`.double()` (bf16 widened).
+#: Computed on your machine from the tensor, they give the same value.
+WIDENING_CONVERSIONS = frozenset({"tolist", "float", "double"})
 #: Methods that change the object they are called on, whatever it is.
 MUTATING_METHODS = CONTAINER_MUTATORS | STREAM_MUTATORS

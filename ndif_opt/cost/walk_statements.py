@@ -20,7 +20,7 @@ from ndif_opt.analysis.names import all_params, collect, returned_name, target_n
 from ndif_opt.analysis.regions import constant_break, jumps_of_loop
 from ndif_opt.analysis.retries import retried_until_success, retry_guard, retry_wrappers, unwrapped_call
 from ndif_opt.cost.constants import CALL_DEPTH, TRACKED_LENGTH, UNROLL_BUDGET, UNROLL_LIMIT
-from ndif_opt.cost.requests import Visit, key_size, round_count, unknown_download
+from ndif_opt.cost.requests import Visit, key_size, round_count, serialized_size, unknown_download
 from ndif_opt.cost.shape_values import ModuleRef, Shape
 from ndif_opt.cost.walk_requests import Request
 from ndif_opt.cost.walk_syntax import (
@@ -610,6 +610,13 @@ class StatementWalk:
         """``times`` values of ``value`` go into the saved container ``name``."""
         size, shape, storage = self.sent(value)
         unknown = None if size is not None else unknown_download(name, value, shape)
+        if size is not None and storage is None and self.view_mode == "storage":
+            # a record `(i, row)` of views: each view's storage is written once, as a view alone's
+            for element in _literal_elements(value):
+                element_size, element_shape, element_storage = self.sent(element)
+                if element_storage is not None and element_size is not None:
+                    request.add(name, element_size, 0, times, element_storage)
+                    size -= (serialized_size(element_shape) or 0) + 1
         request.add(name, size, key, times, storage, unknown)
 
     def _follow_calls(self, small: cst.CSTNode, times: float) -> None:
@@ -907,3 +914,12 @@ def _locals_of(func: cst.FunctionDef) -> frozenset[str]:
     node alone)."""
     params = {p.name.value for p in all_params(func.params)}
     return frozenset(params | set(collect(func.body).binds))
+
+
+def _literal_elements(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The values a tuple, list or dict display holds (`(i, row)`, `{"row": row}`)."""
+    if type(value) in (cst.Tuple, cst.List):
+        return [e.value for e in value.elements if type(e) is cst.Element]
+    if type(value) is cst.Dict:
+        return [e.value for e in value.elements if type(e) is cst.DictElement]
+    return []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
-from ndif_opt.analysis.vocabulary import MUTATING_METHODS
+from ndif_opt.analysis.vocabulary import MUTATING_METHODS, WIDENING_CONVERSIONS
 from ndif_opt.analysis.names import collect, describing_name, exposed_reads, name_assignment, target_names
 from ndif_opt.analysis.tensors import augmented_values, holds_only_scalars
 from ndif_opt.analysis.wire import wire_problem
@@ -224,7 +224,21 @@ def _reduced_reads(stmt: cst.BaseStatement, name: str, splitter: "Splitter",
         others = () if _builtin_of(node, name, splitter.taken_functions) else set(collect(node).reads) - {name}
         if any(other not in steady for other in others) or splitter.server_check.problems(node):
             return None
+    # a part ending in a conversion that widens it (`x[0].tolist()`) is recorded before it:
+    # the replay converts, and the download is the tensor's
+    found = [_before_widening(node) for node in found]
+    if any(type(node) is cst.Name for node in found):
+        return None  # `x.tolist()`: the whole value is recorded
     return [(node, code_of(node)) for node in found]
+
+
+def _before_widening(node: cst.BaseExpression) -> cst.BaseExpression:
+    """``node`` without the widening conversions it ends with: `x[0, -1].float().tolist()` →
+    `x[0, -1]`."""
+    while (type(node) is cst.Call and type(node.func) is cst.Attribute and not node.args
+           and node.func.attr.value in WIDENING_CONVERSIONS):
+        node = node.func.value
+    return node
 
 
 def _outermost_chains(node: cst.CSTNode, name: str, found: list, taken: set[str]) -> None:

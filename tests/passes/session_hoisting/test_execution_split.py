@@ -679,6 +679,32 @@ def test_a_replayed_part_may_read_other_values_the_session_computes(family):
 
 
 @both
+def test_a_replayed_conversion_that_widens_a_value_runs_on_your_machine(family):
+    # `.tolist()` makes a Python float of each element and `.float()` widens: recorded in the
+    # session they would download more than the tensors the original downloads. The records
+    # hold the tensors (`row`, `h[0, -1]`); the replay converts them.
+    result, report = check(
+        '''
+        import statistics
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        spread, peaks = {}, {}
+        for L in [0, 1]:
+            with model.trace("The lazy dog sleeps", remote=True):
+                row = LAYERS[L].output[0, -1].save()
+                h = LAYERS[L + 2].output.save()
+            spread[L] = statistics.pstdev(row.tolist())
+            peaks[L] = statistics.fmean(h[0, -1].double().tolist())
+        ''',
+        family,
+    )
+    session = result.code.split("with model.session")[1].split("\nfor ")[0]
+    assert "tolist" not in session and "double" not in session, result.code
+    assert report.after.download_raw_bytes <= report.before.download_raw_bytes, report.to_text()
+
+
+@both
 def test_a_part_reading_a_value_bound_again_later_is_recorded_before_that(family):
     # `top` is bound again after the print: the print's record is taken where it stands,
     # before that, so it reads the first `top`
