@@ -42,7 +42,12 @@ _VIEW_METHODS = frozenset(
 
 
 _STRING_METHODS = frozenset(
-    {"lower", "upper", "strip", "lstrip", "rstrip", "title", "capitalize", "casefold", "swapcase"}
+    {"lower", "upper", "strip", "lstrip", "rstrip", "title", "capitalize", "casefold", "swapcase",
+     "isdigit", "isalpha", "isalnum", "isspace", "islower", "isupper", "istitle", "isnumeric", "isdecimal"}
+)
+#: String methods computed from text arguments (`w.startswith("c")` decides a filter)
+_STRING_METHODS_OF_TEXT = frozenset(
+    {"startswith", "endswith", "count", "find", "replace", "removeprefix", "removesuffix"}
 )
 
 
@@ -561,9 +566,10 @@ class ExpressionWalk:
             return NO_VALUE
         return found if isinstance(found, (bool, int, float, str)) else NO_VALUE
 
-    def _string_method(self, call: cst.Call) -> str | list | None:
-        """What a string method that takes no argument (`text.lower()`, `.strip()`) gives
-        of a string the walk knows; and `text.split()`, `text.split(sep)` of a known `sep`."""
+    def _string_method(self, call: cst.Call) -> str | list | bool | int | None:
+        """What a string method that takes no argument (`text.lower()`, `.isdigit()`) gives
+        of a string the walk knows; `text.split()`, `text.split(sep)` of a known `sep`; and
+        `text.startswith(...)`, `.replace(...)` and the others of known text arguments."""
         if type(call.func) is not cst.Attribute:
             return None
         method = call.func.attr.value
@@ -573,6 +579,17 @@ class ExpressionWalk:
             if isinstance(text, str) and (sep is None or (isinstance(sep, str) and sep)):
                 return text.split(sep)
             return None
+        if method in _STRING_METHODS_OF_TEXT and call.args and all(a.keyword is None and not a.star for a in call.args):
+            text = self.constant_value(call.func.value)
+            args = [self.constant_value(a.value) for a in call.args]
+            texts = all(isinstance(a, str) or (isinstance(a, tuple) and all(isinstance(t, str) for t in a))
+                        for a in args)
+            if not isinstance(text, str) or not texts:
+                return None
+            try:
+                return getattr(text, method)(*args)
+            except (TypeError, ValueError):
+                return None
         if call.args or method not in _STRING_METHODS:
             return None
         text = self.constant_value(call.func.value)

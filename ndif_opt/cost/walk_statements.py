@@ -636,7 +636,7 @@ class StatementWalk:
                 continue
             self._called.add(func.name.value if bound or name in self._closures else name)
             cache = None if bound else self.facts.once(_cache_size, func)
-            elements = self._unrolled_comprehension(loops)
+            elements = self._unrolled_comprehension(loops, func)
             if cache is not None and elements is None:
                 key = self._cache_key(call, loops)
                 if not self._cache_misses(name, func, cache, key):
@@ -653,12 +653,15 @@ class StatementWalk:
             if elements is not None:
                 # `[top_token(p) for p in PROMPTS]`: a call per prompt, each with its own
                 # argument (as a loop over strings is unrolled)
-                target = loops[0].target
-                held = {n: self.env.get(n, UNBOUND) for n in target_names(target)}
-                for element in elements:
-                    self._bind_target(target, element)
+                targets = [clause.target for clause in loops]
+                held = {n: self.env.get(n, UNBOUND) for target in targets for n in target_names(target)}
+                for bindings in elements:
+                    for target, element in zip(targets, bindings):
+                        self._bind_target(target, element)
+                    if any(self.truth(test.test) is False for clause in loops for test in clause.ifs):
+                        continue  # `[f(w) for w in words if w.startswith("c")]`: no call for "dog"
                     if cache is not None and not self._cache_misses(name, func, cache,
-                                                                    self._element_key(call, target)):
+                                                                    self._element_key(call, targets)):
                         continue  # `[cached(p) for p in DATA]`: a prompt seen before sends nothing
                     self._bind_arguments(func, call, bound)
                     self._unrolled += 1
@@ -704,10 +707,10 @@ class StatementWalk:
                 keywords.append((arg.keyword.value, value))
         return tuple(positional), tuple(keywords)
 
-    def _element_key(self, call: cst.Call, target: cst.BaseExpression):
-        """:meth:`_cache_key` of a call in an unrolled comprehension, for the element its
-        variable is bound to now."""
-        outer, self._elements = self._elements, self._elements | set(target_names(target))
+    def _element_key(self, call: cst.Call, targets: list[cst.BaseExpression]):
+        """:meth:`_cache_key` of a call in an unrolled comprehension, for the elements its
+        variables are bound to now."""
+        outer, self._elements = self._elements, self._elements.union(*(target_names(t) for t in targets))
         try:
             return self._cache_key(call, ())
         finally:
@@ -733,16 +736,54 @@ class StatementWalk:
             del seen[next(iter(seen))]
         return True
 
-    def _unrolled_comprehension(self, loops: tuple[cst.CompFor, ...]) -> list | None:
-        """The elements a call inside a comprehension is made for, one call each: one
-        ``for`` clause, without ``if``, over known elements holding strings (prompts), as
-        :meth:`for_loop` unrolls a loop; else None (the call is walked once for all)."""
-        if len(loops) != 1 or loops[0].ifs:
+    def _unrolled_comprehension(self, loops: tuple[cst.CompFor, ...], func: cst.FunctionDef) -> list | None:
+        """The elements of the ``for`` clauses around a call of ``func`` that it is made
+        for, a tuple (one element per clause) for each call, when every clause walks known
+        elements and the calls differ by them: one clause whose elements hold strings
+        (prompts: as :meth:`for_loop` unrolls a loop), or, within the walk's unrolling budget,
+        a clause that filters (`if w.startswith("c")`: a test decided for an element leaves
+        its call out), nested clauses over strings, or a ``func`` that cuts its traces short
+        (`tracer.stop()`: the layers evaluated follow its arguments). Else None (the call is
+        walked once for all)."""
+        if not loops:
             return None
-        elements = self.elements(loops[0].iter)
-        if not elements or len(elements) > UNROLL_LIMIT or not any(has_str(e) for e in elements):
+        bindings = self._clause_bindings(loops)
+        if not bindings:
             return None
-        return elements
+        strings = any(has_str(e) for row in bindings for e in row)
+        if len(loops) == 1 and not loops[0].ifs and strings:
+            return bindings
+        if self._unrolled + len(bindings) > UNROLL_BUDGET:
+            return None
+        filtered = any(clause.ifs for clause in loops)
+        return bindings if strings or filtered or self.facts.once(_stops_traces, func) else None
+
+    def _clause_bindings(self, loops: tuple[cst.CompFor, ...]) -> list[tuple] | None:
+        """Every combination of elements the ``for`` clauses bind, outermost first (an inner
+        clause may walk what an outer one binds: `for L in range(len(p))`), at most
+        UNROLL_LIMIT of them; None when a clause's elements are not known."""
+        clause, rest = loops[0], loops[1:]
+        elements = self.elements(clause.iter)
+        if elements is None or len(elements) > UNROLL_LIMIT:
+            return None
+        if not rest:
+            return [(element,) for element in elements]
+        held = {n: self.env.get(n, UNBOUND) for n in target_names(clause.target)}
+        found: list[tuple] = []
+        try:
+            for element in elements:
+                self._bind_target(clause.target, element)
+                inner = self._clause_bindings(rest)
+                if inner is None or len(found) + len(inner) > UNROLL_LIMIT:
+                    return None
+                found += [(element, *row) for row in inner]
+        finally:
+            for n, value in held.items():
+                if value is UNBOUND:
+                    self.env.pop(n, None)
+                else:
+                    self.env[n] = value
+        return found
 
     def _comprehension_trips(self, loops: tuple[cst.CompFor, ...]) -> Number | Count:
         """How often a call inside comprehensions of ``loops`` (their ``for`` clauses)
@@ -825,7 +866,27 @@ def _varies(facts: Facts, loop: cst.For) -> bool:
     if not names:
         return False
     nested = [n for n in compound(loop.body) if type(n) is cst.For and names & names_in(n.iter)]
-    return bool(nested) and (facts.once(_holds_work, loop.body) or has_skip(loop.body))
+    if nested and (facts.once(_holds_work, loop.body) or has_skip(loop.body)):
+        return True
+    # a trace cut short by `tracer.stop()` evaluates the layers up to the one it reads last,
+    # which the loop variable may choose (`h[layer].output`, here or in a function it calls)
+    return bool(names & names_in(loop.body)) and any(
+        _calls_stop(body) for body in [loop.body, *(func.body for func in facts.functions_called(loop.body))]
+    )
+
+
+def _stops_traces(facts: Facts, func: cst.FunctionDef) -> bool:
+    """Does ``func``, or a function of the script it calls, cut a trace short (`tracer.stop()`)?"""
+    return any(_calls_stop(body) for body in [func.body, *(f.body for f in facts.functions_called(func.body))])
+
+
+def _calls_stop(node: cst.CSTNode) -> bool:
+    """Does ``node`` hold a call `<name>.stop()` (a tracer's)?"""
+    return any(
+        type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value == "stop" and not n.args
+        and type(n.func.value) is cst.Name
+        for n in walk_nodes(node)
+    )
 
 
 def _hashable(value: Any) -> bool:

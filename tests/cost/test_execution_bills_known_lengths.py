@@ -152,12 +152,57 @@ for word, score in zip(["red", "green", "blue", "gray"], scores):
 print(kept)
 """
 
+# `tracer.stop()` after the layer the loop variable chooses: each trace evaluates the layers up
+# to that one (1 + 3 here), in a loop and in nested comprehensions over a helper
+STOPPED_SWEEP = """\
+from nnsight import LanguageModel
+model = LanguageModel("REPO")
+tops = []
+for L in [0, 2]:
+    with model.trace("The tower is in", remote=True) as tracer:
+        h = LAYERS[L].output
+        top = model.lm_head(h)[0, -1].argmax().save()
+        tracer.stop()
+    tops.append(int(top))
+print(tops)
+"""
+
+STOPPED_GRID = """\
+from nnsight import LanguageModel
+model = LanguageModel("REPO")
+
+def top_token(prompt, layer):
+    with model.trace(prompt, remote=True) as tracer:
+        top = model.lm_head(LAYERS[layer].output)[0, -1].argmax().save()
+        tracer.stop()
+    return int(top)
+
+grid = [[top_token(p, L) for L in range(0, 4, 3)] for p in ["Hi there", "Good morning"]]
+print(grid)
+"""
+
+# a comprehension's `if` decided for each known word: a trace only for the words it keeps
+FILTERED = """\
+from nnsight import LanguageModel
+model = LanguageModel("REPO")
+
+def top(word):
+    with model.trace(f"A {word} is a", remote=True):
+        t = model.lm_head.output[0, -1].argmax().save()
+    return int(t)
+
+words = ["cat", "dog", "car", "tree"]
+picked = [top(w) for w in words if w.startswith("c") and not w.isdigit()]
+print(picked)
+"""
+
 
 @pytest.mark.parametrize("template, requests",
                          [(CACHED, 2), (ZIPPED, 2), (REBOUND, 5), (NAMED_PAIRS, 5), (CALLED_INSTANCE, 3),
-                          (SORTED_BY_A_TRACE, 5), (CACHED_COMPREHENSION, 3), (THRESHOLD, 2)],
+                          (SORTED_BY_A_TRACE, 5), (CACHED_COMPREHENSION, 3), (THRESHOLD, 2), (STOPPED_SWEEP, 2),
+                          (STOPPED_GRID, 4), (FILTERED, 2)],
                          ids=["cached", "zipped", "rebound", "named-pairs", "called-instance", "sorted-by-a-trace",
-                              "cached-comprehension", "threshold"])
+                              "cached-comprehension", "threshold", "stopped-sweep", "stopped-grid", "filtered"])
 @both
 def test_the_bill_is_what_runs(family, template, requests):
     result, report = optimized_and_verified(template, family)
