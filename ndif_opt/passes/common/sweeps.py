@@ -735,12 +735,13 @@ def tally(sweep: Sweep, facts: Facts, options) -> Tally:
 
 
 def walked_trips(sweep: Sweep, facts: Facts, options) -> int | None:
-    """The iterations of one run of the sweep's loop as the cost table counts them
-    (`range(model.config.n_head)`, a list a comprehension builds), when that is a whole
-    number; None otherwise. For what a finding says, never for what a rewrite does: the
-    analysis's own trip count decides that."""
+    """The runs of the sweep's trace in one run of its loop as the cost table counts them
+    (`range(model.config.n_head)`, a list a comprehension builds; an iteration a `continue`
+    ends before the trace runs none), when that is a whole number; None otherwise. For what
+    a finding says, never for what a rewrite does: the analysis's own trip count decides
+    that."""
     walked = explain(facts, options)
-    loop, body = walked.runs_of(sweep.loop), walked.runs_of(sweep.loop.body.body[0])
+    loop, body = walked.runs_of(sweep.loop), walked.runs_of(sweep.loop.body.body[sweep.position])
     if loop is None or body is None or not isinstance(loop[0], (int, float)) or \
             not isinstance(body[0], (int, float)) or loop[0] <= 0:
         return None

@@ -142,7 +142,9 @@ class InvokeBatching(Pass):
             counts = tally(sweep, facts, context.options)  # over the script, as the cost table counts
             # a generate runs a forward pass per token, batched or not (as the cost table counts)
             steps = tokens_generated_in(sweep.block, facts) or 1
-            shown = trips if trips is not None else walked_trips(sweep, facts, context.options)
+            # what runs (an iteration a `continue` ends before the trace runs no forward pass)
+            walked = walked_trips(sweep, facts, context.options)
+            shown = walked if walked is not None else trips
             if shown is None:  # "one forward pass per iteration → one per 32 iterations"
                 before, after = passes_text(trips), _after(trips, batch)
                 if steps > 1:
@@ -150,7 +152,11 @@ class InvokeBatching(Pass):
                     after = f"{steps} per {per(batch, 'iteration').removeprefix('one per ')} (--max-batch {batch})"
                 change = f"{before} → {after}"
             else:
-                each = ", one per iteration" if steps == 1 else f", {steps} per iteration (a generate of {steps} tokens)"
+                each = ", one per iteration" if steps == 1 else \
+                    f", {steps} per iteration (a generate of {steps} tokens)"
+                if trips is not None and shown != trips:
+                    each = f" in its {counted(trips, 'iteration')}" + (f" (a generate of {steps} tokens each)"
+                                                                        if steps > 1 else "")
                 before = counts.count(shown * steps, "forward pass") + each
                 after = counts.number(_batches(shown, batch) * steps)
                 change = counts.change(shown * steps, _batches(shown, batch) * steps, "forward pass")

@@ -414,3 +414,29 @@ def test_a_loop_that_prints_its_progress_before_each_trace_is_batched(family):
     assert batched and all(f.status is Status.APPLIED for f in batched), [f.reason for f in batched]
     assert (report.before.requests, report.after.requests) == (3, 1)
     assert (report.before.forward_passes, report.after.forward_passes) == (3, 1)
+
+
+# an iteration that `continue` ends before its trace runs no forward pass: the refusal
+# quotes the passes that run (it said 3, one per iteration, where 2 run)
+SKIPPED_PROMPT = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+PROMPTS = ["The cat sat on the", "", "One two three"]
+tops = []
+for prompt in PROMPTS:
+    if not prompt:
+        continue
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output.save()
+    tops.append(logits[0, -1].argmax().item())
+print(tops)
+'''
+
+
+@both
+def test_a_refusal_quotes_the_forward_passes_that_run_when_continue_skips_a_trace(family):
+    result, report = optimized_and_verified(SKIPPED_PROMPT, family, unsafe=True)
+    (found,) = _batching(result)
+    assert report.before.forward_passes == 2
+    assert found.message.startswith("this loop runs 2 forward passes in its 3 iterations;"), found.message
