@@ -28,6 +28,7 @@ from ndif_opt.analysis.facts import (
 from ndif_opt.analysis.names import (
     BODY_KINDS,
     all_params,
+    bound_in_any_scope,
     collect,
     function_locals,
     is_generator_function,
@@ -663,10 +664,23 @@ class _Checker(cst.CSTVisitor):
             self._check_module_path(path, node)
         elif self._client_object(name):
             self._add("client-object", f"calls `{name}`, which exists only on your machine", node)
+        elif self._never_bound(name):
+            # `display(...)` in a notebook: the kernel's, as are names set up before the script
+            self._add("client-object", f"calls `{name}`, which this file never defines: it exists only where the "
+                      "script runs (a notebook kernel's, or set up before it), not on the server", node)
         elif name not in self.local and name not in _BUILTIN_NAMES:
             why = self.check.opaque_callable(name)
             if why:
                 self._add("effect", f"calls `{name}`, which {why}", node)
+
+    def _never_bound(self, name: str) -> bool:
+        """Is ``name`` bound in no scope of the module, and no builtin of Python's?"""
+        facts = self.facts
+        if name in self.local or name in _BUILTIN_NAMES or name in facts.imports or name in facts.functions \
+                or name in collect(facts.module).binds:
+            return False
+        bound = bound_in_any_scope(facts.module)
+        return bound is not None and name not in bound
 
     def _check_changed_arguments(self, name: str, node: cst.Call) -> None:
         """A same-file function without nnsight blocks of its own that changes a parameter

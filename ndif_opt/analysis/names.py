@@ -583,6 +583,27 @@ def _collect_whole(node: cst.CSTNode) -> NameUse:
     return collector.use
 
 
+@functools.lru_cache(maxsize=64)
+def bound_in_any_scope(module: cst.Module) -> frozenset[str] | None:
+    """Every name some scope of ``module`` binds (assigns, imports, takes as a parameter,
+    defines with `def` or `class`), by Python's own symbol tables; None when Python cannot
+    build them. (A whole-module question, asked rarely: it costs the module's code.)"""
+    import symtable
+
+    try:
+        tables = [symtable.symtable(module.code, "<module>", "exec")]
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    found: set[str] = set()
+    while tables:
+        table = tables.pop()
+        for symbol in table.get_symbols():
+            if symbol.is_assigned() or symbol.is_imported() or symbol.is_parameter() or symbol.is_namespace():
+                found.add(symbol.get_name())
+        tables.extend(table.get_children())
+    return frozenset(found)
+
+
 def collect_all(nodes, skip: tuple[cst.CSTNode, ...] = ()) -> NameUse:
     use = NameUse()
     for node in nodes:

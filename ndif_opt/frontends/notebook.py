@@ -401,6 +401,7 @@ def verify_notebook(source: str, result, **kwargs):
     if kwargs["filename"].endswith(".ipynb"):
         kwargs["filename"] = kwargs["filename"][: -len(".ipynb")] + ".py"
     kwargs.setdefault("ignore_missing", notebook.result.unreturned)
+    kwargs.setdefault("notebook", True)  # (the cells run as a kernel runs them: `display` is there)
     # as a script's: a pre-0.5 original runs on nnsight 0.4 (``original_nnsight``), and a
     # migration --migrate could not make is NOT MIGRATED
     joined = dataclasses.replace(notebook.result, code=notebook_script(notebook.text))

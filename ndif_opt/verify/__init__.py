@@ -363,6 +363,7 @@ def verify_sources(
     allow_same_error: bool = False,
     original_nnsight: Optional[str] = None,
     local_run: Optional["RunResult"] = None,
+    notebook: bool = False,
 ) -> VerifyReport:
     """Run (a) original local, (b) original emulated, (c) optimized emulated; compare.
 
@@ -383,6 +384,8 @@ def verify_sources(
     its migration): (a) runs in the nnsight 0.4 venv (:mod:`.original_04`); without that
     venv the report is FAILED and says so. ``local_run``: (a), run already (several
     originals on nnsight 0.4 in one process: :func:`.original_04.run_originals_04`).
+    ``notebook``: the scripts are a notebook's cells, run as a kernel runs them
+    (``display`` is there: :func:`.runner.run_script`).
     """
     import time
 
@@ -392,7 +395,7 @@ def verify_sources(
     # one directory for the three runs: `__file__`, the working directory and every path
     # derived from them are the same in each (each run removes it when it ends)
     common = dict(filename=filename, argv=argv, timeout=timeout, extra_files=extra_files,
-                  workdir=fresh_workdir())
+                  workdir=fresh_workdir(), notebook=notebook)
     missing = None
     if local_run is not None:
         local = local_run

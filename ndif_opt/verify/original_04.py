@@ -56,11 +56,11 @@ def nnsight04_python() -> Optional[Path]:
 
 
 def run_original_04(source: str, *, filename: str = "script.py", argv=None, timeout: Optional[float] = None,
-                    extra_files: Optional[dict] = None, frame_injection: bool = True) -> Any:
+                    extra_files: Optional[dict] = None, frame_injection: bool = True, notebook: bool = False) -> Any:
     """(a) for a pre-0.5 script: a :class:`~ndif_opt.verify.runner.RunResult` of its local run
     on nnsight 0.4, or None when there is no nnsight 0.4 venv (:data:`MISSING_04`)."""
     job = {"source": source, "filename": filename, "argv": list(argv or []), "timeout": timeout,
-           "extra_files": dict(extra_files or {}), "frame_injection": frame_injection}
+           "extra_files": dict(extra_files or {}), "frame_injection": frame_injection, "notebook": notebook}
     runs = run_originals_04([job])
     return None if runs is None else runs[0]
 
@@ -144,7 +144,7 @@ def main(argv: list[str]) -> int:
     for job in torch.load(job_path, weights_only=False):
         CONFIG.APP.FRAME_INJECTION = job["frame_injection"]
         run = run_script(job["source"], filename=job["filename"], mode="local", argv=job["argv"],
-                         timeout=job["timeout"], extra_files=job["extra_files"])
+                         timeout=job["timeout"], extra_files=job["extra_files"], notebook=job.get("notebook", False))
         fields = {name: getattr(run, name) for name in RESULT_FIELDS}
         fields["namespace"] = _picklable(run.namespace)
         found.append(fields)

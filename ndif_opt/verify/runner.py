@@ -572,6 +572,7 @@ def run_script(
     timeout: Optional[float] = None,
     extra_files: Optional[dict[str, str | bytes]] = None,
     workdir: Optional[str] = None,
+    notebook: bool = False,
 ) -> RunResult:
     """Run ``source`` as ``__main__`` in-process and report what it did.
 
@@ -590,6 +591,8 @@ def run_script(
         workdir: The run's directory instead of a fresh unique one: created, and
             removed after the run (it must not hold anything else). Runs compared
             with each other share one, so that ``__file__`` is the same in each.
+        notebook: The script is a notebook's cells: what a Jupyter kernel gives every
+            cell is there (``display``, which prints the text a notebook shows).
 
     An exception raised by the script is captured in ``error`` / ``traceback``.
     """
@@ -601,7 +604,8 @@ def run_script(
         run_dir = Path(workdir)
         run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        return _run_in(run_dir, source, os.path.basename(filename) or "script.py", mode, argv, timeout, extra_files)
+        return _run_in(run_dir, source, os.path.basename(filename) or "script.py", mode, argv, timeout, extra_files,
+                       notebook)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -621,6 +625,7 @@ def _run_in(
     argv: Optional[Sequence[str]],
     timeout: Optional[float],
     extra_files: Optional[dict[str, str | bytes]],
+    notebook: bool = False,
 ) -> RunResult:
     import torch
 
@@ -673,6 +678,8 @@ def _run_in(
             result.traceback = traceback.format_exc()
         _STATE.run = state
         written.install(recording)
+        if notebook and not hasattr(builtins, "display"):
+            recording.set(builtins, "display", notebook_display)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("ignore")
             warnings.simplefilter("always", TinyModelWarning)
@@ -710,6 +717,14 @@ def _run_in(
     result.warnings = sorted({str(w.message) for w in caught if issubclass(w.category, TinyModelWarning)})
     result.files = {**_collect_files(run_dir, preexisting), **outside}
     return result
+
+
+def notebook_display(*objects: object, **_options: object) -> None:
+    """IPython's ``display`` as a notebook's text output shows it: each object's repr on a
+    line of its own (a kernel makes it a builtin; ``include=``, ``raw=`` and the other
+    options choose among rich outputs, which a run without a screen does not have)."""
+    for value in objects:
+        print(repr(value))
 
 
 @contextlib.contextmanager

@@ -72,6 +72,8 @@ def test_a_tensor_made_without_randomness_may_go_to_the_server():
     ("globals()['x'] = 1  # <-\n", "calls `globals()`"),
     ("if 'model' not in dir():  # <-\n    model = 1\n", "calls `dir()`"),
     ("names = dir(obj)  # <-\n", None),  # the attributes of a value: no names of the scope
+    ("display(obj)  # <-\n", "calls `display`, which this file never defines"),  # a notebook kernel's
+    ("def shown(v):\n    def show(x):\n        return x\n    y = show(v)  # <-\n    return y\n", None),  # its own
 ])
 def test_binding_a_name_of_your_machine_keeps_the_code_on_it(code, expected):
     module = cst.parse_module("total = 0\nobj = 1\n" + code)
