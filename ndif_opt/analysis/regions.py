@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import math
+from collections.abc import Container
 from dataclasses import dataclass
 
 import libcst as cst
@@ -180,11 +181,7 @@ def carried_container(
     no other name refers to, in the scope of ``suite``, and never aliased there. With
     ``end`` (the region ends before ``suite.body[end]``), a second name given after the
     region is given to what came back, and counts only when a loop runs the region again."""
-    info = owner_statement(facts, suite)
-    func = None
-    if info is not None:
-        func = next((a for a in reversed((*info.ancestors, info.node)) if isinstance(a, cst.FunctionDef)), None)
-    scope = func.body if func is not None else facts.module
+    info, func, scope = _scope_of(facts, suite)
     if func is not None and name in {p.name.value for p in all_params(func.params)}:
         return None, f"`{name}` is a parameter: the caller's object would not see the changes"
     bindings = [value for stmt, value in facts.bindings.get(name, ()) if stmt.function is func]
@@ -202,6 +199,136 @@ def carried_container(
         return None, (f"`{name}` is also reachable through another name ({where}), which would not see the "
                       "session's changes")
     return Accumulator(name, "carried", None, -1), ""
+
+
+def shared_elsewhere(facts: Facts, name: str, suite: cst.CSTNode, end: int | None = None) -> str:
+    """Why the object ``name`` holds when a region of ``suite`` (ending before
+    ``suite.body[end]``) starts may be seen through something else than the name, or "":
+    it is a parameter (the caller holds it), or another name may reach it (the rule of
+    :func:`carried_container`, for an object of any kind). A region that changes that
+    object in place (`acc += [x]`, `h += delta` on a list or tensor) changes what the
+    other holder sees; in a session it would change a copy."""
+    info, func, scope = _scope_of(facts, suite)
+    if func is not None and name in {p.name.value for p in all_params(func.params)}:
+        return f"`{name}` is a parameter: the caller's object would not see the changes"
+    where = escape_of(name, scope, _after_every_run(facts, info, func, suite, end), facts)
+    if where:
+        return f"`{name}` is also reachable through another name ({where}), which would not see the session's changes"
+    return ""
+
+
+def holds_immutable(facts: Facts, name: str, suite: cst.CSTNode, changing: Container[int]) -> bool:
+    """Is ``name`` bound in its scope only to literals of immutable values (a number, a
+    string, a tuple of them), apart from the augmented assignments ``changing`` (ids of
+    nodes) of a region of ``suite``? Then what it holds when the region starts is such a
+    value, which `+=` does not change in place (a new object is bound instead)."""
+    _, func, scope = _scope_of(facts, suite)
+    if func is not None and name in {p.name.value for p in all_params(func.params)}:
+        return False  # what the caller passed
+    literal = False
+    for node in _binders_of_scope(scope):
+        if id(node) in changing:
+            continue
+        if type(node) in _NESTED_SCOPES and any(
+                type(n) in (cst.Global, cst.Nonlocal) and name in (item.name.value for item in n.names)
+                for n in find_nodes(node, lambda n: type(n) in (cst.Global, cst.Nonlocal))):
+            return False  # a function of the scope binds it too
+        values = _values_bound(node, name)
+        if values is None or not all(map(_immutable_literal, values)):
+            return False
+        literal = literal or bool(values)
+    return literal
+
+
+_BINDING_NODES = frozenset({cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.WithItem, cst.NamedExpr,
+                            cst.CompFor, cst.AsName, cst.ImportAlias, cst.Global, cst.Nonlocal, cst.Param, cst.Del,
+                            cst.FunctionDef, cst.ClassDef})
+
+
+_NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+def _binders_of_scope(node: cst.CSTNode):
+    """The nodes that may bind a name of the scope ``node`` is the body of: those of
+    _BINDING_NODES, not inside the functions, classes and lambdas it defines (their
+    names are the scope's: those nodes themselves are given)."""
+    for child in children(node):
+        kind = type(child)
+        if kind in _NESTED_SCOPES:
+            yield child
+            continue
+        if kind in _BINDING_NODES:
+            yield child
+        yield from _binders_of_scope(child)
+
+
+def _values_bound(node: cst.CSTNode, name: str) -> list[cst.BaseExpression] | None:
+    """The values ``node`` binds ``name`` to ([]: it does not bind it); None when it binds
+    it to something that is not an expression of the code (a loop's items, an import, a
+    parameter) or that cannot be matched to it."""
+    kind = type(node)
+    if kind is cst.Assign:
+        values = []
+        for target in node.targets:
+            if type(target.target) is cst.Name:
+                if target.target.value == name:
+                    values.append(node.value)
+            elif name in target_names(target.target):
+                if not (type(target.target) is type(node.value) is cst.Tuple
+                        and len(target.target.elements) == len(node.value.elements)):
+                    return None
+                for element, value in zip(target.target.elements, node.value.elements):
+                    if type(element.value) is cst.Name and element.value.value == name:
+                        values.append(value.value)
+                    elif name in target_names(element.value):
+                        return None
+        return values
+    if kind is cst.AnnAssign and type(node.target) is cst.Name and node.target.value == name:
+        return [node.value] if node.value is not None else []
+    if kind in (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr, cst.Del):
+        bound = target_names(node.target)
+    elif kind is cst.WithItem:
+        bound = target_names(node.asname.name) if node.asname is not None else []
+    elif kind is cst.AsName:
+        bound = target_names(node.name) if isinstance(node.name, cst.BaseExpression) else []
+    elif kind is cst.ImportAlias:
+        bound = [node.evaluated_alias or node.evaluated_name.split(".")[0]]
+    elif kind in (cst.Global, cst.Nonlocal):
+        bound = [item.name.value for item in node.names]
+    elif kind is cst.Lambda:
+        bound = []
+    else:  # Param, FunctionDef, ClassDef
+        bound = [node.name.value]
+    return None if name in bound else []
+
+
+_IMMUTABLE_LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString,
+                       cst.FormattedString)
+
+
+def _immutable_literal(expr: cst.BaseExpression) -> bool:
+    kind = type(expr)
+    if kind in _IMMUTABLE_LITERALS:
+        return True
+    if kind is cst.Name:
+        return expr.value in ("True", "False", "None")
+    if kind is cst.UnaryOperation:
+        return _immutable_literal(expr.expression)
+    if kind is cst.BinaryOperation:
+        return _immutable_literal(expr.left) and _immutable_literal(expr.right)
+    if kind is cst.Tuple:
+        return all(_immutable_literal(e.value) for e in expr.elements)
+    return False
+
+
+def _scope_of(facts: Facts, suite: cst.CSTNode) -> tuple[StmtInfo | None, cst.FunctionDef | None, cst.CSTNode]:
+    """The statement that owns ``suite``, the function around it (None at module level),
+    and that function's body or the module: the scope of the names bound in ``suite``."""
+    info = owner_statement(facts, suite)
+    func = None
+    if info is not None:
+        func = next((a for a in reversed((*info.ancestors, info.node)) if isinstance(a, cst.FunctionDef)), None)
+    return info, func, func.body if func is not None else facts.module
 
 
 def _after_every_run(facts: Facts, info: StmtInfo | None, func: cst.FunctionDef | None, suite: cst.CSTNode,

@@ -18,7 +18,9 @@ from ndif_opt.analysis.regions import (
     client_objects_filled,
     empty_container_binding,
     find_accumulator,
+    holds_immutable,
     reads_after,
+    shared_elsewhere,
 )
 from ndif_opt.analysis.remote_functions import RemoteHelper
 from ndif_opt.analysis.wire import bound_value_problem, stored_problem, wire_problem
@@ -35,6 +37,15 @@ def liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator], list
     server (the reason is about the first of them)."""
     stmts = region.moved
     everything = collect_all(stmts)
+    changing = _changed_in_place_on_entry(stmts)
+    changing_nodes = {id(node) for nodes in changing.values() for node in nodes}
+    for name, (node, *_) in changing.items():
+        if holds_immutable(facts, name, region.suite, changing_nodes):
+            continue  # `text += piece` on a string: a new object, none changed in place
+        why = shared_elsewhere(facts, name, region.suite, region.end)
+        if why:
+            operator = code_of(node.operator).strip()
+            return f"`{name} {operator} ...` may change in place the object `{name}` holds: {why}", [], []
     later = reads_after(facts, region.suite, region.end)
     saved = saved_in_region(region) - rebound_after_save(region)
     lost: list[str] = []
@@ -65,6 +76,20 @@ def liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator], list
     if lost:
         return "", [], lost
     return "", accumulators + in_place, []
+
+
+def _changed_in_place_on_entry(stmts: list[cst.BaseStatement]) -> dict[str, list[cst.AugAssign]]:
+    """Names an augmented assignment of the statements (`acc += [x]`) binds while they may
+    still hold the object they held before the statements ran: for a list, a tensor, a
+    dict or a set, `+=` and its kin change that object in place, where another holder of
+    it sees the change. Each with its augmented assignments, in the order of the code."""
+    exposed = exposed_reads(stmts)
+    found: dict[str, list[cst.AugAssign]] = {}
+    for stmt in stmts:
+        for node in find_nodes(stmt, lambda n: type(n) is cst.AugAssign and type(n.target) is cst.Name):
+            if node.target.value in exposed:
+                found.setdefault(node.target.value, []).append(node)
+    return found
 
 
 def unmovable(region: Region, facts: Facts) -> list[str]:
