@@ -81,3 +81,29 @@ def test_no_message_of_the_examples_is_broken(path):
         result = optimize(path.read_text(), unsafe_fixes=unsafe)
         assert [f.message for f in result.findings
                 if broken_template(f.message) or broken_template(f.reason or "")] == []
+
+
+# a loop that logs through a logger of your machine (a new user's script): its refusal
+# said "uses `log`, which exists only on your machine, which must run on your machine"
+LOGGED_LENS = '''\
+import logging
+from nnsight import LanguageModel
+
+log = logging.getLogger("lens")
+model = LanguageModel("openai-community/gpt2")
+for layer in range(12):
+    with model.trace("The capital of Germany is", remote=True):
+        top = model.lm_head.output[0, -1].argmax().save()
+    log.info("layer %d top %s", layer, top.item())
+    if top.item() == 11:
+        break
+else:
+    print("never")
+'''
+
+
+def test_a_refusal_says_once_that_code_runs_on_your_machine():
+    result = optimize(LOGGED_LENS)
+    reasons = [f.reason or "" for f in result.findings if f.pass_id == "session-hoisting"]
+    assert reasons and all(broken_template(r) is None for r in reasons), reasons
+    assert any("`log`, which exists only on your machine" in r for r in reasons), reasons

@@ -327,9 +327,15 @@ def _split_note(split: Split | None) -> str:
 
 
 def problem_words(problem: Problem) -> str:
-    if problem.kind in ("control", "request"):  # its message says why already
+    if problem.kind in ("control", "request") or _says_where_it_runs(problem.message):  # it says why already
         return f"not hoisted: the code {problem.message}"
     return f"not hoisted: the code {problem.message}, which must run on your machine"
+
+
+def _says_where_it_runs(message: str) -> bool:
+    """Does a problem's message say already that the code belongs to your machine (`uses
+    `log`, which exists only on your machine`)? Then it is not said twice."""
+    return "your machine" in message or "not on the server" in message
 
 
 def unsafe_reason(problem: Problem, not_replayed: str = "") -> str:
