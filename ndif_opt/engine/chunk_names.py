@@ -262,16 +262,19 @@ def attach_calls(chunks: list[Chunk]) -> dict[str, set[str]]:
     """A function only ever called by name from top-level code reads its globals where it
     is called: those reads become the caller's. Any other use (passed as a value, called
     from another function, decorated, bound twice) and they count wherever it could run.
-    Returns the free names of the functions of the first kind, by name."""
+    A function nothing calls or uses never runs, but the passes still read its body: its
+    reads count where it is defined (so its window holds what they read, as the whole
+    module does). Returns the free names of the functions of the first kind, by name."""
     defined: dict[str, int] = {}
     for chunk in chunks:
         for name in chunk.may_bind:
             defined[name] = defined.get(name, 0) + 1
     escaping = set().union(*(c.escaping for c in chunks))
+    called = set().union(*(c.called for c in chunks))
     free_of: dict[str, set[str]] = {}
     for chunk in chunks:
         for name, free in chunk.functions.items():
-            if name in escaping or defined.get(name) != 1:
+            if name in escaping or defined.get(name) != 1 or name not in called:
                 chunk.deferred |= free
             else:
                 free_of[name] = free

@@ -630,3 +630,27 @@ def test_a_definition_inside_a_window_is_not_its_prelude_too():
     whole = pipeline.whole_module(source, Options())
     assert [(f.pass_id, f.range) for f in windowed.findings] == [(f.pass_id, f.range) for f in whole.findings]
     _windowed_equals_whole(source)
+
+
+def test_a_function_nothing_calls_is_optimized_with_what_it_reads_as_in_the_whole_file():
+    # its reads linked nowhere: its window lacked `_cache = {}`, and the refusal there said
+    # `_cache` was not created by a plain assignment (the whole file's run: created at
+    # module level, outside `hidden`)
+    source = textwrap.dedent('''\
+        from nnsight import LanguageModel
+
+        model = LanguageModel("openai-community/gpt2")
+        _cache = {}
+
+
+        def hidden(prompt):
+            if prompt not in _cache:
+                with model.trace(prompt, remote=True):
+                    _cache[prompt] = model.lm_head.output.save()
+            return _cache[prompt]
+        ''')
+    windowed = pipeline.run_pipeline(source, Options())
+    whole = pipeline._run_module(source, Options())
+    assert windowed.code == whole.code
+    assert [f.reason for f in windowed.findings] == [f.reason for f in whole.findings]
+    assert any("created at module level, outside `hidden`" in (f.reason or "") for f in windowed.findings)
