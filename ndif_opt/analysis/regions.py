@@ -186,6 +186,10 @@ def carried_container(
         return None, f"`{name}` is a parameter: the caller's object would not see the changes"
     bindings = [value for stmt, value in facts.bindings.get(name, ()) if stmt.function is func]
     bindings += _unpacked_bindings(scope, name)
+    if not bindings and func is not None and any(stmt.function is None for stmt, _ in facts.bindings.get(name, ())):
+        where = func.name.value
+        return None, (f"`{name}` is created at module level, outside `{where}`, which fills it: a container made "
+                      f"in `{where}` would not be the module's `{name}`")
     if not bindings:
         return None, f"`{name}` is not created in this function or module by a plain assignment"
     for value in bindings:

@@ -223,6 +223,23 @@ with model.trace("hello", remote=True):
         reason="also reachable through another name",
     ),
     Case(
+        name="a module's container filled by a function's block stays (and the reason says where it is made)",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+_cache = {}
+
+
+def hidden(prompt):
+    if prompt not in _cache:
+        with model.trace(prompt, remote=True):
+            _cache[prompt] = model.lm_head.output.save()
+    return _cache[prompt]
+""",
+        reason="`_cache` is created at module level, outside `hidden`, which fills it",
+    ),
+    Case(
         name="local trace is fine",
         before="""\
 from nnsight import LanguageModel
