@@ -107,3 +107,34 @@ def test_a_refusal_says_once_that_code_runs_on_your_machine():
     reasons = [f.reason or "" for f in result.findings if f.pass_id == "session-hoisting"]
     assert reasons and all(broken_template(r) is None for r in reasons), reasons
     assert any("`log`, which exists only on your machine" in r for r in reasons), reasons
+
+
+# a method that counts its calls (`self.n_calls += 1`) was said to change `self` "not
+# only `self.x = ...`", with no word of the change
+COUNTING_METHOD = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+class Probe:
+    def __init__(self):
+        self.n_calls = 0
+
+    def top(self, prompt):
+        self.n_calls += 1
+        with model.trace(prompt, remote=True):
+            t = model.lm_head.output[0, -1].argmax().save()
+        return t.item()
+
+
+probe = Probe()
+tops = [probe.top(p) for p in ["a b", "c d"]]
+print(tops, probe.n_calls)
+'''
+
+
+def test_a_refusal_quotes_the_change_of_self():
+    reasons = [f.reason or "" for f in optimize(COUNTING_METHOD).findings if f.pass_id == "session-hoisting"]
+    assert any("changes `self` in place (`self.n_calls += 1`: not a plain `self.x = ...`)" in r
+               for r in reasons), reasons

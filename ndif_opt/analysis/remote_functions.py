@@ -400,8 +400,8 @@ def _describe(name, func, blocks, facts: Facts, server: ServerCheck, bound: bool
             continue  # `torch.sort(x)`: a function of a module, not a list's sort
         if bound and mutated == "self":
             helper.problems.append(
-                f"`{name}` changes `self` in place (not only `self.x = ...`), and in a session the change "
-                "would happen to the server's copy of it"
+                f"`{name}` changes `self` in place (`{_change_of_self(node, func)}`: not a plain "
+                "`self.x = ...`), and in a session the change would happen to the server's copy of it"
             )
         elif mutated in params:
             helper.mutated_params[mutated] = params[mutated]
@@ -425,6 +425,15 @@ class _Renamed(cst.CSTTransformer):
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
         return updated.with_changes(value=original.value.visit(self))
+
+
+def _change_of_self(node: cst.CSTNode, func: cst.FunctionDef) -> str:
+    """The code of the change of `self` at ``node`` (`self.n += 1` is noted at its target)."""
+    target = code_of(node)
+    change = next((n for n in find_nodes(func.body, lambda n: type(n) is cst.AugAssign)
+                   if code_of(n.target) == target), node) if type(node) is cst.Attribute else node
+    text = " ".join(code_of(change).split())
+    return text if len(text) <= 50 else text[:49] + "…"
 
 
 class _BlankBlocks(cst.CSTTransformer):
