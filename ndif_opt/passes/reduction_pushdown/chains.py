@@ -135,7 +135,11 @@ class ChainPushdown:
                 return None
             chains.append(chain)
         chains = self._outermost(chains)
-        guarded = next(((c, g) for c in chains if (g := guard_in(self.after, c)) is not None), None)
+        guards = [guard_in(self.after, c) for c in chains]
+        # a reduction your code runs unguarded too (`if v.item() > best: best = v.item()`) runs
+        # in any case: computed in the block, it fails nowhere your code would not
+        always = {code_of(c) for c, g in zip(chains, guards) if g is None}
+        guarded = next(((c, g) for c, g in zip(chains, guards) if g is not None and code_of(c) not in always), None)
         if guarded is not None:
             chain, guard = guarded
             self.context.skipped(

@@ -261,3 +261,27 @@ def test_a_reduction_the_client_runs_only_sometimes_stays_on_the_client(family):
     kept = [f.reason for f in result.findings if f.pass_id == "reduction-pushdown" and not f.applied]
     assert "guarded = last[0, POS].argmax().item()" in lines
     assert any("runs only when `len(other) > POS`" in reason for reason in kept), kept
+
+
+# the guard's own test runs the same reduction (`if v.item() > best:`): it runs in any case,
+# so it moves into the trace (a new user's trial: "runs only when `v.item() > best`" was said
+# of a reduction the test itself runs every time)
+REDUCTION_IN_ITS_GUARD = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+best = -1e9
+with model.trace("The Louvre is in", remote=True):
+    v = LAYERS[1].output[0, -1].max().save()
+if v.item() > best:
+    best = v.item()
+print(round(best, 4))
+'''
+
+
+@both
+def test_a_reduction_its_guard_runs_too_moves_into_the_trace(family):
+    result, report = optimized_and_verified(REDUCTION_IN_ITS_GUARD, family)
+    pushed = [f for f in result.findings if f.pass_id == "reduction-pushdown"]
+    assert pushed and all(f.applied for f in pushed), [f.reason for f in pushed]
+    assert "v.item()" not in result.code.replace("v.item().save()", ""), result.code
