@@ -635,20 +635,11 @@ def test_a_definition_inside_a_window_is_not_its_prelude_too():
 def test_a_function_nothing_calls_is_optimized_with_what_it_reads_as_in_the_whole_file():
     # its reads linked nowhere: its window lacked `_cache = {}`, and the refusal there said
     # `_cache` was not created by a plain assignment (the whole file's run: created at
-    # module level, outside `hidden`)
-    source = textwrap.dedent('''\
-        from nnsight import LanguageModel
+    # module level, outside `hidden`); the script is accumulator-relocation's case
+    from ndif_opt.passes.accumulator_relocation import AccumulatorRelocation
 
-        model = LanguageModel("openai-community/gpt2")
-        _cache = {}
-
-
-        def hidden(prompt):
-            if prompt not in _cache:
-                with model.trace(prompt, remote=True):
-                    _cache[prompt] = model.lm_head.output.save()
-            return _cache[prompt]
-        ''')
+    (case,) = [c for c in AccumulatorRelocation.cases if c.name.startswith("a module's container filled by a function's block")]
+    source = case.before
     windowed = pipeline.run_pipeline(source, Options())
     whole = pipeline._run_module(source, Options())
     assert windowed.code == whole.code
