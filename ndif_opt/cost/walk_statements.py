@@ -870,18 +870,27 @@ def _varies(facts: Facts, loop: cst.For) -> bool:
         return True
     # a trace cut short by `tracer.stop()` evaluates the layers up to the one it reads last,
     # which the loop variable may choose (`h[layer].output`, here or in a function it calls)
-    return bool(names & names_in(loop.body)) and any(
-        _calls_stop(body) for body in [loop.body, *(func.body for func in facts.functions_called(loop.body))]
-    )
+    return _stops_in(facts, loop.body) and bool(names & names_in(loop.body))
 
 
 def _stops_traces(facts: Facts, func: cst.FunctionDef) -> bool:
     """Does ``func``, or a function of the script it calls, cut a trace short (`tracer.stop()`)?"""
-    return any(_calls_stop(body) for body in [func.body, *(f.body for f in facts.functions_called(func.body))])
+    return _stops_in(facts, func.body)
 
 
+def _stops_in(facts: Facts, body: cst.CSTNode) -> bool:
+    """Does ``body``, or a function of the script it calls, call `<name>.stop()`?"""
+    if _calls_stop(body):
+        return True
+    if not any(_calls_stop(func.body) for func in facts.functions.values()):
+        return False  # (no function of the script stops a trace: no need to find those called)
+    return any(_calls_stop(func.body) for func in facts.functions_called(body))
+
+
+@functools.lru_cache(maxsize=4096)
 def _calls_stop(node: cst.CSTNode) -> bool:
-    """Does ``node`` hold a call `<name>.stop()` (a tracer's)?"""
+    """Does ``node`` hold a call `<name>.stop()` (a tracer's)? (Cached by node: a pure
+    function of an immutable node, asked again of every version's loops.)"""
     return any(
         type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value == "stop" and not n.args
         and type(n.func.value) is cst.Name

@@ -136,10 +136,13 @@ class ChainPushdown:
             chains.append(chain)
         chains = self._outermost(chains)
         guards = [guard_in(self.after, c) for c in chains]
-        # a reduction your code runs unguarded too (`if v.item() > best: best = v.item()`) runs
-        # in any case: computed in the block, it fails nowhere your code would not
-        always = {code_of(c) for c, g in zip(chains, guards) if g is None}
-        guarded = next(((c, g) for c, g in zip(chains, guards) if g is not None and code_of(c) not in always), None)
+        guarded = None
+        if any(g is not None for g in guards):
+            # a reduction your code runs unguarded too (`if v.item() > best: best = v.item()`)
+            # runs in any case: computed in the block, it fails nowhere your code would not
+            always = {code_of(c) for c, g in zip(chains, guards) if g is None}
+            guarded = next(((c, g) for c, g in zip(chains, guards) if g is not None and code_of(c) not in always),
+                           None)
         if guarded is not None:
             chain, guard = guarded
             self.context.skipped(

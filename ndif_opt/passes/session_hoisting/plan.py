@@ -37,7 +37,7 @@ def liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator], list
     server (the reason is about the first of them)."""
     stmts = region.moved
     everything = collect_all(stmts)
-    changing = _changed_in_place_on_entry(stmts)
+    changing = _changed_in_place_on_entry(stmts, everything)
     changing_nodes = {id(node) for nodes in changing.values() for node in nodes}
     for name, (node, *_) in changing.items():
         if holds_immutable(facts, name, region.suite, changing_nodes):
@@ -78,16 +78,19 @@ def liveness(region: Region, facts: Facts) -> tuple[str, list[Accumulator], list
     return "", accumulators + in_place, []
 
 
-def _changed_in_place_on_entry(stmts: list[cst.BaseStatement]) -> dict[str, list[cst.AugAssign]]:
+def _changed_in_place_on_entry(stmts: list[cst.BaseStatement], use: NameUse) -> dict[str, list[cst.AugAssign]]:
     """Names an augmented assignment of the statements (`acc += [x]`) binds while they may
     still hold the object they held before the statements ran: for a list, a tensor, a
     dict or a set, `+=` and its kin change that object in place, where another holder of
-    it sees the change. Each with its augmented assignments, in the order of the code."""
-    exposed = exposed_reads(stmts)
+    it sees the change. Each with its augmented assignments, in the order of the code.
+    ``use``: the statements' names (an augmented assignment binds and changes its name)."""
+    candidates = use.binds.keys() & use.mutates.keys()
+    if candidates:
+        candidates &= exposed_reads(stmts).keys()
     found: dict[str, list[cst.AugAssign]] = {}
-    for stmt in stmts:
+    for stmt in stmts if candidates else ():
         for node in find_nodes(stmt, lambda n: type(n) is cst.AugAssign and type(n.target) is cst.Name):
-            if node.target.value in exposed:
+            if node.target.value in candidates:
                 found.setdefault(node.target.value, []).append(node)
     return found
 
