@@ -18,7 +18,7 @@ from ndif_opt.analysis.facts import Block, Facts, Remote, grad_mode_context
 from ndif_opt.analysis.names import collect
 from ndif_opt.analysis.retries import RetryGuard, RetryWrapper, function_guard, retry_wrappers, unwrapped_call
 from ndif_opt.syntax.commas import appended
-from ndif_opt.syntax.positions import code_of
+from ndif_opt.syntax.positions import code_of, short_code
 from ndif_opt.syntax.rewrite import keyword_argument
 from ndif_opt.syntax.walk import children, find_nodes, walk
 
@@ -432,8 +432,7 @@ def _change_of_self(node: cst.CSTNode, func: cst.FunctionDef) -> str:
     target = code_of(node)
     change = next((n for n in find_nodes(func.body, lambda n: type(n) is cst.AugAssign)
                    if code_of(n.target) == target), node) if type(node) is cst.Attribute else node
-    text = " ".join(code_of(change).split())
-    return text if len(text) <= 50 else text[:49] + "…"
+    return short_code(change, 50)
 
 
 class _BlankBlocks(cst.CSTTransformer):

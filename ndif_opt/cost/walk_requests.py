@@ -46,10 +46,11 @@ from ndif_opt.cost.requests import (
     tensor_bytes,
 )
 from ndif_opt.cost.shape_values import ModuleRef, Shape
-from ndif_opt.cost.walk_syntax import compound, invoke_call, short, stop_index
+from ndif_opt.cost.walk_syntax import compound, invoke_call, stop_index
 from ndif_opt.cost.walk_values import NO_VALUE, python_shape
 from ndif_opt.syntax.expressions import dotted_name
 from ndif_opt.syntax.positions import code_in, code_of
+from ndif_opt.syntax.positions import short_code as short
 from ndif_opt.syntax.walk import content_children, find_nodes
 from ndif_opt.types import Count, Number, UnknownDownload, UnknownLoop, is_known
 

@@ -26,19 +26,20 @@ from ndif_opt.cost.walk_requests import Request
 from ndif_opt.cost.walk_syntax import (
     LEAVING,
     called_name,
+    calls_stop,
     compound,
     has_skip,
     invoke_call,
     is_main_guard,
     names_in,
     same_file_calls,
-    short,
     walk_nodes,
 )
 from ndif_opt.cost.walk_values import NO_VALUE, UNBOUND, has_str, is_container, literal_shape, python_shape
 from ndif_opt.syntax.expressions import dotted_name, is_save_call
 from ndif_opt.syntax.loops import cst_loop_header
 from ndif_opt.syntax.positions import code_of
+from ndif_opt.syntax.positions import short_code as short
 from ndif_opt.syntax.rewrite import unsave
 from ndif_opt.types import Count, Number, UnknownLoop, is_known
 
@@ -654,23 +655,18 @@ class StatementWalk:
                 # `[top_token(p) for p in PROMPTS]`: a call per prompt, each with its own
                 # argument (as a loop over strings is unrolled)
                 targets = [clause.target for clause in loops]
-                held = {n: self.env.get(n, UNBOUND) for target in targets for n in target_names(target)}
-                for bindings in elements:
-                    for target, element in zip(targets, bindings):
-                        self._bind_target(target, element)
-                    if any(self.truth(test.test) is False for clause in loops for test in clause.ifs):
-                        continue  # `[f(w) for w in words if w.startswith("c")]`: no call for "dog"
-                    if cache is not None and not self._cache_misses(name, func, cache,
-                                                                    self._element_key(call, targets)):
-                        continue  # `[cached(p) for p in DATA]`: a prompt seen before sends nothing
-                    self._bind_arguments(func, call, bound)
-                    self._unrolled += 1
-                    self.suite(func.body.body, times)
-                for n, value in held.items():  # the comprehension's variable is its own
-                    if value is UNBOUND:
-                        self.env.pop(n, None)
-                    else:
-                        self.env[n] = value
+                with self._names_kept(targets):  # the comprehension's variables are its own
+                    for bindings in elements:
+                        for target, element in zip(targets, bindings):
+                            self._bind_target(target, element)
+                        if any(self.truth(test.test) is False for clause in loops for test in clause.ifs):
+                            continue  # `[f(w) for w in words if w.startswith("c")]`: no call for "dog"
+                        if cache is not None and not self._cache_misses(name, func, cache,
+                                                                        self._element_key(call, targets)):
+                            continue  # `[cached(p) for p in DATA]`: a prompt seen before sends nothing
+                        self._bind_arguments(func, call, bound)
+                        self._unrolled += 1
+                        self.suite(func.body.body, times)
             else:
                 with contextlib.nullcontext() if is_known(trips) else self._guessing():
                     self.suite(func.body.body, times * trips)
@@ -756,7 +752,7 @@ class StatementWalk:
         if self._unrolled + len(bindings) > UNROLL_BUDGET:
             return None
         filtered = any(clause.ifs for clause in loops)
-        return bindings if strings or filtered or self.facts.once(_stops_traces, func) else None
+        return bindings if strings or filtered or self.facts.once(_stops_in, func.body) else None
 
     def _clause_bindings(self, loops: tuple[cst.CompFor, ...]) -> list[tuple] | None:
         """Every combination of elements the ``for`` clauses bind, outermost first (an inner
@@ -768,22 +764,29 @@ class StatementWalk:
             return None
         if not rest:
             return [(element,) for element in elements]
-        held = {n: self.env.get(n, UNBOUND) for n in target_names(clause.target)}
         found: list[tuple] = []
-        try:
+        with self._names_kept([clause.target]):
             for element in elements:
                 self._bind_target(clause.target, element)
                 inner = self._clause_bindings(rest)
                 if inner is None or len(found) + len(inner) > UNROLL_LIMIT:
                     return None
                 found += [(element, *row) for row in inner]
+        return found
+
+    @contextlib.contextmanager
+    def _names_kept(self, targets: list[cst.BaseExpression]):
+        """The walk's values of the names ``targets`` bind, put back after the block (a
+        comprehension's variables are its own)."""
+        held = {n: self.env.get(n, UNBOUND) for target in targets for n in target_names(target)}
+        try:
+            yield
         finally:
             for n, value in held.items():
                 if value is UNBOUND:
                     self.env.pop(n, None)
                 else:
                     self.env[n] = value
-        return found
 
     def _comprehension_trips(self, loops: tuple[cst.CompFor, ...]) -> Number | Count:
         """How often a call inside comprehensions of ``loops`` (their ``for`` clauses)
@@ -873,29 +876,13 @@ def _varies(facts: Facts, loop: cst.For) -> bool:
     return _stops_in(facts, loop.body) and bool(names & names_in(loop.body))
 
 
-def _stops_traces(facts: Facts, func: cst.FunctionDef) -> bool:
-    """Does ``func``, or a function of the script it calls, cut a trace short (`tracer.stop()`)?"""
-    return _stops_in(facts, func.body)
-
-
 def _stops_in(facts: Facts, body: cst.CSTNode) -> bool:
-    """Does ``body``, or a function of the script it calls, call `<name>.stop()`?"""
-    if _calls_stop(body):
+    """Does ``body``, or a function of the script it calls, cut a trace short (`<name>.stop()`)?"""
+    if calls_stop(body):
         return True
-    if not any(_calls_stop(func.body) for func in facts.functions.values()):
+    if not any(calls_stop(func.body) for func in facts.functions.values()):
         return False  # (no function of the script stops a trace: no need to find those called)
-    return any(_calls_stop(func.body) for func in facts.functions_called(body))
-
-
-@functools.lru_cache(maxsize=4096)
-def _calls_stop(node: cst.CSTNode) -> bool:
-    """Does ``node`` hold a call `<name>.stop()` (a tracer's)? (Cached by node: a pure
-    function of an immutable node, asked again of every version's loops.)"""
-    return any(
-        type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value == "stop" and not n.args
-        and type(n.func.value) is cst.Name
-        for n in walk_nodes(node)
-    )
+    return any(calls_stop(func.body) for func in facts.functions_called(body))
 
 
 def _hashable(value: Any) -> bool:

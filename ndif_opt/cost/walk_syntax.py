@@ -32,19 +32,25 @@ def stop_index(block: cst.With, tracer: str | None) -> int | None:
         return None
     for index, stmt in enumerate(block.body.body):
         for node in walk_nodes(stmt):
-            if (
-                type(node) is cst.Call
-                and type(node.func) is cst.Attribute
-                and node.func.attr.value == "stop"
-                and type(node.func.value) is cst.Name
-                and node.func.value.value == tracer
-                and not node.args
-            ):
+            if is_stop_call(node) and node.func.value.value == tracer:
                 top = type(stmt) is cst.SimpleStatementLine and any(
                     type(small) is cst.Expr and small.value is node for small in stmt.body
                 )
                 return index if top else -1
     return None
+
+
+def is_stop_call(node: cst.CSTNode) -> bool:
+    """Is ``node`` a call `<name>.stop()` (a tracer's)?"""
+    return (type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "stop"
+            and type(node.func.value) is cst.Name and not node.args)
+
+
+@functools.lru_cache(maxsize=4096)
+def calls_stop(node: cst.CSTNode) -> bool:
+    """Does ``node`` hold a call `<name>.stop()`? (Cached by node: a pure function of an
+    immutable node, asked again of every version's loops.)"""
+    return any(is_stop_call(n) for n in walk_nodes(node))
 
 
 def compound(block: cst.BaseSuite, into_loops: bool = True):
@@ -94,11 +100,6 @@ def has_skip(node: cst.CSTNode) -> bool:
 
 def names_in(node: cst.CSTNode) -> set[str]:
     return {n.value for n in walk_nodes(node) if type(n) is cst.Name}
-
-
-def short(node: cst.CSTNode, limit: int = 60) -> str:
-    text = " ".join(code_of(node).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def walk_nodes(node: cst.CSTNode):

@@ -225,6 +225,13 @@ class _Layout:
         self.code = self.generated.text[: len(self.generated.text) - len(popped)]
 
 
+def short_code(node: cst.CSTNode, limit: int = 60) -> str:
+    """``node``'s code on one line (its whitespace runs made single spaces), cut to ``limit``
+    characters with an ellipsis: code quoted in a message."""
+    text = " ".join(code_of(node).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def code_in(node: cst.CSTNode, statement: cst.CSTNode | None, module: cst.Module) -> str:
     """``code_of(node)`` for a node of ``statement``, a top-level statement of ``module``:
     from one code generation of the statement, cached by statement (versions of a tree
@@ -274,4 +281,4 @@ def _statement_code(statement: cst.BaseStatement, indent: str, newline: str) -> 
     return _Generated(state)
 
 
-__all__ = ["code_in", "Positions", "code_and_positions", "code_of", "statement_code"]
+__all__ = ["code_in", "Positions", "code_and_positions", "code_of", "short_code", "statement_code"]
