@@ -182,8 +182,9 @@ def carried_container(
     ``end`` (the region ends before ``suite.body[end]``), a second name given after the
     region is given to what came back, and counts only when a loop runs the region again."""
     info, func, scope = _scope_of(facts, suite)
-    if func is not None and name in {p.name.value for p in all_params(func.params)}:
-        return None, f"`{name}` is a parameter: the caller's object would not see the changes"
+    why = _parameter_reason(func, name)
+    if why:
+        return None, why
     bindings = [value for stmt, value in facts.bindings.get(name, ()) if stmt.function is func]
     bindings += _unpacked_bindings(scope, name)
     if not bindings and func is not None and any(stmt.function is None for stmt, _ in facts.bindings.get(name, ())):
@@ -198,10 +199,9 @@ def carried_container(
                 f"`{name}` is bound to `{_short(value)}`, which may be shared with other names; "
                 "only a new list, dict, set or tensor can travel to the session and back"
             )
-    where = escape_of(name, scope, _after_every_run(facts, info, func, suite, end), facts)
-    if where:
-        return None, (f"`{name}` is also reachable through another name ({where}), which would not see the "
-                      "session's changes")
+    why = _alias_reason(facts, name, scope, _after_every_run(facts, info, func, suite, end))
+    if why:
+        return None, why
     return Accumulator(name, "carried", None, -1), ""
 
 
@@ -213,9 +213,21 @@ def shared_elsewhere(facts: Facts, name: str, suite: cst.CSTNode, end: int | Non
     object in place (`acc += [x]`, `h += delta` on a list or tensor) changes what the
     other holder sees; in a session it would change a copy."""
     info, func, scope = _scope_of(facts, suite)
+    return _parameter_reason(func, name) or _alias_reason(facts, name, scope,
+                                                          _after_every_run(facts, info, func, suite, end))
+
+
+def _parameter_reason(func: cst.FunctionDef | None, name: str) -> str:
+    """Why the object ``name`` holds is the caller's too: it is a parameter of ``func``; or ""."""
     if func is not None and name in {p.name.value for p in all_params(func.params)}:
         return f"`{name}` is a parameter: the caller's object would not see the changes"
-    where = escape_of(name, scope, _after_every_run(facts, info, func, suite, end), facts)
+    return ""
+
+
+def _alias_reason(facts: Facts, name: str, scope: cst.CSTNode, later: list[cst.CSTNode]) -> str:
+    """Why another name of ``scope`` may reach the object ``name`` holds (:func:`escape_of`,
+    ``later``: the statements after the region), or ""."""
+    where = escape_of(name, scope, later, facts)
     if where:
         return f"`{name}` is also reachable through another name ({where}), which would not see the session's changes"
     return ""
@@ -227,7 +239,7 @@ def holds_immutable(facts: Facts, name: str, suite: cst.CSTNode, changing: Conta
     nodes) of a region of ``suite``? Then what it holds when the region starts is such a
     value, which `+=` does not change in place (a new object is bound instead)."""
     _, func, scope = _scope_of(facts, suite)
-    if func is not None and name in {p.name.value for p in all_params(func.params)}:
+    if _parameter_reason(func, name):
         return False  # what the caller passed
     literal = False
     for node in _binders_of_scope(scope):
