@@ -307,6 +307,9 @@ def _split_note(split: Split | None) -> str:
             lines = f"statements that must run on your machine {what} {tense('now run', 'would run')}"
         text += f"; {split.deferred} {lines} after it, in the same order, over values the session " \
             f"{tense('records', 'would record')}"
+        if not split.fallback:  # (a fallback runs them as written: see below)
+            text += f" ({'it runs' if split.deferred == 1 else 'they run'} only when the whole session succeeds: " \
+                "a failure in an iteration loses the output of the iterations before it too)"
     if split.prepared:
         lines = f"statement that computes on your machine what the remote part reads {tense('now runs', 'would run')}"
         if split.prepared != 1:

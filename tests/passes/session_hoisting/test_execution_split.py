@@ -48,6 +48,10 @@ def test_loop_that_prints_after_its_trace(family):
         family,
     )
     assert "print(" not in result.code.split("with model.session")[1].split("\nfor ")[0]
+    # the lines printed are the session's records: a failure anywhere loses them all, and
+    # the finding says so (a loop that printed two lines before failing prints none)
+    hoisting, = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert "only when the whole session succeeds" in hoisting.message, hoisting.message
 
 
 @both
