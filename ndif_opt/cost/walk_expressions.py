@@ -314,14 +314,19 @@ class ExpressionWalk:
             return self.length(expr.args[0].value, depth + 1)
         if type(expr) is cst.Call and dotted_name(expr.func) in ("max", "min") and expr.args \
                 and self._not_rebound(expr.func.value):
-            # max(LAYERS), min(a, b): skip-insertion caches `range(max(LAYERS))`
+            # max(LAYERS), min(a, b): skip-insertion caches `range(max(LAYERS))` (with
+            # `default=0` where the list may be empty)
             args = [a for a in expr.args if a.keyword is None]
-            if len(args) != len(expr.args) or any(a.star for a in args):
+            keywords = [a for a in expr.args if a.keyword is not None]
+            if any(a.star for a in expr.args) or keywords and (
+                    len(args) != 1 or len(keywords) != 1 or keywords[0].keyword.value != "default"):
                 return None
             if len(args) == 1:
                 values = self.elements(args[0].value, depth + 1)
             else:
                 values = [self.integer(a.value, depth + 1) for a in args]
+            if values == [] and keywords:
+                return self.integer(keywords[0].value, depth + 1)
             if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
                 return None
             return max(values) if dotted_name(expr.func) == "max" else min(values)

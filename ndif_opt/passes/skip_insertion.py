@@ -309,7 +309,9 @@ def _analyse(sweep: Sweep, facts: Facts):
         if args is not None:
             stop = code_of(args[0] if len(args) == 1 else args[1])
         else:
-            stop = f"max({code_of(sequence)})"
+            # (items not known to be there: none, no layer to cache, where `max` would raise)
+            default = "" if int_sequence(sequence, facts) else ", default=0"
+            stop = f"max({code_of(sequence)}{default})"
         return layers, index, stop
     if set(collect(index).reads) & sweep.bound:
         return f"the patched layer `{code_of(index)}` changes in a way ndif-opt cannot follow"

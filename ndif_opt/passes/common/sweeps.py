@@ -613,7 +613,29 @@ def range_args(expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
     return None
 
 
+def listed_items(expr: cst.BaseExpression, facts: Facts) -> cst.BaseExpression:
+    """What a loop's sequence lists, as far as it is known before running: a constant's
+    value (`LAYERS`, `CONFIG["layers"]`, a name bound once: `items = list(range(12))`),
+    and the sequence a `list(...)` or `tuple(...)` of the builtin copies, followed through;
+    else ``expr`` itself."""
+    for _ in range(6):
+        kind = type(expr)
+        if kind is cst.Name or kind is cst.Subscript:
+            value = constant_item(expr, facts)
+            if value is None:
+                return expr
+            expr = value
+        elif kind is cst.Call and type(expr.func) is cst.Name and expr.func.value in ("list", "tuple") \
+                and expr.func.value not in facts.bindings and len(expr.args) == 1 \
+                and expr.args[0].keyword is None and not expr.args[0].star:
+            expr = expr.args[0].value
+        else:
+            return expr
+    return expr
+
+
 def strictly_ascending(expr: cst.BaseExpression, facts: Facts) -> bool:
+    expr = listed_items(expr, facts)
     args = range_args(expr)
     if args is not None:
         if len(args) == 3:
@@ -628,6 +650,7 @@ def strictly_ascending(expr: cst.BaseExpression, facts: Facts) -> bool:
 
 def nonnegative_ints(expr: cst.BaseExpression, facts: Facts) -> bool:
     """Does the loop iterate over integers that are all >= 0 (known statically)?"""
+    expr = listed_items(expr, facts)
     args = range_args(expr)
     if args is not None:
         if len(args) == 1:
