@@ -532,6 +532,41 @@ with model.session(remote=True):
 """,
     ),
     Case(
+        name="layers listed from a range",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+SWEEP = list(range(4, 12))
+with model.session(remote=True):
+    drops = dict().save()
+    for layer in SWEEP:
+        with model.trace("The Eiffel Tower is in"):
+            model.transformer.h[layer].mlp.output[:] = 0
+            drops[layer] = model.lm_head.output[0, -1].max().item()
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+SWEEP = list(range(4, 12))
+with model.session(remote=True):
+    drops = dict().save()
+    # layers before the patched one are the same in every iteration: compute them once
+    _ndif_cache = list()
+    with model.trace("The Eiffel Tower is in") as _ndif_tracer:
+        for _ndif_i in range(max(SWEEP, default=0)):
+            _ndif_cache.append(model.transformer.h[_ndif_i].output)
+        _ndif_tracer.stop()
+    for layer in SWEEP:
+        with model.trace("The Eiffel Tower is in"):
+            for _ndif_i in range(layer):
+                model.transformer.h[_ndif_i].skip(_ndif_cache[_ndif_i])
+            model.transformer.h[layer].mlp.output[:] = 0
+            drops[layer] = model.lm_head.output[0, -1].max().item()
+""",
+    ),
+    Case(
         name="intervention before the patched layer",
         before="""\
 from nnsight import LanguageModel
