@@ -349,4 +349,23 @@ with model.session(remote=True):
             out.append(model.transformer.h[0].output[0, -1])
 """,
     ),
+    Case(
+        name="a loop that breaks over traces whose inputs are their invokes is no candidate",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    out = list().save()
+    for a, b in [("a b", "c d"), ("e f", "g h")]:
+        with model.trace() as tracer:
+            with tracer.invoke(a):
+                first = model.transformer.h[0].output[0, -1]
+            with tracer.invoke(b):
+                second = model.transformer.h[0].output[0, -1]
+        out.append((first - second).norm())
+        if len(out) > 1:
+            break
+""",
+    ),
 )

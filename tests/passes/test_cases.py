@@ -26,9 +26,11 @@ def test_case(pass_cls, case):
     cst.parse_module(result.code)  # the output parses
     if case.after is None:
         assert result.code == case.before, "expected the code to be left alone"
+        texts = [f"{f.message} {f.reason or ''}" for f in result.findings if not f.applied]
         if case.reason:
-            texts = [f"{f.message} {f.reason or ''}" for f in result.findings if not f.applied]
             assert any(case.reason in t for t in texts), texts
+        else:  # (no finding expected at all: Case's contract)
+            assert not [f for f in result.findings if f.pass_id == pass_cls.id], texts
     else:
         assert result.code == case.after
         assert any(f.applied for f in result.findings)

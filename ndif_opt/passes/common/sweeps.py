@@ -254,6 +254,11 @@ def _structure_problem(facts: Facts, sweep: Sweep) -> str:
     control = moved_names(sweep, facts).control
     if control:
         return f"the loop body uses `{control[0][0]}`"
+    return _trace_shape_problem(sweep)
+
+
+def _trace_shape_problem(sweep: Sweep) -> str:
+    """Why the loop's trace, whatever the loop's jumps, cannot be moved around ("" when it can)."""
     call = sweep.block.call
     if not any(a.keyword is None and not a.star for a in call.args):
         return "the trace has no input of its own (it already uses invokes)"
@@ -806,7 +811,7 @@ def _fusion_problem(facts: Facts, sweep: Sweep) -> tuple[str, bool]:
         # a loop that jumps (`break`, `continue`) is still a candidate when the rest of
         # it is one: its finding says why it is not fused
         jumps = problem.startswith("the loop body uses")
-        return problem, jumps and _fusion_problem_of_iterations(facts, sweep)[1]
+        return problem, jumps and not _trace_shape_problem(sweep) and _fusion_problem_of_iterations(facts, sweep)[1]
     return _fusion_problem_of_iterations(facts, sweep)
 
 
