@@ -61,6 +61,9 @@ class RequestEstimate:
     server_seconds: float | Count = 0.0
     max_server_seconds: float | Count = 0.0  # the longest single request
     saved: dict[str, int | Count] = field(default_factory=dict)  # name -> bytes (last request)
+    # the names your machine holds where the block is sent (last request), to their values:
+    # a tensor of them the block reads travels with it (see client_tensor_bytes)
+    client_env: dict = field(default_factory=dict, repr=False)
     profile: SessionProfile | None = None
     # values of unknown size (download_bytes counts their framing), with how many times
     # they are downloaded over ``count`` requests
@@ -69,6 +72,14 @@ class RequestEstimate:
     @property
     def kind(self) -> str:
         return self.method
+
+    def client_tensor_bytes(self, name: str) -> int | None:
+        """The bytes of the tensor ``name`` holds on your machine where the block is sent
+        (a block that reads it uploads it), or None when it holds none of a known size."""
+        value = self.client_env.get(name)
+        if isinstance(value, Shape) and value.kind != "python" and value.known:
+            return tensor_bytes(value) or None
+        return None
 
 
 def serialized_size(shape: Shape) -> int | None:

@@ -314,6 +314,7 @@ class RequestWalk:
         entry.server_seconds += count * request.seconds
         entry.max_server_seconds = self._longer(entry.max_server_seconds, request.seconds)
         entry.saved = sizes
+        entry.client_env = saved_env
         for value, n in request.unknown.items():
             entry.unknown_downloads[value] = entry.unknown_downloads.get(value, 0) + round_count(count * n)
         if request.profile is not None:

@@ -11,7 +11,8 @@ import libcst as cst
 from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import NameUse, collect
 from ndif_opt.analysis.scopes import ScopeIndex, TakenNames, known_scope_index, scope_index, statement_index
-from ndif_opt.cost_model import saved_shape
+from ndif_opt.cost.constants import setting
+from ndif_opt.cost_model import explain, saved_shape
 from ndif_opt.passes.base import Context
 from ndif_opt.passes.common.guards import guard_in, guard_words
 from ndif_opt.passes.reduction_pushdown.saves import (
@@ -30,7 +31,7 @@ from ndif_opt.passes.reduction_pushdown.saves import (
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import NodeEdits, unsave
 from ndif_opt.types import Safety
-from ndif_opt.wording import tense
+from ndif_opt.wording import human_bytes, tense
 
 
 BUILTIN_NAMES = frozenset(dir(builtins))
@@ -150,6 +151,10 @@ class ChainPushdown:
                 f"`{code_of(chain)}` runs only {guard_words(guard)}: computed in the block, it would run "
                 "every time, and could fail where your code does not run it")
             return None
+        problem = self._upload_problem(chains)
+        if problem:
+            self.context.skipped(self.save.stmt, f"`{x}` is still downloaded whole", problem)
+            return None
         if not self.context.allows(self.save.stmt, f"`{x}` could be reduced on the server"):
             return None
         safety = letting_go_safety(self.save, self.context, self.facts, lambda: (
@@ -158,6 +163,24 @@ class ChainPushdown:
         if safety is None:
             return None
         return self._edits(chains, safety)
+
+    def _upload_problem(self, chains) -> str:
+        """Would the reductions, computed in the block, make its request carry tensors of
+        your machine (a value an earlier request downloaded) that take longer to upload
+        than the download they save? ("" when not, or when the sizes are not known.)"""
+        options = self.context.options
+        request = explain(self.facts, options).request_for(self.request.node)
+        full = request.saved.get(self.save.name) if request is not None else None
+        if not isinstance(full, int):
+            return ""
+        read = set().union(*(collect(chain).reads for chain in chains)) - {self.save.name} - set(self.request_use.reads)
+        sizes = {name: size for name in sorted(read) if (size := request.client_tensor_bytes(name))}
+        upload = sum(sizes.values())
+        if not sizes or upload / setting(options, "upload-bandwidth") < full / setting(options, "bandwidth"):
+            return ""
+        held = ", ".join(f"`{name}` (~{human_bytes(size)})" for name, size in sizes.items())
+        return (f"computed in the block, the reduction would read {held} from your machine: uploaded with every "
+                f"request, it takes longer than the ~{human_bytes(full)} of download it would save")
 
     def _uses(self) -> list[cst.Name]:
         """The saved name's occurrences after the request, in the order of the code."""
