@@ -402,7 +402,7 @@ for _family in ("gpt2", "llama"):
         "is a row of its own)"
     )
     for _case in ("module", "function", "next-block", "filled-across-invokes", "appended-across-invokes",
-                  "negated-save"):
+                  "negated-save", "rebound-to-a-negated-save", "filled-with-saves"):
         EXCLUDED[f"{_failures}a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script"
                  f"[{_case}-{_family}]:script"] = (
             "fails by design (NameError): a name bound in a block, not saved, read after it (its fixed "
@@ -445,6 +445,9 @@ for _family in ("gpt2", "llama"):
 NOT_PREDICTED: dict[str, str] = {}
 for _family in ("gpt2", "llama"):
     for _version in ("original", "optimized"):
+        NOT_PREDICTED[
+            f"test_execution_listed_layers::test_a_list_empty_when_the_script_runs_caches_no_layer[{_family}]:{_version}"
+        ] = "a loop over a list of the command line's arguments (none): its length is not known before running"
         NOT_PREDICTED[
             f"test_execution_split::test_a_branch_on_a_remote_result_that_skips_the_rest_of_the_iteration"
             f"[{_family}]:{_version}"

@@ -13,10 +13,7 @@ import pytest
 
 pytest.importorskip("nnsight")
 
-from execution import both, optimized_and_verified, script  # noqa: E402
-
-from ndif_opt import optimize  # noqa: E402
-from ndif_opt.verify import verify_result  # noqa: E402
+from execution import both, optimized_and_verified  # noqa: E402
 
 # the noise of each iteration is drawn on your machine: session-hoisting lists the loop's
 # items (`_ndif_items = list(range(3))`) and the session takes the noise in turn
@@ -90,12 +87,8 @@ def test_a_sweep_over_a_list_copied_from_a_range_caches_its_prefix(family):
 @both
 def test_a_list_empty_when_the_script_runs_caches_no_layer(family):
     # (verify calls the run FAILED: the original sends no request, so nothing remote is
-    # compared; what matters is that the optimized script runs and ends with the same values.
-    # Not through the harness: its check of the cost model bills the caching trace of a list
-    # it cannot see whole as a whole forward pass, where none runs)
-    source = script(EMPTY, family)
-    result = optimize(source)
+    # compared; what matters is that the optimized script runs and ends with the same values)
+    result, report = optimized_and_verified(EMPTY, family, expect_ok=False)
     assert "range(max(chosen, default=0))" in result.code, result.code
-    report = verify_result(source, result, filename="script.py")
     assert not report.errors.get("optimized") and not report.mismatches, report.to_text()
     assert report.after.forward_passes == 0, report.to_text()
