@@ -68,10 +68,12 @@ def unsaved_names(block: Block, facts: Facts, pre05: bool = False) -> list[Unsav
     saved_names = set(block.saved_names) | {s.value for s in saves if type(s) is cst.Name}
     tensors = _tensor_names(bindings, facts)
     save_kinds = {_kind_of_saved(s, block, bindings, tensors, facts) for s in saves}
-    if _calls_saving_helpers(block, facts):
+    helpers = _calls_saving_helpers(block, facts)
+    if helpers:
         save_kinds.add(_UNKNOWN)
     declared = _declared(block.node.body)
     outside, star = _bound_outside(block, scope, facts)
+    straight = _straight_line_assignments(block)
     found = []
     for name, sites in bindings.items():
         if name not in reads or name in saved_names or name in declared:
@@ -80,8 +82,12 @@ def unsaved_names(block: Block, facts: Facts, pre05: bool = False) -> list[Unsav
             continue  # imports, definitions, `with ... as`, `except ... as`: left alone
         if pre05 and _migrate_reports(name, sites, after):
             continue  # migrate-api speaks of it
+        in_turn = all(kind == "assign" and id(node) in straight for kind, node, _ in sites)
+        if in_turn:
+            sites = sites[-1:]  # assigned in turn, each for sure: the block ends with the last value
         kinds = {_binding_kind(kind, value, facts) for kind, _, value in sites}
-        if not _surely_unsaved(kinds, save_kinds):
+        if not _surely_unsaved(kinds, save_kinds) and not (
+                in_turn and kinds == {_FRESH} and not helpers and _unreachable_after(name, sites[0][1], block)):
             continue
         read, caught, in_block = reads[name]
         unbound = not star and name not in outside and not hasattr(builtins, name)
@@ -92,6 +98,38 @@ def unsaved_names(block: Block, facts: Facts, pre05: bool = False) -> list[Unsav
         item.fix, item.why_not = _fix(name, sites, facts)
         found.append(item)
     return found
+
+
+def _straight_line_assignments(block: Block) -> set[int]:
+    """The ids of the assignments of the block's own statements (not nested in a branch
+    or loop): each runs, in turn, whenever the block does (a block's body has no jumps)."""
+    return {id(small) for line in block.node.body.body if type(line) is cst.SimpleStatementLine
+            for small in line.body}
+
+
+def _unreachable_after(name: str, binding: cst.CSTNode, block: Block) -> bool:
+    """Can no expression of the block reach the object the assignment ``binding`` (one of
+    the block's own statements) gives ``name``? A new object is reached only through its
+    name: the statements after it read the name, if at all, as the receiver of a method
+    call that does not return its receiver (`xs.append(v)`) or as a container indexed
+    (`xs[i]`), so no save can be of it (saves before it were of other objects)."""
+    lines = block.node.body.body
+    at = next(i for i, line in enumerate(lines) if type(line) is cst.SimpleStatementLine
+              and any(small is binding for small in line.body))
+    line = lines[at]
+    later = [*line.body[[small is binding for small in line.body].index(True) + 1:], *lines[at + 1:]]
+
+    def named(node) -> bool:
+        return type(node) is cst.Name and node.value == name
+
+    def harmless(node) -> bool:
+        kind = type(node)
+        if kind is cst.Subscript:
+            return named(node.value)
+        return kind is cst.Call and type(node.func) is cst.Attribute and named(node.func.value) \
+            and node.func.attr.value not in _SELF_RETURNING
+
+    return all(len(find_nodes(stmt, named)) == len(find_nodes(stmt, harmless)) for stmt in later)
 
 
 def _nnsight_withs(facts: Facts) -> frozenset[int]:

@@ -291,6 +291,31 @@ NEGATED_SAVE = '''
     print(round(entropy.item(), 4))
 '''
 
+# the name is bound twice, in turn: the block ends with the negation, a new tensor (the save
+# inside it is of another object)
+REBOUND_TO_A_NEGATED_SAVE = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        entropy = model.lm_head.output[0, -1].softmax(-1)
+        entropy = -(entropy * (entropy + 1e-9).log()).sum().save()
+    print(round(entropy.item(), 4))
+'''
+
+# a list made in the block, filled with saved values: the saves are of other objects (the
+# list is reached only through its name, whose uses only append to it)
+FILLED_WITH_SAVES = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("The Eiffel Tower is in", remote=True):
+        per_layer = []
+        for i in range(2):
+            per_layer.append(model.lm_head(LAYERS[i].output)[0, -1].argmax().save())
+    print([t.item() for t in per_layer])
+'''
+
 
 @both
 @pytest.mark.parametrize("template, start", [(UNBOUND, "NameError: name 'n_tokens' is not defined"),
@@ -299,9 +324,11 @@ NEGATED_SAVE = '''
                                              (READ_BY_THE_NEXT_BLOCK, "NameError: name 'hidden' is not defined"),
                                              (FILLED_ACROSS_INVOKES, "NameError: name 'scores' is not defined"),
                                              (APPENDED_ACROSS_INVOKES, "NameError: name 'outs' is not defined"),
-                                             (NEGATED_SAVE, "NameError: name 'entropy' is not defined")],
+                                             (NEGATED_SAVE, "NameError: name 'entropy' is not defined"),
+                                             (REBOUND_TO_A_NEGATED_SAVE, "NameError: name 'entropy' is not defined"),
+                                             (FILLED_WITH_SAVES, "NameError: name 'per_layer' is not defined")],
                          ids=["module", "function", "next-block", "filled-across-invokes", "appended-across-invokes",
-                              "negated-save"])
+                              "negated-save", "rebound-to-a-negated-save", "filled-with-saves"])
 def test_a_name_read_after_its_block_is_unbound_and_saving_it_fixes_the_script(family, template, start):
     source = script(template, family)
     result = optimize(source)
