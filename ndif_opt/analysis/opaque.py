@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Facts, model_block_receiver
+from ndif_opt.analysis.facts import Facts, model_block_receiver, qualify
 from ndif_opt.analysis.names import COMPREHENSIONS, all_params, collect, target_names
 from ndif_opt.analysis.remote_functions import helper_calls
 from ndif_opt.syntax.loops import map_as_comprehension
@@ -150,14 +150,16 @@ def _model_block_call(value: cst.BaseExpression, facts: Facts) -> cst.Call | Non
 class ClosureLoop:
     loop: cst.For | cst.While | cst.BaseExpression  # a `for`, a `while` or a comprehension
     name: str  # the name called: `run`
-    factory: str  # the function whose call bound it: `make_runner`
+    factory: str  # the function whose call bound it: `make_runner` (see Closure.factory)
+    function: str = ""  # the name of the function the name runs (`top_token` of a partial of it)
 
 
 @dataclass(frozen=True)
 class Closure:
     name: str  # the name bound: `run` of `run = make_runner(remote=True)`
-    factory: str  # `make_runner`
+    factory: str  # `make_runner`; `functools.partial`; "" for another name of a function
     func: cst.FunctionDef  # the nested function it returns, which holds a remote block
+    bound: tuple[cst.Arg, ...] = ()  # the arguments a partial gives before a call's own
 
 
 def closures(facts: Facts) -> dict[str, Closure]:
@@ -169,7 +171,7 @@ def closures(facts: Facts) -> dict[str, Closure]:
 
 def _closures(facts: Facts) -> dict[str, Closure]:
     factories = _closure_factories(facts)
-    found: dict[str, Closure] = {}
+    found: dict[str, Closure] = _other_names(facts)
     if not factories:
         return found
     held: dict[str, Closure] = {}  # containers of closures: `{l: make_ablator(l) for l in ...}`
@@ -192,6 +194,28 @@ def _closures(facts: Facts) -> dict[str, Closure]:
             closure, target = _iterated_closure(info.node, held)
             if closure is not None:
                 found[target] = Closure(target, closure.factory, closure.func)
+    return found
+
+
+def _other_names(facts: Facts) -> dict[str, Closure]:
+    """Names bound once to a same-file function that holds a remote block, by another
+    name (`score = top_token`) or with arguments given ahead (`top3 =
+    functools.partial(top_token, k=3)`): calling the name runs that function."""
+    holding = {id(b.stmt.function) for b in facts.blocks if b.stmt.function is not None}
+    if not holding:
+        return {}
+    found = {}
+    for name in facts.bindings:
+        value = facts.constant(name)
+        bound: tuple[cst.Arg, ...] = ()
+        factory = ""
+        if type(value) is cst.Call and qualify(value.func, facts.imports) == "functools.partial" and value.args \
+                and value.args[0].keyword is None and not value.args[0].star \
+                and not any(arg.star for arg in value.args):
+            factory, bound, value = "functools.partial", tuple(value.args[1:]), value.args[0].value
+        func = facts.functions.get(value.value) if type(value) is cst.Name else None
+        if func is not None and id(func) in holding and name not in facts.functions:
+            found[name] = Closure(name, factory, func, bound)
     return found
 
 
@@ -269,13 +293,13 @@ def closure_loops(facts: Facts) -> list[ClosureLoop]:
         called = calls_made(info.node.body)
         if called:
             closure = made[called[0].func.value]
-            found.append(ClosureLoop(info.node, closure.name, closure.factory))
+            found.append(ClosureLoop(info.node, closure.name, closure.factory, closure.func.name.value))
     for info in statements_outside_blocks(facts, (cst.SimpleStatementLine,)):
         for comprehension in find_nodes(info.node, lambda n: type(n) in COMPREHENSIONS):
             called = calls_made(comprehension)
             if called:
                 closure = made[called[0].func.value]
-                found.append(ClosureLoop(comprehension, closure.name, closure.factory))
+                found.append(ClosureLoop(comprehension, closure.name, closure.factory, closure.func.name.value))
                 break
     return found
 

@@ -629,6 +629,12 @@ class StatementWalk:
         for written, loops in calls:
             call = unwrapped_call(written, wrappers)  # `with_retries(run, x)` runs `run(x)` once when nothing fails
             name = called_name(call, self._instances)
+            if name in self._partial_args:  # `top3(p)` of `top3 = functools.partial(top_token, k=3)`
+                given = self._partial_args[name]
+                call = call.with_changes(args=[*(a for a in given if a.keyword is None),
+                                               *(a for a in call.args if a.keyword is None),
+                                               *(a for a in given if a.keyword is not None),
+                                               *(a for a in call.args if a.keyword is not None)])
             bound = name in self._methods or name in self._constructors
             func = (self._methods.get(name) or self._constructors.get(name)) if bound else (
                 (self._reaching_defs.get(name) or self.facts.functions.get(name) or self._closures.get(name))

@@ -83,7 +83,9 @@ class Walker(StatementWalk, ExpressionWalk, RequestWalk):
         self._constructors = constructors(facts)  # `Patching(...)` runs `Patching.__init__`
         # `run` of `run = make_runner(remote=True)`: a call of it runs the nested function the
         # factory returns (analysis/opaque.py)
-        self._closures = {name: c.func for name, c in closures(facts).items()}
+        made = closures(facts)
+        self._closures = {name: c.func for name, c in made.items()}
+        self._partial_args = {name: c.bound for name, c in made.items() if c.bound}  # `functools.partial`
         # the key part of same_file_calls, built once
         # the `def` of each name that the module's code has run so far, as the walk goes: a
         # call runs the one above it (a name defined twice is none of facts.functions)

@@ -73,9 +73,22 @@ def name_the_unseen(facts: Facts, context: Context, helpers: dict, planned: list
             "`model.session(remote=...)` around the loop yourself, or call a function of this file",
         )
     for found in closure_loops(facts):
+        kind = 'loop' if isinstance(found.loop, (cst.For, cst.While)) else 'comprehension'
+        if found.factory in ("", "functools.partial"):
+            how = "another name of" if not found.factory else "a `functools.partial` of"
+            given = " with the arguments the partial gives" if found.factory else ""
+            context.skipped(
+                found.loop,
+                f"this {kind} calls `{found.name}`, {how} `{found.function}`, which opens a remote block: each "
+                "call sends a remote request",
+                f"not hoisted: ndif-opt bundles the calls of this file's functions made by their own names: call "
+                f"`{found.function}(...)` in the {kind}{given}, or open one `model.session(remote=...)` around "
+                "it yourself",
+            )
+            continue
         context.skipped(
             found.loop,
-            f"this {'loop' if isinstance(found.loop, (cst.For, cst.While)) else 'comprehension'} calls "
+            f"this {kind} calls "
             f"`{found.name}`, the function `{found.factory}(...)` returns (a closure that opens "
             "a remote block): each call may send a remote request",
             f"not hoisted: `{found.name}` is made when the script runs, with the remote flag and model "
