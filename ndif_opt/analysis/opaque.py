@@ -301,7 +301,9 @@ def closure_loops(facts: Facts) -> list[ClosureLoop]:
                 closure = made[called[0].func.value]
                 found.append(ClosureLoop(comprehension, closure.name, closure.factory, closure.func.name.value))
                 break
-    return found
+    # a nest of loops is one finding, on its outermost loop
+    return [one for one in found if not any(other is not one and find_nodes(other.loop, lambda n: n is one.loop)
+                                            for other in found)]
 
 
 def mapped_remote_calls(facts: Facts, helpers: dict) -> list[tuple[cst.BaseStatement, cst.Call, cst.Call]]:

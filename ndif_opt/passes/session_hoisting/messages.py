@@ -91,8 +91,8 @@ def name_the_unseen(facts: Facts, context: Context, helpers: dict, planned: list
             f"this {kind} calls "
             f"`{found.name}`, the function `{found.factory}(...)` returns (a closure that opens "
             "a remote block): each call may send a remote request",
-            f"not hoisted: `{found.name}` is made when the script runs, with the remote flag and model "
-            f"`{found.factory}` was given, so ndif-opt cannot count or bundle its requests; open one "
+            f"not hoisted: `{found.name}` is made when the script runs, by `{found.factory}(...)`, so ndif-opt "
+            "cannot bundle its requests (their remote flag and model are the closure's); open one "
             f"`model.session(remote=...)` around the loop yourself, or make the closure a function of this "
             "file that takes its flag as a parameter",
         )

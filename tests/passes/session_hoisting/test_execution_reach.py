@@ -270,14 +270,23 @@ CLOSURE_LOOP = '''
 '''
 
 
+# the same calls in a nest of two loops: one finding, on the outer loop (each loop had one)
+CLOSURE_NEST = CLOSURE_LOOP.replace(
+    'for prompt in ["The sky is", "Grass is", "Snow is"]:\n        norms[prompt] = ',
+    'for prompt in ["The sky is", "Grass is", "Snow is"]:\n        for times in range(1):\n            norms[prompt] = ')
+
+
 @both
-def test_a_loop_calling_a_closure_is_named_and_billed_per_call(family):
-    result, report = optimized_and_verified(CLOSURE_LOOP, family)
+@pytest.mark.parametrize("template", [CLOSURE_LOOP, CLOSURE_NEST], ids=["loop", "nest"])
+def test_a_loop_calling_a_closure_is_named_and_billed_per_call(family, template):
+    result, report = optimized_and_verified(template, family)
     assert report.before.requests == report.after.requests == 3, report.to_text()
     assert (result.costs[0].before.requests, result.costs[-1].after.requests) == (3, 3)
     (found,) = [f for f in result.findings if f.pass_id == "session-hoisting"]
     assert "`probe`, the function `make_probe(...)` returns (a closure" in found.message, found.message
     assert "model.session(remote=...)" in found.reason
+    # the bill counts the closure's requests: the reason does not say they cannot be counted
+    assert "cannot bundle" in found.reason and "count" not in found.reason, found.reason
 
 
 # the same closures reached another way (a new user's scripts, left with no finding and
