@@ -795,4 +795,25 @@ print(tops)
 """,
         reason="write it as a comprehension",
     ),
+    Case(
+        name="a retry whose loop has an `else:` clause names the clause",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+top = {}
+for prompt in ["The Eiffel Tower is in", "Water boils at"]:
+    for attempt in range(3):
+        try:
+            with model.trace(prompt, remote=True):
+                ids = model.lm_head.output[0, -1].topk(5).indices.save()
+            break
+        except Exception:
+            print("retrying", attempt)
+    else:
+        continue
+    top[prompt] = ids.tolist()
+""",
+        reason="is in a `for` loop with an `else:` clause that holds remote work too",
+    ),
 )

@@ -530,8 +530,9 @@ class Splitter:
             )
         if not (isinstance(stmt, cst.For) and stmt.orelse is None and isinstance(stmt.body, cst.IndentedBlock)):
             raise Refused(
-                f"the code {problems[0].message}, in the same statement as remote work "
-                "(only a `for` loop's body can be split into a remote and a local part)"
+                f"the code {problems[0].message}. That code is in {_statement_words(stmt)} that holds remote work "
+                "too, and ndif-opt splits only the body of a `for` loop without `else:` into a part for the server "
+                "and a part for your machine"
             )
         iterable = unwrap_progress(stmt.iter, self.facts)
         header = self.server_check.problems(stmt.target) + self.server_check.problems(iterable) + \
@@ -801,3 +802,13 @@ class _Names(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         self.found.add(node.value)
+
+
+def _statement_words(stmt: cst.BaseStatement) -> str:
+    """`a `for` loop with an `else:` clause`, `a `try` statement`: what a refusal calls the
+    statement that holds code of both parts."""
+    if isinstance(stmt, (cst.For, cst.While)) and stmt.orelse is not None:
+        return f"a `{'for' if isinstance(stmt, cst.For) else 'while'}` loop with an `else:` clause"
+    keyword = {cst.If: "if", cst.With: "with", cst.Try: "try", cst.TryStar: "try", cst.While: "while",
+               cst.For: "for", cst.Match: "match"}.get(type(stmt))
+    return f"a `{keyword}` statement" if keyword else "a statement"
