@@ -137,6 +137,9 @@ class Pass:
     #: would stop (over the hour's limit) into several it runs; any other pass's version
     #: that sends more is no fix, and the pipeline does not take it
     adds_requests: ClassVar[bool] = False
+    #: (atol, rtol) within which its applied fixes keep float32 results (None: exactly):
+    #: ``verify --unsafe-fixes`` compares within it unless told a tolerance
+    float_tolerance: ClassVar[tuple[float, float] | None] = None
 
     def __init__(self, report_only: bool = False) -> None:
         self.report_only = report_only

@@ -149,6 +149,7 @@ class VerifyReport:
     # the nnsight (a) ran on when not this process's: "0.4" for a pre-0.5 original
     local_nnsight: Optional[str] = None
     rewritten: bool = True  # the optimized script differs from the original
+    compared_within: str = ""  # the tolerance results were compared within, and why (not asked for)
 
     @classmethod
     def could_not_run(cls, reason: str) -> "VerifyReport":
@@ -217,6 +218,8 @@ class VerifyReport:
             lines.append("  (the original stopped at its error: the figures before are of what ran until then)")
         lines.append("  (measured on tiny models of the scripts' model families: the bytes are theirs; "
                      "download (raw) is before NDIF's compression)")
+        if self.compared_within:
+            lines.append(f"  results compared within {self.compared_within}")
         if self.local_nnsight:
             lines.append(f"  the original ran locally on nnsight {self.local_nnsight} (it uses the pre-0.5 API); "
                          "the original and the optimized script remotely on nnsight 0.8")
@@ -304,7 +307,7 @@ def _run_mismatches(
         want, got, atol=atol, rtol=rtol, ignore=ignore, ignore_extra=ignore_extra
     )
     if expected.stdout != actual.stdout:
-        problems.extend(_stdout_differences(expected.stdout, actual.stdout))
+        problems.extend(_stdout_differences(expected.stdout, actual.stdout, atol=atol, rtol=rtol))
     for name in sorted(expected.files.keys() | actual.files.keys()):
         if name not in actual.files:
             problems.append(f"file {name}: not written")
@@ -334,11 +337,17 @@ def _line_difference(index: int, expected: str, actual: str, width: int = 80) ->
     return f"stdout line {index + 1}{where}: expected {part(expected)!r}, got {part(actual)!r}"
 
 
-def _stdout_differences(expected: str, actual: str, shown: int = 10) -> list[str]:
+def _stdout_differences(expected: str, actual: str, shown: int = 10, *, atol: float = 0.0,
+                        rtol: float = 0.0) -> list[str]:
     """Each differing line (the first ``shown``), so that two runs wrong on different lines
-    can be told apart; then a differing count of lines."""
+    can be told apart; then a differing count of lines. Under a tolerance, a line whose
+    numbers each differ within it is the same (:func:`compare.same_text_within`)."""
+    from .compare import same_text_within
+
     a, b = expected.splitlines(), actual.splitlines()
-    differing = [index for index, (x, y) in enumerate(zip(a, b)) if x != y]
+    differing = [index for index, (x, y) in enumerate(zip(a, b)) if not same_text_within(x, y, atol, rtol)]
+    if not differing and len(a) == len(b) and expected.endswith("\n") == actual.endswith("\n"):
+        return []
     found = [_line_difference(i, a[i], b[i]) for i in differing[:shown]]
     if len(differing) > shown:
         found.append(f"stdout: {len(differing) - shown} more lines differ")
@@ -470,7 +479,10 @@ def verify_result(source: str, result, *, filename: str = "script.py", unsafe_fi
     let_go = kwargs.pop("ignore_missing", None)
     if let_go is None:
         let_go = set(result.unreturned) if unsafe_fixes else set(result.unreturned) & script_intermediates(source)
-    return verify_sources(
+    tolerance = fixes_tolerance(result) if not kwargs.get("atol") and not kwargs.get("rtol") else None
+    if tolerance is not None:
+        kwargs["atol"], kwargs["rtol"], passes = tolerance
+    report = verify_sources(
         source,
         result.code,
         filename=filename,
@@ -478,6 +490,24 @@ def verify_result(source: str, result, *, filename: str = "script.py", unsafe_fi
         ignore=tuple(kwargs.pop("ignore", ())) + tuple(result.introduced),
         **kwargs,
     )
+    if tolerance is not None:
+        report.compared_within = (f"atol {tolerance[0]:g}, rtol {tolerance[1]:g}: the fixes of {passes} change "
+                                  "floats in their last bits (--atol and --rtol set other tolerances)")
+    return report
+
+
+def fixes_tolerance(result) -> tuple[float, float, str] | None:
+    """The tolerance (atol, rtol) the applied fixes of ``result`` keep float32 results
+    within (each pass's ``float_tolerance``, the largest), and the passes, named; None
+    when every applied fix keeps them exactly."""
+    from ndif_opt.passes import PASSES
+
+    inexact = {cls.id: cls.float_tolerance for cls in PASSES if cls.float_tolerance is not None}
+    used = sorted({f.pass_id for f in result.findings if f.applied and f.pass_id in inexact})
+    if not used:
+        return None
+    return (max(inexact[p][0] for p in used), max(inexact[p][1] for p in used),
+            ", ".join(f"`{p}`" for p in used))
 
 
 def _still_pre_05(code: str) -> bool:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 from typing import Any, Callable, Iterable, Optional
 
 __all__ = ["comparable", "comparable_namespace", "compare_files", "compare_namespaces", "describe"]
@@ -349,6 +350,24 @@ def _compare_tensors(
 # ---------------------------------------------------------------------------
 # Files
 # ---------------------------------------------------------------------------
+
+
+#: a number as `print` writes one (`3`, `-0.25`, `1e-07`, `.5`)
+_NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+
+
+def same_text_within(expected: str, actual: str, atol: float, rtol: float) -> bool:
+    """Are two lines of text the same but for the numbers written in them, each within
+    the tolerance (`|a - b| <= atol + rtol * |a|`, as for tensors)? Without a tolerance,
+    the lines must be equal."""
+    if expected == actual:
+        return True
+    if atol == 0 and rtol == 0 or _NUMBER.split(expected) != _NUMBER.split(actual):
+        return False
+    for x, y in zip(_NUMBER.findall(expected), _NUMBER.findall(actual)):
+        if x != y and not abs(float(x) - float(y)) <= atol + rtol * abs(float(x)):
+            return False
+    return True
 
 
 def compare_files(name: str, expected: bytes, actual: bytes, *, atol: float = 0.0, rtol: float = 0.0) -> list[str]:

@@ -321,3 +321,46 @@ def test_verify_migrate_says_plainly_that_nothing_was_migrated(tmp_path, repo, l
     assert as_json["status"] == "not-migrated" and as_json["intended_ok"] is False
     assert as_json["rewritten"] is False and as_json["before"]["requests"] == 0
     assert as_json["reason"] == headline(done.stdout).split(" — ", 1)[1]
+
+
+# prompts of different lengths: batched as invokes of one trace, with left padding, the
+# last-token norms come out a few float32 ulps off those of one trace each
+BATCHED_NORMS = textwrap.dedent('''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("openai-community/gpt2")
+    PROMPTS = ["Paris is the capital of", "The weather in Oslo is", "People from Lima", "Cairo"]
+    norms = []
+    for prompt in PROMPTS:
+        with model.trace(prompt, remote=True):
+            n = model.transformer.h[6].output[0, -1].norm().save()
+        norms.append(n.item())
+    print(norms)
+''')
+
+
+def test_unsafe_batching_is_compared_within_the_tolerance_its_finding_states():
+    from ndif_opt.options import Options
+
+    result = optimize(BATCHED_NORMS, options=Options(unsafe_fixes=True))
+    assert any(f.applied and f.pass_id == "invoke-batching" for f in result.findings), result.code
+    report = verify_result(BATCHED_NORMS, result, unsafe_fixes=True)
+    assert report.intended_ok, report.to_text()
+    assert "the fixes of `invoke-batching` change floats in their last bits" in report.to_text(), report.to_text()
+    # a tolerance asked for is the one used, and said by no note
+    exact = verify_result(BATCHED_NORMS, result, unsafe_fixes=True, atol=1e-12, rtol=1e-12)
+    assert not exact.compared_within
+
+
+@pytest.mark.parametrize("expected, actual, same", [
+    ("[0.2493777871131897, 0.29]", "[0.2493778020143509, 0.29]", True),  # a few ulps of float32
+    ("layer 3: 0.25", "layer 4: 0.25", False),  # a number that differs by more
+    ("top 'Paris' 0.25", "top 'Rome' 0.25", False),  # the text around the numbers differs
+    ("1e-07 x", "1.2e-07 x", True),
+    ("[1, 2]", "[1, 2, 3]", False),
+])
+def test_printed_numbers_are_compared_within_the_tolerance(expected, actual, same):
+    from ndif_opt.verify.compare import same_text_within
+
+    assert same_text_within(expected, actual, 1e-5, 1e-5) is same
+    assert same_text_within(expected, actual, 0.0, 0.0) is (expected == actual)
