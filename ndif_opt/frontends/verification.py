@@ -22,12 +22,16 @@ def verify_optimized(source: SourceFile, result: Result, path: str, settings: Op
 
         return verify_notebook(source.text, result, filename=path,
                                original_nnsight=original_nnsight(notebook_script(source.text), settings), **options)
+    from ndif_opt.engine.cells import script_cells
     from ndif_opt.engine.ipython_lines import script_without_magics
 
     # a script's `!pip install` lines are not Python: run it as a notebook would
     runnable = replace(result, code=script_without_magics(result.code))
     original = script_without_magics(source.text)
     options.setdefault("extra_files", neighbour_files(path))
+    # a `# %%` script's cells run in a kernel (VS Code, PyCharm, jupytext), as ndif-opt
+    # optimizes them: `display` is there
+    options.setdefault("notebook", script_cells(source.text) is not None)
     return verify_result(original, runnable, filename=path, unsafe_fixes=settings.unsafe_fixes,
                          original_nnsight=original_nnsight(original, settings), **options)
 

@@ -21,6 +21,7 @@ pytest.importorskip("nnsight")
 from execution import both, optimized_and_verified, script  # noqa: E402
 
 from ndif_opt import Status  # noqa: E402
+from ndif_opt.frontends.batch import optimize_source  # noqa: E402
 from ndif_opt.frontends.notebook import optimize_notebook, verify_notebook  # noqa: E402
 from ndif_opt.options import Options  # noqa: E402
 
@@ -60,6 +61,25 @@ def test_a_kernels_display_in_a_hoisted_loop_runs_on_your_machine(family):
     assert "display(" not in _session_body(result.result.code), result.result.code
     report = verify_notebook(text, result, filename="cells.ipynb")
     assert report.intended_ok, report.to_text() + "\n" + result.text
+    assert (report.before.requests, report.after.requests) == (3, 1)
+
+
+@both
+def test_a_percent_cell_script_is_verified_with_the_kernels_display(family):
+    # the same cells as a `# %%` script (VS Code, PyCharm, jupytext): optimized by a
+    # notebook's rules, and verified as its cells run, in a kernel (before, the original
+    # failed there: NameError: name 'display' is not defined)
+    import textwrap
+
+    from ndif_opt.frontends.files import SourceFile
+    from ndif_opt.frontends.verification import verify_optimized
+
+    text = "".join("# %%\n" + textwrap.dedent(script(cell, family)).lstrip("\n") for cell in CELLS)
+    options, source = Options(), SourceFile(path="cells.py", text=text)
+    result = optimize_source(source, options)
+    assert "model.session(" in result.code, result.code
+    report = verify_optimized(source, result, "cells.py", options)
+    assert report.intended_ok, report.to_text() + "\n" + result.code
     assert (report.before.requests, report.after.requests) == (3, 1)
 
 
