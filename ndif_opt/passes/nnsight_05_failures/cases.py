@@ -332,4 +332,41 @@ print(top)
 """,
         reason="`INNER` may differ from the session's `REMOTE`",
     ),
+    Case(
+        name="a new tensor saved through an in-place method is sent back",
+        before="""\
+import torch
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The cat sat", remote=True):
+    total = torch.zeros(3)
+    total.add_(model.lm_head.output[0, -1, :3]).save()
+print(total)
+""",
+    ),
+    Case(
+        name="a list made in the block and filled with saved values is not sent back",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The cat sat", remote=True):
+    tops = []
+    for layer in range(3):
+        tops.append(model.transformer.h[layer].output[0, -1].argmax().save())
+print([t.item() for t in tops])
+""",
+        after="""\
+from nnsight import LanguageModel
+import nnsight
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The cat sat", remote=True):
+    tops = nnsight.save([])
+    for layer in range(3):
+        tops.append(model.transformer.h[layer].output[0, -1].argmax().save())
+print([t.item() for t in tops])
+""",
+    ),
 )

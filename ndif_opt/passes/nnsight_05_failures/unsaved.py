@@ -127,7 +127,7 @@ def _unreachable_after(name: str, binding: cst.CSTNode, block: Block) -> bool:
         if kind is cst.Subscript:
             return named(node.value)
         return kind is cst.Call and type(node.func) is cst.Attribute and named(node.func.value) \
-            and node.func.attr.value not in _SELF_RETURNING
+            and not _returns_receiver(node.func.attr.value)
 
     return all(len(find_nodes(stmt, named)) == len(find_nodes(stmt, harmless)) for stmt in later)
 
@@ -493,6 +493,11 @@ def _tensor_names(bindings, facts: Facts) -> set[str]:
             if all(kind == "assign" and is_tensor(value, models, set()) for kind, _, value in sites)}
 
 
+def _returns_receiver(method: str) -> bool:
+    """May a call of this method give back its receiver (`t.float()`, `t.add_(x)`)?"""
+    return method in _SELF_RETURNING or (method.endswith("_") and not method.startswith("_"))
+
+
 def _new_tensor(expr: cst.BaseExpression, tensors: set[str], facts: Facts) -> bool:
     """An item of a tensor (a view), or what a tensor method that never returns the tensor
     itself gives: a new tensor object, which no name can already hold."""
@@ -508,9 +513,7 @@ def _new_tensor(expr: cst.BaseExpression, tensors: set[str], facts: Facts) -> bo
     if type(expr) is cst.Call and type(expr.func) is cst.Attribute:
         # any method of a tensor gives a new object (`.max()`, `.tolist()`), but those that
         # may return the tensor itself and the in-place ones (`add_`), which return it
-        method = expr.func.attr.value
-        returns_itself = method in _SELF_RETURNING or (method.endswith("_") and not method.startswith("_"))
-        return not returns_itself and is_tensor(expr.func.value, models, tensors)
+        return not _returns_receiver(expr.func.attr.value) and is_tensor(expr.func.value, models, tensors)
     return False
 
 
