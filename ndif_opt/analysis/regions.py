@@ -149,7 +149,8 @@ def intermediates(facts: Facts) -> frozenset[str]:
 def _results_here(facts: Facts) -> dict[str, cst.CSTNode]:
     names = facts.original_results
     if names is None:  # facts made outside the pipeline: the code is as written
-        names = script_result_names(ast.parse(facts.module.code))
+        code = facts.module.code
+        names = script_result_names(ast.parse(code), code)
     bound = collect(facts.module).binds
     return {name: bound.get(name, facts.module) for name in names}
 

@@ -26,18 +26,39 @@ from __future__ import annotations
 import ast
 
 from ndif_opt.analysis.vocabulary import BLOCK_METHODS
+from ndif_opt.syntax.python_ast import load_names, nodes
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
-def script_result_names(tree: ast.Module) -> frozenset[str]:
-    """The names of the script's results (see the module docstring)."""
-    read = _read_names(tree)
+def script_result_names(tree: ast.Module, source: str | None = None) -> frozenset[str]:
+    """The names of the script's results (see the module docstring). ``source``: the code
+    ``tree`` was parsed from, when the caller has it (then a code without `:=` is not
+    searched for what `:=` binds)."""
+    if source is None or ":=" in source:
+        walrus = any(type(node) is ast.NamedExpr for node in nodes(tree))
+    else:
+        walrus = False
+    known: list[frozenset[str]] = []
+
+    def read() -> frozenset[str]:  # (asked only of a name a block binds to a saved value)
+        if not known:
+            known.append(_read_names(tree))
+        return known[0]
+
     results: set[str] = set()
+    temporaries: dict[int, frozenset[str]] = {}  # id(loop) -> _afresh(loop), asked of each binding in it
+
+    def afresh(loop: ast.stmt) -> frozenset[str]:
+        found = temporaries.get(id(loop))
+        if found is None:
+            found = temporaries[id(loop)] = _afresh(loop)
+        return found
+
     for stmt, loops, in_block in _module_statements(tree.body, (), False):
-        for name, intermediate in _bindings(stmt, in_block, read):
-            if not intermediate and not any(name in _afresh(loop) for loop in loops):
+        for name, intermediate in _bindings(stmt, in_block, read, _walrus if walrus else _no_walrus):
+            if not intermediate and not any(name in afresh(loop) for loop in loops):
                 results.add(name)
     return frozenset(results)
 
@@ -65,9 +86,9 @@ def _opens_block(stmt: ast.With | ast.AsyncWith) -> bool:
                and item.context_expr.func.attr in BLOCK_METHODS for item in stmt.items)
 
 
-def _bindings(stmt: ast.stmt, in_block: bool, read) -> list[tuple[str, bool]]:
+def _bindings(stmt: ast.stmt, in_block: bool, read, _walrus) -> list[tuple[str, bool]]:
     """(name, an intermediate by how it is bound) for what ``stmt`` binds in its own line or
-    header (not in the statements it holds)."""
+    header (not in the statements it holds); ``_walrus``: what an expression binds with `:=`."""
     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return [(stmt.name, False)]
     if isinstance(stmt, (ast.For, ast.AsyncFor)):
@@ -86,7 +107,7 @@ def _bindings(stmt: ast.stmt, in_block: bool, read) -> list[tuple[str, bool]]:
         return [(h.name, True) for h in stmt.handlers if h.name]
     if isinstance(stmt, ast.Assign):
         saved = in_block and _saves_a_model_value(stmt.value)
-        return [(n, saved and n in read) for t in stmt.targets for n in _targets(t)] + _walrus(stmt.value)
+        return [(n, saved and n in read()) for t in stmt.targets for n in _targets(t)] + _walrus(stmt.value)
     if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
         return [(n, False) for n in _targets(stmt.target)] + (_walrus(stmt.value) if stmt.value else [])
     if isinstance(stmt, (ast.Import, ast.ImportFrom)):
@@ -108,10 +129,15 @@ def _targets(target: ast.expr) -> list[str]:
     return []  # `x[i] = v`, `x.a = v`: a change of `x`, not a binding
 
 
+def _no_walrus(expr: ast.expr | None) -> list[tuple[str, bool]]:
+    """:func:`_walrus` in a tree without `:=`."""
+    return []
+
+
 def _walrus(expr: ast.expr | None) -> list[tuple[str, bool]]:
     if expr is None:
         return []
-    return [(node.target.id, False) for node in ast.walk(expr) if isinstance(node, ast.NamedExpr)]
+    return [(node.target.id, False) for node in nodes(expr) if type(node) is ast.NamedExpr]
 
 
 def _saves_a_model_value(value: ast.expr) -> bool:
@@ -139,8 +165,7 @@ def _saves_a_model_value(value: ast.expr) -> bool:
 
 
 def _read_names(tree: ast.Module) -> frozenset[str]:
-    return frozenset(node.id for node in ast.walk(tree) if isinstance(node, ast.Name)
-                     and isinstance(node.ctx, ast.Load))
+    return frozenset(load_names(tree))
 
 
 def _afresh(loop: ast.stmt) -> frozenset[str]:
@@ -184,13 +209,14 @@ def _scan(stmts, bound: set[str], exposed: set[str]) -> set[str]:
 
 
 def _expr_reads(expr: ast.expr) -> set[str]:
-    return {node.id for node in ast.walk(expr) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    return load_names(expr)
 
 
 def _reads(stmt: ast.stmt) -> set[str]:
-    found = {node.id for node in ast.walk(stmt) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    found = nodes(stmt)
+    reads = {node.id for node in found if type(node) is ast.Name and type(node.ctx) is ast.Load}
     # `total += x` reads `total` (its target is a store to Python's tree)
-    return found | {n for node in ast.walk(stmt) if isinstance(node, ast.AugAssign) for n in _targets(node.target)}
+    return reads | {n for node in found if type(node) is ast.AugAssign for n in _targets(node.target)}
 
 
 def _definite(stmt: ast.stmt) -> set[str]:

@@ -7,6 +7,7 @@ import ast
 from dataclasses import dataclass, field
 
 from ndif_opt.analysis.vocabulary import BLOCK_METHODS, MUTATING_METHODS, SAVE_METHODS
+from ndif_opt.syntax.python_ast import children
 
 
 @dataclass
@@ -54,40 +55,11 @@ def describe_chunk(chunk: Chunk) -> None:
         })
 
 
-_AST = ast.AST
 # the node classes the walks below test for most, by identity (ast makes no subclasses of them)
 _Name, _Attribute, _Call, _Constant, _Subscript, _keyword, _Assign, _Load = (
     ast.Name, ast.Attribute, ast.Call, ast.Constant, ast.Subscript, ast.keyword, ast.Assign, ast.Load)
 _Expr, _Tuple, _UnaryOp, _BinOp, _withitem, _For = ast.Expr, ast.Tuple, ast.UnaryOp, ast.BinOp, ast.withitem, ast.For
 _With, _Dict = ast.With, ast.Dict
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}  # node class -> the fields that may hold nodes
-# fields that never hold a node, in any class (identifiers, numbers, flags), a name's context
-# and the operator of an operation (empty nodes that no walk here looks at)
-_LEAF_FIELDS = frozenset({"ctx", "id", "attr", "arg", "name", "asname", "module", "level", "kind",
-                          "type_comment", "is_async", "conversion", "rest", "op", "ops"})
-
-
-def _children(node: ast.AST) -> list[ast.AST]:
-    """``ast.iter_child_nodes(node)`` as a list, without the Load/Store/Del context of a
-    name and the operator of an operation (leaves that no walk here looks at): the walks
-    below spend most of their time listing children, and a name's context is a third of
-    the nodes."""
-    kind = type(node)
-    fields = _CHILD_FIELDS.get(kind)
-    if fields is None:
-        fields = _CHILD_FIELDS[kind] = tuple(
-            f for f in kind._fields if f not in _LEAF_FIELDS and not (kind is ast.Constant and f == "value")
-        )
-    found = []
-    for name in fields:
-        value = getattr(node, name, None)
-        if isinstance(value, _AST):
-            found.append(value)
-        elif type(value) is list:
-            found.extend([item for item in value if isinstance(item, _AST)])
-    return found
-
-
 #: The node classes the uses walk looks at (ast makes no subclasses of them); it only walks through others.
 _USES_KINDS = frozenset({
     ast.Name, ast.Call, ast.With, ast.AsyncWith, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
@@ -169,7 +141,7 @@ def _walk_uses(chunk: Chunk, stack: list[ast.AST], inside: bool, in_body: bool,
         elif kind in _USES_KINDS:
             _use(chunk, current, inside, in_body, stacks)
         else:  # most other nodes: only their children matter here
-            extend(_children(current))
+            extend(children(current))
 
 
 #: The methods whose calls tell _method_call something (and those ending in ``_``).
@@ -255,7 +227,7 @@ def _use(chunk: Chunk, current: ast.AST, inside: bool, in_body: bool,
     # bodies run later, and so does a generator expression
     later = in_body or isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
                                             ast.GeneratorExp))
-    stacks[inside, later].extend(_children(current))
+    stacks[inside, later].extend(children(current))
 
 
 def attach_calls(chunks: list[Chunk]) -> dict[str, set[str]]:
@@ -440,7 +412,7 @@ class _Flow:
             self.chunk.names |= names  # (what the uses walk gathers from an import)
             return bound | names
         if isinstance(stmt, (ast.Expr, ast.Return, ast.Raise, ast.Assert)):
-            for child in _children(stmt):
+            for child in children(stmt):
                 self.read(child, bound)
             return bound
         if isinstance(stmt, (ast.Pass, ast.Break, ast.Continue)):
@@ -568,7 +540,7 @@ def _gather_names(node: ast.AST, bound: set[str] | frozenset[str], free: set[str
             push(current.right)
             continue
         if kind not in _NAME_KINDS:  # most other nodes: only their children matter here
-            extend(_children(current))
+            extend(children(current))
             continue
         if isinstance(current, ast.NamedExpr):
             stores.add(current.target.id)
@@ -584,7 +556,7 @@ def _gather_names(node: ast.AST, bound: set[str] | frozenset[str], free: set[str
             free |= inner - bound  # a lambda may run at once
             deferred |= inner
             continue
-        stack.extend(_children(current))
+        stack.extend(children(current))
 
 
 #: The node classes that either walk looks at, beyond names and calls: _gather_names_and_uses
@@ -654,7 +626,7 @@ def _gather_names_and_uses(node: ast.AST, bound: set[str], chunk: Chunk, inside:
             _gather_names(current, bound, free, stores, deferred)
             uses_stack.append(current)
         else:  # most other nodes: only their children matter to either walk
-            extend(_children(current))
+            extend(children(current))
 
 
 def _comprehension_names(node) -> tuple[set[str], set[str]]:
@@ -724,5 +696,5 @@ def _function_names(node) -> tuple[set[str], set[str]]:
             continue
         if isinstance(current, ast.ExceptHandler) and current.name:
             local.add(current.name)
-        stack.extend(_children(current))
+        stack.extend(children(current))
     return (loads - (local - globals_)) | globals_, globals_

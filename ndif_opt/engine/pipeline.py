@@ -159,7 +159,7 @@ def _file_context(options: Options, source: str, filename: str | None = None,
     imports, nor the names it leaves as results): the nnsight release the rewrite targets,
     the script's results (``tree``: the file's Python parse; without it the module's own
     analysis finds them)."""
-    results = script_result_names(tree) if tree is not None else None
+    results = script_result_names(tree, source) if tree is not None else None
     return RunContext(filename, target_release(options.nnsight, source), results=results)
 
 
