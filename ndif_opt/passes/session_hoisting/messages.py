@@ -358,7 +358,10 @@ def unsafe_reason(problem: Problem, not_replayed: str = "") -> str:
     """Why a loop needs --unsafe-fixes; ``not_replayed``: why its prints could not be replayed
     after the session, as they usually are (a progress bar never is)."""
     if problem.kind != "print":
-        return "the loop shows a progress bar, which a session would drop (use --unsafe-fixes to accept)"
+        why = "the loop shows a progress bar, which a session would drop"
+        if not_replayed:
+            why += f"; it cannot be replayed after the session: {not_replayed}"
+        return why + " (use --unsafe-fixes to accept)"
     why = "the loop prints: inside a session `print` becomes a server log line"
     if not_replayed:
         why += f", and it cannot be replayed after the session: {not_replayed}"

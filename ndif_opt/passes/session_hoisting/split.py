@@ -39,6 +39,7 @@ from ndif_opt.passes.session_hoisting.split_checks import (
     check_independence,
     check_kept_paths,
     check_no_remote_left,
+    check_replayed_bars,
     mixed_items,
     origin_of,
     shallow_containers,
@@ -60,6 +61,7 @@ def split_region(statements, facts: Facts, server_check, remote_work, taken: set
     splitter.anchor = statements[0] if statements else None
     splitter.later = set(later) | set(carry)
     items = splitter.classify(statements)
+    check_replayed_bars(items, statements, splitter)
     if splitter.client_paths:
         check_kept_paths(items, splitter)
     prelude = prelude_statements(items, splitter, facts) if splitter.pre else []

@@ -16,6 +16,7 @@ from ndif_opt.passes.session_hoisting.split_items import (
     first_code_line,
     overlaps,
     path_of,
+    progress_call,
     reads_a_file,
     unwrap_progress,
 )
@@ -44,6 +45,36 @@ def check_kept_paths(items: list[Item], splitter: Splitter) -> None:
                         f"the remote part reads `{what}`, which code that must run on your machine changes as the "
                         "loop goes on"
                     )
+
+
+def check_replayed_bars(items: list[Item], statements, splitter: Splitter) -> None:
+    """A progress bar is replayed after the session, around the rows of its loop: what its
+    other arguments read (`desc=prompt[:8]`) must hold there what it held where the loop
+    stood, so nothing the region binds or changes (an outer loop's variable has its last
+    value after the session, or none)."""
+    changed = NameUse()
+    for stmt in statements:
+        changed.merge(collect(stmt))
+    _bars_reading(items, set(changed.binds) | set(changed.mutates), splitter.facts)
+
+
+def _bars_reading(items: list[Item], moving: set[str], facts: Facts) -> None:
+    for item in items:
+        if item.role is Part.IF:
+            _bars_reading(item.body + item.orelse, moving, facts)
+        if item.role is not Part.MIXED:
+            continue
+        bar = progress_call(item.stmt.iter, facts)
+        if bar is not None:
+            first = next((a for a in bar.args if a.keyword is None and not a.star), None)
+            read = set().union(*(collect(a.value).reads for a in bar.args if a is not first))
+            found = sorted(read & moving)
+            if found:
+                raise Refused(
+                    f"the progress bar `{first_code_line(bar)}` reads `{found[0]}`, which the loop changes: replayed "
+                    "after the session, it would show something else"
+                )
+        _bars_reading(item.body, moving, facts)
 
 
 def check_prelude(items: list[Item], splitter: Splitter) -> set[str]:

@@ -862,3 +862,32 @@ def test_a_while_loop_whose_test_calls_a_tracing_helper_and_that_prints_says_why
     assert finding.range.start.line == source.splitlines().index(  # (0-based)
         'while steps < 3 and (piece := next_piece(text)) != " stop":')
     assert "N separate remote requests" in finding.message and "`print`" in finding.reason
+
+
+@both
+def test_a_progress_bar_reading_an_outer_loops_variable_is_shown_where_it_was(family):
+    # the inner loop's bar is labelled with the outer loop's prompt: replayed after one
+    # session of both loops, it read `prompt` where no prompt is bound (NameError). The
+    # outer loop stays (its bar would not show what it shows), each inner loop is a session
+    result, report = optimized_and_verified(
+        '''
+        from nnsight import LanguageModel
+        from tqdm import tqdm
+
+        model = LanguageModel("REPO")
+        scores = {}
+        for prompt in ["The capital of France is", "One, two, three,"]:
+            for layer in tqdm(range(2), desc=prompt[:8]):
+                with model.trace(prompt, remote=True):
+                    LAYERS[layer].mlp.output[:] = 0
+                    top = model.lm_head.output[0, -1].argmax().save()
+                scores[(prompt, layer)] = top.item()
+        print(scores)
+        ''',
+        family,
+    )
+    assert (report.before.requests, report.after.requests) == (4, 2), report.to_text() + result.code
+    assert "desc=prompt[:8]" in result.code
+    outer = [f for f in result.findings if f.pass_id == "session-hoisting" and not f.applied]
+    assert outer and "reads `prompt`, which the loop changes" in (outer[0].reason or ""), \
+        [(f.message, f.reason) for f in result.findings]
