@@ -518,6 +518,13 @@ def call_multiplicity(stmts, helpers: dict[str, RemoteHelper], facts: Facts, unk
                 total += (runs + 1) * _calls_in_expressions(stmt.test, helpers, facts, unknown)
         elif isinstance(stmt, cst.SimpleStatementLine):
             total += _calls_in_expressions(stmt, helpers, facts, unknown)
+        elif isinstance(stmt, cst.If):
+            # the test runs whichever branch follows (`if top_at(prompt, layer) == 5:`); then
+            # one branch: the one that sends more
+            other = stmt.orelse
+            rest = [other] if isinstance(other, cst.If) else other.body.body if other is not None else []
+            total += _calls_in_expressions(stmt.test, helpers, facts, unknown) + max(
+                call_multiplicity(stmt.body.body, helpers, facts, unknown), call_multiplicity(rest, helpers, facts, unknown))
         else:
             body = getattr(stmt, "body", None)
             if isinstance(body, cst.IndentedBlock):

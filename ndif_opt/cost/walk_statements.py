@@ -205,6 +205,8 @@ class StatementWalk:
                 self.suite(stmt.body.body, times * trips)
             return
         if type(stmt) is cst.If:
+            # the test runs whichever branch follows (`if top_at(prompt, layer) == 5:`)
+            self._follow_calls(stmt.test, times)
             # a test on the element of an unrolled loop (`if prompt == "skip":`) is decided
             # for each element; any other is not evaluated (see _if_statement)
             truth = self.truth(stmt.test) if self._elements & names_in(stmt.test) else None

@@ -410,3 +410,33 @@ def test_an_append_in_a_split_loop_is_replayed_as_a_change(family):
     result, report = optimized_and_verified(CHOSEN_AT_RANDOM, family)
     assert report.after.requests == 1, report.to_text()
     assert "_append" not in result.code and "chosen.append((layer" in result.code, result.code
+
+
+# a helper with a remote trace called in an `if` test: its requests were neither billed (1
+# billed where 4 ran) nor seen by session-hoisting (the loop was left with no finding)
+CALLED_IN_A_TEST = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def top_at(prompt, layer):
+        with model.trace(prompt, remote=True):
+            top = model.lm_head(LAYERS[layer].output)[0, -1].argmax().save()
+        return top.item()
+
+
+    hits = []
+    for prompt in ["The capital of Germany is", "Two plus two equals"]:
+        for layer in range(2):
+            if top_at(prompt, layer) % 2 == 0:
+                hits.append((prompt, layer))
+    print(hits)
+'''
+
+
+@both
+def test_a_helper_called_in_an_if_test_is_billed_and_hoisted(family):
+    result, report = optimized_and_verified(CALLED_IN_A_TEST, family)
+    assert result.costs[0].before.requests == report.before.requests == 4, report.to_text()
+    assert report.after.requests == 1, report.to_text() + result.code
