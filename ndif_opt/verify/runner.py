@@ -21,7 +21,7 @@ credential the script reads from the environment (``os.environ["NDIF_API_KEY"]``
 either.
 
 Each run starts from what a fresh process would have: ``logging`` without the handlers
-an earlier run (or the caller) configured, and the files the script writes outside
+an earlier run (or the caller) configured, no pyplot figure an earlier run left open, and the files the script writes outside
 its directory as they were before the run (:class:`~.written_files.WrittenFiles`
 records them, and they are reported in ``files`` by absolute path). ``workdir`` gives
 several runs the same directory, so ``__file__`` and every path derived from it are
@@ -440,6 +440,7 @@ class _Snapshot:
         self.by_value = set(_pickled_by_value())
         self.cache_keys = self.release.cache_keys()
         self.logging = _LoggingState()
+        self.figures = set(_open_figures())
 
     def restore(self, script_path: str) -> None:
         import torch
@@ -447,6 +448,7 @@ class _Snapshot:
 
         sys.settrace(self.trace)
         self.logging.restore()
+        _close_figures(set(_open_figures()) - self.figures)
         os.chdir(self.cwd)
         sys.argv[:] = self.argv
         sys.path[:] = self.path
@@ -487,6 +489,20 @@ class _Snapshot:
         self.release.forget_sources(self.cache_keys, lambda name: _belongs(name, script_path, run_dir))
         for key in [k for k in list(linecache.cache) if _belongs(k, script_path, run_dir)]:
             linecache.cache.pop(key, None)
+
+
+def _open_figures() -> list[int]:
+    """The numbers of pyplot's open figures (none when no run imported pyplot)."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    return list(pyplot.get_fignums()) if pyplot is not None else []
+
+
+def _close_figures(numbers: set[int]) -> None:
+    """Close the figures a run left open: pyplot's current figure is the process's, and
+    the next run's `plt.plot(...)` would draw into it (a fresh process has none)."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    for number in sorted(numbers) if pyplot is not None else ():
+        pyplot.close(number)
 
 
 def _pickled_by_value() -> set:

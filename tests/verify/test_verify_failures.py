@@ -364,3 +364,30 @@ def test_printed_numbers_are_compared_within_the_tolerance(expected, actual, sam
 
     assert same_text_within(expected, actual, 1e-5, 1e-5) is same
     assert same_text_within(expected, actual, 0.0, 0.0) is (expected == actual)
+
+
+# pyplot's current figure is the process's: verify's runs share the process, so a script
+# that plots into it drew on the figure an earlier run left (its saved image differed, and
+# verify said MISMATCH of a script that plots constant data)
+PLOTS = textwrap.dedent('''
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from nnsight import LanguageModel
+
+    model = LanguageModel("openai-community/gpt2")
+    norms = []
+    for prompt in ["The cat sat", "A dog ran"]:
+        with model.trace(prompt, remote=True):
+            n = model.transformer.h[1].output.norm().save()
+        norms.append(n.item())
+    plt.plot([1, 2, 3])
+    plt.savefig("plot.png")
+''')
+
+
+def test_each_run_plots_on_a_figure_of_its_own():
+    pytest.importorskip("matplotlib")
+    result = optimize(PLOTS)
+    report = verify_result(PLOTS, result)
+    assert report.intended_ok and not report.original_remote_differs, report.to_text()
