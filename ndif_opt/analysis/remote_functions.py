@@ -341,6 +341,9 @@ def called_helper(call: cst.Call, helpers: dict[str, RemoteHelper]) -> RemoteHel
     helper = helpers.get(func.value)
     if helper is not None or not helpers:
         return helper
+    called = helpers.get("self.__call__")  # `scorer(p)`: an instance of a class of the file called
+    if called is not None and func.value in called.instances:
+        return called
     direct = unwrapped_call(call, next(iter(helpers.values())).wrappers)  # (every helper holds them)
     return helpers.get(direct.func.value) if direct is not call else None
 

@@ -440,3 +440,35 @@ def test_a_helper_called_in_an_if_test_is_billed_and_hoisted(family):
     result, report = optimized_and_verified(CALLED_IN_A_TEST, family)
     assert result.costs[0].before.requests == report.before.requests == 4, report.to_text()
     assert report.after.requests == 1, report.to_text() + result.code
+
+
+# an instance of a class of the file, called (`__call__` runs a remote trace): the calls
+# were billed but nothing said why the loop stayed
+CALLABLE_INSTANCE = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    class Scorer:
+        def __init__(self, model):
+            self.model = model
+
+        def __call__(self, prompt):
+            with self.model.trace(prompt, remote=True):
+                s = self.model.lm_head.output[0, -1].max().save()
+            return round(float(s), 4)
+
+
+    scorer = Scorer(model)
+    scores = [scorer(p) for p in ["The cat sat on the", "A dog ran to the", "Birds fly over the"]]
+    print(scores)
+'''
+
+
+@both
+def test_a_called_instance_that_sends_requests_gets_a_finding(family):
+    result, report = optimized_and_verified(CALLABLE_INSTANCE, family)
+    assert result.costs[0].before.requests == report.before.requests == 3, report.to_text()
+    hoisting = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert hoisting and "`scorer`" in (hoisting[0].reason or ""), [(f.message, f.reason) for f in result.findings]
