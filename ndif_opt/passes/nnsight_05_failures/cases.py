@@ -369,4 +369,27 @@ with model.trace("The cat sat", remote=True):
 print([t.item() for t in tops])
 """,
     ),
+    Case(
+        name="a layer named by a module constant is read in the model's order",
+        before="""\
+from nnsight import LanguageModel
+
+STOP = 3
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The quick brown fox", remote=True):
+    late = model.transformer.h[STOP].mlp.input.save()
+    early = model.transformer.h[0].attn.input.save()
+print(late.shape, early.shape)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+STOP = 3
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The quick brown fox", remote=True):
+    early = model.transformer.h[0].attn.input.save()
+    late = model.transformer.h[STOP].mlp.input.save()
+print(late.shape, early.shape)
+""",
+    ),
 )

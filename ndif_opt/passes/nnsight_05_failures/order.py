@@ -10,6 +10,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, opens_invoke
 from ndif_opt.analysis.names import COMPREHENSIONS, collect, function_locals, target_names
+from ndif_opt.analysis.regions import int_value
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.model_registry import dims_for
 from ndif_opt.cost.module_values import OUTPUT, forward_order
@@ -412,6 +413,9 @@ class _Walk:
             value = self.env.get(expr.value)
             if value is not None and value[0] == "index":
                 return value[1]
+            constant = int_value(expr, self.facts) if value is None else None
+            if constant is not None:
+                return _Lit(constant)  # `h[STOP]` of `STOP = 3`, a module constant
         if type(expr) is cst.BinaryOperation and type(expr.left) is cst.Name:
             offset = _int_literal(expr.right)
             value = self.env.get(expr.left.value)
