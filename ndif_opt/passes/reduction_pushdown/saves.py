@@ -135,8 +135,8 @@ def changed_roots(node: cst.CSTNode) -> set[str]:
 
 
 NOTEBOOK_REASON = (
-    "in a notebook the kernel keeps it after the last cell, where a cell you add later may read "
-    "it; use --unsafe-fixes to stop downloading it"
+    "in a notebook (or a `# %%` script's cells) the kernel keeps it after the last cell, where a "
+    "cell you add later may read it; use --unsafe-fixes to stop downloading it"
 )
 
 
