@@ -41,6 +41,7 @@ from ndif_opt.syntax.loops import cst_loop_header
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.positions import short_code as short
 from ndif_opt.syntax.rewrite import unsave
+from ndif_opt.syntax.walk import find_nodes
 from ndif_opt.types import Count, Number, UnknownLoop, is_known
 
 
@@ -878,6 +879,12 @@ def _varies(facts: Facts, loop: cst.For) -> bool:
         return False
     nested = [n for n in compound(loop.body) if type(n) is cst.For and names & names_in(n.iter)]
     if nested and (facts.once(_holds_work, loop.body) or has_skip(loop.body)):
+        return True
+    # a generate's length it sets (`max_new_tokens=n_new`): each iteration its own tokens
+    if any(type(call.func) is cst.Attribute and call.func.attr.value == "generate" and any(
+            arg.keyword is not None and arg.keyword.value in ("max_new_tokens", "max_length")
+            and names & names_in(arg.value) for arg in call.args)
+           for call in find_nodes(loop.body, lambda n: type(n) is cst.Call)):
         return True
     # a trace cut short by `tracer.stop()` evaluates the layers up to the one it reads last,
     # which the loop variable may choose (`h[layer].output`, here or in a function it calls)
