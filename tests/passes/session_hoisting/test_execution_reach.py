@@ -472,3 +472,24 @@ def test_a_called_instance_that_sends_requests_gets_a_finding(family):
     assert result.costs[0].before.requests == report.before.requests == 3, report.to_text()
     hoisting = [f for f in result.findings if f.pass_id == "session-hoisting"]
     assert hoisting and "`scorer`" in (hoisting[0].reason or ""), [(f.message, f.reason) for f in result.findings]
+
+
+# generations whose length the loop sets: billed 20 tokens each (the default), where 2 and
+# 3 ran (the harness checks the forward passes of each run against the bill)
+GENERATIONS_OF_EACH_LENGTH = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    outs = {}
+    for n_new in [2, 3]:
+        with model.generate("My opinion of the movie is", max_new_tokens=n_new, remote=True) as tracer:
+            out = model.generator.output.save()
+        outs[n_new] = out[0].tolist()
+    print(outs)
+'''
+
+
+@both
+def test_generations_of_the_lengths_a_loop_sets_are_billed_each_its_own(family):
+    result, report = optimized_and_verified(GENERATIONS_OF_EACH_LENGTH, family)
+    assert result.costs[0].before.forward_passes == report.before.forward_passes == 5, report.to_text()
