@@ -237,10 +237,14 @@ def hoisted_message(region: Region, facts: Facts, accumulators, requests: Region
         text += f" (remote-ness unknown: {flag.reason}; the session takes the same flag, so this holds either way)"
     elif flag.expr is not None and not (isinstance(flag.expr, cst.Name) and flag.expr.value == "True"):
         text += f" ({flag.reason})"
-    saved = [a.name for a in accumulators if a.name not in region.left_on_server]
+    saved = [a.name for a in accumulators if a.name not in region.left_on_server and a.kind != "carried"]
     if saved:
         text += "; " + ", ".join(f"`{n}`" for n in saved) + f" {tense('now created', 'would be created')} in " \
             "the session and saved"
+    carried = [a.name for a in accumulators if a.name not in region.left_on_server and a.kind == "carried"]
+    if carried:  # (made by your code before the session, as written: `nnsight.save(name)` takes it along)
+        text += "; " + ", ".join(f"`{n}`" for n in carried) + f" {tense('now taken', 'would be taken')} into " \
+            "the session, filled there and saved"
     kept = [a.name for a in accumulators if a.name in region.left_on_server]
     if kept:
         text += "; " + ", ".join(f"`{n}`" for n in kept) + f" {tense('now created', 'would be created')} in " \

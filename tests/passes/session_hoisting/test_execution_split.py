@@ -891,3 +891,28 @@ def test_a_progress_bar_reading_an_outer_loops_variable_is_shown_where_it_was(fa
     outer = [f for f in result.findings if f.pass_id == "session-hoisting" and not f.applied]
     assert outer and "reads `prompt`, which the loop changes" in (outer[0].reason or ""), \
         [(f.message, f.reason) for f in result.findings]
+
+
+@both
+def test_a_container_made_before_the_loop_is_said_to_be_taken_into_the_session(family):
+    # a `defaultdict(list)` stays where your code makes it: `nnsight.save(...)` takes it
+    # into the session (the finding said it "would be created in the session")
+    result, _ = check(
+        '''
+        from collections import defaultdict
+        from nnsight import LanguageModel
+
+        model = LanguageModel("REPO")
+        by_layer = defaultdict(list)
+        for prompt in ["The cat sat", "A dog ran"]:
+            for layer in range(2):
+                with model.trace(prompt, remote=True):
+                    top = model.lm_head(LAYERS[layer].output)[0, -1].max().item().save()
+                by_layer[layer].append(round(top, 4))
+        print(dict(by_layer))
+        ''',
+        family,
+    )
+    hoisting, = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert "`by_layer` now taken into the session, filled there and saved" in hoisting.message, hoisting.message
+    assert "by_layer = defaultdict(list)" in result.code
