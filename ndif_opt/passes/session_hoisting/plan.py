@@ -10,7 +10,7 @@ import libcst as cst
 from ndif_opt.analysis.facts import Block, Facts, opens_invoke
 from ndif_opt.analysis.names import (
     NameUse, all_params, collect, collect_all, definite_binds, exposed_reads, free_reads, function_locals,
-    returned_name, target_names,
+    own_returns, target_names,
 )
 from ndif_opt.analysis.regions import (
     Accumulator,
@@ -397,11 +397,11 @@ def names_released(region: Region, accumulators, needed: Callable[[], frozenset[
     found: list[str] = []
     for stmt in region.moved:
         for assign in find_nodes(stmt, lambda n: type(n) is cst.Assign and id(n.value) in calls):
-            if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+            if len(assign.targets) != 1 or type(assign.targets[0].target) not in (cst.Name, cst.Tuple, cst.List):
                 continue
-            name = assign.targets[0].target.value
-            if name not in kept and name not in found:
-                found.append(name)
+            for name in target_names(assign.targets[0].target):  # (`resid, logits = probe(p)` too)
+                if name not in kept and name not in found:
+                    found.append(name)
     return found
 
 
@@ -466,9 +466,14 @@ class _WithoutBodies(cst.CSTTransformer):
 
 
 def _returns_a_save(helper: RemoteHelper) -> bool:
-    """Does the function return a name its trace binds to a saved value?"""
-    returned = returned_name(helper.func)
-    return returned is not None and any(returned in block.saved_names for block in helper.blocks)
+    """Does the function return a name its trace binds to a saved value (alone, or in a
+    tuple: `return resid, logits`)?"""
+    returned = set()
+    for stmt in own_returns(helper.func.body):
+        value = stmt.value
+        elements = [e.value for e in value.elements] if type(value) is cst.Tuple else [value]
+        returned |= {e.value for e in elements if type(e) is cst.Name}
+    return any(name in block.saved_names for block in helper.blocks for name in returned)
 
 
 def containers_left_on_server(region: Region, accumulators, needed: Callable[[], frozenset[str]]) -> frozenset[str]:

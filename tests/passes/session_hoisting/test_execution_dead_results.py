@@ -183,6 +183,26 @@ def test_several_names_let_go_are_one_line(family):
     assert "    first = logits = None  # nothing after the session reads them" in result.code, result.code
 
 
+@both
+def test_names_a_helpers_returned_tuple_binds_are_let_go_too(family):
+    # `resid, logits = probe(prompt)`: the helper returns two saved values; the names the
+    # unpacking binds came back with the session (one iteration's full values downloaded)
+    script = (
+        "\n    from nnsight import LanguageModel\n\n    model = LanguageModel(\"REPO\")\n\n\n"
+        "    def probe(prompt):\n        with model.trace(prompt, remote=True):\n"
+        "            resid = LAYERS[1].output.save()\n            logits = model.lm_head.output.save()\n"
+        "        return resid, logits\n\n\n    norms = {}\n"
+        "    for prompt in [\"The cat sat on the\", \"A dog ran to the\"]:\n"
+        "        resid, logits = probe(prompt)\n"
+        "        norms[prompt] = (round(resid[0, -1].norm().item(), 4), round(logits[0, -1].max().item(), 4))\n"
+        "    print(norms)\n"
+    )
+    result, report = optimized_and_verified(script, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "    resid = logits = None  # nothing after the session reads them" in result.code, result.code
+    assert report.after.download_bytes * 10 < report.before.download_bytes, report.to_text()
+
+
 COUNT = '''
     import torch
     from nnsight import LanguageModel
