@@ -872,6 +872,17 @@ def returned_name(func: cst.FunctionDef) -> str | None:
     return names.pop() if len(names) == 1 else None
 
 
+def returned_names(func: cst.FunctionDef) -> set[str]:
+    """The names the `return` statements of the function's own body give back, alone or
+    in a tuple (`return resid, logits`)."""
+    found: set[str] = set()
+    for stmt in own_returns(func.body):
+        value = stmt.value
+        elements = [e.value for e in value.elements] if type(value) is cst.Tuple else [value]
+        found |= {e.value for e in elements if type(e) is cst.Name}
+    return found
+
+
 def own_returns(node: cst.CSTNode) -> Iterator[cst.Return]:
     """The `return` statements of a function body, not of functions defined in it."""
     for child in children(node):

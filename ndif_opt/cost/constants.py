@@ -81,12 +81,16 @@ def setting(options: Options, key: str) -> float:
     return float(options.cost.get(key, DEFAULTS[key]))
 
 
+#: the keywords of `model.generate(...)` that set how many tokens it makes
+GENERATION_LENGTH_KEYWORDS = ("max_new_tokens", "max_length")
+
+
 def generated_tokens(keywords, integer, options: Options) -> int:
     """The tokens a `model.generate(...)` call makes: its `max_new_tokens=` (or
     `max_length=`) among ``keywords`` (name -> expression: what the call passes,
     analysis.keywords.known_keywords) as ``integer`` resolves it (a function of an
     expression, None when not known), else the configured default."""
-    for key in ("max_new_tokens", "max_length"):
+    for key in GENERATION_LENGTH_KEYWORDS:
         if key in keywords:
             value = integer(keywords[key])
             if value is not None:

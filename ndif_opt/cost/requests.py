@@ -76,10 +76,7 @@ class RequestEstimate:
     def client_tensor_bytes(self, name: str) -> int | None:
         """The bytes of the tensor ``name`` holds on your machine where the block is sent
         (a block that reads it uploads it), or None when it holds none of a known size."""
-        value = self.client_env.get(name)
-        if isinstance(value, Shape) and value.kind != "python" and value.known:
-            return tensor_bytes(value) or None
-        return None
+        return uploaded_tensor_bytes(self.client_env.get(name)) or None
 
 
 def serialized_size(shape: Shape) -> int | None:
@@ -217,6 +214,14 @@ def _unknown_reason(shape: Shape) -> str:
             if serialized_size(element) is None:
                 return _unknown_reason(element)
     return "its dimensions are not known"
+
+
+def uploaded_tensor_bytes(value) -> int:
+    """The bytes a value the walk holds for a name of your machine uploads when a block
+    reads it: a tensor (or tensors in a container) of known size; 0 for anything else."""
+    if isinstance(value, Shape) and value.kind != "python" and value.known:
+        return tensor_bytes(value)
+    return 0
 
 
 def tensor_bytes(shape: Shape) -> int:

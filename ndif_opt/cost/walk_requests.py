@@ -43,7 +43,7 @@ from ndif_opt.cost.requests import (
     per_iteration,
     round_count,
     serialized_size,
-    tensor_bytes,
+    uploaded_tensor_bytes,
 )
 from ndif_opt.cost.shape_values import ModuleRef, Shape
 from ndif_opt.cost.walk_syntax import compound, invoke_call, stop_index
@@ -558,10 +558,9 @@ class RequestWalk:
         """(name, bytes) of the client tensors in ``env`` whose name ``code`` spells: the
         ones a block of that code may read (a cheap test before the walk of its names)."""
         for name, value in env.items():
-            if isinstance(value, Shape) and value.kind != "python" and name in code and value.known:
-                size = tensor_bytes(value)
-                if size:
-                    yield name, size
+            size = uploaded_tensor_bytes(value)
+            if size and name in code:
+                yield name, size
 
     def _upload(self, block: Block, env: dict) -> tuple[int, int]:
         dims = self.dims_of(block.model)

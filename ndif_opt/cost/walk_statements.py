@@ -19,7 +19,9 @@ from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import all_params, collect, returned_name, target_names
 from ndif_opt.analysis.regions import constant_break, jumps_of_loop
 from ndif_opt.analysis.retries import retried_until_success, retry_guard, retry_wrappers, unwrapped_call
-from ndif_opt.cost.constants import CALL_DEPTH, TRACKED_LENGTH, UNROLL_BUDGET, UNROLL_LIMIT
+from ndif_opt.cost.constants import (
+    CALL_DEPTH, GENERATION_LENGTH_KEYWORDS, TRACKED_LENGTH, UNROLL_BUDGET, UNROLL_LIMIT,
+)
 from ndif_opt.cost.requests import Visit, key_size, round_count, serialized_size, unknown_download
 from ndif_opt.cost.shape_values import ModuleRef, Shape
 from ndif_opt.cost.walk_requests import Request
@@ -882,7 +884,7 @@ def _varies(facts: Facts, loop: cst.For) -> bool:
         return True
     # a generate's length it sets (`max_new_tokens=n_new`): each iteration its own tokens
     if any(type(call.func) is cst.Attribute and call.func.attr.value == "generate" and any(
-            arg.keyword is not None and arg.keyword.value in ("max_new_tokens", "max_length")
+            arg.keyword is not None and arg.keyword.value in GENERATION_LENGTH_KEYWORDS
             and names & names_in(arg.value) for arg in call.args)
            for call in find_nodes(loop.body, lambda n: type(n) is cst.Call)):
         return True

@@ -10,7 +10,7 @@ import libcst as cst
 from ndif_opt.analysis.facts import Block, Facts, opens_invoke
 from ndif_opt.analysis.names import (
     NameUse, all_params, collect, collect_all, definite_binds, exposed_reads, free_reads, function_locals,
-    own_returns, target_names,
+    returned_names, target_names,
 )
 from ndif_opt.analysis.regions import (
     Accumulator,
@@ -468,11 +468,7 @@ class _WithoutBodies(cst.CSTTransformer):
 def _returns_a_save(helper: RemoteHelper) -> bool:
     """Does the function return a name its trace binds to a saved value (alone, or in a
     tuple: `return resid, logits`)?"""
-    returned = set()
-    for stmt in own_returns(helper.func.body):
-        value = stmt.value
-        elements = [e.value for e in value.elements] if type(value) is cst.Tuple else [value]
-        returned |= {e.value for e in elements if type(e) is cst.Name}
+    returned = returned_names(helper.func)
     return any(name in block.saved_names for block in helper.blocks for name in returned)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, qualify
-from ndif_opt.analysis.names import NameUse, collect, exposed_reads, target_names
+from ndif_opt.analysis.names import NameUse, collect, collect_all, exposed_reads, target_names
 from ndif_opt.analysis.vocabulary import CONTAINER_MUTATORS, MODEL_BLOCK_METHODS
 from ndif_opt.passes.session_hoisting.split_items import (
     Item,
@@ -52,9 +52,7 @@ def check_replayed_bars(items: list[Item], statements, splitter: Splitter) -> No
     other arguments read (`desc=prompt[:8]`) must hold there what it held where the loop
     stood, so nothing the region binds or changes (an outer loop's variable has its last
     value after the session, or none)."""
-    changed = NameUse()
-    for stmt in statements:
-        changed.merge(collect(stmt))
+    changed = collect_all(statements)
     _bars_reading(items, set(changed.binds) | set(changed.mutates), splitter.facts)
 
 
