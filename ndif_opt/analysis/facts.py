@@ -921,7 +921,10 @@ def _parameter_truth(name: str, function: cst.FunctionDef, facts: Facts) -> tupl
     if param is None:
         return None
     position = params.index(param) if param in params else None
-    calls = _calls_of(facts.module, function.name.value)
+    calls, escapes = _calls_of(facts.module, function.name.value)
+    if escapes:
+        # `functools.partial(answer, ...)`, `map(answer, xs)`: calls no reader of calls sees
+        return Remote.MAYBE, f"`{function.name.value}` is passed on as a value: what calls it there sets `{name}`"
     states: set[Remote] = set()
     for call in calls:
         passed = None
@@ -947,20 +950,41 @@ def _parameter_truth(name: str, function: cst.FunctionDef, facts: Facts) -> tupl
     return Remote.MAYBE, f"`{function.name.value}` is called with `{name}` both true and false"
 
 
-def _calls_of(module: cst.Module, name: str) -> list[cst.Call]:
+def _calls_of(module: cst.Module, name: str) -> tuple[list[cst.Call], bool]:
+    """The calls of the function ``name`` by its name, and whether the name is read
+    otherwise too (the function passed on as a value: it is called where no one reads)."""
     finder = _CallsOf(name)
     walk(module, finder)
-    return finder.found
+    return finder.found, finder.spelled > len(finder.found) + finder.defined
 
 
 class _CallsOf(cst.CSTVisitor):
-    """Calls of one function by name (a class of its own: a class made per call is a
-    reference cycle each time, left to the garbage collector)."""
+    """Calls of one function by name, and the other places the name stands (a class of
+    its own: a class made per call is a reference cycle each time, left to the garbage
+    collector)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.found: list[cst.Call] = []
+        self.spelled = 0  # names spelled so (an attribute's own name is not one)
+        self.defined = 0  # `def`s and classes of that name
 
     def visit_Call(self, node: cst.Call) -> None:
         if type(node.func) is cst.Name and node.func.value == self.name:
             self.found.append(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.name:
+            self.spelled += 1
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)  # (`x.answer` spells no name `answer`)
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if node.name.value == self.name:
+            self.defined += 1
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if node.name.value == self.name:
+            self.defined += 1
