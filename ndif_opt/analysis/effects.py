@@ -16,6 +16,7 @@ from functools import cached_property
 
 import libcst as cst
 
+from ndif_opt.analysis.classes import class_methods, classes_made
 from ndif_opt.analysis.facts import (
     Facts,
     Remote,
@@ -32,13 +33,14 @@ from ndif_opt.analysis.names import (
     collect,
     function_locals,
     is_generator_function,
+    may_change,
     mutated_roots,
     target_names,
 )
 from ndif_opt.analysis.retries import retry_guard
 from ndif_opt.analysis.vocabulary import ADVANCING_BUILTINS, MODEL_CHANGING_METHODS, RANDOM_DRAWS
 from ndif_opt.syntax.expressions import dotted_name, root_name
-from ndif_opt.syntax.positions import code_of
+from ndif_opt.syntax.positions import code_of, short_code
 from ndif_opt.syntax.walk import find_nodes, paths_to, walk
 
 # Roots of modules whose code the NDIF server runs (../shared/NNSIGHT_NOTES.md).
@@ -168,6 +170,7 @@ class ServerCheck:
         # answers of this check, as `_functions` (a check's answers, not facts of the tree)
         self._changed_parameters: dict[str, frozenset[str]] = {}
         self._opaque_callables: dict[str, str] = {}
+        self._methods: dict[tuple[str, str], list[Problem]] = {}  # (class, method) -> its problems
 
     def shipped_module(self, module: str) -> "ServerCheck | None":
         """A check for one of the user's modules that a remote request ships by value:
@@ -248,6 +251,38 @@ class ServerCheck:
             return [Problem("client-object", f"is decorated with `@{code_of(expr)}`, which makes it an object "
                             "NDIF would get by its name in your script, not by its code", decorator)]
         return []
+
+    def method_problems(self, classes: frozenset[str], method: str) -> list[Problem]:
+        """Why a call of ``method`` on an object of your machine made by one of the file's
+        ``classes`` (`rec.record(x)`; `scorer(x)` runs `__call__`) cannot run on the server:
+        its body's problems, and a change of `self` (`self.rows.append(x)`, `self.n += 1`,
+        or a call of a method that changes it), which in a session would change the
+        server's copy of the object, not yours. A method with nnsight blocks of its own is a
+        remote helper, whose calls the session check reads: none here. A method none of the
+        classes defines (another module's base) is not known: none."""
+        found: list[Problem] = []
+        for cls in sorted(classes):
+            func = class_methods(self.facts).get(cls, {}).get(method)
+            if func is not None and (cls, method) not in self._methods:
+                self._methods[cls, method] = []  # (a method calling itself: what it does is said once)
+                self._methods[cls, method] = self._method_problems(cls, func)
+            found += self._methods.get((cls, method), [])
+        return found
+
+    def _method_problems(self, cls: str, func: cst.FunctionDef) -> list[Problem]:
+        if any(b.stmt.function is func for b in self.facts.blocks):
+            return []
+        found = [p for p in self.problems(func.body, local=function_locals(func)) if p.kind != "control"]
+        found += self.changes_outside(func)
+        changed = may_change(func.body).get("self")
+        if changed is not None:
+            found.append(Problem("effect", f"changes `self` in place (`{short_code(changed, 50)}`): on the server "
+                                 "a copy of the object would change, not yours", changed))
+        for call in find_nodes(func.body, lambda n: type(n) is cst.Call and type(n.func) is cst.Attribute
+                               and type(n.func.value) is cst.Name and n.func.value.value == "self"):
+            for problem in self.method_problems(frozenset({cls}), call.func.attr.value):
+                found.append(Problem(problem.kind, f"calls `{code_of(call.func)}`, which {problem.message}", call))
+        return found
 
     def changes_outside(self, func: cst.FunctionDef | cst.Lambda, skip: tuple[cst.CSTNode, ...] = ()) -> list[Problem]:
         """What a function (or lambda) changes in place that is not its own: an object of
@@ -668,6 +703,12 @@ class _Checker(cst.CSTVisitor):
             # `display(...)` in a notebook: the kernel's, as are names set up before the script
             self._add("client-object", f"calls `{name}`, which this file never defines: it exists only where the "
                       "script runs (a notebook kernel's, or set up before it), not on the server", node)
+        elif name not in self.local and (made := classes_made(self.facts, name)) \
+                and all(type(value) is cst.Call and type(value.func) is cst.Name and value.func.value in made
+                        for _info, value in self.facts.bindings.get(name, ())):
+            # an object of a class of the file, called: it runs the class's `__call__`
+            for problem in self.check.method_problems(made, "__call__"):
+                self._add(problem.kind, f"calls `{name}` (`{name}.__call__`), which {problem.message}", node)
         elif name not in self.local and name not in _BUILTIN_NAMES:
             why = self.check.opaque_callable(name)
             if why:
@@ -719,6 +760,11 @@ class _Checker(cst.CSTVisitor):
         if root is not None and self._client_object(root):
             self._add("client-object", f"uses `{root}`, which exists only on your machine", node)
             return
+        if type(func.value) is cst.Name and root not in self.local and not self.facts.is_model_like(root):
+            made = classes_made(self.facts, root)
+            if made:  # an object of a class of the file: what its method does
+                for problem in self.check.method_problems(made, func.attr.value):
+                    self._add(problem.kind, f"calls `{code_of(func)}`, which {problem.message}", node)
         if root is not None and func.attr.value in RANDOM_DRAWS:
             # a generator object of yours (`rng = np.random.default_rng(0)`): a draw advances
             # it, as one from the global generator does; on the server a copy would advance

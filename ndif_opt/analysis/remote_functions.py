@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from ndif_opt.analysis.classes import instance_names, self_methods
 from ndif_opt.analysis.effects import ServerCheck
 from ndif_opt.analysis.facts import Block, Facts, Remote, grad_mode_context
 from ndif_opt.analysis.names import collect
@@ -57,9 +58,14 @@ class RemoteHelper:
 
     def receiver(self, call: cst.Call) -> str | None:
         """The instance a call of a method runs on, when not the caller's own `self`
-        (`exp` of `exp.name(...)`); None for a function, or a call on `self`."""
+        (`exp` of `exp.name(...)`, `scorer` of `scorer(...)` for `__call__`); None for a
+        function, or a call on `self`."""
         func = self.direct(call).func
-        if not self.bound or type(func) is not cst.Attribute or type(func.value) is not cst.Name:
+        if not self.bound:
+            return None
+        if type(func) is cst.Name:  # (a method called by the object's own name is its `__call__`)
+            return func.value if func.value in self.instances else None
+        if type(func) is not cst.Attribute or type(func.value) is not cst.Name:
             return None
         return None if func.value.value == "self" else func.value.value
 
@@ -172,99 +178,6 @@ def _rebound_after(helper: RemoteHelper, facts: Facts) -> bool:
         return True
     return any(names & {n.name.value for n in g.names}
                for g in find_nodes(facts.module, lambda n: type(n) is cst.Global))
-
-
-def self_methods(facts: Facts) -> dict[str, cst.FunctionDef]:
-    """`self.name` -> the method, for the plain methods of the file's top-level classes
-    whose name no other class of the file also uses (once per version of the tree)."""
-    return facts.once(_self_methods)
-
-
-def _self_methods(facts: Facts) -> dict[str, cst.FunctionDef]:
-    found: dict[str, cst.FunctionDef] = {}
-    seen: set[str] = set()
-    for stmt in facts.module.body:
-        if not isinstance(stmt, cst.ClassDef) or not isinstance(stmt.body, cst.IndentedBlock):
-            continue
-        for member in stmt.body.body:
-            if not isinstance(member, cst.FunctionDef) or member.decorators:
-                continue
-            params = member.params.params
-            if not params or params[0].name.value != "self":
-                continue
-            key = f"self.{member.name.value}"
-            if key in seen:
-                found.pop(key, None)  # two classes: `self.name` could be either
-                continue
-            seen.add(key)
-            found[key] = member
-    return found
-
-
-def constructors(facts: Facts) -> dict[str, cst.FunctionDef]:
-    """A top-level class of the file -> its `__init__` (what `Patching(...)` runs); classes
-    without one are left out (once per version of the tree)."""
-    return facts.once(_constructors)
-
-
-def _constructors(facts: Facts) -> dict[str, cst.FunctionDef]:
-    found = {}
-    for stmt in facts.module.body:
-        if isinstance(stmt, cst.ClassDef) and isinstance(stmt.body, cst.IndentedBlock):
-            init = next((m for m in stmt.body.body if isinstance(m, cst.FunctionDef) and m.name.value == "__init__"
-                         and not m.decorators), None)
-            if init is not None and init.params.params and init.params.params[0].name.value == "self":
-                found[stmt.name.value] = init
-    return found
-
-
-def instance_names(facts: Facts) -> frozenset[str]:
-    """Names that hold an object of one class of the file wherever they are bound
-    (`exp = Patching(model, ...)`, at module level or in `main()`): `exp.sweep(...)`
-    runs that class's `sweep` (once per version of the tree)."""
-    return facts.once(_instance_names)
-
-
-def _instance_names(facts: Facts) -> frozenset[str]:
-    """A name is an instance when every binding of it in the file, in every scope, is
-    `name = C(...)` of the same top-level class C of the file: then `name.m(...)`, wherever
-    it stands, calls C's `m` on an object `C.__init__` made (or the name is unbound there).
-    Any other binding of the name (a parameter, a loop or `with` target, an unpacking, an
-    import, `del`, another value) in any scope makes it unknown."""
-    classes = {stmt.name.value for stmt in facts.module.body if isinstance(stmt, cst.ClassDef)}
-    if not classes:
-        return frozenset()
-    candidates: dict[str, list[cst.BaseStatement]] = {}
-    for name, values in facts.bindings.items():
-        made = {v.func.value if type(v) is cst.Call and type(v.func) is cst.Name else None for _, v in values}
-        if len(made) == 1 and made <= classes:
-            candidates[name] = [info.node for info, _ in values]
-    if not candidates:
-        return frozenset()
-    found = set()
-    scopes = [facts.module, *find_nodes(facts.module, lambda n: type(n) in (cst.FunctionDef, cst.ClassDef))]
-    parameters = {n.name.value for n in find_nodes(facts.module, lambda n: type(n) is cst.Param)}
-    targets = {name for n in find_nodes(facts.module, lambda n: type(n) is cst.CompFor)
-               for name in collect(n.target).binds}
-    methods = {stmt.name.value: {m.name.value for m in stmt.body.body if isinstance(m, cst.FunctionDef)}
-               for stmt in facts.module.body if isinstance(stmt, cst.ClassDef) and isinstance(stmt.body, cst.IndentedBlock)}
-    others = set().union(*methods.values()) if methods else set()
-    for name, lines in candidates.items():
-        if name in parameters or name in targets:
-            continue
-        cls = next(iter(facts.bindings[name]))[1].func.value
-        called = {n.func.attr.value for n in find_nodes(facts.module, lambda n, x=name: (
-            type(n) is cst.Call and type(n.func) is cst.Attribute and type(n.func.value) is cst.Name
-            and n.func.value.value == x))}
-        if (called & others) - methods.get(cls, set()):
-            continue  # a method another class defines, which this one does not: inherited, or not its own
-        if any(len(line.body) != 1 for line in lines if isinstance(line, cst.SimpleStatementLine)):
-            continue  # `a = C(); a = 1` on one line: skipping the line would hide the other
-        skip = tuple(lines)
-        if any(name in collect(scope if scope is facts.module else scope.body, skip).binds for scope in scopes):
-            continue
-        found.add(name)
-    return frozenset(found)
 
 
 def attribute_models(facts: Facts) -> dict[str, str]:

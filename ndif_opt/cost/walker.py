@@ -25,7 +25,8 @@ import libcst as cst
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.reachability import reach
 from ndif_opt.analysis.opaque import closures
-from ndif_opt.analysis.remote_functions import attribute_models, constructors, instance_names, self_methods
+from ndif_opt.analysis.classes import constructors, instance_names, self_methods
+from ndif_opt.analysis.remote_functions import attribute_models
 from ndif_opt.analysis.retries import retry_wrappers, unwrapped_call
 from ndif_opt.cost.constants import setting, view_mode
 from ndif_opt.cost.model_registry import ModelDims, dims_for, dims_from_hf_config

@@ -145,3 +145,123 @@ def test_a_method_a_session_calls_gets_one_finding_for_its_loop(family):
     assert not any("remote and self.remote" in f.message for f in hoisted), [f.message for f in hoisted]
     # the table falls by what the findings claim: 4 → 1, all of it the calling session's
     assert any("4 requests → 1" in f.message for f in hoisted), [f.message for f in hoisted]
+
+
+# a plain method of a class of the file that changes its object (`self.rows.append(...)`),
+# called in a loop of remote traces: the session ran it on the server's copy of `rec`, and
+# the script printed `[]` (verify: MISMATCH); it is code of your machine, replayed after
+RECORDED_BY_A_METHOD = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    class Recorder:
+        def __init__(self):
+            self.rows = []
+            self.calls = 0
+
+        def record(self, prompt, value):
+            self._count()
+            self.rows.append((prompt, round(value, 4)))
+
+        def _count(self):
+            self.calls += 1
+
+
+    rec = Recorder()
+    for p in ["The cat sat on the", "A dog ran to the"]:
+        with model.trace(p, remote=True):
+            top = model.lm_head.output[0, -1].max().save()
+        rec.record(p, top.item())
+    print(rec.rows, rec.calls)
+'''
+
+
+@both
+def test_a_method_that_changes_its_object_runs_on_your_machine(family):
+    result, report = optimized_and_verified(RECORDED_BY_A_METHOD, family)
+    assert report.before.requests == 2 and report.after.requests == 1, report.to_text() + result.code
+    assert " in _ndif_rows" in result.code and "rec.record(" in result.code.split(" in _ndif_rows")[-1], \
+        result.code
+
+
+# the same change one call deeper, and a method that prints: both run on your machine
+METHOD_THAT_PRINTS = RECORDED_BY_A_METHOD.replace(
+    "print(rec.rows, rec.calls)", "rec.show()").replace(
+    "        def _count(self):", "        def show(self):\n            print(self.rows, self.calls)\n\n"
+    "        def _count(self):")
+
+
+@both
+def test_a_method_that_prints_runs_on_your_machine(family):
+    result, report = optimized_and_verified(METHOD_THAT_PRINTS.replace(
+        "        rec.record(p, top.item())", "        rec.show()\n        rec.record(p, top.item())"), family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "rec.show()" in result.code.split(" in _ndif_rows")[-1], result.code
+
+
+# an object of a class of the file called (`scorer(p)` runs `__call__`, a remote trace):
+# refused as "a callable that holds objects of your machine", where `scorer.score(p)` was
+# hoisted; now the same: the session is the instance's model's
+CALLED_INSTANCE = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    class Scorer:
+        def __init__(self, model, position):
+            self.model = model
+            self.position = position
+
+        def __call__(self, prompt):
+            with self.model.trace(prompt, remote=True):
+                top = self.model.lm_head.output[0, self.position].max().save()
+            return round(top.item(), 4)
+
+
+    scorer = Scorer(model, -1)
+    scores = []
+    for p in ["The cat sat on the", "A dog ran to the", "Birds fly over the"]:
+        scores.append(scorer(p))
+    print(scores)
+'''
+
+
+@both
+def test_a_called_instance_is_hoisted_as_its_method(family):
+    result, report = optimized_and_verified(CALLED_INSTANCE, family)
+    assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
+    assert "with scorer.model.session(remote=True):" in result.code, result.code
+
+
+# a called instance whose `__call__` changes the object: it runs on your machine
+CALLED_INSTANCE_THAT_COUNTS = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    class Tally:
+        def __init__(self):
+            self.values = []
+
+        def __call__(self, value):
+            self.values.append(round(value, 4))
+
+
+    tally = Tally()
+    for p in ["The cat sat on the", "A dog ran to the"]:
+        with model.trace(p, remote=True):
+            top = model.lm_head.output[0, -1].max().save()
+        tally(top.item())
+    print(tally.values)
+'''
+
+
+@both
+def test_a_called_instance_that_changes_its_object_runs_on_your_machine(family):
+    result, report = optimized_and_verified(CALLED_INSTANCE_THAT_COUNTS, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "tally(" in result.code.split(" in _ndif_rows")[-1], result.code
