@@ -124,6 +124,16 @@ EFFECT_METHODS = frozenset(
         "set_postfix", "refresh",
     }
 )
+# Methods of an object a library class made (`probe = torch.nn.Linear(...)`) that only read
+# it; any other method may change it (`opt.step()`, `probe.float()`, `counts.subtract(c)`).
+READING_METHODS = frozenset(
+    {
+        "parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children",
+        "modules", "named_modules", "state_dict", "get", "keys", "values", "items", "copy", "count",
+        "index", "most_common", "total", "elements", "tolist", "numel", "dim", "size", "extra_repr",
+        "__len__", "__contains__", "__getitem__",
+    }
+)
 # Methods of a path (pathlib) that read or change the file system: on the server, the
 # server's files, not those of your machine.
 PATH_METHODS = frozenset(
@@ -171,6 +181,7 @@ class ServerCheck:
         self._changed_parameters: dict[str, frozenset[str]] = {}
         self._opaque_callables: dict[str, str] = {}
         self._methods: dict[tuple[str, str], list[Problem]] = {}  # (class, method) -> its problems
+        self._class_made: dict[str, str] = {}  # name -> the library class a binding of it calls
 
     def shipped_module(self, module: str) -> "ServerCheck | None":
         """A check for one of the user's modules that a remote request ships by value:
@@ -283,6 +294,19 @@ class ServerCheck:
             for problem in self.method_problems(frozenset({cls}), call.func.attr.value):
                 found.append(Problem(problem.kind, f"calls `{code_of(call.func)}`, which {problem.message}", call))
         return found
+
+    def made_by_a_class(self, name: str) -> str:
+        """The library class whose object a binding of ``name`` makes (`torch.optim.SGD`
+        of `opt = torch.optim.SGD(...)`), by the convention that a class's name is
+        capitalized; "" for none. Its methods are not known, so any but READING_METHODS
+        may change the object (the file's own classes are read: :meth:`method_problems`)."""
+        if name not in self._class_made:
+            self._class_made[name] = next((
+                spelled for _info, value in self.facts.bindings.get(name, ())
+                if type(value) is cst.Call and (spelled := dotted_name(value.func)) is not None
+                and spelled.rpartition(".")[2][:1].isupper() and spelled not in class_methods(self.facts)
+            ), "")
+        return self._class_made[name]
 
     def changes_outside(self, func: cst.FunctionDef | cst.Lambda, skip: tuple[cst.CSTNode, ...] = ()) -> list[Problem]:
         """What a function (or lambda) changes in place that is not its own: an object of
@@ -780,6 +804,10 @@ class _Checker(cst.CSTVisitor):
             self._add("effect", f"calls `.{func.attr.value}()`, which reads or writes files on your machine", node)
         elif func.attr.value in RANDOM_METHODS:
             self._add("module", _random_message(f".{func.attr.value}()"), node)
+        elif type(func.value) is cst.Name and root not in self.local and func.attr.value not in READING_METHODS \
+                and not self.facts.is_model_like(root) and (made := self.check.made_by_a_class(root)):
+            self._add("effect", f"calls `{code_of(func)}()`, which may change `{root}` (`{made}(...)`), an object of "
+                      "your machine: on the server a copy of it would change", node)
 
     def _check_module_path(self, path: str, node: cst.Call) -> None:
         if draws_randomness(path):

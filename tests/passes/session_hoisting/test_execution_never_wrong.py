@@ -862,3 +862,35 @@ def test_a_name_only_the_traces_bind_unsaved_keeps_its_value_after_the_session(f
     result, report = optimized_and_verified(UNSAVED_NAME_READ_AFTER, family)
     assert report.after.requests == 1, report.to_text() + result.code
     assert "h = None; del h" in result.code, result.code
+
+
+# a probe trained on activations between traces: `opt.step()` and `opt.zero_grad()` read no
+# value of the session, so they stayed in it and ran on the server's copy of `opt` (and of
+# the probe it holds), while the loss and `backward` were replayed on your machine: the
+# probe was never trained. A method of an object a library class made may change it.
+PROBE_TRAINED_BETWEEN_TRACES = '''
+    import torch
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    torch.manual_seed(0)
+    probe = torch.nn.Linear(model.config.hidden_size, 1)
+    opt = torch.optim.SGD(probe.parameters(), lr=0.1)
+    for prompt, y in [("The cat sat on the", 1.0), ("A dog ran to the", 0.0)]:
+        with model.trace(prompt, remote=True):
+            h = LAYERS[0].output[0, -1].save()
+        loss = (probe(h.detach().float()).squeeze() - y) ** 2
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    trained = round(probe.weight.sum().item(), 4)
+'''
+
+
+@both
+@modes
+def test_an_optimizer_step_between_traces_runs_on_your_machine(family, unsafe):
+    result, report = optimized_and_verified(PROBE_TRAINED_BETWEEN_TRACES, family, unsafe=unsafe)
+    assert report.after.requests == 1, report.to_text() + result.code
+    replay = result.code.split(" in _ndif_rows")[-1]
+    assert "opt.step()" in replay and "opt.zero_grad()" in replay, result.code
