@@ -9,13 +9,13 @@ approximating reads and binds only makes a pass refuse more often, never miscomp
 from __future__ import annotations
 
 import functools
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from ndif_opt.analysis.vocabulary import ARGUMENT_MUTATORS, CONTAINER_MUTATORS, MUTATING_METHODS
-from ndif_opt.syntax.expressions import dotted_name
+from ndif_opt.syntax.expressions import dotted_name, is_save_call
 from ndif_opt.syntax.walk import children, find_nodes, walk
 
 #: The comprehensions: each has its own scope for the names its `for` binds.
@@ -890,3 +890,105 @@ def own_returns(node: cst.CSTNode) -> Iterator[cst.Return]:
             yield child
         elif type(child) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
             yield from own_returns(child)
+
+
+#: Builtins whose result is a new number, string or bool: never an object they were given.
+NEW_VALUE_BUILTINS = frozenset({
+    "len", "str", "repr", "int", "float", "bool", "isinstance", "hash", "id", "format", "abs", "round",
+    "divmod", "pow", "ord", "chr", "complex", "bytes", "sum", "any", "all",
+})  # fmt: skip
+#: Methods that may return the object they are called on (a tensor already of that
+#: device or type, `.save()`), and those that return an element of a container.
+RETURNS_ITS_OBJECT = frozenset({
+    "to", "cpu", "cuda", "float", "half", "double", "bfloat16", "long", "int", "bool", "type", "type_as",
+    "contiguous", "save", "pin_memory", "coalesce", "__enter__",
+})  # fmt: skip
+RETURNS_AN_ELEMENT = frozenset({"get", "pop", "popitem", "setdefault", "values", "items", "__getitem__", "__next__"})
+_NEW_VALUE_KINDS = (
+    cst.BinaryOperation, cst.UnaryOperation, cst.Comparison, cst.BaseNumber, cst.BaseString, cst.Lambda,
+    *COMPREHENSIONS, cst.List, cst.Dict, cst.Set, cst.Tuple,
+)
+
+
+def may_be_one_of(expr: cst.BaseExpression, names: Container[str]) -> bool:
+    """May ``expr`` evaluate to an object one of ``names`` holds, or one such an object
+    holds (`d[k]`, `d.get(k)`, `x.to(...)`, which returns `x` itself when nothing changes)?
+    Not an operator's, a literal's or a comparison's result (a new object), nor a number
+    or string a builtin makes, nor a method's result but for those that return their object
+    or its elements; a call given one of them may, and any other expression reading one.
+    (What a function reads from outside its arguments is not followed.)"""
+    if type(expr) is cst.Name:
+        return expr.value in names
+    if isinstance(expr, _NEW_VALUE_KINDS):
+        return False
+    if type(expr) is cst.Call and type(expr.func) is cst.Name and expr.func.value in NEW_VALUE_BUILTINS:
+        return False
+    if type(expr) is cst.IfExp:
+        return may_be_one_of(expr.body, names) or may_be_one_of(expr.orelse, names)
+    if type(expr) is cst.Call and type(expr.func) is cst.Attribute:
+        # a method of the object: itself or an element of it only for the methods that
+        # return those (`x.to(...)`, `d.get(k)`, an in-place `x.add_(1)`); any other makes
+        # a new object (`x.argmax()`, `x.item()`), unless it is given one of them
+        method = expr.func.attr.value
+        if method in RETURNS_ITS_OBJECT or method in RETURNS_AN_ELEMENT or _in_place(method):
+            if may_be_one_of(expr.func.value, names):
+                return True
+        return any(may_be_one_of(arg.value, names) for arg in expr.args)
+    if type(expr) is cst.Call:  # a function may return what it is given (not what it computes of it)
+        return may_be_one_of(expr.func, names) or any(may_be_one_of(arg.value, names) for arg in expr.args)
+    return any(name in names for name in collect(expr).reads)
+
+
+def aliases(statements, names: Iterable[str]) -> set[str]:
+    """``names`` and the names ``statements`` (at any depth) may bind to an object one of
+    them holds: `y = x`, `a, b = x, z`, `for k, v in d.items()`, `with x as y` —
+    transitively, in any order (a loop may run a later binding first); not a name bound
+    to a value saved there (`y = f(x).save()`), which comes back by its own save."""
+    found = set(names)
+    bindings = list(_alias_bindings(statements))
+    grown = True
+    while grown:
+        grown = False
+        for targets, value in bindings:
+            new = [name for name in targets if name not in found]
+            # (`y = f(x).save()` saves what `y` holds itself: it comes back whatever `x`'s fate)
+            if new and (value is None or (not is_save_call(value) and may_be_one_of(value, found))):
+                found.update(new)
+                grown = True
+    return found
+
+
+def _alias_bindings(statements) -> Iterator[tuple[list[str], cst.BaseExpression | None]]:
+    """(names bound, the value they get) of each assignment, loop and `with` target and
+    walrus of ``statements`` (an import, a `def`, an `except ... as` bind no object of the
+    code's: not aliases)."""
+    for node in statements:
+        for found in find_nodes(node, lambda n: type(n) in _BINDING_KINDS):
+            kind = type(found)
+            if kind is cst.Assign:
+                for target in found.targets:
+                    yield from _paired(target.target, found.value)
+            elif kind is cst.AnnAssign:  # (`n += v` binds `n` to its object or to a new one: no alias)
+                if found.value is not None:
+                    yield target_names(found.target), found.value
+            elif kind is cst.For:
+                yield target_names(found.target), found.iter
+            elif kind is cst.WithItem:
+                if found.asname is not None:
+                    yield target_names(found.asname.name), found.item
+            elif kind is cst.NamedExpr:
+                yield target_names(found.target), found.value
+
+
+def _paired(target: cst.BaseExpression, value: cst.BaseExpression):
+    """`a, b = x, y`: `a` gets `x` and `b` gets `y`; any other unpacking, any element."""
+    if type(target) in (cst.Tuple, cst.List) and type(value) in (cst.Tuple, cst.List) \
+            and len(target.elements) == len(value.elements) \
+            and not any(type(e) is cst.StarredElement for e in (*target.elements, *value.elements)):
+        for t, v in zip(target.elements, value.elements):
+            yield from _paired(t.value, v.value)
+        return
+    yield target_names(target), value
+
+
+_BINDING_KINDS = frozenset({cst.Assign, cst.AnnAssign, cst.For, cst.WithItem, cst.NamedExpr})

@@ -271,3 +271,26 @@ def test_a_default_of_a_parameter_is_read_where_the_function_is_defined():
     for code in ("f = lambda x, w=w: x * w", "def f(x, w=w * 2):\n    return x * w\n"):
         use = names.collect(cst.parse_module(code))
         assert "w" in use.reads, code
+
+
+ALIASING = """
+y = x
+a, b = y, 3
+for L, lg in per_layer.items():
+    hits += int(lg[0, -1].argmax().item() == 13)
+    z = lg.norm()
+on_cpu = x.to("cpu")
+either = x if flag else None
+given = keep(x)
+word = tokenizer.decode(x[0].argmax())
+top = x[0, -1].argmax().item()
+saved = keep(x).save()
+"""
+
+
+@pytest.mark.parametrize("held, expected", [
+    ({"x"}, {"x", "y", "a", "on_cpu", "either", "given"}),
+    ({"per_layer"}, {"per_layer", "L", "lg"}),
+])
+def test_aliases_are_the_names_that_may_hold_the_object(held, expected):
+    assert names.aliases(cst.parse_module(ALIASING).body, held) == expected

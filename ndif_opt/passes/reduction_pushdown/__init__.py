@@ -66,8 +66,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
-from ndif_opt.analysis.names import definite_binds
-from ndif_opt.analysis.regions import reads_after
+from ndif_opt.analysis.names import aliases, definite_binds
+from ndif_opt.analysis.regions import reads_after, results_kept
 from ndif_opt.analysis.scopes import scope_index
 from ndif_opt.cost_model import saved_shape
 from ndif_opt.passes.base import Context, Pass
@@ -77,6 +77,7 @@ from ndif_opt.passes.reduction_pushdown.elements import ElementPushdown, filled_
 from ndif_opt.passes.reduction_pushdown.saves import (
     EditsAlongPaths,
     Save,
+    element_saves_in_sessions,
     later_in_session,
     letting_go_safety,
     nested_session_saves,
@@ -84,6 +85,7 @@ from ndif_opt.passes.reduction_pushdown.saves import (
     without_save,
 )
 from ndif_opt.passes.reduction_pushdown.written_lists import LiteralPushdown
+from ndif_opt.syntax.positions import short_code
 from ndif_opt.syntax.rewrite import SuitePlan, unsave
 from ndif_opt.syntax.walk import transform
 from ndif_opt.wording import tense
@@ -97,7 +99,7 @@ class ReductionPushdown(Pass):
     def run(self, module: cst.Module, facts: Facts, context: Context) -> cst.Module:
         plan = SuitePlan()
         saves = saves_of(facts)
-        nested = facts.once(nested_session_saves)
+        nested = facts.once(nested_session_saves) + facts.once(element_saves_in_sessions)
         for save in saves + nested:
             self._unneeded_in_session(save, facts, context, plan)
         if plan:
@@ -140,10 +142,15 @@ class ReductionPushdown(Pass):
         if any(name in later and not any(name in definite_binds(stmt) for stmt in later_in_session(save, session))
                for name in kept):
             return
+        # nor through another name the session binds to it (`y = x`, a loop's `for k, v in
+        # d.items()`): a saved object comes back under every name that holds it
+        others = aliases(session.node.body.body, kept) - set(kept)
+        if others & (later.keys() | results_kept(facts, session.stmt.suite, session.stmt.index + 1)):
+            return
         if not context.allows(save.stmt, f"`{save.name}` need not be downloaded"):
             return
         full = saved_shape(unsave(save.stmt.body[0].value), save.block, facts)
-        value = f"`{save.name}`{f' ({full})' if full else ''}"
+        value = f"`{short_code(save.stmt.body[0].targets[0].target)}`{f' ({full})' if full else ''}"
         safety = letting_go_safety(save, context, facts,
                                 lambda: f"{value} need not be downloaded: only code inside the session reads it")
         if safety is None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, Remote
-from ndif_opt.analysis.names import collect, fresh_name, target_names
+from ndif_opt.analysis.names import collect, fresh_name, mutated_roots, target_names
 from ndif_opt.analysis.regions import results_kept
 from ndif_opt.analysis.scopes import TakenNames, binding_count_in, scope_index
 from ndif_opt.analysis.vocabulary import FILLING_METHODS
@@ -237,6 +237,27 @@ def nested_session_saves(facts: Facts) -> list[Save]:
             save = _save_in(block, stmt)
             if save is not None:
                 found.append(save)
+    return found
+
+
+def element_saves_in_sessions(facts: Facts) -> list[Save]:
+    """Saves into an element of a container in a block inside a session (`per_layer[L] =
+    h.save()`), at the block's top level or in its loops and conditionals: a Save of the
+    container's name (the session reads the element without `.save()`, as any value)."""
+    found = []
+    for block in facts.blocks:
+        if block.method == "session" or block.parent is None or block.effective_remote is Remote.NO:
+            continue
+        for stmt in [*block.node.body.body, *_nested_statements(block.node.body.body)]:
+            if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+                continue
+            small = stmt.body[0]
+            if type(small) is cst.Assign and len(small.targets) == 1 \
+                    and type(small.targets[0].target) is cst.Subscript \
+                    and is_save_call(small.value) and not _is_container(unsave(small.value)):
+                root = mutated_roots(small.targets[0].target)
+                if len(root) == 1:
+                    found.append(Save(block, stmt, root[0]))
     return found
 
 

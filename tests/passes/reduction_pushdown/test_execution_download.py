@@ -285,3 +285,54 @@ def test_a_reduction_its_guard_runs_too_moves_into_the_trace(family):
     pushed = [f for f in result.findings if f.pass_id == "reduction-pushdown"]
     assert pushed and all(f.applied for f in pushed), [f.reason for f in pushed]
     assert "v.item()" not in result.code.replace("v.item().save()", ""), result.code
+
+
+# a saved value the session's code binds to another name read after it (`y = x`): the
+# save was dropped ("only code inside the session reads it"), and `y` no longer came back
+# (verify: MISMATCH, `y` unbound); a saved object comes back under every name that holds it
+ALIAS_READ_AFTER_THE_SESSION = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.session(remote=True):
+        with model.trace("The Eiffel Tower is in"):
+            x = LAYERS[1].output[0, -1].save()
+        y = x
+    shape = tuple(y.shape)
+'''
+
+
+@both
+def test_a_save_another_name_holds_after_the_session_stays(family):
+    result, report = optimized_and_verified(ALIAS_READ_AFTER_THE_SESSION, family)
+    assert ".save()" in result.code, result.code
+    assert not [f for f in result.findings if f.pass_id == "reduction-pushdown"], result.findings
+
+
+# saves into a dict made for each prompt, read by client code in the same loop: once the
+# loop is one session, the last element came back under the loop's name (`lg`), which no
+# code after the session reads, and the download grew (measured on the tiny GPT-2: 1.3 KB
+# -> 11.9 KB); the element's `.save()` is dropped (-> 462 B)
+ELEMENTS_ONLY_THE_SESSION_READS = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    hits = 0
+    for prompt in ["The Eiffel Tower is in", "Rome is the capital of"]:
+        per_layer = {}
+        with model.trace(prompt, remote=True):
+            for L in range(2):
+                per_layer[L] = model.lm_head(LAYERS[L].output).save()
+        for L, lg in per_layer.items():
+            hits += int(lg[0, -1].argmax().item() % 2)
+    print(hits)
+'''
+
+
+@both
+def test_saves_into_a_dict_only_the_session_reads_are_dropped(family):
+    result, report = optimized_and_verified(ELEMENTS_ONLY_THE_SESSION_READS, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    line = next(line for line in result.code.splitlines() if "per_layer[L] = " in line)
+    assert not line.endswith(".save()"), result.code
+    assert report.after.download_bytes <= report.before.download_bytes, report.to_text()
