@@ -242,19 +242,41 @@ def holds_immutable(facts: Facts, name: str, suite: cst.CSTNode, changing: Conta
     _, func, scope = _scope_of(facts, suite)
     if _parameter_reason(func, name):
         return False  # what the caller passed
+    found = _immutables_bound(scope, name, changing)
+    return bool(found)  # (None: something else; False: bound to nothing here)
+
+
+def _immutables_bound(scope: cst.CSTNode, name: str, changing: Container[int]) -> bool | None:
+    """Does ``scope`` bind ``name`` to immutable literals (True), to nothing (False), or
+    to anything else (None)? A function of the scope that declares it `global` or
+    `nonlocal` binds it too: its bindings count. An augmented assignment of an immutable
+    literal (`n += 1`) keeps an immutable value immutable (or raises): it binds nothing
+    new; so do ``changing``'s."""
     literal = False
     for node in _binders_of_scope(scope):
-        if id(node) in changing:
+        if id(node) in changing or type(node) in (cst.Global, cst.Nonlocal):
             continue
-        if type(node) in _NESTED_SCOPES and any(
-                type(n) in (cst.Global, cst.Nonlocal) and name in (item.name.value for item in n.names)
-                for n in find_nodes(node, lambda n: type(n) in (cst.Global, cst.Nonlocal))):
-            return False  # a function of the scope binds it too
+        if type(node) is cst.AugAssign and type(node.target) is cst.Name and node.target.value == name \
+                and _immutable_literal(node.value):
+            continue
+        if type(node) in _NESTED_SCOPES and _declares_outer(node, name):
+            inner = _immutables_bound(node.body, name, changing)
+            if inner is None:
+                return None
+            literal = literal or inner
+            continue
         values = _values_bound(node, name)
         if values is None or not all(map(_immutable_literal, values)):
-            return False
+            return None
         literal = literal or bool(values)
     return literal
+
+
+def _declares_outer(scope: cst.CSTNode, name: str) -> bool:
+    """Does a `global` or `nonlocal` statement of ``scope`` (a function, class or lambda)
+    name ``name``?"""
+    return any(type(n) in (cst.Global, cst.Nonlocal) and name in (item.name.value for item in n.names)
+               for n in find_nodes(scope, lambda n: type(n) in (cst.Global, cst.Nonlocal)))
 
 
 _BINDING_NODES = frozenset({cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.WithItem, cst.NamedExpr,

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import pytest
 
-from execution import both, optimized_and_verified
+from execution import both, optimized_and_verified, script
+
+from ndif_opt import optimize
 
 PER_ITEM_TRY = '''
     from nnsight import LanguageModel
@@ -494,3 +496,42 @@ GENERATIONS_OF_EACH_LENGTH = '''
 def test_generations_of_the_lengths_a_loop_sets_are_billed_each_its_own(family):
     result, report = optimized_and_verified(GENERATIONS_OF_EACH_LENGTH, family)
     assert result.costs[0].before.forward_passes == report.before.forward_passes == 5, report.to_text()
+
+
+# a counter a function of the file (not called here) also declares `global` and counts with
+# `+= 1`: the loop was refused ("`calls` is also reachable through another name"), though both bind it
+# only to numbers; a function that could bind it to a list still keeps the loop as it is
+COUNTED_BY_A_GLOBAL_TOO = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    calls = 0
+
+
+    def bump():
+        global calls
+        calls += 1
+
+
+    results = []
+    for p in ["The cat sat on the", "A dog ran to the"]:
+        with model.trace(p, remote=True):
+            top = model.lm_head.output[0, -1].argmax().save()
+        calls += 1
+        results.append(top.item())
+    print(results, calls)
+'''
+
+
+@both
+def test_a_counter_a_function_declares_global_is_still_a_number(family):
+    result, report = optimized_and_verified(COUNTED_BY_A_GLOBAL_TOO, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+
+
+def test_a_counter_a_function_may_make_a_list_keeps_its_loop():
+    source = script(COUNTED_BY_A_GLOBAL_TOO.replace("        calls += 1\n\n\n", "        calls = []\n\n\n"), "gpt2")
+    result = optimize(source)
+    assert "session(" not in result.code, result.code
+    assert any(f.pass_id == "session-hoisting" and "calls" in (f.reason or "") for f in result.findings), \
+        [(f.message, f.reason) for f in result.findings]
