@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
@@ -45,6 +46,7 @@ from .verdict import (  # plain Python: imports neither torch nor nnsight
     judge,
     not_migrated_reason,
     only_the_originals,
+    subject,
 )
 from .verdict import reason as verdict_reason
 
@@ -150,6 +152,7 @@ class VerifyReport:
     local_nnsight: Optional[str] = None
     rewritten: bool = True  # the optimized script differs from the original
     compared_within: str = ""  # the tolerance results were compared within, and why (not asked for)
+    let_go: tuple[str, ...] = ()  # names the optimized run was not compared on (no longer brought back)
 
     @classmethod
     def could_not_run(cls, reason: str) -> "VerifyReport":
@@ -229,11 +232,8 @@ class VerifyReport:
                          "  note: the original script on nnsight 0.8 computes something else than on "
                          f"nnsight {self.local_nnsight}")
         elif self.original_remote_differs:
-            lines.append("  note: the original script gives a different result remotely "
-                         "than locally (fixed by the optimized script)"
-                         if self.intended_ok else
-                         "  note: the original script gives a different result remotely "
-                         "than locally")
+            lines.append("  note: the original script gives a different result remotely than locally"
+                         + self._remote_difference_fate())
             lines.extend(f"    {m}" for m in self.original_remote_mismatches[:5])
         if not self.intended_ok:
             lines.extend(f"  mismatch: {m}" for m in self.mismatches[:10])
@@ -248,9 +248,32 @@ class VerifyReport:
         return "\n".join(lines)
 
 
+    def _remote_difference_fate(self) -> str:
+        """What became of the original's remote differences in the optimized run: fixed
+        (compared, and equal to the local run), or about names the optimized script no
+        longer brings back, which were not compared (a clock read in a loop differs from
+        run to run: nothing was fixed there)."""
+        if not self.intended_ok:
+            return ""
+        about = {_root_name(subject(m)) for m in self.original_remote_mismatches}
+        unchecked = sorted(about & set(self.let_go))
+        if not unchecked:
+            return " (fixed by the optimized script)"
+        names = ", ".join(f"`{name}`" for name in unchecked)
+        if len(unchecked) == len(about):
+            return (f" in {names}, which the optimized script no longer brings back (nothing after reads "
+                    f"{'them' if len(unchecked) > 1 else 'it'}): not compared")
+        return f" (fixed by the optimized script, but for {names}: no longer brought back, not compared)"
+
     def _nothing_ran(self) -> bool:
         return (self.failed and not any(self.errors.values()) and not self.warnings
                 and self.before == RunMetrics() and self.after == RunMetrics())
+
+
+def _root_name(subject_of: str) -> str:
+    """The name a mismatch's subject starts with (`results` of `results[0]`), or the subject."""
+    match = re.match(r"[A-Za-z_]\w*", subject_of)
+    return match.group(0) if match else subject_of
 
 
 def _size(n: int) -> str:
@@ -448,6 +471,7 @@ def verify_sources(
         reason=missing or verdict_reason(verdict),
         local_nnsight=None if missing else original_nnsight,
         rewritten=optimized != original,
+        let_go=tuple(sorted(ignore_missing)),
     )
 
 

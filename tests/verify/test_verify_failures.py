@@ -232,6 +232,26 @@ def test_an_original_that_stopped_at_its_error_gets_no_ratio():
     assert "the original stopped at its error" in text, text
 
 
+@pytest.mark.parametrize("remote, let_go, said", [
+    # a clock read in a loop (`t0 = time.time()`), which the rewrite no longer brings back:
+    # it was said "fixed by the optimized script", where nothing was compared
+    (["t0: expected 1796651755.37, got 1796651755.70"], ("t0",),
+     "in `t0`, which the optimized script no longer brings back (nothing after reads it): not compared"),
+    (["results: expected list of 3, got list of 0"], (), "(fixed by the optimized script)"),
+    (["results: expected list of 3, got list of 0", "t0[0]: expected 1, got 2"], ("t0",),
+     "(fixed by the optimized script, but for `t0`: no longer brought back, not compared)"),
+])
+def test_a_remote_difference_is_fixed_only_where_it_was_compared(remote, let_go, said):
+    from ndif_opt.verify import RunMetrics, VerifyReport
+
+    report = VerifyReport(
+        intended_ok=True, mismatches=[], original_remote_differs=True, original_remote_mismatches=remote,
+        local_forward_passes=2, local_layer_calls=24, before=RunMetrics(requests=2), after=RunMetrics(requests=1),
+        errors={}, let_go=let_go,
+    )
+    assert said in report.to_text(), report.to_text()
+
+
 # the original fails on one attribute; a "rewrite" that runs past it fails on another
 # attribute, of another object: the same exception type, not the same error
 FAILS_ON_ONE_ATTRIBUTE = script(
