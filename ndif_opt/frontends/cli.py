@@ -151,7 +151,9 @@ class _VerifyCommand(_Command):
 @app.command(cls=_Command, epilog=COMMANDS_HELP)
 def optimize(
     paths: List[str] = typer.Argument(..., metavar="PATHS", hidden=True),  # described in the docstring
-    output: Optional[str] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write the result here (one input only)."),
+    output: Optional[str] = typer.Option(
+        None, "-o", "--output", metavar="FILE", help="Write the result here (one input only; '-': stdout, as without -o)."
+    ),
     in_place: bool = typer.Option(False, "--in-place", "-i", help="Rewrite the input files."),
     diff: bool = typer.Option(
         False, "--diff", help="Print a unified diff instead of the code (findings: stderr)."
@@ -211,6 +213,8 @@ def optimize(
     document; findings, errors and the summary go to stderr. IPython lines in a .py file
     (`!pip install`, `%time`) are kept as they are."""
     cost = _cost_settings(seq_len, latency, bandwidth, throughput, session_limit, model_config)
+    if output == "-":
+        output = None  # (as black and ruff read `-`: no file named "-")
     if jobs is not None and jobs < 1:
         _fail(f"--jobs must be at least 1, not {jobs}")
     files = _expand(paths)

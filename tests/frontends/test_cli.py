@@ -43,6 +43,17 @@ def test_output_file_and_check(tmp_path):
     assert script.read_text() == NAIVE
 
 
+def test_output_dash_is_stdout_not_a_file_named_dash(tmp_path):
+    """`-o -` wrote a file named `-` where the command ran (black and ruff read `-` as
+    the standard stream)."""
+    script = tmp_path / "s.py"
+    script.write_text(NAIVE)
+    done = run(script, "-o", "-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "model.session(remote=True)" in done.stdout
+    assert not (tmp_path / "-").exists()
+
+
 def test_output_equal_to_input_is_refused(tmp_path):
     script = tmp_path / "s.py"
     script.write_text(NAIVE)
