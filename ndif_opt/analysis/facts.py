@@ -500,7 +500,10 @@ def _resolve_repo(info: ModelInfo, facts: Facts) -> ModelInfo:
             text = literal_value(value)
             return ModelInfo(info.name, info.class_path, text if isinstance(text, str) else None, info.node)
         if isinstance(value, cst.Name):
-            value = facts.constant(value.value)
+            name = value.value
+            value = facts.constant(name)
+            if value is None:
+                value = _passed_everywhere(info.node, name, facts)
         elif isinstance(value, (cst.Attribute, cst.Subscript)):
             value = config_entry(value, facts)
         else:
@@ -508,6 +511,48 @@ def _resolve_repo(info: ModelInfo, facts: Facts) -> ModelInfo:
         if value is None:
             return info
     return info
+
+
+def _passed_everywhere(node: cst.CSTNode, param: str, facts: Facts) -> cst.BaseExpression | None:
+    """The one value the script gives ``param``, a parameter of the top-level function or
+    method that holds ``node`` (`self.model = LanguageModel(name)` in `__init__`), at
+    every call of it (`Runner("openai-community/gpt2")`; a method's class called), or its
+    default when nothing calls it; None when the calls give it different code, or none."""
+    for func, called in _functions_and_callers(facts.module):
+        params = [p.name.value for p in func.params.params]
+        if param not in params or not find_nodes(func.body, lambda n: n is node):
+            continue
+        position = params.index(param) - (1 if called != func.name.value else 0)  # (a method's `self`)
+        default = next((p.default for p in func.params.params if p.name.value == param), None)
+        given = []
+        for call in find_nodes(facts.module, lambda n: type(n) is cst.Call and type(n.func) is cst.Name
+                               and n.func.value == called):
+            keyword = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == param), None)
+            positional = [a for a in call.args if a.keyword is None]
+            if any(a.star for a in call.args):
+                return None
+            value = keyword if keyword is not None else positional[position].value \
+                if 0 <= position < len(positional) else default
+            if value is None:
+                return None
+            given.append(value)
+        if not given:
+            return default
+        codes = {facts.module.code_for_node(v) for v in given}
+        return given[0] if len(codes) == 1 else None
+    return None
+
+
+def _functions_and_callers(module: cst.Module):
+    """(function, the name a call of it is spelled with): each top-level function, by its
+    name, and each class's `__init__`, by the class's."""
+    for stmt in module.body:
+        if type(stmt) is cst.FunctionDef:
+            yield stmt, stmt.name.value
+        elif type(stmt) is cst.ClassDef and isinstance(stmt.body, cst.IndentedBlock):
+            for member in stmt.body.body:
+                if type(member) is cst.FunctionDef and member.name.value == "__init__":
+                    yield member, stmt.name.value
 
 
 class _Table:

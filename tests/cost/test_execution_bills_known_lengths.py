@@ -210,3 +210,32 @@ def test_the_bill_is_what_runs(family, template, requests):
     assert report.before.requests == requests
     assert (first.requests, first.forward_passes) == (report.before.requests, report.before.forward_passes)
     assert (last.requests, last.forward_passes) == (report.after.requests, report.after.forward_passes)
+
+
+# a model a class makes of its constructor's parameter (`self.model = LanguageModel(name)`,
+# `Runner("REPO")`): its repo was not known, and the bill took a default model's 32 layers
+# a pass where GPT-2 evaluates 12 (a trial's script: 96 layer evaluations billed, 36 ran)
+MODEL_OF_A_CONSTRUCTOR_PARAMETER = '''
+from nnsight import LanguageModel
+
+
+class Runner:
+    def __init__(self, name, position=-1):
+        self.model = LanguageModel(name)
+        self.position = position
+
+    def top(self, prompt):
+        with self.model.trace(prompt, remote=True):
+            t = self.model.lm_head.output[0, self.position].argmax().save()
+        return t.item()
+
+
+runner = Runner("REPO")
+tops = [runner.top(p) for p in ["The cat sat on the", "A dog ran to the"]]
+'''
+
+
+@both
+def test_a_model_a_class_makes_of_its_parameter_is_billed_as_that_model(family):
+    result, report = optimized_and_verified(MODEL_OF_A_CONSTRUCTOR_PARAMETER, family)
+    assert result.costs[0].before.layer_evaluations == report.before.layer_calls, report.to_text()
