@@ -167,3 +167,20 @@ def test_a_session_that_also_fixes_a_container_left_empty_on_ndif_says_so():
     )
     hoisted = next(f for f in optimize(source).findings if f.pass_id == "session-hoisting")
     assert "a correctness fix: `found` stayed empty on your machine when run on NDIF" in hoisted.message
+
+
+def test_a_loop_whose_flag_it_decides_sends_up_to_its_requests():
+    """`remote=use_remote` with `use_remote = layer >= 6` set in the loop: the refusal said
+    "this loop sends 12 separate remote requests" where 6 ran remotely (a trial measured)."""
+    source = (
+        "from nnsight import LanguageModel\n"
+        "model = LanguageModel('openai-community/gpt2')\n"
+        "norms = {}\n"
+        "for layer in range(12):\n"
+        "    use_remote = layer >= 6\n"
+        "    with model.trace('Neural networks are', remote=use_remote):\n"
+        "        n = model.transformer.h[layer].output.norm().save()\n"
+        "    norms[layer] = n.item()\n"
+    )
+    refusal = next(f for f in optimize(source).findings if f.pass_id == "session-hoisting")
+    assert "this loop sends up to 12 separate remote requests" in refusal.message, refusal.message

@@ -193,6 +193,8 @@ def header_rebound(region: Region) -> str:
 def not_hoisted(region: Region, facts: Facts, requests: RegionRequests) -> str:
     names, meaning = symbols(requests.sent, requests.runs)
     sent = counted_with_loops(requests.sent, "separate remote request", names)[0]
+    if any(block.remote.state is Remote.MAYBE for block in region.blocks):
+        sent = f"up to {sent}"  # (a flag decided as the code runs: the table counts them remote)
     sessions = "one" if requests.runs == 1 else counted_with_loops(requests.runs, "session", names)[0]
     return (
         f"{kind_label(region)} sends {sent} to `{region.model}`{per_call(requests)}; "
