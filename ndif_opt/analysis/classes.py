@@ -8,7 +8,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
-from ndif_opt.analysis.names import collect
+from ndif_opt.analysis.names import collect, function_locals, may_change
+from ndif_opt.analysis.vocabulary import READING_METHODS
+from ndif_opt.syntax.expressions import dotted_name
 from ndif_opt.syntax.walk import find_nodes
 
 
@@ -156,3 +158,68 @@ def classes_made(facts: Facts, name: str) -> frozenset[str]:
     classes = class_methods(facts)
     return frozenset(value.func.value for _info, value in facts.bindings.get(name, ())
                      if type(value) is cst.Call and type(value.func) is cst.Name and value.func.value in classes)
+
+
+def library_class_made(facts: Facts, name: str) -> str:
+    """The library class whose object a binding of ``name`` makes (`torch.optim.SGD` of
+    `opt = torch.optim.SGD(...)`), by the convention that a class's name is capitalized;
+    "" for none. Its methods are not known: any but READING_METHODS may change the object
+    (the file's own classes are read instead: :func:`self_change`)."""
+    return facts.once(_library_class_made, name)
+
+
+def _library_class_made(facts: Facts, name: str) -> str:
+    own = class_methods(facts)
+    return next((spelled for _info, value in facts.bindings.get(name, ())
+                 if type(value) is cst.Call and (spelled := dotted_name(value.func)) is not None
+                 and spelled.rpartition(".")[2][:1].isupper() and spelled not in own), "")
+
+
+def self_change(facts: Facts, cls: str, method: str) -> cst.CSTNode | None:
+    """Where the method ``method`` of the file's class ``cls`` changes its object (`self.n
+    += 1`, `self.rows.append(x)`, `fill(self)`), itself or through a method of `self` it
+    calls; None when it does not (or the class has no such plain method)."""
+    return facts.once(_self_change, cls, method)
+
+
+def _self_change(facts: Facts, cls: str, method: str, seen: frozenset[str] = frozenset()) -> cst.CSTNode | None:
+    func = class_methods(facts).get(cls, {}).get(method)
+    if func is None or method in seen:
+        return None
+    changed = may_change(func.body).get("self")
+    if changed is not None:
+        return changed
+    for call in find_nodes(func.body, lambda n: type(n) is cst.Call and type(n.func) is cst.Attribute
+                           and type(n.func.value) is cst.Name and n.func.value.value == "self"):
+        if _self_change(facts, cls, call.func.attr.value, seen | {method}) is not None:
+            return call
+    return None
+
+
+def changed_through_methods(facts: Facts, node: cst.CSTNode) -> frozenset[str]:
+    """Names whose objects the method calls of ``node`` may change: `s.bump()` where the
+    file's class of `s` changes `self` in `bump` (`tally(x)`: its `__call__`), and what such
+    a method changes outside itself; `opt.step()` on an object a library class made, but
+    for the methods that only read (READING_METHODS)."""
+    found: set[str] = set()
+    for call in find_nodes(node, lambda n: type(n) is cst.Call and type(n.func) in (cst.Attribute, cst.Name)):
+        func = call.func
+        if type(func) is cst.Name:
+            receiver, method = func.value, "__call__"
+        elif type(func.value) is cst.Name:
+            receiver, method = func.value.value, func.attr.value
+        else:
+            continue
+        made = classes_made(facts, receiver)
+        for cls in made:
+            method_def = class_methods(facts)[cls].get(method)
+            if method_def is None:
+                continue
+            if self_change(facts, cls, method) is not None:
+                found.add(receiver)
+            use, local = collect(method_def.body), function_locals(method_def)
+            found |= {n for n in [*use.mutates, *use.binds] if n not in local}
+        if not made and type(func) is cst.Attribute and method not in READING_METHODS \
+                and library_class_made(facts, receiver):
+            found.add(receiver)
+    return frozenset(found)

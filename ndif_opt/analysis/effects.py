@@ -16,7 +16,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from ndif_opt.analysis.classes import class_methods, classes_made
+from ndif_opt.analysis.classes import class_methods, classes_made, library_class_made, self_change
 from ndif_opt.analysis.facts import (
     Facts,
     Remote,
@@ -33,12 +33,11 @@ from ndif_opt.analysis.names import (
     collect,
     function_locals,
     is_generator_function,
-    may_change,
     mutated_roots,
     target_names,
 )
 from ndif_opt.analysis.retries import retry_guard
-from ndif_opt.analysis.vocabulary import ADVANCING_BUILTINS, MODEL_CHANGING_METHODS, RANDOM_DRAWS
+from ndif_opt.analysis.vocabulary import ADVANCING_BUILTINS, MODEL_CHANGING_METHODS, RANDOM_DRAWS, READING_METHODS
 from ndif_opt.syntax.expressions import dotted_name, root_name
 from ndif_opt.syntax.positions import code_of, short_code
 from ndif_opt.syntax.walk import find_nodes, paths_to, walk
@@ -124,16 +123,6 @@ EFFECT_METHODS = frozenset(
         "set_postfix", "refresh",
     }
 )
-# Methods of an object a library class made (`probe = torch.nn.Linear(...)`) that only read
-# it; any other method may change it (`opt.step()`, `probe.float()`, `counts.subtract(c)`).
-READING_METHODS = frozenset(
-    {
-        "parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children",
-        "modules", "named_modules", "state_dict", "get", "keys", "values", "items", "copy", "count",
-        "index", "most_common", "total", "elements", "tolist", "numel", "dim", "size", "extra_repr",
-        "__len__", "__contains__", "__getitem__",
-    }
-)
 # Methods of a path (pathlib) that read or change the file system: on the server, the
 # server's files, not those of your machine.
 PATH_METHODS = frozenset(
@@ -181,7 +170,6 @@ class ServerCheck:
         self._changed_parameters: dict[str, frozenset[str]] = {}
         self._opaque_callables: dict[str, str] = {}
         self._methods: dict[tuple[str, str], list[Problem]] = {}  # (class, method) -> its problems
-        self._class_made: dict[str, str] = {}  # name -> the library class a binding of it calls
 
     def shipped_module(self, module: str) -> "ServerCheck | None":
         """A check for one of the user's modules that a remote request ships by value:
@@ -285,28 +273,16 @@ class ServerCheck:
             return []
         found = [p for p in self.problems(func.body, local=function_locals(func)) if p.kind != "control"]
         found += self.changes_outside(func)
-        changed = may_change(func.body).get("self")
+        changed = self_change(self.facts, cls, func.name.value)
         if changed is not None:
-            found.append(Problem("effect", f"changes `self` in place (`{short_code(changed, 50)}`): on the server "
+            found.append(Problem("effect", f"{_SELF_CHANGED} (`{short_code(changed, 50)}`): on the server "
                                  "a copy of the object would change, not yours", changed))
         for call in find_nodes(func.body, lambda n: type(n) is cst.Call and type(n.func) is cst.Attribute
                                and type(n.func.value) is cst.Name and n.func.value.value == "self"):
             for problem in self.method_problems(frozenset({cls}), call.func.attr.value):
-                found.append(Problem(problem.kind, f"calls `{code_of(call.func)}`, which {problem.message}", call))
+                if not problem.message.startswith(_SELF_CHANGED):  # (self_change followed the call)
+                    found.append(Problem(problem.kind, f"calls `{code_of(call.func)}`, which {problem.message}", call))
         return found
-
-    def made_by_a_class(self, name: str) -> str:
-        """The library class whose object a binding of ``name`` makes (`torch.optim.SGD`
-        of `opt = torch.optim.SGD(...)`), by the convention that a class's name is
-        capitalized; "" for none. Its methods are not known, so any but READING_METHODS
-        may change the object (the file's own classes are read: :meth:`method_problems`)."""
-        if name not in self._class_made:
-            self._class_made[name] = next((
-                spelled for _info, value in self.facts.bindings.get(name, ())
-                if type(value) is cst.Call and (spelled := dotted_name(value.func)) is not None
-                and spelled.rpartition(".")[2][:1].isupper() and spelled not in class_methods(self.facts)
-            ), "")
-        return self._class_made[name]
 
     def changes_outside(self, func: cst.FunctionDef | cst.Lambda, skip: tuple[cst.CSTNode, ...] = ()) -> list[Problem]:
         """What a function (or lambda) changes in place that is not its own: an object of
@@ -494,6 +470,7 @@ class ServerCheck:
 
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
+_SELF_CHANGED = "changes `self` in place"
 # Builtins that make an iterator over their arguments: one over a generator holds it.
 _ITERATORS = frozenset({"zip", "map", "filter", "enumerate", "reversed", "iter"})
 
@@ -805,7 +782,7 @@ class _Checker(cst.CSTVisitor):
         elif func.attr.value in RANDOM_METHODS:
             self._add("module", _random_message(f".{func.attr.value}()"), node)
         elif type(func.value) is cst.Name and root not in self.local and func.attr.value not in READING_METHODS \
-                and not self.facts.is_model_like(root) and (made := self.check.made_by_a_class(root)):
+                and not self.facts.is_model_like(root) and (made := library_class_made(self.facts, root)):
             self._add("effect", f"calls `{code_of(func)}()`, which may change `{root}` (`{made}(...)`), an object of "
                       "your machine: on the server a copy of it would change", node)
 

@@ -66,3 +66,14 @@ ADVANCING_BUILTINS = frozenset({"next"})
 WIDENING_CONVERSIONS = frozenset({"tolist", "float", "double"})
 #: Methods that change the object they are called on, whatever it is.
 MUTATING_METHODS = CONTAINER_MUTATORS | STREAM_MUTATORS
+
+#: Methods of an object a library class made (`probe = torch.nn.Linear(...)`) that only read
+#: it; any other method may change it (`opt.step()`, `probe.float()`, `counts.subtract(c)`).
+READING_METHODS = frozenset(
+    {
+        "parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children",
+        "modules", "named_modules", "state_dict", "get", "keys", "values", "items", "copy", "count",
+        "index", "most_common", "total", "elements", "tolist", "numel", "dim", "size", "extra_repr",
+        "__len__", "__contains__", "__getitem__",
+    }
+)

@@ -11,6 +11,7 @@ from functools import cached_property
 
 import libcst as cst
 
+from ndif_opt.analysis.classes import changed_through_methods
 from ndif_opt.analysis.effects import PROGRESS_BARS, changed_models
 from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import NameUse, all_params, collect, exposed_reads, fresh_name, target_names
@@ -591,9 +592,10 @@ class Splitter:
             elif item.role == role_filter:
                 total.merge(collect(item.stmt))
                 if role_filter is Part.CLIENT:
-                    # what the script's functions it calls change, and the other names of
-                    # what it changes (`alias.append(...)` changes `prompts` too)
-                    changed = self.facts.changed_by_calls(item.stmt)
+                    # what the script's functions it calls change, the objects whose methods
+                    # it calls may change (`s.bump()`), and the other names of what it
+                    # changes (`alias.append(...)` changes `prompts` too)
+                    changed = self.facts.changed_by_calls(item.stmt) | changed_through_methods(self.facts, item.stmt)
                     total.merge(NameUse(mutates=dict.fromkeys(changed, item.stmt)))
         return total
 

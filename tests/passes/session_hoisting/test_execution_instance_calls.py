@@ -265,3 +265,42 @@ def test_a_called_instance_that_changes_its_object_runs_on_your_machine(family):
     result, report = optimized_and_verified(CALLED_INSTANCE_THAT_COUNTS, family)
     assert report.after.requests == 1, report.to_text() + result.code
     assert "tally(" in result.code.split(" in _ndif_rows")[-1], result.code
+
+
+# a method that changes its object runs on your machine; another method that reads the
+# object ran in the session, on the server's copy, which the first never changed: the
+# scaled values were wrong (verify: MISMATCH). The split now knows what a method changes.
+CHANGED_BY_ONE_METHOD_READ_BY_ANOTHER = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    class Scaler:
+        def __init__(self):
+            self.k = 1.0
+
+        def scale(self, v):
+            return v * self.k
+
+        def bump(self):
+            self.k *= 2
+
+
+    s = Scaler()
+    out = []
+    for p in ["The cat sat on the", "A dog ran to the"]:
+        with model.trace(p, remote=True):
+            top = model.lm_head.output[0, -1].max().save()
+        s.bump()
+        out.append(round(s.scale(top.item()), 4))
+    print(out)
+'''
+
+
+@both
+def test_a_method_reading_what_another_changes_stays_with_it(family):
+    result, report = optimized_and_verified(CHANGED_BY_ONE_METHOD_READ_BY_ANOTHER, family)
+    hoisting = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert report.after.requests == 2 and "session(" not in result.code, result.code
+    assert any("`s`" in (f.reason or f.message) for f in hoisting), [(f.message, f.reason) for f in hoisting]
