@@ -200,7 +200,8 @@ def changed_through_methods(facts: Facts, node: cst.CSTNode) -> frozenset[str]:
     """Names whose objects the method calls of ``node`` may change: `s.bump()` where the
     file's class of `s` changes `self` in `bump` (`tally(x)`: its `__call__`), and what such
     a method changes outside itself; `opt.step()` on an object a library class made, but
-    for the methods that only read (READING_METHODS)."""
+    for the methods that only read (READING_METHODS): the object, and what it was made
+    of (its optimizer steps `probe`)."""
     found: set[str] = set()
     for call in find_nodes(node, lambda n: type(n) is cst.Call and type(n.func) in (cst.Attribute, cst.Name)):
         func = call.func
@@ -222,4 +223,12 @@ def changed_through_methods(facts: Facts, node: cst.CSTNode) -> frozenset[str]:
         if not made and type(func) is cst.Attribute and method not in READING_METHODS \
                 and library_class_made(facts, receiver):
             found.add(receiver)
+            found |= _given_to_its_class(facts, receiver)  # (the probe an optimizer steps)
     return frozenset(found)
+
+
+def _given_to_its_class(facts: Facts, name: str) -> set[str]:
+    """The names the calls that make ``name``'s object read (`probe` of `opt =
+    torch.optim.SGD(probe.parameters())`): the object may hold theirs and change them."""
+    return {read for _info, value in facts.bindings.get(name, ()) if type(value) is cst.Call
+            for arg in value.args for read in collect(arg.value).reads}

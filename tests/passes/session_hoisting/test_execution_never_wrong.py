@@ -894,3 +894,35 @@ def test_an_optimizer_step_between_traces_runs_on_your_machine(family, unsafe):
     assert report.after.requests == 1, report.to_text() + result.code
     replay = result.code.split(" in _ndif_rows")[-1]
     assert "opt.step()" in replay and "opt.zero_grad()" in replay, result.code
+
+
+# the traces read the probe an optimizer steps on your machine: `opt.step()` changes
+# `probe` through the parameters it was given. In one session the traces would read the
+# probe as it was when the session was sent (verify: MISMATCH in the scores)
+PROBE_READ_BY_THE_TRACES = '''
+    import torch
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    torch.manual_seed(0)
+    probe = torch.nn.Linear(model.config.hidden_size, 1)
+    opt = torch.optim.SGD(probe.parameters(), lr=0.5)
+    scores = []
+    for prompt, y in [("The cat sat on the", 1.0), ("A dog ran to the", 0.0), ("Birds fly over the", 1.0)]:
+        with model.trace(prompt, remote=True):
+            h = LAYERS[0].output[0, -1].save()
+            score = (h @ probe.weight.T).save()
+        scores.append(round(score.item(), 4))
+        loss = (probe(h.detach().float()).squeeze() - y) ** 2
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+'''
+
+
+@both
+def test_a_probe_an_optimizer_changes_is_not_read_by_a_session(family):
+    result, report = optimized_and_verified(PROBE_READ_BY_THE_TRACES, family)
+    assert "session(" not in result.code, result.code
+    assert any(f.pass_id == "session-hoisting" and "`probe`" in (f.reason or "") for f in result.findings), \
+        [(f.message, f.reason) for f in result.findings]
