@@ -27,7 +27,8 @@ with model.trace(prompt, remote=True):
 Safe: values are unchanged. Not applied to Python values (``.item()``, ``.tolist()``),
 containers, tuples (``topk``), values that already have ``.cpu()``/``.detach()``/``.to()``,
 or when the block later writes to the module the value was read from (a copy on the CPU
-would no longer see that in-place change), nor to a name saved (`d = diff.save()`) that is
+would no longer see that in-place change), or when the saved value flows into a
+`.backward()` (a detached copy has no autograd history), nor to a name saved (`d = diff.save()`) that is
 used after the block or is a result of the script: `diff` names the saved object too, and a
 copy would leave it behind (a loop temporary is let go, and the finding says so).
 """
@@ -39,6 +40,7 @@ import functools
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts, Remote
+from ndif_opt.analysis.names import collect
 from ndif_opt.analysis.regions import intermediates, result_names
 from ndif_opt.analysis.scopes import scope_index
 from ndif_opt.analysis.tensors import has_detach_cpu, is_tensor
@@ -46,7 +48,7 @@ from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.syntax.expressions import is_save_call
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import method_call
-from ndif_opt.syntax.walk import paths_to, transform, walk
+from ndif_opt.syntax.walk import find_nodes, paths_to, transform, walk
 from ndif_opt.wording import tense
 
 
@@ -84,6 +86,13 @@ class DetachCpu(Pass):
                                 f"`{inner.value}` names the saved object too and is used after the block: "
                                 "a copy would leave it behind",
                             )
+                        elif type(target) is cst.Name and target.value in facts.once(_autograd_reach):
+                            # a detached copy has no autograd history: `.backward()` would raise
+                            context.skipped(
+                                small, "saved tensor not moved to the CPU",
+                                f"`{target.value}` flows into a `.backward()` of the code after the block: a "
+                                "detached copy has no autograd history, and `.backward()` would raise",
+                            )
                         elif context.allows(small, "saved tensor not moved to the CPU"):
                             targets[id(value)] = value
                             if type(inner) is cst.Name and inner.value in intermediates(facts):
@@ -98,6 +107,26 @@ class DetachCpu(Pass):
         # rebuild only the nodes above a changed call, not the whole module
         on_path = paths_to(module, lambda node: id(node) in targets)
         return transform(module, _Insert(targets, on_path))
+
+
+def _autograd_reach(facts: Facts) -> frozenset[str]:
+    """Names whose values may flow into autograd (`loss.backward()`, `torch.autograd.grad(
+    loss, ...)`), back through the file's assignments (`loss = (score - y) ** 2`)."""
+    wanted: set[str] = set()
+    for call in find_nodes(facts.module, lambda n: type(n) is cst.Call and type(n.func) is cst.Attribute
+                           and n.func.attr.value in ("backward", "grad")):
+        target = call.func.value if call.func.attr.value == "backward" else (call.args[0].value if call.args else None)
+        if target is not None:
+            wanted |= set(collect(target).reads)
+    reached, todo = set(), list(wanted)
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        for _info, value in facts.bindings.get(name, ()):
+            todo.extend(collect(value).reads)
+    return frozenset(reached)
 
 
 def _saved_inner(value: cst.BaseExpression) -> cst.BaseExpression | None:

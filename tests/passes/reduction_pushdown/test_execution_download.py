@@ -336,3 +336,32 @@ def test_saves_into_a_dict_only_the_session_reads_are_dropped(family):
     line = next(line for line in result.code.splitlines() if "per_layer[L] = " in line)
     assert not line.endswith(".save()"), result.code
     assert report.after.download_bytes <= report.before.download_bytes, report.to_text()
+
+
+# a value saved to train a probe on the client (`loss.backward()` through it): detach-cpu
+# made it a detached copy and the optimized script raised "element 0 of tensors does not
+# require grad" where the original ran
+TRAINED_THROUGH_A_SAVED_SCORE = '''
+    import torch
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    torch.manual_seed(0)
+    probe = torch.nn.Linear(model.config.hidden_size, 1)
+    opt = torch.optim.SGD(probe.parameters(), lr=0.1)
+    for prompt, y in [("The cat sat on the", 1.0), ("A dog ran to the", 0.0)]:
+        with model.trace(prompt, remote=True):
+            h = LAYERS[0].output[0, -1]
+            score = (h @ probe.weight.T).save()
+        loss = (score.squeeze() - y) ** 2
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+'''
+
+
+@both
+def test_a_saved_value_autograd_runs_through_is_not_detached(family):
+    result, report = optimized_and_verified(TRAINED_THROUGH_A_SAVED_SCORE, family, expect_ok=False)
+    assert ".detach()" not in result.code, result.code
+    assert not report.errors["optimized"], report.to_text()
