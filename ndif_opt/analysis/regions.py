@@ -1024,14 +1024,31 @@ def requests_in(blocks: list[Block], region: list[cst.CSTNode], facts: Facts, un
         count = 1
         chain = block.stmt.ancestors + (block.node,)
         entered = False
-        for node in chain:
+        for position, node in enumerate(chain):
             if id(node) in inside:
                 entered = True
             if entered and (type(node) is cst.For or type(node) is cst.While):
-                trips = trip_count(node, facts)
+                trips = _trips_reaching(node, chain[position + 1], facts)
                 count *= unknown if trips is None else trips
         total += count
     return total
+
+
+def _trips_reaching(loop: cst.CSTNode, inner: cst.CSTNode, facts: Facts) -> int | None:
+    """The iterations of ``loop`` that reach ``inner``, a node of its body: those that run
+    the whole body (:func:`trip_count`), and the one a constant `break` stops when
+    ``inner`` comes before the `if` that breaks (`for i in range(3): <trace>; if i == 1:
+    break` sends two requests)."""
+    stop = constant_break(loop, facts) if type(loop) is cst.For and retry_guard(loop, facts) is None else None
+    if stop is None:
+        return trip_count(loop, facts)
+    first, index = stop
+    before = loop.body.body[:index]
+    return first + (1 if any(inner is stmt or inner in _statements_within(stmt) for stmt in before) else 0)
+
+
+def _statements_within(stmt: cst.CSTNode) -> list[cst.CSTNode]:
+    return find_nodes(stmt, lambda n: isinstance(n, cst.BaseCompoundStatement))
 
 
 # Names through which code reads an object's attributes without spelling them.

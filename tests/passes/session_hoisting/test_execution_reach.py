@@ -535,3 +535,27 @@ def test_a_counter_a_function_may_make_a_list_keeps_its_loop():
     assert "session(" not in result.code, result.code
     assert any(f.pass_id == "session-hoisting" and "calls" in (f.reason or "") for f in result.findings), \
         [(f.message, f.reason) for f in result.findings]
+
+
+# a loop a `break` stops at a known item, after its trace (`if i == 1: break`): its blocks
+# were counted for the iterations that run its whole body (1), not the one the break ends
+# after its trace too, and the loop was left with no finding (the table said 2)
+BROKEN_AT_A_KNOWN_ITEM = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    PROMPTS = ["The cat sat on the", "A dog ran to the", "Birds fly over the"]
+    seen = []
+    for i in range(3):
+        with model.trace(PROMPTS[i], remote=True):
+            top = model.lm_head.output[0, -1].max().save()
+        seen.append(round(top.item(), 4))
+        if i == 1:
+            break
+'''
+
+
+@both
+def test_a_loop_broken_at_a_known_item_after_its_trace_is_one_session(family):
+    result, report = optimized_and_verified(BROKEN_AT_A_KNOWN_ITEM, family)
+    assert report.before.requests == 2 and report.after.requests == 1, report.to_text() + result.code
