@@ -32,6 +32,12 @@ DEFERRABLE_KINDS = frozenset({"print", "effect", "progress", "module", "forbidde
 PREPARABLE_KINDS = frozenset({"module", "client-object"})
 
 
+#: Why a value of your machine the remote part reads was not computed before the session.
+EARLY_STOP_NOTE = (" (such a value is computed before the session only for a loop that runs to its end; this one may "
+                   "stop early, and computing it for every item could advance an iterator or a random generator "
+                   "beyond where the loop stops)")
+
+
 def is_jump(stmt: cst.CSTNode) -> bool:
     """`break` or `continue` alone on its line."""
     return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
@@ -233,7 +239,7 @@ class Splitter:
                     if not self._prepare(name):
                         raise Refused(
                             f"`{name}` is computed by code that must run on your machine and is also used "
-                            "by the remote part"
+                            "by the remote part" + (EARLY_STOP_NOTE if self.may_stop_early else "")
                         )
             elif used:
                 item = self._replayed(item)
@@ -371,9 +377,9 @@ class Splitter:
         """Move the client statement that computed ``name``, and those it reads from,
         before the session, if each can run there: nothing but computing (or reading a
         file) on your machine, nothing remote among its inputs, one loop deep at most, and
-        run in every iteration up to it. All of them, or none."""
+        run in every iteration up to it, of a loop that runs to its end. All of them, or none."""
         closure: list[Item] = []
-        if not self._preparable(name, closure, set()):
+        if self.may_stop_early or not self._preparable(name, closure, set()):
             return False
         for producer in closure:
             producer.role = Part.PRE
@@ -381,6 +387,15 @@ class Splitter:
             self.pre.append(producer)
             self.client_names -= set(collect(producer.stmt).binds)
         return True
+
+    @cached_property
+    def may_stop_early(self) -> bool:
+        """May a loop of the region stop before its last item (`break`, `return`, `raise`)?
+        Then the values prepared before the session for every item would be computed for
+        items the loop never reaches: an iterator advanced too far (`next(it)`), a random
+        generator drawn from too often, an error the loop never met."""
+        return any(find_nodes(stmt, lambda n: type(n) in (cst.Break, cst.Return, cst.Raise))
+                   for stmt in self.statements if type(stmt) in (cst.For, cst.While))
 
     def _preparable(self, name: str, closure: list[Item], seen: set[int], producer: Item | None = None) -> bool:
         """Can the statement that bound ``name`` last (or ``producer``) run before the

@@ -926,3 +926,31 @@ def test_a_probe_an_optimizer_changes_is_not_read_by_a_session(family):
     assert "session(" not in result.code, result.code
     assert any(f.pass_id == "session-hoisting" and "`probe`" in (f.reason or "") for f in result.findings), \
         [(f.message, f.reason) for f in result.findings]
+
+
+# a loop that takes its prompts from an iterator of yours and stops early: the prompts were
+# computed before the session for every item, so the iterator ran further than the loop
+# (verify: MISMATCH in what is left of it; with fewer prompts than items, StopIteration)
+TAKEN_FROM_AN_ITERATOR_UNTIL_A_BREAK = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    it = iter(["The cat sat on the", "A dog ran to the", "Birds fly over the"])
+    seen = []
+    for i in range(3):
+        prompt = next(it)
+        with model.trace(prompt, remote=True):
+            top = model.lm_head.output[0, -1].max().save()
+        seen.append(round(top.item(), 4))
+        if i == 1:
+            break
+    left = list(it)
+'''
+
+
+@both
+def test_prompts_from_an_iterator_are_not_taken_past_a_break(family):
+    result, report = optimized_and_verified(TAKEN_FROM_AN_ITERATOR_UNTIL_A_BREAK, family)
+    assert "session(" not in result.code, result.code
+    assert any("may stop early" in (f.reason or "") for f in result.findings), \
+        [(f.message, f.reason) for f in result.findings]
