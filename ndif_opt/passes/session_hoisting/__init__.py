@@ -138,6 +138,7 @@ from ndif_opt.passes.session_hoisting.region import (
     UNSAFE_KINDS,
     any_blocking,
     deferrable_only,
+    failure_handled_outside,
     fewer_than_two_requests,
     inside_planned,
     is_unsafe_only,
@@ -868,6 +869,13 @@ class SessionHoisting(Pass):
                 reason = retry
             else:
                 region.retry = retry
+        if not reason:
+            region.handled_by = failure_handled_outside(region, facts)
+            if region.handled_by and (region.retry is not None or (region.split and region.split.prelude)):
+                reason = (f"{region.handled_by} handles a failure of its code: a session would fall back on the "
+                          "code as written should it fail, which "
+                          + ("its retry would not go around" if region.retry is not None else
+                             "would compute again what the session took from your machine before it"))
         if reason:
             context.skipped(anchor, not_hoisted(region, facts, self._counted(region, facts, context)), reason,
                             through=region.statements[-1])
@@ -949,7 +957,9 @@ class SessionHoisting(Pass):
                     break
             created = [made_in_session(a, nnsight_name, a.name in region.left_on_server) for a in before]
             split = region.split
-            fallback = split is not None and split.fallback
+            # the code as written, should the session fail: a `try` of the region, or one
+            # around it, handles each failure where the script means it to
+            fallback = (split is not None and split.fallback) or bool(region.handled_by)
             prelude = list(split.prelude) if split is not None else []
             if prelude:
                 prelude[0] = prelude[0].with_changes(leading_lines=leading)
@@ -966,7 +976,8 @@ class SessionHoisting(Pass):
                 as_written = [a.stmt for a in before if a.kind != "carried"] + region.statements
                 as_written = [s.deep_clone() for s in as_written]
                 as_written[0] = as_written[0].with_changes(leading_lines=[])
-                return [*prelude, with_fallback(session, as_written, split.replay, leading)]
+                replay = split.replay if split is not None else ()
+                return [*prelude, with_fallback(session, as_written, replay, leading)]
             return [*prelude, session, *(split.replay if split is not None else ())]
 
         nnsight_module = next((local for local, path in facts.imports.items() if path == "nnsight"), "")

@@ -231,7 +231,8 @@ def hoisted_message(region: Region, facts: Facts, accumulators, requests: Region
         names = sorted({h.spelled(c) for c, h in region.helper_calls})
         text += "; " + ", ".join(f"`{n}`" for n in names) + f" {tense('now called', 'would be called')} with " \
             "remote=False inside it" + _correctness_note(sorted(_filled_remotely(region, facts)))
-        return text + _passed_note(region) + _left_note(region) + _split_note(region.split) + _retry_note(region.retry)
+        return text + _passed_note(region) + _left_note(region) + _split_note(region.split, region.handled_by) \
+            + _retry_note(region.retry)
     flag = region.blocks[0].remote
     if caller:
         pass  # (the flag is the calling session's business)
@@ -252,7 +253,7 @@ def hoisted_message(region: Region, facts: Facts, accumulators, requests: Region
         text += "; " + ", ".join(f"`{n}`" for n in kept) + f" {tense('now created', 'would be created')} in " \
             "the session and left there (nothing after it reads it: not downloaded)"
     text += _correctness_note(sorted(_filled_remotely(region, facts)))
-    return text + _passed_note(region) + _split_note(region.split) + _retry_note(region.retry)
+    return text + _passed_note(region) + _split_note(region.split, region.handled_by) + _retry_note(region.retry)
 
 
 def _filled_remotely(region: Region, facts: Facts) -> set[str]:
@@ -315,9 +316,12 @@ def _retry_note(retry: PortableRetry | None) -> str:
     )
 
 
-def _split_note(split: Split | None) -> str:
+def _split_note(split: Split | None, handled_by: str = "") -> str:
+    handled = (f"; {handled_by} handles a failure of its code: should the session fail, the code "
+               f"{tense('runs', 'would run')} as written, and a failure is handled there as before (a run "
+               f"without failures {tense('is', 'would be')} unchanged)") if handled_by else ""
     if split is None:
-        return ""
+        return handled
     text = ""
     if split.deferred:
         what = "(prints, files, progress bars, objects other code holds)"
@@ -326,7 +330,7 @@ def _split_note(split: Split | None) -> str:
             lines = f"statements that must run on your machine {what} {tense('now run', 'would run')}"
         text += f"; {split.deferred} {lines} after it, in the same order, over values the session " \
             f"{tense('records', 'would record')}"
-        if not split.fallback:  # (a fallback runs them as written: see below)
+        if not split.fallback and not handled_by:  # (a fallback runs them as written: see below)
             text += f" ({'it runs' if split.deferred == 1 else 'they run'} only when the whole session succeeds: " \
                 "a failure in an iteration loses the output of the iterations before it too)"
     if split.prepared:
@@ -345,7 +349,7 @@ def _split_note(split: Split | None) -> str:
             f"the code {tense('runs', 'would run')} as written, each failure handled on its own (a run without "
             f"failures {tense('is', 'would be')} unchanged)"
         )
-    return text
+    return text + handled
 
 
 def problem_words(problem: Problem) -> str:

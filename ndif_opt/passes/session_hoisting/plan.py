@@ -278,7 +278,7 @@ def _passable(name: str, hidden: tuple[str, ...], region: Region, calls: list[cs
     if any(n.value in hidden for g in find_nodes(facts.module, lambda n: type(n) is cst.Global) for n in (x.name for x in g.names)):
         return "it is declared `global` somewhere, so it may change while the function runs"
     split = region.split
-    if split is not None and split.fallback:
+    if (split is not None and split.fallback) or region.handled_by:
         return "the code as written runs again should the session fail"
     elsewhere = [*split.replay, *split.prelude] if split is not None else []
     if _calls_by_function(elsewhere, facts).get(name):

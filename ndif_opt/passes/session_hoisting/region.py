@@ -13,13 +13,13 @@ from ndif_opt.analysis.facts import Block, Facts, Remote
 from ndif_opt.analysis.regions import requests_in
 from ndif_opt.analysis.remote_functions import RemoteHelper, called_helper
 from ndif_opt.analysis.retries import PortableRetry
+from ndif_opt.analysis.scopes import scope_index
 from ndif_opt.cost_model import RegionRequests
 from ndif_opt.passes.base import Context
 from ndif_opt.passes.session_hoisting.split_items import Split, splittable
 from ndif_opt.syntax.expressions import root_name
 from ndif_opt.syntax.positions import statement_code
 from ndif_opt.syntax.walk import find_nodes
-
 
 UNSAFE_KINDS = frozenset({"print", "progress"})
 
@@ -61,6 +61,9 @@ class Region:
     left_on_server: frozenset[str] = frozenset()
     # the containers the session makes or takes in and saves (see liveness), once planned
     accumulators: list = field(default_factory=list)
+    # a `try` outside the region that handles its failures (see failure_handled_outside):
+    # the session falls back on the code as written, so partial results stay as they were
+    handled_by: str = ""
 
     @property
     def statements(self) -> list[cst.BaseStatement]:
@@ -281,3 +284,36 @@ def iteration_problems(stmt, facts: Facts) -> list[Problem]:
     if isinstance(stmt, (cst.For, cst.While)) and stmt.orelse is not None:
         return [Problem("control", "has an `else:` clause", stmt)]
     return []
+
+
+def failure_handled_outside(region: Region, facts: Facts) -> str:
+    """Where a `try` outside the region may handle a failure of its code, said as a
+    phrase (a `try` around it, or around a call of the function that holds it, or of a
+    function that calls that one...), or "". After a handled failure the script goes on
+    with what the iterations before it did; a session that failed would have done none."""
+    parents = scope_index(facts).parents
+    todo: list[tuple[cst.CSTNode, str]] = [(region.statements[0], "a `try` around it")]
+    seen: set[str] = set()
+    while todo:
+        node, where = todo.pop()
+        child, parent = node, parents.get(id(node))
+        while parent is not None:
+            if type(parent) is cst.Try and child is parent.body:
+                return where
+            if type(parent) is cst.FunctionDef:
+                name = parent.name.value
+                if name not in seen:
+                    seen.add(name)
+                    todo += [(call, f"a `try` around a call of `{name}`") for call in _calls_of(name, facts)]
+                break
+            if type(parent) in (cst.Lambda, cst.ClassDef):
+                break
+            child, parent = parent, parents.get(id(parent))
+    return ""
+
+
+def _calls_of(name: str, facts: Facts) -> list[cst.Call]:
+    """The calls of a function named ``name``: `name(...)`, `obj.name(...)` (a method)."""
+    return find_nodes(facts.module, lambda n: type(n) is cst.Call and (
+        (type(n.func) is cst.Name and n.func.value == name)
+        or (type(n.func) is cst.Attribute and n.func.attr.value == name)))

@@ -113,3 +113,38 @@ def test_a_recorded_failure_then_a_continue_on_a_value(family):
     result, report = optimized_and_verified(RECORDED, family)
     assert report.after.requests == 1, report.to_text() + result.code
     assert "model.trace" not in _after_the_session(result.code), result.code
+
+
+# a `try` around a call of the function that holds the loop: the second trace fails (a
+# layer past the last), the handler lets the script go on with what the first appended.
+# One session lost it all (verify: MISMATCH, `results: expected list of 1, got list of
+# 0`); it now falls back on the code as written, as a `try` of the loop's own does
+HANDLED_AROUND_THE_CALL = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    results = []
+
+
+    def run_all(layers):
+        for layer in layers:
+            with model.trace("The Eiffel Tower is in", remote=True):
+                val = LAYERS[layer].output[0].norm().save()
+            results.append(round(val.item(), 3))
+
+
+    try:
+        run_all(INDICES)
+    except Exception:
+        pass
+    print(len(results))
+'''
+
+
+@both
+@pytest.mark.parametrize("indices", ["[0, 1]", "[0, 99, 1]"])
+def test_a_failure_a_try_around_the_call_handles_keeps_what_came_before(family, indices):
+    result, report = optimized_and_verified(HANDLED_AROUND_THE_CALL.replace("INDICES", indices), family)
+    assert "with model.session(" in result.code and "except Exception:  # the session failed" in result.code, \
+        result.code
+    assert any("a `try` around a call of `run_all`" in f.message for f in result.findings), result.findings
