@@ -189,11 +189,13 @@ def _closures(facts: Facts) -> dict[str, Closure]:
                 if element is not None:
                     for name in target_names(target.target):
                         held[name] = element
-    for info in facts.statements.values():
-        if type(info.node) is cst.For:
-            closure, target = _iterated_closure(info.node, held)
-            if closure is not None:
-                found[target] = Closure(target, closure.factory, closure.func)
+    loops = [info.node for info in facts.statements.values() if type(info.node) is cst.For]
+    if held:  # (a comprehension's `for` takes one from a container the same way: `[fn(x) for fn in fns]`)
+        loops += find_nodes(facts.module, lambda n: type(n) is cst.CompFor)
+    for loop in loops:
+        closure, target = _iterated_closure(loop, held)
+        if closure is not None:
+            found[target] = Closure(target, closure.factory, closure.func)
     return found
 
 
@@ -256,7 +258,7 @@ def _closure_elements(value: cst.BaseExpression,
     return made[0]
 
 
-def _iterated_closure(loop: cst.For, held: dict[str, Closure]) -> tuple[Closure | None, str]:
+def _iterated_closure(loop: cst.For | cst.CompFor, held: dict[str, Closure]) -> tuple[Closure | None, str]:
     """The closure a loop's target takes from a container of closures: `for fn in fns`,
     `for fn in fns.values()`, `for k, fn in fns.items()`, `for i, fn in enumerate(fns)`."""
     source, target = loop.iter, loop.target

@@ -559,3 +559,32 @@ BROKEN_AT_A_KNOWN_ITEM = '''
 def test_a_loop_broken_at_a_known_item_after_its_trace_is_one_session(family):
     result, report = optimized_and_verified(BROKEN_AT_A_KNOWN_ITEM, family)
     assert report.before.requests == 2 and report.after.requests == 1, report.to_text() + result.code
+
+
+# closures a factory made, held in a list and called by a comprehension over it: the `for`
+# loop over the list had a finding and a bill of 3; the comprehension had neither (1 billed)
+CLOSURES_CALLED_BY_A_COMPREHENSION = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def make_probe(layer):
+        def probe(prompt):
+            with model.trace(prompt, remote=True):
+                v = LAYERS[layer].output.norm().save()
+            return round(v.item(), 3)
+        return probe
+
+
+    probes = [make_probe(layer) for layer in (0, 1, 1)]
+    vals = [probe("Water boils at") for probe in probes]
+'''
+
+
+@both
+def test_closures_a_comprehension_calls_are_billed_and_explained(family):
+    result, report = optimized_and_verified(CLOSURES_CALLED_BY_A_COMPREHENSION, family)
+    assert result.costs[0].before.requests == report.before.requests == 3, report.to_text()
+    assert any(f.pass_id == "session-hoisting" and "this comprehension calls `probe`" in f.message
+               for f in result.findings), [f.message for f in result.findings]
