@@ -70,6 +70,9 @@ class Request:
         self.saved: dict[str, int] = {}
         self.containers: dict[str, float] = {}
         self.storages: set[tuple] = set()  # module outputs whose storage a container holds
+        # saved names whose object a saved container holds too (`acts.append(logits)`): it
+        # is written once in the result, however many names and containers hold it
+        self.held: set[str] = set()
         # values of unknown size it downloads, with how many times (one run of the request)
         self.unknown: dict[UnknownDownload, float] = {}
         self.forward_passes = 0.0
@@ -96,6 +99,7 @@ class Request:
         statically, of the value ``unknown`` describes (its framing is counted)."""
         self.containers.pop(name, None)
         self._forget_unknown(name)
+        self.held.discard(name)
         if size is None:
             self.unknown[unknown] = 1.0
             size = 0
@@ -104,6 +108,7 @@ class Request:
     def unsave(self, name: str) -> None:
         self.saved.pop(name, None)
         self.containers.pop(name, None)
+        self.held.discard(name)
         self._forget_unknown(name)
 
     def _forget_unknown(self, name: str) -> None:
@@ -132,7 +137,9 @@ class Request:
         self.containers[name] += times * (size + key + 1)
 
     def sizes(self) -> dict[str, int]:
-        out = dict(self.saved)
+        # (a name whose object a container holds: a reference to what the container writes)
+        out = {name: (min(size, SHARED_VIEW_OVERHEAD) if name in self.held else size)
+               for name, size in self.saved.items()}
         for name, size in self.containers.items():
             out[name] = round_count(size) + 4
         return out

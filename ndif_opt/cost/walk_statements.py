@@ -614,6 +614,8 @@ class StatementWalk:
 
     def _add_to(self, request: Request, name: str, value: cst.BaseExpression, key: int, times: float) -> None:
         """``times`` values of ``value`` go into the saved container ``name``."""
+        if type(value) is cst.Name and value.value in request.saved:
+            request.held.add(value.value)  # (the saved name holds the same object: written once)
         size, shape, storage = self.sent(value)
         unknown = None if size is not None else unknown_download(name, value, shape)
         if size is not None and storage is None and self.view_mode == "storage":

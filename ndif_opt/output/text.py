@@ -81,6 +81,15 @@ def _ratio(before: Number | Count, after: Number | Count, names: dict[UnknownLoo
     if before == 0:
         return "new"
     ratio, word = (before / after, "fewer") if after < before else (after / before, "more")
+    return _times(ratio, word)
+
+
+def _times(ratio: float, word: str) -> str:
+    """`32× fewer`, `1.02× more`; a change too small for three digits (`1× fewer` read as
+    no change) in percent: `0.4% less`."""
+    if f"{ratio:.3g}" == "1":
+        share = (1 - 1 / ratio) if word == "fewer" else (ratio - 1)
+        return f"{share * 100:.1g}% {'less' if word == 'fewer' else 'more'}"
     return (f"{ratio:,.0f}×" if ratio >= 100 else f"{ratio:.3g}×") + f" {word}"
 
 
@@ -96,7 +105,7 @@ def _symbolic_ratio(before: Number | Count, after: Number | Count, names) -> str
     if ratio is None:
         return word
     if is_known(ratio):
-        return f"{ratio:.3g}× {word}"
+        return _times(ratio, word)
     text = count_text(ratio, names, number=lambda v: f"{v:.3g}")
     return (f"({text})" if " " in text else text) + f"× {word}"
 

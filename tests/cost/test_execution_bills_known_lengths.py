@@ -239,3 +239,25 @@ tops = [runner.top(p) for p in ["The cat sat on the", "A dog ran to the"]]
 def test_a_model_a_class_makes_of_its_parameter_is_billed_as_that_model(family):
     result, report = optimized_and_verified(MODEL_OF_A_CONSTRUCTOR_PARAMETER, family)
     assert result.costs[0].before.layer_evaluations == report.before.layer_calls, report.to_text()
+
+
+# a saved value appended to a list the session saves, and read after the loop by its own
+# name: one object, written once in the result; the bill counted it twice and said the
+# safe rewrite downloads 1.33x more where the download fell (a trial's script)
+SAVED_AND_HELD_BY_A_LIST = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+acts = []
+for p in ["The sky is", "Grass is", "Blood is"]:
+    with model.trace(p, remote=True):
+        logits = model.lm_head.output.save()
+    acts.append(logits)
+best = logits
+'''
+
+
+@both
+def test_a_saved_value_a_saved_list_holds_is_billed_once(family):
+    result, report = optimized_and_verified(SAVED_AND_HELD_BY_A_LIST, family)
+    assert result.costs[-1].after.download_bytes <= result.costs[0].before.download_bytes, result.costs

@@ -182,3 +182,11 @@ def test_the_markdown_report_names_the_loops_of_unknown_length():
     text = markdown_report("probe.py", optimize(FILE_ROWS))
     assert "**1 + N → 1 requests" in text
     assert "- N = the iterations of `for row in rows` (probe.py:9)" in text
+
+
+def test_a_change_too_small_for_three_digits_is_said_in_percent():
+    """`download 1× fewer` (a trial's report: 1.2 MB -> 1.2 MB) read as no change."""
+    said = {(before, after): download_change(Cost(download_bytes=before), Cost(download_bytes=after))
+            for before, after in [(1_200_000, 1_197_600), (1_000, 1_004), (1_000, 980), (32, 1)]}
+    assert said == {(1_200_000, 1_197_600): "download 0.2% less", (1_000, 1_004): "download 0.4% more",
+                    (1_000, 980): "download 1.02× fewer", (32, 1): "download 32× fewer"}, said
