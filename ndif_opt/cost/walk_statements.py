@@ -614,9 +614,10 @@ class StatementWalk:
 
     def _add_to(self, request: Request, name: str, value: cst.BaseExpression, key: int, times: float) -> None:
         """``times`` values of ``value`` go into the saved container ``name``."""
-        if type(value) is cst.Name and value.value in request.saved:
-            request.held.add(value.value)  # (the saved name holds the same object: written once)
         size, shape, storage = self.sent(value)
+        if type(value) is cst.Name and size is not None and size >= request.saved.get(value.value, 0) > 0:
+            # the container counts the object a saved name holds too: it is written once
+            request.held.add(value.value)
         unknown = None if size is not None else unknown_download(name, value, shape)
         if size is not None and storage is None and self.view_mode == "storage":
             # a record `(i, row)` of views: each view's storage is written once, as a view alone's
