@@ -871,11 +871,15 @@ class SessionHoisting(Pass):
                 region.retry = retry
         if not reason:
             region.handled_by = failure_handled_outside(region, facts)
-            if region.handled_by and (region.retry is not None or (region.split and region.split.prelude)):
+            own_try = region.split is not None and region.split.fallback
+            if region.handled_by and region.retry is not None:
                 reason = (f"{region.handled_by} handles a failure of its code: a session would fall back on the "
-                          "code as written should it fail, which "
-                          + ("its retry would not go around" if region.retry is not None else
-                             "would compute again what the session took from your machine before it"))
+                          "code as written should it fail, which its retry would not go around")
+            elif (region.handled_by or own_try) and region.split is not None and region.split.prelude:
+                # (the code as written takes its values again: `next(it)` twice, a generator drawn twice)
+                reason = (f"{region.handled_by or 'its `try`'} handles a failure of its code: a session would fall "
+                          "back on the code as written should it fail, which would compute again what the "
+                          "session took from your machine before it")
         if reason:
             context.skipped(anchor, not_hoisted(region, facts, self._counted(region, facts, context)), reason,
                             through=region.statements[-1])

@@ -148,3 +148,32 @@ def test_a_failure_a_try_around_the_call_handles_keeps_what_came_before(family, 
     assert "with model.session(" in result.code and "except Exception:  # the session failed" in result.code, \
         result.code
     assert any("a `try` around a call of `run_all`" in f.message for f in result.findings), result.findings
+
+
+# prompts taken from an iterator of yours, a `try` in the loop with code of your machine
+# after its trace: the prompts were prepared before the session, and the session's
+# fallback (the code as written, should it fail) took them from the iterator again: the
+# rewrite raised StopIteration where the original ran
+PREPARED_THEN_FALLEN_BACK = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    it = iter(["The cat sat on the", "A dog ran to the", "Birds fly over the"])
+    for i in range(3):
+        prompt = next(it)
+        try:
+            with model.trace(prompt, remote=True):
+                val = LAYERS[i * 50].output.norm().save()
+            print(i, round(val.item(), 3))
+        except Exception:
+            print("failed", i)
+    left = list(it)
+'''
+
+
+@both
+def test_a_fallback_does_not_take_prepared_values_again(family):
+    result, report = optimized_and_verified(PREPARED_THEN_FALLEN_BACK, family)
+    assert "session(" not in result.code, result.code
+    assert any("would compute again what the session took" in (f.reason or "") for f in result.findings), \
+        [(f.message, f.reason) for f in result.findings]
