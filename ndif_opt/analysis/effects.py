@@ -169,7 +169,7 @@ class ServerCheck:
         # answers of this check, as `_functions` (a check's answers, not facts of the tree)
         self._changed_parameters: dict[str, frozenset[str]] = {}
         self._opaque_callables: dict[str, str] = {}
-        self._methods: dict[tuple[str, str], list[Problem]] = {}  # (class, method) -> its problems
+        self._methods: dict[tuple[str, str], list[Problem]] = {}  # (class, method) -> its body's problems
 
     def shipped_module(self, module: str) -> "ServerCheck | None":
         """A check for one of the user's modules that a remote request ships by value:
@@ -262,27 +262,34 @@ class ServerCheck:
         found: list[Problem] = []
         for cls in sorted(classes):
             func = class_methods(self.facts).get(cls, {}).get(method)
-            if func is not None and (cls, method) not in self._methods:
-                self._methods[cls, method] = []  # (a method calling itself: what it does is said once)
-                self._methods[cls, method] = self._method_problems(cls, func)
-            found += self._methods.get((cls, method), [])
+            if func is None or self._holds_blocks(func):
+                continue
+            found += self._body_problems(cls, func)
+            changed = self_change(self.facts, cls, method)
+            if changed is not None:
+                found.append(Problem("effect", f"changes `self` in place (`{short_code(changed, 50)}`): on the "
+                                     "server a copy of the object would change, not yours", changed))
         return found
 
-    def _method_problems(self, cls: str, func: cst.FunctionDef) -> list[Problem]:
-        if any(b.stmt.function is func for b in self.facts.blocks):
-            return []
-        found = [p for p in self.problems(func.body, local=function_locals(func)) if p.kind != "control"]
-        found += self.changes_outside(func)
-        changed = self_change(self.facts, cls, func.name.value)
-        if changed is not None:
-            found.append(Problem("effect", f"{_SELF_CHANGED} (`{short_code(changed, 50)}`): on the server "
-                                 "a copy of the object would change, not yours", changed))
-        for call in find_nodes(func.body, lambda n: type(n) is cst.Call and type(n.func) is cst.Attribute
-                               and type(n.func.value) is cst.Name and n.func.value.value == "self"):
-            for problem in self.method_problems(frozenset({cls}), call.func.attr.value):
-                if not problem.message.startswith(_SELF_CHANGED):  # (self_change followed the call)
-                    found.append(Problem(problem.kind, f"calls `{code_of(call.func)}`, which {problem.message}", call))
-        return found
+    def _holds_blocks(self, func: cst.FunctionDef) -> bool:
+        return any(b.stmt.function is func for b in self.facts.blocks)
+
+    def _body_problems(self, cls: str, func: cst.FunctionDef) -> list[Problem]:
+        """A method's own problems and those of the methods of `self` it calls (what they
+        change of `self` is :func:`self_change`'s, said once by :meth:`method_problems`)."""
+        key = (cls, func.name.value)
+        if key not in self._methods:
+            self._methods[key] = []  # (a method calling itself: what it does is said once)
+            found = [p for p in self.problems(func.body, local=function_locals(func)) if p.kind != "control"]
+            found += self.changes_outside(func)
+            for call in find_nodes(func.body, lambda n: type(n) is cst.Call and type(n.func) is cst.Attribute
+                                   and type(n.func.value) is cst.Name and n.func.value.value == "self"):
+                callee = class_methods(self.facts)[cls].get(call.func.attr.value)
+                if callee is not None and not self._holds_blocks(callee):
+                    found += [Problem(p.kind, f"calls `{code_of(call.func)}`, which {p.message}", call)
+                              for p in self._body_problems(cls, callee)]
+            self._methods[key] = found
+        return self._methods[key]
 
     def changes_outside(self, func: cst.FunctionDef | cst.Lambda, skip: tuple[cst.CSTNode, ...] = ()) -> list[Problem]:
         """What a function (or lambda) changes in place that is not its own: an object of
@@ -470,7 +477,6 @@ class ServerCheck:
 
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
-_SELF_CHANGED = "changes `self` in place"
 # Builtins that make an iterator over their arguments: one over a generator holds it.
 _ITERATORS = frozenset({"zip", "map", "filter", "enumerate", "reversed", "iter"})
 

@@ -1035,7 +1035,7 @@ def requests_in(blocks: list[Block], region: list[cst.CSTNode], facts: Facts, un
 
 
 def _trips_reaching(loop: cst.CSTNode, inner: cst.CSTNode, facts: Facts) -> int | None:
-    """The iterations of ``loop`` that reach ``inner``, a node of its body: those that run
+    """The iterations of ``loop`` that reach ``inner``, a statement of its body: those that run
     the whole body (:func:`trip_count`), and the one a constant `break` stops when
     ``inner`` comes before the `if` that breaks (`for i in range(3): <trace>; if i == 1:
     break` sends two requests)."""
@@ -1043,12 +1043,9 @@ def _trips_reaching(loop: cst.CSTNode, inner: cst.CSTNode, facts: Facts) -> int 
     if stop is None:
         return trip_count(loop, facts)
     first, index = stop
-    before = loop.body.body[:index]
-    return first + (1 if any(inner is stmt or inner in _statements_within(stmt) for stmt in before) else 0)
-
-
-def _statements_within(stmt: cst.CSTNode) -> list[cst.CSTNode]:
-    return find_nodes(stmt, lambda n: isinstance(n, cst.BaseCompoundStatement))
+    # (``inner`` is the statement of the loop's body that holds the block: ancestors name
+    # every compound statement on the way)
+    return first + (1 if any(inner is stmt for stmt in loop.body.body[:index]) else 0)
 
 
 # Names through which code reads an object's attributes without spelling them.
