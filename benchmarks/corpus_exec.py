@@ -43,6 +43,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -247,12 +248,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown mode(s): {', '.join(unknown)}")
     files = sorted(path for path in args.dir.glob("*.py") if args.only is None or args.only in path.name)
-    # mode by mode: two runs of one file at once would share its output directory
+    # mode by mode, so that the workers mostly run different files
     jobs = [(path, mode) for mode in modes for path in files]
     results: dict[tuple[Path, str], dict] = {}
+    # two runs of one file must not overlap: a file empties and writes its own output directory
+    file_locks = {path: threading.Lock() for path in files}
 
     def one(job: tuple[Path, str]) -> None:
-        results[job] = run_verify(job[0], job[1], args.timeout)
+        with file_locks[job[0]]:
+            results[job] = run_verify(job[0], job[1], args.timeout)
         print(f"{len(results)}/{len(jobs)} {job[0].name} [{job[1]}]: {results[job]['outcome']} "
               f"({results[job]['seconds']:.0f} s)", file=sys.stderr, flush=True)
 
