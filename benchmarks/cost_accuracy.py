@@ -70,6 +70,7 @@ def scripts() -> list[Path]:
 # {loop header, as the report names it: its length in the run}).
 TRIPS: dict[str, dict[str, int]] = {
     "file_rows": {"for row in rows": 5},
+    "recursive_search": {"def search": 4},  # the first call and three of itself
 }
 for _family in ("gpt2", "llama"):
     for _version, _flag in (("original", ""), ("optimized", ", remote=False")):

@@ -253,7 +253,7 @@ def _warnings(found: Estimate, options: Options) -> list[str]:
             + (" (the estimate leaves a margin of "
                f"{setting(options, 'session-margin'):.0%})" if seconds <= limit else "")
             + (f" — with {found.assumed_trips} iterations assumed of "
-               + ", ".join(f"`{loop.header}`" for loop in loops) if loops else "")
+               + ", ".join(loop.named for loop in loops) if loops else "")
         )
     return warnings
 

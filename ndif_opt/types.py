@@ -209,17 +209,24 @@ class UnknownDownloads:
 class UnknownLoop:
     """A loop whose length the cost model cannot know before the script runs (it walks
     data the script reads): the symbol ``N`` a :class:`Count` is a polynomial in. It
-    stands for the loop's iterations each time the loop runs."""
+    stands for the loop's iterations each time the loop runs. A function that calls
+    itself is such a loop too (``recursion``): its runs per call from outside it."""
 
     header: str  # `for row in rows`, `while not done`: as ``ast.unparse`` spells it
     function: str = ""  # the function that holds it; "" at module level
     # when the walk first met it (outer loops first): the order its symbols are numbered
     # in (N₁, N₂), not part of what it is
     order: int = field(default=0, compare=False)
+    recursion: bool = False  # the calls ``function`` makes of itself (``header``: its name)
 
     @property
     def lines_key(self) -> tuple[str, str]:
         return self.header, self.function
+
+    @property
+    def named(self) -> str:
+        """```for row in rows```, or ``the recursion of `search```."""
+        return f"the recursion of `{self.function}`" if self.recursion else f"`{self.header}`"
 
 
 Number = int | float

@@ -52,7 +52,7 @@ def count_text(value: Number | Count, names: dict[UnknownLoop, str] | None = Non
 
 def loop_meanings(loops, names: dict[UnknownLoop, str]) -> str:
     """``N: the iterations of `for row in rows``` (and the others, joined)."""
-    return "; ".join(f"{names[loop]}: the iterations of `{loop.header}`" for loop in loops)
+    return "; ".join(f"{names[loop]}: the iterations of {loop.named}" for loop in loops)
 
 
 def symbols(*values: Number | Count) -> tuple[dict[UnknownLoop, str], str]:

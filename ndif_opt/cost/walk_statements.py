@@ -39,7 +39,7 @@ from ndif_opt.cost.walk_syntax import (
 )
 from ndif_opt.cost.walk_values import NO_VALUE, UNBOUND, has_str, is_container, literal_shape, python_shape
 from ndif_opt.syntax.expressions import dotted_name, is_save_call
-from ndif_opt.syntax.loops import cst_loop_header
+from ndif_opt.syntax.loops import cst_loop_header, recursion_header
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.positions import short_code as short
 from ndif_opt.syntax.rewrite import unsave
@@ -664,6 +664,7 @@ class StatementWalk:
                 self._bind_arguments(func, call, bound)
             self._call_stack.append(name)
             trips = self._comprehension_trips(loops)
+            recursion = 1.0 if bound else self._recursion(func)
             outer, self._inner_saves = self._inner_saves, {}
             if elements is not None:
                 # `[top_token(p) for p in PROMPTS]`: a call per prompt, each with its own
@@ -680,10 +681,11 @@ class StatementWalk:
                             continue  # `[cached(p) for p in DATA]`: a prompt seen before sends nothing
                         self._bind_arguments(func, call, bound)
                         self._unrolled += 1
-                        self.suite(func.body.body, times)
+                        with contextlib.nullcontext() if is_known(recursion) else self._guessing():
+                            self.suite(func.body.body, times * recursion)
             else:
-                with contextlib.nullcontext() if is_known(trips) else self._guessing():
-                    self.suite(func.body.body, times * trips)
+                with contextlib.nullcontext() if is_known(trips * recursion) else self._guessing():
+                    self.suite(func.body.body, times * trips * recursion)
             returned = returned_name(func)
             if returned in self._inner_saves:
                 # a value the function saved and returns: in the request's frame, the name
@@ -694,6 +696,20 @@ class StatementWalk:
             self._model_aliases = aliases
             if self.request is None:
                 self._restore_after_call(func, *saved)
+
+    def _recursion(self, func: cst.FunctionDef) -> Number | Count:
+        """How often ``func`` runs per call from outside it: once, or, when it calls itself
+        (through the script's other functions too), as often as a loop of unknown length
+        (how deep it goes depends on the data): N — or what the configuration gives
+        ``def NAME``. The walk follows one run of it (it does not follow the calls it makes
+        of itself)."""
+        if not self.facts.once(_calls_itself, func):
+            return 1.0
+        key = (recursion_header(func.name.value), func.name.value)
+        if key[0] in self._given_trips:
+            return self._given_trips[key[0]]
+        order = self._loop_order.setdefault(key, len(self._loop_order))
+        return Count.trips(UnknownLoop(*key, order=order, recursion=True))
 
     def _cache_key(self, call: cst.Call, loops: tuple[cst.CompFor, ...]):
         """The key a cached function's ``call`` is looked up by, when its arguments are
@@ -983,6 +999,11 @@ def _calls_in(facts: Facts, small: cst.CSTNode, functions: frozenset[str],
     """:func:`same_file_calls` for this version (whose cache, bounded, a long script's walk
     would cycle through)."""
     return same_file_calls(small, functions, instances)
+
+
+def _calls_itself(facts: Facts, func: cst.FunctionDef) -> bool:
+    """Does the script's function ``func`` call itself, directly or through the others?"""
+    return any(called is func for called in facts.functions_called(func.body))
 
 
 @functools.lru_cache(maxsize=1024)

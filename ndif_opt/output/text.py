@@ -153,7 +153,7 @@ def loop_notes(result: Result, path: str = "", names: dict[UnknownLoop, str] | N
         at = lines.get(loop.lines_key)
         where = ", ".join(f"{path}:{line}" if path else f"line {line}" for line in at) if at else "in code a pass wrote"
         inside = f" in `{loop.function}`" if loop.function else ""
-        notes.append(f"{names[loop]} = the iterations of `{loop.header}` ({where}{inside})")
+        notes.append(f"{names[loop]} = the iterations of {loop.named} ({where}{inside})")
     return notes
 
 

@@ -130,7 +130,7 @@ def _over_message(request: RequestEstimate, options, seconds: float, assumed: tu
     what = "this session" if request.kind == "session" else f"this remote {request.kind}"
     estimate = _seconds(seconds)
     if assumed:
-        loops = ", ".join(f"`{loop.header}`" for loop in assumed)
+        loops = ", ".join(loop.named for loop in assumed)
         estimate += f" (assuming {counted(trips, 'iteration')} of {loops}, whose length is not known before running)"
     if seconds > limit:
         where = f"over NDIF's limit of {_seconds(limit)} per request"

@@ -16,7 +16,8 @@ import libcst as cst
 
 from ndif_opt.syntax.positions import code_of
 
-__all__ = ["cst_expression_text", "cst_loop_header", "given_lengths", "header_of_text", "loop_header", "loop_lines"]
+__all__ = ["cst_expression_text", "cst_loop_header", "given_lengths", "header_of_text", "loop_header", "loop_lines",
+           "recursion_header"]
 
 
 def loop_header(node: ast.For | ast.AsyncFor | ast.While | ast.comprehension) -> str:
@@ -100,6 +101,11 @@ def header_of_text(text: str) -> str:
     return loop_header(node) if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) else text.strip()
 
 
+def recursion_header(function: str) -> str:
+    """The header a function's recursion is named by, as a loop is by its own: ``def search``."""
+    return f"def {function}"
+
+
 def loop_lines(source: str) -> dict[tuple[str, str], list[int]]:
     """(header, the function holding the loop or "") -> the 1-based lines of such loops
     in ``source`` (for a comprehension, the line of its expression); empty when the
@@ -114,6 +120,8 @@ def loop_lines(source: str) -> dict[tuple[str, str], list[int]]:
         node, function, line = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             function = node.name
+            # the recursion of a function that calls itself is counted as a loop of its own
+            found.setdefault((recursion_header(function), function), []).append(node.lineno)
         line = getattr(node, "lineno", line)
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.comprehension)):
             found.setdefault((loop_header(node), function), []).append(line)

@@ -166,6 +166,30 @@ def test_a_loop_of_unknown_length_shows_as_n_with_a_footnote_naming_it():
     assert "requests (1 + N)× fewer" in _row(table, "total")
 
 
+# a function that calls itself: how deep it goes depends on what its traces return
+RECURSION = HEAD + textwrap.dedent(
+    """
+    def search(lo, hi):
+        with model.trace("The Eiffel Tower is in", remote=True):
+            norm = model.transformer.h[(lo + hi) // 2].output[0, -1].norm().save()
+        if hi - lo <= 1:
+            return lo
+        mid = (lo + hi) // 2
+        return search(lo, mid) if norm.item() > 1 else search(mid, hi)
+
+    print(search(0, 12))
+    """
+)
+
+
+def test_a_function_that_calls_itself_is_billed_as_a_loop_of_unknown_length():
+    """A trial's bisection was billed one request where it sent four: the walk followed
+    one run of the function and none of the calls it makes of itself."""
+    table = cost_table(optimize(RECURSION), "probe.py")
+    assert _row(table, "total").split()[1:4] == ["N", "→", "N"]
+    assert "N = the iterations of the recursion of `search` (probe.py:4 in `search`)" in table
+
+
 def test_the_json_report_writes_a_number_of_unknown_loops_as_an_object():
     payload = json.loads(to_json([("probe.py", optimize(FILE_ROWS))], []))
     entry = payload["files"][0]
