@@ -160,6 +160,8 @@ class Closure:
     factory: str  # `make_runner`; `functools.partial`; "" for another name of a function
     func: cst.FunctionDef  # the nested function it returns, which holds a remote block
     bound: tuple[cst.Arg, ...] = ()  # the arguments a partial gives before a call's own
+    # in a container's element: where in the tuple the factory returns (index, length); None: alone
+    position: tuple[int, int] | None = None
 
 
 def closures(facts: Facts) -> dict[str, Closure]:
@@ -252,10 +254,25 @@ def _closure_elements(value: cst.BaseExpression,
         elements = [e.value for e in value.elements if type(e) is cst.DictElement]
     else:
         return None
-    made = [next((c for _, c in _bound_closures(cst.Name("_"), element, factories)), None) for element in elements]
-    if not made or None in made or len({(c.factory, id(c.func)) for c in made}) != 1:
+    made = [_made_closure(element, factories) for element in elements]
+    if not made or None in made or len({(c.factory, id(c.func), c.position) for c in made}) != 1:
         return None
     return made[0]
+
+
+def _made_closure(element: cst.BaseExpression,
+                  factories: dict[str, tuple[cst.FunctionDef | None, ...]]) -> Closure | None:
+    """The closure a call of a factory makes, where it makes one: alone, or in the tuple
+    it returns (`(run, stats)`: ``position`` says where)."""
+    if type(element) is not cst.Call or type(element.func) is not cst.Name or element.func.value not in factories:
+        return None
+    factory = element.func.value
+    returned = factories[factory]
+    made = [(i, func) for i, func in enumerate(returned) if func is not None]
+    if len(made) != 1:
+        return None
+    index, func = made[0]
+    return Closure("_", factory, func, position=None if len(returned) == 1 else (index, len(returned)))
 
 
 def _iterated_closure(loop: cst.For | cst.CompFor, held: dict[str, Closure]) -> tuple[Closure | None, str]:
@@ -276,7 +293,13 @@ def _iterated_closure(loop: cst.For | cst.CompFor, held: dict[str, Closure]) -> 
         if type(target) not in (cst.Tuple, cst.List) or len(target.elements) != 2:
             return None, ""
         target = target.elements[1].value
-    return (held[source.value], target.value) if type(target) is cst.Name else (None, "")
+    closure = held[source.value]
+    if closure.position is not None:  # `for run, stats in runners`: the element is the factory's tuple
+        index, length = closure.position
+        if type(target) not in (cst.Tuple, cst.List) or len(target.elements) != length:
+            return None, ""
+        target = target.elements[index].value
+    return (closure, target.value) if type(target) is cst.Name else (None, "")
 
 
 def closure_loops(facts: Facts) -> list[ClosureLoop]:

@@ -588,3 +588,36 @@ def test_closures_a_comprehension_calls_are_billed_and_explained(family):
     assert result.costs[0].before.requests == report.before.requests == 3, report.to_text()
     assert any(f.pass_id == "session-hoisting" and "this comprehension calls `probe`" in f.message
                for f in result.findings), [f.message for f in result.findings]
+
+
+# the same, the factory returning the closure with the list it appends to: a list of
+# pairs, taken apart by the comprehension's `for` (a trial's: billed 1 where 3 ran)
+CLOSURE_PAIRS_CALLED_BY_A_COMPREHENSION = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def make_probe(layer):
+        calls = []
+
+        def probe(prompt):
+            with model.trace(prompt, remote=True):
+                v = LAYERS[layer].output.norm().save()
+            calls.append(v.item())
+            return round(v.item(), 3)
+        return probe, calls
+
+
+    probes = [make_probe(layer) for layer in (0, 1, 1)]
+    vals = [probe("Water boils at") for probe, _ in probes]
+    counts = [len(calls) for _, calls in probes]
+'''
+
+
+@both
+def test_closures_a_comprehension_takes_from_pairs_are_billed_and_explained(family):
+    result, report = optimized_and_verified(CLOSURE_PAIRS_CALLED_BY_A_COMPREHENSION, family)
+    assert result.costs[0].before.requests == report.before.requests == 3, report.to_text()
+    assert any(f.pass_id == "session-hoisting" and "this comprehension calls `probe`" in f.message
+               for f in result.findings), [f.message for f in result.findings]
