@@ -358,6 +358,16 @@ class Facts:
         aliases = self.aliases()
         return frozenset(changed.union(*(aliases.get(n, ()) for n in changed)))
 
+    def read_by_calls(self, node: cst.CSTNode) -> frozenset[str]:
+        """Names of the module that the script's own functions ``node`` calls read, through
+        the functions they call too (`next_word()` reading `context`): the call reads
+        them where it runs."""
+        read: set[str] = set()
+        for func in self.functions_called(node):
+            local = function_locals(func)
+            read |= {n for n in collect(func.body).reads if n not in local}
+        return frozenset(read)
+
     def functions_called(self, node: cst.CSTNode) -> list[cst.FunctionDef]:
         """The script's functions that ``node`` calls by name, and those they call, each
         once (in no particular order)."""

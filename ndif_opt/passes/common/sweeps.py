@@ -285,7 +285,7 @@ def input_dependence(sweep: Sweep, facts: Facts) -> str:
 def _input_dependence(facts: Facts, sweep: Sweep) -> str:
     args = [a.value for a in sweep.block.call.args]
     # trace-fusion and skip-insertion evaluate the input once, before the loop
-    conflict = moved_ahead(args, sweep.moved, varying=sweep.targets)
+    conflict = moved_ahead(args, sweep.moved, varying=sweep.targets, facts=facts)
     if conflict is not None:
         if conflict.how == "changed":
             return f"the loop changes `{conflict.name}`, which the trace's input reads"
@@ -309,7 +309,7 @@ class Conflict:
     how: str
 
 
-def moved_ahead(ahead, behind, *, varying=frozenset()) -> Conflict | None:
+def moved_ahead(ahead, behind, *, varying=frozenset(), facts: Facts | None = None) -> Conflict | None:
     """The one def-use test of the sweep passes' moves. ``ahead`` (statements of a loop
     body, then expressions: a trace's arguments after the statements computing them) is
     to run, for every iteration, before ``behind`` (the rest of the body) has run for the
@@ -318,19 +318,32 @@ def moved_ahead(ahead, behind, *, varying=frozenset()) -> Conflict | None:
     (invoke-batching). Order within ``ahead`` is kept. So what ``ahead`` reads before
     binding it must be neither bound nor changed in place by ``behind`` nor among
     ``varying`` (the loop variables, when ``ahead`` leaves the loop), and what it
-    changes in place, but for the names it binds itself, ``behind`` must not read."""
+    changes in place, but for the names it binds itself, ``behind`` must not read. With
+    ``facts``, the script's functions either side calls read and change what they do
+    where they are called (`prompt = make_prompt(q)` reading `state`, which the rest of
+    the body changes); a model, which only interventions change, is not such a name."""
     reads = reads_before_binding(ahead)
     rest = collect_all(behind)
+    rest_reads, rest_changes = set(rest.reads), set(rest.mutates)
+    if facts is not None:
+        reads = {**{n: None for part in ahead for n in facts.read_by_calls(part) if not facts.is_model_like(n)},
+                 **reads}
+        for part in behind:
+            rest_reads |= facts.read_by_calls(part)
+            rest_changes |= {n for n in facts.changed_by_calls(part) if not facts.is_model_like(n)}
     for name in reads:
         if name in varying or name in rest.binds:
             return Conflict(name, "bound")
-        if name in rest.mutates:
+        if name in rest_changes:
             return Conflict(name, "changed")
     statements = [part for part in ahead if isinstance(part, cst.BaseStatement)]
     own = set().union(*(definite_binds(s) for s in statements)) if statements else set()
     for stmt in statements:
-        for name in collect(stmt).mutates:
-            if name not in own and (name in rest.reads or name in rest.mutates):
+        changed = set(collect(stmt).mutates)
+        if facts is not None:
+            changed |= {n for n in facts.changed_by_calls(stmt) if not facts.is_model_like(n)}
+        for name in changed:
+            if name not in own and (name in rest_reads or name in rest_changes):
                 return Conflict(name, "changes")
     return None
 

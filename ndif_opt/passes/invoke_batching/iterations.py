@@ -104,10 +104,11 @@ class _Split:
     depend on run before ``with tracer.invoke(...)`` (``ahead``), in their order; the
     rest of the iteration runs inside it (``invoked``)."""
 
-    def __init__(self, sweep: Sweep) -> None:
+    def __init__(self, sweep: Sweep, facts: Facts) -> None:
         chosen = set(input_statements(sweep))
         args = [a.value for a in sweep.block.call.args]
-        if len(chosen) < len(sweep.pre) and moved_ahead(sweep.pre + args, sweep.inner + sweep.post) is None:
+        if len(chosen) < len(sweep.pre) and moved_ahead(sweep.pre + args, sweep.inner + sweep.post,
+                                                         facts=facts) is None:
             # the code before the trace needs nothing the invokes do: it stays before
             # them, in loop order (a progress record, a counter), as the loop wrote it
             chosen = set(range(len(sweep.pre)))
@@ -121,7 +122,7 @@ def iteration_split(sweep: Sweep, facts: Facts) -> _Split:
 
 
 def _split(facts: Facts, sweep: Sweep) -> _Split:
-    return _Split(sweep)
+    return _Split(sweep, facts)
 
 
 def input_problem(sweep: Sweep, facts: Facts) -> str:
@@ -131,7 +132,7 @@ def input_problem(sweep: Sweep, facts: Facts) -> str:
     input, and the statements it depends on, must not need what the invoke bodies do."""
     split = iteration_split(sweep, facts)
     args = [a.value for a in sweep.block.call.args]
-    conflict = moved_ahead(split.ahead + args, split.invoked)
+    conflict = moved_ahead(split.ahead + args, split.invoked, facts=facts)
     if conflict is None:
         return ""
     name = conflict.name

@@ -59,7 +59,7 @@ class Generation:
                 "random numbers"
             )
             return
-        conflict = moved_ahead(list(values.values()), sweep.moved, varying=sweep.targets)
+        conflict = moved_ahead(list(values.values()), sweep.moved, varying=sweep.targets, facts=facts)
         if conflict is not None:
             name = next(k for k, v in values.items() if conflict.name in collect(v).reads)
             how = (

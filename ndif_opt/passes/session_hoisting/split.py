@@ -67,7 +67,11 @@ def split_region(statements, facts: Facts, server_check, remote_work, taken: set
     prelude = prelude_statements(items, splitter, facts) if splitter.pre else []
     server = splitter.uses(items, Part.SERVER)
     client = splitter.uses(items, Part.CLIENT)
-    server_exposed = exposed_reads([item.stmt for item in items if item.role is not Part.CLIENT])
+    server_items = [item.stmt for item in items if item.role is not Part.CLIENT]
+    server_exposed = exposed_reads(server_items)
+    for stmt in server_items:  # a function the server part calls reads the module's names as they are then
+        for name in facts.read_by_calls(stmt):
+            server_exposed.setdefault(name, stmt)
     check_independence(server, client, server_exposed, splitter.later, splitter.client_roots,
                         origin=lambda name: origin_of(items, name))
     # a model is changed in place only by interventions inside traces: not a value to record

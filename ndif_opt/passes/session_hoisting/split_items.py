@@ -296,8 +296,10 @@ class Splitter:
 
     def _paths_read(self, stmt: cst.CSTNode) -> set[tuple[str, str]]:
         """What the statement reads of the objects that stay here, with what the methods
-        of `self` it calls read of it (a method the class does not show: all of it)."""
+        of `self` it calls read of it (a method the class does not show: all of it), and
+        what the script's functions it calls read (all of it: `next_word()` reading `context`)."""
         found = _root_paths_read(stmt, self.client_roots)
+        found |= {(root, "*") for root in self.facts.read_by_calls(stmt) & self.client_roots}
         for root, attr in list(found):
             if root == "self" and attr != "*":
                 found |= self._method_reads(attr[1:], set())
@@ -606,6 +608,9 @@ class Splitter:
                 total.merge(self.uses(item.body, role_filter))
             elif item.role == role_filter:
                 total.merge(collect(item.stmt))
+                if role_filter is Part.SERVER:
+                    # what the script's functions it calls read (`next_word()` reading `context`)
+                    total.merge(NameUse(reads=dict.fromkeys(self.facts.read_by_calls(item.stmt), item.stmt)))
                 if role_filter is Part.CLIENT:
                     # what the script's functions it calls change, the objects whose methods
                     # it calls may change (`s.bump()`), and the other names of what it

@@ -440,3 +440,36 @@ def test_a_refusal_quotes_the_forward_passes_that_run_when_continue_skips_a_trac
     (found,) = _batching(result)
     assert report.before.forward_passes == 2
     assert found.message.startswith("this loop runs 2 forward passes in its 3 iterations;"), found.message
+
+
+# the trace's input is built by a function that reads a dict the iteration changes after its
+# trace (a trial's: batched, every prompt was built from the first prefix; MISMATCH)
+INPUT_BUILT_BY_A_FUNCTION_READING_WHAT_THE_LOOP_CHANGES = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    state = {"prefix": "Start"}
+
+
+    def make_prompt(q):
+        return state["prefix"] + " " + q
+
+
+    lens = []
+    for q in ["one", "two", "three"]:
+        prompt = make_prompt(q)
+        with model.trace(prompt, remote=True):
+            t = model.lm_head.output[0, -1].argmax().save()
+        state["prefix"] = prompt
+        lens.append(len(prompt))
+    print(lens)
+'''
+
+
+@both
+def test_an_input_a_function_builds_from_what_the_iteration_changes_is_not_batched(family):
+    result, report = optimized_and_verified(INPUT_BUILT_BY_A_FUNCTION_READING_WHAT_THE_LOOP_CHANGES, family,
+                                            unsafe=True)
+    assert report.after.forward_passes == report.before.forward_passes == 3, report.to_text() + result.code
+    batching, = _batching(result)
+    assert "depends on `state`, which the iteration changes" in batching.reason, batching.reason

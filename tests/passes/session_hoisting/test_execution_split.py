@@ -916,3 +916,33 @@ def test_a_container_made_before_the_loop_is_said_to_be_taken_into_the_session(f
     hoisting, = [f for f in result.findings if f.pass_id == "session-hoisting"]
     assert "`by_layer` now taken into the session, filled there and saved" in hoisting.message, hoisting.message
     assert "by_layer = defaultdict(list)" in result.code
+
+
+# a function the remote part calls reads a list that the code replayed on your machine
+# grows (a trial's: every iteration built its prompt from the first context; MISMATCH)
+READ_BY_A_CALLED_FUNCTION = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    context = ["The story begins."]
+
+
+    def next_word():
+        prompt = " ".join(context)
+        with model.trace(prompt, remote=True):
+            t = model.lm_head.output[0, -1].argmax().save()
+        return model.tokenizer.decode([t.item()]) + f"<{len(prompt)}>"
+
+
+    for _ in range(3):
+        context.append(next_word())
+    print(context)
+'''
+
+
+@both
+def test_a_function_the_remote_part_calls_reads_what_the_replay_would_change_too_late(family):
+    result, report = optimized_and_verified(READ_BY_A_CALLED_FUNCTION, family)
+    assert report.before.requests == report.after.requests == 3, report.to_text() + result.code
+    hoisting, = [f for f in result.findings if f.pass_id == "session-hoisting"]
+    assert "the remote part reads `context`" in (hoisting.reason or hoisting.message), hoisting.message
