@@ -63,7 +63,7 @@ import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
 from ndif_opt.analysis.names import collect
-from ndif_opt.analysis.regions import constant_break, int_value, iterable_length
+from ndif_opt.analysis.regions import constant_break, int_value, iterable_length, jumps_of_loop
 from ndif_opt.cost.model_registry import dims_for
 from ndif_opt.passes.base import Case, Context, Pass
 from ndif_opt.passes.common.sweeps import (
@@ -90,6 +90,7 @@ from ndif_opt.passes.common.sweeps import (
 from ndif_opt.syntax.expressions import root_name
 from ndif_opt.syntax.positions import code_of
 from ndif_opt.syntax.rewrite import SuitePlan, dotted_expression
+from ndif_opt.syntax.walk import find_nodes
 from ndif_opt.wording import tense
 
 CACHE = "_ndif_cache"
@@ -294,7 +295,7 @@ def _analyse(sweep: Sweep, facts: Facts):
                 f"it reads `{access.code}` as a whole, which includes per-layer state the "
                 "skipped layers would not fill; read `.logits`"
             )
-    problem = _in_place_on_cache(moved, facts, accesses)
+    problem = _in_place_on_cache(moved, facts, accesses) or _early_stop(sweep, facts)
     if problem:
         return problem
     if isinstance(index, cst.Name) and index.value in sweep.targets:
@@ -330,6 +331,22 @@ def _trace_problem(sweep: Sweep, facts: Facts) -> str:
     for call in calls_in(sweep.moved):
         if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("invoke", "backward"):
             return f"the trace calls `.{call.func.attr.value}()`"
+    return ""
+
+
+def _early_stop(sweep: Sweep, facts: Facts) -> str:
+    """The caching trace runs every layer the loop would read, before the loop: where the
+    loop may stop early on what its traces return (`break`, `return`), it would pay for
+    layers of iterations that never run (a loop that stops at its first layer would make
+    two forward passes instead of one). A `break` at an item known before running is not
+    such a stop."""
+    loop = sweep.loop
+    if "break" in jumps_of_loop(loop.body) and constant_break(loop, facts) is None:
+        return ("the loop may stop early (`break`): the caching trace would compute, before the loop, every "
+                "layer the loop reads, also for iterations that never run")
+    if find_nodes(loop.body, lambda n: type(n) is cst.Return):
+        return ("the loop may stop early (`return`): the caching trace would compute, before the loop, every "
+                "layer the loop reads, also for iterations that never run")
     return ""
 
 
@@ -626,6 +643,28 @@ with model.session(remote=True):
             model.transformer.h[6].output[:, -1] = 0
             diffs.append(model.lm_head.output[0, -1].max().item())
 """,
+    ),
+    Case(
+        name="a loop that may stop at its first layer",
+        before="""\
+import nnsight
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    with model.trace("One, two, three,"):
+        final = model.lm_head.output[0, -1].argmax()
+    first = None
+    for layer in range(12):
+        with model.trace("One, two, three,"):
+            h = model.transformer.h[layer].output
+            pred = model.lm_head(model.transformer.ln_f(h))[0, -1].argmax()
+        if pred.item() == final.item():  # the caching trace would run every layer first
+            first = layer
+            break
+    first = nnsight.save(first)
+""",
+        reason="the loop may stop early (`break`)",
     ),
     Case(
         name="too few iterations to pay for the cache",

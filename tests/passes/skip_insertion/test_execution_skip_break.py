@@ -99,3 +99,31 @@ def test_the_finding_quotes_the_bill_of_a_loop_stopped_early(family):
         assert f"layer evaluations {first.layer_evaluations} → {last.layer_evaluations}" in skip.message
         assert f"forward passes {first.forward_passes} → {last.forward_passes}" in skip.message
     assert report.after.layer_calls <= report.before.layer_calls
+
+
+# a `break` decided by what the traces return (here, always at the first layer): the caching
+# trace would run every layer before the loop, two forward passes where one ran (a trial's:
+# layer calls 24 -> 36)
+STOPPED_BY_A_RESULT = """\
+from nnsight import LanguageModel
+model = LanguageModel("REPO")
+PROMPT = "One, two, three, four,"
+first = None
+for layer in range(12):
+    with model.trace(PROMPT, remote=True):
+        h = LAYERS[layer].output
+        top = model.lm_head.output[0, -1].argmax().save()
+    if top.item() >= 0:
+        first = layer
+        break
+print("first layer:", first)
+"""
+
+
+@both
+def test_a_loop_that_may_stop_on_a_result_gets_no_caching_trace(family):
+    result, report = optimized_and_verified(STOPPED_BY_A_RESULT, family)
+    assert "_ndif_cache" not in result.code
+    assert "the loop may stop early (`break`)" in _words(result, "skip-insertion")
+    assert report.after.forward_passes == report.before.forward_passes == 1, report.to_text()
+    _not_worse(report)
