@@ -463,6 +463,9 @@ def escape_of(name: str, scope: cst.CSTNode, later=(), facts: Facts | None = Non
     return finder.where
 
 
+_STRING_LITERALS = frozenset({cst.SimpleString, cst.ConcatenatedString, cst.FormattedString})
+
+
 class _AliasFinder(cst.CSTVisitor):
     """Finds where a name's object gets a second name: `other = name`, `x.attr = name`,
     `container.append(name)`, `{"k": name}`, `return name`, `global name`, `def f(s=name)`,
@@ -495,11 +498,13 @@ class _AliasFinder(cst.CSTVisitor):
         self._note(isinstance(node.value, cst.BaseExpression) and _is_name(node.value, self.name), node, "it is yielded")
 
     def _kept_by_call(self, node: cst.Call) -> bool:
-        """May the call keep a reference to an argument? Not a reading builtin, nor a
+        """May the call keep a reference to an argument? Not a method of a string, a reading builtin, nor a
         function of this file that stores none of its parameters, nor a function of an
         imported module other than `functools`."""
         func = node.func
         facts = self.facts
+        if type(func) is cst.Attribute and type(func.value) in _STRING_LITERALS:
+            return False  # a method of a string (`" ".join(words)`) makes a new one
         if type(func) is cst.Name:
             if facts is not None and func.value in facts.functions:
                 target = facts.functions[func.value]

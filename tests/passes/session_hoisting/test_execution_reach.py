@@ -621,3 +621,26 @@ def test_closures_a_comprehension_takes_from_pairs_are_billed_and_explained(fami
     assert result.costs[0].before.requests == report.before.requests == 3, report.to_text()
     assert any(f.pass_id == "session-hoisting" and "this comprehension calls `probe`" in f.message
                for f in result.findings), [f.message for f in result.findings]
+
+
+# a prompt joined from the list the loop grows: `" ".join(context)` keeps no reference to
+# `context` (a trial's: refused, "handed to a call that may keep it"), so the list is taken
+# into the session, filled there and saved
+PROMPT_JOINED_FROM_THE_GROWING_LIST = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    context = ["The story begins."]
+    for _ in range(3):
+        prompt = " ".join(context)
+        with model.trace(prompt, remote=True):
+            t = model.lm_head.output[0, -1].argmax().save()
+        context.append(model.tokenizer.decode([t.item()]) + f"<{len(prompt)}>")
+    print(context)
+'''
+
+
+@both
+def test_a_list_a_string_method_reads_is_taken_into_the_session(family):
+    result, report = optimized_and_verified(PROMPT_JOINED_FROM_THE_GROWING_LIST, family)
+    assert (report.before.requests, report.after.requests) == (3, 1), report.to_text() + result.code

@@ -918,13 +918,17 @@ def test_a_container_made_before_the_loop_is_said_to_be_taken_into_the_session(f
     assert "by_layer = defaultdict(list)" in result.code
 
 
-# a function the remote part calls reads a list that the code replayed on your machine
-# grows (a trial's: every iteration built its prompt from the first context; MISMATCH)
+# a function the remote part calls reads a list that code replayed on your machine grows
+# (a trial's: the append was replayed after the session, every iteration built its prompt
+# from the first context; MISMATCH). Here the appended text needs a file read, so the list
+# stays on your machine.
 READ_BY_A_CALLED_FUNCTION = '''
     from nnsight import LanguageModel
 
     model = LanguageModel("REPO")
     context = ["The story begins."]
+    with open("suffix.txt", "w") as f:
+        f.write("!")
 
 
     def next_word():
@@ -935,7 +939,10 @@ READ_BY_A_CALLED_FUNCTION = '''
 
 
     for _ in range(3):
-        context.append(next_word())
+        word = next_word()
+        with open("suffix.txt") as f:
+            suffix = f.read()
+        context.append(word + suffix)
     print(context)
 '''
 
@@ -945,4 +952,5 @@ def test_a_function_the_remote_part_calls_reads_what_the_replay_would_change_too
     result, report = optimized_and_verified(READ_BY_A_CALLED_FUNCTION, family)
     assert report.before.requests == report.after.requests == 3, report.to_text() + result.code
     hoisting, = [f for f in result.findings if f.pass_id == "session-hoisting"]
-    assert "the remote part reads `context`" in (hoisting.reason or hoisting.message), hoisting.message
+    assert "`context` is changed by code that must run on your machine and is also used by the remote part" \
+        in hoisting.reason, hoisting.reason
