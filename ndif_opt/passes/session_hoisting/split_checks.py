@@ -87,7 +87,7 @@ def check_prelude(items: list[Item], splitter: Splitter) -> set[str]:
     needed = set(everything.reads) | splitter.later
     changed = set(everything.binds) | set(everything.mutates)
     server = splitter.uses(items, Part.SERVER)
-    remote_changes = set(server.binds) | set(server.mutates)  # (the rest: code replayed after the session)
+    remote_changes = server  # what the remote part binds or changes (the rest: code replayed after the session)
     earlier = NameUse()  # what the items before the current one use
     for item, part in zip(items, parts):
         if item.role is Part.PRE:
@@ -140,15 +140,19 @@ def _writes_files(items: list[Item], splitter: Splitter) -> cst.CSTNode | None:
 
 
 def _check_prepared(item: Item, known: set[str], changed: set[str], read_before: set[str], splitter,
-                    remote_changes: set[str]) -> None:
+                    remote_changes: NameUse) -> None:
     reads = set(exposed_reads([item.stmt])) - known
     moved = {name for name in reads & changed if not _only_intervened_on(name, splitter)}
     if moved:
         name = sorted(moved)[0]
-        where = "the remote part" if name in remote_changes else "code replayed on your machine after the session"
+        if name in remote_changes.mutates or name in remote_changes.binds:
+            # (`emb_dim = model.config.n_embd` in the region is computed by the session, not changed)
+            where = "the remote part " + ("changes" if name in remote_changes.mutates else "computes")
+        else:
+            where = "code replayed on your machine after the session changes"
         raise Refused(
             f"`{first_code_line(item.stmt)}` must run on your machine, the remote part needs what it computes, and it "
-            f"reads `{name}`, which {where} changes"
+            f"reads `{name}`, which {where}"
         )
     early = set(collect(item.stmt).binds) & read_before
     if early:

@@ -954,3 +954,34 @@ def test_a_function_the_remote_part_calls_reads_what_the_replay_would_change_too
     hoisting, = [f for f in result.findings if f.pass_id == "session-hoisting"]
     assert "`context` is changed by code that must run on your machine and is also used by the remote part" \
         in hoisting.reason, hoisting.reason
+
+
+# random noise drawn on your machine from a size the region computes before it: the draw
+# needs `emb_dim`, which the session would compute (a trial's: the reason said the remote
+# part "changes" it, where nothing changes it)
+NOISE_SIZED_BY_THE_REGION = '''
+    import torch
+    from nnsight import LanguageModel
+
+    torch.manual_seed(0)
+    model = LanguageModel("REPO")
+    PROMPT = "The Space Needle is located in the city of"
+    with model.trace(PROMPT, remote=True):
+        clean = LAYERS[1].output[0, -1].save()
+    emb_dim = model.config.hidden_size
+    noises = [torch.randn(emb_dim) for _ in range(3)]
+    scores = []
+    for noise in noises:
+        with model.trace(PROMPT, remote=True):
+            LAYERS[1].output[0, -1] = clean + noise
+            p = model.lm_head.output[0, -1].softmax(-1).max().save()
+        scores.append(p.item())
+    print(scores)
+'''
+
+
+@both
+def test_a_name_the_region_computes_is_said_to_be_computed_not_changed(family):
+    result, _ = optimized_and_verified(NOISE_SIZED_BY_THE_REGION, family)
+    reasons = [f.reason or "" for f in result.findings if f.pass_id == "session-hoisting" and not f.applied]
+    assert any("reads `emb_dim`, which the remote part computes" in r for r in reasons), reasons
