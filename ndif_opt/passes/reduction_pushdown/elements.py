@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, Remote
-from ndif_opt.analysis.names import COMPREHENSIONS, collect, name_assignment
+from ndif_opt.analysis.names import COMPREHENSIONS, collect, name_assignment, target_names
 from ndif_opt.analysis.regions import reads_after
 from ndif_opt.analysis.scopes import scope_index, statement_index
 from ndif_opt.passes.base import Context
@@ -259,11 +259,19 @@ class ElementPushdown(LoopReads):
         request, a change in place of a name of the value or of a name bound to a view
         of one (a later iteration would change an element stored earlier)."""
         block = self._innermost_block(value)
+        nodes = all_nodes(self.request.node.body)
+        read = set(collect(value).reads)
+        aliases = aliases_of(read - set(self.facts.models), nodes)
+        # what a change in place may reach the stored value through: its own names, a module's
+        # output (any name made of the model's values), the container and its elements
+        reaching = aliases | _model_values(set(self.facts.models), nodes) | aliases_of({self.container.name}, nodes)
         seen = False
         for node in all_nodes(block.node.body):
             if node is value:
                 seen = True
-            elif seen and changes_in_place(node) and not self._is_the_fill(node):
+            elif seen and changes_in_place(node) and not self._is_the_fill(node) \
+                    and _may_reach(changed_roots(node), reaching):
+                # (`_log["story"] = story` or `seen[p] = len(p)` reaches no stored value)
                 return f"`{code_of(node).strip()}` changes a value in place after the block stores it"
         # a loop of the block around the store runs what comes before it again, after it
         loop = self.index.parents.get(id(value))
@@ -274,8 +282,6 @@ class ElementPushdown(LoopReads):
                         return (f"`{code_of(node).strip()}` changes a value in place in the loop that stores it "
                                 "(a later iteration runs it after the store)")
             loop = self.index.parents.get(id(loop))
-        nodes = all_nodes(self.request.node.body)
-        aliases = aliases_of(set(collect(value).reads) - set(self.facts.models), nodes)
         for node in nodes:
             if (changes_in_place(node) or fills_in_place(node)) and not self._is_the_fill(node):
                 changed = changed_roots(node) & aliases
@@ -505,3 +511,28 @@ class ElementPushdown(LoopReads):
 def _binds_nowhere(facts: Facts, builtin: str) -> bool:
     """Does the module leave ``builtin`` unbound everywhere (once per version of the tree)?"""
     return plain_loads(facts.module, builtin) is None
+
+
+def _may_reach(roots: set[str], aliases: set[str]) -> bool:
+    """May a change in place through ``roots`` reach a value made of ``aliases``? Yes when
+    the roots are not known (a change through a call's result)."""
+    return not roots or bool(roots & aliases)
+
+
+def _model_values(models: set[str], nodes: list[cst.CSTNode]) -> set[str]:
+    """``models`` and the names the assignments among ``nodes`` bind to values made of
+    them (`h = model.transformer.h[6].output`, `x = h * 2`), over and over: values that may
+    be, or view, a module's output, which a write through any of them changes."""
+    found = set(models)
+    assignments = [n for n in nodes if isinstance(n, cst.Assign)]
+    grew = True
+    while grew:
+        grew = False
+        for assign in assignments:
+            if set(collect(assign.value).reads) & found:
+                for target in assign.targets:
+                    new = set(target_names(target.target)) - found
+                    if new:
+                        found |= new
+                        grew = True
+    return found

@@ -97,6 +97,19 @@ def test_an_element_changed_in_place_after_it_is_stored_is_downloaded_whole(fami
 
 
 @both
+def test_a_change_in_place_of_another_object_after_the_store_does_not_keep_elements_whole(family):
+    # a dict of the script's own changed after the store cannot reach the stored tensor (a
+    # trial's: the reason cited such a change, in a line session-hoisting wrote)
+    script = NORMS.replace("    states = []\n", "    states = []\n    seen = {}\n").replace(
+        "            states.append(LAYERS[1].output.save())\n",
+        "            states.append(LAYERS[1].output.save())\n            seen[prompt] = len(prompt)\n",
+    ).replace("len(states))", "len(states), seen)")
+    result, report = optimized_and_verified(script, family, unsafe=True)
+    assert "norm().item())" in result.code.split("norms =")[0], result.code
+    assert report.after.download_bytes < report.before.download_bytes, report.to_text()
+
+
+@both
 def test_elements_read_only_behind_a_condition_are_downloaded_whole(family):
     # the client reduces an element only when a condition holds: the reduction is not
     # known to work on every element, so it is not moved
@@ -207,3 +220,16 @@ def test_a_list_read_by_index_in_a_loop_over_its_range_downloads_the_reduced_val
     part, _ = optimized_and_verified(script.replace("range(len(acts))", "range(len(acts) - 1)"), family, unsafe=True)
     assert "norm().item())\n    for i" not in part.code and "acts.append(LAYERS[layer].output)".replace(
         "LAYERS", FAMILIES[family][1]) in part.code, part.code
+
+
+@pytest.mark.parametrize("change", [
+    "        out = LAYERS[1].output\n        states.append(LAYERS[1].output.save())\n        out[:] = 0\n",
+    "        states.append(LAYERS[1].output.save())\n        states[-1][:] = 0\n",
+    "        states.append(LAYERS[1].output.save())\n        last = states[-1]\n        last[:] = 0\n",
+], ids=["another-name-of-the-module-output", "through-the-container", "through-a-name-of-the-element"])
+def test_a_change_that_may_reach_the_stored_element_keeps_it_whole(change):
+    source = script_for(NORMS, "gpt2").replace("        states.append(model.transformer.h[1].output.save())\n",
+                                               change.replace("LAYERS", "model.transformer.h"))
+    assert change.split("\n")[-2].strip() in source, source
+    result = optimize(source, options=Options(unsafe_fixes=True))
+    assert "norm().item())" not in result.code.split("norms =")[0], result.code
