@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import libcst as cst
 
-from ndif_opt.analysis.names import NameUse, collect, function_locals
+from ndif_opt.analysis.names import NameUse, all_params, collect, function_locals
 from ndif_opt.analysis.vocabulary import MODEL_BLOCK_METHODS, STORING_METHODS
 from ndif_opt.syntax.expressions import dotted_name, is_save_call, remote_arg, root_name
 from ndif_opt.syntax.literals import literal_value  # the model's repo id, read in every version
@@ -366,6 +366,10 @@ class Facts:
         for func in self.functions_called(node):
             local = function_locals(func)
             read |= {n for n in collect(func.body).reads if n not in local}
+            # a default is the object it was made of (`def f(ctx=history)` reads `history`)
+            for param in all_params(func.params):
+                if param.default is not None:
+                    read |= set(collect(param.default).reads)
         return frozenset(read)
 
     def functions_called(self, node: cst.CSTNode) -> list[cst.FunctionDef]:

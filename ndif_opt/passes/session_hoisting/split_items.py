@@ -11,7 +11,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from ndif_opt.analysis.classes import changed_through_methods
+from ndif_opt.analysis.classes import changed_through_methods, class_methods, classes_made
 from ndif_opt.analysis.effects import PROGRESS_BARS, changed_models
 from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import NameUse, all_params, collect, exposed_reads, fresh_name, target_names
@@ -301,15 +301,21 @@ class Splitter:
         found = _root_paths_read(stmt, self.client_roots)
         found |= {(root, "*") for root in self.facts.read_by_calls(stmt) & self.client_roots}
         for root, attr in list(found):
-            if root == "self" and attr != "*":
-                found |= self._method_reads(attr[1:], set())
+            if attr == "*":
+                continue
+            if root == "self":
+                found |= self._method_reads(attr[1:], set(), self.methods)
+            else:  # `chat.reply()` reads what `reply` reads of `self` (a class of the file's)
+                for cls in classes_made(self.facts, root):
+                    reads = self._method_reads(attr[1:], set(), class_methods(self.facts)[cls])
+                    found |= {(root, read) for _self, read in reads}
         return found
 
-    def _method_reads(self, name: str, seen: set[str]) -> set[tuple[str, str]]:
+    def _method_reads(self, name: str, seen: set[str], methods: dict[str, cst.FunctionDef]) -> set[tuple[str, str]]:
         if name in seen:
             return set()
         seen.add(name)
-        method = self.methods.get(name)
+        method = methods.get(name)
         if method is None:
             return set()  # an attribute, not a method of the class (read itself, above)
         params = all_params(method.params)
@@ -318,7 +324,7 @@ class Splitter:
         found = _root_paths_read(method.body, frozenset({"self"}))
         for _root_name, attr in list(found):
             if attr != "*":
-                found |= self._method_reads(attr[1:], seen)
+                found |= self._method_reads(attr[1:], seen, methods)
         return found
 
     @cached_property

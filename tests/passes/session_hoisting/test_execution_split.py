@@ -985,3 +985,82 @@ def test_a_name_the_region_computes_is_said_to_be_computed_not_changed(family):
     result, _ = optimized_and_verified(NOISE_SIZED_BY_THE_REGION, family)
     reasons = [f.reason or "" for f in result.findings if f.pass_id == "session-hoisting" and not f.applied]
     assert any("reads `emb_dim`, which the remote part computes" in r for r in reasons), reasons
+
+
+# what a call reads through an object or a default: the loop changes it on your machine, the
+# remote part's calls read it (trials': every iteration built its prompt from the first
+# value; MISMATCH)
+READ_THROUGH_A_METHOD = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    class Chat:
+        def __init__(self, opening):
+            self.turns = [opening]
+
+        def reply(self):
+            prompt = " ".join(self.turns)
+            with model.trace(prompt, remote=True):
+                t = model.lm_head.output[0, -1].argmax().save()
+            return model.tokenizer.decode([t.item()]) + f"<{len(prompt)}>"
+
+
+    chat = Chat("Hi, how are you?")
+    for _ in range(3):
+        chat.turns.append(chat.reply())
+    print(chat.turns)
+'''
+
+READ_THROUGH_A_METHOD_OF_AN_ATTRIBUTE_SET = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    class Conv:
+        def __init__(self):
+            self.prefix = "Start"
+
+        def make_prompt(self, q):
+            return self.prefix + " " + q
+
+
+    conv = Conv()
+    lens = []
+    for q in ["one", "two", "three"]:
+        prompt = conv.make_prompt(q)
+        with model.trace(prompt, remote=True):
+            t = model.lm_head.output[0, -1].argmax().save()
+        conv.prefix = prompt
+        lens.append(len(prompt))
+    print(lens)
+'''
+
+READ_THROUGH_A_DEFAULT = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    history = ["The story begins."]
+
+
+    def next_word(ctx=history):
+        prompt = " ".join(ctx)
+        with model.trace(prompt, remote=True):
+            t = model.lm_head.output[0, -1].argmax().save()
+        return model.tokenizer.decode([t.item()]) + f"<{len(prompt)}>"
+
+
+    for _ in range(3):
+        history.append(next_word())
+    print(history)
+'''
+
+
+@both
+@pytest.mark.parametrize("template", [READ_THROUGH_A_METHOD, READ_THROUGH_A_METHOD_OF_AN_ATTRIBUTE_SET,
+                                      READ_THROUGH_A_DEFAULT], ids=["method", "attribute-set", "default"])
+def test_what_a_call_reads_through_an_object_or_a_default_is_not_replayed_too_late(template, family):
+    result, report = optimized_and_verified(template, family)
+    assert report.before.requests == report.after.requests == 3, report.to_text() + result.code
