@@ -366,11 +366,14 @@ class _Collector(cst.CSTVisitor):
             walk(decorator, self)
         self._defaults(node.params)
         # the body's free names are read when the function runs: count them as reads,
-        # but the body's own bindings and returns are its own business
+        # but the body's own bindings and returns are its own business (a name the body
+        # binds is its local wherever the body reads it: `with ... as tracer` in a function
+        # reads no `tracer` of the module)
         inner = collect(node.body)
         params = {p.name.value for p in all_params(node.params)}
+        local = function_locals(node)
         for name, n in inner.reads.items():
-            if name not in params:
+            if name not in params and name not in local:
                 self.use.reads.setdefault(name, n)
         for name, n in inner.mutates.items():
             if name not in params and name not in inner.binds:

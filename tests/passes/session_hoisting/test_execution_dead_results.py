@@ -275,3 +275,33 @@ def test_a_list_a_function_fills_for_the_session_only_is_made_there_and_not_down
     assert "states = list().save()" in kept.code, kept.code
     # the vectors it holds are what the first run does not download
     assert report.after.download_bytes < kept_report.after.download_bytes, (report.to_text(), kept_report.to_text())
+
+
+# a function defined after the loop binds its own `tracer`: it reads no `tracer` of the
+# module (a trial's: the loop's tracer was brought back from the session, which cannot
+# pickle it: the optimized script raised)
+TRACER_NAME_REUSED_IN_A_FUNCTION = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    vals = []
+    for layer in range(2):
+        with model.trace("I think", remote=True) as tracer:
+            n = LAYERS[layer].output.norm().save()
+        vals.append(round(n.item(), 4))
+    print(vals)
+
+
+    def first_layer(prompt):
+        with model.trace(prompt, remote=True) as tracer:
+            h = LAYERS[0].output.save()
+            tracer.stop()
+        return h
+'''
+
+
+@both
+def test_a_name_a_later_function_binds_for_itself_is_not_brought_back(family):
+    result, report = optimized_and_verified(TRACER_NAME_REUSED_IN_A_FUNCTION, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert '_ndif_log["tracer"]' not in result.code, result.code
