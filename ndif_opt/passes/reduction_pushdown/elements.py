@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ndif_opt.analysis.facts import Block, Facts, Remote
-from ndif_opt.analysis.names import COMPREHENSIONS, collect, name_assignment, target_names
+from ndif_opt.analysis.names import COMPREHENSIONS, collect, name_assignment
 from ndif_opt.analysis.regions import reads_after
 from ndif_opt.analysis.scopes import scope_index, statement_index
 from ndif_opt.passes.base import Context
@@ -263,8 +263,10 @@ class ElementPushdown(LoopReads):
         read = set(collect(value).reads)
         aliases = aliases_of(read - set(self.facts.models), nodes)
         # what a change in place may reach the stored value through: its own names, a module's
-        # output (any name made of the model's values), the container and its elements
-        reaching = aliases | _model_values(set(self.facts.models), nodes) | aliases_of({self.container.name}, nodes)
+        # output (any name made of the model's values: `h = layer.output`, `x = h * 2`), the
+        # container and its elements
+        reaching = aliases | aliases_of(set(self.facts.models), nodes, made_of=True) \
+            | aliases_of({self.container.name}, nodes)
         seen = False
         for node in all_nodes(block.node.body):
             if node is value:
@@ -517,22 +519,3 @@ def _may_reach(roots: set[str], aliases: set[str]) -> bool:
     """May a change in place through ``roots`` reach a value made of ``aliases``? Yes when
     the roots are not known (a change through a call's result)."""
     return not roots or bool(roots & aliases)
-
-
-def _model_values(models: set[str], nodes: list[cst.CSTNode]) -> set[str]:
-    """``models`` and the names the assignments among ``nodes`` bind to values made of
-    them (`h = model.transformer.h[6].output`, `x = h * 2`), over and over: values that may
-    be, or view, a module's output, which a write through any of them changes."""
-    found = set(models)
-    assignments = [n for n in nodes if isinstance(n, cst.Assign)]
-    grew = True
-    while grew:
-        grew = False
-        for assign in assignments:
-            if set(collect(assign.value).reads) & found:
-                for target in assign.targets:
-                    new = set(target_names(target.target)) - found
-                    if new:
-                        found |= new
-                        grew = True
-    return found

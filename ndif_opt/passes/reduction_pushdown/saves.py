@@ -75,12 +75,13 @@ def changed_in_place_outside(name: str, session: Block, block: Block) -> bool:
     return any((changes_in_place(n) or fills_in_place(n)) and changed_roots(n) & aliases for n in nodes)
 
 
-def aliases_of(names: set[str], nodes: list[cst.CSTNode]) -> set[str]:
+def aliases_of(names: set[str], nodes: list[cst.CSTNode], *, made_of: bool = False) -> set[str]:
     """``names`` and the names the assignments among ``nodes`` bind to them or to a view
-    of them (`y = x`, `y = x[0]`, `y = x.T`), over and over."""
+    of them (`y = x`, `y = x[0]`, `y = x.T`), over and over; ``made_of``: to any value
+    made of them (`x = h * 2`) as well."""
     aliases = set(names)
     assignments = [n for n in nodes if isinstance(n, cst.Assign)
-                   and isinstance(n.value, (cst.Name, cst.Subscript, cst.Attribute))]
+                   and (made_of or isinstance(n.value, (cst.Name, cst.Subscript, cst.Attribute)))]
     grew = True
     while grew:
         grew = False
