@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import libcst as cst
 
-from ndif_opt.analysis.names import NameUse, all_params, collect, function_locals
+from ndif_opt.analysis.names import NameUse, all_params, collect, free_reads, function_locals
 from ndif_opt.analysis.vocabulary import MODEL_BLOCK_METHODS, STORING_METHODS
 from ndif_opt.syntax.expressions import dotted_name, is_save_call, remote_arg, root_name
 from ndif_opt.syntax.literals import literal_value  # the model's repo id, read in every version
@@ -362,15 +362,7 @@ class Facts:
         """Names of the module that the script's own functions ``node`` calls read, through
         the functions they call too (`next_word()` reading `context`): the call reads
         them where it runs."""
-        read: set[str] = set()
-        for func in self.functions_called(node):
-            local = function_locals(func)
-            read |= {n for n in collect(func.body).reads if n not in local}
-            # a default is the object it was made of (`def f(ctx=history)` reads `history`)
-            for param in all_params(func.params):
-                if param.default is not None:
-                    read |= set(collect(param.default).reads)
-        return frozenset(read)
+        return self.once(_read_by_calls, node)
 
     def functions_called(self, node: cst.CSTNode) -> list[cst.FunctionDef]:
         """The script's functions that ``node`` calls by name, and those they call, each
@@ -438,6 +430,18 @@ _GROWING_METHODS = STORING_METHODS | {"__setitem__"}
 # Building the facts
 # ---------------------------------------------------------------------------------------
 
+
+
+def _read_by_calls(facts: Facts, node: cst.CSTNode) -> frozenset[str]:
+    """:meth:`Facts.read_by_calls` (asked of one statement by several checks of a split)."""
+    read: set[str] = set()
+    for func in facts.functions_called(node):
+        read |= free_reads(func)
+        # a default is the object it was made of (`def f(ctx=history)` reads `history`)
+        for param in all_params(func.params):
+            if param.default is not None:
+                read |= set(collect(param.default).reads)
+    return frozenset(read)
 
 def _module_functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
     """The functions a module's own code defines: at the top level, and in the branches of

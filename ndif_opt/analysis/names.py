@@ -371,9 +371,9 @@ class _Collector(cst.CSTVisitor):
         # reads no `tracer` of the module)
         inner = collect(node.body)
         params = {p.name.value for p in all_params(node.params)}
-        local = function_locals(node)
+        local = function_locals(node)  # (its parameters among them)
         for name, n in inner.reads.items():
-            if name not in params and name not in local:
+            if name not in local:
                 self.use.reads.setdefault(name, n)
         for name, n in inner.mutates.items():
             if name not in params and name not in inner.binds:

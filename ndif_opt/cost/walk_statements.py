@@ -172,13 +172,16 @@ class StatementWalk:
     def loop_symbol(self, loop: cst.For | cst.While | cst.CompFor) -> Number | Count:
         """The iterations of a loop whose length is not known before running: N — or the
         length the configuration gives it (``trips``)."""
-        header = cst_loop_header(loop)
+        function = self._call_stack[-1].removeprefix("self.") if self._call_stack else ""
+        return self._trips_symbol(cst_loop_header(loop), function)
+
+    def _trips_symbol(self, header: str, function: str, recursion: bool = False) -> Number | Count:
+        """N for the loop (or recursion) named ``header`` in ``function``, numbered in the order
+        the walk meets them — or the length the configuration gives that header."""
         if header in self._given_trips:
             return self._given_trips[header]
-        function = self._call_stack[-1].removeprefix("self.") if self._call_stack else ""
-        key = (header, function)
-        order = self._loop_order.setdefault(key, len(self._loop_order))
-        return Count.trips(UnknownLoop(*key, order=order))
+        order = self._loop_order.setdefault((header, function), len(self._loop_order))
+        return Count.trips(UnknownLoop(header, function, order=order, recursion=recursion))
 
     def statement(self, stmt: cst.BaseStatement, times: float) -> None:
         # the usual kinds compared with `is` (libcst's node classes are final; isinstance
@@ -705,11 +708,7 @@ class StatementWalk:
         of itself)."""
         if not self.facts.once(_calls_itself, func):
             return 1.0
-        key = (recursion_header(func.name.value), func.name.value)
-        if key[0] in self._given_trips:
-            return self._given_trips[key[0]]
-        order = self._loop_order.setdefault(key, len(self._loop_order))
-        return Count.trips(UnknownLoop(*key, order=order, recursion=True))
+        return self._trips_symbol(recursion_header(func.name.value), func.name.value, recursion=True)
 
     def _cache_key(self, call: cst.Call, loops: tuple[cst.CompFor, ...]):
         """The key a cached function's ``call`` is looked up by, when its arguments are

@@ -342,12 +342,13 @@ def _early_stop(sweep: Sweep, facts: Facts) -> str:
     such a stop."""
     loop = sweep.loop
     if "break" in jumps_of_loop(loop.body) and constant_break(loop, facts) is None:
-        return ("the loop may stop early (`break`): the caching trace would compute, before the loop, every "
-                "layer the loop reads, also for iterations that never run")
-    if find_nodes(loop.body, lambda n: type(n) is cst.Return):
-        return ("the loop may stop early (`return`): the caching trace would compute, before the loop, every "
-                "layer the loop reads, also for iterations that never run")
-    return ""
+        jump = "break"
+    elif find_nodes(loop.body, lambda n: type(n) is cst.Return):
+        jump = "return"
+    else:
+        return ""
+    return (f"the loop may stop early (`{jump}`): the caching trace would compute, before the loop, every "
+            "layer the loop reads, also for iterations that never run")
 
 
 def _in_place_on_cache(moved, facts: Facts, accesses) -> str:

@@ -87,12 +87,11 @@ def check_prelude(items: list[Item], splitter: Splitter) -> set[str]:
     needed = set(everything.reads) | splitter.later
     changed = set(everything.binds) | set(everything.mutates)
     server = splitter.uses(items, Part.SERVER)
-    remote_changes = server  # what the remote part binds or changes (the rest: code replayed after the session)
     earlier = NameUse()  # what the items before the current one use
     for item, part in zip(items, parts):
         if item.role is Part.PRE:
             _check_prepared(item, set(), set(earlier.binds) | set(earlier.mutates), set(earlier.reads), splitter,
-                            remote_changes)
+                            server)
         elif item.role is Part.MIXED and any(child.role is Part.PRE for child in item.body):
             iterable = set(collect(unwrap_progress(item.stmt.iter, splitter.facts)).reads)
             moved = iterable & (set(earlier.binds) | set(earlier.mutates))
@@ -104,7 +103,7 @@ def check_prelude(items: list[Item], splitter: Splitter) -> set[str]:
             known = set(target_names(item.stmt.target))
             for child in item.body:
                 if child.role is Part.PRE:
-                    _check_prepared(child, known, changed, set(), splitter, remote_changes)
+                    _check_prepared(child, known, changed, set(), splitter, server)
                     known |= set(collect(child.stmt).binds)
         earlier.merge(part)
     if any(find_nodes(item.stmt, reads_a_file) for item in splitter.pre):
@@ -140,14 +139,16 @@ def _writes_files(items: list[Item], splitter: Splitter) -> cst.CSTNode | None:
 
 
 def _check_prepared(item: Item, known: set[str], changed: set[str], read_before: set[str], splitter,
-                    remote_changes: NameUse) -> None:
+                    server: NameUse) -> None:
+    """``server``: what the remote part binds and changes (the rest of ``changed``: code
+    replayed after the session)."""
     reads = set(exposed_reads([item.stmt])) - known
     moved = {name for name in reads & changed if not _only_intervened_on(name, splitter)}
     if moved:
         name = sorted(moved)[0]
-        if name in remote_changes.mutates or name in remote_changes.binds:
+        if name in server.mutates or name in server.binds:
             # (`emb_dim = model.config.n_embd` in the region is computed by the session, not changed)
-            where = "the remote part " + ("changes" if name in remote_changes.mutates else "computes")
+            where = "the remote part " + ("changes" if name in server.mutates else "computes")
         else:
             where = "code replayed on your machine after the session changes"
         raise Refused(
