@@ -356,15 +356,54 @@ def with_magics_run(masked: str, magics: list[Magic], nonce: str) -> str:
     see (:func:`_line_magic_as_python`; a cell magic's first line goes), ending in a newline."""
     marker = f'get_ipython().run_line_magic("ndif_opt_{nonce}", "'
     out = []
+    ending = ""
     for line in masked.splitlines(keepends=True):
         if marker in line:
             magic = magics[int(line.split(marker, 1)[1].split('"', 1)[0])]
             if magic.kind == "line":
                 out.append(magic.indent + _line_magic_as_python(magic) + "\n")
+            elif magic.kind == "cell" and _captured_as(magic) is not None:
+                start, ending = _capture_as_python(_captured_as(magic))
+                out.append(start)
             continue
         out.append(line)
     code = "".join(out)
-    return code if not code or code.endswith("\n") else code + "\n"
+    code = code if not code or code.endswith("\n") else code + "\n"
+    return code + ending
+
+
+_CAPTURE = re.compile(r"^%%capture\b(?P<arguments>.*)$")
+
+
+def _captured_as(magic: Magic) -> str | None:
+    """The name a ``%%capture`` cell binds (``%%capture cap``; ``""`` when it names none), or
+    None for any other cell magic."""
+    found = _CAPTURE.match("".join(magic.lines).strip())
+    if found is None:
+        return None
+    names = [word for word in found.group("arguments").split() if not word.startswith("-")]
+    return names[0] if names and names[0].isidentifier() else ""
+
+
+def _capture_as_python(name: str) -> tuple[str, str]:
+    """The lines that start and end a ``%%capture`` cell as plain Python: the cell's output
+    goes to a buffer, and the name it gives holds it (``cap.stdout``, ``cap.show()``), as
+    IPython's ``CapturedIO`` does. Without them the cell's prints reach the run's stdout and a
+    later ``print(cap.stdout)`` fails. One line each, so the cell's own lines stay as written."""
+    target = name or "_ndif_capture"
+    start = (
+        f'{target} = __import__("types").SimpleNamespace(stdout="", stderr="", outputs=[], '
+        f'_ndif_streams=(__import__("sys").stdout, __import__("sys").stderr)); '
+        f'__import__("sys").stdout, __import__("sys").stderr = __import__("io").StringIO(), '
+        f'__import__("io").StringIO()\n'
+    )
+    end = (
+        f'{target}.stdout, {target}.stderr = __import__("sys").stdout.getvalue(), '
+        f'__import__("sys").stderr.getvalue(); '
+        f'__import__("sys").stdout, __import__("sys").stderr = {target}._ndif_streams; '
+        f'{target}.show = lambda: print({target}.stdout, end="")\n'
+    )
+    return start, end
 
 
 # line magics whose argument is a Python statement run in the user's namespace (%timeit runs

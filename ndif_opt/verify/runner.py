@@ -55,6 +55,7 @@ import re
 import shutil
 import signal
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -459,9 +460,10 @@ class _Snapshot:
         for name in list(sys.modules):
             if name in self.modules:
                 continue
-            module = sys.modules.get(name)
-            location = getattr(module, "__file__", None) or ""
-            if location and os.path.realpath(location).startswith(run_dir + os.sep):
+            # a submodule of a package loaded before the run (ndif-opt's own, nnsight's) stays
+            package_before = name.partition(".")[0] in self.modules
+            location = getattr(sys.modules.get(name), "__file__", None) or ""
+            if location and not package_before and _script_own(os.path.realpath(location), run_dir):
                 del sys.modules[name]
         # the next run may use the same directory (``workdir``): forget its listing
         for entry in [e for e in sys.path_importer_cache if isinstance(e, str) and _belongs(e, script_path, run_dir)]:
@@ -489,6 +491,20 @@ class _Snapshot:
         self.release.forget_sources(self.cache_keys, lambda name: _belongs(name, script_path, run_dir))
         for key in [k for k in list(linecache.cache) if _belongs(k, script_path, run_dir)]:
             linecache.cache.pop(key, None)
+
+
+def _script_own(location: str, run_dir: str) -> bool:
+    """Whether a module the run imported is the script's own: in the run's directory, or a
+    Python file outside the installation (a helper module next to the script, or one a
+    ``sys.path.insert`` reaches). Such a module is imported afresh by the next run, as a fresh
+    process would: a list it fills must not carry one run's values into the next. Installed
+    packages and compiled extensions are kept (an extension cannot be imported twice)."""
+    if location.startswith(run_dir + os.sep):
+        return True
+    installed = {sysconfig.get_path(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    inside = any(location.startswith(os.path.realpath(path) + os.sep) for path in installed if path)
+    packaged = "site-packages" in location or "dist-packages" in location
+    return location.endswith(".py") and not inside and not packaged
 
 
 def _open_figures() -> list[int]:

@@ -243,6 +243,18 @@ def test_notebook_script_drops_ipython_syntax():
     assert notebook_script(timed) == "pass\npass\npass\n"  # timeit's names do not persist
 
 
+def test_a_capture_cell_binds_its_name_and_keeps_its_output_off_the_stdout(capsys):
+    # `%%capture cap` then `print(cap.stdout)`: the cells run as a script must define `cap`
+    # and show the cell's output where the notebook shows it (verify FAILED on `cap` before)
+    text = notebook("%%capture cap\nprint('inside')\nx = 1", "print('after', x)\nprint(cap.stdout, end='')")
+    script = notebook_script(text)
+    exec(compile(script, "<cells>", "exec"), {})
+    assert capsys.readouterr().out == "after 1\ninside\n"
+    silent = notebook("%%capture --no-display\nprint('hidden')", "print('shown')")
+    exec(compile(notebook_script(silent), "<cells>", "exec"), {})
+    assert capsys.readouterr().out == "shown\n"
+
+
 # ---------------------------------------------------------------------------------------
 # JSON forms
 # ---------------------------------------------------------------------------------------

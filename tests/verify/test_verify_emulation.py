@@ -470,6 +470,24 @@ def test_stateful_local_helper_module_is_not_mutated_on_the_client():
     assert "tracker" not in sys.modules  # the run's helper modules do not leak
 
 
+def test_a_helper_module_outside_the_run_directory_is_imported_afresh_by_each_run(tmp_path):
+    # A fresh process imports the script's own modules anew; verify's runs share a process,
+    # so a list such a module fills must not grow from one run to the next (it read 1, 2, 3).
+    (tmp_path / "state_keeper.py").write_text("CALLS = []\n\ndef record(x):\n    CALLS.append(x)\n")
+    source = script(
+        f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import state_keeper
+        state_keeper.record(1)
+        calls = len(state_keeper.CALLS)
+        """
+    )
+    counts = [run_script(source, mode="local").namespace["calls"] for _ in range(2)]
+    assert counts == [1, 1]
+    assert "state_keeper" not in sys.modules
+
+
 def test_the_modules_a_fresh_client_ships_by_value_are_those_nnsight_finds_local(tmp_path, monkeypatch):
     # The emulation reads the installed distributions once per process; what it registers
     # must still be what nnsight's own scan calls local, for a sys.path the process had not seen.
