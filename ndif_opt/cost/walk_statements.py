@@ -281,6 +281,7 @@ class StatementWalk:
         if block is None and self.request is not None:
             block = self._unlisted_trace(stmt)
         if block is None:
+            self._alias_edited_copies(stmt)
             forward = self.forward
             invoke = invoke_call(stmt)
             if forward is not None and invoke is not None:
@@ -302,6 +303,20 @@ class StatementWalk:
                 self.local_block(block)
             return
         self.inner_block(block, times)
+
+    def _alias_edited_copies(self, stmt: cst.With) -> None:
+        """`with model.edit() as (tracer, edited)`: `edited` is a copy of the model, with its
+        dimensions (nnsight's edit yields the copy second when it does not edit in place)."""
+        for item in stmt.items:
+            call, target = item.item, item.asname.name if item.asname is not None else None
+            if not (isinstance(target, cst.Tuple) and len(target.elements) == 2 and type(call) is cst.Call
+                    and type(call.func) is cst.Attribute and call.func.attr.value == "edit"):
+                continue
+            model, copy = dotted_name(call.func.value), target.elements[1].value
+            model = self._model_aliases.get(model, model)
+            if type(copy) is cst.Name and model in self.facts.models:
+                self._model_aliases[copy.value] = model
+                self.env[copy.value] = ModuleRef()
 
     def for_loop(self, stmt: cst.For, times: Number | Count) -> None:
         if retry_guard(stmt, self.facts) is not None or (

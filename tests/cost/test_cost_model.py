@@ -1714,3 +1714,21 @@ for head in range(N_HEADS):
     (found,) = [f for f in result.findings if f.pass_id == "invoke-batching"]
     assert "this loop runs 12 forward passes, one per iteration; as invokes of one trace it would run 1" \
         in found.message, found.message
+
+
+def test_an_edited_copy_of_a_model_has_the_model_s_dimensions():
+    # `with model.edit() as (tracer, edited)`: `edited` is GPT-2 (12 layers, 50,257 logits),
+    # not a name the bill does not know (it billed 32 layers and a download of unknown size)
+    source = script(
+        """\
+        with model.edit() as (tracer, ablated):
+            ablated.transformer.h[4].mlp.output[:] = 0
+        with ablated.trace("Hello world", remote=True):
+            probs = ablated.lm_head.output[0, -1].softmax(-1).save()
+        """,
+        repo="openai-community/gpt2",
+    )
+    estimate_ = run(source)
+    assert (estimate_.cost.requests, estimate_.cost.layer_evaluations) == (1, 12)
+    assert not estimate_.cost.download_unknown.counts
+    assert estimate_.cost.download_bytes == 50257 * 4 + framing("probs")

@@ -76,3 +76,32 @@ def test_a_reduction_reading_a_small_value_of_your_machine_is_computed_in_the_bl
     result, report = optimized_and_verified(OVER_THRESHOLD, family)
     assert any(f.applied for f in _pushdown(result)), [(f.message, f.reason) for f in result.findings]
     assert report.after.download_bytes < report.before.download_bytes, report.to_text()
+
+
+# the same weighing against an edited copy of the model (`ablated`), whose values the bill
+# once did not size: the finding said the reduction would save "~0 B" of download
+KL_FROM_ABLATED = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.edit() as (tracer, ablated):
+        ablated.LAYERS_TAIL[1].mlp.output[:] = 0
+    kls = []
+    for p in ["The quick brown fox", "Hello, my name is"]:
+        with model.trace(p, remote=True):
+            base = model.lm_head.output[0, -1].softmax(-1).save()
+        with ablated.trace(p, remote=True):
+            abl = ablated.lm_head.output[0, -1].softmax(-1).save()
+        kls.append((base * (base.log() - abl.log())).sum().item())
+    print([round(k, 5) for k in kls])
+'''
+
+
+@both
+def test_the_download_an_edited_copy_s_reduction_would_save_is_its_size(family):
+    tail = {"gpt2": "transformer.h", "llama": "model.layers"}[family]
+    result, report = optimized_and_verified(KL_FROM_ABLATED.replace("LAYERS_TAIL", tail), family)
+    reasons = [f.reason or "" for f in _pushdown(result) if not f.applied]
+    assert any("would read `base`" in r and "takes longer" in r for r in reasons), reasons
+    assert not any("~0 B" in r for r in reasons), reasons
+    assert (report.before.requests, report.after.requests) == (4, 4)
