@@ -125,6 +125,7 @@ BROKEN_TEMPLATES = {
     "an unrendered value": r"\{[a-z_]+\}|\bNone\b|``",
     "doubled punctuation": r"(?<!\.)\.\.(?!\.)|,,|, ,|;;|: :",
     "a reason completed twice": r"your machine[^.;]*, which must run on your machine",
+    "the tool in the first person": r"(?<![`'\"])\bI (?:do|did|can|cannot|could|would|will|am|know|see)\b",
 }
 
 

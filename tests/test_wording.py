@@ -39,6 +39,7 @@ def test_per_and_passes():
     ("this loop runs one forward pass per iteration, one per iteration", "a phrase said twice"),
     ("`x` is printed, which must run on your machine, which must run on your machine", "a phrase said twice"),
     ("added `None`", "an unrendered value"),
+    ("reads `x`, whose layout I do not know", "the tool in the first person"),
     ("wrapped 2 requests → 1", None),
     ("1.1 requests", None),
 ])

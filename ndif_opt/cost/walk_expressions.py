@@ -339,6 +339,9 @@ class ExpressionWalk:
             root = dotted_name(expr) or ""
             if any(root.startswith(m + ".") for m in self.facts.models) and ".config." in f".{root}":
                 return getattr(self.dims_of(self._model_of(expr)), _CONFIG_NUMBERS[expr.attr.value])
+            config = self._config_models.get(expr.value.value) if type(expr.value) is cst.Name else None
+            if config is not None:
+                return getattr(self.dims_of(config), _CONFIG_NUMBERS[expr.attr.value])
         if type(expr) is cst.BinaryOperation:
             return arithmetic(expr, lambda operand: self.integer(operand, depth + 1))
         return None

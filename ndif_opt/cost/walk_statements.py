@@ -408,6 +408,7 @@ class StatementWalk:
         if name in self.facts.models:
             return
         self.env[name] = value
+        self._config_models.pop(name, None)
         self.storage.pop(name, None)
         request = self._frame_request()
         if request is not None:
@@ -512,6 +513,8 @@ class StatementWalk:
             self._bind(name, bound)
             if storage is not None:
                 self.storage[name] = storage
+            if bound == ModuleRef(("config",)):  # `cfg = model.config`: `cfg.n_head` is the model's
+                self._config_models[name] = self._model_of(value)
             return
         if type(target) in (cst.Tuple, cst.List):
             pairs = _pairwise(target, value)

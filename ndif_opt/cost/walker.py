@@ -77,6 +77,7 @@ class Walker(StatementWalk, ExpressionWalk, RequestWalk):
         # a parameter of the function walked now bound to one of the script's models at
         # its call (`def run(lm, ...)` called as `run(model, ...)`): its blocks run that model
         self._model_aliases: dict[str, str] = {}
+        self._config_models: dict[str, str] = {}  # `cfg = model.config` -> the model (see integer)
         self._attribute_models = attribute_models(facts)  # `self.model` -> the script's model it holds
         self._called: set[str] = set()
         self._methods = self_methods(facts)  # `self.name` -> a method of the file's classes

@@ -267,6 +267,8 @@ def _analyse(sweep: Sweep, facts: Facts):
         return None
     first = layer_accesses[0]
     layers, index = first.layers, first.index
+    if all(int_value(access.index, facts) == 0 for access in layer_accesses):
+        return None  # it touches only the first layer: no layer before it is recomputed
     reason = _trace_problem(sweep, facts)
     if reason:
         return reason
@@ -666,6 +668,20 @@ with model.session(remote=True):
     first = nnsight.save(first)
 """,
         reason="the loop may stop early (`break`)",
+    ),
+    Case(
+        name="the first layer patched: no layer before it is recomputed",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    effects = list().save()
+    for head in range(12):
+        with model.trace("hello world"):
+            model.transformer.h[0].attn.c_proj.input[:, :, head * 64:(head + 1) * 64] = 0
+            effects.append(model.lm_head.output[0, -1].max().item())
+""",
     ),
     Case(
         name="too few iterations to pay for the cache",

@@ -1732,3 +1732,20 @@ def test_an_edited_copy_of_a_model_has_the_model_s_dimensions():
     assert (estimate_.cost.requests, estimate_.cost.layer_evaluations) == (1, 12)
     assert not estimate_.cost.download_unknown.counts
     assert estimate_.cost.download_bytes == 50257 * 4 + framing("probs")
+
+
+@pytest.mark.parametrize("spelled", ["cfg.n_head", "cfg.num_attention_heads"])
+def test_a_config_held_by_a_name_gives_the_model_s_numbers(spelled):
+    # `cfg = model.config; N_HEADS = cfg.n_head`: GPT-2's 12 heads, as `model.config.n_head`
+    # gives them (it was billed as a loop of unknown length)
+    source = script(
+        f"""\
+        cfg = model.config
+        N_HEADS = {spelled}
+        for head in range(N_HEADS):
+            with model.trace("Hello world", remote=True):
+                p = model.lm_head.output[0, -1].max().save()
+        """,
+        repo="openai-community/gpt2",
+    )
+    assert run(source).cost.requests == 12

@@ -362,7 +362,7 @@ class Padding:
             return 1  # a decoder layer: a tensor (batch, positions, hidden)
         if isinstance(envoy, cst.Attribute) and envoy.attr.value in TENSOR_MODULES:
             return 1
-        raise _Refuse(f"reads `{code_of(read)}`, whose layout I do not know")
+        raise _Refuse(f"reads `{code_of(read)}`, whose layout (where its token dimension is) is not known")
 
     def _index_expressions_of_envoy(self, envoy: cst.BaseExpression) -> None:
         while isinstance(envoy, (cst.Attribute, cst.Subscript)):
