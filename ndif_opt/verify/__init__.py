@@ -153,6 +153,9 @@ class VerifyReport:
     rewritten: bool = True  # the optimized script differs from the original
     compared_within: str = ""  # the tolerance results were compared within, and why (not asked for)
     let_go: tuple[str, ...] = ()  # names the optimized run was not compared on (no longer brought back)
+    # what differs between two runs of the original on your machine (a random draw, a clock,
+    # a nondeterministic solver): not compared, as nothing could match it
+    unstable: tuple[str, ...] = ()
 
     @classmethod
     def could_not_run(cls, reason: str) -> "VerifyReport":
@@ -223,6 +226,9 @@ class VerifyReport:
                      "download (raw) is before NDIF's compression)")
         if self.compared_within:
             lines.append(f"  results compared within {self.compared_within}")
+        if self.unstable:
+            lines.append(f"  not compared: {', '.join(self.unstable)} (each differs between two runs of the original "
+                         "on your machine)")
         if self.local_nnsight:
             lines.append(f"  the original ran locally on nnsight {self.local_nnsight} (it uses the pre-0.5 API); "
                          "the original and the optimized script remotely on nnsight 0.8")
@@ -442,6 +448,14 @@ def verify_sources(
         local, after, atol, rtol, frozenset(ignore_missing), ignore=ignore, ignore_extra=ignore_extra
     )
     remote_mismatches = _run_mismatches(local, before, atol, rtol, ignore=ignore)
+    unstable: set[str] = set()
+    if mismatches and local_run is None and original_nnsight is None and local.error is None:
+        # a difference may be the original's own: run it on your machine once more
+        again = run_script(original, mode="local", **common)
+        if again.error is None:
+            unstable = {subject(m) for m in _run_mismatches(local, again, atol, rtol, ignore=ignore)}
+            mismatches = [m for m in mismatches if subject(m) not in unstable]
+            remote_mismatches = [m for m in remote_mismatches if subject(m) not in unstable]
     # (the two remote runs against each other, only where both differ from the local run)
     between = _run_mismatches(before, after, atol, rtol, frozenset(ignore_missing), ignore=ignore,
                               ignore_extra=ignore_extra) if mismatches and remote_mismatches else []
@@ -472,6 +486,7 @@ def verify_sources(
         local_nnsight=None if missing else original_nnsight,
         rewritten=optimized != original,
         let_go=tuple(sorted(ignore_missing)),
+        unstable=tuple(sorted(unstable)),
     )
 
 

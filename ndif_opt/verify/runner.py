@@ -149,12 +149,22 @@ class RunResult:
 
 
 class _RunState:
-    """Models built during one run (so their hooks can be removed afterwards)."""
+    """Models built during one run (so their hooks can be removed afterwards).
 
-    def __init__(self) -> None:
+    ``gradients``: the script takes gradients (`metric.backward()`, `.grad`), so the tiny
+    models' parameters require grad, as a model loaded from its repo has them. Otherwise
+    they do not (tiny_models): every value would carry a ``grad_fn`` that the emulated
+    download drops, and a printed tensor or a file written by ``torch.save`` would differ
+    between the local and the remote run for that alone."""
+
+    def __init__(self, gradients: bool = False) -> None:
         self.models: list[Any] = []
+        self.gradients = gradients
 
     def built(self, model: Any) -> Any:
+        module = getattr(model, "_module", None)
+        if self.gradients and module is not None and hasattr(module, "requires_grad_"):
+            module.requires_grad_(True)
         instrument(model)
         self.models.append(model)
         return model
@@ -493,6 +503,11 @@ class _Snapshot:
             linecache.cache.pop(key, None)
 
 
+def _takes_gradients(source: str) -> bool:
+    """Does the script take gradients (a backward pass, a `.grad` read)?"""
+    return re.search(r"\.backward\s*\(|\.grad\b", source) is not None
+
+
 def _script_own(location: str, run_dir: str) -> bool:
     """Whether a module the run imported is the script's own: in the run's directory, or a
     Python file outside the installation (a helper module next to the script, or one a
@@ -675,7 +690,7 @@ def _run_in(
     result = RunResult(mode=mode)
     stdout, stderr = io.StringIO(), io.StringIO()
     snapshot = _Snapshot(str(run_dir))
-    state = _RunState()
+    state = _RunState(gradients=_takes_gradients(source))
     counter = CallCounter()
     written = WrittenFiles(str(run_dir))
     recording = Patches()
