@@ -409,6 +409,10 @@ for _family in ("gpt2", "llama"):
             "fails by design (NameError): a name bound in a block, not saved, read after it (its fixed "
             "form is a row of its own)"
         )
+    EXCLUDED[f"{_failures}a_list_of_gradients_bound_in_the_backward_block_is_saved[{_family}]:script"] = (
+        "fails by design (NameError): a list bound in `with metric.backward():`, not saved, read after the "
+        "trace (its fixed form is a row of its own)"
+    )
     for _case in ("before", "between", "after"):
         EXCLUDED[f"{_failures}a_stop_outside_the_invokes_stops_the_trace_before_they_run[{_case}-{_family}]:script"] = (
             "fails by design (EarlyStopException): `tracer.stop()` in a trace's own code runs before its invokes"

@@ -238,14 +238,20 @@ def _eval_listcomp(node: cst.BaseExpression, ev: Evaluation) -> Shape:
     comp = node.for_in
     if comp.inner_for_in is not None or comp.ifs or getattr(comp, "asynchronous", None):
         raise UnknownShape("a comprehension with several for/if clauses")
-    layers = _layer_list(comp.iter, ev)
-    count = _iter_length(comp.iter, ev) if layers is None else ev.dims.n_layers
+    iterable = comp.iter
+    if type(iterable) is cst.Call and dotted_name(iterable.func) in ("reversed", "list", "tuple") \
+            and len(iterable.args) == 1 and not iterable.args[0].star:
+        iterable = iterable.args[0].value  # the same elements, in another order or container
+    layers = _layer_list(iterable, ev)
+    count = _iter_length(iterable, ev) if layers is None else ev.dims.n_layers
     if count is None:
         raise UnknownShape("a comprehension over an iterable of unknown length")
     sub = Evaluation(ev.ctx, ev.dispatch, ev.env)
+    shared = _shared_element(iterable, ev) if layers is None and type(comp.target) is cst.Name else None
     for name in target_names(comp.target):
-        # `[layer.output ... for layer in model.transformer.h]`: each one decoder layer
-        sub.env[name] = Shape.python("int") if layers is None else layers.child(None)
+        # `[layer.output ... for layer in model.transformer.h]`: each one decoder layer;
+        # `[a.grad for a in acts]`: the shape every element of `acts` has
+        sub.env[name] = layers.child(None) if layers is not None else (shared or Shape.python("int"))
     try:
         element = as_shape(evaluate(node.elt, sub))
     except UnknownShape as unknown:  # its elements not known, its length still is
@@ -266,6 +272,23 @@ def _layer_list(node: cst.BaseExpression, ev: Evaluation) -> ModuleRef | None:
     if isinstance(value, ModuleRef) and value.path and value.path[-1] in LAYER_LISTS:
         return value
     return None
+
+
+def _shared_element(node: cst.BaseExpression, ev: Evaluation) -> Shape | ModuleRef | None:
+    """The value every element of the container ``node`` has, when it holds one of a known
+    kind (not a `range`: its elements are ints, the default)."""
+    if type(node) is cst.Call:
+        return None
+    try:
+        value = evaluate(node, ev)
+    except UnknownShape:
+        return None
+    if not (isinstance(value, Shape) and value.kind == "container" and value.elements):
+        return None
+    first = value.elements[0]
+    if isinstance(first, Shape) and first.kind == "unknown":
+        return None
+    return first if all(element == first for element in value.elements) else None
 
 
 def _iter_length(node: cst.BaseExpression, ev: Evaluation) -> int | None:
@@ -346,8 +369,10 @@ def _value_attr(value: Shape, attr: str, ev: Evaluation) -> Shape:
             return Shape.tensor(dims[:-2] + (dims[-1], dims[-2]), value.dtype)
         if attr == "H":
             return Shape.tensor(tuple(reversed(dims)), value.dtype)
-        if attr in ("grad", "grad_fn"):
-            raise UnknownShape(f"'.{attr}' is None in a forward-only trace")
+        if attr == "grad":  # (read in `with loss.backward():`, where it is a tensor like the value)
+            return Shape.tensor(dims, value.dtype)
+        if attr == "grad_fn":
+            raise UnknownShape("'.grad_fn' is not a tensor")
         if attr == "is_cuda":
             return Shape.python("bool")
     raise UnknownShape(f"attribute '.{attr}' of {value.describe()}")

@@ -65,6 +65,10 @@ LLAMA_CASES = [
     # logit lens through module calls
     ("model.lm_head(model.model.norm(model.model.layers[3].output))[:, -1]", (1, V), "bfloat16", V * 2),
     # reductions and conversions
+    # a gradient (read in `with loss.backward():`) is shaped like its value
+    ("model.model.layers[5].output.grad[:, -1]", (1, H), "bfloat16", H * 2),
+    ("[h.grad for h in reversed([model.model.layers[i].output for i in range(2)])][0]", (1, 10, H), "bfloat16",
+     10 * H * 2),
     ("model.lm_head.output.max()", (), "bfloat16", 8),
     ("model.lm_head.output.max(dim=-1).values", (1, 10), "bfloat16", 20),
     ("model.lm_head.output.max(-1)[1]", (1, 10), "int64", 80),

@@ -346,6 +346,32 @@ print(total)
 """,
     ),
     Case(
+        name="a list of saved gradients made in the backward block is not sent back",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The cat sat", remote=True):
+    acts = [model.transformer.h[layer].output for layer in range(3)]
+    metric = model.lm_head.output[0, -1, 5]
+    with metric.backward():
+        grads = [a.grad.save() for a in reversed(acts)][::-1]
+print([float(g.abs().sum()) for g in grads])
+""",
+        after="""\
+from nnsight import LanguageModel
+import nnsight
+
+model = LanguageModel("openai-community/gpt2")
+with model.trace("The cat sat", remote=True):
+    acts = [model.transformer.h[layer].output for layer in range(3)]
+    metric = model.lm_head.output[0, -1, 5]
+    with metric.backward():
+        grads = nnsight.save([a.grad.save() for a in reversed(acts)][::-1])
+print([float(g.abs().sum()) for g in grads])
+""",
+    ),
+    Case(
         name="a list made in the block and filled with saved values is not sent back",
         before="""\
 from nnsight import LanguageModel

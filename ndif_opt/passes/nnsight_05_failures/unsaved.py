@@ -102,9 +102,22 @@ def unsaved_names(block: Block, facts: Facts, pre05: bool = False) -> list[Unsav
 
 def _straight_line_assignments(block: Block) -> set[int]:
     """The ids of the assignments of the block's own statements (not nested in a branch
-    or loop): each runs, in turn, whenever the block does (a block's body has no jumps)."""
-    return {id(small) for line in block.node.body.body if type(line) is cst.SimpleStatementLine
+    or loop; a `with` inside it, `with loss.backward():`, runs its body once): each runs,
+    in turn, whenever the block does (a block's body has no jumps)."""
+    return {id(small) for line in _in_turn(block.node.body) if type(line) is cst.SimpleStatementLine
             for small in line.body}
+
+
+def _in_turn(body: cst.BaseSuite) -> list[cst.BaseStatement]:
+    """The statements of ``body`` in the order they run, the bodies of its `with`
+    statements in their place (a branch or a loop is one statement)."""
+    lines: list[cst.BaseStatement] = []
+    for line in body.body:
+        if type(line) is cst.With:
+            lines.extend(_in_turn(line.body))
+        else:
+            lines.append(line)
+    return lines
 
 
 def _unreachable_after(name: str, binding: cst.CSTNode, block: Block) -> bool:
@@ -113,7 +126,7 @@ def _unreachable_after(name: str, binding: cst.CSTNode, block: Block) -> bool:
     name: the statements after it read the name, if at all, as the receiver of a method
     call that does not return its receiver (`xs.append(v)`) or as a container indexed
     (`xs[i]`), so no save can be of it (saves before it were of other objects)."""
-    lines = block.node.body.body
+    lines = _in_turn(block.node.body)
     at = next(i for i, line in enumerate(lines) if type(line) is cst.SimpleStatementLine
               and any(small is binding for small in line.body))
     line = lines[at]
@@ -410,6 +423,9 @@ def _kind(expr: cst.BaseExpression, facts: Facts) -> str:
         return _SCALAR  # an int
     if kind is cst.Subscript and is_envoy_tensor(expr, models):
         return _FRESH  # a view: a new tensor object
+    if kind is cst.Subscript and type(expr.value) in (cst.List, cst.ListComp) \
+            and all(type(element.slice) is cst.Slice for element in expr.slice):
+        return _FRESH  # `[...][::-1]`: a slice of a new list is a new list
     if kind is cst.Subscript and _module_value_part(expr):
         return _ENVOY  # an item of a module's value: maybe an object it holds
     if kind is cst.BinaryOperation:

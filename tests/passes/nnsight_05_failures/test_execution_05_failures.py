@@ -753,3 +753,34 @@ def test_the_cache_a_tracer_returns_is_not_reported_unsaved(family):
     """nnsight 0.8 saves the cache `tracer.cache()` returns: reading it after the trace works."""
     result, _report = optimized_and_verified(CACHED_BY_THE_TRACER, family)
     assert not [f for f in result.findings if f.pass_id == "nnsight-05-failures"], result.findings
+
+
+# gradients gathered into a list inside `with metric.backward():` (trial48 min_07): the list
+# is a new object that no save is of, so the read after the trace raises NameError; its
+# binding runs whenever the trace does (a `with` body), so the check saves it there
+GRADIENTS_IN_A_LIST = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    with model.trace("When Mary and John went to the store", remote=True):
+        acts = [LAYERS[i].output for i in range(2)]
+        logits = model.lm_head.output
+        metric = logits[0, -1, 5] - logits[0, -1, 7]
+        with metric.backward():
+            grads = [a.grad.save() for a in reversed(acts)][::-1]
+    sums = [round(float(g.abs().sum()), 4) for g in grads]
+    print(sums)
+'''
+
+
+@both
+def test_a_list_of_gradients_bound_in_the_backward_block_is_saved(family):
+    source = script(GRADIENTS_IN_A_LIST, family)
+    for mode, raised in errors(source).items():
+        assert raised is not None and "NameError" in raised and "grads" in raised, (mode, raised)
+    result = optimize(source, options=Options(select=frozenset({ID})))
+    assert [f.applied for f in mine(result)] == [True], [f.message for f in mine(result)]
+    assert "grads = nnsight.save([a.grad.save() for a in reversed(acts)][::-1])" in result.code
+    report = verified_sources(result.code, result.code, filename="script.py")
+    assert report.intended_ok and not any(report.errors.values()), report.to_text()
+    assert len(executed(result.code, mode="local").namespace["sums"]) == 2
