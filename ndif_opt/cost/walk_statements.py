@@ -239,8 +239,9 @@ class StatementWalk:
                 self._leaving = self._leaving or leaving
             return
         if type(stmt) is cst.FunctionDef:
-            if not self._call_stack:  # a `def` of the module's code: the calls after it run it
-                self._reaching_defs[stmt.name.value] = stmt
+            # the calls after it run it: a `def` of the module's code, or of a function's
+            # (its own, until the call returns: see _follow_calls)
+            self._reaching_defs[stmt.name.value] = stmt
             return
         if type(stmt) is cst.ClassDef:
             return
@@ -680,7 +681,7 @@ class StatementWalk:
                 if key is not None:
                     times, loops = 1, ()  # every run of this call has these arguments: one miss
             saved = (dict(self.env), dict(self.storage))
-            aliases = dict(self._model_aliases)
+            aliases, defs = dict(self._model_aliases), dict(self._reaching_defs)
             if elements is None:
                 self._bind_arguments(func, call, bound)
             self._call_stack.append(name)
@@ -714,7 +715,7 @@ class StatementWalk:
                 self._returned_saves[id(written)] = self._inner_saves[returned]
             self._inner_saves = outer
             self._call_stack.pop()
-            self._model_aliases = aliases
+            self._model_aliases, self._reaching_defs = aliases, defs
             if self.request is None:
                 self._restore_after_call(func, *saved)
 

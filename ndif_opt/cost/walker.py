@@ -94,7 +94,8 @@ class Walker(StatementWalk, ExpressionWalk, RequestWalk):
         self._reaching_defs: dict[str, cst.FunctionDef] = {}
         module_defs = {stmt.name.value for stmt in facts.module.body if type(stmt) is cst.FunctionDef}
         self._function_names = (frozenset(facts.functions) | frozenset(self._methods) | frozenset(module_defs)
-                                | frozenset(self._constructors) | frozenset(self._closures))
+                                | frozenset(self._constructors) | frozenset(self._closures)
+                                | facts.once(_nested_defs))
         self._call_stack: list[str] = []
         # inside a request, what the functions it calls save in their own frames (name ->
         # size, as `Request.save` takes it), and per call what the function returns of it
@@ -186,3 +187,10 @@ class Walker(StatementWalk, ExpressionWalk, RequestWalk):
             if type(info.node) is cst.FunctionDef:
                 found.setdefault(info.node.name.value, info.node)
         return found
+
+
+def _nested_defs(facts: Facts) -> frozenset[str]:
+    """The names of the functions defined in a function's body (a call after the `def`, in
+    that body, runs it: the walk records it as it goes, see StatementWalk)."""
+    return frozenset(info.node.name.value for info in facts.statements.values()
+                     if type(info.node) is cst.FunctionDef and info.function is not None)

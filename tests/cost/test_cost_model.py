@@ -1749,3 +1749,27 @@ def test_a_config_held_by_a_name_gives_the_model_s_numbers(spelled):
         repo="openai-community/gpt2",
     )
     assert run(source).cost.requests == 12
+
+
+def test_a_function_defined_in_a_function_is_billed_at_its_calls():
+    # trial48 min_02: a helper defined in `run`'s body, called per prompt by a
+    # comprehension, sends one request per call (billed 1, 3 ran); after `run` returns, its
+    # name is `run`'s no longer: the module's `hidden_at` (no request) is the one called
+    source = script(
+        """\
+        def hidden_at(prompt):
+            return prompt
+
+        def run(prompts, layer):
+            def hidden_at(prompt):
+                with model.trace(prompt, remote=True):
+                    h = model.model.layers[layer].output[:, -1].save()
+                return h
+
+            return [hidden_at(p).norm().item() for p in prompts]
+
+        print(run(["a b c", "hello there", "one two three"], 7))
+        print([hidden_at(p) for p in ["x", "y"]])
+        """
+    )
+    assert run(source).cost.requests == 3
