@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ndif_opt.analysis.vocabulary import ARGUMENT_MUTATORS, CONTAINER_MUTATORS, MUTATING_METHODS
+from ndif_opt.analysis.vocabulary import ARGUMENT_MUTATORS, CONTAINER_MUTATORS, MUTATING_METHODS, STORING_METHODS
 from ndif_opt.syntax.expressions import dotted_name, is_save_call
 from ndif_opt.syntax.walk import children, find_nodes, walk
 
@@ -958,6 +958,22 @@ def aliases(statements, names: Iterable[str]) -> set[str]:
             if new and (value is None or (not is_save_call(value) and may_be_one_of(value, found))):
                 found.update(new)
                 grown = True
+    return found
+
+
+def containers_holding(statements, names: set[str]) -> set[str]:
+    """The containers ``statements`` (at any depth) put one of ``names`` in: `c[k] = x`,
+    `c.append(x)` (a storing method, :data:`STORING_METHODS`), by the container's name."""
+    found: set[str] = set()
+    for node in statements:
+        for assign in find_nodes(node, lambda n: type(n) is cst.Assign):
+            if type(assign.value) is cst.Name and assign.value.value in names:
+                found.update(target.target.value.value for target in assign.targets
+                             if type(target.target) is cst.Subscript and type(target.target.value) is cst.Name)
+        for call in find_nodes(node, lambda n: type(n) is cst.Call and type(n.func) is cst.Attribute
+                               and n.func.attr.value in STORING_METHODS and type(n.func.value) is cst.Name):
+            if any(type(arg.value) is cst.Name and arg.value.value in names for arg in call.args):
+                found.add(call.func.value.value)
     return found
 
 

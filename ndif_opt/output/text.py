@@ -241,12 +241,20 @@ def unknown_download_notes(result: Result) -> list[str]:
     before, after = totals(result)
     names = loop_names(result)
     return [
-        f"`{value.name}` ← `{_shortened(value.source)}` "
+        f"{_downloaded_as(value, result)}"
         f"({counted_in(before.download_unknown.count(value), 'download', names)} → "
         f"{count_text(after.download_unknown.count(value), names)}): "
         f"{value.reason}"
         for value in unknown_downloads(result)
     ]
+
+
+def _downloaded_as(value: UnknownDownload, result: Result) -> str:
+    """`name` ← `code`; for a name ndif-opt made (a session's log of values brought back),
+    the code alone: the name is none of the script's."""
+    if value.name in result.introduced:
+        return f"`{_shortened(value.source)}`, brought back by a session "
+    return f"`{value.name}` ← `{_shortened(value.source)}` "
 
 
 def counted_in(value: Number | Count, noun: str, names: dict[UnknownLoop, str]) -> str:

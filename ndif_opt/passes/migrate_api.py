@@ -194,7 +194,8 @@ class MigrateApi(Pass):
         if undecided:
             context.skipped(
                 undecided[0].node, _layer_output_message(undecided),
-                f"{undecided[0].reason}: if it means the hidden states, write `.output` (--migrate leaves it)",
+                f"{undecided[0].reason}: if it means the hidden states, drop the `[0]` (the output is the "
+                "hidden states; --migrate leaves it)",
             )
 
 

@@ -66,6 +66,27 @@ def test_a_download_of_unknown_size_reads_as_a_lower_bound_with_a_footnote():
     assert "argument 'k' is not a literal" in table
 
 
+def test_a_value_brought_back_in_a_name_ndif_opt_made_is_named_by_its_code():
+    # a client tensor of unknown size the loop adds to comes back through the session's log
+    # (`_ndif_log`, a name of ndif-opt's): the note names the code, not that name
+    source = HEAD + textwrap.dedent(
+        """
+        import sys
+        import torch
+
+        counts = torch.zeros(int(sys.argv[1]))
+        for text in ["a b c", "hello there", "one two three"]:
+            with model.trace(text, remote=True):
+                h = model.transformer.h[4].output.save()
+            counts += (h[0] > 0).float().sum(0)
+        print(int((counts > 0).sum()))
+        """
+    )
+    table = cost_table(optimize(source))
+    assert "`counts`, brought back by a session (0 downloads → 1)" in table, table
+    assert "_ndif" not in table
+
+
 def test_downloads_compare_only_when_their_unknown_parts_are_the_same():
     assert download_change(_cost(5000, (TOP, 3)), _cost(5000, (TOP, 1))) == "download unknown"
     assert download_change(_cost(5000, (TOP, 3)), _cost(5000, (OTHER, 3))) == "download unknown"

@@ -66,11 +66,12 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
-from ndif_opt.analysis.names import aliases, definite_binds
+from ndif_opt.analysis.names import aliases, containers_holding, definite_binds
 from ndif_opt.analysis.regions import reads_after, results_kept
 from ndif_opt.analysis.scopes import scope_index
 from ndif_opt.cost_model import saved_shape
 from ndif_opt.passes.base import Context, Pass
+from ndif_opt.passes.common.records import RECORD_PREFIX
 from ndif_opt.passes.reduction_pushdown.cases import CASES
 from ndif_opt.passes.reduction_pushdown.chains import ChainPushdown
 from ndif_opt.passes.reduction_pushdown.elements import ElementPushdown, filled_containers
@@ -158,6 +159,18 @@ class ReductionPushdown(Pass):
         where = facts.statements[id(save.stmt)]
         plan.replace(where.suite, where.index, where.index + 1, lambda stmts, s=save.stmt: [without_save(s)])
         context.unreturned.update(kept)
+        holders = sorted(containers_holding(session.node.body.body, set(kept) | others))
+        if holders:  # (`results[layer] = out`: its values still come back, in the container)
+            # (a split's record of the values the code after the session reads is none of yours)
+            held = [f"`{name}`" for name in holders if not name.startswith(RECORD_PREFIX)]
+            where_else = f"in {', '.join(held)}" if held else "with the values the code after the session reads"
+            context.applied(
+                save.stmt,
+                f"{value} {tense('is no longer', 'would no longer be')} downloaded on its own: it also comes back "
+                f"{where_else}, and the session sees it without `.save()`",
+                safety,
+            )
+            return
         context.applied(
             save.stmt,
             f"{value} {tense('is no longer', 'would no longer be')} downloaded: only code inside the session reads "

@@ -365,3 +365,31 @@ def test_a_saved_value_autograd_runs_through_is_not_detached(family):
     result, report = optimized_and_verified(TRAINED_THROUGH_A_SAVED_SCORE, family, expect_ok=False)
     assert ".detach()" not in result.code, result.code
     assert not report.errors["optimized"], report.to_text()
+
+
+# a per-layer value kept in a module-level dict (never read again) and reduced to a mean:
+# the dict is a result, so the values come back in it; the name's own save goes, and the
+# finding says where the value still comes back (it said "is no longer downloaded")
+KEPT_IN_A_DICT = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    results = {}
+    means = []
+    for layer in range(LAYER_COUNT):
+        with model.trace("Neural networks learn representations of", remote=True):
+            out = LAYERS[layer].output.save()
+        results[layer] = out
+        means.append(out.mean().item())
+    print(round(sum(means) / len(means), 5))
+'''
+
+
+@both
+def test_a_value_also_kept_in_a_result_dict_is_said_to_come_back_there(family):
+    result, report = optimized_and_verified(KEPT_IN_A_DICT.replace("LAYER_COUNT", "2"), family)
+    dropped = [f for f in result.findings if f.pass_id == "reduction-pushdown" and f.applied]
+    assert [f.message for f in dropped if "`out`" in f.message], [f.message for f in result.findings]
+    assert all("downloaded on its own: it also comes back in `results`" in f.message for f in dropped
+               if "`out`" in f.message), [f.message for f in dropped]
+    assert (report.before.requests, report.after.requests) == (2, 1)
