@@ -199,8 +199,9 @@ def _download_grew(before: Cost, after: Cost) -> bool:
 
 
 # a pass marks a finding whose rewrite makes the script correct on NDIF (not only
-# cheaper) with these words in its message
-CORRECTNESS_MARK = "(a correctness fix)"
+# cheaper) with these words in its message: "(a correctness fix)", or "(a correctness fix:"
+# and what it fixes (session-hoisting names the containers that stayed empty)
+CORRECTNESS_MARK = "(a correctness fix"
 
 
 def growth_reason(result: Result, pass_id: str | None, before: Cost, after: Cost) -> str | None:

@@ -121,6 +121,24 @@ def test_the_markdown_report_shows_the_unknown_part_and_its_footnote():
 # -- why a download grew ----------------------------------------------------------------------
 
 
+def test_a_session_that_brings_back_a_list_left_empty_says_why_the_download_grew():
+    # session-hoisting's own correctness fix ("(a correctness fix: `feats` stayed empty ...)",
+    # trial48 min_04) labels its row, as accumulator-relocation's does
+    source = HEAD + textwrap.dedent(
+        """
+        import torch
+
+        feats = []
+        for t in ["I love it", "I hate it", "Great stuff"]:
+            with model.trace(t, remote=True):
+                feats.append(model.transformer.h[6].output[0, -1].save())
+        print(torch.stack(feats).shape)
+        """
+    )
+    table = cost_table(optimize(source))
+    assert "more (a correctness fix: the data now comes back)" in _row(table, "session-hoisting"), table
+
+
 def test_a_correctness_fix_says_why_the_download_grew():
     result = optimize(EMPTY_ON_THE_CLIENT)
     table = cost_table(result)
