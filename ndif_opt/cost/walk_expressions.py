@@ -213,6 +213,8 @@ class ExpressionWalk:
         items = self.elements(expr, depth + 1)
         if items is not None:
             return len(items)
+        if type(expr) in (cst.List, cst.Tuple) and not any(type(e) is cst.StarredElement for e in expr.elements):
+            return len(expr.elements)  # `[("small", small), ("medium", medium)]`: items not known, their number is
         if self._given_lengths and type(expr) in (cst.Name, cst.Attribute):
             given = self._given_lengths.get(cst_expression_text(expr))
             if given is not None:

@@ -1773,3 +1773,22 @@ def test_a_function_defined_in_a_function_is_billed_at_its_calls():
         """
     )
     assert run(source).cost.requests == 3
+
+
+def test_a_loop_over_a_list_display_runs_its_length_whatever_its_items():
+    # `[("small", small), ("medium", medium)]` holds models, which are no literals: its
+    # length is still 2 (it was billed as a loop of unknown length, 2·N requests)
+    source = (
+        "from nnsight import LanguageModel\n"
+        'small = LanguageModel("openai-community/gpt2")\n'
+        'medium = LanguageModel("openai-community/gpt2-medium")\n'
+        + textwrap.dedent(
+            """\
+            for name, m in [("small", small), ("medium", medium)]:
+                for p in ["The capital of France is", "Two plus two is"]:
+                    with m.trace(p, remote=True):
+                        t = m.lm_head.output[0, -1].argmax().save()
+            """
+        )
+    )
+    assert run(source).cost.requests == 4
