@@ -902,3 +902,19 @@ def load_overrides(table: Mapping) -> dict[str, ModelDims]:
             merged = merged.replace(name=str(name))
         result[str(name)] = merged
     return result
+
+
+# a model config's numbers, by the names configs of the families give them -> ModelDims' field
+CONFIG_NUMBERS = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_layers"), "n_layers"),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_heads", "n_heads"), "n_heads"),
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model"), "hidden_size"),
+    "num_key_value_heads": "n_kv_heads",
+    "vocab_size": "vocab_size",
+}
+
+
+def config_number(dims: ModelDims, attribute: str) -> int:
+    """``model.config.<attribute>`` of the model ``dims`` describes (one of
+    :data:`CONFIG_NUMBERS`)."""
+    return getattr(dims, CONFIG_NUMBERS[attribute])

@@ -46,7 +46,7 @@ import libcst as cst
 
 from ndif_opt.analysis.names import target_names
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
-from ndif_opt.cost.model_registry import ModelDims
+from ndif_opt.cost.model_registry import CONFIG_NUMBERS, ModelDims, config_number
 from ndif_opt.cost.module_values import (
     PASSTHROUGH_CALLS,
     call_module,
@@ -335,6 +335,8 @@ def _eval_attribute(node: cst.Attribute, ev: Evaluation) -> Shape | ModuleRef:
             return Shape.python("dtype", DTYPE_ATTRS[attr])
     base = evaluate(node.value, ev)
     if isinstance(base, ModuleRef):
+        if base.path == ("config",) and attr in CONFIG_NUMBERS:  # `model.config.n_embd`: the model's
+            return Shape.python("int", config_number(ev.dims, attr))
         return module_attr(base, attr, ev)
     return _value_attr(base, attr, ev)
 

@@ -22,7 +22,7 @@ from ndif_opt.analysis.generation_steps import tracer_steps
 from ndif_opt.analysis.regions import arithmetic, constant_item, dict_view_length
 from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.constants import TENSOR_OVERHEAD, UNROLL_LIMIT
-from ndif_opt.cost.model_registry import dtype_size
+from ndif_opt.cost.model_registry import CONFIG_NUMBERS, config_number, dtype_size
 from ndif_opt.cost.requests import Storage, serialized_size
 from ndif_opt.cost.shape_values import ModuleRef, Shape
 from ndif_opt.cost.shapes import value_of
@@ -70,16 +70,6 @@ def _plain(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return all(_plain(v) for v in value)
     return value is None or isinstance(value, (bool, int, float, str))
-
-
-# a model config's numbers, by the names configs of the families give them -> ModelDims' field
-_CONFIG_NUMBERS = {
-    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_layers"), "n_layers"),
-    **dict.fromkeys(("num_attention_heads", "n_head", "num_heads", "n_heads"), "n_heads"),
-    **dict.fromkeys(("hidden_size", "n_embd", "d_model"), "hidden_size"),
-    "num_key_value_heads": "n_kv_heads",
-    "vocab_size": "vocab_size",
-}
 
 
 def _chunk_size(sl: cst.Slice) -> cst.BaseExpression | None:
@@ -337,13 +327,13 @@ class ExpressionWalk:
             state = self.env.get(f"{expr.value.value}.{expr.attr.value}")
             if isinstance(state, Shape):
                 return state.value if isinstance(state.value, int) and not isinstance(state.value, bool) else None
-        if type(expr) is cst.Attribute and expr.attr.value in _CONFIG_NUMBERS:
+        if type(expr) is cst.Attribute and expr.attr.value in CONFIG_NUMBERS:
             root = dotted_name(expr) or ""
             if any(root.startswith(m + ".") for m in self.facts.models) and ".config." in f".{root}":
-                return getattr(self.dims_of(self._model_of(expr)), _CONFIG_NUMBERS[expr.attr.value])
+                return config_number(self.dims_of(self._model_of(expr)), expr.attr.value)
             config = self._config_models.get(expr.value.value) if type(expr.value) is cst.Name else None
             if config is not None:
-                return getattr(self.dims_of(config), _CONFIG_NUMBERS[expr.attr.value])
+                return config_number(self.dims_of(config), expr.attr.value)
         if type(expr) is cst.BinaryOperation:
             return arithmetic(expr, lambda operand: self.integer(operand, depth + 1))
         return None

@@ -145,6 +145,9 @@ GPT2_CASES = [
     ("model.transformer.wte.output", (1, 7, 768), "float32"),
     ("model.lm_head.output", (1, 7, 50257), "float32"),
     ("model.output.logits[0, -1].softmax(-1)", (50257,), "float32"),
+    # a client tensor shaped by the config (`W_enc`, trial48 min_11: its upload was not billed)
+    ("torch.randn(model.config.n_embd, 24576) * 0.01", (768, 24576), "float32"),
+    ("torch.zeros(model.config.num_attention_heads)", (12,), "float32"),
 ]
 
 
