@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from ndif_opt.analysis.classes import class_methods
 from ndif_opt.analysis.facts import Block, Facts, Remote, StmtInfo, qualify
 from ndif_opt.analysis.names import (
     all_params,
@@ -464,6 +465,9 @@ def escape_of(name: str, scope: cst.CSTNode, later=(), facts: Facts | None = Non
 
 
 _STRING_LITERALS = frozenset({cst.SimpleString, cst.ConcatenatedString, cst.FormattedString})
+# methods that, of the builtin types, only str and bytes have, and that build a new string of
+# their arguments (a class of the file may define one of these names: then it may keep them)
+_STRING_BUILDERS = frozenset({"join", "format", "format_map"})
 
 
 class _AliasFinder(cst.CSTVisitor):
@@ -505,6 +509,9 @@ class _AliasFinder(cst.CSTVisitor):
         facts = self.facts
         if type(func) is cst.Attribute and type(func.value) in _STRING_LITERALS:
             return False  # a method of a string (`" ".join(words)`) makes a new one
+        if type(func) is cst.Attribute and func.attr.value in _STRING_BUILDERS and not (
+                facts is not None and any(func.attr.value in methods for methods in class_methods(facts).values())):
+            return False  # `sep.join(words)`: of the builtins' methods, only a string's; it makes a new one
         if type(func) is cst.Name:
             if facts is not None and func.value in facts.functions:
                 target = facts.functions[func.value]

@@ -644,3 +644,50 @@ PROMPT_JOINED_FROM_THE_GROWING_LIST = '''
 def test_a_list_a_string_method_reads_is_taken_into_the_session(family):
     result, report = optimized_and_verified(PROMPT_JOINED_FROM_THE_GROWING_LIST, family)
     assert (report.before.requests, report.after.requests) == (3, 1), report.to_text() + result.code
+
+
+# the same through a helper whose separator is a parameter (`sep.join(words)`): of the
+# builtins' methods, `join` is only a string's, which makes a new string; a class of the
+# file that defines its own `join` may keep what it is given, and the loop stays
+JOINED_BY_A_SEPARATOR = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    CLASS
+
+
+    def make_prompt(words, sep=" "):
+        return sep.join(words)
+
+
+    words = ["The", "story"]
+    for _ in range(3):
+        with model.trace(make_prompt(words, SEP), remote=True):
+            t = model.lm_head.output[0, -1].argmax().save()
+        words.append(model.tokenizer.decode([t.item()]))
+    print(words)
+'''
+KEEPER = """class Keeper:
+        def __init__(self):
+            self.kept = []
+
+        def join(self, words):
+            self.kept.append(words)
+            return " ".join(words)"""
+
+
+@both
+def test_a_list_a_separator_joins_is_taken_into_the_session(family):
+    source = JOINED_BY_A_SEPARATOR.replace("CLASS", "").replace("SEP", '" "')
+    result, report = optimized_and_verified(source, family)
+    assert (report.before.requests, report.after.requests) == (3, 1), report.to_text() + result.code
+
+
+@both
+def test_a_join_of_a_class_of_the_file_may_keep_the_list(family):
+    source = JOINED_BY_A_SEPARATOR.replace("CLASS", KEEPER).replace("SEP", "Keeper()")
+    result, report = optimized_and_verified(source, family)
+    assert report.after.requests == 3, result.code
+    assert any("also reachable through another name" in (f.reason or "") for f in result.findings
+               if f.pass_id == "session-hoisting"), \
+        [(f.message, f.reason) for f in result.findings]
