@@ -79,7 +79,7 @@ from .emulation import (
     summarize,
     uninstrument,
 )
-from .tiny_models import TinyModelWarning, tiny_module, tiny_tokenizer
+from .tiny_models import TinyModelWarning, sizes_the_error_names, tiny_module, tiny_tokenizer
 from .written_files import WrittenFiles
 
 __all__ = ["RunResult", "credentials_read", "fresh_workdir", "run_script", "patched_environment"]
@@ -159,6 +159,7 @@ class _RunState:
 
     def __init__(self, gradients: bool = False) -> None:
         self.models: list[Any] = []
+        self.built_models: list[Any] = []  # (kept after close: what the run's error may be about)
         self.gradients = gradients
 
     def built(self, model: Any) -> Any:
@@ -167,6 +168,7 @@ class _RunState:
             module.requires_grad_(True)
         instrument(model)
         self.models.append(model)
+        self.built_models.append(model)
         return model
 
     def close(self) -> None:
@@ -762,6 +764,8 @@ def _run_in(
     result.stderr = stderr.getvalue()
     result.namespace = comparable_namespace(snapshot.release.settled(module.__dict__))
     result.warnings = sorted({str(w.message) for w in caught if issubclass(w.category, TinyModelWarning)})
+    if result.error:
+        result.warnings += sizes_the_error_names(result.error, state.built_models)
     result.files = {**_collect_files(run_dir, preexisting), **outside}
     return result
 

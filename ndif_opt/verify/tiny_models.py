@@ -470,3 +470,31 @@ def _standardized(module: Any):
             stacklevel=3,
         )
         return None
+
+
+# a real model's sizes a script may write out as numbers, and the tiny config's attribute
+# (transformers maps it for every family) that holds the tiny model's
+_WRITTEN_SIZES = (("hidden_size", "hidden_size", "width"), ("vocab_size", "vocab_size", "vocabulary"),
+                  ("n_heads", "num_attention_heads", "number of heads"))
+
+
+def sizes_the_error_names(error: str, models: list[Any]) -> list[str]:
+    """Why a run's ``error`` may be the tiny models', not the script's: it names a size of a
+    real model (`768`, GPT-2's width) that the tiny model built in its place does not have
+    (64), which a script that writes the size as a number meets and the real model does not."""
+    from ndif_opt.cost.model_registry import dims_for
+
+    numbers = set(re.findall(r"(?<![\w.])\d+(?![\w.])", error))
+    found = []
+    for model in models:
+        repo, config = repo_id_of(model), getattr(getattr(model, "_module", model), "config", None)
+        real = dims_for(repo) if repo else None
+        if real is None or not real.known or config is None:
+            continue
+        for field, attribute, what in _WRITTEN_SIZES:
+            size, tiny = getattr(real, field), getattr(config, attribute, None)
+            if str(size) in numbers and tiny is not None and tiny != size:
+                found.append(f"the error names {size}, the {what} of {repo}; the tiny model verify runs in its "
+                             f"place has {tiny}: a size the script writes as a number does not fit it (read it "
+                             f"from `model.config.{attribute}` and verify can run the script)")
+    return found

@@ -470,6 +470,27 @@ def test_a_gradient_taken_in_a_trace_runs_locally_and_remotely():
     assert compare_namespaces(local.namespace, emulated.namespace) == []
 
 
+def test_an_error_that_names_a_real_model_s_width_says_the_tiny_one_differs():
+    # `torch.ones(768)` is GPT-2's width, and not its tiny stand-in's (trial48 min_14): the run
+    # fails for the tiny model alone, and the warning says so, instead of only blaming the script
+    source = script(
+        """
+        import torch
+        from nnsight import LanguageModel
+        model = LanguageModel("openai-community/gpt2")
+        with model.trace("The movie was", remote=True):
+            model.transformer.h[1].output[:, -1] += torch.ones(768)
+            tok = model.lm_head.output[0, -1].argmax().save()
+        """
+    )
+    run = run_script(source, mode="local")
+    assert run.error is not None and "768" in run.error
+    assert any(w.startswith("the error names 768, the width of openai-community/gpt2; the tiny model")
+               for w in run.warnings), run.warnings
+    fine = run_script(source.replace("768", "model.config.hidden_size"), mode="local")
+    assert fine.error is None and not fine.warnings, fine.error
+
+
 def test_stateful_local_helper_module_is_not_mutated_on_the_client():
     helper = "calls = []\n\ndef record(value):\n    calls.append(value)\n    return len(calls)\n"
     source = script(
