@@ -681,7 +681,7 @@ class StatementWalk:
                 if key is not None:
                     times, loops = 1, ()  # every run of this call has these arguments: one miss
             saved = (dict(self.env), dict(self.storage))
-            aliases, defs = dict(self._model_aliases), dict(self._reaching_defs)
+            aliases, defs, configs = dict(self._model_aliases), dict(self._reaching_defs), dict(self._config_models)
             if elements is None:
                 self._bind_arguments(func, call, bound)
             self._call_stack.append(name)
@@ -715,7 +715,7 @@ class StatementWalk:
                 self._returned_saves[id(written)] = self._inner_saves[returned]
             self._inner_saves = outer
             self._call_stack.pop()
-            self._model_aliases, self._reaching_defs = aliases, defs
+            self._model_aliases, self._reaching_defs, self._config_models = aliases, defs, configs
             if self.request is None:
                 self._restore_after_call(func, *saved)
 
