@@ -157,7 +157,11 @@ class ReductionPushdown(Pass):
         if safety is None:
             return
         where = facts.statements[id(save.stmt)]
-        plan.replace(where.suite, where.index, where.index + 1, lambda stmts, s=save.stmt: [without_save(s)])
+        bare = without_save(save.stmt)
+        # `acts = nnsight.save(acts)` without its save is `acts = acts`: no line at all (unless
+        # it is its suite's only line)
+        itself = _binds_itself(bare) and len(where.suite.body) > 1
+        plan.replace(where.suite, where.index, where.index + 1, lambda stmts: [] if itself else [bare])
         context.unreturned.update(kept)
         holders = sorted(containers_holding(session.node.body.body, set(kept) | others))
         if holders:  # (`results[layer] = out`: its values still come back, in the container)
@@ -177,3 +181,10 @@ class ReductionPushdown(Pass):
             "it, and the session sees it without `.save()`",
             safety,
         )
+
+
+def _binds_itself(stmt: cst.SimpleStatementLine) -> bool:
+    """`x = x`: a line that changes nothing."""
+    small = stmt.body[0]
+    return (type(small) is cst.Assign and len(small.targets) == 1 and type(small.targets[0].target) is cst.Name
+            and type(small.value) is cst.Name and small.value.value == small.targets[0].target.value)

@@ -586,4 +586,40 @@ for prompt in cache:
     print(prompt, cache[prompt])
 """,
     ),
+    Case(
+        name="a list saved by `nnsight.save(x)` that only the session reads loses the line",
+        before="""\
+import torch
+import nnsight
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    cache = dict().save()
+    for t in ["The cat sat on the", "Paris is the capital of"]:
+        with model.trace(t):
+            acts = []
+            for layer in (2, 5):
+                acts.append(model.transformer.h[layer].output[:, -1])
+            acts = nnsight.save(acts)
+        cache[t] = torch.cat(acts, dim=0).norm()
+print({t: round(v.item(), 3) for t, v in cache.items()})
+""",
+        after="""\
+import torch
+import nnsight
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with model.session(remote=True):
+    cache = dict().save()
+    for t in ["The cat sat on the", "Paris is the capital of"]:
+        with model.trace(t):
+            acts = []
+            for layer in (2, 5):
+                acts.append(model.transformer.h[layer].output[:, -1])
+        cache[t] = torch.cat(acts, dim=0).norm()
+print({t: round(v.item(), 3) for t, v in cache.items()})
+""",
+    ),
 )

@@ -393,3 +393,30 @@ def test_a_value_also_kept_in_a_result_dict_is_said_to_come_back_there(family):
     assert all("downloaded on its own: it also comes back in `results`" in f.message for f in dropped
                if "`out`" in f.message), [f.message for f in dropped]
     assert (report.before.requests, report.after.requests) == (2, 1)
+
+
+# `acts = nnsight.save(acts)` in a loop that session-hoisting takes in: nothing after the
+# session reads `acts`, so its save goes, and with it the line (it read `acts = acts`)
+SAVED_BY_ITS_OWN_NAME = '''
+    import torch
+    import nnsight
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    cache = {}
+    for t in ["Paris is the capital of", "Berlin is the capital of"]:
+        with model.trace(t, remote=True):
+            acts = []
+            for layer in (0, 1):
+                acts.append(LAYERS[layer].output.mean(dim=1))
+            acts = nnsight.save(acts)
+        cache[t] = torch.cat(acts, dim=0)
+    print({t: round(v.norm().item(), 4) for t, v in cache.items()})
+'''
+
+
+@both
+def test_a_save_by_its_own_name_that_only_the_session_reads_leaves_no_line(family):
+    result, report = optimized_and_verified(SAVED_BY_ITS_OWN_NAME, family)
+    assert "acts = acts" not in result.code and "nnsight.save(acts)" not in result.code, result.code
+    assert (report.before.requests, report.after.requests) == (2, 1), report.to_text()
