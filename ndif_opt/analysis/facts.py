@@ -431,7 +431,6 @@ _GROWING_METHODS = STORING_METHODS | {"__setitem__"}
 # ---------------------------------------------------------------------------------------
 
 
-
 def _read_by_calls(facts: Facts, node: cst.CSTNode) -> frozenset[str]:
     """:meth:`Facts.read_by_calls` (asked of one statement by several checks of a split)."""
     read: set[str] = set()
@@ -442,6 +441,7 @@ def _read_by_calls(facts: Facts, node: cst.CSTNode) -> frozenset[str]:
             if param.default is not None:
                 read |= set(collect(param.default).reads)
     return frozenset(read)
+
 
 def _module_functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
     """The functions a module's own code defines: at the top level, and in the branches of

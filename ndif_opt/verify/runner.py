@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import importlib
 import io
 import itertools
@@ -518,10 +519,17 @@ def _script_own(location: str, run_dir: str) -> bool:
     packages and compiled extensions are kept (an extension cannot be imported twice)."""
     if location.startswith(run_dir + os.sep):
         return True
-    installed = {sysconfig.get_path(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    inside = any(location.startswith(os.path.realpath(path) + os.sep) for path in installed if path)
+    inside = any(location.startswith(path) for path in _installation())
     packaged = "site-packages" in location or "dist-packages" in location
     return location.endswith(".py") and not inside and not packaged
+
+
+@functools.lru_cache(maxsize=1)
+def _installation() -> tuple[str, ...]:
+    """The directories of this interpreter's standard library and installed packages, each
+    with its separator (the same for every module of every run: read once)."""
+    paths = {sysconfig.get_path(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(os.path.realpath(path) + os.sep for path in paths if path)
 
 
 def _open_figures() -> list[int]:

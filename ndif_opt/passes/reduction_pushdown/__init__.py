@@ -66,7 +66,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
-from ndif_opt.analysis.names import aliases, containers_holding, definite_binds
+from ndif_opt.analysis.names import aliases, containers_holding, definite_binds, name_assignment
 from ndif_opt.analysis.regions import reads_after, results_kept
 from ndif_opt.analysis.scopes import scope_index
 from ndif_opt.cost_model import saved_shape
@@ -168,23 +168,17 @@ class ReductionPushdown(Pass):
             # (a split's record of the values the code after the session reads is none of yours)
             held = [f"`{name}`" for name in holders if not name.startswith(RECORD_PREFIX)]
             where_else = f"in {', '.join(held)}" if held else "with the values the code after the session reads"
-            context.applied(
-                save.stmt,
-                f"{value} {tense('is no longer', 'would no longer be')} downloaded on its own: it also comes back "
-                f"{where_else}, and the session sees it without `.save()`",
-                safety,
-            )
-            return
+            gone = f"downloaded on its own: it also comes back {where_else}"
+        else:
+            gone = "downloaded: only code inside the session reads it"
         context.applied(
             save.stmt,
-            f"{value} {tense('is no longer', 'would no longer be')} downloaded: only code inside the session reads "
-            "it, and the session sees it without `.save()`",
+            f"{value} {tense('is no longer', 'would no longer be')} {gone}, and the session sees it without `.save()`",
             safety,
         )
 
 
 def _binds_itself(stmt: cst.SimpleStatementLine) -> bool:
     """`x = x`: a line that changes nothing."""
-    small = stmt.body[0]
-    return (type(small) is cst.Assign and len(small.targets) == 1 and type(small.targets[0].target) is cst.Name
-            and type(small.value) is cst.Name and small.value.value == small.targets[0].target.value)
+    assigned = name_assignment(stmt)
+    return assigned is not None and type(assigned[1]) is cst.Name and assigned[1].value == assigned[0]
