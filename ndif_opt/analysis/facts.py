@@ -1041,7 +1041,7 @@ class _CallsOf(cst.CSTVisitor):
             self.spelled += 1
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)  # (`x.answer` spells no name `answer`)
+        walk(node.value, self)  # (`x.answer` spells no name `answer`)
         return False
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
