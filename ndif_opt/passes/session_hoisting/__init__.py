@@ -154,9 +154,11 @@ from ndif_opt.passes.session_hoisting.rewrite import (
     MoveEdits,
     UnwrapProgress,
     as_the_session_calls,
+    bind_returned_value,
     made_in_session,
     move_definitions,
     release_statement,
+    returned_statement,
     unbind_statement,
     saving,
 )
@@ -746,6 +748,12 @@ class SessionHoisting(Pass):
                 return self._plan_checked(region, facts, context, plan)
             region.split_refusal = refusal
         blocking = [p for p in region.unsafe if not is_unsafe_only(p)]
+        returned = returned_statement(region, blocking)
+        if returned is not None and not context.rewrites_refused:
+            # the value first: the region becomes a session in the pipeline's next round
+            name = fresh_name("result", self._taken(facts) | context.run.reserved_names)
+            bind_returned_value(region, returned, name, context, plan)
+            return True
         if blocking:
             context.skipped(anchor, not_hoisted(region, facts, self._counted(region, facts, context)),
                             refusal or problem_words(blocking[0]), through=region.statements[-1])

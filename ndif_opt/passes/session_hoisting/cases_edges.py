@@ -816,4 +816,39 @@ for prompt in ["The Eiffel Tower is in", "Water boils at"]:
 """,
         reason="is in a `for` loop with an `else:` clause that holds remote work too",
     ),
+    Case(
+        name="a `return` whose value sends the requests: the value first, then one session",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def top_token(prompt):
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output.save()
+    return logits[0, -1].argmax().item()
+
+
+def top_tokens(prompts):
+    return [top_token(p) for p in prompts]  # one request per prompt
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def top_token(prompt, remote=True):
+    with model.trace(prompt, remote=remote):
+        logits = model.lm_head.output.save()
+    return logits[0, -1].argmax().item()
+
+
+def top_tokens(prompts):
+    with model.session(remote=True):
+        result = [top_token(p, remote=False) for p in prompts].save()  # one request per prompt
+    return result
+""",
+    ),
 )

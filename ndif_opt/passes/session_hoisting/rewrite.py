@@ -156,6 +156,38 @@ def move_definitions(region: Region, definitions: list[cst.BaseStatement], conte
     )
 
 
+def returned_statement(region: Region, blocking: list) -> cst.SimpleStatementLine | None:
+    """The region's last statement when it is `return <value>` and that `return` is all
+    that keeps the region out of a session (``blocking``: the region's problems that no
+    split answers): a session can compute the value, not return from the function."""
+    last = region.statements[-1]
+    if type(last) is not cst.SimpleStatementLine or len(last.body) != 1:
+        return None
+    returned = last.body[0]
+    if type(returned) is not cst.Return or returned.value is None:
+        return None
+    if not blocking or any(problem.node is not returned for problem in blocking):
+        return None
+    return last
+
+
+def bind_returned_value(region: Region, statement: cst.SimpleStatementLine, name: str, context: Context,
+                        plan: SuitePlan) -> None:
+    """Plan `return <value>` as `name = <value>` then `return name`: the same value returned,
+    and the line that computes it one a session can hold (the pipeline's next round)."""
+    returned = statement.body[0]
+    bound = statement.with_changes(body=[cst.Assign([cst.AssignTarget(cst.Name(name))], returned.value)])
+    index = region.end - 1
+    plan.replace(region.suite, index, index + 1,
+                 lambda _updated: [bound, cst.SimpleStatementLine([cst.Return(cst.Name(name))])])
+    context.applied(
+        returned,
+        f"the value this `return` gives {tense('is now', 'would be')} computed into `{name}` first, then "
+        "returned, so that one session can compute it (a `return` cannot stand inside a session)",
+        Safety.SAFE,
+    )
+
+
 class UnwrapProgress(cst.CSTTransformer):
     """`for x in tqdm(xs, ...)` → `for x in xs` (the bar cannot run on the server)."""
 

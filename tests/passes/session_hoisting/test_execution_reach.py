@@ -691,3 +691,35 @@ def test_a_join_of_a_class_of_the_file_may_keep_the_list(family):
     assert any("also reachable through another name" in (f.reason or "") for f in result.findings
                if f.pass_id == "session-hoisting"), \
         [(f.message, f.reason) for f in result.findings]
+
+
+RETURNED_COMPREHENSION = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def last_hidden(prompt, layer):
+        with model.trace(prompt, remote=True):
+            hidden = LAYERS[layer].output[0][:, -1].save()
+        return hidden
+
+
+    def norms(prompts, layer):
+        # one request per prompt, returned as it is computed
+        return [round(last_hidden(p, layer).norm().item(), 3) for p in prompts]
+
+
+    result = "taken"
+    print(norms(["The cat sat on the", "Paris is the capital of", "One two three"], 1), result)
+'''
+
+
+@both
+def test_a_returned_comprehension_of_requests_becomes_one_session(family):
+    # `return [...]` held the three requests: the value is computed into a name of its
+    # own first (`result` is taken: `result_2`), then one session computes it
+    result, report = optimized_and_verified(RETURNED_COMPREHENSION, family)
+    assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
+    assert "result_2 = [" in result.code and "return result_2" in result.code, result.code
+    assert any("cannot stand inside a session" in f.message for f in result.findings), result.findings
