@@ -352,18 +352,13 @@ class StatementWalk:
                 and (self._varies(stmt) or self.facts.once(_leaves_by_element, stmt)
                      or self.facts.once(_calls_a_cache_by_element, stmt)))
         ):
-            self._unrolled += len(elements)
-            outer, self._elements = self._elements, self._elements | set(names)
-            try:
-                for element in elements:
-                    self._bind_target(stmt.target, element)
-                    with self._loop_body(True):
-                        self.suite(stmt.body.body, times)
-                        left = self._leaving
-                    if left == "break":
-                        break
-            finally:
-                self._elements = outer
+            self._unrolled_loop(stmt, names, elements, self._bind_target, times)
+            return
+        displayed = None if elements is not None or grown else self._models_displayed(stmt.iter)
+        if displayed is not None:
+            # `for name, m in [("small", small), ("medium", medium)]`: each iteration's `m`
+            # is one of the script's models, whose layers and sizes its traces have
+            self._unrolled_loop(stmt, names, displayed, self._bind_displayed, times)
             return
         trips = len(elements) if elements is not None else None if grown else self.length(stmt.iter)
         if stop is not None and elements is not None and stop[0] < len(elements):
@@ -379,6 +374,62 @@ class StatementWalk:
                 self._bind(name, self._element_shape(stmt.iter))
         with self._guessing() if assumed else contextlib.nullcontext(), self._loop_body(False):
             self.suite(stmt.body.body, times * trips)
+
+    def _unrolled_loop(self, stmt: cst.For, names: list[str], items: list, bind, times: Number | Count) -> None:
+        """The loop walked iteration by iteration, ``bind`` binding its target to each item."""
+        self._unrolled += len(items)
+        outer, self._elements = self._elements, self._elements | set(names)
+        try:
+            for item in items:
+                bind(stmt.target, item)
+                with self._loop_body(True):
+                    self.suite(stmt.body.body, times)
+                    left = self._leaving
+                if left == "break":
+                    break
+        finally:
+            self._elements = outer
+
+    def _models_displayed(self, iterable: cst.BaseExpression) -> list[cst.BaseExpression] | None:
+        """The items of a list or tuple display that names one of the script's models in an
+        item (or in a tuple an item is), within the unroll budget; else None."""
+        if type(iterable) not in (cst.List, cst.Tuple) or not iterable.elements \
+                or len(iterable.elements) > UNROLL_LIMIT or self._unrolled + len(iterable.elements) > UNROLL_BUDGET:
+            return None
+        if any(type(e) is cst.StarredElement for e in iterable.elements):
+            return None
+        items = [e.value for e in iterable.elements]
+        return items if any(self._names_a_model(item) for item in items) else None
+
+    def _names_a_model(self, expr: cst.BaseExpression) -> bool:
+        if type(expr) is cst.Name:
+            return expr.value in self.facts.models or expr.value in self._model_aliases
+        return type(expr) is cst.Tuple and any(self._names_a_model(e.value) for e in expr.elements)
+
+    def _bind_item(self, target: cst.BaseExpression, item: Any) -> None:
+        """A target bound to an element the walk knows (a value), or to an item of a
+        display that names a model (its expression: :meth:`_models_displayed`)."""
+        if isinstance(item, cst.BaseExpression):
+            self._bind_displayed(target, item)
+        else:
+            self._bind_target(target, item)
+
+    def _bind_displayed(self, target: cst.BaseExpression, item: cst.BaseExpression) -> None:
+        """A loop target bound to an item of a display: a model's name aliases that model."""
+        if type(target) is cst.Name:
+            self._alias_model(target.value, item)
+            if self._model_aliases.get(target.value) is not None:
+                self.env[target.value] = ModuleRef()
+            else:
+                self._bind(target.value, self.value(item))
+        elif type(target) in (cst.Tuple, cst.List) and type(item) in (cst.Tuple, cst.List) \
+                and len(target.elements) == len(item.elements) \
+                and not any(type(e) is cst.StarredElement for e in (*target.elements, *item.elements)):
+            for sub, part in zip(target.elements, item.elements):
+                self._bind_displayed(sub.value, part.value)
+        else:
+            for name in target_names(target):
+                self._bind(name, Shape.unknown("unpacked loop value"))
 
     def _varies(self, loop: cst.For) -> bool:
         """Does what an iteration costs depend on the loop variable? — a nested loop whose
@@ -695,7 +746,7 @@ class StatementWalk:
                 with self._names_kept(targets):  # the comprehension's variables are its own
                     for bindings in elements:
                         for target, element in zip(targets, bindings):
-                            self._bind_target(target, element)
+                            self._bind_item(target, element)
                         if any(self.truth(test.test) is False for clause in loops for test in clause.ifs):
                             continue  # `[f(w) for w in words if w.startswith("c")]`: no call for "dog"
                         if cache is not None and not self._cache_misses(name, func, cache,
@@ -795,7 +846,8 @@ class StatementWalk:
         if not bindings:
             return None
         strings = any(has_str(e) for row in bindings for e in row)
-        if len(loops) == 1 and not loops[0].ifs and strings:
+        models = any(isinstance(e, cst.BaseExpression) for row in bindings for e in row)  # (_models_displayed)
+        if len(loops) == 1 and not loops[0].ifs and (strings or models):
             return bindings
         if self._unrolled + len(bindings) > UNROLL_BUDGET:
             return None
@@ -808,6 +860,8 @@ class StatementWalk:
         UNROLL_LIMIT of them; None when a clause's elements are not known."""
         clause, rest = loops[0], loops[1:]
         elements = self.elements(clause.iter)
+        if elements is None:
+            elements = self._models_displayed(clause.iter)  # `for name, m in [("small", small), ...]`
         if elements is None or len(elements) > UNROLL_LIMIT:
             return None
         if not rest:
@@ -815,7 +869,7 @@ class StatementWalk:
         found: list[tuple] = []
         with self._names_kept([clause.target]):
             for element in elements:
-                self._bind_target(clause.target, element)
+                self._bind_item(clause.target, element)
                 inner = self._clause_bindings(rest)
                 if inner is None or len(found) + len(inner) > UNROLL_LIMIT:
                     return None
@@ -826,15 +880,18 @@ class StatementWalk:
     def _names_kept(self, targets: list[cst.BaseExpression]):
         """The walk's values of the names ``targets`` bind, put back after the block (a
         comprehension's variables are its own)."""
-        held = {n: self.env.get(n, UNBOUND) for target in targets for n in target_names(target)}
+        names = [n for target in targets for n in target_names(target)]
+        held = {n: self.env.get(n, UNBOUND) for n in names}
+        aliases = {n: self._model_aliases.get(n, UNBOUND) for n in names}  # (a model each element names)
         try:
             yield
         finally:
-            for n, value in held.items():
-                if value is UNBOUND:
-                    self.env.pop(n, None)
-                else:
-                    self.env[n] = value
+            for kept, now in ((held, self.env), (aliases, self._model_aliases)):
+                for n, value in kept.items():
+                    if value is UNBOUND:
+                        now.pop(n, None)
+                    else:
+                        now[n] = value
 
     def _comprehension_trips(self, loops: tuple[cst.CompFor, ...]) -> Number | Count:
         """How often a call inside comprehensions of ``loops`` (their ``for`` clauses)

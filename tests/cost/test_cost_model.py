@@ -1792,3 +1792,27 @@ def test_a_loop_over_a_list_display_runs_its_length_whatever_its_items():
         )
     )
     assert run(source).cost.requests == 4
+
+
+@pytest.mark.parametrize("header", ['for name, m in [("small", small), ("medium", medium)]:', "for m in (small, medium):"])
+def test_a_loop_over_a_display_of_models_runs_each_model_in_turn(header):
+    # each iteration's `m` is one of the models: GPT-2's 12 layers, then GPT-2 medium's 24
+    # (both were billed at the default 32 layers, and their logits' size was unknown)
+    source = (
+        "from nnsight import LanguageModel\n"
+        'small = LanguageModel("openai-community/gpt2")\n'
+        'medium = LanguageModel("openai-community/gpt2-medium")\n'
+        + header + "\n"
+        + textwrap.indent(
+            textwrap.dedent(
+                """\
+                with m.trace("The capital of France is", remote=True):
+                    t = m.lm_head.output[0, -1].save()
+                """
+            ),
+            "    ",
+        )
+    )
+    cost = run(source).cost
+    assert cost.requests == 2 and cost.layer_evaluations == 12 + 24, cost
+    assert not cost.download_unknown.counts, cost
