@@ -6,7 +6,7 @@ import libcst as cst
 
 from ndif_opt.analysis.effects import Problem
 from ndif_opt.analysis.facts import Block, Facts, Remote
-from ndif_opt.analysis.names import collect, collect_all
+from ndif_opt.analysis.names import all_params, collect, collect_all, target_names
 from ndif_opt.analysis.opaque import (
     blocks_through_names,
     callback_loops,
@@ -179,15 +179,31 @@ def header_rebound(region: Region) -> str:
     stores = {code_of(t.target) for stmt in region.statements
               for t in find_nodes(stmt, lambda n: isinstance(n, cst.AssignTarget))
               if isinstance(t.target, cst.Attribute)}
-    if region.model in stores or region.model.split(".")[0] in bound:
-        return (f"`{region.model}` is assigned inside it, so its requests may go to different models, "
+    inner = _bound_in_inner_scopes(region.statements)
+    if region.model in stores or region.model.split(".")[0] in bound | inner:
+        how = "a variable of code inside it" if region.model.split(".")[0] in inner else "assigned inside it"
+        return (f"`{region.model}` is {how}, so its requests may go to different models, "
                 "and a session runs one model that must exist before it opens")
     flag_reads = set(collect(region.flag).reads) if region.flag is not None else set()
-    rebound = sorted(flag_reads & bound)
+    rebound = sorted(flag_reads & (bound | inner))
     if rebound:
-        return (f"`{rebound[0]}` is assigned inside it and decides `remote=`, so its requests may not all "
+        how = "a variable of code inside it" if rebound[0] in inner else "assigned inside it"
+        return (f"`{rebound[0]}` is {how} and decides `remote=`, so its requests may not all "
                 "run remotely; one session takes one flag, read before it opens")
     return ""
+
+
+def _bound_in_inner_scopes(statements) -> set[str]:
+    """Names the comprehensions and lambdas of ``statements`` bind for themselves: where the
+    session opens, before them, such a name is not theirs (it is unbound, or another value)."""
+    found: set[str] = set()
+    for stmt in statements:
+        for node in find_nodes(stmt, lambda n: type(n) in (cst.CompFor, cst.Lambda)):
+            if type(node) is cst.CompFor:
+                found |= set(target_names(node.target))
+            else:
+                found |= {param.name.value for param in all_params(node.params)}
+    return found
 
 
 def not_hoisted(region: Region, facts: Facts, requests: RegionRequests) -> str:

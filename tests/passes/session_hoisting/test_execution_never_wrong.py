@@ -954,3 +954,30 @@ def test_prompts_from_an_iterator_are_not_taken_past_a_break(family):
     assert "session(" not in result.code, result.code
     assert any("may stop early" in (f.reason or "") for f in result.findings), \
         [(f.message, f.reason) for f in result.findings]
+
+
+# -- the session's model is one the code before it binds --------------------------------
+
+MODELS_OF_A_COMPREHENSION = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def vocabulary(lm):
+        with lm.trace("Hi there", remote=True):
+            logits = lm.lm_head.output.save()
+        return logits.shape[-1]
+
+
+    table = {name: vocabulary(m) for name, m in [("first", model), ("second", model)]}
+'''
+
+
+@both
+def test_a_model_a_comprehension_binds_opens_no_session(family):
+    # `m` is the comprehension's own: a session opened before it on `m` raised NameError
+    result, report = optimized_and_verified(MODELS_OF_A_COMPREHENSION, family)
+    assert "session(" not in result.code, result.code
+    assert report.after.requests == 2, report.to_text()
+    assert any("a variable of code inside it" in (f.reason or "") for f in result.findings), result.findings
