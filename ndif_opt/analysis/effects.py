@@ -144,6 +144,15 @@ def _not_a_path_call(method: str, call: cst.Call) -> bool:
     return len(positional) != 1 or len(positional) != len(call.args)
 
 
+# Reads of the clock of the machine the code runs on: around a request it measures the
+# request; in a session the requests are one, and the read would measure something else.
+CLOCK_FUNCTIONS = frozenset(
+    {
+        "time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns", "time.monotonic",
+        "time.monotonic_ns", "time.process_time", "time.process_time_ns", "timeit.default_timer",
+        "datetime.datetime.now", "datetime.datetime.utcnow", "datetime.datetime.today", "datetime.date.today",
+    }
+)
 PROGRESS_BARS = frozenset({"tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange", "trange"})
 
 
@@ -795,6 +804,9 @@ class _Checker(cst.CSTVisitor):
     def _check_module_path(self, path: str, node: cst.Call) -> None:
         if draws_randomness(path):
             self._add("module", _random_message(path), node)
+            return
+        if path in CLOCK_FUNCTIONS:
+            self._add("clock", f"reads your machine's clock (`{path}()`)", node)
             return
         root = path.split(".")[0]
         module, _, function = path.rpartition(".")

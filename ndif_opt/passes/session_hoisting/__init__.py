@@ -98,6 +98,7 @@ from ndif_opt.passes.base import Context, Pass
 from ndif_opt.passes.session_hoisting.cases import CASES
 from ndif_opt.passes.session_hoisting.definitions import definitions_in_the_way
 from ndif_opt.passes.session_hoisting.messages import (
+    clock_note,
     drop_nested_repeats,
     first_line,
     header_rebound,
@@ -920,7 +921,8 @@ class SessionHoisting(Pass):
         safety = Safety.UNSAFE if unsafe else Safety.SAFE
         counted = self._counted(region, facts, context)
         caller = self._hoisted_caller(region, facts, context)
-        message = hoisted_message(region, facts, accumulators, counted, caller) + unsafe_note(unsafe)
+        message = hoisted_message(region, facts, accumulators, counted, caller) + unsafe_note(unsafe) + \
+            clock_note(region)
         context.applied(anchor, message + let_go_note(region, facts, let_go), safety,
                         evidence=f"{region.model}.session(", requests=None if caller else request_claim(counted))
         return True

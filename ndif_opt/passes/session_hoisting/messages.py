@@ -394,6 +394,17 @@ def unsafe_reason(problem: Problem, not_replayed: str = "") -> str:
     return why + " (use --unsafe-fixes to accept)"
 
 
+def clock_note(region: Region) -> str:
+    """What the region's reads of your machine's clock time once it is a session: they stay
+    on your machine, replayed after the session, so they no longer time each request."""
+    clocks = sorted({p.message for p in region.unsafe if p.kind == "clock"})
+    if not clocks:
+        return ""
+    read = clocks[0].removeprefix("reads your machine's clock (").removesuffix(")")
+    return (f"; its clock reads ({read}) {tense('now run', 'would run')} on your machine after the session, "
+            "so they time that replay, not each request")
+
+
 def unsafe_note(unsafe: list[Problem]) -> str:
     """What an applied unsafe fix gives up, said where it is applied (`--unsafe-fixes`)."""
     kinds = {p.kind for p in unsafe}

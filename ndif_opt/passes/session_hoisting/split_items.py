@@ -26,7 +26,8 @@ from ndif_opt.syntax.walk import find_nodes, walk
 
 
 # Problems a client statement may have and still be replayed after the session.
-DEFERRABLE_KINDS = frozenset({"print", "effect", "progress", "module", "forbidden", "client-object", "request"})
+DEFERRABLE_KINDS = frozenset(
+    {"print", "effect", "progress", "module", "forbidden", "client-object", "request", "clock"})
 # Problems a client statement may have and still run before the session: it computes on
 # your machine (a module NDIF does not allow, an object only you have) and acts on nothing.
 PREPARABLE_KINDS = frozenset({"module", "client-object"})

@@ -22,7 +22,10 @@ import pytest
 
 from execution import both, optimized_and_verified, script
 
+import libcst as cst
+
 from ndif_opt import optimize  # noqa: E402
+from ndif_opt.syntax.walk import find_nodes
 
 modes = pytest.mark.parametrize("unsafe", [False, True], ids=["default", "unsafe"])
 
@@ -981,3 +984,36 @@ def test_a_model_a_comprehension_binds_opens_no_session(family):
     assert "session(" not in result.code, result.code
     assert report.after.requests == 2, report.to_text()
     assert any("a variable of code inside it" in (f.reason or "") for f in result.findings), result.findings
+
+
+# -- what a clock read measures --------------------------------------------------------
+
+TIMED_REQUESTS = '''
+    import time
+
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+    latency = []
+    tops = []
+    for prompt in ["The cat sat on the", "Paris is the capital of"]:
+        start = time.perf_counter()
+        with model.trace(prompt, remote=True):
+            top = model.lm_head.output[0, -1].argmax().save()
+        latency.append(time.perf_counter() - start)
+        tops.append(top.item())
+    print(tops)  # (a printed time would differ from run to run, as `latency` does)
+'''
+
+
+@both
+def test_a_loop_that_times_its_requests_keeps_its_clock_reads_on_your_machine(family):
+    # `time` is a module NDIF allows: the reads moved into the session, where they timed the
+    # server's work, and no finding said so. They stay on your machine, after the session.
+    result, report = optimized_and_verified(TIMED_REQUESTS, family, let_go=frozenset({"top", "prompt"}))
+    assert report.after.requests == 1, report.to_text() + result.code
+    sessions = [node for node in find_nodes(cst.parse_module(result.code), lambda n: type(n) is cst.With)
+                if "session(" in cst.Module([]).code_for_node(node.items[0])]
+    assert sessions and all("perf_counter" not in cst.Module([]).code_for_node(s) for s in sessions), result.code
+    assert any("clock reads (`time.perf_counter()`) now run on your machine after the session" in f.message
+               for f in result.findings), result.findings
