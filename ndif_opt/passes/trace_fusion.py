@@ -246,6 +246,23 @@ with model.session(remote=True):
         reason="does not visit layers in increasing order (`[11, 5, 0]`)",
     ),
     Case(
+        name="layers read from a file: their order is not known, and the finding says so",
+        before="""\
+import json
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+with open("layers.json") as f:
+    layers = json.load(f)
+with model.session(remote=True):
+    norms = dict().save()
+    for layer in layers:
+        with model.trace("hello"):
+            norms[layer] = model.transformer.h[layer].output[0, -1].norm()
+""",
+        reason="cannot tell whether the loop visits layers in increasing order (`layers`)",
+    ),
+    Case(
         name="interventions are not fused (each iteration needs its own pass)",
         before="""\
 from nnsight import LanguageModel

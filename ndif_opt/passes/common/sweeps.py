@@ -592,9 +592,10 @@ def layer_order_problem(sweep: Sweep, accesses: Accesses, facts: Facts) -> str:
         if any(rank[a] > rank[b] for a, b in zip(read, read[1:])):
             return "each iteration reads a layer's output before its input"
     if not strictly_ascending(sequence, facts):
+        known = _order_known(sequence, facts)
         return (
-            f"the loop does not visit layers in increasing order (`{code_of(sequence)}`): "
-            "one trace must read earlier layers first"
+            f"{'the loop does not visit' if known else 'ndif-opt cannot tell whether the loop visits'} layers in "
+            f"increasing order (`{code_of(sequence)}`): one trace must read earlier layers first"
         )
     return ""
 
@@ -664,6 +665,15 @@ def strictly_ascending(expr: cst.BaseExpression, facts: Facts) -> bool:
     if values is None:
         return False
     return all(v >= 0 for v in values) and all(a < b for a, b in zip(values, values[1:]))
+
+
+def _order_known(expr: cst.BaseExpression, facts: Facts) -> bool:
+    """Are the layers a loop visits known before it runs (whatever their order)?"""
+    expr = listed_items(expr, facts)
+    args = range_args(expr)
+    if args is not None:
+        return len(args) < 3 or int_value(args[2], facts) is not None
+    return int_sequence(expr, facts) is not None
 
 
 def nonnegative_ints(expr: cst.BaseExpression, facts: Facts) -> bool:
