@@ -532,6 +532,11 @@ def verify_result(source: str, result, *, filename: str = "script.py", unsafe_fi
     if tolerance is not None:
         report.compared_within = (f"atol {tolerance[0]:g}, rtol {tolerance[1]:g}: the fixes of {passes} change "
                                   "floats in their last bits (--atol and --rtol set other tolerances)")
+    if report.failed and kwargs.get("original_nnsight") is None and _still_pre_05(source):
+        # (nnsight 0.8 runs no pre-0.5 script: its error is the API's, not the script's)
+        report.warnings.append("the script uses the pre-0.5 nnsight API, which nnsight 0.8 does not run: "
+                               "`ndif-opt verify --migrate` runs it as its author did, on nnsight 0.4, and its "
+                               "migration on nnsight 0.8")
     return report
 
 

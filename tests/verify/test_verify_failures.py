@@ -411,3 +411,22 @@ def test_each_run_plots_on_a_figure_of_its_own():
     result = optimize(PLOTS)
     report = verify_result(PLOTS, result)
     assert report.intended_ok and not report.original_remote_differs, report.to_text()
+
+
+def test_a_pre_05_script_that_fails_on_nnsight_08_is_pointed_to_verify_migrate():
+    # `.value` is the pre-0.5 API: nnsight 0.8 raises in every run, and the failure's own
+    # advice (--allow-same-error) is not what the script needs
+    source = script(
+        """
+        from nnsight import LanguageModel
+        model = LanguageModel("openai-community/gpt2")
+        with model.trace("Hello", remote=True):
+            logits = model.lm_head.output.save()
+        print(logits.value.shape)
+        """
+    )
+    report = verify_result(source, optimize(source))
+    assert report.failed, report.to_text()
+    assert "`ndif-opt verify --migrate` runs it as its author did" in report.to_text(), report.to_text()
+    fine = source.replace("logits.value.shape", "logits.shape")
+    assert not any("--migrate" in w for w in verify_result(fine, optimize(fine)).warnings)
