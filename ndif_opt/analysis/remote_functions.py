@@ -16,7 +16,7 @@ import libcst as cst
 from ndif_opt.analysis.classes import instance_names, self_methods
 from ndif_opt.analysis.effects import ServerCheck
 from ndif_opt.analysis.facts import Block, Facts, Remote, grad_mode_context
-from ndif_opt.analysis.names import collect
+from ndif_opt.analysis.names import all_params, collect
 from ndif_opt.analysis.retries import RetryGuard, RetryWrapper, function_guard, retry_wrappers, unwrapped_call
 from ndif_opt.syntax.commas import appended
 from ndif_opt.syntax.positions import code_of, short_code
@@ -150,6 +150,14 @@ def remote_helpers(facts: Facts, server: ServerCheck) -> dict[str, RemoteHelper]
             helpers[name] = _describe(name, func, blocks, facts, server)
             helpers[name].wrappers = wrappers
             helpers[name].flag_changes_later = _rebound_after(helpers[name], facts)
+    for name, func in facts.once(_nested_functions).items():
+        blocks = [
+            b for b in facts.blocks
+            if b.parent is None and b.stmt.function is func and b.remote.state is not Remote.NO
+        ]
+        if blocks and name not in helpers:
+            helpers[name] = _describe(name, func, blocks, facts, server)
+            helpers[name].wrappers = wrappers
     for name, method in self_methods(facts).items():
         blocks = [
             b for b in facts.blocks
@@ -160,6 +168,28 @@ def remote_helpers(facts: Facts, server: ServerCheck) -> dict[str, RemoteHelper]
             helpers[name].wrappers = wrappers
             helpers[name].instances = instance_names(facts)
     return helpers
+
+
+def _nested_functions(facts: Facts) -> dict[str, cst.FunctionDef]:
+    """Functions defined in a function's body (`def run(...): def hidden_at(p): ...`) that
+    a call by their name can only mean: the body binds the name with that `def` alone, it
+    is none of its parameters nor a module function, and the name is spelled nowhere
+    outside that function (once per version of the tree)."""
+    found: dict[str, cst.FunctionDef] = {}
+    for outer in find_nodes(facts.module, lambda n: type(n) is cst.FunctionDef):
+        params = {p.name.value for p in all_params(outer.params)}
+        for stmt in outer.body.body:
+            if type(stmt) is not cst.FunctionDef:
+                continue
+            name = stmt.name.value
+            if name in facts.functions or name in params or any(
+                    other is not stmt and name in collect(other).binds for other in outer.body.body):
+                continue
+            inside = {id(n) for n in find_nodes(outer.body, lambda n: type(n) is cst.Name and n.value == name)}
+            spelled = find_nodes(facts.module, lambda n: type(n) is cst.Name and n.value == name)
+            if all(id(n) in inside for n in spelled):
+                found[name] = stmt
+    return found
 
 
 def _rebound_after(helper: RemoteHelper, facts: Facts) -> bool:

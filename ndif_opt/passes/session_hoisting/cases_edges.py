@@ -851,4 +851,38 @@ def top_tokens(prompts):
     return result
 """,
     ),
+    Case(
+        name="a helper defined inside the function that calls it",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def top_tokens(prompts):
+    def top_token(prompt):
+        with model.trace(prompt, remote=True):
+            logits = model.lm_head.output.save()
+        return logits[0, -1].argmax().item()
+
+    tops = [top_token(p) for p in prompts]
+    return tops
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def top_tokens(prompts):
+    def top_token(prompt, remote=True):
+        with model.trace(prompt, remote=remote):
+            logits = model.lm_head.output.save()
+        return logits[0, -1].argmax().item()
+
+    with model.session(remote=True):
+        tops = [top_token(p, remote=False) for p in prompts].save()
+    return tops
+""",
+    ),
 )

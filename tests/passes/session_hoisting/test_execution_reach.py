@@ -723,3 +723,33 @@ def test_a_returned_comprehension_of_requests_becomes_one_session(family):
     assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
     assert "result_2 = [" in result.code and "return result_2" in result.code, result.code
     assert any("cannot stand inside a session" in f.message for f in result.findings), result.findings
+
+
+NESTED_HELPER = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def norms_at(prompts, layer):
+        def last_hidden(prompt):
+            # a helper of this function only: it reads `layer` from it
+            with model.trace(prompt, remote=True):
+                hidden = LAYERS[layer].output[0][:, -1].save()
+            return hidden
+
+        norms = [round(last_hidden(p).norm().item(), 3) for p in prompts]
+        return norms
+
+
+    print(norms_at(["The cat sat on the", "Paris is the capital of", "One two three"], 1))
+'''
+
+
+@both
+def test_a_helper_defined_inside_a_function_is_called_in_one_session(family):
+    # `last_hidden` is defined in `norms_at`: the comprehension's three requests were left
+    # as they were, and nothing said why
+    result, report = optimized_and_verified(NESTED_HELPER, family)
+    assert report.before.requests == 3 and report.after.requests == 1, report.to_text() + result.code
+    assert "last_hidden(p, remote=False)" in result.code, result.code
