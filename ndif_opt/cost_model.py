@@ -72,9 +72,9 @@ from ndif_opt.analysis.facts import Block, Facts
 from ndif_opt.analysis.keywords import known_keywords
 from ndif_opt.analysis.regions import int_value
 from ndif_opt.cost.constants import DEFAULTS, UNKNOWN_TRIPS, generated_tokens, session_budget, setting, view_mode
-from ndif_opt.cost.model_registry import dims_for
 from ndif_opt.cost.shape_values import Shape
 from ndif_opt.cost.shapes import shape_of
+from ndif_opt.cost.script_models import script_model_dims
 from ndif_opt.cost.requests import RequestEstimate, SessionProfile, Visit
 from ndif_opt.cost.walker import Walker
 from ndif_opt.options import Options
@@ -350,8 +350,7 @@ def _integer_constants(expr: cst.BaseExpression, facts: Facts) -> dict[str, Shap
 def saved_shape(expr: cst.BaseExpression, block: Block, facts: Facts) -> str:
     """A saved value described for a finding: the estimated shape and size of ``expr`` saved
     in ``block`` ("`[1, 9, 128256] bfloat16`, ~2.3 MB on ..."), or "" if unknown."""
-    info = facts.models.get(block.model)
-    dims = dims_for(info.repo_id if info is not None and info.repo_id else block.model)
+    dims = script_model_dims(facts, block.model)
     trace = block if block.method != "session" else None
     seq = prompt_tokens(trace.call, facts, _DEFAULT_OPTIONS) if trace is not None else 16
     try:

@@ -33,8 +33,10 @@ __all__ = [
     "canonical_dtype",
     "dims_for",
     "dims_from_hf_config",
+    "dims_of_family",
     "dtype_size",
     "estimate_n_params",
+    "family_of_layer_list",
     "guess_family",
     "load_overrides",
     "registry_names",
@@ -683,6 +685,17 @@ def _fallback(repo_id: str) -> ModelDims:
         candidates = [d for d in REGISTRY.values() if d.family == family]
         template = min(candidates, key=lambda d: abs(math.log(d.n_params) - math.log(size)))
     return template.replace(name=str(repo_id), family=family, known=False)
+
+
+def family_of_layer_list(path: str) -> str | None:
+    """The family whose decoder layers a model keeps at ``path`` (``"transformer.h"``: GPT-2's)."""
+    return {_GPT2_PATHS.layers: "gpt2", _LLAMA_PATHS.layers: "llama"}.get(path)
+
+
+def dims_of_family(name: str, family: str) -> ModelDims:
+    """A model whose repo is not known, of ``family`` (as its code shows): the dimensions of
+    the family's default registry entry, not known (as :func:`dims_for`'s default)."""
+    return REGISTRY[_FAMILY_DEFAULT[family]].replace(name=str(name), family=family, known=False)
 
 
 def dims_for(repo_id: str, overrides: Mapping | None = None) -> ModelDims:

@@ -30,6 +30,7 @@ from ndif_opt.analysis.remote_functions import attribute_models
 from ndif_opt.analysis.retries import retry_wrappers, unwrapped_call
 from ndif_opt.cost.constants import setting, view_mode
 from ndif_opt.cost.model_registry import ModelDims, dims_for, dims_from_hf_config
+from ndif_opt.cost.script_models import script_model_dims
 from ndif_opt.cost.requests import Forward, RequestEstimate, Storage, Visit
 from ndif_opt.cost.shape_values import ModuleRef, Shape
 from ndif_opt.cost.walk_expressions import ExpressionWalk
@@ -130,7 +131,7 @@ class Walker(StatementWalk, ExpressionWalk, RequestWalk):
                 dims = dims_for(repo)
         else:
             overrides = self.options.cost.get("models")
-            dims = dims_for(repo, overrides) if overrides else dims_for(repo)
+            dims = dims_for(repo, overrides) if overrides else script_model_dims(self.facts, model)
         self._dims[model] = dims
         return dims
 

@@ -1816,3 +1816,27 @@ def test_a_loop_over_a_display_of_models_runs_each_model_in_turn(header):
     cost = run(source).cost
     assert cost.requests == 2 and cost.layer_evaluations == 12 + 24, cost
     assert not cost.download_unknown.counts, cost
+
+
+def test_a_model_whose_repo_is_not_written_is_of_the_family_its_layers_show():
+    # `LanguageModel(args.model)`: no repo to go by; `model.transformer.h` is GPT-2's layer
+    # list (12 layers, 768 wide, float32), not the default Llama-3.1-8B's (32, 4096, bf16)
+    source = textwrap.dedent(
+        """\
+        import argparse
+        from nnsight import LanguageModel
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--model")
+        args = parser.parse_args()
+        model = LanguageModel(args.model)
+        with model.trace("The history of science", remote=True):
+            h = model.transformer.h[3].output.save()
+        print(h.norm().item())
+        """
+    )
+    assert run(source).cost.layer_evaluations == 12
+    messages = [f.message for f in optimize(source).findings if f.pass_id == "reduction-pushdown"]
+    assert any("float32" in m and ", 768]" in m for m in messages), messages
+    llama = source.replace("model.transformer.h[3]", "model.model.layers[3]")
+    assert run(llama).cost.layer_evaluations == 32
