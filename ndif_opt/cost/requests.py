@@ -144,6 +144,7 @@ class Forward:
     times: float = 1.0
     skipped: float = 0.0
     serial: int = field(default_factory=lambda: next(_SERIALS))
+    tracer: str | None = None  # the name `as tracer` binds (`tracer.cache()`)
 
 
 @dataclass

@@ -406,7 +406,8 @@ class RequestWalk:
         if block.method == "generate" and stop is None:
             new_tokens = generated_tokens(known_keywords(block.call, self.facts), self.integer, self.options)
             passes = new_tokens
-        forward = self.forward = Forward(dims, block.model, seq, rows, new_tokens, rows=rows, times=times)
+        forward = self.forward = Forward(dims, block.model, seq, rows, new_tokens, rows=rows, times=times,
+                                         tracer=tracer)
         if tracer is not None:
             self.env.pop(tracer, None)
         self.suite(body, times)

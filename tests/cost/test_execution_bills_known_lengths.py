@@ -261,3 +261,22 @@ best = logits
 def test_a_saved_value_a_saved_list_holds_is_billed_once(family):
     result, report = optimized_and_verified(SAVED_AND_HELD_BY_A_LIST, family)
     assert result.costs[-1].after.download_bytes <= result.costs[0].before.download_bytes, result.costs
+
+
+CACHED_LAYERS = """\
+from nnsight import LanguageModel
+model = LanguageModel("REPO")
+with model.trace("Caches are big", remote=True) as tracer:
+    cache = tracer.cache(modules=[LAYERS[i] for i in range(2)])
+norms = [cache[path].output.norm().item() for path in cache.keys()]
+print(norms)
+"""
+
+
+@both
+def test_what_a_trace_cache_records_is_billed(family):
+    # `tracer.cache(modules=[...])` comes back with the request: each layer's output (the
+    # bill counted none of it: 1.3 KB shown for 1.1 MB of Llama-3.1-8B's layers)
+    result, report = optimized_and_verified(CACHED_LAYERS, family)
+    first = result.costs[0].before
+    assert not first.download_unknown.counts and first.download_bytes > 2 * 2 * 64, first
