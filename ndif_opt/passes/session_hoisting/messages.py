@@ -14,8 +14,8 @@ from ndif_opt.analysis.opaque import (
     code_strings,
     mapped_remote_calls,
 )
-from ndif_opt.analysis.regions import client_objects_filled, intermediates
-from ndif_opt.analysis.retries import PortableRetry
+from ndif_opt.analysis.regions import client_objects_filled, intermediates, jumps_of_loop
+from ndif_opt.analysis.retries import PortableRetry, retried_until_success, retry_guard
 from ndif_opt.cost_model import RegionRequests
 from ndif_opt.passes.base import Context
 from ndif_opt.passes.session_hoisting.region import Region
@@ -206,11 +206,26 @@ def _bound_in_inner_scopes(statements) -> set[str]:
     return found
 
 
+def leaves_early(region: Region, facts: Facts) -> bool:
+    """Does a loop of the region hold a `break` of its own or a `return`: it may end before
+    its last iteration, and send fewer requests than it has iterations? (Not a retry's: the
+    table counts the one attempt that succeeds.)"""
+    for stmt in region.statements:
+        for loop in find_nodes(stmt, lambda n: type(n) in (cst.For, cst.While)):
+            if retry_guard(loop, facts) is not None or retried_until_success(loop):
+                continue
+            if "break" in jumps_of_loop(loop.body) or find_nodes(loop.body, lambda n: type(n) is cst.Return):
+                return True
+    return False
+
+
 def not_hoisted(region: Region, facts: Facts, requests: RegionRequests) -> str:
     names, meaning = symbols(requests.sent, requests.runs)
     sent = counted_with_loops(requests.sent, "separate remote request", names)[0]
-    if any(block.remote.state is Remote.MAYBE for block in region.blocks):
-        sent = f"up to {sent}"  # (a flag decided as the code runs: the table counts them remote)
+    if any(block.remote.state is Remote.MAYBE for block in region.blocks) or leaves_early(region, facts):
+        # (a flag decided as the code runs: the table counts them remote; a loop that may
+        # end early: the table counts every iteration)
+        sent = f"up to {sent}"
     sessions = "one" if requests.runs == 1 else counted_with_loops(requests.runs, "session", names)[0]
     return (
         f"{kind_label(region)} sends {sent} to `{region.model}`{per_call(requests)}; "
@@ -240,6 +255,7 @@ def hoisted_message(region: Region, facts: Facts, accumulators, requests: Region
                 "requests)")
     else:
         change, meaning = claim_text(requests.sent, requests.runs, "request")
+        change = f"up to {change}" if leaves_early(region, facts) else change  # (the table counts every iteration)
         text = f"{tense('wrapped', 'would wrap')} {kind_label(region)} in one session: {change}{per_call(requests)}"
         if meaning:
             text += f" ({meaning})"
