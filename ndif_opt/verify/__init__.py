@@ -20,6 +20,7 @@ not import torch or nnsight; the submodules are loaded on first use.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import re
@@ -156,6 +157,9 @@ class VerifyReport:
     # what differs between two runs of the original on your machine (a random draw, a clock,
     # a nondeterministic solver): not compared, as nothing could match it
     unstable: tuple[str, ...] = ()
+    # lines the original printed locally inside its remote blocks (on NDIF, the server's log),
+    # compared as one difference of the original's own
+    server_log_lines: int = 0
 
     @classmethod
     def could_not_run(cls, reason: str) -> "VerifyReport":
@@ -366,6 +370,38 @@ def _line_difference(index: int, expected: str, actual: str, width: int = 80) ->
     return f"stdout line {index + 1}{where}: expected {part(expected)!r}, got {part(actual)!r}"
 
 
+def _without_server_log_lines(local: "RunResult", remote: tuple["RunResult", ...],
+                              original: str) -> tuple["RunResult", int]:
+    """The local run without the lines of its output that no ``remote`` run (the original's
+    and the optimized script's, on NDIF) prints anywhere, when the original's remote blocks
+    call `print`: run remotely, those calls print to the server's log, in both scripts alike.
+    Also the number of lines left out."""
+    if any(run.error is not None for run in remote) or not _prints_in_remote_blocks(original):
+        return local, 0
+    printed = {line for run in remote for line in run.stdout.splitlines()}
+    mine = local.stdout.splitlines(keepends=True)
+    kept = [line for line in mine if line.rstrip("\r\n") in printed]
+    if len(kept) == len(mine):
+        return local, 0
+    return dataclasses.replace(local, stdout="".join(kept)), len(mine) - len(kept)
+
+
+def _prints_in_remote_blocks(source: str) -> bool:
+    """Does a remote block of ``source`` call `print`?"""
+    import libcst as cst
+
+    from ndif_opt.analysis.facts import Remote, analyze
+    from ndif_opt.syntax.walk import find_nodes
+
+    try:
+        facts = analyze(cst.parse_module(source))
+    except cst.ParserSyntaxError:
+        return False
+    return any(find_nodes(block.node.body, lambda n: type(n) is cst.Call and type(n.func) is cst.Name
+                          and n.func.value == "print")
+               for block in facts.blocks if block.remote.state is not Remote.NO)
+
+
 def _stdout_differences(expected: str, actual: str, shown: int = 10, *, atol: float = 0.0,
                         rtol: float = 0.0) -> list[str]:
     """Each differing line (the first ``shown``), so that two runs wrong on different lines
@@ -443,6 +479,7 @@ def verify_sources(
         local = run_script(original, mode="local", **common)
     before = run_script(original, mode="emulated", **common)
     after = run_script(optimized, mode="emulated", **common)
+    local, server_lines = _without_server_log_lines(local, (before, after), original)
     ignore = tuple(ignore)
     mismatches = _run_mismatches(
         local, after, atol, rtol, frozenset(ignore_missing), ignore=ignore, ignore_extra=ignore_extra
@@ -452,10 +489,18 @@ def verify_sources(
     if mismatches and local_run is None and original_nnsight is None and local.error is None:
         # a difference may be the original's own: run it on your machine once more
         again = run_script(original, mode="local", **common)
+        if server_lines:
+            again = _without_server_log_lines(again, (before, after), original)[0]
         if again.error is None:
             unstable = {subject(m) for m in _run_mismatches(local, again, atol, rtol, ignore=ignore)}
             mismatches = [m for m in mismatches if subject(m) not in unstable]
             remote_mismatches = [m for m in remote_mismatches if subject(m) not in unstable]
+    if server_lines:
+        # lines neither script prints on NDIF: a difference of the original's own, on its own
+        # line (compared line by line, they would shift every line after them)
+        logged = (f"stdout: {server_lines} line{'s' if server_lines > 1 else ''} the original prints inside its "
+                  "remote blocks go to the server's log on NDIF, not to your screen")
+        mismatches, remote_mismatches = [*mismatches, logged], [*remote_mismatches, logged]
     # (the two remote runs against each other, only where both differ from the local run)
     between = _run_mismatches(before, after, atol, rtol, frozenset(ignore_missing), ignore=ignore,
                               ignore_extra=ignore_extra) if mismatches and remote_mismatches else []
@@ -487,6 +532,7 @@ def verify_sources(
         rewritten=optimized != original,
         let_go=tuple(sorted(ignore_missing)),
         unstable=tuple(sorted(unstable)),
+        server_log_lines=server_lines,
     )
 
 

@@ -430,3 +430,28 @@ def test_a_pre_05_script_that_fails_on_nnsight_08_is_pointed_to_verify_migrate()
     assert "`ndif-opt verify --migrate` runs it as its author did" in report.to_text(), report.to_text()
     fine = source.replace("logits.value.shape", "logits.shape")
     assert not any("--migrate" in w for w in verify_result(fine, optimize(fine)).warnings)
+
+
+def test_what_a_remote_block_prints_is_the_servers_log_in_both_scripts():
+    # `print` inside a remote trace prints to NDIF's log: the local run's lines are no
+    # output either remote run could give. Compared line by line, they shifted the line
+    # after them, which the rewrite fixed (`res` no longer empty): verify said MISMATCH
+    source = script(
+        """
+        from nnsight import LanguageModel
+        model = LanguageModel("openai-community/gpt2")
+        res = []
+        for layer in range(2):
+            with model.trace("Print me", remote=True):
+                h = model.transformer.h[layer].output
+                print("mean", h.mean())
+                res.append(h.mean().save())
+        print(len(res))
+        """
+    )
+    report = verify(source)
+    assert report.status.value == "original-wrong" and report.server_log_lines == 2, report.to_text()
+    assert "stdout: 2 lines the original prints inside its remote blocks go to the server's log" in report.to_text()
+    # a line printed outside the remote blocks is still compared
+    changed = verify_sources(source, source.replace("print(len(res))", "print(len(res) + 1)"))
+    assert not changed.ok, changed.to_text()
