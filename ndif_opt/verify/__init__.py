@@ -157,6 +157,9 @@ class VerifyReport:
     # what differs between two runs of the original on your machine (a random draw, a clock,
     # a nondeterministic solver): not compared, as nothing could match it
     unstable: tuple[str, ...] = ()
+    # stdout lines that differ only in their numbers from a remote run's, of a script that reads
+    # your machine's clock: the times it prints differ from run to run
+    timed: tuple[str, ...] = ()
     # lines the original printed locally inside its remote blocks (on NDIF, the server's log),
     # compared as one difference of the original's own
     server_log_lines: int = 0
@@ -233,6 +236,9 @@ class VerifyReport:
         if self.unstable:
             lines.append(f"  not compared: {', '.join(self.unstable)} (each differs between two runs of the original "
                          "on your machine)")
+        if self.timed:
+            lines.append(f"  not compared: {', '.join(self.timed)} (the script reads your machine's clock: the "
+                         "numbers printed there may be times, which differ from run to run)")
         if self.local_nnsight:
             lines.append(f"  the original ran locally on nnsight {self.local_nnsight} (it uses the pre-0.5 API); "
                          "the original and the optimized script remotely on nnsight 0.8")
@@ -386,6 +392,32 @@ def _without_server_log_lines(local: "RunResult", remote: tuple["RunResult", ...
     return dataclasses.replace(local, stdout="".join(kept)), len(mine) - len(kept)
 
 
+def _lines_differing_in_numbers(local: str, *remote: str) -> set[str]:
+    """The stdout lines (as mismatches name them) where a ``remote`` run's output differs from
+    ``local`` only in the numbers written."""
+    from .compare import same_but_numbers
+
+    mine = local.splitlines()
+    return {f"stdout line {index + 1}" for theirs in remote
+            for index, (x, y) in enumerate(zip(mine, theirs.splitlines())) if x != y and same_but_numbers(x, y)}
+
+
+def _reads_the_clock(source: str) -> bool:
+    """Does ``source`` call a function that reads your machine's clock (`time.time()`...)?"""
+    import libcst as cst
+
+    from ndif_opt.analysis.effects import CLOCK_FUNCTIONS
+    from ndif_opt.analysis.facts import analyze, qualify
+    from ndif_opt.syntax.walk import find_nodes
+
+    try:
+        facts = analyze(cst.parse_module(source))
+    except cst.ParserSyntaxError:
+        return False
+    return any(qualify(call.func, facts.imports) in CLOCK_FUNCTIONS
+               for call in find_nodes(facts.module, lambda n: type(n) is cst.Call))
+
+
 def _prints_in_remote_blocks(source: str) -> bool:
     """Does a remote block of ``source`` call `print`?"""
     import libcst as cst
@@ -495,6 +527,12 @@ def verify_sources(
             unstable = {subject(m) for m in _run_mismatches(local, again, atol, rtol, ignore=ignore)}
             mismatches = [m for m in mismatches if subject(m) not in unstable]
             remote_mismatches = [m for m in remote_mismatches if subject(m) not in unstable]
+    timed: set[str] = set()
+    if mismatches and _reads_the_clock(original):
+        # (what a line prints of the clock differs from run to run, as two runs may not show)
+        timed = _lines_differing_in_numbers(local.stdout, before.stdout, after.stdout)
+        mismatches = [m for m in mismatches if subject(m) not in timed]
+        remote_mismatches = [m for m in remote_mismatches if subject(m) not in timed]
     if server_lines:
         # lines neither script prints on NDIF: a difference of the original's own, on its own
         # line (compared line by line, they would shift every line after them)
@@ -533,6 +571,7 @@ def verify_sources(
         let_go=tuple(sorted(ignore_missing)),
         unstable=tuple(sorted(unstable)),
         server_log_lines=server_lines,
+        timed=tuple(sorted(timed)),
     )
 
 

@@ -356,6 +356,11 @@ def _compare_tensors(
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 
+def same_but_numbers(expected: str, actual: str) -> bool:
+    """Are two lines of text the same but for the numbers written in them?"""
+    return _NUMBER.split(expected) == _NUMBER.split(actual)
+
+
 def same_text_within(expected: str, actual: str, atol: float, rtol: float) -> bool:
     """Are two lines of text the same but for the numbers written in them, each within
     the tolerance (`|a - b| <= atol + rtol * |a|`, as for tensors)? Without a tolerance,

@@ -455,3 +455,26 @@ def test_what_a_remote_block_prints_is_the_servers_log_in_both_scripts():
     # a line printed outside the remote blocks is still compared
     changed = verify_sources(source, source.replace("print(len(res))", "print(len(res) + 1)"))
     assert not changed.ok, changed.to_text()
+
+
+def test_times_a_script_prints_are_not_compared():
+    # the latency printed to two decimals: the same in two local runs, not on NDIF (nor in
+    # the optimized script, which reads the clock after its one session)
+    source = script(
+        """
+        import time
+        from nnsight import LanguageModel
+        model = LanguageModel("openai-community/gpt2")
+        latency = []
+        for p in ["a b", "c d"]:
+            t0 = time.time()
+            with model.trace(p, remote=True):
+                h = model.transformer.h[0].output.save()
+            time.sleep(0.02)
+            latency.append(time.time() - t0)
+        print(f"mean request latency: {sum(latency) / len(latency):.2f}s")
+        """
+    )
+    report = verify(source)
+    assert report.ok and report.timed == ("stdout line 1",), report.to_text()
+    assert "the script reads your machine's clock" in report.to_text()
