@@ -749,7 +749,7 @@ class SessionHoisting(Pass):
                 return self._plan_checked(region, facts, context, plan)
             region.split_refusal = refusal
         blocking = [p for p in region.unsafe if not is_unsafe_only(p)]
-        returned = returned_statement(region, blocking)
+        returned = returned_statement(region, facts.stmt(anchor).function)
         if returned is not None and not context.rewrites_refused:
             # the value first: the region becomes a session in the pipeline's next round
             name = fresh_name("result", self._taken(facts) | context.run.reserved_names)

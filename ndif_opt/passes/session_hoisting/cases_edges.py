@@ -885,4 +885,25 @@ def top_tokens(prompts):
     return tops
 """,
     ),
+    Case(
+        name="a `return` in a branch stays: only one in the function's own body is computed first",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def top_token(prompt):
+    with model.trace(prompt, remote=True):
+        logits = model.lm_head.output.save()
+    return logits[0, -1].argmax().item()
+
+
+def top_tokens(prompts, first_only):
+    if first_only:
+        return [top_token(p) for p in prompts[:1]]
+    return [top_token(p) for p in prompts]
+""",
+        reason="the code returns from the function",
+    ),
 )

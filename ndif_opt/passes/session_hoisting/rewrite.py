@@ -156,17 +156,19 @@ def move_definitions(region: Region, definitions: list[cst.BaseStatement], conte
     )
 
 
-def returned_statement(region: Region, blocking: list) -> cst.SimpleStatementLine | None:
-    """The region's last statement when it is `return <value>` and that `return` is all
-    that keeps the region out of a session (``blocking``: the region's problems that no
-    split answers): a session can compute the value, not return from the function."""
+def returned_statement(region: Region, function: cst.FunctionDef | None) -> cst.SimpleStatementLine | None:
+    """The region's last statement when it is `return <value>` in the body of ``function``
+    itself (not in a branch of it), and that `return` is all that keeps the region out of a
+    session (every problem of its code is the `return`'s): a session can compute the value,
+    not return from the function."""
     last = region.statements[-1]
-    if type(last) is not cst.SimpleStatementLine or len(last.body) != 1:
+    if function is None or region.suite is not function.body or type(last) is not cst.SimpleStatementLine \
+            or len(last.body) != 1:
         return None
     returned = last.body[0]
     if type(returned) is not cst.Return or returned.value is None:
         return None
-    if not blocking or any(problem.node is not returned for problem in blocking):
+    if not region.unsafe or any(problem.node is not returned for problem in region.unsafe):
         return None
     return last
 
