@@ -473,6 +473,11 @@ for _family in ("gpt2", "llama"):
             f"[{_family}]:{_version}"
         ] = "requests depend on the model's outputs (`break` on a remote result)"
         NOT_PREDICTED[
+            f"test_execution_never_wrong::test_a_function_that_calls_a_helper_beside_its_session_is_not_called_in_"
+            f"another[{_family}]:{_version}"
+        ] = ("cost model gap: a branch on a parameter each call passes as a literal (`if first_only:`) is "
+             "walked both ways: 6 requests predicted, 3 run")
+        NOT_PREDICTED[
             f"test_execution_handled::test_a_failing_request_is_still_handled_on_its_own[{_family}]:{_version}"
         ] = "a request fails by design: the cost model counts a run without failures"
         for _test in ("test_a_retry_counted_by_a_name_gives_up_after_its_last_attempt",

@@ -16,12 +16,12 @@ import libcst as cst
 from ndif_opt.analysis.classes import instance_names, self_methods
 from ndif_opt.analysis.effects import ServerCheck
 from ndif_opt.analysis.facts import Block, Facts, Remote, grad_mode_context
-from ndif_opt.analysis.names import all_params, collect
+from ndif_opt.analysis.names import all_params, collect, function_locals
 from ndif_opt.analysis.retries import RetryGuard, RetryWrapper, function_guard, retry_wrappers, unwrapped_call
 from ndif_opt.syntax.commas import appended
 from ndif_opt.syntax.positions import code_of, short_code
 from ndif_opt.syntax.rewrite import keyword_argument
-from ndif_opt.syntax.walk import children, find_nodes, walk
+from ndif_opt.syntax.walk import all_nodes, children, find_nodes, walk
 
 FLAG_PARAMETER = "remote"
 
@@ -141,7 +141,10 @@ class RemoteHelper:
 def remote_helpers(facts: Facts, server: ServerCheck) -> dict[str, RemoteHelper]:
     helpers: dict[str, RemoteHelper] = {}
     wrappers = retry_wrappers(facts)
+    shadowed = facts.once(_function_locals)
     for name, func in facts.functions.items():
+        if name in shadowed:
+            continue  # a function of the file binds the name for itself: its calls may mean that
         blocks = [
             b for b in facts.blocks
             if b.parent is None and b.stmt.function is func and b.remote.state is not Remote.NO
@@ -150,7 +153,7 @@ def remote_helpers(facts: Facts, server: ServerCheck) -> dict[str, RemoteHelper]
             helpers[name] = _describe(name, func, blocks, facts, server)
             helpers[name].wrappers = wrappers
             helpers[name].flag_changes_later = _rebound_after(helpers[name], facts)
-    for name, func in facts.once(_nested_functions).items():
+    for name, func in nested_functions(facts).items():
         blocks = [
             b for b in facts.blocks
             if b.parent is None and b.stmt.function is func and b.remote.state is not Remote.NO
@@ -167,7 +170,21 @@ def remote_helpers(facts: Facts, server: ServerCheck) -> dict[str, RemoteHelper]
             helpers[name] = _describe(name, method, blocks, facts, server, bound=True)
             helpers[name].wrappers = wrappers
             helpers[name].instances = instance_names(facts)
+    for helper in helpers.values():
+        _calls_outside_its_blocks(helper, helpers)
     return helpers
+
+
+def _calls_outside_its_blocks(helper: RemoteHelper, helpers: dict[str, RemoteHelper]) -> None:
+    """A helper that also calls a helper outside its own blocks sends that request whatever
+    flag it is called with: called with `remote=False` in a session, the inner call would
+    send a request from inside one (`if first_only: return [top(p) ...]` beside a session)."""
+    inside = {id(node) for block in helper.blocks for node in all_nodes(block.node)}
+    for call, other in helper_calls(helper.func.body, helpers):
+        if id(call) not in inside and other is not helper:
+            helper.problems.append(f"`{helper.name}` also calls `{other.spelled(call)}` outside its traces, which "
+                                   "sends a request of its own whatever flag it is given")
+            return
 
 
 def _nested_functions(facts: Facts) -> dict[str, cst.FunctionDef]:
@@ -190,6 +207,18 @@ def _nested_functions(facts: Facts) -> dict[str, cst.FunctionDef]:
             if all(id(n) in inside for n in spelled):
                 found[name] = stmt
     return found
+
+
+def _function_locals(facts: Facts) -> frozenset[str]:
+    """The names some function of the file binds for itself (its parameters, assignments,
+    nested `def`s): a call by such a name in it is not the module's function."""
+    return frozenset(name for func in find_nodes(facts.module, lambda n: type(n) is cst.FunctionDef)
+                     for name in function_locals(func))
+
+
+def nested_functions(facts: Facts) -> dict[str, cst.FunctionDef]:
+    """:func:`_nested_functions`, once per version of the tree."""
+    return facts.once(_nested_functions)
 
 
 def _rebound_after(helper: RemoteHelper, facts: Facts) -> bool:
@@ -593,9 +622,9 @@ def with_flag_parameter(helper: RemoteHelper) -> cst.FunctionDef:
     )
     params = helper.func.params
     if isinstance(params.star_arg, cst.Param) or params.kwonly_params or isinstance(params.star_kwarg, cst.Param):
-        if not isinstance(params.star_arg, (cst.Param, cst.ParamStar)):
-            params = params.with_changes(star_arg=cst.ParamStar())
-        params = params.with_changes(kwonly_params=[*params.kwonly_params, param])
+        star = params.star_arg if isinstance(params.star_arg, (cst.Param, cst.ParamStar)) else cst.ParamStar()
+        # (one change: a `*` without keyword-only parameters after it is no valid node)
+        params = params.with_changes(star_arg=star, kwonly_params=[*params.kwonly_params, param])
     else:
         params = params.with_changes(params=appended(params.params, param, helper.func.whitespace_before_params))
     targets = {id(b.node) for b in helper.blocks}

@@ -22,7 +22,7 @@ from ndif_opt.analysis.regions import (
     reads_after,
     shared_elsewhere,
 )
-from ndif_opt.analysis.remote_functions import RemoteHelper
+from ndif_opt.analysis.remote_functions import RemoteHelper, nested_functions
 from ndif_opt.analysis.wire import bound_value_problem, stored_problem, wire_problem
 from ndif_opt.passes.session_hoisting.region import Region
 from ndif_opt.passes.session_hoisting.split_items import Split
@@ -222,12 +222,12 @@ def globals_the_session_would_hide(region: Region, facts: Facts) -> str:
     queue = list(direct)
     while queue:  # what the functions the session calls call in turn run there too
         name = queue.pop()
-        for read in collect(facts.functions[name].body).reads:
-            if read in facts.functions and read not in callers:
+        for read in collect(_functions_by_name(facts)[name].body).reads:
+            if read in _functions_by_name(facts) and read not in callers:
                 callers[read] = callers[name] or name
                 queue.append(read)
     for name, via in callers.items():
-        hidden = _module_names_read(facts.functions[name], bound)
+        hidden = _module_names_read(_functions_by_name(facts)[name], bound)
         if not hidden:
             continue
         why = _passable(name, hidden, region, direct.get(name, []), facts) if not via else (
@@ -250,9 +250,20 @@ def _calls_by_function(stmts: list[cst.BaseStatement], facts: Facts) -> dict[str
     found: dict[str, list[cst.Call]] = {}
     for stmt in stmts:
         for call in find_nodes(stmt, lambda n: type(n) is cst.Call):
-            if isinstance(call.func, cst.Name) and call.func.value in facts.functions:
+            if isinstance(call.func, cst.Name) and call.func.value in _functions_by_name(facts):
                 found.setdefault(call.func.value, []).append(call)
     return found
+
+
+def _functions_by_name(facts: Facts) -> dict[str, cst.FunctionDef]:
+    """The file's functions a call by plain name runs: the module's, and those defined in a
+    function's body that their name can only mean (a closure reads its function's names as
+    a module function reads the module's)."""
+    return facts.once(_module_and_nested_functions)
+
+
+def _module_and_nested_functions(facts: Facts) -> dict[str, cst.FunctionDef]:
+    return {**nested_functions(facts), **facts.functions}
 
 
 def _module_names_read(func: cst.FunctionDef, names: set[str]) -> tuple[str, ...]:
@@ -268,7 +279,7 @@ def _passable(name: str, hidden: tuple[str, ...], region: Region, calls: list[cs
     call must be the same value), every use of the function in the file is a direct call
     the session makes, and each such call comes after the session has bound the names
     (the argument is read where the function might never have read it)."""
-    func = facts.functions[name]
+    func = _functions_by_name(facts)[name]
     where = facts.stmt(region.statements[0])
     if where.function is not None or any(isinstance(node, cst.ClassDef) for node in where.ancestors):
         return "the session would run inside a function or class, whose names the function does not read"

@@ -1017,3 +1017,131 @@ def test_a_loop_that_times_its_requests_keeps_its_clock_reads_on_your_machine(fa
     assert sessions and all("perf_counter" not in cst.Module([]).code_for_node(s) for s in sessions), result.code
     assert any("clock reads (`time.perf_counter()`) now run on your machine after the session" in f.message
                for f in result.findings), result.findings
+
+
+# -- what a call by name means, and what a closure sees --------------------------------
+
+CLOSURE_OF_THE_LOOP = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def layer_sweep(prompt):
+        layer = 0
+
+        def norm_at():
+            with model.trace(prompt, remote=True):
+                h = LAYERS[layer].output[0].save()
+            return round(h[0, -1].norm().item(), 3)
+
+        norms = []
+        for layer in range(2):  # `norm_at` reads the loop's `layer`
+            norms.append(norm_at())
+        return norms
+
+
+    result = layer_sweep("The cat sat on the")
+'''
+
+SHADOWED_HELPER = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def probe(prompt):
+        with model.trace(prompt, remote=True):
+            h = LAYERS[0].output[0].save()
+        return round(h[0, -1].norm().item(), 3)
+
+
+    def sweep(prompts):
+        def probe(prompt):  # this function's own `probe`
+            with model.trace(prompt, remote=True):
+                h = LAYERS[1].output[0].save()
+            return round(h[0, -1].norm().item(), 3)
+
+        return [probe(p) for p in prompts]
+
+
+    inner = sweep(["The cat sat on the", "One two three"])
+    outer = [probe(p) for p in ["The cat sat on the", "One two three"]]
+'''
+
+KEYWORDS_HELPER = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def top(prompt, **options):
+        with model.trace(prompt, remote=True):
+            logits = model.lm_head.output.save()
+        return logits[0, -1].argmax().item() + options.get("offset", 0)
+
+
+    def tops(prompts):
+        return [top(p, offset=1) for p in prompts]
+
+
+    result = tops(["The cat sat on the", "One two three"])
+'''
+
+
+@both
+def test_a_nested_helper_that_reads_a_name_the_loop_assigns_is_not_hoisted(family):
+    # in a session the function's copy keeps the value `layer` had when the session opened:
+    # four norms of layer 0 (trial50 min_02b)
+    result, report = optimized_and_verified(CLOSURE_OF_THE_LOOP, family)
+    assert report.after.requests == 2, report.to_text() + result.code
+    assert any("`norm_at` reads `layer`" in (f.reason or "") for f in result.findings), result.findings
+
+
+@both
+def test_a_call_of_a_name_its_function_binds_is_not_the_module_helper(family):
+    # `probe(p)` in `sweep` calls `sweep`'s own `probe`: it was given the module helper's
+    # `remote=False` (TypeError on NDIF, trial50 min_01)
+    result, report = optimized_and_verified(SHADOWED_HELPER, family)
+    assert report.after.requests <= report.before.requests, report.to_text()
+
+
+@both
+def test_a_helper_with_keyword_arguments_takes_its_flag_before_them(family):
+    # `def top(prompt, **options)` became `def top(prompt, *, remote=True, **options)`: adding the
+    # parameter raised inside the pass (CSTValidationError, trial50 min_04)
+    result, report = optimized_and_verified(KEYWORDS_HELPER, family)
+    assert report.after.requests == 1, report.to_text() + result.code
+    assert "def top(prompt, *, remote=True, **options):" in result.code, result.code
+
+
+HELPER_BESIDE_A_SESSION = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def top_token(prompt):
+        with model.trace(prompt, remote=True):
+            logits = model.lm_head.output.save()
+        return logits[0, -1].argmax().item()
+
+
+    def top_tokens(prompts, first_only):
+        if first_only:
+            return [top_token(p) for p in prompts[:1]]
+        tokens = [top_token(p) for p in prompts]
+        return tokens
+
+
+    first = top_tokens(["The cat sat on the", "One two three"], True)
+    every = top_tokens(["The cat sat on the", "One two three"], False)
+'''
+
+
+@both
+def test_a_function_that_calls_a_helper_beside_its_session_is_not_called_in_another(family):
+    # `top_tokens` got a session of its own around `tokens = ...`; called with remote=False in
+    # a module session, its `if` branch still sent `top_token`'s request: from inside a session
+    result, report = optimized_and_verified(HELPER_BESIDE_A_SESSION, family)
+    assert any("also calls `top_token` outside its traces" in (f.reason or "") for f in result.findings)
