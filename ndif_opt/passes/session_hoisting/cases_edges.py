@@ -902,8 +902,41 @@ def top_token(prompt):
 def top_tokens(prompts, first_only):
     if first_only:
         return [top_token(p) for p in prompts[:1]]
-    return [top_token(p) for p in prompts]
+    else:
+        return [top_token(p) for p in prompts]
 """,
         reason="the code returns from the function",
+    ),
+    Case(
+        name="a `try` with only `finally:` handles no failure: no fallback on the code as written",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+tops = []
+try:
+    for prompt in ["The Eiffel Tower is in", "Water boils at"]:
+        with model.trace(prompt, remote=True):
+            top = model.lm_head.output[0, -1].argmax().save()
+        tops.append(top.item())
+finally:
+    print("done")
+""",
+        after="""\
+from nnsight import LanguageModel
+import nnsight
+
+model = LanguageModel("openai-community/gpt2")
+tops = []
+try:
+    with model.session(remote=True):
+        tops = nnsight.save(tops)
+        for prompt in ["The Eiffel Tower is in", "Water boils at"]:
+            with model.trace(prompt):
+                top = model.lm_head.output[0, -1].argmax().save()
+            tops.append(top.item())
+finally:
+    print("done")
+""",
     ),
 )

@@ -298,8 +298,8 @@ def failure_handled_outside(region: Region, facts: Facts) -> str:
         node, where = todo.pop()
         child, parent = node, parents.get(id(node))
         while parent is not None:
-            if type(parent) is cst.Try and child is parent.body:
-                return where
+            if type(parent) is cst.Try and child is parent.body and parent.handlers:
+                return where  # (a `try` with only `finally:` handles no failure: it lets it go on)
             if type(parent) is cst.FunctionDef:
                 name = parent.name.value
                 if name not in seen:
