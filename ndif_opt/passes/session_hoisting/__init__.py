@@ -586,7 +586,7 @@ class SessionHoisting(Pass):
             if not sending or (len(sending) == 1 and kinds[sending[0]].role is not Role.BARRIER):
                 continue
             heads = [kinds[i] for i in sending]
-            model = next((k.model for k in heads if k.model), "model")
+            model = next((k.model for k in heads if k.model), "")  # ("": no one model, or several)
             region = Region(suite, sending[0], sending[-1] + 1, model, None, [b for k in heads for b in k.blocks])
             requests = self._counted(region, facts, context)
             if requests.per_run(UNKNOWN_TRIPS) < 2:

@@ -939,4 +939,24 @@ finally:
     print("done")
 """,
     ),
+    Case(
+        name="a statement whose calls trace two models names no one model's session",
+        before="""\
+from nnsight import LanguageModel
+
+gpt2 = LanguageModel("openai-community/gpt2")
+llama = LanguageModel("meta-llama/Llama-3.1-8B")
+
+
+def top(lm, prompt):
+    with lm.trace(prompt, remote=True):
+        logits = lm.lm_head.output.save()
+    return logits[0, -1].argmax().item()
+
+
+def both(prompt):
+    return top(gpt2, prompt), top(llama, prompt)
+""",
+        reason="not all to one model the code names",
+    ),
 )

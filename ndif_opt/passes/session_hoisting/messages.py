@@ -227,6 +227,9 @@ def not_hoisted(region: Region, facts: Facts, requests: RegionRequests) -> str:
         # end early: the table counts every iteration)
         sent = f"up to {sent}"
     sessions = "one" if requests.runs == 1 else counted_with_loops(requests.runs, "session", names)[0]
+    if not region.model:  # (its requests go to no one model the code names)
+        return (f"{kind_label(region)} sends {sent}{per_call(requests)}, not all to one model the code names"
+                + (f" ({meaning})" if meaning else ""))
     return (
         f"{kind_label(region)} sends {sent} to `{region.model}`{per_call(requests)}; "
         f"one `{region.model}.session(remote=...)` around it would send {sessions}"
