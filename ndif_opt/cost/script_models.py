@@ -17,12 +17,12 @@ def script_model_dims(facts: Facts, model: str) -> ModelDims:
     info = facts.models.get(model)
     repo = info.repo_id if info is not None and info.repo_id else model
     dims = dims_for(repo)
+    if dims.known or guess_family(repo) != "unknown":
+        return dims
+    # no name to go by, but the layers it reads may say which family (the default is
+    # Llama-3.1-8B's dimensions)
     family = facts.once(_layer_list_families).get(model)
-    if not dims.known and guess_family(repo) == "unknown" and family is not None:
-        # no name to go by, but the layers it reads say which family (the default would
-        # be Llama-3.1-8B's dimensions)
-        return dims_of_family(repo, family)
-    return dims
+    return dims if family is None else dims_of_family(repo, family)
 
 
 def _layer_list_families(facts: Facts) -> dict[str, str]:
