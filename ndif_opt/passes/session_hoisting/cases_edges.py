@@ -959,4 +959,21 @@ def both(prompt):
 """,
         reason="not all to one model the code names",
     ),
+    Case(
+        name="a function defined in a loop is named, not left silent",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+table = []
+for layer in (0, 2):
+    def hidden_at(prompt):
+        with model.trace(prompt, remote=True):
+            h = model.transformer.h[layer].output.save()
+        return h
+
+    table.append([hidden_at(p).shape for p in ["a b", "c d"]])
+""",
+        reason="is defined in a loop or a branch, more than once, or under a name other code binds too",
+    ),
 )

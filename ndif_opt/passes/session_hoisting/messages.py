@@ -6,7 +6,7 @@ import libcst as cst
 
 from ndif_opt.analysis.effects import Problem
 from ndif_opt.analysis.facts import Block, Facts, Remote
-from ndif_opt.analysis.names import all_params, collect, collect_all, target_names
+from ndif_opt.analysis.names import COMPREHENSIONS, all_params, collect, collect_all, target_names
 from ndif_opt.analysis.opaque import (
     blocks_through_names,
     callback_loops,
@@ -22,7 +22,7 @@ from ndif_opt.passes.session_hoisting.region import Region
 from ndif_opt.passes.session_hoisting.split_items import Split
 from ndif_opt.syntax.loops import map_as_comprehension
 from ndif_opt.syntax.rewrite import code_of
-from ndif_opt.syntax.walk import find_nodes
+from ndif_opt.syntax.walk import all_nodes, find_nodes
 from ndif_opt.types import Status
 from ndif_opt.wording import claim_text, counted_with_loops, symbols, tense
 
@@ -96,6 +96,18 @@ def name_the_unseen(facts: Facts, context: Context, helpers: dict, planned: list
             f"`model.session(remote=...)` around the loop yourself, or make the closure a function of this "
             "file that takes its flag as a parameter",
         )
+    for loop, name in _loops_calling_untied_functions(facts, helpers):
+        if id(loop) in in_sessions:
+            continue
+        kind = "loop" if isinstance(loop, (cst.For, cst.While)) else "comprehension"
+        context.skipped(
+            loop,
+            f"this {kind} calls `{name}`, a function of this file that opens a remote block: each call may send "
+            "a remote request",
+            f"not hoisted: `{name}` is defined in a loop or a branch, more than once, or under a name other code "
+            "binds too, so ndif-opt cannot tie its calls to one `def`; define it once, in the body of a module "
+            "or function",
+        )
     for found in blocks_through_names(facts):
         context.skipped(
             found.stmt,
@@ -111,6 +123,28 @@ def name_the_unseen(facts: Facts, context: Context, helpers: dict, planned: list
             "not optimized: ndif-opt reads the code, not the code it writes; a session it could count and "
             "bundle must be written as code",
         )
+
+
+def _loops_calling_untied_functions(facts: Facts, helpers: dict) -> list[tuple[cst.CSTNode, str]]:
+    """The outermost loops and comprehensions that call, by name, a function of the file that
+    opens a remote block but is no helper (``helpers``): one its name cannot be tied to."""
+    sending = {stmt.name.value for stmt in find_nodes(facts.module, lambda n: type(n) is cst.FunctionDef)
+               if any(b.stmt.function is stmt and b.remote.state is not Remote.NO for b in facts.blocks)}
+    untied = sending - set(helpers)
+    if not untied:
+        return []
+    found: list[tuple[cst.CSTNode, str]] = []
+    # (a loop in a session already runs its calls in it)
+    taken = {id(n) for b in facts.blocks if b.method == "session" for n in all_nodes(b.node)}
+    for loop in find_nodes(facts.module, lambda n: type(n) in (cst.For, cst.While, *COMPREHENSIONS)):
+        if id(loop) in taken:
+            continue
+        called = [c.func.value for c in find_nodes(loop, lambda n: type(n) is cst.Call and type(n.func) is cst.Name
+                                                   and n.func.value in untied)]
+        if called:
+            found.append((loop, called[0]))
+            taken |= {id(n) for n in find_nodes(loop, lambda n: type(n) in (cst.For, cst.While, *COMPREHENSIONS))}
+    return found
 
 
 def stopped_by_mixing(sends: list[tuple[str, str, str]]) -> tuple[str, str]:
