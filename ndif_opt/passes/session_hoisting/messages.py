@@ -96,8 +96,9 @@ def name_the_unseen(facts: Facts, context: Context, helpers: dict, planned: list
             f"`model.session(remote=...)` around the loop yourself, or make the closure a function of this "
             "file that takes its flag as a parameter",
         )
+    told = {id(finding.node) for finding in context.findings}  # (a closure a factory made, named above)
     for loop, name in _loops_calling_untied_functions(facts, helpers):
-        if id(loop) in in_sessions:
+        if id(loop) in in_sessions or id(loop) in told:
             continue
         kind = "loop" if isinstance(loop, (cst.For, cst.While)) else "comprehension"
         context.skipped(
