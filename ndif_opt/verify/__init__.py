@@ -21,6 +21,7 @@ not import torch or nnsight; the submodules are loaded on first use.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import re
@@ -407,31 +408,40 @@ def _reads_the_clock(source: str) -> bool:
     import libcst as cst
 
     from ndif_opt.analysis.effects import CLOCK_FUNCTIONS
-    from ndif_opt.analysis.facts import analyze, qualify
+    from ndif_opt.analysis.facts import qualify
     from ndif_opt.syntax.walk import find_nodes
 
-    try:
-        facts = analyze(cst.parse_module(source))
-    except cst.ParserSyntaxError:
-        return False
-    return any(qualify(call.func, facts.imports) in CLOCK_FUNCTIONS
-               for call in find_nodes(facts.module, lambda n: type(n) is cst.Call))
+    facts = _facts_of(source)
+    return facts is not None and any(qualify(call.func, facts.imports) in CLOCK_FUNCTIONS
+                                     for call in find_nodes(facts.module, lambda n: type(n) is cst.Call))
 
 
 def _prints_in_remote_blocks(source: str) -> bool:
     """Does a remote block of ``source`` call `print`?"""
     import libcst as cst
 
-    from ndif_opt.analysis.facts import Remote, analyze
+    from ndif_opt.analysis.facts import Remote
     from ndif_opt.syntax.walk import find_nodes
 
+    facts = _facts_of(source)
+    return facts is not None and any(
+        find_nodes(block.node.body, lambda n: type(n) is cst.Call and type(n.func) is cst.Name
+                   and n.func.value == "print")
+        for block in facts.blocks if block.remote.state is not Remote.NO)
+
+
+@functools.lru_cache(maxsize=4)
+def _facts_of(source: str):
+    """The facts of a script verify runs (None when it does not parse): read once for the
+    questions verify asks of it."""
+    import libcst as cst
+
+    from ndif_opt.analysis.facts import analyze
+
     try:
-        facts = analyze(cst.parse_module(source))
+        return analyze(cst.parse_module(source))
     except cst.ParserSyntaxError:
-        return False
-    return any(find_nodes(block.node.body, lambda n: type(n) is cst.Call and type(n.func) is cst.Name
-                          and n.func.value == "print")
-               for block in facts.blocks if block.remote.state is not Remote.NO)
+        return None
 
 
 def _stdout_differences(expected: str, actual: str, shown: int = 10, *, atol: float = 0.0,

@@ -367,7 +367,7 @@ def same_text_within(expected: str, actual: str, atol: float, rtol: float) -> bo
     the lines must be equal."""
     if expected == actual:
         return True
-    if atol == 0 and rtol == 0 or _NUMBER.split(expected) != _NUMBER.split(actual):
+    if atol == 0 and rtol == 0 or not same_but_numbers(expected, actual):
         return False
     for x, y in zip(_NUMBER.findall(expected), _NUMBER.findall(actual)):
         if x != y and not abs(float(x) - float(y)) <= atol + rtol * abs(float(x)):
