@@ -7,6 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.facts import Facts
+from ndif_opt.analysis.vocabulary import LAYER_LISTS
 from ndif_opt.cost.model_registry import ModelDims, dims_for, dims_of_family, family_of_layer_list, guess_family
 from ndif_opt.syntax.expressions import dotted_name
 from ndif_opt.syntax.walk import find_nodes
@@ -29,14 +30,12 @@ def _layer_list_families(facts: Facts) -> dict[str, str]:
     """Name -> the family of the model it holds, as the decoder layers the code reads of it
     show (`model.transformer.h[3]`: GPT-2's), when they show one family (once per version)."""
     seen: dict[str, set[str]] = {}
-    for node in find_nodes(facts.module, lambda n: type(n) is cst.Attribute and n.attr.value in _LAYER_LISTS_LAST):
+    for node in find_nodes(facts.module, lambda n: type(n) is cst.Attribute and n.attr.value in LAYER_LISTS):
         parts = (dotted_name(node) or "").split(".")
         family = family_of_layer_list(".".join(parts[-2:])) if len(parts) > 2 else None
         if family is not None:
             seen.setdefault(".".join(parts[:-2]), set()).add(family)
     return {name: families.pop() for name, families in seen.items() if len(families) == 1}
 
-
-_LAYER_LISTS_LAST = frozenset({"h", "layers"})  # the last names of the families' layer lists
 
 __all__ = ["script_model_dims"]

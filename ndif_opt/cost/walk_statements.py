@@ -499,32 +499,35 @@ class StatementWalk:
                 and type(value.func) is cst.Attribute and value.func.attr.value == "cache"
                 and type(value.func.value) is cst.Name and value.func.value.value == forward.tracer)
 
-    def _cache_size(self, call: cst.Call) -> int | None:
-        """Bytes of what `tracer.cache(modules=[...])` records: each module's output (None:
-        every module, its inputs, or modules not known)."""
+    def _cache_size(self, call: cst.Call) -> tuple[int | None, str]:
+        """Bytes of what `tracer.cache(modules=[...])` records: each module's output; None,
+        and why, for every module, their inputs, or modules not known."""
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
         positional = [a.value for a in call.args if a.keyword is None and not a.star]
         modules = keywords.get("modules", positional[0] if positional else None)
+        if modules is None and not any(a.star for a in call.args):
+            return None, "it records every module of the model"
+        unknown = None, "which modules it records is not known"
         inputs = keywords.get("include_inputs")
         if modules is None or (inputs is not None and self.truth(inputs) is not False) or any(
                 a.star for a in call.args) or "dtype" in keywords:
-            return None
+            return unknown
         if type(modules) in (cst.List, cst.Tuple):
             items = [e.value for e in modules.elements if type(e) is not cst.StarredElement]
             if len(items) != len(modules.elements):
-                return None
+                return unknown
             sizes = [self.sent_size(cst.Attribute(item, cst.Name("output")))[0] for item in items]
-            return None if any(s is None for s in sizes) else sum(sizes)
+            return unknown if any(s is None for s in sizes) else (sum(sizes), "")
         if type(modules) is cst.ListComp and modules.for_in.inner_for_in is None and not modules.for_in.ifs:
             clause = modules.for_in
             elements = self.elements(clause.iter)
             if not elements:
-                return None
+                return unknown
             with self._names_kept([clause.target]):  # (one element's output: each layer's is alike)
                 self._bind_target(clause.target, elements[0])
                 size = self.sent_size(cst.Attribute(modules.elt, cst.Name("output")))[0]
-            return None if size is None else size * len(elements)
-        return None
+            return unknown if size is None else (size * len(elements), "")
+        return unknown
 
     def _frame_request(self) -> Request | None:
         """The current request, if the code runs in its frame (a called function's
@@ -549,11 +552,9 @@ class StatementWalk:
             if request is not None and self._caches(value):
                 # `cache = tracer.cache(modules=[...])`: what it records comes back with the request
                 self._bind(name, Shape.unknown("a cache of module values"))
-                size = self._cache_size(value)
-                every = not any(a.keyword is None or a.keyword.value == "modules" for a in value.args)
+                size, unknown = self._cache_size(value)
                 request.save(name, size, None if size is not None else UnknownDownload(
-                    name, " ".join(code_of(value).split()),
-                    "it records every module of the model" if every else "which modules it records is not known"))
+                    name, " ".join(code_of(value).split()), unknown))
                 return
             if request is not None and is_save_call(value):
                 inner = unsave(value)

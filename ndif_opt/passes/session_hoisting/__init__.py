@@ -922,7 +922,7 @@ class SessionHoisting(Pass):
         counted = self._counted(region, facts, context)
         caller = self._hoisted_caller(region, facts, context)
         message = hoisted_message(region, facts, accumulators, counted, caller) + unsafe_note(unsafe) + \
-            clock_note(region)
+            clock_note(region, facts)
         context.applied(anchor, message + let_go_note(region, facts, let_go), safety,
                         evidence=f"{region.model}.session(", requests=None if caller else request_claim(counted))
         return True

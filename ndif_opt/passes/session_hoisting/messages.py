@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ndif_opt.analysis.effects import Problem
-from ndif_opt.analysis.facts import Block, Facts, Remote
+from ndif_opt.analysis.facts import Block, Facts, Remote, qualify
 from ndif_opt.analysis.names import COMPREHENSIONS, all_params, collect, collect_all, target_names
 from ndif_opt.analysis.opaque import (
     blocks_through_names,
@@ -129,8 +129,11 @@ def name_the_unseen(facts: Facts, context: Context, helpers: dict, planned: list
 def _loops_calling_untied_functions(facts: Facts, helpers: dict) -> list[tuple[cst.CSTNode, str]]:
     """The outermost loops and comprehensions that call, by name, a function of the file that
     opens a remote block but is no helper (``helpers``): one its name cannot be tied to."""
+    classes = find_nodes(facts.module, lambda n: type(n) is cst.ClassDef)
+    methods = {id(stmt) for cls in classes for stmt in cls.body.body}
     sending = {stmt.name.value for stmt in find_nodes(facts.module, lambda n: type(n) is cst.FunctionDef)
-               if any(b.stmt.function is stmt and b.remote.state is not Remote.NO for b in facts.blocks)}
+               if id(stmt) not in methods  # (a method is called through its object)
+               and any(b.stmt.function is stmt and b.remote.state is not Remote.NO for b in facts.blocks)}
     untied = sending - set(helpers)
     if not untied:
         return []
@@ -448,15 +451,14 @@ def unsafe_reason(problem: Problem, not_replayed: str = "") -> str:
     return why + " (use --unsafe-fixes to accept)"
 
 
-def clock_note(region: Region) -> str:
+def clock_note(region: Region, facts: Facts) -> str:
     """What the region's reads of your machine's clock time once it is a session: they stay
     on your machine, replayed after the session, so they no longer time each request."""
-    clocks = sorted({p.message for p in region.unsafe if p.kind == "clock"})
+    clocks = sorted({qualify(p.node.func, facts.imports) for p in region.unsafe if p.kind == "clock"})
     if not clocks:
         return ""
-    read = clocks[0].removeprefix("reads your machine's clock (").removesuffix(")")
-    return (f"; its clock reads ({read}) {tense('now run', 'would run')} on your machine after the session, "
-            "so they time that replay, not each request")
+    return (f"; its clock reads (`{clocks[0]}()`) {tense('now run', 'would run')} on your machine after the "
+            "session, so they time that replay, not each request")
 
 
 def unsafe_note(unsafe: list[Problem]) -> str:
