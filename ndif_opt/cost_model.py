@@ -305,7 +305,9 @@ def assumptions(options: Options) -> list[str]:
             + (f" ({dtype})" if dtype else "")
         )
     else:
-        lines.append("models not in the registry get the dimensions of a registry model of their family (bf16)")
+        lines.append("models not in the registry get the dimensions and dtype of a registry model of their "
+                     "family, the family their name or their module paths (`transformer.h`) show; "
+                     "Llama-3.1-8B's (bfloat16) when neither does")
     return lines
 
 
