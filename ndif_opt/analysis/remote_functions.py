@@ -9,6 +9,7 @@ implies.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -219,6 +220,80 @@ def _function_locals(facts: Facts) -> frozenset[str]:
 def nested_functions(facts: Facts) -> dict[str, cst.FunctionDef]:
     """:func:`_nested_functions`, once per version of the tree."""
     return facts.once(_nested_functions)
+
+
+def runs_in_session_of(block: Block, facts: Facts) -> bool:
+    """Does ``block``, a trace of a module function outside any session of its own, run
+    inside a session of its model wherever the script runs it? Yes when every use of the
+    function's name is a call written inside a `with <model>.session(...):` (not in a
+    function or lambda defined there) that gives the block's flag `False` (its parameter
+    `remote=False`, or a block without a flag): each call's trace is then one of the
+    session's traces, as a trace written in the session is."""
+    func = block.stmt.function
+    if block.parent is not None or func is None:
+        return False
+    return facts.once(_session_callees).get(id(func)) == block.model and _off_in_every_call(block, func, facts)
+
+
+def _session_callees(facts: Facts) -> dict[int, str]:
+    """id(function) -> the model of the sessions every use of its name is a call in."""
+    functions = {name: func for name, func in facts.functions.items() if name not in facts.once(_function_locals)}
+    sessions = [b for b in facts.blocks if b.method == "session"]
+    if not functions or not sessions:
+        return {}
+    defined = {id(func.name) for func in functions.values()}
+    uses = Counter(n.value for n in find_nodes(facts.module, lambda n: type(n) is cst.Name and n.value in functions)
+                   if id(n) not in defined)
+    calls: dict[str, set[str]] = {}
+    counted: Counter = Counter()
+    for session in sessions:
+        for call in _calls_in_body(session.node.body, functions):
+            calls.setdefault(call.func.value, set()).add(session.model)
+            counted[call.func.value] += 1
+    return {id(functions[name]): next(iter(models)) for name, models in calls.items()
+            if len(models) == 1 and counted[name] == uses[name]}
+
+
+def _calls_in_body(body: cst.CSTNode, functions: dict[str, cst.FunctionDef]) -> list[cst.Call]:
+    """Calls by a plain name of one of ``functions`` in ``body``, outside the functions and
+    lambdas defined there (a call there may run after the session)."""
+    deferred = {id(n) for inner in find_nodes(body, lambda n: type(n) in (cst.FunctionDef, cst.Lambda))
+                for n in all_nodes(inner)}
+    return find_nodes(body, lambda n: type(n) is cst.Call and type(n.func) is cst.Name
+                      and n.func.value in functions and id(n) not in deferred)
+
+
+def _off_in_every_call(block: Block, func: cst.FunctionDef, facts: Facts) -> bool:
+    """Is the block's flag `False` in every call of ``func`` (a parameter every call sets
+    to `False`, by keyword, position or default), or is the block without one?"""
+    flag = block.remote.expr
+    if flag is None:
+        return not block.remote.via_kwargs
+    if type(flag) is not cst.Name:
+        return False
+    name = flag.value
+    param = _param(func, name)
+    if param is None or name in collect(func.body).binds:
+        return False
+    position = _positions(func).get(name)
+    for call in find_nodes(facts.module, lambda n: type(n) is cst.Call and type(n.func) is cst.Name
+                           and n.func.value == func.name.value):
+        if any(arg.star for arg in call.args):
+            return False  # (`*args`, `**kw` may hold it)
+        value = _argument(call, name, position) or param.default
+        if type(value) is not cst.Name or value.value != "False":
+            return False
+    return True
+
+
+def _argument(call: cst.Call, name: str, position: int | None) -> cst.BaseExpression | None:
+    """The argument ``call`` gives the parameter ``name`` (at ``position``), if it names it."""
+    for index, arg in enumerate(call.args):
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg.value
+        if arg.keyword is None and position is not None and index == position:
+            return arg.value
+    return None
 
 
 def _rebound_after(helper: RemoteHelper, facts: Facts) -> bool:

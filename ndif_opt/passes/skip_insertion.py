@@ -325,7 +325,7 @@ def _analyse(sweep: Sweep, facts: Facts):
 
 
 def _trace_problem(sweep: Sweep, facts: Facts) -> str:
-    for arg in sweep.block.call.args:
+    for arg in sweep.trace_arguments:
         if arg.star:
             return "the trace takes `*args`/`**kwargs`"
         if arg.keyword is not None and arg.keyword.value not in HARMLESS_TRACE_KWARGS:

@@ -1,8 +1,9 @@
 """trace-fusion: one trace for a loop that only reads activations of the same input.
 
 ## What it does
-Inside a session, a loop whose iterations each run a trace of the *same* input and only
-read activations — one decoder layer per iteration, in increasing layer order (a
+Inside a session (written around it, or around every call of the function it is in),
+a loop whose iterations each run a trace of the *same* input and only read activations
+— one decoder layer per iteration, in increasing layer order (a
 per-layer collection, a logit lens) — becomes a single trace with the loop inside:
 ``with model.trace(PROMPT): for layer in ...: ...``. Code of the loop body around the
 trace (filling a dict of statistics, reducing a value) moves into the trace with it.
@@ -383,6 +384,49 @@ with model.session(remote=True):
         out.append((first - second).norm())
         if len(out) > 1:
             break
+""",
+    ),
+    Case(
+        name="a helper's loop, every call of which runs in a session",
+        before="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def norms(prompt, remote=True):
+    found = []
+    for layer in range(12):
+        with model.trace(prompt, remote=remote):
+            found.append(model.transformer.h[layer].output[0, -1].norm())
+    return found
+
+
+with model.session(remote=True):
+    table = dict().save()
+    for prompt in ["The Eiffel Tower is in", "Water boils at"]:
+        table[prompt] = norms(prompt, remote=False)
+print(table)
+""",
+        after="""\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+
+
+def norms(prompt, remote=True):
+    found = []
+    with model.trace(prompt, remote=remote):
+        for layer in range(12):
+            found.append(model.transformer.h[layer].output[0, -1].norm())
+    return found
+
+
+with model.session(remote=True):
+    table = dict().save()
+    for prompt in ["The Eiffel Tower is in", "Water boils at"]:
+        table[prompt] = norms(prompt, remote=False)
+print(table)
 """,
     ),
 )

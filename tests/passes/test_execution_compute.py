@@ -344,3 +344,37 @@ def test_a_sweep_reading_two_modules_of_each_layer_is_fused(family):
     result, report = optimized_and_verified(TWO_MODULES_OF_A_LAYER, family)
     assert _applied(result, "trace-fusion"), [f"{f.pass_id}: {f.reason}" for f in result.findings]
     assert (report.before.forward_passes, report.after.forward_passes) == (3, 1)
+
+
+# a logit lens in a helper, called for each prompt: session-hoisting puts the calls in
+# one session (`remote=False`), where the helper's traces are the session's own
+HELPER_LENS = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+
+
+def lens(prompt):
+    tops = []
+    for layer in range(3):
+        with model.trace(prompt, remote=True):
+            hidden = LAYERS[layer].output
+            top = hidden[0, -1].norm().save()
+        tops.append(round(top.item(), 4))
+    return tops
+
+
+results = {}
+for prompt in ["The Eiffel Tower is in", "Water boils at a"]:
+    results[prompt] = lens(prompt)
+print(results)
+'''
+
+
+@both
+def test_a_helper_sweep_called_in_a_session_is_fused(family):
+    result, report = optimized_and_verified(HELPER_LENS, family)
+    assert _applied(result, "trace-fusion") and _applied(result, "session-hoisting"), result.code
+    assert (report.before.requests, report.after.requests) == (6, 1)
+    assert (report.before.forward_passes, report.after.forward_passes) == (6, 2)
+

@@ -23,6 +23,7 @@ from ndif_opt.analysis.names import (
     target_names,
 )
 from ndif_opt.analysis.regions import constant_item, int_value, trip_count
+from ndif_opt.analysis.remote_functions import runs_in_session_of
 from ndif_opt.cost_model import explain
 from ndif_opt.passes.base import Context
 from ndif_opt.syntax.expressions import root_name
@@ -127,7 +128,8 @@ GENERATION_KWARGS = frozenset({"max_new_tokens", "min_new_tokens", "do_sample", 
 
 @dataclass(eq=False)
 class Sweep:
-    """A ``for`` loop inside a session whose body runs exactly one trace of the model (one
+    """A ``for`` loop inside a session (or in a function every call of which is in one,
+    ``runs_in_session_of``) whose body runs exactly one trace of the model (one
     per loop and version of the tree: its facts are ``Facts.once`` of it, by identity)."""
 
     loop: cst.For
@@ -138,6 +140,15 @@ class Sweep:
     bound: frozenset[str] = frozenset()  # names bound anywhere in the body, and the targets
     # the target that takes the items of a sequence, and the sequence (walked_sequence)
     walked: tuple[str, cst.BaseExpression] | None = None
+    # the trace's `remote=` is `False` wherever it runs (it runs in a session): no more
+    # than a trace written in the session without one
+    flag_off: bool = False
+
+    @property
+    def trace_arguments(self) -> list[cst.Arg]:
+        """The trace call's arguments, without a `remote=` that is `False` wherever it runs."""
+        flag = self.block.remote.expr if self.flag_off else None
+        return [arg for arg in self.block.call.args if flag is None or arg.value is not flag]
 
     @property
     def pre(self) -> list[cst.BaseStatement]:
@@ -186,7 +197,8 @@ def _find_sweeps(facts: Facts) -> list[Sweep]:
     found = []
     for block in facts.blocks:
         parent = block.parent
-        if parent is None or parent.method != "session" or parent.model != block.model:
+        in_helper = parent is None and runs_in_session_of(block, facts)  # (its `remote=` is `False`)
+        if not in_helper and (parent is None or parent.method != "session" or parent.model != block.model):
             continue
         if block.method not in ("trace", "generate") or not block.stmt.ancestors:
             continue
@@ -207,7 +219,7 @@ def _find_sweeps(facts: Facts) -> list[Sweep]:
             | set(collect_all(block.node.body.body).binds)
         )
         found.append(
-            Sweep(loop, facts.stmt(loop), block, index, targets, frozenset(bound) | targets, walked)
+            Sweep(loop, facts.stmt(loop), block, index, targets, frozenset(bound) | targets, walked, in_helper)
         )
     return found
 
@@ -259,11 +271,11 @@ def _structure_problem(facts: Facts, sweep: Sweep) -> str:
 
 def _trace_shape_problem(sweep: Sweep) -> str:
     """Why the loop's trace, whatever the loop's jumps, cannot be moved around ("" when it can)."""
-    call = sweep.block.call
-    if not any(a.keyword is None and not a.star for a in call.args):
+    arguments = sweep.trace_arguments
+    if not any(a.keyword is None and not a.star for a in arguments):
         return "the trace has no input of its own (it already uses invokes)"
     allowed = HARMLESS_TRACE_KWARGS | (GENERATION_KWARGS if sweep.block.method == "generate" else frozenset())
-    for arg in call.args:
+    for arg in arguments:
         if arg.star:
             return "the trace takes `*args`/`**kwargs`"
         if arg.keyword is not None and arg.keyword.value not in allowed:

@@ -218,7 +218,7 @@ def _problem(sweep: Sweep, facts: Facts, unsafe: bool):
         if generation.problem:
             return generation.problem, set()
     else:
-        keywords = [a.keyword.value for a in sweep.block.call.args if a.keyword is not None]
+        keywords = [a.keyword.value for a in sweep.trace_arguments if a.keyword is not None]
         if keywords:
             return f"the trace takes `{keywords[0]}=`, which an invoke does not", set()
     moved = sweep.moved
