@@ -25,6 +25,7 @@ from ndif_opt.engine.release_lowering import lower_for_06
 from ndif_opt.engine.rounds import Outcome, Run, Turn, Version, analyze_version, internal_error, locate
 from ndif_opt.engine.suppression import Suppressions
 from ndif_opt.passes import Context, Pass
+from ndif_opt.syntax.rewrite import imports_module, without_unused_import
 from ndif_opt.syntax.walk import find_nodes
 from ndif_opt.types import Cost, Count, Finding, PassCost, Range, Status, default_names, grows, loops_in
 from ndif_opt.wording import count_text
@@ -296,6 +297,25 @@ def _enforce_suppressions(suppressions: Suppressions, located: list[Finding]) ->
             if m.status is Status.APPLIED else m for m in marked], False
 
 
+class UnusedImport(Step):
+    """An `import nnsight` a pass added goes when a later pass leaves nothing that reads it
+    (session-hoisting made a `nnsight.save(...)` of nnsight-05-failures unnecessary): an
+    import the script as written does not have, used by nothing, is the tool's litter."""
+
+    name = "unused-import"
+
+    def __init__(self, run: Run, earlier: Step | None) -> None:
+        super().__init__(run, earlier)
+        self.as_written = imports_module(run.version.module, "nnsight")
+
+    def amend(self, turn: Turn) -> None:
+        if self.as_written or turn.module is None or turn.module is turn.version.module:
+            return
+        module = without_unused_import(turn.module, "nnsight")
+        if module is not turn.module:
+            turn.module, turn.facts, turn.estimate = module, None, None
+
+
 class ReleaseLowering(Step):
     """A rewrite for nnsight 0.6 (``RunContext.release``): lowered when it makes an outermost
     remote block read a local before binding it (engine/release_lowering.py), left out when
@@ -544,6 +564,7 @@ STEPS: tuple[type[Step], ...] = (
     Stable,
     Names,
     Suppression,
+    UnusedImport,
     ReleaseLowering,
     Guards,
     Refusals,

@@ -18,7 +18,7 @@ import libcst as cst
 
 from ndif_opt.syntax.expressions import is_save_call, remote_arg, root_name
 from ndif_opt.syntax.positions import code_of
-from ndif_opt.syntax.walk import transform
+from ndif_opt.syntax.walk import all_nodes, find_nodes, transform
 
 Statements = list[cst.BaseStatement]
 
@@ -520,6 +520,35 @@ def _ipython_line(small: cst.BaseSmallStatement) -> bool:
     func = small.value.func
     return (type(func) is cst.Attribute and type(func.value) is cst.Call
             and type(func.value.func) is cst.Name and func.value.func.value == "get_ipython")
+
+
+def imports_module(module: cst.Module, name: str) -> bool:
+    """Does a top-level statement of ``module`` `import name` (without `as`)?"""
+    return any(_import_of(stmt, name) for stmt in module.body)
+
+
+def _import_of(stmt: cst.BaseStatement, name: str) -> bool:
+    return (type(stmt) is cst.SimpleStatementLine and len(stmt.body) == 1 and type(stmt.body[0]) is cst.Import
+            and len(stmt.body[0].names) == 1 and stmt.body[0].names[0].asname is None
+            and code_of(stmt.body[0].names[0].name) == name)
+
+
+def without_unused_import(module: cst.Module, name: str) -> cst.Module:
+    """``module`` without its `import name` lines when no other code of it reads ``name``
+    (the import :func:`with_module_import` added for a use a later rewrite took away)."""
+    imports = [stmt for stmt in module.body if _import_of(stmt, name)]
+    if not imports:
+        return module
+    rest = [stmt for stmt in module.body if not _import_of(stmt, name)]
+    if any(_spells(stmt, name) for stmt in rest):
+        return module
+    return module.with_changes(body=rest)
+
+
+def _spells(stmt: cst.BaseStatement, name: str) -> bool:
+    """Does ``stmt`` spell ``name`` outside its imports (`from name import x` binds no `name`)?"""
+    imports = {id(n) for i in find_nodes(stmt, lambda n: type(n) in (cst.Import, cst.ImportFrom)) for n in all_nodes(i)}
+    return bool(find_nodes(stmt, lambda n: type(n) is cst.Name and n.value == name and id(n) not in imports))
 
 
 def with_module_import(module: cst.Module, name: str) -> cst.Module:

@@ -156,3 +156,31 @@ def test_the_architecture_doc_lists_the_pipeline_steps_in_order():
     assert len(set(names)) == len(names)
     text = (ROOT / "docs" / "architecture.md").read_text().split("## The loop and its steps", 1)[1]
     assert re.findall(r"^\| `([a-z-]+)` \|", text, re.M) == names
+
+
+NEGATED_SAVE = '''\
+from nnsight import LanguageModel
+
+model = LanguageModel("openai-community/gpt2")
+scores = []
+for text in ["red", "green", "blue"]:
+    with model.trace(text, remote=True):
+        energy = -model.lm_head.output.logsumexp(-1).mean().save()
+    scores.append(energy.item())
+print(scores)
+'''
+
+
+def test_an_import_a_later_pass_leaves_unused_goes_with_the_finding_that_added_it():
+    # nnsight-05-failures saves `energy` as `nnsight.save(-...)` and imports nnsight;
+    # session-hoisting then reads it in the session, and the wrap goes (trial51 min_02):
+    # the import and the finding describing the wrap go with it
+    result = optimize(NEGATED_SAVE)
+    assert "model.session(remote=True)" in result.code
+    assert "nnsight.save" not in result.code and "import nnsight\n" not in result.code, result.code
+    assert not [f for f in result.findings if "nnsight.save" in f.message], result.findings
+
+
+def test_an_import_the_script_has_stays_when_nothing_reads_it_any_more():
+    source = "import nnsight\n" + NEGATED_SAVE
+    assert optimize(source).code.startswith("import nnsight\n")

@@ -202,14 +202,17 @@ class Nnsight05Failures(Pass):
                 context.skipped(node, message, reason)
                 context.findings[-1].uses = uses
                 continue
-            how = "`nnsight.save(...)`" if any(uses_nnsight_save(v) for v in item.fix.values()) else "`.save()`"
+            wrapped = any(uses_nnsight_save(v) for v in item.fix.values())
+            how = "`nnsight.save(...)`" if wrapped else "`.save()`"
             saved = f"{tense('saved', 'would save')} `{name}` where the block binds it ({how}): {message}"
+            # (a later pass may take the wrap away: a session that reads the value itself)
+            evidence = "nnsight.save(" if wrapped else None
             if item.unbound and not item.caught:
                 fixes.update(item.fix)
-                context.applied(node, saved, uses=uses)
+                context.applied(node, saved, uses=uses, evidence=evidence)
             elif context.options.unsafe_fixes:
                 fixes.update(item.fix)
-                context.applied(node, saved, Safety.UNSAFE, uses=uses)
+                context.applied(node, saved, Safety.UNSAFE, uses=uses, evidence=evidence)
             else:
                 why = ("the read is in a `try` that may handle its failure" if item.unbound else
                        "saving it changes what the script computes from here on (to the block's value)")
