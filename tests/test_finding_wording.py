@@ -184,3 +184,32 @@ def test_a_loop_whose_flag_it_decides_sends_up_to_its_requests():
     )
     refusal = next(f for f in optimize(source).findings if f.pass_id == "session-hoisting")
     assert "this loop sends up to 12 separate remote requests" in refusal.message, refusal.message
+
+
+def test_a_refusal_of_nested_loops_says_what_each_clause_holds():
+    """trial51 min_03: `try: ... finally: count += 1` around each trace of an inner loop whose
+    `for ... else:` prints. The refusals said the code "catches exceptions" (a `finally:`
+    catches nothing), that the `else:` clause "holds remote work too" (its loop does), and
+    "would send 2 sessions" after "one session around it" (one per run of the inner loop)."""
+    source = (
+        "from nnsight import LanguageModel\n"
+        "model = LanguageModel('openai-community/gpt2')\n"
+        "count = 0\n"
+        "for text in ['Paris is', 'Rome is']:\n"
+        "    for layer in [1, 4]:\n"
+        "        try:\n"
+        "            with model.trace(text, remote=True):\n"
+        "                peak = model.transformer.h[layer].output.max().save()\n"
+        "        finally:\n"
+        "            count += 1\n"
+        "        if peak.item() > 100:\n"
+        "            break\n"
+        "    else:\n"
+        "        print('no peak for', text)\n"
+    )
+    outer, inner = sorted((f for f in optimize(source).findings if f.pass_id == "session-hoisting"),
+                          key=lambda f: f.range.start.line)
+    for finding in (outer, inner):
+        assert "catches exceptions" not in finding.reason and "has a `try` with a `finally:`" in finding.reason
+    assert "and remote work are both in a `for` loop with an `else:` clause" in outer.reason, outer.reason
+    assert "would send one each time it runs (2 sessions in all)" in inner.message, inner.message

@@ -892,6 +892,11 @@ class _Checker(cst.CSTVisitor):
         self.problems += self.check.walking(iterable, self.local)
 
     def visit_Try(self, node: cst.Try) -> None:
+        if not node.handlers and not _leaves(node.finalbody):
+            # (it handles no failure: said as what it is, not as a catch)
+            self._add("control", "has a `try` with a `finally:` clause: in one session a failure would end the "
+                      "whole request, and the clause would not run on your machine after it", node)
+            return
         self._add(
             "control",
             "catches exceptions: in one session a failure would end the whole request, where here each "
@@ -933,3 +938,12 @@ class _HookedChecker(_Checker):
         if any(node is s for s in self.skip):
             return False
         return super().on_visit(node)
+
+
+def _leaves(finally_: cst.Finally | None) -> bool:
+    """Does a `finally:` body `return`, `break` or `continue` (which drops the failure it
+    runs after: the `try` then handles every failure)?"""
+    if finally_ is None:
+        return False
+    return bool(find_nodes(finally_.body, lambda n: type(n) in (cst.Return, cst.Break, cst.Continue)))
+

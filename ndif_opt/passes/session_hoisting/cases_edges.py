@@ -814,7 +814,7 @@ for prompt in ["The Eiffel Tower is in", "Water boils at"]:
         continue
     top[prompt] = ids.tolist()
 """,
-        reason="is in a `for` loop with an `else:` clause that holds remote work too",
+        reason="and remote work are both in a `for` loop with an `else:` clause",
     ),
     Case(
         name="a `return` whose value sends the requests: the value first, then one session",

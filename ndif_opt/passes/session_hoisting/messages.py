@@ -264,7 +264,9 @@ def not_hoisted(region: Region, facts: Facts, requests: RegionRequests) -> str:
         # (a flag decided as the code runs: the table counts them remote; a loop that may
         # end early: the table counts every iteration)
         sent = f"up to {sent}"
-    sessions = "one" if requests.runs == 1 else counted_with_loops(requests.runs, "session", names)[0]
+    # (a region that runs more than once would send a session each time: the count is all of them)
+    sessions = "one" if requests.runs == 1 else \
+        f"one each time it runs ({counted_with_loops(requests.runs, 'session', names)[0]} in all)"
     if not region.model:  # (its requests go to no one model the code names)
         return (f"{kind_label(region)} sends {sent}{per_call(requests)}, not all to one model the code names"
                 + (f" ({meaning})" if meaning else ""))

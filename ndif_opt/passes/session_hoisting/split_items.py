@@ -555,9 +555,9 @@ class Splitter:
             )
         if not (isinstance(stmt, cst.For) and stmt.orelse is None and isinstance(stmt.body, cst.IndentedBlock)):
             raise Refused(
-                f"the code {problems[0].message}. That code is in {_statement_words(stmt)} that holds remote work "
-                "too, and ndif-opt splits only the body of a `for` loop without `else:` into a part for the server "
-                "and a part for your machine"
+                f"the code {problems[0].message}. That code and remote work are both in {_statement_words(stmt)}, "
+                "and ndif-opt splits only the body of a `for` loop without `else:` into a part for the server and a "
+                "part for your machine"
             )
         iterable = unwrap_progress(stmt.iter, self.facts)
         header = self.server_check.problems(stmt.target) + self.server_check.problems(iterable) + \
