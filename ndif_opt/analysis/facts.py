@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import libcst as cst
 
-from ndif_opt.analysis.names import NameUse, all_params, collect, free_reads, function_locals
+from ndif_opt.analysis.names import NameUse, all_params, collect, free_reads, function_locals, target_names
 from ndif_opt.analysis.vocabulary import MODEL_BLOCK_METHODS, STORING_METHODS
 from ndif_opt.syntax.expressions import dotted_name, is_save_call, remote_arg, root_name
 from ndif_opt.syntax.literals import literal_value  # the model's repo id, read in every version
@@ -309,7 +309,7 @@ class Facts:
         """The value of a module-level name assigned exactly once, else None."""
         values = self.bindings.get(name, [])
         module_level = [v for s, v in values if not s.ancestors]
-        if len(values) == 1 and len(module_level) == 1:
+        if len(values) == 1 and len(module_level) == 1 and name not in self.once(_bound_otherwise):
             value = module_level[0]
             if type(value) in _CONTAINER_DISPLAYS and name in self.mutated_names():
                 return None  # `xs = []` then `xs.append(...)`: its value is not the literal
@@ -656,6 +656,56 @@ def _child_suites_if_chain(stmt: cst.If) -> list[cst.CSTNode]:
     return child_suites(stmt)
 
 
+def _bound_otherwise(facts: Facts) -> frozenset[str]:
+    """Names something other than a plain `name = value` binds somewhere in the module (a
+    `for` or `with ... as` target, an unpacking, `a = b = v`, a walrus, a `def`, a `class`,
+    an import, `except ... as`, `del`): such a name holds more than its one assigned value.
+    (A comprehension's variables are its own.)"""
+    found: set[str] = set()
+    for node in find_nodes(facts.module, lambda n: type(n) in _OTHER_BINDERS):
+        kind = type(node)
+        if kind is cst.Assign:
+            if len(node.targets) > 1 or (type(node.targets[0].target) is not cst.Name
+                                         and unpacked(node.targets[0].target, node.value) is None):
+                found.update(n for t in node.targets for n in target_names(t.target))
+        elif kind is cst.For:
+            found.update(target_names(node.target))
+        elif kind is cst.WithItem:
+            if node.asname is not None:
+                found.update(target_names(node.asname.name))
+        elif kind is cst.NamedExpr:
+            found.update(target_names(node.target))
+        elif kind in (cst.FunctionDef, cst.ClassDef):
+            found.add(node.name.value)
+        elif kind in (cst.Import, cst.ImportFrom):
+            found.update(local for local, _ in _imported_names(node))
+        elif kind is cst.ExceptHandler:
+            if node.name is not None:
+                found.update(target_names(node.name.name))
+        elif kind is cst.Del:
+            found.update(target_names(node.target))
+    return frozenset(found)
+
+
+def unpacked(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, cst.BaseExpression]] | None:
+    """`a, b = x, y`: each name of a tuple or list target with its element of a display of
+    as many elements (no starred one on either side); None for any other unpacking."""
+    if type(target) not in (cst.Tuple, cst.List) or type(value) not in (cst.Tuple, cst.List):
+        return None
+    if len(target.elements) != len(value.elements):
+        return None
+    pairs = []
+    for name, element in zip(target.elements, value.elements):
+        if type(name) is not cst.Element or type(element) is not cst.Element or type(name.value) is not cst.Name:
+            return None
+        pairs.append((name.value.value, element.value))
+    return pairs
+
+
+_OTHER_BINDERS = (cst.Assign, cst.For, cst.WithItem, cst.NamedExpr, cst.FunctionDef, cst.ClassDef, cst.Import,
+                  cst.ImportFrom, cst.ExceptHandler, cst.Del)
+
+
 @dataclass(frozen=True)
 class LineFacts:
     """What the analysis reads from one simple statement line: a function of the
@@ -680,6 +730,8 @@ def line_facts(stmt: cst.SimpleStatementLine) -> LineFacts:
                 target = small.targets[0].target
                 if type(target) is cst.Name:
                     bindings.append((target.value, small.value))
+                else:  # `prompt, n = "Once", 2`: each name its element
+                    bindings.extend(unpacked(target, small.value) or ())
         elif kind is cst.AnnAssign or kind is cst.AugAssign:
             target = small.target
             if type(target) is cst.Name:

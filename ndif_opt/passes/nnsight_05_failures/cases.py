@@ -321,10 +321,12 @@ print(tops)
     Case(
         name="remote= of another flag inside a session is only reported",
         before="""\
+import sys
+
 from nnsight import LanguageModel
 
 model = LanguageModel("openai-community/gpt2")
-REMOTE, INNER = True, True
+REMOTE, INNER = "--local" not in sys.argv, "--inner" in sys.argv
 with model.session(remote=REMOTE):
     with model.trace("The cat", remote=INNER):
         top = model.lm_head.output[0, -1].argmax().save()
