@@ -659,8 +659,8 @@ def _child_suites_if_chain(stmt: cst.If) -> list[cst.CSTNode]:
 def _bound_otherwise(facts: Facts) -> frozenset[str]:
     """Names something other than a plain `name = value` binds somewhere in the module (a
     `for` or `with ... as` target, an unpacking, `a = b = v`, a walrus, a `def`, a `class`,
-    an import, `except ... as`, `del`): such a name holds more than its one assigned value.
-    (A comprehension's variables are its own.)"""
+    an import, `except ... as`, `del`, a function's parameter): such a name holds more than
+    its one assigned value. (A comprehension's variables are its own.)"""
     found: set[str] = set()
     for node in find_nodes(facts.module, lambda n: type(n) in _OTHER_BINDERS):
         kind = type(node)
@@ -684,6 +684,8 @@ def _bound_otherwise(facts: Facts) -> frozenset[str]:
                 found.update(target_names(node.name.name))
         elif kind is cst.Del:
             found.update(target_names(node.target))
+        elif kind is cst.Param:  # (a function's own name, in its body)
+            found.add(node.name.value)
     return frozenset(found)
 
 
@@ -703,7 +705,7 @@ def unpacked(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tupl
 
 
 _OTHER_BINDERS = (cst.Assign, cst.For, cst.WithItem, cst.NamedExpr, cst.FunctionDef, cst.ClassDef, cst.Import,
-                  cst.ImportFrom, cst.ExceptHandler, cst.Del)
+                  cst.ImportFrom, cst.ExceptHandler, cst.Del, cst.Param)
 
 
 @dataclass(frozen=True)

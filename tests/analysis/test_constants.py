@@ -1,5 +1,5 @@
 """``Facts.constant``: a module name's one value, only when nothing else binds the name —
-a `for` target, `a = b = v`, an import, a `def`... (the def-use rule every int_value,
+a `for` target, `a = b = v`, an import, a `def`, a parameter... (the def-use rule every int_value,
 model alias and generate length reads), and each name of `a, b = x, y` its element."""
 
 from __future__ import annotations
@@ -30,10 +30,14 @@ del D
 T = 2
 def T():
     pass
+L = 12
+def run(L):
+    return range(L)
 '''
 
 EXPECTED = {"N": None, "a": None, "b": None, "prompt": '"Once there was"', "steps": "3", "head": None,
-            "rest": None, "K": "9", "W": None, "S": None, "D": None, "T": None}
+            "rest": None, "K": "9", "W": None, "S": None, "D": None, "T": None,
+            "L": None}
 
 
 @pytest.mark.parametrize("name", EXPECTED)
