@@ -93,6 +93,7 @@ __all__ = [
     "estimate",
     "explain",
     "prompt_tokens",
+    "saved_estimate",
     "saved_shape",
     "session_budget",
 ]
@@ -352,14 +353,19 @@ def _integer_constants(expr: cst.BaseExpression, facts: Facts) -> dict[str, Shap
 def saved_shape(expr: cst.BaseExpression, block: Block, facts: Facts) -> str:
     """A saved value described for a finding: the estimated shape and size of ``expr`` saved
     in ``block`` ("`[1, 9, 128256] bfloat16`, ~2.3 MB on ..."), or "" if unknown."""
+    shape = saved_estimate(expr, block, facts)
+    if shape is None or shape.nbytes is None or shape.kind == "unknown":
+        return ""
+    return f"{shape.describe()}, ~{human_bytes(shape.nbytes)} on {script_model_dims(facts, block.model).name}"
+
+
+def saved_estimate(expr: cst.BaseExpression, block: Block, facts: Facts) -> Shape | None:
+    """The estimated shape of ``expr`` saved in ``block``; None when it cannot be estimated."""
     dims = script_model_dims(facts, block.model)
     trace = block if block.method != "session" else None
     seq = prompt_tokens(trace.call, facts, _DEFAULT_OPTIONS) if trace is not None else 16
     try:
-        shape = shape_of(expr, dims, model_name=list(facts.models) or ["model"], seq_len=seq,
-                         env=_integer_constants(expr, facts), max_new_tokens=tokens_generated_in(block, facts))
-    except Exception:  # noqa: BLE001 - a description is optional; never let it break a rewrite
-        return ""
-    if shape.nbytes is None or shape.kind == "unknown":
-        return ""
-    return f"{shape.describe()}, ~{human_bytes(shape.nbytes)} on {dims.name}"
+        return shape_of(expr, dims, model_name=list(facts.models) or ["model"], seq_len=seq,
+                        env=_integer_constants(expr, facts), max_new_tokens=tokens_generated_in(block, facts))
+    except Exception:  # noqa: BLE001 - an estimate is optional; never let it break a rewrite
+        return None

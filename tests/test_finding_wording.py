@@ -213,3 +213,22 @@ def test_a_refusal_of_nested_loops_says_what_each_clause_holds():
         assert "catches exceptions" not in finding.reason and "has a `try` with a `finally:`" in finding.reason
     assert "and remote work are both in a `for` loop with an `else:` clause" in outer.reason, outer.reason
     assert "would send one each time it runs (2 sessions in all)" in inner.message, inner.message
+
+
+def test_a_scalar_used_whole_is_not_said_to_be_downloaded_whole():
+    """trial51 s46: `v = ....norm().save()`, then `v.item()` and `grid[i] = v`: "`v` is
+    still downloaded whole" of a 0-d tensor, which no reduction could make smaller."""
+    source = (
+        "import torch\n"
+        "from nnsight import LanguageModel\n"
+        "model = LanguageModel('openai-community/gpt2')\n"
+        "grid = torch.zeros(2)\n"
+        "with model.trace('Hello world', remote=True):\n"
+        "    v = model.transformer.h[3].output.norm().save()\n"
+        "    w = model.transformer.h[3].output.save()\n"
+        "print(round(v.item(), 3), w[0, -1].norm().item())\n"
+        "grid[0] = v\n"
+        "scaled = w * 2\n"
+    )
+    said = [f.message for f in optimize(source).findings if f.pass_id == "reduction-pushdown"]
+    assert "`w` is still downloaded whole" in said and "`v` is still downloaded whole" not in said, said

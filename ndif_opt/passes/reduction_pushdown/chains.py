@@ -12,7 +12,7 @@ from ndif_opt.analysis.facts import Facts, qualify
 from ndif_opt.analysis.names import NameUse, collect
 from ndif_opt.analysis.scopes import ScopeIndex, TakenNames, known_scope_index, scope_index, statement_index
 from ndif_opt.cost.constants import setting
-from ndif_opt.cost_model import explain, saved_shape
+from ndif_opt.cost_model import explain, saved_estimate, saved_shape
 from ndif_opt.passes.base import Context
 from ndif_opt.passes.common.guards import guard_in, guard_words
 from ndif_opt.passes.reduction_pushdown.saves import (
@@ -101,6 +101,14 @@ class ChainPushdown:
     def request_use(self) -> NameUse:
         return self.request.names  # collect(self.request.node.body), kept on the block
 
+    def _left_whole(self, reason: str) -> None:
+        """Say why the saved value is still downloaded whole, unless it is a scalar (its
+        reductions would bring back nothing smaller)."""
+        shape = saved_estimate(unsave(self.save.stmt.body[0].value), self.save.block, self.facts)
+        if shape is not None and shape.kind in ("scalar", "python") and not shape.dims:
+            return
+        self.context.skipped(self.save.stmt, f"`{self.save.name}` is still downloaded whole", reason)
+
     def plan(self) -> NodeEdits | None:
         x = self.save.name
         if self.after_at_top_level and not any(x in statement_index(stmt).spelled for stmt in self.after):
@@ -119,20 +127,16 @@ class ChainPushdown:
             return None  # read elsewhere too (before the request, in a function, ...)
         changed = next((node for node in uses if changed_through(node, self.parents)), None)
         if changed is not None:
-            self.context.skipped(self.save.stmt, f"`{x}` is still downloaded whole",
-                                 f"`{code_of(mutating_code(changed, self.parents)).strip()}` changes it in place "
-                                 "on your machine, so the reductions read what it becomes")
+            self._left_whole(f"`{code_of(mutating_code(changed, self.parents)).strip()}` changes it in place "
+                             "on your machine, so the reductions read what it becomes")
             return None
         chains = []
         for node in uses:
             chain, reduced = self._grow(node)
             if not reduced:
                 if chains or any(self._grow(u)[1] for u in uses):
-                    self.context.skipped(
-                        self.save.stmt,
-                        f"`{x}` is still downloaded whole",
-                        f"`{code_of(self.parents.get(id(node), node)).strip()}` uses it whole, on your machine",
-                    )
+                    self._left_whole(
+                        f"`{code_of(self.parents.get(id(node), node)).strip()}` uses it whole, on your machine")
                 return None
             chains.append(chain)
         chains = self._outermost(chains)
@@ -146,14 +150,13 @@ class ChainPushdown:
                            None)
         if guarded is not None:
             chain, guard = guarded
-            self.context.skipped(
-                self.save.stmt, f"`{x}` is still downloaded whole",
+            self._left_whole(
                 f"`{code_of(chain)}` runs only {guard_words(guard)}: computed in the block, it would run "
                 "every time, and could fail where your code does not run it")
             return None
         problem = self._upload_problem(chains)
         if problem:
-            self.context.skipped(self.save.stmt, f"`{x}` is still downloaded whole", problem)
+            self._left_whole(problem)
             return None
         if not self.context.allows(self.save.stmt, f"`{x}` could be reduced on the server"):
             return None
