@@ -232,3 +232,29 @@ def test_a_scalar_used_whole_is_not_said_to_be_downloaded_whole():
     )
     said = [f.message for f in optimize(source).findings if f.pass_id == "reduction-pushdown"]
     assert "`w` is still downloaded whole" in said and "`v` is still downloaded whole" not in said, said
+
+
+def test_a_line_prepared_for_the_session_is_named_with_the_name_it_cannot_bind_early():
+    """trial51 s31: a file written after one loop is read back before the next; the
+    refusal to make one session said only "`f` is read before the line that must run on
+    your machine first binds it", without the line."""
+    source = (
+        "import json\n"
+        "from nnsight import LanguageModel\n"
+        "model = LanguageModel('openai-community/gpt2')\n"
+        "first = {}\n"
+        "for word in ['a', 'b']:\n"
+        "    with model.trace(word, remote=True):\n"
+        "        first[word] = model.lm_head.output[0, -1].argmax().item().save()\n"
+        "with open('first.json', 'w') as f:\n"
+        "    json.dump(first, f)\n"
+        "with open('first.json') as f:\n"
+        "    loaded = json.load(f)\n"
+        "second = {}\n"
+        "for word in ['a', 'b']:\n"
+        "    with model.trace(word + str(loaded[word]), remote=True):\n"
+        "        second[word] = model.lm_head.output[0, -1].max().item().save()\n"
+    )
+    reasons = [f.reason for f in optimize(source).findings if "made 2 sessions" in f.message]
+    assert reasons and "`with open('first.json') as f:` must run on your machine before the remote part" \
+        in reasons[0], reasons

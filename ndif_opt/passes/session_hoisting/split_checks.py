@@ -157,7 +157,10 @@ def _check_prepared(item: Item, known: set[str], changed: set[str], read_before:
         )
     early = set(collect(item.stmt).binds) & read_before
     if early:
-        raise Refused(f"`{sorted(early)[0]}` is read before the line that must run on your machine first binds it")
+        raise Refused(
+            f"`{first_code_line(item.stmt)}` must run on your machine before the remote part, which needs what it "
+            f"computes, and it binds `{sorted(early)[0]}`, which code before it reads"
+        )
 
 
 def _only_intervened_on(name: str, splitter: Splitter) -> bool:
