@@ -152,11 +152,14 @@ def test_a_definition_in_a_later_percent_cell_stays_in_its_cell():
 
 
 def test_an_added_import_goes_after_a_pip_install_that_opens_the_script():
-    # `import nnsight` above `!pip install nnsight` fails on a fresh kernel
+    # `import nnsight` above `!pip install nnsight` fails on a fresh kernel (the negation
+    # makes a value the `.save()` does not mark: nnsight-05-failures saves it with
+    # `nnsight.save(...)`, which stays: no session reads it)
     source = ("!pip install -q nnsight\nfrom nnsight import LanguageModel\n\n"
-              'model = LanguageModel("openai-community/gpt2")\nnorms = {}\n'
-              'for p in ["a b", "c d"]:\n    with model.trace(p, remote=True):\n'
-              "        hs = [model.transformer.h[i].output[0, -1].norm().save() for i in range(2)]\n"
-              "    norms[p] = [h.item() for h in hs]\nprint(norms)\n")
+              'model = LanguageModel("openai-community/gpt2")\n'
+              'with model.trace("a b", remote=True):\n'
+              "    energy = -model.lm_head.output.sum().save()\n"
+              "print(energy)\n")
     code = optimize(source).code
+    assert "nnsight.save(" in code, code
     assert code.startswith("!pip install -q nnsight\nfrom nnsight import LanguageModel\nimport nnsight\n"), code
