@@ -686,7 +686,37 @@ def _bound_otherwise(facts: Facts) -> frozenset[str]:
             found.update(target_names(node.target))
         elif kind is cst.Param:  # (a function's own name, in its body)
             found.add(node.name.value)
+        elif kind in (cst.MatchAs, cst.MatchStar):  # `case LOW:` binds `LOW`
+            if node.name is not None:
+                found.add(node.name.value)
+        elif kind is cst.MatchMapping:
+            if node.rest is not None:
+                found.add(node.rest.value)
+        elif _rebinds_by_name(node):
+            return _EVERY_NAME  # `globals()["LOW"] = 10`, `exec(...)`: any name may be bound again
     return frozenset(found)
+
+
+class _EveryName(frozenset):
+    """Every name (a module that binds names through its namespace)."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+
+_EVERY_NAME = _EveryName()
+
+# calls through which code binds names it does not spell (`globals()["x"] = 1`, `exec("x = 1")`)
+_NAMESPACE_CALLS = frozenset({"globals", "vars", "locals", "exec", "eval", "setattr", "__import__"})
+
+
+def _rebinds_by_name(node: cst.CSTNode) -> bool:
+    """A call of a namespace function, or `sys.modules` read: either may bind any name."""
+    if type(node) is cst.Call:
+        return type(node.func) is cst.Name and node.func.value in _NAMESPACE_CALLS or \
+            type(node.func) is cst.Attribute and node.func.attr.value in _NAMESPACE_CALLS
+    return type(node) is cst.Attribute and node.attr.value == "modules" and type(node.value) is cst.Name \
+        and node.value.value == "sys"
 
 
 def unpacked(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, cst.BaseExpression]] | None:
@@ -705,7 +735,8 @@ def unpacked(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tupl
 
 
 _OTHER_BINDERS = (cst.Assign, cst.For, cst.WithItem, cst.NamedExpr, cst.FunctionDef, cst.ClassDef, cst.Import,
-                  cst.ImportFrom, cst.ExceptHandler, cst.Del, cst.Param)
+                  cst.ImportFrom, cst.ExceptHandler, cst.Del, cst.Param, cst.MatchAs, cst.MatchStar,
+                  cst.MatchMapping, cst.Call, cst.Attribute)
 
 
 @dataclass(frozen=True)

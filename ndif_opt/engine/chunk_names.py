@@ -424,6 +424,10 @@ class _Flow:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.chunk.may_bind.add(node.name)
                 self.chunk.globals_ |= _function_names(node)[1]
+            elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:  # `case LOW:` binds `LOW`
+                self.chunk.may_bind.add(node.name)
+            elif isinstance(node, ast.MatchMapping) and node.rest:
+                self.chunk.may_bind.add(node.rest)
         return bound
 
 

@@ -33,11 +33,21 @@ def T():
 L = 12
 def run(L):
     return range(L)
+M = 3
+match sys.argv:
+    case [_, M]:
+        pass
 '''
 
 EXPECTED = {"N": None, "a": None, "b": None, "prompt": '"Once there was"', "steps": "3", "head": None,
             "rest": None, "K": "9", "W": None, "S": None, "D": None, "T": None,
-            "L": None}
+            "L": None, "M": None}
+
+
+def test_no_name_is_a_constant_where_the_module_binds_names_through_its_namespace():
+    for rebind in ('globals()["K"] = 1', 'exec("K = 1")', 'vars()["K"] = 1', 'setattr(sys.modules[__name__], "K", 1)'):
+        facts = analyze(cst.parse_module("import sys\nK = 9\n" + rebind + "\n"))
+        assert facts.constant("K") is None, rebind
 
 
 @pytest.mark.parametrize("name", EXPECTED)

@@ -378,3 +378,28 @@ def test_a_helper_sweep_called_in_a_session_is_fused(family):
     assert (report.before.requests, report.after.requests) == (6, 1)
     assert (report.before.forward_passes, report.after.forward_passes) == (6, 2)
 
+
+
+# a layer list of constants that the script binds again where no assignment shows it
+# (trial52 min_04, min_05): fused in the order the assignment shows, one trace read
+# layer 4 before layer 3 (OutOfOrderError)
+REBOUND_LAYER = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+LOW, HIGH = 1, 3
+REBIND
+norms = []
+for layer in (LOW, HIGH):
+    with model.trace("The Eiffel Tower is in", remote=True):
+        n = LAYERS[layer].output[0, -1].norm().save()
+    norms.append(round(n.item(), 4))
+print(norms)
+'''
+
+
+@pytest.mark.parametrize("rebind", ['globals()["LOW"] = 4', 'exec("LOW = 4")', "match 4:\n    case LOW:\n        pass"])
+def test_a_constant_bound_again_by_name_or_pattern_is_not_known(rebind):
+    result, report = optimized_and_verified(REBOUND_LAYER.replace("REBIND", rebind), "gpt2")
+    assert not _applied(result, "trace-fusion"), result.code
+
