@@ -309,8 +309,8 @@ def _analyse(sweep: Sweep, facts: Facts):
                     "all 0 or more (a negative one counts from the last layer: the cached prefix would be the "
                     "wrong one)")
         args = range_args(sequence)
-        if args is not None:
-            stop = code_of(args[0] if len(args) == 1 else args[1])
+        if args is not None and (len(args) < 3 or (int_value(args[2], facts) or 0) > 0):
+            stop = code_of(args[0] if len(args) == 1 else args[1])  # (an increasing range stays below it)
         else:
             # (items not known to be there: none, no layer to cache, where `max` would raise)
             default = "" if int_sequence(sequence, facts) else ", default=0"

@@ -403,3 +403,31 @@ def test_a_constant_bound_again_by_name_or_pattern_is_not_known(rebind):
     result, report = optimized_and_verified(REBOUND_LAYER.replace("REBIND", rebind), "gpt2")
     assert not _applied(result, "trace-fusion"), result.code
 
+
+
+# a sweep down the layers (trial52 min_06): the caching trace stopped at `range(-1)`, the
+# range's stop, and cached nothing; the skips then read past the cache (IndexError)
+DESCENDING_SWEEP = '''
+from nnsight import LanguageModel
+
+model = LanguageModel("REPO")
+values = []
+for layer in RANGE:
+    with model.trace("The Eiffel Tower is in", remote=True):
+        v = LAYERS[layer].output[0, -1].mean().save()
+    values.append(round(v.item(), 4))
+print(values)
+'''
+
+
+@both
+def test_a_sweep_down_the_layers_caches_up_to_its_first_layer(family):
+    result, report = optimized_and_verified(DESCENDING_SWEEP.replace("RANGE", "range(3, -1, -1)"), family)
+    assert _applied(result, "skip-insertion"), result.code
+    assert report.after.layer_calls < report.before.layer_calls
+
+
+def test_a_sweep_down_past_layer_0_gets_no_skips():
+    # `range(3, -3, -1)` reaches -1 and -2: layers counted from the last one
+    result, _ = optimized_and_verified(DESCENDING_SWEEP.replace("RANGE", "range(3, -3, -1)"), "gpt2")
+    assert not _applied(result, "skip-insertion"), result.code

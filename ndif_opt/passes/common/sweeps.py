@@ -695,8 +695,11 @@ def nonnegative_ints(expr: cst.BaseExpression, facts: Facts) -> bool:
     if args is not None:
         if len(args) == 1:
             return True
-        start = int_value(args[0], facts)
-        return start is not None and start >= 0
+        values = [int_value(arg, facts) for arg in args]
+        if len(args) == 3 and (values[2] is None or values[2] <= 0):
+            # a step down ends at its smallest: `range(5, -3, -1)` reaches -2
+            return None not in values and values[2] != 0 and min(range(*values), default=0) >= 0
+        return values[0] is not None and values[0] >= 0
     values = int_sequence(expr, facts)
     return values is not None and all(v >= 0 for v in values)
 
