@@ -656,6 +656,24 @@ def _child_suites_if_chain(stmt: cst.If) -> list[cst.CSTNode]:
     return child_suites(stmt)
 
 
+def module_import_name(facts: Facts, path: str) -> str:
+    """The name an `import <path>` (or `import <path> as name`) of the module's own top level
+    binds before its first nnsight block, where code the passes write there can read it; ""
+    when no such import runs first (one in a function, a branch or a later cell may not)."""
+    blocks = [facts.stmt(b.node) for b in facts.blocks]
+    first = min((info.index if not info.ancestors else facts.stmt(info.ancestors[0]).index for info in blocks),
+                default=len(facts.module.body))
+    for stmt in facts.module.body[:first]:
+        if type(stmt) is not cst.SimpleStatementLine:
+            continue
+        for small in stmt.body:
+            if type(small) is cst.Import:
+                for local, qualified in _imported_names(small):
+                    if qualified == path:
+                        return local
+    return ""
+
+
 def _bound_otherwise(facts: Facts) -> frozenset[str]:
     """Names something other than a plain `name = value` binds somewhere in the module (a
     `for` or `with ... as` target, an unpacking, `a = b = v`, a walrus, a `def`, a `class`,

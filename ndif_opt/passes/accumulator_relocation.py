@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Facts, Remote, opens_invoke
+from ndif_opt.analysis.facts import Block, Facts, Remote, module_import_name, opens_invoke
 from ndif_opt.analysis.names import collect, local_to
 from ndif_opt.analysis.regions import Accumulator, carried_container, client_objects_filled, find_accumulator
 from ndif_opt.passes.base import Case, Context, Pass
@@ -104,7 +104,7 @@ class AccumulatorRelocation(Pass):
               facts: Facts) -> None:
         accumulators = [acc for acc, _node in found]
         drop = DropElementSaves({a.name for a in accumulators})
-        module_name = next((local for local, path in facts.imports.items() if path == "nnsight"), "")
+        module_name = module_import_name(facts, "nnsight")
         created = [
             saved_container(a.name, a.kind, a.stmt) if a.kind != "carried"
             else cst.parse_statement(f"{a.name} = {module_name or 'nnsight'}.save({a.name})\n")

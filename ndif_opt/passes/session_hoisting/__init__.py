@@ -82,7 +82,7 @@ import functools
 
 import libcst as cst
 
-from ndif_opt.analysis.facts import Block, Facts, Remote
+from ndif_opt.analysis.facts import Block, Facts, Remote, module_import_name
 from ndif_opt.analysis.names import COMPREHENSIONS, collect, collect_all, fresh_name, local_to, target_names
 from ndif_opt.analysis.regions import client_objects_filled, reads_after, requests_in, self_attributes_read_after
 from ndif_opt.analysis.remote_functions import (
@@ -994,7 +994,7 @@ class SessionHoisting(Pass):
                 return [*prelude, with_fallback(session, as_written, replay, leading)]
             return [*prelude, session, *(split.replay if split is not None else ())]
 
-        nnsight_module = next((local for local, path in facts.imports.items() if path == "nnsight"), "")
+        nnsight_module = module_import_name(facts, "nnsight")
         nnsight_name = nnsight_module or "nnsight"
         if not nnsight_module and any(a.kind == "carried" for a in before):
             self.needs_nnsight_import = True
