@@ -182,9 +182,10 @@ def _calls_outside_its_blocks(helper: RemoteHelper, helpers: dict[str, RemoteHel
     send a request from inside one (`if first_only: return [top(p) ...]` beside a session)."""
     inside = {id(node) for block in helper.blocks for node in all_nodes(block.node)}
     for call, other in helper_calls(helper.func.body, helpers):
-        if id(call) not in inside and other is not helper:
-            helper.problems.append(f"`{helper.name}` also calls `{other.spelled(call)}` outside its traces, which "
-                                   "sends a request of its own whatever flag it is given")
+        if id(call) not in inside:
+            what = "itself" if other is helper else f"`{other.spelled(call)}`"  # (with the flag's default)
+            helper.problems.append(f"`{helper.name}` also calls {what} outside its traces, which sends a request "
+                                   "of its own whatever flag it is given")
             return
 
 

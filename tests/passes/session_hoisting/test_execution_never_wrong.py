@@ -1182,3 +1182,30 @@ def test_an_aliased_top_level_import_is_the_one_the_session_uses():
         "from nnsight import LanguageModel\n", "import nnsight as ns\nfrom nnsight import LanguageModel\n")
     code = optimize(source).code
     assert "ns.save(seen)" in code and "\nimport nnsight\n" not in code, code
+
+
+# a helper that calls itself outside its trace (trial52 min_01): called with remote=False in a
+# session, its own call took the default, remote=True, from inside the session
+# (NestedRemoteRequestError)
+RECURSIVE_HELPER = '''
+    from nnsight import LanguageModel
+
+    model = LanguageModel("REPO")
+
+
+    def deep(prompt, depth):
+        if depth == 0:
+            return []
+        with model.trace(prompt, remote=True):
+            v = LAYERS[depth].output[0, -1].norm().save()
+        return deep(prompt, depth - 1) + [round(v.item(), 4)]
+
+
+    print([deep(p, 2) for p in ["The Eiffel Tower is in", "Hello my name is"]])
+'''
+
+
+@both
+def test_a_helper_that_calls_itself_is_not_called_in_a_session(family):
+    result, report = optimized_and_verified(RECURSIVE_HELPER, family)
+    assert any("also calls itself outside its traces" in (f.reason or "") for f in result.findings), result.findings
