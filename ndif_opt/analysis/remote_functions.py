@@ -121,14 +121,7 @@ class RemoteHelper:
         return None if default is None or default.default is None else code_of(default.default)
 
     def argument(self, call: cst.Call, name: str) -> cst.BaseExpression | None:
-        call = self.direct(call)
-        position = self.positions().get(name)
-        for index, arg in enumerate(call.args):
-            if arg.keyword is not None and arg.keyword.value == name:
-                return arg.value
-            if arg.keyword is None and not arg.star and position is not None and index == position:
-                return arg.value
-        return None
+        return _argument(self.direct(call), name, self.positions().get(name))
 
     @property
     def new_parameter(self) -> str:
@@ -292,7 +285,7 @@ def _argument(call: cst.Call, name: str, position: int | None) -> cst.BaseExpres
     for index, arg in enumerate(call.args):
         if arg.keyword is not None and arg.keyword.value == name:
             return arg.value
-        if arg.keyword is None and position is not None and index == position:
+        if arg.keyword is None and not arg.star and position is not None and index == position:
             return arg.value
     return None
 
